@@ -30,6 +30,7 @@ USER_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(USER_SRCS))
 LIB_OBJS  := $(filter-out $(OUTPUT)/user/tptrace.o,$(USER_OBJS))
 
 .PHONY: all deps demo test bench clean
+.SECONDARY:
 all: tptrace
 
 deps:

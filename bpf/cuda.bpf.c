@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/* Generic uprobe programs for CUDA runtime entry points. One entry program serves every API:
+ * the attach cookie (see cuda.h) says how many stack slots and which pointed-to struct to
+ * copy. All argument decoding happens in user space, so the per-call work here is one ring
+ * reservation and a few copies on top of the trap. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "cuda.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);	/* resized by the loader */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TP_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* tid -> out-pointer saved at entry, for functions that return a value through arg 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} out_ptrs SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(cuda_entry)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 nstack = TP_COOKIE_STACK(cookie);
+	__u32 deref_arg = TP_COOKIE_DEREF_ARG(cookie);
+	__u32 deref_len = TP_COOKIE_DEREF_LEN(cookie);
+	struct tp_rec_call *rec;
+	__u16 flags = 0;
+
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec) {
+		count(TP_CNT_DROPPED);
+		return 0;
+	}
+	rec->type = TP_REC_CALL;
+	rec->api = TP_COOKIE_API(cookie);
+	rec->pid = pid_tgid >> 32;
+	rec->tid = (__u32)pid_tgid;
+	rec->ts = bpf_ktime_get_ns();
+	rec->args[0] = PT_REGS_PARM1(ctx);
+	rec->args[1] = PT_REGS_PARM2(ctx);
+	rec->args[2] = PT_REGS_PARM3(ctx);
+	rec->args[3] = PT_REGS_PARM4(ctx);
+	rec->args[4] = PT_REGS_PARM5(ctx);
+#if defined(__TARGET_ARCH_x86)
+	rec->args[5] = ctx->r9;
+#else
+	rec->args[5] = PT_REGS_PARM6(ctx);
+#endif
+	if (nstack > TP_STACK_MAX)
+		nstack = TP_STACK_MAX;
+	if (nstack) {
+		if (bpf_probe_read_user(rec->stack, nstack * sizeof(__u64), (void *)PT_REGS_SP(ctx)))
+			flags |= TP_CALL_STACK_FAULT;
+	}
+	if (deref_arg && deref_arg <= 6) {
+		if (deref_len > TP_DEREF_MAX)
+			deref_len = TP_DEREF_MAX;
+		if (bpf_probe_read_user(rec->deref, deref_len, (void *)rec->args[deref_arg - 1]))
+			flags |= TP_CALL_DEREF_FAULT;
+	}
+	if (cookie & TP_COOKIE_CALLER2) {
+		if (bpf_probe_read_user(&rec->caller2, sizeof(rec->caller2),
+					(void *)(PT_REGS_FP(ctx) + 8)))
+			flags |= TP_CALL_CALLER2_FAULT;
+	}
+	if (cookie & TP_COOKIE_SAVE_OUT) {
+		__u32 tid = (__u32)pid_tgid;
+		__u64 ptr = rec->args[0];
+
+		bpf_map_update_elem(&out_ptrs, &tid, &ptr, BPF_ANY);
+	}
+	rec->flags = flags;
+	bpf_ringbuf_submit(rec, 0);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(cuda_return)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct tp_rec_ret *rec;
+
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec) {
+		count(TP_CNT_DROPPED);
+		return 0;
+	}
+	rec->type = TP_REC_RET;
+	rec->api = TP_COOKIE_API(cookie);
+	rec->flags = 0;
+	rec->pid = pid_tgid >> 32;
+	rec->tid = (__u32)pid_tgid;
+	rec->ts = bpf_ktime_get_ns();
+	rec->rc = PT_REGS_RC(ctx);
+	rec->out_val = 0;
+	if (cookie & TP_COOKIE_SAVE_OUT) {
+		__u32 tid = (__u32)pid_tgid;
+		__u64 *ptr = bpf_map_lookup_elem(&out_ptrs, &tid);
+
+		if (ptr) {
+			if (!bpf_probe_read_user(&rec->out_val, sizeof(rec->out_val), (void *)*ptr))
+				rec->flags = 1;
+			bpf_map_delete_elem(&out_ptrs, &tid);
+		}
+	}
+	bpf_ringbuf_submit(rec, 0);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(dl_debug_state)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct tp_rec_dlopen *rec;
+
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec) {
+		count(TP_CNT_DROPPED);
+		return 0;
+	}
+	rec->type = TP_REC_DLOPEN;
+	rec->pid = pid_tgid >> 32;
+	rec->tid = (__u32)pid_tgid;
+	rec->pad = 0;
+	rec->ts = bpf_ktime_get_ns();
+	/* wake the consumer now: new libraries must be probed before they are used */
+	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}

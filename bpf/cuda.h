@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/* Records that cross the ring buffer from bpf/cuda.bpf.c to user/ (decode.c).
+ * __u32/__u64 only; no vmlinux.h, no libc. Every record starts with a type tag. */
+#ifndef TPTRACE_CUDA_H
+#define TPTRACE_CUDA_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+enum tp_rec_type {
+	TP_REC_CALL = 1,	/* entry of a probed function */
+	TP_REC_RET = 2,		/* return of a probed function */
+	TP_REC_DLOPEN = 3,	/* the dynamic linker's r_brk (_dl_debug_state): maps changed */
+};
+
+/* The attach cookie tells the one generic entry program what to copy, so the BPF side
+ * stays free of per-API logic and user space decodes (see user/cuda_api.c):
+ *   bits  0..15  api id (index into the user-side table)
+ *   bits 16..19  stack qwords to copy from [rsp]: [rsp] is the return address, [rsp+8] the
+ *                7th integer argument, ... (x86-64 SysV)
+ *   bits 20..23  1 + index of the pointer argument whose target is copied to deref[]; 0 = none
+ *   bits 24..31  bytes to copy from that pointer (<= TP_DEREF_MAX)
+ *   bit  32      copy the caller's return address [rbp+8] (frame-pointer builds put a
+ *                static-inline launch helper between the kernel stub and cudart)
+ *   bit  33      remember argument 0 (an out-pointer) per thread; the return program copies
+ *                the pointed-to u64 into out_val (used for __cudaGetKernel's handle)
+ */
+#define TP_COOKIE_API(c)	((__u32)((c) & 0xffff))
+#define TP_COOKIE_STACK(c)	((__u32)(((c) >> 16) & 0xf))
+#define TP_COOKIE_DEREF_ARG(c)	((__u32)(((c) >> 20) & 0xf))
+#define TP_COOKIE_DEREF_LEN(c)	((__u32)(((c) >> 24) & 0xff))
+#define TP_COOKIE_CALLER2	(1ULL << 32)
+#define TP_COOKIE_SAVE_OUT	(1ULL << 33)
+
+#define TP_STACK_MAX	4
+#define TP_DEREF_MAX	64
+
+struct tp_rec_call {
+	__u32 type;		/* TP_REC_CALL */
+	__u16 api;
+	__u16 flags;		/* TP_CALL_* */
+	__u32 pid;		/* tgid, init pid namespace */
+	__u32 tid;
+	__u64 ts;		/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 args[6];		/* rdi rsi rdx rcx r8 r9 */
+	__u64 stack[TP_STACK_MAX];	/* [rsp], [rsp+8], ... */
+	__u64 caller2;		/* [rbp+8] when TP_COOKIE_CALLER2 */
+	__u8 deref[TP_DEREF_MAX];
+};
+
+enum tp_call_flags {
+	TP_CALL_STACK_FAULT = 1,	/* stack copy failed */
+	TP_CALL_DEREF_FAULT = 2,	/* deref copy failed */
+	TP_CALL_CALLER2_FAULT = 4,
+};
+
+struct tp_rec_ret {
+	__u32 type;		/* TP_REC_RET */
+	__u16 api;
+	__u16 flags;		/* 1: out_val valid */
+	__u32 pid;
+	__u32 tid;
+	__u64 ts;
+	__u64 rc;		/* rax */
+	__u64 out_val;
+};
+
+struct tp_rec_dlopen {
+	__u32 type;		/* TP_REC_DLOPEN */
+	__u32 pid;
+	__u32 tid;
+	__u32 pad;
+	__u64 ts;
+};
+
+/* Index of the per-CPU counters in the "counters" map. */
+enum tp_counter {
+	TP_CNT_DROPPED = 0,	/* bpf_ringbuf_reserve failed: the record is lost */
+	TP_CNT_MAX = 4,
+};
+
+#endif

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Sim-only API of the simulated libcudart.so.13 (tests/sim/cudart).
+ *
+ * The simulated runtime exports the real CUDA 13 runtime ABI plus these tpsim_* functions, all
+ * under the version node `libcudart.so.13`. Other simulated libraries (NCCL, CUPTI, the caching
+ * allocator) link against it and use this header to put work on the same stream workers that run
+ * kernels and copies, so stream order, syncs and events behave as on a GPU.
+ *
+ * Streams: every stream (legacy default stream, per-thread default stream, created streams) has
+ * a FIFO and one worker thread that runs its items in order. The legacy default stream keeps
+ * CUDA's implicit synchronisation with blocking streams of the same device.
+ */
+#ifndef TPSIM_H
+#define TPSIM_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Kinds of work a stream worker runs; every executed item is reported as one record. */
+enum tpsim_kind {
+	TPSIM_KERNEL = 1,	/* cudaLaunchKernel*, __cudaLaunchKernel*, tpsim_enqueue_kernel */
+	TPSIM_MEMCPY = 2,
+	TPSIM_MEMSET = 3,
+	TPSIM_EVENT_RECORD = 4,
+	TPSIM_WAIT_EVENT = 5,	/* cudaStreamWaitEvent */
+	TPSIM_GRAPH = 6,	/* cudaGraphLaunch: one unit of TPSIM_KERNEL_US */
+	TPSIM_HOST_FN = 7,	/* tpsim_enqueue, cudaLaunchHostFunc */
+	TPSIM_FREE = 8,		/* cudaFreeAsync */
+};
+
+/* What the worker did, in CLOCK_MONOTONIC ns (the domain of bpf_ktime_get_ns()). */
+struct tpsim_record {
+	enum tpsim_kind kind;
+	const char *name;		/* kernel: registered device name (mangled) or host symbol */
+	const void *func;		/* kernel: host stub / function pointer */
+	uint64_t correlation;		/* per API call that enqueued it, process-wide, from 1 */
+	uint64_t stream_id;		/* 0 legacy default, 1.. per-thread defaults and created */
+	cudaStream_t stream;		/* the handle as the API saw it after resolving 0/0x1/0x2 */
+	int device;
+	uint32_t grid[3], block[3];
+	size_t shmem;
+	size_t bytes;			/* memcpy/memset */
+	int copy_kind;			/* enum cudaMemcpyKind */
+	uint64_t start_ns, end_ns;
+	uint32_t host_tid;		/* gettid() of the thread that enqueued it */
+};
+
+/* Called on the worker thread after each item completes; one observer (a CUPTI sim). */
+typedef void (*tpsim_observer_fn)(const struct tpsim_record *rec, void *ctx);
+void tpsim_set_observer(tpsim_observer_fn fn, void *ctx);
+
+/*
+ * Run fn(arg) on the worker of stream s, in order with the stream's other work. fn may block
+ * (a collective rendezvous); the stream makes no progress meanwhile, exactly like a GPU stream
+ * stuck in a kernel. Never blocks the caller. Returns a cudaError_t (0 on success).
+ */
+int tpsim_enqueue(cudaStream_t s, void (*fn)(void *arg), void *arg);
+
+/* Like tpsim_enqueue, but reported as a kernel `name` (kept by the caller; a literal) with this
+ * launch geometry. */
+int tpsim_enqueue_kernel(cudaStream_t s, const char *name, dim3 grid, dim3 block,
+			 void (*fn)(void *arg), void *arg);
+
+/* Kernel duration for a plain function pointer launched with cudaLaunchKernel (C workloads). */
+void tpsim_set_kernel_us(const void *func, unsigned us);
+
+/* Stable small id of a stream handle (0 = legacy default); -1 for an invalid handle. */
+int64_t tpsim_stream_id(cudaStream_t s);
+
+/* CLOCK_MONOTONIC in ns. */
+uint64_t tpsim_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPSIM_H */

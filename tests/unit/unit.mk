@@ -1,0 +1,59 @@
+# Tier-1 unit tests (no root). Each test links only the modules it tests and takes no
+# arguments: the paths of its data and fixtures are compiled in, absolute, so it runs from any
+# directory. Exit status 0 and "ok <n> checks" on success.
+UNIT_DIR    := $(OUTPUT)/unit
+UNIT_DATA   := tests/unit/data
+UNIT_CFLAGS := $(ALL_CFLAGS) -Itests/unit \
+	       -DUNIT_DATA_DIR='"$(abspath $(UNIT_DATA))"' \
+	       -DUNIT_OUT_DIR='"$(abspath $(UNIT_DIR))"' \
+	       -DCUDART_PATH='"$(CUDA_HOME)/lib/libcudart.so.13"'
+UNIT_LIBS   := -lelf -lstdc++
+NVCC        ?= $(CUDA_HOME)/bin/nvcc
+
+UNIT_TESTS := test_procmaps test_elfsym test_demangle
+UNIT_BINS  := $(addprefix $(UNIT_DIR)/,$(UNIT_TESTS))
+# the fixture test_elfsym reads; the nvcc one only where CUDA is installed (the test skips it
+# otherwise and says so)
+UNIT_FIXTURES := $(UNIT_DIR)/symfix $(UNIT_DIR)/libsymfix.so
+ifneq ($(wildcard $(NVCC)),)
+UNIT_FIXTURES += $(UNIT_DIR)/stubfix
+endif
+
+TEST_BINS += $(UNIT_BINS) $(UNIT_FIXTURES)
+
+$(UNIT_DIR):
+	$(Q)mkdir -p $@
+
+$(UNIT_DIR)/test_procmaps: tests/unit/test_procmaps.c tests/unit/check.h \
+			   $(OUTPUT)/user/procmaps.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
+
+# the fixtures are prerequisites so that building the test builds what it reads
+$(UNIT_DIR)/test_elfsym: tests/unit/test_elfsym.c tests/unit/check.h \
+			 $(OUTPUT)/user/elfsym.o $(OUTPUT)/user/demangle.o $(UNIT_FIXTURES) | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
+
+$(UNIT_DIR)/test_demangle: tests/unit/test_demangle.c tests/unit/check.h \
+			   $(OUTPUT)/user/demangle.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
+
+# -O1 keeps the static function out of line; -no-pie makes it ET_EXEC
+$(UNIT_DIR)/symfix: $(UNIT_DATA)/symfix.c | $(UNIT_DIR)
+	$(call msg,CC-FIX,$@)
+	$(Q)$(CC) -g -O1 -no-pie $< -o $@
+
+$(UNIT_DIR)/libsymfix.so: $(UNIT_DATA)/symfix.c $(UNIT_DATA)/symfix.map | $(UNIT_DIR)
+	$(call msg,CC-FIX,$@)
+	$(Q)$(CC) -g -O1 -fPIC -shared -DSYMFIX_SHARED \
+		-Wl,--version-script=$(UNIT_DATA)/symfix.map $< -o $@
+
+$(UNIT_DIR)/stubfix: $(UNIT_DATA)/stubfix.cu | $(UNIT_DIR)
+	$(call msg,NVCC,$@)
+	$(Q)$(NVCC) -g -o $@ $<
+
+.PHONY: unit-test
+unit-test: $(UNIT_BINS)
+	$(Q)set -e; for t in $(UNIT_BINS); do printf '%s: ' $$t; $$t; done

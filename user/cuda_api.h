@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA runtime entry points tptrace probes, and how each one's arguments sit in the
+ * registers and stack at function entry (x86-64 SysV). The table index is the api id carried
+ * in the attach cookie and in every record. */
+#ifndef TPTRACE_CUDA_API_H
+#define TPTRACE_CUDA_API_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum cuda_api_kind {
+	API_LAUNCH,		/* (func rdi, grid rsi|rdx, block rcx|r8, args r9, shmem [rsp+8], stream [rsp+16]) */
+	API_LAUNCH_HANDLE,	/* CUDA 13 __cudaLaunchKernel: same, with a cudaKernel_t handle in rdi */
+	API_LAUNCH_EXC,		/* (const cudaLaunchConfig_t *config rdi, func rsi, args rdx) */
+	API_GET_KERNEL,		/* __cudaGetKernel(cudaKernel_t *out rdi, const void *stub rsi) */
+	API_GRAPH_LAUNCH,	/* (cudaGraphExec_t rdi, stream rsi) */
+	API_MEMCPY,		/* (dst, src, count, kind) */
+	API_MEMCPY_ASYNC,	/* (dst, src, count, kind, stream r8) */
+	API_MEMCPY2D,		/* (dst, dpitch, src, spitch, width r8, height r9, kind [rsp+8]) */
+	API_MEMCPY2D_ASYNC,	/* ... kind [rsp+8], stream [rsp+16] */
+	API_MEMSET,		/* (ptr, int value, count) */
+	API_MEMSET_ASYNC,	/* (ptr, int value, count, stream rcx) */
+	API_STREAM_SYNC,	/* (stream) */
+	API_DEVICE_SYNC,	/* () */
+	API_EVENT_SYNC,		/* (event) */
+	API_EVENT_RECORD,	/* (event, stream) */
+	API_EVENT_RECORD_FLAGS,	/* (event, stream, flags) */
+	API_EVENT_QUERY,	/* (event) */
+	API_STREAM_WAIT_EVENT,	/* (stream, event, flags) */
+};
+
+struct cuda_api {
+	const char *symbol;	/* the exact symbol probed */
+	const char *name;	/* event name: the symbol without _ptsz/_ptds */
+	enum cuda_api_kind kind;
+	bool ret;		/* return probe: its duration or return code matters */
+	bool per_thread;	/* _ptsz/_ptds: the per-thread default stream variant */
+};
+
+extern const struct cuda_api cuda_apis[];
+extern const int cuda_api_count;
+
+/* Attach cookie for api id (see bpf/cuda.h). */
+uint64_t cuda_api_cookie(int id);
+/* The symbols that mark an object as holding a CUDA runtime (shared or static). */
+bool cuda_api_is_marker(const char *symbol);
+
+/* cudaMemcpyKind as Kineto spells it: HtoH, HtoD, DtoH, DtoD, Default. */
+const char *cuda_memcpy_kind_str(uint64_t kind);
+
+#endif

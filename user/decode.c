@@ -1,0 +1,413 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda.h"
+#include "cuda_api.h"
+#include "decode.h"
+#include "hashmap.h"
+#include "log.h"
+#include "procmaps.h"
+#include "target.h"
+#include "trace_json.h"
+
+#define MAX_DEPTH 16
+
+struct pending {
+	struct tp_rec_call call;
+	uint64_t correlation;
+};
+
+struct thread {
+	int pid, tid;
+	int depth;
+	struct pending stack[MAX_DEPTH];
+};
+
+struct decoder {
+	struct trace_json *tj;
+	struct elfsym_cache *cache;
+	const struct target_probes *probes;
+	struct target **targets;
+	int nr_targets;
+	struct u64map threads;		/* tid -> struct thread* */
+	uint64_t next_correlation;
+	struct decoder_stats stats;
+};
+
+struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
+			     const struct target_probes *probes)
+{
+	struct decoder *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	d->tj = tj;
+	d->cache = cache;
+	d->probes = probes;
+	d->next_correlation = 1;
+	return d;
+}
+
+void decoder__free(struct decoder *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->threads.cap; i++)
+		if (d->threads.keys[i])
+			free((void *)(uintptr_t)d->threads.vals[i]);
+	u64map__clear(&d->threads);
+	free(d->targets);
+	free(d);
+}
+
+int decoder__add_target(struct decoder *d, struct target *t)
+{
+	struct target **n = realloc(d->targets, (d->nr_targets + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	d->targets = n;
+	d->targets[d->nr_targets++] = t;
+	return 0;
+}
+
+const struct decoder_stats *decoder__stats(const struct decoder *d)
+{
+	return &d->stats;
+}
+
+static struct target *find_target(struct decoder *d, int pid)
+{
+	for (int i = 0; i < d->nr_targets; i++)
+		if (d->targets[i]->pid == pid)
+			return d->targets[i];
+	return NULL;
+}
+
+static struct thread *get_thread(struct decoder *d, int pid, int tid)
+{
+	struct thread *th;
+	uint64_t v;
+
+	if (u64map__get(&d->threads, (uint64_t)tid, &v))
+		return (struct thread *)(uintptr_t)v;
+	th = calloc(1, sizeof(*th));
+	if (!th)
+		return NULL;
+	th->pid = pid;
+	th->tid = tid;
+	if (u64map__set(&d->threads, (uint64_t)tid, (uint64_t)(uintptr_t)th)) {
+		free(th);
+		return NULL;
+	}
+	/* name the thread the first time it shows up, while it still exists */
+	{
+		char path[64], rel[48], name[64] = "";
+		FILE *f;
+
+		snprintf(rel, sizeof(rel), "task/%d/comm", tid);
+		procmaps__path(path, sizeof(path), pid, rel);
+		f = fopen(path, "r");
+		if (f) {
+			if (fgets(name, sizeof(name), f))
+				name[strcspn(name, "\n")] = '\0';
+			fclose(f);
+		}
+		if (!name[0])
+			snprintf(name, sizeof(name), "thread %d", tid);
+		trace_json__thread_name(d->tj, pid, tid, name);
+	}
+	return th;
+}
+
+static void arg_stream(struct trace_json *tj, uint64_t stream)
+{
+	/* the cudaStream_t value: 0 legacy default, 1 cudaStreamLegacy, 2 cudaStreamPerThread */
+	trace_json__arg_u64(tj, "stream", stream);
+}
+
+static void launch_args(struct decoder *d, struct target *t, const struct tp_rec_call *c,
+			const struct cuda_api *api)
+{
+	struct trace_json *tj = d->tj;
+	uint32_t grid[3], block[3];
+	uint64_t shmem, stream, func = 0, handle = 0;
+	const char *name = NULL, *source = NULL;
+
+	if (api->kind == API_LAUNCH_EXC) {
+		/* cudaLaunchConfig_t: dim3 grid @0, dim3 block @12, size_t smem @24, stream @32,
+		 * attrs @40, numAttrs @48 */
+		const uint8_t *cfg = c->deref;
+		uint32_t nattrs;
+
+		memcpy(grid, cfg, 12);
+		memcpy(block, cfg + 12, 12);
+		memcpy(&shmem, cfg + 24, 8);
+		memcpy(&stream, cfg + 32, 8);
+		memcpy(&nattrs, cfg + 48, 4);
+		func = c->args[1];
+		if (c->flags & TP_CALL_DEREF_FAULT)
+			trace_json__arg_bool(tj, "config unreadable", true);
+		else
+			trace_json__arg_u64(tj, "attributes", nattrs);
+	} else {
+		/* dim3 by value is split over two registers: x | y << 32, then z */
+		grid[0] = (uint32_t)c->args[1];
+		grid[1] = (uint32_t)(c->args[1] >> 32);
+		grid[2] = (uint32_t)c->args[2];
+		block[0] = (uint32_t)c->args[3];
+		block[1] = (uint32_t)(c->args[3] >> 32);
+		block[2] = (uint32_t)c->args[4];
+		shmem = c->stack[1];
+		stream = c->stack[2];
+		if (api->kind == API_LAUNCH_HANDLE)
+			handle = c->args[0];
+		else
+			func = c->args[0];
+	}
+	if (t && api->kind == API_LAUNCH_HANDLE) {
+		name = target__handle_name(t, handle, &source);
+		if (!name && handle) {
+			/* created since the last look: read the stubs' statics again */
+			target__scan_handle_statics(t, d->cache, c->ts);
+			name = target__handle_name(t, handle, &source);
+		}
+		if (!name && !(c->flags & TP_CALL_STACK_FAULT)) {
+			name = target__stub_kernel(t, c->stack[0]);
+			if (!name && !(c->flags & TP_CALL_CALLER2_FAULT))
+				name = target__stub_kernel(t, c->caller2);
+			if (name) {
+				source = "caller";
+				if (handle)
+					target__set_handle(t, handle, name, "caller");
+			}
+		}
+	} else if (t && func) {
+		name = target__stub_kernel(t, func);
+		if (!name)
+			name = target__symbolize(t, func);
+		source = "symbol";
+	}
+	if (name) {
+		trace_json__arg_str(tj, "kernel", name);
+		d->stats.launches_named++;
+	} else {
+		char raw[48];
+
+		snprintf(raw, sizeof(raw), "%s 0x%llx", handle || api->kind == API_LAUNCH_HANDLE ?
+			 "handle" : "func", (unsigned long long)(handle ? handle : func));
+		trace_json__arg_str(tj, "kernel", raw);
+		source = "unresolved";
+	}
+	trace_json__arg_str(tj, "kernel source", source);
+	if (api->kind == API_LAUNCH_HANDLE)
+		trace_json__arg_hex(tj, "handle", handle);
+	else
+		trace_json__arg_hex(tj, "func", func);
+	trace_json__arg_dim3(tj, "grid", grid[0], grid[1], grid[2]);
+	trace_json__arg_dim3(tj, "block", block[0], block[1], block[2]);
+	trace_json__arg_u64(tj, "shared memory", shmem);
+	arg_stream(tj, stream);
+	d->stats.launches++;
+}
+
+static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
+		      const struct tp_rec_ret *r, uint64_t end_ns)
+{
+	const struct cuda_api *api = &cuda_apis[c->api];
+	struct target *t = find_target(d, c->pid);
+	struct trace_json *tj = d->tj;
+	uint64_t dur = r ? r->ts - c->ts : (end_ns > c->ts ? end_ns - c->ts : 0);
+
+	trace_json__event(tj, "X", "cuda_runtime", api->name, c->pid, c->tid, c->ts, dur);
+	switch (api->kind) {
+	case API_LAUNCH:
+	case API_LAUNCH_HANDLE:
+	case API_LAUNCH_EXC:
+		launch_args(d, t, c, api);
+		break;
+	case API_GET_KERNEL: {
+		const char *name = t ? target__symbolize(t, c->args[1]) : NULL;
+
+		/* a stub symbol names its kernel (legacy host functions carry the kernel's name) */
+		if (t && c->args[1] && target__stub_kernel(t, c->args[1]))
+			name = target__stub_kernel(t, c->args[1]);
+		trace_json__arg_str(tj, "kernel", name ? name : "");
+		trace_json__arg_hex(tj, "func", c->args[1]);
+		if (r && (r->flags & 1)) {
+			trace_json__arg_hex(tj, "handle", r->out_val);
+			if (t && name && r->out_val)
+				target__set_handle(t, r->out_val, name, "getkernel");
+		}
+		break;
+	}
+	case API_GRAPH_LAUNCH:
+		trace_json__arg_hex(tj, "graph", c->args[0]);
+		arg_stream(tj, c->args[1]);
+		break;
+	case API_MEMCPY:
+	case API_MEMCPY_ASYNC:
+		trace_json__arg_u64(tj, "bytes", c->args[2]);
+		trace_json__arg_str(tj, "kind", cuda_memcpy_kind_str(c->args[3]));
+		trace_json__arg_hex(tj, "dst", c->args[0]);
+		trace_json__arg_hex(tj, "src", c->args[1]);
+		arg_stream(tj, api->kind == API_MEMCPY_ASYNC ? c->args[4] : 0);
+		break;
+	case API_MEMCPY2D:
+	case API_MEMCPY2D_ASYNC:
+		/* (dst, dpitch, src, spitch, width, height, kind [rsp+8], stream [rsp+16]) */
+		trace_json__arg_u64(tj, "bytes", c->args[4] * c->args[5]);
+		trace_json__arg_str(tj, "kind", cuda_memcpy_kind_str(c->stack[1]));
+		trace_json__arg_u64(tj, "width", c->args[4]);
+		trace_json__arg_u64(tj, "height", c->args[5]);
+		trace_json__arg_u64(tj, "dpitch", c->args[1]);
+		trace_json__arg_u64(tj, "spitch", c->args[3]);
+		trace_json__arg_hex(tj, "dst", c->args[0]);
+		trace_json__arg_hex(tj, "src", c->args[2]);
+		arg_stream(tj, api->kind == API_MEMCPY2D_ASYNC ? c->stack[2] : 0);
+		break;
+	case API_MEMSET:
+	case API_MEMSET_ASYNC:
+		trace_json__arg_u64(tj, "bytes", c->args[2]);
+		trace_json__arg_i64(tj, "value", (int32_t)c->args[1]);
+		trace_json__arg_hex(tj, "ptr", c->args[0]);
+		arg_stream(tj, api->kind == API_MEMSET_ASYNC ? c->args[3] : 0);
+		break;
+	case API_STREAM_SYNC:
+		arg_stream(tj, c->args[0]);
+		break;
+	case API_DEVICE_SYNC:
+		break;
+	case API_EVENT_SYNC:
+	case API_EVENT_QUERY:
+		trace_json__arg_hex(tj, "event", c->args[0]);
+		break;
+	case API_EVENT_RECORD:
+	case API_EVENT_RECORD_FLAGS:
+		trace_json__arg_hex(tj, "event", c->args[0]);
+		arg_stream(tj, c->args[1]);
+		if (api->kind == API_EVENT_RECORD_FLAGS)
+			trace_json__arg_u64(tj, "flags", (uint32_t)c->args[2]);
+		break;
+	case API_STREAM_WAIT_EVENT:
+		arg_stream(tj, c->args[0]);
+		trace_json__arg_hex(tj, "event", c->args[1]);
+		trace_json__arg_u64(tj, "flags", (uint32_t)c->args[2]);
+		break;
+	}
+	trace_json__arg_u64(tj, "correlation", correlation);
+	if (api->per_thread)
+		trace_json__arg_bool(tj, "per-thread stream", true);
+	if (r)
+		trace_json__arg_i64(tj, "rc", (int32_t)r->rc);
+	else if (end_ns)
+		trace_json__arg_bool(tj, "unfinished", true);
+	trace_json__event_end(tj);
+	d->stats.calls++;
+}
+
+static void on_call(struct decoder *d, const struct tp_rec_call *c)
+{
+	const struct cuda_api *api = &cuda_apis[c->api];
+	struct thread *th = get_thread(d, c->pid, c->tid);
+	uint64_t correlation = d->next_correlation++;
+
+	if (th && (api->ret || d->probes->all_returns)) {
+		if (th->depth < MAX_DEPTH) {
+			th->stack[th->depth].call = *c;
+			th->stack[th->depth].correlation = correlation;
+			th->depth++;
+			return;
+		}
+	}
+	emit_call(d, c, correlation, NULL, 0);
+}
+
+static void on_return(struct decoder *d, const struct tp_rec_ret *r)
+{
+	struct thread *th = get_thread(d, r->pid, r->tid);
+
+	if (!th)
+		return;
+	for (int i = th->depth - 1; i >= 0; i--) {
+		if (th->stack[i].call.api != r->api)
+			continue;
+		/* frames above i lost their returns (longjmp, exceptions): close them here */
+		for (int j = th->depth - 1; j > i; j--)
+			emit_call(d, &th->stack[j].call, th->stack[j].correlation, NULL, r->ts);
+		emit_call(d, &th->stack[i].call, th->stack[i].correlation, r, 0);
+		th->depth = i;
+		return;
+	}
+	d->stats.orphan_returns++;
+}
+
+static void on_dlopen(struct decoder *d, const struct tp_rec_dlopen *r)
+{
+	struct target *t = find_target(d, r->pid);
+	int n;
+
+	d->stats.dl_events++;
+	if (!t)
+		return;
+	n = target__scan(t, d->cache, d->probes);
+	if (n > 0)
+		log_verbose("tptrace: pid %d loaded new code: %d probes attached\n", t->pid, n);
+}
+
+int decoder__ring_cb(void *ctx, void *data, size_t size)
+{
+	struct decoder *d = ctx;
+	uint32_t type;
+
+	d->stats.records++;
+	if (size < sizeof(type)) {
+		d->stats.bad_records++;
+		return 0;
+	}
+	memcpy(&type, data, sizeof(type));
+	switch (type) {
+	case TP_REC_CALL:
+		if (size < sizeof(struct tp_rec_call) ||
+		    ((struct tp_rec_call *)data)->api >= cuda_api_count)
+			break;
+		on_call(d, data);
+		return 0;
+	case TP_REC_RET:
+		if (size < sizeof(struct tp_rec_ret) ||
+		    ((struct tp_rec_ret *)data)->api >= cuda_api_count)
+			break;
+		on_return(d, data);
+		return 0;
+	case TP_REC_DLOPEN:
+		if (size < sizeof(struct tp_rec_dlopen))
+			break;
+		on_dlopen(d, data);
+		return 0;
+	}
+	d->stats.bad_records++;
+	return 0;
+}
+
+void decoder__finish(struct decoder *d, uint64_t end_ns)
+{
+	for (size_t i = 0; i < d->threads.cap; i++) {
+		struct thread *th;
+
+		if (!d->threads.keys[i])
+			continue;
+		th = (struct thread *)(uintptr_t)d->threads.vals[i];
+		struct target *t = find_target(d, th->pid);
+		/* a process that died inside a call was inside it until it died */
+		uint64_t end = t && t->exited && t->exit_ns ? t->exit_ns : end_ns;
+
+		for (int j = th->depth - 1; j >= 0; j--) {
+			emit_call(d, &th->stack[j].call, th->stack[j].correlation, NULL, end);
+			d->stats.unfinished++;
+		}
+		th->depth = 0;
+	}
+}

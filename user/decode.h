@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* Turns ring-buffer records (bpf/cuda.h) into trace events: pairs entries with returns per
+ * thread, decodes arguments per the ABI table (cuda_api.c), names kernels, and writes
+ * Kineto-style host events through trace_json. */
+#ifndef TPTRACE_DECODE_H
+#define TPTRACE_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct decoder;
+struct target;
+struct trace_json;
+struct elfsym_cache;
+struct target_probes;
+
+struct decoder_stats {
+	uint64_t records;		/* ring records consumed */
+	uint64_t calls;			/* API call events written */
+	uint64_t launches;
+	uint64_t launches_named;	/* launches whose kernel name is known */
+	uint64_t unfinished;		/* calls still inside at the end of the trace */
+	uint64_t orphan_returns;	/* returns whose entry was not seen (attached mid-call) */
+	uint64_t dl_events;
+	uint64_t bad_records;
+};
+
+struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
+			     const struct target_probes *probes);
+void decoder__free(struct decoder *d);
+int decoder__add_target(struct decoder *d, struct target *t);
+
+/* libbpf ring_buffer callback: ctx is the decoder. */
+int decoder__ring_cb(void *ctx, void *data, size_t size);
+/* Writes calls still open (a thread blocked in a sync when the trace ended) as slices
+ * ending at end_ns, marked "unfinished". */
+void decoder__finish(struct decoder *d, uint64_t end_ns);
+const struct decoder_stats *decoder__stats(const struct decoder *d);
+
+#endif

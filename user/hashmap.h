@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/* Open-addressing map from a nonzero u64 key to a u64 value (often a pointer). Small and
+ * single-threaded; grows at 50% load. */
+#ifndef TPTRACE_HASHMAP_H
+#define TPTRACE_HASHMAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct u64map {
+	uint64_t *keys;		/* 0 = empty slot */
+	uint64_t *vals;
+	size_t cap;		/* power of two */
+	size_t nr;
+};
+
+/* Keys must be nonzero; callers fold a zero key to another value. */
+int u64map__set(struct u64map *m, uint64_t key, uint64_t val);
+bool u64map__get(const struct u64map *m, uint64_t key, uint64_t *val);
+void u64map__clear(struct u64map *m);	/* frees storage; the map stays usable */
+
+static inline uint64_t u64_mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+#endif

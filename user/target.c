@@ -1,0 +1,573 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/libbpf.h>
+#include "cuda.h"
+#include "cuda_api.h"
+#include "demangle.h"
+#include "elfsym.h"
+#include "log.h"
+#include "procmaps.h"
+#include "target.h"
+
+/* Libraries that never hold a CUDA runtime or kernel stubs: not worth reading their symbols. */
+static const char *const skip_libs[] = {
+	"libc.so", "libm.so", "libstdc++.so", "libgcc_s.so", "libpthread.so", "libdl.so",
+	"librt.so", "libz.so", "libpython", "libutil.so", "libffi.so", "libexpat.so",
+	"libcrypto.so", "libssl.so", "libbz2.so", "liblzma.so", "libuuid.so", "libtinfo.so",
+	"libncursesw.so", "libreadline.so", "libsqlite3.so", "libgomp.so", "libelf.so",
+	"libbpf.so", "libcap.so", "libselinux.so", "libpcre",
+};
+
+struct handle_static {
+	uint64_t addr;		/* runtime address of the stub's __handle static */
+	char *name;		/* demangled kernel name */
+};
+
+struct target_priv {
+	struct handle_static *statics;
+	int nr_statics, cap_statics;
+};
+
+static struct target_priv *priv(struct target *t);
+
+static uint64_t makedev_of(const struct vma *v)
+{
+	return ((uint64_t)v->dev_major << 32) | v->dev_minor;
+}
+
+/* What a code address resolved to, cached per address. */
+struct sym_entry {
+	bool stub;		/* the function is an nvcc device stub: name is its kernel */
+	char name[];		/* demangled; "" when unknown */
+};
+
+static int read_file(const char *path, char *buf, size_t size, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t n = 0;
+	ssize_t r;
+
+	if (fd < 0)
+		return -errno;
+	while (n < size - 1 && (r = read(fd, buf + n, size - 1 - n)) > 0)
+		n += r;
+	if (r < 0 && n == 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	close(fd);
+	buf[n] = '\0';
+	if (len)
+		*len = n;
+	return 0;
+}
+
+void target__parse_environ(struct target *t, const char *env, size_t len)
+{
+	const char *p = env, *end = env + len;
+
+	while (p < end && *p) {
+		size_t l = strnlen(p, end - p);
+
+		if (!strncmp(p, "RANK=", 5))
+			t->rank = atoi(p + 5);
+		else if (!strncmp(p, "WORLD_SIZE=", 11))
+			t->world_size = atoi(p + 11);
+		else if (!strncmp(p, "LOCAL_RANK=", 11))
+			t->local_rank = atoi(p + 11);
+		p += l + 1;
+	}
+}
+
+struct target *target__new(int pid)
+{
+	struct target *t;
+	char path[64], buf[4096];
+	size_t len;
+	int err;
+
+	if (pid <= 0) {
+		errno = ESRCH;
+		return NULL;
+	}
+	if (kill(pid, 0) && errno == ESRCH)
+		return NULL;
+	procmaps__path(path, sizeof(path), pid, "maps");
+	if (access(path, R_OK)) {
+		if (errno == ENOENT)
+			errno = ESRCH;
+		return NULL;
+	}
+	t = calloc(1, sizeof(*t) + sizeof(struct target_priv));
+	if (!t)
+		return NULL;
+	t->pid = pid;
+	t->rank = t->world_size = t->local_rank = -1;
+	t->pidfd = syscall(SYS_pidfd_open, pid, 0);
+	procmaps__path(path, sizeof(path), pid, "comm");
+	if (!read_file(path, buf, sizeof(buf), &len)) {
+		buf[strcspn(buf, "\n")] = '\0';
+		snprintf(t->comm, sizeof(t->comm), "%.31s", buf);
+	}
+	procmaps__path(path, sizeof(path), pid, "cmdline");
+	if (!read_file(path, buf, sizeof(buf), &len)) {
+		for (size_t i = 0; i + 1 < len; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		t->cmdline = strdup(buf);
+	}
+	{
+		char *env = malloc(1 << 20);
+
+		procmaps__path(path, sizeof(path), pid, "environ");
+		if (env && !read_file(path, env, 1 << 20, &len))
+			target__parse_environ(t, env, len);
+		free(env);
+	}
+	err = 0;
+	(void)err;
+	return t;
+}
+
+static struct target_priv *priv(struct target *t)
+{
+	return (struct target_priv *)(t + 1);
+}
+
+static void free_names(struct u64map *m)
+{
+	for (size_t i = 0; i < m->cap; i++)
+		if (m->keys[i])
+			free((char *)(uintptr_t)m->vals[i]);
+	u64map__clear(m);
+}
+
+void target__free(struct target *t)
+{
+	struct target_priv *p;
+
+	if (!t)
+		return;
+	p = priv(t);
+	for (int i = 0; i < t->nr_links; i++)
+		bpf_link__destroy(t->links[i]);
+	free(t->links);
+	for (int i = 0; i < t->nr_objs; i++) {
+		free(t->objs[i].path);
+		free(t->objs[i].open_path);
+	}
+	free(t->objs);
+	for (int i = 0; i < p->nr_statics; i++)
+		free(p->statics[i].name);
+	free(p->statics);
+	free_names(&t->handle_names);
+	u64map__clear(&t->handle_src);
+	free_names(&t->addr_names);
+	procmaps__free(t->maps);
+	if (t->pidfd >= 0)
+		close(t->pidfd);
+	free(t->cmdline);
+	free(t);
+}
+
+bool target__gone(struct target *t)
+{
+	if (t->exited)
+		return true;
+	if (t->pidfd >= 0) {
+		/* a pidfd polls readable once the process has exited */
+		struct timespec ts = { 0, 0 };
+		fd_set fds;
+
+		FD_ZERO(&fds);
+		FD_SET(t->pidfd, &fds);
+		if (pselect(t->pidfd + 1, &fds, NULL, NULL, &ts, NULL) > 0)
+			t->exited = true;
+	} else if (kill(t->pid, 0) && errno == ESRCH) {
+		t->exited = true;
+	}
+	if (t->exited) {
+		struct timespec now;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		t->exit_ns = now.tv_sec * 1000000000ULL + now.tv_nsec;
+	}
+	return t->exited;
+}
+
+static bool skip_lib(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	for (size_t i = 0; i < sizeof(skip_libs) / sizeof(skip_libs[0]); i++)
+		if (!strncmp(base, skip_libs[i], strlen(skip_libs[i])))
+			return true;
+	return false;
+}
+
+static bool is_ld_so(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return !strncmp(base, "ld-linux", 8) || !strncmp(base, "ld64.so", 7) || !strncmp(base, "ld-musl", 7);
+}
+
+static int add_link(struct target *t, struct bpf_link *link)
+{
+	if (t->nr_links == t->cap_links) {
+		int cap = t->cap_links ? t->cap_links * 2 : 64;
+		struct bpf_link **n = realloc(t->links, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		t->links = n;
+		t->cap_links = cap;
+	}
+	t->links[t->nr_links++] = link;
+	return 0;
+}
+
+static int attach_probe(struct target *t, struct target_obj *obj, struct bpf_program *prog,
+			const char *symbol, uint64_t cookie, bool retprobe)
+{
+	const struct elfsym_sym *sym = elfsym__find_func(obj->es, symbol);
+	struct bpf_link *link;
+	uint64_t off;
+	int err;
+
+	if (!sym)
+		return 0;
+	if (elfsym__vaddr_to_off(obj->es, sym->vaddr, &off)) {
+		t->attach_errors++;
+		return 0;
+	}
+	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = retprobe, .bpf_cookie = cookie);
+	link = bpf_program__attach_uprobe_opts(prog, t->pid, obj->open_path, off, &opts);
+	if (!link) {
+		err = -errno;
+		t->attach_errors++;
+		if (err == -EPERM || err == -EACCES)
+			return err;
+		log_verbose("tptrace: failed to attach %s%s in %s (pid %d): %s\n",
+			    retprobe ? "return of " : "", symbol, obj->path, t->pid, strerror(-err));
+		return 0;
+	}
+	err = add_link(t, link);
+	if (err) {
+		bpf_link__destroy(link);
+		return err;
+	}
+	obj->nr_probes++;
+	t->nr_probes++;
+	return 1;
+}
+
+static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
+{
+	int n = 0;
+
+	for (int id = 0; id < cuda_api_count; id++) {
+		const struct cuda_api *api = &cuda_apis[id];
+		uint64_t cookie = cuda_api_cookie(id);
+		int r = attach_probe(t, obj, p->entry, api->symbol, cookie, false);
+
+		if (r < 0)
+			return r;
+		n += r;
+		if (r > 0 && (api->ret || p->all_returns)) {
+			r = attach_probe(t, obj, p->ret, api->symbol, cookie, true);
+			if (r < 0)
+				return r;
+			n += r;
+		}
+	}
+	return n;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static int read_target_u64(struct target *t, uint64_t addr, uint64_t *val)
+{
+	struct iovec local = { val, sizeof(*val) }, remote = { (void *)(uintptr_t)addr, sizeof(*val) };
+
+	if (process_vm_readv(t->pid, &local, 1, &remote, 1, 0) != sizeof(*val))
+		return -errno;
+	return 0;
+}
+
+struct statics_ctx {
+	struct target *t;
+	struct target_obj *obj;
+};
+
+/* nvcc puts each kernel's handle in a function-local static of its host stub:
+ * _ZZ30__device_stub__Z9scale_vecPffiPffiE8__handle. Its symbol names the kernel, its
+ * memory holds the handle once __cudaGetKernel ran, before or after we attached. */
+static int collect_static(const struct elfsym_sym *sym, void *ctx)
+{
+	struct statics_ctx *c = ctx;
+	struct target_priv *p = priv(c->t);
+	char mangled[1024];
+	char *name;
+
+	if (sym->kind != ELFSYM_OBJECT || !strstr(sym->name, "__device_stub__"))
+		return 0;
+	if (cuda_stub_kernel_name(sym->name, "__handle", mangled, sizeof(mangled)))
+		return 0;
+	name = demangle(mangled);
+	if (!name)
+		return 0;
+	if (p->nr_statics == p->cap_statics) {
+		int cap = p->cap_statics ? p->cap_statics * 2 : 32;
+		struct handle_static *n = realloc(p->statics, cap * sizeof(*n));
+
+		if (!n) {
+			free(name);
+			return 1;
+		}
+		p->statics = n;
+		p->cap_statics = cap;
+	}
+	p->statics[p->nr_statics].addr = c->obj->bias + sym->vaddr;
+	p->statics[p->nr_statics].name = name;
+	p->nr_statics++;
+	return 0;
+}
+
+int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now)
+{
+	struct target_priv *p = priv(t);
+	int found = 0;
+
+	if (now && now - t->last_static_scan_ns < 50 * 1000000ULL)
+		return 0;
+	t->last_static_scan_ns = now ? now : now_ns();
+	for (int i = 0; i < p->nr_statics; i++) {
+		uint64_t handle = 0;
+
+		if (read_target_u64(t, p->statics[i].addr, &handle) || !handle)
+			continue;
+		if (u64map__get(&t->handle_names, handle, NULL))
+			continue;
+		target__set_handle(t, handle, p->statics[i].name, "stub_static");
+		found++;
+	}
+	return found;
+}
+
+static struct target_obj *find_obj(struct target *t, uint64_t dev, uint64_t ino)
+{
+	for (int i = 0; i < t->nr_objs; i++)
+		if (t->objs[i].dev == dev && t->objs[i].ino == ino)
+			return &t->objs[i];
+	return NULL;
+}
+
+static void compute_bias(struct target_obj *obj, const struct procmaps *maps)
+{
+	for (size_t i = 0; i < maps->nr && !obj->bias_known; i++) {
+		const struct vma *v = &maps->vmas[i];
+		uint64_t vaddr;
+
+		if (!v->path || makedev_of(v) != obj->dev || v->inode != obj->ino)
+			continue;
+		if (!elfsym__off_to_vaddr(obj->es, v->offset, &vaddr)) {
+			obj->bias = v->start - vaddr;
+			obj->bias_known = true;
+		}
+	}
+}
+
+int target__scan(struct target *t, struct elfsym_cache *cache, const struct target_probes *p)
+{
+	struct procmaps *maps = procmaps__load(t->pid);
+	int added = 0, err = 0;
+
+	if (!maps)
+		return errno == ENOENT ? -ESRCH : -errno;
+	for (size_t i = 0; i < maps->nr; i++) {
+		const struct vma *v = &maps->vmas[i];
+		struct target_obj *obj, *objs;
+		char path[PATH_MAX + 64];
+
+		if (!v->path || v->path[0] != '/' || v->perms[2] != 'x')
+			continue;
+		if (find_obj(t, makedev_of(v), v->inode))
+			continue;
+		objs = realloc(t->objs, (t->nr_objs + 1) * sizeof(*objs));
+		if (!objs) {
+			err = -ENOMEM;
+			break;
+		}
+		t->objs = objs;
+		obj = &t->objs[t->nr_objs++];
+		memset(obj, 0, sizeof(*obj));
+		obj->dev = makedev_of(v);
+		obj->ino = v->inode;
+		obj->path = strdup(v->path);
+		procmaps__target_path(path, sizeof(path), t->pid, v->path);
+		if (v->deleted || access(path, R_OK)) {
+			char rel[64];
+
+			snprintf(rel, sizeof(rel), "map_files/%llx-%llx",
+				 (unsigned long long)v->start, (unsigned long long)v->end);
+			procmaps__path(path, sizeof(path), t->pid, rel);
+		}
+		obj->open_path = strdup(path);
+		if (!obj->path || !obj->open_path) {
+			err = -ENOMEM;
+			break;
+		}
+		if (skip_lib(v->path))
+			continue;
+		obj->es = elfsym_cache__get(cache, obj->open_path);
+		if (!obj->es)
+			continue;
+		compute_bias(obj, maps);
+		obj->ld_so = is_ld_so(v->path) && elfsym__find_func(obj->es, "_dl_debug_state");
+		if (obj->ld_so) {
+			int r = attach_probe(t, obj, p->dl_hook, "_dl_debug_state", 0, false);
+
+			if (r < 0) {
+				err = r;
+				break;
+			}
+			continue;
+		}
+		for (int id = 0; id < cuda_api_count; id++) {
+			if (cuda_api_is_marker(cuda_apis[id].symbol) &&
+			    elfsym__find_func(obj->es, cuda_apis[id].symbol)) {
+				obj->cudart = true;
+				break;
+			}
+		}
+		if (obj->cudart) {
+			int r = attach_cudart(t, obj, p);
+
+			if (r < 0) {
+				err = r;
+				break;
+			}
+			added += r;
+			t->nr_cudart++;
+		}
+		if (obj->bias_known) {
+			struct statics_ctx ctx = { t, obj };
+
+			elfsym__each_prefix(obj->es, "_ZZ", collect_static, &ctx);
+		}
+	}
+	procmaps__free(t->maps);
+	t->maps = maps;
+	target__scan_handle_statics(t, cache, 0);
+	return err ? err : added;
+}
+
+void target__set_handle(struct target *t, uint64_t handle, const char *name, const char *source)
+{
+	uint64_t old;
+	char *copy;
+
+	if (!handle || !name)
+		return;
+	copy = strdup(name);
+	if (!copy)
+		return;
+	if (u64map__get(&t->handle_names, handle, &old))
+		free((char *)(uintptr_t)old);
+	u64map__set(&t->handle_names, handle, (uint64_t)(uintptr_t)copy);
+	u64map__set(&t->handle_src, handle, (uint64_t)(uintptr_t)source);
+}
+
+const char *target__handle_name(struct target *t, uint64_t handle, const char **source)
+{
+	uint64_t v, s;
+
+	if (!u64map__get(&t->handle_names, handle, &v))
+		return NULL;
+	if (source)
+		*source = u64map__get(&t->handle_src, handle, &s) ? (const char *)(uintptr_t)s : "";
+	return (const char *)(uintptr_t)v;
+}
+
+static const struct target_obj *obj_at(struct target *t, uint64_t addr)
+{
+	const struct vma *v = t->maps ? procmaps__find(t->maps, addr) : NULL;
+
+	if (!v || !v->path)
+		return NULL;
+	return find_obj(t, makedev_of(v), v->inode);
+}
+
+static const struct sym_entry *resolve(struct target *t, uint64_t addr)
+{
+	const struct target_obj *obj;
+	const struct elfsym_sym *sym;
+	struct sym_entry *e;
+	char mangled[1024];
+	char *name = NULL;
+	bool stub = false;
+	uint64_t v;
+
+	if (!addr)
+		return NULL;
+	if (u64map__get(&t->addr_names, addr, &v))
+		return (const struct sym_entry *)(uintptr_t)v;
+	obj = obj_at(t, addr);
+	if (!obj || !obj->es || !obj->bias_known)
+		return NULL;	/* not cached: the library may be scanned later */
+	sym = elfsym__func_at(obj->es, addr - obj->bias);
+	if (sym) {
+		if (strstr(sym->name, "__device_stub__") &&
+		    !cuda_stub_kernel_name(sym->name, NULL, mangled, sizeof(mangled))) {
+			name = demangle(mangled);
+			stub = true;
+		} else {
+			name = demangle(sym->name);
+		}
+	}
+	e = malloc(sizeof(*e) + (name ? strlen(name) : 0) + 1);
+	if (!e) {
+		free(name);
+		return NULL;
+	}
+	e->stub = stub;
+	strcpy(e->name, name ? name : "");
+	free(name);
+	u64map__set(&t->addr_names, addr, (uint64_t)(uintptr_t)e);
+	return e;
+}
+
+const char *target__symbolize(struct target *t, uint64_t addr)
+{
+	const struct sym_entry *e = resolve(t, addr);
+
+	return e && e->name[0] ? e->name : NULL;
+}
+
+const char *target__stub_kernel(struct target *t, uint64_t addr)
+{
+	const struct sym_entry *e = resolve(t, addr);
+
+	return e && e->stub && e->name[0] ? e->name : NULL;
+}

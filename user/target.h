@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/* One traced process: its mapped objects, the uprobes attached to them, and what is known
+ * about its kernels (handle -> name, code address -> symbol). Objects are found in
+ * /proc/<pid>/maps and opened through /proc/<pid>/root so processes in other mount
+ * namespaces work; rescans pick up libraries loaded after attach. */
+#ifndef TPTRACE_TARGET_H
+#define TPTRACE_TARGET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "hashmap.h"
+
+struct bpf_program;
+struct bpf_link;
+struct elfsym_cache;
+struct procmaps;
+
+struct target_probes {
+	struct bpf_program *entry;	/* generic entry program (cookie-driven) */
+	struct bpf_program *ret;	/* generic return program */
+	struct bpf_program *dl_hook;	/* _dl_debug_state */
+	bool all_returns;		/* --durations: return probes on every API */
+};
+
+struct target_obj {
+	uint64_t dev, ino;
+	char *path;		/* path as the target sees it */
+	char *open_path;	/* path we opened (/proc/<pid>/root/... or map_files) */
+	struct elfsym *es;	/* owned by the cache; NULL if not ELF */
+	uint64_t bias;		/* runtime address = bias + symbol vaddr */
+	bool bias_known;
+	bool cudart;		/* holds a CUDA runtime (shared or static) */
+	bool ld_so;		/* the dynamic linker */
+	int nr_probes;
+};
+
+struct target {
+	int pid;
+	int pidfd;		/* -1 when pidfd_open is unavailable */
+	char comm[32];
+	char *cmdline;
+	int rank, world_size, local_rank;	/* -1 when not in the environment */
+	struct procmaps *maps;
+	struct target_obj *objs;
+	int nr_objs;
+	struct bpf_link **links;
+	int nr_links, cap_links;
+	int nr_probes;		/* uprobes attached (entry + return) */
+	int nr_cudart;		/* objects with a CUDA runtime */
+	int attach_errors;
+	bool exited;
+	uint64_t exit_ns;
+	struct u64map handle_names;	/* cudaKernel_t -> char* (demangled) */
+	struct u64map handle_src;	/* cudaKernel_t -> const char* source tag */
+	struct u64map addr_names;	/* code address -> struct sym_entry* */
+	uint64_t last_static_scan_ns;
+};
+
+/* Opens the pid (no attach yet). NULL and errno: ESRCH no such process, EACCES. */
+struct target *target__new(int pid);
+void target__free(struct target *t);
+
+/* Reads maps, attaches probes to every new object holding a CUDA runtime and to the dynamic
+ * linker's r_brk, and reads pre-existing kernel handles. Returns the number of new uprobes
+ * (>= 0) or a negative errno (ESRCH when the process is gone). Errors attaching a single
+ * probe are counted in attach_errors and reported with -v. */
+int target__scan(struct target *t, struct elfsym_cache *cache, const struct target_probes *p);
+
+/* Kernel name for a code address in the target (a stub or a function pointer): demangled,
+ * NULL if unknown. The string lives as long as the target. */
+const char *target__symbolize(struct target *t, uint64_t addr);
+/* The kernel whose nvcc device stub contains addr (a return address), NULL otherwise. */
+const char *target__stub_kernel(struct target *t, uint64_t addr);
+/* Name for a CUDA 13 kernel handle, NULL if unknown; *source says how it was learned. */
+const char *target__handle_name(struct target *t, uint64_t handle, const char **source);
+void target__set_handle(struct target *t, uint64_t handle, const char *name, const char *source);
+/* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
+int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now_ns);
+
+/* Reads RANK/WORLD_SIZE/LOCAL_RANK from an environ blob ("K=V\0K=V\0..."). */
+void target__parse_environ(struct target *t, const char *env, size_t len);
+
+/* True when the process is gone (pidfd readable or kill(pid,0) == ESRCH). */
+bool target__gone(struct target *t);
+
+#endif

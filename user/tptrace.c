@@ -1,0 +1,467 @@
+// SPDX-License-Identifier: MIT
+/* tptrace: attach to running CUDA processes with uprobes and write a Chrome/Kineto trace. */
+#include <argp.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/libbpf.h>
+#include <bpf/bpf.h>
+#include <cjson/cJSON.h>
+#include "cuda.skel.h"
+#include "cuda.h"
+#include "decode.h"
+#include "elfsym.h"
+#include "log.h"
+#include "target.h"
+#include "trace_json.h"
+
+#ifndef TPTRACE_VERSION
+#define TPTRACE_VERSION "0.0.0"
+#endif
+
+int tptrace_verbosity;
+
+#define MAX_PIDS 64
+
+static struct env {
+	int pids[MAX_PIDS];
+	int nr_pids;
+	double duration;	/* seconds; 0 = until Ctrl-C or all targets exit */
+	const char *output;
+	bool wait;
+	bool durations;
+	int ring_mb;
+} env = {
+	.output = "tptrace.json.gz",
+	.ring_mb = 16,
+};
+
+const char *argp_program_version = "tptrace " TPTRACE_VERSION;
+const char *argp_program_bug_address = "<tptrace issues>";
+static const char doc[] =
+"tptrace: trace CUDA runtime calls of running processes, with no restart or preload.\n"
+"\n"
+"USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--wait] [--durations]\n"
+"\n"
+"Attaches uprobes to the CUDA runtime each process uses (libcudart.so.* anywhere, or\n"
+"statically linked), follows libraries loaded later, and writes a Chrome-trace JSON\n"
+"(Kineto conventions) that Perfetto opens and HTA analyses. Ends on -d expiry,\n"
+"SIGINT/SIGTERM, or when every target has exited.\n"
+"\n"
+"EXAMPLES:\n"
+"    sudo tptrace -p 4242 -d 10 -o step.json.gz    # trace pid 4242 for 10 s\n"
+"    sudo tptrace -p 4242 -p 4243 -o two.json       # two processes; Ctrl-C ends it\n"
+"    sudo tptrace -p 4242 --wait -o run.json        # wait for the job to load CUDA\n";
+
+enum { OPT_DURATIONS = 1000, OPT_RING_MB };
+
+static const struct argp_option opts[] = {
+	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
+	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (default: until Ctrl-C or exit)", 0 },
+	{ "output", 'o', "FILE", 0, "Trace file; .json plain, .json.gz gzip (default tptrace.json.gz)", 0 },
+	{ "wait", 'w', NULL, 0, "Wait for a target to load a CUDA runtime instead of failing", 0 },
+	{ "durations", OPT_DURATIONS, NULL, 0,
+	  "Also probe returns of async calls (launch durations; one more trap per call)", 0 },
+	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 16)", 0 },
+	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", 0 },
+	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
+	{},
+};
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	char *end;
+	long v;
+
+	switch (key) {
+	case 'p':
+		errno = 0;
+		v = strtol(arg, &end, 10);
+		if (errno || *end || v <= 0 || v > 0x7fffffff)
+			argp_error(state, "invalid pid '%s'", arg);
+		if (env.nr_pids == MAX_PIDS)
+			argp_error(state, "at most %d pids", MAX_PIDS);
+		env.pids[env.nr_pids++] = (int)v;
+		break;
+	case 'd':
+		env.duration = strtod(arg, &end);
+		if (*end || env.duration <= 0)
+			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
+		break;
+	case 'o':
+		env.output = arg;
+		break;
+	case 'w':
+		env.wait = true;
+		break;
+	case OPT_DURATIONS:
+		env.durations = true;
+		break;
+	case OPT_RING_MB:
+		v = strtol(arg, &end, 10);
+		if (*end || v < 1 || v > 4096 || (v & (v - 1)))
+			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
+		env.ring_mb = (int)v;
+		break;
+	case 'v':
+		tptrace_verbosity++;
+		break;
+	case 'q':
+		tptrace_verbosity = -1;
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "unexpected argument '%s'", arg);
+		break;
+	case ARGP_KEY_END:
+		if (!env.nr_pids)
+			argp_error(state, "no process given: use -p PID");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG && tptrace_verbosity < 2)
+		return 0;
+	if (tptrace_verbosity < 1)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+static uint64_t clock_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static uint64_t read_drops(struct cuda_bpf *skel)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u32 key = TP_CNT_DROPPED;
+	uint64_t sum = 0;
+	uint64_t *vals;
+
+	if (ncpu <= 0)
+		return 0;
+	vals = calloc(ncpu, sizeof(*vals));
+	if (!vals)
+		return 0;
+	if (!bpf_map_lookup_elem(bpf_map__fd(skel->maps.counters), &key, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+static char *metadata_json(struct target **targets, int nr, const struct decoder_stats *st,
+			   uint64_t drops, uint64_t start_real, uint64_t end_real, int argc, char **argv)
+{
+	cJSON *root = cJSON_CreateObject(), *arr, *cmd;
+	int probes = 0, attach_errors = 0;
+	char *out;
+
+	cJSON_AddStringToObject(root, "version", TPTRACE_VERSION);
+	cmd = cJSON_AddArrayToObject(root, "command");
+	for (int i = 0; i < argc; i++)
+		cJSON_AddItemToArray(cmd, cJSON_CreateString(argv[i]));
+	cJSON_AddNumberToObject(root, "start_unix_ns", (double)start_real);
+	cJSON_AddNumberToObject(root, "duration_s", (end_real - start_real) / 1e9);
+	cJSON_AddStringToObject(root, "clock", "CLOCK_MONOTONIC (bpf_ktime_get_ns)");
+	arr = cJSON_AddArrayToObject(root, "targets");
+	for (int i = 0; i < nr; i++) {
+		struct target *t = targets[i];
+		cJSON *o = cJSON_CreateObject(), *libs;
+
+		cJSON_AddNumberToObject(o, "pid", t->pid);
+		cJSON_AddStringToObject(o, "comm", t->comm);
+		cJSON_AddStringToObject(o, "cmdline", t->cmdline ? t->cmdline : "");
+		if (t->rank >= 0)
+			cJSON_AddNumberToObject(o, "rank", t->rank);
+		if (t->world_size >= 0)
+			cJSON_AddNumberToObject(o, "world_size", t->world_size);
+		libs = cJSON_AddArrayToObject(o, "cuda_runtimes");
+		for (int j = 0; j < t->nr_objs; j++)
+			if (t->objs[j].cudart)
+				cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
+		cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
+		cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
+		cJSON_AddBoolToObject(o, "exited", t->exited);
+		cJSON_AddItemToArray(arr, o);
+		probes += t->nr_probes;
+		attach_errors += t->attach_errors;
+	}
+	cJSON_AddNumberToObject(root, "probes_attached", probes);
+	cJSON_AddNumberToObject(root, "attach_errors", attach_errors);
+	cJSON_AddNumberToObject(root, "events_recorded", (double)st->records);
+	cJSON_AddNumberToObject(root, "events_dropped", (double)drops);
+	cJSON_AddNumberToObject(root, "calls", (double)st->calls);
+	cJSON_AddNumberToObject(root, "launches", (double)st->launches);
+	cJSON_AddNumberToObject(root, "launches_named", (double)st->launches_named);
+	cJSON_AddNumberToObject(root, "unfinished_calls", (double)st->unfinished);
+	cJSON_AddNumberToObject(root, "orphan_returns", (double)st->orphan_returns);
+	cJSON_AddNumberToObject(root, "bad_records", (double)st->bad_records);
+	out = cJSON_Print(root);
+	cJSON_Delete(root);
+	return out;
+}
+
+static bool has_lib(struct target *t, const char *needle)
+{
+	for (int j = 0; j < t->nr_objs; j++)
+		if (strstr(t->objs[j].path, needle))
+			return true;
+	return false;
+}
+
+static void write_process_meta(struct trace_json *tj, struct target *t)
+{
+	char label[64];
+
+	trace_json__process_name(tj, t->pid, t->comm[0] ? t->comm : "process");
+	trace_json__process_sort(tj, t->pid, t->pid);
+	if (t->rank >= 0) {
+		snprintf(label, sizeof(label), "rank %d", t->rank);
+		trace_json__process_label(tj, t->pid, label);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	struct target *targets[MAX_PIDS] = {};
+	struct target_probes probes = {};
+	struct elfsym_cache *cache = NULL;
+	struct ring_buffer *rb = NULL;
+	struct trace_json *tj = NULL;
+	struct decoder *dec = NULL;
+	struct cuda_bpf *skel = NULL;
+	uint64_t start_mono, start_real, deadline = 0, last_rescan;
+	bool output_created = false;
+	int err, ret = 1;
+
+	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
+	if (err)
+		return 2;
+	libbpf_set_print(libbpf_print);
+	signal(SIGPIPE, SIG_IGN);
+
+	for (int i = 0; i < env.nr_pids; i++) {
+		for (int j = 0; j < i; j++) {
+			if (env.pids[j] == env.pids[i]) {
+				log_error("tptrace: pid %d given twice\n", env.pids[i]);
+				goto cleanup;
+			}
+		}
+		targets[i] = target__new(env.pids[i]);
+		if (!targets[i]) {
+			if (errno == ESRCH)
+				log_error("tptrace: pid %d: no such process\n", env.pids[i]);
+			else
+				log_error("tptrace: pid %d: cannot read /proc/%d/maps: %s (run as root)\n",
+					  env.pids[i], env.pids[i], strerror(errno));
+			goto cleanup;
+		}
+	}
+
+	skel = cuda_bpf__open();
+	if (!skel) {
+		log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
+		goto cleanup;
+	}
+	bpf_map__set_max_entries(skel->maps.events, (uint32_t)env.ring_mb << 20);
+	err = cuda_bpf__load(skel);
+	if (err) {
+		if (err == -EPERM || err == -EACCES)
+			log_error("tptrace: loading BPF programs: %s (run as root: needs CAP_BPF and "
+				  "CAP_PERFMON, or CAP_SYS_ADMIN)\n", strerror(-err));
+		else
+			log_error("tptrace: loading BPF programs: %s (kernel >= 5.15 with BTF "
+				  "needed)\n", strerror(-err));
+		goto cleanup;
+	}
+	probes.entry = skel->progs.cuda_entry;
+	probes.ret = skel->progs.cuda_return;
+	probes.dl_hook = skel->progs.dl_debug_state;
+	probes.all_returns = env.durations;
+
+	tj = trace_json__open(env.output);
+	if (!tj) {
+		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(errno));
+		goto cleanup;
+	}
+	output_created = true;
+	cache = elfsym_cache__new();
+	if (!cache) {
+		log_error("tptrace: out of memory\n");
+		goto cleanup;
+	}
+	dec = decoder__new(tj, cache, &probes);
+	if (!dec) {
+		log_error("tptrace: out of memory\n");
+		goto cleanup;
+	}
+	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), decoder__ring_cb, dec, NULL);
+	if (!rb) {
+		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
+		goto cleanup;
+	}
+
+	start_mono = clock_ns(CLOCK_MONOTONIC);
+	start_real = clock_ns(CLOCK_REALTIME);
+	trace_json__begin(tj, start_mono, start_real);
+	for (int i = 0; i < env.nr_pids; i++) {
+		struct target *t = targets[i];
+
+		decoder__add_target(dec, t);
+		err = target__scan(t, cache, &probes);
+		if (err == -ESRCH) {
+			log_error("tptrace: pid %d exited before it could be traced\n", t->pid);
+			goto cleanup;
+		}
+		if (err < 0) {
+			log_error("tptrace: attaching to pid %d (%s): %s\n", t->pid, t->comm,
+				  strerror(-err));
+			goto cleanup;
+		}
+		if (!t->nr_cudart && !env.wait) {
+			log_error("tptrace: pid %d (%s) has no CUDA runtime loaded (no libcudart.so.* and "
+				  "no static cudart); use --wait to wait for it\n", t->pid, t->comm);
+			goto cleanup;
+		}
+		if (!t->nr_cudart)
+			log_info("tptrace: waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
+		write_process_meta(tj, t);
+		log_verbose("tptrace: pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
+			    t->nr_probes, t->nr_cudart);
+	}
+
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	if (env.duration > 0)
+		deadline = start_mono + (uint64_t)(env.duration * 1e9);
+	log_info("tptrace: tracing %d process%s to %s%s\n", env.nr_pids, env.nr_pids > 1 ? "es" : "",
+		 env.output, deadline ? "" : "; Ctrl-C to stop");
+	last_rescan = start_mono;
+	while (!stop_signal) {
+		int alive = 0;
+		uint64_t now;
+
+		err = ring_buffer__poll(rb, 50);
+		if (err < 0 && err != -EINTR) {
+			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
+			break;
+		}
+		if (trace_json__error(tj))
+			break;
+		now = clock_ns(CLOCK_MONOTONIC);
+		for (int i = 0; i < env.nr_pids; i++) {
+			struct target *t = targets[i];
+			bool was_gone = t->exited;
+
+			if (!target__gone(t)) {
+				alive++;
+				continue;
+			}
+			if (!was_gone)
+				log_info("tptrace: pid %d (%s) exited\n", t->pid, t->comm);
+		}
+		if (!alive)
+			break;
+		if (deadline && now >= deadline)
+			break;
+		/* backstop for objects mapped without the dynamic linker's notice */
+		if (now - last_rescan > (uint64_t)(env.wait ? 100 : 1000) * 1000000ULL) {
+			last_rescan = now;
+			for (int i = 0; i < env.nr_pids; i++) {
+				bool had = targets[i]->nr_cudart;
+
+				if (targets[i]->exited)
+					continue;
+				target__scan(targets[i], cache, &probes);
+				if (!had && targets[i]->nr_cudart)
+					log_info("tptrace: pid %d loaded a CUDA runtime; tracing\n",
+						 targets[i]->pid);
+			}
+		}
+	}
+	/* drain what is already in the ring before writing the end of the trace */
+	ring_buffer__consume(rb);
+	{
+		uint64_t end_mono = clock_ns(CLOCK_MONOTONIC);
+		uint64_t end_real = start_real + (end_mono - start_mono);
+		uint64_t drops = read_drops(skel);
+		const struct decoder_stats *st;
+		char *meta, dist[160];
+		int ranks = 0, rank = -1, world = -1;
+		bool nccl = false;
+
+		decoder__finish(dec, end_mono);
+		st = decoder__stats(dec);
+		meta = metadata_json(targets, env.nr_pids, st, drops, start_real, end_real, argc, argv);
+		trace_json__end_events(tj);
+		trace_json__top_raw(tj, "deviceProperties", "[]");
+		for (int i = 0; i < env.nr_pids; i++) {
+			if (targets[i]->rank >= 0) {
+				ranks++;
+				rank = targets[i]->rank;
+				world = targets[i]->world_size;
+			}
+			nccl |= has_lib(targets[i], "libnccl");
+		}
+		if (ranks == 1 && env.nr_pids == 1) {
+			/* HTA reads the rank with the regex "rank":\s+(\d+): keep the space */
+			snprintf(dist, sizeof(dist), "{\"backend\": \"%s\", \"rank\": %d, \"world_size\": %d}",
+				 nccl ? "nccl" : "unknown", rank, world);
+			trace_json__top_raw(tj, "distributedInfo", dist);
+		}
+		if (meta)
+			trace_json__top_raw(tj, "tptrace", meta);
+		free(meta);
+		err = trace_json__close(tj);
+		tj = NULL;
+		if (err) {
+			log_error("tptrace: writing %s failed: %s; the trace is incomplete\n", env.output,
+				  strerror(-err));
+			goto cleanup;
+		}
+		if (drops)
+			log_error("tptrace: %llu events dropped (ring buffer full); raise --ring-mb\n",
+				  (unsigned long long)drops);
+		log_info("tptrace: wrote %s: %llu calls (%llu launches, %llu named), %llu dropped\n",
+			 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
+			 (unsigned long long)st->launches_named, (unsigned long long)drops);
+	}
+	ret = 0;
+cleanup:
+	if (tj) {
+		/* failed before the trace was complete: leave no half-written file behind */
+		trace_json__free(tj);
+		if (output_created)
+			unlink(env.output);
+	}
+	ring_buffer__free(rb);
+	for (int i = 0; i < env.nr_pids; i++)
+		target__free(targets[i]);	/* detaches the uprobes */
+	decoder__free(dec);
+	cuda_bpf__destroy(skel);
+	elfsym_cache__free(cache);
+	return ret;
+}
