@@ -70,6 +70,7 @@ tptrace: $(OUTPUT)/user/tptrace.o $(OUTPUT)/libtptrace.a
 # Tests: simulated CUDA stack, workloads, unit tests (tests/*.mk add to these).
 TEST_BINS :=
 include tests/tests.mk
+-include tools/tools.mk
 
 clean:
 	$(Q)rm -rf $(OUTPUT) tptrace tptrace-fr

@@ -7,6 +7,7 @@ WL_DIR      := $(OUTPUT)/tests
 -include tests/sim/sim.mk
 -include tests/workloads/workloads.mk
 -include tests/unit/unit.mk
+include tests/e2e/e2e.mk
 
 .PHONY: test-bins
 test-bins: $(TEST_BINS)

@@ -42,9 +42,7 @@ uint64_t cuda_api_cookie(int id)
 	uint64_t nstack = 0;
 
 	switch (api->kind) {
-	case API_LAUNCH:
-		nstack = 3;	/* return address, shmem, stream */
-		break;
+	case API_LAUNCH:	/* may carry a CUDA 13 handle too: see decode.c */
 	case API_LAUNCH_HANDLE:
 		nstack = 3;
 		cookie |= TP_COOKIE_CALLER2;

@@ -165,15 +165,33 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 		stream = c->stack[2];
 		if (api->kind == API_LAUNCH_HANDLE)
 			handle = c->args[0];
-		else
-			func = c->args[0];
 	}
-	if (t && api->kind == API_LAUNCH_HANDLE) {
-		name = target__handle_name(t, handle, &source);
-		if (!name && handle) {
-			/* created since the last look: read the stubs' statics again */
+	/* cudaLaunchKernel takes a host function or, since CUDA 13, a cudaKernel_t handle
+	 * (__cudaLaunchKernel tail-jumps into it, see target.c). Names, best first: a handle
+	 * seen in __cudaGetKernel or read from a stub's __handle static; the symbol of a host
+	 * function; the device stub that made the call (return address, or the caller's when
+	 * a non-inlined launch helper sits in between). */
+	if (t && api->kind != API_LAUNCH_EXC) {
+		uint64_t first = c->args[0];
+
+		name = target__handle_name(t, first, &source);
+		if (!name && first && api->kind == API_LAUNCH_HANDLE) {
 			target__scan_handle_statics(t, d->cache, c->ts);
-			name = target__handle_name(t, handle, &source);
+			name = target__handle_name(t, first, &source);
+		}
+		if (name) {
+			handle = first;
+		} else if (first && api->kind == API_LAUNCH) {
+			name = target__stub_kernel(t, first);
+			if (!name)
+				name = target__symbolize(t, first);
+			source = "symbol";
+		}
+		if (!name && first && api->kind == API_LAUNCH) {
+			target__scan_handle_statics(t, d->cache, c->ts);
+			name = target__handle_name(t, first, &source);
+			if (name)
+				handle = first;
 		}
 		if (!name && !(c->flags & TP_CALL_STACK_FAULT)) {
 			name = target__stub_kernel(t, c->stack[0]);
@@ -181,10 +199,13 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 				name = target__stub_kernel(t, c->caller2);
 			if (name) {
 				source = "caller";
-				if (handle)
-					target__set_handle(t, handle, name, "caller");
+				handle = first;
+				if (first)
+					target__set_handle(t, first, name, "caller");
 			}
 		}
+		if (!handle && api->kind == API_LAUNCH)
+			func = first;
 	} else if (t && func) {
 		name = target__stub_kernel(t, func);
 		if (!name)
@@ -197,16 +218,16 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 	} else {
 		char raw[48];
 
-		snprintf(raw, sizeof(raw), "%s 0x%llx", handle || api->kind == API_LAUNCH_HANDLE ?
-			 "handle" : "func", (unsigned long long)(handle ? handle : func));
+		snprintf(raw, sizeof(raw), "%s 0x%llx", func ? "func" : "handle",
+			 (unsigned long long)(func ? func : c->args[0]));
 		trace_json__arg_str(tj, "kernel", raw);
 		source = "unresolved";
 	}
 	trace_json__arg_str(tj, "kernel source", source);
-	if (api->kind == API_LAUNCH_HANDLE)
-		trace_json__arg_hex(tj, "handle", handle);
-	else
+	if (func)
 		trace_json__arg_hex(tj, "func", func);
+	else
+		trace_json__arg_hex(tj, "handle", handle ? handle : (api->kind == API_LAUNCH_EXC ? 0 : c->args[0]));
 	trace_json__arg_dim3(tj, "grid", grid[0], grid[1], grid[2]);
 	trace_json__arg_dim3(tj, "block", block[0], block[1], block[2]);
 	trace_json__arg_u64(tj, "shared memory", shmem);

@@ -2,7 +2,7 @@
 /* ELF symbol tables, read once per file with libelf.
  *
  * Loading: symbols of .symtab and .dynsym are collected with their names still pointing into the
- * mmap'ed string tables, sorted by (vaddr, name), deduplicated, and only then are the surviving
+ * mmap'ed string tables, sorted by (vaddr, name) (radix on vaddr), deduplicated, and only then are the surviving
  * names copied into one arena, so a library whose .symtab repeats its .dynsym pays for each name
  * once. After loading the file is unmapped and closed; an elfsym holds no fd.
  *
@@ -64,7 +64,7 @@ struct elfsym {
 /* Names read from the string table still carry "@VER"/"@@VER"; '@' ends them. */
 static size_t name_len(const char *name)
 {
-	return strcspn(name, "@");
+	return strchrnul(name, '@') - name;
 }
 
 static int name_cmp(const char *a, const char *b)
@@ -295,13 +295,81 @@ static int collect_table(struct elfsym *es, Elf_Scn *scn, const GElf_Shdr *shdr,
 	return 0;
 }
 
-static int sym_cmp(const void *pa, const void *pb)
+static int sym_name_cmp(const void *pa, const void *pb)
 {
 	const struct elfsym_sym *a = pa, *b = pb;
 
-	if (a->vaddr != b->vaddr)
-		return a->vaddr < b->vaddr ? -1 : 1;
 	return name_cmp(a->name, b->name);
+}
+
+struct sort_key {
+	uint64_t vaddr;
+	uint64_t idx;
+};
+
+/* Sort syms by (vaddr, name). qsort() of millions of 32-byte entries through a comparison
+ * callback takes seconds; an LSD radix sort of (vaddr, index) keys, skipping the 16-bit digits
+ * all keys share, is linear, and only runs of equal vaddr (aliases) are then sorted by name. */
+static int sort_syms(struct elfsym *es)
+{
+	struct sort_key *keys, *tmp, *swap;
+	struct elfsym_sym *sorted;
+	size_t n = es->nr_syms, i, start, *counts;
+	uint64_t differ = 0;
+	int shift, err = 0;
+
+	if (n < 2)
+		return 0;
+	keys = malloc(n * sizeof(*keys));
+	tmp = malloc(n * sizeof(*tmp));
+	counts = malloc(65536 * sizeof(*counts));
+	sorted = malloc(n * sizeof(*sorted));
+	if (!keys || !tmp || !counts || !sorted) {
+		err = -ENOMEM;
+		goto cleanup;
+	}
+	for (i = 0; i < n; i++) {
+		keys[i] = (struct sort_key){ .vaddr = es->syms[i].vaddr, .idx = i };
+		differ |= keys[i].vaddr ^ keys[0].vaddr;
+	}
+	for (shift = 0; shift < 64; shift += 16) {
+		size_t sum = 0;
+
+		if (!((differ >> shift) & 0xffff))
+			continue;
+		memset(counts, 0, 65536 * sizeof(*counts));
+		for (i = 0; i < n; i++)
+			counts[(keys[i].vaddr >> shift) & 0xffff]++;
+		for (i = 0; i < 65536; i++) {
+			size_t c = counts[i];
+
+			counts[i] = sum;
+			sum += c;
+		}
+		for (i = 0; i < n; i++)
+			tmp[counts[(keys[i].vaddr >> shift) & 0xffff]++] = keys[i];
+		swap = keys;
+		keys = tmp;
+		tmp = swap;
+	}
+	for (i = 0; i < n; i++)
+		sorted[i] = es->syms[keys[i].idx];
+	for (start = 0; start < n; start = i) {
+		for (i = start + 1; i < n && sorted[i].vaddr == sorted[start].vaddr; i++)
+			;
+		if (i - start > 1)
+			qsort(&sorted[start], i - start, sizeof(*sorted), sym_name_cmp);
+	}
+	free(es->syms);
+	es->syms = sorted;
+	sorted = NULL;
+
+cleanup:
+	free(keys);
+	free(tmp);
+	free(counts);
+	free(sorted);
+	return err;
 }
 
 /* Collapse entries with the same name and vaddr (the .dynsym copy of a .symtab entry). */
@@ -449,7 +517,9 @@ static int es_load_syms(struct elfsym *es)
 	if (err)
 		return err;
 
-	qsort(es->syms, es->nr_syms, sizeof(*es->syms), sym_cmp);
+	err = sort_syms(es);
+	if (err)
+		return err;
 	dedup_syms(es);
 	err = copy_names(es);
 	if (err)

@@ -105,10 +105,16 @@ struct target *target__new(int pid)
 	if (kill(pid, 0) && errno == ESRCH)
 		return NULL;
 	procmaps__path(path, sizeof(path), pid, "maps");
-	if (access(path, R_OK)) {
-		if (errno == ENOENT)
-			errno = ESRCH;
-		return NULL;
+	{
+		/* open, not access(): the ptrace-mode check happens at open */
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == ENOENT)
+				errno = ESRCH;
+			return NULL;
+		}
+		close(fd);
 	}
 	t = calloc(1, sizeof(*t) + sizeof(struct target_priv));
 	if (!t)
@@ -276,6 +282,47 @@ static int attach_probe(struct target *t, struct target_obj *obj, struct bpf_pro
 	return 1;
 }
 
+/* CUDA 13's __cudaLaunchKernel is `push rbp; mov rbp,rsp; pop rbp; jmp cudaLaunchKernel`:
+ * probing both would trap twice per launch and record it twice. A function whose body is
+ * only a tail jump to another probed function is left to that function's probe, which sees
+ * the same arguments and the same return address. */
+static bool tail_jumps_to_probed(struct target_obj *obj, const struct elfsym_sym *sym)
+{
+	static const uint8_t endbr64[] = { 0xf3, 0x0f, 0x1e, 0xfa };
+	static const uint8_t frame[] = { 0x55, 0x48, 0x89, 0xe5, 0x5d };
+	uint8_t code[24];
+	uint64_t off, target;
+	size_t i = 0;
+	int32_t rel;
+	int fd;
+
+	if (elfsym__vaddr_to_off(obj->es, sym->vaddr, &off))
+		return false;
+	fd = open(obj->open_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (pread(fd, code, sizeof(code), off) != sizeof(code)) {
+		close(fd);
+		return false;
+	}
+	close(fd);
+	if (!memcmp(code + i, endbr64, sizeof(endbr64)))
+		i += sizeof(endbr64);
+	if (!memcmp(code + i, frame, sizeof(frame)))
+		i += sizeof(frame);
+	if (code[i] != 0xe9)
+		return false;
+	memcpy(&rel, code + i + 1, sizeof(rel));
+	target = sym->vaddr + i + 5 + (int64_t)rel;
+	for (int id = 0; id < cuda_api_count; id++) {
+		const struct elfsym_sym *other = elfsym__find_func(obj->es, cuda_apis[id].symbol);
+
+		if (other && other != sym && other->vaddr == target)
+			return true;
+	}
+	return false;
+}
+
 static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
 	int n = 0;
@@ -283,7 +330,16 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 	for (int id = 0; id < cuda_api_count; id++) {
 		const struct cuda_api *api = &cuda_apis[id];
 		uint64_t cookie = cuda_api_cookie(id);
-		int r = attach_probe(t, obj, p->entry, api->symbol, cookie, false);
+		const struct elfsym_sym *sym = elfsym__find_func(obj->es, api->symbol);
+		int r;
+
+		if (!sym)
+			continue;
+		if (tail_jumps_to_probed(obj, sym)) {
+			t->nr_aliased++;
+			continue;
+		}
+		r = attach_probe(t, obj, p->entry, api->symbol, cookie, false);
 
 		if (r < 0)
 			return r;

@@ -48,6 +48,7 @@ struct target {
 	int nr_probes;		/* uprobes attached (entry + return) */
 	int nr_cudart;		/* objects with a CUDA runtime */
 	int attach_errors;
+	int nr_aliased;		/* APIs left unprobed: a tail jump to another probed API */
 	bool exited;
 	uint64_t exit_ns;
 	struct u64map handle_names;	/* cudaKernel_t -> char* (demangled) */

@@ -257,6 +257,7 @@ int main(int argc, char **argv)
 	bool output_created = false;
 	int err, ret = 1;
 
+	argp_err_exit_status = 2;
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
 		return 2;
@@ -302,12 +303,18 @@ int main(int argc, char **argv)
 	probes.dl_hook = skel->progs.dl_debug_state;
 	probes.all_returns = env.durations;
 
+	{
+		struct stat st;
+
+		/* only a regular file we create ourselves may be removed on failure (not /dev/...) */
+		output_created = stat(env.output, &st) && errno == ENOENT;
+	}
 	tj = trace_json__open(env.output);
 	if (!tj) {
 		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(errno));
+		output_created = false;
 		goto cleanup;
 	}
-	output_created = true;
 	cache = elfsym_cache__new();
 	if (!cache) {
 		log_error("tptrace: out of memory\n");

@@ -64,6 +64,9 @@ static void test_stub(void)
 	/* stub parameters that themselves contain "E<digits>": ns::A, B */
 	check_stub("_ZZ27__device_stub__Z1kN2ns1AE1BN2ns1AE1BE8__handle", "__handle", 0,
 		   "_Z1kN2ns1AE1B");
+	/* ... even the tail itself: k(ns::A, __handle) */
+	check_stub("_ZZ34__device_stub__Z1kN2ns1AE8__handleN2ns1AE8__handleE8__handle", "__handle", 0,
+		   "_Z1kN2ns1AE8__handle");
 
 	/* wrong static, or a static where a function is wanted and vice versa */
 	check_stub("_ZZ30__device_stub__Z9scale_vecPffiPffiE3__f", "__handle", -EINVAL, NULL);
@@ -74,6 +77,7 @@ static void test_stub(void)
 	check_stub("_ZGVZ30__device_stub__Z9scale_vecPffiPffiE5__tmp", "__tmp", -EINVAL, NULL);
 	check_stub("_ZZ30__device_stub__Z9scale_vecPffiPffiE8__handle_x", "__handle", -EINVAL, NULL);
 	check_stub("_ZZ30__device_stub__Z9scale_vecPffiPffiE8__handlez", "__handle", -EINVAL, NULL);
+	check_stub("_ZZ30__device_stub__Z9scale_vecPffiE8__handle", "__handle", -EINVAL, NULL);
 
 	/* not stubs */
 	check_stub("_Z9scale_vecPffi", NULL, -EINVAL, NULL);

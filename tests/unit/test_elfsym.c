@@ -31,8 +31,22 @@ static int note_sym(const struct elfsym_sym *sym, void *ctx)
 	struct prefix_walk *walk = ctx;
 
 	walk->nr++;
-	if (walk->want && strcmp(sym->name, walk->want) == 0)
+	/* the lowest of several with that name */
+	if (walk->want && strcmp(sym->name, walk->want) == 0 &&
+	    (!walk->found || sym->vaddr < walk->found->vaddr))
 		walk->found = sym;
+	return 0;
+}
+
+/* want as a substring: compilers decorate function-local statics differently */
+static int note_containing(const struct elfsym_sym *sym, void *ctx)
+{
+	struct prefix_walk *walk = ctx;
+
+	if (strstr(sym->name, walk->want)) {
+		walk->nr++;
+		walk->found = sym;
+	}
 	return 0;
 }
 
@@ -123,17 +137,11 @@ static void test_symfix_common(struct elfsym *es, const char *what)
 	      "%s: static array as a 16-byte local OBJECT", what);
 	CHECK(elfsym__find_func(es, "symfix_static_table") == NULL, "%s: OBJECT is no FUNC", what);
 
-	/* GCC names the function-local static "symfix_local_counter.<n>" */
-	CHECK(elfsym__each_prefix(es, "symfix_local_counter.", note_sym, &walk) == 1,
-	      "%s: one function-local static", what);
-	walk.want = NULL;
-	sym = NULL;
-	{
-		struct prefix_walk one = { .want = "symfix_local_counter.0" };
-
-		elfsym__each_prefix(es, "symfix_local_counter.", note_sym, &one);
-		sym = one.found;
-	}
+	/* GCC says "symfix_local_counter.0", clang "symfix_bump.symfix_local_counter" */
+	walk.want = "symfix_local_counter";
+	elfsym__each_prefix(es, "", note_containing, &walk);
+	CHECK(walk.nr == 1, "%s: one function-local static, found %d", what, walk.nr);
+	sym = walk.found;
 	CHECK(sym && !sym->global && sym->kind == ELFSYM_OBJECT && sym->size == 4,
 	      "%s: function-local static as a 4-byte local OBJECT", what);
 
@@ -143,13 +151,39 @@ static void test_symfix_common(struct elfsym *es, const char *what)
 
 	/* the IFUNC shares its address with its local resolver; both FUNC, the global wins */
 	sym = elfsym__find_func(es, "symfix_ifunc");
-	resolver = elfsym__find_func(es, "symfix_resolver");
+	resolver = elfsym__find_func(es, "symfix_choose_impl");
 	impl = elfsym__find_func(es, "symfix_impl");
 	CHECK(sym && sym->global && sym->kind == ELFSYM_FUNC, "%s: IFUNC as FUNC", what);
 	CHECK(sym && resolver && sym->vaddr == resolver->vaddr && !resolver->global,
 	      "%s: IFUNC at its resolver", what);
 	CHECK(sym && elfsym__func_at(es, sym->vaddr) == sym, "%s: func_at prefers the global", what);
 	CHECK(impl && !impl->global, "%s: symfix_impl", what);
+
+	/* symfix_dup: a local (symfix2.c, lower) and a global (symfix.c); the global wins */
+	walk = (struct prefix_walk){ .want = "symfix_dup" };
+	elfsym__each_prefix(es, "symfix_dup", note_sym, &walk);
+	CHECK(walk.nr == 2, "%s: two symfix_dup, found %d", what, walk.nr);
+	sym = elfsym__find_func(es, "symfix_dup");
+	CHECK(sym && sym->global && walk.found && walk.found != sym && !walk.found->global,
+	      "%s: find_func prefers the global symfix_dup over the lower local", what);
+	CHECK(elfsym__find(es, "symfix_dup") == sym, "%s: find prefers the global too", what);
+	/* symfix_twin: two locals; the first (lowest vaddr, symfix2.c's) wins */
+	walk = (struct prefix_walk){ .want = "symfix_twin" };
+	elfsym__each_prefix(es, "symfix_twin", note_sym, &walk);
+	CHECK(walk.nr == 2, "%s: two symfix_twin, found %d", what, walk.nr);
+	sym = elfsym__find_func(es, "symfix_twin");
+	CHECK(sym && !sym->global && sym == walk.found,
+	      "%s: find_func takes the first of two local symfix_twin", what);
+
+	sym = elfsym__find_func(es, "symfix_outer");
+	resolver = elfsym__find_func(es, "symfix_inner");
+	CHECK(sym && sym->global && sym->size == 4 && resolver && !resolver->global &&
+	      resolver->vaddr == sym->vaddr + 2 && resolver->size == 2, "%s: nested FUNCs", what);
+	if (sym && resolver) {
+		CHECK(elfsym__func_at(es, sym->vaddr + 1) == sym, "%s: func_at outer", what);
+		CHECK(elfsym__func_at(es, sym->vaddr + 3) == resolver, "%s: func_at inner", what);
+		CHECK(elfsym__func_at(es, sym->vaddr + 4) != sym, "%s: func_at past outer", what);
+	}
 
 	CHECK(elfsym__find(es, "main") ? elfsym__is_exec(es) : !elfsym__is_exec(es),
 	      "%s: main only in the executable", what);
@@ -249,6 +283,9 @@ static void test_errors(void)
 	errno = 0;
 	CHECK(!elfsym__open(UNIT_DATA_DIR "/maps_cuda_job.txt") && errno == ENOEXEC,
 	      "text file: errno %d", errno);
+	errno = 0;
+	CHECK(!elfsym__open(UNIT_OUT_DIR "/symfix2.o") && errno == ENOEXEC,
+	      "relocatable object: errno %d", errno);
 	errno = 0;
 	CHECK(!elfsym__open(UNIT_DATA_DIR) && errno == EISDIR, "directory: errno %d", errno);
 	elfsym__free(NULL);

@@ -14,7 +14,7 @@ UNIT_TESTS := test_procmaps test_elfsym test_demangle
 UNIT_BINS  := $(addprefix $(UNIT_DIR)/,$(UNIT_TESTS))
 # the fixture test_elfsym reads; the nvcc one only where CUDA is installed (the test skips it
 # otherwise and says so)
-UNIT_FIXTURES := $(UNIT_DIR)/symfix $(UNIT_DIR)/libsymfix.so
+UNIT_FIXTURES := $(UNIT_DIR)/symfix $(UNIT_DIR)/libsymfix.so $(UNIT_DIR)/symfix2.o
 ifneq ($(wildcard $(NVCC)),)
 UNIT_FIXTURES += $(UNIT_DIR)/stubfix
 endif
@@ -40,15 +40,21 @@ $(UNIT_DIR)/test_demangle: tests/unit/test_demangle.c tests/unit/check.h \
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
 
-# -O1 keeps the static function out of line; -no-pie makes it ET_EXEC
-$(UNIT_DIR)/symfix: $(UNIT_DATA)/symfix.c | $(UNIT_DIR)
+# symfix2.c first: its locals must sit below symfix.c's; -no-pie makes symfix ET_EXEC
+SYMFIX_SRCS := $(UNIT_DATA)/symfix2.c $(UNIT_DATA)/symfix.c
+$(UNIT_DIR)/symfix: $(SYMFIX_SRCS) | $(UNIT_DIR)
 	$(call msg,CC-FIX,$@)
-	$(Q)$(CC) -g -O1 -no-pie $< -o $@
+	$(Q)$(CC) -g -O1 -no-pie $(SYMFIX_SRCS) -o $@
 
-$(UNIT_DIR)/libsymfix.so: $(UNIT_DATA)/symfix.c $(UNIT_DATA)/symfix.map | $(UNIT_DIR)
+$(UNIT_DIR)/libsymfix.so: $(SYMFIX_SRCS) $(UNIT_DATA)/symfix.map | $(UNIT_DIR)
 	$(call msg,CC-FIX,$@)
 	$(Q)$(CC) -g -O1 -fPIC -shared -DSYMFIX_SHARED \
-		-Wl,--version-script=$(UNIT_DATA)/symfix.map $< -o $@
+		-Wl,--version-script=$(UNIT_DATA)/symfix.map $(SYMFIX_SRCS) -o $@
+
+# a relocatable object: not something elfsym opens
+$(UNIT_DIR)/symfix2.o: $(UNIT_DATA)/symfix2.c | $(UNIT_DIR)
+	$(call msg,CC-FIX,$@)
+	$(Q)$(CC) -g -O1 -c $< -o $@
 
 $(UNIT_DIR)/stubfix: $(UNIT_DATA)/stubfix.cu | $(UNIT_DIR)
 	$(call msg,NVCC,$@)

@@ -16,6 +16,7 @@
 
 #define DEVICE_MEM_BYTES (80ULL << 30)
 #define ALLOC_ALIGN 256
+#define PREFAULT_MAX (256ULL << 20)
 
 static __thread cudaError_t last_error;
 
@@ -70,7 +71,9 @@ static cudaError_t alloc_new(void **out, size_t size, enum alloc_kind kind)
 		free(a);
 		return cudaErrorMemoryAllocation;
 	}
-	if (kind == ALLOC_MANAGED)
+	/* Touch it now (pinned and device memory are resident), so the first copy into it does
+	 * not pay page faults; beyond PREFAULT_MAX the test would rather not commit the RAM. */
+	if (kind == ALLOC_MANAGED || size <= PREFAULT_MAX)
 		memset(p, 0, size);
 	a->ptr = p;
 	a->size = size;

@@ -11,10 +11,12 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,6 +121,7 @@ static void do_init(void)
 
 	sim_cfg.verbose = env_ull("TPSIM_VERBOSE", 0) != 0;
 	sim_cfg.kernel_ns = env_ull("TPSIM_KERNEL_US", 100) * 1000ULL;
+	sim_cfg.spin_ns = env_ull("TPSIM_SPIN_US", 200) * 1000ULL;
 	sim_cfg.devices = (int)env_ull("TPSIM_DEVICES", 1);
 	if (sim_cfg.devices > SIM_MAX_DEVICES)
 		sim_cfg.devices = SIM_MAX_DEVICES;
@@ -287,15 +290,35 @@ struct sim_item *sim_item_new(int kind)
 	return it;
 }
 
+/*
+ * Timer wakeups in VMs run 50-150 us late, which would stretch a 100 us kernel by half. Sleep
+ * until deadline - (learned wakeup latency), then yield-spin the rest: durations stay within a
+ * few us while the CPU burnt per item is bounded by TPSIM_SPIN_US.
+ */
+static uint64_t wakeup_latency_ns = 50000;
+
 static void sleep_until(uint64_t deadline_ns)
 {
-	struct timespec ts = {
-		.tv_sec = deadline_ns / 1000000000ULL,
-		.tv_nsec = deadline_ns % 1000000000ULL,
-	};
+	uint64_t est = __atomic_load_n(&wakeup_latency_ns, __ATOMIC_RELAXED);
+	uint64_t now = sim_now_ns(), target, late;
+	struct timespec ts;
 
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
+	if (est > sim_cfg.spin_ns)
+		est = sim_cfg.spin_ns;
+	if (deadline_ns > now + est) {
+		target = deadline_ns - est;
+		ts.tv_sec = target / 1000000000ULL;
+		ts.tv_nsec = target % 1000000000ULL;
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		now = sim_now_ns();
+		late = now > target ? now - target : 0;
+		/* EWMA with 25% headroom, so most wakeups land before the deadline. */
+		__atomic_store_n(&wakeup_latency_ns, (7 * est + late + late / 4) / 8,
+				 __ATOMIC_RELAXED);
+	}
+	while (sim_now_ns() < deadline_ns)
+		sched_yield();
 }
 
 static const char *copy_kind_name(int kind)
@@ -407,6 +430,7 @@ static void *worker_main(void *arg)
 	tpsim_observer_fn obs;
 	void *obs_ctx;
 
+	prctl(PR_SET_TIMERSLACK, 1UL);
 	pthread_mutex_lock(&sim_lock);
 	for (;;) {
 		while (!s->head)

@@ -109,6 +109,7 @@ struct sim_kernel {
 struct sim_config {
 	bool verbose;
 	uint64_t kernel_ns;
+	uint64_t spin_ns;		/* most a worker yield-spins per item */
 	double copy_gbps;
 	int devices;
 	struct { char *pattern; uint64_t ns; } *times;	/* TPSIM_KERNEL_TIMES */

@@ -10,6 +10,17 @@
  * Streams: every stream (legacy default stream, per-thread default stream, created streams) has
  * a FIFO and one worker thread that runs its items in order. The legacy default stream keeps
  * CUDA's implicit synchronisation with blocking streams of the same device.
+ *
+ * Environment (read once, at load):
+ *   TPSIM_KERNEL_US=100         duration of every kernel and cudaGraphLaunch, in µs
+ *   TPSIM_KERNEL_TIMES=a=500,b=2 per-kernel µs, first pattern that is a substring of the
+ *                               kernel's name (registered device name, else its ELF symbol)
+ *   TPSIM_COPY_GBPS=10          copy bandwidth: a copy lasts bytes / (GBPS * 1e9) s
+ *   TPSIM_DEVICES=1             cudaGetDeviceCount
+ *   TPSIM_VERBOSE=1             one stderr line per executed item (kind, name, grid, block,
+ *                               stream, correlation, start/end ns)
+ *   TPSIM_SPIN_US=200           most a worker yield-spins to hit a deadline (0: sleep only)
+ * Kernel duration precedence: tpsim_set_kernel_us, TPSIM_KERNEL_TIMES, TPSIM_KERNEL_US.
  */
 #ifndef TPSIM_H
 #define TPSIM_H

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Fixture for test_elfsym: symbols of every binding and kind elfsym keeps or drops.
- * Built as a non-PIE executable (ET_EXEC) and as a versioned shared object (ET_DYN). */
+ * Built with symfix2.c as a non-PIE executable (ET_EXEC) and as a versioned shared object
+ * (ET_DYN). */
 #include <stddef.h>
 
 int symfix_global_counter = 1;			/* global OBJECT */
@@ -20,10 +21,28 @@ int symfix_bump(void)
 	return ++symfix_local_counter + symfix_static_fn(symfix_local_counter);
 }
 
-/* STT_GNU_IFUNC: kept as a FUNC */
+/* STT_GNU_IFUNC: kept as a FUNC. Its local resolver shares the address and sorts first by
+ * name, so func_at() must pick the global on purpose. */
 static int symfix_impl(void) { return 7; }
-static int (*symfix_resolver(void))(void) { return symfix_impl; }
-int symfix_ifunc(void) __attribute__((ifunc("symfix_resolver")));
+static int (*symfix_choose_impl(void))(void) { return symfix_impl; }
+int symfix_ifunc(void) __attribute__((ifunc("symfix_choose_impl")));
+
+/* symfix2.c, linked first, has a local symfix_dup at a lower address: find_func() prefers
+ * this global one. Both files have a local symfix_twin: find_func() takes the lower one. */
+__attribute__((noinline)) int symfix_dup(int x)
+{
+	return x - 1;
+}
+
+__attribute__((noinline)) static int symfix_twin(int x)
+{
+	return x * 5;
+}
+
+int symfix_use_twin(int x)
+{
+	return symfix_twin(x) + symfix_dup(x);
+}
 
 #ifdef SYMFIX_SHARED
 /* two versions of one name: .symtab spells them symfix_versioned@VER_1 and @@VER_2 */

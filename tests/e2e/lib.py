@@ -1,0 +1,216 @@
+"""Helpers for end-to-end tests: start a workload that waits at a handshake, attach tptrace
+to it while it runs, let it go, stop the tracer, read the trace."""
+import gzip
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, ".output")
+TPTRACE = os.path.join(ROOT, "tptrace")
+WL = os.path.join(OUT, "tests")
+SIM_LIB = os.path.join(OUT, "sim", "lib")
+E2E_BIN = os.path.join(OUT, "e2e")
+TMP = os.path.join(OUT, "tmp")
+CUDA_LIB = "/usr/local/cuda/lib"
+
+
+class Skip(Exception):
+    pass
+
+
+def need_root():
+    if os.geteuid() != 0:
+        raise Skip("needs root for BPF")
+
+
+def tmp_path(name):
+    os.makedirs(TMP, exist_ok=True)
+    return os.path.join(TMP, name)
+
+
+class Lines:
+    """Collects a pipe's lines in a thread so neither side blocks."""
+
+    def __init__(self, stream):
+        self.lines = []
+        self.cv = threading.Condition()
+        self.closed = False
+        self.t = threading.Thread(target=self._run, args=(stream,), daemon=True)
+        self.t.start()
+
+    def _run(self, stream):
+        for line in stream:
+            with self.cv:
+                self.lines.append(line.rstrip("\n"))
+                self.cv.notify_all()
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+
+    def wait_for(self, pred, timeout=20.0):
+        end = time.time() + timeout
+        with self.cv:
+            while True:
+                for line in self.lines:
+                    if pred(line):
+                        return line
+                left = end - time.time()
+                if left <= 0 or self.closed:
+                    return None
+                self.cv.wait(left)
+
+    def text(self):
+        with self.cv:
+            return "\n".join(self.lines)
+
+
+class Workload:
+    """A test program speaking the READY/GO/DONE handshake (tests/workloads/handshake.h)."""
+
+    def __init__(self, argv, env=None, cwd=None, preexec_fn=None):
+        e = dict(os.environ)
+        if env:
+            e.update(env)
+        self.argv = argv
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=e, cwd=cwd,
+                                  preexec_fn=preexec_fn)
+        self.out = Lines(self.p.stdout)
+        self.err = Lines(self.p.stderr)
+        line = self.out.wait_for(lambda l: l.startswith("READY"), 30)
+        if not line:
+            self.kill()
+            raise AssertionError(f"{argv[0]} never got READY: stdout={self.out.text()!r} "
+                                 f"stderr={self.err.text()!r}")
+        self.pid = int(line.split()[1]) if len(line.split()) > 1 else self.p.pid
+
+    def go(self):
+        self.p.stdin.write("GO\n")
+        self.p.stdin.flush()
+
+    def wait_done(self, timeout=60):
+        line = self.out.wait_for(lambda l: l == "DONE", timeout)
+        if not line:
+            raise AssertionError(f"{self.argv[0]} did not finish: stdout={self.out.text()!r} "
+                                 f"stderr={self.err.text()!r}")
+
+    def finish(self, timeout=30):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        return self.p.wait(timeout)
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+class Tracer:
+    """tptrace running in the background until stop()."""
+
+    def __init__(self, args, ready=True, timeout=30):
+        self.args = [TPTRACE] + args
+        self.p = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        self.out = Lines(self.p.stdout)
+        self.err = Lines(self.p.stderr)
+        if ready:
+            line = self.err.wait_for(lambda l: l.startswith("tptrace: tracing") or
+                                     l.startswith("tptrace: waiting"), timeout)
+            if not line:
+                self.p.kill()
+                self.p.wait()
+                raise AssertionError(f"tptrace did not start: {self.err.text()}")
+
+    def stop(self, sig=signal.SIGINT, timeout=30):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        return self.wait(timeout)
+
+    def wait(self, timeout=30):
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            raise AssertionError(f"tptrace did not exit: {self.err.text()}")
+        self.out.t.join(5)
+        self.err.t.join(5)
+        return rc
+
+
+def run_tptrace(args, timeout=30):
+    p = subprocess.run([TPTRACE] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def load_trace(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def calls(trace, pid=None, name=None, cat="cuda_runtime"):
+    """Host API events in file order (which is per-thread completion order)."""
+    out = []
+    for e in trace["traceEvents"]:
+        if e.get("ph") != "X" or e.get("cat") != cat:
+            continue
+        if pid is not None and e["pid"] != pid:
+            continue
+        if name is not None and e["name"] != name:
+            continue
+        out.append(e)
+    return out
+
+
+def by_ts(events):
+    return sorted(events, key=lambda e: (e["ts"], e["args"].get("correlation", 0)))
+
+
+def counts(events):
+    c = {}
+    for e in events:
+        c[e["name"]] = c.get(e["name"], 0) + 1
+    return c
+
+
+def trace_workload(argv, tracer_args=(), env=None, out_name="t.json", done_timeout=60):
+    """Start workload, attach, GO, wait DONE, let it exit, stop tracer; returns (trace, wl)."""
+    out = tmp_path(out_name)
+    if os.path.exists(out):
+        os.unlink(out)
+    wl = Workload(argv, env=env)
+    try:
+        tr = Tracer(["-p", str(wl.pid), "-o", out] + list(tracer_args))
+        wl.go()
+        wl.wait_done(done_timeout)
+        wl.finish()
+        rc = tr.wait(30)  # ends by itself once the target exits
+        assert rc == 0, f"tptrace rc={rc}: {tr.err.text()}"
+    finally:
+        wl.kill()
+    return load_trace(out), wl, tr
+
+
+def check_valid_trace(trace):
+    """What Perfetto and HTA need of every event."""
+    assert isinstance(trace.get("traceEvents"), list)
+    for e in trace["traceEvents"]:
+        for k in ("ph", "name", "pid", "tid"):
+            assert k in e, f"event without {k}: {e}"
+        if e["ph"] == "X":
+            for k in ("ts", "dur", "cat"):
+                assert k in e, f"X event without {k}: {e}"
+            assert e["dur"] >= 0
+            assert "correlation" in e["args"], e
+    meta = trace["tptrace"]
+    for k in ("version", "probes_attached", "events_recorded", "events_dropped"):
+        assert k in meta, k

@@ -1,0 +1,119 @@
+"""Tier 3: help, version, and every bad input gets one clear error line and no stray file."""
+import os
+import subprocess
+from lib import (TPTRACE, WL, Tracer, Workload, load_trace, need_root, run_tptrace, tmp_path)
+
+
+def one_line(stderr):
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, f"want one error line, got {lines!r}"
+    assert lines[0].startswith("tptrace: "), lines[0]
+    return lines[0]
+
+
+def test_help_and_version():
+    rc, out, err = run_tptrace(["--help"])
+    assert rc == 0
+    for s in ("-p, --pid=PID", "-d, --duration=SEC", "-o, --output=FILE", "--wait", "EXAMPLES"):
+        assert s in out, s
+    rc, out, err = run_tptrace(["--version"])
+    assert rc == 0 and out.startswith("tptrace 0."), out
+
+
+def test_usage_errors():
+    rc, out, err = run_tptrace([])
+    assert rc == 2 and "no process given" in err, err
+    rc, out, err = run_tptrace(["-p", "abc"])
+    assert rc == 2 and "invalid pid 'abc'" in err, err
+    rc, out, err = run_tptrace(["-p", "1", "-d", "-3"])
+    assert rc == 2 and "invalid duration" in err, err
+
+
+def free_pid():
+    used = {int(d) for d in os.listdir("/proc") if d.isdigit()}
+    for pid in range(30000, 1, -1):
+        if pid not in used:
+            return pid
+    raise AssertionError("no free pid")
+
+
+def test_nonexistent_pid():
+    out = tmp_path("nopid.json")
+    if os.path.exists(out):
+        os.unlink(out)
+    pid = free_pid()
+    rc, _, err = run_tptrace(["-p", str(pid), "-o", out])
+    assert rc == 1
+    assert one_line(err) == f"tptrace: pid {pid}: no such process"
+    assert not os.path.exists(out)
+
+
+def test_pid_without_cuda():
+    need_root()
+    out = tmp_path("nocuda.json")
+    if os.path.exists(out):
+        os.unlink(out)
+    wl = Workload([os.path.join(WL, "nocuda")])
+    try:
+        rc, _, err = run_tptrace(["-p", str(wl.pid), "-o", out])
+        assert rc == 1
+        line = one_line(err)
+        assert f"pid {wl.pid} (nocuda) has no CUDA runtime loaded" in line and "--wait" in line, line
+        assert not os.path.exists(out), "no trace file on failure"
+        # --wait: waits, and ends with a valid, empty trace at -d
+        tr = Tracer(["-p", str(wl.pid), "-o", out, "--wait", "-d", "1"])
+        assert tr.wait(20) == 0, tr.err.text()
+        assert "waiting for pid" in tr.err.text()
+        trace = load_trace(out)
+        assert [e for e in trace["traceEvents"] if e["ph"] == "X"] == []
+        assert trace["tptrace"]["targets"][0]["cuda_runtimes"] == []
+    finally:
+        wl.kill()
+
+
+NOCAPS = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
+
+
+def test_not_permitted_no_caps():
+    need_root()
+    # the target has no capabilities either, so /proc/<pid>/maps is readable without them
+    wl = Workload(NOCAPS + [os.path.join(E2E_REAL)])
+    try:
+        # root without any capability: BPF loading is refused
+        p = subprocess.run(NOCAPS + [TPTRACE, "-p", str(wl.pid), "-o", tmp_path("nocap.json")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+        assert p.returncode == 1
+        line = one_line(p.stderr)
+        assert "loading BPF programs: Operation not permitted (run as root" in line, line
+        assert not os.path.exists(tmp_path("nocap.json"))
+        # an unprivileged user cannot even read the target's maps
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            TPTRACE, "-p", str(wl.pid), "-o", "/tmp/tptrace-nobody.json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+        assert p.returncode == 1
+        line = one_line(p.stderr)
+        assert f"pid {wl.pid}: cannot read /proc/{wl.pid}/maps: Permission denied" in line, line
+    finally:
+        wl.kill()
+
+
+def test_unwritable_output():
+    need_root()
+    wl = Workload([os.path.join(E2E_REAL)])
+    try:
+        rc, _, err = run_tptrace(["-p", str(wl.pid), "-o", "/nonexistent-dir/t.json"])
+        assert rc == 1
+        assert one_line(err) == "tptrace: cannot write /nonexistent-dir/t.json: No such file or directory"
+        # a full disk: every write fails with ENOSPC, reported once, exit 1, /dev/full untouched
+        tr = Tracer(["-p", str(wl.pid), "-o", "/dev/full", "-d", "0.5"])
+        rc = tr.wait(20)
+        assert rc == 1
+        errs = [l for l in tr.err.text().splitlines() if "failed" in l]
+        assert errs == ["tptrace: writing /dev/full failed: No space left on device; the trace is incomplete"], errs
+        assert os.path.exists("/dev/full")
+    finally:
+        wl.kill()
+
+
+from lib import E2E_BIN  # noqa: E402
+E2E_REAL = os.path.join(E2E_BIN, "real_args")
