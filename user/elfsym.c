@@ -69,13 +69,12 @@ static size_t name_len(const char *name)
 
 static int name_cmp(const char *a, const char *b)
 {
-	for (;; a++, b++) {
-		unsigned char ca = *a == '@' ? 0 : (unsigned char)*a;
-		unsigned char cb = *b == '@' ? 0 : (unsigned char)*b;
+	size_t len_a = name_len(a), len_b = name_len(b);
+	int ret = memcmp(a, b, len_a < len_b ? len_a : len_b);
 
-		if (ca != cb || ca == 0)
-			return ca - cb;
-	}
+	if (ret || len_a == len_b)
+		return ret;
+	return len_a < len_b ? -1 : 1;
 }
 
 static uint32_t name_hash(const char *name)
@@ -357,8 +356,16 @@ static int sort_syms(struct elfsym *es)
 	for (start = 0; start < n; start = i) {
 		for (i = start + 1; i < n && sorted[i].vaddr == sorted[start].vaddr; i++)
 			;
-		if (i - start > 1)
+		if (i - start == 2) {	/* the usual run: a .symtab entry and its .dynsym copy */
+			if (name_cmp(sorted[start].name, sorted[start + 1].name) > 0) {
+				struct elfsym_sym sym = sorted[start];
+
+				sorted[start] = sorted[start + 1];
+				sorted[start + 1] = sym;
+			}
+		} else if (i - start > 2) {
 			qsort(&sorted[start], i - start, sizeof(*sorted), sym_name_cmp);
+		}
 	}
 	free(es->syms);
 	es->syms = sorted;

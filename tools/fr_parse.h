@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/* fr_parse: read one tptrace flight-recorder dump (docs/fr-schema.md) into a compact form.
+ *
+ * A job of 16k ranks × 2000 entries is tens of GB of JSON, so this is a hand-written pull
+ * parser over the file bytes: no tree, one compact record per entry, buffers reused from one
+ * dump to the next. Every read is bounds-checked (it is fuzzed by tools/fr_fuzz.c); fields
+ * parsed before an error stay filled so a truncated dump can still be named.
+ */
+#ifndef TPTRACE_FR_PARSE_H
+#define TPTRACE_FR_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* "unknown" for every integer field: JSON null, absent, or not a number */
+#define FR_UNK INT64_MIN
+
+#define FR_ID_LEN   40	/* comm_id: 16 hex digits in practice; longer ids are truncated */
+#define FR_NAME_LEN 64
+
+enum fr_op {
+	FR_OP_UNKNOWN, FR_OP_ALL_REDUCE, FR_OP_ALL_GATHER, FR_OP_REDUCE_SCATTER, FR_OP_BROADCAST,
+	FR_OP_REDUCE, FR_OP_ALL_TO_ALL, FR_OP_GATHER, FR_OP_SCATTER, FR_OP_SEND, FR_OP_RECV,
+	FR_OP_OTHER, FR_OP__COUNT
+};
+enum fr_dtype {
+	FR_DT_UNKNOWN, FR_DT_INT8, FR_DT_UINT8, FR_DT_INT32, FR_DT_UINT32, FR_DT_INT64,
+	FR_DT_UINT64, FR_DT_FLOAT16, FR_DT_FLOAT32, FR_DT_FLOAT64, FR_DT_BFLOAT16,
+	FR_DT_FLOAT8E4M3, FR_DT_FLOAT8E5M2, FR_DT_OTHER, FR_DT__COUNT
+};
+enum fr_redop {
+	FR_RED_NONE, FR_RED_SUM, FR_RED_PROD, FR_RED_MAX, FR_RED_MIN, FR_RED_AVG,
+	FR_RED_PREMUL_SUM, FR_RED_DYNAMIC, FR_RED_OTHER, FR_RED__COUNT
+};
+enum fr_state { FR_ST_UNKNOWN, FR_ST_ENQUEUED, FR_ST_STARTED, FR_ST_COMPLETED };
+enum fr_proc_state { FR_PROC_UNKNOWN, FR_PROC_RUNNING, FR_PROC_EXITED, FR_PROC_KILLED };
+
+const char *fr_op_name(int op);
+const char *fr_dtype_name(int dtype);
+const char *fr_redop_name(int redop);
+const char *fr_state_name(int state);
+bool fr_op_is_p2p(int op);
+bool fr_op_has_redop(int op);
+bool fr_op_has_root(int op);
+
+/* One ring entry, reduced to what the analysis compares. */
+struct fr_entry {
+	int64_t record_id;
+	int64_t coll_seq;	/* collective_seq_id, FR_UNK if absent */
+	int64_t p2p_seq;
+	int64_t count;		/* NCCL count argument (elements) */
+	int64_t in_size;	/* elements: sum over input_sizes of the product of dims */
+	int64_t out_size;
+	int64_t created_ns;	/* time_created_ns */
+	int32_t root;		/* -1 when none/unknown */
+	int32_t peer;
+	uint16_t comm;		/* index into fr_dump.comms */
+	uint8_t op, dtype, redop, state;
+};
+
+struct fr_comm_info {
+	char id[FR_ID_LEN];
+	char state[16];
+	int64_t rank, nranks;
+	int64_t last_enqueued, last_started, last_completed, last_p2p;
+	int64_t async_error;
+	bool in_header;		/* false: only seen in entries/in_call */
+};
+
+struct fr_in_call {
+	char api[48];
+	char thread_name[32];
+	char comm_id[FR_ID_LEN];
+	int64_t tid, entered_ns, seq;
+};
+
+struct fr_dump {
+	char schema[16];
+	char host[FR_NAME_LEN];
+	char dump_reason[16];
+	int64_t version, pid, global_rank, world_size, local_rank;
+	int64_t dump_time_ns;
+	int proc_state;		/* enum fr_proc_state */
+	int64_t exit_code, signal;
+	int64_t ring_size, entries_recorded, entries_overwritten, events_dropped;
+
+	struct fr_comm_info *comms;
+	size_t nr_comms, cap_comms;
+	struct fr_in_call *in_calls;
+	size_t nr_in_calls, cap_in_calls;
+	struct fr_entry *entries;
+	size_t nr_entries, cap_entries;
+
+	char err[160];		/* why fr_dump__parse failed */
+};
+
+/* Limits that keep a hostile or broken dump from taking the machine. */
+#define FR_MAX_COMMS_PER_DUMP	4096
+#define FR_MAX_IN_CALLS		64
+#define FR_MAX_ENTRIES		(1 << 22)
+#define FR_MAX_NRANKS		(1 << 22)
+
+void fr_dump__init(struct fr_dump *d);
+/* Parses buf[0..len) into d (its arrays are reused). 0 on success, -EINVAL (d->err says why)
+ * or -ENOMEM. */
+int fr_dump__parse(struct fr_dump *d, const char *buf, size_t len);
+void fr_dump__release(struct fr_dump *d);
+
+#endif
