@@ -72,5 +72,9 @@ TEST_BINS :=
 include tests/tests.mk
 -include tools/tools.mk
 
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all $(WL_DIR)/sim_train
+	$(Q)tests/demo.sh
+
 clean:
 	$(Q)rm -rf $(OUTPUT) tptrace tptrace-fr

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make demo: start a training-shaped job on the simulated CUDA stack, attach tptrace to the
+# running process for a few seconds, and say where the trace is and how to open it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${DEMO_OUT:-out}
+mkdir -p "$out"
+trace="$out/demo-trace.json.gz"
+fifo=$(mktemp -u /tmp/tptrace-demo.XXXXXX)
+mkfifo "$fifo"
+cleanup() { exec 3>&- 2>/dev/null || true; [ -n "${job:-}" ] && kill "$job" 2>/dev/null; rm -f "$fifo"; }
+trap cleanup EXIT
+
+# the job: 2 training threads, each step 3 GEMMs + 1 ReLU on two streams, copies, an event
+# handoff and a stream sync (see tests/workloads/sim_train.c)
+.output/tests/sim_train --threads 2 --steps 100000 --kernel-us 800 < "$fifo" > "$out/demo-job.log" 2>&1 &
+job=$!
+exec 3>"$fifo"
+for _ in $(seq 50); do grep -q READY "$out/demo-job.log" 2>/dev/null && break; sleep 0.1; done
+echo GO >&3
+sleep 0.5
+echo "demo job running as pid $job (simulated CUDA runtime, never restarted); attaching for 3 s:"
+echo "  tptrace -p $job -d 3 -o $trace"
+./tptrace -p "$job" -d 3 -o "$trace"
+kill "$job" 2>/dev/null || true
+wait "$job" 2>/dev/null || true
+job=
+python3 - "$trace" <<'PY'
+import gzip, json, sys
+t = json.load(gzip.open(sys.argv[1], "rt"))
+ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+names = {}
+for e in ev:
+    names[e["name"]] = names.get(e["name"], 0) + 1
+print("events:", ", ".join(f"{k} {v}" for k, v in sorted(names.items())))
+print("kernels:", sorted({e["args"]["kernel"] for e in ev if "kernel" in e["args"]}))
+print("dropped:", t["tptrace"]["events_dropped"])
+PY
+cat <<MSG
+
+Trace: $(realpath "$trace")
+Open it: https://ui.perfetto.dev -> "Open trace file" (the .json.gz loads as is), or
+chrome://tracing. Analyse with HTA: TraceAnalysis(trace_dir="$(realpath "$out")").
+MSG

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* fr_analyze: fold flight-recorder dumps of all ranks into per-(comm, seq) aggregates and
+ * derive verdicts (who hung the job, and why).
+ *
+ * Memory is bounded by ranks × comms plus the distinct (comm, seq) pairs, never by the number
+ * of entries: each dump is folded as soon as it is parsed and then forgotten.
+ */
+#ifndef TPTRACE_FR_ANALYZE_H
+#define TPTRACE_FR_ANALYZE_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "fr_parse.h"
+
+struct fr_opts {
+	int64_t skew_ns;	/* late_arrival threshold */
+	int64_t stuck_ns;	/* stuck_in_call threshold */
+};
+
+struct fr_analysis;
+
+struct fr_analysis *fr_analysis__new(const struct fr_opts *opts);
+/* Folds one parsed dump. Not thread-safe: callers serialise. 0 or -ENOMEM. */
+int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const char *path);
+/* Records a dump that failed to parse; d holds what was read before the error (may be NULL). */
+int fr_analysis__add_corrupt(struct fr_analysis *a, const char *path, const struct fr_dump *d,
+			     const char *why);
+/* Derives the verdicts; call once, after the last add. */
+int fr_analysis__finish(struct fr_analysis *a);
+int fr_analysis__nr_verdicts(const struct fr_analysis *a);
+int fr_analysis__print_json(const struct fr_analysis *a, FILE *out);
+int fr_analysis__print_human(const struct fr_analysis *a, FILE *out);
+void fr_analysis__free(struct fr_analysis *a);
+
+#endif

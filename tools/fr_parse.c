@@ -1,0 +1,805 @@
+// SPDX-License-Identifier: MIT
+/* fr_parse: pull parser for tptrace-fr dumps. See fr_parse.h for why it is not cJSON.
+ *
+ * The input is untrusted bytes: every access checks j->p < j->end, nesting is bounded,
+ * strings are copied with a cap, numbers saturate. The first error stops the parse and is
+ * described in d->err with its byte offset.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fr_parse.h"
+
+#define MAX_DEPTH 64
+
+struct jp {
+	const char *p, *end, *base;
+	struct fr_dump *d;
+	bool failed;
+};
+
+static const char *const op_names[FR_OP__COUNT] = {
+	"unknown", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+	"all_to_all", "gather", "scatter", "send", "recv", "other",
+};
+static const char *const dtype_names[FR_DT__COUNT] = {
+	"unknown", "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+	"float64", "bfloat16", "float8e4m3", "float8e5m2", "other",
+};
+static const char *const redop_names[FR_RED__COUNT] = {
+	"none", "sum", "prod", "max", "min", "avg", "premul_sum", "dynamic", "other",
+};
+static const char *const state_names[] = { "unknown", "enqueued", "started", "completed" };
+
+const char *fr_op_name(int op) { return op >= 0 && op < FR_OP__COUNT ? op_names[op] : "?"; }
+const char *fr_dtype_name(int t) { return t >= 0 && t < FR_DT__COUNT ? dtype_names[t] : "?"; }
+const char *fr_redop_name(int r) { return r >= 0 && r < FR_RED__COUNT ? redop_names[r] : "?"; }
+const char *fr_state_name(int s) { return s >= 0 && s <= FR_ST_COMPLETED ? state_names[s] : "?"; }
+bool fr_op_is_p2p(int op) { return op == FR_OP_SEND || op == FR_OP_RECV; }
+bool fr_op_has_redop(int op)
+{
+	return op == FR_OP_ALL_REDUCE || op == FR_OP_REDUCE_SCATTER || op == FR_OP_REDUCE;
+}
+bool fr_op_has_root(int op)
+{
+	return op == FR_OP_BROADCAST || op == FR_OP_REDUCE || op == FR_OP_GATHER ||
+	       op == FR_OP_SCATTER;
+}
+
+static int lookup(const char *const *names, int n, const char *s, size_t len, int other)
+{
+	for (int i = 1; i < n; i++)
+		if (strlen(names[i]) == len && !memcmp(names[i], s, len))
+			return i;
+	return other;
+}
+
+static bool fail(struct jp *j, const char *what)
+{
+	if (!j->failed) {
+		j->failed = true;
+		if (j->p >= j->end)
+			snprintf(j->d->err, sizeof(j->d->err), "unexpected end of input at byte %zu",
+				 (size_t)(j->end - j->base));
+		else
+			snprintf(j->d->err, sizeof(j->d->err), "%s at byte %zu", what,
+				 (size_t)(j->p - j->base));
+	}
+	return false;
+}
+
+static inline void ws(struct jp *j)
+{
+	while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
+		j->p++;
+}
+
+static inline bool eat(struct jp *j, char c)
+{
+	ws(j);
+	if (j->p < j->end && *j->p == c) {
+		j->p++;
+		return true;
+	}
+	return false;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Reads a JSON string at j->p into out (NUL-terminated, truncated to cap-1; out may be NULL to
+ * skip). Returns the decoded length kept, or -1 on error. Non-ASCII \u escapes become '?'. */
+static int str(struct jp *j, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	ws(j);
+	if (j->p >= j->end || *j->p != '"')
+		return fail(j, "expected a string"), -1;
+	j->p++;
+	if (!out) {
+		/* fast skip: find the closing quote not preceded by an odd run of backslashes */
+		for (;;) {
+			const char *q = memchr(j->p, '"', j->end - j->p);
+			const char *b;
+
+			if (!q)
+				return j->p = j->end, fail(j, ""), -1;
+			for (b = q; b > j->p && b[-1] == '\\'; b--)
+				;
+			j->p = q + 1;
+			if (((q - b) & 1) == 0)
+				return 0;
+		}
+	}
+	while (j->p < j->end) {
+		char c = *j->p++;
+
+		if (c == '"') {
+			out[n < cap ? n : cap - 1] = 0;
+			return (int)(n < cap ? n : cap - 1);
+		}
+		if (c == '\\') {
+			if (j->p >= j->end)
+				break;
+			c = *j->p++;
+			switch (c) {
+			case 'n': c = '\n'; break;
+			case 't': c = '\t'; break;
+			case 'r': c = '\r'; break;
+			case 'b': c = '\b'; break;
+			case 'f': c = '\f'; break;
+			case '"': case '\\': case '/': break;
+			case 'u': {
+				int v = 0;
+
+				if (j->end - j->p < 4)
+					return j->p = j->end, fail(j, ""), -1;
+				for (int i = 0; i < 4; i++) {
+					int h = hexval(j->p[i]);
+
+					if (h < 0)
+						return fail(j, "bad \\u escape"), -1;
+					v = v * 16 + h;
+				}
+				j->p += 4;
+				c = v > 0 && v < 0x80 ? (char)v : '?';
+				break;
+			}
+			default:
+				j->p--;
+				return fail(j, "bad escape"), -1;
+			}
+		}
+		if (n + 1 < cap)
+			out[n] = c;
+		n++;
+	}
+	return fail(j, ""), -1;
+}
+
+static bool literal(struct jp *j, const char *lit, size_t len)
+{
+	if ((size_t)(j->end - j->p) < len)
+		return j->p = j->end, fail(j, "");
+	if (memcmp(j->p, lit, len))
+		return fail(j, "bad literal");
+	j->p += len;
+	return true;
+}
+
+static bool is_num_char(char c)
+{
+	return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
+/* Reads a number, null, true or false into *out (null -> FR_UNK, booleans -> 0/1, fractions
+ * truncated, out-of-range saturated). Strings and containers are skipped and read as FR_UNK:
+ * a field of the wrong type is unknown, not fatal. */
+static bool skip_value(struct jp *j, int depth);
+
+static bool num(struct jp *j, int64_t *out)
+{
+	const char *s;
+	bool neg = false, frac = false;
+	uint64_t v = 0;
+	bool overflow = false;
+
+	ws(j);
+	*out = FR_UNK;
+	if (j->p >= j->end)
+		return fail(j, "");
+	switch (*j->p) {
+	case 'n': return literal(j, "null", 4);
+	case 't': *out = 1; return literal(j, "true", 4);
+	case 'f': *out = 0; return literal(j, "false", 5);
+	case '"': case '[': case '{': return skip_value(j, 0);
+	}
+	s = j->p;
+	if (*j->p == '-') {
+		neg = true;
+		j->p++;
+	}
+	if (j->p >= j->end || *j->p < '0' || *j->p > '9')
+		return fail(j, "bad number");
+	while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+		unsigned d = *j->p++ - '0';
+
+		if (v > (UINT64_MAX - d) / 10)
+			overflow = true;
+		else
+			v = v * 10 + d;
+	}
+	if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E')) {
+		frac = true;
+		while (j->p < j->end && is_num_char(*j->p))
+			j->p++;
+	}
+	if (frac) {
+		char tmp[64];
+		size_t len = j->p - s;
+		double dv;
+
+		if (len >= sizeof(tmp))
+			len = sizeof(tmp) - 1;
+		memcpy(tmp, s, len);
+		tmp[len] = 0;
+		dv = strtod(tmp, NULL);
+		if (dv != dv)
+			*out = FR_UNK;
+		else if (dv >= 9.2e18)
+			*out = INT64_MAX;
+		else if (dv <= -9.2e18)
+			*out = INT64_MIN + 1;
+		else
+			*out = (int64_t)dv;
+		return true;
+	}
+	if (overflow || v > (uint64_t)INT64_MAX)
+		*out = neg ? INT64_MIN + 1 : INT64_MAX;
+	else
+		*out = neg ? -(int64_t)v : (int64_t)v;
+	return true;
+}
+
+static bool skip_value(struct jp *j, int depth)
+{
+	int64_t dummy;
+
+	ws(j);
+	if (j->p >= j->end)
+		return fail(j, "");
+	if (depth > MAX_DEPTH)
+		return fail(j, "nesting too deep");
+	switch (*j->p) {
+	case '"':
+		return str(j, NULL, 0) >= 0;
+	case '{':
+		j->p++;
+		if (eat(j, '}'))
+			return true;
+		do {
+			if (str(j, NULL, 0) < 0)
+				return false;
+			if (!eat(j, ':'))
+				return fail(j, "expected ':'");
+			if (!skip_value(j, depth + 1))
+				return false;
+		} while (eat(j, ','));
+		return eat(j, '}') ? true : fail(j, "expected ',' or '}'");
+	case '[':
+		j->p++;
+		if (eat(j, ']'))
+			return true;
+		do {
+			if (!skip_value(j, depth + 1))
+				return false;
+		} while (eat(j, ','));
+		return eat(j, ']') ? true : fail(j, "expected ',' or ']'");
+	default:
+		return num(j, &dummy);
+	}
+}
+
+/* Iterates the members of an object: call with *first = true; returns true with the key in
+ * key[] while there is one, false at '}' or on error (check j->failed). */
+static bool next_key(struct jp *j, bool *first, char *key, size_t cap, int *klen)
+{
+	ws(j);
+	if (*first) {
+		*first = false;
+		if (!eat(j, '{'))
+			return fail(j, "expected an object");
+		if (eat(j, '}'))
+			return false;
+	} else {
+		if (eat(j, '}'))
+			return false;
+		if (!eat(j, ','))
+			return fail(j, "expected ',' or '}'");
+	}
+	*klen = str(j, key, cap);
+	if (*klen < 0)
+		return false;
+	if (!eat(j, ':'))
+		return fail(j, "expected ':'");
+	return true;
+}
+
+/* Same for array elements: true when an element follows (j->p at it). */
+static bool next_elem(struct jp *j, bool *first)
+{
+	if (*first) {
+		*first = false;
+		if (!eat(j, '['))
+			return fail(j, "expected an array");
+		return !eat(j, ']');
+	}
+	if (eat(j, ']'))
+		return false;
+	if (!eat(j, ','))
+		return fail(j, "expected ',' or ']'");
+	return true;
+}
+
+static bool is_null(struct jp *j)
+{
+	ws(j);
+	return j->p < j->end && *j->p == 'n';
+}
+
+/* A string field that may be null (stays "" then) or of another type (skipped). */
+static bool str_field(struct jp *j, char *out, size_t cap)
+{
+	ws(j);
+	out[0] = 0;
+	if (j->p < j->end && *j->p == '"')
+		return str(j, out, cap) >= 0;
+	return skip_value(j, 0);
+}
+
+#define KEY(s) (klen == (int)sizeof(s) - 1 && !memcmp(key, s, sizeof(s) - 1))
+
+/* input_sizes/output_sizes: [[d0, d1, ...], ...] -> sum over tensors of the product of dims */
+static bool sizes(struct jp *j, int64_t *out)
+{
+	bool first = true;
+	int64_t total = 0;
+
+	*out = FR_UNK;
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_elem(j, &first)) {
+		bool f2 = true;
+		int64_t prod = 1, v;
+
+		ws(j);
+		if (j->p < j->end && *j->p != '[') {
+			if (!skip_value(j, 0))
+				return false;
+			continue;
+		}
+		while (next_elem(j, &f2)) {
+			if (!num(j, &v))
+				return false;
+			if (v == FR_UNK || v < 0)
+				prod = FR_UNK;
+			else if (prod != FR_UNK)
+				prod = (v && prod > INT64_MAX / v) ? INT64_MAX : prod * v;
+		}
+		if (j->failed)
+			return false;
+		if (prod == FR_UNK || total == FR_UNK)
+			total = FR_UNK;
+		else
+			total = total > INT64_MAX - prod ? INT64_MAX : total + prod;
+	}
+	if (j->failed)
+		return false;
+	*out = total;
+	return true;
+}
+
+static int find_comm(struct fr_dump *d, const char *id, bool create)
+{
+	size_t i;
+
+	for (i = 0; i < d->nr_comms; i++)
+		if (!strcmp(d->comms[i].id, id))
+			return (int)i;
+	if (!create)
+		return -1;
+	if (d->nr_comms >= FR_MAX_COMMS_PER_DUMP)
+		return -2;
+	if (d->nr_comms == d->cap_comms) {
+		size_t cap = d->cap_comms ? d->cap_comms * 2 : 8;
+		void *p = realloc(d->comms, cap * sizeof(*d->comms));
+
+		if (!p)
+			return -3;
+		d->comms = p;
+		d->cap_comms = cap;
+	}
+	struct fr_comm_info *c = &d->comms[d->nr_comms];
+
+	memset(c, 0, sizeof(*c));
+	snprintf(c->id, sizeof(c->id), "%s", id);
+	c->rank = c->nranks = FR_UNK;
+	c->last_enqueued = c->last_started = c->last_completed = c->last_p2p = FR_UNK;
+	c->async_error = FR_UNK;
+	return (int)d->nr_comms++;
+}
+
+static bool comm_obj(struct jp *j)
+{
+	struct fr_comm_info c = { 0 };
+	char key[32];
+	int klen, idx;
+	bool first = true;
+
+	c.rank = c.nranks = FR_UNK;
+	c.last_enqueued = c.last_started = c.last_completed = c.last_p2p = FR_UNK;
+	c.async_error = FR_UNK;
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("comm_id"))
+			ok = str_field(j, c.id, sizeof(c.id));
+		else if (KEY("rank"))
+			ok = num(j, &c.rank);
+		else if (KEY("nranks"))
+			ok = num(j, &c.nranks);
+		else if (KEY("state"))
+			ok = str_field(j, c.state, sizeof(c.state));
+		else if (KEY("async_error"))
+			ok = num(j, &c.async_error);
+		else if (KEY("last_enqueued_seq"))
+			ok = num(j, &c.last_enqueued);
+		else if (KEY("last_started_seq"))
+			ok = num(j, &c.last_started);
+		else if (KEY("last_completed_seq"))
+			ok = num(j, &c.last_completed);
+		else if (KEY("last_p2p_seq"))
+			ok = num(j, &c.last_p2p);
+		else
+			ok = skip_value(j, 0);
+		if (!ok)
+			return false;
+	}
+	if (j->failed)
+		return false;
+	if (!c.id[0])
+		return true;	/* a comm without identity cannot be aligned: ignore it */
+	if (c.nranks != FR_UNK && (c.nranks <= 0 || c.nranks > FR_MAX_NRANKS))
+		c.nranks = FR_UNK;
+	if (c.rank != FR_UNK && (c.rank < 0 || c.rank >= FR_MAX_NRANKS ||
+				 (c.nranks != FR_UNK && c.rank >= c.nranks)))
+		c.rank = FR_UNK;
+	idx = find_comm(j->d, c.id, true);
+	if (idx == -3)
+		return fail(j, "out of memory");
+	if (idx < 0)
+		return fail(j, "too many comms");
+	if (j->d->comms[idx].in_header)
+		return true;	/* duplicate comm_id in one dump: the first wins */
+	c.in_header = true;
+	j->d->comms[idx] = c;
+	return true;
+}
+
+static bool in_call_obj(struct jp *j)
+{
+	struct fr_in_call ic = { 0 };
+	char key[32];
+	int klen;
+	bool first = true;
+	struct fr_dump *d = j->d;
+
+	ic.tid = ic.entered_ns = ic.seq = FR_UNK;
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("tid"))
+			ok = num(j, &ic.tid);
+		else if (KEY("api"))
+			ok = str_field(j, ic.api, sizeof(ic.api));
+		else if (KEY("thread_name"))
+			ok = str_field(j, ic.thread_name, sizeof(ic.thread_name));
+		else if (KEY("entered_ns"))
+			ok = num(j, &ic.entered_ns);
+		else if (KEY("comm_id"))
+			ok = str_field(j, ic.comm_id, sizeof(ic.comm_id));
+		else if (KEY("seq"))
+			ok = num(j, &ic.seq);
+		else
+			ok = skip_value(j, 0);
+		if (!ok)
+			return false;
+	}
+	if (j->failed)
+		return false;
+	if (d->nr_in_calls >= FR_MAX_IN_CALLS)
+		return true;
+	if (d->nr_in_calls == d->cap_in_calls) {
+		size_t cap = d->cap_in_calls ? d->cap_in_calls * 2 : 4;
+		void *p = realloc(d->in_calls, cap * sizeof(*d->in_calls));
+
+		if (!p)
+			return fail(j, "out of memory");
+		d->in_calls = p;
+		d->cap_in_calls = cap;
+	}
+	d->in_calls[d->nr_in_calls++] = ic;
+	return true;
+}
+
+static int op_from_profiling_name(const char *s)
+{
+	/* "nccl:all_reduce", "nccl:send 3->5", "nccl:recv 3<-5" */
+	const char *colon = strchr(s, ':');
+	size_t len;
+
+	s = colon ? colon + 1 : s;
+	len = strcspn(s, " ");
+	return lookup(op_names, FR_OP__COUNT, s, len, FR_OP_OTHER);
+}
+
+static bool entry_obj(struct jp *j, int *last_comm)
+{
+	struct fr_dump *d = j->d;
+	struct fr_entry e;
+	char key[32], buf[FR_ID_LEN], comm_id[FR_ID_LEN] = "";
+	char prof[48] = "";
+	int klen, idx;
+	int64_t v;
+	bool first = true, have_op = false;
+
+	memset(&e, 0, sizeof(e));
+	e.record_id = e.coll_seq = e.p2p_seq = e.count = FR_UNK;
+	e.in_size = e.out_size = e.created_ns = FR_UNK;
+	e.root = e.peer = -1;
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok = true;
+		int len;
+
+		/* ordered by how the writer emits them; unknown keys are skipped */
+		if (KEY("record_id")) {
+			ok = num(j, &e.record_id);
+		} else if (KEY("comm_id")) {
+			ok = str_field(j, comm_id, sizeof(comm_id));
+		} else if (KEY("collective_seq_id")) {
+			ok = num(j, &e.coll_seq);
+		} else if (KEY("p2p_seq_id")) {
+			ok = num(j, &e.p2p_seq);
+		} else if (KEY("op")) {
+			if (is_null(j)) {
+				ok = skip_value(j, 0);
+			} else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0)) {
+				e.op = lookup(op_names, FR_OP__COUNT, buf, len, FR_OP_OTHER);
+				have_op = true;
+			}
+		} else if (KEY("profiling_name")) {
+			ok = str_field(j, prof, sizeof(prof));
+		} else if (KEY("count")) {
+			ok = num(j, &e.count);
+			if (e.count != FR_UNK && e.count < 0)
+				e.count = FR_UNK;
+		} else if (KEY("dtype")) {
+			if (is_null(j))
+				ok = skip_value(j, 0);
+			else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0))
+				e.dtype = lookup(dtype_names, FR_DT__COUNT, buf, len, FR_DT_OTHER);
+		} else if (KEY("input_sizes")) {
+			ok = sizes(j, &e.in_size);
+		} else if (KEY("output_sizes")) {
+			ok = sizes(j, &e.out_size);
+		} else if (KEY("reduce_op")) {
+			if (is_null(j))
+				ok = skip_value(j, 0);
+			else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0))
+				e.redop = lookup(redop_names, FR_RED__COUNT, buf, len, FR_RED_OTHER);
+		} else if (KEY("root") || KEY("peer")) {
+			ok = num(j, &v);
+			if (ok && v != FR_UNK && v >= 0 && v < FR_MAX_NRANKS)
+				*(key[0] == 'r' ? &e.root : &e.peer) = (int32_t)v;
+		} else if (KEY("state")) {
+			if (is_null(j)) {
+				ok = skip_value(j, 0);
+			} else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0)) {
+				if (!strcmp(buf, "completed"))
+					e.state = FR_ST_COMPLETED;
+				else if (!strcmp(buf, "started"))
+					e.state = FR_ST_STARTED;
+				else if (!strcmp(buf, "enqueued") || !strcmp(buf, "scheduled"))
+					e.state = FR_ST_ENQUEUED;
+			}
+		} else if (KEY("time_created_ns")) {
+			ok = num(j, &e.created_ns);
+		} else {
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	if (j->failed)
+		return false;
+	if (!have_op && prof[0])
+		e.op = op_from_profiling_name(prof);
+	if (!comm_id[0])
+		return true;	/* not attributable to a communicator: nothing to align */
+	if (*last_comm >= 0 && !strcmp(d->comms[*last_comm].id, comm_id)) {
+		idx = *last_comm;
+	} else {
+		idx = find_comm(d, comm_id, true);
+		if (idx == -3)
+			return fail(j, "out of memory");
+		if (idx < 0)
+			return fail(j, "too many comms");
+		*last_comm = idx;
+	}
+	e.comm = (uint16_t)idx;
+	if (e.count == FR_UNK && e.in_size != FR_UNK && !fr_op_is_p2p(e.op) &&
+	    e.op != FR_OP_ALL_GATHER && e.op != FR_OP_GATHER && e.op != FR_OP_ALL_TO_ALL &&
+	    e.op != FR_OP_REDUCE_SCATTER && e.op != FR_OP_SCATTER)
+		e.count = e.in_size;
+	if (fr_op_is_p2p(e.op) && e.count == FR_UNK && e.in_size != FR_UNK)
+		e.count = e.in_size;
+	if (d->nr_entries >= FR_MAX_ENTRIES)
+		return fail(j, "too many entries");
+	if (d->nr_entries == d->cap_entries) {
+		size_t cap = d->cap_entries ? d->cap_entries * 2 : 256;
+		void *p = realloc(d->entries, cap * sizeof(*d->entries));
+
+		if (!p)
+			return fail(j, "out of memory");
+		d->entries = p;
+		d->cap_entries = cap;
+	}
+	d->entries[d->nr_entries++] = e;
+	return true;
+}
+
+static bool array_of(struct jp *j, bool (*fn)(struct jp *))
+{
+	bool first = true;
+
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_elem(j, &first))
+		if (!fn(j))
+			return false;
+	return !j->failed;
+}
+
+static bool entries_array(struct jp *j)
+{
+	bool first = true;
+	int last_comm = -1;
+
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_elem(j, &first))
+		if (!entry_obj(j, &last_comm))
+			return false;
+	return !j->failed;
+}
+
+static bool process_obj(struct jp *j)
+{
+	char key[32], buf[16];
+	int klen;
+	bool first = true;
+
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("state")) {
+			ok = str_field(j, buf, sizeof(buf));
+			j->d->proc_state = !strcmp(buf, "running") ? FR_PROC_RUNNING :
+					   !strcmp(buf, "exited")  ? FR_PROC_EXITED :
+					   !strcmp(buf, "killed")  ? FR_PROC_KILLED : FR_PROC_UNKNOWN;
+		} else if (KEY("exit_code")) {
+			ok = num(j, &j->d->exit_code);
+		} else if (KEY("signal")) {
+			ok = num(j, &j->d->signal);
+		} else {
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	return !j->failed;
+}
+
+void fr_dump__init(struct fr_dump *d)
+{
+	memset(d, 0, sizeof(*d));
+}
+
+static void reset(struct fr_dump *d)
+{
+	d->schema[0] = d->host[0] = d->dump_reason[0] = d->err[0] = 0;
+	d->version = d->pid = d->global_rank = d->world_size = d->local_rank = FR_UNK;
+	d->dump_time_ns = d->exit_code = d->signal = FR_UNK;
+	d->ring_size = d->entries_recorded = d->entries_overwritten = d->events_dropped = FR_UNK;
+	d->proc_state = FR_PROC_UNKNOWN;
+	d->nr_comms = d->nr_in_calls = d->nr_entries = 0;
+}
+
+int fr_dump__parse(struct fr_dump *d, const char *buf, size_t len)
+{
+	struct jp j = { .p = buf, .end = buf + len, .base = buf, .d = d };
+	char key[32];
+	int klen;
+	bool first = true;
+
+	reset(d);
+	/* a UTF-8 byte order mark is tolerated */
+	if (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3))
+		j.p += 3;
+	while (next_key(&j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("entries"))
+			ok = entries_array(&j);
+		else if (KEY("schema"))
+			ok = str_field(&j, d->schema, sizeof(d->schema));
+		else if (KEY("version"))
+			ok = num(&j, &d->version);
+		else if (KEY("host"))
+			ok = str_field(&j, d->host, sizeof(d->host));
+		else if (KEY("pid"))
+			ok = num(&j, &d->pid);
+		else if (KEY("global_rank"))
+			ok = num(&j, &d->global_rank);
+		else if (KEY("world_size"))
+			ok = num(&j, &d->world_size);
+		else if (KEY("local_rank"))
+			ok = num(&j, &d->local_rank);
+		else if (KEY("dump_reason"))
+			ok = str_field(&j, d->dump_reason, sizeof(d->dump_reason));
+		else if (KEY("dump_time_ns"))
+			ok = num(&j, &d->dump_time_ns);
+		else if (KEY("process"))
+			ok = process_obj(&j);
+		else if (KEY("ring_size"))
+			ok = num(&j, &d->ring_size);
+		else if (KEY("entries_recorded"))
+			ok = num(&j, &d->entries_recorded);
+		else if (KEY("entries_overwritten"))
+			ok = num(&j, &d->entries_overwritten);
+		else if (KEY("events_dropped"))
+			ok = num(&j, &d->events_dropped);
+		else if (KEY("comms"))
+			ok = array_of(&j, comm_obj);
+		else if (KEY("in_call"))
+			ok = array_of(&j, in_call_obj);
+		else
+			ok = skip_value(&j, 0);
+		if (!ok)
+			break;
+	}
+	if (!j.failed) {
+		ws(&j);
+		if (j.p != j.end)
+			fail(&j, "trailing data after the dump");
+	}
+	if (!j.failed && strcmp(d->schema, "tptrace-fr")) {
+		snprintf(d->err, sizeof(d->err), "not a tptrace-fr dump (schema \"%s\")", d->schema);
+		j.failed = true;
+	}
+	if (!j.failed && d->version != 1) {
+		snprintf(d->err, sizeof(d->err), "unsupported dump version %lld (this reads 1)",
+			 (long long)d->version);
+		j.failed = true;
+	}
+	/* sanity of what the analysis indexes with */
+	if (d->global_rank != FR_UNK && (d->global_rank < 0 || d->global_rank >= FR_MAX_NRANKS))
+		d->global_rank = FR_UNK;
+	if (d->world_size != FR_UNK && (d->world_size <= 0 || d->world_size > FR_MAX_NRANKS))
+		d->world_size = FR_UNK;
+	if (j.failed)
+		return strstr(d->err, "out of memory") ? -ENOMEM : -EINVAL;
+	return 0;
+}
+
+void fr_dump__release(struct fr_dump *d)
+{
+	if (!d)
+		return;
+	free(d->comms);
+	free(d->in_calls);
+	free(d->entries);
+	memset(d, 0, sizeof(*d));
+}
