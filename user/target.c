@@ -255,7 +255,7 @@ static int attach_probe(struct target *t, struct target_obj *obj, struct bpf_pro
 	uint64_t off;
 	int err;
 
-	if (!sym)
+	if (!sym || !prog)	/* no program: resolve only (offline replay, benchmarks) */
 		return 0;
 	if (elfsym__vaddr_to_off(obj->es, sym->vaddr, &off)) {
 		t->attach_errors++;
