@@ -6,6 +6,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "cuda.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -75,10 +76,18 @@ int BPF_KPROBE(cuda_entry)
 		if (bpf_probe_read_user(rec->stack, nstack * sizeof(__u64), (void *)PT_REGS_SP(ctx)))
 			flags |= TP_CALL_STACK_FAULT;
 	}
-	if (deref_arg && deref_arg <= 6) {
+	if (deref_arg) {
+		void *src;
+
+		if (deref_arg == TP_DEREF_STACK)
+			src = (void *)(PT_REGS_SP(ctx) + 8);
+		else if (deref_arg <= 6)
+			src = (void *)rec->args[deref_arg - 1];
+		else
+			src = 0;
 		if (deref_len > TP_DEREF_MAX)
 			deref_len = TP_DEREF_MAX;
-		if (bpf_probe_read_user(rec->deref, deref_len, (void *)rec->args[deref_arg - 1]))
+		if (!src || bpf_probe_read_user(rec->deref, deref_len, src))
 			flags |= TP_CALL_DEREF_FAULT;
 	}
 	if (cookie & TP_COOKIE_CALLER2) {
@@ -88,7 +97,8 @@ int BPF_KPROBE(cuda_entry)
 	}
 	if (cookie & TP_COOKIE_SAVE_OUT) {
 		__u32 tid = (__u32)pid_tgid;
-		__u64 ptr = rec->args[0];
+		__u32 out_arg = TP_COOKIE_OUT_ARG(cookie);
+		__u64 ptr = out_arg < 6 ? rec->args[out_arg] : 0;
 
 		bpf_map_update_elem(&out_ptrs, &tid, &ptr, BPF_ANY);
 	}
@@ -148,6 +158,40 @@ int BPF_KPROBE(dl_debug_state)
 	rec->pad = 0;
 	rec->ts = bpf_ktime_get_ns();
 	/* wake the consumer now: new libraries must be probed before they are used */
+	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+/* Processes whose exit status user space wants (flight recorder: a rank that died). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} watch_pids SEC(".maps");
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(proc_exit, struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	struct tp_rec_exit *rec;
+
+	if (!bpf_map_lookup_elem(&watch_pids, &tgid))
+		return 0;
+	/* signal->live drops to 0 when the last thread of the group exits */
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec) {
+		count(TP_CNT_DROPPED);
+		return 0;
+	}
+	rec->type = TP_REC_EXIT;
+	rec->pid = tgid;
+	rec->tid = BPF_CORE_READ(task, pid);
+	rec->exit_code = BPF_CORE_READ(task, exit_code);
+	rec->ts = bpf_ktime_get_ns();
+	bpf_map_delete_elem(&watch_pids, &tgid);
 	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }

@@ -12,6 +12,7 @@ enum tp_rec_type {
 	TP_REC_CALL = 1,	/* entry of a probed function */
 	TP_REC_RET = 2,		/* return of a probed function */
 	TP_REC_DLOPEN = 3,	/* the dynamic linker's r_brk (_dl_debug_state): maps changed */
+	TP_REC_EXIT = 4,	/* the last thread of a watched process exited */
 };
 
 /* The attach cookie tells the one generic entry program what to copy, so the BPF side
@@ -19,12 +20,15 @@ enum tp_rec_type {
  *   bits  0..15  api id (index into the user-side table)
  *   bits 16..19  stack qwords to copy from [rsp]: [rsp] is the return address, [rsp+8] the
  *                7th integer argument, ... (x86-64 SysV)
- *   bits 20..23  1 + index of the pointer argument whose target is copied to deref[]; 0 = none
- *   bits 24..31  bytes to copy from that pointer (<= TP_DEREF_MAX)
+ *   bits 20..23  1 + index of the pointer argument whose target is copied to deref[]; 0 = none;
+ *                TP_DEREF_STACK = copy from [rsp+8] (a struct passed by value in memory, e.g.
+ *                ncclUniqueId)
+ *   bits 24..31  bytes to copy from there (<= TP_DEREF_MAX)
  *   bit  32      copy the caller's return address [rbp+8] (frame-pointer builds put a
  *                static-inline launch helper between the kernel stub and cudart)
- *   bit  33      remember argument 0 (an out-pointer) per thread; the return program copies
- *                the pointed-to u64 into out_val (used for __cudaGetKernel's handle)
+ *   bit  33      remember an out-pointer argument per thread; the return program copies the
+ *                pointed-to u64 into out_val (__cudaGetKernel's handle, ncclCommInitRank's comm)
+ *   bits 34..36  index of that out-pointer argument
  */
 #define TP_COOKIE_API(c)	((__u32)((c) & 0xffff))
 #define TP_COOKIE_STACK(c)	((__u32)(((c) >> 16) & 0xf))
@@ -32,9 +36,12 @@ enum tp_rec_type {
 #define TP_COOKIE_DEREF_LEN(c)	((__u32)(((c) >> 24) & 0xff))
 #define TP_COOKIE_CALLER2	(1ULL << 32)
 #define TP_COOKIE_SAVE_OUT	(1ULL << 33)
+#define TP_COOKIE_OUT_ARG(c)	((__u32)(((c) >> 34) & 0x7))
+#define TP_COOKIE_OUT_SHIFT	34
+#define TP_DEREF_STACK		7
 
 #define TP_STACK_MAX	4
-#define TP_DEREF_MAX	64
+#define TP_DEREF_MAX	128
 
 struct tp_rec_call {
 	__u32 type;		/* TP_REC_CALL */
@@ -71,6 +78,14 @@ struct tp_rec_dlopen {
 	__u32 pid;
 	__u32 tid;
 	__u32 pad;
+	__u64 ts;
+};
+
+struct tp_rec_exit {
+	__u32 type;		/* TP_REC_EXIT */
+	__u32 pid;
+	__u32 tid;		/* the last thread to exit */
+	__u32 exit_code;	/* wait status: code << 8, or the fatal signal in the low 7 bits */
 	__u64 ts;
 };
 

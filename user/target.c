@@ -15,6 +15,7 @@
 #include "cuda_api.h"
 #include "demangle.h"
 #include "elfsym.h"
+#include "nccl_api.h"
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"
@@ -121,6 +122,7 @@ struct target *target__new(int pid)
 		return NULL;
 	t->pid = pid;
 	t->rank = t->world_size = t->local_rank = -1;
+	t->exit_code = -1;
 	t->pidfd = syscall(SYS_pidfd_open, pid, 0);
 	procmaps__path(path, sizeof(path), pid, "comm");
 	if (!read_file(path, buf, sizeof(buf), &len)) {
@@ -323,8 +325,51 @@ static bool tail_jumps_to_probed(struct target_obj *obj, const struct elfsym_sym
 	return false;
 }
 
+static bool fr_cuda_api(const struct cuda_api *api)
+{
+	switch (api->kind) {
+	case API_EVENT_RECORD:
+	case API_EVENT_RECORD_FLAGS:
+	case API_EVENT_QUERY:
+	case API_EVENT_SYNC:
+	case API_STREAM_SYNC:
+	case API_DEVICE_SYNC:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static unsigned classes_of(const struct target_probes *p)
+{
+	return p->classes ? p->classes : PROBE_CUDA_ALL;
+}
+
+static int attach_nccl(struct target *t, struct target_obj *obj, const struct target_probes *p)
+{
+	int n = 0;
+
+	for (int i = 0; i < nccl_api_count; i++) {
+		uint64_t cookie = nccl_api_cookie(i);
+		int r = attach_probe(t, obj, p->entry, nccl_apis[i].symbol, cookie, false);
+
+		if (r < 0)
+			return r;
+		n += r;
+		if (r > 0) {
+			/* every NCCL call: its return code, and whether a thread is still inside */
+			r = attach_probe(t, obj, p->ret, nccl_apis[i].symbol, cookie, true);
+			if (r < 0)
+				return r;
+			n += r;
+		}
+	}
+	return n;
+}
+
 static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
+	unsigned classes = classes_of(p);
 	int n = 0;
 
 	for (int id = 0; id < cuda_api_count; id++) {
@@ -334,6 +379,8 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 		int r;
 
 		if (!sym)
+			continue;
+		if (!(classes & PROBE_CUDA_ALL) && !((classes & PROBE_CUDA_SYNC) && fr_cuda_api(api)))
 			continue;
 		if (tail_jumps_to_probed(obj, sym)) {
 			t->nr_aliased++;
@@ -517,7 +564,7 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 				break;
 			}
 		}
-		if (obj->cudart) {
+		if (obj->cudart && (classes_of(p) & (PROBE_CUDA_ALL | PROBE_CUDA_SYNC))) {
 			int r = attach_cudart(t, obj, p);
 
 			if (r < 0) {
@@ -525,7 +572,27 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 				break;
 			}
 			added += r;
+		}
+		if (obj->cudart)
 			t->nr_cudart++;
+		for (int i = 0; i < nccl_api_count; i++) {
+			if (nccl_api_is_marker(nccl_apis[i].symbol) &&
+			    elfsym__find_func(obj->es, nccl_apis[i].symbol)) {
+				obj->nccl = true;
+				break;
+			}
+		}
+		if (obj->nccl) {
+			t->nr_nccl++;
+			if (classes_of(p) & PROBE_NCCL) {
+				int r = attach_nccl(t, obj, p);
+
+				if (r < 0) {
+					err = r;
+					break;
+				}
+				added += r;
+			}
 		}
 		if (obj->bias_known) {
 			struct statics_ctx ctx = { t, obj };

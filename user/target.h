@@ -15,11 +15,18 @@ struct bpf_link;
 struct elfsym_cache;
 struct procmaps;
 
+enum probe_class {
+	PROBE_CUDA_ALL = 1,	/* every CUDA runtime API of cuda_api.c (tracing) */
+	PROBE_CUDA_SYNC = 2,	/* events and syncs only (flight recorder: GPU-side progress) */
+	PROBE_NCCL = 4,		/* every NCCL API of nccl_api.c, entry and return */
+};
+
 struct target_probes {
 	struct bpf_program *entry;	/* generic entry program (cookie-driven) */
 	struct bpf_program *ret;	/* generic return program */
 	struct bpf_program *dl_hook;	/* _dl_debug_state */
 	bool all_returns;		/* --durations: return probes on every API */
+	unsigned classes;		/* enum probe_class bits; 0 means PROBE_CUDA_ALL */
 };
 
 struct target_obj {
@@ -30,6 +37,7 @@ struct target_obj {
 	uint64_t bias;		/* runtime address = bias + symbol vaddr */
 	bool bias_known;
 	bool cudart;		/* holds a CUDA runtime (shared or static) */
+	bool nccl;		/* holds NCCL */
 	bool ld_so;		/* the dynamic linker */
 	int nr_probes;
 };
@@ -47,6 +55,8 @@ struct target {
 	int nr_links, cap_links;
 	int nr_probes;		/* uprobes attached (entry + return) */
 	int nr_cudart;		/* objects with a CUDA runtime */
+	int nr_nccl;		/* objects with NCCL */
+	int exit_code;		/* wait status from the exit tracepoint, -1 unknown */
 	int attach_errors;
 	int nr_aliased;		/* APIs left unprobed: a tail jump to another probed API */
 	bool exited;

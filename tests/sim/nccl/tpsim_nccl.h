@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Sim-only API and behaviour of the simulated libnccl.so.2 (tests/sim/nccl).
+ *
+ * The simulated library exports the NCCL 2.28.9 host API from <nccl.h> under the real names
+ * (unversioned, ncclX a weak alias of pncclX as in the real library), links against the
+ * simulated libcudart.so.13 and runs every collective and p2p operation as a "kernel" on the
+ * caller's simulated stream (tpsim_enqueue_kernel), so stream order, events and syncs behave as
+ * on a GPU. Ranks are separate processes (or threads: ncclCommInitAll) that rendezvous through
+ * POSIX shared memory.
+ *
+ * Communicators
+ *   ncclGetUniqueId: bytes 0-3 "TPSN", 4-127 random. The shared segment of the communicator is
+ *   /dev/shm/tpsim-nccl-<hex of id bytes 0..19> (any 128 bytes work as an id). A split comm
+ *   lives in <parent>-s<n>-c<color>, a shrunk one in <parent>-k<n> (n counts splits/shrinks of
+ *   the parent, the same on every rank). Init blocks until all nranks joined; after
+ *   TPSIM_NCCL_INIT_TIMEOUT_S it gives up with ncclSystemError. The last comm to leave a
+ *   segment (destroy/abort) unlinks it; ncclGetUniqueId unlinks stale segments whose members
+ *   are all dead processes. Ids are random, so a stale segment never meets a new id.
+ *   ncclCommSplit and ncclCommShrink rendezvous on the parent's segment (host side, blocking).
+ *   All communicators are blocking (config->blocking is ignored).
+ *
+ * Operations
+ *   The host call validates its arguments, takes the next sequence number and enqueues; it
+ *   never blocks. Collectives: one counter per comm (collective_seq, from 0, incremented by
+ *   every collective call on that rank, in call order, also inside groups). P2p: one counter
+ *   per (comm, direction, peer): the n-th ncclSend from a to b pairs with the n-th ncclRecv on
+ *   b from a. When the stream's worker reaches the op it registers its arrival and waits until
+ *   every rank arrived at the same collective_seq (or the matching p2p peer posted); then it
+ *   lasts TPSIM_NCCL_US + bytes / TPSIM_NCCL_GBPS and completes. A rank that never arrives
+ *   (skipped call, dead process) leaves the others' streams blocked forever: their
+ *   cudaStreamSynchronize / cudaEventSynchronize hang and cudaEventQuery returns
+ *   cudaErrorNotReady, as on a real hang.
+ *   Ops between ncclGroupStart/End (nesting counted per thread) are enqueued at the outermost
+ *   ncclGroupEnd as ONE kernel per stream that first posts all its ops and then waits for all,
+ *   so send+recv to the same peer in one group cannot deadlock. Sends/recvs of one (src,dst)
+ *   pair must stay in order (one stream), as in practice.
+ *   Bytes: allreduce/broadcast/reduce count*size; allgather, alltoall, gather, scatter
+ *   count*size*nranks; reducescatter count*size*nranks; send/recv count*size.
+ *   Data movement: only ncclAllReduce with ncclFloat32 + ncclSum and count*4 <=
+ *   TPSIM_NCCL_DATA_MAX really reduces (recvbuff = sum of every rank's sendbuff), and only
+ *   when every rank passed the same count/dtype/op. Everything else moves no data.
+ *   Kernel names reported to the tpsim observer: ncclDevKernel_<Coll>_<Op>_<type>_RING_LL for
+ *   reductions (Op Sum, Prod, MinMax, SumPostDiv, PreMulSum; type i8 u8 i32 u32 i64 u64 f16
+ *   f32 f64 bf16 f8e4m3 f8e5m2), ncclDevKernel_<Coll>_RING_LL for AllGather and Broadcast,
+ *   ncclDevKernel_SendRecv for send/recv/alltoall/gather/scatter; grid (2,1,1) block
+ *   (512,1,1). A group is one kernel named after its first collective, else SendRecv.
+ *
+ * Mismatches between ranks at the same collective_seq (op kind, count, dtype, reduction op,
+ * root) or p2p pair (count, dtype) never crash. Each rank logs what it sees on stderr with
+ * TPSIM_NCCL_VERBOSE=1 ("tpsim-nccl: ... mismatch ..."). Whether the op then hangs or
+ * completes is per field, TPSIM_NCCL_HANG_ON (comma list of kind,count,dtype,op,root,p2p):
+ *   default "kind": a different op kind (allreduce vs allgather, e.g. a skipped call) hangs
+ *   every rank of that collective forever, as real NCCL does; count, dtype, op and root
+ *   mismatches and p2p count/dtype mismatches complete (no data moved), as real NCCL often
+ *   "succeeds" with corrupt data. "p2p" makes p2p mismatches hang.
+ *
+ * Abort/revoke: ncclCommAbort makes this process's pending ops of that comm complete at once
+ * (the rendezvous is abandoned; peers keep waiting), waits for them, frees the comm and leaves
+ * the segment. ncclCommRevoke does the same without freeing; ncclCommGetAsyncError then says
+ * ncclInProgress until the pending ops drained, then ncclSuccess; new ops get
+ * ncclInvalidUsage. ncclCommFinalize and ncclCommDestroy wait for pending ops (so they hang
+ * with the stream when a peer is missing, as real NCCL does).
+ *
+ * Not simulated: ncclDevComm*, ncclTeam*, ncclGin*, ncclLsa*, ncclLLA2A*, ncclResetDebugInit
+ * (device API, not in <nccl.h>); non-blocking communicators; user buffer registration (accepted,
+ * no effect).
+ *
+ * Environment (read once, at load):
+ *   TPSIM_NCCL_US=200              fixed cost of every op (group: once), in µs
+ *   TPSIM_NCCL_GBPS=50             bandwidth for the bytes term
+ *   TPSIM_NCCL_INIT_TIMEOUT_S=60   init/split/shrink rendezvous timeout -> ncclSystemError
+ *   TPSIM_NCCL_HANG_ON=kind        see above
+ *   TPSIM_NCCL_DATA_MAX=4194304    largest allreduce (bytes) that really reduces
+ *   TPSIM_NCCL_VERBOSE=1           init/split/abort/mismatch lines on stderr (2: every op)
+ */
+#ifndef TPSIM_NCCL_H
+#define TPSIM_NCCL_H
+
+#include <nccl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Makes ncclCommGetAsyncError(comm) report err from now on, as if the library had seen a
+ * network/remote failure (PyTorch's watchdog polls this and aborts the comm). */
+ncclResult_t tpsim_nccl_set_async_error(ncclComm_t comm, ncclResult_t err);
+
+/* The comm's shared-memory segment name ("/tpsim-nccl-..."), for tests; NULL if comm is not a
+ * live communicator. */
+const char *tpsim_nccl_comm_name(ncclComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPSIM_NCCL_H */

@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: MIT
+/* tptrace-fr: offline analyzer of tptrace flight-recorder dumps (docs/fr-schema.md).
+ *
+ * Reads every tptrace-fr.*.json of a directory with a few parser threads; dumps are folded
+ * into the analysis in file-name order (whatever thread parsed them) so the verdicts do not
+ * depend on scheduling. Exit 0: no problem found, 1: problems found, 2: usage or input error.
+ */
+#include <argp.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "fr_analyze.h"
+#include "fr_parse.h"
+
+#ifndef TPTRACE_VERSION
+#define TPTRACE_VERSION "0.0.0"
+#endif
+
+static struct env {
+	const char *dir;
+	bool json;
+	double skew_ms;
+	double stuck_ms;
+	int jobs;
+	int verbose;
+} env = {
+	.skew_ms = 1000,
+	.stuck_ms = 10000,
+	.jobs = 2,
+};
+
+const char *argp_program_version = "tptrace-fr " TPTRACE_VERSION;
+const char *argp_program_bug_address = "<tptrace issues>";
+static const char doc[] =
+"tptrace-fr: find the rank that hung a CUDA/NCCL job from tptrace flight-recorder dumps.\n"
+"\n"
+"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] DIR\n"
+"\n"
+"Reads every tptrace-fr.<host>.<pid>.json in DIR (all ranks, all hosts), aligns the ranks of\n"
+"each communicator by collective/p2p sequence number, and reports, most causal first: dead\n"
+"ranks, missing dumps, ranks that never entered a collective the others wait in, mismatched\n"
+"collectives (type, count, dtype, reduce op, root; the minority is the culprit), unmatched\n"
+"send/recv, threads stuck in a CUDA/NCCL call, late arrivals and ranks whose GPU never\n"
+"finished a collective. Exit status: 0 no problem found, 1 problems found, 2 bad input.\n"
+"\n"
+"EXAMPLES:\n"
+"    tptrace-fr /var/tmp/tptrace                 # human verdict\n"
+"    tptrace-fr --json /var/tmp/tptrace          # machine-readable verdicts\n"
+"    tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/tmp/tptrace\n";
+
+enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK };
+
+static const struct argp_option opts[] = {
+	{ "json", OPT_JSON, NULL, 0, "Print one JSON object with the verdicts", 0 },
+	{ "skew-ms", OPT_SKEW, "MS", 0, "late_arrival threshold (default 1000)", 0 },
+	{ "stuck-ms", OPT_STUCK, "MS", 0, "stuck_in_call threshold (default 10000)", 0 },
+	{ "jobs", 'j', "N", 0, "Parser threads (default 2)", 0 },
+	{ "verbose", 'v', NULL, 0, "More diagnostics on stderr", 0 },
+	{},
+};
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	char *end;
+	double d;
+	long l;
+
+	switch (key) {
+	case OPT_JSON:
+		env.json = true;
+		break;
+	case OPT_SKEW:
+	case OPT_STUCK:
+		errno = 0;
+		d = strtod(arg, &end);
+		if (errno || end == arg || *end || d < 0 || d > 1e9)
+			argp_error(state, "invalid --%s '%s' (milliseconds >= 0)",
+				   key == OPT_SKEW ? "skew-ms" : "stuck-ms", arg);
+		*(key == OPT_SKEW ? &env.skew_ms : &env.stuck_ms) = d;
+		break;
+	case 'j':
+		errno = 0;
+		l = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || l < 1 || l > 64)
+			argp_error(state, "invalid --jobs '%s' (1..64)", arg);
+		env.jobs = (int)l;
+		break;
+	case 'v':
+		env.verbose++;
+		break;
+	case ARGP_KEY_ARG:
+		if (env.dir)
+			argp_error(state, "unexpected argument '%s' (one directory)", arg);
+		env.dir = arg;
+		break;
+	case ARGP_KEY_END:
+		if (!env.dir)
+			argp_error(state, "no dump directory given");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static bool is_dump_name(const char *name)
+{
+	size_t len = strlen(name);
+
+	/* tptrace-fr.<host>.<pid>.json; the writer's temp files end otherwise */
+	return len > 16 && !strncmp(name, "tptrace-fr.", 11) && !strcmp(name + len - 5, ".json");
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+struct shared {
+	char **paths;
+	int nr_paths;
+	int next_file;		/* next to parse */
+	int next_fold;		/* next to fold: folds happen in path order */
+	pthread_mutex_t lock;
+	pthread_cond_t turn;
+	struct fr_analysis *an;
+	int err;
+	int nr_corrupt;
+};
+
+/* reads a whole file into *buf (grown as needed); 0 or -errno */
+static int slurp(const char *path, char **buf, size_t *cap, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	size_t n = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) == 0 && st.st_size > 0 && (size_t)st.st_size + 1 > *cap) {
+		char *p = realloc(*buf, st.st_size + 1);
+
+		if (!p) {
+			close(fd);
+			return -ENOMEM;
+		}
+		*buf = p;
+		*cap = st.st_size + 1;
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	for (;;) {
+		ssize_t r;
+
+		if (n == *cap) {
+			size_t ncap = *cap ? *cap * 2 : 1 << 20;
+			char *p = realloc(*buf, ncap);
+
+			if (!p) {
+				close(fd);
+				return -ENOMEM;
+			}
+			*buf = p;
+			*cap = ncap;
+		}
+		r = read(fd, *buf + n, *cap - n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			close(fd);
+			return (int)r;
+		}
+		if (r == 0)
+			break;
+		n += r;
+	}
+	close(fd);
+	*len = n;
+	return 0;
+}
+
+static void *worker(void *arg)
+{
+	struct shared *sh = arg;
+	struct fr_dump d;
+	char *buf = NULL;
+	size_t cap = 0;
+
+	fr_dump__init(&d);
+	for (;;) {
+		size_t len = 0;
+		int i, err, perr = 0;
+		char why[200];
+
+		pthread_mutex_lock(&sh->lock);
+		i = sh->next_file++;
+		pthread_mutex_unlock(&sh->lock);
+		if (i >= sh->nr_paths)
+			break;
+		err = slurp(sh->paths[i], &buf, &cap, &len);
+		if (err == -ENOMEM)
+			perr = -ENOMEM;
+		else if (err)
+			snprintf(why, sizeof(why), "unreadable: %s", strerror(-err));
+		else if ((perr = fr_dump__parse(&d, buf, len)) == -EINVAL)
+			snprintf(why, sizeof(why), "%s", d.err);
+
+		pthread_mutex_lock(&sh->lock);
+		while (sh->next_fold != i)
+			pthread_cond_wait(&sh->turn, &sh->lock);
+		if (perr == -ENOMEM) {
+			sh->err = -ENOMEM;
+		} else if (err || perr) {
+			fprintf(stderr, "tptrace-fr: %s: %s; skipped\n", sh->paths[i], why);
+			sh->nr_corrupt++;
+			if (fr_analysis__add_corrupt(sh->an, sh->paths[i], err ? NULL : &d, why))
+				sh->err = -ENOMEM;
+		} else if (!sh->err) {
+			if (fr_analysis__add_dump(sh->an, &d, sh->paths[i]))
+				sh->err = -ENOMEM;
+		}
+		sh->next_fold++;
+		pthread_cond_broadcast(&sh->turn);
+		pthread_mutex_unlock(&sh->lock);
+	}
+	free(buf);
+	fr_dump__release(&d);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	struct fr_opts fo;
+	struct shared sh = {
+		.lock = PTHREAD_MUTEX_INITIALIZER,
+		.turn = PTHREAD_COND_INITIALIZER,
+	};
+	pthread_t tids[64];
+	int nr_threads = 0, cap = 0, ret = 2, err;
+	struct dirent *de;
+	DIR *dir;
+
+	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
+	if (err)
+		return 2;
+	fo.skew_ns = (int64_t)(env.skew_ms * 1e6);
+	fo.stuck_ns = (int64_t)(env.stuck_ms * 1e6);
+
+	dir = opendir(env.dir);
+	if (!dir) {
+		fprintf(stderr, "tptrace-fr: cannot read directory %s: %s\n", env.dir,
+			strerror(errno));
+		return 2;
+	}
+	while ((de = readdir(dir))) {
+		char *path;
+
+		if (!is_dump_name(de->d_name))
+			continue;
+		if (sh.nr_paths == cap) {
+			char **p;
+
+			cap = cap ? cap * 2 : 256;
+			p = realloc(sh.paths, cap * sizeof(char *));
+			if (!p)
+				goto nomem;
+			sh.paths = p;
+		}
+		if (asprintf(&path, "%s/%s", env.dir, de->d_name) < 0)
+			goto nomem;
+		sh.paths[sh.nr_paths++] = path;
+	}
+	closedir(dir);
+	dir = NULL;
+	if (!sh.nr_paths) {
+		fprintf(stderr, "tptrace-fr: no tptrace-fr.*.json dumps in %s\n", env.dir);
+		goto cleanup;
+	}
+	qsort(sh.paths, sh.nr_paths, sizeof(char *), cmp_str);
+
+	sh.an = fr_analysis__new(&fo);
+	if (!sh.an)
+		goto nomem;
+	for (int i = 0; i < env.jobs && i < sh.nr_paths; i++) {
+		if (pthread_create(&tids[i], NULL, worker, &sh))
+			break;
+		nr_threads++;
+	}
+	if (!nr_threads)
+		worker(&sh);
+	for (int i = 0; i < nr_threads; i++)
+		pthread_join(tids[i], NULL);
+	if (sh.err)
+		goto nomem;
+	if (env.verbose)
+		fprintf(stderr, "tptrace-fr: read %d dumps (%d corrupt)\n", sh.nr_paths,
+			sh.nr_corrupt);
+	if (fr_analysis__finish(sh.an))
+		goto nomem;
+	if (env.json)
+		err = fr_analysis__print_json(sh.an, stdout);
+	else
+		err = fr_analysis__print_human(sh.an, stdout);
+	if (err || fflush(stdout)) {
+		fprintf(stderr, "tptrace-fr: cannot write the report: %s\n",
+			strerror(err ? -err : errno));
+		goto cleanup;
+	}
+	ret = fr_analysis__nr_verdicts(sh.an) ? 1 : 0;
+	goto cleanup;
+nomem:
+	fprintf(stderr, "tptrace-fr: out of memory\n");
+	ret = 2;
+cleanup:
+	if (dir)
+		closedir(dir);
+	fr_analysis__free(sh.an);
+	for (int i = 0; i < sh.nr_paths; i++)
+		free(sh.paths[i]);
+	free(sh.paths);
+	return ret;
+}
