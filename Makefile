@@ -75,6 +75,7 @@ include tests/tests.mk
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all $(WL_DIR)/sim_train
 	$(Q)tests/demo.sh
+bench: deps ; $(Q)tests/bench/run.sh
 
 clean:
 	$(Q)rm -rf $(OUTPUT) tptrace tptrace-fr

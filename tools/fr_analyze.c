@@ -67,8 +67,8 @@ struct proc {
 struct comm {
 	char id[FR_ID_LEN];
 	int64_t nranks;		/* largest seen; FR_UNK */
-	int *by_rank;		/* member index per comm rank, -1 when no dump holds it */
-	int64_t by_rank_len;
+	int64_t (*placed)[2];	/* finish: (comm rank, member) sorted, one per rank */
+	int nr_placed;
 	struct ivec members;	/* every member, placed or not */
 	int dup_ranks;		/* two dumps claiming one comm rank */
 	bool aborted;
@@ -433,30 +433,8 @@ static int member_new(struct fr_analysis *a, int comm, int proc, const struct fr
 		c->nranks = ci->nranks;
 	if (ivec_push(&c->members, i))
 		return -ENOMEM;
-	if (m->rank != FR_UNK) {
-		int64_t need = m->rank + 1;
-
-		if (need > c->by_rank_len) {
-			int64_t len = c->by_rank_len ? c->by_rank_len : 8;
-			int *p;
-
-			while (len < need)
-				len *= 2;
-			p = realloc(c->by_rank, len * sizeof(int));
-			if (!p)
-				return -ENOMEM;
-			for (int64_t r = c->by_rank_len; r < len; r++)
-				p[r] = -1;
-			c->by_rank = p;
-			c->by_rank_len = len;
-		}
-		if (c->by_rank[m->rank] < 0) {
-			c->by_rank[m->rank] = i;
-			m->placed = true;
-		} else {
-			c->dup_ranks++;
-		}
-	}
+	/* placed in finish: the first dump (in file order) holding a comm rank owns it */
+	m->placed = m->rank != FR_UNK;
 	return i;
 }
 
@@ -574,7 +552,7 @@ static int fold_p2p(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	struct p2p_op *op;
 	int ci;
 
-	if (m->rank == FR_UNK || e->peer < 0 || !m->placed)
+	if (m->rank == FR_UNK || e->peer < 0)
 		return 0;
 	if (e->op == FR_OP_SEND)
 		ci = chan_get(a, m->comm, (int)m->rank, e->peer);
@@ -715,8 +693,12 @@ static struct verdict *verdict_new(struct fr_analysis *a, int rule, int comm, in
 	return v;
 }
 
+#define MAX_WHO (1 << 16)	/* culprits listed per verdict */
+
 static void who_add(struct verdict *v, int64_t grank, int64_t crank, int proc)
 {
+	if (v->nr_who >= MAX_WHO)
+		return;
 	if (v->nr_who == v->cap_who) {
 		int cap = v->cap_who ? v->cap_who * 2 : 8;
 		void *p = realloc(v->who, cap * sizeof(*v->who));
@@ -811,12 +793,17 @@ static char *text_close(struct text *t)
 	return t->buf;
 }
 
+/* the first 8 hex digits name a comm in prose, as git names commits */
 static const char *short_id(const char *id)
 {
-	static __thread char buf[9];
+	static __thread char bufs[4][9];
+	static __thread unsigned next;
+	char *b = bufs[next++ & 3];
+	size_t n = strnlen(id, 8);
 
-	snprintf(buf, sizeof(buf), "%s", id);
-	return buf;
+	memcpy(b, id, n);
+	b[n] = 0;
+	return b;
 }
 
 /* "0-4,6-7" from a sorted list; returns the count printed */
@@ -1016,6 +1003,88 @@ static bool proc_dropped(const struct proc *p)
 }
 
 /* ---------------------------------------------------------------- rules */
+
+static int cmp_placed(const void *x, const void *y)
+{
+	const int64_t *p = x, *q = y;
+
+	if (p[0] != q[0])
+		return p[0] < q[0] ? -1 : 1;
+	return p[1] < q[1] ? -1 : p[1] > q[1];
+}
+
+/* Sorts each comm's members by comm rank; a second dump claiming a rank is not placed. */
+static int place_members(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		struct comm *c = &a->comms[ci];
+		int n = 0;
+
+		c->placed = malloc((c->members.n + 1) * sizeof(*c->placed));
+		if (!c->placed)
+			return -ENOMEM;
+		for (int i = 0; i < c->members.n; i++) {
+			struct member *m = &a->members[c->members.v[i]];
+
+			if (m->rank == FR_UNK || (c->nranks != FR_UNK && m->rank >= c->nranks)) {
+				m->placed = false;
+				continue;
+			}
+			c->placed[n][0] = m->rank;
+			c->placed[n][1] = c->members.v[i];
+			n++;
+		}
+		qsort(c->placed, n, sizeof(*c->placed), cmp_placed);
+		c->nr_placed = 0;
+		for (int i = 0; i < n; i++) {
+			if (c->nr_placed && c->placed[c->nr_placed - 1][0] == c->placed[i][0]) {
+				a->members[c->placed[i][1]].placed = false;
+				c->dup_ranks++;
+				continue;
+			}
+			memmove(c->placed[c->nr_placed++], c->placed[i], sizeof(*c->placed));
+		}
+	}
+	return 0;
+}
+
+static int comm_member_at(const struct fr_analysis *a, const struct comm *c, int64_t rank)
+{
+	int lo = 0, hi = c->nr_placed - 1;
+
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+
+		if (c->placed[mid][0] == rank)
+			return (int)c->placed[mid][1];
+		if (c->placed[mid][0] < rank)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+/* Absent comm ranks: the first up to cap of them into vals; returns how many there are. */
+static int64_t comm_absent(const struct comm *c, int64_t *vals, int cap)
+{
+	int64_t n = 0, r = 0;
+
+	if (c->nranks == FR_UNK)
+		return 0;
+	for (int i = 0; i <= c->nr_placed; i++) {
+		int64_t upto = i < c->nr_placed ? c->placed[i][0] : c->nranks;
+
+		for (; r < upto && n < cap; r++)
+			vals[n++] = r;
+		if (r < upto) {
+			n += upto - r;
+			r = upto;
+		}
+		r = upto + 1;
+	}
+	return n;
+}
 
 static int cmp_comm_id(const void *x, const void *y, void *arg)
 {
@@ -1307,9 +1376,19 @@ static int rule_dead_rank(struct fr_analysis *a)
 	return 0;
 }
 
+#define ABSENT_LIST 1024
+
+static void print_absent(FILE *f, const struct comm *c, const int64_t *absent, int64_t n)
+{
+	print_range_list(f, absent, (int)(n < ABSENT_LIST ? n : ABSENT_LIST));
+	if (n > ABSENT_LIST)
+		fprintf(f, " and %" PRId64 " more", n - ABSENT_LIST);
+}
+
 static int rule_missing_dump(struct fr_analysis *a)
 {
 	uint8_t *present = NULL;
+	int64_t absent[ABSENT_LIST];
 	struct verdict *v = NULL;
 	struct text t;
 	FILE *f;
@@ -1351,24 +1430,15 @@ static int rule_missing_dump(struct fr_analysis *a)
 					a->corrupt[i].global_rank, a->corrupt[i].path);
 		for (int ci = 0; ci < a->nr_comms; ci++) {
 			struct comm *c = &a->comms[a->comm_order[ci]];
-			int64_t *absent, n = 0;
+			int64_t n = comm_absent(c, absent, ABSENT_LIST);
 
-			if (c->nranks == FR_UNK)
-				continue;
-			absent = malloc(c->nranks * sizeof(int64_t));
-			if (!absent)
-				goto nomem;
-			for (int64_t r = 0; r < c->nranks; r++)
-				if (r >= c->by_rank_len || c->by_rank[r] < 0)
-					absent[n++] = r;
 			if (n && shown < 8) {
 				fprintf(f, "comm %s (%" PRId64 " ranks) has no dump for comm rank%s ",
 					short_id(c->id), c->nranks, n > 1 ? "s" : "");
-				print_range_list(f, absent, (int)n);
+				print_absent(f, c, absent, n);
 				fprintf(f, "\n");
 			}
 			shown += n > 0;
-			free(absent);
 		}
 		if (shown > 8)
 			fprintf(f, "... and %d more comms lack members\n", shown - 8);
@@ -1377,48 +1447,34 @@ static int rule_missing_dump(struct fr_analysis *a)
 		return 0;
 	}
 	free(present);
-	present = NULL;
 	/* no world size to go by: say it per comm */
 	for (int ci = 0; ci < a->nr_comms; ci++) {
 		int cid = a->comm_order[ci];
 		struct comm *c = &a->comms[cid];
-		int64_t *absent, n = 0;
+		int64_t n = comm_absent(c, absent, ABSENT_LIST);
 		bool identity = true;
 
-		if (c->nranks == FR_UNK)
+		if (!n)
 			continue;
-		for (int i = 0; i < c->members.n; i++) {
-			struct member *m = &a->members[c->members.v[i]];
+		for (int i = 0; i < c->nr_placed; i++) {
+			struct member *m = &a->members[c->placed[i][1]];
 
-			if (m->placed && a->procs[m->proc].global_rank != m->rank)
+			if (a->procs[m->proc].global_rank != m->rank)
 				identity = false;
 		}
-		absent = malloc(c->nranks * sizeof(int64_t));
-		if (!absent)
-			goto nomem;
-		for (int64_t r = 0; r < c->nranks; r++)
-			if (r >= c->by_rank_len || c->by_rank[r] < 0)
-				absent[n++] = r;
-		if (n) {
-			if (!(v = verdict_new(a, RULE_MISSING_DUMP, cid, FR_UNK, NULL))) {
-				free(absent);
-				goto nomem;
-			}
-			for (int64_t i = 0; i < n; i++)
-				who_add(v, identity ? absent[i] : FR_UNK, absent[i], -1);
-			if (!(f = text_open(&t))) {
-				free(absent);
-				goto nomem;
-			}
-			fprintf(f, "comm %s has %" PRId64 " ranks but no dump holds comm rank%s ",
-				short_id(c->id), c->nranks, n > 1 ? "s" : "");
-			print_range_list(f, absent, (int)n);
-			v->headline = text_close(&t);
-			v->detail = strdup(identity ? "its ranks equal the global ranks in every dump "
-					   "present, so the missing global ranks are the same" :
-					   "the global ranks of the missing members are unknown");
-		}
-		free(absent);
+		if (!(v = verdict_new(a, RULE_MISSING_DUMP, cid, FR_UNK, NULL)))
+			return -ENOMEM;
+		for (int64_t i = 0; i < n && i < ABSENT_LIST; i++)
+			who_add(v, identity ? absent[i] : FR_UNK, absent[i], -1);
+		if (!(f = text_open(&t)))
+			return -ENOMEM;
+		fprintf(f, "comm %s has %" PRId64 " ranks but no dump holds comm rank%s ",
+			short_id(c->id), c->nranks, n > 1 ? "s" : "");
+		print_absent(f, c, absent, n);
+		v->headline = text_close(&t);
+		v->detail = strdup(identity ? "its ranks equal the global ranks in every dump "
+				   "present, so the missing global ranks are the same" :
+				   "the global ranks of the missing members are unknown");
 	}
 	return 0;
 nomem:
@@ -1590,12 +1646,12 @@ static int rule_signatures(struct fr_analysis *a)
 			if (!(f = text_open(&t)))
 				return -ENOMEM;
 			for (int i = 0; i < ng; i++) {
-				fprintf(f, "%s %d rank%s: ", i == 0 && !tie ? "majority," : "",
+				fprintf(f, "%s (%d rank%s): ", tie ? "tied" : i == 0 ? "majority" : "minority",
 					gv[i].n, gv[i].n == 1 ? "" : "s");
 				print_members(f, a, gv[i].members, gv[i].nr_listed);
 				if (gv[i].nr_listed < gv[i].n)
 					fprintf(f, " and %d more", gv[i].n - gv[i].nr_listed);
-				fprintf(f, " use ");
+				fprintf(f, " %s ", gv[i].n == 1 ? "uses" : "use");
 				print_sig(f, &gv[i].sig, c->nranks);
 				fprintf(f, "\n");
 			}
@@ -1665,11 +1721,9 @@ static int rule_p2p(struct fr_analysis *a)
 			per_comm = 0;
 		}
 		/* both ends must have a dump, or missing_dump already says it */
-		if (ch->src >= c->by_rank_len || ch->dst >= c->by_rank_len)
-			continue;
-		sm = c->by_rank[ch->src];
-		rm = c->by_rank[ch->dst];
-		if (sm < 0 || rm < 0)
+		sm = comm_member_at(a, c, ch->src);
+		rm = comm_member_at(a, c, ch->dst);
+		if (sm < 0 || rm < 0 || S->member != sm || R->member != rm)
 			continue;
 		/* whole histories: pair by absolute index; else the newest completed ops pair */
 		absolute = !a->procs[a->members[sm].proc].wrapped &&
@@ -2147,6 +2201,8 @@ int fr_analysis__finish(struct fr_analysis *a)
 			any_running = true;
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		a->procs[pi].dead = proc_is_dead(&a->procs[pi], any_running);
+	if ((err = place_members(a)))
+		return err;
 
 	if ((err = rule_missing_rank(a)) || (err = rule_dead_rank(a)) ||
 	    (err = rule_missing_dump(a)) || (err = rule_async_error(a)) ||
@@ -2222,11 +2278,21 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 				fprintf(f, ". %s", v->detail);
 			append_caveats(a, v, f);
 			text_close(&t);
-			/* one sentence-ish line: newlines become "; " */
-			for (char *p = t.buf; p && *p; p++)
-				if (*p == '\n')
-					*p = ';';
-			cJSON_AddStringToObject(o, "detail", t.buf ? t.buf : "");
+			/* one line: newlines become "; " */
+			char *line = malloc(t.len * 2 + 1), *q = line;
+
+			for (char *p = t.buf; line && p && *p; p++) {
+				if (*p == '\n') {
+					*q++ = ';';
+					*q++ = ' ';
+				} else {
+					*q++ = *p;
+				}
+			}
+			if (line)
+				*q = 0;
+			cJSON_AddStringToObject(o, "detail", line ? line : "");
+			free(line);
 			free(t.buf);
 		}
 	}
@@ -2246,7 +2312,8 @@ int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
 		bool same = true;
 		int shown = 0;
 
-		fprintf(out, "no problem found: %d ranks, %d comms, ", a->nr_procs, a->nr_comms);
+		fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,
+			a->nr_procs == 1 ? "" : "s", a->nr_comms, a->nr_comms == 1 ? "" : "s");
 		for (int ci = 0; ci < a->nr_comms; ci++) {
 			const struct comm *c = &a->comms[a->comm_order[ci]];
 			int64_t last = c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0;
@@ -2271,9 +2338,9 @@ int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
 		}
 		return 0;
 	}
-	fprintf(out, "%d problem%s found (%d ranks, %d comms, %d dumps), most causal first:\n\n",
+	fprintf(out, "%d problem%s found (%d ranks, %d comm%s, %d dumps), most causal first:\n\n",
 		a->nr_verdicts, a->nr_verdicts == 1 ? "" : "s", a->nr_procs, a->nr_comms,
-		a->nr_procs + a->nr_corrupt);
+		a->nr_comms == 1 ? "" : "s", a->nr_procs + a->nr_corrupt);
 	for (int i = 0; i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
 		const char *d = v->detail ? v->detail : "";
@@ -2304,7 +2371,7 @@ void fr_analysis__free(struct fr_analysis *a)
 		free(a->procs[i].missed.v);
 	}
 	for (int i = 0; i < a->nr_comms; i++) {
-		free(a->comms[i].by_rank);
+		free(a->comms[i].placed);
 		free(a->comms[i].members.v);
 		free(a->comms[i].aggs.v);
 	}

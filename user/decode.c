@@ -384,7 +384,6 @@ int decoder__ring_cb(void *ctx, void *data, size_t size)
 	struct decoder *d = ctx;
 	uint32_t type;
 
-	d->stats.records++;
 	if (size < sizeof(type)) {
 		d->stats.bad_records++;
 		return 0;
@@ -395,12 +394,14 @@ int decoder__ring_cb(void *ctx, void *data, size_t size)
 		if (size < sizeof(struct tp_rec_call) ||
 		    ((struct tp_rec_call *)data)->api >= cuda_api_count)
 			break;
+		d->stats.records++;
 		on_call(d, data);
 		return 0;
 	case TP_REC_RET:
 		if (size < sizeof(struct tp_rec_ret) ||
 		    ((struct tp_rec_ret *)data)->api >= cuda_api_count)
 			break;
+		d->stats.records++;
 		on_return(d, data);
 		return 0;
 	case TP_REC_DLOPEN:
@@ -408,6 +409,20 @@ int decoder__ring_cb(void *ctx, void *data, size_t size)
 			break;
 		on_dlopen(d, data);
 		return 0;
+	case TP_REC_EXIT: {
+		const struct tp_rec_exit *x = data;
+		struct target *t;
+
+		if (size < sizeof(*x))
+			break;
+		t = find_target(d, x->pid);
+		if (t) {
+			/* the main loop notices the exit itself (pidfd) and says so */
+			t->exit_code = (int)x->exit_code;
+			t->exit_ns = x->ts;
+		}
+		return 0;
+	}
 	}
 	d->stats.bad_records++;
 	return 0;

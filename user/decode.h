@@ -15,7 +15,7 @@ struct elfsym_cache;
 struct target_probes;
 
 struct decoder_stats {
-	uint64_t records;		/* ring records consumed */
+	uint64_t records;		/* call and return records consumed */
 	uint64_t calls;			/* API call events written */
 	uint64_t launches;
 	uint64_t launches_named;	/* launches whose kernel name is known */

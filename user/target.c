@@ -206,7 +206,7 @@ bool target__gone(struct target *t)
 	} else if (kill(t->pid, 0) && errno == ESRCH) {
 		t->exited = true;
 	}
-	if (t->exited) {
+	if (t->exited && !t->exit_ns) {
 		struct timespec now;
 
 		clock_gettime(CLOCK_MONOTONIC, &now);

@@ -18,6 +18,7 @@
 #include "decode.h"
 #include "elfsym.h"
 #include "log.h"
+#include "session.h"
 #include "target.h"
 #include "trace_json.h"
 
@@ -144,33 +145,6 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	return vfprintf(stderr, fmt, args);
 }
 
-static uint64_t clock_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static uint64_t read_drops(struct cuda_bpf *skel)
-{
-	int ncpu = libbpf_num_possible_cpus();
-	__u32 key = TP_CNT_DROPPED;
-	uint64_t sum = 0;
-	uint64_t *vals;
-
-	if (ncpu <= 0)
-		return 0;
-	vals = calloc(ncpu, sizeof(*vals));
-	if (!vals)
-		return 0;
-	if (!bpf_map_lookup_elem(bpf_map__fd(skel->maps.counters), &key, vals))
-		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
-	free(vals);
-	return sum;
-}
-
 static char *metadata_json(struct target **targets, int nr, const struct decoder_stats *st,
 			   uint64_t drops, uint64_t start_real, uint64_t end_real, int argc, char **argv)
 {
@@ -182,7 +156,12 @@ static char *metadata_json(struct target **targets, int nr, const struct decoder
 	cmd = cJSON_AddArrayToObject(root, "command");
 	for (int i = 0; i < argc; i++)
 		cJSON_AddItemToArray(cmd, cJSON_CreateString(argv[i]));
-	cJSON_AddNumberToObject(root, "start_unix_ns", (double)start_real);
+	{
+		char buf[32];
+
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)start_real);
+		cJSON_AddItemToObject(root, "start_unix_ns", cJSON_CreateRaw(buf));
+	}
 	cJSON_AddNumberToObject(root, "duration_s", (end_real - start_real) / 1e9);
 	cJSON_AddStringToObject(root, "clock", "CLOCK_MONOTONIC (bpf_ktime_get_ns)");
 	arr = cJSON_AddArrayToObject(root, "targets");
@@ -204,6 +183,10 @@ static char *metadata_json(struct target **targets, int nr, const struct decoder
 		cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
 		cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
 		cJSON_AddBoolToObject(o, "exited", t->exited);
+		if (t->exit_code >= 0 && (t->exit_code & 0x7f))
+			cJSON_AddNumberToObject(o, "killed_by_signal", t->exit_code & 0x7f);
+		else if (t->exit_code >= 0)
+			cJSON_AddNumberToObject(o, "exit_code", (t->exit_code >> 8) & 0xff);
 		cJSON_AddItemToArray(arr, o);
 		probes += t->nr_probes;
 		attach_errors += t->attach_errors;
@@ -243,6 +226,8 @@ static void write_process_meta(struct trace_json *tj, struct target *t)
 	}
 }
 
+int fr_main(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
@@ -257,6 +242,8 @@ int main(int argc, char **argv)
 	bool output_created = false;
 	int err, ret = 1;
 
+	if (argc > 1 && !strcmp(argv[1], "fr"))
+		return fr_main(argc - 1, argv + 1);
 	argp_err_exit_status = 2;
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
@@ -271,37 +258,18 @@ int main(int argc, char **argv)
 				goto cleanup;
 			}
 		}
-		targets[i] = target__new(env.pids[i]);
-		if (!targets[i]) {
-			if (errno == ESRCH)
-				log_error("tptrace: pid %d: no such process\n", env.pids[i]);
-			else
-				log_error("tptrace: pid %d: cannot read /proc/%d/maps: %s (run as root)\n",
-					  env.pids[i], env.pids[i], strerror(errno));
+		targets[i] = session__open_target(env.pids[i]);
+		if (!targets[i])
 			goto cleanup;
-		}
 	}
 
-	skel = cuda_bpf__open();
-	if (!skel) {
-		log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
+	skel = session__load_bpf(env.ring_mb);
+	if (!skel)
 		goto cleanup;
-	}
-	bpf_map__set_max_entries(skel->maps.events, (uint32_t)env.ring_mb << 20);
-	err = cuda_bpf__load(skel);
-	if (err) {
-		if (err == -EPERM || err == -EACCES)
-			log_error("tptrace: loading BPF programs: %s (run as root: needs CAP_BPF and "
-				  "CAP_PERFMON, or CAP_SYS_ADMIN)\n", strerror(-err));
-		else
-			log_error("tptrace: loading BPF programs: %s (kernel >= 5.15 with BTF "
-				  "needed)\n", strerror(-err));
-		goto cleanup;
-	}
-	probes.entry = skel->progs.cuda_entry;
-	probes.ret = skel->progs.cuda_return;
-	probes.dl_hook = skel->progs.dl_debug_state;
+	session__probes(skel, &probes);
 	probes.all_returns = env.durations;
+	for (int i = 0; i < env.nr_pids; i++)
+		session__watch_exit(skel, env.pids[i]);
 
 	{
 		struct stat st;
@@ -331,8 +299,8 @@ int main(int argc, char **argv)
 		goto cleanup;
 	}
 
-	start_mono = clock_ns(CLOCK_MONOTONIC);
-	start_real = clock_ns(CLOCK_REALTIME);
+	start_mono = session__clock_ns(CLOCK_MONOTONIC);
+	start_real = session__clock_ns(CLOCK_REALTIME);
 	trace_json__begin(tj, start_mono, start_real);
 	for (int i = 0; i < env.nr_pids; i++) {
 		struct target *t = targets[i];
@@ -378,7 +346,7 @@ int main(int argc, char **argv)
 		}
 		if (trace_json__error(tj))
 			break;
-		now = clock_ns(CLOCK_MONOTONIC);
+		now = session__clock_ns(CLOCK_MONOTONIC);
 		for (int i = 0; i < env.nr_pids; i++) {
 			struct target *t = targets[i];
 			bool was_gone = t->exited;
@@ -412,9 +380,9 @@ int main(int argc, char **argv)
 	/* drain what is already in the ring before writing the end of the trace */
 	ring_buffer__consume(rb);
 	{
-		uint64_t end_mono = clock_ns(CLOCK_MONOTONIC);
+		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
 		uint64_t end_real = start_real + (end_mono - start_mono);
-		uint64_t drops = read_drops(skel);
+		uint64_t drops = session__drops(skel);
 		const struct decoder_stats *st;
 		char *meta, dist[160];
 		int ranks = 0, rank = -1, world = -1;

@@ -17,7 +17,9 @@
  *      alloc   cudaMalloc(&ptr, 1 MiB)
  *      nccl    ncclAllReduce(...) from --nccl LIB (NULL comm: fails fast, entry observable)
  *
- * Usage: bench_loop [--cudart LIB] [--nccl LIB] [--cpu N]
+ * Usage: bench_loop [--cudart LIB] [--nccl LIB] [--cpu N] [--dlopen-list FILE]
+ *   --dlopen-list  dlopen every path listed in FILE (one per line) before READY: the
+ *                  attach-latency benchmark's "process with hundreds of libraries"
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -136,6 +138,19 @@ int main(int argc, char **argv)
 			cudart = argv[++i];
 		} else if (!strcmp(argv[i], "--nccl") && i + 1 < argc) {
 			nccl = argv[++i];
+		} else if (!strcmp(argv[i], "--dlopen-list") && i + 1 < argc) {
+			FILE *f = fopen(argv[++i], "r");
+			char path[4096];
+
+			while (f && fgets(path, sizeof(path), f)) {
+				path[strcspn(path, "\n")] = '\0';
+				if (path[0] && !dlopen(path, RTLD_NOW | RTLD_LOCAL))
+					fprintf(stderr, "bench_loop: %s\n", dlerror());
+			}
+			if (f)
+				fclose(f);
+			else
+				perror(argv[i]);
 		} else if (!strcmp(argv[i], "--cpu") && i + 1 < argc) {
 			cpu_set_t set;
 
@@ -144,7 +159,7 @@ int main(int argc, char **argv)
 			if (sched_setaffinity(0, sizeof(set), &set))
 				perror("bench_loop: sched_setaffinity");
 		} else {
-			fprintf(stderr, "usage: bench_loop [--cudart LIB] [--nccl LIB] [--cpu N]\n");
+			fprintf(stderr, "usage: bench_loop [--cudart LIB] [--nccl LIB] [--cpu N] [--dlopen-list FILE]\n");
 			return 2;
 		}
 	}

@@ -122,6 +122,7 @@ int main(int argc, char **argv)
 		char buf[256];
 
 		ring_buffer__poll(rb, 50);	/* the same 50 ms timeout as tptrace's loop */
+		ring_buffer__consume(rb);	/* NO_WAKEUP records never wake the poll */
 		if (poll(&in, 1, 0) > 0 && read(0, buf, sizeof(buf)) <= 0)
 			break;
 	}

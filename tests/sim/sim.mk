@@ -27,3 +27,57 @@ $(SIM_LIB_DIR)/libcudart.so: $(SIM_CUDART)
 TEST_BINS += $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so
 
 -include $(SIM_CUDART_OBJS:.o=.d)
+
+#   $(SIM_LIB_DIR)/libnccl.so.2  simulated NCCL 2.28.9: real soname and unversioned names, runs
+#   collectives on the sim's streams, ranks rendezvous across processes in /dev/shm
+SIM_NCCL_SRCS := $(wildcard tests/sim/nccl/*.c)
+SIM_NCCL_OBJS := $(patsubst tests/sim/nccl/%.c,$(OUTPUT)/sim/nccl/%.o,$(SIM_NCCL_SRCS))
+SIM_NCCL      := $(SIM_LIB_DIR)/libnccl.so.2
+
+$(OUTPUT)/sim/nccl:
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/sim/nccl/%.o: tests/sim/nccl/%.c | $(OUTPUT)/sim/nccl
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(SIM_CFLAGS) -Itests/sim/nccl -c $< -o $@
+
+# Links the SIM libcudart (through the libcudart.so link in the same dir); $ORIGIN finds it.
+$(SIM_NCCL): $(SIM_NCCL_OBJS) tests/sim/nccl/libnccl.map $(SIM_LIB_DIR)/libcudart.so | $(SIM_LIB_DIR)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl.so.2 \
+		-Wl,--version-script=tests/sim/nccl/libnccl.map -Wl,-z,defs \
+		$(SIM_NCCL_OBJS) -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,'$$ORIGIN' -lrt -o $@
+
+$(SIM_LIB_DIR)/libnccl.so: $(SIM_NCCL)
+	$(call msg,LN,$@)
+	$(Q)ln -sf libnccl.so.2 $@
+
+TEST_BINS += $(SIM_NCCL) $(SIM_LIB_DIR)/libnccl.so
+
+-include $(SIM_NCCL_OBJS:.o=.d)
+
+# Simulated CUPTI (tests/sim/cupti): $(SIM_LIB_DIR)/libcupti.so.13, next to the sim libcudart so
+# tptrace's agent finds it the way it finds a real one (next to the libcudart in use).
+SIM_CUPTI := $(SIM_LIB_DIR)/libcupti.so.13
+# cupti.h redefines cuda.h's _v1 structs when __CUDA_API_VERSION_INTERNAL is set: leave it out.
+SIM_CUPTI_CFLAGS := $(filter-out -D__CUDA_API_VERSION_INTERNAL,$(SIM_CFLAGS))
+
+$(OUTPUT)/sim/cupti:
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/sim/cupti/cupti.o: tests/sim/cupti/cupti.c | $(OUTPUT)/sim/cupti
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(SIM_CUPTI_CFLAGS) -c $< -o $@
+
+$(SIM_CUPTI): $(OUTPUT)/sim/cupti/cupti.o tests/sim/cupti/libcupti.map $(SIM_CUDART) | $(SIM_LIB_DIR)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libcupti.so.13 \
+		-Wl,--version-script=tests/sim/cupti/libcupti.map -Wl,-z,defs \
+		$< -L$(SIM_LIB_DIR) -l:libcudart.so.13 -o $@
+
+TEST_BINS += $(SIM_CUPTI)
+
+-include $(OUTPUT)/sim/cupti/cupti.d
+
+# GPU agent, injector and the e2e driver (tests/e2e/gpu.mk, which includes user/agent/agent.mk).
+-include tests/e2e/gpu.mk

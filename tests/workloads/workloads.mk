@@ -36,3 +36,19 @@ $(WL_DIR)/nocuda: tests/workloads/nocuda.c | $(WL_DIR)
 TEST_BINS += $(WL_BINS)
 
 -include $(patsubst %,%.d,$(filter-out %nvcc_shared %nvcc_static,$(WL_BINS)))
+
+# One rank of a simulated NCCL job: sim libnccl.so.2 + sim libcudart.so.13 through the rpath.
+$(WL_DIR)/nccl_rank: tests/workloads/nccl_rank.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_NCCL) $(SIM_LIB_DIR)/libnccl.so $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -Itests/sim/nccl -rdynamic $< -L$(SIM_LIB_DIR) -lnccl -lcudart \
+		-Wl,-rpath,$(SIM_RPATH) -o $@
+
+# The REAL libnccl.so.2 and libcudart.so.13 from $(CUDA_HOME)/lib (rpath), for argument decoding.
+$(WL_DIR)/nccl_real_args: tests/workloads/nccl_real_args.c tests/workloads/handshake.h tests/workloads/workloads.mk | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(CUDA_HOME)/lib -l:libnccl.so.2 -l:libcudart.so.13 \
+		-Wl,-rpath,$(CUDA_HOME)/lib -o $@
+
+TEST_BINS += $(WL_DIR)/nccl_rank $(WL_DIR)/nccl_real_args
+
+-include $(WL_DIR)/nccl_rank.d $(WL_DIR)/nccl_real_args.d

@@ -108,7 +108,7 @@ struct agent_record {
 	__u32 graph_id;
 	__u32 value;			/* MEMSET: value; SYNC: cudaEventId */
 	char name[AGENT_NAME_LEN];	/* KERNEL: mangled name; KERNEL_NAME: next chunk */
-	__u64 reserved[2];
+	__u64 reserved;
 };
 
 struct agent_clock_sample {

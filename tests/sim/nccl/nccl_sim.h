@@ -80,7 +80,7 @@ struct seg {
 
 enum xchg_area { XCHG_SPLIT = 0, XCHG_SHRINK = 1 };
 
-struct nccl_cfg {
+struct simnccl_config {
 	uint64_t op_ns;
 	double gbps;
 	int init_timeout_s;
@@ -89,9 +89,9 @@ struct nccl_cfg {
 	bool hang_kind, hang_count, hang_dtype, hang_op, hang_root, hang_p2p;
 };
 
-extern struct nccl_cfg nccl_cfg;
-void nccl_cfg_init(void);
-void nccl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+extern struct simnccl_config simnccl_cfg;
+void simnccl_cfg_init(void);
+void simnccl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static inline struct seg_rank *seg_ranks(struct seg *g)
 {

@@ -24,7 +24,7 @@
 
 static __thread bool need_wake;
 
-void nccl_log(const char *fmt, ...)
+void simnccl_log(const char *fmt, ...)
 {
 	char line[1024];
 	va_list ap;
@@ -115,17 +115,17 @@ static int seg_map(struct seg *g, const char *name, int nranks)
 	uint32_t fresh = 0;
 	int fd;
 
-	size = seg_layout(&layout, nranks, nccl_cfg.data_max);
+	size = seg_layout(&layout, nranks, simnccl_cfg.data_max);
 	snprintf(g->name, sizeof(g->name), "%s", name);
 	fd = shm_open(name, O_RDWR | O_CREAT, 0600);
 	if (fd < 0) {
-		nccl_log("shm_open %s: %s", name, strerror(errno));
+		simnccl_log("shm_open %s: %s", name, strerror(errno));
 		return ncclSystemError;
 	}
 	/* Every rank sizes it the same (if nranks agree); shrinking never happens. */
 	struct stat st;
 	if (fstat(fd, &st) == 0 && (size_t)st.st_size < size && ftruncate(fd, size) < 0) {
-		nccl_log("ftruncate %s: %s", name, strerror(errno));
+		simnccl_log("ftruncate %s: %s", name, strerror(errno));
 		close(fd);
 		return ncclSystemError;
 	}
@@ -134,7 +134,7 @@ static int seg_map(struct seg *g, const char *name, int nranks)
 	h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (h == MAP_FAILED) {
-		nccl_log("mmap %s: %s", name, strerror(errno));
+		simnccl_log("mmap %s: %s", name, strerror(errno));
 		return ncclSystemError;
 	}
 	if (__atomic_compare_exchange_n(&h->state, &fresh, 1, false, __ATOMIC_ACQ_REL,
@@ -157,7 +157,7 @@ static int seg_map(struct seg *g, const char *name, int nranks)
 	g->hdr = h;
 	g->size = size;
 	if (h->magic != SEG_MAGIC || h->nranks != (uint32_t)nranks) {
-		nccl_log("%s: segment has nranks %u, this rank says %d", name, h->nranks, nranks);
+		simnccl_log("%s: segment has nranks %u, this rank says %d", name, h->nranks, nranks);
 		munmap(h, size);
 		g->hdr = NULL;
 		return ncclInvalidArgument;
@@ -179,7 +179,7 @@ int seg_join(struct seg *g, const char *name, int nranks, int rank, int timeout_
 	me = &seg_ranks(g)[rank];
 	if (me->present) {
 		seg_unlock(g);
-		nccl_log("%s: rank %d joined twice", name, rank);
+		simnccl_log("%s: rank %d joined twice", name, rank);
 		munmap(g->hdr, g->size);
 		g->hdr = NULL;
 		return ncclInvalidArgument;
@@ -194,7 +194,7 @@ int seg_join(struct seg *g, const char *name, int nranks, int rank, int timeout_
 	while (g->hdr->joined < g->hdr->nranks) {
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if ((uint64_t)now.tv_sec >= deadline) {
-			nccl_log("%s: rank %d: only %u of %u ranks joined in %d s", name, rank,
+			simnccl_log("%s: rank %d: only %u of %u ranks joined in %d s", name, rank,
 				 g->hdr->joined, g->hdr->nranks, timeout_s);
 			me->present = 0;
 			g->hdr->joined--;
@@ -205,8 +205,8 @@ int seg_join(struct seg *g, const char *name, int nranks, int rank, int timeout_
 		seg_wait(g, __atomic_load_n(&g->hdr->progress, __ATOMIC_ACQUIRE), 100);
 	}
 	seg_unlock(g);
-	if (nccl_cfg.verbose)
-		nccl_log("%s: rank %d of %d joined", name, rank, nranks);
+	if (simnccl_cfg.verbose)
+		simnccl_log("%s: rank %d of %d joined", name, rank, nranks);
 	return ncclSuccess;
 }
 
@@ -270,8 +270,8 @@ void seg_reap_stale(void)
 			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
 		if (seg_is_stale(path)) {
-			if (nccl_cfg.verbose)
-				nccl_log("removing stale %s", path);
+			if (simnccl_cfg.verbose)
+				simnccl_log("removing stale %s", path);
 			unlink(path);
 		}
 	}

@@ -37,9 +37,11 @@
  *   pair must stay in order (one stream), as in practice.
  *   Bytes: allreduce/broadcast/reduce count*size; allgather, alltoall, gather, scatter
  *   count*size*nranks; reducescatter count*size*nranks; send/recv count*size.
- *   Data movement: only ncclAllReduce with ncclFloat32 + ncclSum and count*4 <=
- *   TPSIM_NCCL_DATA_MAX really reduces (recvbuff = sum of every rank's sendbuff), and only
- *   when every rank passed the same count/dtype/op. Everything else moves no data.
+ *   Data movement: only ncclAllReduce with ncclFloat32 + ncclSum really reduces, and only
+ *   its first TPSIM_NCCL_DATA_MAX bytes (recvbuff[i] = sum over ranks of sendbuff[i]), and
+ *   only when every rank passed the same count/dtype/op. The rest of recvbuff and every other
+ *   op move no data (a real 4 MiB reduction across processes costs tens of ms on a small VM
+ *   and would swamp the simulated time).
  *   Kernel names reported to the tpsim observer: ncclDevKernel_<Coll>_<Op>_<type>_RING_LL for
  *   reductions (Op Sum, Prod, MinMax, SumPostDiv, PreMulSum; type i8 u8 i32 u32 i64 u64 f16
  *   f32 f64 bf16 f8e4m3 f8e5m2), ncclDevKernel_<Coll>_RING_LL for AllGather and Broadcast,
@@ -71,7 +73,7 @@
  *   TPSIM_NCCL_GBPS=50             bandwidth for the bytes term
  *   TPSIM_NCCL_INIT_TIMEOUT_S=60   init/split/shrink rendezvous timeout -> ncclSystemError
  *   TPSIM_NCCL_HANG_ON=kind        see above
- *   TPSIM_NCCL_DATA_MAX=4194304    largest allreduce (bytes) that really reduces
+ *   TPSIM_NCCL_DATA_MAX=65536      bytes of a float32-sum allreduce really reduced (0: none)
  *   TPSIM_NCCL_VERBOSE=1           init/split/abort/mismatch lines on stderr (2: every op)
  */
 #ifndef TPSIM_NCCL_H

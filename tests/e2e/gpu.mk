@@ -1,0 +1,14 @@
+# GPU (CUPTI agent) e2e pieces. Include from the top Makefile or tests/tests.mk once the lead
+# wires --gpu; for now tests/sim/sim.mk includes it.
+#   $(OUTPUT)/libtptrace_agent.so   (user/agent/agent.mk)
+#   $(E2E_DIR)/gpu_attach           drives user/gpu.c + user/gpu_trace.c against a running pid
+ifndef AGENT_SO
+include user/agent/agent.mk
+endif
+GPU_E2E_DIR := $(OUTPUT)/e2e
+
+$(GPU_E2E_DIR)/gpu_attach: tests/e2e/progs/gpu_attach.c $(OUTPUT)/libtptrace.a $(AGENT_SO) | $(GPU_E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) -Iuser/agent $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(AGENT_SO) $(GPU_E2E_DIR)/gpu_attach

@@ -1,0 +1,505 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Simulated libcupti.so.13 (soname, version node and prototypes of CUDA 13.0's CUPTI; cupti.h
+ * is included so the compiler checks every signature). It implements the activity API that
+ * tptrace's agent uses, fed by the simulated runtime's observer (tpsim_set_observer): each item
+ * a stream worker executes becomes the CUPTI record a GPU would produce for it.
+ *
+ *   TPSIM_KERNEL        CUpti_ActivityKernel10 (CONCURRENT_KERNEL or KERNEL)
+ *   TPSIM_MEMCPY        CUpti_ActivityMemcpy6
+ *   TPSIM_MEMSET        CUpti_ActivityMemset4
+ *   TPSIM_WAIT_EVENT    CUpti_ActivitySynchronization2, type STREAM_WAIT_EVENT
+ *   each of the above and TPSIM_EVENT_RECORD: one CUpti_ActivityAPI (RUNTIME) for the call that
+ *   enqueued it: same correlation id, threadId = the caller's gettid(), cbid of the call.
+ *
+ * Sim limitations (documented, asserted nowhere as real behaviour):
+ *  - the sim runtime reports executed work, not API calls: RUNTIME records exist only for calls
+ *    that enqueued work, and carry start = end = the GPU start of that work (an upper bound of
+ *    the call's time). No DRIVER records. cbids assume the async forms (cudaMemcpyAsync, ...).
+ *  - host memory in copies is reported PINNED (the sim does not export its allocation table);
+ *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;
+ *    contextId = device + 1; streamId = the sim's stream id (0 = legacy default stream).
+ *  - timestamps: the sim's CLOCK_MONOTONIC times are mapped into the registered timestamp
+ *    callback's clock (default CLOCK_REALTIME, like CUPTI on Linux) by the offset between the
+ *    two clocks at conversion time, which is what CUPTI's GPU->CPU interpolation amounts to.
+ *  - TPSIM_CUPTI_OTHER_SUBSCRIBER=1 in the environment: behave as if another tool (nsys,
+ *    torch.profiler) had subscribed first: cuptiSubscribe returns
+ *    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED.
+ *  - TPSIM_CUPTI_BUF_RECORDS=N: deliver a buffer once it holds N records (default: when full).
+ *
+ * Buffers are completed on the thread that fills them (a stream worker) or that flushes; CUPTI
+ * uses its own thread, so the client must already cope with callbacks on foreign threads.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cupti.h>
+#include "tpsim.h"
+
+#define MAX_KIND 128
+#define MAX_PENDING 64
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static bool subscribed;
+static bool kind_on[MAX_KIND];
+static int nr_kinds_on;
+static CUpti_BuffersCallbackRequestFunc buf_request;
+static CUpti_BuffersCallbackCompleteFunc buf_complete;
+static CUpti_TimestampCallbackFunc ts_callback;
+static CUpti_ActivityThreadIdType tid_type;
+static uint8_t *cur_buf;
+static size_t cur_size, cur_used, cur_records;
+static size_t buf_records_limit;	/* TPSIM_CUPTI_BUF_RECORDS */
+static int in_flight;			/* observers running client callbacks */
+static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
+
+struct full_buf {
+	uint8_t *buf;
+	size_t size, used;
+};
+
+static uint64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+/* CUPTI's clock: the client's callback, else CLOCK_REALTIME as on Linux. */
+static uint64_t cupti_now(void)
+{
+	CUpti_TimestampCallbackFunc cb = __atomic_load_n(&ts_callback, __ATOMIC_ACQUIRE);
+
+	return cb ? cb() : clock_ns(CLOCK_REALTIME);
+}
+
+static bool env_is(const char *name, const char *val)
+{
+	const char *v = getenv(name);
+
+	return v && !strcmp(v, val);
+}
+
+/* ---- records ------------------------------------------------------------------------- */
+
+static size_t record_size(CUpti_ActivityKind kind)
+{
+	switch (kind) {
+	case CUPTI_ACTIVITY_KIND_KERNEL:
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+		return sizeof(CUpti_ActivityKernel10);
+	case CUPTI_ACTIVITY_KIND_MEMCPY:
+		return sizeof(CUpti_ActivityMemcpy6);
+	case CUPTI_ACTIVITY_KIND_MEMSET:
+		return sizeof(CUpti_ActivityMemset4);
+	case CUPTI_ACTIVITY_KIND_RUNTIME:
+	case CUPTI_ACTIVITY_KIND_DRIVER:
+		return sizeof(CUpti_ActivityAPI);
+	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+		return sizeof(CUpti_ActivitySynchronization2);
+	default:
+		return 0;
+	}
+}
+
+/* Room for one record in the current buffer (caller holds lock); a full buffer goes to *full. */
+static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_full)
+{
+	size_t size = record_size(kind);
+	void *p;
+
+	if (cur_buf && (cur_used + size > cur_size ||
+			(buf_records_limit && cur_records >= buf_records_limit))) {
+		if (*nr_full < MAX_PENDING)
+			full[(*nr_full)++] = (struct full_buf){ cur_buf, cur_size, cur_used };
+		cur_buf = NULL;
+	}
+	if (!cur_buf) {
+		size_t max_records = 0;
+
+		cur_size = 0;
+		buf_request(&cur_buf, &cur_size, &max_records);
+		cur_used = cur_records = 0;
+		if (!cur_buf || cur_size < size) {
+			cur_buf = NULL;
+			return NULL;
+		}
+	}
+	p = cur_buf + cur_used;
+	memset(p, 0, size);
+	cur_used += size;
+	cur_records++;
+	return p;
+}
+
+static void deliver(CUpti_BuffersCallbackCompleteFunc done, struct full_buf *full, int nr_full)
+{
+	for (int i = 0; i < nr_full; i++)
+		if (done)
+			done(NULL, 0, full[i].buf, full[i].size, full[i].used);
+}
+
+static uint8_t host_kind(int cuda_kind, bool src)
+{
+	/* cudaMemcpyKind: 0 HtoH, 1 HtoD, 2 DtoH, 3 DtoD, 4 default */
+	bool host = cuda_kind == 0 || (src ? cuda_kind == 1 : cuda_kind == 2);
+
+	if (cuda_kind == 4)
+		return CUPTI_ACTIVITY_MEMORY_KIND_UNKNOWN;
+	return host ? CUPTI_ACTIVITY_MEMORY_KIND_PINNED : CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+}
+
+static uint8_t copy_kind(int cuda_kind)
+{
+	switch (cuda_kind) {
+	case 0: return CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
+	case 1: return CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+	case 2: return CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+	case 3: return CUPTI_ACTIVITY_MEMCPY_KIND_DTOD;
+	default: return CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN;
+	}
+}
+
+static void observe(const struct tpsim_record *rec, void *ctx)
+{
+	struct full_buf full[MAX_PENDING];
+	int nr_full = 0;
+	CUpti_BuffersCallbackCompleteFunc done;
+	int64_t offset;
+	uint64_t start, end;
+	CUpti_CallbackId cbid = 0;
+
+	pthread_mutex_lock(&lock);
+	if (!nr_kinds_on || !buf_request) {
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	in_flight++;
+	/* sim times are CLOCK_MONOTONIC; CUPTI reports them in its own clock */
+	offset = (int64_t)(cupti_now() - clock_ns(CLOCK_MONOTONIC));
+	start = rec->start_ns + offset;
+	end = rec->end_ns + offset;
+	switch (rec->kind) {
+	case TPSIM_KERNEL:
+		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000;
+		if (kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] || kind_on[CUPTI_ACTIVITY_KIND_KERNEL]) {
+			CUpti_ActivityKind k = kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] ?
+				CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL : CUPTI_ACTIVITY_KIND_KERNEL;
+			CUpti_ActivityKernel10 *r = reserve(k, full, &nr_full);
+
+			if (!r)
+				break;
+			r->kind = k;
+			r->start = start;
+			r->end = end;
+			r->completed = end;
+			r->deviceId = rec->device;
+			r->contextId = rec->device + 1;
+			r->streamId = (uint32_t)rec->stream_id;
+			r->gridX = rec->grid[0], r->gridY = rec->grid[1], r->gridZ = rec->grid[2];
+			r->blockX = rec->block[0], r->blockY = rec->block[1], r->blockZ = rec->block[2];
+			r->dynamicSharedMemory = (int32_t)rec->shmem;
+			r->correlationId = (uint32_t)rec->correlation;
+			r->name = rec->name;	/* sim kernel names live as long as the process */
+			r->gridId = (int64_t)rec->correlation;
+		}
+		break;
+	case TPSIM_MEMCPY:
+		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020;
+		if (kind_on[CUPTI_ACTIVITY_KIND_MEMCPY]) {
+			CUpti_ActivityMemcpy6 *r = reserve(CUPTI_ACTIVITY_KIND_MEMCPY, full, &nr_full);
+
+			if (!r)
+				break;
+			r->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+			r->copyKind = copy_kind(rec->copy_kind);
+			r->srcKind = host_kind(rec->copy_kind, true);
+			r->dstKind = host_kind(rec->copy_kind, false);
+			r->bytes = rec->bytes;
+			r->start = start;
+			r->end = end;
+			r->deviceId = rec->device;
+			r->contextId = rec->device + 1;
+			r->streamId = (uint32_t)rec->stream_id;
+			r->correlationId = (uint32_t)rec->correlation;
+		}
+		break;
+	case TPSIM_MEMSET:
+		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020;
+		if (kind_on[CUPTI_ACTIVITY_KIND_MEMSET]) {
+			CUpti_ActivityMemset4 *r = reserve(CUPTI_ACTIVITY_KIND_MEMSET, full, &nr_full);
+
+			if (!r)
+				break;
+			r->kind = CUPTI_ACTIVITY_KIND_MEMSET;
+			r->bytes = rec->bytes;
+			r->start = start;
+			r->end = end;
+			r->deviceId = rec->device;
+			r->contextId = rec->device + 1;
+			r->streamId = (uint32_t)rec->stream_id;
+			r->correlationId = (uint32_t)rec->correlation;
+			r->memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+		}
+		break;
+	case TPSIM_WAIT_EVENT:
+		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020;
+		if (kind_on[CUPTI_ACTIVITY_KIND_SYNCHRONIZATION]) {
+			CUpti_ActivitySynchronization2 *r =
+				reserve(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, full, &nr_full);
+
+			if (!r)
+				break;
+			r->kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+			r->type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
+			r->start = start;
+			r->end = end;
+			r->correlationId = (uint32_t)rec->correlation;
+			r->contextId = rec->device + 1;
+			r->streamId = (uint32_t)rec->stream_id;
+		}
+		break;
+	case TPSIM_EVENT_RECORD:
+		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020;
+		break;
+	default:
+		break;
+	}
+	if (cbid && kind_on[CUPTI_ACTIVITY_KIND_RUNTIME]) {
+		CUpti_ActivityAPI *r = reserve(CUPTI_ACTIVITY_KIND_RUNTIME, full, &nr_full);
+
+		if (r) {
+			r->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+			r->cbid = cbid;
+			r->start = r->end = start;
+			r->processId = getpid();
+			/* DEFAULT would be pthread_self-based on Linux; the sim only has gettid */
+			r->threadId = rec->host_tid;
+			r->correlationId = (uint32_t)rec->correlation;
+		}
+	}
+	done = buf_complete;
+	pthread_mutex_unlock(&lock);
+	deliver(done, full, nr_full);
+	pthread_mutex_lock(&lock);
+	if (--in_flight == 0)
+		pthread_cond_broadcast(&idle);
+	pthread_mutex_unlock(&lock);
+}
+
+/* ---- API ----------------------------------------------------------------------------- */
+
+CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str)
+{
+	static const struct { CUptiResult r; const char *s; } names[] = {
+		{ CUPTI_SUCCESS, "CUPTI_SUCCESS" },
+		{ CUPTI_ERROR_INVALID_PARAMETER, "CUPTI_ERROR_INVALID_PARAMETER" },
+		{ CUPTI_ERROR_INVALID_KIND, "CUPTI_ERROR_INVALID_KIND" },
+		{ CUPTI_ERROR_MAX_LIMIT_REACHED, "CUPTI_ERROR_MAX_LIMIT_REACHED" },
+		{ CUPTI_ERROR_NOT_INITIALIZED, "CUPTI_ERROR_NOT_INITIALIZED" },
+		{ CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+		  "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" },
+		{ CUPTI_ERROR_INVALID_OPERATION, "CUPTI_ERROR_INVALID_OPERATION" },
+	};
+
+	if (!str)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].r == result) {
+			*str = names[i].s;
+			return CUPTI_SUCCESS;
+		}
+	*str = "CUPTI_ERROR_UNKNOWN";
+	return CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version)
+{
+	if (!version)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	*version = CUPTI_API_VERSION;
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber,
+				    CUpti_CallbackFunc callback, void *userdata)
+{
+	CUptiResult r = CUPTI_SUCCESS;
+
+	if (!subscriber)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	pthread_mutex_lock(&lock);
+	if (subscribed || env_is("TPSIM_CUPTI_OTHER_SUBSCRIBER", "1"))
+		r = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+	else
+		subscribed = true;
+	pthread_mutex_unlock(&lock);
+	*subscriber = r == CUPTI_SUCCESS ? (CUpti_SubscriberHandle)&subscribed : NULL;
+	return r;
+}
+
+CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle subscriber)
+{
+	CUptiResult r = CUPTI_SUCCESS;
+
+	pthread_mutex_lock(&lock);
+	if (!subscribed || subscriber != (CUpti_SubscriberHandle)&subscribed)
+		r = CUPTI_ERROR_INVALID_PARAMETER;
+	else
+		subscribed = false;
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+CUptiResult CUPTIAPI cuptiSetThreadIdType(CUpti_ActivityThreadIdType type)
+{
+	if (type != CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT && type != CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	tid_type = type;
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc funcTimestamp)
+{
+	if (!funcTimestamp)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	__atomic_store_n(&ts_callback, funcTimestamp, __ATOMIC_RELEASE);
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
+{
+	if (!timestamp)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	*timestamp = cupti_now();
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc funcBufferRequested,
+						    CUpti_BuffersCallbackCompleteFunc funcBufferCompleted)
+{
+	const char *v = getenv("TPSIM_CUPTI_BUF_RECORDS");
+
+	if (!funcBufferRequested || !funcBufferCompleted)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	pthread_mutex_lock(&lock);
+	buf_request = funcBufferRequested;
+	buf_complete = funcBufferCompleted;
+	buf_records_limit = v ? strtoul(v, NULL, 10) : 0;
+	pthread_mutex_unlock(&lock);
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
+{
+	if ((unsigned)kind >= MAX_KIND || kind == CUPTI_ACTIVITY_KIND_INVALID)
+		return CUPTI_ERROR_INVALID_KIND;
+	pthread_mutex_lock(&lock);
+	if (!kind_on[kind]) {
+		kind_on[kind] = true;
+		if (nr_kinds_on++ == 0)
+			tpsim_set_observer(observe, NULL);
+	}
+	pthread_mutex_unlock(&lock);
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
+{
+	if ((unsigned)kind >= MAX_KIND || kind == CUPTI_ACTIVITY_KIND_INVALID)
+		return CUPTI_ERROR_INVALID_KIND;
+	pthread_mutex_lock(&lock);
+	if (kind_on[kind]) {
+		kind_on[kind] = false;
+		if (--nr_kinds_on == 0)
+			tpsim_set_observer(NULL, NULL);
+	}
+	pthread_mutex_unlock(&lock);
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
+{
+	CUpti_BuffersCallbackCompleteFunc done;
+	struct full_buf full[1];
+	int nr_full = 0;
+
+	pthread_mutex_lock(&lock);
+	if (!buf_complete) {
+		pthread_mutex_unlock(&lock);
+		return CUPTI_ERROR_INVALID_OPERATION;
+	}
+	if (cur_buf && (cur_used || (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))) {
+		full[nr_full++] = (struct full_buf){ cur_buf, cur_size, cur_used };
+		cur_buf = NULL;
+	}
+	in_flight++;
+	done = buf_complete;
+	pthread_mutex_unlock(&lock);
+	deliver(done, full, nr_full);
+	pthread_mutex_lock(&lock);
+	if (--in_flight == 0)
+		pthread_cond_broadcast(&idle);
+	pthread_mutex_unlock(&lock);
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBufferSizeBytes,
+						CUpti_Activity **record)
+{
+	uint8_t *p;
+	size_t size;
+
+	if (!buffer || !record)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	if (!*record) {
+		p = buffer;
+	} else {
+		size = record_size((*record)->kind);
+		if (!size)
+			return CUPTI_ERROR_INVALID_KIND;
+		p = (uint8_t *)*record + size;
+	}
+	if (p >= buffer + validBufferSizeBytes) {
+		*record = NULL;
+		return CUPTI_ERROR_MAX_LIMIT_REACHED;
+	}
+	*record = (CUpti_Activity *)p;
+	return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t streamId,
+						       size_t *dropped)
+{
+	if (!dropped)
+		return CUPTI_ERROR_INVALID_PARAMETER;
+	*dropped = 0;
+	return CUPTI_SUCCESS;
+}
+
+/* Detach: everything off, pending records discarded (the client flushed first), callbacks
+ * forgotten so nothing calls into a library that may be unloaded next. */
+CUptiResult CUPTIAPI cuptiFinalize(void)
+{
+	pthread_mutex_lock(&lock);
+	if (nr_kinds_on)
+		tpsim_set_observer(NULL, NULL);
+	memset(kind_on, 0, sizeof(kind_on));
+	nr_kinds_on = 0;
+	free(cur_buf);	/* allocated by the client's callback with malloc-compatible memory */
+	cur_buf = NULL;
+	buf_request = NULL;
+	buf_complete = NULL;
+	__atomic_store_n(&ts_callback, NULL, __ATOMIC_RELEASE);
+	subscribed = false;
+	/* a worker may still be inside the client's buffer callback */
+	while (in_flight)
+		pthread_cond_wait(&idle, &lock);
+	pthread_mutex_unlock(&lock);
+	return CUPTI_SUCCESS;
+}

@@ -1,0 +1,682 @@
+// SPDX-License-Identifier: MIT
+/* tptrace-fr-gen: write a synthetic directory of flight-recorder dumps (docs/fr-schema.md),
+ * healthy or with one planted fault, for tptrace-fr's tests and benchmarks.
+ *
+ * Every rank runs the same schedule of steps. Step t uses comm slot t % C: slot 0 is the
+ * world comm, slot j >= 1 splits the world into groups (of --group G ranks, default N >> j),
+ * each group its own comm_id. Every 16th step of slot 0 is a ring exchange (send to rank+1,
+ * recv from rank-1). The last step is the scenario's target on slot --comm (and the group
+ * holding --culprit); signature scenarios can target an older seq with --at. The output is
+ * deterministic for given arguments.
+ */
+#include <argp.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef TPTRACE_VERSION
+#define TPTRACE_VERSION "0.0.0"
+#endif
+
+enum scenario {
+	SC_HEALTHY, SC_SKIP, SC_LATE, SC_SIZE, SC_DTYPE, SC_OP, SC_ROOT, SC_TYPE, SC_P2P,
+	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC__COUNT
+};
+static const char *const scenario_names[SC__COUNT] = {
+	"healthy", "skip", "late", "size", "dtype", "op", "root", "type", "p2p", "p2p_count",
+	"stuck", "killed", "missing_dump", "corrupt", "async",
+};
+
+static struct env {
+	int ranks, entries, comms, culprit, comm_slot, group, ring, wrap, dropped, jobs;
+	int64_t at;
+	enum scenario sc;
+	const char *out;
+	uint64_t seed;
+} env = {
+	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
+	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .sc = SC_HEALTHY, .seed = 1,
+};
+
+const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
+const char *argp_program_bug_address = "<tptrace issues>";
+static const char doc[] =
+"tptrace-fr-gen: write synthetic tptrace flight-recorder dumps, one file per rank.\n"
+"\n"
+"USAGE: tptrace-fr-gen --ranks N --entries E [--comms C] [--scenario S] [--culprit R] -o DIR\n"
+"\n"
+"Scenarios (the fault sits at the last collective of the job unless --at says otherwise):\n"
+"healthy skip late size dtype op root type p2p p2p_count stuck killed missing_dump\n"
+"corrupt async.\n"
+"\n"
+"EXAMPLES:\n"
+"    tptrace-fr-gen --ranks 8 --entries 40 --scenario skip --culprit 5 -o /tmp/fr-skip\n"
+"    tptrace-fr-gen --ranks 16384 --entries 2000 --comms 4 -o /tmp/fr-big   # benchmark\n"
+"    tptrace-fr-gen --ranks 4 --entries 30 --scenario size --culprit 1 --at 3 \\\n"
+"                   --ring 10 --wrap 2 -o /tmp/fr-wrap    # rank 2's ring lost seq 3\n";
+
+enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED };
+
+static const struct argp_option opts[] = {
+	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
+	{ "entries", 'e', "E", 0, "Entries per rank (default 100)", 0 },
+	{ "comms", 'c', "C", 0, "Comm slots per rank: world + C-1 split levels (default 1)", 0 },
+	{ "scenario", OPT_SC, "S", 0, "Fault to plant (default healthy)", 0 },
+	{ "culprit", 'r', "R", 0, "Global rank at fault (default N/2)", 0 },
+	{ "comm", OPT_COMM, "J", 0, "Comm slot of the fault (default 0, the world)", 0 },
+	{ "group", OPT_GROUP, "G", 0, "Group size of split comms (default N>>slot)", 0 },
+	{ "at", OPT_AT, "SEQ", 0, "Signature/late fault at this collective seq (default last)", 0 },
+	{ "ring", OPT_RING, "K", 0, "Ring size of wrapped ranks (default 2000)", 0 },
+	{ "wrap", OPT_WRAP, "R", 0, "This rank's ring keeps only the last --ring entries (-1: all)", 0 },
+	{ "dropped", OPT_DROPPED, "R", 0, "This rank reports dropped events", 0 },
+	{ "seed", OPT_SEED, "S", 0, "Seed for comm ids (default 1)", 0 },
+	{ "jobs", 'j', "J", 0, "Writer threads (default 2)", 0 },
+	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
+	{},
+};
+
+static long num_arg(struct argp_state *state, const char *name, const char *arg, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v < lo || v > hi)
+		argp_error(state, "invalid --%s '%s' (%ld..%ld)", name, arg, lo, hi);
+	return v;
+}
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	switch (key) {
+	case 'n': env.ranks = num_arg(state, "ranks", arg, 1, 1 << 20); break;
+	case 'e': env.entries = num_arg(state, "entries", arg, 1, 1 << 22); break;
+	case 'c': env.comms = num_arg(state, "comms", arg, 1, 16); break;
+	case 'r': env.culprit = num_arg(state, "culprit", arg, 0, 1 << 20); break;
+	case 'j': env.jobs = num_arg(state, "jobs", arg, 1, 64); break;
+	case OPT_COMM: env.comm_slot = num_arg(state, "comm", arg, 0, 15); break;
+	case OPT_GROUP: env.group = num_arg(state, "group", arg, 1, 1 << 20); break;
+	case OPT_RING: env.ring = num_arg(state, "ring", arg, 1, 1 << 22); break;
+	case OPT_WRAP: env.wrap = num_arg(state, "wrap", arg, -1, 1 << 20); break;
+	case OPT_DROPPED: env.dropped = num_arg(state, "dropped", arg, -1, 1 << 20); break;
+	case OPT_AT: env.at = num_arg(state, "at", arg, 1, 1L << 40); break;
+	case OPT_SEED: env.seed = num_arg(state, "seed", arg, 0, 1L << 40); break;
+	case 'o': env.out = arg; break;
+	case OPT_SC:
+		for (int i = 0; i < SC__COUNT; i++)
+			if (!strcmp(arg, scenario_names[i])) {
+				env.sc = i;
+				return 0;
+			}
+		argp_error(state, "unknown --scenario '%s'", arg);
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "unexpected argument '%s'", arg);
+		break;
+	case ARGP_KEY_END:
+		if (!env.out)
+			argp_error(state, "no output directory: use -o DIR");
+		if (env.culprit < 0)
+			env.culprit = env.ranks / 2;
+		if (env.culprit >= env.ranks)
+			argp_error(state, "--culprit %d is not below --ranks %d", env.culprit, env.ranks);
+		if (env.comm_slot >= env.comms)
+			argp_error(state, "--comm %d is not below --comms %d", env.comm_slot, env.comms);
+		if ((env.sc == SC_P2P || env.sc == SC_P2P_COUNT) && env.ranks < 2)
+			argp_error(state, "p2p scenarios need 2 ranks or more");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ the schedule */
+
+enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_REDUCE, OP_P2P };
+static const char *const op_names[] = {
+	"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+};
+
+struct step {
+	int slot, op;
+	int64_t seq;		/* collective seq on its comm; p2p: the p2p seq of the send */
+	int64_t count;
+	int dtype;		/* 0 float32, 1 bfloat16, 2 float16 */
+	int redop;		/* 0 sum, 1 avg, 2 max */
+	int root_k;		/* root = root_k % group size */
+};
+
+static struct step *steps;
+static int nr_steps;
+static int64_t target_step = -1;	/* index of the step the fault sits in */
+static int64_t t0 = 1795940000000000000LL;
+
+static int group_size(int slot)
+{
+	int g;
+
+	if (slot == 0)
+		return env.ranks;
+	g = env.group ? env.group : env.ranks >> slot;
+	if (g < 1 || env.ranks % g)
+		g = env.ranks;
+	return g;
+}
+
+static uint64_t splitmix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+static void comm_id(int slot, int rank, char out[17])
+{
+	int g = group_size(slot);
+
+	snprintf(out, 17, "%016" PRIx64,
+		 splitmix(env.seed * 1000003ULL + slot * 65537ULL + (uint64_t)(rank / g)));
+}
+
+static int build_schedule(void)
+{
+	int64_t coll_seq[16] = { 0 }, kstep[16] = { 0 }, p2p_seq = 0, nentries = 0;
+	bool p2p_final = env.sc == SC_P2P || env.sc == SC_P2P_COUNT;
+	int cap = 1024;
+
+	steps = malloc(cap * sizeof(*steps));
+	if (!steps)
+		return -ENOMEM;
+	for (int t = 0;; t++) {
+		struct step s = { 0 };
+		int slot = t % env.comms;
+		bool last;
+		int k;
+
+		last = nentries + (p2p_final ? 2 : 1) >= env.entries;
+		if (last)
+			slot = p2p_final ? 0 : env.comm_slot;
+		k = (int)kstep[slot]++;
+		s.slot = slot;
+		if ((slot == 0 && env.ranks >= 2 && k % 16 == 15 && !last) || (last && p2p_final)) {
+			s.op = OP_P2P;
+			s.seq = p2p_seq + 1;	/* send's seq; the recv is seq + 1 */
+			p2p_seq += 2;
+			s.count = 4096 << (k % 3);
+			s.dtype = k % 2;
+			nentries += 2;
+		} else {
+			s.op = (k + slot) % 6;
+			if (s.op == 5)
+				s.op = OP_ALL_REDUCE;
+			if (last || (env.at > 0 && slot == env.comm_slot && coll_seq[slot] + 1 == env.at)) {
+				s.op = env.sc == SC_ROOT ? OP_BROADCAST : OP_ALL_REDUCE;
+			}
+			s.seq = ++coll_seq[slot];
+			s.count = 1024LL << (k % 8);
+			s.dtype = k % 3 == 2 ? 1 : 0;
+			s.redop = k % 5 == 4 ? 1 : 0;
+			s.root_k = k;
+			nentries++;
+		}
+		if (nr_steps == cap) {
+			struct step *p = realloc(steps, (cap *= 2) * sizeof(*steps));
+
+			if (!p)
+				return -ENOMEM;
+			steps = p;
+		}
+		steps[nr_steps++] = s;
+		if (env.at > 0 && s.op != OP_P2P && slot == env.comm_slot && s.seq == env.at)
+			target_step = nr_steps - 1;
+		if (last)
+			break;
+	}
+	if (env.at <= 0 || target_step < 0)
+		target_step = nr_steps - 1;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ JSON writer */
+
+struct out {
+	char *buf;
+	size_t len, cap;
+};
+
+static void need(struct out *o, size_t n)
+{
+	if (o->len + n <= o->cap)
+		return;
+	while (o->len + n > o->cap)
+		o->cap = o->cap ? o->cap * 2 : 1 << 20;
+	o->buf = realloc(o->buf, o->cap);
+	if (!o->buf) {
+		fprintf(stderr, "tptrace-fr-gen: out of memory\n");
+		exit(1);
+	}
+}
+
+static void put(struct out *o, const char *s)
+{
+	size_t n = strlen(s);
+
+	need(o, n);
+	memcpy(o->buf + o->len, s, n);
+	o->len += n;
+}
+
+static void put_i(struct out *o, int64_t v)
+{
+	char tmp[24];
+	int n = 0;
+	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+
+	do {
+		tmp[n++] = '0' + u % 10;
+		u /= 10;
+	} while (u);
+	need(o, n + 1);
+	if (v < 0)
+		o->buf[o->len++] = '-';
+	while (n)
+		o->buf[o->len++] = tmp[--n];
+}
+
+static void put_kv_i(struct out *o, const char *key, int64_t v)
+{
+	put(o, key);
+	put_i(o, v);
+}
+
+static void put_kv_s(struct out *o, const char *key, const char *v)
+{
+	put(o, key);
+	put(o, "\"");
+	put(o, v);
+	put(o, "\"");
+}
+
+static const char *const dtype_names[] = { "float32", "bfloat16", "float16" };
+static const char *const torch_dtypes[] = { "Float", "BFloat16", "Half" };
+static const char *const redop_names[] = { "sum", "avg", "max", "min" };
+
+struct ent {
+	int64_t record_id, coll_seq, p2p_seq, count, in, out, created;
+	const char *comm;
+	const char *op;
+	int dtype, redop, root, peer, state;	/* state: 0 enqueued 1 started 2 completed */
+	bool p2p;
+	int64_t group_id;
+};
+
+static void put_entry(struct out *o, const struct ent *e, int64_t tid)
+{
+	static const char *const states[] = { "enqueued", "started", "completed" };
+
+	put_kv_i(o, "{\"record_id\":", e->record_id);
+	put_kv_s(o, ",\"comm_id\":", e->comm);
+	put_kv_i(o, ",\"collective_seq_id\":", e->coll_seq);
+	put_kv_i(o, ",\"p2p_seq_id\":", e->p2p_seq);
+	put_kv_i(o, ",\"group_id\":", e->group_id);
+	put_kv_s(o, ",\"op\":", e->op);
+	put(o, ",\"profiling_name\":\"nccl:");
+	put(o, e->op);
+	if (e->p2p) {
+		put(o, " ");
+		if (!strcmp(e->op, "send")) {
+			put_i(o, e->root);	/* root carries the own rank for the name */
+			put(o, "->");
+			put_i(o, e->peer);
+		} else {
+			put_i(o, e->root);
+			put(o, "<-");
+			put_i(o, e->peer);
+		}
+	}
+	put(o, "\"");
+	put(o, e->p2p ? ",\"is_p2p\":true" : ",\"is_p2p\":false");
+	put_kv_i(o, ",\"count\":", e->count);
+	put_kv_s(o, ",\"dtype\":", dtype_names[e->dtype]);
+	put_kv_i(o, ",\"input_sizes\":[[", e->in);
+	put_kv_i(o, "]],\"output_sizes\":[[", e->out);
+	put_kv_s(o, "]],\"input_dtypes\":[", torch_dtypes[e->dtype]);
+	put_kv_s(o, "],\"output_dtypes\":[", torch_dtypes[e->dtype]);
+	put(o, "]");
+	if (e->redop >= 0)
+		put_kv_s(o, ",\"reduce_op\":", redop_names[e->redop]);
+	else
+		put(o, ",\"reduce_op\":null");
+	if (!e->p2p && e->root >= 0)
+		put_kv_i(o, ",\"root\":", e->root);
+	else
+		put(o, ",\"root\":null");
+	if (e->p2p)
+		put_kv_i(o, ",\"peer\":", e->peer);
+	else
+		put(o, ",\"peer\":null");
+	put(o, ",\"stream\":\"0x7f00c1000000\",\"sendbuff\":\"0x7f0000000000\","
+	       "\"recvbuff\":\"0x7f0000400000\"");
+	put_kv_s(o, ",\"state\":", states[e->state]);
+	put_kv_i(o, ",\"time_created_ns\":", e->created);
+	if (e->state >= 1)
+		put_kv_i(o, ",\"time_discovered_started_ns\":", e->created + 100000);
+	else
+		put(o, ",\"time_discovered_started_ns\":null");
+	if (e->state == 2) {
+		put_kv_i(o, ",\"time_discovered_completed_ns\":", e->created + 900000);
+		put(o, ",\"duration_ms\":0.8");
+	} else {
+		put(o, ",\"time_discovered_completed_ns\":null,\"duration_ms\":null");
+	}
+	put_kv_i(o, ",\"api_enter_ns\":", e->created);
+	put_kv_i(o, ",\"api_exit_ns\":", e->created + 12000);
+	put(o, ",\"rc\":0");
+	put_kv_i(o, ",\"thread_id\":", tid);
+	put(o, ",\"thread_name\":\"python3\"}");
+}
+
+static bool hang_at_end(void)
+{
+	return target_step == nr_steps - 1 && env.sc != SC_HEALTHY && env.sc != SC_LATE &&
+	       env.sc != SC_STUCK;
+}
+
+static bool in_target_group(int rank)
+{
+	int g = group_size(steps[target_step].slot);
+
+	return rank / g == env.culprit / g;
+}
+
+struct comm_hdr {
+	char id[17];
+	int64_t last_enq, last_started, last_done, last_p2p;
+};
+
+/* The entries of one rank, the whole history (the ring keeps a suffix). Returns the count. */
+static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64_t *dump_time)
+{
+	int64_t n = 0;
+	bool culprit = r == env.culprit;
+	int stop = nr_steps;	/* steps this rank reached */
+
+	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
+		stop = nr_steps - 1;
+	for (int j = 0; j < env.comms; j++) {
+		comm_id(j, r, hdr[j].id);
+		hdr[j].last_enq = hdr[j].last_started = hdr[j].last_done = hdr[j].last_p2p = 0;
+	}
+	for (int t = 0; t < stop; t++) {
+		const struct step *s = &steps[t];
+		int g = group_size(s->slot), crank = r % g;
+		bool target = t == target_step && in_target_group(r);
+		int64_t created = t0 + (int64_t)t * 1000000 + (r % 8) * 10000;
+		int state = 2;
+		struct ent e = { 0 };
+
+		e.comm = hdr[s->slot].id;
+		e.created = created;
+		if (target && hang_at_end())
+			state = 1;
+		if (s->op == OP_P2P) {
+			int next = (crank + 1) % g, prev = (crank + g - 1) % g;
+			int sstate = state, rstate = state;
+			int64_t rcount = s->count;
+			bool post_recv = true;
+
+			if (target && env.sc == SC_P2P) {
+				/* the culprit never posts its recv: its send and the sends
+				 * towards it wait */
+				sstate = rstate = 2;
+				if (culprit) {
+					sstate = 1;
+					post_recv = false;
+				}
+				if (next == env.culprit % g)
+					sstate = 1;
+				if (prev == env.culprit % g)
+					rstate = 1;
+			} else if (target && env.sc == SC_P2P_COUNT) {
+				sstate = rstate = 2;
+				if (culprit) {
+					rcount = s->count * 2;
+					rstate = 1;
+				}
+				if (next == env.culprit % g)
+					sstate = 1;
+			}
+			e.p2p = true;
+			e.op = "send";
+			e.coll_seq = 0;
+			e.p2p_seq = s->seq;
+			e.count = e.in = e.out = s->count;
+			e.dtype = s->dtype;
+			e.redop = -1;
+			e.root = crank;
+			e.peer = next;
+			e.state = sstate;
+			e.group_id = t + 1;
+			e.record_id = n;
+			ents[n++] = e;
+			hdr[s->slot].last_p2p = s->seq;
+			if (post_recv) {
+				e.op = "recv";
+				e.p2p_seq = s->seq + 1;
+				e.count = e.in = e.out = rcount;
+				e.peer = prev;
+				e.state = rstate;
+				e.created += 2000;
+				e.record_id = n;
+				ents[n++] = e;
+				hdr[s->slot].last_p2p = s->seq + 1;
+			}
+			continue;
+		}
+		e.op = op_names[s->op];
+		e.coll_seq = s->seq;
+		e.p2p_seq = 0;
+		e.count = s->count;
+		e.dtype = s->dtype;
+		e.redop = (s->op == OP_ALL_REDUCE || s->op == OP_REDUCE_SCATTER || s->op == OP_REDUCE) ?
+			  s->redop : -1;
+		e.root = (s->op == OP_BROADCAST || s->op == OP_REDUCE) ? s->root_k % g : -1;
+		if (target && culprit) {
+			switch (env.sc) {
+			case SC_SIZE: e.count *= 2; break;
+			case SC_DTYPE: e.dtype = (e.dtype + 1) % 3; break;
+			case SC_OP: e.redop = 2; break;
+			case SC_ROOT: e.root = (e.root + 1) % g; break;
+			case SC_TYPE: e.op = "all_gather"; e.redop = -1; break;
+			case SC_LATE: e.created += 5000000000LL; break;
+			case SC_STUCK: state = 1; break;
+			default: break;
+			}
+		}
+		e.in = e.out = e.count;
+		if (!strcmp(e.op, "all_gather"))
+			e.out = e.count * g;
+		else if (!strcmp(e.op, "reduce_scatter"))
+			e.in = e.count * g;
+		e.state = state;
+		e.record_id = n;
+		ents[n++] = e;
+		hdr[s->slot].last_enq = s->seq;
+		hdr[s->slot].last_started = s->seq;
+		if (state == 2)
+			hdr[s->slot].last_done = s->seq;
+	}
+	*dump_time = t0 + (int64_t)nr_steps * 1000000 +
+		     (hang_at_end() || env.sc == SC_STUCK ? 60000000000LL : 1000000000LL) +
+		     (env.sc == SC_LATE ? 5000000000LL : 0);
+	if (culprit && env.sc == SC_KILLED)
+		*dump_time = t0 + (int64_t)nr_steps * 1000000;
+	return n;
+}
+
+static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *hdr)
+{
+	int64_t dump_time, n = rank_entries(r, ents, hdr, &dump_time), first = 0;
+	int64_t pid = 10000 + r, ring = 2000;
+	bool culprit = r == env.culprit, killed = culprit && env.sc == SC_KILLED;
+	char host[32], path[4096];
+	int fd;
+
+	if (culprit && env.sc == SC_MISSING_DUMP)
+		return 0;
+	if (env.wrap == -1 || env.wrap == r) {
+		ring = env.ring;
+		if (n > ring)
+			first = n - ring;
+	} else if (n > ring) {
+		first = n - ring;
+	}
+	snprintf(host, sizeof(host), "node%d", r / 8);
+	o->len = 0;
+	put(o, "{\"schema\":\"tptrace-fr\",\"version\":1");
+	put_kv_s(o, ",\"host\":", host);
+	put_kv_i(o, ",\"pid\":", pid);
+	put(o, ",\"comm\":\"python3\",\"cmdline\":\"python3 train.py\"");
+	put_kv_i(o, ",\"global_rank\":", r);
+	put_kv_i(o, ",\"world_size\":", env.ranks);
+	put_kv_i(o, ",\"local_rank\":", r % 8);
+	put(o, ",\"nccl_version\":\"2.28.9\",\"nccl_library\":\"/usr/lib/x86_64-linux-gnu/libnccl.so.2\"");
+	put_kv_s(o, ",\"dump_reason\":", killed ? "exit" : env.sc == SC_HEALTHY ? "request" : "stall");
+	put_kv_i(o, ",\"dump_time_ns\":", dump_time);
+	put_kv_i(o, ",\"dump_mono_ns\":", dump_time - t0 + 941645312);
+	if (killed)
+		put(o, ",\"process\":{\"state\":\"killed\",\"exit_code\":null,\"signal\":9}");
+	else
+		put(o, ",\"process\":{\"state\":\"running\",\"exit_code\":null,\"signal\":null}");
+	put_kv_i(o, ",\"ring_size\":", ring);
+	put_kv_i(o, ",\"entries_recorded\":", n);
+	put_kv_i(o, ",\"entries_overwritten\":", first);
+	put_kv_i(o, ",\"events_dropped\":", env.dropped == -1 || env.dropped == r ? 5 : 0);
+	put(o, ",\n\"comms\":[");
+	for (int j = 0; j < env.comms; j++) {
+		int g = group_size(j);
+
+		put(o, j ? ",\n" : "\n");
+		put_kv_s(o, "{\"comm_id\":", hdr[j].id);
+		put(o, ",\"comm_handle\":\"0x55d0c0ffee00\"");
+		put_kv_i(o, ",\"rank\":", r % g);
+		put_kv_i(o, ",\"nranks\":", g);
+		put_kv_i(o, ",\"device\":", r % 8);
+		put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
+		       "\"created_by\":\"ncclCommInitRank\",\"learned\":{\"comm_id\":\"init_call\","
+		       "\"rank\":\"init_call\",\"nranks\":\"init_call\"},\"state\":\"active\"");
+		put_kv_i(o, ",\"async_error\":",
+			 culprit && env.sc == SC_ASYNC && j == env.comm_slot ? 6 : 0);
+		put_kv_i(o, ",\"last_enqueued_seq\":", hdr[j].last_enq);
+		put_kv_i(o, ",\"last_started_seq\":", hdr[j].last_started);
+		put_kv_i(o, ",\"last_completed_seq\":", hdr[j].last_done);
+		put_kv_i(o, ",\"last_p2p_seq\":", hdr[j].last_p2p);
+		put(o, "}");
+	}
+	put(o, "],\n\"in_call\":[");
+	if (culprit && (env.sc == SC_SKIP || env.sc == SC_STUCK)) {
+		put_kv_i(o, "\n{\"tid\":", pid + 1);
+		put(o, ",\"thread_name\":\"pt_main_thread\"");
+		put_kv_s(o, ",\"api\":", env.sc == SC_SKIP ? "cudaMemcpy" : "cudaStreamSynchronize");
+		put_kv_i(o, ",\"entered_ns\":", dump_time - 30000000000LL);
+		put(o, ",\"comm_id\":null,\"seq\":null}");
+	}
+	put(o, "],\n\"entries\":[");
+	for (int64_t i = first; i < n; i++) {
+		put(o, i > first ? ",\n" : "\n");
+		put_entry(o, &ents[i], pid);
+	}
+	put(o, "\n]}\n");
+	if (culprit && env.sc == SC_CORRUPT)
+		o->len = o->len * 3 / 5;	/* the writer died mid-file */
+
+	snprintf(path, sizeof(path), "%s/tptrace-fr.%s.%" PRId64 ".json", env.out, host, pid);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		goto fail;
+	for (size_t off = 0; off < o->len;) {
+		ssize_t w = write(fd, o->buf + off, o->len - off);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			close(fd);
+			goto fail;
+		}
+		off += w;
+	}
+	if (close(fd))
+		goto fail;
+	return 0;
+fail:
+	fprintf(stderr, "tptrace-fr-gen: cannot write %s: %s\n", path, strerror(errno));
+	return -errno;
+}
+
+static int next_rank;
+static pthread_mutex_t next_lock = PTHREAD_MUTEX_INITIALIZER;
+static int failed;
+
+static void *writer(void *arg)
+{
+	struct out o = { 0 };
+	struct ent *ents = malloc(((size_t)env.entries + 4) * sizeof(*ents));
+	struct comm_hdr hdr[16];
+
+	if (!ents) {
+		failed = 1;
+		return NULL;
+	}
+	for (;;) {
+		int r;
+
+		pthread_mutex_lock(&next_lock);
+		r = failed ? env.ranks : next_rank++;
+		pthread_mutex_unlock(&next_lock);
+		if (r >= env.ranks)
+			break;
+		if (write_rank(r, &o, ents, hdr))
+			failed = 1;
+	}
+	free(o.buf);
+	free(ents);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	pthread_t tids[64];
+	int nt = 0;
+
+	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
+		return 2;
+	if (mkdir(env.out, 0755) && errno != EEXIST) {
+		fprintf(stderr, "tptrace-fr-gen: cannot create %s: %s\n", env.out, strerror(errno));
+		return 1;
+	}
+	if (build_schedule()) {
+		fprintf(stderr, "tptrace-fr-gen: out of memory\n");
+		return 1;
+	}
+	for (int i = 0; i < env.jobs && i < env.ranks; i++)
+		if (!pthread_create(&tids[i], NULL, writer, NULL))
+			nt++;
+	if (!nt)
+		writer(NULL);
+	for (int i = 0; i < nt; i++)
+		pthread_join(tids[i], NULL);
+	free(steps);
+	return failed ? 1 : 0;
+}

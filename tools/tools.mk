@@ -1,0 +1,57 @@
+# Offline tools that read what tptrace wrote (included by the top-level Makefile).
+#   tptrace-fr                 flight-recorder dump analyzer (repo top level, next to ./tptrace)
+#   $(OUTPUT)/tptrace-fr-gen   synthetic dump directories for tests and benchmarks
+#   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
+#                              compiler ships libFuzzer)
+# Tools read files only: they never link user/ objects.
+TOOLS_OUT   := $(OUTPUT)/tools
+TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_VERSION='"$(VERSION)"'
+FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_analyze.o
+FR_LIBS     := -lcjson -lpthread
+
+$(TOOLS_OUT):
+	$(Q)mkdir -p $@
+
+$(TOOLS_OUT)/%.o: tools/%.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
+tptrace-fr: $(TOOLS_OUT)/fr.o $(FR_LIB_OBJS)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) $^ $(FR_LIBS) -o $@
+
+$(OUTPUT)/tptrace-fr-gen: $(TOOLS_OUT)/fr_gen.o
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) $^ -lpthread -o $@
+
+-include $(wildcard $(TOOLS_OUT)/*.d)
+
+# The fuzz target: `make fr-fuzz` builds it, `make fr-fuzz-smoke` runs 2000 inputs over the
+# seed corpus (CI), `make fr-fuzz-run FUZZ_SECONDS=120` fuzzes for real into a scratch corpus.
+FUZZ_CC      ?= $(CLANG)
+FUZZ_LIBFUZZER := $(wildcard $(shell $(FUZZ_CC) -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-$(shell uname -m).a)
+FUZZ_CORPUS  := tests/tools/corpus
+FUZZ_SECONDS ?= 120
+FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c tools/fr_analyze.c
+
+$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_analyze.h | $(OUTPUT)
+	$(call msg,FUZZ-CC,$@)
+	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined $(FR_FUZZ_SRCS) -lcjson -o $@
+
+.PHONY: fr-fuzz fr-fuzz-smoke fr-fuzz-run
+fr-fuzz: $(OUTPUT)/fr_fuzz
+fr-fuzz-smoke: $(OUTPUT)/fr_fuzz
+	$(Q)$(OUTPUT)/fr_fuzz -runs=2000 -max_len=65536 $(FUZZ_CORPUS)
+fr-fuzz-run: $(OUTPUT)/fr_fuzz
+	$(Q)mkdir -p $(OUTPUT)/fuzz-corpus
+	$(Q)$(OUTPUT)/fr_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+		-artifact_prefix=$(OUTPUT)/ $(OUTPUT)/fuzz-corpus $(FUZZ_CORPUS)
+
+all: tptrace-fr
+TEST_BINS += tptrace-fr $(OUTPUT)/tptrace-fr-gen
+ifneq ($(FUZZ_LIBFUZZER),)
+TEST_BINS += $(OUTPUT)/fr_fuzz
+endif
+# tools.mk is included after tests/tests.mk has expanded test-bins' prerequisites: add ours here
+test-bins: tptrace-fr $(OUTPUT)/tptrace-fr-gen $(if $(FUZZ_LIBFUZZER),$(OUTPUT)/fr_fuzz)

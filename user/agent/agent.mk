@@ -1,0 +1,21 @@
+# In-process CUPTI agent (included by the top Makefile, or for now via tests/e2e/gpu.mk).
+#   $(OUTPUT)/libtptrace_agent.so  dlopen'ed into the target by `tptrace --gpu`, or loaded by the
+#                                  driver via CUDA_INJECTION64_PATH. Needs only libc; CUPTI is
+#                                  dlopen'ed at run time, cupti.h only supplies types.
+AGENT_SO     := $(OUTPUT)/libtptrace_agent.so
+# No __CUDA_API_VERSION_INTERNAL: cupti.h and cuda.h disagree under it.
+AGENT_CFLAGS := -O2 -g -Wall -Wextra -Wno-unused-parameter -fPIC -fvisibility=hidden -pthread \
+		-D_GNU_SOURCE -I$(CUDA_HOME)/include -Iuser/agent -MMD -MP
+
+$(OUTPUT)/agent:
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/agent/agent.o: user/agent/agent.c user/agent/agent_shm.h | $(OUTPUT)/agent
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(AGENT_CFLAGS) -c $< -o $@
+
+$(AGENT_SO): $(OUTPUT)/agent/agent.o
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libtptrace_agent.so -Wl,-z,defs $< -ldl -o $@
+
+-include $(OUTPUT)/agent/agent.d

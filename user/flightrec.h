@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* The NCCL flight recorder: a ring of the most recent collectives per traced process, kept in
+ * tptrace (not in the target) so it survives the target crashing, freezing or being killed.
+ * Entries move enqueued -> started -> completed from what the application itself asks the
+ * GPU (cudaEventQuery/Synchronize results, stream and device syncs); tptrace adds no CUDA
+ * work. Dumps follow docs/fr-schema.md. */
+#ifndef TPTRACE_FLIGHTREC_H
+#define TPTRACE_FLIGHTREC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct flightrec;
+struct target;
+
+struct flightrec_opts {
+	size_t ring_size;		/* entries per process (default 2000) */
+	const char *dump_dir;
+	uint64_t stall_timeout_ns;	/* 0: no stall dumps */
+	/* called when the dynamic linker reports new objects in a process (attach probes) */
+	void (*rescan)(void *ctx, struct target *t);
+	void *rescan_ctx;
+};
+
+struct flightrec *flightrec__new(const struct flightrec_opts *opts);
+void flightrec__free(struct flightrec *fr);
+
+/* Starts recording a process (its target holds maps, env, comm). */
+int flightrec__add_process(struct flightrec *fr, struct target *t);
+
+/* libbpf ring_buffer callback: ctx is the flightrec. */
+int flightrec__ring_cb(void *ctx, void *data, size_t size);
+
+/* Dumps every process (reason: "signal", "request", "final", ...). Returns the number of
+ * dumps written, or a negative errno of the first failure (reported on stderr). */
+int flightrec__dump_all(struct flightrec *fr, const char *reason);
+/* Stall check: dumps processes whose pending work made no progress for the stall timeout.
+ * Returns the number of dumps written. */
+int flightrec__check_stalls(struct flightrec *fr, uint64_t now_mono_ns);
+/* Processes that exited since the last call were dumped with reason "exit"; returns how many. */
+int flightrec__take_exits(struct flightrec *fr);
+/* A process that vanished without an exit record: dumped as exited by take_exits. */
+void flightrec__mark_gone(struct flightrec *fr, int pid);
+void flightrec__set_drops(struct flightrec *fr, uint64_t events_dropped);
+int flightrec__nr_processes(const struct flightrec *fr);
+uint64_t flightrec__nr_entries(const struct flightrec *fr);
+
+/* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json */
+int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid);
+
+#endif

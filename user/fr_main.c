@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: MIT
+/* tptrace fr: the always-on NCCL flight recorder (see flightrec.h, docs/fr-schema.md). */
+#include <argp.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/libbpf.h>
+#include "cuda.skel.h"
+#include "elfsym.h"
+#include "flightrec.h"
+#include "log.h"
+#include "procmaps.h"
+#include "session.h"
+#include "target.h"
+
+#define MAX_TARGETS 1024
+
+static struct fr_env {
+	int pids[64];
+	int nr_pids;
+	bool all;
+	const char *dump_dir;
+	size_t ring;
+	double stall_timeout;
+	const char *dump_on;
+	double duration;
+	int ring_mb;
+} env = {
+	.dump_dir = "/var/tmp/tptrace",
+	.ring = 2000,
+	.stall_timeout = 60,
+	.ring_mb = 16,
+};
+
+static const char doc[] =
+"tptrace fr: NCCL flight recorder for running processes, kept outside them.\n"
+"\n"
+"USAGE: tptrace fr (-p PID [-p PID ...] | -a) [--dump-dir DIR] [--ring N]\n"
+"                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
+"\n"
+"Records every NCCL collective and p2p call (and the CUDA event/sync calls that tell\n"
+"when they finish on the GPU) into a ring per process held by tptrace, so it survives\n"
+"the job crashing or hanging. Dumps one JSON file per process (docs/fr-schema.md):\n"
+"on SIGUSR2, on SIGINT/SIGTERM (then exits), when a communicator makes no progress\n"
+"for --stall-timeout seconds with work pending, when a process exits, and on each\n"
+"write to the --dump-on fifo. Read the dumps of all ranks with tptrace-fr.\n"
+"\n"
+"EXAMPLES:\n"
+"    sudo tptrace fr -p 4242 --dump-dir /var/tmp/tptrace    # one job process\n"
+"    sudo tptrace fr -a --dump-dir /var/tmp/tptrace         # every NCCL process on the host\n"
+"    sudo kill -USR2 $(pgrep -f 'tptrace fr')                # dump now, keep recording\n"
+"    tptrace-fr /var/tmp/tptrace                            # which rank, comm, collective\n";
+
+enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB };
+
+static const struct argp_option opts[] = {
+	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
+	{ "all", 'a', NULL, 0, "Every NCCL process on the host, including ones that start later", 0 },
+	{ "dump-dir", OPT_DUMP_DIR, "DIR", 0, "Where dumps go (default /var/tmp/tptrace)", 0 },
+	{ "ring", OPT_RING, "N", 0, "Entries kept per process (default 2000)", 0 },
+	{ "stall-timeout", OPT_STALL, "SEC", 0, "Dump when pending work makes no progress this long (default 60; 0 off)", 0 },
+	{ "dump-on", OPT_DUMP_ON, "FIFO", 0, "Dump all processes on every write to this fifo (created if missing)", 0 },
+	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (final dump)", 0 },
+	{ "ring-mb", OPT_RING_MB, "MB", 0, "BPF ring buffer size in MiB, power of two (default 16)", 0 },
+	{ "verbose", 'v', NULL, 0, "More diagnostics", 0 },
+	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
+	{},
+};
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	char *end;
+	long v;
+
+	switch (key) {
+	case 'p':
+		errno = 0;
+		v = strtol(arg, &end, 10);
+		if (errno || *end || v <= 0 || v > 0x7fffffff)
+			argp_error(state, "invalid pid '%s'", arg);
+		if (env.nr_pids == 64)
+			argp_error(state, "at most 64 pids; use -a");
+		env.pids[env.nr_pids++] = (int)v;
+		break;
+	case 'a':
+		env.all = true;
+		break;
+	case OPT_DUMP_DIR:
+		env.dump_dir = arg;
+		break;
+	case OPT_RING:
+		v = strtol(arg, &end, 10);
+		if (*end || v < 1 || v > 10000000)
+			argp_error(state, "invalid --ring '%s' (1..10000000)", arg);
+		env.ring = v;
+		break;
+	case OPT_STALL:
+		env.stall_timeout = strtod(arg, &end);
+		if (*end || env.stall_timeout < 0)
+			argp_error(state, "invalid --stall-timeout '%s' (seconds >= 0)", arg);
+		break;
+	case OPT_DUMP_ON:
+		env.dump_on = arg;
+		break;
+	case 'd':
+		env.duration = strtod(arg, &end);
+		if (*end || env.duration <= 0)
+			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
+		break;
+	case OPT_RING_MB:
+		v = strtol(arg, &end, 10);
+		if (*end || v < 1 || v > 4096 || (v & (v - 1)))
+			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
+		env.ring_mb = (int)v;
+		break;
+	case 'v':
+		tptrace_verbosity++;
+		break;
+	case 'q':
+		tptrace_verbosity = -1;
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "unexpected argument '%s'", arg);
+		break;
+	case ARGP_KEY_END:
+		if (!env.nr_pids && !env.all)
+			argp_error(state, "no process given: use -p PID or -a");
+		if (env.nr_pids && env.all)
+			argp_error(state, "-p and -a exclude each other");
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static volatile sig_atomic_t stop_signal, dump_request;
+
+static void on_stop(int sig)
+{
+	stop_signal = sig;
+}
+
+static void on_usr2(int sig)
+{
+	dump_request = 1;
+}
+
+struct fr_session {
+	struct cuda_bpf *skel;
+	struct elfsym_cache *cache;
+	struct target_probes probes;
+	struct flightrec *fr;
+	struct target *targets[MAX_TARGETS];
+	int nr_targets;
+};
+
+static void rescan(void *ctx, struct target *t)
+{
+	struct fr_session *s = ctx;
+
+	target__scan(t, s->cache, &s->probes);
+}
+
+static int mkdir_p(const char *dir)
+{
+	char buf[4096];
+
+	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0700) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0700) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* Starts recording pid. Returns 1 when it uses NCCL and is now recorded, 0 when it has no
+ * NCCL (yet), negative errno on failure. */
+static int add_target(struct fr_session *s, int pid, bool quiet)
+{
+	struct target *t;
+	int err;
+
+	if (s->nr_targets == MAX_TARGETS)
+		return -ENOSPC;
+	t = quiet ? target__new(pid) : session__open_target(pid);
+	if (!t)
+		return -errno;
+	err = target__scan(t, s->cache, &s->probes);
+	if (err < 0) {
+		if (!quiet)
+			log_error("tptrace: attaching to pid %d (%s): %s\n", pid, t->comm, strerror(-err));
+		target__free(t);
+		return err;
+	}
+	if (!t->nr_nccl) {
+		target__free(t);
+		return 0;
+	}
+	err = flightrec__add_process(s->fr, t);
+	if (err) {
+		target__free(t);
+		return err;
+	}
+	session__watch_exit(s->skel, pid);
+	s->targets[s->nr_targets++] = t;
+	if (t->rank >= 0)
+		log_info("tptrace: recording pid %d (%s, rank %d): %d probes\n", pid, t->comm, t->rank,
+			 t->nr_probes);
+	else
+		log_info("tptrace: recording pid %d (%s): %d probes\n", pid, t->comm, t->nr_probes);
+	return 1;
+}
+
+/* -a: every process whose maps show a libnccl; processes without it are looked at again on
+ * later scans, since they may load it later. */
+static void scan_all(struct fr_session *s)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int self = getpid();
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char path[64], line[4096];
+		int pid = atoi(de->d_name);
+		bool nccl = false;
+		FILE *f;
+
+		if (pid <= 0 || pid == self)
+			continue;
+		for (int i = 0; i < s->nr_targets; i++)
+			if (s->targets[i]->pid == pid)
+				goto next;
+		snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (strstr(line, "libnccl")) {
+				nccl = true;
+				break;
+			}
+		fclose(f);
+		if (nccl)
+			add_target(s, pid, true);
+next:
+		;
+	}
+	closedir(d);
+}
+
+int fr_main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	struct fr_session s = {};
+	struct ring_buffer *rb = NULL;
+	struct flightrec_opts fo = {};
+	uint64_t start, deadline = 0, last_scan = 0;
+	int fifo_fd = -1, err, ret = 1;
+
+	argp_err_exit_status = 2;
+	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
+		return 2;
+
+	for (int i = 0; i < env.nr_pids; i++) {
+		struct target *t = session__open_target(env.pids[i]);
+
+		if (!t)
+			return 1;
+		target__free(t);
+	}
+	err = mkdir_p(env.dump_dir);
+	if (!err && access(env.dump_dir, W_OK))
+		err = -errno;
+	if (err) {
+		log_error("tptrace: cannot write dumps to %s: %s\n", env.dump_dir, strerror(-err));
+		return 1;
+	}
+	if (env.dump_on) {
+		struct stat st;
+
+		if (stat(env.dump_on, &st) && mkfifo(env.dump_on, 0600)) {
+			log_error("tptrace: cannot create fifo %s: %s\n", env.dump_on, strerror(errno));
+			return 1;
+		}
+		/* read-write: the fifo never reports hang-up between writers */
+		fifo_fd = open(env.dump_on, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+		if (fifo_fd < 0) {
+			log_error("tptrace: cannot open %s: %s\n", env.dump_on, strerror(errno));
+			return 1;
+		}
+	}
+
+	s.skel = session__load_bpf(env.ring_mb);
+	if (!s.skel)
+		goto cleanup;
+	session__probes(s.skel, &s.probes);
+	s.probes.classes = PROBE_CUDA_SYNC | PROBE_NCCL;
+	s.cache = elfsym_cache__new();
+	fo.ring_size = env.ring;
+	fo.dump_dir = env.dump_dir;
+	fo.stall_timeout_ns = (uint64_t)(env.stall_timeout * 1e9);
+	fo.rescan = rescan;
+	fo.rescan_ctx = &s;
+	s.fr = flightrec__new(&fo);
+	if (!s.cache || !s.fr) {
+		log_error("tptrace: out of memory\n");
+		goto cleanup;
+	}
+	rb = ring_buffer__new(bpf_map__fd(s.skel->maps.events), flightrec__ring_cb, s.fr, NULL);
+	if (!rb) {
+		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
+		goto cleanup;
+	}
+	for (int i = 0; i < env.nr_pids; i++) {
+		err = add_target(&s, env.pids[i], false);
+		if (err < 0)
+			goto cleanup;
+		if (err == 0) {
+			log_error("tptrace: pid %d has no NCCL loaded (no libnccl.so.* mapped)\n",
+				  env.pids[i]);
+			goto cleanup;
+		}
+	}
+	if (env.all)
+		scan_all(&s);
+
+	signal(SIGINT, on_stop);
+	signal(SIGTERM, on_stop);
+	signal(SIGUSR2, on_usr2);
+	signal(SIGPIPE, SIG_IGN);
+	start = session__clock_ns(CLOCK_MONOTONIC);
+	if (env.duration > 0)
+		deadline = start + (uint64_t)(env.duration * 1e9);
+	log_info("tptrace: flight recorder on %s%d process%s, dumps to %s\n",
+		 env.all ? "all NCCL processes, now " : "", s.nr_targets,
+		 s.nr_targets == 1 ? "" : "es", env.dump_dir);
+	while (!stop_signal) {
+		uint64_t now;
+		int alive = 0;
+
+		err = ring_buffer__poll(rb, 100);
+		if (err < 0 && err != -EINTR) {
+			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
+			break;
+		}
+		flightrec__set_drops(s.fr, session__drops(s.skel));
+		if (dump_request) {
+			dump_request = 0;
+			flightrec__dump_all(s.fr, "signal");
+		}
+		if (fifo_fd >= 0) {
+			char buf[256];
+			bool req = false;
+
+			while (read(fifo_fd, buf, sizeof(buf)) > 0)
+				req = true;
+			if (req)
+				flightrec__dump_all(s.fr, "request");
+		}
+		for (int i = 0; i < s.nr_targets; i++) {
+			struct target *t = s.targets[i];
+			bool was = t->exited;
+
+			if (!target__gone(t)) {
+				alive++;
+				continue;
+			}
+			if (!was) {
+				/* the exit record may still be in the ring */
+				ring_buffer__consume(rb);
+				flightrec__mark_gone(s.fr, t->pid);
+			}
+		}
+		flightrec__take_exits(s.fr);
+		now = session__clock_ns(CLOCK_MONOTONIC);
+		flightrec__check_stalls(s.fr, now);
+		if (env.all && now - last_scan > 1000000000ULL) {
+			last_scan = now;
+			scan_all(&s);
+		}
+		if (!env.all && !alive)
+			break;
+		if (deadline && now >= deadline)
+			break;
+	}
+	ring_buffer__consume(rb);
+	flightrec__set_drops(s.fr, session__drops(s.skel));
+	flightrec__take_exits(s.fr);
+	flightrec__dump_all(s.fr, "final");
+	ret = 0;
+cleanup:
+	ring_buffer__free(rb);
+	for (int i = 0; i < s.nr_targets; i++)
+		target__free(s.targets[i]);
+	flightrec__free(s.fr);
+	cuda_bpf__destroy(s.skel);
+	elfsym_cache__free(s.cache);
+	if (fifo_fd >= 0)
+		close(fifo_fd);
+	return ret;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Run functions inside a running process with ptrace (x86-64): dlopen a library, look a symbol
+ * up, call it, dlclose. One thread of the target (the main thread by default) is seized and
+ * interrupted; its registers (general, orig_rax, FPU/SSE/AVX state) and the stack bytes used
+ * for arguments are saved and restored exactly, so the interrupted code, including a blocking
+ * syscall, resumes as if nothing happened: the syscall is restarted by the kernel with the
+ * original registers (calls run with orig_rax = -1 so no restart happens in between). The
+ * other threads keep running.
+ *
+ * Each call returns into address 0; the SIGSEGV at rip 0 is the "call done" signal and is
+ * never delivered. Signals that arrive during a call are passed on to the target's handlers.
+ * Caveat common to every injector: the interrupted thread must not hold a lock the injected
+ * code needs (malloc arena, loader lock); a thread blocked in a syscall holds none of those.
+ */
+#ifndef TPTRACE_INJECT_H
+#define TPTRACE_INJECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct injector;
+
+/* Seize thread tid (a thread of the target; its pid for the main thread) and stop it.
+ * NULL and errno; err gets one line (Yama ptrace_scope, another tracer, EPERM, ...). */
+struct injector *injector__attach(int tid, char *err, size_t errlen);
+/* Restores registers and memory exactly and detaches; frees inj. 0 or -errno. NULL is safe. */
+int injector__detach(struct injector *inj);
+/* Last error of a failed call, one line. */
+const char *injector__error(const struct injector *inj);
+
+/* func(args[0..5]) in the target; *ret = rax. 0 or -errno (-ETIMEDOUT, -ESRCH, -EFAULT when
+ * the call crashed: the thread is then restored and the crash signal dropped). */
+int injector__call(struct injector *inj, uint64_t func, const uint64_t args[6], uint64_t *ret);
+/* Like injector__call, with s0/s1 (either may be NULL) copied onto the target's stack and
+ * passed as the first two arguments; args[2..5] as given (args may be NULL). */
+int injector__call_str(struct injector *inj, uint64_t func, const char *s0, const char *s1,
+		       const uint64_t args[6], uint64_t *ret);
+/* dlopen(path, flags) in the target; on failure the target's dlerror() text is the error. */
+int injector__dlopen(struct injector *inj, const char *path, int flags, uint64_t *handle);
+int injector__dlsym(struct injector *inj, uint64_t handle, const char *name, uint64_t *addr);
+int injector__dlclose(struct injector *inj, uint64_t handle);
+
+/* Address of a function exported by a library mapped in pid (lib: base-name prefix such as
+ * "libc.so.6"). 0 or -ENOENT. */
+int inject_find_func(int pid, const char *lib, const char *name, uint64_t *addr);
+/* /proc/sys/kernel/yama/ptrace_scope, or -1 when Yama is absent. */
+int inject_ptrace_scope(void);
+
+/* One-shot wrappers: attach, do one thing, restore, detach. */
+int inject_dlopen(int pid, const char *lib_path_in_target, uint64_t *handle_out, char *err,
+		  size_t errlen);
+int inject_call(int pid, uint64_t func_addr, uint64_t args[6], uint64_t *ret);
+int inject_dlclose(int pid, uint64_t handle);
+
+#endif

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "cuda.skel.h"
+#include "cuda.h"
+#include "log.h"
+#include "session.h"
+#include "target.h"
+
+struct cuda_bpf *session__load_bpf(int ring_mb)
+{
+	struct cuda_bpf *skel = cuda_bpf__open();
+	int err;
+
+	if (!skel) {
+		log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
+		return NULL;
+	}
+	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
+	err = cuda_bpf__load(skel);
+	if (err) {
+		if (err == -EPERM || err == -EACCES)
+			log_error("tptrace: loading BPF programs: %s (run as root: needs CAP_BPF and "
+				  "CAP_PERFMON, or CAP_SYS_ADMIN)\n", strerror(-err));
+		else
+			log_error("tptrace: loading BPF programs: %s (kernel >= 5.15 with BTF "
+				  "needed)\n", strerror(-err));
+		cuda_bpf__destroy(skel);
+		return NULL;
+	}
+	/* exit codes of watched processes; harmless when it cannot attach */
+	skel->links.proc_exit = bpf_program__attach(skel->progs.proc_exit);
+	if (!skel->links.proc_exit)
+		log_verbose("tptrace: exit tracepoint unavailable: %s\n", strerror(errno));
+	return skel;
+}
+
+void session__probes(struct cuda_bpf *skel, struct target_probes *probes)
+{
+	probes->entry = skel->progs.cuda_entry;
+	probes->ret = skel->progs.cuda_return;
+	probes->dl_hook = skel->progs.dl_debug_state;
+}
+
+struct target *session__open_target(int pid)
+{
+	struct target *t = target__new(pid);
+
+	if (t)
+		return t;
+	if (errno == ESRCH)
+		log_error("tptrace: pid %d: no such process\n", pid);
+	else
+		log_error("tptrace: pid %d: cannot read /proc/%d/maps: %s (run as root)\n", pid, pid,
+			  strerror(errno));
+	return NULL;
+}
+
+int session__watch_exit(struct cuda_bpf *skel, int pid)
+{
+	__u32 key = pid;
+	__u8 one = 1;
+
+	return bpf_map_update_elem(bpf_map__fd(skel->maps.watch_pids), &key, &one, BPF_ANY);
+}
+
+uint64_t session__drops(struct cuda_bpf *skel)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u32 key = TP_CNT_DROPPED;
+	uint64_t sum = 0;
+	uint64_t *vals;
+
+	if (ncpu <= 0)
+		return 0;
+	vals = calloc(ncpu, sizeof(*vals));
+	if (!vals)
+		return 0;
+	if (!bpf_map_lookup_elem(bpf_map__fd(skel->maps.counters), &key, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+uint64_t session__clock_ns(int clockid)
+{
+	struct timespec ts;
+
+	clock_gettime(clockid, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
