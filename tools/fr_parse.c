@@ -50,7 +50,7 @@ bool fr_op_has_root(int op)
 static int lookup(const char *const *names, int n, const char *s, size_t len, int other)
 {
 	for (int i = 1; i < n; i++)
-		if (strlen(names[i]) == len && !memcmp(names[i], s, len))
+		if (names[i][0] == s[0] && !strncmp(names[i], s, len) && names[i][len] == 0)
 			return i;
 	return other;
 }
@@ -101,11 +101,25 @@ static int hexval(char c)
 static int str(struct jp *j, char *out, size_t cap)
 {
 	size_t n = 0;
+	const char *q;
 
 	ws(j);
 	if (j->p >= j->end || *j->p != '"')
 		return fail(j, "expected a string"), -1;
 	j->p++;
+	/* fast path, nearly every string: no escape before the closing quote */
+	q = memchr(j->p, '"', j->end - j->p);
+	if (q && !memchr(j->p, '\\', q - j->p)) {
+		n = q - j->p;
+		if (out) {
+			if (n >= cap)
+				n = cap - 1;
+			memcpy(out, j->p, n);
+			out[n] = 0;
+		}
+		j->p = q + 1;
+		return (int)n;
+	}
 	if (!out) {
 		/* fast skip: find the closing quote not preceded by an odd run of backslashes */
 		for (;;) {
@@ -214,10 +228,8 @@ static bool num(struct jp *j, int64_t *out)
 	while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
 		unsigned d = *j->p++ - '0';
 
-		if (v > (UINT64_MAX - d) / 10)
-			overflow = true;
-		else
-			v = v * 10 + d;
+		overflow |= __builtin_mul_overflow(v, 10, &v);
+		overflow |= __builtin_add_overflow(v, d, &v);
 	}
 	if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E')) {
 		frac = true;
@@ -285,8 +297,17 @@ static bool skip_value(struct jp *j, int depth)
 				return false;
 		} while (eat(j, ','));
 		return eat(j, ']') ? true : fail(j, "expected ',' or ']'");
-	default:
+	case 't': case 'f': case 'n':
 		return num(j, &dummy);
+	default:
+		/* a number nobody reads: check its shape, do not convert it */
+		if (*j->p == '-')
+			j->p++;
+		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
+			return fail(j, "bad number");
+		while (j->p < j->end && is_num_char(*j->p))
+			j->p++;
+		return true;
 	}
 }
 

@@ -480,9 +480,11 @@ static void on_nccl_call(struct flightrec *fr, struct fr_proc *p, struct fr_thre
 	case NAPI_INIT_RANK:
 	case NAPI_INIT_RANK_CONFIG:
 	case NAPI_INIT_SCALABLE:
-		/* every rank passes the same unique id: its hash names the comm on all of them */
+		/* every rank passes the same unique id: its hash names the comm on all of them.
+		 * The id is passed in memory, so rank is the third integer argument (rdx) in all
+		 * three signatures. */
 		call->arg_nranks = (int)rec->args[1];
-		call->arg_rank = api->kind == NAPI_INIT_SCALABLE ? (int)rec->args[2] : (int)rec->args[3];
+		call->arg_rank = (int)rec->args[2];
 		call->id_hash = (rec->flags & TP_CALL_DEREF_FAULT) ? 0 :
 				nccl_hash(rec->deref, 128, 0);
 		break;
@@ -902,7 +904,7 @@ static void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const str
 	if (c->id)
 		snprintf(buf, size, "%016" PRIx64, c->id);
 	else
-		snprintf(buf, size, "local:%s:%d:%" PRIx64, fr->host, p->pid, c->handle);
+		snprintf(buf, size, "local:%.64s:%d:%" PRIx64, fr->host, p->pid, c->handle);
 }
 
 static const char *state_name(enum fr_state s)

@@ -139,7 +139,7 @@ static int find_agent(const char *given, char *out, size_t len)
 		"/../lib/tptrace/" AGENT_SO_NAME,
 	};
 	const char *env = getenv("TPTRACE_AGENT_SO");
-	char exe[PATH_MAX], *slash;
+	char exe[PATH_MAX - 64], *slash;
 	ssize_t n;
 
 	if (given || (env && env[0])) {

@@ -11,6 +11,8 @@
 #include "session.h"
 #include "target.h"
 
+int tptrace_verbosity;
+
 struct cuda_bpf *session__load_bpf(int ring_mb)
 {
 	struct cuda_bpf *skel = cuda_bpf__open();

@@ -26,7 +26,7 @@
 #define TPTRACE_VERSION "0.0.0"
 #endif
 
-int tptrace_verbosity;
+
 
 #define MAX_PIDS 64
 

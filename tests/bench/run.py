@@ -564,46 +564,65 @@ def section_analyzer(a):
     emit(f"{key}_peak_mib", f"{med(peaks):.0f}")
 
 
+def fr_job(steps):
+    """A one-rank job on the simulated NCCL (tests/workloads/nccl_rank.c): per step
+    allreduce, allgather, broadcast, a send/recv group, an event record, a watchdog
+    cudaEventQuery poll and a stream sync."""
+    idf = tmp("fr.id")
+    if os.path.exists(idf):
+        os.unlink(idf)
+    wl = subprocess.Popen([os.path.join(OUT, "tests", "nccl_rank"), "--rank", "0", "--nranks",
+                           "1", "--id-file", idf, "--steps", str(steps)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = Lines(wl.stdout)
+    line = out.wait_for(lambda l: l.startswith("READY"), 60)
+    if not line:
+        wl.kill()
+        wl.wait()
+        raise RuntimeError("nccl_rank never got READY")
+    return wl, out, int(line.split()[1])
+
+
 def section_fr(a):
-    """Flight-recorder mode: a hook that measures once `tptrace fr` exists."""
+    """Flight-recorder mode: step time of a one-rank NCCL job with and without
+    `tptrace fr -p PID`, and BPF program runs (traps) per step from bpf_stats."""
     r = run_cmd([TPTRACE, "fr", "--help"])
     if r.returncode != 0:
         why = "`tptrace fr` not built: " + (r.stderr.strip().splitlines() or ["no output"])[0][:120]
         na("fr_overhead_pct", why)
         na("traps_per_step.fr", why)
         return
-    # sim_train steps with and without `tptrace fr -p PID`; traps from bpf_stats run counts
+    if not os.access(os.path.join(OUT, "tests", "nccl_rank"), os.X_OK):
+        na("fr_overhead_pct", "workload .output/tests/nccl_rank not built")
+        na("traps_per_step.fr", "workload .output/tests/nccl_rank not built")
+        return
     knob = "/proc/sys/kernel/bpf_stats_enabled"
     old = open(knob).read().strip()
     open(knob, "w").write("1")
-    steps = 2000 if a.quick else 10000
+    steps = 200 if a.quick else 1000
     try:
         res = {"none": [], "fr": []}
         traps = []
-        for rep in range(3):
+        for rep in range(3 if a.quick else 5):
             for c in (("none", "fr") if rep % 2 == 0 else ("fr", "none")):
-                wl = subprocess.Popen([os.path.join(OUT, "tests", "sim_train"), "--steps",
-                                       str(steps), "--kernel-us", "0"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                out = Lines(wl.stdout)
-                line = out.wait_for(lambda l: l.startswith("READY"), 30)
+                wl, out, pid = fr_job(steps)
                 fr = None
                 if c == "fr":
-                    fr = subprocess.Popen([TPTRACE, "fr", "-p", line.split()[1]],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                    fr = subprocess.Popen([TPTRACE, "fr", "-p", str(pid), "--dump-dir",
+                                           tmp("fr-dumps")], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True)
                     frerr = Lines(fr.stderr)
-                    if not frerr.wait_for(lambda l: "tracing" in l or "recording" in l, 30):
+                    if not frerr.wait_for(lambda l: l.startswith("tptrace: recording"), 60):
                         fr.kill()
                         wl.kill()
-                        na("fr_overhead_pct", f"`tptrace fr -p PID` did not start: {frerr.text()[:160]}")
-                        na("traps_per_step.fr", "tptrace fr did not start")
-                        return
+                        raise RuntimeError(f"`tptrace fr -p PID` did not start: {frerr.text()[:200]}")
                     before = sum(p.get("run_cnt", 0) for p in bpftool_progs(fr.pid))
                 t0 = time.monotonic()
                 wl.stdin.write("GO\n")
                 wl.stdin.flush()
-                out.wait_for(lambda l: l == "DONE", 300)
-                res[c].append(time.monotonic() - t0)
+                if not out.wait_for(lambda l: l == "DONE", 600):
+                    raise RuntimeError("nccl_rank did not finish")
+                res[c].append((time.monotonic() - t0) / steps)
                 if fr:
                     after = sum(p.get("run_cnt", 0) for p in bpftool_progs(fr.pid))
                     traps.append((after - before) / steps)
@@ -611,6 +630,7 @@ def section_fr(a):
                     fr.wait(60)
                 wl.stdin.close()
                 wl.wait(30)
+        log(f"fr: step ms none {med(res['none']) * 1e3:.3f}, fr {med(res['fr']) * 1e3:.3f}")
         emit("fr_overhead_pct", f"{(med(res['fr']) / med(res['none']) - 1) * 100:.1f}")
         emit("traps_per_step.fr", f"{med(traps):.1f}")
     finally:

@@ -63,3 +63,12 @@ $(UNIT_DIR)/stubfix: $(UNIT_DATA)/stubfix.cu | $(UNIT_DIR)
 .PHONY: unit-test
 unit-test: $(UNIT_BINS)
 	$(Q)set -e; for t in $(UNIT_BINS); do printf '%s: ' $$t; $$t; done
+
+# modules over the whole user-side library (no BPF needed: records are synthetic)
+UNIT_LIB_LIBS := -lbpf -lelf -lz -lcjson -lstdc++ -lpthread
+$(UNIT_DIR)/test_flightrec: tests/unit/test_flightrec.c tests/unit/check.h \
+			    $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_flightrec

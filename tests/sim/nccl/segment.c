@@ -165,11 +165,18 @@ static int seg_map(struct seg *g, const char *name, int nranks)
 	return ncclSuccess;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec * 1000000000ull + now.tv_nsec;
+}
+
 int seg_join(struct seg *g, const char *name, int nranks, int rank, int timeout_s)
 {
-	uint64_t deadline = 0;
+	uint64_t deadline = mono_ns() + (uint64_t)timeout_s * 1000000000ull;
 	struct seg_rank *me;
-	struct timespec now;
 	int err;
 
 	err = seg_map(g, name, nranks);
@@ -189,13 +196,10 @@ int seg_join(struct seg *g, const char *name, int nranks, int rank, int timeout_
 	g->hdr->joined++;
 	g->hdr->attached++;
 	seg_changed(g);
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	deadline = now.tv_sec + (uint64_t)timeout_s;
 	while (g->hdr->joined < g->hdr->nranks) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((uint64_t)now.tv_sec >= deadline) {
+		if (mono_ns() >= deadline) {
 			simnccl_log("%s: rank %d: only %u of %u ranks joined in %d s", name, rank,
-				 g->hdr->joined, g->hdr->nranks, timeout_s);
+				    g->hdr->joined, g->hdr->nranks, timeout_s);
 			me->present = 0;
 			g->hdr->joined--;
 			seg_unlock(g);
