@@ -107,9 +107,11 @@ static int str(struct jp *j, char *out, size_t cap)
 	if (j->p >= j->end || *j->p != '"')
 		return fail(j, "expected a string"), -1;
 	j->p++;
-	/* fast path, nearly every string: no escape before the closing quote */
-	q = memchr(j->p, '"', j->end - j->p);
-	if (q && !memchr(j->p, '\\', q - j->p)) {
+	/* fast path, nearly every string: no escape before the closing quote (strings are
+	 * short: a byte loop beats memchr's call overhead) */
+	for (q = j->p; q < j->end && *q != '"' && *q != '\\'; q++)
+		;
+	if (q < j->end && *q == '"') {
 		n = q - j->p;
 		if (out) {
 			if (n >= cap)
@@ -315,6 +317,8 @@ static bool skip_value(struct jp *j, int depth)
  * key[] while there is one, false at '}' or on error (check j->failed). */
 static bool next_key(struct jp *j, bool *first, char *key, size_t cap, int *klen)
 {
+	const char *q;
+
 	ws(j);
 	if (*first) {
 		*first = false;
@@ -328,9 +332,28 @@ static bool next_key(struct jp *j, bool *first, char *key, size_t cap, int *klen
 		if (!eat(j, ','))
 			return fail(j, "expected ',' or '}'");
 	}
+	/* keys are plain ASCII in practice: copy only up to cap, decode escapes the slow way */
+	ws(j);
+	if (j->p < j->end && *j->p == '"') {
+		for (q = j->p + 1; q < j->end && *q != '"' && *q != '\\'; q++)
+			;
+		if (q < j->end && *q == '"') {
+			size_t n = q - (j->p + 1);
+
+			*klen = n < cap ? (int)n : (int)cap - 1;
+			memcpy(key, j->p + 1, *klen);
+			j->p = q + 1;
+			goto colon;
+		}
+	}
 	*klen = str(j, key, cap);
 	if (*klen < 0)
 		return false;
+colon:
+	if (j->p < j->end && *j->p == ':') {
+		j->p++;
+		return true;
+	}
 	if (!eat(j, ':'))
 		return fail(j, "expected ':'");
 	return true;

@@ -300,11 +300,45 @@ def section_probe(a):
         if "alloc" not in ops:
             na("probe_cost_ratio.alloc", "tptrace records no cudaMalloc calls (allocator tracing not built yet)")
         if "nccl" not in ops:
-            why = ("tptrace records no ncclAllReduce calls (NCCL tracing not built yet)"
-                   if "nccl" in loop.syms else f"{REAL_NCCL} not loadable")
-            na("probe_cost_ratio.nccl", why)
+            probe_nccl_fr(a, loop)
     finally:
         loop.close()
+
+
+def probe_nccl_fr(a, loop):
+    """NCCL calls are probed by `tptrace fr` (entry and return of every NCCL API), not by
+    plain tptrace: ratio of fr's cost on ncclAllReduce to an empty uprobe+uretprobe."""
+    key = "probe_cost_ratio.nccl"
+    if "nccl" not in loop.syms:
+        return na(key, f"{REAL_NCCL} not loadable")
+    if run_cmd([TPTRACE, "fr", "--help"]).returncode != 0:
+        return na(key, "neither tptrace nor `tptrace fr` probes NCCL in this build")
+    res = {"none": [], "empty": [], "fr": []}
+    for rep in range(a.reps):
+        for c in list(res)[rep % 3:] + list(res)[:rep % 3]:
+            h = None
+            if c == "empty":
+                h = EmptyProbe(loop, [("nccl", True)])
+            elif c == "fr":
+                fr = subprocess.Popen([TPTRACE, "fr", "-p", str(loop.pid), "--dump-dir",
+                                       tmp("fr-dumps")], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True)
+                err = Lines(fr.stderr)
+                if not err.wait_for(lambda l: l.startswith("tptrace: recording"), 60):
+                    fr.kill()
+                    fr.wait()
+                    return na(key, f"`tptrace fr` did not attach: {err.text()[:160]}")
+            loop.run("nccl", 500)
+            res[c].append(loop.run("nccl", a.calls))
+            if h:
+                h.close()
+            elif c == "fr":
+                fr.send_signal(signal.SIGINT)
+                fr.wait(60)
+    m = {c: med(v) for c, v in res.items()}
+    log("probe: nccl (tptrace fr) ns/call medians: " + ", ".join(f"{c} {v:.0f}" for c, v in m.items()))
+    emit("ns_per_call.nccl.fr", f"{m['fr']:.0f}")
+    emit(key, f"{(m['fr'] - m['none']) / (m['empty'] - m['none']):.2f}")
 
 
 LADDER = [  # (key, entry program, extra args): see tests/bench/bench_probes.bpf.c

@@ -96,6 +96,11 @@ def maps_mention(pid, needle):
         return [l.rstrip("\n") for l in f if needle in l]
 
 
+def agent_mapped(pid):
+    """memfd copy (libtptrace_agent.so), /dev/shm copy (tptrace-agent-N.so) or resident."""
+    return maps_mention(pid, "libtptrace_agent") + maps_mention(pid, "tptrace-agent-")
+
+
 def gpu_events(trace, cat=None):
     return [e for e in trace["traceEvents"]
             if e.get("ph") == "X" and (cat is None or e.get("cat") == cat)]

@@ -1,0 +1,282 @@
+"""CUPTI agent on the simulated stack (tests/sim/cupti + tests/sim/cudart): inject the agent into
+a running workload with ptrace, collect CUPTI activity through shared memory, write it with
+gpu_trace, unload the agent. Driven by .output/e2e/gpu_attach (user/gpu.c) until tptrace has
+--gpu. Every kernel/copy/wait the sim executed (TPSIM_VERBOSE=1) must be in the trace with its
+own correlation id, stream and times."""
+import os
+import time
+
+from gpulib import (AGENT_SO, GpuAttach, agent_mapped, abs_ns, gpu_events, maps_mention, need_ptrace,
+                    normalize_output, tpsim_items)
+from lib import WL, Workload, check_valid_trace
+
+SIM_TRAIN = os.path.join(WL, "sim_train")
+NOCUDA = os.path.join(WL, "nocuda")
+# CUPTI's timestamps come from the agent's CLOCK_MONOTONIC callback; the sim maps its own
+# CLOCK_MONOTONIC times through that callback (offset of two consecutive clock reads), so a
+# record may differ from the sim's time by that read pair: well under 20 µs unless preempted.
+ALIGN_NS = 20_000
+ALIGN_MAX_NS = 2_000_000     # one preemption between the two reads, on a loaded VM
+CLOCK_RESIDUAL_NS = 50_000   # |cuptiGetTimestamp - CLOCK_MONOTONIC| per sample
+
+
+def train_argv(steps, kernel_us, threads=1):
+    return [SIM_TRAIN, "--steps", str(steps), "--kernel-us", str(kernel_us), "--threads",
+            str(threads), "--hold"]
+
+
+def run_attached(steps=8, kernel_us=1000, threads=1, attach_after_go=False, extra=(), env=None,
+                 name="gpu.json"):
+    """sim_train with the agent attached over its whole run (or from mid-run); returns
+    (workload, attach, stats, trace, tpsim items). The workload is still alive (--hold)."""
+    e = {"TPSIM_VERBOSE": "1"}
+    e.update(env or {})
+    wl = Workload(train_argv(steps, kernel_us, threads), env=e)
+    ga = None
+    try:
+        if attach_after_go:
+            wl.go()
+            time.sleep(kernel_us * 4e-6)
+        ga = GpuAttach(wl.pid, name, extra)
+        assert ga.attached(), f"attach failed: {ga.stderr.text()}"
+        assert agent_mapped(wl.pid), "agent mapped while attached"
+        if not attach_after_go:
+            wl.go()
+        wl.wait_done()
+        rc = ga.stop()
+        assert rc == 0, f"gpu_attach rc={rc}: {ga.stderr.text()}"
+        return wl, ga, ga.stats(), ga.trace(), tpsim_items(wl.err.text())
+    except BaseException:
+        wl.kill()
+        if ga and ga.p.poll() is None:
+            ga.p.kill()
+        raise
+
+
+def check_records_match_sim(trace, items, complete=True):
+    """Every sim kernel/copy/wait is in the trace with its correlation, stream and times."""
+    want = {c: it for c, it in items.items() if it["kind"] in ("kernel", "memcpy", "wait_event")}
+    got = {}
+    for e in gpu_events(trace):
+        corr = e["args"]["correlation"]
+        assert corr not in got, f"correlation {corr} twice: {e} {got.get(corr)}"
+        got[corr] = e
+    if complete:
+        assert set(got) == set(want), (sorted(set(want) - set(got)), sorted(set(got) - set(want)))
+    else:
+        assert set(got) <= set(want), sorted(set(got) - set(want))
+        assert got, "no records at all"
+    errs = []
+    for corr, e in got.items():
+        it = want[corr]
+        cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "wait_event": "cuda_sync"}[it["kind"]]
+        assert e["cat"] == cat, (e, it)
+        assert e["pid"] == it["dev"] and e["tid"] == it["stream"], (e, it)
+        assert e["args"]["stream"] == it["stream"] and e["args"]["device"] == it["dev"]
+        start = abs_ns(trace, e["ts"])
+        end = abs_ns(trace, e["ts"] + e["dur"])
+        errs.append(max(abs(start - it["start"]), abs(end - it["end"])))
+        # durations are exact: both ends go through the same offset
+        assert abs((end - start) - (it["end"] - it["start"])) <= 2, (e, it)
+        if it["kind"] == "kernel":
+            assert e["name"] == it["name"], (e, it)
+            assert e["args"]["grid"] == [int(x) for x in it["grid"].split(",")], (e, it)
+            assert e["args"]["block"] == [int(x) for x in it["block"].split(",")], (e, it)
+            assert e["args"]["shared memory"] == int(it["shmem"]), (e, it)
+        elif it["kind"] == "memcpy":
+            assert e["args"]["bytes"] == int(it["bytes"]), (e, it)
+            want_name = {"HtoD": "Memcpy HtoD (Pinned -> Device)",
+                         "DtoH": "Memcpy DtoH (Device -> Pinned)"}[it["dir"]]
+            assert e["name"] == want_name, (e, it)
+        else:
+            assert e["name"] == "Stream Wait Event", e
+    errs.sort()
+    assert errs[len(errs) // 2] <= ALIGN_NS and errs[-1] <= ALIGN_MAX_NS, \
+        f"GPU times vs sim: median {errs[len(errs) // 2]} ns, max {errs[-1]} ns"
+    return errs
+
+
+def test_gpu_attach_sim_train():
+    need_ptrace()
+    steps, kernel_us = 8, 1000
+    wl, ga, st, trace, items = run_attached(steps, kernel_us)
+    try:
+        check_valid_trace_gpu(trace)
+        errs = check_records_match_sim(trace, items)
+        kernels = gpu_events(trace, "kernel")
+        assert len(kernels) == 4 * steps
+        assert sorted({e["name"] for e in kernels}) == ["fake_gemm", "fake_relu"]
+        assert len(gpu_events(trace, "gpu_memcpy")) == 2 * steps
+        assert len(gpu_events(trace, "cuda_sync")) == steps
+        gemm = [e for e in kernels if e["name"] == "fake_gemm"]
+        relu = [e for e in kernels if e["name"] == "fake_relu"]
+        assert all(abs(e["dur"] - kernel_us) < kernel_us * 0.5 + 200 for e in gemm), gemm
+        stream_a, stream_b = gemm[0]["tid"], relu[0]["tid"]
+        assert stream_a != stream_b and {e["tid"] for e in gemm} == {stream_a}
+        # tracks: one GPU process, a named thread per stream
+        meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
+        assert {"name": "GPU 0"} in [e["args"] for e in meta if e["name"] == "process_name"]
+        assert [e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"] == [5000000]
+        names = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+        assert names == {stream_a: f"stream {stream_a}", stream_b: f"stream {stream_b}"}, names
+        # stats: nothing lost, clock checked, CUPTI found next to the sim libcudart
+        assert st["dropped_ring"] == 0 and st["dropped_cupti"] == 0, st
+        assert st["kernels"] == 4 * steps and st["syncs"] == steps, st
+        # runtime API records: one per launch/copy/record/wait the sim executed
+        assert st["runtime_api"] == 4 * steps + 2 * steps + 2 * steps, st
+        assert st["clock_samples"] >= 2 and st["clock_residual_ns"] <= CLOCK_RESIDUAL_NS, st
+        assert os.path.realpath(st["cupti_path"]) == os.path.realpath(
+            os.path.join(os.path.dirname(SIM_TRAIN), "..", "sim", "lib", "libcupti.so.13")), st
+        assert st["injected"] and st["unloaded"], st
+        assert not agent_mapped(wl.pid), "agent unmapped after detach"
+        print(f"    clock residual {st['clock_residual_ns']} ns (sample window "
+              f"{st['clock_window_ns']} ns); record vs sim: median {errs[len(errs) // 2]} ns, "
+              f"max {errs[-1]} ns")
+        # the target keeps running and ends normally
+        assert wl.p.poll() is None
+        assert wl.finish() == 0
+    finally:
+        wl.kill()
+
+
+def check_valid_trace_gpu(trace):
+    """What Perfetto/HTA need of GPU events (lib.check_valid_trace also wants tptrace meta)."""
+    for e in trace["traceEvents"]:
+        for k in ("ph", "name", "pid", "tid"):
+            assert k in e, e
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")
+            assert e["args"]["stream"] >= 0 and "correlation" in e["args"], e
+    # X slices on one GPU stream must not overlap (a stream runs one item at a time)
+    by_track = {}
+    for e in gpu_events(trace):
+        by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+    for evs in by_track.values():
+        evs.sort(key=lambda e: e["ts"])
+        for a, b in zip(evs, evs[1:]):
+            assert a["ts"] + a["dur"] <= b["ts"] + 0.002, (a, b)
+
+
+def test_gpu_output_unchanged_by_agent():
+    need_ptrace()
+    argv = train_argv(6, 500, 2)
+    plain = Workload(argv)
+    plain.go()
+    plain.wait_done()
+    rc_plain = plain.finish()
+    wl, ga, st, trace, items = run_attached(6, 500, threads=2, env={"TPSIM_VERBOSE": "0"},
+                                            name="gpu_out.json")
+    try:
+        rc = wl.finish()
+        assert rc == rc_plain == 0
+        assert normalize_output(wl.out.text()) == normalize_output(plain.out.text()), \
+            (wl.out.text(), plain.out.text())
+        assert wl.err.text() == plain.err.text() == "", (wl.err.text(), plain.err.text())
+        assert st["kernels"] == 4 * 6 * 2, st
+    finally:
+        wl.kill()
+        plain.kill()
+
+
+def test_gpu_attach_mid_run_threads():
+    """Attach while 3 threads launch work and main blocks in pthread_join (a futex wait that
+    the injection must restart): the workload finishes normally, records are a subset."""
+    need_ptrace()
+    wl, ga, st, trace, items = run_attached(40, 500, threads=3, attach_after_go=True,
+                                            name="gpu_mid.json")
+    try:
+        check_records_match_sim(trace, items, complete=False)
+        assert st["unloaded"] and not agent_mapped(wl.pid)
+        assert "eventquery_not_ready" in wl.out.text()
+        assert wl.finish() == 0 and "tptrace" not in wl.err.text()
+    finally:
+        wl.kill()
+
+
+def test_gpu_file_transport():
+    """Agent and control block through <target root>/dev/shm (other pid namespace / uid)."""
+    need_ptrace()
+    before = set(os.listdir("/dev/shm"))
+    wl, ga, st, trace, items = run_attached(4, 500, extra=["--files"], name="gpu_files.json")
+    try:
+        check_records_match_sim(trace, items)
+        assert st["unloaded"] and not agent_mapped(wl.pid)
+        left = {f for f in set(os.listdir("/dev/shm")) - before if f.startswith("tptrace")}
+        assert not left, f"files left in /dev/shm: {left}"
+        assert wl.finish() == 0
+    finally:
+        wl.kill()
+
+
+def refused(argv, extra, env=None, want_rc=3):
+    wl = Workload(argv + ["--hold"], env=env)
+    try:
+        ga = GpuAttach(wl.pid, "gpu_refused.json", extra)
+        rc = ga.wait(60)
+        err = ga.stderr.text()
+        assert rc == want_rc, (rc, err, ga.stdout.text())
+        assert not ga.attached(0.1)
+        assert not agent_mapped(wl.pid), "agent unloaded after refusing"
+        assert not os.path.exists(ga.out)
+        # the target is unharmed
+        wl.go()
+        wl.wait_done()
+        assert wl.finish() == 0, wl.err.text()
+        return err
+    finally:
+        wl.kill()
+
+
+def test_gpu_refuses_process_without_cuda():
+    need_ptrace()
+    # tptrace's own check: nothing injected
+    err = refused([NOCUDA], [])
+    assert "uses no CUDA" in err and "libcudart" in err, err
+    # the agent's check, after injection: refuses, unloaded again
+    err = refused([NOCUDA], ["--no-precheck"])
+    assert "GPU agent in process" in err and "refused" in err and "uses no CUDA" in err, err
+
+
+def test_gpu_refuses_second_subscriber():
+    need_ptrace()
+    err = refused([SIM_TRAIN, "--steps", "2"], [], env={"TPSIM_CUPTI_OTHER_SUBSCRIBER": "1"})
+    assert "another CUPTI client is active" in err, err
+
+
+def test_gpu_refuses_without_cupti():
+    need_ptrace()
+    err = refused([SIM_TRAIN, "--steps", "2"], ["--cupti", "/nonexistent/libcupti.so.13"])
+    assert "no libcupti found" in err and "/nonexistent/libcupti.so.13" in err, err
+
+
+def test_gpu_resident_agent():
+    """CUDA_INJECTION64_PATH mode (emulated with LD_PRELOAD + TPTRACE_AGENT_AUTOSTART=1, which
+    calls InitializeInjection like the driver would): idle until attached, records while
+    attached, idle again after; stays loaded; a second session works."""
+    need_ptrace()
+    env = {"LD_PRELOAD": AGENT_SO, "TPTRACE_AGENT_AUTOSTART": "1", "TPSIM_VERBOSE": "1"}
+    wl = Workload(train_argv(600, 500), env=env)
+    try:
+        shm = f"/dev/shm/tptrace-gpu.{wl.pid}"
+        assert os.path.exists(shm), shm
+        assert not maps_mention(wl.pid, "libcupti"), "CUPTI loaded lazily, at first attach"
+        for i in range(2):
+            ga = GpuAttach(wl.pid, f"gpu_res{i}.json")
+            assert ga.attached(), ga.stderr.text()
+            if i == 0:
+                wl.go()
+            time.sleep(0.2)
+            assert ga.stop() == 0, ga.stderr.text()
+            st = ga.stats()
+            assert not st["injected"] and not st["unloaded"], st
+            assert st["kernels"] > 0, st
+            check_records_match_sim(ga.trace(), tpsim_items(wl.err.text()), complete=False)
+            assert agent_mapped(wl.pid), "resident agent stays"
+        wl.wait_done(120)
+        assert wl.finish() == 0
+    finally:
+        wl.kill()
+        try:
+            os.unlink(f"/dev/shm/tptrace-gpu.{wl.pid}")
+        except OSError:
+            pass
