@@ -31,6 +31,19 @@ struct {
 	__type(value, __u64);
 } out_ptrs SEC(".maps");
 
+/* Set by user space once a launch could not be named from its handle: from then on launches
+ * also copy the caller's return address (one more user read per launch). */
+volatile bool want_caller2;
+/* Wake the consumer only when this many bytes wait: a wake-up per record costs more than
+ * the trap itself. The consumer also drains on its own every few milliseconds. */
+const volatile __u64 wakeup_bytes = 1 << 20;
+
+static __always_inline __u64 submit_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+	       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -50,7 +63,10 @@ int BPF_KPROBE(cuda_entry)
 	struct tp_rec_call *rec;
 	__u16 flags = 0;
 
-	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (deref_arg)
+		rec = bpf_ringbuf_reserve(&events, TP_REC_CALL_FULL_SIZE, 0);
+	else
+		rec = bpf_ringbuf_reserve(&events, TP_REC_CALL_SHORT_SIZE, 0);
 	if (!rec) {
 		count(TP_CNT_DROPPED);
 		return 0;
@@ -70,6 +86,7 @@ int BPF_KPROBE(cuda_entry)
 #else
 	rec->args[5] = PT_REGS_PARM6(ctx);
 #endif
+	rec->stack[0] = rec->stack[1] = rec->stack[2] = rec->stack[3] = 0;
 	if (nstack > TP_STACK_MAX)
 		nstack = TP_STACK_MAX;
 	if (nstack) {
@@ -90,7 +107,8 @@ int BPF_KPROBE(cuda_entry)
 		if (!src || bpf_probe_read_user(rec->deref, deref_len, src))
 			flags |= TP_CALL_DEREF_FAULT;
 	}
-	if (cookie & TP_COOKIE_CALLER2) {
+	rec->caller2 = 0;
+	if ((cookie & TP_COOKIE_CALLER2) && want_caller2) {
 		if (bpf_probe_read_user(&rec->caller2, sizeof(rec->caller2),
 					(void *)(PT_REGS_FP(ctx) + 8)))
 			flags |= TP_CALL_CALLER2_FAULT;
@@ -103,7 +121,7 @@ int BPF_KPROBE(cuda_entry)
 		bpf_map_update_elem(&out_ptrs, &tid, &ptr, BPF_ANY);
 	}
 	rec->flags = flags;
-	bpf_ringbuf_submit(rec, 0);
+	bpf_ringbuf_submit(rec, submit_flags());
 	return 0;
 }
 
@@ -137,7 +155,7 @@ int BPF_KRETPROBE(cuda_return)
 			bpf_map_delete_elem(&out_ptrs, &tid);
 		}
 	}
-	bpf_ringbuf_submit(rec, 0);
+	bpf_ringbuf_submit(rec, submit_flags());
 	return 0;
 }
 

@@ -52,9 +52,14 @@ struct tp_rec_call {
 	__u64 ts;		/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	__u64 args[6];		/* rdi rsi rdx rcx r8 r9 */
 	__u64 stack[TP_STACK_MAX];	/* [rsp], [rsp+8], ... */
-	__u64 caller2;		/* [rbp+8] when TP_COOKIE_CALLER2 */
-	__u8 deref[TP_DEREF_MAX];
+	__u64 caller2;		/* [rbp+8] when TP_COOKIE_CALLER2 and user space asked for it */
+	__u8 deref[TP_DEREF_MAX];	/* present only in records of TP_REC_CALL_FULL_SIZE */
 };
+
+/* Calls that copy no pointed-to struct send the record without deref[]: smaller records
+ * mean fewer ring bytes per call. */
+#define TP_REC_CALL_SHORT_SIZE	(sizeof(struct tp_rec_call) - TP_DEREF_MAX)
+#define TP_REC_CALL_FULL_SIZE	sizeof(struct tp_rec_call)
 
 enum tp_call_flags {
 	TP_CALL_STACK_FAULT = 1,	/* stack copy failed */

@@ -248,6 +248,7 @@ int main(int argc, char **argv)
 	struct dirent *de;
 	DIR *dir;
 
+	argp_err_exit_status = 2;	/* usage errors share the bad-input status */
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
 		return 2;

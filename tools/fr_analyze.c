@@ -225,6 +225,16 @@ static int ivec_push(struct ivec *iv, int x)
 	return 0;
 }
 
+/* a - b for timestamps from untrusted dumps: saturates instead of overflowing */
+static int64_t ns_diff(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	if (__builtin_sub_overflow(a, b, &r))
+		return a > b ? INT64_MAX : INT64_MIN + 1;
+	return r;
+}
+
 static uint64_t mix64(uint64_t x)
 {
 	x ^= x >> 33;
@@ -603,7 +613,8 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		     (d->entries_recorded != FR_UNK && d->entries_recorded > (int64_t)d->nr_entries);
 	p->last_comm = -1;
 	p->nr_in_calls = d->nr_in_calls < PROC_IN_CALLS ? (int)d->nr_in_calls : PROC_IN_CALLS;
-	memcpy(p->in_calls, d->in_calls, p->nr_in_calls * sizeof(*p->in_calls));
+	if (p->nr_in_calls)
+		memcpy(p->in_calls, d->in_calls, p->nr_in_calls * sizeof(*p->in_calls));
 	if (!p->path)
 		return -ENOMEM;
 	if (d->world_size != FR_UNK && (a->world_size == FR_UNK || d->world_size > a->world_size))
@@ -743,7 +754,8 @@ static void who_sort(struct verdict *v)
 {
 	int n = 0;
 
-	qsort(v->who, v->nr_who, sizeof(*v->who), cmp_who);
+	if (v->nr_who > 1)
+		qsort(v->who, v->nr_who, sizeof(*v->who), cmp_who);
 	for (int i = 0; i < v->nr_who; i++)
 		if (!n || memcmp(v->who[i], v->who[n - 1], sizeof(*v->who)))
 			memcpy(v->who[n++], v->who[i], sizeof(*v->who));
@@ -979,7 +991,7 @@ static void print_in_calls(FILE *f, const struct proc *p)
 			ic->thread_name[0] ? " \"" : "", ic->thread_name,
 			ic->thread_name[0] ? "\"" : "");
 		if (ic->entered_ns != FR_UNK && p->dump_time_ns != FR_UNK)
-			fprintf(f, ") for %.1f s", (p->dump_time_ns - ic->entered_ns) / 1e9);
+			fprintf(f, ") for %.1f s", ns_diff(p->dump_time_ns, ic->entered_ns) / 1e9);
 		else
 			fprintf(f, ")");
 	}
@@ -1292,7 +1304,7 @@ static int rule_missing_rank(struct fr_analysis *a)
 				g->completed);
 			if (g->min_created != FR_UNK && g->max_created != FR_UNK)
 				fprintf(f, "; they entered within %.3f s of each other",
-					(g->max_created - g->min_created) / 1e9);
+					ns_diff(g->max_created, g->min_created) / 1e9);
 			fprintf(f, "\n");
 		}
 		if (behind.n) {
@@ -1723,7 +1735,9 @@ static int rule_p2p(struct fr_analysis *a)
 		/* both ends must have a dump, or missing_dump already says it */
 		sm = comm_member_at(a, c, ch->src);
 		rm = comm_member_at(a, c, ch->dst);
-		if (sm < 0 || rm < 0 || S->member != sm || R->member != rm)
+		/* a side with no ops has no member yet: the rank never posted one */
+		if (sm < 0 || rm < 0 || (S->member >= 0 && S->member != sm) ||
+		    (R->member >= 0 && R->member != rm))
 			continue;
 		/* whole histories: pair by absolute index; else the newest completed ops pair */
 		absolute = !a->procs[a->members[sm].proc].wrapped &&
@@ -1853,7 +1867,7 @@ static int rule_stuck(struct fr_analysis *a)
 
 			if (ic->entered_ns == FR_UNK || p->dump_time_ns == FR_UNK)
 				continue;
-			dur = p->dump_time_ns - ic->entered_ns;
+			dur = ns_diff(p->dump_time_ns, ic->entered_ns);
 			if (dur <= a->opts.stuck_ns)
 				continue;
 			if (grow((void **)&calls, &cap, n + 1, sizeof(*calls)))
@@ -1861,7 +1875,8 @@ static int rule_stuck(struct fr_analysis *a)
 			calls[n++] = (struct stuck_call){ ic->api, pi, i, dur };
 		}
 	}
-	qsort(calls, n, sizeof(*calls), cmp_stuck);
+	if (n > 1)
+		qsort(calls, n, sizeof(*calls), cmp_stuck);
 	for (int i = 0; i < n;) {
 		int j = i, nprocs = 0;
 		int64_t mind = calls[i].dur, maxd = calls[i].dur;
@@ -2002,7 +2017,7 @@ static int rule_late(struct fr_analysis *a)
 
 			if (g->entered < placed || g->min_created == FR_UNK || g->max_created == FR_UNK)
 				continue;
-			skew = g->max_created - g->min_created;
+			skew = ns_diff(g->max_created, g->min_created);
 			if (skew <= a->opts.skew_ns)
 				continue;
 			nr_over++;
@@ -2195,7 +2210,8 @@ int fr_analysis__finish(struct fr_analysis *a)
 		if (ivec_push(&a->comms[a->aggs[i].comm].aggs, i))
 			return -ENOMEM;
 	for (int i = 0; i < a->nr_comms; i++)
-		qsort_r(a->comms[i].aggs.v, a->comms[i].aggs.n, sizeof(int), cmp_agg_seq, a);
+		if (a->comms[i].aggs.n > 1)
+			qsort_r(a->comms[i].aggs.v, a->comms[i].aggs.n, sizeof(int), cmp_agg_seq, a);
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		if (a->procs[pi].state == FR_PROC_RUNNING || a->procs[pi].state == FR_PROC_UNKNOWN)
 			any_running = true;
@@ -2209,7 +2225,8 @@ int fr_analysis__finish(struct fr_analysis *a)
 	    (err = rule_signatures(a)) || (err = rule_p2p(a)) || (err = rule_stuck(a)) ||
 	    (err = rule_late(a)) || (err = rule_state(a)) || (err = rule_corrupt(a)))
 		return err;
-	qsort(a->verdicts, a->nr_verdicts, sizeof(*a->verdicts), cmp_verdict);
+	if (a->nr_verdicts > 1)
+		qsort(a->verdicts, a->nr_verdicts, sizeof(*a->verdicts), cmp_verdict);
 	return 0;
 }
 

@@ -660,6 +660,7 @@ int main(int argc, char **argv)
 	pthread_t tids[64];
 	int nt = 0;
 
+	argp_err_exit_status = 2;
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	if (mkdir(env.out, 0755) && errno != EEXIST) {

@@ -50,7 +50,9 @@ bool fr_op_has_root(int op)
 static int lookup(const char *const *names, int n, const char *s, size_t len, int other)
 {
 	for (int i = 1; i < n; i++)
-		if (names[i][0] == s[0] && !strncmp(names[i], s, len) && names[i][len] == 0)
+		/* s may hold NUL bytes (raw in the input): compare lengths, then bytes */
+		if (names[i][0] == s[0] && strnlen(names[i], len + 1) == len &&
+		    !memcmp(names[i], s, len))
 			return i;
 	return other;
 }
@@ -85,6 +87,28 @@ static inline bool eat(struct jp *j, char c)
 	return false;
 }
 
+/* First '"' or '\\' at or after p (end if none), 8 bytes at a time: the classic
+ * "has zero byte" test on the input xor the byte; the lowest flagged byte is exact. */
+static inline const char *scan_quote(const char *p, const char *end)
+{
+	const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+
+	while (end - p >= 8) {
+		uint64_t w, q, b, hit;
+
+		memcpy(&w, p, 8);
+		q = w ^ 0x2222222222222222ULL;
+		b = w ^ 0x5c5c5c5c5c5c5c5cULL;
+		hit = ((q - ones) & ~q & highs) | ((b - ones) & ~b & highs);
+		if (hit)
+			return p + (__builtin_ctzll(hit) >> 3);
+		p += 8;
+	}
+	while (p < end && *p != '"' && *p != '\\')
+		p++;
+	return p;
+}
+
 static int hexval(char c)
 {
 	if (c >= '0' && c <= '9')
@@ -109,8 +133,7 @@ static int str(struct jp *j, char *out, size_t cap)
 	j->p++;
 	/* fast path, nearly every string: no escape before the closing quote (strings are
 	 * short: a byte loop beats memchr's call overhead) */
-	for (q = j->p; q < j->end && *q != '"' && *q != '\\'; q++)
-		;
+	q = scan_quote(j->p, j->end);
 	if (q < j->end && *q == '"') {
 		n = q - j->p;
 		if (out) {
@@ -335,8 +358,7 @@ static bool next_key(struct jp *j, bool *first, char *key, size_t cap, int *klen
 	/* keys are plain ASCII in practice: copy only up to cap, decode escapes the slow way */
 	ws(j);
 	if (j->p < j->end && *j->p == '"') {
-		for (q = j->p + 1; q < j->end && *q != '"' && *q != '\\'; q++)
-			;
+		q = scan_quote(j->p + 1, j->end);
 		if (q < j->end && *q == '"') {
 			size_t n = q - (j->p + 1);
 

@@ -35,7 +35,13 @@ struct decoder {
 	struct u64map threads;		/* tid -> struct thread* */
 	uint64_t next_correlation;
 	struct decoder_stats stats;
+	volatile bool *want_caller2;	/* the BPF program's switch, NULL if none */
 };
+
+void decoder__set_caller2_switch(struct decoder *d, volatile bool *flag)
+{
+	d->want_caller2 = flag;
+}
 
 struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 			     const struct target_probes *probes)
@@ -202,6 +208,10 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 				handle = first;
 				if (first)
 					target__set_handle(t, first, name, "caller");
+			} else if (d->want_caller2 && !*d->want_caller2) {
+				/* a non-inlined launch helper may hide the stub: ask the probe for
+				 * the caller's frame too from now on */
+				*d->want_caller2 = true;
 			}
 		}
 		if (!handle && api->kind == API_LAUNCH)
@@ -390,13 +400,19 @@ int decoder__ring_cb(void *ctx, void *data, size_t size)
 	}
 	memcpy(&type, data, sizeof(type));
 	switch (type) {
-	case TP_REC_CALL:
-		if (size < sizeof(struct tp_rec_call) ||
-		    ((struct tp_rec_call *)data)->api >= cuda_api_count)
+	case TP_REC_CALL: {
+		/* short records carry no deref[]: copy into a zeroed full record */
+		struct tp_rec_call c = {};
+
+		if (size < TP_REC_CALL_SHORT_SIZE)
+			break;
+		memcpy(&c, data, size < sizeof(c) ? size : sizeof(c));
+		if (c.api >= cuda_api_count)
 			break;
 		d->stats.records++;
-		on_call(d, data);
+		on_call(d, &c);
 		return 0;
+	}
 	case TP_REC_RET:
 		if (size < sizeof(struct tp_rec_ret) ||
 		    ((struct tp_rec_ret *)data)->api >= cuda_api_count)

@@ -30,6 +30,10 @@ struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 void decoder__free(struct decoder *d);
 int decoder__add_target(struct decoder *d, struct target *t);
 
+/* The probe's "copy the caller's frame" switch (bpf .bss), turned on at the first launch that
+ * could not be named without it. */
+void decoder__set_caller2_switch(struct decoder *d, volatile bool *flag);
+
 /* libbpf ring_buffer callback: ctx is the decoder. */
 int decoder__ring_cb(void *ctx, void *data, size_t size);
 /* Writes calls still open (a thread blocked in a sync when the trace ended) as slices

@@ -815,13 +815,14 @@ int flightrec__ring_cb(void *ctx, void *data, size_t size)
 	memcpy(&type, data, sizeof(type));
 	switch (type) {
 	case TP_REC_CALL: {
-		const struct tp_rec_call *c = data;
+		struct tp_rec_call c = {};
 
-		if (size < sizeof(*c))
+		if (size < TP_REC_CALL_SHORT_SIZE)
 			return 0;
-		if (c->api < cuda_api_count ||
-		    (c->api >= NCCL_API_BASE && c->api < NCCL_API_BASE + nccl_api_count))
-			on_call(fr, c);
+		memcpy(&c, data, size < sizeof(c) ? size : sizeof(c));
+		if (c.api < cuda_api_count ||
+		    (c.api >= NCCL_API_BASE && c.api < NCCL_API_BASE + nccl_api_count))
+			on_call(fr, &c);
 		return 0;
 	}
 	case TP_REC_RET: {

@@ -357,7 +357,9 @@ int fr_main(int argc, char **argv)
 		uint64_t now;
 		int alive = 0;
 
-		err = ring_buffer__poll(rb, 100);
+		err = ring_buffer__poll(rb, 50);
+		if (err >= 0)
+			err = ring_buffer__consume(rb);
 		if (err < 0 && err != -EINTR) {
 			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
 			break;

@@ -433,7 +433,13 @@ static int collect_static(const struct elfsym_sym *sym, void *ctx)
 	char mangled[1024];
 	char *name;
 
-	if (sym->kind != ELFSYM_OBJECT || !strstr(sym->name, "__device_stub__"))
+	if (!strstr(sym->name, "__device_stub__"))
+		return 0;
+	if (sym->kind == ELFSYM_FUNC) {
+		c->t->nr_stub_funcs++;
+		return 0;
+	}
+	if (sym->kind != ELFSYM_OBJECT)
 		return 0;
 	if (cuda_stub_kernel_name(sym->name, "__handle", mangled, sizeof(mangled)))
 		return 0;
@@ -597,11 +603,14 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 		if (obj->bias_known) {
 			struct statics_ctx ctx = { t, obj };
 
-			elfsym__each_prefix(obj->es, "_ZZ", collect_static, &ctx);
+			elfsym__each_prefix(obj->es, "_Z", collect_static, &ctx);
 		}
 	}
 	procmaps__free(t->maps);
 	t->maps = maps;
+	/* stubs without their __handle statics: names must come from the calling stub, which a
+	 * non-inlined launch helper hides one frame up */
+	t->want_caller2 = t->nr_stub_funcs > priv(t)->nr_statics;
 	target__scan_handle_statics(t, cache, 0);
 	return err ? err : added;
 }

@@ -58,6 +58,8 @@ struct target {
 	int nr_nccl;		/* objects with NCCL */
 	int exit_code;		/* wait status from the exit tracepoint, -1 unknown */
 	int attach_errors;
+	int nr_stub_funcs;	/* nvcc device stub functions seen in the symbol tables */
+	bool want_caller2;	/* some stubs have no readable __handle static */
 	int nr_aliased;		/* APIs left unprobed: a tail jump to another probed API */
 	bool exited;
 	uint64_t exit_ns;

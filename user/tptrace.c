@@ -293,6 +293,7 @@ int main(int argc, char **argv)
 		log_error("tptrace: out of memory\n");
 		goto cleanup;
 	}
+	decoder__set_caller2_switch(dec, &skel->bss->want_caller2);
 	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), decoder__ring_cb, dec, NULL);
 	if (!rb) {
 		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
@@ -323,6 +324,8 @@ int main(int argc, char **argv)
 		}
 		if (!t->nr_cudart)
 			log_info("tptrace: waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
+		if (t->want_caller2)
+			skel->bss->want_caller2 = true;
 		write_process_meta(tj, t);
 		log_verbose("tptrace: pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
 			    t->nr_probes, t->nr_cudart);
@@ -339,7 +342,11 @@ int main(int argc, char **argv)
 		int alive = 0;
 		uint64_t now;
 
-		err = ring_buffer__poll(rb, 50);
+		/* probes submit without waking us (a wake-up per call costs more than the
+		 * trap): wait a little, then drain whatever is there */
+		err = ring_buffer__poll(rb, 20);
+		if (err >= 0)
+			err = ring_buffer__consume(rb);
 		if (err < 0 && err != -EINTR) {
 			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
 			break;

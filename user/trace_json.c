@@ -167,7 +167,7 @@ struct trace_json *trace_json__open(const char *path)
 		fd = dup(fileno(tj->file));
 		if (fd < 0)
 			goto err;
-		tj->gz = gzdopen(fd, "wb6");
+		tj->gz = gzdopen(fd, "wb1");
 		if (!tj->gz) {
 			close(fd);
 			errno = ENOMEM;

@@ -12,3 +12,12 @@ $(GPU_E2E_DIR)/gpu_attach: tests/e2e/progs/gpu_attach.c $(OUTPUT)/libtptrace.a $
 	$(Q)$(CC) $(ALL_CFLAGS) -Iuser/agent $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
 
 TEST_BINS += $(AGENT_SO) $(GPU_E2E_DIR)/gpu_attach
+
+# Tier-1 unit test of gpu_trace (runs from .output/unit like the others).
+$(OUTPUT)/unit/test_gpu_trace: tests/unit/test_gpu_trace.c tests/unit/check.h $(OUTPUT)/libtptrace.a
+	$(Q)mkdir -p $(@D)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) -Itests/unit -DUNIT_OUT_DIR='"$(abspath $(OUTPUT)/unit)"' $< \
+		$(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(OUTPUT)/unit/test_gpu_trace

@@ -71,7 +71,7 @@ class Lines:
 class Workload:
     """A test program speaking the READY/GO/DONE handshake (tests/workloads/handshake.h)."""
 
-    def __init__(self, argv, env=None, cwd=None, preexec_fn=None):
+    def __init__(self, argv, env=None, cwd=None, preexec_fn=None, wait_ready=True):
         e = dict(os.environ)
         if env:
             e.update(env)
@@ -81,10 +81,15 @@ class Workload:
                                   preexec_fn=preexec_fn)
         self.out = Lines(self.p.stdout)
         self.err = Lines(self.p.stderr)
-        line = self.out.wait_for(lambda l: l.startswith("READY"), 30)
+        self.pid = self.p.pid
+        if wait_ready:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=30):
+        line = self.out.wait_for(lambda l: l.startswith("READY"), timeout)
         if not line:
             self.kill()
-            raise AssertionError(f"{argv[0]} never got READY: stdout={self.out.text()!r} "
+            raise AssertionError(f"{self.argv[0]} never got READY: stdout={self.out.text()!r} "
                                  f"stderr={self.err.text()!r}")
         self.pid = int(line.split()[1]) if len(line.split()) > 1 else self.p.pid
 

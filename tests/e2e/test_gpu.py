@@ -110,7 +110,10 @@ def test_gpu_attach_sim_train():
         assert len(gpu_events(trace, "cuda_sync")) == steps
         gemm = [e for e in kernels if e["name"] == "fake_gemm"]
         relu = [e for e in kernels if e["name"] == "fake_relu"]
-        assert all(abs(e["dur"] - kernel_us) < kernel_us * 0.5 + 200 for e in gemm), gemm
+        # the sim never ends a kernel early; a busy VM may end one late (exact times are
+        # compared with the sim's own report above)
+        durs = sorted(e["dur"] for e in gemm)
+        assert durs[0] >= kernel_us - 1 and durs[len(durs) // 2] <= kernel_us * 1.2, durs
         stream_a, stream_b = gemm[0]["tid"], relu[0]["tid"]
         assert stream_a != stream_b and {e["tid"] for e in gemm} == {stream_a}
         # tracks: one GPU process, a named thread per stream
@@ -280,3 +283,65 @@ def test_gpu_resident_agent():
             os.unlink(f"/dev/shm/tptrace-gpu.{wl.pid}")
         except OSError:
             pass
+
+
+def test_gpu_long_kernel_names():
+    """Names longer than the record's inline 127 chars arrive in continuation records and are
+    joined and demangled whole."""
+    need_ptrace()
+    reps = 3
+    wl = Workload([os.path.join(WL, "gpu_names"), "--reps", str(reps), "--hold"])
+    try:
+        info = dict(l[2:].split("=", 1) for l in wl.out.lines if l.startswith("# "))
+        assert len(info["long"]) > 3 * 127, len(info["long"])
+        ga = GpuAttach(wl.pid, "gpu_names.json")
+        assert ga.attached(), ga.stderr.text()
+        wl.go()
+        wl.wait_done()
+        assert ga.stop() == 0, ga.stderr.text()
+        names = [e["name"] for e in gpu_events(ga.trace(), "kernel")]
+        want_long = ("ns::deep<" + ", ".join(f"outer::very_long_type_name_for_testing<{i}>"
+                                             for i in range(1, 31)) + " >::kernel(float*, int)")
+        assert names == [want_long, "scale(float*, float, int)"] * reps, names
+        st = ga.stats()
+        assert st["kernels"] == 2 * reps and st["dropped_ring"] == 0, st
+        assert wl.finish() == 0
+    finally:
+        wl.kill()
+
+
+def test_gpu_ring_full_drops_counted():
+    """A ring too small for one flush: the agent never blocks, drops whole records, counts them;
+    what arrives is intact and delivered + dropped = produced."""
+    need_ptrace()
+    steps = 10
+    wl, ga, st, trace, items = run_attached(steps, 300, extra=["--ring", "16"],
+                                            name="gpu_small.json")
+    try:
+        produced = steps * (4 + 2 + 1) + steps * (4 + 2 + 2)   # activity + runtime API records
+        assert st["dropped_ring"] > 0, st
+        assert st["records"] + st["dropped_ring"] == produced, (st, produced)
+        check_records_match_sim(trace, items, complete=False)
+        assert wl.finish() == 0
+    finally:
+        wl.kill()
+
+
+def test_gpu_injection_during_nanosleep():
+    """Inject while the only thread sleeps in nanosleep (restarted through restart_syscall
+    after the injection): the sleep still lasts its full time, the process ends normally."""
+    need_ptrace()
+    work_ms = 1500
+    wl = Workload([NOCUDA, "--work-ms", str(work_ms)])
+    try:
+        t0 = time.monotonic()
+        wl.go()
+        time.sleep(0.3)
+        ga = GpuAttach(wl.pid, "gpu_sleep.json", ["--no-precheck"])
+        assert ga.wait(60) == 3 and "uses no CUDA" in ga.stderr.text(), ga.stderr.text()
+        wl.wait_done(30)
+        elapsed = time.monotonic() - t0
+        assert elapsed >= work_ms / 1000, elapsed
+        assert wl.finish() == 0 and wl.err.text() == "", wl.err.text()
+    finally:
+        wl.kill()

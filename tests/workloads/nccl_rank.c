@@ -74,6 +74,9 @@
  *                completed on every rank, so with K = S-1 the others print DONE; with K < S-1
  *                they hang in call 11 of step K+1.
  * Exit codes: 0 DONE, 1 an unexpected API error, 2 usage/id file, 3 exit scenario, 4 async error.
+ * Stdout info lines: "# nccl_rank rank=R comm=/tpsim-nccl-<hex> split=<name>|-" (right after
+ * comm setup), "# nccl_rank rank=R nranks=N steps=S scenario=... culprit=C fault_step=K split=0|1
+ * init_after_go=0|1" (before READY), then the ones named above.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -43,12 +43,22 @@ $(WL_DIR)/nccl_rank: tests/workloads/nccl_rank.c tests/workloads/handshake.h tes
 	$(Q)$(CC) $(WL_CFLAGS) -Itests/sim/nccl -rdynamic $< -L$(SIM_LIB_DIR) -lnccl -lcudart \
 		-Wl,-rpath,$(SIM_RPATH) -o $@
 
-# The REAL libnccl.so.2 and libcudart.so.13 from $(CUDA_HOME)/lib (rpath), for argument decoding.
+# The REAL libnccl.so.2 and libcudart.so.13 from $(CUDA_HOME)/lib (rpath), for argument decoding;
+# libcudart is NEEDED although unused, so the process maps it like a real job does.
 $(WL_DIR)/nccl_real_args: tests/workloads/nccl_real_args.c tests/workloads/handshake.h tests/workloads/workloads.mk | $(WL_DIR)
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(CUDA_HOME)/lib -l:libnccl.so.2 -l:libcudart.so.13 \
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(CUDA_HOME)/lib -l:libnccl.so.2 \
+		-Wl,--no-as-needed -l:libcudart.so.13 -Wl,--as-needed \
 		-Wl,-rpath,$(CUDA_HOME)/lib -o $@
 
 TEST_BINS += $(WL_DIR)/nccl_rank $(WL_DIR)/nccl_real_args
 
 -include $(WL_DIR)/nccl_rank.d $(WL_DIR)/nccl_real_args.d
+
+# Long kernel names for the CUPTI agent's name continuation records (tests/e2e/test_gpu.py).
+$(WL_DIR)/gpu_names: tests/workloads/gpu_names.c tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/gpu_names
+-include $(WL_DIR)/gpu_names.d

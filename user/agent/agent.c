@@ -380,8 +380,15 @@ static bool try_cupti(const char *path)
 
 	if (!h)
 		return false;
+	char real[PATH_MAX];
+	const char *shown = path;
+
 	ag.cupti_lib = h;
-	snprintf(ag.ctl->cupti_loaded, sizeof(ag.ctl->cupti_loaded), "%s", path);
+	/* for the report: the file, not the relative way we found it */
+	if (strchr(path, '/') && realpath(path, real) && strlen(real) < AGENT_PATH_LEN)
+		shown = real;
+	snprintf(ag.ctl->cupti_loaded, sizeof(ag.ctl->cupti_loaded), "%.*s", AGENT_PATH_LEN - 1,
+		 shown);
 	return true;
 }
 

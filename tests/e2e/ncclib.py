@@ -1,0 +1,78 @@
+"""Multi-rank NCCL jobs on the simulated stack (tests/workloads/nccl_rank.c) for the flight
+recorder tests: start N rank processes, attach `tptrace fr`, let them go, collect dumps."""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import time
+from lib import TPTRACE, WL, Tracer, Workload, tmp_path
+
+FR_TOOL = os.path.join(os.path.dirname(TPTRACE), "tptrace-fr")
+
+
+class Job:
+    def __init__(self, nranks, scenario="healthy", steps=3, culprit=1, extra=(), env=None,
+                 name="job"):
+        self.dir = tmp_path(f"fr-{name}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.dump_dir = os.path.join(self.dir, "dumps")
+        id_file = os.path.join(self.dir, "nccl.id")
+        self.ranks = []
+        for r in range(nranks):
+            e = {"RANK": str(r), "WORLD_SIZE": str(nranks), "LOCAL_RANK": str(r)}
+            if env:
+                e.update(env)
+            argv = [os.path.join(WL, "nccl_rank"), "--rank", str(r), "--nranks", str(nranks),
+                    "--id-file", id_file, "--steps", str(steps), "--scenario", scenario,
+                    "--culprit", str(culprit)] + list(extra)
+            self.ranks.append(Workload(argv, env=e, wait_ready=False))
+        # ranks rendezvous in ncclCommInitRank before READY: start all, then wait
+        for w in self.ranks:
+            w.wait_ready()
+        self.tracer = None
+
+    def pids(self):
+        return [w.pid for w in self.ranks]
+
+    def record(self, extra=()):
+        args = ["fr", "--dump-dir", self.dump_dir]
+        for p in self.pids():
+            args += ["-p", str(p)]
+        self.tracer = Tracer(args + list(extra), ready=False)
+        line = self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 30)
+        assert line, self.tracer.err.text()
+
+    def go(self):
+        for w in self.ranks:
+            w.go()
+
+    def wait_done(self, ranks=None, timeout=60):
+        for r in (ranks if ranks is not None else range(len(self.ranks))):
+            self.ranks[r].wait_done(timeout)
+
+    def kill(self):
+        for w in self.ranks:
+            w.kill()
+
+    def stop(self):
+        rc = self.tracer.stop()
+        return rc
+
+    def dumps(self):
+        out = {}
+        for path in glob.glob(os.path.join(self.dump_dir, "tptrace-fr.*.json")):
+            with open(path) as f:
+                d = json.load(f)
+            out[d["global_rank"]] = d
+        return out
+
+
+def analyze(dump_dir):
+    p = subprocess.run([FR_TOOL, "--json", dump_dir], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    try:
+        return p.returncode, json.loads(p.stdout), p.stderr
+    except json.JSONDecodeError:
+        raise AssertionError(f"tptrace-fr output is not JSON: rc={p.returncode} {p.stdout!r} {p.stderr!r}")

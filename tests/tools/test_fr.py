@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""tptrace-fr on saved dump sets: exact verdicts (rule, comm, seq, ranks, comm_ranks).
+
+Run from the repo root after `make tptrace-fr .output/tptrace-fr-gen`. Prints `ok <name>` or
+`FAIL <name>: reason` per case; exit 1 if any failed.
+The saved sets in tests/tools/data/ were written by tptrace-fr-gen with the arguments below;
+`tests/tools/test_fr.py --regen` writes them again (after a change to the generator).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+FR = "./tptrace-fr"
+GEN = ".output/tptrace-fr-gen"
+DATA = "tests/tools/data"
+
+WORLD = "5a0052b913b21d24"      # world comm id of the generator's seed 1
+
+# name: (generator args, expected exit, [verdicts: (rule, comm, seq, ranks, comm_ranks)],
+#        extra checks)
+CASES = {
+    "healthy": ("--ranks 4 --entries 16 --comms 2", 0, [], {}),
+    "skip": ("--ranks 8 --entries 16 --scenario skip --culprit 5", 1, [
+        ("missing_rank", WORLD, 16, [5], [5]),
+        ("stuck_in_call", None, None, [5], []),
+    ], {"human": "rank 5 (host node0 pid 10005) never entered all_reduce seq 16 on comm "
+                 "5a0052b9 (8 ranks); ranks 0-4,6,7 are waiting in it"}),
+    "late": ("--ranks 4 --entries 16 --scenario late --culprit 2", 1, [
+        ("late_arrival", WORLD, 16, [2], [2]),
+    ], {}),
+    "size": ("--ranks 4 --entries 16 --scenario size --culprit 2", 1, [
+        ("size_mismatch", WORLD, 16, [2], [2]),
+    ], {"detail": "minority (1 rank): rank 2 uses all_reduce count 262144 float32 sum, input_sizes [[262144]] output_sizes [[262144]]"}),
+    "dtype": ("--ranks 4 --entries 16 --scenario dtype --culprit 2", 1, [
+        ("dtype_mismatch", WORLD, 16, [2], [2]),
+    ], {}),
+    "op": ("--ranks 4 --entries 16 --scenario op --culprit 2", 1, [
+        ("op_mismatch", WORLD, 16, [2], [2]),
+    ], {}),
+    "root": ("--ranks 4 --entries 16 --scenario root --culprit 2", 1, [
+        ("root_mismatch", WORLD, 16, [2], [2]),
+    ], {}),
+    "type": ("--ranks 4 --entries 16 --scenario type --culprit 2", 1, [
+        ("type_mismatch", WORLD, 16, [2], [2]),
+    ], {}),
+    # a 2-rank comm cannot out-vote: both sides are listed
+    "tie": ("--ranks 2 --entries 16 --scenario size --culprit 1", 1, [
+        ("size_mismatch", WORLD, 16, [0, 1], [0, 1]),
+    ], {"detail": "tie"}),
+    "p2p": ("--ranks 4 --entries 16 --scenario p2p --culprit 2", 1, [
+        ("p2p_mismatch", WORLD, 1, [2], [2]),
+    ], {}),
+    "p2p_count": ("--ranks 4 --entries 16 --scenario p2p_count --culprit 2", 1, [
+        ("p2p_mismatch", WORLD, 1, [1, 2], [1, 2]),
+    ], {}),
+    "stuck": ("--ranks 4 --entries 16 --scenario stuck --culprit 2", 1, [
+        ("stuck_in_call", None, None, [2], []),
+        ("state_divergence", WORLD, 16, [2], [2]),
+    ], {}),
+    "killed": ("--ranks 4 --entries 16 --scenario killed --culprit 2", 1, [
+        ("dead_rank", WORLD, 16, [2], []),
+    ], {"human": "rank 2 (host node0 pid 10002) was killed by SIGKILL (9)"}),
+    "missing_dump": ("--ranks 4 --entries 16 --comms 2 --scenario missing_dump --culprit 2", 1, [
+        ("missing_dump", None, None, [2], []),
+    ], {}),
+    "corrupt": ("--ranks 4 --entries 16 --scenario corrupt --culprit 2", 1, [
+        ("missing_dump", None, None, [2], []),
+        ("corrupt_dump", None, None, [2], []),
+    ], {"stderr": "tptrace-fr.node0.10002.json: unexpected end of input"}),
+    "async": ("--ranks 4 --entries 16 --scenario async --culprit 2", 1, [
+        ("nccl_async_error", WORLD, None, [2], [2]),
+    ], {}),
+    # rank 1's ring lost its oldest 10 entries: no false missing_rank, no verdict at all
+    "wrap_healthy": ("--ranks 4 --entries 16 --ring 6 --wrap 1", 0, [], {}),
+    # the mismatch is at seq 3, which rank 3's wrapped ring no longer holds: low confidence
+    "wrap_size": ("--ranks 4 --entries 16 --scenario size --culprit 1 --at 3 --ring 8 --wrap 3",
+                  1, [("size_mismatch", WORLD, 3, [1], [1])],
+                  {"confidence": "low", "detail": "2 of 3 ranks agree"}),
+    # events dropped on the culprit: its missing entry may be a lost record
+    "dropped": ("--ranks 4 --entries 16 --scenario skip --culprit 2 --dropped 2", 1, [
+        ("missing_rank", WORLD, 16, [2], [2]),
+        ("stuck_in_call", None, None, [2], []),
+    ], {"confidence": "low"}),
+    # world comm + two 4-rank comms; only rank 6's half (6 is its comm rank 2) breaks
+    "two_comms": ("--ranks 8 --entries 16 --comms 2 --comm 1 --scenario dtype --culprit 6", 1, [
+        ("dtype_mismatch", "HALF", 8, [6], [2]),
+    ], {}),
+}
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, **kw)
+
+
+def gen(args, out):
+    p = run([GEN] + args.split() + ["-o", out])
+    if p.returncode:
+        raise RuntimeError(f"generator failed: {p.stderr.strip()}")
+
+
+def regen():
+    for name, (args, *_rest) in CASES.items():
+        d = os.path.join(DATA, name)
+        shutil.rmtree(d, ignore_errors=True)
+        gen(args, d)
+        print(f"wrote {d}")
+
+
+def verdict_key(v):
+    return (v["rule"], v["comm"], v["seq"], v["ranks"], v["comm_ranks"])
+
+
+def comm_of_rank(d, comm_slot, rank):
+    """the comm_id a rank's dump lists at a slot (for split comms the ids are hashes)"""
+    for f in sorted(os.listdir(d)):
+        with open(os.path.join(d, f)) as fh:
+            dump = json.load(fh)
+        if dump["global_rank"] == rank:
+            return dump["comms"][comm_slot]["comm_id"]
+    return None
+
+
+def check_case(name, failures):
+    args, want_rc, want, extra = CASES[name]
+    d = os.path.join(DATA, name)
+    if not os.path.isdir(d):
+        return f"no saved data in {d} (run {sys.argv[0]} --regen)"
+    p = run([FR, "--json", d])
+    if p.returncode != want_rc:
+        return f"exit {p.returncode}, want {want_rc}; stderr: {p.stderr.strip()}"
+    try:
+        out = json.loads(p.stdout)
+    except ValueError as e:
+        return f"--json output is not JSON: {e}"
+    if out.get("version") != 1 or "verdicts" not in out:
+        return f"bad top level: {sorted(out)}"
+    want = [tuple(comm_of_rank(d, 1, 6) if x == "HALF" else x for x in w) for w in want]
+    got = [verdict_key(v) for v in out["verdicts"]]
+    if got != [tuple(w) for w in want]:
+        return f"verdicts {got}, want {want}"
+    for v in out["verdicts"]:
+        for k in ("op", "confidence", "detail"):
+            if k not in v:
+                return f"verdict {v['rule']} lacks {k}"
+    if "confidence" in extra and out["verdicts"][0]["confidence"] != extra["confidence"]:
+        return f"confidence {out['verdicts'][0]['confidence']}, want {extra['confidence']}"
+    if want and "confidence" not in extra and out["verdicts"][0]["confidence"] != "high":
+        return f"confidence {out['verdicts'][0]['confidence']}, want high"
+    if "detail" in extra and extra["detail"] not in out["verdicts"][0]["detail"]:
+        return f"detail {out['verdicts'][0]['detail']!r} lacks {extra['detail']!r}"
+    if "stderr" in extra:
+        lines = p.stderr.strip().splitlines()
+        if len(lines) != 1 or extra["stderr"] not in lines[0]:
+            return f"stderr {p.stderr!r}, want one line with {extra['stderr']!r}"
+    elif p.stderr:
+        return f"unexpected stderr {p.stderr!r}"
+    h = run([FR, d])
+    if h.returncode != want_rc:
+        return f"human run exit {h.returncode}, want {want_rc}"
+    if not want and not h.stdout.startswith("no problem found: "):
+        return f"healthy human output: {h.stdout!r}"
+    if want and "most causal first" not in h.stdout:
+        return f"human output: {h.stdout!r}"
+    if "human" in extra and extra["human"] not in h.stdout:
+        return f"human output lacks {extra['human']!r}: {h.stdout!r}"
+    return None
+
+
+def check_smoke():
+    res = []
+    p = run([FR, "--help"])
+    res.append(("help", None if p.returncode == 0 and "EXAMPLES" in p.stdout
+                else f"exit {p.returncode}: {p.stdout[:200]!r}"))
+    p = run([FR, "--version"])
+    res.append(("version", None if p.returncode == 0 and p.stdout.startswith("tptrace-fr ")
+                else f"exit {p.returncode}: {p.stdout!r}"))
+    p = run([FR, "/nonexistent/tptrace-fr-dir"])
+    res.append(("bad_dir", None if p.returncode == 2 and len(p.stderr.splitlines()) == 1
+                and "/nonexistent/tptrace-fr-dir" in p.stderr
+                else f"exit {p.returncode}, stderr {p.stderr!r}"))
+    with tempfile.TemporaryDirectory() as t:
+        p = run([FR, t])
+        res.append(("no_dumps", None if p.returncode == 2 and len(p.stderr.splitlines()) == 1
+                    else f"exit {p.returncode}, stderr {p.stderr!r}"))
+    p = run([FR, "--skew-ms", "abc", "x"])
+    res.append(("bad_option", None if p.returncode == 2 and "skew-ms" in p.stderr
+                else f"exit {p.returncode}, stderr {p.stderr!r}"))
+    p = run([FR])
+    res.append(("no_args", None if p.returncode == 2 else f"exit {p.returncode}"))
+    return res
+
+
+def check_generated():
+    """bigger sets written on the fly: rank ranges, split comms, thread-count independence"""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "skip")
+        gen("--ranks 512 --entries 120 --comms 3 --scenario skip --culprit 300", d)
+        p1 = run([FR, "--json", "-j", "1", d])
+        p2 = run([FR, "--json", "-j", "2", d])
+        err = None
+        if p1.returncode != 1:
+            err = f"exit {p1.returncode}: {p1.stderr}"
+        elif p1.stdout != p2.stdout:
+            err = "-j 1 and -j 2 reports differ"
+        else:
+            got = [verdict_key(v) for v in json.loads(p1.stdout)["verdicts"]]
+            want = [("missing_rank", WORLD, 38, [300], [300]),
+                    ("stuck_in_call", None, None, [300], [])]
+            if got != want:
+                err = f"verdicts {got}, want {want}"
+        res.append(("gen_512_skip", err))
+
+        d = os.path.join(t, "healthy")
+        gen("--ranks 256 --entries 200 --comms 4 --group 8", d)
+        p = run([FR, d])
+        res.append(("gen_256_healthy", None if p.returncode == 0 and
+                    p.stdout.startswith("no problem found: 256 ranks, 97 comms")
+                    else f"exit {p.returncode}: {p.stdout[:300]!r}"))
+
+        # the culprit's file parses but holds garbage in the middle of an entry
+        d = os.path.join(t, "garbage")
+        gen("--ranks 4 --entries 16", d)
+        victim = os.path.join(d, "tptrace-fr.node0.10001.json")
+        with open(victim) as fh:
+            text = fh.read()
+        with open(victim, "w") as fh:
+            fh.write(text.replace('"count":', '"count":{[', 1))
+        p = run([FR, "--json", d])
+        got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
+        res.append(("garbage_entry", None if p.returncode == 1 and got == [
+            ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
+            and len(p.stderr.splitlines()) == 1 and victim in p.stderr
+            else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
+    return res
+
+
+def main():
+    if "--regen" in sys.argv:
+        regen()
+        return 0
+    for b in (FR, GEN):
+        if not os.access(b, os.X_OK):
+            print(f"FAIL setup: {b} not built (make tptrace-fr {GEN})")
+            return 1
+    failed = 0
+    results = [(name, check_case(name, None)) for name in CASES]
+    results += check_smoke()
+    results += check_generated()
+    for name, err in results:
+        if err:
+            failed += 1
+            print(f"FAIL {name}: {err}")
+        else:
+            print(f"ok {name}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Smoke run of the dump-parser fuzz target over the saved corpus (regression inputs included).
+# Run from the repo root after `make fr-fuzz`; skips, saying why, where clang lacks libFuzzer.
+FUZZ=.output/fr_fuzz
+CORPUS=tests/tools/corpus
+if [ ! -x "$FUZZ" ]; then
+	echo "ok fr_fuzz_smoke (skipped: $FUZZ not built; clang without libFuzzer?)"
+	exit 0
+fi
+fail=0
+# every saved input, once each: the regressions must stay fixed
+if out=$("$FUZZ" $CORPUS/* 2>&1); then
+	echo "ok fr_fuzz_corpus"
+else
+	echo "FAIL fr_fuzz_corpus: $(echo "$out" | grep -m1 -E 'ERROR|runtime error')"
+	fail=1
+fi
+# a short mutation run; nothing is written to the saved corpus
+tmp=$(mktemp -d)
+if out=$("$FUZZ" -runs=2000 -max_len=65536 -timeout=10 -artifact_prefix="$tmp/" "$tmp" $CORPUS 2>&1); then
+	echo "ok fr_fuzz_smoke"
+else
+	echo "FAIL fr_fuzz_smoke: $(echo "$out" | grep -m1 -E 'ERROR|runtime error') (inputs in $tmp)"
+	fail=1
+fi
+[ $fail = 0 ] && rm -rf "$tmp"
+exit $fail
