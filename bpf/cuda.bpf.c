@@ -23,11 +23,13 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* tid -> out-pointer saved at entry, for functions that return a value through arg 0. */
+/* (tid, api) -> out-pointer saved at entry, for functions that return a value through an
+ * argument. Keyed by api too: ncclCommInitRank may call the exported InitRankConfig, and the
+ * inner return must not consume the outer call's pointer. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__type(key, __u64);
 	__type(value, __u64);
 } out_ptrs SEC(".maps");
 
@@ -52,8 +54,7 @@ static __always_inline void count(__u32 idx)
 		*v += 1;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(cuda_entry)
+static __always_inline int do_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -114,19 +115,18 @@ int BPF_KPROBE(cuda_entry)
 			flags |= TP_CALL_CALLER2_FAULT;
 	}
 	if (cookie & TP_COOKIE_SAVE_OUT) {
-		__u32 tid = (__u32)pid_tgid;
+		__u64 key = ((__u64)(__u32)pid_tgid << 16) | TP_COOKIE_API(cookie);
 		__u32 out_arg = TP_COOKIE_OUT_ARG(cookie);
 		__u64 ptr = out_arg < 6 ? rec->args[out_arg] : 0;
 
-		bpf_map_update_elem(&out_ptrs, &tid, &ptr, BPF_ANY);
+		bpf_map_update_elem(&out_ptrs, &key, &ptr, BPF_ANY);
 	}
 	rec->flags = flags;
 	bpf_ringbuf_submit(rec, submit_flags());
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(cuda_return)
+static __always_inline int do_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -146,21 +146,20 @@ int BPF_KRETPROBE(cuda_return)
 	rec->rc = PT_REGS_RC(ctx);
 	rec->out_val = 0;
 	if (cookie & TP_COOKIE_SAVE_OUT) {
-		__u32 tid = (__u32)pid_tgid;
-		__u64 *ptr = bpf_map_lookup_elem(&out_ptrs, &tid);
+		__u64 key = ((__u64)(__u32)pid_tgid << 16) | TP_COOKIE_API(cookie);
+		__u64 *ptr = bpf_map_lookup_elem(&out_ptrs, &key);
 
 		if (ptr) {
 			if (!bpf_probe_read_user(&rec->out_val, sizeof(rec->out_val), (void *)*ptr))
 				rec->flags = 1;
-			bpf_map_delete_elem(&out_ptrs, &tid);
+			bpf_map_delete_elem(&out_ptrs, &key);
 		}
 	}
 	bpf_ringbuf_submit(rec, submit_flags());
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(dl_debug_state)
+static __always_inline int do_dl_debug_state(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct tp_rec_dlopen *rec;
@@ -178,6 +177,46 @@ int BPF_KPROBE(dl_debug_state)
 	/* wake the consumer now: new libraries must be probed before they are used */
 	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
 	return 0;
+}
+
+/* Two flavours of each program: attached one probe at a time through perf events, or many
+ * probes of one file in a single uprobe_multi link (kernel >= 6.6; the loader sets the
+ * expected attach type of the *_multi ones, or leaves them unloaded). A multi link is also
+ * removed in one go, where single probes each wait for a grace period. */
+SEC("uprobe")
+int BPF_KPROBE(cuda_entry)
+{
+	return do_entry(ctx);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(cuda_return)
+{
+	return do_return(ctx);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(dl_debug_state)
+{
+	return do_dl_debug_state(ctx);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(cuda_entry_multi)
+{
+	return do_entry(ctx);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(cuda_return_multi)
+{
+	return do_return(ctx);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(dl_debug_state_multi)
+{
+	return do_dl_debug_state(ctx);
 }
 
 /* Processes whose exit status user space wants (flight recorder: a rank that died). */

@@ -30,6 +30,7 @@ static struct env {
 	double stuck_ms;
 	int jobs;
 	int verbose;
+	long tail;		/* 0: every entry */
 } env = {
 	.skew_ms = 1000,
 	.stuck_ms = 10000,
@@ -41,7 +42,7 @@ const char *argp_program_bug_address = "<tptrace issues>";
 static const char doc[] =
 "tptrace-fr: find the rank that hung a CUDA/NCCL job from tptrace flight-recorder dumps.\n"
 "\n"
-"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] DIR\n"
+"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail N] DIR\n"
 "\n"
 "Reads every tptrace-fr.<host>.<pid>.json in DIR (all ranks, all hosts), aligns the ranks of\n"
 "each communicator by collective/p2p sequence number, and reports, most causal first: dead\n"
@@ -50,18 +51,25 @@ static const char doc[] =
 "send/recv, threads stuck in a CUDA/NCCL call, late arrivals and ranks whose GPU never\n"
 "finished a collective. Exit status: 0 no problem found, 1 problems found, 2 bad input.\n"
 "\n"
+"Communicators created before tptrace attached have no cross-rank id in the dumps: they are\n"
+"matched across ranks by their collective sequences (reported as inferred:<hash>).\n"
+"--tail N reads only the header and the newest N entries of each dump (it seeks near the end\n"
+"of the file): much less I/O on big jobs, at the cost of history older than N entries.\n"
+"\n"
 "EXAMPLES:\n"
 "    tptrace-fr /var/tmp/tptrace                 # human verdict\n"
 "    tptrace-fr --json /var/tmp/tptrace          # machine-readable verdicts\n"
-"    tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/tmp/tptrace\n";
+"    tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/tmp/tptrace\n"
+"    tptrace-fr --tail 256 /shared/fr-dumps      # 16k ranks: newest 256 entries each\n";
 
-enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK };
+enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL };
 
 static const struct argp_option opts[] = {
 	{ "json", OPT_JSON, NULL, 0, "Print one JSON object with the verdicts", 0 },
 	{ "skew-ms", OPT_SKEW, "MS", 0, "late_arrival threshold (default 1000)", 0 },
 	{ "stuck-ms", OPT_STUCK, "MS", 0, "stuck_in_call threshold (default 10000)", 0 },
 	{ "jobs", 'j', "N", 0, "Parser threads (default 2)", 0 },
+	{ "tail", OPT_TAIL, "N", 0, "Read only the newest N entries of each dump (default: all)", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics on stderr", 0 },
 	{},
 };
@@ -94,6 +102,13 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case 'v':
 		env.verbose++;
+		break;
+	case OPT_TAIL:
+		errno = 0;
+		l = strtol(arg, &end, 10);
+		if (errno || end == arg || *end || l < 1 || l > (1L << 22))
+			argp_error(state, "invalid --tail '%s' (1..%ld entries)", arg, 1L << 22);
+		env.tail = l;
 		break;
 	case ARGP_KEY_ARG:
 		if (env.dir)
@@ -186,12 +201,116 @@ static int slurp(const char *path, char **buf, size_t *cap, size_t *len)
 	return 0;
 }
 
+/* pread of [off, off+n) into *buf (grown as needed); 0 or -errno; *got may be short at EOF */
+static int read_at(int fd, off_t off, size_t n, char **buf, size_t *cap, size_t *got)
+{
+	size_t have = 0;
+
+	if (n + 1 > *cap) {
+		char *p = realloc(*buf, n + 1);
+
+		if (!p)
+			return -ENOMEM;
+		*buf = p;
+		*cap = n + 1;
+	}
+	while (have < n) {
+		ssize_t r = pread(fd, *buf + have, n - have, off + (off_t)have);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		have += r;
+	}
+	*got = have;
+	return 0;
+}
+
+/* Tail mode: the header from the file's start, the newest env.tail entries from its end.
+ * Falls back to reading the whole file when the entries would not save anything. Returns 0
+ * (parsed, or *perr set by the parser), or -errno for I/O. */
+static int parse_tail(const char *path, struct fr_dump *d, char **buf, size_t *cap,
+		      char **tbuf, size_t *tcap, int *perr)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), err = 0, r;
+	size_t head = 64 << 10, got = 0, eoff = 0, len;
+	int64_t nr_file = FR_UNK;
+	struct stat st;
+	off_t size;
+	double per;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st)) {
+		err = -errno;
+		goto out;
+	}
+	size = st.st_size;
+	for (;;) {
+		if ((err = read_at(fd, 0, head, buf, cap, &got)))
+			goto out;
+		r = fr_dump__parse_head(d, *buf, got, &eoff);
+		if (r != 1 || got < head)
+			break;
+		head *= 4;	/* a header with many comms */
+	}
+	if (r != 0) {
+		/* an error in the header, or no "entries" before the end: the whole file, so that
+		 * the report names the same error as a full read */
+		goto full;
+	}
+	if (d->entries_recorded != FR_UNK && d->entries_recorded >= 0) {
+		nr_file = d->entries_recorded;
+		if (d->entries_overwritten != FR_UNK && d->entries_overwritten > 0 &&
+		    d->entries_overwritten <= nr_file)
+			nr_file -= d->entries_overwritten;
+	}
+	if (nr_file != FR_UNK && nr_file <= env.tail)
+		goto full;
+	/* bytes per entry from the file itself; unknown counts start from 1 KiB each */
+	per = nr_file > 0 ? (double)(size - (off_t)eoff) / (double)nr_file : 1024;
+	len = (size_t)(per * env.tail * 1.25) + 4096;
+	for (;;) {
+		off_t start = size - (off_t)len;
+
+		if (start <= (off_t)eoff)
+			goto full;
+		if ((err = read_at(fd, start, (size_t)(size - start), tbuf, tcap, &got)))
+			goto out;
+		r = fr_dump__parse_tail(d, *tbuf, got, (size_t)start, (size_t)env.tail);
+		if (r < 0) {
+			*perr = r;
+			goto out;
+		}
+		if (r == 0 && d->nr_entries >= (size_t)env.tail)
+			goto out;
+		len *= 2;	/* too few entries (bigger ones at the end): reach further back */
+	}
+full:
+	if ((err = read_at(fd, 0, (size_t)size, buf, cap, &got)))
+		goto out;
+	*perr = fr_dump__parse(d, *buf, got);
+	if (!*perr && d->nr_entries > (size_t)env.tail) {
+		/* the same newest N whichever way the file was read */
+		memmove(d->entries, d->entries + (d->nr_entries - env.tail),
+			env.tail * sizeof(*d->entries));
+		d->nr_entries = env.tail;
+	}
+out:
+	close(fd);
+	return err;
+}
+
 static void *worker(void *arg)
 {
 	struct shared *sh = arg;
 	struct fr_dump d;
-	char *buf = NULL;
-	size_t cap = 0;
+	char *buf = NULL, *tbuf = NULL;
+	size_t cap = 0, tcap = 0;
 
 	fr_dump__init(&d);
 	for (;;) {
@@ -204,12 +323,15 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&sh->lock);
 		if (i >= sh->nr_paths)
 			break;
-		err = slurp(sh->paths[i], &buf, &cap, &len);
-		if (err == -ENOMEM)
+		if (env.tail)
+			err = parse_tail(sh->paths[i], &d, &buf, &cap, &tbuf, &tcap, &perr);
+		else if (!(err = slurp(sh->paths[i], &buf, &cap, &len)))
+			perr = fr_dump__parse(&d, buf, len);
+		if (err == -ENOMEM || perr == -ENOMEM)
 			perr = -ENOMEM;
 		else if (err)
 			snprintf(why, sizeof(why), "unreadable: %s", strerror(-err));
-		else if ((perr = fr_dump__parse(&d, buf, len)) == -EINVAL)
+		else if (perr == -EINVAL)
 			snprintf(why, sizeof(why), "%s", d.err);
 
 		pthread_mutex_lock(&sh->lock);
@@ -231,6 +353,7 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&sh->lock);
 	}
 	free(buf);
+	free(tbuf);
 	fr_dump__release(&d);
 	return NULL;
 }

@@ -72,6 +72,8 @@ struct comm {
 	struct ivec members;	/* every member, placed or not */
 	int dup_ranks;		/* two dumps claiming one comm rank */
 	bool aborted;
+	bool inferred;		/* members matched across dumps by their collective sequences */
+	int nr_expected;	/* inferred: world size, or the nranks a member learned */
 	struct ivec aggs;	/* filled by finish: its seq aggregates in seq order */
 };
 
@@ -83,6 +85,41 @@ struct member {
 	int64_t newest_seq, oldest_seq, newest_completed;
 	uint8_t newest_op, newest_state;
 	int64_t eff_last;	/* finish: last collective seq it entered, FR_UNK if unknowable */
+	bool partial;		/* history starts at attach, not at comm init */
+	/* inferred comms: it skipped hole_len collectives at hole_seq and went on (its later
+	 * seqs were rebased past the hole); the first one it went on to */
+	int64_t hole_seq, hole_len, hole_next_seq;
+	uint8_t hole_next_op, hole_next_state;
+	/* split children with an unknown rank: p2p entries wait for finish to know it */
+	struct fr_entry *dents;
+	int nr_dents, cap_dents;
+};
+
+/* a split child whose rank and size come from all its members */
+struct split_pend {
+	int member;
+	int64_t key;
+	char parent[FR_ID_LEN];
+};
+
+/* A comm created before attach: its id is local to the dump and its seqs count from attach.
+ * Kept whole until finish matches it with the same comm in other dumps. */
+struct pend {
+	int proc;
+	struct fr_comm_info ci;
+	struct fr_entry *e;
+	int n, cap;
+	int *coll, nc;		/* indexes of its collectives in e */
+	int cluster;
+	int64_t d, dp;		/* collective / p2p seq offset to the cluster's origin */
+	int64_t clock;		/* its clock minus the reference's (median over matches) */
+	int64_t hole_seq, hole_len;
+};
+
+struct cluster {
+	int ref;		/* pend all others were aligned to */
+	struct ivec pends;
+	int comm;
 };
 
 struct sig {
@@ -147,6 +184,8 @@ struct verdict {
 	int64_t (*who)[3];
 	bool low;
 	char *low_reason;
+	bool medium;		/* inferred identity: below high, above low */
+	char *medium_reason;
 	char *headline;
 	char *detail;
 	int64_t also_seqs, also_last;	/* coalesced later occurrences */
@@ -186,6 +225,12 @@ struct fr_analysis {
 	int64_t out_of_order;
 	struct corrupt *corrupt;
 	int nr_corrupt, cap_corrupt;
+	struct pend *pends;
+	int nr_pends, cap_pends;
+	struct cluster *clusters;
+	int nr_clusters, cap_clusters;
+	struct split_pend *splits;
+	int nr_splits, cap_splits;
 
 	struct verdict *verdicts;
 	int nr_verdicts, cap_verdicts;
@@ -437,6 +482,8 @@ static int member_new(struct fr_analysis *a, int comm, int proc, const struct fr
 	m->async_error = ci->async_error;
 	m->newest_seq = m->oldest_seq = m->newest_completed = FR_UNK;
 	m->eff_last = FR_UNK;
+	m->hole_seq = m->hole_next_seq = FR_UNK;
+	m->partial = ci->seq_attach;
 	if (!strcmp(ci->state, "aborted") || !strcmp(ci->state, "revoked"))
 		c->aborted = true;
 	if (ci->nranks != FR_UNK && (c->nranks == FR_UNK || ci->nranks > c->nranks))
@@ -588,6 +635,18 @@ static int fold_p2p(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	return 0;
 }
 
+/* a split child of the dump being folded (its split_pend is among the newest) */
+static bool member_is_split_pending(const struct fr_analysis *a, int mi)
+{
+	for (int i = a->nr_splits - 1; i >= 0; i--) {
+		if (a->splits[i].member == mi)
+			return true;
+		if (a->members[a->splits[i].member].proc != a->members[mi].proc)
+			return false;
+	}
+	return false;
+}
+
 int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const char *path)
 {
 	struct proc *p;
@@ -629,13 +688,41 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		a->local_cap = d->nr_comms;
 	}
 	for (size_t i = 0; i < d->nr_comms; i++) {
-		int c = comm_get(a, d->comms[i].id);
+		const struct fr_comm_info *ci = &d->comms[i];
+		int c;
 
+		if (ci->local_id) {
+			/* matched with its peers in finish: local member -(pend + 2) */
+			struct pend *pd;
+
+			if (grow((void **)&a->pends, &a->cap_pends, a->nr_pends + 1,
+				 sizeof(*a->pends)))
+				return -ENOMEM;
+			pd = &a->pends[a->nr_pends];
+			memset(pd, 0, sizeof(*pd));
+			pd->proc = pi;
+			pd->ci = *ci;
+			pd->cluster = -1;
+			a->local_member[i] = -(a->nr_pends++ + 2);
+			continue;
+		}
+		c = comm_get(a, ci->id);
 		if (c < 0)
 			return c;
-		a->local_member[i] = member_new(a, c, pi, &d->comms[i]);
+		a->local_member[i] = member_new(a, c, pi, ci);
 		if (a->local_member[i] < 0)
 			return a->local_member[i];
+		if (ci->split_color != FR_UNK && a->members[a->local_member[i]].rank == FR_UNK) {
+			struct split_pend *sp;
+
+			if (grow((void **)&a->splits, &a->cap_splits, a->nr_splits + 1,
+				 sizeof(*a->splits)))
+				return -ENOMEM;
+			sp = &a->splits[a->nr_splits++];
+			sp->member = a->local_member[i];
+			sp->key = ci->split_key;
+			snprintf(sp->parent, sizeof(sp->parent), "%s", ci->parent);
+		}
 	}
 	p = &a->procs[pi];
 	for (size_t i = 0; i < d->nr_entries; i++) {
@@ -649,11 +736,29 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		    e->record_id == FR_UNK) {
 			p->has_last = true;
 			p->last_record = e->record_id == FR_UNK ? INT64_MIN + 1 : e->record_id;
-			p->last_comm = a->members[mi].comm;
+			p->last_comm = mi >= 0 ? a->members[mi].comm : mi;
 			p->last_op = e->op;
 			p->last_state = e->state;
 			p->last_seq = fr_op_is_p2p(e->op) ? e->p2p_seq : e->coll_seq;
 			p->last_created = e->created_ns;
+		}
+		if (mi < 0) {
+			struct pend *pd = &a->pends[-mi - 2];
+
+			if (grow((void **)&pd->e, &pd->cap, pd->n + 1, sizeof(*pd->e)))
+				return -ENOMEM;
+			pd->e[pd->n++] = *e;
+			continue;
+		}
+		if (fr_op_is_p2p(e->op) && a->members[mi].rank == FR_UNK &&
+		    member_is_split_pending(a, mi)) {
+			struct member *m = &a->members[mi];
+
+			if (grow((void **)&m->dents, &m->cap_dents, m->nr_dents + 1,
+				 sizeof(*m->dents)))
+				return -ENOMEM;
+			m->dents[m->nr_dents++] = *e;
+			continue;
 		}
 		if (fr_op_is_p2p(e->op))
 			err = fold_p2p(a, mi, e);

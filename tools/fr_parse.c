@@ -17,6 +17,7 @@ struct jp {
 	const char *p, *end, *base;
 	struct fr_dump *d;
 	bool failed;
+	size_t off0;		/* file offset of base (tail mode) */
 };
 
 static const char *const op_names[FR_OP__COUNT] = {
@@ -63,10 +64,10 @@ static bool fail(struct jp *j, const char *what)
 		j->failed = true;
 		if (j->p >= j->end)
 			snprintf(j->d->err, sizeof(j->d->err), "unexpected end of input at byte %zu",
-				 (size_t)(j->end - j->base));
+				 j->off0 + (size_t)(j->end - j->base));
 		else
 			snprintf(j->d->err, sizeof(j->d->err), "%s at byte %zu", what,
-				 (size_t)(j->p - j->base));
+				 j->off0 + (size_t)(j->p - j->base));
 	}
 	return false;
 }
@@ -482,7 +483,34 @@ static int find_comm(struct fr_dump *d, const char *id, bool create)
 	c->rank = c->nranks = FR_UNK;
 	c->last_enqueued = c->last_started = c->last_completed = c->last_p2p = FR_UNK;
 	c->async_error = FR_UNK;
+	c->split_color = c->split_key = FR_UNK;
+	c->local_id = !strncmp(c->id, "local:", 6);
 	return (int)d->nr_comms++;
+}
+
+/* comm.learned: only seq_origin matters to the analysis */
+static bool learned_obj(struct jp *j, struct fr_comm_info *c)
+{
+	char key[32], buf[16];
+	int klen;
+	bool first = true;
+
+	ws(j);
+	if (j->p < j->end && *j->p != '{')
+		return skip_value(j, 0);
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("seq_origin")) {
+			ok = str_field(j, buf, sizeof(buf));
+			c->seq_attach = ok && !strcmp(buf, "attach");
+		} else {
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	return !j->failed;
 }
 
 static bool comm_obj(struct jp *j)
@@ -490,16 +518,28 @@ static bool comm_obj(struct jp *j)
 	struct fr_comm_info c = { 0 };
 	char key[32];
 	int klen, idx;
+	int64_t cross = FR_UNK;
 	bool first = true;
 
 	c.rank = c.nranks = FR_UNK;
 	c.last_enqueued = c.last_started = c.last_completed = c.last_p2p = FR_UNK;
 	c.async_error = FR_UNK;
+	c.split_color = c.split_key = FR_UNK;
 	while (next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
 		if (KEY("comm_id"))
 			ok = str_field(j, c.id, sizeof(c.id));
+		else if (KEY("cross_rank_id"))
+			ok = num(j, &cross);
+		else if (KEY("parent"))
+			ok = str_field(j, c.parent, sizeof(c.parent));
+		else if (KEY("split_color"))
+			ok = num(j, &c.split_color);
+		else if (KEY("split_key"))
+			ok = num(j, &c.split_key);
+		else if (KEY("learned"))
+			ok = learned_obj(j, &c);
 		else if (KEY("rank"))
 			ok = num(j, &c.rank);
 		else if (KEY("nranks"))
@@ -525,6 +565,7 @@ static bool comm_obj(struct jp *j)
 		return false;
 	if (!c.id[0])
 		return true;	/* a comm without identity cannot be aligned: ignore it */
+	c.local_id = cross == 0 || !strncmp(c.id, "local:", 6);
 	if (c.nranks != FR_UNK && (c.nranks <= 0 || c.nranks > FR_MAX_NRANKS))
 		c.nranks = FR_UNK;
 	if (c.rank != FR_UNK && (c.rank < 0 || c.rank >= FR_MAX_NRANKS ||
@@ -783,81 +824,156 @@ static void reset(struct fr_dump *d)
 	d->nr_comms = d->nr_in_calls = d->nr_entries = 0;
 }
 
-int fr_dump__parse(struct fr_dump *d, const char *buf, size_t len)
+/* The top-level members from j->p on (first: the opening '{' is still ahead). With
+ * stop_at_entries, returns at the "entries" key with j->p at its value. */
+static bool top_level(struct jp *j, bool first, bool stop_at_entries, bool *at_entries)
 {
-	struct jp j = { .p = buf, .end = buf + len, .base = buf, .d = d };
+	struct fr_dump *d = j->d;
 	char key[32];
 	int klen;
-	bool first = true;
 
-	reset(d);
-	/* a UTF-8 byte order mark is tolerated */
-	if (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3))
-		j.p += 3;
-	while (next_key(&j, &first, key, sizeof(key), &klen)) {
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("entries"))
-			ok = entries_array(&j);
-		else if (KEY("schema"))
-			ok = str_field(&j, d->schema, sizeof(d->schema));
+		if (KEY("entries")) {
+			if (stop_at_entries) {
+				*at_entries = true;
+				return true;
+			}
+			ok = entries_array(j);
+		} else if (KEY("schema"))
+			ok = str_field(j, d->schema, sizeof(d->schema));
 		else if (KEY("version"))
-			ok = num(&j, &d->version);
+			ok = num(j, &d->version);
 		else if (KEY("host"))
-			ok = str_field(&j, d->host, sizeof(d->host));
+			ok = str_field(j, d->host, sizeof(d->host));
 		else if (KEY("pid"))
-			ok = num(&j, &d->pid);
+			ok = num(j, &d->pid);
 		else if (KEY("global_rank"))
-			ok = num(&j, &d->global_rank);
+			ok = num(j, &d->global_rank);
 		else if (KEY("world_size"))
-			ok = num(&j, &d->world_size);
+			ok = num(j, &d->world_size);
 		else if (KEY("local_rank"))
-			ok = num(&j, &d->local_rank);
+			ok = num(j, &d->local_rank);
 		else if (KEY("dump_reason"))
-			ok = str_field(&j, d->dump_reason, sizeof(d->dump_reason));
+			ok = str_field(j, d->dump_reason, sizeof(d->dump_reason));
 		else if (KEY("dump_time_ns"))
-			ok = num(&j, &d->dump_time_ns);
+			ok = num(j, &d->dump_time_ns);
 		else if (KEY("process"))
-			ok = process_obj(&j);
+			ok = process_obj(j);
 		else if (KEY("ring_size"))
-			ok = num(&j, &d->ring_size);
+			ok = num(j, &d->ring_size);
 		else if (KEY("entries_recorded"))
-			ok = num(&j, &d->entries_recorded);
+			ok = num(j, &d->entries_recorded);
 		else if (KEY("entries_overwritten"))
-			ok = num(&j, &d->entries_overwritten);
+			ok = num(j, &d->entries_overwritten);
 		else if (KEY("events_dropped"))
-			ok = num(&j, &d->events_dropped);
+			ok = num(j, &d->events_dropped);
 		else if (KEY("comms"))
-			ok = array_of(&j, comm_obj);
+			ok = array_of(j, comm_obj);
 		else if (KEY("in_call"))
-			ok = array_of(&j, in_call_obj);
+			ok = array_of(j, in_call_obj);
 		else
-			ok = skip_value(&j, 0);
+			ok = skip_value(j, 0);
 		if (!ok)
-			break;
+			return false;
 	}
-	if (!j.failed) {
-		ws(&j);
-		if (j.p != j.end)
-			fail(&j, "trailing data after the dump");
+	return !j->failed;
+}
+
+static int finish_parse(struct fr_dump *d, struct jp *j)
+{
+	if (!j->failed) {
+		ws(j);
+		if (j->p != j->end)
+			fail(j, "trailing data after the dump");
 	}
-	if (!j.failed && strcmp(d->schema, "tptrace-fr")) {
+	if (!j->failed && strcmp(d->schema, "tptrace-fr")) {
 		snprintf(d->err, sizeof(d->err), "not a tptrace-fr dump (schema \"%s\")", d->schema);
-		j.failed = true;
+		j->failed = true;
 	}
-	if (!j.failed && d->version != 1) {
+	if (!j->failed && d->version != 1) {
 		snprintf(d->err, sizeof(d->err), "unsupported dump version %lld (this reads 1)",
 			 (long long)d->version);
-		j.failed = true;
+		j->failed = true;
 	}
 	/* sanity of what the analysis indexes with */
 	if (d->global_rank != FR_UNK && (d->global_rank < 0 || d->global_rank >= FR_MAX_NRANKS))
 		d->global_rank = FR_UNK;
 	if (d->world_size != FR_UNK && (d->world_size <= 0 || d->world_size > FR_MAX_NRANKS))
 		d->world_size = FR_UNK;
-	if (j.failed)
+	if (j->failed)
 		return strstr(d->err, "out of memory") ? -ENOMEM : -EINVAL;
 	return 0;
+}
+
+int fr_dump__parse(struct fr_dump *d, const char *buf, size_t len)
+{
+	struct jp j = { .p = buf, .end = buf + len, .base = buf, .d = d };
+
+	reset(d);
+	/* a UTF-8 byte order mark is tolerated */
+	if (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3))
+		j.p += 3;
+	top_level(&j, true, false, NULL);
+	return finish_parse(d, &j);
+}
+
+int fr_dump__parse_head(struct fr_dump *d, const char *buf, size_t len, size_t *entries_off)
+{
+	struct jp j = { .p = buf, .end = buf + len, .base = buf, .d = d };
+	bool at = false;
+
+	reset(d);
+	if (len >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3))
+		j.p += 3;
+	if (!top_level(&j, true, true, &at) || !at) {
+		if (j.p >= j.end)
+			return 1;	/* the head chunk ends before "entries" */
+		return finish_parse(d, &j);
+	}
+	ws(&j);
+	if (j.p >= j.end)
+		return 1;
+	if (*j.p != '[') {
+		fail(&j, "expected an array");
+		return finish_parse(d, &j);
+	}
+	*entries_off = (size_t)(j.p + 1 - buf);
+	return 0;
+}
+
+static const char entry_mark[] = "{\"record_id\":";
+
+int fr_dump__parse_tail(struct fr_dump *d, const char *tail, size_t len, size_t file_off,
+			size_t keep_last)
+{
+	const char *m = memmem(tail, len, entry_mark, sizeof(entry_mark) - 1);
+	struct jp j = { .end = tail + len, .base = tail, .d = d, .off0 = file_off };
+	int last_comm = -1;
+
+	if (!m)
+		return 1;
+	j.p = m;
+	d->nr_entries = 0;
+	/* entries up to the array's end, then the rest of the top-level object */
+	for (;;) {
+		if (!entry_obj(&j, &last_comm))
+			break;
+		if (eat(&j, ','))
+			continue;
+		if (!eat(&j, ']'))
+			fail(&j, "expected ',' or ']'");
+		break;
+	}
+	if (!j.failed)
+		top_level(&j, false, false, NULL);
+	if (!j.failed && keep_last && d->nr_entries > keep_last) {
+		memmove(d->entries, d->entries + (d->nr_entries - keep_last),
+			keep_last * sizeof(*d->entries));
+		d->nr_entries = keep_last;
+	}
+	return finish_parse(d, &j);
 }
 
 void fr_dump__release(struct fr_dump *d)

@@ -16,7 +16,8 @@
 /* "unknown" for every integer field: JSON null, absent, or not a number */
 #define FR_UNK INT64_MIN
 
-#define FR_ID_LEN   40	/* comm_id: 16 hex digits in practice; longer ids are truncated */
+#define FR_ID_LEN   104	/* comm_id: 16 hex digits, or "local:<host>:<pid>:<handle>" for a comm
+			 * created before tptrace attached; longer ids are truncated */
 #define FR_NAME_LEN 64
 
 enum fr_op {
@@ -65,7 +66,11 @@ struct fr_comm_info {
 	int64_t rank, nranks;
 	int64_t last_enqueued, last_started, last_completed, last_p2p;
 	int64_t async_error;
+	char parent[FR_ID_LEN];	/* comm_id of the parent (split/shrink), "" if none */
+	int64_t split_color, split_key;	/* FR_UNK unless ncclCommSplit made it */
 	bool in_header;		/* false: only seen in entries/in_call */
+	bool local_id;		/* cross_rank_id false / "local:" id: same comm differs per rank */
+	bool seq_attach;	/* learned.seq_origin "attach": seqs count from attach, not init */
 };
 
 struct fr_in_call {
@@ -105,6 +110,16 @@ void fr_dump__init(struct fr_dump *d);
 /* Parses buf[0..len) into d (its arrays are reused). 0 on success, -EINVAL (d->err says why)
  * or -ENOMEM. */
 int fr_dump__parse(struct fr_dump *d, const char *buf, size_t len);
+/* Tail mode, in two calls. fr_dump__parse_head parses buf[0..len) (the start of a file) up to
+ * the "entries" array: returns 0 with *entries_off = offset of the first byte after its '[',
+ * 1 when buf ends before that (read more), or an error as fr_dump__parse. Then
+ * fr_dump__parse_tail parses tail[0..len) (the file from file_off to its end): it skips to
+ * the first entry boundary ('{"record_id":'), reads the entries and the rest of the dump, and
+ * keeps only the newest keep_last entries. 0, 1 when no entry boundary was found (read from
+ * further back), or an error. The header fields of the first call stay. */
+int fr_dump__parse_head(struct fr_dump *d, const char *buf, size_t len, size_t *entries_off);
+int fr_dump__parse_tail(struct fr_dump *d, const char *tail, size_t len, size_t file_off,
+			size_t keep_last);
 void fr_dump__release(struct fr_dump *d);
 
 #endif

@@ -603,9 +603,15 @@ static void on_nccl_return(struct flightrec *fr, struct fr_proc *p, const struct
 	case NAPI_INIT_SCALABLE:
 		if (rc || !out_ok || !r->out_val)
 			break;
-		ci = new_comm(p, r->out_val, api->symbol);
+		/* ncclCommInitRank may be built on the exported InitRankConfig: the inner call
+		 * returns first, the outer one names the comm */
+		ci = find_comm(p, r->out_val);
+		if (ci < 0)
+			ci = new_comm(p, r->out_val, api->symbol);
 		if (ci < 0)
 			break;
+		p->comms[ci].created_by = api->symbol;
+		p->comms[ci].pre_existing = false;
 		p->comms[ci].id = call->id_hash;
 		p->comms[ci].rank = call->arg_rank;
 		p->comms[ci].nranks = call->arg_nranks;

@@ -506,7 +506,8 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 			set_err(err, errlen, "the GPU agent in process %d did not answer in %d ms "
 				"(status %u: %s)", pid, s->timeout_ms, s->ctl->status, s->ctl->message);
 		else
-			set_err(err, errlen, "GPU agent in process %d refused: %s", pid,
+			set_err(err, errlen, "GPU agent in process %d %s: %s", pid,
+				s->ctl->status == AGENT_ST_REFUSED ? "refused" : "failed",
 				s->ctl->message);
 		e = r ? ETIMEDOUT : code == AGENT_E_NO_CUDA ? ENODEV : code == AGENT_E_NO_CUPTI ?
 		    ENOENT : code == AGENT_E_OTHER_SUBSCRIBER ? EBUSY : EPERM;

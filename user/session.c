@@ -13,17 +13,54 @@
 
 int tptrace_verbosity;
 
-struct cuda_bpf *session__load_bpf(int ring_mb)
+#define TP_BPF_TRACE_UPROBE_MULTI 48
+
+static bool multi_available;
+
+static struct cuda_bpf *open_skel(int ring_mb, bool multi)
 {
 	struct cuda_bpf *skel = cuda_bpf__open();
+	struct bpf_program *progs[3];
+
+	if (!skel)
+		return NULL;
+	progs[0] = skel->progs.cuda_entry_multi;
+	progs[1] = skel->progs.cuda_return_multi;
+	progs[2] = skel->progs.dl_debug_state_multi;
+	for (int i = 0; i < 3; i++) {
+		if (multi)
+			bpf_program__set_expected_attach_type(progs[i],
+				(enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
+		else
+			bpf_program__set_autoload(progs[i], false);
+	}
+	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
+	return skel;
+}
+
+struct cuda_bpf *session__load_bpf(int ring_mb)
+{
+	struct cuda_bpf *skel = open_skel(ring_mb, true);
 	int err;
 
 	if (!skel) {
 		log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
 		return NULL;
 	}
-	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
 	err = cuda_bpf__load(skel);
+	multi_available = !err;
+	if (err && err != -EPERM && err != -EACCES) {
+		/* a kernel before 6.6: load the single-probe flavour only */
+		log_verbose("tptrace: uprobe_multi unavailable (%s); one link per probe\n",
+			    strerror(-err));
+		cuda_bpf__destroy(skel);
+		skel = open_skel(ring_mb, false);
+		if (!skel) {
+			log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
+			return NULL;
+		}
+		err = cuda_bpf__load(skel);
+	}
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
 			log_error("tptrace: loading BPF programs: %s (run as root: needs CAP_BPF and "
@@ -46,6 +83,11 @@ void session__probes(struct cuda_bpf *skel, struct target_probes *probes)
 	probes->entry = skel->progs.cuda_entry;
 	probes->ret = skel->progs.cuda_return;
 	probes->dl_hook = skel->progs.dl_debug_state;
+	if (multi_available && !getenv("TPTRACE_NO_UPROBE_MULTI")) {
+		probes->entry_multi = skel->progs.cuda_entry_multi;
+		probes->ret_multi = skel->progs.cuda_return_multi;
+		probes->dl_hook_multi = skel->progs.dl_debug_state_multi;
+	}
 }
 
 struct target *session__open_target(int pid)

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,48 @@ static void free_names(struct u64map *m)
 	u64map__clear(m);
 }
 
+struct destroy_slice {
+	struct bpf_link **links;
+	int n;
+};
+
+static void *destroy_links(void *arg)
+{
+	struct destroy_slice *s = arg;
+
+	for (int i = 0; i < s->n; i++)
+		bpf_link__destroy(s->links[i]);
+	return NULL;
+}
+
+/* Removing a uprobe waits for an RCU grace period (~tens of ms here); hundreds of probes one
+ * after another take many seconds. Concurrent removals share grace periods. */
+void links__destroy_parallel(struct bpf_link **links, int n)
+{
+	enum { MAX_THREADS = 64 };
+	struct destroy_slice slices[MAX_THREADS];
+	pthread_t threads[MAX_THREADS];
+	int nthreads = n < MAX_THREADS ? n : MAX_THREADS, started = 0;
+
+	if (n <= 2) {
+		for (int i = 0; i < n; i++)
+			bpf_link__destroy(links[i]);
+		return;
+	}
+	for (int i = 0; i < nthreads; i++) {
+		int from = (int)((long)n * i / nthreads), to = (int)((long)n * (i + 1) / nthreads);
+
+		slices[i].links = links + from;
+		slices[i].n = to - from;
+		if (pthread_create(&threads[started], NULL, destroy_links, &slices[i]))
+			destroy_links(&slices[i]);	/* no thread: do it here */
+		else
+			started++;
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+}
+
 void target__free(struct target *t)
 {
 	struct target_priv *p;
@@ -169,8 +212,10 @@ void target__free(struct target *t)
 	if (!t)
 		return;
 	p = priv(t);
-	for (int i = 0; i < t->nr_links; i++)
-		bpf_link__destroy(t->links[i]);
+	for (int i = 0; i < t->nr_link_fds; i++)
+		close(t->link_fds[i]);
+	free(t->link_fds);
+	links__destroy_parallel(t->links, t->nr_links);
 	free(t->links);
 	for (int i = 0; i < t->nr_objs; i++) {
 		free(t->objs[i].path);
@@ -247,6 +292,81 @@ static int add_link(struct target *t, struct bpf_link *link)
 	}
 	t->links[t->nr_links++] = link;
 	return 0;
+}
+
+/* A batch of probes of one object for one uprobe_multi link. */
+struct probe_batch {
+	uint64_t offsets[256];
+	uint64_t cookies[256];
+	int n;
+};
+
+static void batch_add(struct probe_batch *b, struct target_obj *obj, const char *symbol,
+		      uint64_t cookie, int *added)
+{
+	const struct elfsym_sym *sym = elfsym__find_func(obj->es, symbol);
+	uint64_t off;
+
+	*added = 0;
+	if (!sym || b->n == 256 || elfsym__vaddr_to_off(obj->es, sym->vaddr, &off))
+		return;
+	b->offsets[b->n] = off;
+	b->cookies[b->n] = cookie;
+	b->n++;
+	*added = 1;
+}
+
+#define TP_BPF_LINK_CREATE		28
+#define TP_BPF_TRACE_UPROBE_MULTI	48
+#define TP_BPF_F_UPROBE_MULTI_RETURN	1
+
+/* union bpf_attr's link_create for uprobe_multi (linux >= 6.6), spelled out because the
+ * system's linux/bpf.h may predate it. */
+struct tp_link_create_uprobe_multi {
+	uint32_t prog_fd;
+	uint32_t target_fd;
+	uint32_t attach_type;
+	uint32_t flags;
+	uint64_t path;
+	uint64_t offsets;
+	uint64_t ref_ctr_offsets;
+	uint64_t cookies;
+	uint32_t cnt;
+	uint32_t multi_flags;
+	uint32_t pid;
+	uint32_t pad[9];
+};
+
+static int attach_batch(struct target *t, struct target_obj *obj, struct bpf_program *prog,
+			const struct probe_batch *b, bool retprobe)
+{
+	struct tp_link_create_uprobe_multi attr;
+	int fd, *n;
+
+	if (!b->n)
+		return 0;
+	memset(&attr, 0, sizeof(attr));
+	attr.prog_fd = bpf_program__fd(prog);
+	attr.attach_type = TP_BPF_TRACE_UPROBE_MULTI;
+	attr.path = (uint64_t)(uintptr_t)obj->open_path;
+	attr.offsets = (uint64_t)(uintptr_t)b->offsets;
+	attr.cookies = (uint64_t)(uintptr_t)b->cookies;
+	attr.cnt = b->n;
+	attr.multi_flags = retprobe ? TP_BPF_F_UPROBE_MULTI_RETURN : 0;
+	attr.pid = t->pid;
+	fd = syscall(__NR_bpf, TP_BPF_LINK_CREATE, &attr, sizeof(attr));
+	if (fd < 0)
+		return -errno;
+	n = realloc(t->link_fds, (t->nr_link_fds + 1) * sizeof(*n));
+	if (!n) {
+		close(fd);
+		return -ENOMEM;
+	}
+	t->link_fds = n;
+	t->link_fds[t->nr_link_fds++] = fd;
+	obj->nr_probes += b->n;
+	t->nr_probes += b->n;
+	return b->n;
 }
 
 static int attach_probe(struct target *t, struct target_obj *obj, struct bpf_program *prog,
@@ -345,9 +465,45 @@ static unsigned classes_of(const struct target_probes *p)
 	return p->classes ? p->classes : PROBE_CUDA_ALL;
 }
 
+static int attach_batches(struct target *t, struct target_obj *obj, const struct target_probes *p,
+			  const struct probe_batch *entries, const struct probe_batch *returns)
+{
+	int r1, r2;
+
+	r1 = attach_batch(t, obj, p->entry_multi, entries, false);
+	if (r1 < 0)
+		return r1;
+	r2 = attach_batch(t, obj, p->ret_multi, returns, true);
+	if (r2 < 0)
+		return r2;
+	return r1 + r2;
+}
+
 static int attach_nccl(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
 	int n = 0;
+
+	if (p->entry_multi) {
+		struct probe_batch *e = calloc(2, sizeof(*e));
+		int added;
+
+		if (!e)
+			return -ENOMEM;
+		for (int i = 0; i < nccl_api_count; i++) {
+			uint64_t cookie = nccl_api_cookie(i);
+
+			batch_add(&e[0], obj, nccl_apis[i].symbol, cookie, &added);
+			if (added)
+				batch_add(&e[1], obj, nccl_apis[i].symbol, cookie, &added);
+		}
+		n = attach_batches(t, obj, p, &e[0], &e[1]);
+		free(e);
+		if (n >= 0 || n == -EPERM)
+			return n;
+		log_verbose("tptrace: uprobe_multi on %s: %s; attaching one by one\n", obj->path,
+			    strerror(-n));
+		n = 0;
+	}
 
 	for (int i = 0; i < nccl_api_count; i++) {
 		uint64_t cookie = nccl_api_cookie(i);
@@ -367,10 +523,45 @@ static int attach_nccl(struct target *t, struct target_obj *obj, const struct ta
 	return n;
 }
 
-static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
+static bool want_cuda_api(const struct target_probes *p, const struct cuda_api *api)
 {
 	unsigned classes = classes_of(p);
+
+	return (classes & PROBE_CUDA_ALL) || ((classes & PROBE_CUDA_SYNC) && fr_cuda_api(api));
+}
+
+static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
+{
 	int n = 0;
+
+	if (p->entry_multi) {
+		struct probe_batch *e = calloc(2, sizeof(*e));
+		int added;
+
+		if (!e)
+			return -ENOMEM;
+		for (int id = 0; id < cuda_api_count; id++) {
+			const struct cuda_api *api = &cuda_apis[id];
+			const struct elfsym_sym *sym = elfsym__find_func(obj->es, api->symbol);
+
+			if (!sym || !want_cuda_api(p, api))
+				continue;
+			if (tail_jumps_to_probed(obj, sym)) {
+				t->nr_aliased++;
+				continue;
+			}
+			batch_add(&e[0], obj, api->symbol, cuda_api_cookie(id), &added);
+			if (added && (api->ret || p->all_returns))
+				batch_add(&e[1], obj, api->symbol, cuda_api_cookie(id), &added);
+		}
+		n = attach_batches(t, obj, p, &e[0], &e[1]);
+		free(e);
+		if (n >= 0 || n == -EPERM)
+			return n;
+		log_verbose("tptrace: uprobe_multi on %s: %s; attaching one by one\n", obj->path,
+			    strerror(-n));
+		n = 0;
+	}
 
 	for (int id = 0; id < cuda_api_count; id++) {
 		const struct cuda_api *api = &cuda_apis[id];
@@ -380,7 +571,7 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 
 		if (!sym)
 			continue;
-		if (!(classes & PROBE_CUDA_ALL) && !((classes & PROBE_CUDA_SYNC) && fr_cuda_api(api)))
+		if (!want_cuda_api(p, api))
 			continue;
 		if (tail_jumps_to_probed(obj, sym)) {
 			t->nr_aliased++;
@@ -555,7 +746,17 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 		compute_bias(obj, maps);
 		obj->ld_so = is_ld_so(v->path) && elfsym__find_func(obj->es, "_dl_debug_state");
 		if (obj->ld_so) {
-			int r = attach_probe(t, obj, p->dl_hook, "_dl_debug_state", 0, false);
+			int r = -ENOTSUP;
+
+			if (p->dl_hook_multi) {
+				struct probe_batch b = { .n = 0 };
+				int added;
+
+				batch_add(&b, obj, "_dl_debug_state", 0, &added);
+				r = attach_batch(t, obj, p->dl_hook_multi, &b, false);
+			}
+			if (r < 0 && r != -EPERM)
+				r = attach_probe(t, obj, p->dl_hook, "_dl_debug_state", 0, false);
 
 			if (r < 0) {
 				err = r;

@@ -25,6 +25,8 @@ struct target_probes {
 	struct bpf_program *entry;	/* generic entry program (cookie-driven) */
 	struct bpf_program *ret;	/* generic return program */
 	struct bpf_program *dl_hook;	/* _dl_debug_state */
+	/* uprobe_multi flavours (kernel >= 6.6), NULL when unavailable: one link per object */
+	struct bpf_program *entry_multi, *ret_multi, *dl_hook_multi;
 	bool all_returns;		/* --durations: return probes on every API */
 	unsigned classes;		/* enum probe_class bits; 0 means PROBE_CUDA_ALL */
 };
@@ -53,6 +55,8 @@ struct target {
 	int nr_objs;
 	struct bpf_link **links;
 	int nr_links, cap_links;
+	int *link_fds;		/* uprobe_multi links */
+	int nr_link_fds;
 	int nr_probes;		/* uprobes attached (entry + return) */
 	int nr_cudart;		/* objects with a CUDA runtime */
 	int nr_nccl;		/* objects with NCCL */
@@ -89,6 +93,9 @@ const char *target__handle_name(struct target *t, uint64_t handle, const char **
 void target__set_handle(struct target *t, uint64_t handle, const char *name, const char *source);
 /* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
 int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now_ns);
+
+/* Destroys uprobe links concurrently (each removal waits for an RCU grace period). */
+void links__destroy_parallel(struct bpf_link **links, int n);
 
 /* Reads RANK/WORLD_SIZE/LOCAL_RANK from an environ blob ("K=V\0K=V\0..."). */
 void target__parse_environ(struct target *t, const char *env, size_t len);

@@ -119,10 +119,13 @@ class Workload:
 class Tracer:
     """tptrace running in the background until stop()."""
 
-    def __init__(self, args, ready=True, timeout=30):
+    def __init__(self, args, ready=True, timeout=30, env=None):
         self.args = [TPTRACE] + args
+        e = dict(os.environ)
+        if env:
+            e.update(env)
         self.p = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
+                                  text=True, env=e)
         self.out = Lines(self.p.stdout)
         self.err = Lines(self.p.stderr)
         if ready:
@@ -187,14 +190,15 @@ def counts(events):
     return c
 
 
-def trace_workload(argv, tracer_args=(), env=None, out_name="t.json", done_timeout=60):
+def trace_workload(argv, tracer_args=(), env=None, out_name="t.json", done_timeout=60,
+                   tracer_env=None):
     """Start workload, attach, GO, wait DONE, let it exit, stop tracer; returns (trace, wl)."""
     out = tmp_path(out_name)
     if os.path.exists(out):
         os.unlink(out)
     wl = Workload(argv, env=env)
     try:
-        tr = Tracer(["-p", str(wl.pid), "-o", out] + list(tracer_args))
+        tr = Tracer(["-p", str(wl.pid), "-o", out] + list(tracer_args), env=tracer_env)
         wl.go()
         wl.wait_done(done_timeout)
         wl.finish()

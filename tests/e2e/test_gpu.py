@@ -8,7 +8,7 @@ import time
 
 from gpulib import (AGENT_SO, GpuAttach, agent_mapped, abs_ns, gpu_events, maps_mention, need_ptrace,
                     normalize_output, tpsim_items)
-from lib import WL, Workload, check_valid_trace
+from lib import WL, Skip, Workload
 
 SIM_TRAIN = os.path.join(WL, "sim_train")
 NOCUDA = os.path.join(WL, "nocuda")
@@ -345,3 +345,16 @@ def test_gpu_injection_during_nanosleep():
         assert wl.finish() == 0 and wl.err.text() == "", wl.err.text()
     finally:
         wl.kill()
+
+
+def test_gpu_real_cupti_without_driver():
+    """The real CUDA 13 libcupti.so.13 resolves every entry point the agent uses; without a
+    driver cuptiSubscribe fails, and the agent says so, unloads, and leaves the target alone."""
+    need_ptrace()
+    real = "/usr/local/cuda/lib/libcupti.so.13"
+    if not os.path.exists(real):
+        raise Skip(f"{real} not installed")
+    if os.path.exists("/usr/lib/x86_64-linux-gnu/libcuda.so.1"):
+        raise Skip("a CUDA driver is installed: covered by tests/gpu/check.sh instead")
+    err = refused([SIM_TRAIN, "--steps", "2"], ["--cupti", real])
+    assert "GPU agent in process" in err and "failed: cuptiSubscribe failed" in err, err

@@ -7,10 +7,10 @@ STEP = ["cudaLaunchKernel"] * 4 + ["cudaMemcpyAsync", "cudaEventRecord", "cudaSt
                                    "cudaMemcpyAsync", "cudaEventQuery", "cudaStreamSynchronize"]
 
 
-def run_train(steps, threads, kernel_us, name):
+def run_train(steps, threads, kernel_us, name, tracer_env=None):
     argv = [os.path.join(WL, "sim_train"), "--steps", str(steps), "--threads", str(threads),
             "--kernel-us", str(kernel_us)]
-    return trace_workload(argv, out_name=name)
+    return trace_workload(argv, out_name=name, tracer_env=tracer_env)
 
 
 def check_thread(evs, steps, kernel_us):
@@ -85,3 +85,13 @@ def test_sim_train_threads():
     names = {e["args"]["name"] for e in trace["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name" and e["tid"] in by_tid}
     assert len(names) >= 1 and all(names), names
+
+
+def test_sim_train_single_probe_links():
+    """The per-probe attach path (kernels before 6.6 have no uprobe_multi) records the same."""
+    need_root()
+    steps, kernel_us = 3, 1000
+    trace, wl, tr = run_train(steps, 1, kernel_us, "train-single.json",
+                              tracer_env={"TPTRACE_NO_UPROBE_MULTI": "1"})
+    evs = calls(trace, pid=wl.pid)
+    check_thread(evs, steps, kernel_us)

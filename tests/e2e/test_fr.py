@@ -1,0 +1,219 @@
+"""Tier 2: the flight recorder end to end. Rank processes of a simulated NCCL job
+(tests/workloads/nccl_rank.c: real rendezvous across processes, collectives that complete
+only when every rank reached them) run one fault scenario each; `tptrace fr` records them
+from outside; `tptrace-fr` must name the exact culprit."""
+import os
+import signal
+import time
+from lib import need_root
+from ncclib import Job, analyze
+
+# scenarios whose ranks finish by themselves (culprit rank 1 misbehaves at the last step)
+COMPLETING = {
+    "healthy": [],
+    "size": [("size_mismatch", [1])],
+    "dtype": [("dtype_mismatch", [1])],
+    "op": [("op_mismatch", [1])],
+    "root": [("root_mismatch", [1])],
+    "p2p": [("p2p_mismatch", [1])],
+    "late": [("late_arrival", [1])],
+}
+
+
+def run_completing(scenario, nranks=4, extra=()):
+    need_root()
+    job = Job(nranks, scenario, steps=3, extra=["--init-after-go"] + list(extra), name=scenario)
+    try:
+        job.record()
+        job.go()
+        job.wait_done(timeout=60)
+        for w in job.ranks:
+            assert w.finish() == 0
+        assert job.tracer.wait(30) == 0, job.tracer.err.text()  # all targets exited
+    finally:
+        job.kill()
+    return job
+
+
+def run_hanging(scenario, nranks=4, settle=1.5, extra=(), alive=None):
+    need_root()
+    job = Job(nranks, scenario, steps=3, extra=["--init-after-go"] + list(extra), name=scenario)
+    try:
+        job.record()
+        job.go()
+        time.sleep(settle)
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        want = alive if alive is not None else nranks
+        ok = job.tracer.err.wait_for(
+            lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= want, 20)
+        assert ok, job.tracer.err.text()
+        for w in job.ranks:
+            assert w.p.poll() is None or scenario in ("exit", "kill"), "ranks hang, not exit"
+        assert job.stop() == 0
+    finally:
+        job.kill()
+    return job
+
+
+def verdicts(job, *args):
+    rc, out, err = analyze(job.dump_dir) if not args else analyze_args(job.dump_dir, args)
+    return rc, out
+
+
+def analyze_args(d, args):
+    import json
+    import subprocess
+    from ncclib import FR_TOOL
+    p = subprocess.run([FR_TOOL, "--json"] + list(args) + [d], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    return p.returncode, json.loads(p.stdout), p.stderr
+
+
+def first(out):
+    v = out["verdicts"]
+    assert v, "expected a verdict"
+    return v[0]["rule"], v[0]["ranks"]
+
+
+def check_dumps_complete(job, nranks):
+    dumps = job.dumps()
+    assert sorted(dumps) == list(range(nranks)), sorted(dumps)
+    for r, d in dumps.items():
+        assert d["schema"] == "tptrace-fr" and d["version"] == 1
+        world = [c for c in d["comms"] if c["created_by"] == "ncclCommInitRank"]
+        assert len(world) == 1, d["comms"]
+        c = world[0]
+        assert c["rank"] == r and c["nranks"] == nranks and c["cross_rank_id"] is True
+        assert c["learned"] == {"comm_id": "init_call", "rank": "init_call",
+                                "nranks": "init_call", "seq_origin": "comm_init"}
+    ids = {tuple(sorted(c["comm_id"] for c in d["comms"] if c["created_by"] == "ncclCommInitRank"))
+           for d in dumps.values()}
+    assert len(ids) == 1, f"one world comm id on every rank: {ids}"
+    return dumps
+
+
+def test_fr_healthy_exact_entries():
+    job = run_completing("healthy")
+    dumps = check_dumps_complete(job, 4)
+    for r, d in dumps.items():
+        assert d["dump_reason"] == "exit" and d["process"] == {"state": "exited", "exit_code": 0, "signal": None}
+        e = d["entries"]
+        # per step: allreduce, allgather, broadcast, send, recv (3 steps)
+        assert [x["op"] for x in e] == ["all_reduce", "all_gather", "broadcast", "send", "recv"] * 3
+        assert [x["collective_seq_id"] for x in e if not x["is_p2p"]] == list(range(1, 10))
+        assert [x["p2p_seq_id"] for x in e if x["is_p2p"]] == list(range(1, 7))
+        assert all(x["state"] == "completed" and x["rc"] == 0 for x in e), [x["state"] for x in e]
+        ar = e[0]
+        assert (ar["count"], ar["dtype"], ar["reduce_op"], ar["input_sizes"], ar["output_sizes"]) == \
+            (1048576, "float32", "sum", [[1048576]], [[1048576]])
+        ag = e[1]
+        assert (ag["count"], ag["input_sizes"], ag["output_sizes"]) == (4096, [[4096]], [[4096 * 4]])
+        bc = e[2]
+        assert (bc["root"], bc["dtype"], bc["reduce_op"]) == (0, "int32", None)
+        send, recv = e[3], e[4]
+        assert send["peer"] == (r + 1) % 4 and recv["peer"] == (r + 3) % 4
+        assert send["group_id"] == recv["group_id"] != 0 and e[0]["group_id"] == 0
+        assert send["profiling_name"] == f"nccl:send {r}->{(r + 1) % 4}"
+        assert all(x["time_discovered_completed_ns"] >= x["time_created_ns"] for x in e)
+        assert d["in_call"] == []
+    rc, out = verdicts(job)
+    assert rc == 0 and out["verdicts"] == [], out
+
+
+def test_fr_mismatches_and_late():
+    for scenario, want in COMPLETING.items():
+        if scenario == "healthy":
+            continue
+        job = run_completing(scenario)
+        check_dumps_complete(job, 4)
+        rc, out = verdicts(job)
+        assert rc == 1, (scenario, out)
+        got = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
+        assert got[0] == want[0], (scenario, got)
+
+
+def test_fr_skipped_collective_hangs():
+    job = run_hanging("skip")
+    dumps = check_dumps_complete(job, 4)
+    # the others are blocked in their step-end sync, inside the call
+    for r in (0, 2, 3):
+        assert any(c["api"] == "cudaStreamSynchronize" for c in dumps[r]["in_call"]), dumps[r]["in_call"]
+    rc, out = verdicts(job)
+    assert rc == 1
+    assert first(out) == ("missing_rank", [1]), out["verdicts"]
+
+
+def test_fr_rank_stuck_in_host_call():
+    job = run_hanging("stuck")
+    dumps = check_dumps_complete(job, 4)
+    assert [c["api"] for c in dumps[1]["in_call"]] == ["cudaStreamSynchronize"], dumps[1]["in_call"]
+    rc, out = analyze_args(job.dump_dir, ["--stuck-ms", "500"])[:2]
+    rules = {(v["rule"], tuple(v["ranks"])) for v in out["verdicts"]}
+    assert first(out) == ("missing_rank", [1]), out["verdicts"]
+    assert ("stuck_in_call", (1,)) in rules, rules
+
+
+def test_fr_rank_killed():
+    job = run_hanging("kill", alive=3)
+    dumps = job.dumps()
+    assert dumps[1]["process"]["state"] == "killed" and dumps[1]["process"]["signal"] == 9
+    assert dumps[1]["dump_reason"] == "exit"
+    rc, out = verdicts(job)
+    assert first(out) == ("dead_rank", [1]), out["verdicts"]
+
+
+def test_fr_rank_exited():
+    job = run_hanging("exit", alive=3)
+    dumps = job.dumps()
+    assert dumps[1]["process"] == {"state": "exited", "exit_code": 3, "signal": None}
+    rc, out = verdicts(job)
+    assert first(out) == ("dead_rank", [1]), out["verdicts"]
+
+
+def test_fr_async_error():
+    need_root()
+    job = Job(4, "async_error", steps=3, extra=["--init-after-go"], name="async")
+    try:
+        job.record()
+        job.go()
+        job.wait_done(ranks=[0, 2, 3])
+        for w in job.ranks:
+            w.finish()
+        assert job.ranks[1].p.returncode == 4
+        assert job.tracer.wait(30) == 0
+    finally:
+        job.kill()
+    dumps = job.dumps()
+    world = [c for c in dumps[1]["comms"] if c["created_by"] == "ncclCommInitRank"][0]
+    assert world["async_error"] == 6 and world["state"] == "aborted", world
+    rc, out = verdicts(job)
+    rules = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
+    assert ("nccl_async_error", [1]) in rules, rules
+
+
+def test_fr_split_comms():
+    job = run_completing("healthy", extra=["--split"])
+    dumps = job.dumps()
+    for r, d in dumps.items():
+        child = [c for c in d["comms"] if c["created_by"] == "ncclCommSplit"]
+        assert len(child) == 1
+        c = child[0]
+        assert c["split_color"] == r % 2 and c["split_key"] == r and c["cross_rank_id"] is True
+        world = [x for x in d["comms"] if x["created_by"] == "ncclCommInitRank"][0]
+        assert c["parent"] == world["comm_id"]
+        assert c["state"] == "destroyed"
+        entries = [e for e in d["entries"] if e["comm_id"] == c["comm_id"]]
+        assert [e["collective_seq_id"] for e in entries] == [1, 2, 3]
+    # same color, same child id; different colors, different ids
+    ids = {r: [c["comm_id"] for c in d["comms"] if c["created_by"] == "ncclCommSplit"][0]
+           for r, d in dumps.items()}
+    assert ids[0] == ids[2] and ids[1] == ids[3] and ids[0] != ids[1], ids
+    rc, out = verdicts(job)
+    assert rc == 0 and out["verdicts"] == [], out
+
+
+def test_fr_eight_ranks_skip():
+    job = run_hanging("skip", nranks=8, settle=2.5, extra=["--culprit", "5"])
+    check_dumps_complete(job, 8)
+    rc, out = verdicts(job)
+    assert first(out) == ("missing_rank", [5]), out["verdicts"]
