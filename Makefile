@@ -23,8 +23,9 @@ endif
 DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libcjson-dev systemtap-sdt-dev \
             libcap2-bin util-linux python3 pkg-config make gcc g++ bpftrace
 
-BPF_OBJS  := $(OUTPUT)/cuda.bpf.o
-SKELS     := $(OUTPUT)/cuda.skel.h
+BPF_SRCS  := $(wildcard bpf/*.bpf.c)
+BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(OUTPUT)/%.bpf.o,$(BPF_SRCS))
+SKELS     := $(patsubst bpf/%.bpf.c,$(OUTPUT)/%.skel.h,$(BPF_SRCS))
 USER_SRCS := $(wildcard user/*.c)
 USER_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(USER_SRCS))
 LIB_OBJS  := $(filter-out $(OUTPUT)/user/tptrace.o,$(USER_OBJS))

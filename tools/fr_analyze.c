@@ -93,6 +93,7 @@ struct member {
 	/* split children with an unknown rank: p2p entries wait for finish to know it */
 	struct fr_entry *dents;
 	int nr_dents, cap_dents;
+	int split;		/* index in a->splits, -1 */
 };
 
 /* a split child whose rank and size come from all its members */
@@ -484,6 +485,7 @@ static int member_new(struct fr_analysis *a, int comm, int proc, const struct fr
 	m->eff_last = FR_UNK;
 	m->hole_seq = m->hole_next_seq = FR_UNK;
 	m->partial = ci->seq_attach;
+	m->split = -1;
 	if (!strcmp(ci->state, "aborted") || !strcmp(ci->state, "revoked"))
 		c->aborted = true;
 	if (ci->nranks != FR_UNK && (c->nranks == FR_UNK || ci->nranks > c->nranks))
@@ -635,16 +637,9 @@ static int fold_p2p(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	return 0;
 }
 
-/* a split child of the dump being folded (its split_pend is among the newest) */
 static bool member_is_split_pending(const struct fr_analysis *a, int mi)
 {
-	for (int i = a->nr_splits - 1; i >= 0; i--) {
-		if (a->splits[i].member == mi)
-			return true;
-		if (a->members[a->splits[i].member].proc != a->members[mi].proc)
-			return false;
-	}
-	return false;
+	return a->members[mi].split >= 0;
 }
 
 int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const char *path)
@@ -718,6 +713,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 			if (grow((void **)&a->splits, &a->cap_splits, a->nr_splits + 1,
 				 sizeof(*a->splits)))
 				return -ENOMEM;
+			a->members[a->local_member[i]].split = a->nr_splits;
 			sp = &a->splits[a->nr_splits++];
 			sp->member = a->local_member[i];
 			sp->key = ci->split_key;
@@ -913,10 +909,12 @@ static char *text_close(struct text *t)
 /* the first 8 hex digits name a comm in prose, as git names commits */
 static const char *short_id(const char *id)
 {
-	static __thread char bufs[4][9];
+	static __thread char bufs[4][FR_ID_LEN];
 	static __thread unsigned next;
 	char *b = bufs[next++ & 3];
-	size_t n = strnlen(id, 8);
+	/* "inferred:" + 8 hex digits; a local id whole (it names host, pid and handle) */
+	size_t n = !strncmp(id, "inferred:", 9) ? strnlen(id, 17) :
+		   !strncmp(id, "local:", 6) ? strnlen(id, FR_ID_LEN - 1) : strnlen(id, 8);
 
 	memcpy(b, id, n);
 	b[n] = 0;
@@ -1234,6 +1232,18 @@ static void check_wrap(struct fr_analysis *a, struct verdict *v, int comm, int64
 
 		if (!m->placed)
 			continue;
+		if (m->partial && m->oldest_seq != FR_UNK && m->oldest_seq > seq && !p->wrapped) {
+			struct text t;
+			FILE *f = text_open(&t);
+
+			if (!f)
+				return;
+			print_proc_label(f, p);
+			fprintf(f, " was attached after seq %" PRId64 " of this comm", seq);
+			set_low(v, "%s", text_close(&t));
+			free(t.buf);
+			return;
+		}
 		if ((m->oldest_seq != FR_UNK && m->oldest_seq > seq && p->wrapped) ||
 		    (m->oldest_seq == FR_UNK && p->wrapped)) {
 			struct text t;
@@ -1280,6 +1290,100 @@ static bool proc_is_dead(const struct proc *p, bool any_running)
 	return false;
 }
 
+/* Ranks of an inferred comm that skipped a collective and went on (find_skips): the
+ * earliest such hole is the collective the others wait in. 1 when it made a verdict. */
+static int missing_hole(struct fr_analysis *a, int cid)
+{
+	struct comm *c = &a->comms[cid];
+	int64_t s = FR_UNK;
+	struct ivec culprits = { 0 }, waiting = { 0 };
+	struct verdict *v;
+	struct text t;
+	FILE *f;
+	int ai, ret = 0;
+
+	for (int i = 0; i < c->members.n; i++) {
+		struct member *m = &a->members[c->members.v[i]];
+
+		if (m->placed && m->hole_len && (s == FR_UNK || m->hole_seq < s))
+			s = m->hole_seq;
+	}
+	if (s == FR_UNK)
+		return 0;
+	for (int i = 0; i < c->members.n; i++) {
+		int mi = c->members.v[i];
+		struct member *m = &a->members[mi];
+
+		if (!m->placed)
+			continue;
+		if (m->hole_len && m->hole_seq == s)
+			ivec_push(&culprits, mi);
+		else if (m->newest_seq != FR_UNK && m->newest_seq >= s &&
+			 (m->oldest_seq == FR_UNK || m->oldest_seq <= s))
+			ivec_push(&waiting, mi);
+	}
+	ai = agg_find(a, cid, s);
+	if (!culprits.n || !(v = verdict_new(a, RULE_MISSING_RANK, cid, s, agg_op(a, ai))))
+		goto out;
+	ret = 1;
+	for (int i = 0; i < culprits.n; i++)
+		who_member(a, v, culprits.v[i]);
+	who_sort(v);
+	if (!(f = text_open(&t)))
+		goto out;
+	print_who(f, a, v, true);
+	fprintf(f, " never entered %s seq %" PRId64 " on comm %s (", agg_op(a, ai), s,
+		short_id(c->id));
+	print_i64(f, c->nranks);
+	fprintf(f, " ranks) and went on to later collectives; ");
+	print_members(f, a, waiting.v, waiting.n);
+	if (ai >= 0 && a->aggs[ai].completed == 0)
+		fprintf(f, " %s waiting in it", waiting.n == 1 ? "is" : "are");
+	else
+		fprintf(f, " entered it");
+	v->headline = text_close(&t);
+	if (!(f = text_open(&t)))
+		goto out;
+	for (int i = 0; i < v->nr_who && i < 8; i++) {
+		struct member *m = &a->members[culprits.v[0]];
+		const struct proc *p;
+
+		for (int k = 0; k < culprits.n; k++)
+			if (a->members[culprits.v[k]].proc == v->who[i][2])
+				m = &a->members[culprits.v[k]];
+		p = &a->procs[m->proc];
+		print_proc_label(f, p);
+		fprintf(f, " (comm rank %" PRId64 "): skipped %" PRId64 " collective%s at seq %" PRId64,
+			m->rank, m->hole_len, m->hole_len == 1 ? "" : "s", s);
+		if (m->hole_next_seq != FR_UNK)
+			fprintf(f, " and went on to %s seq %" PRId64 " (%s)",
+				fr_op_name(m->hole_next_op), m->hole_next_seq,
+				fr_state_name(m->hole_next_state));
+		fprintf(f, "; its collectives from there on match the others' shifted by %" PRId64
+			   ";", m->hole_len);
+		print_in_calls(f, p);
+		fprintf(f, "%s ", p->nr_in_calls ? ";" : "");
+		print_last_entry(f, a, p);
+		fprintf(f, "\n");
+	}
+	if (ai >= 0) {
+		struct seq_agg *g = &a->aggs[ai];
+
+		fprintf(f, "%d ranks entered seq %" PRId64 ", %d completed it", g->entered, s,
+			g->completed);
+		if (g->min_created != FR_UNK && g->max_created != FR_UNK)
+			fprintf(f, "; they entered within %.3f s of each other",
+				ns_diff(g->max_created, g->min_created) / 1e9);
+		fprintf(f, "\n");
+	}
+	v->detail = text_close(&t);
+	check_dropped(a, v);
+out:
+	free(culprits.v);
+	free(waiting.v);
+	return ret;
+}
+
 static int rule_missing_rank(struct fr_analysis *a)
 {
 	for (int ci = 0; ci < a->nr_comms; ci++) {
@@ -1292,6 +1396,9 @@ static int rule_missing_rank(struct fr_analysis *a)
 		struct text t;
 		FILE *f;
 		int64_t s;
+
+		if (c->inferred && missing_hole(a, cid))
+			continue;
 
 		for (int i = 0; i < c->members.n; i++) {
 			struct member *m = &a->members[c->members.v[i]];
@@ -1846,7 +1953,8 @@ static int rule_p2p(struct fr_analysis *a)
 			continue;
 		/* whole histories: pair by absolute index; else the newest completed ops pair */
 		absolute = !a->procs[a->members[sm].proc].wrapped &&
-			   !a->procs[a->members[rm].proc].wrapped;
+			   !a->procs[a->members[rm].proc].wrapped &&
+			   !a->members[sm].partial && !a->members[rm].partial;
 		p2p_side_idx(S, absolute, &maxS);
 		p2p_side_idx(R, absolute, &maxR);
 		common = maxS < maxR ? maxS : maxR;
@@ -2288,6 +2396,717 @@ static int rule_corrupt(struct fr_analysis *a)
 	return 0;
 }
 
+/* ---------------------------------------------------------------- identity inference */
+
+static struct sig entry_sig(const struct fr_entry *e)
+{
+	struct sig s = {
+		.count = e->count, .in_size = e->in_size, .out_size = e->out_size,
+		.root = fr_op_has_root(e->op) ? e->root : -1,
+		.op = e->op, .dtype = e->dtype,
+		.redop = fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE,
+	};
+	return s;
+}
+
+/* Signatures that must agree on every rank of a comm whatever its size: in/out sizes scale
+ * with nranks per op, and nranks is what is not known yet. */
+static bool sig_match(const struct fr_entry *x, const struct fr_entry *y)
+{
+	struct sig p = entry_sig(x), q = entry_sig(y);
+
+	return p.op == q.op && p.count == q.count && p.dtype == q.dtype && p.redop == q.redop &&
+	       p.root == q.root;
+}
+
+static int64_t i64_abs(int64_t v) { return v < 0 ? (v == INT64_MIN ? INT64_MAX : -v) : v; }
+
+static int cmp_i64(const void *x, const void *y)
+{
+	int64_t p = *(const int64_t *)x, q = *(const int64_t *)y;
+
+	return p < q ? -1 : p > q;
+}
+
+static const struct fr_entry *pcoll(const struct pend *p, int i) { return &p->e[p->coll[i]]; }
+
+/* index of p's collective with seq, -1 */
+static int pend_find_seq(const struct pend *p, int64_t seq)
+{
+	int lo = 0, hi = p->nc - 1;
+
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+		int64_t s = pcoll(p, mid)->coll_seq;
+
+		if (s == seq)
+			return mid;
+		if (s < seq)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+/* index of p's collective created nearest to t (creation times rise with record order) */
+static int pend_near_time(const struct pend *p, int64_t t)
+{
+	int lo = 0, hi = p->nc - 1;
+
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		int64_t c = pcoll(p, mid)->created_ns;
+
+		if (c != FR_UNK && c < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0 && pcoll(p, lo)->created_ns != FR_UNK && pcoll(p, lo - 1)->created_ns != FR_UNK &&
+	    i64_abs(ns_diff(t, pcoll(p, lo - 1)->created_ns)) <
+	    i64_abs(ns_diff(pcoll(p, lo)->created_ns, t)))
+		lo--;
+	return lo;
+}
+
+#define ALIGN_CANDS	64
+#define ALIGN_NEAR	8	/* candidate offsets: this many collectives either side in time */
+#define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
+#define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
+
+struct align {
+	bool ok;
+	int64_t d;		/* m's seq x is r's x + d */
+	int prefix;		/* matching collectives from the start of the overlap */
+	int64_t dt;		/* median creation-time difference over the first matches */
+};
+
+static bool align_better(const struct align *x, const struct align *y)
+{
+	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
+	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
+
+	if (!y->ok)
+		return x->ok;
+	if (!x->ok)
+		return false;
+	if (px != py)
+		return px > py;
+	if (i64_abs(x->dt) != i64_abs(y->dt))
+		return i64_abs(x->dt) < i64_abs(y->dt);
+	return x->prefix > y->prefix;
+}
+
+/* Aligns m's collective sequence to r's: the seq offset with the longest matching history
+ * from where the two overlap (so a rank that skipped a collective later is not "fixed" by a
+ * shift that matches its tail), ties to the one whose matches were created closest in time.
+ * Comms whose seqs count from comm init on both sides can only be at offset 0. */
+static struct align align_to(const struct pend *m, const struct pend *r)
+{
+	struct align best = { 0 };
+	int64_t cands[ALIGN_CANDS], dts[ALIGN_SAT];
+	int nc = 0, taken = 0;
+
+	if (!m->nc || !r->nc)
+		return best;
+	if (!m->ci.seq_attach && !r->ci.seq_attach) {
+		cands[nc++] = 0;
+	} else {
+		int64_t r0 = pcoll(r, 0)->created_ns, r1 = pcoll(r, r->nc - 1)->created_ns;
+
+		for (int pass = 0; pass < 2 && !taken; pass++) {
+			for (int i = 0; i < m->nc && taken < 4; i++) {
+				const struct fr_entry *e = pcoll(m, i);
+				int j;
+
+				if (e->created_ns == FR_UNK)
+					continue;
+				/* first pass: m's collectives created while r was recording */
+				if (!pass && (r0 == FR_UNK || r1 == FR_UNK || e->created_ns < r0 ||
+					      e->created_ns > r1))
+					continue;
+				taken++;
+				j = pend_near_time(r, e->created_ns);
+				for (int k = j - ALIGN_NEAR; k <= j + ALIGN_NEAR; k++) {
+					int64_t d;
+					bool dup = false;
+
+					if (k < 0 || k >= r->nc || !sig_match(e, pcoll(r, k)))
+						continue;
+					d = pcoll(r, k)->coll_seq - e->coll_seq;
+					for (int c = 0; c < nc; c++)
+						dup |= cands[c] == d;
+					if (!dup && nc < ALIGN_CANDS)
+						cands[nc++] = d;
+				}
+			}
+		}
+	}
+	for (int c = 0; c < nc; c++) {
+		struct align al = { .d = cands[c] };
+		int nd = 0;
+
+		for (int i = 0; i < m->nc; i++) {
+			const struct fr_entry *e = pcoll(m, i), *f;
+			int j = pend_find_seq(r, e->coll_seq + al.d);
+
+			if (j < 0)
+				continue;
+			f = pcoll(r, j);
+			if (!sig_match(e, f))
+				break;
+			al.prefix++;
+			if (nd < ALIGN_SAT && e->created_ns != FR_UNK && f->created_ns != FR_UNK)
+				dts[nd++] = ns_diff(e->created_ns, f->created_ns);
+			if (al.prefix >= 4 * ALIGN_SAT)
+				break;
+		}
+		if (!al.prefix)
+			continue;
+		if (nd) {
+			qsort(dts, nd, sizeof(*dts), cmp_i64);
+			al.dt = dts[nd / 2];
+		}
+		if (i64_abs(al.dt) > ALIGN_MAX_DT)
+			continue;
+		/* one matching collective of many is chance, not evidence */
+		al.ok = al.prefix >= 2 || m->nc == 1 || r->nc == 1;
+		if (align_better(&al, &best))
+			best = al;
+	}
+	return best;
+}
+
+static bool cluster_has_proc(const struct fr_analysis *a, const struct cluster *c, int proc)
+{
+	for (int i = 0; i < c->pends.n; i++)
+		if (a->pends[c->pends.v[i]].proc == proc)
+			return true;
+	return false;
+}
+
+/* hard reasons two pre-attach comms are not the same communicator */
+static bool pend_compatible(const struct pend *x, const struct pend *y)
+{
+	if (x->ci.split_color != FR_UNK && y->ci.split_color != FR_UNK &&
+	    x->ci.split_color != y->ci.split_color)
+		return false;
+	if (x->ci.nranks != FR_UNK && y->ci.nranks != FR_UNK && x->ci.nranks != y->ci.nranks)
+		return false;
+	if (x->ci.rank != FR_UNK && y->ci.rank != FR_UNK && x->ci.rank == y->ci.rank)
+		return false;
+	return true;
+}
+
+struct cslot {
+	struct fr_entry rep[3];	/* a representative entry per distinct signature */
+	int cnt[3], n, total;
+};
+
+/* the majority entry at a consensus slot, NULL when none has more than half */
+static const struct fr_entry *cslot_major(const struct cslot *c)
+{
+	int best = -1;
+
+	for (int i = 0; i < c->n; i++)
+		if (best < 0 || c->cnt[i] > c->cnt[best])
+			best = i;
+	if (best < 0 || c->cnt[best] < 2 || c->cnt[best] * 2 <= c->total)
+		return NULL;
+	return &c->rep[best];
+}
+
+static int64_t rebase_coll(const struct pend *p, int64_t seq)
+{
+	int64_t x = seq + p->d;
+
+	if (p->hole_len && x >= p->hole_seq)
+		x += p->hole_len;
+	return x;
+}
+
+/* A rank that skipped k collectives and went on has, from the skip on, the majority's
+ * sequence shifted by k: find it (its history before stays as aligned) and record the hole. */
+static int find_skips(struct fr_analysis *a, struct cluster *cl)
+{
+	int64_t lo = INT64_MAX, hi = INT64_MIN;
+	struct cslot *cs;
+
+	for (int i = 0; i < cl->pends.n; i++) {
+		struct pend *p = &a->pends[cl->pends.v[i]];
+
+		if (!p->nc)
+			continue;
+		if (pcoll(p, 0)->coll_seq + p->d < lo)
+			lo = pcoll(p, 0)->coll_seq + p->d;
+		if (pcoll(p, p->nc - 1)->coll_seq + p->d > hi)
+			hi = pcoll(p, p->nc - 1)->coll_seq + p->d;
+	}
+	if (cl->pends.n < 3 || lo > hi || hi - lo >= (1 << 22))
+		return 0;
+	cs = calloc(hi - lo + 1, sizeof(*cs));
+	if (!cs)
+		return -ENOMEM;
+	for (int i = 0; i < cl->pends.n; i++) {
+		struct pend *p = &a->pends[cl->pends.v[i]];
+
+		for (int k = 0; k < p->nc; k++) {
+			const struct fr_entry *e = pcoll(p, k);
+			struct cslot *c = &cs[e->coll_seq + p->d - lo];
+			int g;
+
+			for (g = 0; g < c->n; g++)
+				if (sig_match(e, &c->rep[g]))
+					break;
+			if (g == c->n && c->n < 3)
+				c->rep[c->n++] = *e;
+			if (g < c->n)
+				c->cnt[g]++;
+			c->total++;
+		}
+	}
+	for (int i = 0; i < cl->pends.n; i++) {
+		struct pend *p = &a->pends[cl->pends.v[i]];
+		int first = -1;
+
+		for (int k = 0; k < p->nc && first < 0; k++) {
+			const struct fr_entry *e = pcoll(p, k);
+			const struct fr_entry *maj = cslot_major(&cs[e->coll_seq + p->d - lo]);
+
+			if (maj && !sig_match(e, maj))
+				first = k;
+		}
+		if (first < 0)
+			continue;
+		for (int64_t skip = 1; skip <= 4; skip++) {
+			int cmp = 0;
+			bool ok = true;
+
+			for (int k = first; k < p->nc && ok; k++) {
+				int64_t x = pcoll(p, k)->coll_seq + p->d + skip;
+				const struct fr_entry *maj = x <= hi ? cslot_major(&cs[x - lo]) : NULL;
+
+				ok = maj && sig_match(pcoll(p, k), maj);
+				cmp++;
+			}
+			if (ok && cmp) {
+				p->hole_seq = pcoll(p, first)->coll_seq + p->d;
+				p->hole_len = skip;
+				break;
+			}
+		}
+	}
+	free(cs);
+	return 0;
+}
+
+/* p2p seqs count per rank, so they are aligned by time: the offset most of m's sends/recvs
+ * have to the reference's op of the same kind created nearest (clock offset removed) */
+static int64_t p2p_offset(const struct pend *m, const struct pend *r)
+{
+	int64_t cand[64];
+	int n = 0, best = 0, best_n = 0;
+
+	if (!m->ci.seq_attach && !r->ci.seq_attach)
+		return 0;
+	for (int i = m->n - 1; i >= 0 && n < 64; i--) {
+		const struct fr_entry *e = &m->e[i], *near = NULL;
+		int64_t t;
+
+		if (!fr_op_is_p2p(e->op) || e->created_ns == FR_UNK || e->p2p_seq == FR_UNK)
+			continue;
+		t = ns_diff(e->created_ns, m->clock);
+		for (int j = 0; j < r->n; j++) {
+			const struct fr_entry *f = &r->e[j];
+
+			if (f->op != e->op || f->created_ns == FR_UNK || f->p2p_seq == FR_UNK)
+				continue;
+			if (!near || i64_abs(ns_diff(f->created_ns, t)) <
+				     i64_abs(ns_diff(near->created_ns, t)))
+				near = f;
+		}
+		if (near)
+			cand[n++] = near->p2p_seq - e->p2p_seq;
+	}
+	for (int i = 0; i < n; i++) {
+		int c = 0;
+
+		for (int j = 0; j < n; j++)
+			c += cand[j] == cand[i];
+		if (c > best_n || (c == best_n && i64_abs(cand[i]) < i64_abs(cand[best])))
+			best = i, best_n = c;
+	}
+	return n ? cand[best] : 0;
+}
+
+static int cmp_pend_rank(const void *x, const void *y, void *arg)
+{
+	const struct fr_analysis *a = arg;
+	const struct pend *p = &a->pends[*(const int *)x], *q = &a->pends[*(const int *)y];
+	int64_t gp = a->procs[p->proc].global_rank, gq = a->procs[q->proc].global_rank;
+
+	if ((gp == FR_UNK) != (gq == FR_UNK))
+		return gp == FR_UNK ? 1 : -1;
+	if (gp != gq)
+		return gp < gq ? -1 : 1;
+	return p->proc - q->proc;
+}
+
+static int cmp_str_ptr(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* Comms created before attach: cluster the local comms of different dumps that are the same
+ * communicator, rebase their seqs to a common origin, infer ranks, then fold them. */
+static int unify_local(struct fr_analysis *a)
+{
+	int err = 0;
+
+	for (int i = 0; i < a->nr_pends; i++) {
+		struct pend *p = &a->pends[i];
+
+		p->coll = malloc((p->n + 1) * sizeof(int));
+		if (!p->coll)
+			return -ENOMEM;
+		for (int k = 0; k < p->n; k++) {
+			const struct fr_entry *e = &p->e[k];
+
+			if (fr_op_is_p2p(e->op) || e->coll_seq == FR_UNK || e->coll_seq < 0)
+				continue;
+			if (p->nc && e->coll_seq <= pcoll(p, p->nc - 1)->coll_seq)
+				continue;	/* out of order: folding would drop it too */
+			p->coll[p->nc++] = k;
+		}
+	}
+	/* greedy, in file order: each comm joins the cluster it aligns best with */
+	for (int i = 0; i < a->nr_pends; i++) {
+		struct pend *p = &a->pends[i];
+		struct align best = { 0 }, al;
+		int bc = -1;
+
+		for (int c = 0; c < a->nr_clusters; c++) {
+			struct cluster *cl = &a->clusters[c];
+			bool compat = !cluster_has_proc(a, cl, p->proc);
+
+			for (int k = 0; compat && k < cl->pends.n; k++)
+				compat = pend_compatible(p, &a->pends[cl->pends.v[k]]);
+			if (!compat)
+				continue;
+			al = align_to(p, &a->pends[cl->ref]);
+			if (align_better(&al, &best)) {
+				best = al;
+				bc = c;
+			}
+		}
+		if (bc < 0) {
+			struct cluster *cl;
+
+			if (grow((void **)&a->clusters, &a->cap_clusters, a->nr_clusters + 1,
+				 sizeof(*a->clusters)))
+				return -ENOMEM;
+			bc = a->nr_clusters++;
+			cl = &a->clusters[bc];
+			memset(cl, 0, sizeof(*cl));
+			cl->ref = i;
+			cl->comm = -1;
+			best.d = 0;
+			best.dt = 0;
+		}
+		p->cluster = bc;
+		p->d = best.d;		/* its seq x is the reference's x + d */
+		p->clock = best.dt;
+		if (ivec_push(&a->clusters[bc].pends, i))
+			return -ENOMEM;
+	}
+	for (int c = 0; c < a->nr_clusters; c++) {
+		struct cluster *cl = &a->clusters[c];
+		int64_t lo = INT64_MAX, plo = INT64_MAX;
+		uint64_t h = 0x6a09e667f3bcc909ULL;
+		char **ids = malloc(cl->pends.n * sizeof(char *)), id[FR_ID_LEN];
+		int *order = malloc(cl->pends.n * sizeof(int));
+		int64_t nranks = FR_UNK;
+		bool any_attach = false;
+		int ci;
+
+		if (!ids || !order) {
+			free(ids);
+			free(order);
+			return -ENOMEM;
+		}
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[cl->pends.v[k]];
+
+			p->dp = cl->pends.v[k] == cl->ref ? 0 : p2p_offset(p, &a->pends[cl->ref]);
+			ids[k] = p->ci.id;
+			order[k] = cl->pends.v[k];
+			any_attach |= p->ci.seq_attach;
+			if (p->ci.nranks != FR_UNK && (nranks == FR_UNK || p->ci.nranks > nranks))
+				nranks = p->ci.nranks;
+		}
+		if ((err = find_skips(a, cl))) {
+			free(ids);
+			free(order);
+			return err;
+		}
+		/* a common origin: the reference's, moved so no rebased seq is below 1 */
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[cl->pends.v[k]];
+
+			for (int e = 0; e < p->n; e++) {
+				const struct fr_entry *x = &p->e[e];
+
+				if (fr_op_is_p2p(x->op)) {
+					if (x->p2p_seq != FR_UNK && x->p2p_seq + p->dp < plo)
+						plo = x->p2p_seq + p->dp;
+				}
+			}
+			if (p->nc && pcoll(p, 0)->coll_seq + p->d < lo)
+				lo = pcoll(p, 0)->coll_seq + p->d;
+		}
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[cl->pends.v[k]];
+
+			if (lo != INT64_MAX && lo < 1) {
+				p->d += 1 - lo;
+				if (p->hole_len)
+					p->hole_seq += 1 - lo;
+			}
+			if (plo != INT64_MAX && plo < 1)
+				p->dp += 1 - plo;
+		}
+		/* a stable name from the members' local ids */
+		qsort(ids, cl->pends.n, sizeof(char *), cmp_str_ptr);
+		for (int k = 0; k < cl->pends.n; k++)
+			h = mix64(h ^ str_hash(ids[k]));
+		if (cl->pends.n == 1)
+			snprintf(id, sizeof(id), "%s", ids[0]);
+		else
+			snprintf(id, sizeof(id), "inferred:%016" PRIx64, h);
+		free(ids);
+		ci = comm_get(a, id);
+		if (ci < 0) {
+			free(order);
+			return ci;
+		}
+		cl->comm = ci;
+		a->comms[ci].inferred = cl->pends.n > 1;
+		a->comms[ci].nr_expected = (int)(nranks != FR_UNK ? nranks : a->world_size != FR_UNK ?
+						 a->world_size : 0);
+		/* PyTorch orders a process group's ranks by global rank */
+		qsort_r(order, cl->pends.n, sizeof(int), cmp_pend_rank, a);
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[order[k]];
+			struct fr_comm_info info = p->ci;
+			struct member *m;
+			int mi;
+
+			if (cl->pends.n > 1 || info.nranks == FR_UNK) {
+				if (info.rank == FR_UNK)
+					info.rank = k;
+				if (info.nranks == FR_UNK)
+					info.nranks = nranks != FR_UNK ? nranks : cl->pends.n;
+			}
+			if (info.rank != FR_UNK && info.nranks != FR_UNK && info.rank >= info.nranks)
+				info.rank = FR_UNK;
+			if (info.last_enqueued != FR_UNK && info.last_enqueued > 0)
+				info.last_enqueued = rebase_coll(p, info.last_enqueued);
+			if (info.last_completed != FR_UNK && info.last_completed > 0)
+				info.last_completed = rebase_coll(p, info.last_completed);
+			mi = member_new(a, ci, p->proc, &info);
+			if (mi < 0) {
+				free(order);
+				return mi;
+			}
+			m = &a->members[mi];
+			m->partial = any_attach;
+			if (p->hole_len) {
+				m->hole_seq = p->hole_seq;
+				m->hole_len = p->hole_len;
+			}
+			for (int e = 0; e < p->n; e++) {
+				struct fr_entry x = p->e[e];
+
+				if (fr_op_is_p2p(x.op)) {
+					if (x.p2p_seq != FR_UNK)
+						x.p2p_seq += p->dp;
+					err = fold_p2p(a, mi, &x);
+				} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
+					x.coll_seq = rebase_coll(p, x.coll_seq);
+					m = &a->members[mi];
+					if (m->hole_len && m->hole_next_seq == FR_UNK &&
+					    x.coll_seq >= m->hole_seq + m->hole_len) {
+						m->hole_next_seq = x.coll_seq;
+						m->hole_next_op = x.op;
+						m->hole_next_state = x.state;
+					}
+					err = fold_collective(a, mi, &x);
+				}
+				if (err) {
+					free(order);
+					return err;
+				}
+			}
+			/* the newest entry of the dump, when on this comm */
+			struct proc *pr = &a->procs[p->proc];
+
+			if (pr->last_comm == -(order[k] + 2)) {
+				pr->last_comm = ci;
+				if (fr_op_is_p2p(pr->last_op))
+					pr->last_seq = pr->last_seq == FR_UNK ? FR_UNK : pr->last_seq + p->dp;
+				else if (pr->last_seq != FR_UNK)
+					pr->last_seq = rebase_coll(p, pr->last_seq);
+			}
+		}
+		free(order);
+	}
+	return 0;
+}
+
+/* Split children with null rank/nranks: nranks is the number of dumps holding the comm, the
+ * rank the order by (split_key, rank in the parent) as ncclCommSplit assigns it. */
+static int64_t parent_rank(struct fr_analysis *a, const struct split_pend *sp)
+{
+	struct member *m = &a->members[sp->member];
+	size_t s;
+
+	if (!sp->parent[0] || !a->comm_hash_cap)
+		return FR_UNK;
+	s = str_hash(sp->parent) & (a->comm_hash_cap - 1);
+	while (a->comm_hash[s]) {
+		struct comm *c = &a->comms[a->comm_hash[s] - 1];
+
+		if (!strcmp(c->id, sp->parent)) {
+			for (int i = 0; i < c->members.n; i++)
+				if (a->members[c->members.v[i]].proc == m->proc)
+					return a->members[c->members.v[i]].rank;
+			return FR_UNK;
+		}
+		s = (s + 1) & (a->comm_hash_cap - 1);
+	}
+	return FR_UNK;
+}
+
+struct split_sort {
+	int64_t key, prank, grank;
+	int member;
+};
+
+static int cmp_split_sort(const void *x, const void *y)
+{
+	const struct split_sort *p = x, *q = y;
+
+	if (p->key != q->key)
+		return p->key < q->key ? -1 : 1;
+	if (p->prank != q->prank)
+		return p->prank < q->prank ? -1 : 1;
+	if (p->grank != q->grank)
+		return p->grank < q->grank ? -1 : 1;
+	return p->member - q->member;
+}
+
+static int resolve_splits(struct fr_analysis *a)
+{
+	/* parents first: a split of a split needs its parent's ranks; a few passes do */
+	for (int pass = 0; pass < 4; pass++) {
+		bool changed = false;
+
+		for (int i = 0; i < a->nr_splits; i++) {
+			struct member *m = &a->members[a->splits[i].member];
+			struct comm *c = &a->comms[m->comm];
+			struct split_sort *ss;
+			int n = 0;
+			bool ready = true;
+
+			if (m->rank != FR_UNK)
+				continue;
+			ss = malloc(c->members.n * sizeof(*ss));
+			if (!ss)
+				return -ENOMEM;
+			for (int k = 0; k < c->members.n; k++) {
+				int mk = c->members.v[k];
+				const struct split_pend *sp = a->members[mk].split >= 0 ?
+							      &a->splits[a->members[mk].split] : NULL;
+				ss[n].member = mk;
+				ss[n].key = sp ? sp->key : FR_UNK;
+				ss[n].prank = sp ? parent_rank(a, sp) : FR_UNK;
+				ss[n].grank = a->procs[a->members[mk].proc].global_rank;
+				if (ss[n].prank == FR_UNK && sp && sp->parent[0] && pass < 3)
+					ready = false;	/* its parent's rank may come in a later pass */
+				n++;
+			}
+			if (ready) {
+				qsort(ss, n, sizeof(*ss), cmp_split_sort);
+				if (c->nranks == FR_UNK)
+					c->nranks = n;
+				for (int k = 0; k < n; k++)
+					if (a->members[ss[k].member].rank == FR_UNK) {
+						a->members[ss[k].member].rank = k;
+						a->members[ss[k].member].placed = true;
+					}
+				changed = true;
+			}
+			free(ss);
+		}
+		if (!changed)
+			break;
+	}
+	/* now that the ranks are known, the p2p entries that waited */
+	for (int i = 0; i < a->nr_splits; i++) {
+		int mi = a->splits[i].member;
+
+		for (int k = 0; k < a->members[mi].nr_dents; k++) {
+			int err = fold_p2p(a, mi, &a->members[mi].dents[k]);
+
+			if (err)
+				return err;
+		}
+		free(a->members[mi].dents);
+		a->members[mi].dents = NULL;
+		a->members[mi].nr_dents = 0;
+	}
+	return 0;
+}
+
+static void set_medium(struct verdict *v, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void set_medium(struct verdict *v, const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+
+	if (v->medium)
+		return;
+	va_start(ap, fmt);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	v->medium = true;
+	v->medium_reason = s;
+}
+
+/* Verdicts on comms matched across dumps by their collective sequences rest on that match. */
+static void mark_inferred(struct fr_analysis *a)
+{
+	for (int i = 0; i < a->nr_verdicts; i++) {
+		struct verdict *v = &a->verdicts[i];
+		struct comm *c;
+
+		if (v->comm < 0 || !a->comms[v->comm].inferred)
+			continue;
+		c = &a->comms[v->comm];
+		if (c->nr_expected > c->members.n)
+			set_medium(v, "communicator created before attach: identity and seq alignment "
+				   "inferred from the collective sequence (%d dumps matched; %d expected)",
+				   c->members.n, c->nr_expected);
+		else
+			set_medium(v, "communicator created before attach: identity and seq alignment "
+				   "inferred from the collective sequence (%d dumps matched)",
+				   c->members.n);
+	}
+}
+
 static int cmp_verdict(const void *x, const void *y)
 {
 	const struct verdict *p = x, *q = y;
@@ -2305,6 +3124,16 @@ int fr_analysis__finish(struct fr_analysis *a)
 	if (a->finished)
 		return 0;
 	a->finished = true;
+	a->comm_order = malloc((a->nr_comms + 1) * sizeof(int));
+	if (!a->comm_order)
+		return -ENOMEM;
+	for (int i = 0; i < a->nr_comms; i++)
+		a->comm_order[i] = i;
+	qsort_r(a->comm_order, a->nr_comms, sizeof(int), cmp_comm_id, a);
+	if ((err = resolve_splits(a)) || (err = unify_local(a)))
+		return err;
+	/* inferred comms were added: order again */
+	free(a->comm_order);
 	a->comm_order = malloc((a->nr_comms + 1) * sizeof(int));
 	if (!a->comm_order)
 		return -ENOMEM;
@@ -2330,6 +3159,7 @@ int fr_analysis__finish(struct fr_analysis *a)
 	    (err = rule_signatures(a)) || (err = rule_p2p(a)) || (err = rule_stuck(a)) ||
 	    (err = rule_late(a)) || (err = rule_state(a)) || (err = rule_corrupt(a)))
 		return err;
+	mark_inferred(a);
 	if (a->nr_verdicts > 1)
 		qsort(a->verdicts, a->nr_verdicts, sizeof(*a->verdicts), cmp_verdict);
 	return 0;
@@ -2390,10 +3220,14 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 			cJSON_AddStringToObject(o, "op", v->op);
 		else
 			cJSON_AddNullToObject(o, "op");
-		cJSON_AddStringToObject(o, "confidence", v->low ? "low" : "high");
+		cJSON_AddStringToObject(o, "confidence", v->low ? "low" : v->medium ? "medium" :
+					"high");
 		if (v->low)
 			cJSON_AddStringToObject(o, "confidence_reason",
 						v->low_reason ? v->low_reason : "");
+		else if (v->medium)
+			cJSON_AddStringToObject(o, "confidence_reason",
+						v->medium_reason ? v->medium_reason : "");
 		if ((f = text_open(&t))) {
 			fprintf(f, "%s", v->headline ? v->headline : "");
 			if (v->detail && v->detail[0])
@@ -2479,6 +3313,9 @@ int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
 				")\n", v->also_seqs, v->also_seqs == 1 ? "" : "s", v->also_last);
 		if (v->low)
 			fprintf(out, "    confidence: low (%s)\n", v->low_reason ? v->low_reason : "");
+		else if (v->medium)
+			fprintf(out, "    confidence: medium (%s)\n",
+				v->medium_reason ? v->medium_reason : "");
 		fprintf(out, "\n");
 	}
 	return 0;
@@ -2500,6 +3337,7 @@ void fr_analysis__free(struct fr_analysis *a)
 	for (int i = 0; i < a->nr_verdicts; i++) {
 		free(a->verdicts[i].who);
 		free(a->verdicts[i].low_reason);
+		free(a->verdicts[i].medium_reason);
 		free(a->verdicts[i].headline);
 		free(a->verdicts[i].detail);
 	}
@@ -2518,6 +3356,17 @@ void fr_analysis__free(struct fr_analysis *a)
 	free(a->chan_hash);
 	free(a->local_member);
 	free(a->corrupt);
+	for (int i = 0; i < a->nr_pends; i++) {
+		free(a->pends[i].e);
+		free(a->pends[i].coll);
+	}
+	free(a->pends);
+	for (int i = 0; i < a->nr_clusters; i++)
+		free(a->clusters[i].pends.v);
+	free(a->clusters);
+	for (int i = 0; i < a->nr_members; i++)
+		free(a->members[i].dents);
+	free(a->splits);
 	free(a->verdicts);
 	free(a->comm_order);
 	free(a);
