@@ -2778,6 +2778,17 @@ static int unify_local(struct fr_analysis *a)
 			if (p->nc && e->coll_seq <= pcoll(p, p->nc - 1)->coll_seq)
 				continue;	/* out of order: folding would drop it too */
 			p->coll[p->nc++] = k;
+			/* sizes that scale with nranks tell it when the recorder knew it */
+			if (p->ci.nranks == FR_UNK && e->count > 0) {
+				int64_t big = e->op == FR_OP_ALL_GATHER || e->op == FR_OP_GATHER ||
+					      e->op == FR_OP_ALL_TO_ALL ? e->out_size :
+					      e->op == FR_OP_REDUCE_SCATTER || e->op == FR_OP_SCATTER ?
+					      e->in_size : FR_UNK;
+
+				if (big != FR_UNK && big > 0 && big % e->count == 0 &&
+				    big / e->count <= FR_MAX_NRANKS)
+					p->ci.nranks = big / e->count;
+			}
 		}
 	}
 	/* greedy, in file order: each comm joins the cluster it aligns best with */
@@ -2792,6 +2803,9 @@ static int unify_local(struct fr_analysis *a)
 
 			for (int k = 0; compat && k < cl->pends.n; k++)
 				compat = pend_compatible(p, &a->pends[cl->pends.v[k]]);
+			/* a comm of known size that has all its members is full */
+			if (compat && p->ci.nranks != FR_UNK && cl->pends.n >= p->ci.nranks)
+				compat = false;
 			if (!compat)
 				continue;
 			al = align_to(p, &a->pends[cl->ref]);
@@ -3348,6 +3362,8 @@ void fr_analysis__free(struct fr_analysis *a)
 	free(a->procs);
 	free(a->comms);
 	free(a->comm_hash);
+	for (int i = 0; i < a->nr_members; i++)
+		free(a->members[i].dents);
 	free(a->members);
 	free(a->aggs);
 	free(a->agg_hash);
@@ -3364,8 +3380,6 @@ void fr_analysis__free(struct fr_analysis *a)
 	for (int i = 0; i < a->nr_clusters; i++)
 		free(a->clusters[i].pends.v);
 	free(a->clusters);
-	for (int i = 0; i < a->nr_members; i++)
-		free(a->members[i].dents);
 	free(a->splits);
 	free(a->verdicts);
 	free(a->comm_order);

@@ -28,15 +28,19 @@
 
 enum scenario {
 	SC_HEALTHY, SC_SKIP, SC_LATE, SC_SIZE, SC_DTYPE, SC_OP, SC_ROOT, SC_TYPE, SC_P2P,
-	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC__COUNT
+	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC_SKIP_ON,
+	SC__COUNT
 };
 static const char *const scenario_names[SC__COUNT] = {
 	"healthy", "skip", "late", "size", "dtype", "op", "root", "type", "p2p", "p2p_count",
-	"stuck", "killed", "missing_dump", "corrupt", "async",
+	"stuck", "killed", "missing_dump", "corrupt", "async", "skip_on",
 };
 
 static struct env {
 	int ranks, entries, comms, culprit, comm_slot, group, ring, wrap, dropped, jobs;
+	bool preexisting, split_null;
+	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
+	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
 	int64_t at;
 	enum scenario sc;
 	const char *out;
@@ -55,7 +59,8 @@ static const char doc[] =
 "\n"
 "Scenarios (the fault sits at the last collective of the job unless --at says otherwise):\n"
 "healthy skip late size dtype op root type p2p p2p_count stuck killed missing_dump\n"
-"corrupt async.\n"
+"corrupt async skip_on (the culprit skips the collective at --at and goes on: every later\n"
+"collective is left unfinished).\n"
 "\n"
 "EXAMPLES:\n"
 "    tptrace-fr-gen --ranks 8 --entries 40 --scenario skip --culprit 5 -o /tmp/fr-skip\n"
@@ -63,7 +68,8 @@ static const char doc[] =
 "    tptrace-fr-gen --ranks 4 --entries 30 --scenario size --culprit 1 --at 3 \\\n"
 "                   --ring 10 --wrap 2 -o /tmp/fr-wrap    # rank 2's ring lost seq 3\n";
 
-enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED };
+enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
+       OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -79,6 +85,13 @@ static const struct argp_option opts[] = {
 	{ "dropped", OPT_DROPPED, "R", 0, "This rank reports dropped events", 0 },
 	{ "seed", OPT_SEED, "S", 0, "Seed for comm ids (default 1)", 0 },
 	{ "jobs", 'j', "J", 0, "Writer threads (default 2)", 0 },
+	{ "preexisting", OPT_PRE, NULL, 0, "Comms created before attach: local ids, null "
+	  "rank/nranks, seqs from attach", 0 },
+	{ "attach-skew", OPT_ATTACH, "K", 0, "With --preexisting: rank r attached (r*7)%(K+1) "
+	  "steps late", 0 },
+	{ "host-offset-us", OPT_HOSTOFF, "US", 0, "Clock of host h off by +-h*US microseconds", 0 },
+	{ "split-null", OPT_SPLITNULL, NULL, 0, "Split comms (slots >= 1) as ncclCommSplit "
+	  "children with null rank/nranks; split_key reverses the parent order", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -111,6 +124,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_AT: env.at = num_arg(state, "at", arg, 1, 1L << 40); break;
 	case OPT_SEED: env.seed = num_arg(state, "seed", arg, 0, 1L << 40); break;
 	case 'o': env.out = arg; break;
+	case OPT_PRE: env.preexisting = true; break;
+	case OPT_SPLITNULL: env.split_null = true; break;
+	case OPT_ATTACH: env.attach_skew = num_arg(state, "attach-skew", arg, 0, 1 << 20); break;
+	case OPT_HOSTOFF:
+		env.host_offset_ns = num_arg(state, "host-offset-us", arg, 0, 1 << 30) * 1000LL;
+		break;
 	case OPT_SC:
 		for (int i = 0; i < SC__COUNT; i++)
 			if (!strcmp(arg, scenario_names[i])) {
@@ -171,6 +190,14 @@ static int group_size(int slot)
 	if (g < 1 || env.ranks % g)
 		g = env.ranks;
 	return g;
+}
+
+/* rank within the slot's comm: --split-null children order by a reversed split_key */
+static int comm_rank(int slot, int r)
+{
+	int g = group_size(slot);
+
+	return env.split_null && slot > 0 ? g - 1 - r % g : r % g;
 }
 
 static uint64_t splitmix(uint64_t x)
@@ -389,8 +416,8 @@ static void put_entry(struct out *o, const struct ent *e, int64_t tid)
 
 static bool hang_at_end(void)
 {
-	return target_step == nr_steps - 1 && env.sc != SC_HEALTHY && env.sc != SC_LATE &&
-	       env.sc != SC_STUCK;
+	return (target_step == nr_steps - 1 && env.sc != SC_HEALTHY && env.sc != SC_LATE &&
+		env.sc != SC_STUCK) || env.sc == SC_SKIP_ON;
 }
 
 static bool in_target_group(int rank)
@@ -401,7 +428,7 @@ static bool in_target_group(int rank)
 }
 
 struct comm_hdr {
-	char id[17];
+	char id[64];
 	int64_t last_enq, last_started, last_done, last_p2p;
 };
 
@@ -411,18 +438,32 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	int64_t n = 0;
 	bool culprit = r == env.culprit;
 	int stop = nr_steps;	/* steps this rank reached */
+	int start = env.preexisting ? (r * 7) % (env.attach_skew + 1) : 0;
+	int64_t base[16] = { 0 }, pbase = 0;	/* seqs before attach, per slot / p2p */
+	int64_t clock = env.host_offset_ns * (r / 8) * ((r / 8) % 2 ? -1 : 1);
 
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
 		stop = nr_steps - 1;
 	for (int j = 0; j < env.comms; j++) {
-		comm_id(j, r, hdr[j].id);
+		if (env.preexisting)
+			snprintf(hdr[j].id, sizeof(hdr[j].id), "local:node%d:%d:55d0c0ff%04x", r / 8,
+				 10000 + r, 0xee00 + j * 0x100);
+		else
+			comm_id(j, r, hdr[j].id);
 		hdr[j].last_enq = hdr[j].last_started = hdr[j].last_done = hdr[j].last_p2p = 0;
 	}
-	for (int t = 0; t < stop; t++) {
+	for (int t = 0; t < start && t < stop; t++) {
+		if (steps[t].op == OP_P2P)
+			pbase = steps[t].seq + 1;
+		else
+			base[steps[t].slot] = steps[t].seq;
+	}
+	for (int t = start; t < stop; t++) {
 		const struct step *s = &steps[t];
-		int g = group_size(s->slot), crank = r % g;
+		int g = group_size(s->slot), crank = comm_rank(s->slot, r);
 		bool target = t == target_step && in_target_group(r);
-		int64_t created = t0 + (int64_t)t * 1000000 + (r % 8) * 10000;
+		int64_t skipped = 0;
+		int64_t created = t0 + (int64_t)t * 1000000 + (r % 8) * 10000 + clock;
 		int state = 2;
 		struct ent e = { 0 };
 
@@ -430,6 +471,14 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		e.created = created;
 		if (target && hang_at_end())
 			state = 1;
+		if (env.sc == SC_SKIP_ON && t >= target_step) {
+			/* everything from the skipped collective on waits */
+			state = 0;
+			if (culprit && t == target_step)
+				continue;
+			if (culprit && s->slot == steps[target_step].slot && s->op != OP_P2P)
+				skipped = 1;
+		}
 		if (s->op == OP_P2P) {
 			int next = (crank + 1) % g, prev = (crank + g - 1) % g;
 			int sstate = state, rstate = state;
@@ -460,7 +509,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			e.p2p = true;
 			e.op = "send";
 			e.coll_seq = 0;
-			e.p2p_seq = s->seq;
+			e.p2p_seq = s->seq - pbase;
 			e.count = e.in = e.out = s->count;
 			e.dtype = s->dtype;
 			e.redop = -1;
@@ -470,22 +519,22 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			e.group_id = t + 1;
 			e.record_id = n;
 			ents[n++] = e;
-			hdr[s->slot].last_p2p = s->seq;
+			hdr[s->slot].last_p2p = s->seq - pbase;
 			if (post_recv) {
 				e.op = "recv";
-				e.p2p_seq = s->seq + 1;
+				e.p2p_seq = s->seq + 1 - pbase;
 				e.count = e.in = e.out = rcount;
 				e.peer = prev;
 				e.state = rstate;
 				e.created += 2000;
 				e.record_id = n;
 				ents[n++] = e;
-				hdr[s->slot].last_p2p = s->seq + 1;
+				hdr[s->slot].last_p2p = s->seq + 1 - pbase;
 			}
 			continue;
 		}
 		e.op = op_names[s->op];
-		e.coll_seq = s->seq;
+		e.coll_seq = s->seq - base[s->slot] - skipped;
 		e.p2p_seq = 0;
 		e.count = s->count;
 		e.dtype = s->dtype;
@@ -505,17 +554,19 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			}
 		}
 		e.in = e.out = e.count;
+		/* the recorder writes -1 for sizes it cannot know: nranks of a comm created
+		 * before attach */
 		if (!strcmp(e.op, "all_gather"))
-			e.out = e.count * g;
+			e.out = env.preexisting ? -1 : e.count * g;
 		else if (!strcmp(e.op, "reduce_scatter"))
-			e.in = e.count * g;
+			e.in = env.preexisting ? -1 : e.count * g;
 		e.state = state;
 		e.record_id = n;
 		ents[n++] = e;
-		hdr[s->slot].last_enq = s->seq;
-		hdr[s->slot].last_started = s->seq;
+		hdr[s->slot].last_enq = e.coll_seq;
+		hdr[s->slot].last_started = e.coll_seq;
 		if (state == 2)
-			hdr[s->slot].last_done = s->seq;
+			hdr[s->slot].last_done = e.coll_seq;
 	}
 	*dump_time = t0 + (int64_t)nr_steps * 1000000 +
 		     (hang_at_end() || env.sc == SC_STUCK ? 60000000000LL : 1000000000LL) +
@@ -569,13 +620,36 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 
 		put(o, j ? ",\n" : "\n");
 		put_kv_s(o, "{\"comm_id\":", hdr[j].id);
+		put(o, env.preexisting ? ",\"cross_rank_id\":false" : ",\"cross_rank_id\":true");
 		put(o, ",\"comm_handle\":\"0x55d0c0ffee00\"");
-		put_kv_i(o, ",\"rank\":", r % g);
-		put_kv_i(o, ",\"nranks\":", g);
+		if (env.preexisting || (env.split_null && j > 0)) {
+			put(o, ",\"rank\":null,\"nranks\":null");
+		} else {
+			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
+			put_kv_i(o, ",\"nranks\":", g);
+		}
 		put_kv_i(o, ",\"device\":", r % 8);
-		put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
-		       "\"created_by\":\"ncclCommInitRank\",\"learned\":{\"comm_id\":\"init_call\","
-		       "\"rank\":\"init_call\",\"nranks\":\"init_call\"},\"state\":\"active\"");
+		if (env.preexisting) {
+			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
+			       "\"created_by\":\"before attach\",\"learned\":{\"comm_id\":\"unknown\","
+			       "\"rank\":\"unknown\",\"nranks\":\"unknown\",\"seq_origin\":\"attach\"},"
+			       "\"state\":\"active\"");
+		} else if (env.split_null && j > 0) {
+			char parent[17];
+
+			comm_id(0, r, parent);
+			put_kv_s(o, ",\"parent\":", parent);
+			put_kv_i(o, ",\"split_color\":", r / g);
+			put_kv_i(o, ",\"split_key\":", comm_rank(j, r));
+			put(o, ",\"created_by\":\"ncclCommSplit\",\"learned\":{\"comm_id\":\"split_call\","
+			       "\"rank\":\"unknown\",\"nranks\":\"unknown\",\"seq_origin\":\"comm_init\"},"
+			       "\"state\":\"active\"");
+		} else {
+			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
+			       "\"created_by\":\"ncclCommInitRank\",\"learned\":{\"comm_id\":\"init_call\","
+			       "\"rank\":\"init_call\",\"nranks\":\"init_call\",\"seq_origin\":\"comm_init\"},"
+			       "\"state\":\"active\"");
+		}
 		put_kv_i(o, ",\"async_error\":",
 			 culprit && env.sc == SC_ASYNC && j == env.comm_slot ? 6 : 0);
 		put_kv_i(o, ",\"last_enqueued_seq\":", hdr[j].last_enq);

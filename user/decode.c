@@ -9,6 +9,7 @@
 #include "decode.h"
 #include "hashmap.h"
 #include "log.h"
+#include "nccl_api.h"
 #include "procmaps.h"
 #include "target.h"
 #include "trace_json.h"
@@ -245,9 +246,153 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 	d->stats.launches++;
 }
 
+static const int dtype_bytes[] = { 1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1 };
+
+/* NCCL calls on the CPU timeline: cat "nccl", the collective's arguments decoded per the
+ * NCCL 2.28 ABI (nccl_api.c), rc and duration from the return probe. */
+static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
+		      const struct tp_rec_ret *r, uint64_t end_ns)
+{
+	const struct nccl_api *api = &nccl_apis[c->api - NCCL_API_BASE];
+	struct trace_json *tj = d->tj;
+	uint64_t dur = r ? r->ts - c->ts : (end_ns > c->ts ? end_ns - c->ts : 0);
+	bool out_ok = r && (r->flags & 1);
+
+	trace_json__event(tj, "X", "nccl", api->symbol, c->pid, c->tid, c->ts, dur);
+	switch (api->kind) {
+	case NAPI_COLL: {
+		struct nccl_coll o;
+
+		nccl_api_decode_coll(api, c, &o);
+		trace_json__arg_str(tj, "collective", nccl_op_name(o.op));
+		trace_json__arg_u64(tj, "count", o.count);
+		trace_json__arg_str(tj, "dtype", nccl_dtype_name(o.dtype));
+		if (o.dtype >= 0 && o.dtype < 12)
+			trace_json__arg_u64(tj, "bytes", o.count * dtype_bytes[o.dtype]);
+		if (nccl_op_has_redop(o.op))
+			trace_json__arg_str(tj, "reduce_op", nccl_redop_name(o.redop));
+		if (nccl_op_has_root(o.op))
+			trace_json__arg_i64(tj, "root", o.root);
+		if (nccl_op_is_p2p(o.op))
+			trace_json__arg_i64(tj, "peer", o.peer);
+		if (o.op != NCCL_OP_RECV)
+			trace_json__arg_hex(tj, "sendbuff", o.sendbuff);
+		if (o.op != NCCL_OP_SEND)
+			trace_json__arg_hex(tj, "recvbuff", o.recvbuff);
+		trace_json__arg_hex(tj, "comm", o.comm);
+		arg_stream(tj, o.stream);
+		break;
+	}
+	case NAPI_INIT_RANK:
+	case NAPI_INIT_RANK_CONFIG:
+	case NAPI_INIT_SCALABLE: {
+		char id[24];
+
+		/* rank is the third integer argument in all three (the id travels in memory) */
+		trace_json__arg_i64(tj, "nranks", (int32_t)c->args[1]);
+		trace_json__arg_i64(tj, "rank", (int32_t)c->args[2]);
+		if (api->kind == NAPI_INIT_SCALABLE)
+			trace_json__arg_i64(tj, "nId", (int32_t)c->args[3]);
+		if (!(c->flags & TP_CALL_DEREF_FAULT)) {
+			snprintf(id, sizeof(id), "%016llx",
+				 (unsigned long long)nccl_hash(c->deref, 128, 0));
+			trace_json__arg_str(tj, "comm_id", id);
+		}
+		if (api->kind == NAPI_INIT_RANK_CONFIG)
+			trace_json__arg_hex(tj, "config", c->args[3]);
+		else if (api->kind == NAPI_INIT_SCALABLE)
+			trace_json__arg_hex(tj, "config", c->args[5]);
+		if (out_ok)
+			trace_json__arg_hex(tj, "new comm", r->out_val);
+		break;
+	}
+	case NAPI_INIT_ALL: {
+		int ndev = (int32_t)c->args[1];
+
+		trace_json__arg_i64(tj, "ndev", ndev);
+		if (!(c->flags & TP_CALL_DEREF_FAULT) && c->args[2] && ndev > 0) {
+			char list[96] = "";
+			int n = 0;
+
+			for (int i = 0; i < ndev && i < 8; i++) {
+				int32_t dev;
+
+				memcpy(&dev, c->deref + 4 * i, 4);
+				n += snprintf(list + n, sizeof(list) - n, "%s%d", i ? "," : "", dev);
+			}
+			trace_json__arg_str(tj, "devlist", list);
+		}
+		break;
+	}
+	case NAPI_SPLIT:
+		trace_json__arg_hex(tj, "comm", c->args[0]);
+		trace_json__arg_i64(tj, "color", (int32_t)c->args[1]);
+		trace_json__arg_i64(tj, "key", (int32_t)c->args[2]);
+		trace_json__arg_hex(tj, "config", c->args[4]);
+		if (out_ok)
+			trace_json__arg_hex(tj, "new comm", r->out_val);
+		break;
+	case NAPI_SHRINK: {
+		int n = (int32_t)c->args[2];
+
+		trace_json__arg_hex(tj, "comm", c->args[0]);
+		trace_json__arg_i64(tj, "exclude count", n);
+		if (!(c->flags & TP_CALL_DEREF_FAULT) && n > 0) {
+			char list[256] = "";
+			int len = 0;
+
+			for (int i = 0; i < n && i < 32; i++) {
+				int32_t rk;
+
+				memcpy(&rk, c->deref + 4 * i, 4);
+				len += snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", rk);
+			}
+			trace_json__arg_str(tj, "exclude", list);
+		}
+		trace_json__arg_i64(tj, "flags", (int32_t)c->args[5]);
+		if (out_ok)
+			trace_json__arg_hex(tj, "new comm", r->out_val);
+		break;
+	}
+	case NAPI_REVOKE:
+		trace_json__arg_hex(tj, "comm", c->args[0]);
+		trace_json__arg_i64(tj, "flags", (int32_t)c->args[1]);
+		break;
+	case NAPI_ASYNC_ERROR:
+	case NAPI_COUNT:
+	case NAPI_USER_RANK:
+	case NAPI_CU_DEVICE:
+		trace_json__arg_hex(tj, "comm", c->args[0]);
+		if (out_ok)
+			trace_json__arg_i64(tj, api->kind == NAPI_ASYNC_ERROR ? "async_error" :
+					    api->kind == NAPI_COUNT ? "count" :
+					    api->kind == NAPI_USER_RANK ? "rank" : "device",
+					    (int32_t)r->out_val);
+		break;
+	case NAPI_FINALIZE:
+	case NAPI_DESTROY:
+	case NAPI_ABORT:
+		trace_json__arg_hex(tj, "comm", c->args[0]);
+		break;
+	default:
+		break;
+	}
+	trace_json__arg_u64(tj, "correlation", correlation);
+	if (r)
+		trace_json__arg_i64(tj, "rc", (int32_t)r->rc);
+	else if (end_ns)
+		trace_json__arg_bool(tj, "unfinished", true);
+	trace_json__event_end(tj);
+	d->stats.calls++;
+}
+
 static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
 		      const struct tp_rec_ret *r, uint64_t end_ns)
 {
+	if (c->api >= NCCL_API_BASE) {
+		emit_nccl(d, c, correlation, r, end_ns);
+		return;
+	}
 	const struct cuda_api *api = &cuda_apis[c->api];
 	struct target *t = find_target(d, c->pid);
 	struct trace_json *tj = d->tj;
@@ -342,11 +487,11 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 
 static void on_call(struct decoder *d, const struct tp_rec_call *c)
 {
-	const struct cuda_api *api = &cuda_apis[c->api];
 	struct thread *th = get_thread(d, c->pid, c->tid);
 	uint64_t correlation = d->next_correlation++;
+	bool has_ret = c->api >= NCCL_API_BASE || cuda_apis[c->api].ret || d->probes->all_returns;
 
-	if (th && (api->ret || d->probes->all_returns)) {
+	if (th && has_ret) {
 		if (th->depth < MAX_DEPTH) {
 			th->stack[th->depth].call = *c;
 			th->stack[th->depth].correlation = correlation;
@@ -407,19 +552,23 @@ int decoder__ring_cb(void *ctx, void *data, size_t size)
 		if (size < TP_REC_CALL_SHORT_SIZE)
 			break;
 		memcpy(&c, data, size < sizeof(c) ? size : sizeof(c));
-		if (c.api >= cuda_api_count)
+		if (c.api >= (uint32_t)cuda_api_count &&
+		    (c.api < NCCL_API_BASE || c.api >= NCCL_API_BASE + (uint32_t)nccl_api_count))
 			break;
 		d->stats.records++;
 		on_call(d, &c);
 		return 0;
 	}
-	case TP_REC_RET:
-		if (size < sizeof(struct tp_rec_ret) ||
-		    ((struct tp_rec_ret *)data)->api >= cuda_api_count)
+	case TP_REC_RET: {
+		uint32_t api = ((struct tp_rec_ret *)data)->api;
+
+		if (size < sizeof(struct tp_rec_ret) || (api >= (uint32_t)cuda_api_count &&
+		    (api < NCCL_API_BASE || api >= NCCL_API_BASE + (uint32_t)nccl_api_count)))
 			break;
 		d->stats.records++;
 		on_return(d, data);
 		return 0;
+	}
 	case TP_REC_DLOPEN:
 		if (size < sizeof(struct tp_rec_dlopen))
 			break;

@@ -428,6 +428,10 @@ static void record_coll(struct flightrec *fr, struct fr_proc *p, struct fr_threa
 
 	struct nccl_coll coll;
 
+	/* ncclBcast is built on ncclBroadcast: a collective called from NCCL's own code is the
+	 * same operation, not a new entry */
+	if (target__addr_in_nccl(p->t, rec->stack[0]))
+		return;
 	nccl_api_decode_coll(api, rec, &coll);
 	ci = comm_for_call(p, coll.comm);
 	if (ci < 0)

@@ -71,9 +71,10 @@ uint64_t nccl_api_cookie(int index)
 			break;
 		case NCCL_OP_BROADCAST:
 			/* ncclBroadcast has 7 arguments, ncclBcast 6 */
-			nstack = strcmp(api->symbol, "ncclBcast") ? 2 : 0;
+			nstack = strcmp(api->symbol, "ncclBcast") ? 2 : 1;
 			break;
 		default:
+			nstack = 1;	/* the return address: calls from inside NCCL are nested */
 			break;
 		}
 		break;

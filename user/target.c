@@ -764,6 +764,13 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 			}
 			continue;
 		}
+		for (int i = 0; i < nccl_api_count; i++) {
+			if (nccl_api_is_marker(nccl_apis[i].symbol) &&
+			    elfsym__find_func(obj->es, nccl_apis[i].symbol)) {
+				obj->nccl = true;
+				break;
+			}
+		}
 		for (int id = 0; id < cuda_api_count; id++) {
 			if (cuda_api_is_marker(cuda_apis[id].symbol) &&
 			    elfsym__find_func(obj->es, cuda_apis[id].symbol)) {
@@ -771,7 +778,11 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 				break;
 			}
 		}
-		if (obj->cudart && (classes_of(p) & (PROBE_CUDA_ALL | PROBE_CUDA_SYNC))) {
+		/* libnccl carries its own static cudart: tracing shows NCCL's CUDA calls inside
+		 * the collectives, but the flight recorder must only learn GPU progress from the
+		 * application's own event and sync calls, not NCCL's internal ones */
+		if (obj->cudart && ((classes_of(p) & PROBE_CUDA_ALL) ||
+				    ((classes_of(p) & PROBE_CUDA_SYNC) && !obj->nccl))) {
 			int r = attach_cudart(t, obj, p);
 
 			if (r < 0) {
@@ -782,13 +793,6 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 		}
 		if (obj->cudart)
 			t->nr_cudart++;
-		for (int i = 0; i < nccl_api_count; i++) {
-			if (nccl_api_is_marker(nccl_apis[i].symbol) &&
-			    elfsym__find_func(obj->es, nccl_apis[i].symbol)) {
-				obj->nccl = true;
-				break;
-			}
-		}
 		if (obj->nccl) {
 			t->nr_nccl++;
 			if (classes_of(p) & PROBE_NCCL) {
@@ -889,6 +893,13 @@ static const struct sym_entry *resolve(struct target *t, uint64_t addr)
 	free(name);
 	u64map__set(&t->addr_names, addr, (uint64_t)(uintptr_t)e);
 	return e;
+}
+
+bool target__addr_in_nccl(struct target *t, uint64_t addr)
+{
+	const struct target_obj *obj = addr ? obj_at(t, addr) : NULL;
+
+	return obj && obj->nccl;
 }
 
 const char *target__symbolize(struct target *t, uint64_t addr)

@@ -268,6 +268,7 @@ int main(int argc, char **argv)
 		goto cleanup;
 	session__probes(skel, &probes);
 	probes.all_returns = env.durations;
+	probes.classes = PROBE_CUDA_ALL | PROBE_NCCL;
 	for (int i = 0; i < env.nr_pids; i++)
 		session__watch_exit(skel, env.pids[i]);
 

@@ -88,6 +88,42 @@ CASES = {
     "two_comms": ("--ranks 8 --entries 16 --comms 2 --comm 1 --scenario dtype --culprit 6", 1, [
         ("dtype_mismatch", "HALF", 8, [6], [2]),
     ], {}),
+    # Comms created before tptrace attached: local ids, null rank/nranks, seqs from attach.
+    # INFERRED: the "inferred:<hash>" id tptrace-fr gives the matched comm.
+    # A real recording (tptrace fr on the simulated NCCL, 4 ranks, one tptrace): rank 1
+    # skipped the all_reduce of the last step and went on to the all_gather; all hang.
+    "real_skip_preexisting": (None, 1, [
+        ("missing_rank", "INFERRED", 7, [1], [1]),
+    ], {"confidence": "medium",
+        "human": "rank 1 (host vm pid 1585) never entered all_reduce seq 7 on comm inferred:",
+        "detail": "went on to all_gather seq 8"}),
+    "pre_healthy": ("--ranks 8 --entries 40 --preexisting", 0, [], {}),
+    # ranks attached 0-5 steps apart (their seq 1 is a different collective), hosts' clocks
+    # 300 us apart
+    "pre_attach_healthy": ("--ranks 16 --entries 60 --preexisting --attach-skew 5 "
+                           "--host-offset-us 300", 0, [], {}),
+    # rank 11 skipped the all_reduce at seq 30 and went on: its later seqs are one lower
+    "pre_attach_skip_on": ("--ranks 16 --entries 60 --preexisting --attach-skew 5 "
+                           "--host-offset-us 300 --scenario skip_on --at 30 --culprit 11", 1, [
+        ("missing_rank", "INFERRED", 30, [11], [11]),
+    ], {"confidence": "medium", "detail": "skipped 1 collective at seq 30"}),
+    "pre_attach_skip": ("--ranks 16 --entries 60 --preexisting --attach-skew 5 "
+                        "--scenario skip --culprit 11", 1, [
+        ("missing_rank", "INFERRED", 54, [11], [11]),
+        ("stuck_in_call", None, None, [11], []),
+    ], {"confidence": "medium"}),
+    "pre_attach_size": ("--ranks 16 --entries 60 --preexisting --attach-skew 5 "
+                        "--host-offset-us 300 --scenario size --culprit 11", 1, [
+        ("size_mismatch", "INFERRED", 54, [11], [11]),
+    ], {"confidence": "medium"}),
+    # ncclCommSplit children with null rank/nranks (tptrace-fr computes them from the members'
+    # split_key and parent rank); split_key reverses the parent order, so rank 6 (parent rank
+    # 6 of the half 0-7) is comm rank 7 - 6 = 1
+    "split_null": ("--ranks 16 --entries 80 --comms 3 --split-null --scenario dtype --comm 1 "
+                   "--culprit 6", 1, [
+        ("dtype_mismatch", "HALF", 27, [6], [1]),
+    ], {}),
+    "split_null_healthy": ("--ranks 16 --entries 80 --comms 3 --split-null", 0, [], {}),
 }
 
 
@@ -103,6 +139,8 @@ def gen(args, out):
 
 def regen():
     for name, (args, *_rest) in CASES.items():
+        if args is None:
+            continue    # a real recording: kept as is
         d = os.path.join(DATA, name)
         shutil.rmtree(d, ignore_errors=True)
         gen(args, d)
@@ -110,7 +148,10 @@ def regen():
 
 
 def verdict_key(v):
-    return (v["rule"], v["comm"], v["seq"], v["ranks"], v["comm_ranks"])
+    comm = v["comm"]
+    if comm and comm.startswith("inferred:") and len(comm) == 25:
+        comm = "INFERRED"
+    return (v["rule"], comm, v["seq"], v["ranks"], v["comm_ranks"])
 
 
 def comm_of_rank(d, comm_slot, rank):
@@ -147,6 +188,12 @@ def check_case(name, failures):
                 return f"verdict {v['rule']} lacks {k}"
     if "confidence" in extra and out["verdicts"][0]["confidence"] != extra["confidence"]:
         return f"confidence {out['verdicts'][0]['confidence']}, want {extra['confidence']}"
+    if want and out["verdicts"][0]["confidence"] != "high" and \
+            not out["verdicts"][0].get("confidence_reason"):
+        return "confidence below high without a confidence_reason"
+    if "INFERRED" in [w[1] for w in want] and "created before attach" not in \
+            out["verdicts"][0].get("confidence_reason", ""):
+        return f"inferred comm without its reason: {out['verdicts'][0]}"
     if want and "confidence" not in extra and out["verdicts"][0]["confidence"] != "high":
         return f"confidence {out['verdicts'][0]['confidence']}, want high"
     if "detail" in extra and extra["detail"] not in out["verdicts"][0]["detail"]:
