@@ -32,9 +32,10 @@ static struct env {
 	int verbose;
 	long tail;		/* 0: every entry */
 } env = {
+	.tail = 512,
 	.skew_ms = 1000,
 	.stuck_ms = 10000,
-	.jobs = 2,
+	.jobs = 8,	/* reading is latency-bound (seeks, cold cache): more than the CPUs */
 };
 
 const char *argp_program_version = "tptrace-fr " TPTRACE_VERSION;
@@ -42,7 +43,7 @@ const char *argp_program_bug_address = "<tptrace issues>";
 static const char doc[] =
 "tptrace-fr: find the rank that hung a CUDA/NCCL job from tptrace flight-recorder dumps.\n"
 "\n"
-"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail N] DIR\n"
+"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail N|all] DIR\n"
 "\n"
 "Reads every tptrace-fr.<host>.<pid>.json in DIR (all ranks, all hosts), aligns the ranks of\n"
 "each communicator by collective/p2p sequence number, and reports, most causal first: dead\n"
@@ -53,14 +54,17 @@ static const char doc[] =
 "\n"
 "Communicators created before tptrace attached have no cross-rank id in the dumps: they are\n"
 "matched across ranks by their collective sequences (reported as inferred:<hash>).\n"
-"--tail N reads only the header and the newest N entries of each dump (it seeks near the end\n"
-"of the file): much less I/O on big jobs, at the cost of history older than N entries.\n"
+"Only the header and the newest --tail N entries (default 512) of each dump are read: the\n"
+"reader seeks near the end of the file, so a 2000-entry ring costs a quarter of the I/O. The\n"
+"verdicts of every saved test set are the same as with --tail all; what is lost is history\n"
+"older than N entries (a mismatch further back, p2p op counts in the details).\n"
 "\n"
 "EXAMPLES:\n"
 "    tptrace-fr /var/tmp/tptrace                 # human verdict\n"
 "    tptrace-fr --json /var/tmp/tptrace          # machine-readable verdicts\n"
 "    tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/tmp/tptrace\n"
-"    tptrace-fr --tail 256 /shared/fr-dumps      # 16k ranks: newest 256 entries each\n";
+"    tptrace-fr --tail 256 /shared/fr-dumps      # 16k ranks: newest 256 entries each\n"
+"    tptrace-fr --tail all /var/tmp/tptrace      # every entry of every ring\n";
 
 enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL };
 
@@ -68,8 +72,9 @@ static const struct argp_option opts[] = {
 	{ "json", OPT_JSON, NULL, 0, "Print one JSON object with the verdicts", 0 },
 	{ "skew-ms", OPT_SKEW, "MS", 0, "late_arrival threshold (default 1000)", 0 },
 	{ "stuck-ms", OPT_STUCK, "MS", 0, "stuck_in_call threshold (default 10000)", 0 },
-	{ "jobs", 'j', "N", 0, "Parser threads (default 2)", 0 },
-	{ "tail", OPT_TAIL, "N", 0, "Read only the newest N entries of each dump (default: all)", 0 },
+	{ "jobs", 'j', "N", 0, "Reader/parser threads (default 8)", 0 },
+	{ "tail", OPT_TAIL, "N", 0, "Read only the newest N entries of each dump (default 512; "
+	  "'all' or 0: every entry)", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics on stderr", 0 },
 	{},
 };
@@ -104,10 +109,14 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.verbose++;
 		break;
 	case OPT_TAIL:
+		if (!strcmp(arg, "all")) {
+			env.tail = 0;
+			break;
+		}
 		errno = 0;
 		l = strtol(arg, &end, 10);
-		if (errno || end == arg || *end || l < 1 || l > (1L << 22))
-			argp_error(state, "invalid --tail '%s' (1..%ld entries)", arg, 1L << 22);
+		if (errno || end == arg || *end || l < 0 || l > (1L << 22))
+			argp_error(state, "invalid --tail '%s' (0..%ld entries, or all)", arg, 1L << 22);
 		env.tail = l;
 		break;
 	case ARGP_KEY_ARG:

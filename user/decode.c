@@ -10,6 +10,9 @@
 #include "hashmap.h"
 #include "log.h"
 #include "nccl_api.h"
+#include "demangle.h"
+#include "gpu.h"
+#include "gpu_trace.h"
 #include "procmaps.h"
 #include "target.h"
 #include "trace_json.h"
@@ -27,6 +30,31 @@ struct thread {
 	struct pending stack[MAX_DEPTH];
 };
 
+/* --gpu: host calls CUPTI also reports wait here until their CUPTI API record (same thread,
+ * overlapping time) gives them CUPTI's correlation id, so the host event, the GPU event and
+ * the ac2g arrow share one id (HTA links CPU and GPU by equal correlation). */
+struct gpu_pending {
+	struct tp_rec_call call;
+	struct tp_rec_ret ret;
+	bool has_ret;
+	uint64_t end_ns;		/* unfinished calls: when the trace ended */
+	uint64_t own_corr;
+	uint64_t cupti_corr;		/* 0 until matched */
+	uint64_t queued_ns;
+};
+
+struct gpu_api {
+	uint64_t start, end;
+	uint32_t corr, tid;
+	bool used;
+};
+
+struct gpu_work {			/* a GPU record, by correlation, for arrows and names */
+	uint64_t start;
+	uint32_t device, stream;
+	char *kernel;			/* demangled, kernels only */
+};
+
 struct decoder {
 	struct trace_json *tj;
 	struct elfsym_cache *cache;
@@ -37,6 +65,13 @@ struct decoder {
 	uint64_t next_correlation;
 	struct decoder_stats stats;
 	volatile bool *want_caller2;	/* the BPF program's switch, NULL if none */
+	bool gpu;
+	struct gpu_pending *pending;
+	size_t nr_pending, cap_pending;
+	struct gpu_api *apis;		/* CUPTI API records not yet matched */
+	size_t nr_apis, cap_apis;
+	struct u64map gpu_work;		/* correlation -> struct gpu_work* */
+	uint64_t gpu_matched, gpu_unmatched, gpu_flows;
 };
 
 void decoder__set_caller2_switch(struct decoder *d, volatile bool *flag)
@@ -66,6 +101,17 @@ void decoder__free(struct decoder *d)
 		if (d->threads.keys[i])
 			free((void *)(uintptr_t)d->threads.vals[i]);
 	u64map__clear(&d->threads);
+	for (size_t i = 0; i < d->gpu_work.cap; i++) {
+		if (d->gpu_work.keys[i]) {
+			struct gpu_work *w = (struct gpu_work *)(uintptr_t)d->gpu_work.vals[i];
+
+			free(w->kernel);
+			free(w);
+		}
+	}
+	u64map__clear(&d->gpu_work);
+	free(d->pending);
+	free(d->apis);
 	free(d->targets);
 	free(d);
 }
@@ -137,7 +183,7 @@ static void arg_stream(struct trace_json *tj, uint64_t stream)
 }
 
 static void launch_args(struct decoder *d, struct target *t, const struct tp_rec_call *c,
-			const struct cuda_api *api)
+			const struct cuda_api *api, const char *gpu_kernel)
 {
 	struct trace_json *tj = d->tj;
 	uint32_t grid[3], block[3];
@@ -222,6 +268,14 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 		if (!name)
 			name = target__symbolize(t, func);
 		source = "symbol";
+	}
+	if (!name && gpu_kernel) {
+		/* CUPTI named the kernel this launch produced: keep it for later launches of the
+		 * same handle, also after the agent is gone */
+		name = gpu_kernel;
+		source = "cupti";
+		if (t && (handle || c->args[0]) && api->kind != API_LAUNCH_EXC)
+			target__set_handle(t, handle ? handle : c->args[0], name, "cupti");
 	}
 	if (name) {
 		trace_json__arg_str(tj, "kernel", name);
@@ -386,6 +440,30 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
+static bool gpu_joinable(const struct tp_rec_call *c)
+{
+	if (c->api >= NCCL_API_BASE)
+		return false;
+	switch (cuda_apis[c->api].kind) {
+	case API_LAUNCH:
+	case API_LAUNCH_HANDLE:
+	case API_LAUNCH_EXC:
+	case API_GRAPH_LAUNCH:
+	case API_MEMCPY:
+	case API_MEMCPY_ASYNC:
+	case API_MEMCPY2D:
+	case API_MEMCPY2D_ASYNC:
+	case API_MEMSET:
+	case API_MEMSET_ASYNC:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
+		      const struct tp_rec_ret *r, uint64_t end_ns, const char *gpu_kernel);
+
 static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
 		      const struct tp_rec_ret *r, uint64_t end_ns)
 {
@@ -393,6 +471,38 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		emit_nccl(d, c, correlation, r, end_ns);
 		return;
 	}
+	if (d->gpu && gpu_joinable(c)) {
+		struct gpu_pending *p;
+
+		if (d->nr_pending == d->cap_pending) {
+			size_t cap = d->cap_pending ? d->cap_pending * 2 : 1024;
+			struct gpu_pending *n = realloc(d->pending, cap * sizeof(*n));
+
+			if (!n) {
+				emit_host(d, c, correlation, r, end_ns, NULL);
+				return;
+			}
+			d->pending = n;
+			d->cap_pending = cap;
+		}
+		p = &d->pending[d->nr_pending++];
+		memset(p, 0, sizeof(*p));
+		p->call = *c;
+		if (r) {
+			p->ret = *r;
+			p->has_ret = true;
+		}
+		p->end_ns = end_ns;
+		p->own_corr = correlation;
+		p->queued_ns = c->ts;
+		return;
+	}
+	emit_host(d, c, correlation, r, end_ns, NULL);
+}
+
+static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
+		      const struct tp_rec_ret *r, uint64_t end_ns, const char *gpu_kernel)
+{
 	const struct cuda_api *api = &cuda_apis[c->api];
 	struct target *t = find_target(d, c->pid);
 	struct trace_json *tj = d->tj;
@@ -403,7 +513,7 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	case API_LAUNCH:
 	case API_LAUNCH_HANDLE:
 	case API_LAUNCH_EXC:
-		launch_args(d, t, c, api);
+		launch_args(d, t, c, api, gpu_kernel);
 		break;
 	case API_GET_KERNEL: {
 		const char *name = t ? target__symbolize(t, c->args[1]) : NULL;
@@ -483,6 +593,152 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_bool(tj, "unfinished", true);
 	trace_json__event_end(tj);
 	d->stats.calls++;
+}
+
+void decoder__enable_gpu(struct decoder *d)
+{
+	d->gpu = true;
+	/* uprobe-only events keep ids CUPTI never hands out */
+	d->next_correlation = 1ULL << 40;
+}
+
+static struct gpu_work *gpu_work_get(struct decoder *d, uint64_t corr)
+{
+	uint64_t v;
+
+	return corr && u64map__get(&d->gpu_work, corr, &v) ? (struct gpu_work *)(uintptr_t)v : NULL;
+}
+
+/* The CUPTI API record of the call: same thread, and the probe fired at the call's entry,
+ * just before CUPTI's API callback took its start time. */
+#define GPU_MATCH_SLACK_NS 200000ULL
+
+static bool match_pending(struct decoder *d, struct gpu_pending *p)
+{
+	struct gpu_api *best = NULL;
+	uint64_t best_dist = UINT64_MAX;
+
+	for (size_t i = 0; i < d->nr_apis; i++) {
+		struct gpu_api *a = &d->apis[i];
+		uint64_t ts = p->call.ts, dist;
+
+		if (a->used || a->tid != p->call.tid)
+			continue;
+		if (ts + GPU_MATCH_SLACK_NS < a->start || ts > a->end)
+			continue;
+		dist = ts < a->start ? a->start - ts : ts - a->start;
+		if (dist < best_dist) {
+			best = a;
+			best_dist = dist;
+		}
+	}
+	if (!best)
+		return false;
+	best->used = true;
+	p->cupti_corr = best->corr;
+	return true;
+}
+
+static void finalize_pending(struct decoder *d, struct gpu_pending *p)
+{
+	struct gpu_work *w = gpu_work_get(d, p->cupti_corr);
+
+	if (p->cupti_corr)
+		d->gpu_matched++;
+	else
+		d->gpu_unmatched++;
+	emit_host(d, &p->call, p->cupti_corr ? p->cupti_corr : p->own_corr,
+		  p->has_ret ? &p->ret : NULL, p->end_ns, w ? w->kernel : NULL);
+	if (w) {
+		gpu_trace__flow(d->tj, p->cupti_corr, p->call.pid, p->call.tid, p->call.ts,
+				(int)w->device, (int)w->stream, w->start);
+		d->gpu_flows++;
+	}
+}
+
+/* Emits pending host calls that found their GPU work, or waited longer than max_wait_ns
+ * (max_wait_ns 0: everything, at the end of the trace). */
+void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns)
+{
+	size_t keep = 0;
+
+	for (size_t i = 0; i < d->nr_pending; i++) {
+		struct gpu_pending *p = &d->pending[i];
+		bool old = !max_wait_ns || now_ns - p->queued_ns > max_wait_ns;
+
+		if (!p->cupti_corr)
+			match_pending(d, p);
+		if ((p->cupti_corr && gpu_work_get(d, p->cupti_corr)) || old) {
+			finalize_pending(d, p);
+			continue;
+		}
+		d->pending[keep++] = *p;
+	}
+	d->nr_pending = keep;
+	/* API records nobody claimed within the window are done with */
+	keep = 0;
+	for (size_t i = 0; i < d->nr_apis; i++) {
+		struct gpu_api *a = &d->apis[i];
+
+		if (a->used || (max_wait_ns && now_ns - a->end > 2 * max_wait_ns) || !max_wait_ns)
+			continue;
+		d->apis[keep++] = *a;
+	}
+	d->nr_apis = keep;
+}
+
+/* gpu__poll callback: GPU work goes on its device/stream track right away; API records wait
+ * for the host calls they belong to. */
+void decoder__gpu_cb(void *ctx, const struct agent_record *r)
+{
+	struct decoder *d = ctx;
+
+	switch (r->type) {
+	case AGENT_REC_RUNTIME_API:
+	case AGENT_REC_DRIVER_API:
+		if (d->nr_apis == d->cap_apis) {
+			size_t cap = d->cap_apis ? d->cap_apis * 2 : 1024;
+			struct gpu_api *n = realloc(d->apis, cap * sizeof(*n));
+
+			if (!n)
+				return;
+			d->apis = n;
+			d->cap_apis = cap;
+		}
+		d->apis[d->nr_apis++] = (struct gpu_api){ .start = r->start_ns, .end = r->end_ns,
+							  .corr = r->correlation, .tid = r->tid };
+		return;
+	case AGENT_REC_KERNEL:
+	case AGENT_REC_MEMCPY:
+	case AGENT_REC_MEMSET: {
+		struct gpu_work *w;
+
+		gpu_trace__record(d->tj, r);
+		if (!r->correlation || gpu_work_get(d, r->correlation))
+			return;
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return;
+		w->start = r->start_ns;
+		w->device = r->device;
+		w->stream = r->stream;
+		if (r->type == AGENT_REC_KERNEL)
+			w->kernel = demangle(gpu__record_name(r));
+		u64map__set(&d->gpu_work, r->correlation, (uint64_t)(uintptr_t)w);
+		return;
+	}
+	default:
+		gpu_trace__record(d->tj, r);
+		return;
+	}
+}
+
+void decoder__gpu_stats(const struct decoder *d, uint64_t *matched, uint64_t *unmatched,
+			uint64_t *flows)
+{
+	*matched = d->gpu_matched;
+	*unmatched = d->gpu_unmatched;
+	*flows = d->gpu_flows;
 }
 
 static void on_call(struct decoder *d, const struct tp_rec_call *c)

@@ -34,6 +34,14 @@ int decoder__add_target(struct decoder *d, struct target *t);
  * could not be named without it. */
 void decoder__set_caller2_switch(struct decoder *d, volatile bool *flag);
 
+/* --gpu: join host calls with CUPTI records (see decode.c, struct gpu_pending). */
+struct agent_record;
+void decoder__enable_gpu(struct decoder *d);
+void decoder__gpu_cb(void *ctx, const struct agent_record *r);	/* gpu__poll callback */
+void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns);
+void decoder__gpu_stats(const struct decoder *d, uint64_t *matched, uint64_t *unmatched,
+			uint64_t *flows);
+
 /* libbpf ring_buffer callback: ctx is the decoder. */
 int decoder__ring_cb(void *ctx, void *data, size_t size);
 /* Writes calls still open (a thread blocked in a sync when the trace ended) as slices

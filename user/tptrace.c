@@ -16,6 +16,7 @@
 #include "cuda.skel.h"
 #include "cuda.h"
 #include "decode.h"
+#include "gpu.h"
 #include "elfsym.h"
 #include "log.h"
 #include "session.h"
@@ -37,6 +38,8 @@ static struct env {
 	const char *output;
 	bool wait;
 	bool durations;
+	bool gpu;
+	const char *cupti;
 	int ring_mb;
 } env = {
 	.output = "tptrace.json.gz",
@@ -58,9 +61,10 @@ static const char doc[] =
 "EXAMPLES:\n"
 "    sudo tptrace -p 4242 -d 10 -o step.json.gz    # trace pid 4242 for 10 s\n"
 "    sudo tptrace -p 4242 -p 4243 -o two.json       # two processes; Ctrl-C ends it\n"
-"    sudo tptrace -p 4242 --wait -o run.json        # wait for the job to load CUDA\n";
+"    sudo tptrace -p 4242 --wait -o run.json        # wait for the job to load CUDA\n"
+"    sudo tptrace -p 4242 --gpu -d 10 -o step.json.gz  # plus GPU kernels/copies (CUPTI)\n";
 
-enum { OPT_DURATIONS = 1000, OPT_RING_MB };
+enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
@@ -69,6 +73,11 @@ static const struct argp_option opts[] = {
 	{ "wait", 'w', NULL, 0, "Wait for a target to load a CUDA runtime instead of failing", 0 },
 	{ "durations", OPT_DURATIONS, NULL, 0,
 	  "Also probe returns of async calls (launch durations; one more trap per call)", 0 },
+	{ "gpu", OPT_GPU, NULL, 0,
+	  "GPU timeline: inject an agent that enables CUPTI activity, merge kernels/copies "
+	  "(with flows from their launches), take it out at the end", 0 },
+	{ "cupti", OPT_CUPTI, "PATH", 0, "libcupti to load with --gpu (default: next to the "
+	  "process's libcudart, then by name)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 16)", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", 0 },
 	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
@@ -103,6 +112,13 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_DURATIONS:
 		env.durations = true;
+		break;
+	case OPT_GPU:
+		env.gpu = true;
+		break;
+	case OPT_CUPTI:
+		env.cupti = arg;
+		env.gpu = true;
 		break;
 	case OPT_RING_MB:
 		v = strtol(arg, &end, 10);
@@ -145,6 +161,41 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	return vfprintf(stderr, fmt, args);
 }
 
+static cJSON *gpu_json(const struct gpu_stats *g, bool attached, const struct decoder *dec)
+{
+	cJSON *o = cJSON_CreateObject();
+	uint64_t matched, unmatched, flows;
+
+	if (!attached) {
+		cJSON_AddBoolToObject(o, "attached", false);
+		return o;
+	}
+	decoder__gpu_stats(dec, &matched, &unmatched, &flows);
+	cJSON_AddBoolToObject(o, "attached", true);
+	cJSON_AddStringToObject(o, "cupti", g->cupti_path);
+	cJSON_AddBoolToObject(o, "injected", g->injected);
+	cJSON_AddBoolToObject(o, "agent_unloaded", g->unloaded);
+	cJSON_AddNumberToObject(o, "records", (double)g->records);
+	cJSON_AddNumberToObject(o, "kernels", (double)g->kernels);
+	cJSON_AddNumberToObject(o, "memcpys", (double)g->memcpys);
+	cJSON_AddNumberToObject(o, "memsets", (double)g->memsets);
+	cJSON_AddNumberToObject(o, "records_dropped", (double)(g->dropped_ring + g->dropped_cupti));
+	cJSON_AddNumberToObject(o, "clock_samples", g->clock_samples);
+	/* CUPTI timestamps come from our CLOCK_MONOTONIC callback: how far a CUPTI time read
+	 * was from the monotonic clock read around it */
+	cJSON_AddNumberToObject(o, "clock_residual_ns", (double)g->clock_residual_ns);
+	cJSON_AddNumberToObject(o, "clock_window_ns", (double)g->clock_window_ns);
+	cJSON_AddNumberToObject(o, "launches_joined", (double)matched);
+	cJSON_AddNumberToObject(o, "host_calls_unjoined", (double)unmatched);
+	cJSON_AddNumberToObject(o, "flows", (double)flows);
+	return o;
+}
+
+static uint64_t meta_base_mono;
+static const struct gpu_stats *meta_gstats;
+static struct gpu_session **meta_gpus;
+static const struct decoder *meta_dec;
+
 static char *metadata_json(struct target **targets, int nr, const struct decoder_stats *st,
 			   uint64_t drops, uint64_t start_real, uint64_t end_real, int argc, char **argv)
 {
@@ -164,6 +215,13 @@ static char *metadata_json(struct target **targets, int nr, const struct decoder
 	}
 	cJSON_AddNumberToObject(root, "duration_s", (end_real - start_real) / 1e9);
 	cJSON_AddStringToObject(root, "clock", "CLOCK_MONOTONIC (bpf_ktime_get_ns)");
+	{
+		char buf[32];
+
+		/* ts 0 in CLOCK_MONOTONIC ns: maps trace times back to the host clock */
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)meta_base_mono);
+		cJSON_AddItemToObject(root, "base_mono_ns", cJSON_CreateRaw(buf));
+	}
 	arr = cJSON_AddArrayToObject(root, "targets");
 	for (int i = 0; i < nr; i++) {
 		struct target *t = targets[i];
@@ -181,6 +239,9 @@ static char *metadata_json(struct target **targets, int nr, const struct decoder
 			if (t->objs[j].cudart)
 				cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
 		cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
+		if (meta_gpus)
+			cJSON_AddItemToObject(o, "gpu", gpu_json(&meta_gstats[i], meta_gpus[i] != NULL,
+								 meta_dec));
 		cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
 		cJSON_AddBoolToObject(o, "exited", t->exited);
 		if (t->exit_code >= 0 && (t->exit_code & 0x7f))
@@ -232,6 +293,8 @@ int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct target *targets[MAX_PIDS] = {};
+	struct gpu_session *gpus[MAX_PIDS] = {};
+	struct gpu_stats gstats[MAX_PIDS] = {};
 	struct target_probes probes = {};
 	struct elfsym_cache *cache = NULL;
 	struct ring_buffer *rb = NULL;
@@ -304,6 +367,7 @@ int main(int argc, char **argv)
 	start_mono = session__clock_ns(CLOCK_MONOTONIC);
 	start_real = session__clock_ns(CLOCK_REALTIME);
 	trace_json__begin(tj, start_mono, start_real);
+	meta_base_mono = start_mono;
 	for (int i = 0; i < env.nr_pids; i++) {
 		struct target *t = targets[i];
 
@@ -332,6 +396,21 @@ int main(int argc, char **argv)
 			    t->nr_probes, t->nr_cudart);
 	}
 
+	if (env.gpu) {
+		struct gpu_opts go = { .cupti_path = env.cupti };
+
+		decoder__enable_gpu(dec);
+		for (int i = 0; i < env.nr_pids; i++) {
+			char msg[512] = "";
+
+			gpus[i] = gpu__attach(env.pids[i], &go, msg, sizeof(msg));
+			if (!gpus[i]) {
+				log_error("tptrace: --gpu: pid %d: %s\n", env.pids[i],
+					  msg[0] ? msg : strerror(errno));
+				goto cleanup;
+			}
+		}
+	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	if (env.duration > 0)
@@ -355,6 +434,12 @@ int main(int argc, char **argv)
 		if (trace_json__error(tj))
 			break;
 		now = session__clock_ns(CLOCK_MONOTONIC);
+		/* the agent's ring is our memory: it can be drained after the target died */
+		for (int i = 0; i < env.nr_pids; i++)
+			if (gpus[i])
+				gpu__poll(gpus[i], decoder__gpu_cb, dec);
+		if (env.gpu)
+			decoder__gpu_flush(dec, now, 2000000000ULL);
 		for (int i = 0; i < env.nr_pids; i++) {
 			struct target *t = targets[i];
 			bool was_gone = t->exited;
@@ -387,6 +472,18 @@ int main(int argc, char **argv)
 	}
 	/* drain what is already in the ring before writing the end of the trace */
 	ring_buffer__consume(rb);
+	for (int i = 0; i < env.nr_pids; i++) {
+		if (!gpus[i])
+			continue;
+		/* flush, disable and unsubscribe CUPTI, then unload the agent */
+		if (targets[i]->exited || target__gone(targets[i]))
+			gpu__poll(gpus[i], decoder__gpu_cb, dec);
+		else if (gpu__detach(gpus[i], decoder__gpu_cb, dec))
+			log_error("tptrace: --gpu: pid %d: detaching the agent: %s\n", env.pids[i],
+				  gpu__error(gpus[i]));
+		gpu__stats(gpus[i], &gstats[i]);
+	}
+	ring_buffer__consume(rb);
 	{
 		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
 		uint64_t end_real = start_real + (end_mono - start_mono);
@@ -397,7 +494,14 @@ int main(int argc, char **argv)
 		bool nccl = false;
 
 		decoder__finish(dec, end_mono);
+		if (env.gpu)
+			decoder__gpu_flush(dec, end_mono, 0);
 		st = decoder__stats(dec);
+		if (env.gpu) {
+			meta_gstats = gstats;
+			meta_gpus = gpus;
+			meta_dec = dec;
+		}
 		meta = metadata_json(targets, env.nr_pids, st, drops, start_real, end_real, argc, argv);
 		trace_json__end_events(tj);
 		trace_json__top_raw(tj, "deviceProperties", "[]");
@@ -441,6 +545,8 @@ cleanup:
 			unlink(env.output);
 	}
 	ring_buffer__free(rb);
+	for (int i = 0; i < env.nr_pids; i++)
+		gpu__free(gpus[i]);		/* detaches the agent if still there */
 	for (int i = 0; i < env.nr_pids; i++)
 		target__free(targets[i]);	/* detaches the uprobes */
 	decoder__free(dec);

@@ -81,3 +81,24 @@ TEST_BINS += $(SIM_CUPTI)
 
 # GPU agent, injector and the e2e driver (tests/e2e/gpu.mk, which includes user/agent/agent.mk).
 -include tests/e2e/gpu.mk
+
+# Simulated caching allocator (tests/sim/alloc): $(SIM_LIB_DIR)/libtpsim_alloc.so, PyTorch's
+# USDT probes pytorch:malloc/free with semaphores, segments from the sim libcudart. Frame
+# pointers so user stacks captured at its probes walk up to the callers.
+SIM_ALLOC := $(SIM_LIB_DIR)/libtpsim_alloc.so
+
+$(OUTPUT)/sim/alloc:
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/sim/alloc/alloc.o: tests/sim/alloc/alloc.c | $(OUTPUT)/sim/alloc
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(SIM_CFLAGS) -fno-omit-frame-pointer -Itests/sim/alloc -c $< -o $@
+
+$(SIM_ALLOC): $(OUTPUT)/sim/alloc/alloc.o $(SIM_LIB_DIR)/libcudart.so | $(SIM_LIB_DIR)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libtpsim_alloc.so -Wl,-z,defs \
+		$< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,'$$ORIGIN' -o $@
+
+TEST_BINS += $(SIM_ALLOC)
+
+-include $(OUTPUT)/sim/alloc/alloc.d

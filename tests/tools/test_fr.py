@@ -282,7 +282,33 @@ def check_generated():
             ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
+        # tail mode (the default reads the newest 512 entries) against full reads, where
+        # the rings are longer than the tail: the same verdicts
+        for name, args in (("tail_skip", "--ranks 8 --entries 3000 --comms 2 --scenario skip "
+                            "--culprit 5"),
+                           ("tail_pre_skip_on", "--ranks 16 --entries 3000 --preexisting "
+                            "--attach-skew 7 --host-offset-us 300 --scenario skip_on "
+                            "--culprit 11 --at 2600")):
+            d = os.path.join(t, name)
+            gen(args, d)
+            outs = [run([FR, "--json", "--tail", n, d]) for n in ("all", "512", "256")]
+            keys = [[verdict_key(v) + (v["confidence"],) for v in json.loads(p.stdout)["verdicts"]]
+                    if p.stdout else p.stderr for p in outs]
+            res.append((name, None if keys[0] == keys[1] == keys[2] and keys[0]
+                        else f"full/512/256 verdicts differ: {keys}"))
     return res
+
+
+def check_tail_parity():
+    """every saved set: the default (tail) read reports byte for byte what a full read does"""
+    bad = []
+    for name in CASES:
+        d = os.path.join(DATA, name)
+        a = run([FR, "--json", d])
+        b = run([FR, "--json", "--tail", "all", d])
+        if (a.stdout, a.returncode) != (b.stdout, b.returncode):
+            bad.append(name)
+    return [("tail_parity", f"differ: {bad}" if bad else None)]
 
 
 def main():
@@ -297,6 +323,7 @@ def main():
     results = [(name, check_case(name, None)) for name in CASES]
     results += check_smoke()
     results += check_generated()
+    results += check_tail_parity()
     for name, err in results:
         if err:
             failed += 1

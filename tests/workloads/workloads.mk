@@ -62,3 +62,12 @@ $(WL_DIR)/gpu_names: tests/workloads/gpu_names.c tests/workloads/workloads.mk $(
 
 TEST_BINS += $(WL_DIR)/gpu_names
 -include $(WL_DIR)/gpu_names.d
+
+# GPU memory scenarios on the simulated caching allocator (tests/e2e/test_mem.py).
+$(WL_DIR)/alloc_app: tests/workloads/alloc_app.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_ALLOC) $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -O1 -fno-omit-frame-pointer -Itests/sim/alloc $< -L$(SIM_LIB_DIR) \
+		-ltpsim_alloc -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/alloc_app
+-include $(WL_DIR)/alloc_app.d

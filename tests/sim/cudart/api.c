@@ -104,8 +104,24 @@ static bool alloc_forget(void *p, unsigned int kind_mask)
 	return false;
 }
 
+/* TPSIM_MEM_LIMIT_BYTES=N: cudaMalloc fails with cudaErrorMemoryAllocation when the device
+ * memory it handed out and not yet freed, plus size, would exceed N (OOM tests). */
 cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size)
 {
+	const char *limit = getenv("TPSIM_MEM_LIMIT_BYTES");
+
+	if (limit && devPtr) {
+		size_t live = 0;
+
+		pthread_mutex_lock(&alloc_lock);
+		for (size_t i = 0; i < ALLOC_BUCKETS; i++)
+			for (struct alloc *a = alloc_table[i]; a; a = a->next)
+				if (a->kind == ALLOC_DEVICE)
+					live += a->size;
+		pthread_mutex_unlock(&alloc_lock);
+		if (live + size > strtoull(limit, NULL, 0))
+			return ret(cudaErrorMemoryAllocation);
+	}
 	return ret(alloc_new(devPtr, size, ALLOC_DEVICE));
 }
 

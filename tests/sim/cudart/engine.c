@@ -286,6 +286,7 @@ struct sim_item *sim_item_new(int kind)
 	it->kind = kind;
 	it->rec.kind = kind;
 	it->rec.host_tid = sim_gettid();
+	it->rec.api_start_ns = sim_now_ns();
 	it->height = 1;
 	return it;
 }
@@ -578,6 +579,7 @@ int64_t tpsim_stream_id(cudaStream_t handle)
 
 static void append_locked(struct sim_stream *s, struct sim_item *it)
 {
+	it->rec.api_end_ns = sim_now_ns();
 	it->seq = ++s->submitted;
 	if (s->tail)
 		s->tail->next = it;

@@ -59,6 +59,8 @@ struct tpsim_record {
 	int copy_kind;			/* enum cudaMemcpyKind */
 	uint64_t start_ns, end_ns;
 	uint32_t host_tid;		/* gettid() of the thread that enqueued it */
+	uint64_t api_start_ns;		/* inside the API call: when the item was made */
+	uint64_t api_end_ns;		/* ... and when it was queued (the call returns next) */
 };
 
 /* Called on the worker thread after each item completes; one observer (a CUPTI sim). */

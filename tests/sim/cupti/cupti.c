@@ -10,12 +10,13 @@
  *   TPSIM_MEMSET        CUpti_ActivityMemset4
  *   TPSIM_WAIT_EVENT    CUpti_ActivitySynchronization2, type STREAM_WAIT_EVENT
  *   each of the above and TPSIM_EVENT_RECORD: one CUpti_ActivityAPI (RUNTIME) for the call that
- *   enqueued it: same correlation id, threadId = the caller's gettid(), cbid of the call.
+ *   enqueued it: same correlation id, threadId = the caller's gettid(), cbid of the call,
+ *   start/end = when the call made and queued the item (inside the API call).
  *
  * Sim limitations (documented, asserted nowhere as real behaviour):
  *  - the sim runtime reports executed work, not API calls: RUNTIME records exist only for calls
- *    that enqueued work, and carry start = end = the GPU start of that work (an upper bound of
- *    the call's time). No DRIVER records. cbids assume the async forms (cudaMemcpyAsync, ...).
+ *    that enqueued work, and their times cover only the enqueue inside the call. No DRIVER
+ *    records. cbids assume the async forms (cudaMemcpyAsync, ...).
  *  - host memory in copies is reported PINNED (the sim does not export its allocation table);
  *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;
  *    contextId = device + 1; streamId = the sim's stream id (0 = legacy default stream).
@@ -276,7 +277,9 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 		if (r) {
 			r->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
 			r->cbid = cbid;
-			r->start = r->end = start;
+			/* the API call's own time: from making the item to queueing it */
+			r->start = rec->api_start_ns ? rec->api_start_ns + offset : start;
+			r->end = rec->api_end_ns ? rec->api_end_ns + offset : start;
 			r->processId = getpid();
 			/* DEFAULT would be pthread_self-based on Linux; the sim only has gettid */
 			r->threadId = rec->host_tid;

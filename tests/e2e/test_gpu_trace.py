@@ -1,0 +1,122 @@
+"""Tier 2: `tptrace -p PID --gpu` on the simulated stack (tests/sim: runtime + CUPTI). The
+agent is injected into the running workload, CUPTI records come back over shared memory and
+are joined with the uprobe launch events: every kernel on its stream track with the
+simulated duration, the same correlation as its launch, an ac2g arrow between them."""
+import os
+import time
+from gpulib import agent_mapped, need_ptrace, normalize_output, tpsim_items
+from lib import (WL, Tracer, Workload, calls, check_valid_trace, load_trace, need_root,
+                 run_tptrace, tmp_path, trace_workload)
+
+
+def abs_ns(trace, ts_us):
+    return trace["tptrace"]["base_mono_ns"] + round(ts_us * 1000)
+
+
+def test_gpu_kernels_joined_with_launches():
+    need_root()
+    need_ptrace()
+    steps, kus = 3, 800
+    trace, wl, tr = trace_workload(
+        [os.path.join(WL, "sim_train"), "--steps", str(steps), "--kernel-us", str(kus)],
+        tracer_args=["--gpu"], env={"TPSIM_VERBOSE": "1"}, out_name="gpu-joined.json")
+    check_valid_trace(trace)
+    items = tpsim_items(wl.err.text())
+    kernels = {e["args"]["correlation"]: e for e in trace["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    sim_kernels = {c: i for c, i in items.items() if i["kind"] == "kernel"}
+    assert len(sim_kernels) == 4 * steps and set(kernels) == set(sim_kernels), \
+        (sorted(kernels), sorted(sim_kernels))
+    for corr, item in sim_kernels.items():
+        k = kernels[corr]
+        assert k["pid"] == 0 and k["tid"] == item["stream"], (k, item)
+        assert k["name"] in ("fake_gemm", "fake_relu")
+        # the simulated start/end, through CUPTI's timestamps on CLOCK_MONOTONIC
+        assert abs(abs_ns(trace, k["ts"]) - item["start"]) < 2000, (k["ts"], item)
+        assert abs(k["dur"] * 1000 - (item["end"] - item["start"])) < 2000
+        want_us = kus if k["name"] == "fake_gemm" else kus // 2
+        # the simulated kernel never runs shorter than asked (a busy VM makes it longer)
+        assert want_us * 0.99 <= k["dur"] < 3 * want_us, (k["name"], k["dur"])
+        assert k["args"]["grid"] in ([64, 2, 1], [128, 1, 1])
+    launches = calls(trace, pid=wl.pid, name="cudaLaunchKernel")
+    assert len(launches) == 4 * steps
+    flows_s = {e["id"]: e for e in trace["traceEvents"] if e.get("ph") == "s"}
+    flows_f = {e["id"]: e for e in trace["traceEvents"] if e.get("ph") == "f"}
+    for l in launches:
+        corr = l["args"]["correlation"]
+        assert corr in kernels, f"launch {corr} has no kernel"
+        k = kernels[corr]
+        assert k["name"] == l["args"]["kernel"]
+        assert flows_s[corr]["tid"] == l["tid"] and flows_s[corr]["cat"] == "ac2g"
+        assert flows_f[corr]["pid"] == 0 and flows_f[corr]["tid"] == k["tid"]
+        assert flows_f[corr]["bp"] == "e"
+        assert l["ts"] <= k["ts"], "a kernel starts after its launch"
+    copies = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_memcpy"]
+    assert sorted(e["args"]["bytes"] for e in copies) == [4096] * steps + [1 << 20] * steps
+    assert {e["name"] for e in copies} == {"Memcpy HtoD (Pinned -> Device)",
+                                           "Memcpy DtoH (Device -> Pinned)"}
+    names = {(e["pid"], e["args"]["name"]) for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert (0, "GPU 0") in names
+    g = trace["tptrace"]["targets"][0]["gpu"]
+    assert g["attached"] and g["records_dropped"] == 0 and g["kernels"] == 4 * steps
+    assert g["launches_joined"] == 6 * steps and g["host_calls_unjoined"] == 0, g
+    assert g["clock_residual_ns"] < 50000, g["clock_residual_ns"]
+
+
+def test_gpu_detach_leaves_target_running_and_unchanged():
+    need_root()
+    need_ptrace()
+    argv = [os.path.join(WL, "sim_train"), "--steps", "1500", "--kernel-us", "500", "--hold"]
+    # reference run, no tracer
+    ref = Workload(argv)
+    ref.go()
+    ref.wait_done()
+    ref.finish()
+    out = tmp_path("gpu-detach.json")
+    wl = Workload(argv)
+    try:
+        wl.go()
+        tr = Tracer(["-p", str(wl.pid), "-o", out, "--gpu", "-d", "1"])
+        assert tr.wait(60) == 0, tr.err.text()
+        # the agent took itself out; the job goes on and ends as without it
+        assert agent_mapped(wl.pid) == [], agent_mapped(wl.pid)
+        wl.wait_done()
+        assert wl.finish() == 0
+    finally:
+        wl.kill()
+    trace = load_trace(out)
+    g = trace["tptrace"]["targets"][0]["gpu"]
+    assert g["agent_unloaded"] is True and g["injected"] is True, g
+    assert g["kernels"] > 0
+    assert normalize_output(wl.out.text()) == normalize_output(ref.out.text())
+
+
+def test_gpu_refusals():
+    need_root()
+    need_ptrace()
+    # a process that never loaded CUDA
+    wl = Workload([os.path.join(WL, "nocuda")])
+    try:
+        rc, _, err = run_tptrace(["-p", str(wl.pid), "--gpu", "--wait", "-d", "1", "-o",
+                                  tmp_path("gpu-nocuda.json")])
+        assert rc == 1
+        lines = [l for l in err.splitlines() if l.startswith("tptrace: --gpu")]
+        assert len(lines) == 1 and "CUDA" in lines[0], err
+        assert agent_mapped(wl.pid) == []
+    finally:
+        wl.kill()
+    # another CUPTI subscriber (torch.profiler, nsys) already active
+    wl = Workload([os.path.join(WL, "sim_train"), "--steps", "2"],
+                  env={"TPSIM_CUPTI_OTHER_SUBSCRIBER": "1"})
+    try:
+        rc, _, err = run_tptrace(["-p", str(wl.pid), "--gpu", "-d", "1", "-o",
+                                  tmp_path("gpu-busy.json")])
+        assert rc == 1
+        lines = [l for l in err.splitlines() if l.startswith("tptrace: --gpu")]
+        assert len(lines) == 1 and "subscriber" in lines[0].lower(), err
+        assert agent_mapped(wl.pid) == []
+        wl.go()
+        wl.wait_done()
+    finally:
+        wl.kill()
