@@ -219,3 +219,43 @@ def test_fr_eight_ranks_skip():
     check_dumps_complete(job, 8)
     rc, out = verdicts(job)
     assert first(out) == ("missing_rank", [5]), out["verdicts"]
+
+
+def test_fr_comms_created_before_attach():
+    """The job made its communicator before tptrace attached: identity, rank and seq
+    alignment are inferred by tptrace-fr from the collective sequence, and say so."""
+    need_root()
+    # healthy: nothing to report
+    job = Job(4, "healthy", steps=3, name="pre-healthy")
+    try:
+        job.record()
+        job.go()
+        job.wait_done()
+        for w in job.ranks:
+            w.finish()
+        assert job.tracer.wait(30) == 0
+    finally:
+        job.kill()
+    for d in job.dumps().values():
+        c = d["comms"][0]
+        assert c["cross_rank_id"] is False and c["learned"]["seq_origin"] == "attach"
+        assert c["comm_id"].startswith("local:")
+    rc, out = verdicts(job)
+    assert rc == 0 and out["verdicts"] == [], out
+    # a rank skips the allreduce of the last step
+    job = Job(4, "skip", steps=3, name="pre-skip")
+    try:
+        job.record()
+        job.go()
+        time.sleep(1.5)
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        assert job.tracer.err.wait_for(
+            lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 20)
+        job.stop()
+    finally:
+        job.kill()
+    rc, out = verdicts(job)
+    assert rc == 1
+    v = out["verdicts"][0]
+    assert (v["rule"], v["ranks"], v["op"]) == ("missing_rank", [1], "all_reduce"), out["verdicts"]
+    assert v["comm"].startswith("inferred:") and v["confidence"] != "high", v
