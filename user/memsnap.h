@@ -79,9 +79,9 @@ void memsnap__set_clock(struct memsnap *ms, uint64_t mono_ns, uint64_t real_ns);
 
 /* State changes; each returns the device whose counters changed, -1 when nothing changed
  * (an unknown pointer). Sizes are bytes requested. */
-int memsnap__alloc(struct memsnap *ms, uint64_t ts, int device, uint64_t addr, uint64_t size,
+int memsnap__block_alloc(struct memsnap *ms, uint64_t ts, int device, uint64_t addr, uint64_t size,
 		   uint64_t stream, int32_t stack_id);
-int memsnap__free(struct memsnap *ms, uint64_t ts, uint64_t addr);
+int memsnap__block_free(struct memsnap *ms, uint64_t ts, uint64_t addr);
 int memsnap__segment_alloc(struct memsnap *ms, uint64_t ts, enum mem_seg_kind kind, int device,
 			   uint64_t addr, uint64_t size, uint64_t stream, int32_t stack_id);
 /* Frees the segment at addr whatever its kind (cudaFree takes managed memory too). */

@@ -259,3 +259,75 @@ def test_fr_comms_created_before_attach():
     v = out["verdicts"][0]
     assert (v["rule"], v["ranks"], v["op"]) == ("missing_rank", [1], "all_reduce"), out["verdicts"]
     assert v["comm"].startswith("inferred:") and v["confidence"] != "high", v
+
+
+def test_fr_dump_triggers_fifo_and_stall():
+    """A write to --dump-on dumps every process; pending work without progress for
+    --stall-timeout dumps by itself; both keep recording."""
+    need_root()
+    job = Job(2, "skip", steps=2, culprit=1, extra=["--init-after-go"], name="triggers")
+    fifo = os.path.join(job.dir, "dump.fifo")
+    try:
+        job.record(["--dump-on", fifo, "--stall-timeout", "1"])
+        assert os.path.exists(fifo)
+        job.go()
+        # the hang: no progress for 1 s with work pending -> one stall dump per process
+        assert job.tracer.err.wait_for(
+            lambda l: sum(1 for x in job.tracer.err.lines if "(stall)" in x) >= 2, 20), \
+            job.tracer.err.text()
+        assert {d["dump_reason"] for d in job.dumps().values()} == {"stall"}
+        with open(fifo, "w") as f:
+            f.write("dump\n")
+        assert job.tracer.err.wait_for(
+            lambda l: sum(1 for x in job.tracer.err.lines if "(request)" in x) >= 2, 20), \
+            job.tracer.err.text()
+        assert {d["dump_reason"] for d in job.dumps().values()} == {"request"}
+        # once per stall: no new stall dumps while nothing changes
+        time.sleep(1.5)
+        assert sum(1 for x in job.tracer.err.lines if "(stall)" in x) == 2
+        assert job.stop() == 0
+        assert {d["dump_reason"] for d in job.dumps().values()} == {"final"}
+    finally:
+        job.kill()
+    for d in job.dumps().values():
+        assert (os.stat(os.path.join(job.dump_dir, f"tptrace-fr.{d['host']}.{d['pid']}.json")).st_mode & 0o777) == 0o600
+
+
+def test_fr_all_processes_including_later_ones():
+    """tptrace fr -a records NCCL processes already running and ones started later."""
+    need_root()
+    import shutil
+    from lib import Tracer
+    dump_dir = os.path.join(tmp_dir(), "fr-all")
+    shutil.rmtree(dump_dir, ignore_errors=True)
+    tr = Tracer(["fr", "-a", "--dump-dir", dump_dir], ready=False)
+    try:
+        assert tr.err.wait_for(lambda l: "flight recorder on" in l, 30), tr.err.text()
+        job = Job(2, "healthy", steps=2, extra=["--init-after-go"], name="all")
+        try:
+            pids = job.pids()
+            for p in pids:
+                assert tr.err.wait_for(lambda l, p=p: f"recording pid {p} " in l, 10), tr.err.text()
+            job.go()
+            job.wait_done()
+            for w in job.ranks:
+                w.finish()
+            for p in pids:
+                assert tr.err.wait_for(lambda l, p=p: f"dumped pid {p} (exit)" in l, 10), tr.err.text()
+        finally:
+            job.kill()
+    finally:
+        assert tr.stop() == 0
+    import glob
+    import json
+    dumps = [json.load(open(f)) for f in glob.glob(os.path.join(dump_dir, "*.json"))]
+    mine = [d for d in dumps if d["pid"] in pids]
+    assert len(mine) == 2
+    for d in mine:
+        assert len([e for e in d["entries"] if e["op"] == "all_reduce"]) == 2
+
+
+def tmp_dir():
+    from lib import TMP
+    os.makedirs(TMP, exist_ok=True)
+    return TMP

@@ -1,0 +1,935 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "hashmap.h"
+#include "memsnap.h"
+
+/* PyTorch's caching allocator hands out blocks rounded up to 512 bytes (kMinBlockSize) and
+ * carves small requests from 2 MiB segments (kSmallBuffer). */
+#define BLOCK_ROUND	512ULL
+#define SMALL_SEGMENT	(2ULL << 20)
+
+/* A live block, segment or VMM handle, chained in a table keyed by address (or handle). */
+struct live {
+	uint64_t key;		/* address, or handle */
+	uint64_t size, stream, ts;
+	uint64_t handle;	/* mapped segment: its cuMemCreate handle */
+	int32_t stack_id;
+	int8_t device;
+	uint8_t kind;		/* enum mem_seg_kind (segments) */
+	struct live *next;
+};
+
+struct table {
+	struct live **buckets;
+	size_t nbuckets, nr;
+};
+
+struct memsnap {
+	struct table blocks, segments, handles;
+	struct mem_event *hist;
+	size_t hist_cap, hist_start, hist_nr;
+	struct mem_device_bytes dev[MEMSNAP_MAX_DEVICES];
+	int nr_devices;
+	struct memsnap_stats st;
+	uint64_t base_mono, base_real;
+};
+
+static const char *const action_names[] = {
+	[MEM_ACT_ALLOC] = "alloc",
+	[MEM_ACT_FREE_REQUESTED] = "free_requested",
+	[MEM_ACT_FREE_COMPLETED] = "free_completed",
+	[MEM_ACT_SEGMENT_ALLOC] = "segment_alloc",
+	[MEM_ACT_SEGMENT_FREE] = "segment_free",
+	[MEM_ACT_SEGMENT_MAP] = "segment_map",
+	[MEM_ACT_SEGMENT_UNMAP] = "segment_unmap",
+	[MEM_ACT_OOM] = "oom",
+};
+
+static const char *const seg_what[] = {
+	[MEM_SEG_DEVICE] = "cudaMalloc",
+	[MEM_SEG_ASYNC] = "cudaMallocAsync",
+	[MEM_SEG_MAPPED] = "cuMemMap",
+	[MEM_SEG_MANAGED] = "cudaMallocManaged",
+	[MEM_SEG_HOST] = "cudaMallocHost",
+};
+
+/* ---- tables ------------------------------------------------------------------------------ */
+
+static int table_grow(struct table *t)
+{
+	size_t n = t->nbuckets ? t->nbuckets * 2 : 256;
+	struct live **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->nbuckets; i++) {
+		struct live *e = t->buckets[i], *next;
+
+		for (; e; e = next) {
+			size_t j = u64_mix(e->key) & (n - 1);
+
+			next = e->next;
+			e->next = b[j];
+			b[j] = e;
+		}
+	}
+	free(t->buckets);
+	t->buckets = b;
+	t->nbuckets = n;
+	return 0;
+}
+
+static struct live *table_find(const struct table *t, uint64_t key)
+{
+	if (!t->nbuckets)
+		return NULL;
+	for (struct live *e = t->buckets[u64_mix(key) & (t->nbuckets - 1)]; e; e = e->next)
+		if (e->key == key)
+			return e;
+	return NULL;
+}
+
+/* Inserts a new entry (replacing one with the same key: the old one was freed unseen). */
+static struct live *table_put(struct table *t, uint64_t key)
+{
+	struct live *e = table_find(t, key);
+	size_t i;
+
+	if (e)
+		return e;
+	if (t->nr >= t->nbuckets && table_grow(t))
+		return NULL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->key = key;
+	i = u64_mix(key) & (t->nbuckets - 1);
+	e->next = t->buckets[i];
+	t->buckets[i] = e;
+	t->nr++;
+	return e;
+}
+
+/* Unlinks the entry for key; the caller frees it. */
+static struct live *table_take(struct table *t, uint64_t key)
+{
+	struct live **pp, *e;
+
+	if (!t->nbuckets)
+		return NULL;
+	for (pp = &t->buckets[u64_mix(key) & (t->nbuckets - 1)]; (e = *pp); pp = &e->next) {
+		if (e->key == key) {
+			*pp = e->next;
+			t->nr--;
+			return e;
+		}
+	}
+	return NULL;
+}
+
+static void table_clear(struct table *t)
+{
+	for (size_t i = 0; i < t->nbuckets; i++) {
+		struct live *e = t->buckets[i], *next;
+
+		for (; e; e = next) {
+			next = e->next;
+			free(e);
+		}
+	}
+	free(t->buckets);
+	memset(t, 0, sizeof(*t));
+}
+
+/* Entries as a malloc'ed array of pointers sorted by key. */
+static int cmp_live(const void *a, const void *b)
+{
+	const struct live *x = *(const struct live *const *)a, *y = *(const struct live *const *)b;
+
+	return x->key < y->key ? -1 : x->key > y->key;
+}
+
+static struct live **table_sorted(const struct table *t)
+{
+	struct live **arr = malloc((t->nr ? t->nr : 1) * sizeof(*arr));
+	size_t n = 0;
+
+	if (!arr)
+		return NULL;
+	for (size_t i = 0; i < t->nbuckets; i++)
+		for (struct live *e = t->buckets[i]; e; e = e->next)
+			arr[n++] = e;
+	qsort(arr, n, sizeof(*arr), cmp_live);
+	return arr;
+}
+
+/* ---- state ------------------------------------------------------------------------------- */
+
+struct memsnap *memsnap__new(size_t history)
+{
+	struct memsnap *ms = calloc(1, sizeof(*ms));
+
+	if (!ms)
+		return NULL;
+	ms->hist_cap = history ? history : MEMSNAP_DEFAULT_HISTORY;
+	ms->hist = malloc(ms->hist_cap * sizeof(*ms->hist));
+	if (!ms->hist) {
+		free(ms);
+		return NULL;
+	}
+	ms->nr_devices = 1;
+	return ms;
+}
+
+void memsnap__free(struct memsnap *ms)
+{
+	if (!ms)
+		return;
+	table_clear(&ms->blocks);
+	table_clear(&ms->segments);
+	table_clear(&ms->handles);
+	free(ms->hist);
+	free(ms);
+}
+
+void memsnap__set_clock(struct memsnap *ms, uint64_t mono_ns, uint64_t real_ns)
+{
+	ms->base_mono = mono_ns;
+	ms->base_real = real_ns;
+}
+
+static bool valid_device(int device)
+{
+	return device >= 0 && device < MEMSNAP_MAX_DEVICES;
+}
+
+static void record(struct memsnap *ms, enum mem_action action, int device, uint64_t addr,
+		   uint64_t size, uint64_t stream, int32_t stack_id, uint64_t ts)
+{
+	struct mem_event *e;
+
+	if (!valid_device(device))
+		return;
+	if (device + 1 > ms->nr_devices)
+		ms->nr_devices = device + 1;
+	if (ms->hist_nr == ms->hist_cap) {
+		ms->hist_start = (ms->hist_start + 1) % ms->hist_cap;
+		ms->hist_nr--;
+		ms->st.history_dropped++;
+	}
+	e = &ms->hist[(ms->hist_start + ms->hist_nr++) % ms->hist_cap];
+	e->action = action;
+	e->device = device;
+	e->stack_id = stack_id;
+	e->addr = addr;
+	e->size = size;
+	e->stream = stream;
+	e->ts = ts;
+}
+
+static void add_allocated(struct memsnap *ms, int device, int64_t delta)
+{
+	struct mem_device_bytes *d = &ms->dev[device];
+
+	d->allocated += delta;
+	if (d->allocated > d->peak_allocated)
+		d->peak_allocated = d->allocated;
+}
+
+static void add_reserved(struct memsnap *ms, int device, int64_t delta)
+{
+	struct mem_device_bytes *d = &ms->dev[device];
+
+	d->reserved += delta;
+	if (d->reserved > d->peak_reserved)
+		d->peak_reserved = d->reserved;
+}
+
+int memsnap__block_alloc(struct memsnap *ms, uint64_t ts, int device, uint64_t addr, uint64_t size,
+		   uint64_t stream, int32_t stack_id)
+{
+	struct live *b;
+
+	if (!valid_device(device))
+		return -1;
+	b = table_find(&ms->blocks, addr);
+	if (b)		/* handed out again: its free was not seen */
+		add_allocated(ms, b->device, -(int64_t)b->size);
+	else
+		b = table_put(&ms->blocks, addr);
+	if (!b)
+		return -1;
+	b->size = size;
+	b->stream = stream;
+	b->ts = ts;
+	b->device = device;
+	b->stack_id = stack_id;
+	ms->st.allocs++;
+	add_allocated(ms, device, size);
+	record(ms, MEM_ACT_ALLOC, device, addr, size, stream, stack_id, ts);
+	return device;
+}
+
+int memsnap__block_free(struct memsnap *ms, uint64_t ts, uint64_t addr)
+{
+	struct live *b = table_take(&ms->blocks, addr);
+	int device;
+
+	if (!b) {
+		ms->st.frees_unknown++;
+		return -1;
+	}
+	device = b->device;
+	ms->st.frees++;
+	add_allocated(ms, device, -(int64_t)b->size);
+	/* the USDT probe fires when the caller frees; the block is reusable once the streams
+	 * that used it are done, which no probe tells: both entries carry the same time */
+	record(ms, MEM_ACT_FREE_REQUESTED, device, addr, b->size, b->stream, -1, ts);
+	record(ms, MEM_ACT_FREE_COMPLETED, device, addr, b->size, b->stream, -1, ts);
+	free(b);
+	return device;
+}
+
+static bool on_device(enum mem_seg_kind kind)
+{
+	return kind == MEM_SEG_DEVICE || kind == MEM_SEG_ASYNC || kind == MEM_SEG_MAPPED;
+}
+
+static void add_kind_bytes(struct memsnap *ms, enum mem_seg_kind kind, int device, int64_t delta)
+{
+	if (kind == MEM_SEG_HOST)
+		ms->st.host_bytes += delta;
+	else if (kind == MEM_SEG_MANAGED)
+		ms->st.managed_bytes += delta;
+	else if (kind != MEM_SEG_MAPPED)	/* mapped memory is counted at cuMemCreate */
+		add_reserved(ms, device, delta);
+}
+
+int memsnap__segment_alloc(struct memsnap *ms, uint64_t ts, enum mem_seg_kind kind, int device,
+			   uint64_t addr, uint64_t size, uint64_t stream, int32_t stack_id)
+{
+	struct live *s;
+
+	if (on_device(kind) && !valid_device(device))
+		return -1;
+	if (!on_device(kind))
+		device = -1;
+	s = table_find(&ms->segments, addr);
+	if (s)
+		add_kind_bytes(ms, s->kind, s->device, -(int64_t)s->size);
+	else
+		s = table_put(&ms->segments, addr);
+	if (!s)
+		return -1;
+	s->size = size;
+	s->stream = stream;
+	s->ts = ts;
+	s->device = device;
+	s->kind = kind;
+	s->stack_id = stack_id;
+	s->handle = 0;
+	ms->st.segment_allocs++;
+	add_kind_bytes(ms, kind, device, size);
+	if (on_device(kind))
+		record(ms, MEM_ACT_SEGMENT_ALLOC, device, addr, size, stream, stack_id, ts);
+	return device;
+}
+
+int memsnap__segment_free(struct memsnap *ms, uint64_t ts, uint64_t addr)
+{
+	struct live *s = table_find(&ms->segments, addr);
+	int device;
+
+	if (!s || s->kind == MEM_SEG_MAPPED) {
+		ms->st.segment_frees_unknown++;
+		return -1;
+	}
+	table_take(&ms->segments, addr);
+	device = s->device;
+	ms->st.segment_frees++;
+	add_kind_bytes(ms, s->kind, device, -(int64_t)s->size);
+	if (on_device(s->kind))
+		record(ms, MEM_ACT_SEGMENT_FREE, device, addr, s->size, s->stream, -1, ts);
+	free(s);
+	return device;
+}
+
+int memsnap__handle_create(struct memsnap *ms, uint64_t ts, int device, uint64_t handle,
+			   uint64_t size)
+{
+	struct live *h;
+
+	if (!valid_device(device) || !handle)
+		return -1;
+	h = table_put(&ms->handles, handle);
+	if (!h)
+		return -1;
+	h->size = size;
+	h->device = device;
+	h->ts = ts;
+	if (device + 1 > ms->nr_devices)
+		ms->nr_devices = device + 1;
+	add_reserved(ms, device, size);
+	return device;
+}
+
+int memsnap__handle_release(struct memsnap *ms, uint64_t ts, uint64_t handle)
+{
+	struct live *h = table_take(&ms->handles, handle);
+	int device;
+
+	if (!h) {
+		ms->st.handles_released_unknown++;
+		return -1;
+	}
+	device = h->device;
+	add_reserved(ms, device, -(int64_t)h->size);
+	free(h);
+	return device;
+}
+
+int memsnap__map(struct memsnap *ms, uint64_t ts, uint64_t addr, uint64_t size, uint64_t handle,
+		 int32_t stack_id)
+{
+	struct live *h = table_find(&ms->handles, handle), *s;
+	int device = h ? h->device : 0;
+
+	s = table_put(&ms->segments, addr);
+	if (!s)
+		return -1;
+	s->size = size;
+	s->ts = ts;
+	s->device = device;
+	s->kind = MEM_SEG_MAPPED;
+	s->stack_id = stack_id;
+	s->handle = handle;
+	s->stream = 0;
+	ms->st.maps++;
+	record(ms, MEM_ACT_SEGMENT_MAP, device, addr, size, 0, stack_id, ts);
+	return device;
+}
+
+int memsnap__unmap(struct memsnap *ms, uint64_t ts, uint64_t addr, uint64_t size)
+{
+	struct live *s = table_find(&ms->segments, addr);
+	int device;
+
+	if (!s || s->kind != MEM_SEG_MAPPED) {
+		ms->st.unmaps_unknown++;
+		return -1;
+	}
+	table_take(&ms->segments, addr);
+	device = s->device;
+	ms->st.unmaps++;
+	record(ms, MEM_ACT_SEGMENT_UNMAP, device, addr, size ? size : s->size, 0, -1, ts);
+	free(s);
+	return device;
+}
+
+int memsnap__oom(struct memsnap *ms, uint64_t ts, int device, uint64_t size, uint64_t stream,
+		 int32_t stack_id)
+{
+	if (!valid_device(device))
+		device = 0;
+	ms->st.ooms++;
+	record(ms, MEM_ACT_OOM, device, 0, size, stream, stack_id, ts);
+	return device;
+}
+
+const struct mem_device_bytes *memsnap__device(const struct memsnap *ms, int device)
+{
+	return valid_device(device) ? &ms->dev[device] : NULL;
+}
+
+int memsnap__nr_devices(const struct memsnap *ms)
+{
+	return ms->nr_devices;
+}
+
+const struct memsnap_stats *memsnap__stats(const struct memsnap *ms)
+{
+	return &ms->st;
+}
+
+int memsnap__device_of(const struct memsnap *ms, uint64_t addr, uint64_t *size)
+{
+	const struct live *e = table_find(&ms->blocks, addr);
+
+	if (!e)
+		e = table_find(&ms->segments, addr);
+	if (!e)
+		return -1;
+	if (size)
+		*size = e->size;
+	return e->device;
+}
+
+/* ---- snapshot ---------------------------------------------------------------------------- */
+
+static uint64_t round_block(uint64_t size)
+{
+	return size < BLOCK_ROUND ? BLOCK_ROUND : (size + BLOCK_ROUND - 1) / BLOCK_ROUND * BLOCK_ROUND;
+}
+
+static cJSON *frames_json(const struct memsnap_info *info, int32_t stack_id)
+{
+	cJSON *arr = cJSON_CreateArray();
+	struct mem_frame frames[64];
+	int n = 0;
+
+	if (!arr)
+		return NULL;
+	if (info && info->stack_fn && stack_id >= 0)
+		n = info->stack_fn(info->stack_ctx, stack_id, frames, 64);
+	for (int i = 0; i < n; i++) {
+		cJSON *f = cJSON_CreateObject();
+
+		cJSON_AddStringToObject(f, "filename", frames[i].filename);
+		cJSON_AddNumberToObject(f, "line", 0);
+		cJSON_AddStringToObject(f, "name", frames[i].name);
+		cJSON_AddItemToArray(arr, f);
+	}
+	return arr;
+}
+
+static double time_us(const struct memsnap *ms, uint64_t ts)
+{
+	int64_t rel = (int64_t)(ts - ms->base_mono);
+
+	return (double)((int64_t)(ms->base_real / 1000) + rel / 1000);
+}
+
+static cJSON *block_json(uint64_t addr, uint64_t size, uint64_t requested, const char *state,
+			 cJSON *frames)
+{
+	cJSON *b = cJSON_CreateObject();
+
+	cJSON_AddNumberToObject(b, "address", (double)addr);
+	cJSON_AddNumberToObject(b, "size", (double)size);
+	cJSON_AddNumberToObject(b, "requested_size", (double)requested);
+	cJSON_AddStringToObject(b, "state", state);
+	cJSON_AddItemToObject(b, "frames", frames ? frames : cJSON_CreateArray());
+	return b;
+}
+
+/* One memory_viz segment; its blocks are the live blocks inside it, the gaps between them
+ * "inactive" (cached by the allocator, or never carved). Consumes blocks[*bi..] that lie
+ * inside. */
+static cJSON *segment_json(const struct memsnap_info *info, uint64_t addr, uint64_t total,
+			   int device, uint64_t stream, const char *kind, bool inferred, bool expandable,
+			   int32_t stack_id, struct live **blocks, size_t nr_blocks, size_t *bi)
+{
+	cJSON *s = cJSON_CreateObject(), *arr;
+	uint64_t allocated = 0, requested = 0, cursor = addr, end = addr + total;
+
+	cJSON_AddNumberToObject(s, "device", device);
+	cJSON_AddNumberToObject(s, "address", (double)addr);
+	cJSON_AddNumberToObject(s, "total_size", (double)total);
+	cJSON_AddNumberToObject(s, "stream", (double)stream);
+	cJSON_AddStringToObject(s, "segment_type", total <= SMALL_SEGMENT ? "small" : "large");
+	cJSON_AddNumberToObject(s, "segment_pool_id", 0);
+	cJSON_AddBoolToObject(s, "is_expandable", expandable);
+	cJSON_AddStringToObject(s, "tptrace_source", kind);
+	if (inferred)
+		cJSON_AddBoolToObject(s, "tptrace_inferred", true);
+	cJSON_AddItemToObject(s, "frames", frames_json(info, stack_id));
+	arr = cJSON_AddArrayToObject(s, "blocks");
+	while (*bi < nr_blocks && blocks[*bi]->key < end) {
+		struct live *b = blocks[(*bi)++];
+		uint64_t size = round_block(b->size);
+
+		if (b->key + size > end)
+			size = end - b->key;
+		if (b->key > cursor)
+			cJSON_AddItemToArray(arr, block_json(cursor, b->key - cursor, 0, "inactive", NULL));
+		cJSON_AddItemToArray(arr, block_json(b->key, size, b->size, "active_allocated",
+						     frames_json(info, b->stack_id)));
+		allocated += size;
+		requested += b->size;
+		cursor = b->key + size;
+	}
+	if (cursor < end)
+		cJSON_AddItemToArray(arr, block_json(cursor, end - cursor, 0, "inactive", NULL));
+	cJSON_AddNumberToObject(s, "allocated_size", (double)allocated);
+	cJSON_AddNumberToObject(s, "active_size", (double)allocated);
+	cJSON_AddNumberToObject(s, "requested_size", (double)requested);
+	return s;
+}
+
+static cJSON *segments_json(struct memsnap *ms, const struct memsnap_info *info)
+{
+	struct live **segs = table_sorted(&ms->segments), **blocks = table_sorted(&ms->blocks);
+	cJSON *arr = cJSON_CreateArray();
+	size_t bi = 0;
+
+	if (!segs || !blocks || !arr) {
+		free(segs);
+		free(blocks);
+		cJSON_Delete(arr);
+		return NULL;
+	}
+	for (size_t i = 0; i < ms->segments.nr; i++) {
+		struct live *s = segs[i];
+
+		if (!on_device(s->kind))
+			continue;
+		/* blocks below this segment belong to no known segment */
+		while (bi < ms->blocks.nr && blocks[bi]->key < s->key) {
+			struct live *b = blocks[bi];
+
+			cJSON_AddItemToArray(arr, segment_json(info, b->key, round_block(b->size),
+				b->device, b->stream, "before_attach", true, false, -1, blocks,
+				ms->blocks.nr, &bi));
+		}
+		cJSON_AddItemToArray(arr, segment_json(info, s->key, s->size, s->device, s->stream,
+			seg_what[s->kind], false, s->kind == MEM_SEG_MAPPED, s->stack_id, blocks,
+			ms->blocks.nr, &bi));
+	}
+	while (bi < ms->blocks.nr) {
+		struct live *b = blocks[bi];
+
+		cJSON_AddItemToArray(arr, segment_json(info, b->key, round_block(b->size), b->device,
+			b->stream, "before_attach", true, false, -1, blocks, ms->blocks.nr, &bi));
+	}
+	free(segs);
+	free(blocks);
+	return arr;
+}
+
+static cJSON *traces_json(struct memsnap *ms, const struct memsnap_info *info)
+{
+	cJSON *traces = cJSON_CreateArray(), *per_dev[MEMSNAP_MAX_DEVICES];
+
+	for (int d = 0; d < ms->nr_devices; d++) {
+		per_dev[d] = cJSON_CreateArray();
+		cJSON_AddItemToArray(traces, per_dev[d]);
+	}
+	for (size_t i = 0; i < ms->hist_nr; i++) {
+		const struct mem_event *e = &ms->hist[(ms->hist_start + i) % ms->hist_cap];
+		cJSON *o = cJSON_CreateObject();
+
+		cJSON_AddStringToObject(o, "action", action_names[e->action]);
+		cJSON_AddNumberToObject(o, "addr", (double)e->addr);
+		cJSON_AddNumberToObject(o, "size", (double)e->size);
+		cJSON_AddNumberToObject(o, "stream", (double)e->stream);
+		cJSON_AddItemToObject(o, "frames", frames_json(info, e->stack_id));
+		cJSON_AddNumberToObject(o, "time_us", time_us(ms, e->ts));
+		if (e->action == MEM_ACT_OOM)
+			cJSON_AddNumberToObject(o, "device_free", 0);
+		cJSON_AddItemToArray(per_dev[e->device], o);
+	}
+	return traces;
+}
+
+static cJSON *settings_json(const struct memsnap_info *info)
+{
+	cJSON *o = cJSON_CreateObject();
+	const char *conf = info ? info->alloc_conf : NULL;
+
+	cJSON_AddStringToObject(o, "PYTORCH_CUDA_ALLOC_CONF", conf ? conf : "");
+	cJSON_AddBoolToObject(o, "expandable_segments",
+			      conf && strstr(conf, "expandable_segments:True"));
+	cJSON_AddStringToObject(o, "tptrace_source", conf ? "environment of the process" :
+				"PYTORCH_CUDA_ALLOC_CONF not set in the process: defaults");
+	return o;
+}
+
+static cJSON *leaks_json(struct memsnap *ms, const struct memsnap_info *info)
+{
+	struct mem_leak_group *g = NULL;
+	cJSON *arr = cJSON_CreateArray();
+	int n = memsnap__leak_groups(ms, &g);
+	char site[512];
+
+	for (int i = 0; i < n; i++) {
+		cJSON *o = cJSON_CreateObject();
+
+		cJSON_AddStringToObject(o, "what", g[i].what);
+		cJSON_AddNumberToObject(o, "device", g[i].device);
+		cJSON_AddNumberToObject(o, "size", (double)g[i].size);
+		cJSON_AddNumberToObject(o, "count", (double)g[i].count);
+		cJSON_AddNumberToObject(o, "total", (double)g[i].total);
+		cJSON_AddStringToObject(o, "call_site",
+					memsnap__call_site(info, g[i].stack_id, site, sizeof(site)));
+		cJSON_AddItemToObject(o, "frames", frames_json(info, g[i].stack_id));
+		cJSON_AddItemToArray(arr, o);
+	}
+	free(g);
+	return arr;
+}
+
+cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
+{
+	cJSON *root = cJSON_CreateObject(), *tp, *devs, *counts;
+	char buf[32];
+
+	if (!root)
+		return NULL;
+	cJSON_AddItemToObject(root, "segments", segments_json(ms, info));
+	cJSON_AddItemToObject(root, "device_traces", traces_json(ms, info));
+	cJSON_AddItemToObject(root, "allocator_settings", settings_json(info));
+	tp = cJSON_AddObjectToObject(root, "tptrace");
+	cJSON_AddStringToObject(tp, "version", info && info->version ? info->version : "");
+	if (info) {
+		cJSON_AddNumberToObject(tp, "pid", info->pid);
+		cJSON_AddStringToObject(tp, "comm", info->comm ? info->comm : "");
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)info->attach_real_ns);
+		cJSON_AddItemToObject(tp, "attach_unix_ns", cJSON_CreateRaw(buf));
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)info->end_real_ns);
+		cJSON_AddItemToObject(tp, "end_unix_ns", cJSON_CreateRaw(buf));
+	}
+	cJSON_AddStringToObject(tp, "unknown",
+		"allocations before attach are not known: counters start at 0 at attach; frees of "
+		"blocks or segments allocated before attach are counted (frees_unknown, "
+		"segment_frees_unknown) but not in device_traces, whose device and size they lack; "
+		"live blocks with no segment seen around them are reported in a segment of their own "
+		"with tptrace_inferred: true and tptrace_source: before_attach, whose real extent is "
+		"unknown; free_completed carries the time of free_requested (no probe tells when the "
+		"streams using a block are done); frames are native (no Python frames yet), line 0");
+	counts = cJSON_AddObjectToObject(tp, "counts");
+	cJSON_AddNumberToObject(counts, "allocs", (double)ms->st.allocs);
+	cJSON_AddNumberToObject(counts, "frees", (double)ms->st.frees);
+	cJSON_AddNumberToObject(counts, "frees_unknown", (double)ms->st.frees_unknown);
+	cJSON_AddNumberToObject(counts, "segment_allocs", (double)ms->st.segment_allocs);
+	cJSON_AddNumberToObject(counts, "segment_frees", (double)ms->st.segment_frees);
+	cJSON_AddNumberToObject(counts, "segment_frees_unknown", (double)ms->st.segment_frees_unknown);
+	cJSON_AddNumberToObject(counts, "maps", (double)ms->st.maps);
+	cJSON_AddNumberToObject(counts, "unmaps", (double)ms->st.unmaps);
+	cJSON_AddNumberToObject(counts, "unmaps_unknown", (double)ms->st.unmaps_unknown);
+	cJSON_AddNumberToObject(counts, "handles_released_unknown",
+				(double)ms->st.handles_released_unknown);
+	cJSON_AddNumberToObject(counts, "ooms", (double)ms->st.ooms);
+	cJSON_AddNumberToObject(counts, "history_dropped", (double)ms->st.history_dropped);
+	cJSON_AddNumberToObject(tp, "pinned_host_bytes_live", (double)ms->st.host_bytes);
+	cJSON_AddNumberToObject(tp, "managed_bytes_live", (double)ms->st.managed_bytes);
+	devs = cJSON_AddArrayToObject(tp, "devices");
+	for (int d = 0; d < ms->nr_devices; d++) {
+		cJSON *o = cJSON_CreateObject();
+
+		cJSON_AddNumberToObject(o, "device", d);
+		cJSON_AddNumberToObject(o, "bytes_allocated", (double)ms->dev[d].allocated);
+		cJSON_AddNumberToObject(o, "bytes_reserved", (double)ms->dev[d].reserved);
+		cJSON_AddNumberToObject(o, "peak_bytes_allocated", (double)ms->dev[d].peak_allocated);
+		cJSON_AddNumberToObject(o, "peak_bytes_reserved", (double)ms->dev[d].peak_reserved);
+		cJSON_AddItemToArray(devs, o);
+	}
+	cJSON_AddItemToObject(tp, "live_by_call_site", leaks_json(ms, info));
+	return root;
+}
+
+/* ---- pickle ------------------------------------------------------------------------------ */
+
+/* Protocol 2 opcodes; every reader of protocols 2-4 accepts them. */
+static int put_pickle(const cJSON *item, FILE *f)
+{
+	if (cJSON_IsObject(item) || cJSON_IsArray(item)) {
+		bool dict = cJSON_IsObject(item);
+		int n = 0;
+
+		fputc(dict ? '}' : ']', f);		/* EMPTY_DICT / EMPTY_LIST */
+		for (const cJSON *c = item->child; c; c = c->next) {
+			if (n % 1000 == 0)
+				fputc('(', f);		/* MARK */
+			if (dict) {
+				cJSON key = { .type = cJSON_String, .valuestring = c->string };
+
+				put_pickle(&key, f);
+			}
+			put_pickle(c, f);
+			if (++n % 1000 == 0)
+				fputc(dict ? 'u' : 'e', f);	/* SETITEMS / APPENDS */
+		}
+		if (n % 1000)
+			fputc(dict ? 'u' : 'e', f);
+	} else if (cJSON_IsString(item)) {
+		uint32_t len = strlen(item->valuestring);
+
+		fputc('X', f);				/* BINUNICODE: 4-byte LE length, UTF-8 */
+		fwrite(&len, 4, 1, f);
+		fwrite(item->valuestring, 1, len, f);
+	} else if (cJSON_IsBool(item)) {
+		fputc(cJSON_IsTrue(item) ? 0x88 : 0x89, f);	/* NEWTRUE / NEWFALSE */
+	} else if (cJSON_IsNumber(item) || cJSON_IsRaw(item)) {
+		double v = cJSON_IsRaw(item) ? strtod(item->valuestring, NULL) : item->valuedouble;
+		long long iv = cJSON_IsRaw(item) ? strtoll(item->valuestring, NULL, 10) : (long long)v;
+
+		if (cJSON_IsRaw(item) || (v == (double)iv && v > -9.2e18 && v < 9.2e18)) {
+			unsigned char bytes[8];
+			int n = 8;
+
+			/* LONG1: little-endian two's complement, trimmed to the shortest form */
+			for (int i = 0; i < 8; i++)
+				bytes[i] = (unsigned char)((unsigned long long)iv >> (8 * i));
+			while (n > 1 && ((bytes[n - 1] == 0x00 && !(bytes[n - 2] & 0x80)) ||
+					 (bytes[n - 1] == 0xff && (bytes[n - 2] & 0x80))))
+				n--;
+			fputc(0x8a, f);
+			fputc(n, f);
+			fwrite(bytes, 1, n, f);
+		} else {
+			unsigned char be[8];
+			uint64_t bits;
+
+			memcpy(&bits, &v, 8);
+			for (int i = 0; i < 8; i++)
+				be[i] = (unsigned char)(bits >> (56 - 8 * i));
+			fputc('G', f);			/* BINFLOAT: big-endian double */
+			fwrite(be, 1, 8, f);
+		}
+	} else {
+		fputc('N', f);				/* None */
+	}
+	return ferror(f) ? -EIO : 0;
+}
+
+int memsnap__write_pickle(const cJSON *root, FILE *f)
+{
+	fputc(0x80, f);		/* PROTO 2 */
+	fputc(2, f);
+	put_pickle(root, f);
+	fputc('.', f);		/* STOP */
+	return ferror(f) ? -EIO : 0;
+}
+
+/* ---- live allocations by call site ------------------------------------------------------- */
+
+const char *memsnap__call_site(const struct memsnap_info *info, int32_t stack_id, char *buf,
+			       int size)
+{
+	struct mem_frame frames[64];
+	int n = 0;
+
+	buf[0] = '\0';
+	if (info && info->stack_fn && stack_id >= 0)
+		n = info->stack_fn(info->stack_ctx, stack_id, frames, 64);
+	for (int i = 0; i < n; i++) {
+		if (!frames[i].internal) {
+			const char *base = strrchr(frames[i].filename, '/');
+
+			snprintf(buf, size, "%s (%s)", frames[i].name, base ? base + 1 : frames[i].filename);
+			break;
+		}
+	}
+	return buf;
+}
+
+static int add_group(struct mem_leak_group **g, int *n, int *cap, const char *what, int device,
+		     const struct live *e)
+{
+	for (int i = 0; i < *n; i++) {
+		struct mem_leak_group *x = &(*g)[i];
+
+		if (x->device == device && x->size == e->size && x->stack_id == e->stack_id &&
+		    !strcmp(x->what, what)) {
+			x->count++;
+			x->total += e->size;
+			if (e->ts < x->first_ts)
+				x->first_ts = e->ts;
+			return 0;
+		}
+	}
+	if (*n == *cap) {
+		int ncap = *cap ? *cap * 2 : 32;
+		struct mem_leak_group *ng = realloc(*g, ncap * sizeof(*ng));
+
+		if (!ng)
+			return -ENOMEM;
+		*g = ng;
+		*cap = ncap;
+	}
+	(*g)[(*n)++] = (struct mem_leak_group){ what, device, e->stack_id, e->size, 1, e->size, e->ts };
+	return 0;
+}
+
+static int cmp_group(const void *a, const void *b)
+{
+	const struct mem_leak_group *x = a, *y = b;
+
+	if (x->total != y->total)
+		return x->total > y->total ? -1 : 1;
+	if (x->count != y->count)
+		return x->count > y->count ? -1 : 1;
+	return x->first_ts < y->first_ts ? -1 : x->first_ts > y->first_ts;
+}
+
+/* Grouped by full stack (stack id): two stacks through one call site stay apart, which keeps
+ * this free of symbolization; the report names each group's call site. */
+int memsnap__leak_groups(const struct memsnap *ms, struct mem_leak_group **groups)
+{
+	struct mem_leak_group *g = NULL;
+	int n = 0, cap = 0;
+
+	*groups = NULL;
+	for (size_t i = 0; i < ms->blocks.nbuckets; i++)
+		for (struct live *e = ms->blocks.buckets[i]; e; e = e->next)
+			if (add_group(&g, &n, &cap, "pytorch:malloc", e->device, e)) {
+				free(g);
+				return -ENOMEM;
+			}
+	for (size_t i = 0; i < ms->segments.nbuckets; i++)
+		for (struct live *e = ms->segments.buckets[i]; e; e = e->next)
+			if (add_group(&g, &n, &cap, seg_what[e->kind], e->device, e)) {
+				free(g);
+				return -ENOMEM;
+			}
+	if (n)
+		qsort(g, n, sizeof(*g), cmp_group);
+	*groups = g;
+	return n;
+}
+
+static void print_group(const struct mem_leak_group *g, const struct memsnap_info *info, FILE *f)
+{
+	struct mem_frame frames[64];
+	char site[512], dev[16];
+	int n = 0;
+
+	if (g->device >= 0)
+		snprintf(dev, sizeof(dev), "cuda:%d", g->device);
+	else
+		snprintf(dev, sizeof(dev), "host");
+	memsnap__call_site(info, g->stack_id, site, sizeof(site));
+	fprintf(f, "  %llu bytes: %llu x %llu bytes  %s  %s  at %s\n", (unsigned long long)g->total,
+		(unsigned long long)g->count, (unsigned long long)g->size, dev, g->what,
+		site[0] ? site : "[no stack]");
+	if (info && info->stack_fn && g->stack_id >= 0)
+		n = info->stack_fn(info->stack_ctx, g->stack_id, frames, 64);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "      #%-2d 0x%llx %s (%s)\n", i, (unsigned long long)frames[i].addr,
+			frames[i].name, frames[i].filename[0] ? frames[i].filename : "?");
+}
+
+void memsnap__leak_report(const struct memsnap *ms, const struct memsnap_info *info, FILE *f)
+{
+	struct mem_leak_group *g = NULL;
+	uint64_t blocks = 0, block_bytes = 0, segs = 0, seg_bytes = 0;
+	int n = memsnap__leak_groups(ms, &g);
+
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(g[i].what, "pytorch:malloc")) {
+			blocks += g[i].count;
+			block_bytes += g[i].total;
+		} else {
+			segs += g[i].count;
+			seg_bytes += g[i].total;
+		}
+	}
+	fprintf(f, "pid %d (%s): live allocations made since attach, largest first\n",
+		info ? info->pid : 0, info && info->comm ? info->comm : "?");
+	fprintf(f, "  (allocations made before attach are not known; native stacks only: Python "
+		"stacks are not captured yet)\n");
+	fprintf(f, "tensor blocks (pytorch:malloc): %llu live, %llu bytes\n",
+		(unsigned long long)blocks, (unsigned long long)block_bytes);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(g[i].what, "pytorch:malloc"))
+			print_group(&g[i], info, f);
+	fprintf(f, "segments and direct allocations (cudaMalloc & co): %llu live, %llu bytes\n",
+		(unsigned long long)segs, (unsigned long long)seg_bytes);
+	for (int i = 0; i < n; i++)
+		if (strcmp(g[i].what, "pytorch:malloc"))
+			print_group(&g[i], info, f);
+	free(g);
+}
