@@ -49,6 +49,10 @@
  * In the sim each NCCL op (the group: one) is one kernel on s lasting TPSIM_NCCL_US (200 µs) +
  * bytes / TPSIM_NCCL_GBPS once all ranks arrived; a healthy 5-step 4-rank run takes ~20 ms.
  *
+ * Benchmark shape (not used by the fault tests): --kernels K --compute-us US launches K
+ * kernels of US µs each (cudaLaunchKernel of fake_compute on s) before call 1 of every step;
+ * --poll-ms P makes the watchdog poll every P ms instead of 1 ms (PyTorch's sleeps 100 ms).
+ *
  * Scenarios: only the culprit (default rank 1) misbehaves, only at step K (default S-1).
  * Outcomes are for the sim's default TPSIM_NCCL_HANG_ON=kind.
  *   healthy      nothing; all ranks DONE.
@@ -113,6 +117,7 @@ static const char *scenario_names[] = {
 
 struct opts {
 	int rank, nranks, steps, culprit, fault_step, late_ms;
+	int kernels, compute_us, poll_ms;	/* benchmark shape: compute before the collectives */
 	const char *id_file;
 	enum scenario scenario;
 	bool split, init_after_go, hold;
@@ -129,6 +134,14 @@ static struct {
 } wd = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 /* "Device code" of the stuck scenario: never run on the host. */
+static int poll_us = 1000;
+
+/* --kernels K --compute-us US: K launches of this before each step's collectives, US each */
+__attribute__((noinline)) void fake_compute(int *flag)
+{
+	*flag = 2;
+}
+
 __attribute__((noinline)) void fake_stuck(int *flag)
 {
 	*flag = 1;
@@ -168,7 +181,7 @@ static void *watchdog_main(void *arg)
 		pthread_mutex_unlock(&wd.lock);
 		while ((err = cudaEventQuery(wd.ev)) == cudaErrorNotReady) {
 			wd.not_ready++;
-			usleep(1000);
+			usleep(poll_us);
 		}
 		cuda_check(err, "cudaEventQuery");
 		pthread_mutex_lock(&wd.lock);
@@ -248,7 +261,7 @@ static void usage(void)
 	fprintf(stderr, "usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S] "
 		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error] "
 		"[--culprit C] [--fault-step K] [--late-ms MS] [--split] [--init-before-ready|"
-		"--init-after-go] [--hold]\n");
+		"--init-after-go] [--hold] [--kernels K --compute-us US] [--poll-ms P]\n");
 	exit(2);
 }
 
@@ -286,6 +299,12 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->init_after_go = true;
 		else if (!strcmp(a, "--hold"))
 			o->hold = true;
+		else if (!strcmp(a, "--kernels"))
+			o->kernels = (int)hs_parse_long(a, v), i++;
+		else if (!strcmp(a, "--compute-us"))
+			o->compute_us = (int)hs_parse_long(a, v), i++;
+		else if (!strcmp(a, "--poll-ms"))
+			o->poll_ms = (int)hs_parse_long(a, v), i++;
 		else
 			usage();
 	}
@@ -340,6 +359,10 @@ int main(int argc, char **argv)
 		cuda_check(cudaStreamCreate(&s_stuck), "cudaStreamCreate");
 		tpsim_set_kernel_us((const void *)fake_stuck, STUCK_US);
 	}
+	if (o.kernels > 0)
+		tpsim_set_kernel_us((const void *)fake_compute, o.compute_us > 0 ? o.compute_us : 100);
+	if (o.poll_ms > 0)
+		poll_us = o.poll_ms * 1000;
 	if (!o.init_after_go)
 		comm_setup(&o, &comm, &split_comm);
 	hs_info("nccl_rank rank=%d nranks=%d steps=%d scenario=%s culprit=%d fault_step=%d "
@@ -379,6 +402,14 @@ int main(int argc, char **argv)
 			break;
 		default:
 			break;
+		}
+		for (int k = 0; k < o.kernels; k++) {
+			dim3 grid = { 108, 1, 1 }, block = { 256, 1, 1 };
+			int *flag = &stuck_flag;
+			void *args[] = { &flag };
+
+			cuda_check(cudaLaunchKernel((const void *)fake_compute, grid, block, args, 0, s),
+				   "cudaLaunchKernel");
 		}
 		if (sc != SC_SKIP)
 			nccl_check(ncclAllReduce(ar_send, ar_recv, ar_count, ar_type, ar_op, comm, s),

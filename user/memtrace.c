@@ -1,0 +1,936 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <libelf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <cjson/cJSON.h>
+#include "mem.skel.h"
+#include "mem.h"
+#include "demangle.h"
+#include "elfsym.h"
+#include "hashmap.h"
+#include "log.h"
+#include "memsnap.h"
+#include "memtrace.h"
+#include "procmaps.h"
+#include "target.h"
+#include "trace_json.h"
+
+#ifndef TPTRACE_VERSION
+#define TPTRACE_VERSION "0.0.0"
+#endif
+
+enum mem_api_kind { K_ALLOC, K_FREE, K_SET_DEVICE, K_VMM_CREATE, K_VMM_RELEASE, K_VMM_MAP,
+		    K_VMM_UNMAP };
+
+/* What each probed function takes (x86-64 SysV: integer arguments in rdi rsi rdx rcx r8 r9,
+ * args[0..5]); -1 = absent. The out-pointer is read at return: the allocated address or
+ * handle. cudaError_t and CUresult are ints in eax; 2 is out of memory in both enums
+ * (cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY). */
+struct mem_api {
+	const char *symbol;
+	uint8_t kind;		/* enum mem_api_kind */
+	uint8_t seg;		/* enum mem_seg_kind */
+	bool driver;
+	int8_t out, size, ptr, stream, flags;
+	int8_t deref;		/* pointer argument read at entry ... */
+	uint8_t deref_off;	/* ... at this offset (8 bytes) */
+};
+
+#define NO -1
+static const struct mem_api mem_apis[] = {
+	/* cudaMalloc(void **devPtr, size_t size) */
+	{ "cudaMalloc", K_ALLOC, MEM_SEG_DEVICE, false, 0, 1, NO, NO, NO, NO, 0 },
+	/* cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream) */
+	{ "cudaMallocAsync", K_ALLOC, MEM_SEG_ASYNC, false, 0, 1, NO, 2, NO, NO, 0 },
+	{ "cudaMallocAsync_ptsz", K_ALLOC, MEM_SEG_ASYNC, false, 0, 1, NO, 2, NO, NO, 0 },
+	/* cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t) */
+	{ "cudaMallocFromPoolAsync", K_ALLOC, MEM_SEG_ASYNC, false, 0, 1, NO, 3, NO, NO, 0 },
+	{ "cudaMallocFromPoolAsync_ptsz", K_ALLOC, MEM_SEG_ASYNC, false, 0, 1, NO, 3, NO, NO, 0 },
+	/* cudaMallocHost(void **ptr, size_t size) */
+	{ "cudaMallocHost", K_ALLOC, MEM_SEG_HOST, false, 0, 1, NO, NO, NO, NO, 0 },
+	/* cudaHostAlloc(void **pHost, size_t size, unsigned int flags) */
+	{ "cudaHostAlloc", K_ALLOC, MEM_SEG_HOST, false, 0, 1, NO, NO, 2, NO, 0 },
+	/* cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) */
+	{ "cudaMallocManaged", K_ALLOC, MEM_SEG_MANAGED, false, 0, 1, NO, NO, 2, NO, 0 },
+	/* cudaFree(void *devPtr): device and managed memory */
+	{ "cudaFree", K_FREE, MEM_SEG_DEVICE, false, NO, NO, 0, NO, NO, NO, 0 },
+	/* cudaFreeAsync(void *devPtr, cudaStream_t hStream) */
+	{ "cudaFreeAsync", K_FREE, MEM_SEG_ASYNC, false, NO, NO, 0, 1, NO, NO, 0 },
+	{ "cudaFreeAsync_ptsz", K_FREE, MEM_SEG_ASYNC, false, NO, NO, 0, 1, NO, NO, 0 },
+	/* cudaFreeHost(void *ptr) */
+	{ "cudaFreeHost", K_FREE, MEM_SEG_HOST, false, NO, NO, 0, NO, NO, NO, 0 },
+	/* cudaSetDevice(int device): the device of later cudaMalloc calls on this thread */
+	{ "cudaSetDevice", K_SET_DEVICE, 0, false, NO, NO, NO, NO, NO, NO, 0 },
+	/* cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) */
+	{ "cuMemAlloc_v2", K_ALLOC, MEM_SEG_DEVICE, true, 0, 1, NO, NO, NO, NO, 0 },
+	/* cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) */
+	{ "cuMemAllocAsync", K_ALLOC, MEM_SEG_ASYNC, true, 0, 1, NO, 2, NO, NO, 0 },
+	/* cuMemFree_v2(CUdeviceptr dptr) */
+	{ "cuMemFree_v2", K_FREE, MEM_SEG_DEVICE, true, NO, NO, 0, NO, NO, NO, 0 },
+	/* cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) */
+	{ "cuMemFreeAsync", K_FREE, MEM_SEG_ASYNC, true, NO, NO, 0, 1, NO, NO, 0 },
+	/* cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+	 *             const CUmemAllocationProp *prop, unsigned long long flags):
+	 * prop->location {type @8, id @12}: one u64 at offset 8, type low, device id high */
+	{ "cuMemCreate", K_VMM_CREATE, MEM_SEG_MAPPED, true, 0, 1, NO, NO, 3, 2, 8 },
+	/* cuMemRelease(CUmemGenericAllocationHandle handle) */
+	{ "cuMemRelease", K_VMM_RELEASE, MEM_SEG_MAPPED, true, NO, NO, 0, NO, NO, NO, 0 },
+	/* cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle
+	 *          handle, unsigned long long flags) */
+	{ "cuMemMap", K_VMM_MAP, MEM_SEG_MAPPED, true, NO, 1, 0, NO, 4, NO, 0 },
+	/* cuMemUnmap(CUdeviceptr ptr, size_t size) */
+	{ "cuMemUnmap", K_VMM_UNMAP, MEM_SEG_MAPPED, true, NO, 1, 0, NO, NO, NO, 0 },
+};
+#undef NO
+#define NR_MEM_APIS ((int)(sizeof(mem_apis) / sizeof(mem_apis[0])))
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define C10_DEVICE_TYPE_CUDA 1
+#define ERR_OUT_OF_MEMORY 2
+
+enum obj_flags { OBJ_SEEN = 1, OBJ_USDT = 2, OBJ_RUNTIME = 4, OBJ_DRIVER = 8 };
+
+/* A symbolized code address, cached. */
+struct frame_sym {
+	bool internal;
+	const char *file;	/* owned by the target's objects or maps; "" */
+	char name[];
+};
+
+struct memtrace {
+	struct target *t;
+	struct trace_json *tj;
+	struct mem_bpf *skel;
+	struct ring_buffer *rb;
+	struct memsnap *snap;
+	struct bpf_link **links;
+	int nr_links, cap_links;
+	uint8_t *obj_flags;		/* per t->objs index */
+	int nr_objs_seen;
+	struct u64map tid_device;	/* tid -> device + 1 (cudaSetDevice) */
+	struct u64map syms;		/* address -> struct frame_sym * */
+	struct memtrace_stats st;
+	char *alloc_conf;
+	char **paths;			/* libraries probed, for the metadata */
+	int nr_paths;
+	uint64_t last_counter_ns[MEMSNAP_MAX_DEVICES];
+	bool any_host, any_managed;
+};
+
+/* ---- finding probes ------------------------------------------------------------------------ */
+
+/* True when path has a .note.stapsdt note of this provider (NT_STAPSDT = 3; the descriptor
+ * holds pc, base, semaphore addresses, then "provider\0name\0args\0"). */
+static bool has_usdt_provider(const char *path, const char *provider)
+{
+	bool found = false;
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+	Elf *elf;
+	int fd;
+
+	elf_version(EV_CURRENT);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf || elf_getshdrstrndx(elf, &shstrndx)) {
+		if (elf)
+			elf_end(elf);
+		close(fd);
+		return false;
+	}
+	while (!found && (scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		const char *name;
+		Elf_Data *data;
+		size_t off = 0, name_off, desc_off;
+		GElf_Nhdr nh;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE)
+			continue;
+		name = elf_strptr(elf, shstrndx, sh.sh_name);
+		if (!name || strcmp(name, ".note.stapsdt"))
+			continue;
+		data = elf_getdata(scn, NULL);
+		if (!data)
+			continue;
+		while (!found && (off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+			const char *desc = (const char *)data->d_buf + desc_off;
+			size_t skip = 3 * (gelf_getclass(elf) == ELFCLASS32 ? 4 : 8);
+
+			if (nh.n_type != 3 || nh.n_descsz <= skip)
+				continue;
+			if (strnlen(desc + skip, nh.n_descsz - skip) < nh.n_descsz - skip &&
+			    !strcmp(desc + skip, provider))
+				found = true;
+		}
+	}
+	elf_end(elf);
+	close(fd);
+	return found;
+}
+
+static int add_link(struct memtrace *mt, struct bpf_link *link)
+{
+	if (mt->nr_links == mt->cap_links) {
+		int cap = mt->cap_links ? mt->cap_links * 2 : 32;
+		struct bpf_link **n = realloc(mt->links, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		mt->links = n;
+		mt->cap_links = cap;
+	}
+	mt->links[mt->nr_links++] = link;
+	return 0;
+}
+
+static void add_path(struct memtrace *mt, const char *path, const char *what)
+{
+	char **n = realloc(mt->paths, (mt->nr_paths + 1) * sizeof(*n));
+	char buf[4200];
+
+	if (!n)
+		return;
+	mt->paths = n;
+	snprintf(buf, sizeof(buf), "%s: %s", what, path);
+	mt->paths[mt->nr_paths] = strdup(buf);
+	if (mt->paths[mt->nr_paths])
+		mt->nr_paths++;
+}
+
+static uint64_t api_cookie(int id)
+{
+	const struct mem_api *a = &mem_apis[id];
+	uint64_t c = (uint64_t)id;
+
+	c |= a->driver ? MEM_COOKIE_DRIVER : MEM_COOKIE_RUNTIME;
+	if (a->kind == K_ALLOC || a->kind == K_VMM_CREATE || a->kind == K_VMM_MAP)
+		c |= MEM_COOKIE_STACK;
+	if (a->out >= 0)
+		c |= (uint64_t)(a->out + 1) << MEM_COOKIE_OUT_SHIFT;
+	if (a->deref >= 0)
+		c |= (uint64_t)(a->deref + 1) << MEM_COOKIE_DEREF_SHIFT |
+		     (uint64_t)a->deref_off << MEM_COOKIE_OFF_SHIFT;
+	return c;
+}
+
+static int attach_uprobe(struct memtrace *mt, struct target_obj *obj, struct bpf_program *prog,
+			 const char *symbol, uint64_t off, uint64_t cookie, bool ret)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret, .bpf_cookie = cookie);
+	struct bpf_link *link;
+	int err;
+
+	link = bpf_program__attach_uprobe_opts(prog, mt->t->pid, obj->open_path, off, &opts);
+	if (!link) {
+		err = -errno;
+		mt->st.attach_errors++;
+		log_verbose("tptrace: failed to attach %s%s in %s (pid %d): %s\n",
+			    ret ? "return of " : "", symbol, obj->path, mt->t->pid, strerror(-err));
+		return err == -EPERM || err == -EACCES ? err : 0;
+	}
+	err = add_link(mt, link);
+	if (err) {
+		bpf_link__destroy(link);
+		return err;
+	}
+	return 1;
+}
+
+/* Entry and return probes on every function of the table present in obj (runtime or driver
+ * half). Aliases (two names, one address) are probed once. */
+static int attach_apis(struct memtrace *mt, struct target_obj *obj, bool driver)
+{
+	uint64_t done[NR_MEM_APIS];
+	int nr_done = 0, n = 0;
+
+	for (int id = 0; id < NR_MEM_APIS; id++) {
+		const struct elfsym_sym *sym;
+		uint64_t off;
+		bool dup = false;
+		int r;
+
+		if (mem_apis[id].driver != driver)
+			continue;
+		sym = elfsym__find_func(obj->es, mem_apis[id].symbol);
+		if (!sym || elfsym__vaddr_to_off(obj->es, sym->vaddr, &off))
+			continue;
+		for (int i = 0; i < nr_done; i++)
+			dup |= done[i] == off;
+		if (dup)
+			continue;
+		done[nr_done++] = off;
+		r = attach_uprobe(mt, obj, mt->skel->progs.mem_entry, mem_apis[id].symbol, off,
+				  api_cookie(id), false);
+		if (r < 0)
+			return r;
+		if (!r)
+			continue;
+		r = attach_uprobe(mt, obj, mt->skel->progs.mem_return, mem_apis[id].symbol, off,
+				  api_cookie(id), true);
+		if (r < 0)
+			return r;
+		n += r;
+	}
+	return n;
+}
+
+static int attach_usdt(struct memtrace *mt, struct target_obj *obj)
+{
+	static const char *const names[] = { "malloc", "free" };
+	struct bpf_program *progs[] = { mt->skel->progs.mem_usdt_malloc, mt->skel->progs.mem_usdt_free };
+	int n = 0;
+
+	for (int i = 0; i < 2; i++) {
+		struct bpf_link *link = bpf_program__attach_usdt(progs[i], mt->t->pid, obj->open_path,
+								  "pytorch", names[i], NULL);
+		int err;
+
+		if (!link) {
+			err = -errno;
+			mt->st.attach_errors++;
+			if (err == -EPERM || err == -EACCES)
+				return err;
+			log_verbose("tptrace: failed to attach USDT pytorch:%s in %s (pid %d): %s\n",
+				    names[i], obj->path, mt->t->pid, strerror(-err));
+			continue;
+		}
+		err = add_link(mt, link);
+		if (err) {
+			bpf_link__destroy(link);
+			return err;
+		}
+		n++;
+	}
+	return n;
+}
+
+/* Probes the objects the target found since the last call. */
+static int attach_new_objects(struct memtrace *mt)
+{
+	struct target *t = mt->t;
+	uint8_t *flags;
+
+	if (t->nr_objs <= mt->nr_objs_seen)
+		return 0;
+	flags = realloc(mt->obj_flags, t->nr_objs);
+	if (!flags)
+		return -ENOMEM;
+	mt->obj_flags = flags;
+	for (int i = mt->nr_objs_seen; i < t->nr_objs; i++) {
+		struct target_obj *obj = &t->objs[i];
+		int r;
+
+		flags[i] = OBJ_SEEN;
+		if (!obj->es)
+			continue;
+		if (has_usdt_provider(obj->open_path, "pytorch")) {
+			r = attach_usdt(mt, obj);
+			if (r < 0)
+				return r;
+			if (r > 0) {
+				flags[i] |= OBJ_USDT;
+				mt->st.usdt_probes += r;
+				add_path(mt, obj->path, "usdt");
+			}
+		}
+		if (elfsym__find_func(obj->es, "cudaMalloc")) {
+			r = attach_apis(mt, obj, false);
+			if (r < 0)
+				return r;
+			if (r > 0) {
+				flags[i] |= OBJ_RUNTIME;
+				mt->st.runtime_probes += r;
+				add_path(mt, obj->path, "cudart");
+			}
+		}
+		if (elfsym__find_func(obj->es, "cuMemAlloc_v2")) {
+			r = attach_apis(mt, obj, true);
+			if (r < 0)
+				return r;
+			if (r > 0) {
+				flags[i] |= OBJ_DRIVER;
+				mt->st.driver_probes += r;
+				add_path(mt, obj->path, "driver");
+			}
+		}
+	}
+	mt->nr_objs_seen = t->nr_objs;
+	return 0;
+}
+
+/* ---- symbolizing stacks -------------------------------------------------------------------- */
+
+static int obj_index(struct target *t, const struct vma *v)
+{
+	uint64_t dev = ((uint64_t)v->dev_major << 32) | v->dev_minor;
+
+	for (int i = 0; i < t->nr_objs; i++)
+		if (t->objs[i].dev == dev && t->objs[i].ino == v->inode)
+			return i;
+	return -1;
+}
+
+/* ret_addr: a return address (all frames but the first): look up addr - 1, which lies in the
+ * call instruction, so a call that ends its function is not given to the next one. */
+static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, bool ret_addr)
+{
+	struct target *t = mt->t;
+	const struct vma *v = t->maps ? procmaps__find(t->maps, addr) : NULL;
+	const struct elfsym_sym *sym = NULL;
+	struct target_obj *obj = NULL;
+	struct frame_sym *fs;
+	char name[1024];
+	uint64_t cached;
+	int idx = -1;
+
+	if (u64map__get(&mt->syms, addr, &cached))
+		return (const struct frame_sym *)(uintptr_t)cached;
+	if (v && v->path)
+		idx = obj_index(t, v);
+	if (idx >= 0)
+		obj = &t->objs[idx];
+	if (obj && obj->es && obj->bias_known)
+		sym = elfsym__func_at(obj->es, addr - obj->bias - (ret_addr ? 1 : 0));
+	if (sym) {
+		char *d = demangle(sym->name);
+
+		snprintf(name, sizeof(name), "%s+0x%" PRIx64, d ? d : sym->name,
+			 addr - obj->bias - sym->vaddr);
+		free(d);
+	} else if (v && v->path) {
+		const char *base = strrchr(v->path, '/');
+
+		snprintf(name, sizeof(name), "%s+0x%" PRIx64, base ? base + 1 : v->path,
+			 addr - v->start + v->offset);
+	} else {
+		snprintf(name, sizeof(name), "0x%" PRIx64, addr);
+	}
+	fs = malloc(sizeof(*fs) + strlen(name) + 1);
+	if (!fs)
+		return NULL;
+	strcpy(fs->name, name);
+	fs->file = obj ? obj->path : (v && v->path ? v->path : "");
+	fs->internal = idx >= 0 && idx < mt->nr_objs_seen &&
+		       (mt->obj_flags[idx] & (OBJ_USDT | OBJ_RUNTIME | OBJ_DRIVER));
+	u64map__set(&mt->syms, addr ? addr : 1, (uint64_t)(uintptr_t)fs);
+	return fs;
+}
+
+static int stack_frames(void *ctx, int32_t stack_id, struct mem_frame *frames, int max)
+{
+	struct memtrace *mt = ctx;
+	uint64_t ips[MEM_STACK_DEPTH];
+	uint32_t key = stack_id;
+	int n = 0;
+
+	if (stack_id < 0 || !mt->skel)
+		return 0;
+	memset(ips, 0, sizeof(ips));
+	if (bpf_map_lookup_elem(bpf_map__fd(mt->skel->maps.mem_stacks), &key, ips))
+		return 0;
+	for (int i = 0; i < MEM_STACK_DEPTH && n < max && ips[i]; i++) {
+		const struct frame_sym *fs = symbolize(mt, ips[i], i > 0);
+
+		if (!fs)
+			break;
+		frames[n].name = fs->name;
+		frames[n].filename = fs->file;
+		frames[n].addr = ips[i];
+		frames[n].internal = fs->internal;
+		n++;
+	}
+	return n;
+}
+
+/* ---- decoding ------------------------------------------------------------------------------ */
+
+static int cur_device(struct memtrace *mt, uint32_t tid)
+{
+	uint64_t v;
+
+	return tid && u64map__get(&mt->tid_device, tid, &v) ? (int)v - 1 : 0;
+}
+
+static void write_counters(struct memtrace *mt, int device, uint64_t ts, bool alloc, bool reserved)
+{
+	const struct mem_device_bytes *d = memsnap__device(mt->snap, device);
+	char name[64];
+
+	if (!mt->tj || !d)
+		return;
+	if (alloc) {
+		snprintf(name, sizeof(name), "bytes allocated (cuda:%d)", device);
+		trace_json__event(mt->tj, "C", "cuda_memory", name, mt->t->pid, 0, ts, 0);
+		trace_json__arg_u64(mt->tj, "bytes", d->allocated);
+		trace_json__event_end(mt->tj);
+	}
+	if (reserved) {
+		snprintf(name, sizeof(name), "bytes reserved (cuda:%d)", device);
+		trace_json__event(mt->tj, "C", "cuda_memory", name, mt->t->pid, 0, ts, 0);
+		trace_json__arg_u64(mt->tj, "bytes", d->reserved);
+		trace_json__event_end(mt->tj);
+	}
+}
+
+static void write_host_counters(struct memtrace *mt, uint64_t ts)
+{
+	const struct memsnap_stats *st = memsnap__stats(mt->snap);
+
+	if (!mt->tj)
+		return;
+	if (mt->any_host) {
+		trace_json__event(mt->tj, "C", "cuda_memory", "bytes pinned host", mt->t->pid, 0, ts, 0);
+		trace_json__arg_u64(mt->tj, "bytes", st->host_bytes);
+		trace_json__event_end(mt->tj);
+	}
+	if (mt->any_managed) {
+		trace_json__event(mt->tj, "C", "cuda_memory", "bytes managed", mt->t->pid, 0, ts, 0);
+		trace_json__arg_u64(mt->tj, "bytes", st->managed_bytes);
+		trace_json__event_end(mt->tj);
+	}
+}
+
+/* Kineto's memory event: one per state change, with the totals after it. */
+static void write_memory_event(struct memtrace *mt, uint32_t tid, uint64_t ts, const char *action,
+			       int device, uint64_t addr, int64_t bytes)
+{
+	const struct mem_device_bytes *d = memsnap__device(mt->snap, device);
+
+	if (!mt->tj || !d)
+		return;
+	trace_json__event(mt->tj, "i", "cuda_memory", "[memory]", mt->t->pid, tid, ts, 0);
+	trace_json__field_raw(mt->tj, "s", "\"t\"");
+	trace_json__arg_str(mt->tj, "action", action);
+	trace_json__arg_i64(mt->tj, "Device Type", 1);
+	trace_json__arg_i64(mt->tj, "Device Id", device);
+	trace_json__arg_hex(mt->tj, "Addr", addr);
+	trace_json__arg_i64(mt->tj, "Bytes", bytes);
+	trace_json__arg_u64(mt->tj, "Total Allocated", d->allocated);
+	trace_json__arg_u64(mt->tj, "Total Reserved", d->reserved);
+	trace_json__event_end(mt->tj);
+}
+
+static void write_oom(struct memtrace *mt, const struct mem_rec_call *rec, const char *api,
+		      int device, uint64_t size)
+{
+	const struct mem_device_bytes *d = memsnap__device(mt->snap, device);
+
+	if (!mt->tj)
+		return;
+	trace_json__event(mt->tj, "i", "cuda_memory", "OOM", mt->t->pid, rec->tid, rec->ts_return, 0);
+	trace_json__field_raw(mt->tj, "s", "\"p\"");
+	trace_json__arg_str(mt->tj, "api", api);
+	trace_json__arg_i64(mt->tj, "device", device);
+	trace_json__arg_u64(mt->tj, "size", size);
+	trace_json__arg_i64(mt->tj, "rc", (int32_t)rec->rc);
+	if (d) {
+		trace_json__arg_u64(mt->tj, "bytes allocated", d->allocated);
+		trace_json__arg_u64(mt->tj, "bytes reserved", d->reserved);
+	}
+	trace_json__event_end(mt->tj);
+}
+
+static void write_call(struct memtrace *mt, const struct mem_rec_call *rec, const struct mem_api *a,
+		       int device)
+{
+	struct trace_json *tj = mt->tj;
+
+	if (!tj)
+		return;
+	trace_json__event(tj, "i", "cuda_memory", a->symbol, mt->t->pid, rec->tid, rec->ts_entry, 0);
+	trace_json__field_raw(tj, "s", "\"t\"");
+	if (a->size >= 0)
+		trace_json__arg_u64(tj, "size", rec->args[a->size]);
+	if (a->out >= 0 && (rec->flags & MEM_CALL_OUT_OK))
+		trace_json__arg_hex(tj, a->kind == K_VMM_CREATE ? "handle" : "ptr", rec->out_val);
+	if (a->ptr >= 0)
+		trace_json__arg_hex(tj, a->kind == K_VMM_RELEASE ? "handle" : "ptr", rec->args[a->ptr]);
+	if (a->kind == K_VMM_MAP)
+		trace_json__arg_hex(tj, "handle", rec->args[3]);
+	if (a->stream >= 0)
+		trace_json__arg_hex(tj, "stream", rec->args[a->stream]);
+	if (a->flags >= 0)
+		trace_json__arg_u64(tj, "flags", rec->args[a->flags]);
+	if (a->kind == K_SET_DEVICE)
+		trace_json__arg_i64(tj, "device", (int32_t)rec->args[0]);
+	else if (a->seg != MEM_SEG_HOST)
+		trace_json__arg_i64(tj, "device", device);
+	trace_json__arg_i64(tj, "rc", (int32_t)rec->rc);
+	trace_json__arg_f64(tj, "duration_us", (rec->ts_return - rec->ts_entry) / 1e3);
+	trace_json__event_end(tj);
+}
+
+static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
+{
+	const struct mem_api *a;
+	int32_t rc = (int32_t)rec->rc;
+	int device, changed = -1;
+	const char *action = NULL;
+	uint64_t addr = 0, size = 0;
+	int64_t bytes = 0;
+
+	if (rec->api >= NR_MEM_APIS)
+		return;
+	a = &mem_apis[rec->api];
+	mt->st.calls++;
+	device = cur_device(mt, rec->tid);
+	if (a->kind == K_VMM_CREATE && (rec->flags & MEM_CALL_DEREF_OK) &&
+	    (uint32_t)rec->deref_val == CU_MEM_LOCATION_TYPE_DEVICE)
+		device = (int)(rec->deref_val >> 32);
+	write_call(mt, rec, a, device);
+	if (rc == ERR_OUT_OF_MEMORY && (a->kind == K_ALLOC || a->kind == K_VMM_CREATE)) {
+		size = rec->args[a->size];
+		mt->st.ooms++;
+		memsnap__oom(mt->snap, rec->ts_return, device, size,
+			     a->stream >= 0 ? rec->args[a->stream] : 0, rec->stack_id);
+		write_oom(mt, rec, a->symbol, device, size);
+		return;
+	}
+	if (rc != 0) {
+		mt->st.failed_calls++;
+		return;
+	}
+	switch (a->kind) {
+	case K_SET_DEVICE:
+		u64map__set(&mt->tid_device, rec->tid ? rec->tid : 1, (uint64_t)(int32_t)rec->args[0] + 1);
+		return;
+	case K_ALLOC:
+		if (!(rec->flags & MEM_CALL_OUT_OK) || !rec->out_val)
+			return;
+		addr = rec->out_val;
+		size = rec->args[a->size];
+		changed = memsnap__segment_alloc(mt->snap, rec->ts_return, a->seg, device, addr, size,
+						 a->stream >= 0 ? rec->args[a->stream] : 0, rec->stack_id);
+		bytes = size;
+		action = "segment_alloc";
+		mt->any_host |= a->seg == MEM_SEG_HOST;
+		mt->any_managed |= a->seg == MEM_SEG_MANAGED;
+		break;
+	case K_FREE:
+		addr = rec->args[a->ptr];
+		if (!addr)
+			return;
+		changed = memsnap__device_of(mt->snap, addr, &size);
+		changed = memsnap__segment_free(mt->snap, rec->ts_return, addr);
+		bytes = -(int64_t)size;
+		action = "segment_free";
+		break;
+	case K_VMM_CREATE:
+		if (!(rec->flags & MEM_CALL_OUT_OK))
+			return;
+		size = rec->args[a->size];
+		changed = memsnap__handle_create(mt->snap, rec->ts_return, device, rec->out_val, size);
+		bytes = size;
+		action = "handle_create";
+		break;
+	case K_VMM_RELEASE:
+		changed = memsnap__handle_release(mt->snap, rec->ts_return, rec->args[0]);
+		action = "handle_release";
+		break;
+	case K_VMM_MAP:
+		addr = rec->args[0];
+		size = rec->args[1];
+		memsnap__map(mt->snap, rec->ts_return, addr, size, rec->args[3], rec->stack_id);
+		changed = memsnap__device_of(mt->snap, addr, NULL);
+		action = "segment_map";
+		break;
+	case K_VMM_UNMAP:
+		addr = rec->args[0];
+		size = rec->args[1];
+		changed = memsnap__device_of(mt->snap, addr, NULL);
+		memsnap__unmap(mt->snap, rec->ts_return, addr, size);
+		action = "segment_unmap";
+		break;
+	}
+	if (a->seg == MEM_SEG_HOST || a->seg == MEM_SEG_MANAGED ||
+	    (a->kind == K_FREE && changed < 0)) {
+		write_host_counters(mt, rec->ts_return);
+		if (changed < 0)
+			return;
+	}
+	if (changed < 0 || !action)
+		return;
+	write_memory_event(mt, rec->tid, rec->ts_return, action, changed, addr, bytes);
+	if (a->kind != K_VMM_MAP && a->kind != K_VMM_UNMAP)
+		write_counters(mt, changed, rec->ts_return, false, true);
+}
+
+static void handle_usdt(struct memtrace *mt, const struct mem_rec_usdt *rec)
+{
+	uint64_t size = 0;
+	int device;
+
+	if (rec->type == MEM_REC_MALLOC) {
+		/* c10::Device is {DeviceType type; DeviceIndex index;}: two bytes, CUDA = 1 */
+		if ((rec->device & 0xff) == C10_DEVICE_TYPE_CUDA && (int8_t)(rec->device >> 8) >= 0)
+			device = (int8_t)(rec->device >> 8);
+		else
+			device = cur_device(mt, rec->tid);
+		device = memsnap__block_alloc(mt->snap, rec->ts, device, rec->ptr, rec->size,
+					      rec->stream, rec->stack_id);
+		if (device < 0)
+			return;
+		write_memory_event(mt, rec->tid, rec->ts, "alloc", device, rec->ptr, rec->size);
+		write_counters(mt, device, rec->ts, true, false);
+		return;
+	}
+	memsnap__device_of(mt->snap, rec->ptr, &size);
+	device = memsnap__block_free(mt->snap, rec->ts, rec->ptr);
+	if (device < 0)
+		return;
+	write_memory_event(mt, rec->tid, rec->ts, "free", device, rec->ptr, -(int64_t)size);
+	write_counters(mt, device, rec->ts, true, false);
+}
+
+static int ring_cb(void *ctx, void *data, size_t size)
+{
+	struct memtrace *mt = ctx;
+	uint32_t type;
+
+	if (size < sizeof(type))
+		return 0;
+	memcpy(&type, data, sizeof(type));
+	mt->st.records++;
+	if ((type == MEM_REC_MALLOC || type == MEM_REC_FREE) && size >= sizeof(struct mem_rec_usdt))
+		handle_usdt(mt, data);
+	else if (type == MEM_REC_CALL && size >= sizeof(struct mem_rec_call))
+		handle_call(mt, data);
+	return 0;
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+static char *read_alloc_conf(int pid)
+{
+	char path[64], *env, *val = NULL;
+	ssize_t n, len = 0;
+	int fd;
+
+	procmaps__path(path, sizeof(path), pid, "environ");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	env = malloc(1 << 20);
+	if (env) {
+		while (len < (1 << 20) - 1 && (n = read(fd, env + len, (1 << 20) - 1 - len)) > 0)
+			len += n;
+		env[len] = '\0';
+		for (char *p = env; p < env + len; p += strlen(p) + 1)
+			if (!strncmp(p, "PYTORCH_CUDA_ALLOC_CONF=", 24) ||
+			    (!val && !strncmp(p, "PYTORCH_ALLOC_CONF=", 19)))
+				val = strchr(p, '=') + 1;
+		val = val ? strdup(val) : NULL;
+	}
+	free(env);
+	close(fd);
+	return val;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static uint64_t real_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
+				  const struct memtrace_opts *opts)
+{
+	struct memtrace_opts none = {};
+	struct memtrace *mt;
+	int err;
+
+	if (!opts)
+		opts = &none;
+	mt = calloc(1, sizeof(*mt));
+	if (!mt) {
+		log_error("tptrace: out of memory\n");
+		return NULL;
+	}
+	mt->t = t;
+	mt->tj = tj;
+	mt->snap = memsnap__new(opts->history);
+	if (!mt->snap) {
+		log_error("tptrace: out of memory\n");
+		goto err;
+	}
+	memsnap__set_clock(mt->snap, mono_ns(), real_ns());
+	mt->alloc_conf = read_alloc_conf(t->pid);
+	mt->skel = mem_bpf__open();
+	if (!mt->skel) {
+		log_error("tptrace: failed to open the memory BPF object: %s\n", strerror(errno));
+		goto err;
+	}
+	mt->skel->rodata->capture_stacks = !opts->no_stacks;
+	bpf_map__set_max_entries(mt->skel->maps.mem_events,
+				 (uint32_t)(opts->ring_mb ? opts->ring_mb : 4) << 20);
+	if (opts->no_stacks)
+		bpf_map__set_max_entries(mt->skel->maps.mem_stacks, 1);
+	err = mem_bpf__load(mt->skel);
+	if (err) {
+		if (err == -EPERM || err == -EACCES)
+			log_error("tptrace: loading memory BPF programs: %s (run as root: needs CAP_BPF "
+				  "and CAP_PERFMON, or CAP_SYS_ADMIN)\n", strerror(-err));
+		else
+			log_error("tptrace: loading memory BPF programs: %s\n", strerror(-err));
+		goto err;
+	}
+	mt->rb = ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events), ring_cb, mt, NULL);
+	if (!mt->rb) {
+		log_error("tptrace: failed to create the memory ring buffer: %s\n", strerror(errno));
+		goto err;
+	}
+	err = attach_new_objects(mt);
+	if (err) {
+		log_error("tptrace: attaching memory probes to pid %d (%s): %s\n", t->pid, t->comm,
+			  strerror(-err));
+		goto err;
+	}
+	log_verbose("tptrace: pid %d: %d USDT, %d runtime, %d driver memory probes\n", t->pid,
+		    mt->st.usdt_probes, mt->st.runtime_probes, mt->st.driver_probes);
+	return mt;
+err:
+	memtrace__free(mt);
+	return NULL;
+}
+
+static uint64_t sum_counter(struct memtrace *mt, uint32_t idx)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	uint64_t *vals, sum = 0;
+
+	if (ncpu <= 0 || !mt->skel)
+		return 0;
+	vals = calloc(ncpu, sizeof(*vals));
+	if (!vals)
+		return 0;
+	if (!bpf_map_lookup_elem(bpf_map__fd(mt->skel->maps.mem_counters), &idx, vals))
+		for (int i = 0; i < ncpu; i++)
+			sum += vals[i];
+	free(vals);
+	return sum;
+}
+
+int memtrace__poll(struct memtrace *mt)
+{
+	int err = attach_new_objects(mt);
+
+	if (err)
+		return err;
+	err = ring_buffer__consume(mt->rb);
+	return err == -EINTR ? 0 : err;
+}
+
+void memtrace__finish(struct memtrace *mt, uint64_t end_ns)
+{
+	ring_buffer__consume(mt->rb);
+	for (int d = 0; d < memsnap__nr_devices(mt->snap); d++)
+		write_counters(mt, d, end_ns, true, true);
+	write_host_counters(mt, end_ns);
+	memtrace__stats(mt);
+}
+
+const struct memtrace_stats *memtrace__stats(struct memtrace *mt)
+{
+	mt->st.dropped = sum_counter(mt, MEM_CNT_DROPPED);
+	mt->st.nested_driver_calls = sum_counter(mt, MEM_CNT_NESTED);
+	mt->st.orphan_returns = sum_counter(mt, MEM_CNT_ORPHAN);
+	mt->st.stack_failures = sum_counter(mt, MEM_CNT_STACK_FAIL);
+	return &mt->st;
+}
+
+char *memtrace__meta_json(struct memtrace *mt)
+{
+	const struct memtrace_stats *st = memtrace__stats(mt);
+	const struct memsnap_stats *ss = memsnap__stats(mt->snap);
+	cJSON *o = cJSON_CreateObject(), *arr;
+	char *out;
+
+	if (!o)
+		return NULL;
+	cJSON_AddNumberToObject(o, "pid", mt->t->pid);
+	arr = cJSON_AddArrayToObject(o, "libraries");
+	for (int i = 0; i < mt->nr_paths; i++)
+		cJSON_AddItemToArray(arr, cJSON_CreateString(mt->paths[i]));
+	cJSON_AddNumberToObject(o, "usdt_probes", st->usdt_probes);
+	cJSON_AddNumberToObject(o, "runtime_probes", st->runtime_probes);
+	cJSON_AddNumberToObject(o, "driver_probes", st->driver_probes);
+	cJSON_AddNumberToObject(o, "attach_errors", st->attach_errors);
+	cJSON_AddNumberToObject(o, "records", (double)st->records);
+	cJSON_AddNumberToObject(o, "calls", (double)st->calls);
+	cJSON_AddNumberToObject(o, "failed_calls", (double)st->failed_calls);
+	cJSON_AddNumberToObject(o, "ooms", (double)st->ooms);
+	cJSON_AddNumberToObject(o, "events_dropped", (double)st->dropped);
+	cJSON_AddNumberToObject(o, "nested_driver_calls", (double)st->nested_driver_calls);
+	cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
+	cJSON_AddNumberToObject(o, "stack_failures", (double)st->stack_failures);
+	cJSON_AddNumberToObject(o, "allocs", (double)ss->allocs);
+	cJSON_AddNumberToObject(o, "frees", (double)ss->frees);
+	cJSON_AddNumberToObject(o, "frees_unknown", (double)ss->frees_unknown);
+	cJSON_AddNumberToObject(o, "segment_allocs", (double)ss->segment_allocs);
+	cJSON_AddNumberToObject(o, "segment_frees", (double)ss->segment_frees);
+	cJSON_AddNumberToObject(o, "segment_frees_unknown", (double)ss->segment_frees_unknown);
+	cJSON_AddStringToObject(o, "note", "counters start at 0 at attach: memory allocated before "
+				"is not known");
+	out = cJSON_Print(o);
+	cJSON_Delete(o);
+	return out;
+}
+
+struct memsnap *memtrace__snap(struct memtrace *mt)
+{
+	return mt->snap;
+}
+
+void memtrace__info(struct memtrace *mt, struct memsnap_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	info->pid = mt->t->pid;
+	info->comm = mt->t->comm;
+	info->alloc_conf = mt->alloc_conf;
+	info->version = TPTRACE_VERSION;
+	info->stack_fn = stack_frames;
+	info->stack_ctx = mt;
+}
+
+void memtrace__free(struct memtrace *mt)
+{
+	if (!mt)
+		return;
+	ring_buffer__free(mt->rb);
+	links__destroy_parallel(mt->links, mt->nr_links);
+	free(mt->links);
+	mem_bpf__destroy(mt->skel);
+	memsnap__free(mt->snap);
+	for (size_t i = 0; i < mt->syms.cap; i++)
+		if (mt->syms.keys[i])
+			free((void *)(uintptr_t)mt->syms.vals[i]);
+	u64map__clear(&mt->syms);
+	u64map__clear(&mt->tid_device);
+	for (int i = 0; i < mt->nr_paths; i++)
+		free(mt->paths[i]);
+	free(mt->paths);
+	free(mt->obj_flags);
+	free(mt->alloc_conf);
+	free(mt);
+}
