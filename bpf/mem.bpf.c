@@ -36,6 +36,7 @@ struct mem_inflight {
 	__u64 ts;
 	__u64 args[6];
 	__u64 deref_val;
+	__u64 caller;
 	__s32 stack_id;
 	__u32 flags;
 };
@@ -157,7 +158,11 @@ int BPF_KPROBE(mem_entry)
 #else
 	in.args[5] = PT_REGS_PARM6(ctx);
 #endif
-	in.stack_id = (cookie & MEM_COOKIE_STACK) ? user_stack(ctx) : -1;
+	in.stack_id = -1;
+	if (cookie & MEM_COOKIE_STACK) {
+		in.stack_id = user_stack(ctx);
+		bpf_probe_read_user(&in.caller, sizeof(in.caller), (void *)PT_REGS_SP(ctx));
+	}
 	if (deref_arg && deref_arg <= 6) {
 		__u64 src = in.args[deref_arg - 1] + MEM_COOKIE_DEREF_OFF(cookie);
 
@@ -225,6 +230,7 @@ int BPF_KRETPROBE(mem_return)
 	rec->deref_val = in->deref_val;
 	rec->stack_id = in->stack_id;
 	rec->pad = 0;
+	rec->caller = in->caller;
 	rec->rc = PT_REGS_RC(ctx);
 	rec->out_val = 0;
 	if (out_arg && out_arg <= 6) {

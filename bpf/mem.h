@@ -70,6 +70,10 @@ struct mem_rec_call {
 	__u64 deref_val;
 	__s32 stack_id;
 	__u32 pad;
+	/* [rsp] at entry: the return address into the caller. A stack walked from a function's
+	 * first instruction misses its caller (rbp is still the caller's frame) unless the
+	 * kernel knows the function starts with push %rbp or endbr64. */
+	__u64 caller;
 };
 
 /* Index of the per-CPU counters in the "mem_counters" map. */

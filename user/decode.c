@@ -745,7 +745,8 @@ static void on_call(struct decoder *d, const struct tp_rec_call *c)
 {
 	struct thread *th = get_thread(d, c->pid, c->tid);
 	uint64_t correlation = d->next_correlation++;
-	bool has_ret = c->api >= NCCL_API_BASE || cuda_apis[c->api].ret || d->probes->all_returns;
+	bool has_ret = c->api >= NCCL_API_BASE ? nccl_api_has_return(c->api - NCCL_API_BASE) :
+		       cuda_apis[c->api].ret || d->probes->all_returns;
 
 	if (th && has_ret) {
 		if (th->depth < MAX_DEPTH) {

@@ -755,7 +755,7 @@ static void on_cuda_return(struct flightrec *fr, struct fr_proc *p, const struct
 static bool api_has_return(uint32_t api)
 {
 	if (api >= NCCL_API_BASE)
-		return true;
+		return nccl_api_has_return(api - NCCL_API_BASE);
 	return cuda_apis[api].ret;
 }
 

@@ -495,11 +495,20 @@ static cJSON *frames_json(const struct memsnap_info *info, int32_t stack_id)
 	return arr;
 }
 
-static double time_us(const struct memsnap *ms, uint64_t ts)
+/* Addresses, sizes and times as exact integers (cJSON numbers are doubles). */
+static void add_u64(cJSON *o, const char *key, uint64_t v)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+	cJSON_AddItemToObject(o, key, cJSON_CreateRaw(buf));
+}
+
+static uint64_t time_us(const struct memsnap *ms, uint64_t ts)
 {
 	int64_t rel = (int64_t)(ts - ms->base_mono);
 
-	return (double)((int64_t)(ms->base_real / 1000) + rel / 1000);
+	return (uint64_t)((int64_t)(ms->base_real / 1000) + rel / 1000);
 }
 
 static cJSON *block_json(uint64_t addr, uint64_t size, uint64_t requested, const char *state,
@@ -507,9 +516,9 @@ static cJSON *block_json(uint64_t addr, uint64_t size, uint64_t requested, const
 {
 	cJSON *b = cJSON_CreateObject();
 
-	cJSON_AddNumberToObject(b, "address", (double)addr);
-	cJSON_AddNumberToObject(b, "size", (double)size);
-	cJSON_AddNumberToObject(b, "requested_size", (double)requested);
+	add_u64(b, "address", addr);
+	add_u64(b, "size", size);
+	add_u64(b, "requested_size", requested);
 	cJSON_AddStringToObject(b, "state", state);
 	cJSON_AddItemToObject(b, "frames", frames ? frames : cJSON_CreateArray());
 	return b;
@@ -526,9 +535,9 @@ static cJSON *segment_json(const struct memsnap_info *info, uint64_t addr, uint6
 	uint64_t allocated = 0, requested = 0, cursor = addr, end = addr + total;
 
 	cJSON_AddNumberToObject(s, "device", device);
-	cJSON_AddNumberToObject(s, "address", (double)addr);
-	cJSON_AddNumberToObject(s, "total_size", (double)total);
-	cJSON_AddNumberToObject(s, "stream", (double)stream);
+	add_u64(s, "address", addr);
+	add_u64(s, "total_size", total);
+	add_u64(s, "stream", stream);
 	cJSON_AddStringToObject(s, "segment_type", total <= SMALL_SEGMENT ? "small" : "large");
 	cJSON_AddNumberToObject(s, "segment_pool_id", 0);
 	cJSON_AddBoolToObject(s, "is_expandable", expandable);
@@ -553,9 +562,9 @@ static cJSON *segment_json(const struct memsnap_info *info, uint64_t addr, uint6
 	}
 	if (cursor < end)
 		cJSON_AddItemToArray(arr, block_json(cursor, end - cursor, 0, "inactive", NULL));
-	cJSON_AddNumberToObject(s, "allocated_size", (double)allocated);
-	cJSON_AddNumberToObject(s, "active_size", (double)allocated);
-	cJSON_AddNumberToObject(s, "requested_size", (double)requested);
+	add_u64(s, "allocated_size", allocated);
+	add_u64(s, "active_size", allocated);
+	add_u64(s, "requested_size", requested);
 	return s;
 }
 
@@ -612,11 +621,11 @@ static cJSON *traces_json(struct memsnap *ms, const struct memsnap_info *info)
 		cJSON *o = cJSON_CreateObject();
 
 		cJSON_AddStringToObject(o, "action", action_names[e->action]);
-		cJSON_AddNumberToObject(o, "addr", (double)e->addr);
-		cJSON_AddNumberToObject(o, "size", (double)e->size);
-		cJSON_AddNumberToObject(o, "stream", (double)e->stream);
+		add_u64(o, "addr", e->addr);
+		add_u64(o, "size", e->size);
+		add_u64(o, "stream", e->stream);
 		cJSON_AddItemToObject(o, "frames", frames_json(info, e->stack_id));
-		cJSON_AddNumberToObject(o, "time_us", time_us(ms, e->ts));
+		add_u64(o, "time_us", time_us(ms, e->ts));
 		if (e->action == MEM_ACT_OOM)
 			cJSON_AddNumberToObject(o, "device_free", 0);
 		cJSON_AddItemToArray(per_dev[e->device], o);
@@ -649,7 +658,7 @@ static cJSON *leaks_json(struct memsnap *ms, const struct memsnap_info *info)
 
 		cJSON_AddStringToObject(o, "what", g[i].what);
 		cJSON_AddNumberToObject(o, "device", g[i].device);
-		cJSON_AddNumberToObject(o, "size", (double)g[i].size);
+		add_u64(o, "size", g[i].size);
 		cJSON_AddNumberToObject(o, "count", (double)g[i].count);
 		cJSON_AddNumberToObject(o, "total", (double)g[i].total);
 		cJSON_AddStringToObject(o, "call_site",

@@ -121,9 +121,15 @@ struct memtrace {
 	char *alloc_conf;
 	char **paths;			/* libraries probed, for the metadata */
 	int nr_paths;
-	uint64_t last_counter_ns[MEMSNAP_MAX_DEVICES];
+	/* stack ids handed to memsnap for uprobe stacks: the BPF stack id plus the caller the
+	 * walk may have missed (mem.h: caller) */
+	struct synth_stack { int32_t stack_id; uint64_t caller; } *synth;
+	int nr_synth, cap_synth;
+	struct u64map synth_index;	/* key -> index + 1 */
 	bool any_host, any_managed;
 };
+
+#define SYNTH_STACK_BASE (1 << 30)
 
 /* ---- finding probes ------------------------------------------------------------------------ */
 
@@ -427,6 +433,31 @@ static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, boo
 	return fs;
 }
 
+static int call_stack_id(struct memtrace *mt, int32_t stack_id, uint64_t caller)
+{
+	uint64_t key = u64_mix(caller) ^ (uint32_t)stack_id, idx;
+	struct synth_stack *s;
+
+	if (stack_id < 0 || !caller)
+		return stack_id;
+	key = key ? key : 1;
+	if (u64map__get(&mt->synth_index, key, &idx) && mt->synth[idx - 1].stack_id == stack_id &&
+	    mt->synth[idx - 1].caller == caller)
+		return SYNTH_STACK_BASE + (int)(idx - 1);
+	if (mt->nr_synth == mt->cap_synth) {
+		int cap = mt->cap_synth ? mt->cap_synth * 2 : 64;
+
+		s = realloc(mt->synth, cap * sizeof(*s));
+		if (!s)
+			return stack_id;
+		mt->synth = s;
+		mt->cap_synth = cap;
+	}
+	mt->synth[mt->nr_synth] = (struct synth_stack){ stack_id, caller };
+	u64map__set(&mt->synth_index, key, mt->nr_synth + 1);
+	return SYNTH_STACK_BASE + mt->nr_synth++;
+}
+
 static int stack_frames(void *ctx, int32_t stack_id, struct mem_frame *frames, int max)
 {
 	struct memtrace *mt = ctx;
@@ -434,6 +465,20 @@ static int stack_frames(void *ctx, int32_t stack_id, struct mem_frame *frames, i
 	uint32_t key = stack_id;
 	int n = 0;
 
+	if (stack_id >= SYNTH_STACK_BASE && stack_id - SYNTH_STACK_BASE < mt->nr_synth) {
+		const struct synth_stack *s = &mt->synth[stack_id - SYNTH_STACK_BASE];
+		const struct frame_sym *fs;
+
+		n = stack_frames(ctx, s->stack_id, frames, max);
+		if (n < 1 || n == max || (n > 1 && frames[1].addr == s->caller))
+			return n;
+		fs = symbolize(mt, s->caller, true);
+		if (!fs)
+			return n;
+		memmove(&frames[2], &frames[1], (n - 1) * sizeof(*frames));
+		frames[1] = (struct mem_frame){ fs->name, fs->file, s->caller, fs->internal };
+		return n + 1;
+	}
 	if (stack_id < 0 || !mt->skel)
 		return 0;
 	memset(ips, 0, sizeof(ips));
@@ -552,7 +597,7 @@ static void write_call(struct memtrace *mt, const struct mem_rec_call *rec, cons
 	trace_json__field_raw(tj, "s", "\"t\"");
 	if (a->size >= 0)
 		trace_json__arg_u64(tj, "size", rec->args[a->size]);
-	if (a->out >= 0 && (rec->flags & MEM_CALL_OUT_OK))
+	if (a->out >= 0 && (rec->flags & MEM_CALL_OUT_OK) && !rec->rc)
 		trace_json__arg_hex(tj, a->kind == K_VMM_CREATE ? "handle" : "ptr", rec->out_val);
 	if (a->ptr >= 0)
 		trace_json__arg_hex(tj, a->kind == K_VMM_RELEASE ? "handle" : "ptr", rec->args[a->ptr]);
@@ -579,6 +624,7 @@ static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
 	const char *action = NULL;
 	uint64_t addr = 0, size = 0;
 	int64_t bytes = 0;
+	int32_t stack_id;
 
 	if (rec->api >= NR_MEM_APIS)
 		return;
@@ -588,12 +634,13 @@ static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
 	if (a->kind == K_VMM_CREATE && (rec->flags & MEM_CALL_DEREF_OK) &&
 	    (uint32_t)rec->deref_val == CU_MEM_LOCATION_TYPE_DEVICE)
 		device = (int)(rec->deref_val >> 32);
+	stack_id = call_stack_id(mt, rec->stack_id, rec->caller);
 	write_call(mt, rec, a, device);
 	if (rc == ERR_OUT_OF_MEMORY && (a->kind == K_ALLOC || a->kind == K_VMM_CREATE)) {
 		size = rec->args[a->size];
 		mt->st.ooms++;
 		memsnap__oom(mt->snap, rec->ts_return, device, size,
-			     a->stream >= 0 ? rec->args[a->stream] : 0, rec->stack_id);
+			     a->stream >= 0 ? rec->args[a->stream] : 0, stack_id);
 		write_oom(mt, rec, a->symbol, device, size);
 		return;
 	}
@@ -611,7 +658,7 @@ static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
 		addr = rec->out_val;
 		size = rec->args[a->size];
 		changed = memsnap__segment_alloc(mt->snap, rec->ts_return, a->seg, device, addr, size,
-						 a->stream >= 0 ? rec->args[a->stream] : 0, rec->stack_id);
+						 a->stream >= 0 ? rec->args[a->stream] : 0, stack_id);
 		bytes = size;
 		action = "segment_alloc";
 		mt->any_host |= a->seg == MEM_SEG_HOST;
@@ -641,7 +688,7 @@ static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
 	case K_VMM_MAP:
 		addr = rec->args[0];
 		size = rec->args[1];
-		memsnap__map(mt->snap, rec->ts_return, addr, size, rec->args[3], rec->stack_id);
+		memsnap__map(mt->snap, rec->ts_return, addr, size, rec->args[3], stack_id);
 		changed = memsnap__device_of(mt->snap, addr, NULL);
 		action = "segment_map";
 		break;
@@ -927,6 +974,8 @@ void memtrace__free(struct memtrace *mt)
 			free((void *)(uintptr_t)mt->syms.vals[i]);
 	u64map__clear(&mt->syms);
 	u64map__clear(&mt->tid_device);
+	u64map__clear(&mt->synth_index);
+	free(mt->synth);
 	for (int i = 0; i < mt->nr_paths; i++)
 		free(mt->paths[i]);
 	free(mt->paths);

@@ -109,6 +109,11 @@ uint64_t nccl_api_cookie(int index)
 	return cookie | (nstack << 16);
 }
 
+bool nccl_api_has_return(int index)
+{
+	return nccl_apis[index].kind != NAPI_GROUP_START;
+}
+
 bool nccl_api_is_marker(const char *symbol)
 {
 	return !strcmp(symbol, "ncclAllReduce") || !strcmp(symbol, "ncclCommInitRank");

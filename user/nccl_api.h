@@ -48,6 +48,9 @@ extern const struct nccl_api nccl_apis[];
 extern const int nccl_api_count;
 
 uint64_t nccl_api_cookie(int index);	/* api id = NCCL_API_BASE + index */
+/* Whether the call gets a return probe: all but ncclGroupStart, which only marks a group
+ * and cannot block (one trap fewer per group). */
+bool nccl_api_has_return(int index);
 bool nccl_api_is_marker(const char *symbol);
 
 /* One collective or p2p call, decoded from the entry record's registers and stack. */

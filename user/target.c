@@ -493,7 +493,7 @@ static int attach_nccl(struct target *t, struct target_obj *obj, const struct ta
 			uint64_t cookie = nccl_api_cookie(i);
 
 			batch_add(&e[0], obj, nccl_apis[i].symbol, cookie, &added);
-			if (added)
+			if (added && nccl_api_has_return(i))
 				batch_add(&e[1], obj, nccl_apis[i].symbol, cookie, &added);
 		}
 		n = attach_batches(t, obj, p, &e[0], &e[1]);
@@ -512,8 +512,8 @@ static int attach_nccl(struct target *t, struct target_obj *obj, const struct ta
 		if (r < 0)
 			return r;
 		n += r;
-		if (r > 0) {
-			/* every NCCL call: its return code, and whether a thread is still inside */
+		if (r > 0 && nccl_api_has_return(i)) {
+			/* NCCL calls: the return code, and whether a thread is still inside */
 			r = attach_probe(t, obj, p->ret, nccl_apis[i].symbol, cookie, true);
 			if (r < 0)
 				return r;

@@ -40,7 +40,7 @@ LIFECYCLE = [
     ("ncclCommInitRankConfig", dict(nranks=6, rank=5, comm_id=ID_HASH, rc=1)),
     ("ncclCommInitRankScalable", dict(nranks=8, rank=7, nId=2, comm_id=ID_HASH, rc=1)),
     ("ncclCommInitAll", dict(ndev=3, devlist="0,1,2", rc=1)),
-    ("ncclGroupStart", dict(rc=0)),
+    ("ncclGroupStart", dict(rc=None)),  # entry only: it cannot block
     ("ncclGroupEnd", dict(rc=0)),
     ("ncclCommSplit", dict(comm=C, color=7, key=9, config="0x0", rc=1)),
     ("ncclCommShrink", {"comm": C, "exclude count": 2, "exclude": "1,2", "flags": 0}),

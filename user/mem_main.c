@@ -1,0 +1,370 @@
+// SPDX-License-Identifier: MIT
+/* tptrace mem: what holds GPU memory in a running process, from outside it (memtrace.h,
+ * memsnap.h): a memory_viz snapshot, a report of live allocations by call site, and a trace
+ * with memory counters. */
+#include <argp.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/libbpf.h>
+#include <cjson/cJSON.h>
+#include "elfsym.h"
+#include "log.h"
+#include "memsnap.h"
+#include "memtrace.h"
+#include "session.h"
+#include "target.h"
+#include "trace_json.h"
+
+static struct mem_env {
+	int pid;
+	double duration;
+	const char *output;
+	const char *trace;
+	bool leaks;
+	bool pickle;
+	bool no_stacks;
+	bool wait;
+	long history;
+	int ring_mb;
+} env;
+
+static const char doc[] =
+"tptrace mem: what holds GPU memory in a running process, over time, from outside it.\n"
+"\n"
+"USAGE: tptrace mem -p PID [-d SEC] [-o SNAPSHOT] [--pickle] [--leaks] [--trace FILE]\n"
+"                   [--no-stacks] [--wait]\n"
+"\n"
+"Probes PyTorch's caching allocator (USDT pytorch:malloc/free, tensor level) and the CUDA\n"
+"runtime and driver allocation calls (cudaMalloc & co, cuMemAlloc, cuMemCreate/Map: segment\n"
+"level) of the process, with no restart. At the end (-d expiry, Ctrl-C, or exit of the\n"
+"process) writes a snapshot that https://docs.pytorch.org/memory_viz opens (-o, JSON, or a\n"
+"pickle with --pickle) and/or prints the allocations still live, by call site (--leaks).\n"
+"Only what happens after attach is known. Without -o, --leaks and --trace: -o\n"
+"tptrace-mem.json.\n"
+"\n"
+"EXAMPLES:\n"
+"    sudo tptrace mem -p 4242 -d 30 -o snapshot.json      # open it in memory_viz\n"
+"    sudo tptrace mem -p 4242 --leaks                      # Ctrl-C: what is still live, where\n"
+"    sudo tptrace mem -p 4242 -d 10 --trace mem.json.gz    # counters for Perfetto\n";
+
+enum { OPT_PICKLE = 1000, OPT_LEAKS, OPT_TRACE, OPT_NO_STACKS, OPT_HISTORY, OPT_RING_MB };
+
+static const struct argp_option opts[] = {
+	{ "pid", 'p', "PID", 0, "Process to watch", 0 },
+	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (default: until Ctrl-C or exit)", 0 },
+	{ "output", 'o', "FILE", 0, "memory_viz snapshot (JSON; see --pickle)", 0 },
+	{ "pickle", OPT_PICKLE, NULL, 0, "Write the snapshot as a Python pickle (protocol 2)", 0 },
+	{ "leaks", OPT_LEAKS, NULL, 0, "Print live allocations by size and call site on stdout", 0 },
+	{ "trace", OPT_TRACE, "FILE", 0, "Also write a trace with memory counters (.json, .json.gz)", 0 },
+	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No user stack per allocation (cheaper; no call sites)", 0 },
+	{ "max-entries", OPT_HISTORY, "N", 0, "Snapshot history entries kept (default 200000)", 0 },
+	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
+	{ "wait", 'w', NULL, 0, "Wait for the process to load CUDA or PyTorch instead of failing", 0 },
+	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", 0 },
+	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
+	{},
+};
+
+static error_t parse_arg(int key, char *arg, struct argp_state *state)
+{
+	char *end;
+	long v;
+
+	switch (key) {
+	case 'p':
+		errno = 0;
+		v = strtol(arg, &end, 10);
+		if (errno || *end || v <= 0 || v > 0x7fffffff)
+			argp_error(state, "invalid pid '%s'", arg);
+		if (env.pid)
+			argp_error(state, "one pid at a time");
+		env.pid = (int)v;
+		break;
+	case 'd':
+		env.duration = strtod(arg, &end);
+		if (*end || env.duration <= 0)
+			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
+		break;
+	case 'o':
+		env.output = arg;
+		break;
+	case OPT_PICKLE:
+		env.pickle = true;
+		break;
+	case OPT_LEAKS:
+		env.leaks = true;
+		break;
+	case OPT_TRACE:
+		env.trace = arg;
+		break;
+	case OPT_NO_STACKS:
+		env.no_stacks = true;
+		break;
+	case OPT_HISTORY:
+		v = strtol(arg, &end, 10);
+		if (*end || v < 1 || v > 100000000)
+			argp_error(state, "invalid --max-entries '%s' (1..100000000)", arg);
+		env.history = v;
+		break;
+	case OPT_RING_MB:
+		v = strtol(arg, &end, 10);
+		if (*end || v < 1 || v > 4096 || (v & (v - 1)))
+			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
+		env.ring_mb = (int)v;
+		break;
+	case 'w':
+		env.wait = true;
+		break;
+	case 'v':
+		tptrace_verbosity++;
+		break;
+	case 'q':
+		tptrace_verbosity = -1;
+		break;
+	case ARGP_KEY_ARG:
+		argp_error(state, "unexpected argument '%s'", arg);
+		break;
+	case ARGP_KEY_END:
+		if (!env.pid)
+			argp_error(state, "no process given: use -p PID");
+		if (env.pickle && !env.output)
+			argp_error(state, "--pickle needs -o FILE");
+		if (!env.output && !env.leaks && !env.trace)
+			env.output = "tptrace-mem.json";
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (tptrace_verbosity < 1 || (level == LIBBPF_DEBUG && tptrace_verbosity < 2))
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+static int write_snapshot(struct memtrace *mt, const struct memsnap_info *info)
+{
+	cJSON *root = memsnap__snapshot(memtrace__snap(mt), info);
+	char *text = NULL;
+	FILE *f = NULL;
+	int err = 0;
+
+	if (!root)
+		return -ENOMEM;
+	f = fopen(env.output, "w");
+	if (!f) {
+		err = -errno;
+		goto out;
+	}
+	if (env.pickle) {
+		err = memsnap__write_pickle(root, f);
+	} else {
+		text = cJSON_PrintUnformatted(root);
+		if (!text)
+			err = -ENOMEM;
+		else if (fputs(text, f) < 0 || fputc('\n', f) < 0)
+			err = -errno ? -errno : -EIO;
+	}
+	if (fclose(f) && !err)
+		err = -errno;
+out:
+	free(text);
+	cJSON_Delete(root);
+	return err;
+}
+
+static bool nothing_to_probe(struct memtrace *mt)
+{
+	const struct memtrace_stats *st = memtrace__stats(mt);
+
+	return !st->usdt_probes && !st->runtime_probes && !st->driver_probes;
+}
+
+int mem_main(int argc, char **argv)
+{
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	struct target_probes resolve_only = {};	/* no programs: target__scan only finds libraries */
+	struct memtrace_opts mo = {};
+	struct elfsym_cache *cache = NULL;
+	struct trace_json *tj = NULL;
+	struct memtrace *mt = NULL;
+	struct target *t = NULL;
+	struct memsnap_info info;
+	uint64_t start_mono, start_real, deadline = 0, last_scan;
+	bool trace_created = false, waiting;
+	int err, ret = 1;
+
+	argp_err_exit_status = 2;
+	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
+		return 2;
+	libbpf_set_print(libbpf_print);
+	signal(SIGPIPE, SIG_IGN);
+
+	t = session__open_target(env.pid);
+	if (!t)
+		goto cleanup;
+	cache = elfsym_cache__new();
+	if (!cache) {
+		log_error("tptrace: out of memory\n");
+		goto cleanup;
+	}
+	err = target__scan(t, cache, &resolve_only);
+	if (err < 0) {
+		log_error("tptrace: reading pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
+		goto cleanup;
+	}
+	if (env.trace) {
+		struct stat st;
+
+		trace_created = stat(env.trace, &st) && errno == ENOENT;
+		tj = trace_json__open(env.trace);
+		if (!tj) {
+			log_error("tptrace: cannot write %s: %s\n", env.trace, strerror(errno));
+			trace_created = false;
+			goto cleanup;
+		}
+	}
+	start_mono = session__clock_ns(CLOCK_MONOTONIC);
+	start_real = session__clock_ns(CLOCK_REALTIME);
+	if (tj) {
+		trace_json__begin(tj, start_mono, start_real);
+		trace_json__process_name(tj, t->pid, t->comm[0] ? t->comm : "process");
+	}
+	mo.no_stacks = env.no_stacks;
+	mo.ring_mb = env.ring_mb;
+	mo.history = env.history;
+	mt = memtrace__attach(t, tj, &mo);
+	if (!mt)
+		goto cleanup;
+	waiting = nothing_to_probe(mt);
+	if (waiting && !env.wait) {
+		log_error("tptrace: pid %d (%s) has no CUDA runtime, CUDA driver or PyTorch allocator "
+			  "probes loaded; use --wait to wait for them\n", t->pid, t->comm);
+		goto cleanup;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	if (env.duration > 0)
+		deadline = start_mono + (uint64_t)(env.duration * 1e9);
+	if (waiting)
+		log_info("tptrace: waiting for pid %d (%s) to load CUDA or PyTorch\n", t->pid, t->comm);
+	else
+		log_info("tptrace: tracing GPU memory of pid %d (%s): %d USDT, %d runtime, %d driver "
+			 "probes%s\n", t->pid, t->comm, memtrace__stats(mt)->usdt_probes,
+			 memtrace__stats(mt)->runtime_probes, memtrace__stats(mt)->driver_probes,
+			 deadline ? "" : "; Ctrl-C to stop");
+	last_scan = start_mono;
+	while (!stop_signal) {
+		uint64_t now;
+
+		usleep(20000);
+		err = memtrace__poll(mt);
+		if (err < 0) {
+			log_error("tptrace: reading memory events: %s\n", strerror(-err));
+			break;
+		}
+		if (tj && trace_json__error(tj))
+			break;
+		now = session__clock_ns(CLOCK_MONOTONIC);
+		if (target__gone(t)) {
+			log_info("tptrace: pid %d (%s) exited\n", t->pid, t->comm);
+			break;
+		}
+		if (deadline && now >= deadline)
+			break;
+		/* libraries loaded since (no dynamic-linker hook here: a rescan is cheap) */
+		if (now - last_scan > (waiting ? 100 : 500) * 1000000ULL) {
+			last_scan = now;
+			target__scan(t, cache, &resolve_only);
+			memtrace__poll(mt);
+			if (waiting && !nothing_to_probe(mt)) {
+				waiting = false;
+				log_info("tptrace: pid %d loaded CUDA or PyTorch; tracing\n", t->pid);
+			}
+		}
+	}
+	memtrace__poll(mt);
+	{
+		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
+		const struct memtrace_stats *st;
+
+		memtrace__finish(mt, end_mono);
+		st = memtrace__stats(mt);
+		memtrace__info(mt, &info);
+		info.attach_real_ns = start_real;
+		info.end_real_ns = start_real + (end_mono - start_mono);
+		if (tj) {
+			char *meta = memtrace__meta_json(mt);
+
+			trace_json__end_events(tj);
+			trace_json__top_raw(tj, "deviceProperties", "[]");
+			if (meta) {
+				char *wrapped = malloc(strlen(meta) + 64);
+
+				if (wrapped) {
+					sprintf(wrapped, "{\"version\": \"%s\", \"memory\": %s}",
+						info.version, meta);
+					trace_json__top_raw(tj, "tptrace", wrapped);
+				}
+				free(wrapped);
+			}
+			free(meta);
+			err = trace_json__close(tj);
+			tj = NULL;
+			if (err) {
+				log_error("tptrace: writing %s failed: %s; the trace is incomplete\n",
+					  env.trace, strerror(-err));
+				goto cleanup;
+			}
+		}
+		if (env.output) {
+			err = write_snapshot(mt, &info);
+			if (err) {
+				log_error("tptrace: cannot write %s: %s\n", env.output, strerror(-err));
+				goto cleanup;
+			}
+		}
+		if (env.leaks) {
+			memsnap__leak_report(memtrace__snap(mt), &info, stdout);
+			fflush(stdout);
+		}
+		if (st->dropped)
+			log_error("tptrace: %llu memory events dropped (ring buffer full); raise --ring-mb\n",
+				  (unsigned long long)st->dropped);
+		log_info("tptrace: pid %d: %llu allocator events, %llu allocation calls (%llu OOM), "
+			 "%llu dropped%s%s\n", t->pid,
+			 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
+					      memsnap__stats(memtrace__snap(mt))->frees),
+			 (unsigned long long)st->calls, (unsigned long long)st->ooms,
+			 (unsigned long long)st->dropped, env.output ? "; wrote " : "",
+			 env.output ? env.output : "");
+	}
+	ret = 0;
+cleanup:
+	if (tj) {
+		trace_json__free(tj);
+		if (trace_created)
+			unlink(env.trace);
+	}
+	memtrace__free(mt);
+	target__free(t);
+	elfsym_cache__free(cache);
+	return ret;
+}
