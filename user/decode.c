@@ -158,18 +158,9 @@ static struct thread *get_thread(struct decoder *d, int pid, int tid)
 	}
 	/* name the thread the first time it shows up, while it still exists */
 	{
-		char path[64], rel[48], name[64] = "";
-		FILE *f;
+		char name[64];
 
-		snprintf(rel, sizeof(rel), "task/%d/comm", tid);
-		procmaps__path(path, sizeof(path), pid, rel);
-		f = fopen(path, "r");
-		if (f) {
-			if (fgets(name, sizeof(name), f))
-				name[strcspn(name, "\n")] = '\0';
-			fclose(f);
-		}
-		if (!name[0])
+		if (procmaps__thread_name(pid, tid, name, sizeof(name)) || !name[0])
 			snprintf(name, sizeof(name), "thread %d", tid);
 		trace_json__thread_name(d->tj, pid, tid, name);
 	}

@@ -279,19 +279,7 @@ static struct fr_thread *get_thread(struct fr_proc *p, int tid)
 	if (!th)
 		return NULL;
 	th->tid = tid;
-	{
-		char path[64], rel[48];
-		FILE *f;
-
-		snprintf(rel, sizeof(rel), "task/%d/comm", tid);
-		procmaps__path(path, sizeof(path), p->pid, rel);
-		f = fopen(path, "r");
-		if (f) {
-			if (fgets(th->name, sizeof(th->name), f))
-				th->name[strcspn(th->name, "\n")] = '\0';
-			fclose(f);
-		}
-	}
+	procmaps__thread_name(p->pid, tid, th->name, sizeof(th->name));
 	if (u64map__set(&p->threads, (uint64_t)tid, (uint64_t)(uintptr_t)th)) {
 		free(th);
 		return NULL;

@@ -180,3 +180,27 @@ const struct vma *procmaps__find(const struct procmaps *maps, uint64_t addr)
 	}
 	return NULL;
 }
+
+int procmaps__thread_name(int pid, int tid, char *buf, size_t size)
+{
+	char path[64], rel[48];
+	FILE *f;
+	int err = 0;
+
+	if (!size)
+		return -EINVAL;
+	buf[0] = '\0';
+	snprintf(rel, sizeof(rel), "task/%d/comm", tid);
+	err = procmaps__path(path, sizeof(path), pid, rel);
+	if (err)
+		return err;
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	if (fgets(buf, (int)size, f))
+		buf[strcspn(buf, "\n")] = '\0';
+	else
+		err = -EIO;
+	fclose(f);
+	return err;
+}

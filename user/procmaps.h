@@ -41,4 +41,8 @@ const struct vma *procmaps__find(const struct procmaps *maps, uint64_t addr);
  * mount namespace: "/proc/<pid>/root<path>". */
 int procmaps__target_path(char *buf, size_t size, int pid, const char *path);
 
+/* The name of thread tid of pid (/proc/<pid>/task/<tid>/comm) into buf; "" when the thread
+ * is gone. Returns 0 or a negative errno. */
+int procmaps__thread_name(int pid, int tid, char *buf, size_t size);
+
 #endif

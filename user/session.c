@@ -138,3 +138,38 @@ uint64_t session__clock_ns(int clockid)
 	clock_gettime(clockid, &ts);
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
+
+int session__parse_pid(const char *arg, int *pid)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v <= 0 || v > 0x7fffffff)
+		return -EINVAL;
+	*pid = (int)v;
+	return 0;
+}
+
+int session__parse_ring_mb(const char *arg, int *mb)
+{
+	char *end;
+	long v = strtol(arg, &end, 10);
+
+	if (end == arg || *end || v < 1 || v > 4096 || (v & (v - 1)))
+		return -EINVAL;
+	*mb = (int)v;
+	return 0;
+}
+
+int session__parse_seconds(const char *arg, double *sec)
+{
+	char *end;
+	double v = strtod(arg, &end);
+
+	if (end == arg || *end || !(v > 0))
+		return -EINVAL;
+	*sec = v;
+	return 0;
+}

@@ -86,22 +86,18 @@ static const struct argp_option opts[] = {
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
-	char *end;
-	long v;
+	int pid;
 
 	switch (key) {
 	case 'p':
-		errno = 0;
-		v = strtol(arg, &end, 10);
-		if (errno || *end || v <= 0 || v > 0x7fffffff)
+		if (session__parse_pid(arg, &pid))
 			argp_error(state, "invalid pid '%s'", arg);
 		if (env.nr_pids == MAX_PIDS)
 			argp_error(state, "at most %d pids", MAX_PIDS);
-		env.pids[env.nr_pids++] = (int)v;
+		env.pids[env.nr_pids++] = pid;
 		break;
 	case 'd':
-		env.duration = strtod(arg, &end);
-		if (*end || env.duration <= 0)
+		if (session__parse_seconds(arg, &env.duration))
 			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
 		break;
 	case 'o':
@@ -121,10 +117,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.gpu = true;
 		break;
 	case OPT_RING_MB:
-		v = strtol(arg, &end, 10);
-		if (*end || v < 1 || v > 4096 || (v & (v - 1)))
+		if (session__parse_ring_mb(arg, &env.ring_mb))
 			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
-		env.ring_mb = (int)v;
 		break;
 	case 'v':
 		tptrace_verbosity++;

@@ -1,0 +1,355 @@
+"""Tier 2: GPU memory (`tptrace mem`, user/memtrace.c + user/memsnap.c) on the simulated caching
+allocator (tests/sim/alloc: USDT pytorch:malloc/free) and runtime, and entry decoding of the
+REAL libcudart.so.13's allocation calls. Exact sizes, pointers and counts come from the
+workloads' headers (tests/workloads/alloc_app.c, tests/e2e/progs/mem_real_args.c).
+
+`tptrace mem` runs as .output/tests/tptrace_mem (the same mem_main from libtptrace.a) so these
+tests do not depend on user/tptrace.c dispatching the subcommand; test_mem_subcommand_wired
+checks that dispatch."""
+import json
+import os
+import pickle
+import re
+import signal
+import subprocess
+
+from lib import (E2E_BIN, OUT, ROOT, TPTRACE, WL, Lines, Skip, Workload, load_trace, need_root,
+                 tmp_path)
+
+MEM = os.path.join(WL, "tptrace_mem")
+ALLOC_APP = os.path.join(WL, "alloc_app")
+MIB = 1 << 20
+
+
+class MemTracer:
+    """`tptrace mem` in the background, started once its probes are attached."""
+
+    def __init__(self, args, timeout=30):
+        self.p = subprocess.Popen([MEM] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        self.out = Lines(self.p.stdout)
+        self.err = Lines(self.p.stderr)
+        line = self.err.wait_for(lambda l: l.startswith("tptrace: tracing GPU memory"), timeout)
+        if not line:
+            self.p.kill()
+            self.p.wait()
+            raise AssertionError(f"tptrace mem did not start: {self.err.text()}")
+        self.started = line
+
+    def stop(self, timeout=30):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+        return self.wait(timeout)
+
+    def wait(self, timeout=30):
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            raise AssertionError(f"tptrace mem did not exit: {self.err.text()}")
+        self.out.t.join(5)
+        self.err.t.join(5)
+        return rc
+
+
+def infos(wl):
+    """The workload's '# ...' info lines, split."""
+    return [l[2:].split() for l in wl.out.text().splitlines() if l.startswith("# ")]
+
+
+def run_alloc(scenario, args, name, env=None, hold=False):
+    """alloc_app <scenario>: attach, GO, DONE, end (SIGINT with --hold, else the exit)."""
+    need_root()
+    wl = Workload([ALLOC_APP, "--scenario", scenario] + (["--hold"] if hold else []), env=env)
+    try:
+        tr = MemTracer(["-p", str(wl.pid)] + args)
+        wl.go()
+        wl.wait_done()
+        if hold:
+            rc = tr.stop()
+            wl.finish()
+        else:
+            wl.finish()
+            rc = tr.wait()
+        assert rc == 0, f"tptrace mem rc={rc}: {tr.err.text()}"
+    finally:
+        wl.kill()
+    return wl, tr
+
+
+def mallocs(wl):
+    return [(int(f[1], 16), int(f[2])) for f in infos(wl) if f[0] == "malloc"]
+
+
+def direct(wl, api):
+    return [(int(f[1], 16), int(f[2])) for f in infos(wl) if f[0] == api][0]
+
+
+def stream_of(wl):
+    return [int(f[1], 16) for f in infos(wl) if f[0] == "stream"][0]
+
+
+def check_viz_fields(snap):
+    """What memory_viz reads, with the types it expects."""
+    assert set(snap) >= {"segments", "device_traces", "allocator_settings"}, snap.keys()
+    assert isinstance(snap["device_traces"], list) and len(snap["device_traces"]) >= 1
+    actions = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+               "segment_map", "segment_unmap", "oom"}
+    for trace in snap["device_traces"]:
+        last = 0
+        for e in trace:
+            assert e["action"] in actions, e
+            for k in ("addr", "size", "stream", "time_us"):
+                assert isinstance(e[k], int) and e[k] >= 0, (k, e)
+            assert e["time_us"] >= last, "time_us never goes back"
+            last = e["time_us"]
+            for f in e["frames"]:
+                assert set(f) == {"filename", "line", "name"} and isinstance(f["line"], int), f
+    for s in snap["segments"]:
+        for k in ("device", "address", "total_size", "allocated_size", "active_size",
+                  "requested_size", "stream"):
+            assert isinstance(s[k], int), (k, s)
+        assert s["segment_type"] in ("small", "large")
+        cursor = s["address"]
+        for b in s["blocks"]:
+            assert b["address"] == cursor, "blocks tile the segment"
+            assert b["state"] in ("active_allocated", "active_pending_free", "inactive")
+            cursor += b["size"]
+        assert cursor == s["address"] + s["total_size"]
+        assert s["allocated_size"] == sum(b["size"] for b in s["blocks"]
+                                          if b["state"] == "active_allocated")
+    assert "tptrace" in snap and "unknown" in snap["tptrace"]
+
+
+def mem_events(trace, name):
+    return [e for e in trace["traceEvents"] if e.get("cat") == "cuda_memory" and e["name"] == name]
+
+
+def counter(trace, name):
+    return [e["args"]["bytes"] for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == name]
+
+
+def test_mem_normal_trace_and_snapshot():
+    snap_path, trace_path = tmp_path("mem-normal.json"), tmp_path("mem-normal-trace.json")
+    wl, tr = run_alloc("normal", ["-o", snap_path, "--trace", trace_path], "normal")
+    assert "2 USDT, 11 runtime, 0 driver probes" in tr.started, tr.started
+    blocks = mallocs(wl)
+    S = stream_of(wl)
+    assert [s for _, s in blocks] == [1000] * 3 + [3145728] * 2 + [16777216]
+    seg_ptrs = [blocks[0][0], blocks[3][0], blocks[5][0]]
+    seg_sizes = [2 * MIB, 20 * MIB, 16 * MIB]
+
+    trace = load_trace(trace_path)
+    names = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]":
+            names[e["name"]] = names.get(e["name"], 0) + 1
+    assert names == {"cudaMalloc": 3, "cudaFree": 4, "cudaMallocHost": 1, "cudaHostAlloc": 1,
+                     "cudaFreeHost": 2, "cudaMallocManaged": 1, "cudaMallocAsync": 1,
+                     "cudaFreeAsync": 1}, names
+    cm = mem_events(trace, "cudaMalloc")
+    assert [(e["args"]["size"], int(e["args"]["ptr"], 16), e["args"]["rc"]) for e in cm] == \
+        list(zip(seg_sizes, seg_ptrs, [0, 0, 0]))
+    assert all(e["pid"] == wl.pid and e["args"]["device"] == 0 for e in cm)
+    host = direct(wl, "cudaHostAlloc")
+    ha = mem_events(trace, "cudaHostAlloc")[0]["args"]
+    assert (ha["size"], int(ha["ptr"], 16), ha["flags"], ha["rc"]) == (8192, host[0], 1, 0)
+    mm = mem_events(trace, "cudaMallocManaged")[0]["args"]
+    assert (mm["size"], int(mm["ptr"], 16), mm["flags"]) == (16384, direct(wl, "cudaMallocManaged")[0], 1)
+    ma = mem_events(trace, "cudaMallocAsync")[0]["args"]
+    assert (ma["size"], int(ma["ptr"], 16), int(ma["stream"], 16)) == (65536, direct(wl, "cudaMallocAsync")[0], S)
+    fa = mem_events(trace, "cudaFreeAsync")[0]["args"]
+    assert (int(fa["ptr"], 16), int(fa["stream"], 16)) == (direct(wl, "cudaMallocAsync")[0], S)
+    frees = [int(e["args"]["ptr"], 16) for e in mem_events(trace, "cudaFree")]
+    assert frees == [direct(wl, "cudaMallocManaged")[0]] + seg_ptrs[::-1], frees
+
+    mem = [(e["args"]["action"], int(e["args"]["Addr"], 16), e["args"]["Bytes"])
+           for e in mem_events(trace, "[memory]")]
+    allocs = [(a, b) for act, a, b in mem if act == "alloc"]
+    assert allocs == blocks, allocs
+    assert [(a, -b) for act, a, b in mem if act == "free"] == blocks
+    allocated = counter(trace, "bytes allocated (cuda:0)")
+    assert max(allocated) == 3 * 1000 + 2 * 3145728 + 16777216 == 23071672
+    assert allocated[:3] == [1000, 2000, 3000] and allocated[-1] == 0
+    reserved = counter(trace, "bytes reserved (cuda:0)")
+    assert max(reserved) == 38 * MIB + 65536 and reserved[-1] == 0, reserved
+    assert counter(trace, "bytes pinned host")[-1] == 0 and max(counter(trace, "bytes pinned host")) == 8192
+    assert max(counter(trace, "bytes managed")) == 16384
+    meta = trace["tptrace"]["memory"]
+    assert meta["events_dropped"] == 0 and meta["usdt_probes"] == 2 and meta["calls"] == 14
+    assert meta["allocs"] == meta["frees"] == 6 and meta["frees_unknown"] == 0
+
+    snap = json.load(open(snap_path))
+    check_viz_fields(snap)
+    assert len(snap["device_traces"]) == 1 and snap["segments"] == []
+    t = snap["device_traces"][0]
+    acts = [e["action"] for e in t]
+    assert acts == ["segment_alloc", "alloc", "alloc", "alloc", "segment_alloc", "alloc", "alloc",
+                    "segment_alloc", "alloc"] + ["free_requested", "free_completed"] * 6 + \
+        ["segment_alloc", "segment_free"] + ["segment_free"] * 3, acts
+    assert [(e["addr"], e["size"]) for e in t if e["action"] == "alloc"] == blocks
+    assert [(e["addr"], e["size"]) for e in t if e["action"] == "segment_alloc"] == \
+        list(zip(seg_ptrs, seg_sizes)) + [(direct(wl, "cudaMallocAsync")[0], 65536)]
+    assert [(e["addr"], e["size"]) for e in t if e["action"] == "segment_free"][1:] == \
+        list(zip(seg_ptrs, seg_sizes))[::-1]
+    assert all(e["stream"] == S for e in t if e["action"] == "alloc")
+    for e in t:
+        if e["action"] == "alloc":
+            names = [f["name"] for f in e["frames"]]
+            assert names[0].startswith("tpsim_alloc_malloc+"), names
+            assert any(n.startswith("main+") for n in names), names
+    dev = snap["tptrace"]["devices"][0]
+    assert (dev["bytes_allocated"], dev["bytes_reserved"]) == (0, 0)
+    assert (dev["peak_bytes_allocated"], dev["peak_bytes_reserved"]) == (23071672, 38 * MIB + 65536)
+    assert snap["tptrace"]["counts"]["allocs"] == 6 and snap["tptrace"]["pid"] == wl.pid
+
+
+LEAK_LINE = re.compile(r"^  (\d+) bytes: (\d+) x (\d+) bytes  cuda:(\d+)  (\S+)  at (\S+) \((\S+)\)$")
+
+
+def test_mem_leaks_by_call_site():
+    snap_path = tmp_path("mem-leak.json")
+    wl, tr = run_alloc("leak", ["--leaks", "-o", snap_path], "leak", hold=True)
+    blocks = mallocs(wl)
+    report = tr.out.text()
+    groups = [LEAK_LINE.match(l).groups() for l in report.splitlines() if LEAK_LINE.match(l)]
+    tensor = [g for g in groups if g[4] == "pytorch:malloc"]
+    assert len(tensor) == 2, report
+    (t1, n1, s1, d1, _, site1, obj1), (t2, n2, s2, d2, _, site2, obj2) = tensor
+    assert (int(t1), int(n1), int(s1), d1) == (4194304, 2, 2097152, "0"), report
+    assert site1.startswith("leak_site_b+") and obj1 == "alloc_app", report
+    assert (int(t2), int(n2), int(s2), d2) == (12288, 3, 4096, "0"), report
+    assert site2.startswith("leak_site_a+") and obj2 == "alloc_app", report
+    assert "tensor blocks (pytorch:malloc): 5 live, 4206592 bytes" in report, report
+    assert "Python stacks are not captured yet" in report
+
+    snap = json.load(open(snap_path))
+    check_viz_fields(snap)
+    live = snap["tptrace"]["live_by_call_site"]
+    assert [(g["what"], g["count"], g["size"]) for g in live[:2]] == \
+        [("cudaMalloc", 1, 20 * MIB), ("pytorch:malloc", 2, 2097152)], live
+    segs = sorted(snap["segments"], key=lambda s: s["total_size"])
+    assert [(s["total_size"], s["segment_type"], s["allocated_size"], s["requested_size"])
+            for s in segs] == [(2 * MIB, "small", 3 * 4096, 3 * 4096),
+                               (20 * MIB, "large", 2 * 2097152, 2 * 2097152)], segs
+    small_live = [(b["address"], b["size"]) for b in segs[0]["blocks"] if b["state"] == "active_allocated"]
+    assert small_live == blocks[:3], small_live
+    large_live = [(b["address"], b["requested_size"]) for b in segs[1]["blocks"] if b["state"] == "active_allocated"]
+    assert large_live == blocks[3:5], large_live
+    # the transient 8192 block came and went
+    acts = [(e["action"], e["size"]) for e in snap["device_traces"][0] if e["addr"] == blocks[5][0]]
+    assert acts == [("alloc", 8192), ("free_requested", 8192), ("free_completed", 8192)], acts
+
+
+def test_mem_oom():
+    snap_path, trace_path = tmp_path("mem-oom.json"), tmp_path("mem-oom-trace.json")
+    wl, tr = run_alloc("oom", ["-o", snap_path, "--trace", trace_path], "oom",
+                       env={"TPSIM_MEM_LIMIT_BYTES": str(64 * MIB)})
+    assert ["oom", "33554432"] in infos(wl)
+    trace = load_trace(trace_path)
+    cm = [(e["args"]["size"], e["args"]["rc"]) for e in mem_events(trace, "cudaMalloc")]
+    assert cm == [(40 * MIB, 0), (48 * MIB, 2), (48 * MIB, 0), (32 * MIB, 2)], cm
+    ooms = mem_events(trace, "OOM")
+    assert [(e["ph"], e["s"], e["args"]["api"], e["args"]["size"], e["args"]["rc"], e["args"]["device"])
+            for e in ooms] == [("i", "p", "cudaMalloc", 48 * MIB, 2, 0), ("i", "p", "cudaMalloc", 32 * MIB, 2, 0)]
+    # the first OOM finds the freed 40 MiB segment still cached, the second the 48 MiB one in use
+    assert [(e["args"]["bytes allocated"], e["args"]["bytes reserved"]) for e in ooms] == \
+        [(0, 40 * MIB), (48 * MIB, 48 * MIB)]
+    assert trace["tptrace"]["memory"]["ooms"] == 2
+    snap = json.load(open(snap_path))
+    check_viz_fields(snap)
+    t = snap["device_traces"][0]
+    assert [e["action"] for e in t] == ["segment_alloc", "alloc", "free_requested", "free_completed",
+                                        "oom", "segment_free", "segment_alloc", "alloc", "oom",
+                                        "free_requested", "free_completed", "segment_free"]
+    assert [e["size"] for e in t if e["action"] == "oom"] == [48 * MIB, 32 * MIB]
+    assert snap["tptrace"]["counts"]["ooms"] == 2
+
+
+def test_mem_snapshot_pickle_round_trip():
+    json_path, pkl_path = tmp_path("mem-rt.json"), tmp_path("mem-rt.pickle")
+    wl, tr = run_alloc("leak", ["-o", pkl_path, "--pickle"], "pickle", hold=True)
+    raw = open(pkl_path, "rb").read()
+    assert raw[:2] == b"\x80\x02" and raw[-1:] == b"."
+    snap = pickle.loads(raw)
+    check_viz_fields(snap)
+    # the same document as JSON, through a JSON round trip
+    again = json.loads(json.dumps(snap))
+    assert again == snap
+    blocks = mallocs(wl)
+    live = sorted((b["address"], b["requested_size"]) for s in snap["segments"] for b in s["blocks"]
+                  if b["state"] == "active_allocated")
+    assert live == sorted(blocks[:5]), live
+    assert snap["tptrace"]["attach_unix_ns"] < snap["tptrace"]["end_unix_ns"]
+
+
+def test_mem_real_cudart_entry_args():
+    """The real libcudart.so.13: without a driver every call fails, its entry is observed."""
+    need_root()
+    prog = os.path.join(E2E_BIN, "mem_real_args")
+    trace_path = tmp_path("mem-real.json")
+    wl = Workload([prog])
+    try:
+        tr = MemTracer(["-p", str(wl.pid), "--trace", trace_path])
+        assert " runtime" in tr.started and "0 runtime" not in tr.started, tr.started
+        wl.go()
+        wl.wait_done()
+        wl.finish()
+        assert tr.wait() == 0, tr.err.text()
+    finally:
+        wl.kill()
+    rcs = {f[1]: int(f[2]) for f in infos(wl) if f[0] == "rc"}
+    assert all(rc != 0 for rc in rcs.values()), rcs
+    trace = load_trace(trace_path)
+    ev = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]":
+            assert e["name"] not in ev, f"{e['name']} recorded twice"
+            ev[e["name"]] = e["args"]
+    assert set(ev) == set(rcs), (ev.keys(), rcs)
+    for name, rc in rcs.items():
+        assert ev[name]["rc"] == rc, (name, ev[name], rc)
+    assert ev["cudaMalloc"]["size"] == 1111
+    assert (ev["cudaMallocAsync"]["size"], ev["cudaMallocAsync"]["stream"]) == (2222, "0x5100")
+    assert ev["cudaMallocHost"]["size"] == 3333
+    assert (ev["cudaHostAlloc"]["size"], ev["cudaHostAlloc"]["flags"]) == (4444, 2)
+    assert (ev["cudaMallocManaged"]["size"], ev["cudaMallocManaged"]["flags"]) == (5555, 2)
+    assert ev["cudaFree"]["ptr"] == "0xdead000"
+    assert (ev["cudaFreeAsync"]["ptr"], ev["cudaFreeAsync"]["stream"]) == ("0xbeef000", "0x5200")
+    assert ev["cudaFreeHost"]["ptr"] == "0xcafe000"
+    assert ev["cudaSetDevice"]["device"] == 3
+    meta = trace["tptrace"]["memory"]
+    assert meta["failed_calls"] == len(rcs) and meta["ooms"] == 0 and meta["segment_allocs"] == 0
+
+
+def test_mem_cli_errors():
+    p = subprocess.run([MEM, "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "EXAMPLES:" in p.stdout and "--leaks" in p.stdout, p.stdout
+    p = subprocess.run([MEM], capture_output=True, text=True)
+    assert p.returncode == 2 and "no process given: use -p PID" in p.stderr, p.stderr
+    p = subprocess.run([MEM, "-p", "x"], capture_output=True, text=True)
+    assert p.returncode == 2 and "invalid pid 'x'" in p.stderr, p.stderr
+    p = subprocess.run([MEM, "-p", "1", "--pickle"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--pickle needs -o FILE" in p.stderr, p.stderr
+    p = subprocess.run([MEM, "-p", "999999999"], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr == "tptrace: pid 999999999: no such process\n", p.stderr
+    need_root()
+    wl = Workload([os.path.join(WL, "nocuda")])
+    try:
+        p = subprocess.run([MEM, "-p", str(wl.pid), "-d", "1"], capture_output=True, text=True,
+                           timeout=30)
+    finally:
+        wl.kill()
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"tptrace: pid {wl.pid} (nocuda) has no CUDA runtime, CUDA driver or PyTorch allocator "
+        "probes loaded; use --wait to wait for them"), p.stderr
+
+
+def test_mem_subcommand_wired():
+    """`tptrace mem` reaches mem_main once user/tptrace.c dispatches it."""
+    p = subprocess.run([TPTRACE, "mem", "--help"], capture_output=True, text=True)
+    if p.returncode != 0 or "tptrace mem:" not in p.stdout:
+        raise Skip("user/tptrace.c does not dispatch `tptrace mem` yet (see the wiring lines)")
+    assert "EXAMPLES:" in p.stdout
