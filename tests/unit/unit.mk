@@ -72,3 +72,18 @@ $(UNIT_DIR)/test_flightrec: tests/unit/test_flightrec.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_flightrec
+
+# memsnap (GPU memory state, memory_viz snapshot, pickle) on synthetic events
+$(UNIT_DIR)/test_memsnap: tests/unit/test_memsnap.c tests/unit/check.h \
+			  $(OUTPUT)/user/memsnap.o $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_memsnap
+
+$(UNIT_DIR)/test_decode: tests/unit/test_decode.c tests/unit/check.h \
+			 $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_decode

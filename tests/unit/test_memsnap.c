@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: MIT
+/* memsnap on synthetic events: counters, unknown frees, segments and their blocks, VMM
+ * handles and maps, the memory_viz snapshot, leak groups, the pickle encoding. */
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "check.h"
+#include "memsnap.h"
+
+#define MIB (1ULL << 20)
+
+static int fake_stack(void *ctx, int32_t stack_id, struct mem_frame *frames, int max)
+{
+	static const char *const names[] = { "alloc_impl+0x10", "site_a+0x4", "site_b+0x8", "main+0x20" };
+
+	if (max < 2)
+		return 0;
+	frames[0] = (struct mem_frame){ names[0], "/lib/liballoc.so", 0x1000, true };
+	frames[1] = (struct mem_frame){ names[stack_id == 1 ? 1 : 2], "/bin/app", 0x2000, false };
+	frames[2] = (struct mem_frame){ names[3], "/bin/app", 0x3000, false };
+	return 3;
+}
+
+static uint64_t num(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	if (cJSON_IsRaw(v))
+		return strtoull(v->valuestring, NULL, 10);
+	return cJSON_IsNumber(v) ? (uint64_t)v->valuedouble : (uint64_t)-1;
+}
+
+static const char *str(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void test_counters_and_snapshot(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	struct memsnap_info info = { .pid = 7, .comm = "app", .version = "t", .stack_fn = fake_stack,
+				     .alloc_conf = "expandable_segments:True" };
+	const struct mem_device_bytes *d;
+	struct mem_leak_group *g;
+	cJSON *snap, *segs, *traces, *s, *blocks, *b;
+	int n;
+
+	memsnap__set_clock(ms, 1000000, 5000000000ULL);
+	/* a 2 MiB segment, two blocks in it, one freed */
+	CHECK(memsnap__segment_alloc(ms, 2000000, MEM_SEG_DEVICE, 0, 0x10000000, 2 * MIB, 0, 1) == 0, "seg");
+	CHECK(memsnap__block_alloc(ms, 3000000, 0, 0x10000000, 1000, 0x55, 1) == 0, "alloc a");
+	CHECK(memsnap__block_alloc(ms, 4000000, 0, 0x10000400, 1000, 0x55, 1) == 0, "alloc b");
+	CHECK(memsnap__block_alloc(ms, 4500000, 0, 0x10000800, 4096, 0x55, 2) == 0, "alloc c");
+	CHECK(memsnap__block_free(ms, 5000000, 0x10000400) == 0, "free b");
+	/* unknown frees: counted, nothing changes */
+	CHECK(memsnap__block_free(ms, 5100000, 0xdead) == -1, "free unknown");
+	CHECK(memsnap__segment_free(ms, 5200000, 0xbeef) == -1, "segment free unknown");
+	/* a block in memory allocated before attach, on device 1 */
+	CHECK(memsnap__block_alloc(ms, 5300000, 1, 0x90000000, 600, 0, -1) == 1, "orphan");
+	/* expandable segments: 20 MiB handle mapped, on device 0 */
+	CHECK(memsnap__handle_create(ms, 6000000, 0, 0xabc, 20 * MIB) == 0, "create");
+	CHECK(memsnap__map(ms, 6100000, 0x20000000, 20 * MIB, 0xabc, -1) == 0, "map");
+	CHECK(memsnap__oom(ms, 6200000, 0, 64 * MIB, 0x55, -1) == 0, "oom");
+	/* pinned host memory: counted apart */
+	CHECK(memsnap__segment_alloc(ms, 6300000, MEM_SEG_HOST, 0, 0x30000000, 4096, 0, -1) == -1, "host");
+
+	d = memsnap__device(ms, 0);
+	CHECK_U64(d->allocated, 1000 + 4096);
+	CHECK_U64(d->peak_allocated, 1000 + 1000 + 4096);
+	CHECK_U64(d->reserved, 2 * MIB + 20 * MIB);
+	CHECK_U64(memsnap__device(ms, 1)->allocated, 600);
+	CHECK_U64(memsnap__nr_devices(ms), 2);
+	CHECK_U64(memsnap__stats(ms)->frees_unknown, 1);
+	CHECK_U64(memsnap__stats(ms)->segment_frees_unknown, 1);
+	CHECK_U64(memsnap__stats(ms)->host_bytes, 4096);
+	CHECK_U64(memsnap__stats(ms)->ooms, 1);
+
+	snap = memsnap__snapshot(ms, &info);
+	CHECK(snap != NULL, "snapshot");
+	segs = cJSON_GetObjectItem(snap, "segments");
+	CHECK_U64(cJSON_GetArraySize(segs), 3);	/* 2 MiB, mapped 20 MiB, inferred */
+	s = cJSON_GetArrayItem(segs, 0);
+	CHECK_U64(num(s, "address"), 0x10000000);
+	CHECK_STR(str(s, "segment_type"), "small");
+	CHECK_U64(num(s, "allocated_size"), 1024 + 4096);
+	CHECK_U64(num(s, "requested_size"), 1000 + 4096);
+	blocks = cJSON_GetObjectItem(s, "blocks");
+	CHECK_U64(cJSON_GetArraySize(blocks), 4);	/* a, gap where b was, c, rest */
+	b = cJSON_GetArrayItem(blocks, 0);
+	CHECK_STR(str(b, "state"), "active_allocated");
+	CHECK_U64(num(b, "size"), 1024);
+	CHECK_STR(str(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "frames"), 1), "name"), "site_a+0x4");
+	b = cJSON_GetArrayItem(blocks, 1);
+	CHECK_STR(str(b, "state"), "inactive");
+	CHECK_U64(num(b, "address"), 0x10000400);
+	CHECK_U64(num(b, "size"), 0x400);
+	b = cJSON_GetArrayItem(blocks, 3);
+	CHECK_U64(num(b, "address"), 0x10001800);
+	CHECK_U64(num(b, "size"), 2 * MIB - 0x1800);
+	s = cJSON_GetArrayItem(segs, 1);
+	CHECK(cJSON_IsTrue(cJSON_GetObjectItem(s, "is_expandable")), "mapped segment is expandable");
+	CHECK_U64(num(s, "total_size"), 20 * MIB);
+	s = cJSON_GetArrayItem(segs, 2);
+	CHECK(cJSON_IsTrue(cJSON_GetObjectItem(s, "tptrace_inferred")), "orphan block: inferred segment");
+	CHECK_U64(num(s, "device"), 1);
+	CHECK_U64(num(s, "total_size"), 1024);
+
+	traces = cJSON_GetObjectItem(snap, "device_traces");
+	CHECK_U64(cJSON_GetArraySize(traces), 2);
+	{
+		static const char *const want[] = { "segment_alloc", "alloc", "alloc", "alloc",
+			"free_requested", "free_completed", "segment_map", "oom" };
+		cJSON *t0 = cJSON_GetArrayItem(traces, 0);
+
+		CHECK_U64(cJSON_GetArraySize(t0), 8);
+		for (int i = 0; i < 8 && i < cJSON_GetArraySize(t0); i++)
+			CHECK_STR(str(cJSON_GetArrayItem(t0, i), "action"), want[i]);
+		/* time_us = real base + (ts - mono base), in µs */
+		CHECK_U64(num(cJSON_GetArrayItem(t0, 1), "time_us"), 5000000 + 2000);
+		CHECK_U64(num(cJSON_GetArrayItem(t0, 7), "size"), 64 * MIB);
+	}
+	CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(snap, "allocator_settings"),
+					       "expandable_segments")), "settings from the conf");
+	cJSON_Delete(snap);
+
+	n = memsnap__leak_groups(ms, &g);
+	/* mapped 20 MiB, 2 MiB segment, then blocks 4096 (site_b), 1000 (site_a), 600 */
+	CHECK_U64(n, 6);
+	if (n == 6) {
+		char site[64];
+
+		CHECK_STR(g[0].what, "cuMemMap");
+		CHECK_STR(g[1].what, "cudaMalloc");
+		CHECK_STR(g[2].what, "pytorch:malloc");
+		CHECK_U64(g[2].total, 4096);
+		CHECK_STR(memsnap__call_site(&info, g[2].stack_id, site, sizeof(site)), "site_b+0x8 (app)");
+		CHECK_U64(g[3].total, 4096);	/* pinned host */
+		CHECK_STR(g[3].what, "cudaMallocHost");
+		CHECK_U64(g[4].size, 1000);
+	}
+	free(g);
+
+	/* unmap and release bring reserved back */
+	CHECK(memsnap__unmap(ms, 7000000, 0x20000000, 20 * MIB) == 0, "unmap");
+	CHECK(memsnap__handle_release(ms, 7100000, 0xabc) == 0, "release");
+	CHECK(memsnap__segment_free(ms, 7200000, 0x10000000) == 0, "segment free");
+	CHECK_U64(memsnap__device(ms, 0)->reserved, 0);
+	CHECK_U64(memsnap__device(ms, 0)->peak_reserved, 22 * MIB);
+	memsnap__free(ms);
+	memsnap__free(NULL);
+}
+
+static void test_history_ring(void)
+{
+	struct memsnap *ms = memsnap__new(4);
+
+	for (int i = 0; i < 6; i++)
+		memsnap__block_alloc(ms, i, 0, 0x1000 + i * 0x1000, 10, 0, -1);
+	CHECK_U64(memsnap__stats(ms)->history_dropped, 2);
+	memsnap__free(ms);
+}
+
+static void test_pickle(void)
+{
+	static const unsigned char want[] = {
+		0x80, 0x02, '}', '(',
+		'X', 1, 0, 0, 0, 'a', ']', '(',
+		0x8a, 1, 1, 0x8a, 1, 0xff, 0x8a, 2, 0x2c, 0x01, 0x88, 'X', 1, 0, 0, 0, 'x', 'e',
+		'X', 1, 0, 0, 0, 'b', 'G', 0x3f, 0xf8, 0, 0, 0, 0, 0, 0,
+		'X', 1, 0, 0, 0, 'c', 0x8a, 6, 0x00, 0x41, 0x1e, 0x02, 0x44, 0x7f,
+		'u', '.',
+	};
+	cJSON *root = cJSON_Parse("{\"a\": [1, -1, 300, true, \"x\"], \"b\": 1.5}");
+	unsigned char got[256];
+	size_t len;
+	FILE *f;
+
+	cJSON_AddItemToObject(root, "c", cJSON_CreateRaw("139930070040832"));	/* 0x7f44021e4100: Python's pickle.dumps gives the same LONG1 bytes */
+	f = fopen(UNIT_OUT_DIR "/snap.pickle", "w+");
+	CHECK(f != NULL, "open");
+	if (!f)
+		return;
+	CHECK(memsnap__write_pickle(root, f) == 0, "write");
+	rewind(f);
+	len = fread(got, 1, sizeof(got), f);
+	fclose(f);
+	CHECK_U64(len, sizeof(want));
+	for (size_t i = 0; i < len && i < sizeof(want); i++)
+		CHECK(got[i] == want[i], "byte %zu: 0x%02x, want 0x%02x", i, got[i], want[i]);
+	cJSON_Delete(root);
+}
+
+int main(void)
+{
+	test_counters_and_snapshot();
+	test_history_ring();
+	test_pickle();
+	return check_done();
+}
