@@ -266,8 +266,8 @@ int mem_main(int argc, char **argv)
 	if (waiting)
 		log_info("tptrace: waiting for pid %d (%s) to load CUDA or PyTorch\n", t->pid, t->comm);
 	else
-		log_info("tptrace: tracing GPU memory of pid %d (%s): %d USDT, %d runtime, %d driver "
-			 "probes%s\n", t->pid, t->comm, memtrace__stats(mt)->usdt_probes,
+		log_info("tptrace: tracing GPU memory of pid %d (%s): %d USDT probes, %d runtime and %d driver "
+			 "functions%s\n", t->pid, t->comm, memtrace__stats(mt)->usdt_probes,
 			 memtrace__stats(mt)->runtime_probes, memtrace__stats(mt)->driver_probes,
 			 deadline ? "" : "; Ctrl-C to stop");
 	last_scan = start_mono;

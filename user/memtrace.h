@@ -34,9 +34,9 @@ struct memtrace_opts {
 };
 
 struct memtrace_stats {
-	int usdt_probes;		/* pytorch:malloc/free sites attached */
-	int runtime_probes;		/* cudart functions (entry + return each) */
-	int driver_probes;		/* libcuda functions */
+	int usdt_probes;		/* pytorch:malloc/free links (one per probe name and library) */
+	int runtime_probes;		/* cudart functions probed (entry + return each) */
+	int driver_probes;		/* libcuda functions probed (entry + return each) */
 	int attach_errors;
 	uint64_t records, calls, failed_calls, ooms;
 	uint64_t dropped, nested_driver_calls, orphan_returns, stack_failures;

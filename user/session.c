@@ -35,6 +35,8 @@ static struct cuda_bpf *open_skel(int ring_mb, bool multi)
 			bpf_program__set_autoload(progs[i], false);
 	}
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
+	/* wake the reader once an eighth of the ring waits; it also drains every 20 ms */
+	skel->rodata->wakeup_bytes = ((uint64_t)ring_mb << 20) / 8;
 	return skel;
 }
 

@@ -131,3 +131,29 @@ def test_duration_and_signals():
         assert wl.p.poll() is None
     finally:
         wl.kill()
+
+
+def test_ring_overflow_counted_and_reported():
+    """A reader that falls behind loses records: they are counted, reported on stderr and in
+    the trace metadata, and the trace stays valid."""
+    need_root()
+    out = tmp_path("overflow.json")
+    wl = Workload([os.path.join(WL, "sim_train"), "--steps", "1000000", "--kernel-us", "1"])
+    try:
+        tr = Tracer(["-p", str(wl.pid), "-o", out, "--ring-mb", "1"])
+        wl.go()
+        time.sleep(0.3)
+        os.kill(tr.p.pid, signal.SIGSTOP)   # the reader stalls; the probes keep firing
+        time.sleep(2.0)
+        os.kill(tr.p.pid, signal.SIGCONT)
+        time.sleep(0.3)
+        assert tr.stop() == 0, tr.err.text()
+    finally:
+        wl.kill()
+    trace = load_trace(out)
+    check_valid_trace(trace)
+    dropped = trace["tptrace"]["events_dropped"]
+    assert dropped > 0, trace["tptrace"]
+    assert f"tptrace: {dropped} events dropped (ring buffer full); raise --ring-mb" in tr.err.text(), \
+        tr.err.text()
+    assert trace["tptrace"]["events_recorded"] > 1000

@@ -133,7 +133,7 @@ def counter(trace, name):
 def test_mem_normal_trace_and_snapshot():
     snap_path, trace_path = tmp_path("mem-normal.json"), tmp_path("mem-normal-trace.json")
     wl, tr = run_alloc("normal", ["-o", snap_path, "--trace", trace_path], "normal")
-    assert "2 USDT, 11 runtime, 0 driver probes" in tr.started, tr.started
+    assert "2 USDT probes, 11 runtime and 0 driver functions" in tr.started, tr.started
     blocks = mallocs(wl)
     S = stream_of(wl)
     assert [s for _, s in blocks] == [1000] * 3 + [3145728] * 2 + [16777216]
@@ -353,3 +353,43 @@ def test_mem_subcommand_wired():
     if p.returncode != 0 or "tptrace mem:" not in p.stdout:
         raise Skip("user/tptrace.c does not dispatch `tptrace mem` yet (see the wiring lines)")
     assert "EXAMPLES:" in p.stdout
+
+
+def test_mem_driver_and_vmm():
+    """The driver's calls in a (simulated) libcuda.so.1: cuMemAlloc_v2/cuMemFree_v2 are segments,
+    cuMemCreate counts as reserved on the device of prop->location, cuMemMap/cuMemUnmap are
+    segment_map/segment_unmap (PyTorch's expandable segments)."""
+    need_root()
+    snap_path, trace_path = tmp_path("mem-vmm.json"), tmp_path("mem-vmm-trace.json")
+    wl = Workload([os.path.join(WL, "vmm_app")])
+    try:
+        tr = MemTracer(["-p", str(wl.pid), "-o", snap_path, "--trace", trace_path])
+        assert "0 USDT probes, 0 runtime and 6 driver functions" in tr.started, tr.started
+        wl.go()
+        wl.wait_done()
+        wl.finish()
+        assert tr.wait() == 0, tr.err.text()
+    finally:
+        wl.kill()
+    info = {f[0]: int(f[1], 16) for f in infos(wl)}
+    p, h, va = info["cuMemAlloc"], info["cuMemCreate"], info["va"]
+    trace = load_trace(trace_path)
+    calls = [(e["name"], e["args"]) for e in trace["traceEvents"]
+             if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]"]
+    assert [n for n, _ in calls] == ["cuMemAlloc_v2", "cuMemCreate", "cuMemMap", "cuMemUnmap",
+                                     "cuMemRelease", "cuMemFree_v2"], calls
+    a = dict(calls)
+    assert (a["cuMemAlloc_v2"]["size"], int(a["cuMemAlloc_v2"]["ptr"], 16)) == (MIB, p)
+    assert (a["cuMemCreate"]["size"], int(a["cuMemCreate"]["handle"], 16), a["cuMemCreate"]["device"]) == (2 * MIB, h, 1)
+    assert (int(a["cuMemMap"]["ptr"], 16), a["cuMemMap"]["size"], int(a["cuMemMap"]["handle"], 16)) == (va, 2 * MIB, h)
+    assert (int(a["cuMemUnmap"]["ptr"], 16), a["cuMemUnmap"]["size"]) == (va, 2 * MIB)
+    assert int(a["cuMemRelease"]["handle"], 16) == h and int(a["cuMemFree_v2"]["ptr"], 16) == p
+    assert counter(trace, "bytes reserved (cuda:1)") == [2 * MIB, 0, 0]
+    assert counter(trace, "bytes reserved (cuda:0)") == [MIB, 0, 0]
+    snap = json.load(open(snap_path))
+    check_viz_fields(snap)
+    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]] == \
+        [("segment_alloc", p, MIB), ("segment_free", p, MIB)]
+    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][1]] == \
+        [("segment_map", va, 2 * MIB), ("segment_unmap", va, 2 * MIB)]
+    assert snap["segments"] == []

@@ -102,3 +102,27 @@ $(SIM_ALLOC): $(OUTPUT)/sim/alloc/alloc.o $(SIM_LIB_DIR)/libcudart.so | $(SIM_LI
 TEST_BINS += $(SIM_ALLOC)
 
 -include $(OUTPUT)/sim/alloc/alloc.d
+
+# Simulated libcuda.so.1 (tests/sim/cuda_driver): the driver's memory calls only (cuMemAlloc_v2,
+# cuMemFree_v2, cuMemCreate/Map/Unmap/Release), so driver probes resolve and decode here. In a
+# directory of its own: a real libcudart that dlopens libcuda.so.1 must not find it by accident.
+SIM_DRIVER_DIR := $(OUTPUT)/sim/driver
+SIM_DRIVER := $(SIM_DRIVER_DIR)/libcuda.so.1
+
+$(OUTPUT)/sim/cuda_driver:
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/sim/cuda_driver/driver.o: tests/sim/cuda_driver/driver.c | $(OUTPUT)/sim/cuda_driver
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(filter-out -D__CUDA_API_VERSION_INTERNAL,$(SIM_CFLAGS)) -c $< -o $@
+
+$(SIM_DRIVER_DIR):
+	$(Q)mkdir -p $@
+
+$(SIM_DRIVER): $(OUTPUT)/sim/cuda_driver/driver.o | $(SIM_DRIVER_DIR)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs $< -o $@
+
+TEST_BINS += $(SIM_DRIVER)
+
+-include $(OUTPUT)/sim/cuda_driver/driver.d

@@ -85,3 +85,10 @@ $(OUTPUT)/e2e/mem_real_args: tests/e2e/progs/mem_real_args.c tests/workloads/han
 	$(Q)$(CC) $(WL_CFLAGS) $< -L$(CUDA_HOME)/lib -l:libcudart.so.13 -Wl,-rpath,$(CUDA_HOME)/lib -o $@
 
 TEST_BINS += $(OUTPUT)/e2e/mem_real_args
+
+# Driver memory calls on the simulated libcuda.so.1 (tests/e2e/test_mem.py).
+$(WL_DIR)/vmm_app: tests/workloads/vmm_app.c tests/workloads/handshake.h $(SIM_DRIVER) | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_DRIVER_DIR) -l:libcuda.so.1 -Wl,-rpath,$(abspath $(SIM_DRIVER_DIR)) -o $@
+
+TEST_BINS += $(WL_DIR)/vmm_app
