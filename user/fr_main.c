@@ -403,8 +403,8 @@ int fr_main(int argc, char **argv)
 	ring_buffer__consume(rb);
 	flightrec__set_drops(s.fr, session__drops(s.skel));
 	flightrec__take_exits(s.fr);
-	flightrec__dump_all(s.fr, "final");
-	ret = 0;
+	/* a final dump that could not be written is a failed run (each said why) */
+	ret = flightrec__dump_all(s.fr, "final") < 0 ? 1 : 0;
 cleanup:
 	ring_buffer__free(rb);
 	for (int i = 0; i < s.nr_targets; i++)

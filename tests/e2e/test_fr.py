@@ -331,3 +331,41 @@ def tmp_dir():
     from lib import TMP
     os.makedirs(TMP, exist_ok=True)
     return TMP
+
+
+def test_fr_full_dump_dir_and_bad_input():
+    """Dumps to a full filesystem fail with one line each and recording goes on; bad input
+    gets one clear line."""
+    need_root()
+    import subprocess
+    from lib import run_tptrace
+    rc, _, err = run_tptrace(["fr"])
+    assert rc == 2 and "no process given: use -p PID or -a" in err, err
+    rc, _, err = run_tptrace(["fr", "-p", "1", "-a"])
+    assert rc == 2 and "-p and -a exclude each other" in err, err
+    job = Job(2, "healthy", steps=2, extra=["--init-after-go", "--hold"], name="full")
+    full = os.path.join(job.dir, "full")
+    os.makedirs(full)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tpfull", full], check=True)
+    try:
+        # a process without NCCL is refused
+        from lib import WL as wl_dir, Workload
+        nocuda = Workload([os.path.join(wl_dir, "nocuda")])
+        rc, _, err = run_tptrace(["fr", "-p", str(nocuda.pid), "--dump-dir", job.dump_dir])
+        nocuda.kill()
+        assert rc == 1 and err.strip() == f"tptrace: pid {nocuda.pid} has no NCCL loaded (no libnccl.so.* mapped)", err
+        with open(os.path.join(full, "filler"), "wb") as f:
+            f.write(b"x" * 4096)
+        job.dump_dir = full
+        job.record()
+        job.go()
+        job.wait_done()
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        assert job.tracer.err.wait_for(lambda l: "No space left on device" in l, 10), job.tracer.err.text()
+        assert job.tracer.p.poll() is None, "keeps recording"
+        errs = [l for l in job.tracer.err.lines if "No space left" in l]
+        assert all(l.startswith("tptrace: writing flight-recorder dump ") for l in errs), errs
+        assert job.stop() == 1, "the final dumps failed too"
+    finally:
+        job.kill()
+        subprocess.run(["umount", full])
