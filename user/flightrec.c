@@ -57,6 +57,7 @@ struct fr_comm {
 	uint64_t last_started_seq, last_completed_seq;
 	uint64_t splits;		/* splits/shrinks of this comm so far: child identity */
 	bool pre_existing;		/* created before attach: seqs count from attach */
+	bool queried;			/* handed out to ask NCCL's getters */
 };
 
 struct fr_stream {
@@ -1256,4 +1257,74 @@ void flightrec__mark_gone(struct flightrec *fr, int pid)
 	p->exited = true;
 	p->exit_code = -1;
 	fr->pending_exits++;
+}
+
+/* A thread inside a call that creates or tears down communicators: asking NCCL about a comm
+ * now could race with its destruction. */
+static bool lifecycle_in_progress(struct fr_proc *p)
+{
+	for (size_t i = 0; i < p->threads.cap; i++) {
+		struct fr_thread *th;
+
+		if (!p->threads.keys[i])
+			continue;
+		th = (struct fr_thread *)(uintptr_t)p->threads.vals[i];
+		for (int d = 0; d < th->depth; d++) {
+			uint32_t api = th->stack[d].api;
+
+			if (api >= NCCL_API_BASE &&
+			    nccl_apis[api - NCCL_API_BASE].kind != NAPI_COLL &&
+			    nccl_apis[api - NCCL_API_BASE].kind != NAPI_GROUP_END)
+				return true;
+		}
+	}
+	return false;
+}
+
+int flightrec__comms_to_query(struct flightrec *fr, int *pid, uint64_t *handles, int max)
+{
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+		int n = 0;
+
+		if (p->exited || lifecycle_in_progress(p))
+			continue;
+		for (int c = 0; c < p->nr_comms && n < max; c++) {
+			struct fr_comm *cm = &p->comms[c];
+
+			/* only live communicators: a destroyed one is freed memory in NCCL */
+			if (!cm->pre_existing || cm->queried || cm->rank >= 0 || !cm->handle ||
+			    strcmp(cm->state, "active"))
+				continue;
+			cm->queried = true;
+			handles[n++] = cm->handle;
+		}
+		if (n) {
+			*pid = p->pid;
+			return n;
+		}
+	}
+	return 0;
+}
+
+void flightrec__comm_learned(struct flightrec *fr, int pid, uint64_t handle, int rank,
+			     int nranks, int device, const char *how)
+{
+	struct fr_proc *p = find_proc(fr, pid);
+	struct fr_comm *c;
+	int ci;
+
+	if (!p || (ci = find_comm(p, handle)) < 0)
+		return;
+	c = &p->comms[ci];
+	if (rank >= 0 && c->rank < 0) {
+		c->rank = rank;
+		c->learned_rank = how;
+	}
+	if (nranks > 0 && c->nranks <= 0) {
+		c->nranks = nranks;
+		c->learned_nranks = how;
+	}
+	if (device >= 0 && c->device < 0)
+		c->device = device;
 }

@@ -40,6 +40,13 @@ int flightrec__dump_all(struct flightrec *fr, const char *reason);
 int flightrec__check_stalls(struct flightrec *fr, uint64_t now_mono_ns);
 /* Processes that exited since the last call were dumped with reason "exit"; returns how many. */
 int flightrec__take_exits(struct flightrec *fr);
+/* Communicators created before attach whose rank/size nobody asked NCCL for yet: up to max
+ * of one process (returns the count, *pid set); each is handed out once. */
+int flightrec__comms_to_query(struct flightrec *fr, int *pid, uint64_t *handles, int max);
+/* What NCCL's own getters said about a communicator (-1: not known). */
+void flightrec__comm_learned(struct flightrec *fr, int pid, uint64_t handle, int rank,
+			     int nranks, int device, const char *how);
+
 /* A process that vanished without an exit record: dumped as exited by take_exits. */
 void flightrec__mark_gone(struct flightrec *fr, int pid);
 void flightrec__set_drops(struct flightrec *fr, uint64_t events_dropped);

@@ -17,6 +17,7 @@
 #include "cuda.skel.h"
 #include "elfsym.h"
 #include "flightrec.h"
+#include "inject.h"
 #include "log.h"
 #include "procmaps.h"
 #include "session.h"
@@ -34,6 +35,7 @@ static struct fr_env {
 	const char *dump_on;
 	double duration;
 	int ring_mb;
+	bool no_query;
 } env = {
 	.dump_dir = "/var/tmp/tptrace",
 	.ring = 2000,
@@ -60,7 +62,7 @@ static const char doc[] =
 "    sudo kill -USR2 $(pgrep -f 'tptrace fr')                # dump now, keep recording\n"
 "    tptrace-fr /var/tmp/tptrace                            # which rank, comm, collective\n";
 
-enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB };
+enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
@@ -71,6 +73,8 @@ static const struct argp_option opts[] = {
 	{ "dump-on", OPT_DUMP_ON, "FIFO", 0, "Dump all processes on every write to this fifo (created if missing)", 0 },
 	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (final dump)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "BPF ring buffer size in MiB, power of two (default 16)", 0 },
+	{ "no-query-comms", OPT_NO_QUERY, NULL, 0,
+	  "Never stop a thread to ask NCCL the rank/size of communicators made before attach", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics", 0 },
 	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
 	{},
@@ -117,6 +121,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_RING_MB:
 		if (session__parse_ring_mb(arg, &env.ring_mb))
 			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
+		break;
+	case OPT_NO_QUERY:
+		env.no_query = true;
 		break;
 	case 'v':
 		tptrace_verbosity++;
@@ -263,6 +270,55 @@ next:
 	closedir(d);
 }
 
+/* Communicators made before attach: ask NCCL's own getters (ncclCommUserRank, ncclCommCount,
+ * ncclCommCuDevice) inside the process, on its main thread stopped for a moment with ptrace
+ * and restored exactly. These getters only read the communicator. Without ptrace rights the
+ * fields stay unknown and tptrace-fr infers them. */
+static void query_comms(struct fr_session *s)
+{
+	static const char *const getters[] = { "ncclCommUserRank", "ncclCommCount", "ncclCommCuDevice" };
+	uint64_t handles[16];
+	int pid, n;
+
+	while ((n = flightrec__comms_to_query(s->fr, &pid, handles, 16)) > 0) {
+		struct target *t = NULL;
+		struct injector *inj;
+		uint64_t fn[3];
+		char err[256];
+
+		for (int i = 0; i < s->nr_targets; i++)
+			if (s->targets[i]->pid == pid)
+				t = s->targets[i];
+		if (!t)
+			continue;
+		for (int g = 0; g < 3; g++)
+			if (target__nccl_func(t, getters[g], &fn[g]))
+				fn[g] = 0;
+		inj = injector__attach(pid, err, sizeof(err));
+		if (!inj) {
+			log_verbose("tptrace: cannot ask NCCL about pid %d's communicators: %s\n", pid, err);
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			int vals[3] = { -1, -1, -1 };
+
+			for (int g = 0; g < 3; g++) {
+				uint64_t args[6] = { handles[i] }, rc = 1;
+				int32_t out = -1;
+
+				if (fn[g] && !injector__call_out(inj, fn[g], args, 1, &out, sizeof(out), &rc) &&
+				    (int32_t)rc == 0)
+					vals[g] = out;
+			}
+			flightrec__comm_learned(s->fr, pid, handles[i], vals[0], vals[1], vals[2],
+						"nccl_query");
+			log_verbose("tptrace: pid %d comm 0x%llx: rank %d of %d, device %d\n", pid,
+				    (unsigned long long)handles[i], vals[0], vals[1], vals[2]);
+		}
+		injector__detach(inj);
+	}
+}
+
 int fr_main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
@@ -361,6 +417,8 @@ int fr_main(int argc, char **argv)
 			break;
 		}
 		flightrec__set_drops(s.fr, session__drops(s.skel));
+		if (!env.no_query)
+			query_comms(&s);
 		if (dump_request) {
 			dump_request = 0;
 			flightrec__dump_all(s.fr, "signal");

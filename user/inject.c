@@ -439,6 +439,29 @@ int injector__call_str(struct injector *inj, uint64_t func, const char *s0, cons
 	return run_call(inj, func, a, top, ret);
 }
 
+int injector__call_out(struct injector *inj, uint64_t func, const uint64_t args[6], int out_arg,
+		       void *out, size_t out_len, uint64_t *ret)
+{
+	uint64_t a[6] = { 0 }, top = inj->scratch_lo + SCRATCH - ((out_len + 15) & ~(size_t)15);
+	int err;
+
+	if (out_arg < 0 || out_arg > 5 || out_len > 1024)
+		return -EINVAL;
+	if (args)
+		memcpy(a, args, sizeof(a));
+	memset(out, 0, out_len);
+	err = mem_write(inj, top, out, out_len);
+	if (err)
+		return fail(inj, "writing the stack of %d: %s", inj->tid, strerror(-err)), err;
+	inj->scratch_dirty = true;
+	a[out_arg] = top;
+	err = run_call(inj, func, a, top, ret);
+	if (err)
+		return err;
+	err = mem_read(inj, top, out, out_len);
+	return err ? (fail(inj, "reading the result: %s", strerror(-err)), err) : 0;
+}
+
 int injector__call(struct injector *inj, uint64_t func, const uint64_t args[6], uint64_t *ret)
 {
 	return injector__call_str(inj, func, NULL, NULL, args, ret);

@@ -36,6 +36,10 @@ int injector__call(struct injector *inj, uint64_t func, const uint64_t args[6], 
  * passed as the first two arguments; args[2..5] as given (args may be NULL). */
 int injector__call_str(struct injector *inj, uint64_t func, const char *s0, const char *s1,
 		       const uint64_t args[6], uint64_t *ret);
+/* Like injector__call, with args[out_arg] pointing at out_len zeroed bytes of scratch on the
+ * target's stack, copied back into out after the call (a function's out-parameter). */
+int injector__call_out(struct injector *inj, uint64_t func, const uint64_t args[6], int out_arg,
+		       void *out, size_t out_len, uint64_t *ret);
 /* dlopen(path, flags) in the target; on failure the target's dlerror() text is the error. */
 int injector__dlopen(struct injector *inj, const char *path, int flags, uint64_t *handle);
 int injector__dlsym(struct injector *inj, uint64_t handle, const char *name, uint64_t *addr);

@@ -895,6 +895,23 @@ static const struct sym_entry *resolve(struct target *t, uint64_t addr)
 	return e;
 }
 
+int target__nccl_func(struct target *t, const char *name, uint64_t *addr)
+{
+	for (int i = 0; i < t->nr_objs; i++) {
+		const struct target_obj *o = &t->objs[i];
+		const struct elfsym_sym *sym;
+
+		if (!o->nccl || !o->es || !o->bias_known)
+			continue;
+		sym = elfsym__find_func(o->es, name);
+		if (sym && sym->global) {
+			*addr = o->bias + sym->vaddr;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
 bool target__addr_in_nccl(struct target *t, uint64_t addr)
 {
 	const struct target_obj *obj = addr ? obj_at(t, addr) : NULL;

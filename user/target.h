@@ -86,6 +86,8 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 /* Kernel name for a code address in the target (a stub or a function pointer): demangled,
  * NULL if unknown. The string lives as long as the target. */
 const char *target__symbolize(struct target *t, uint64_t addr);
+/* Runtime address of a function of the target's NCCL library. 0 or -ENOENT. */
+int target__nccl_func(struct target *t, const char *name, uint64_t *addr);
 /* Whether a code address lies in a library holding NCCL (a call made by NCCL itself). */
 bool target__addr_in_nccl(struct target *t, uint64_t addr);
 /* The kernel whose nvcc device stub contains addr (a return address), NULL otherwise. */

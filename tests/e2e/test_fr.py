@@ -236,7 +236,7 @@ def test_fr_comms_created_before_attach():
         assert job.tracer.wait(30) == 0
     finally:
         job.kill()
-    for d in job.dumps().values():
+    for r, d in job.dumps().items():
         c = d["comms"][0]
         assert c["cross_rank_id"] is False and c["learned"]["seq_origin"] == "attach"
         assert c["comm_id"].startswith("local:")
@@ -254,6 +254,12 @@ def test_fr_comms_created_before_attach():
         job.stop()
     finally:
         job.kill()
+    for r, d in job.dumps().items():
+        c = d["comms"][0]
+        # rank and size asked from NCCL itself inside the hung process (its main thread
+        # stopped for a moment and restored)
+        assert (c["rank"], c["nranks"]) == (r, 4), c
+        assert c["learned"]["rank"] == "nccl_query" and c["learned"]["nranks"] == "nccl_query", c
     rc, out = verdicts(job)
     assert rc == 1
     v = out["verdicts"][0]
