@@ -19,6 +19,7 @@
 #include "gpu.h"
 #include "elfsym.h"
 #include "log.h"
+#include "memtrace.h"
 #include "session.h"
 #include "target.h"
 #include "trace_json.h"
@@ -38,6 +39,7 @@ static struct env {
 	const char *output;
 	bool wait;
 	bool durations;
+	bool mem;
 	bool gpu;
 	const char *cupti;
 	int ring_mb;
@@ -62,9 +64,12 @@ static const char doc[] =
 "    sudo tptrace -p 4242 -d 10 -o step.json.gz    # trace pid 4242 for 10 s\n"
 "    sudo tptrace -p 4242 -p 4243 -o two.json       # two processes; Ctrl-C ends it\n"
 "    sudo tptrace -p 4242 --wait -o run.json        # wait for the job to load CUDA\n"
-"    sudo tptrace -p 4242 --gpu -d 10 -o step.json.gz  # plus GPU kernels/copies (CUPTI)\n";
+"    sudo tptrace -p 4242 --gpu -d 10 -o step.json.gz  # plus GPU kernels/copies (CUPTI)\n"
+"    sudo tptrace -p 4242 --mem -d 30 -o run.json.gz   # plus GPU memory counters, OOMs\n"
+"    sudo tptrace fr -p 4242                          # NCCL flight recorder (see fr --help)\n"
+"    sudo tptrace mem -p 4242 -o snapshot.json        # memory_viz snapshot (see mem --help)\n";
 
-enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI };
+enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
@@ -78,6 +83,8 @@ static const struct argp_option opts[] = {
 	  "(with flows from their launches), take it out at the end", 0 },
 	{ "cupti", OPT_CUPTI, "PATH", 0, "libcupti to load with --gpu (default: next to the "
 	  "process's libcudart, then by name)", 0 },
+	{ "mem", OPT_MEM, NULL, 0, "Also trace GPU memory (allocator USDT, cudaMalloc & co, cuMem*): "
+	  "counters, OOM events", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 16)", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", 0 },
 	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
@@ -115,6 +122,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_CUPTI:
 		env.cupti = arg;
 		env.gpu = true;
+		break;
+	case OPT_MEM:
+		env.mem = true;
 		break;
 	case OPT_RING_MB:
 		if (session__parse_ring_mb(arg, &env.ring_mb))
@@ -282,11 +292,13 @@ static void write_process_meta(struct trace_json *tj, struct target *t)
 }
 
 int fr_main(int argc, char **argv);
+int mem_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct target *targets[MAX_PIDS] = {};
+	struct memtrace *mts[MAX_PIDS] = {};
 	struct gpu_session *gpus[MAX_PIDS] = {};
 	struct gpu_stats gstats[MAX_PIDS] = {};
 	struct target_probes probes = {};
@@ -301,6 +313,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "fr"))
 		return fr_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "mem"))
+		return mem_main(argc - 1, argv + 1);
 	argp_err_exit_status = 2;
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
@@ -386,6 +400,8 @@ int main(int argc, char **argv)
 		if (t->want_caller2)
 			skel->bss->want_caller2 = true;
 		write_process_meta(tj, t);
+		if (env.mem && !(mts[i] = memtrace__attach(t, tj, NULL)))
+			goto cleanup;
 		log_verbose("tptrace: pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
 			    t->nr_probes, t->nr_cudart);
 	}
@@ -425,6 +441,9 @@ int main(int argc, char **argv)
 			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
 			break;
 		}
+		for (int i = 0; i < env.nr_pids; i++)
+			if (mts[i])
+				memtrace__poll(mts[i]);
 		if (trace_json__error(tj))
 			break;
 		now = session__clock_ns(CLOCK_MONOTONIC);
@@ -487,6 +506,9 @@ int main(int argc, char **argv)
 		int ranks = 0, rank = -1, world = -1;
 		bool nccl = false;
 
+		for (int i = 0; i < env.nr_pids; i++)
+			if (mts[i])
+				memtrace__finish(mts[i], end_mono);
 		decoder__finish(dec, end_mono);
 		if (env.gpu)
 			decoder__gpu_flush(dec, end_mono, 0);
@@ -516,6 +538,15 @@ int main(int argc, char **argv)
 		if (meta)
 			trace_json__top_raw(tj, "tptrace", meta);
 		free(meta);
+		for (int i = 0; i < env.nr_pids; i++) {
+			char *mm = mts[i] ? memtrace__meta_json(mts[i]) : NULL;
+			char key[48];
+
+			snprintf(key, sizeof(key), i ? "tptrace_memory_%d" : "tptrace_memory", targets[i]->pid);
+			if (mm)
+				trace_json__top_raw(tj, key, mm);
+			free(mm);
+		}
 		err = trace_json__close(tj);
 		tj = NULL;
 		if (err) {
@@ -539,6 +570,8 @@ cleanup:
 			unlink(env.output);
 	}
 	ring_buffer__free(rb);
+	for (int i = 0; i < env.nr_pids; i++)
+		memtrace__free(mts[i]);	/* before its target */
 	for (int i = 0; i < env.nr_pids; i++)
 		gpu__free(gpus[i]);		/* detaches the agent if still there */
 	for (int i = 0; i < env.nr_pids; i++)

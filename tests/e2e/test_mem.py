@@ -3,9 +3,7 @@ allocator (tests/sim/alloc: USDT pytorch:malloc/free) and runtime, and entry dec
 REAL libcudart.so.13's allocation calls. Exact sizes, pointers and counts come from the
 workloads' headers (tests/workloads/alloc_app.c, tests/e2e/progs/mem_real_args.c).
 
-`tptrace mem` runs as .output/tests/tptrace_mem (the same mem_main from libtptrace.a) so these
-tests do not depend on user/tptrace.c dispatching the subcommand; test_mem_subcommand_wired
-checks that dispatch."""
+`tptrace mem` is the product binary's subcommand."""
 import json
 import os
 import pickle
@@ -16,7 +14,6 @@ import subprocess
 from lib import (E2E_BIN, OUT, ROOT, TPTRACE, WL, Lines, Skip, Workload, load_trace, need_root,
                  tmp_path)
 
-MEM = os.path.join(WL, "tptrace_mem")
 ALLOC_APP = os.path.join(WL, "alloc_app")
 MIB = 1 << 20
 
@@ -25,7 +22,7 @@ class MemTracer:
     """`tptrace mem` in the background, started once its probes are attached."""
 
     def __init__(self, args, timeout=30):
-        self.p = subprocess.Popen([MEM] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        self.p = subprocess.Popen([TPTRACE, "mem"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
         self.out = Lines(self.p.stdout)
         self.err = Lines(self.p.stderr)
@@ -324,20 +321,20 @@ def test_mem_real_cudart_entry_args():
 
 
 def test_mem_cli_errors():
-    p = subprocess.run([MEM, "--help"], capture_output=True, text=True)
+    p = subprocess.run([TPTRACE, "mem", "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "EXAMPLES:" in p.stdout and "--leaks" in p.stdout, p.stdout
-    p = subprocess.run([MEM], capture_output=True, text=True)
+    p = subprocess.run([TPTRACE, "mem"], capture_output=True, text=True)
     assert p.returncode == 2 and "no process given: use -p PID" in p.stderr, p.stderr
-    p = subprocess.run([MEM, "-p", "x"], capture_output=True, text=True)
+    p = subprocess.run([TPTRACE, "mem", "-p", "x"], capture_output=True, text=True)
     assert p.returncode == 2 and "invalid pid 'x'" in p.stderr, p.stderr
-    p = subprocess.run([MEM, "-p", "1", "--pickle"], capture_output=True, text=True)
+    p = subprocess.run([TPTRACE, "mem", "-p", "1", "--pickle"], capture_output=True, text=True)
     assert p.returncode == 2 and "--pickle needs -o FILE" in p.stderr, p.stderr
-    p = subprocess.run([MEM, "-p", "999999999"], capture_output=True, text=True)
+    p = subprocess.run([TPTRACE, "mem", "-p", "999999999"], capture_output=True, text=True)
     assert p.returncode == 1 and p.stderr == "tptrace: pid 999999999: no such process\n", p.stderr
     need_root()
     wl = Workload([os.path.join(WL, "nocuda")])
     try:
-        p = subprocess.run([MEM, "-p", str(wl.pid), "-d", "1"], capture_output=True, text=True,
+        p = subprocess.run([TPTRACE, "mem", "-p", str(wl.pid), "-d", "1"], capture_output=True, text=True,
                            timeout=30)
     finally:
         wl.kill()
@@ -347,49 +344,24 @@ def test_mem_cli_errors():
         "probes loaded; use --wait to wait for them"), p.stderr
 
 
-def test_mem_subcommand_wired():
-    """`tptrace mem` reaches mem_main once user/tptrace.c dispatches it."""
-    p = subprocess.run([TPTRACE, "mem", "--help"], capture_output=True, text=True)
-    if p.returncode != 0 or "tptrace mem:" not in p.stdout:
-        raise Skip("user/tptrace.c does not dispatch `tptrace mem` yet (see the wiring lines)")
-    assert "EXAMPLES:" in p.stdout
-
-
-def test_mem_driver_and_vmm():
-    """The driver's calls in a (simulated) libcuda.so.1: cuMemAlloc_v2/cuMemFree_v2 are segments,
-    cuMemCreate counts as reserved on the device of prop->location, cuMemMap/cuMemUnmap are
-    segment_map/segment_unmap (PyTorch's expandable segments)."""
+def test_trace_with_mem_counters():
+    """tptrace -p PID --mem: the CUDA trace plus memory counter tracks in the same file."""
     need_root()
-    snap_path, trace_path = tmp_path("mem-vmm.json"), tmp_path("mem-vmm-trace.json")
-    wl = Workload([os.path.join(WL, "vmm_app")])
-    try:
-        tr = MemTracer(["-p", str(wl.pid), "-o", snap_path, "--trace", trace_path])
-        assert "0 USDT probes, 0 runtime and 6 driver functions" in tr.started, tr.started
-        wl.go()
-        wl.wait_done()
-        wl.finish()
-        assert tr.wait() == 0, tr.err.text()
-    finally:
-        wl.kill()
-    info = {f[0]: int(f[1], 16) for f in infos(wl)}
-    p, h, va = info["cuMemAlloc"], info["cuMemCreate"], info["va"]
-    trace = load_trace(trace_path)
-    calls = [(e["name"], e["args"]) for e in trace["traceEvents"]
-             if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]"]
-    assert [n for n, _ in calls] == ["cuMemAlloc_v2", "cuMemCreate", "cuMemMap", "cuMemUnmap",
-                                     "cuMemRelease", "cuMemFree_v2"], calls
-    a = dict(calls)
-    assert (a["cuMemAlloc_v2"]["size"], int(a["cuMemAlloc_v2"]["ptr"], 16)) == (MIB, p)
-    assert (a["cuMemCreate"]["size"], int(a["cuMemCreate"]["handle"], 16), a["cuMemCreate"]["device"]) == (2 * MIB, h, 1)
-    assert (int(a["cuMemMap"]["ptr"], 16), a["cuMemMap"]["size"], int(a["cuMemMap"]["handle"], 16)) == (va, 2 * MIB, h)
-    assert (int(a["cuMemUnmap"]["ptr"], 16), a["cuMemUnmap"]["size"]) == (va, 2 * MIB)
-    assert int(a["cuMemRelease"]["handle"], 16) == h and int(a["cuMemFree_v2"]["ptr"], 16) == p
-    assert counter(trace, "bytes reserved (cuda:1)") == [2 * MIB, 0, 0]
-    assert counter(trace, "bytes reserved (cuda:0)") == [MIB, 0, 0]
-    snap = json.load(open(snap_path))
-    check_viz_fields(snap)
-    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]] == \
-        [("segment_alloc", p, MIB), ("segment_free", p, MIB)]
-    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][1]] == \
-        [("segment_map", va, 2 * MIB), ("segment_unmap", va, 2 * MIB)]
-    assert snap["segments"] == []
+    from lib import calls, check_valid_trace, trace_workload
+    trace, wl, tr = trace_workload([ALLOC_APP, "--scenario", "normal"], tracer_args=["--mem"],
+                                   out_name="trace-mem.json")
+    check_valid_trace(trace)
+    counters = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "C" and e["pid"] == wl.pid:
+            for k, v in e["args"].items():
+                counters.setdefault(e["name"], []).append(v)
+    allocated = [n for n in counters if n.startswith("bytes allocated")]
+    reserved = [n for n in counters if n.startswith("bytes reserved")]
+    assert allocated and reserved, sorted(counters)
+    assert max(counters[allocated[0]]) == 23071672
+    assert max(counters[reserved[0]]) == 39911424
+    assert counters[allocated[0]][-1] == 0 and counters[reserved[0]][-1] == 0
+    # the runtime calls are still in the trace, and memory metadata is at the top level
+    assert calls(trace, pid=wl.pid, name="cudaStreamSynchronize")
+    assert "tptrace_memory" in trace

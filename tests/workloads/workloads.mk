@@ -73,11 +73,7 @@ TEST_BINS += $(WL_DIR)/alloc_app
 -include $(WL_DIR)/alloc_app.d
 
 # `tptrace mem` as its own binary (mem_main from libtptrace.a), for tests/e2e/test_mem.py.
-$(WL_DIR)/tptrace_mem: tests/e2e/progs/tptrace_mem.c $(OUTPUT)/libtptrace.a | $(WL_DIR)
-	$(call msg,LINK,$@)
-	$(Q)$(CC) $(ALL_CFLAGS) $^ $(LDLIBS) -o $@
 
-TEST_BINS += $(WL_DIR)/tptrace_mem
 
 # The REAL libcudart.so.13's allocation calls with known arguments (tests/e2e/test_mem.py).
 $(OUTPUT)/e2e/mem_real_args: tests/e2e/progs/mem_real_args.c tests/workloads/handshake.h | $(OUTPUT)/e2e
