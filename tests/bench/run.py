@@ -234,14 +234,15 @@ def detect_ops(loop):
     """Which of the loop's functions tptrace probes, and whether it probes their returns too:
     attach once, call each, read the trace. The empty baseline then mirrors that probe set."""
     out = tmp("detect.json.gz")
-    tr = Tptrace(loop.pid, out)
+    tr = Tptrace(loop.pid, out, ["--mem"])
     for op in loop.syms:
         loop.run(op, 200)
     tr.close()
     trace = load_trace(out)
     seen = {}
     for e in trace["traceEvents"]:
-        if e.get("ph") == "X":
+        # X: CUDA/NCCL calls; i: allocator calls (--mem), which carry rc when returns are probed
+        if e.get("ph") == "X" or (e.get("ph") == "i" and e.get("cat") == "cuda_memory"):
             s = seen.setdefault(e["name"], [0, False])
             s[0] += 1
             s[1] |= "rc" in e.get("args", {})
@@ -275,7 +276,7 @@ def section_probe(a):
                 if c == "empty":
                     h = EmptyProbe(loop, oplist)
                 elif c == "tptrace":
-                    h = Tptrace(loop.pid, tmp("probe.json.gz"))
+                    h = Tptrace(loop.pid, tmp("probe.json.gz"), ["--mem"])
                 elif c == "bpftrace":
                     h = Bpftrace(loop, oplist)
                 loop.run("launch", a.warmup)  # lap the fresh ring once (see warmup)
@@ -298,7 +299,7 @@ def section_probe(a):
             else:
                 na(f"vs_bpftrace.{op}", "bpftrace not installed")
         if "alloc" not in ops:
-            na("probe_cost_ratio.alloc", "tptrace records no cudaMalloc calls (allocator tracing not built yet)")
+            na("probe_cost_ratio.alloc", f"tptrace --mem recorded no cudaMalloc calls: {sorted(seen)}")
         if "nccl" not in ops:
             probe_nccl_fr(a, loop)
     finally:
@@ -419,7 +420,9 @@ def section_bpfstats(a):
         progs = bpftool_progs(tr.p.pid)
         tr.close()
         for key, name in (("entry", "cuda_entry"), ("return", "cuda_return")):
-            p = next((p for p in progs if p.get("name") == name and p.get("run_cnt")), None)
+            # cuda_entry_multi when the kernel has uprobe_multi (names are cut at 15 chars)
+            p = next((p for p in progs if p.get("name", "").startswith(name[:15]) and
+                      p.get("run_cnt")), None)
             if p:
                 emit(f"bpf_ns_per_run.{key}", f"{p['run_time_ns'] / p['run_cnt']:.0f}")
             else:
