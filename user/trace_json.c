@@ -198,9 +198,48 @@ int trace_json__begin(struct trace_json *tj, uint64_t base_mono_ns, uint64_t bas
 	return tj->err;
 }
 
+/* Integers without printf: formatting is most of the writer's time otherwise. */
+static char *fmt_u64(char *end, uint64_t v)
+{
+	do {
+		*--end = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	return end;
+}
+
+static void put_u64(struct trace_json *tj, uint64_t v)
+{
+	char buf[24], *p = fmt_u64(buf + sizeof(buf), v);
+
+	put(tj, p, buf + sizeof(buf) - p);
+}
+
+static void put_i64(struct trace_json *tj, int64_t v)
+{
+	if (v < 0) {
+		put(tj, "-", 1);
+		put_u64(tj, -(uint64_t)v);
+	} else {
+		put_u64(tj, (uint64_t)v);
+	}
+}
+
 static void put_ts(struct trace_json *tj, const char *key, uint64_t ns)
 {
-	putf(tj, ",\"%s\":%" PRIu64 ".%03" PRIu64, key, ns / 1000, ns % 1000);
+	char buf[32], *end = buf + sizeof(buf), *p;
+	uint64_t frac = ns % 1000;
+
+	/* "<us>.<3 digits of ns>" */
+	*--end = (char)('0' + frac % 10);
+	*--end = (char)('0' + frac / 10 % 10);
+	*--end = (char)('0' + frac / 100);
+	*--end = '.';
+	p = fmt_u64(end, ns / 1000);
+	put(tj, ",\"", 2);
+	puts_(tj, key);
+	put(tj, "\":", 2);
+	put(tj, p, buf + sizeof(buf) - p);
 }
 
 void trace_json__event(struct trace_json *tj, const char *ph, const char *cat, const char *name,
@@ -218,7 +257,10 @@ void trace_json__event(struct trace_json *tj, const char *ph, const char *cat, c
 	}
 	puts_(tj, ",\"name\":");
 	put_str(tj, name);
-	putf(tj, ",\"pid\":%d,\"tid\":%d", pid, tid);
+	put(tj, ",\"pid\":", 7);
+	put_i64(tj, pid);
+	put(tj, ",\"tid\":", 7);
+	put_i64(tj, tid);
 	if (ph[0] != 'M') {
 		put_ts(tj, "ts", rel);
 		if (ph[0] == 'X')
@@ -245,13 +287,13 @@ static void arg_key(struct trace_json *tj, const char *key)
 void trace_json__arg_u64(struct trace_json *tj, const char *key, uint64_t v)
 {
 	arg_key(tj, key);
-	putf(tj, "%" PRIu64, v);
+	put_u64(tj, v);
 }
 
 void trace_json__arg_i64(struct trace_json *tj, const char *key, int64_t v)
 {
 	arg_key(tj, key);
-	putf(tj, "%" PRId64, v);
+	put_i64(tj, v);
 }
 
 void trace_json__arg_f64(struct trace_json *tj, const char *key, double v)
@@ -274,14 +316,31 @@ void trace_json__arg_bool(struct trace_json *tj, const char *key, bool v)
 
 void trace_json__arg_hex(struct trace_json *tj, const char *key, uint64_t v)
 {
+	static const char digits[] = "0123456789abcdef";
+	char buf[24], *end = buf + sizeof(buf), *p = end;
+
 	arg_key(tj, key);
-	putf(tj, "\"0x%" PRIx64 "\"", v);
+	*--p = '"';
+	do {
+		*--p = digits[v & 15];
+		v >>= 4;
+	} while (v);
+	*--p = 'x';
+	*--p = '0';
+	*--p = '"';
+	put(tj, p, end - p);
 }
 
 void trace_json__arg_dim3(struct trace_json *tj, const char *key, uint32_t x, uint32_t y, uint32_t z)
 {
 	arg_key(tj, key);
-	putf(tj, "[%u, %u, %u]", x, y, z);
+	put(tj, "[", 1);
+	put_u64(tj, x);
+	put(tj, ", ", 2);
+	put_u64(tj, y);
+	put(tj, ", ", 2);
+	put_u64(tj, z);
+	put(tj, "]", 1);
 }
 
 void trace_json__field_raw(struct trace_json *tj, const char *key, const char *json)
