@@ -87,12 +87,22 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 #else
 	rec->args[5] = PT_REGS_PARM6(ctx);
 #endif
-	rec->stack[0] = rec->stack[1] = rec->stack[2] = rec->stack[3] = 0;
+	/* user memory is read into the BPF stack, then stored into the record: a
+	 * bpf_probe_read_user straight into ring-buffer memory costs microseconds here (see
+	 * docs/benchmarks.md, "stack_read_only" vs "nowakeup"), the two steps ~0.1 us */
 	if (nstack > TP_STACK_MAX)
 		nstack = TP_STACK_MAX;
 	if (nstack) {
-		if (bpf_probe_read_user(rec->stack, nstack * sizeof(__u64), (void *)PT_REGS_SP(ctx)))
+		__u64 stk[TP_STACK_MAX] = {};
+
+		if (bpf_probe_read_user(stk, nstack * sizeof(__u64), (void *)PT_REGS_SP(ctx)))
 			flags |= TP_CALL_STACK_FAULT;
+		rec->stack[0] = stk[0];
+		rec->stack[1] = stk[1];
+		rec->stack[2] = stk[2];
+		rec->stack[3] = stk[3];
+	} else {
+		rec->stack[0] = rec->stack[1] = rec->stack[2] = rec->stack[3] = 0;
 	}
 	if (deref_arg) {
 		void *src;
@@ -105,14 +115,21 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 			src = 0;
 		if (deref_len > TP_DEREF_MAX)
 			deref_len = TP_DEREF_MAX;
-		if (!src || bpf_probe_read_user(rec->deref, deref_len, src))
-			flags |= TP_CALL_DEREF_FAULT;
+		{
+			__u8 buf[TP_DEREF_MAX] = {};
+
+			if (!src || bpf_probe_read_user(buf, deref_len, src))
+				flags |= TP_CALL_DEREF_FAULT;
+			__builtin_memcpy(rec->deref, buf, TP_DEREF_MAX);
+		}
 	}
 	rec->caller2 = 0;
 	if ((cookie & TP_COOKIE_CALLER2) && want_caller2) {
-		if (bpf_probe_read_user(&rec->caller2, sizeof(rec->caller2),
-					(void *)(PT_REGS_FP(ctx) + 8)))
+		__u64 caller2 = 0;
+
+		if (bpf_probe_read_user(&caller2, sizeof(caller2), (void *)(PT_REGS_FP(ctx) + 8)))
 			flags |= TP_CALL_CALLER2_FAULT;
+		rec->caller2 = caller2;
 	}
 	if (cookie & TP_COOKIE_SAVE_OUT) {
 		__u64 key = ((__u64)(__u32)pid_tgid << 16) | TP_COOKIE_API(cookie);
@@ -150,8 +167,11 @@ static __always_inline int do_return(struct pt_regs *ctx)
 		__u64 *ptr = bpf_map_lookup_elem(&out_ptrs, &key);
 
 		if (ptr) {
-			if (!bpf_probe_read_user(&rec->out_val, sizeof(rec->out_val), (void *)*ptr))
+			__u64 val = 0;
+
+			if (!bpf_probe_read_user(&val, sizeof(val), (void *)*ptr))
 				rec->flags = 1;
+			rec->out_val = val;
 			bpf_map_delete_elem(&out_ptrs, &key);
 		}
 	}

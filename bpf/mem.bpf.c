@@ -234,10 +234,13 @@ int BPF_KRETPROBE(mem_return)
 	rec->rc = PT_REGS_RC(ctx);
 	rec->out_val = 0;
 	if (out_arg && out_arg <= 6) {
-		__u64 ptr = in->args[out_arg - 1];
+		__u64 ptr = in->args[out_arg - 1], val = 0;
 
-		if (ptr && !bpf_probe_read_user(&rec->out_val, sizeof(rec->out_val), (void *)ptr))
+		/* read into the BPF stack first: reading user memory straight into ring memory
+		 * is far slower (docs/benchmarks.md) */
+		if (ptr && !bpf_probe_read_user(&val, sizeof(val), (void *)ptr))
 			rec->flags |= MEM_CALL_OUT_OK;
+		rec->out_val = val;
 	}
 	bpf_map_delete_elem(&mem_inflight, &key);
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);

@@ -108,6 +108,24 @@ int BPF_KPROBE(ladder_batchwake)
 	return fill_submit(ctx, 0, true, true);
 }
 
+/* ... no wakeup and no user reads: the ring alone */
+SEC("uprobe")
+int BPF_KPROBE(ladder_ringonly)
+{
+	return fill_submit(ctx, BPF_RB_NO_WAKEUP, false, false);
+}
+
+/* one 24-byte bpf_probe_read_user of the stack into the BPF stack, no ring: the read alone */
+SEC("uprobe")
+int BPF_KPROBE(ladder_readonly)
+{
+	__u64 slots[3];
+	long err = bpf_probe_read_user(slots, sizeof(slots), (void *)PT_REGS_SP(ctx));
+
+	asm volatile("" :: "r"(err), "r"(slots[1]));
+	return 0;
+}
+
 /* a 64-byte record (type, tid, ts, 6 registers), default wakeup */
 SEC("uprobe")
 int BPF_KPROBE(ladder_small)

@@ -349,6 +349,8 @@ LADDER = [  # (key, entry program, extra args): see tests/bench/bench_probes.bpf
     ("nowakeup", "ladder_nowake", {}),
     ("batch_wakeup_256k", "ladder_batchwake", {"wake_bytes": 256 << 10}),
     ("helpers_only", "ladder_helpers", {}),
+    ("ring_only_nowakeup", "ladder_ringonly", {}),
+    ("stack_read_only", "ladder_readonly", {}),
 ]
 
 
