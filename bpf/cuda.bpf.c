@@ -33,9 +33,7 @@ struct {
 	__type(value, __u64);
 } out_ptrs SEC(".maps");
 
-/* Set by user space once a launch could not be named from its handle: from then on launches
- * also copy the caller's return address (one more user read per launch). */
-volatile bool want_caller2;
+
 /* Wake the consumer only when this many bytes wait: a wake-up per record costs more than
  * the trap itself. The consumer also drains on its own every few milliseconds. */
 const volatile __u64 wakeup_bytes = 1 << 20;
@@ -123,8 +121,11 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 			__builtin_memcpy(rec->deref, buf, TP_DEREF_MAX);
 		}
 	}
+	/* the loader sets this cookie bit only for processes whose stubs lack their __handle
+	 * statics; a switch in a map would cost a map read per call, which measured ~2.5 us in
+	 * our VM (docs/benchmarks.md) */
 	rec->caller2 = 0;
-	if ((cookie & TP_COOKIE_CALLER2) && want_caller2) {
+	if (cookie & TP_COOKIE_CALLER2) {
 		__u64 caller2 = 0;
 
 		if (bpf_probe_read_user(&caller2, sizeof(caller2), (void *)(PT_REGS_FP(ctx) + 8)))

@@ -35,7 +35,7 @@ const int cuda_api_count = sizeof(cuda_apis) / sizeof(cuda_apis[0]);
 /* sizeof(cudaLaunchConfig_t): dim3 grid, dim3 block, size_t smem, stream, attrs*, numAttrs */
 #define LAUNCH_CONFIG_SIZE 56
 
-uint64_t cuda_api_cookie(int id)
+uint64_t cuda_api_cookie(int id, bool caller2)
 {
 	const struct cuda_api *api = &cuda_apis[id];
 	uint64_t cookie = (uint64_t)id;
@@ -45,7 +45,8 @@ uint64_t cuda_api_cookie(int id)
 	case API_LAUNCH:	/* may carry a CUDA 13 handle too: see decode.c */
 	case API_LAUNCH_HANDLE:
 		nstack = 3;
-		cookie |= TP_COOKIE_CALLER2;
+		if (caller2)
+			cookie |= TP_COOKIE_CALLER2;
 		break;
 	case API_LAUNCH_EXC:
 		nstack = 1;

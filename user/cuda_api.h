@@ -40,8 +40,9 @@ struct cuda_api {
 extern const struct cuda_api cuda_apis[];
 extern const int cuda_api_count;
 
-/* Attach cookie for api id (see bpf/cuda.h). */
-uint64_t cuda_api_cookie(int id);
+/* Attach cookie for api id (see bpf/cuda.h). caller2: launches also copy the caller's return
+ * address (for processes whose kernel stubs lack their __handle statics). */
+uint64_t cuda_api_cookie(int id, bool caller2);
 /* The symbols that mark an object as holding a CUDA runtime (shared or static). */
 bool cuda_api_is_marker(const char *symbol);
 

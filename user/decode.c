@@ -64,7 +64,7 @@ struct decoder {
 	struct u64map threads;		/* tid -> struct thread* */
 	uint64_t next_correlation;
 	struct decoder_stats stats;
-	volatile bool *want_caller2;	/* the BPF program's switch, NULL if none */
+
 	bool gpu;
 	struct gpu_pending *pending;
 	size_t nr_pending, cap_pending;
@@ -74,10 +74,6 @@ struct decoder {
 	uint64_t gpu_matched, gpu_unmatched, gpu_flows;
 };
 
-void decoder__set_caller2_switch(struct decoder *d, volatile bool *flag)
-{
-	d->want_caller2 = flag;
-}
 
 struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 			     const struct target_probes *probes)
@@ -246,10 +242,6 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 				handle = first;
 				if (first)
 					target__set_handle(t, first, name, "caller");
-			} else if (d->want_caller2 && !*d->want_caller2) {
-				/* a non-inlined launch helper may hide the stub: ask the probe for
-				 * the caller's frame too from now on */
-				*d->want_caller2 = true;
 			}
 		}
 		if (!handle && api->kind == API_LAUNCH)

@@ -30,10 +30,6 @@ struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 void decoder__free(struct decoder *d);
 int decoder__add_target(struct decoder *d, struct target *t);
 
-/* The probe's "copy the caller's frame" switch (bpf .bss), turned on at the first launch that
- * could not be named without it. */
-void decoder__set_caller2_switch(struct decoder *d, volatile bool *flag);
-
 /* --gpu: join host calls with CUPTI records (see decode.c, struct gpu_pending). */
 struct agent_record;
 void decoder__enable_gpu(struct decoder *d);

@@ -40,7 +40,7 @@ static struct fr_env {
 	.dump_dir = "/var/tmp/tptrace",
 	.ring = 2000,
 	.stall_timeout = 60,
-	.ring_mb = 16,
+	.ring_mb = 4,
 };
 
 static const char doc[] =
@@ -72,7 +72,7 @@ static const struct argp_option opts[] = {
 	{ "stall-timeout", OPT_STALL, "SEC", 0, "Dump when pending work makes no progress this long (default 60; 0 off)", 0 },
 	{ "dump-on", OPT_DUMP_ON, "FIFO", 0, "Dump all processes on every write to this fifo (created if missing)", 0 },
 	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (final dump)", 0 },
-	{ "ring-mb", OPT_RING_MB, "MB", 0, "BPF ring buffer size in MiB, power of two (default 16)", 0 },
+	{ "ring-mb", OPT_RING_MB, "MB", 0, "BPF ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "no-query-comms", OPT_NO_QUERY, NULL, 0,
 	  "Never stop a thread to ask NCCL the rank/size of communicators made before attach", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics", 0 },

@@ -550,9 +550,9 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 				t->nr_aliased++;
 				continue;
 			}
-			batch_add(&e[0], obj, api->symbol, cuda_api_cookie(id), &added);
+			batch_add(&e[0], obj, api->symbol, cuda_api_cookie(id, t->want_caller2), &added);
 			if (added && (api->ret || p->all_returns))
-				batch_add(&e[1], obj, api->symbol, cuda_api_cookie(id), &added);
+				batch_add(&e[1], obj, api->symbol, cuda_api_cookie(id, t->want_caller2), &added);
 		}
 		n = attach_batches(t, obj, p, &e[0], &e[1]);
 		free(e);
@@ -565,7 +565,7 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 
 	for (int id = 0; id < cuda_api_count; id++) {
 		const struct cuda_api *api = &cuda_apis[id];
-		uint64_t cookie = cuda_api_cookie(id);
+		uint64_t cookie = cuda_api_cookie(id, t->want_caller2);
 		const struct elfsym_sym *sym = elfsym__find_func(obj->es, api->symbol);
 		int r;
 
@@ -698,13 +698,51 @@ static void compute_bias(struct target_obj *obj, const struct procmaps *maps)
 	}
 }
 
+/* Attaches the probes one new object needs. 0.. probes added or a negative errno. */
+static int attach_obj(struct target *t, struct target_obj *obj, const struct target_probes *p)
+{
+	int added = 0, r;
+
+	if (obj->ld_so) {
+		r = -ENOTSUP;
+		if (p->dl_hook_multi) {
+			struct probe_batch b = { .n = 0 };
+			int one;
+
+			batch_add(&b, obj, "_dl_debug_state", 0, &one);
+			r = attach_batch(t, obj, p->dl_hook_multi, &b, false);
+		}
+		if (r < 0 && r != -EPERM)
+			r = attach_probe(t, obj, p->dl_hook, "_dl_debug_state", 0, false);
+		return r;
+	}
+	/* libnccl carries its own static cudart: tracing shows NCCL's CUDA calls inside the
+	 * collectives, but the flight recorder must only learn GPU progress from the
+	 * application's own event and sync calls, not NCCL's internal ones */
+	if (obj->cudart && ((classes_of(p) & PROBE_CUDA_ALL) ||
+			    ((classes_of(p) & PROBE_CUDA_SYNC) && !obj->nccl))) {
+		r = attach_cudart(t, obj, p);
+		if (r < 0)
+			return r;
+		added += r;
+	}
+	if (obj->nccl && (classes_of(p) & PROBE_NCCL)) {
+		r = attach_nccl(t, obj, p);
+		if (r < 0)
+			return r;
+		added += r;
+	}
+	return added;
+}
+
 int target__scan(struct target *t, struct elfsym_cache *cache, const struct target_probes *p)
 {
 	struct procmaps *maps = procmaps__load(t->pid);
-	int added = 0, err = 0;
+	int added = 0, err = 0, first_new = t->nr_objs;
 
 	if (!maps)
 		return errno == ENOENT ? -ESRCH : -errno;
+	/* pass 1: new objects, what they hold, their kernel stubs and __handle statics */
 	for (size_t i = 0; i < maps->nr; i++) {
 		const struct vma *v = &maps->vmas[i];
 		struct target_obj *obj, *objs;
@@ -745,28 +783,11 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 			continue;
 		compute_bias(obj, maps);
 		obj->ld_so = is_ld_so(v->path) && elfsym__find_func(obj->es, "_dl_debug_state");
-		if (obj->ld_so) {
-			int r = -ENOTSUP;
-
-			if (p->dl_hook_multi) {
-				struct probe_batch b = { .n = 0 };
-				int added;
-
-				batch_add(&b, obj, "_dl_debug_state", 0, &added);
-				r = attach_batch(t, obj, p->dl_hook_multi, &b, false);
-			}
-			if (r < 0 && r != -EPERM)
-				r = attach_probe(t, obj, p->dl_hook, "_dl_debug_state", 0, false);
-
-			if (r < 0) {
-				err = r;
-				break;
-			}
+		if (obj->ld_so)
 			continue;
-		}
-		for (int i = 0; i < nccl_api_count; i++) {
-			if (nccl_api_is_marker(nccl_apis[i].symbol) &&
-			    elfsym__find_func(obj->es, nccl_apis[i].symbol)) {
+		for (int k = 0; k < nccl_api_count; k++) {
+			if (nccl_api_is_marker(nccl_apis[k].symbol) &&
+			    elfsym__find_func(obj->es, nccl_apis[k].symbol)) {
 				obj->nccl = true;
 				break;
 			}
@@ -778,44 +799,30 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 				break;
 			}
 		}
-		/* libnccl carries its own static cudart: tracing shows NCCL's CUDA calls inside
-		 * the collectives, but the flight recorder must only learn GPU progress from the
-		 * application's own event and sync calls, not NCCL's internal ones */
-		if (obj->cudart && ((classes_of(p) & PROBE_CUDA_ALL) ||
-				    ((classes_of(p) & PROBE_CUDA_SYNC) && !obj->nccl))) {
-			int r = attach_cudart(t, obj, p);
-
-			if (r < 0) {
-				err = r;
-				break;
-			}
-			added += r;
-		}
 		if (obj->cudart)
 			t->nr_cudart++;
-		if (obj->nccl) {
+		if (obj->nccl)
 			t->nr_nccl++;
-			if (classes_of(p) & PROBE_NCCL) {
-				int r = attach_nccl(t, obj, p);
-
-				if (r < 0) {
-					err = r;
-					break;
-				}
-				added += r;
-			}
-		}
 		if (obj->bias_known) {
 			struct statics_ctx ctx = { t, obj };
 
 			elfsym__each_prefix(obj->es, "_Z", collect_static, &ctx);
 		}
 	}
+	/* stubs without their __handle statics: names must come from the calling stub, which a
+	 * non-inlined launch helper hides one frame up, so launches copy the caller's frame */
+	t->want_caller2 = t->nr_stub_funcs > priv(t)->nr_statics;
+	/* pass 2: probes */
+	for (int i = first_new; i < t->nr_objs && !err; i++) {
+		int r = attach_obj(t, &t->objs[i], p);
+
+		if (r < 0)
+			err = r;
+		else
+			added += r;
+	}
 	procmaps__free(t->maps);
 	t->maps = maps;
-	/* stubs without their __handle statics: names must come from the calling stub, which a
-	 * non-inlined launch helper hides one frame up */
-	t->want_caller2 = t->nr_stub_funcs > priv(t)->nr_statics;
 	target__scan_handle_statics(t, cache, 0);
 	return err ? err : added;
 }

@@ -45,7 +45,7 @@ static struct env {
 	int ring_mb;
 } env = {
 	.output = "tptrace.json.gz",
-	.ring_mb = 16,
+	.ring_mb = 4,
 };
 
 const char *argp_program_version = "tptrace " TPTRACE_VERSION;
@@ -85,7 +85,7 @@ static const struct argp_option opts[] = {
 	  "process's libcudart, then by name)", 0 },
 	{ "mem", OPT_MEM, NULL, 0, "Also trace GPU memory (allocator USDT, cudaMalloc & co, cuMem*): "
 	  "counters, OOM events", 0 },
-	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 16)", 0 },
+	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", 0 },
 	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
 	{},
@@ -365,7 +365,6 @@ int main(int argc, char **argv)
 		log_error("tptrace: out of memory\n");
 		goto cleanup;
 	}
-	decoder__set_caller2_switch(dec, &skel->bss->want_caller2);
 	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), decoder__ring_cb, dec, NULL);
 	if (!rb) {
 		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
@@ -397,8 +396,6 @@ int main(int argc, char **argv)
 		}
 		if (!t->nr_cudart)
 			log_info("tptrace: waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
-		if (t->want_caller2)
-			skel->bss->want_caller2 = true;
 		write_process_meta(tj, t);
 		if (env.mem && !(mts[i] = memtrace__attach(t, tj, NULL)))
 			goto cleanup;

@@ -126,6 +126,109 @@ int BPF_KPROBE(ladder_readonly)
 	return 0;
 }
 
+/* read the user stack into the BPF stack first, then reserve, fill and submit (no wakeup) */
+SEC("uprobe")
+int BPF_KPROBE(ladder_readfirst)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 stk[3] = {};
+	struct tp_rec_call *rec;
+	long err = bpf_probe_read_user(stk, sizeof(stk), (void *)PT_REGS_SP(ctx));
+
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec)
+		return 0;
+	rec->type = TP_REC_CALL;
+	rec->api = 0;
+	rec->pid = pid_tgid >> 32;
+	rec->tid = (__u32)pid_tgid;
+	rec->ts = bpf_ktime_get_ns();
+	rec->args[0] = PT_REGS_PARM1(ctx);
+	rec->args[1] = PT_REGS_PARM2(ctx);
+	rec->args[2] = PT_REGS_PARM3(ctx);
+	rec->args[3] = PT_REGS_PARM4(ctx);
+	rec->args[4] = PT_REGS_PARM5(ctx);
+	rec->args[5] = ctx->r9;
+	rec->stack[0] = stk[0];
+	rec->stack[1] = stk[1];
+	rec->stack[2] = stk[2];
+	rec->flags = err ? TP_CALL_STACK_FAULT : 0;
+	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+/* reserve, read the user stack into the BPF stack, then fill and submit (no wakeup) */
+SEC("uprobe")
+int BPF_KPROBE(ladder_readafter)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 stk[3] = {};
+	struct tp_rec_call *rec;
+	long err;
+
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec)
+		return 0;
+	err = bpf_probe_read_user(stk, sizeof(stk), (void *)PT_REGS_SP(ctx));
+	rec->type = TP_REC_CALL;
+	rec->api = 0;
+	rec->pid = pid_tgid >> 32;
+	rec->tid = (__u32)pid_tgid;
+	rec->ts = bpf_ktime_get_ns();
+	rec->args[0] = PT_REGS_PARM1(ctx);
+	rec->args[1] = PT_REGS_PARM2(ctx);
+	rec->args[2] = PT_REGS_PARM3(ctx);
+	rec->args[3] = PT_REGS_PARM4(ctx);
+	rec->args[4] = PT_REGS_PARM5(ctx);
+	rec->args[5] = ctx->r9;
+	rec->stack[0] = stk[0];
+	rec->stack[1] = stk[1];
+	rec->stack[2] = stk[2];
+	rec->flags = err ? TP_CALL_STACK_FAULT : 0;
+	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+/* ring_then_read plus what tptrace's entry adds: the attach cookie, a size chosen at run time
+ * and the adaptive wake-up */
+SEC("uprobe")
+int BPF_KPROBE(ladder_tptracelike)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 stk[4] = {};
+	struct tp_rec_call *rec;
+	long err;
+
+	if (cookie & 1)
+		rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	else
+		rec = bpf_ringbuf_reserve(&events, 112, 0);
+	if (!rec)
+		return 0;
+	err = bpf_probe_read_user(stk, 24, (void *)PT_REGS_SP(ctx));
+	rec->type = TP_REC_CALL;
+	rec->api = 0;
+	rec->pid = pid_tgid >> 32;
+	rec->tid = (__u32)pid_tgid;
+	rec->ts = bpf_ktime_get_ns();
+	rec->args[0] = PT_REGS_PARM1(ctx);
+	rec->args[1] = PT_REGS_PARM2(ctx);
+	rec->args[2] = PT_REGS_PARM3(ctx);
+	rec->args[3] = PT_REGS_PARM4(ctx);
+	rec->args[4] = PT_REGS_PARM5(ctx);
+	rec->args[5] = ctx->r9;
+	rec->stack[0] = stk[0];
+	rec->stack[1] = stk[1];
+	rec->stack[2] = stk[2];
+	rec->stack[3] = stk[3];
+	rec->caller2 = 0;
+	rec->flags = err ? TP_CALL_STACK_FAULT : 0;
+	bpf_ringbuf_submit(rec, bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wake_threshold ?
+			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
 /* a 64-byte record (type, tid, ts, 6 registers), default wakeup */
 SEC("uprobe")
 int BPF_KPROBE(ladder_small)
