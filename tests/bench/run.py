@@ -426,7 +426,7 @@ def section_bpfstats(a):
         return
     loop = Loop()
     try:
-        tr = Tptrace(loop.pid, tmp("stats.json.gz"))
+        tr = Tptrace(loop.pid, tmp("stats.json.gz"), os.environ.get("BENCH_TPTRACE_ARGS", "").split())
         loop.run("launch", a.calls)
         loop.run("sync", a.calls)
         progs = bpftool_progs(tr.p.pid)
