@@ -592,28 +592,34 @@ static struct gpu_work *gpu_work_get(struct decoder *d, uint64_t corr)
 	return corr && u64map__get(&d->gpu_work, corr, &v) ? (struct gpu_work *)(uintptr_t)v : NULL;
 }
 
-/* The CUPTI API record of the call: same thread, and the probe fired at the call's entry,
- * just before CUPTI's API callback took its start time. */
-#define GPU_MATCH_SLACK_NS 200000ULL
+/* The CUPTI API record of a call: on the same thread, the first one that starts after the
+ * probe fired (CUPTI's API callback runs inside the call, after any lazy initialisation the
+ * runtime does first) and before that thread's next probed call. Calls made before CUPTI was
+ * enabled have no record: the next-call bound keeps them from taking a later call's. */
+#define GPU_CLOCK_SLACK_NS 20000ULL		/* CUPTI vs bpf timestamps */
+#define GPU_MATCH_WINDOW_NS 100000000ULL	/* last call on a thread: at most 100 ms */
 
-static bool match_pending(struct decoder *d, struct gpu_pending *p)
+static bool match_pending(struct decoder *d, size_t idx)
 {
+	struct gpu_pending *p = &d->pending[idx];
+	uint64_t ts = p->call.ts, until = ts + GPU_MATCH_WINDOW_NS;
 	struct gpu_api *best = NULL;
-	uint64_t best_dist = UINT64_MAX;
 
+	for (size_t i = idx + 1; i < d->nr_pending; i++) {
+		if (d->pending[i].call.tid == p->call.tid && d->pending[i].call.ts > ts) {
+			until = d->pending[i].call.ts;
+			break;
+		}
+	}
 	for (size_t i = 0; i < d->nr_apis; i++) {
 		struct gpu_api *a = &d->apis[i];
-		uint64_t ts = p->call.ts, dist;
 
 		if (a->used || a->tid != p->call.tid)
 			continue;
-		if (ts + GPU_MATCH_SLACK_NS < a->start || ts > a->end)
+		if (a->start + GPU_CLOCK_SLACK_NS < ts || a->start >= until)
 			continue;
-		dist = ts < a->start ? a->start - ts : ts - a->start;
-		if (dist < best_dist) {
+		if (!best || a->start < best->start)
 			best = a;
-			best_dist = dist;
-		}
 	}
 	if (!best)
 		return false;
@@ -650,7 +656,7 @@ void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns
 		bool old = !max_wait_ns || now_ns - p->queued_ns > max_wait_ns;
 
 		if (!p->cupti_corr)
-			match_pending(d, p);
+			match_pending(d, i);
 		if ((p->cupti_corr && gpu_work_get(d, p->cupti_corr)) || old) {
 			finalize_pending(d, p);
 			continue;
