@@ -508,11 +508,19 @@ static struct agg_extra *agg_extra(struct fr_analysis *a, struct seq_agg *g)
 	return &a->extras[g->extra];
 }
 
+/* Sizes only agree when they are known on both sides: a rank whose recorder did not know the
+ * communicator's size writes -1 for sizes that depend on it, and the NCCL count argument is
+ * what must match anyway. */
+static bool size_eq(int64_t x, int64_t y)
+{
+	return x < 0 || y < 0 || x == y;
+}
+
 static bool sig_eq(const struct sig *x, const struct sig *y)
 {
 	return x->op == y->op && x->count == y->count && x->dtype == y->dtype &&
-	       x->redop == y->redop && x->root == y->root && x->in_size == y->in_size &&
-	       x->out_size == y->out_size;
+	       x->redop == y->redop && x->root == y->root && size_eq(x->in_size, y->in_size) &&
+	       size_eq(x->out_size, y->out_size);
 }
 
 static int fold_collective(struct fr_analysis *a, int mi, const struct fr_entry *e)
@@ -1749,7 +1757,8 @@ static int sig_rule(const struct sig *x, const struct sig *y)
 {
 	if (x->op != y->op)
 		return RULE_TYPE;
-	if (x->count != y->count || x->in_size != y->in_size || x->out_size != y->out_size)
+	if (x->count != y->count || !size_eq(x->in_size, y->in_size) ||
+	    !size_eq(x->out_size, y->out_size))
 		return RULE_SIZE;
 	if (x->dtype != y->dtype)
 		return RULE_DTYPE;
