@@ -75,8 +75,6 @@ static const struct argp_option opts[] = {
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "BPF ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "no-query-comms", OPT_NO_QUERY, NULL, 0,
 	  "Never stop a thread to ask NCCL the rank/size of communicators made before attach", 0 },
-	{ "verbose", 'v', NULL, 0, "More diagnostics", 0 },
-	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
 	{},
 };
 
@@ -124,12 +122,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_NO_QUERY:
 		env.no_query = true;
-		break;
-	case 'v':
-		tptrace_verbosity++;
-		break;
-	case 'q':
-		tptrace_verbosity = -1;
 		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
@@ -321,7 +313,9 @@ static void query_comms(struct fr_session *s)
 
 int fr_main(int argc, char **argv)
 {
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
+					  .children = children };
 	struct fr_session s = {};
 	struct ring_buffer *rb = NULL;
 	struct flightrec_opts fo = {};
@@ -331,6 +325,7 @@ int fr_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
+	session__libbpf_print_setup();
 
 	for (int i = 0; i < env.nr_pids; i++) {
 		struct target *t = session__open_target(env.pids[i]);

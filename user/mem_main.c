@@ -67,8 +67,6 @@ static const struct argp_option opts[] = {
 	{ "max-entries", OPT_HISTORY, "N", 0, "Snapshot history entries kept (default 200000)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "wait", 'w', NULL, 0, "Wait for the process to load CUDA or PyTorch instead of failing", 0 },
-	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", 0 },
-	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
 	{},
 };
 
@@ -79,17 +77,13 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 
 	switch (key) {
 	case 'p':
-		errno = 0;
-		v = strtol(arg, &end, 10);
-		if (errno || *end || v <= 0 || v > 0x7fffffff)
-			argp_error(state, "invalid pid '%s'", arg);
 		if (env.pid)
 			argp_error(state, "one pid at a time");
-		env.pid = (int)v;
+		if (session__parse_pid(arg, &env.pid))
+			argp_error(state, "invalid pid '%s'", arg);
 		break;
 	case 'd':
-		env.duration = strtod(arg, &end);
-		if (*end || env.duration <= 0)
+		if (session__parse_seconds(arg, &env.duration))
 			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
 		break;
 	case 'o':
@@ -114,19 +108,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.history = v;
 		break;
 	case OPT_RING_MB:
-		v = strtol(arg, &end, 10);
-		if (*end || v < 1 || v > 4096 || (v & (v - 1)))
+		if (session__parse_ring_mb(arg, &env.ring_mb))
 			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
-		env.ring_mb = (int)v;
 		break;
 	case 'w':
 		env.wait = true;
-		break;
-	case 'v':
-		tptrace_verbosity++;
-		break;
-	case 'q':
-		tptrace_verbosity = -1;
 		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
@@ -150,13 +136,6 @@ static volatile sig_atomic_t stop_signal;
 static void on_signal(int sig)
 {
 	stop_signal = sig;
-}
-
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	if (tptrace_verbosity < 1 || (level == LIBBPF_DEBUG && tptrace_verbosity < 2))
-		return 0;
-	return vfprintf(stderr, fmt, args);
 }
 
 static int write_snapshot(struct memtrace *mt, const struct memsnap_info *info)
@@ -199,7 +178,9 @@ static bool nothing_to_probe(struct memtrace *mt)
 
 int mem_main(int argc, char **argv)
 {
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
+					  .children = children };
 	struct target_probes resolve_only = {};	/* no programs: target__scan only finds libraries */
 	struct memtrace_opts mo = {};
 	struct elfsym_cache *cache = NULL;
@@ -214,7 +195,7 @@ int mem_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
-	libbpf_set_print(libbpf_print);
+	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 
 	t = session__open_target(env.pid);

@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: MIT
+#include <argp.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,6 +15,40 @@
 #include "target.h"
 
 int tptrace_verbosity;
+
+static const struct argp_option common_opts[] = {
+	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", -1 },
+	{ "quiet", 'q', NULL, 0, "Only errors on stderr", -1 },
+	{},
+};
+
+static error_t common_parse(int key, char *arg, struct argp_state *state)
+{
+	switch (key) {
+	case 'v':
+		tptrace_verbosity++;
+		return 0;
+	case 'q':
+		tptrace_verbosity = -1;
+		return 0;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+}
+
+const struct argp session_common_argp = { .options = common_opts, .parser = common_parse };
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (tptrace_verbosity < 1 || (level == LIBBPF_DEBUG && tptrace_verbosity < 2))
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+void session__libbpf_print_setup(void)
+{
+	libbpf_set_print(libbpf_print);
+}
 
 #define TP_BPF_TRACE_UPROBE_MULTI 48
 

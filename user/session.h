@@ -21,6 +21,11 @@ int session__watch_exit(struct cuda_bpf *skel, int pid);
 /* Sum of the per-CPU drop counters. */
 uint64_t session__drops(struct cuda_bpf *skel);
 uint64_t session__clock_ns(int clockid);
+/* -v/-q for every subcommand (an argp child) and libbpf's messages gated by -v. */
+struct argp;
+extern const struct argp session_common_argp;
+void session__libbpf_print_setup(void);
+
 /* Option values shared by the subcommands: 0, or -EINVAL for a bad value. */
 int session__parse_pid(const char *arg, int *pid);
 int session__parse_ring_mb(const char *arg, int *mb);		/* power of two, 1..4096 */

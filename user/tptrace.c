@@ -86,8 +86,6 @@ static const struct argp_option opts[] = {
 	{ "mem", OPT_MEM, NULL, 0, "Also trace GPU memory (allocator USDT, cudaMalloc & co, cuMem*): "
 	  "counters, OOM events", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
-	{ "verbose", 'v', NULL, 0, "More diagnostics (repeat for libbpf debug output)", 0 },
-	{ "quiet", 'q', NULL, 0, "Only errors on stderr", 0 },
 	{},
 };
 
@@ -130,12 +128,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (session__parse_ring_mb(arg, &env.ring_mb))
 			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
 		break;
-	case 'v':
-		tptrace_verbosity++;
-		break;
-	case 'q':
-		tptrace_verbosity = -1;
-		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
 		break;
@@ -154,15 +146,6 @@ static volatile sig_atomic_t stop_signal;
 static void on_signal(int sig)
 {
 	stop_signal = sig;
-}
-
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	if (level == LIBBPF_DEBUG && tptrace_verbosity < 2)
-		return 0;
-	if (tptrace_verbosity < 1)
-		return 0;
-	return vfprintf(stderr, fmt, args);
 }
 
 static cJSON *gpu_json(const struct gpu_stats *g, bool attached, const struct decoder *dec)
@@ -296,7 +279,9 @@ int mem_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
+	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
+					  .children = children };
 	struct target *targets[MAX_PIDS] = {};
 	struct memtrace *mts[MAX_PIDS] = {};
 	struct gpu_session *gpus[MAX_PIDS] = {};
@@ -319,7 +304,7 @@ int main(int argc, char **argv)
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
 		return 2;
-	libbpf_set_print(libbpf_print);
+	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 
 	for (int i = 0; i < env.nr_pids; i++) {
