@@ -121,15 +121,20 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 			__builtin_memcpy(rec->deref, buf, TP_DEREF_MAX);
 		}
 	}
-	/* the loader sets this cookie bit only for processes whose stubs lack their __handle
-	 * statics; a switch in a map would cost a map read per call, which measured ~2.5 us in
-	 * our VM (docs/benchmarks.md) */
+	/* The loader sets this cookie bit only for processes whose stubs lack their __handle
+	 * statics. rbp is a frame pointer only in code built with one; elsewhere it is any
+	 * value, and a user read that faults costs microseconds (docs/benchmarks.md): read
+	 * [rbp+8] only when rbp points into the stack just above rsp. */
 	rec->caller2 = 0;
 	if (cookie & TP_COOKIE_CALLER2) {
-		__u64 caller2 = 0;
+		__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx), caller2 = 0;
 
-		if (bpf_probe_read_user(&caller2, sizeof(caller2), (void *)(PT_REGS_FP(ctx) + 8)))
+		if (fp > sp && fp - sp < (1 << 16)) {
+			if (bpf_probe_read_user(&caller2, sizeof(caller2), (void *)(fp + 8)))
+				flags |= TP_CALL_CALLER2_FAULT;
+		} else {
 			flags |= TP_CALL_CALLER2_FAULT;
+		}
 		rec->caller2 = caller2;
 	}
 	if (cookie & TP_COOKIE_SAVE_OUT) {

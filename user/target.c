@@ -627,7 +627,9 @@ static int collect_static(const struct elfsym_sym *sym, void *ctx)
 	if (!strstr(sym->name, "__device_stub__"))
 		return 0;
 	if (sym->kind == ELFSYM_FUNC) {
-		c->t->nr_stub_funcs++;
+		/* NCCL's own kernels are not launched through cudaLaunchKernel by the app */
+		if (!c->obj->nccl)
+			c->t->nr_stub_funcs++;
 		return 0;
 	}
 	if (sym->kind != ELFSYM_OBJECT)
