@@ -382,7 +382,10 @@ int main(int argc, char **argv)
 		if (!t->nr_cudart)
 			log_info("tptrace: waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
 		write_process_meta(tj, t);
-		if (env.mem && !(mts[i] = memtrace__attach(t, tj, NULL)))
+		/* the trace shows counters and events, not call sites: no user stacks (their
+		 * frame walk is most of an allocation probe's cost; tptrace mem keeps them) */
+		if (env.mem && !(mts[i] = memtrace__attach(t, tj, &(struct memtrace_opts){
+								 .no_stacks = true })))
 			goto cleanup;
 		log_verbose("tptrace: pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
 			    t->nr_probes, t->nr_cudart);
