@@ -120,3 +120,29 @@ def test_gpu_refusals():
         wl.wait_done()
     finally:
         wl.kill()
+
+
+def test_gpu_names_kernels_the_symbols_cannot():
+    """A stripped nvcc binary: handles made before attach have no symbol to name them; the
+    kernels CUPTI reports name those launches (and later launches of the same handle)."""
+    need_root()
+    need_ptrace()
+    import shutil
+    import subprocess
+    src = os.path.join(WL, "nvcc_shared")
+    dst = tmp_path("nvcc_stripped")
+    shutil.copy(src, dst)
+    subprocess.run(["strip", "--strip-all", dst], check=True)
+    trace, wl, tr = trace_workload([dst, "--iters", "3"], tracer_args=["--gpu"],
+                                   out_name="gpu-stripped.json")
+    launches = [e for e in calls(trace, pid=wl.pid) if "LaunchKernel" in e["name"]]
+    assert len(launches) == 9, [e["name"] for e in launches]
+    names = [e["args"]["kernel"] for e in launches]
+    assert names == ["scale_vec(float*, float, int)", "void ns::tk<int>(int*, int)",
+                     "late_kernel(int*)"] * 3, names
+    sources = {e["args"]["kernel"]: e["args"]["kernel source"] for e in launches}
+    # no symbols at all: the two kernels whose handles predate attach come from CUPTI;
+    # late_kernel's handle was made after attach, through __cudaGetKernel (named by CUPTI too
+    # since the stub has no symbol either)
+    assert sources["scale_vec(float*, float, int)"] == "cupti", sources
+    assert sources["void ns::tk<int>(int*, int)"] == "cupti", sources
