@@ -15,6 +15,7 @@ const struct cuda_api cuda_apis[] = {
 	API2("__cudaLaunchKernel", API_LAUNCH_HANDLE, false),
 	API2("cudaLaunchCooperativeKernel", API_LAUNCH, false),
 	API("__cudaGetKernel", "__cudaGetKernel", API_GET_KERNEL, true, false),
+	API("cudaGetKernel", "cudaGetKernel", API_GET_KERNEL, true, false),
 	API2("cudaGraphLaunch", API_GRAPH_LAUNCH, false),
 	APID("cudaMemcpy", API_MEMCPY, true),
 	API2("cudaMemcpyAsync", API_MEMCPY_ASYNC, false),

@@ -247,10 +247,17 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 		if (!handle && api->kind == API_LAUNCH)
 			func = first;
 	} else if (t && func) {
-		name = target__stub_kernel(t, func);
-		if (!name)
-			name = target__symbolize(t, func);
-		source = "symbol";
+		/* cudaLaunchKernelExC takes a function or, like cudaLaunchKernel, a handle */
+		name = target__handle_name(t, func, &source);
+		if (name) {
+			handle = func;
+			func = 0;
+		} else {
+			name = target__stub_kernel(t, func);
+			if (!name)
+				name = target__symbolize(t, func);
+			source = "symbol";
+		}
 	}
 	if (!name && gpu_kernel) {
 		/* CUPTI named the kernel this launch produced: keep it for later launches of the

@@ -26,6 +26,7 @@ EXPECTED = [
     ("cudaEventSynchronize", {"event": "0xe7e7", "rc": 35}),
     ("cudaStreamSynchronize", {"stream": 0x5100, "rc": 35}),
     ("cudaDeviceSynchronize", {"rc": 35}),
+    ("cudaGetKernel", {"kernel": "real_kernel_stub(float*, int)", "rc": 35}),
 ]
 
 

@@ -149,12 +149,29 @@ static int run(const char *path)
 	memcpy(st, (uint64_t[4]){ 0x401000, 0xc0ffee, 0x5300, 0 }, sizeof(st));
 	call(d, "ncclReduce", a, st, pid);
 	ret(d, "ncclReduce", 0, pid);
+	/* cudaLaunchKernelExC(&config, handle, args): config copied by the probe (deref[]), the
+	 * function argument a CUDA 13 handle known from __cudaGetKernel */
+	target__set_handle(t, 0xabc000, "exc_kernel(int)", "getkernel");
+	{
+		struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid, .ts = ts += 1000 };
+		uint32_t cfg[14] = { 9, 8, 7, 64, 2, 1 };	/* grid, block */
+		uint64_t smem = 2048, stream = 0x5400;
+
+		memcpy((char *)cfg + 24, &smem, 8);
+		memcpy((char *)cfg + 32, &stream, 8);
+		cfg[12] = 2;	/* numAttrs */
+		c.api = api_id("cudaLaunchKernelExC");
+		c.args[0] = 0x7ffd1000;
+		c.args[1] = 0xabc000;
+		memcpy(c.deref, cfg, sizeof(cfg));
+		decoder__ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
+	}
 	/* a return without its entry (attached mid-call) */
 	ret(d, "cudaEventSynchronize", 0, pid);
 	decoder__finish(d, ts + 50000);
 	CHECK(decoder__stats(d)->orphan_returns == 1, "orphan return counted");
 	CHECK(decoder__stats(d)->unfinished == 1, "one unfinished");
-	CHECK(decoder__stats(d)->launches_named == 1, "launch named");
+	CHECK(decoder__stats(d)->launches_named == 2, "launches named");
 	trace_json__end_events(tj);
 	trace_json__top_raw(tj, "tptrace", "{\"version\": \"test\"}");
 	CHECK(trace_json__close(tj) == 0, "close");
@@ -175,6 +192,13 @@ static int run(const char *path)
 	CHECK(cJSON_GetObjectItem(e, "dur")->valuedouble == 0, "entry-only: no duration");
 	CHECK(cJSON_GetObjectItem(e, "ts")->valuedouble == 4001.0, "ts in us from the base");
 	CHECK_STR(cJSON_GetObjectItem(e, "cat")->valuestring, "cuda_runtime");
+	e = event(trace, "cudaLaunchKernelExC", 0);
+	CHECK_STR(str(e, "kernel"), "exc_kernel(int)");
+	CHECK_STR(str(e, "kernel source"), "getkernel");
+	CHECK_STR(str(e, "handle"), "0xabc000");
+	CHECK(dims(e, "grid", 9, 8, 7) && dims(e, "block", 64, 2, 1), "config dims");
+	CHECK(num(e, "shared memory") == 2048 && num(e, "stream") == 0x5400, "config smem/stream");
+	CHECK(num(e, "attributes") == 2, "attributes");
 	e = event(trace, "cudaMemcpy2DAsync", 0);
 	CHECK(num(e, "bytes") == 240 && num(e, "width") == 48 && num(e, "height") == 5, "2D");
 	CHECK_STR(str(e, "kind"), "DtoH");
