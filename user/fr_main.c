@@ -49,18 +49,19 @@ static const char doc[] =
 "USAGE: tptrace fr (-p PID [-p PID ...] | -a) [--dump-dir DIR] [--ring N]\n"
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
 "\n"
-"Records every NCCL collective and p2p call (and the CUDA event/sync calls that tell\n"
-"when they finish on the GPU) into a ring per process held by tptrace, so it survives\n"
-"the job crashing or hanging. Dumps one JSON file per process (docs/fr-schema.md):\n"
-"on SIGUSR2, on SIGINT/SIGTERM (then exits), when a communicator makes no progress\n"
-"for --stall-timeout seconds with work pending, when a process exits, and on each\n"
-"write to the --dump-on fifo. Read the dumps of all ranks with tptrace-fr.\n"
+"Records every NCCL collective and p2p call (and the CUDA event and sync\n"
+"calls that tell when they finish on the GPU) into a ring per process held\n"
+"by tptrace, so it survives the job crashing or hanging. Dumps one JSON file\n"
+"per process (docs/fr-schema.md): on SIGUSR2, on SIGINT/SIGTERM (then\n"
+"exits), when pending work makes no progress for --stall-timeout seconds,\n"
+"when a process exits, and on each write to the --dump-on fifo. Read the\n"
+"dumps of all ranks with tptrace-fr.\n"
 "\n"
 "EXAMPLES:\n"
-"    sudo tptrace fr -p 4242 --dump-dir /var/tmp/tptrace    # one job process\n"
-"    sudo tptrace fr -a --dump-dir /var/tmp/tptrace         # every NCCL process on the host\n"
-"    sudo kill -USR2 $(pgrep -f 'tptrace fr')                # dump now, keep recording\n"
-"    tptrace-fr /var/tmp/tptrace                            # which rank, comm, collective\n";
+"  sudo tptrace fr -p 4242 --dump-dir /var/tmp/tptrace  # one job process\n"
+"  sudo tptrace fr -a --dump-dir /var/tmp/tptrace       # all NCCL processes\n"
+"  sudo kill -USR2 $(pgrep -f 'tptrace fr')             # dump now\n"
+"  tptrace-fr /var/tmp/tptrace                          # the verdict\n";
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY };
 
@@ -323,6 +324,7 @@ int fr_main(int argc, char **argv)
 	int fifo_fd = -1, err, ret = 1;
 
 	argp_err_exit_status = 2;
+	argv[0] = (char *)"tptrace fr";	/* "Usage: tptrace fr ..." in argp's messages */
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();

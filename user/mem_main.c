@@ -36,23 +36,25 @@ static struct mem_env {
 } env;
 
 static const char doc[] =
-"tptrace mem: what holds GPU memory in a running process, over time, from outside it.\n"
+"tptrace mem: what holds GPU memory in a running process, over time, from\n"
+"outside it.\n"
 "\n"
-"USAGE: tptrace mem -p PID [-d SEC] [-o SNAPSHOT] [--pickle] [--leaks] [--trace FILE]\n"
-"                   [--no-stacks] [--wait]\n"
+"USAGE: tptrace mem -p PID [-d SEC] [-o SNAPSHOT] [--pickle] [--leaks]\n"
+"                   [--trace FILE] [--no-stacks] [--wait]\n"
 "\n"
-"Probes PyTorch's caching allocator (USDT pytorch:malloc/free, tensor level) and the CUDA\n"
-"runtime and driver allocation calls (cudaMalloc & co, cuMemAlloc, cuMemCreate/Map: segment\n"
-"level) of the process, with no restart. At the end (-d expiry, Ctrl-C, or exit of the\n"
-"process) writes a snapshot that https://docs.pytorch.org/memory_viz opens (-o, JSON, or a\n"
-"pickle with --pickle) and/or prints the allocations still live, by call site (--leaks).\n"
-"Only what happens after attach is known. Without -o, --leaks and --trace: -o\n"
-"tptrace-mem.json.\n"
+"Probes PyTorch's caching allocator (USDT pytorch:malloc/free, tensor level)\n"
+"and the CUDA runtime and driver allocation calls (cudaMalloc & co,\n"
+"cuMemAlloc, cuMemCreate/Map: segment level), with no restart. At the end\n"
+"(-d expiry, Ctrl-C, or exit of the process) writes a snapshot that\n"
+"https://docs.pytorch.org/memory_viz opens (-o: JSON, or a pickle with\n"
+"--pickle) and/or prints the allocations still live, by call site (--leaks).\n"
+"Only what happens after attach is known. Without -o, --leaks and --trace:\n"
+"-o tptrace-mem.json.\n"
 "\n"
 "EXAMPLES:\n"
-"    sudo tptrace mem -p 4242 -d 30 -o snapshot.json      # open it in memory_viz\n"
-"    sudo tptrace mem -p 4242 --leaks                      # Ctrl-C: what is still live, where\n"
-"    sudo tptrace mem -p 4242 -d 10 --trace mem.json.gz    # counters for Perfetto\n";
+"  sudo tptrace mem -p 4242 -d 30 -o snapshot.json    # open in memory_viz\n"
+"  sudo tptrace mem -p 4242 --leaks                    # Ctrl-C: what is live\n"
+"  sudo tptrace mem -p 4242 -d 10 --trace mem.json.gz  # counters, Perfetto\n";
 
 enum { OPT_PICKLE = 1000, OPT_LEAKS, OPT_TRACE, OPT_NO_STACKS, OPT_HISTORY, OPT_RING_MB };
 
@@ -193,6 +195,7 @@ int mem_main(int argc, char **argv)
 	int err, ret = 1;
 
 	argp_err_exit_status = 2;
+	argv[0] = (char *)"tptrace mem";	/* "Usage: tptrace mem ..." in argp's messages */
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();

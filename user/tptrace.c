@@ -51,23 +51,26 @@ static struct env {
 const char *argp_program_version = "tptrace " TPTRACE_VERSION;
 const char *argp_program_bug_address = "<tptrace issues>";
 static const char doc[] =
-"tptrace: trace CUDA runtime calls of running processes, with no restart or preload.\n"
+"tptrace: trace CUDA runtime and NCCL calls of running processes,\n"
+"with no restart, environment variable or preload.\n"
 "\n"
-"USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--wait] [--durations]\n"
+"USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem]\n"
+"       tptrace fr ...    NCCL flight recorder (tptrace fr --help)\n"
+"       tptrace mem ...   GPU memory snapshot, leaks (tptrace mem --help)\n"
 "\n"
-"Attaches uprobes to the CUDA runtime each process uses (libcudart.so.* anywhere, or\n"
-"statically linked), follows libraries loaded later, and writes a Chrome-trace JSON\n"
-"(Kineto conventions) that Perfetto opens and HTA analyses. Ends on -d expiry,\n"
-"SIGINT/SIGTERM, or when every target has exited.\n"
+"Probes the CUDA runtime each process uses (libcudart.so.* anywhere, or\n"
+"linked statically), follows libraries loaded later, and writes a\n"
+"Chrome-trace JSON (Kineto conventions) that Perfetto opens and HTA\n"
+"analyses. Ends on -d expiry, SIGINT/SIGTERM, or when every target exited.\n"
 "\n"
 "EXAMPLES:\n"
-"    sudo tptrace -p 4242 -d 10 -o step.json.gz    # trace pid 4242 for 10 s\n"
-"    sudo tptrace -p 4242 -p 4243 -o two.json       # two processes; Ctrl-C ends it\n"
-"    sudo tptrace -p 4242 --wait -o run.json        # wait for the job to load CUDA\n"
-"    sudo tptrace -p 4242 --gpu -d 10 -o step.json.gz  # plus GPU kernels/copies (CUPTI)\n"
-"    sudo tptrace -p 4242 --mem -d 30 -o run.json.gz   # plus GPU memory counters, OOMs\n"
-"    sudo tptrace fr -p 4242                          # NCCL flight recorder (see fr --help)\n"
-"    sudo tptrace mem -p 4242 -o snapshot.json        # memory_viz snapshot (see mem --help)\n";
+"  sudo tptrace -p 4242 -d 10 -o step.json.gz  # trace pid 4242 for 10 s\n"
+"  sudo tptrace -p 4242 -p 4243 -o two.json     # two pids; Ctrl-C ends it\n"
+"  sudo tptrace -p 4242 --wait -o run.json      # wait for CUDA to load\n"
+"  sudo tptrace -p 4242 --gpu -o gpu.json.gz    # plus the GPU timeline\n"
+"  sudo tptrace -p 4242 --mem -o mem.json.gz    # plus GPU memory counters\n"
+"  sudo tptrace fr -a --dump-dir /var/tmp/tptrace  # flight recorder\n"
+"  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n";
 
 enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM };
 
