@@ -19,9 +19,13 @@ exec 3>"$fifo"
 for _ in $(seq 50); do grep -q READY "$out/demo-job.log" 2>/dev/null && break; sleep 0.1; done
 echo GO >&3
 sleep 0.5
-echo "demo job running as pid $job (simulated CUDA runtime, never restarted); attaching for 3 s:"
-echo "  tptrace -p $job -d 3 -o $trace"
-./tptrace -p "$job" -d 3 -o "$trace"
+echo "demo job running as pid $job (simulated CUDA runtime and CUPTI, never restarted)"
+echo "attaching for 3 s, with the GPU timeline:"
+echo "  tptrace -p $job --gpu -d 3 -o $trace"
+if ! ./tptrace -p "$job" --gpu -d 3 -o "$trace"; then
+	echo "(--gpu refused, see above: tracing the CPU side only)"
+	./tptrace -p "$job" -d 3 -o "$trace"
+fi
 kill "$job" 2>/dev/null || true
 wait "$job" 2>/dev/null || true
 job=
@@ -34,6 +38,9 @@ for e in ev:
     names[e["name"]] = names.get(e["name"], 0) + 1
 print("events:", ", ".join(f"{k} {v}" for k, v in sorted(names.items())))
 print("kernels:", sorted({e["args"]["kernel"] for e in ev if "kernel" in e["args"]}))
+gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")]
+flows = [e for e in t["traceEvents"] if e.get("ph") == "s" and e.get("cat") == "ac2g"]
+print(f"GPU timeline: {len(gpu)} GPU events on their stream tracks, {len(flows)} launch->kernel arrows")
 print("dropped:", t["tptrace"]["events_dropped"])
 PY
 cat <<MSG
