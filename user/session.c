@@ -54,7 +54,7 @@ void session__libbpf_print_setup(void)
 
 static bool multi_available;
 
-static struct cuda_bpf *open_skel(int ring_mb, bool multi)
+static struct cuda_bpf *open_skel(int ring_mb, bool multi, bool exit_tp)
 {
 	struct cuda_bpf *skel = cuda_bpf__open();
 	struct bpf_program *progs[3];
@@ -71,6 +71,8 @@ static struct cuda_bpf *open_skel(int ring_mb, bool multi)
 		else
 			bpf_program__set_autoload(progs[i], false);
 	}
+	if (!exit_tp)
+		bpf_program__set_autoload(skel->progs.proc_exit, false);
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
 	/* wake the reader once an eighth of the ring waits; it also drains every 20 ms */
 	skel->rodata->wakeup_bytes = ((uint64_t)ring_mb << 20) / 8;
@@ -79,7 +81,7 @@ static struct cuda_bpf *open_skel(int ring_mb, bool multi)
 
 struct cuda_bpf *session__load_bpf(int ring_mb)
 {
-	struct cuda_bpf *skel = open_skel(ring_mb, true);
+	struct cuda_bpf *skel = open_skel(ring_mb, true, true);
 	int err;
 
 	if (!skel) {
@@ -93,12 +95,23 @@ struct cuda_bpf *session__load_bpf(int ring_mb)
 		log_verbose("tptrace: uprobe_multi unavailable (%s); one link per probe\n",
 			    strerror(-err));
 		cuda_bpf__destroy(skel);
-		skel = open_skel(ring_mb, false);
+		skel = open_skel(ring_mb, false, true);
 		if (!skel) {
 			log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
 			return NULL;
 		}
 		err = cuda_bpf__load(skel);
+		if (err && err != -EPERM && err != -EACCES) {
+			/* no BTF-enabled sched_process_exit: exit codes come from the pidfd only */
+			log_verbose("tptrace: exit tracepoint unavailable (%s)\n", strerror(-err));
+			cuda_bpf__destroy(skel);
+			skel = open_skel(ring_mb, false, false);
+			if (!skel) {
+				log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
+				return NULL;
+			}
+			err = cuda_bpf__load(skel);
+		}
 	}
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
@@ -111,9 +124,11 @@ struct cuda_bpf *session__load_bpf(int ring_mb)
 		return NULL;
 	}
 	/* exit codes of watched processes; harmless when it cannot attach */
-	skel->links.proc_exit = bpf_program__attach(skel->progs.proc_exit);
-	if (!skel->links.proc_exit)
-		log_verbose("tptrace: exit tracepoint unavailable: %s\n", strerror(errno));
+	if (bpf_program__fd(skel->progs.proc_exit) >= 0) {
+		skel->links.proc_exit = bpf_program__attach(skel->progs.proc_exit);
+		if (!skel->links.proc_exit)
+			log_verbose("tptrace: exit tracepoint unavailable: %s\n", strerror(errno));
+	}
 	return skel;
 }
 
