@@ -32,7 +32,7 @@ static struct env {
 	int verbose;
 	long tail;		/* 0: every entry */
 } env = {
-	.tail = 512,
+	.tail = 256,
 	.skew_ms = 1000,
 	.stuck_ms = 10000,
 	.jobs = 8,	/* reading is latency-bound (seeks, cold cache): more than the CPUs */
@@ -58,7 +58,7 @@ static const char doc[] =
 "Communicators created before tptrace attached have no cross-rank id in the\n"
 "dumps: they are matched across ranks by their collective sequences\n"
 "(reported as inferred:<hash>). Only the header and the newest --tail N\n"
-"entries (default 512) of each dump are read; what is lost is history older\n"
+"entries (default 256) of each dump are read; what is lost is history older\n"
 "than N entries (a mismatch further back, p2p op counts in the details).\n"
 "\n"
 "EXAMPLES:\n"
@@ -74,7 +74,7 @@ static const struct argp_option opts[] = {
 	{ "skew-ms", OPT_SKEW, "MS", 0, "late_arrival threshold (default 1000)", 0 },
 	{ "stuck-ms", OPT_STUCK, "MS", 0, "stuck_in_call threshold (default 10000)", 0 },
 	{ "jobs", 'j', "N", 0, "Reader/parser threads (default 8)", 0 },
-	{ "tail", OPT_TAIL, "N", 0, "Read only the newest N entries of each dump (default 512; "
+	{ "tail", OPT_TAIL, "N", 0, "Read only the newest N entries of each dump (default 256; "
 	  "'all' or 0: every entry)", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics on stderr", 0 },
 	{},
