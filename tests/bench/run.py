@@ -719,9 +719,9 @@ def main():
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--only", default="")
     ap.add_argument("--quick", action="store_true", help="fewer reps, smaller inputs")
-    # A fresh 16 MiB ring's first lap is slow in a VM (the host backs each page on first
+    # A fresh ring's first lap can be slow in a VM (the host backs each page on first
     # touch: ~2x per call here); production rings lap within seconds, so measure after one
-    # lap: 16 MiB / 184-byte launch records ~ 91k calls.
+    # lap: tptrace's default 4 MiB / 112-byte launch records ~ 37k calls.
     ap.add_argument("--warmup", type=int, default=100000, help="calls after each attach")
     a = ap.parse_args()
     if a.quick:
