@@ -301,19 +301,35 @@ struct probe_batch {
 	int n;
 };
 
-static void batch_add(struct probe_batch *b, struct target_obj *obj, const char *symbol,
-		      uint64_t cookie, int *added)
+/* The probes one object needs, resolved once: attached as two uprobe_multi links (entries,
+ * returns) where the kernel has them, one link per probe otherwise. */
+struct probe_plan {
+	int n;
+	struct {
+		const char *symbol;
+		uint64_t offset;
+		uint64_t cookie;
+		bool ret;	/* a return probe too */
+	} items[256];
+};
+
+static void plan_add(struct target *t, struct probe_plan *plan, struct target_obj *obj,
+		     const char *symbol, uint64_t cookie, bool ret)
 {
 	const struct elfsym_sym *sym = elfsym__find_func(obj->es, symbol);
 	uint64_t off;
 
-	*added = 0;
-	if (!sym || b->n == 256 || elfsym__vaddr_to_off(obj->es, sym->vaddr, &off))
+	if (!sym || plan->n == 256)
 		return;
-	b->offsets[b->n] = off;
-	b->cookies[b->n] = cookie;
-	b->n++;
-	*added = 1;
+	if (elfsym__vaddr_to_off(obj->es, sym->vaddr, &off)) {
+		t->attach_errors++;
+		return;
+	}
+	plan->items[plan->n].symbol = symbol;
+	plan->items[plan->n].offset = off;
+	plan->items[plan->n].cookie = cookie;
+	plan->items[plan->n].ret = ret;
+	plan->n++;
 }
 
 #define TP_BPF_LINK_CREATE		28
@@ -369,20 +385,14 @@ static int attach_batch(struct target *t, struct target_obj *obj, struct bpf_pro
 	return b->n;
 }
 
-static int attach_probe(struct target *t, struct target_obj *obj, struct bpf_program *prog,
-			const char *symbol, uint64_t cookie, bool retprobe)
+static int attach_single(struct target *t, struct target_obj *obj, struct bpf_program *prog,
+			 const char *symbol, uint64_t off, uint64_t cookie, bool retprobe)
 {
-	const struct elfsym_sym *sym = elfsym__find_func(obj->es, symbol);
 	struct bpf_link *link;
-	uint64_t off;
 	int err;
 
-	if (!sym || !prog)	/* no program: resolve only (offline replay, benchmarks) */
+	if (!prog)	/* no program: resolve only (offline replay, benchmarks) */
 		return 0;
-	if (elfsym__vaddr_to_off(obj->es, sym->vaddr, &off)) {
-		t->attach_errors++;
-		return 0;
-	}
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = retprobe, .bpf_cookie = cookie);
 	link = bpf_program__attach_uprobe_opts(prog, t->pid, obj->open_path, off, &opts);
 	if (!link) {
@@ -465,61 +475,82 @@ static unsigned classes_of(const struct target_probes *p)
 	return p->classes ? p->classes : PROBE_CUDA_ALL;
 }
 
-static int attach_batches(struct target *t, struct target_obj *obj, const struct target_probes *p,
-			  const struct probe_batch *entries, const struct probe_batch *returns)
+static void batch_of(const struct probe_plan *plan, bool returns, struct probe_batch *b)
 {
-	int r1, r2;
-
-	r1 = attach_batch(t, obj, p->entry_multi, entries, false);
-	if (r1 < 0)
-		return r1;
-	r2 = attach_batch(t, obj, p->ret_multi, returns, true);
-	if (r2 < 0)
-		return r2;
-	return r1 + r2;
+	b->n = 0;
+	for (int i = 0; i < plan->n; i++) {
+		if (returns && !plan->items[i].ret)
+			continue;
+		b->offsets[b->n] = plan->items[i].offset;
+		b->cookies[b->n] = plan->items[i].cookie;
+		b->n++;
+	}
 }
 
-static int attach_nccl(struct target *t, struct target_obj *obj, const struct target_probes *p)
+/* Attaches a plan: uprobe_multi links when the programs exist, else (or when the kernel
+ * refuses them) one link per probe; a return probe only where its entry probe attached.
+ * Probes added, or a negative errno for a failure that makes tracing impossible (EPERM). */
+static int attach_plan(struct target *t, struct target_obj *obj, const struct probe_plan *plan,
+		       struct bpf_program *entry_multi, struct bpf_program *ret_multi,
+		       struct bpf_program *entry, struct bpf_program *ret)
 {
-	int n = 0;
+	struct probe_batch *b = NULL;
+	bool entries_done = false;
+	int n = 0, r;
 
-	if (p->entry_multi) {
-		struct probe_batch *e = calloc(2, sizeof(*e));
-		int added;
-
-		if (!e)
+	if (entry_multi && plan->n) {
+		b = malloc(sizeof(*b));
+		if (!b)
 			return -ENOMEM;
-		for (int i = 0; i < nccl_api_count; i++) {
-			uint64_t cookie = nccl_api_cookie(i);
-
-			batch_add(&e[0], obj, nccl_apis[i].symbol, cookie, &added);
-			if (added && nccl_api_has_return(i))
-				batch_add(&e[1], obj, nccl_apis[i].symbol, cookie, &added);
+		batch_of(plan, false, b);
+		r = attach_batch(t, obj, entry_multi, b, false);
+		if (r >= 0) {
+			entries_done = true;
+			n += r;
+			batch_of(plan, true, b);
+			r = ret_multi ? attach_batch(t, obj, ret_multi, b, true) : -ENOTSUP;
+			if (r >= 0 || !b->n) {
+				free(b);
+				return n + (r > 0 ? r : 0);
+			}
 		}
-		n = attach_batches(t, obj, p, &e[0], &e[1]);
-		free(e);
-		if (n >= 0 || n == -EPERM)
-			return n;
+		free(b);
+		if (r == -EPERM)
+			return r;
 		log_verbose("tptrace: uprobe_multi on %s: %s; attaching one by one\n", obj->path,
-			    strerror(-n));
-		n = 0;
+			    strerror(-r));
 	}
+	for (int i = 0; i < plan->n; i++) {
+		const char *sym = plan->items[i].symbol;
+		uint64_t off = plan->items[i].offset, cookie = plan->items[i].cookie;
 
-	for (int i = 0; i < nccl_api_count; i++) {
-		uint64_t cookie = nccl_api_cookie(i);
-		int r = attach_probe(t, obj, p->entry, nccl_apis[i].symbol, cookie, false);
-
+		r = entries_done ? 1 : attach_single(t, obj, entry, sym, off, cookie, false);
 		if (r < 0)
 			return r;
-		n += r;
-		if (r > 0 && nccl_api_has_return(i)) {
-			/* NCCL calls: the return code, and whether a thread is still inside */
-			r = attach_probe(t, obj, p->ret, nccl_apis[i].symbol, cookie, true);
+		n += entries_done ? 0 : r;
+		if (r > 0 && plan->items[i].ret) {
+			r = attach_single(t, obj, ret, sym, off, cookie, true);
 			if (r < 0)
 				return r;
 			n += r;
 		}
 	}
+	return n;
+}
+
+static int attach_nccl(struct target *t, struct target_obj *obj, const struct target_probes *p)
+{
+	struct probe_plan *plan = calloc(1, sizeof(*plan));
+	int n;
+
+	if (!plan)
+		return -ENOMEM;
+	/* NCCL calls: the return code, and whether a thread is still inside */
+	for (int i = 0; i < nccl_api_count; i++)
+		plan_add(t, plan, obj, nccl_apis[i].symbol, nccl_api_cookie(i),
+			 nccl_api_has_return(i));
+	n = attach_plan(t, obj, plan, p->entry_multi, p->ret_multi, p->entry, p->ret);
+	free(plan);
 	return n;
 }
 
@@ -532,63 +563,26 @@ static bool want_cuda_api(const struct target_probes *p, const struct cuda_api *
 
 static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
-	int n = 0;
+	struct probe_plan *plan = calloc(1, sizeof(*plan));
+	int n;
 
-	if (p->entry_multi) {
-		struct probe_batch *e = calloc(2, sizeof(*e));
-		int added;
-
-		if (!e)
-			return -ENOMEM;
-		for (int id = 0; id < cuda_api_count; id++) {
-			const struct cuda_api *api = &cuda_apis[id];
-			const struct elfsym_sym *sym = elfsym__find_func(obj->es, api->symbol);
-
-			if (!sym || !want_cuda_api(p, api))
-				continue;
-			if (tail_jumps_to_probed(obj, sym)) {
-				t->nr_aliased++;
-				continue;
-			}
-			batch_add(&e[0], obj, api->symbol, cuda_api_cookie(id, t->want_caller2), &added);
-			if (added && (api->ret || p->all_returns))
-				batch_add(&e[1], obj, api->symbol, cuda_api_cookie(id, t->want_caller2), &added);
-		}
-		n = attach_batches(t, obj, p, &e[0], &e[1]);
-		free(e);
-		if (n >= 0 || n == -EPERM)
-			return n;
-		log_verbose("tptrace: uprobe_multi on %s: %s; attaching one by one\n", obj->path,
-			    strerror(-n));
-		n = 0;
-	}
-
+	if (!plan)
+		return -ENOMEM;
 	for (int id = 0; id < cuda_api_count; id++) {
 		const struct cuda_api *api = &cuda_apis[id];
-		uint64_t cookie = cuda_api_cookie(id, t->want_caller2);
 		const struct elfsym_sym *sym = elfsym__find_func(obj->es, api->symbol);
-		int r;
 
-		if (!sym)
-			continue;
-		if (!want_cuda_api(p, api))
+		if (!sym || !want_cuda_api(p, api))
 			continue;
 		if (tail_jumps_to_probed(obj, sym)) {
 			t->nr_aliased++;
 			continue;
 		}
-		r = attach_probe(t, obj, p->entry, api->symbol, cookie, false);
-
-		if (r < 0)
-			return r;
-		n += r;
-		if (r > 0 && (api->ret || p->all_returns)) {
-			r = attach_probe(t, obj, p->ret, api->symbol, cookie, true);
-			if (r < 0)
-				return r;
-			n += r;
-		}
+		plan_add(t, plan, obj, api->symbol, cuda_api_cookie(id, t->want_caller2),
+			 api->ret || p->all_returns);
 	}
+	n = attach_plan(t, obj, plan, p->entry_multi, p->ret_multi, p->entry, p->ret);
+	free(plan);
 	return n;
 }
 
@@ -706,16 +700,13 @@ static int attach_obj(struct target *t, struct target_obj *obj, const struct tar
 	int added = 0, r;
 
 	if (obj->ld_so) {
-		r = -ENOTSUP;
-		if (p->dl_hook_multi) {
-			struct probe_batch b = { .n = 0 };
-			int one;
+		struct probe_plan *plan = calloc(1, sizeof(*plan));
 
-			batch_add(&b, obj, "_dl_debug_state", 0, &one);
-			r = attach_batch(t, obj, p->dl_hook_multi, &b, false);
-		}
-		if (r < 0 && r != -EPERM)
-			r = attach_probe(t, obj, p->dl_hook, "_dl_debug_state", 0, false);
+		if (!plan)
+			return -ENOMEM;
+		plan_add(t, plan, obj, "_dl_debug_state", 0, false);
+		r = attach_plan(t, obj, plan, p->dl_hook_multi, NULL, p->dl_hook, NULL);
+		free(plan);
 		return r;
 	}
 	/* libnccl carries its own static cudart: tracing shows NCCL's CUDA calls inside the
