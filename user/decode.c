@@ -290,7 +290,21 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 	d->stats.launches++;
 }
 
-static const int dtype_bytes[] = { 1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1 };
+/* "0,1,2": n int32 values copied by the probe (at most max of them). */
+static void arg_int_list(struct trace_json *tj, const char *key, const uint8_t *data, int n,
+			 int max)
+{
+	char list[32 * 12] = "";
+	int len = 0;
+
+	for (int i = 0; i < n && i < max; i++) {
+		int32_t v;
+
+		memcpy(&v, data + 4 * i, 4);
+		len += snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", v);
+	}
+	trace_json__arg_str(tj, key, list);
+}
 
 /* NCCL calls on the CPU timeline: cat "nccl", the collective's arguments decoded per the
  * NCCL 2.28 ABI (nccl_api.c), rc and duration from the return probe. */
@@ -311,8 +325,8 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_str(tj, "collective", nccl_op_name(o.op));
 		trace_json__arg_u64(tj, "count", o.count);
 		trace_json__arg_str(tj, "dtype", nccl_dtype_name(o.dtype));
-		if (o.dtype >= 0 && o.dtype < 12)
-			trace_json__arg_u64(tj, "bytes", o.count * dtype_bytes[o.dtype]);
+		if (nccl_dtype_size(o.dtype))
+			trace_json__arg_u64(tj, "bytes", o.count * nccl_dtype_size(o.dtype));
 		if (nccl_op_has_redop(o.op))
 			trace_json__arg_str(tj, "reduce_op", nccl_redop_name(o.redop));
 		if (nccl_op_has_root(o.op))
@@ -354,18 +368,8 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		int ndev = (int32_t)c->args[1];
 
 		trace_json__arg_i64(tj, "ndev", ndev);
-		if (!(c->flags & TP_CALL_DEREF_FAULT) && c->args[2] && ndev > 0) {
-			char list[96] = "";
-			int n = 0;
-
-			for (int i = 0; i < ndev && i < 8; i++) {
-				int32_t dev;
-
-				memcpy(&dev, c->deref + 4 * i, 4);
-				n += snprintf(list + n, sizeof(list) - n, "%s%d", i ? "," : "", dev);
-			}
-			trace_json__arg_str(tj, "devlist", list);
-		}
+		if (!(c->flags & TP_CALL_DEREF_FAULT) && c->args[2] && ndev > 0)
+			arg_int_list(tj, "devlist", c->deref, ndev, 8);	/* 32 bytes copied */
 		break;
 	}
 	case NAPI_SPLIT:
@@ -381,18 +385,8 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 
 		trace_json__arg_hex(tj, "comm", c->args[0]);
 		trace_json__arg_i64(tj, "exclude count", n);
-		if (!(c->flags & TP_CALL_DEREF_FAULT) && n > 0) {
-			char list[256] = "";
-			int len = 0;
-
-			for (int i = 0; i < n && i < 32; i++) {
-				int32_t rk;
-
-				memcpy(&rk, c->deref + 4 * i, 4);
-				len += snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", rk);
-			}
-			trace_json__arg_str(tj, "exclude", list);
-		}
+		if (!(c->flags & TP_CALL_DEREF_FAULT) && n > 0)
+			arg_int_list(tj, "exclude", c->deref, n, 32);	/* 128 bytes copied */
 		trace_json__arg_i64(tj, "flags", (int32_t)c->args[5]);
 		if (out_ok)
 			trace_json__arg_hex(tj, "new comm", r->out_val);

@@ -109,7 +109,6 @@ struct fr_proc {
 	int exit_code;			/* wait status */
 	char nccl_version[32];
 	char nccl_library[PATH_MAX];
-	uint64_t dumps;
 };
 
 struct flightrec {
@@ -1171,7 +1170,6 @@ static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason
 		log_error("tptrace: writing flight-recorder dump %s: %s\n", path, strerror(-err));
 		return err;
 	}
-	p->dumps++;
 	log_info("tptrace: dumped pid %d (%s) to %s\n", p->pid, reason, path);
 	return 0;
 }

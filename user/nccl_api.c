@@ -187,6 +187,13 @@ static const char *const dtype_torch[] = {
 	"Float8_e4m3fn", "Float8_e5m2",
 };
 
+int nccl_dtype_size(int dtype)
+{
+	static const int sizes[] = { 1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1 };
+
+	return dtype >= 0 && dtype < 12 ? sizes[dtype] : 0;
+}
+
 const char *nccl_dtype_name(int dtype)
 {
 	return dtype >= 0 && dtype < 12 ? dtype_names[dtype] : "unknown";

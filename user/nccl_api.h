@@ -70,6 +70,7 @@ void nccl_api_decode_coll(const struct nccl_api *api, const struct tp_rec_call *
 const char *nccl_op_name(enum nccl_op op);		/* "all_reduce" */
 const char *nccl_dtype_name(int dtype);			/* "float32" */
 const char *nccl_dtype_torch(int dtype);		/* "Float" */
+int nccl_dtype_size(int dtype);				/* bytes per element, 0 unknown */
 const char *nccl_redop_name(int redop);			/* "sum"; "premul_sum" for user ops */
 bool nccl_op_has_redop(enum nccl_op op);
 bool nccl_op_has_root(enum nccl_op op);
