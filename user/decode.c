@@ -93,10 +93,7 @@ void decoder__free(struct decoder *d)
 {
 	if (!d)
 		return;
-	for (size_t i = 0; i < d->threads.cap; i++)
-		if (d->threads.keys[i])
-			free((void *)(uintptr_t)d->threads.vals[i]);
-	u64map__clear(&d->threads);
+	u64map__free_values(&d->threads);
 	for (size_t i = 0; i < d->gpu_work.cap; i++) {
 		if (d->gpu_work.keys[i]) {
 			struct gpu_work *w = (struct gpu_work *)(uintptr_t)d->gpu_work.vals[i];
@@ -138,20 +135,13 @@ static struct target *find_target(struct decoder *d, int pid)
 
 static struct thread *get_thread(struct decoder *d, int pid, int tid)
 {
-	struct thread *th;
-	uint64_t v;
+	bool created;
+	struct thread *th = u64map__get_or_alloc(&d->threads, (uint64_t)tid, sizeof(*th), &created);
 
-	if (u64map__get(&d->threads, (uint64_t)tid, &v))
-		return (struct thread *)(uintptr_t)v;
-	th = calloc(1, sizeof(*th));
-	if (!th)
-		return NULL;
+	if (!th || !created)
+		return th;
 	th->pid = pid;
 	th->tid = tid;
-	if (u64map__set(&d->threads, (uint64_t)tid, (uint64_t)(uintptr_t)th)) {
-		free(th);
-		return NULL;
-	}
 	/* name the thread the first time it shows up, while it still exists */
 	{
 		char name[64];

@@ -153,10 +153,7 @@ static void proc_free(struct fr_proc *p)
 {
 	if (!p)
 		return;
-	for (size_t i = 0; i < p->threads.cap; i++)
-		if (p->threads.keys[i])
-			free((void *)(uintptr_t)p->threads.vals[i]);
-	u64map__clear(&p->threads);
+	u64map__free_values(&p->threads);
 	u64map__clear(&p->events);
 	free(p->ring);
 	free(p->comms);
@@ -270,19 +267,13 @@ static struct fr_proc *find_proc(struct flightrec *fr, int pid)
 
 static struct fr_thread *get_thread(struct fr_proc *p, int tid)
 {
-	struct fr_thread *th;
-	uint64_t v;
+	bool created;
+	struct fr_thread *th = u64map__get_or_alloc(&p->threads, (uint64_t)tid, sizeof(*th),
+						    &created);
 
-	if (u64map__get(&p->threads, (uint64_t)tid, &v))
-		return (struct fr_thread *)(uintptr_t)v;
-	th = calloc(1, sizeof(*th));
-	if (!th)
-		return NULL;
-	th->tid = tid;
-	procmaps__thread_name(p->pid, tid, th->name, sizeof(th->name));
-	if (u64map__set(&p->threads, (uint64_t)tid, (uint64_t)(uintptr_t)th)) {
-		free(th);
-		return NULL;
+	if (th && created) {
+		th->tid = tid;
+		procmaps__thread_name(p->pid, tid, th->name, sizeof(th->name));
 	}
 	return th;
 }

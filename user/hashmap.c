@@ -80,3 +80,30 @@ void u64map__clear(struct u64map *m)
 	m->keys = m->vals = NULL;
 	m->cap = m->nr = 0;
 }
+
+void *u64map__get_or_alloc(struct u64map *m, uint64_t key, size_t size, bool *created)
+{
+	uint64_t v;
+	void *p;
+
+	*created = false;
+	if (u64map__get(m, key, &v))
+		return (void *)(uintptr_t)v;
+	p = calloc(1, size);
+	if (!p)
+		return NULL;
+	if (u64map__set(m, key, (uint64_t)(uintptr_t)p)) {
+		free(p);
+		return NULL;
+	}
+	*created = true;
+	return p;
+}
+
+void u64map__free_values(struct u64map *m)
+{
+	for (size_t i = 0; i < m->cap; i++)
+		if (m->keys[i])
+			free((void *)(uintptr_t)m->vals[i]);
+	u64map__clear(m);
+}

@@ -19,6 +19,11 @@ struct u64map {
 int u64map__set(struct u64map *m, uint64_t key, uint64_t val);
 bool u64map__get(const struct u64map *m, uint64_t key, uint64_t *val);
 void u64map__clear(struct u64map *m);	/* frees storage; the map stays usable */
+/* The value of key as a pointer; when absent, a zeroed allocation of size is stored first
+ * (*created says so). NULL on ENOMEM. */
+void *u64map__get_or_alloc(struct u64map *m, uint64_t key, size_t size, bool *created);
+/* free() on every value (each a malloc'ed pointer), then u64map__clear(). */
+void u64map__free_values(struct u64map *m);
 
 static inline uint64_t u64_mix(uint64_t x)
 {

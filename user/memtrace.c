@@ -969,10 +969,7 @@ void memtrace__free(struct memtrace *mt)
 	free(mt->links);
 	mem_bpf__destroy(mt->skel);
 	memsnap__free(mt->snap);
-	for (size_t i = 0; i < mt->syms.cap; i++)
-		if (mt->syms.keys[i])
-			free((void *)(uintptr_t)mt->syms.vals[i]);
-	u64map__clear(&mt->syms);
+	u64map__free_values(&mt->syms);
 	u64map__clear(&mt->tid_device);
 	u64map__clear(&mt->synth_index);
 	free(mt->synth);

@@ -155,14 +155,6 @@ static struct target_priv *priv(struct target *t)
 	return (struct target_priv *)(t + 1);
 }
 
-static void free_names(struct u64map *m)
-{
-	for (size_t i = 0; i < m->cap; i++)
-		if (m->keys[i])
-			free((char *)(uintptr_t)m->vals[i]);
-	u64map__clear(m);
-}
-
 struct destroy_slice {
 	struct bpf_link **links;
 	int n;
@@ -225,9 +217,9 @@ void target__free(struct target *t)
 	for (int i = 0; i < p->nr_statics; i++)
 		free(p->statics[i].name);
 	free(p->statics);
-	free_names(&t->handle_names);
+	u64map__free_values(&t->handle_names);
 	u64map__clear(&t->handle_src);
-	free_names(&t->addr_names);
+	u64map__free_values(&t->addr_names);
 	procmaps__free(t->maps);
 	if (t->pidfd >= 0)
 		close(t->pidfd);
