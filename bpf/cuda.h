@@ -52,7 +52,7 @@ struct tp_rec_call {
 	__u64 ts;		/* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	__u64 args[6];		/* rdi rsi rdx rcx r8 r9 */
 	__u64 stack[TP_STACK_MAX];	/* [rsp], [rsp+8], ... */
-	__u64 caller2;		/* [rbp+8] when TP_COOKIE_CALLER2 and user space asked for it */
+	__u64 caller2;		/* [rbp+8] when TP_COOKIE_CALLER2 and rbp points into the stack */
 	__u8 deref[TP_DEREF_MAX];	/* present only in records of TP_REC_CALL_FULL_SIZE */
 };
 
