@@ -18,7 +18,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, TP_CNT_MAX);
+	__uint(max_entries, TP_NR_COUNTERS);
 	__type(key, __u32);
 	__type(value, __u64);
 } counters SEC(".maps");
@@ -176,7 +176,7 @@ static __always_inline int do_return(struct pt_regs *ctx)
 			__u64 val = 0;
 
 			if (!bpf_probe_read_user(&val, sizeof(val), (void *)*ptr))
-				rec->flags = 1;
+				rec->flags = TP_RET_OUT_VALID;
 			rec->out_val = val;
 			bpf_map_delete_elem(&out_ptrs, &key);
 		}

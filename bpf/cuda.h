@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Records that cross the ring buffer from bpf/cuda.bpf.c to user/ (decode.c).
+/* Records that cross the ring buffer from bpf/cuda.bpf.c to user/ (calls.c, then decode.c or
+ * flightrec.c).
  * __u32/__u64 only; no vmlinux.h, no libc. Every record starts with a type tag. */
 #ifndef TPTRACE_CUDA_H
 #define TPTRACE_CUDA_H
@@ -30,10 +31,17 @@ enum tp_rec_type {
  *                pointed-to u64 into out_val (__cudaGetKernel's handle, ncclCommInitRank's comm)
  *   bits 34..36  index of that out-pointer argument
  */
+#define TP_COOKIE_STACK_SHIFT	16
+#define TP_COOKIE_DEREF_ARG_SHIFT 20
+#define TP_COOKIE_DEREF_LEN_SHIFT 24
 #define TP_COOKIE_API(c)	((__u32)((c) & 0xffff))
-#define TP_COOKIE_STACK(c)	((__u32)(((c) >> 16) & 0xf))
-#define TP_COOKIE_DEREF_ARG(c)	((__u32)(((c) >> 20) & 0xf))
-#define TP_COOKIE_DEREF_LEN(c)	((__u32)(((c) >> 24) & 0xff))
+#define TP_COOKIE_STACK(c)	((__u32)(((c) >> TP_COOKIE_STACK_SHIFT) & 0xf))
+#define TP_COOKIE_DEREF_ARG(c)	((__u32)(((c) >> TP_COOKIE_DEREF_ARG_SHIFT) & 0xf))
+#define TP_COOKIE_DEREF_LEN(c)	((__u32)(((c) >> TP_COOKIE_DEREF_LEN_SHIFT) & 0xff))
+/* builders for user space: arg is the 1-based deref argument field (TP_DEREF_STACK: [rsp+8]) */
+#define TP_COOKIE_MAKE_STACK(n)		((__u64)(n) << TP_COOKIE_STACK_SHIFT)
+#define TP_COOKIE_MAKE_DEREF(arg, len)	(((__u64)(arg) << TP_COOKIE_DEREF_ARG_SHIFT) | \
+					 ((__u64)(len) << TP_COOKIE_DEREF_LEN_SHIFT))
 #define TP_COOKIE_CALLER2	(1ULL << 32)
 #define TP_COOKIE_SAVE_OUT	(1ULL << 33)
 #define TP_COOKIE_OUT_ARG(c)	((__u32)(((c) >> 34) & 0x7))
@@ -70,12 +78,16 @@ enum tp_call_flags {
 struct tp_rec_ret {
 	__u32 type;		/* TP_REC_RET */
 	__u16 api;
-	__u16 flags;		/* 1: out_val valid */
+	__u16 flags;		/* TP_RET_* */
 	__u32 pid;
 	__u32 tid;
 	__u64 ts;
 	__u64 rc;		/* rax */
 	__u64 out_val;
+};
+
+enum tp_ret_flags {
+	TP_RET_OUT_VALID = 1,	/* out_val holds the u64 the out-pointer argument points to */
 };
 
 struct tp_rec_dlopen {
@@ -94,10 +106,10 @@ struct tp_rec_exit {
 	__u64 ts;
 };
 
-/* Index of the per-CPU counters in the "counters" map. */
+/* Index of the per-CPU counters in the "counters" map; TP_NR_COUNTERS sizes the map. */
 enum tp_counter {
 	TP_CNT_DROPPED = 0,	/* bpf_ringbuf_reserve failed: the record is lost */
-	TP_CNT_MAX = 4,
+	TP_NR_COUNTERS,
 };
 
 #endif

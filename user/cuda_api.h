@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* The CUDA runtime entry points tptrace probes, and how each one's arguments sit in the
  * registers and stack at function entry (x86-64 SysV). The table index is the api id carried
- * in the attach cookie and in every record. */
+ * in the attach cookie and in every record. This file is the one place that knows the launch
+ * ABI: what the attach cookie asks the probe to copy (cuda_api_cookie) and how the copied
+ * registers, stack slots and structs read back (cuda_api_decode_launch, _decode_sync). */
 #ifndef TPTRACE_CUDA_API_H
 #define TPTRACE_CUDA_API_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+struct tp_rec_call;
 
 enum cuda_api_kind {
 	API_LAUNCH,		/* (func rdi, grid rsi|rdx, block rcx|r8, args r9, shmem [rsp+8], stream [rsp+16]) */
@@ -45,6 +49,44 @@ extern const int cuda_api_count;
 uint64_t cuda_api_cookie(int id, bool caller2);
 /* The symbols that mark an object as holding a CUDA runtime (shared or static). */
 bool cuda_api_is_marker(const char *symbol);
+
+/* A kernel launch, decoded from its entry record. */
+struct cuda_launch {
+	/* The first argument: a host function (the nvcc stub) or, since CUDA 13, a
+	 * cudaKernel_t handle. by_handle: the signature says it is a handle
+	 * (__cudaLaunchKernel); otherwise it may be either (cudaLaunchKernel takes both). */
+	uint64_t func_or_handle;
+	bool by_handle;
+	uint32_t grid[3], block[3];
+	uint64_t shmem;
+	uint64_t stream;		/* cudaStream_t: 0 legacy, 1 cudaStreamLegacy, 2 per-thread */
+	uint64_t args;			/* void **kernel arguments */
+	bool per_thread;		/* _ptsz variant: the default stream is per thread */
+	/* cudaLaunchKernelExC: the cudaLaunchConfig_t copied by the probe */
+	bool has_config;
+	bool config_unreadable;		/* the copy faulted: grid..stream above are 0 */
+	uint32_t config_attrs;		/* numAttrs */
+	/* return addresses for naming a kernel by the stub that called the launch:
+	 * [rsp] and the caller's [rbp+8]; 0 when the probe could not read them */
+	uint64_t ret_addr, caller2;
+};
+
+/* Fills *l from a launch entry record (API_LAUNCH, API_LAUNCH_HANDLE, API_LAUNCH_EXC).
+ * -EINVAL when the record is not a launch. */
+int cuda_api_decode_launch(const struct tp_rec_call *c, struct cuda_launch *l);
+
+/* What a stream/event call says about stream order (the flight recorder's progress). */
+struct cuda_sync {
+	uint64_t event;			/* cudaEvent_t recorded, queried or waited on; 0 none */
+	uint64_t stream;		/* the stream recorded on, synchronized or made to wait */
+	bool has_stream;
+	bool device_sync;		/* waits for all work: device sync, or a legacy default
+					 * stream sync (it waits for every blocking stream) */
+};
+
+/* Fills *s for API_EVENT_*, API_STREAM_SYNC, API_DEVICE_SYNC, API_STREAM_WAIT_EVENT;
+ * -EINVAL for other apis. */
+int cuda_api_decode_sync(const struct tp_rec_call *c, struct cuda_sync *s);
 
 /* cudaMemcpyKind as Kineto spells it: HtoH, HtoD, DtoH, DtoD, Default. */
 const char *cuda_memcpy_kind_str(uint64_t kind);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "calls.h"
 #include "cuda.h"
 #include "cuda_api.h"
 #include "decode.h"
@@ -16,19 +17,6 @@
 #include "procmaps.h"
 #include "target.h"
 #include "trace_json.h"
-
-#define MAX_DEPTH 16
-
-struct pending {
-	struct tp_rec_call call;
-	uint64_t correlation;
-};
-
-struct thread {
-	int pid, tid;
-	int depth;
-	struct pending stack[MAX_DEPTH];
-};
 
 /* --gpu: host calls CUPTI also reports wait here until their CUPTI API record (same thread,
  * overlapping time) gives them CUPTI's correlation id, so the host event, the GPU event and
@@ -61,7 +49,8 @@ struct decoder {
 	const struct target_probes *probes;
 	struct target **targets;
 	int nr_targets;
-	struct u64map threads;		/* tid -> struct thread* */
+	struct calls *calls;		/* validates records and pairs calls (calls.c) */
+	struct u64map named_threads;	/* pid << 32 | tid -> 1: thread_name written */
 	uint64_t next_correlation;
 	struct decoder_stats stats;
 
@@ -75,6 +64,12 @@ struct decoder {
 };
 
 
+static void dec_entry(void *ctx, struct call_frame *f);
+static void dec_call(void *ctx, const struct call *c);
+static bool dec_has_return(void *ctx, uint32_t api);
+static void dec_dlopen(void *ctx, const struct tp_rec_dlopen *r);
+static void dec_exit(void *ctx, const struct tp_rec_exit *x);
+
 struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 			     const struct target_probes *probes)
 {
@@ -82,25 +77,36 @@ struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 
 	if (!d)
 		return NULL;
+	struct calls_sink sink = {
+		.ctx = d, .entry = dec_entry, .call = dec_call, .has_return = dec_has_return,
+		.dlopen = dec_dlopen, .exit = dec_exit,
+	};
+
 	d->tj = tj;
 	d->cache = cache;
 	d->probes = probes;
 	d->next_correlation = 1;
+	d->calls = calls__new(CALLS_RING_CUDA, &sink);
+	if (!d->calls) {
+		free(d);
+		return NULL;
+	}
 	return d;
 }
 
 void decoder__free(struct decoder *d)
 {
+	uint64_t v;
+
 	if (!d)
 		return;
-	u64map__free_values(&d->threads);
-	for (size_t i = 0; i < d->gpu_work.cap; i++) {
-		if (d->gpu_work.keys[i]) {
-			struct gpu_work *w = (struct gpu_work *)(uintptr_t)d->gpu_work.vals[i];
+	calls__free(d->calls);
+	u64map__clear(&d->named_threads);
+	for (size_t it = 0; u64map__next(&d->gpu_work, &it, NULL, &v);) {
+		struct gpu_work *w = (struct gpu_work *)(uintptr_t)v;
 
-			free(w->kernel);
-			free(w);
-		}
+		free(w->kernel);
+		free(w);
 	}
 	u64map__clear(&d->gpu_work);
 	free(d->pending);
@@ -120,8 +126,16 @@ int decoder__add_target(struct decoder *d, struct target *t)
 	return 0;
 }
 
-const struct decoder_stats *decoder__stats(const struct decoder *d)
+const struct decoder_stats *decoder__stats(struct decoder *d)
 {
+	const struct calls_stats *cs = calls__stats(d->calls);
+
+	d->stats.records = cs->records;
+	d->stats.orphan_returns = cs->orphan_returns;
+	d->stats.bad_records = cs->bad_records;
+	d->stats.depth_overflows = cs->depth_overflows;
+	d->stats.unfinished = cs->unfinished + cs->exited_in_call;
+	d->stats.dl_events = cs->dlopens;
 	return &d->stats;
 }
 
@@ -133,24 +147,18 @@ static struct target *find_target(struct decoder *d, int pid)
 	return NULL;
 }
 
-static struct thread *get_thread(struct decoder *d, int pid, int tid)
+/* Names a thread the first time it shows up, while it still exists. */
+static void name_thread(struct decoder *d, int pid, int tid)
 {
-	bool created;
-	struct thread *th = u64map__get_or_alloc(&d->threads, (uint64_t)tid, sizeof(*th), &created);
+	uint64_t key = (uint64_t)(uint32_t)pid << 32 | (uint32_t)tid, v;
+	char name[64];
 
-	if (!th || !created)
-		return th;
-	th->pid = pid;
-	th->tid = tid;
-	/* name the thread the first time it shows up, while it still exists */
-	{
-		char name[64];
-
-		if (procmaps__thread_name(pid, tid, name, sizeof(name)) || !name[0])
-			snprintf(name, sizeof(name), "thread %d", tid);
-		trace_json__thread_name(d->tj, pid, tid, name);
-	}
-	return th;
+	if (!key || u64map__get(&d->named_threads, key, &v))
+		return;
+	u64map__set(&d->named_threads, key, 1);
+	if (procmaps__thread_name(pid, tid, name, sizeof(name)) || !name[0])
+		snprintf(name, sizeof(name), "thread %d", tid);
+	trace_json__thread_name(d->tj, pid, tid, name);
 }
 
 static void arg_stream(struct trace_json *tj, uint64_t stream)
@@ -160,123 +168,47 @@ static void arg_stream(struct trace_json *tj, uint64_t stream)
 }
 
 static void launch_args(struct decoder *d, struct target *t, const struct tp_rec_call *c,
-			const struct cuda_api *api, const char *gpu_kernel)
+			const char *gpu_kernel)
 {
 	struct trace_json *tj = d->tj;
-	uint32_t grid[3], block[3];
-	uint64_t shmem, stream, func = 0, handle = 0;
-	const char *name = NULL, *source = NULL;
+	struct cuda_launch l;
+	struct kernel_name k;
 
-	if (api->kind == API_LAUNCH_EXC) {
-		/* cudaLaunchConfig_t: dim3 grid @0, dim3 block @12, size_t smem @24, stream @32,
-		 * attrs @40, numAttrs @48 */
-		const uint8_t *cfg = c->deref;
-		uint32_t nattrs;
-
-		memcpy(grid, cfg, 12);
-		memcpy(block, cfg + 12, 12);
-		memcpy(&shmem, cfg + 24, 8);
-		memcpy(&stream, cfg + 32, 8);
-		memcpy(&nattrs, cfg + 48, 4);
-		func = c->args[1];
-		if (c->flags & TP_CALL_DEREF_FAULT)
-			trace_json__arg_bool(tj, "config unreadable", true);
-		else
-			trace_json__arg_u64(tj, "attributes", nattrs);
-	} else {
-		/* dim3 by value is split over two registers: x | y << 32, then z */
-		grid[0] = (uint32_t)c->args[1];
-		grid[1] = (uint32_t)(c->args[1] >> 32);
-		grid[2] = (uint32_t)c->args[2];
-		block[0] = (uint32_t)c->args[3];
-		block[1] = (uint32_t)(c->args[3] >> 32);
-		block[2] = (uint32_t)c->args[4];
-		shmem = c->stack[1];
-		stream = c->stack[2];
-		if (api->kind == API_LAUNCH_HANDLE)
-			handle = c->args[0];
-	}
-	/* cudaLaunchKernel takes a host function or, since CUDA 13, a cudaKernel_t handle
-	 * (__cudaLaunchKernel tail-jumps into it, see target.c). Names, best first: a handle
-	 * seen in __cudaGetKernel or read from a stub's __handle static; the symbol of a host
-	 * function; the device stub that made the call (return address, or the caller's when
-	 * a non-inlined launch helper sits in between). */
-	if (t && api->kind != API_LAUNCH_EXC) {
-		uint64_t first = c->args[0];
-
-		name = target__handle_name(t, first, &source);
-		if (!name && first && api->kind == API_LAUNCH_HANDLE) {
-			target__scan_handle_statics(t, d->cache, c->ts);
-			name = target__handle_name(t, first, &source);
-		}
-		if (name) {
-			handle = first;
-		} else if (first && api->kind == API_LAUNCH) {
-			name = target__stub_kernel(t, first);
-			if (!name)
-				name = target__symbolize(t, first);
-			source = "symbol";
-		}
-		if (!name && first && api->kind == API_LAUNCH) {
-			target__scan_handle_statics(t, d->cache, c->ts);
-			name = target__handle_name(t, first, &source);
-			if (name)
-				handle = first;
-		}
-		if (!name && !(c->flags & TP_CALL_STACK_FAULT)) {
-			name = target__stub_kernel(t, c->stack[0]);
-			if (!name && !(c->flags & TP_CALL_CALLER2_FAULT))
-				name = target__stub_kernel(t, c->caller2);
-			if (name) {
-				source = "caller";
-				handle = first;
-				if (first)
-					target__set_handle(t, first, name, "caller");
-			}
-		}
-		if (!handle && api->kind == API_LAUNCH)
-			func = first;
-	} else if (t && func) {
-		/* cudaLaunchKernelExC takes a function or, like cudaLaunchKernel, a handle */
-		name = target__handle_name(t, func, &source);
-		if (name) {
-			handle = func;
-			func = 0;
-		} else {
-			name = target__stub_kernel(t, func);
-			if (!name)
-				name = target__symbolize(t, func);
-			source = "symbol";
-		}
-	}
-	if (!name && gpu_kernel) {
+	cuda_api_decode_launch(c, &l);
+	target__kernel_name(t, d->cache, &l, c->ts, &k);
+	if (l.config_unreadable)
+		trace_json__arg_bool(tj, "config unreadable", true);
+	else if (l.has_config)
+		trace_json__arg_u64(tj, "attributes", l.config_attrs);
+	if (!k.name && gpu_kernel) {
 		/* CUPTI named the kernel this launch produced: keep it for later launches of the
 		 * same handle, also after the agent is gone */
-		name = gpu_kernel;
-		source = "cupti";
-		if (t && (handle || c->args[0]) && api->kind != API_LAUNCH_EXC)
-			target__set_handle(t, handle ? handle : c->args[0], name, "cupti");
+		k.name = gpu_kernel;
+		k.source = "cupti";
+		if (t && (k.handle || l.func_or_handle) && !l.has_config)
+			target__set_handle(t, k.handle ? k.handle : l.func_or_handle, k.name, "cupti");
 	}
-	if (name) {
-		trace_json__arg_str(tj, "kernel", name);
+	if (k.name) {
+		trace_json__arg_str(tj, "kernel", k.name);
 		d->stats.launches_named++;
 	} else {
 		char raw[48];
 
-		snprintf(raw, sizeof(raw), "%s 0x%llx", func ? "func" : "handle",
-			 (unsigned long long)(func ? func : c->args[0]));
+		snprintf(raw, sizeof(raw), "%s 0x%llx", k.func ? "func" : "handle",
+			 (unsigned long long)(k.func ? k.func : l.func_or_handle));
 		trace_json__arg_str(tj, "kernel", raw);
-		source = "unresolved";
+		k.source = "unresolved";
 	}
-	trace_json__arg_str(tj, "kernel source", source);
-	if (func)
-		trace_json__arg_hex(tj, "func", func);
+	trace_json__arg_str(tj, "kernel source", k.source);
+	if (k.func)
+		trace_json__arg_hex(tj, "func", k.func);
 	else
-		trace_json__arg_hex(tj, "handle", handle ? handle : (api->kind == API_LAUNCH_EXC ? 0 : c->args[0]));
-	trace_json__arg_dim3(tj, "grid", grid[0], grid[1], grid[2]);
-	trace_json__arg_dim3(tj, "block", block[0], block[1], block[2]);
-	trace_json__arg_u64(tj, "shared memory", shmem);
-	arg_stream(tj, stream);
+		trace_json__arg_hex(tj, "handle", k.handle ? k.handle :
+				    l.has_config ? 0 : l.func_or_handle);
+	trace_json__arg_dim3(tj, "grid", l.grid[0], l.grid[1], l.grid[2]);
+	trace_json__arg_dim3(tj, "block", l.block[0], l.block[1], l.block[2]);
+	trace_json__arg_u64(tj, "shared memory", l.shmem);
+	arg_stream(tj, l.stream);
 	d->stats.launches++;
 }
 
@@ -304,7 +236,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	const struct nccl_api *api = &nccl_apis[c->api - NCCL_API_BASE];
 	struct trace_json *tj = d->tj;
 	uint64_t dur = r ? r->ts - c->ts : (end_ns > c->ts ? end_ns - c->ts : 0);
-	bool out_ok = r && (r->flags & 1);
+	bool out_ok = r && (r->flags & TP_RET_OUT_VALID);
 
 	trace_json__event(tj, "X", "nccl", api->symbol, c->pid, c->tid, c->ts, dur);
 	switch (api->kind) {
@@ -343,7 +275,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 			trace_json__arg_i64(tj, "nId", (int32_t)c->args[3]);
 		if (!(c->flags & TP_CALL_DEREF_FAULT)) {
 			snprintf(id, sizeof(id), "%016llx",
-				 (unsigned long long)nccl_hash(c->deref, 128, 0));
+				 (unsigned long long)nccl_hash(c->deref, NCCL_UNIQUE_ID_BYTES, 0));
 			trace_json__arg_str(tj, "comm_id", id);
 		}
 		if (api->kind == NAPI_INIT_RANK_CONFIG)
@@ -376,7 +308,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_hex(tj, "comm", c->args[0]);
 		trace_json__arg_i64(tj, "exclude count", n);
 		if (!(c->flags & TP_CALL_DEREF_FAULT) && n > 0)
-			arg_int_list(tj, "exclude", c->deref, n, 32);	/* 128 bytes copied */
+			arg_int_list(tj, "exclude", c->deref, n, NCCL_SHRINK_EXCLUDE_MAX);
 		trace_json__arg_i64(tj, "flags", (int32_t)c->args[5]);
 		if (out_ok)
 			trace_json__arg_hex(tj, "new comm", r->out_val);
@@ -487,7 +419,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	case API_LAUNCH:
 	case API_LAUNCH_HANDLE:
 	case API_LAUNCH_EXC:
-		launch_args(d, t, c, api, gpu_kernel);
+		launch_args(d, t, c, gpu_kernel);
 		break;
 	case API_GET_KERNEL: {
 		const char *name = t ? target__symbolize(t, c->args[1]) : NULL;
@@ -497,7 +429,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 			name = target__stub_kernel(t, c->args[1]);
 		trace_json__arg_str(tj, "kernel", name ? name : "");
 		trace_json__arg_hex(tj, "func", c->args[1]);
-		if (r && (r->flags & 1)) {
+		if (r && (r->flags & TP_RET_OUT_VALID)) {
 			trace_json__arg_hex(tj, "handle", r->out_val);
 			if (t && name && r->out_val)
 				target__set_handle(t, r->out_val, name, "getkernel");
@@ -721,49 +653,55 @@ void decoder__gpu_stats(const struct decoder *d, uint64_t *matched, uint64_t *un
 	*flows = d->gpu_flows;
 }
 
-static void on_call(struct decoder *d, const struct tp_rec_call *c)
-{
-	struct thread *th = get_thread(d, c->pid, c->tid);
-	uint64_t correlation = d->next_correlation++;
-	bool has_ret = c->api >= NCCL_API_BASE ? nccl_api_has_return(c->api - NCCL_API_BASE) :
-		       cuda_apis[c->api].ret || d->probes->all_returns;
+/* ---- the calls core's sink ---- */
 
-	if (th && has_ret) {
-		if (th->depth < MAX_DEPTH) {
-			th->stack[th->depth].call = *c;
-			th->stack[th->depth].correlation = correlation;
-			th->depth++;
-			return;
-		}
-	}
-	emit_call(d, c, correlation, NULL, 0);
+static void dec_entry(void *ctx, struct call_frame *f)
+{
+	struct decoder *d = ctx;
+
+	name_thread(d, f->rec.pid, f->rec.tid);
+	f->user[0] = d->next_correlation++;
 }
 
-static void on_return(struct decoder *d, const struct tp_rec_ret *r)
+static bool dec_has_return(void *ctx, uint32_t api)
 {
-	struct thread *th = get_thread(d, r->pid, r->tid);
+	struct decoder *d = ctx;
 
-	if (!th)
-		return;
-	for (int i = th->depth - 1; i >= 0; i--) {
-		if (th->stack[i].call.api != r->api)
-			continue;
-		/* frames above i lost their returns (longjmp, exceptions): close them here */
-		for (int j = th->depth - 1; j > i; j--)
-			emit_call(d, &th->stack[j].call, th->stack[j].correlation, NULL, r->ts);
-		emit_call(d, &th->stack[i].call, th->stack[i].correlation, r, 0);
-		th->depth = i;
-		return;
-	}
-	d->stats.orphan_returns++;
+	if (api >= NCCL_API_BASE)
+		return nccl_api_has_return(api - NCCL_API_BASE);
+	return cuda_apis[api].ret || d->probes->all_returns;
 }
 
-static void on_dlopen(struct decoder *d, const struct tp_rec_dlopen *r)
+static void dec_call(void *ctx, const struct call *c)
 {
+	struct decoder *d = ctx;
+	const struct tp_rec_call *rec = &c->frame->rec;
+	uint64_t correlation = c->frame->user[0];
+
+	switch (c->end) {
+	case CALL_RETURNED:
+		name_thread(d, c->ret->pid, c->ret->tid);
+		emit_call(d, rec, correlation, c->ret, 0);
+		break;
+	case CALL_NO_RETURN:
+	case CALL_OVERFLOW:
+		emit_call(d, rec, correlation, NULL, 0);
+		break;
+	case CALL_UNWOUND:
+	case CALL_EXITED:
+	case CALL_UNFINISHED:
+		/* written as a slice up to end_ns, marked "unfinished" */
+		emit_call(d, rec, correlation, NULL, c->end_ns);
+		break;
+	}
+}
+
+static void dec_dlopen(void *ctx, const struct tp_rec_dlopen *r)
+{
+	struct decoder *d = ctx;
 	struct target *t = find_target(d, r->pid);
 	int n;
 
-	d->stats.dl_events++;
 	if (!t)
 		return;
 	n = target__scan(t, d->cache, d->probes);
@@ -771,81 +709,26 @@ static void on_dlopen(struct decoder *d, const struct tp_rec_dlopen *r)
 		log_verbose("tptrace: pid %d loaded new code: %d probes attached\n", t->pid, n);
 }
 
+static void dec_exit(void *ctx, const struct tp_rec_exit *x)
+{
+	struct decoder *d = ctx;
+	struct target *t = find_target(d, x->pid);
+
+	if (t) {
+		/* the main loop notices the exit itself (pidfd) and says so */
+		t->exit_code = (int)x->exit_code;
+		t->exit_ns = x->ts;
+	}
+}
+
 int decoder__ring_cb(void *ctx, void *data, size_t size)
 {
 	struct decoder *d = ctx;
-	uint32_t type;
 
-	if (size < sizeof(type)) {
-		d->stats.bad_records++;
-		return 0;
-	}
-	memcpy(&type, data, sizeof(type));
-	switch (type) {
-	case TP_REC_CALL: {
-		/* short records carry no deref[]: copy into a zeroed full record */
-		struct tp_rec_call c = {};
-
-		if (size < TP_REC_CALL_SHORT_SIZE)
-			break;
-		memcpy(&c, data, size < sizeof(c) ? size : sizeof(c));
-		if (c.api >= (uint32_t)cuda_api_count &&
-		    (c.api < NCCL_API_BASE || c.api >= NCCL_API_BASE + (uint32_t)nccl_api_count))
-			break;
-		d->stats.records++;
-		on_call(d, &c);
-		return 0;
-	}
-	case TP_REC_RET: {
-		uint32_t api = ((struct tp_rec_ret *)data)->api;
-
-		if (size < sizeof(struct tp_rec_ret) || (api >= (uint32_t)cuda_api_count &&
-		    (api < NCCL_API_BASE || api >= NCCL_API_BASE + (uint32_t)nccl_api_count)))
-			break;
-		d->stats.records++;
-		on_return(d, data);
-		return 0;
-	}
-	case TP_REC_DLOPEN:
-		if (size < sizeof(struct tp_rec_dlopen))
-			break;
-		on_dlopen(d, data);
-		return 0;
-	case TP_REC_EXIT: {
-		const struct tp_rec_exit *x = data;
-		struct target *t;
-
-		if (size < sizeof(*x))
-			break;
-		t = find_target(d, x->pid);
-		if (t) {
-			/* the main loop notices the exit itself (pidfd) and says so */
-			t->exit_code = (int)x->exit_code;
-			t->exit_ns = x->ts;
-		}
-		return 0;
-	}
-	}
-	d->stats.bad_records++;
-	return 0;
+	return calls__ring_cb(d->calls, data, size);
 }
 
 void decoder__finish(struct decoder *d, uint64_t end_ns)
 {
-	for (size_t i = 0; i < d->threads.cap; i++) {
-		struct thread *th;
-
-		if (!d->threads.keys[i])
-			continue;
-		th = (struct thread *)(uintptr_t)d->threads.vals[i];
-		struct target *t = find_target(d, th->pid);
-		/* a process that died inside a call was inside it until it died */
-		uint64_t end = t && t->exited && t->exit_ns ? t->exit_ns : end_ns;
-
-		for (int j = th->depth - 1; j >= 0; j--) {
-			emit_call(d, &th->stack[j].call, th->stack[j].correlation, NULL, end);
-			d->stats.unfinished++;
-		}
-		th->depth = 0;
-	}
+	calls__finish(d->calls, end_ns);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Turns ring-buffer records (bpf/cuda.h) into trace events: pairs entries with returns per
- * thread, decodes arguments per the ABI table (cuda_api.c), names kernels, and writes
- * Kineto-style host events through trace_json. */
+/* The trace writer's sink of the calls core (calls.c): turns complete calls into trace
+ * events, decodes arguments per the ABI tables (cuda_api.c, nccl_api.c), names kernels
+ * (target__kernel_name), and writes Kineto-style host events through trace_json. */
 #ifndef TPTRACE_DECODE_H
 #define TPTRACE_DECODE_H
 
@@ -15,6 +15,7 @@ struct elfsym_cache;
 struct target_probes;
 
 struct decoder_stats {
+	/* from the calls core (calls.c) */
 	uint64_t records;		/* call and return records consumed */
 	uint64_t calls;			/* API call events written */
 	uint64_t launches;
@@ -23,6 +24,7 @@ struct decoder_stats {
 	uint64_t orphan_returns;	/* returns whose entry was not seen (attached mid-call) */
 	uint64_t dl_events;
 	uint64_t bad_records;
+	uint64_t depth_overflows;	/* nested past CALLS_MAX_DEPTH: written without return */
 };
 
 struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
@@ -38,11 +40,11 @@ void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns
 void decoder__gpu_stats(const struct decoder *d, uint64_t *matched, uint64_t *unmatched,
 			uint64_t *flows);
 
-/* libbpf ring_buffer callback: ctx is the decoder. */
+/* libbpf ring_buffer callback: ctx is the decoder (hands records to its calls core). */
 int decoder__ring_cb(void *ctx, void *data, size_t size);
 /* Writes calls still open (a thread blocked in a sync when the trace ended) as slices
  * ending at end_ns, marked "unfinished". */
 void decoder__finish(struct decoder *d, uint64_t end_ns);
-const struct decoder_stats *decoder__stats(const struct decoder *d);
+const struct decoder_stats *decoder__stats(struct decoder *d);
 
 #endif

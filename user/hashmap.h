@@ -25,6 +25,24 @@ void *u64map__get_or_alloc(struct u64map *m, uint64_t key, size_t size, bool *cr
 /* free() on every value (each a malloc'ed pointer), then u64map__clear(). */
 void u64map__free_values(struct u64map *m);
 
+/* Walks the entries in slot order: `for (size_t it = 0; u64map__next(m, &it, &k, &v);)`.
+ * key or val may be NULL. The map must not grow during the walk (setting an existing key is
+ * fine). */
+static inline bool u64map__next(const struct u64map *m, size_t *it, uint64_t *key, uint64_t *val)
+{
+	for (; *it < m->cap; (*it)++) {
+		if (!m->keys[*it])
+			continue;
+		if (key)
+			*key = m->keys[*it];
+		if (val)
+			*val = m->vals[*it];
+		(*it)++;
+		return true;
+	}
+	return false;
+}
+
 static inline uint64_t u64_mix(uint64_t x)
 {
 	x ^= x >> 33;

@@ -38,8 +38,6 @@ const struct nccl_api nccl_apis[] = {
 };
 const int nccl_api_count = sizeof(nccl_apis) / sizeof(nccl_apis[0]);
 
-#define UNIQUE_ID_BYTES 128
-
 static uint64_t out_arg(int idx)
 {
 	return TP_COOKIE_SAVE_OUT | ((uint64_t)idx << TP_COOKIE_OUT_SHIFT);
@@ -47,7 +45,7 @@ static uint64_t out_arg(int idx)
 
 static uint64_t deref(int arg1, int len)
 {
-	return ((uint64_t)arg1 << 20) | ((uint64_t)len << 24);
+	return TP_COOKIE_MAKE_DEREF(arg1, len);
 }
 
 uint64_t nccl_api_cookie(int index)
@@ -83,10 +81,10 @@ uint64_t nccl_api_cookie(int index)
 		break;
 	case NAPI_INIT_RANK:
 	case NAPI_INIT_RANK_CONFIG:
-		cookie |= out_arg(0) | deref(TP_DEREF_STACK, UNIQUE_ID_BYTES);
+		cookie |= out_arg(0) | deref(TP_DEREF_STACK, NCCL_UNIQUE_ID_BYTES);
 		break;
 	case NAPI_INIT_SCALABLE:
-		cookie |= out_arg(0) | deref(5, UNIQUE_ID_BYTES);
+		cookie |= out_arg(0) | deref(5, NCCL_UNIQUE_ID_BYTES);
 		break;
 	case NAPI_INIT_ALL:
 		cookie |= out_arg(0) | deref(3, 32);	/* devlist (up to 8 devices) */
@@ -95,7 +93,7 @@ uint64_t nccl_api_cookie(int index)
 		cookie |= out_arg(3);
 		break;
 	case NAPI_SHRINK:
-		cookie |= out_arg(3) | deref(2, 128);	/* up to 32 excluded ranks */
+		cookie |= out_arg(3) | deref(2, NCCL_SHRINK_EXCLUDE_MAX * 4);
 		break;
 	case NAPI_ASYNC_ERROR:
 	case NAPI_COUNT:
@@ -106,7 +104,7 @@ uint64_t nccl_api_cookie(int index)
 	default:
 		break;
 	}
-	return cookie | (nstack << 16);
+	return cookie | TP_COOKIE_MAKE_STACK(nstack);
 }
 
 bool nccl_api_has_return(int index)

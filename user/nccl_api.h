@@ -9,6 +9,10 @@
 #include <stdint.h>
 
 #define NCCL_API_BASE 0x100
+/* sizeof(ncclUniqueId): every rank of a communicator passes the same bytes */
+#define NCCL_UNIQUE_ID_BYTES 128
+/* ncclCommShrink: excluded ranks copied by the probe (int32 each, TP_DEREF_MAX bytes) */
+#define NCCL_SHRINK_EXCLUDE_MAX 32
 
 enum nccl_op {
 	NCCL_OP_ALL_REDUCE, NCCL_OP_ALL_GATHER, NCCL_OP_REDUCE_SCATTER, NCCL_OP_BROADCAST,

@@ -924,3 +924,70 @@ const char *target__stub_kernel(struct target *t, uint64_t addr)
 
 	return e && e->stub && e->name[0] ? e->name : NULL;
 }
+
+/* cudaLaunchKernel takes a host function or, since CUDA 13, a cudaKernel_t handle
+ * (__cudaLaunchKernel tail-jumps into it, see target__scan). Names, best first: a handle seen
+ * in __cudaGetKernel or read from a stub's __handle static; the symbol of a host function;
+ * the device stub that made the call (its return address, or the caller's when a non-inlined
+ * launch helper sits in between). A name found through the caller is remembered for the
+ * handle, so later launches of it resolve at the first step. */
+void target__kernel_name(struct target *t, struct elfsym_cache *cache,
+			 const struct cuda_launch *l, uint64_t now_ns, struct kernel_name *out)
+{
+	uint64_t first = l->func_or_handle;
+	bool maybe_func = !l->by_handle && !l->has_config;
+
+	memset(out, 0, sizeof(*out));
+	if (l->has_config) {
+		/* cudaLaunchKernelExC: a function or, like cudaLaunchKernel, a handle */
+		out->func = first;
+		if (!t || !first)
+			return;
+		out->name = target__handle_name(t, first, &out->source);
+		if (out->name) {
+			out->handle = first;
+			out->func = 0;
+			return;
+		}
+		out->name = target__stub_kernel(t, first);
+		if (!out->name)
+			out->name = target__symbolize(t, first);
+		out->source = "symbol";
+		return;
+	}
+	if (!t)
+		return;
+	out->name = target__handle_name(t, first, &out->source);
+	if (!out->name && first && l->by_handle) {
+		target__scan_handle_statics(t, cache, now_ns);
+		out->name = target__handle_name(t, first, &out->source);
+	}
+	if (out->name) {
+		out->handle = first;
+	} else if (first && maybe_func) {
+		out->name = target__stub_kernel(t, first);
+		if (!out->name)
+			out->name = target__symbolize(t, first);
+		out->source = "symbol";
+	}
+	if (!out->name && first && maybe_func) {
+		/* a handle whose stub ran after the last static scan */
+		target__scan_handle_statics(t, cache, now_ns);
+		out->name = target__handle_name(t, first, &out->source);
+		if (out->name)
+			out->handle = first;
+	}
+	if (!out->name) {
+		out->name = target__stub_kernel(t, l->ret_addr);
+		if (!out->name)
+			out->name = target__stub_kernel(t, l->caller2);
+		if (out->name) {
+			out->source = "caller";
+			out->handle = first;
+			if (first)
+				target__set_handle(t, first, out->name, "caller");
+		}
+	}
+	if (!out->handle && maybe_func)
+		out->func = first;
+}

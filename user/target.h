@@ -95,6 +95,16 @@ const char *target__stub_kernel(struct target *t, uint64_t addr);
 /* Name for a CUDA 13 kernel handle, NULL if unknown; *source says how it was learned. */
 const char *target__handle_name(struct target *t, uint64_t handle, const char **source);
 void target__set_handle(struct target *t, uint64_t handle, const char *name, const char *source);
+/* The kernel a launch runs (see target.c for the order names are tried in). */
+struct cuda_launch;
+struct kernel_name {
+	const char *name;	/* NULL: unknown; lives as long as the target */
+	const char *source;	/* how it was learned: "getkernel", "static", "symbol", "caller" */
+	uint64_t func;		/* the launch passed a host function: its address */
+	uint64_t handle;	/* the launch passed a cudaKernel_t: the handle */
+};
+void target__kernel_name(struct target *t, struct elfsym_cache *cache,
+			 const struct cuda_launch *l, uint64_t now_ns, struct kernel_name *out);
 /* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
 int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now_ns);
 
