@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "calls.h"
 #include "cuda.h"
 #include "cuda_api.h"
 #include "flightrec.h"
@@ -21,13 +22,18 @@
 #include "target.h"
 
 #define FR_SCHEMA_VERSION 1
-#define MAX_DEPTH 8
 #define NO_RC INT64_MIN
 
-enum fr_state { FR_ENQUEUED, FR_STARTED, FR_COMPLETED };
+enum fr_state { FR_ENQUEUED, FR_STARTED, FR_COMPLETED, FR_FAILED };
+
+enum fr_entry_kind {
+	FR_ENTRY_COLL,			/* a collective or p2p call */
+	FR_ENTRY_COMM_INIT,		/* a communicator init that failed (state FR_FAILED) */
+};
 
 struct fr_entry {
 	uint64_t record_id;
+	enum fr_entry_kind kind;
 	int comm;			/* index into proc->comms */
 	uint64_t coll_seq, p2p_seq;
 	uint64_t group_id;
@@ -51,7 +57,8 @@ struct fr_comm {
 	bool split;
 	const char *created_by;
 	const char *learned_id, *learned_rank, *learned_nranks;
-	const char *state;
+	const char *state;		/* "active", "init_failed", "finalized", ... */
+	int64_t init_rc;		/* init_failed: the ncclResult_t the init returned */
 	int64_t async_error;		/* NO_RC: never asked */
 	uint64_t coll_seq, p2p_seq;	/* last assigned */
 	uint64_t last_started_seq, last_completed_seq;
@@ -66,10 +73,13 @@ struct fr_stream {
 	uint64_t completed;		/* entries known complete */
 };
 
+/* What a call leaves for its return, kept in the calls core's frame (call_frame.user). */
 struct fr_call {
+	bool known;			/* a call of a recorded process */
 	uint32_t api;
 	uint64_t entered;
 	uint64_t record_id;		/* the entry a collective call created, or 0 */
+	uint64_t group_id;		/* the ncclGroupStart/End group it was called in, 0 none */
 	bool has_entry;
 	/* what the return needs to finish the call */
 	uint64_t arg_comm;
@@ -82,11 +92,11 @@ struct fr_call {
 	bool device_sync;
 };
 
+_Static_assert(sizeof(struct fr_call) <= CALLS_USER_BYTES, "fr_call fits a call frame");
+
 struct fr_thread {
 	int tid;
 	char name[32];
-	int depth;
-	struct fr_call stack[MAX_DEPTH];
 	int group_depth;
 	uint64_t group_id;
 };
@@ -100,7 +110,7 @@ struct fr_proc {
 	int nr_comms;
 	struct fr_stream *streams;
 	int nr_streams;
-	struct u64map events;		/* cudaEvent_t -> (stream index + 1) << 40 | pos */
+	struct u64map events;		/* cudaEvent_t -> event_pos(): stream and position */
 	struct u64map threads;		/* tid -> struct fr_thread* */
 	uint64_t next_group_id;
 	uint64_t last_progress;
@@ -113,12 +123,12 @@ struct fr_proc {
 
 struct flightrec {
 	struct flightrec_opts opts;
+	struct calls *calls;		/* validates records and pairs calls (calls.c) */
 	struct fr_proc **procs;
 	int nr_procs;
 	char host[256];
 	int64_t realtime_offset;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
 	uint64_t events_dropped;
-	uint64_t nr_entries;
 	int pending_exits;
 };
 
@@ -130,6 +140,11 @@ static uint64_t mono_now(void)
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+static void fr_entry_cb(void *ctx, struct call_frame *f);
+static void fr_call_cb(void *ctx, const struct call *c);
+static void fr_exit_cb(void *ctx, const struct tp_rec_exit *x);
+static void fr_dlopen_cb(void *ctx, const struct tp_rec_dlopen *d);
+
 struct flightrec *flightrec__new(const struct flightrec_opts *opts)
 {
 	struct flightrec *fr = calloc(1, sizeof(*fr));
@@ -137,6 +152,16 @@ struct flightrec *flightrec__new(const struct flightrec_opts *opts)
 
 	if (!fr)
 		return NULL;
+	struct calls_sink sink = {
+		.ctx = fr, .entry = fr_entry_cb, .call = fr_call_cb, .dlopen = fr_dlopen_cb,
+		.exit = fr_exit_cb,
+	};
+
+	fr->calls = calls__new(CALLS_RING_CUDA, &sink);
+	if (!fr->calls) {
+		free(fr);
+		return NULL;
+	}
 	fr->opts = *opts;
 	if (!fr->opts.ring_size)
 		fr->opts.ring_size = 2000;
@@ -168,6 +193,7 @@ void flightrec__free(struct flightrec *fr)
 	for (int i = 0; i < fr->nr_procs; i++)
 		proc_free(fr->procs[i]);
 	free(fr->procs);
+	calls__free(fr->calls);
 	free(fr);
 }
 
@@ -240,16 +266,6 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	find_nccl_version(p);
 	fr->procs[fr->nr_procs++] = p;
 	return 0;
-}
-
-int flightrec__nr_processes(const struct flightrec *fr)
-{
-	return fr->nr_procs;
-}
-
-uint64_t flightrec__nr_entries(const struct flightrec *fr)
-{
-	return fr->nr_entries;
 }
 
 void flightrec__set_drops(struct flightrec *fr, uint64_t dropped)
@@ -440,7 +456,6 @@ static void record_coll(struct flightrec *fr, struct fr_proc *p, struct fr_threa
 	call->has_entry = true;
 	p->last_progress = rec->ts;
 	p->stall_dumped = false;
-	fr->nr_entries++;
 }
 
 static void on_nccl_call(struct flightrec *fr, struct fr_proc *p, struct fr_thread *th,
@@ -469,7 +484,7 @@ static void on_nccl_call(struct flightrec *fr, struct fr_proc *p, struct fr_thre
 		call->arg_nranks = (int)rec->args[1];
 		call->arg_rank = (int)rec->args[2];
 		call->id_hash = (rec->flags & TP_CALL_DEREF_FAULT) ? 0 :
-				nccl_hash(rec->deref, 128, 0);
+				nccl_hash(rec->deref, NCCL_UNIQUE_ID_BYTES, 0);
 		break;
 	case NAPI_INIT_ALL:
 		call->arg_nranks = (int)rec->args[1];
@@ -489,10 +504,12 @@ static void on_nccl_call(struct flightrec *fr, struct fr_proc *p, struct fr_thre
 		if (ci >= 0 && p->comms[ci].rank >= 0 && !(rec->flags & TP_CALL_DEREF_FAULT)) {
 			const int32_t *ex = (const int32_t *)rec->deref;
 
-			for (int i = 0; i < n && i < 32; i++)
+			int copied = n < NCCL_SHRINK_EXCLUDE_MAX ? n : NCCL_SHRINK_EXCLUDE_MAX;
+
+			for (int i = 0; i < copied; i++)
 				if (ex[i] < p->comms[ci].rank)
 					call->excluded_below++;
-			call->id_hash = nccl_hash(ex, (n < 32 ? n : 32) * sizeof(int32_t), 0);
+			call->id_hash = nccl_hash(ex, copied * sizeof(int32_t), 0);
 		}
 		break;
 	}
@@ -511,8 +528,15 @@ static void on_nccl_call(struct flightrec *fr, struct fr_proc *p, struct fr_thre
 	}
 }
 
-static void split_child(struct fr_proc *p, const struct fr_call *call, uint64_t handle,
-			bool shrink)
+/* Stands in for the color in a shrunk child's identity seed ("SHRN"): a split's color is a
+ * non-negative int, so no split child can collide with a shrink child. */
+#define SHRINK_SEED_TAG 0x5348524eULL
+
+/* The child of a split or shrink. handle 0 on success: NCCL_SPLIT_NOCOLOR, this rank is in no
+ * child. failed: the call returned an error; the child is recorded as "init_failed" with the
+ * identity it would have had, so the other ranks' dumps name the same comm. */
+static int split_child(struct fr_proc *p, const struct fr_call *call, uint64_t handle,
+		       bool shrink, bool failed)
 {
 	int pi = find_comm(p, call->arg_comm);
 	struct fr_comm *parent, *c;
@@ -522,14 +546,14 @@ static void split_child(struct fr_proc *p, const struct fr_call *call, uint64_t 
 	if (pi < 0)
 		pi = comm_for_call(p, call->arg_comm);
 	if (pi < 0)
-		return;
+		return -1;
 	parent = &p->comms[pi];
 	parent->splits++;
-	if (!handle)
-		return;		/* NCCL_SPLIT_NOCOLOR: this rank is in no child */
+	if (!handle && !failed)
+		return -1;
 	ci = new_comm(p, handle, shrink ? "ncclCommShrink" : "ncclCommSplit");
 	if (ci < 0)
-		return;
+		return -1;
 	parent = &p->comms[pi];
 	c = &p->comms[ci];
 	c->has_parent = true;
@@ -539,7 +563,7 @@ static void split_child(struct fr_proc *p, const struct fr_call *call, uint64_t 
 	 * excluded set for shrink) */
 	seed[0] = parent->id;
 	seed[1] = parent->splits;
-	seed[2] = shrink ? 0x5348524eULL : (uint64_t)(uint32_t)call->arg_color;
+	seed[2] = shrink ? SHRINK_SEED_TAG : (uint64_t)(uint32_t)call->arg_color;
 	seed[3] = shrink ? call->id_hash : 0;
 	if (parent->id) {
 		c->id = nccl_hash(seed, sizeof(seed), 1);
@@ -561,6 +585,108 @@ static void split_child(struct fr_proc *p, const struct fr_call *call, uint64_t 
 		c->split_color = call->arg_color;
 		c->split_key = call->arg_key;
 	}
+	return ci;
+}
+
+/* Whether a communicator-creating call encloses this one on the same thread: NCCL's
+ * ncclCommInitRank may be built on the exported ncclCommInitRankConfig, and the outer call
+ * is the one the application made. */
+static bool inside_comm_init(struct flightrec *fr, int pid, int tid)
+{
+	struct calls_iter it = {};
+	struct call_frame *f;
+
+	while ((f = calls__next_open(fr->calls, pid, &it))) {
+		uint32_t api = f->rec.api;
+
+		if (f->rec.tid != (uint32_t)tid || api < NCCL_API_BASE)
+			continue;
+		switch (nccl_apis[api - NCCL_API_BASE].kind) {
+		case NAPI_INIT_RANK:
+		case NAPI_INIT_RANK_CONFIG:
+		case NAPI_INIT_SCALABLE:
+		case NAPI_INIT_ALL:
+		case NAPI_SPLIT:
+		case NAPI_SHRINK:
+			return true;
+		default:
+			break;
+		}
+	}
+	return false;
+}
+
+/* A communicator init that returned an error: the comm it would have created, in state
+ * "init_failed" with the rc, and one "comm_init" entry in the ring (docs/fr-schema.md). */
+static void record_init_failure(struct flightrec *fr, struct fr_proc *p,
+				const struct nccl_api *api, const struct tp_rec_ret *r,
+				const struct fr_call *call)
+{
+	int32_t rc = (int32_t)r->rc;
+	struct fr_comm *c;
+	struct fr_entry *e;
+	int ci;
+
+	if (inside_comm_init(fr, p->pid, r->tid))
+		return;		/* the enclosing call records it when it returns */
+	switch (api->kind) {
+	case NAPI_INIT_RANK:
+	case NAPI_INIT_RANK_CONFIG:
+	case NAPI_INIT_SCALABLE:
+		ci = new_comm(p, 0, api->symbol);
+		if (ci < 0)
+			return;
+		c = &p->comms[ci];
+		c->id = call->id_hash;
+		c->learned_id = call->id_hash ? "init_call" : "unknown";
+		c->rank = call->arg_rank;
+		c->nranks = call->arg_nranks;
+		c->learned_rank = c->learned_nranks = "init_call";
+		break;
+	case NAPI_INIT_ALL: {
+		/* process-local identity, as for a successful ncclCommInitAll; the comm handle
+		 * is unknown, the failure's record id keeps it distinct */
+		uint64_t seed[2] = { (uint64_t)p->pid, p->next_record_id };
+
+		ci = new_comm(p, 0, api->symbol);
+		if (ci < 0)
+			return;
+		c = &p->comms[ci];
+		c->id = nccl_hash(seed, sizeof(seed), 2);
+		c->rank = 0;
+		c->nranks = call->arg_nranks;
+		c->learned_id = "init_all_local";
+		c->learned_rank = c->learned_nranks = "init_call";
+		break;
+	}
+	case NAPI_SPLIT:
+	case NAPI_SHRINK:
+		ci = split_child(p, call, 0, api->kind == NAPI_SHRINK, true);
+		if (ci < 0)
+			return;
+		c = &p->comms[ci];
+		break;
+	default:
+		return;
+	}
+	c->created_by = api->symbol;
+	c->state = "init_failed";
+	c->init_rc = rc;
+
+	e = &p->ring[p->next_record_id % fr->opts.ring_size];
+	memset(e, 0, sizeof(*e));
+	e->record_id = p->next_record_id++;
+	e->kind = FR_ENTRY_COMM_INIT;
+	e->comm = ci;
+	e->nranks = c->nranks;
+	e->state = FR_FAILED;
+	e->created = call->entered;
+	e->exited = r->ts;
+	e->rc = rc;
+	e->tid = r->tid;
+	e->group_id = call->group_id;
+	p->last_progress = r->ts;
+	p->stall_dumped = false;
 }
 
 static void on_nccl_return(struct flightrec *fr, struct fr_proc *p, const struct tp_rec_ret *r,
@@ -568,7 +694,7 @@ static void on_nccl_return(struct flightrec *fr, struct fr_proc *p, const struct
 {
 	const struct nccl_api *api = &nccl_apis[r->api - NCCL_API_BASE];
 	int32_t rc = (int32_t)r->rc;
-	bool out_ok = r->flags & 1;
+	bool out_ok = r->flags & TP_RET_OUT_VALID;
 	int ci;
 
 	if (call->has_entry) {
@@ -584,7 +710,11 @@ static void on_nccl_return(struct flightrec *fr, struct fr_proc *p, const struct
 	case NAPI_INIT_RANK:
 	case NAPI_INIT_RANK_CONFIG:
 	case NAPI_INIT_SCALABLE:
-		if (rc || !out_ok || !r->out_val)
+		if (rc) {
+			record_init_failure(fr, p, api, r, call);
+			break;
+		}
+		if (!out_ok || !r->out_val)
 			break;
 		/* ncclCommInitRank may be built on the exported InitRankConfig: the inner call
 		 * returns first, the outer one names the comm */
@@ -603,7 +733,11 @@ static void on_nccl_return(struct flightrec *fr, struct fr_proc *p, const struct
 		break;
 	case NAPI_INIT_ALL:
 		/* ncclCommInitAll builds comms inside one process: identity is process-local */
-		if (rc || !out_ok || !r->out_val)
+		if (rc) {
+			record_init_failure(fr, p, api, r, call);
+			break;
+		}
+		if (!out_ok || !r->out_val)
 			break;
 		ci = new_comm(p, r->out_val, api->symbol);
 		if (ci < 0)
@@ -620,8 +754,10 @@ static void on_nccl_return(struct flightrec *fr, struct fr_proc *p, const struct
 		break;
 	case NAPI_SPLIT:
 	case NAPI_SHRINK:
-		if (!rc && out_ok)
-			split_child(p, call, r->out_val, api->kind == NAPI_SHRINK);
+		if (rc)
+			record_init_failure(fr, p, api, r, call);
+		else if (out_ok)
+			split_child(p, call, r->out_val, api->kind == NAPI_SHRINK, false);
 		break;
 	case NAPI_FINALIZE:
 	case NAPI_DESTROY:
@@ -665,36 +801,50 @@ static void on_nccl_return(struct flightrec *fr, struct fr_proc *p, const struct
 	}
 }
 
+/* A recorded cudaEvent_t: the stream it was recorded on (index + 1, so the value is never 0)
+ * and how many NCCL entries that stream had enqueued then, packed in one map value. */
+#define EVENT_POS_BITS 40
+#define EVENT_POS_MASK ((1ULL << EVENT_POS_BITS) - 1)
+
+static uint64_t event_pos_pack(int stream_idx, uint64_t pos)
+{
+	return (uint64_t)(stream_idx + 1) << EVENT_POS_BITS | (pos & EVENT_POS_MASK);
+}
+
+static void event_pos_unpack(uint64_t v, int *stream_idx, uint64_t *pos)
+{
+	*stream_idx = (int)(v >> EVENT_POS_BITS) - 1;
+	*pos = v & EVENT_POS_MASK;
+}
+
 static void on_cuda_call(struct fr_proc *p, const struct tp_rec_call *rec, struct fr_call *call)
 {
-	const struct cuda_api *api = &cuda_apis[rec->api];
+	struct cuda_sync sync;
+	struct fr_stream *s;
 	int si;
 
-	switch (api->kind) {
+	if (cuda_api_decode_sync(rec, &sync))
+		return;
+	switch (cuda_apis[rec->api].kind) {
 	case API_EVENT_RECORD:
-	case API_EVENT_RECORD_FLAGS: {
+	case API_EVENT_RECORD_FLAGS:
 		/* the event completes once every NCCL entry enqueued on its stream so far has */
-		struct fr_stream *s = get_stream(p, rec->args[1], &si);
-
-		if (s && rec->args[0])
-			u64map__set(&p->events, rec->args[0], ((uint64_t)(si + 1) << 40) | s->enqueued);
+		s = get_stream(p, sync.stream, &si);
+		if (s && sync.event)
+			u64map__set(&p->events, sync.event, event_pos_pack(si, s->enqueued));
 		break;
-	}
 	case API_EVENT_QUERY:
 	case API_EVENT_SYNC:
-		call->event = rec->args[0];
+		call->event = sync.event;
 		break;
-	case API_STREAM_SYNC: {
-		struct fr_stream *s = get_stream(p, rec->args[0], &si);
-
+	case API_STREAM_SYNC:
+		s = get_stream(p, sync.stream, &si);
 		if (s) {
 			call->sync_stream = si + 1;
 			call->sync_pos = s->enqueued;
 		}
-		/* the legacy default stream waits for all blocking streams */
-		call->device_sync = rec->args[0] == 0 || rec->args[0] == 1;
+		call->device_sync = sync.device_sync;
 		break;
-	}
 	case API_DEVICE_SYNC:
 		call->device_sync = true;
 		break;
@@ -707,15 +857,18 @@ static void on_cuda_return(struct flightrec *fr, struct fr_proc *p, const struct
 			   struct fr_call *call)
 {
 	const struct cuda_api *api = &cuda_apis[r->api];
-	uint64_t v;
+	uint64_t v, pos;
+	int si;
 
 	if ((int32_t)r->rc != 0)	/* cudaErrorNotReady (600) or an error: nothing learned */
 		return;
 	switch (api->kind) {
 	case API_EVENT_QUERY:
 	case API_EVENT_SYNC:
-		if (call->event && u64map__get(&p->events, call->event, &v))
-			complete_upto(fr, p, (int)(v >> 40) - 1, v & ((1ULL << 40) - 1), r->ts);
+		if (call->event && u64map__get(&p->events, call->event, &v)) {
+			event_pos_unpack(v, &si, &pos);
+			complete_upto(fr, p, si, pos, r->ts);
+		}
 		break;
 	case API_STREAM_SYNC:
 		if (call->device_sync)
@@ -731,59 +884,49 @@ static void on_cuda_return(struct flightrec *fr, struct fr_proc *p, const struct
 	}
 }
 
-static bool api_has_return(uint32_t api)
-{
-	if (api >= NCCL_API_BASE)
-		return nccl_api_has_return(api - NCCL_API_BASE);
-	return cuda_apis[api].ret;
-}
+/* ---- the calls core's sink ---- */
 
-static void on_call(struct flightrec *fr, const struct tp_rec_call *rec)
+static void fr_entry_cb(void *ctx, struct call_frame *f)
 {
+	struct flightrec *fr = ctx;
+	const struct tp_rec_call *rec = &f->rec;
+	struct fr_call *call = (struct fr_call *)f->user;
 	struct fr_proc *p = find_proc(fr, rec->pid);
 	struct fr_thread *th;
-	struct fr_call call = { .api = rec->api, .entered = rec->ts };
 
-	if (!p)
-		return;
-	th = get_thread(p, rec->tid);
-	if (!th)
-		return;
+	if (!p || !(th = get_thread(p, rec->tid)))
+		return;		/* call->known stays false: its return is ignored */
+	call->known = true;
+	call->api = rec->api;
+	call->entered = rec->ts;
+	call->group_id = th->group_depth ? th->group_id : 0;
 	if (rec->api >= NCCL_API_BASE)
-		on_nccl_call(fr, p, th, rec, &call);
+		on_nccl_call(fr, p, th, rec, call);
 	else
-		on_cuda_call(p, rec, &call);
-	if (api_has_return(rec->api) && th->depth < MAX_DEPTH)
-		th->stack[th->depth++] = call;
+		on_cuda_call(p, rec, call);
 }
 
-static void on_return(struct flightrec *fr, const struct tp_rec_ret *r)
+static void fr_call_cb(void *ctx, const struct call *c)
 {
-	struct fr_proc *p = find_proc(fr, r->pid);
-	struct fr_thread *th;
+	struct flightrec *fr = ctx;
+	struct fr_call *call = (struct fr_call *)c->frame->user;
+	struct fr_proc *p;
 
+	/* a call without its return taught nothing (an entry it created stays in the call) */
+	if (c->end != CALL_RETURNED || !call->known)
+		return;
+	p = find_proc(fr, c->ret->pid);
 	if (!p)
 		return;
-	th = get_thread(p, r->tid);
-	if (!th)
-		return;
-	for (int i = th->depth - 1; i >= 0; i--) {
-		struct fr_call call;
-
-		if (th->stack[i].api != r->api)
-			continue;
-		call = th->stack[i];
-		th->depth = i;
-		if (r->api >= NCCL_API_BASE)
-			on_nccl_return(fr, p, r, &call);
-		else
-			on_cuda_return(fr, p, r, &call);
-		return;
-	}
+	if (c->ret->api >= NCCL_API_BASE)
+		on_nccl_return(fr, p, c->ret, call);
+	else
+		on_cuda_return(fr, p, c->ret, call);
 }
 
-static void on_exit_rec(struct flightrec *fr, const struct tp_rec_exit *x)
+static void fr_exit_cb(void *ctx, const struct tp_rec_exit *x)
 {
+	struct flightrec *fr = ctx;
 	struct fr_proc *p = find_proc(fr, x->pid);
 
 	if (!p || p->exited)
@@ -794,57 +937,24 @@ static void on_exit_rec(struct flightrec *fr, const struct tp_rec_exit *x)
 	fr->pending_exits++;
 }
 
+static void fr_dlopen_cb(void *ctx, const struct tp_rec_dlopen *d)
+{
+	struct flightrec *fr = ctx;
+	struct fr_proc *p = find_proc(fr, d->pid);
+
+	if (p && !p->exited) {
+		if (fr->opts.rescan)
+			fr->opts.rescan(fr->opts.rescan_ctx, p->t);
+		if (!p->nccl_library[0])
+			find_nccl_version(p);
+	}
+}
+
 int flightrec__ring_cb(void *ctx, void *data, size_t size)
 {
 	struct flightrec *fr = ctx;
-	uint32_t type;
 
-	if (size < sizeof(type))
-		return 0;
-	memcpy(&type, data, sizeof(type));
-	switch (type) {
-	case TP_REC_CALL: {
-		struct tp_rec_call c = {};
-
-		if (size < TP_REC_CALL_SHORT_SIZE)
-			return 0;
-		memcpy(&c, data, size < sizeof(c) ? size : sizeof(c));
-		if (c.api < cuda_api_count ||
-		    (c.api >= NCCL_API_BASE && c.api < NCCL_API_BASE + nccl_api_count))
-			on_call(fr, &c);
-		return 0;
-	}
-	case TP_REC_RET: {
-		const struct tp_rec_ret *r = data;
-
-		if (size < sizeof(*r))
-			return 0;
-		if (r->api < cuda_api_count ||
-		    (r->api >= NCCL_API_BASE && r->api < NCCL_API_BASE + nccl_api_count))
-			on_return(fr, r);
-		return 0;
-	}
-	case TP_REC_EXIT:
-		if (size >= sizeof(struct tp_rec_exit))
-			on_exit_rec(fr, data);
-		return 0;
-	case TP_REC_DLOPEN: {
-		const struct tp_rec_dlopen *d = data;
-		struct fr_proc *p;
-
-		if (size < sizeof(*d))
-			return 0;
-		p = find_proc(fr, d->pid);
-		if (p && !p->exited) {
-			if (fr->opts.rescan)
-				fr->opts.rescan(fr->opts.rescan_ctx, p->t);
-			if (!p->nccl_library[0])
-				find_nccl_version(p);
-		}
-		return 0;
-	}
-	}
-	return 0;
+	return calls__ring_cb(fr->calls, data, size);
 }
 
 /* ---- dumps ---- */
@@ -899,7 +1009,28 @@ static void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const str
 
 static const char *state_name(enum fr_state s)
 {
-	return s == FR_COMPLETED ? "completed" : s == FR_STARTED ? "started" : "enqueued";
+	return s == FR_FAILED ? "failed" : s == FR_COMPLETED ? "completed" :
+	       s == FR_STARTED ? "started" : "enqueued";
+}
+
+/* The fields of a "comm_init" entry that a collective's would fill: it moved no data. */
+static void comm_init_fields(cJSON *o)
+{
+	cJSON_AddStringToObject(o, "op", "comm_init");
+	cJSON_AddStringToObject(o, "profiling_name", "nccl:comm_init");
+	cJSON_AddBoolToObject(o, "is_p2p", false);
+	cJSON_AddNumberToObject(o, "count", 0);
+	cJSON_AddNullToObject(o, "dtype");
+	cJSON_AddArrayToObject(o, "input_sizes");
+	cJSON_AddArrayToObject(o, "output_sizes");
+	cJSON_AddArrayToObject(o, "input_dtypes");
+	cJSON_AddArrayToObject(o, "output_dtypes");
+	cJSON_AddNullToObject(o, "reduce_op");
+	cJSON_AddNullToObject(o, "root");
+	cJSON_AddNullToObject(o, "peer");
+	cJSON_AddNullToObject(o, "stream");
+	cJSON_AddNullToObject(o, "sendbuff");
+	cJSON_AddNullToObject(o, "recvbuff");
 }
 
 static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct fr_entry *e)
@@ -918,6 +1049,10 @@ static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct f
 	cJSON_AddNumberToObject(o, "collective_seq_id", (double)e->coll_seq);
 	cJSON_AddNumberToObject(o, "p2p_seq_id", (double)e->p2p_seq);
 	cJSON_AddNumberToObject(o, "group_id", (double)e->group_id);
+	if (e->kind == FR_ENTRY_COMM_INIT) {
+		comm_init_fields(o);
+		goto state;
+	}
 	cJSON_AddStringToObject(o, "op", nccl_op_name(e->c.op));
 	if (e->c.op == NCCL_OP_SEND)
 		snprintf(buf, sizeof(buf), "nccl:send %d->%d", c->rank, e->c.peer);
@@ -951,6 +1086,7 @@ static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct f
 	add_hex(o, "stream", e->c.stream);
 	add_hex(o, "sendbuff", e->c.sendbuff);
 	add_hex(o, "recvbuff", e->c.recvbuff);
+state:
 	cJSON_AddStringToObject(o, "state", state_name(e->state));
 	add_ns(o, "time_created_ns", fr, e->created);
 	add_ns(o, "time_discovered_started_ns", fr, e->started);
@@ -976,7 +1112,10 @@ static cJSON *comm_json(struct flightrec *fr, struct fr_proc *p, const struct fr
 	comm_id_str(fr, p, c, buf, sizeof(buf));
 	cJSON_AddStringToObject(o, "comm_id", buf);
 	cJSON_AddBoolToObject(o, "cross_rank_id", c->id != 0);
-	add_hex(o, "comm_handle", c->handle);
+	if (c->handle)
+		add_hex(o, "comm_handle", c->handle);
+	else
+		cJSON_AddNullToObject(o, "comm_handle");	/* init failed: NCCL made none */
 	cJSON_AddItemToObject(o, "rank", num_or_null(c->rank, c->rank >= 0));
 	cJSON_AddItemToObject(o, "nranks", num_or_null(c->nranks, c->nranks > 0));
 	cJSON_AddItemToObject(o, "device", num_or_null(c->device, c->device >= 0));
@@ -990,6 +1129,8 @@ static cJSON *comm_json(struct flightrec *fr, struct fr_proc *p, const struct fr
 	cJSON_AddStringToObject(l, "nranks", c->learned_nranks);
 	cJSON_AddStringToObject(l, "seq_origin", c->pre_existing ? "attach" : "comm_init");
 	cJSON_AddStringToObject(o, "state", c->state);
+	if (!strcmp(c->state, "init_failed"))
+		cJSON_AddNumberToObject(o, "init_rc", (double)c->init_rc);
 	cJSON_AddItemToObject(o, "async_error", num_or_null(c->async_error, c->async_error != NO_RC));
 	cJSON_AddNumberToObject(o, "last_enqueued_seq", (double)c->coll_seq);
 	cJSON_AddNumberToObject(o, "last_started_seq", (double)c->last_started_seq);
@@ -1005,11 +1146,25 @@ static const char *call_name(uint32_t api)
 	return cuda_apis[api].symbol;
 }
 
+/* What the calls core could not turn into complete calls (all processes of this tptrace). */
+static void calls_json(cJSON *root, const struct calls_stats *st)
+{
+	cJSON *o = cJSON_AddObjectToObject(root, "records");
+
+	cJSON_AddNumberToObject(o, "consumed", (double)st->records);
+	cJSON_AddNumberToObject(o, "bad_records", (double)st->bad_records);
+	cJSON_AddNumberToObject(o, "depth_overflows", (double)st->depth_overflows);
+	cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
+	cJSON_AddNumberToObject(o, "unwound_calls", (double)st->unwound);
+}
+
 static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason)
 {
 	struct target *t = p->t;
 	cJSON *root = cJSON_CreateObject(), *arr, *proc;
-	uint64_t now = mono_now(), first;
+	uint64_t now = mono_now(), first, v;
+	struct calls_iter it = {};
+	struct call_frame *f;
 
 	cJSON_AddStringToObject(root, "schema", "tptrace-fr");
 	cJSON_AddNumberToObject(root, "version", FR_SCHEMA_VERSION);
@@ -1052,39 +1207,39 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 				(double)(p->next_record_id - 1 > fr->opts.ring_size ?
 					 p->next_record_id - 1 - fr->opts.ring_size : 0));
 	cJSON_AddNumberToObject(root, "events_dropped", (double)fr->events_dropped);
+	calls_json(root, calls__stats(fr->calls));
 
 	arr = cJSON_AddArrayToObject(root, "comms");
 	for (int i = 0; i < p->nr_comms; i++)
 		cJSON_AddItemToArray(arr, comm_json(fr, p, &p->comms[i]));
 
 	arr = cJSON_AddArrayToObject(root, "in_call");
-	for (size_t i = 0; i < p->threads.cap; i++) {
+	while (!p->exited && (f = calls__next_open(fr->calls, p->pid, &it))) {
+		const struct fr_call *call = (const struct fr_call *)f->user;
 		struct fr_thread *th;
+		cJSON *o;
+		struct fr_entry *e;
 
-		if (!p->threads.keys[i])
+		if (!call->known)
 			continue;
-		th = (struct fr_thread *)(uintptr_t)p->threads.vals[i];
-		for (int d = 0; d < th->depth && !p->exited; d++) {
-			const struct fr_call *call = &th->stack[d];
-			cJSON *o = cJSON_CreateObject();
-			struct fr_entry *e = call->has_entry ? entry_by_id(fr, p, call->record_id) : NULL;
+		th = u64map__get(&p->threads, f->rec.tid, &v) ? (struct fr_thread *)(uintptr_t)v : NULL;
+		e = call->has_entry ? entry_by_id(fr, p, call->record_id) : NULL;
+		o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "tid", f->rec.tid);
+		cJSON_AddStringToObject(o, "thread_name", th ? th->name : "");
+		cJSON_AddStringToObject(o, "api", call_name(call->api));
+		add_ns(o, "entered_ns", fr, call->entered);
+		if (e) {
+			char buf[128];
 
-			cJSON_AddNumberToObject(o, "tid", th->tid);
-			cJSON_AddStringToObject(o, "thread_name", th->name);
-			cJSON_AddStringToObject(o, "api", call_name(call->api));
-			add_ns(o, "entered_ns", fr, call->entered);
-			if (e) {
-				char buf[128];
-
-				comm_id_str(fr, p, &p->comms[e->comm], buf, sizeof(buf));
-				cJSON_AddStringToObject(o, "comm_id", buf);
-				cJSON_AddNumberToObject(o, "seq", (double)(e->coll_seq ? e->coll_seq : e->p2p_seq));
-			} else {
-				cJSON_AddNullToObject(o, "comm_id");
-				cJSON_AddNullToObject(o, "seq");
-			}
-			cJSON_AddItemToArray(arr, o);
+			comm_id_str(fr, p, &p->comms[e->comm], buf, sizeof(buf));
+			cJSON_AddStringToObject(o, "comm_id", buf);
+			cJSON_AddNumberToObject(o, "seq", (double)(e->coll_seq ? e->coll_seq : e->p2p_seq));
+		} else {
+			cJSON_AddNullToObject(o, "comm_id");
+			cJSON_AddNullToObject(o, "seq");
 		}
+		cJSON_AddItemToArray(arr, o);
 	}
 
 	arr = cJSON_AddArrayToObject(root, "entries");
@@ -1250,22 +1405,18 @@ void flightrec__mark_gone(struct flightrec *fr, int pid)
 
 /* A thread inside a call that creates or tears down communicators: asking NCCL about a comm
  * now could race with its destruction. */
-static bool lifecycle_in_progress(struct fr_proc *p)
+static bool lifecycle_in_progress(struct flightrec *fr, struct fr_proc *p)
 {
-	for (size_t i = 0; i < p->threads.cap; i++) {
-		struct fr_thread *th;
+	struct calls_iter it = {};
+	struct call_frame *f;
 
-		if (!p->threads.keys[i])
-			continue;
-		th = (struct fr_thread *)(uintptr_t)p->threads.vals[i];
-		for (int d = 0; d < th->depth; d++) {
-			uint32_t api = th->stack[d].api;
+	while ((f = calls__next_open(fr->calls, p->pid, &it))) {
+		uint32_t api = f->rec.api;
 
-			if (api >= NCCL_API_BASE &&
-			    nccl_apis[api - NCCL_API_BASE].kind != NAPI_COLL &&
-			    nccl_apis[api - NCCL_API_BASE].kind != NAPI_GROUP_END)
-				return true;
-		}
+		if (api >= NCCL_API_BASE &&
+		    nccl_apis[api - NCCL_API_BASE].kind != NAPI_COLL &&
+		    nccl_apis[api - NCCL_API_BASE].kind != NAPI_GROUP_END)
+			return true;
 	}
 	return false;
 }
@@ -1276,7 +1427,7 @@ int flightrec__comms_to_query(struct flightrec *fr, int *pid, uint64_t *handles,
 		struct fr_proc *p = fr->procs[i];
 		int n = 0;
 
-		if (p->exited || lifecycle_in_progress(p))
+		if (p->exited || lifecycle_in_progress(fr, p))
 			continue;
 		for (int c = 0; c < p->nr_comms && n < max; c++) {
 			struct fr_comm *cm = &p->comms[c];

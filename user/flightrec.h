@@ -29,7 +29,7 @@ void flightrec__free(struct flightrec *fr);
 /* Starts recording a process (its target holds maps, env, comm). */
 int flightrec__add_process(struct flightrec *fr, struct target *t);
 
-/* libbpf ring_buffer callback: ctx is the flightrec. */
+/* libbpf ring_buffer callback: ctx is the flightrec (hands records to its calls core). */
 int flightrec__ring_cb(void *ctx, void *data, size_t size);
 
 /* Dumps every process (reason: "signal", "request", "final", ...). Returns the number of
@@ -50,8 +50,6 @@ void flightrec__comm_learned(struct flightrec *fr, int pid, uint64_t handle, int
 /* A process that vanished without an exit record: dumped as exited by take_exits. */
 void flightrec__mark_gone(struct flightrec *fr, int pid);
 void flightrec__set_drops(struct flightrec *fr, uint64_t events_dropped);
-int flightrec__nr_processes(const struct flightrec *fr);
-uint64_t flightrec__nr_entries(const struct flightrec *fr);
 
 /* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json */
 int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid);

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include "mem.skel.h"
 #include "mem.h"
+#include "calls.h"
 #include "demangle.h"
 #include "elfsym.h"
 #include "hashmap.h"
@@ -110,6 +111,7 @@ struct memtrace {
 	struct trace_json *tj;
 	struct mem_bpf *skel;
 	struct ring_buffer *rb;
+	struct calls *calls;		/* validates and dispatches ring records (calls.c) */
 	struct memsnap *snap;
 	struct bpf_link **links;
 	int nr_links, cap_links;
@@ -616,8 +618,11 @@ static void write_call(struct memtrace *mt, const struct mem_rec_call *rec, cons
 	trace_json__event_end(tj);
 }
 
-static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
+/* The calls core (calls.c) validated the record: type, size, api < NR_MEM_APIS. */
+static void handle_call(void *ctx, const void *data)
 {
+	struct memtrace *mt = ctx;
+	const struct mem_rec_call *rec = data;
 	const struct mem_api *a;
 	int32_t rc = (int32_t)rec->rc;
 	int device, changed = -1;
@@ -626,8 +631,6 @@ static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
 	int64_t bytes = 0;
 	int32_t stack_id;
 
-	if (rec->api >= NR_MEM_APIS)
-		return;
 	a = &mem_apis[rec->api];
 	mt->st.calls++;
 	device = cur_device(mt, rec->tid);
@@ -713,8 +716,10 @@ static void handle_call(struct memtrace *mt, const struct mem_rec_call *rec)
 		write_counters(mt, changed, rec->ts_return, false, true);
 }
 
-static void handle_usdt(struct memtrace *mt, const struct mem_rec_usdt *rec)
+static void handle_usdt(void *ctx, const void *data)
 {
+	struct memtrace *mt = ctx;
+	const struct mem_rec_usdt *rec = data;
 	uint64_t size = 0;
 	int device;
 
@@ -740,20 +745,14 @@ static void handle_usdt(struct memtrace *mt, const struct mem_rec_usdt *rec)
 	write_counters(mt, device, rec->ts, true, false);
 }
 
-static int ring_cb(void *ctx, void *data, size_t size)
+static struct calls *new_calls(struct memtrace *mt)
 {
-	struct memtrace *mt = ctx;
-	uint32_t type;
+	struct calls_sink sink = {
+		.ctx = mt, .mem_call = handle_call, .mem_usdt = handle_usdt,
+		.mem_api_count = NR_MEM_APIS,
+	};
 
-	if (size < sizeof(type))
-		return 0;
-	memcpy(&type, data, sizeof(type));
-	mt->st.records++;
-	if ((type == MEM_REC_MALLOC || type == MEM_REC_FREE) && size >= sizeof(struct mem_rec_usdt))
-		handle_usdt(mt, data);
-	else if (type == MEM_REC_CALL && size >= sizeof(struct mem_rec_call))
-		handle_call(mt, data);
-	return 0;
+	return calls__new(CALLS_RING_MEM, &sink);
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
@@ -842,7 +841,9 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 			log_error("tptrace: loading memory BPF programs: %s\n", strerror(-err));
 		goto err;
 	}
-	mt->rb = ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events), ring_cb, mt, NULL);
+	mt->calls = new_calls(mt);
+	mt->rb = mt->calls ? ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events),
+					      calls__ring_cb, mt->calls, NULL) : NULL;
 	if (!mt->rb) {
 		log_error("tptrace: failed to create the memory ring buffer: %s\n", strerror(errno));
 		goto err;
@@ -903,6 +904,10 @@ const struct memtrace_stats *memtrace__stats(struct memtrace *mt)
 	mt->st.nested_driver_calls = sum_counter(mt, MEM_CNT_NESTED);
 	mt->st.orphan_returns = sum_counter(mt, MEM_CNT_ORPHAN);
 	mt->st.stack_failures = sum_counter(mt, MEM_CNT_STACK_FAIL);
+	if (mt->calls) {
+		mt->st.records = calls__stats(mt->calls)->records;
+		mt->st.bad_records = calls__stats(mt->calls)->bad_records;
+	}
 	return &mt->st;
 }
 
@@ -924,6 +929,7 @@ char *memtrace__meta_json(struct memtrace *mt)
 	cJSON_AddNumberToObject(o, "driver_probes", st->driver_probes);
 	cJSON_AddNumberToObject(o, "attach_errors", st->attach_errors);
 	cJSON_AddNumberToObject(o, "records", (double)st->records);
+	cJSON_AddNumberToObject(o, "bad_records", (double)st->bad_records);
 	cJSON_AddNumberToObject(o, "calls", (double)st->calls);
 	cJSON_AddNumberToObject(o, "failed_calls", (double)st->failed_calls);
 	cJSON_AddNumberToObject(o, "ooms", (double)st->ooms);
@@ -965,6 +971,7 @@ void memtrace__free(struct memtrace *mt)
 	if (!mt)
 		return;
 	ring_buffer__free(mt->rb);
+	calls__free(mt->calls);
 	links__destroy_parallel(mt->links, mt->nr_links);
 	free(mt->links);
 	mem_bpf__destroy(mt->skel);

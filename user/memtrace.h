@@ -39,6 +39,7 @@ struct memtrace_stats {
 	int driver_probes;		/* libcuda functions probed (entry + return each) */
 	int attach_errors;
 	uint64_t records, calls, failed_calls, ooms;
+	uint64_t bad_records;		/* malformed ring records (calls.c), not used */
 	uint64_t dropped, nested_driver_calls, orphan_returns, stack_failures;
 };
 

@@ -17,7 +17,6 @@ struct trace_json {
 	size_t len;
 	int err;		/* first write error, sticky */
 	uint64_t base_mono_ns;
-	uint64_t nr_events;
 	bool first_event;
 	bool first_arg;
 	bool in_args;
@@ -268,7 +267,6 @@ void trace_json__event(struct trace_json *tj, const char *ph, const char *cat, c
 	}
 	tj->first_arg = true;
 	tj->in_args = false;
-	tj->nr_events++;
 }
 
 static void arg_key(struct trace_json *tj, const char *key)
@@ -419,10 +417,6 @@ int trace_json__error(const struct trace_json *tj)
 	return tj->err;
 }
 
-uint64_t trace_json__nr_events(const struct trace_json *tj)
-{
-	return tj->nr_events;
-}
 
 int trace_json__close(struct trace_json *tj)
 {

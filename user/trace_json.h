@@ -45,7 +45,6 @@ void trace_json__top_raw(struct trace_json *tj, const char *key, const char *jso
  * Frees tj in every case. */
 int trace_json__close(struct trace_json *tj);
 int trace_json__error(const struct trace_json *tj);
-uint64_t trace_json__nr_events(const struct trace_json *tj);
 void trace_json__free(struct trace_json *tj);	/* abandon without finishing */
 
 /* JSON string escaping into buf (with quotes); returns the length that would be written. */
