@@ -59,6 +59,7 @@ struct fr_comm {
 	const char *learned_id, *learned_rank, *learned_nranks;
 	const char *state;		/* "active", "init_failed", "finalized", ... */
 	int64_t init_rc;		/* init_failed: the ncclResult_t the init returned */
+	uint64_t init_record;		/* init_failed: record id of its comm_init entry */
 	int64_t async_error;		/* NO_RC: never asked */
 	uint64_t coll_seq, p2p_seq;	/* last assigned */
 	uint64_t last_started_seq, last_completed_seq;
@@ -672,6 +673,7 @@ static void record_init_failure(struct flightrec *fr, struct fr_proc *p,
 	c->created_by = api->symbol;
 	c->state = "init_failed";
 	c->init_rc = rc;
+	c->init_record = p->next_record_id;
 
 	e = &p->ring[p->next_record_id % fr->opts.ring_size];
 	memset(e, 0, sizeof(*e));
@@ -1003,6 +1005,8 @@ static void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const str
 {
 	if (c->id)
 		snprintf(buf, size, "%016" PRIx64, c->id);
+	else if (!c->handle)	/* a failed init has no handle: its entry names it */
+		snprintf(buf, size, "local:%.64s:%d:init%" PRIu64, fr->host, p->pid, c->init_record);
 	else
 		snprintf(buf, size, "local:%.64s:%d:%" PRIx64, fr->host, p->pid, c->handle);
 }

@@ -78,9 +78,10 @@ def test_real_nccl_arguments_in_trace():
     assert os.path.realpath("/usr/local/cuda/lib/libnccl.so.2") in meta["cuda_runtimes"], meta
 
 
-def test_real_nccl_flight_recorder_entries():
-    need_root()
-    out_dir = tmp_path("fr-real")
+def record_real_nccl(name):
+    """`tptrace fr` over one run of nccl_real_args: its exit dump."""
+    import json
+    out_dir = tmp_path(name)
     os.makedirs(out_dir, exist_ok=True)
     for f in os.listdir(out_dir):
         os.unlink(os.path.join(out_dir, f))
@@ -94,13 +95,19 @@ def test_real_nccl_flight_recorder_entries():
         assert tr.wait(30) == 0, tr.err.text()
     finally:
         wl.kill()
-    import json
     files = os.listdir(out_dir)
     assert len(files) == 1, files
-    d = json.load(open(os.path.join(out_dir, files[0])))
+    with open(os.path.join(out_dir, files[0])) as f:
+        return json.load(f)
+
+
+def test_real_nccl_flight_recorder_entries():
+    need_root()
+    d = record_real_nccl("fr-real")
     assert d["nccl_version"] == "2.28.9", d["nccl_version"]
     assert d["dump_reason"] == "exit"
-    e = d["entries"]
+    # the failed communicator inits are checked in test_real_nccl_init_failed
+    e = [x for x in d["entries"] if x["op"] != "comm_init"]
     # the nested ncclBroadcast inside ncclBcast is not a second entry
     assert [x["op"] for x in e] == ["all_reduce", "all_reduce", "all_gather", "reduce_scatter",
                                     "broadcast", "broadcast", "reduce", "all_to_all", "gather",
@@ -121,3 +128,41 @@ def test_real_nccl_flight_recorder_entries():
     assert all(x["stream"] == "0x5100" for x in e)
     comm = [c for c in d["comms"] if c["comm_handle"] == "0xc0ffee"][0]
     assert comm["created_by"] == "before attach" and comm["learned"]["seq_origin"] == "attach"
+
+
+def test_real_nccl_init_failed():
+    """Without a GPU driver every communicator init of the real library fails (rc 1,
+    ncclUnhandledCudaError): each is in the dump as an init_failed comm and a failed
+    comm_init entry (docs/fr-schema.md)."""
+    need_root()
+    d = record_real_nccl("fr-real-init")
+    inits = [x for x in d["entries"] if x["op"] == "comm_init"]
+    failed = [c for c in d["comms"] if c["state"] == "init_failed"]
+    # calls 3-6 and 9 of nccl_real_args; ncclCommShrink crashes (no rc): not an init failure
+    assert [c["created_by"] for c in failed] == [
+        "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable",
+        "ncclCommInitAll", "ncclCommSplit"], failed
+    assert [(c["rank"], c["nranks"]) for c in failed] == [
+        (2, 4), (5, 6), (7, 8), (0, 3), (None, None)], failed
+    for c in failed:
+        assert c["init_rc"] == 1 and c["comm_handle"] is None, c
+    assert [c["comm_id"] for c in failed[:3]] == [ID_HASH] * 3
+    assert all(c["learned"]["comm_id"] == "init_call" for c in failed[:3]), failed
+    assert failed[3]["learned"]["comm_id"] == "init_all_local"
+    # the split's parent was created before attach: no cross-rank identity, a local name
+    assert failed[4]["cross_rank_id"] is False and failed[4]["comm_id"].startswith("local:")
+    assert failed[4]["split_color"] == 7 and failed[4]["split_key"] == 9
+    assert len({c["comm_id"] for c in failed[3:]}) == 2
+    assert len(inits) == 5, inits
+    assert [x["comm_id"] for x in inits] == [c["comm_id"] for c in failed]
+    for x in inits:
+        assert (x["state"], x["rc"], x["profiling_name"], x["is_p2p"]) == \
+            ("failed", 1, "nccl:comm_init", False), x
+        assert (x["collective_seq_id"], x["p2p_seq_id"], x["count"]) == (0, 0, 0), x
+        assert x["dtype"] is None and x["reduce_op"] is None and x["root"] is None, x
+        assert x["input_sizes"] == [] and x["output_sizes"] == [], x
+        assert x["api_enter_ns"] < x["api_exit_ns"], x
+        assert x["thread_id"] == d["pid"], x
+    assert [x["record_id"] for x in inits] == sorted(x["record_id"] for x in inits)
+    # successful inits add nothing: every other entry is a collective
+    assert len(d["entries"]) == 5 + 12

@@ -7,6 +7,7 @@
  * Usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S (5)] [--scenario NAME
  *                  (healthy)] [--culprit C (1)] [--fault-step K (S-1)] [--late-ms MS (3000)]
  *                  [--split] [--init-before-ready (default) | --init-after-go] [--hold]
+ *                  [--bad-init]
  *
  * Setup, before READY (not counted below; with --init-after-go the part marked * runs right
  * after GO instead, before step 0):
@@ -19,6 +20,8 @@
  *   3600000000)];
  *   * rank 0: ncclGetUniqueId, id written as 256 hex chars to PATH.tmp.<pid>, renamed to PATH;
  *     others poll PATH every 10 ms (up to 120 s);
+ *   * [--bad-init] ncclCommInitRank(&bad, N, id', N) with id' = id with its last byte ^ 0x5a:
+ *     rank N of N fails with ncclInvalidArgument (4), as real NCCL does; logged "bad init rc=4";
  *   * ncclCommInitRank(&comm, N, id, R);
  *   * [--split] ncclCommSplit(comm, R % 2, R, &split_comm, NULL).
  *
@@ -120,7 +123,7 @@ struct opts {
 	int kernels, compute_us, poll_ms;	/* benchmark shape: compute before the collectives */
 	const char *id_file;
 	enum scenario scenario;
-	bool split, init_after_go, hold;
+	bool split, init_after_go, hold, bad_init;
 };
 
 /* The watchdog's mailbox: main posts a step, the watchdog acks it once ev completed. */
@@ -248,6 +251,14 @@ static void comm_setup(const struct opts *o, ncclComm_t *comm, ncclComm_t *split
 	} else {
 		read_id(o->id_file, &id);
 	}
+	if (o->bad_init) {
+		ncclUniqueId bad_id = id;
+		ncclComm_t bad = NULL;
+
+		bad_id.internal[NCCL_UNIQUE_ID_BYTES - 1] ^= 0x5a;	/* a comm nobody joins */
+		hs_info("nccl_rank bad init rc=%d",
+			(int)ncclCommInitRank(&bad, o->nranks, bad_id, o->nranks));
+	}
 	nccl_check(ncclCommInitRank(comm, o->nranks, id, o->rank), "ncclCommInitRank");
 	if (o->split)
 		nccl_check(ncclCommSplit(*comm, o->rank % 2, o->rank, split_comm, NULL),
@@ -261,7 +272,7 @@ static void usage(void)
 	fprintf(stderr, "usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S] "
 		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error] "
 		"[--culprit C] [--fault-step K] [--late-ms MS] [--split] [--init-before-ready|"
-		"--init-after-go] [--hold] [--kernels K --compute-us US] [--poll-ms P]\n");
+		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P]\n");
 	exit(2);
 }
 
@@ -299,6 +310,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->init_after_go = true;
 		else if (!strcmp(a, "--hold"))
 			o->hold = true;
+		else if (!strcmp(a, "--bad-init"))
+			o->bad_init = true;
 		else if (!strcmp(a, "--kernels"))
 			o->kernels = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--compute-us"))
