@@ -181,20 +181,21 @@ void calls__finish(struct calls *c, uint64_t end_ns)
 
 struct call_frame *calls__next_open(struct calls *c, int pid, struct calls_iter *it)
 {
-	while (it->slot < c->threads.cap) {
-		struct calls_thread *th;
+	uint64_t v;
 
-		if (!c->threads.keys[it->slot]) {
-			it->slot++;
-			continue;
-		}
-		th = (struct calls_thread *)(uintptr_t)c->threads.vals[it->slot];
-		if ((!pid || th->pid == pid) && it->depth < th->depth)
+	for (;;) {
+		struct calls_thread *th = it->thread;
+
+		if (th && it->depth < th->depth)
 			return &th->stack[it->depth++];
-		it->slot++;
+		it->thread = NULL;
 		it->depth = 0;
+		if (!u64map__next(&c->threads, &it->slot, NULL, &v))
+			return NULL;
+		th = (struct calls_thread *)(uintptr_t)v;
+		if (!pid || th->pid == pid)
+			it->thread = th;
 	}
-	return NULL;
 }
 
 static void bad(struct calls *c, uint64_t *kind)

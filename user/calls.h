@@ -94,9 +94,11 @@ int calls__ring_cb(void *ctx, void *data, size_t size);
 void calls__finish(struct calls *c, uint64_t end_ns);
 const struct calls_stats *calls__stats(const struct calls *c);
 
-/* Open calls of one process (pid 0: all), outermost first per thread; *it starts at 0. */
+/* Open calls of one process (pid 0: all), outermost first per thread; *it starts zeroed.
+ * No call may be consumed during the walk. */
 struct calls_iter {
-	size_t slot;
+	size_t slot;		/* u64map cursor */
+	void *thread;		/* the thread being walked */
 	int depth;
 };
 struct call_frame *calls__next_open(struct calls *c, int pid, struct calls_iter *it);
