@@ -1,0 +1,459 @@
+// SPDX-License-Identifier: MIT
+/* Flight-recorder dumps: the recorder's state as JSON (docs/fr-schema.md), written atomically,
+ * and the triggers that write them (request, stall, exit). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "cuda_api.h"
+#include "flightrec_int.h"
+#include "log.h"
+#include "target.h"
+
+#define FR_SCHEMA_VERSION 1
+
+static cJSON *num_or_null(int64_t v, bool known)
+{
+	return known ? cJSON_CreateNumber((double)v) : cJSON_CreateNull();
+}
+
+static void add_ns(cJSON *o, const char *key, struct flightrec *fr, uint64_t mono)
+{
+	if (mono) {
+		char buf[32];
+
+		/* ns since the epoch exceed a double's 53 bits: write the integer exactly */
+		snprintf(buf, sizeof(buf), "%" PRId64, (int64_t)mono + fr->realtime_offset);
+		cJSON_AddItemToObject(o, key, cJSON_CreateRaw(buf));
+	} else {
+		cJSON_AddNullToObject(o, key);
+	}
+}
+
+static void add_hex(cJSON *o, const char *key, uint64_t v)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
+	cJSON_AddStringToObject(o, key, buf);
+}
+
+static void add_id(cJSON *o, const char *key, uint64_t id, bool known)
+{
+	char buf[24];
+
+	if (!known) {
+		cJSON_AddNullToObject(o, key);
+		return;
+	}
+	snprintf(buf, sizeof(buf), "%016" PRIx64, id);
+	cJSON_AddStringToObject(o, key, buf);
+}
+
+/* A comm without a cross-rank identity still needs a stable local name in the dump. */
+static void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,
+			char *buf, size_t size)
+{
+	if (c->id)
+		snprintf(buf, size, "%016" PRIx64, c->id);
+	else if (!c->handle)	/* a failed init has no handle: its entry names it */
+		snprintf(buf, size, "local:%.64s:%d:init%" PRIu64, fr->host, p->pid, c->init_record);
+	else
+		snprintf(buf, size, "local:%.64s:%d:%" PRIx64, fr->host, p->pid, c->handle);
+}
+
+static const char *state_name(enum fr_state s)
+{
+	return s == FR_FAILED ? "failed" : s == FR_COMPLETED ? "completed" :
+	       s == FR_STARTED ? "started" : "enqueued";
+}
+
+/* The fields of a "comm_init" entry that a collective's would fill: it moved no data. */
+static void comm_init_fields(cJSON *o)
+{
+	cJSON_AddStringToObject(o, "op", "comm_init");
+	cJSON_AddStringToObject(o, "profiling_name", "nccl:comm_init");
+	cJSON_AddBoolToObject(o, "is_p2p", false);
+	cJSON_AddNumberToObject(o, "count", 0);
+	cJSON_AddNullToObject(o, "dtype");
+	cJSON_AddArrayToObject(o, "input_sizes");
+	cJSON_AddArrayToObject(o, "output_sizes");
+	cJSON_AddArrayToObject(o, "input_dtypes");
+	cJSON_AddArrayToObject(o, "output_dtypes");
+	cJSON_AddNullToObject(o, "reduce_op");
+	cJSON_AddNullToObject(o, "root");
+	cJSON_AddNullToObject(o, "peer");
+	cJSON_AddNullToObject(o, "stream");
+	cJSON_AddNullToObject(o, "sendbuff");
+	cJSON_AddNullToObject(o, "recvbuff");
+}
+
+/* What a collective or p2p call moved: op, sizes, dtypes, peers, stream and buffers. */
+static void coll_fields(cJSON *o, const struct fr_comm *c, const struct fr_entry *e)
+{
+	int nranks = c->nranks > 0 ? c->nranks : e->nranks;
+	cJSON *a, *inner;
+	int64_t in, out;
+	char buf[64];
+
+	cJSON_AddStringToObject(o, "op", nccl_op_name(e->c.op));
+	if (e->c.op == NCCL_OP_SEND)
+		snprintf(buf, sizeof(buf), "nccl:send %d->%d", c->rank, e->c.peer);
+	else if (e->c.op == NCCL_OP_RECV)
+		snprintf(buf, sizeof(buf), "nccl:recv %d<-%d", c->rank, e->c.peer);
+	else
+		snprintf(buf, sizeof(buf), "nccl:%s", nccl_op_name(e->c.op));
+	cJSON_AddStringToObject(o, "profiling_name", buf);
+	cJSON_AddBoolToObject(o, "is_p2p", nccl_op_is_p2p(e->c.op));
+	cJSON_AddNumberToObject(o, "count", (double)e->c.count);
+	cJSON_AddStringToObject(o, "dtype", nccl_dtype_name(e->c.dtype));
+	nccl_op_sizes(e->c.op, e->c.count, nranks, &in, &out);
+	a = cJSON_AddArrayToObject(o, "input_sizes");
+	inner = cJSON_CreateArray();
+	cJSON_AddItemToArray(inner, cJSON_CreateNumber((double)in));
+	cJSON_AddItemToArray(a, inner);
+	a = cJSON_AddArrayToObject(o, "output_sizes");
+	inner = cJSON_CreateArray();
+	cJSON_AddItemToArray(inner, cJSON_CreateNumber((double)out));
+	cJSON_AddItemToArray(a, inner);
+	a = cJSON_AddArrayToObject(o, "input_dtypes");
+	cJSON_AddItemToArray(a, cJSON_CreateString(nccl_dtype_torch(e->c.dtype)));
+	a = cJSON_AddArrayToObject(o, "output_dtypes");
+	cJSON_AddItemToArray(a, cJSON_CreateString(nccl_dtype_torch(e->c.dtype)));
+	if (nccl_op_has_redop(e->c.op))
+		cJSON_AddStringToObject(o, "reduce_op", nccl_redop_name(e->c.redop));
+	else
+		cJSON_AddNullToObject(o, "reduce_op");
+	cJSON_AddItemToObject(o, "root", num_or_null(e->c.root, nccl_op_has_root(e->c.op)));
+	cJSON_AddItemToObject(o, "peer", num_or_null(e->c.peer, nccl_op_is_p2p(e->c.op)));
+	add_hex(o, "stream", e->c.stream);
+	add_hex(o, "sendbuff", e->c.sendbuff);
+	add_hex(o, "recvbuff", e->c.recvbuff);
+}
+
+static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct fr_entry *e)
+{
+	const struct fr_comm *c = &p->comms[e->comm];
+	cJSON *o = cJSON_CreateObject();
+	char buf[128];
+	struct fr_thread *th;
+	uint64_t v;
+
+	cJSON_AddNumberToObject(o, "record_id", (double)e->record_id);
+	comm_id_str(fr, p, c, buf, sizeof(buf));
+	cJSON_AddStringToObject(o, "comm_id", buf);
+	cJSON_AddNumberToObject(o, "collective_seq_id", (double)e->coll_seq);
+	cJSON_AddNumberToObject(o, "p2p_seq_id", (double)e->p2p_seq);
+	cJSON_AddNumberToObject(o, "group_id", (double)e->group_id);
+	if (e->kind == FR_ENTRY_COMM_INIT)
+		comm_init_fields(o);
+	else
+		coll_fields(o, c, e);
+	cJSON_AddStringToObject(o, "state", state_name(e->state));
+	add_ns(o, "time_created_ns", fr, e->created);
+	add_ns(o, "time_discovered_started_ns", fr, e->started);
+	add_ns(o, "time_discovered_completed_ns", fr, e->completed);
+	if (e->started && e->completed && e->completed >= e->started)
+		cJSON_AddNumberToObject(o, "duration_ms", (e->completed - e->started) / 1e6);
+	else
+		cJSON_AddNullToObject(o, "duration_ms");
+	add_ns(o, "api_enter_ns", fr, e->created);
+	add_ns(o, "api_exit_ns", fr, e->in_call ? 0 : e->exited);
+	cJSON_AddItemToObject(o, "rc", num_or_null(e->rc, e->rc != NO_RC));
+	cJSON_AddNumberToObject(o, "thread_id", e->tid);
+	th = u64map__get(&p->threads, (uint64_t)e->tid, &v) ? (struct fr_thread *)(uintptr_t)v : NULL;
+	cJSON_AddStringToObject(o, "thread_name", th && th->name[0] ? th->name : "");
+	return o;
+}
+
+static cJSON *comm_json(struct flightrec *fr, struct fr_proc *p, const struct fr_comm *c)
+{
+	cJSON *o = cJSON_CreateObject(), *l;
+	char buf[128];
+
+	comm_id_str(fr, p, c, buf, sizeof(buf));
+	cJSON_AddStringToObject(o, "comm_id", buf);
+	cJSON_AddBoolToObject(o, "cross_rank_id", c->id != 0);
+	if (c->handle)
+		add_hex(o, "comm_handle", c->handle);
+	else
+		cJSON_AddNullToObject(o, "comm_handle");	/* init failed: NCCL made none */
+	cJSON_AddItemToObject(o, "rank", num_or_null(c->rank, c->rank >= 0));
+	cJSON_AddItemToObject(o, "nranks", num_or_null(c->nranks, c->nranks > 0));
+	cJSON_AddItemToObject(o, "device", num_or_null(c->device, c->device >= 0));
+	add_id(o, "parent", c->parent_id, c->has_parent && c->parent_id);
+	cJSON_AddItemToObject(o, "split_color", num_or_null(c->split_color, c->split));
+	cJSON_AddItemToObject(o, "split_key", num_or_null(c->split_key, c->split));
+	cJSON_AddStringToObject(o, "created_by", c->created_by);
+	l = cJSON_AddObjectToObject(o, "learned");
+	cJSON_AddStringToObject(l, "comm_id", c->learned_id);
+	cJSON_AddStringToObject(l, "rank", c->learned_rank);
+	cJSON_AddStringToObject(l, "nranks", c->learned_nranks);
+	cJSON_AddStringToObject(l, "seq_origin", c->pre_existing ? "attach" : "comm_init");
+	cJSON_AddStringToObject(o, "state", c->state);
+	if (!strcmp(c->state, "init_failed"))
+		cJSON_AddNumberToObject(o, "init_rc", (double)c->init_rc);
+	cJSON_AddItemToObject(o, "async_error", num_or_null(c->async_error, c->async_error != NO_RC));
+	cJSON_AddNumberToObject(o, "last_enqueued_seq", (double)c->coll_seq);
+	cJSON_AddNumberToObject(o, "last_started_seq", (double)c->last_started_seq);
+	cJSON_AddNumberToObject(o, "last_completed_seq", (double)c->last_completed_seq);
+	cJSON_AddNumberToObject(o, "last_p2p_seq", (double)c->p2p_seq);
+	return o;
+}
+
+static const char *call_name(uint32_t api)
+{
+	if (api >= NCCL_API_BASE)
+		return nccl_apis[api - NCCL_API_BASE].symbol;
+	return cuda_apis[api].symbol;
+}
+
+/* What the calls core could not turn into complete calls (all processes of this tptrace). */
+static void calls_json(cJSON *root, const struct calls_stats *st)
+{
+	cJSON *o = cJSON_AddObjectToObject(root, "records");
+
+	cJSON_AddNumberToObject(o, "consumed", (double)st->records);
+	cJSON_AddNumberToObject(o, "bad_records", (double)st->bad_records);
+	cJSON_AddNumberToObject(o, "depth_overflows", (double)st->depth_overflows);
+	cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
+	cJSON_AddNumberToObject(o, "unwound_calls", (double)st->unwound);
+}
+
+static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason)
+{
+	struct target *t = p->t;
+	cJSON *root = cJSON_CreateObject(), *arr, *proc;
+	uint64_t now = fr_mono_now(), first, v;
+	struct calls_iter it = {};
+	struct call_frame *f;
+
+	cJSON_AddStringToObject(root, "schema", "tptrace-fr");
+	cJSON_AddNumberToObject(root, "version", FR_SCHEMA_VERSION);
+	cJSON_AddStringToObject(root, "host", fr->host);
+	cJSON_AddNumberToObject(root, "pid", p->pid);
+	cJSON_AddStringToObject(root, "comm", t->comm);
+	cJSON_AddStringToObject(root, "cmdline", t->cmdline ? t->cmdline : "");
+	cJSON_AddItemToObject(root, "global_rank", num_or_null(t->rank, t->rank >= 0));
+	cJSON_AddItemToObject(root, "world_size", num_or_null(t->world_size, t->world_size > 0));
+	cJSON_AddItemToObject(root, "local_rank", num_or_null(t->local_rank, t->local_rank >= 0));
+	if (p->nccl_version[0])
+		cJSON_AddStringToObject(root, "nccl_version", p->nccl_version);
+	else
+		cJSON_AddNullToObject(root, "nccl_version");
+	if (p->nccl_library[0])
+		cJSON_AddStringToObject(root, "nccl_library", p->nccl_library);
+	else
+		cJSON_AddNullToObject(root, "nccl_library");
+	cJSON_AddStringToObject(root, "dump_reason", reason);
+	add_ns(root, "dump_time_ns", fr, now);
+	cJSON_AddNumberToObject(root, "dump_mono_ns", (double)now);
+	proc = cJSON_AddObjectToObject(root, "process");
+	if (!p->exited) {
+		cJSON_AddStringToObject(proc, "state", "running");
+		cJSON_AddNullToObject(proc, "exit_code");
+		cJSON_AddNullToObject(proc, "signal");
+	} else if (p->exit_code >= 0 && (p->exit_code & 0x7f)) {
+		cJSON_AddStringToObject(proc, "state", "killed");
+		cJSON_AddNullToObject(proc, "exit_code");
+		cJSON_AddNumberToObject(proc, "signal", p->exit_code & 0x7f);
+	} else {
+		cJSON_AddStringToObject(proc, "state", "exited");
+		cJSON_AddItemToObject(proc, "exit_code",
+				      num_or_null((p->exit_code >> 8) & 0xff, p->exit_code >= 0));
+		cJSON_AddNullToObject(proc, "signal");
+	}
+	cJSON_AddNumberToObject(root, "ring_size", (double)fr->opts.ring_size);
+	cJSON_AddNumberToObject(root, "entries_recorded", (double)(p->next_record_id - 1));
+	cJSON_AddNumberToObject(root, "entries_overwritten",
+				(double)(p->next_record_id - 1 > fr->opts.ring_size ?
+					 p->next_record_id - 1 - fr->opts.ring_size : 0));
+	cJSON_AddNumberToObject(root, "events_dropped", (double)fr->events_dropped);
+	calls_json(root, calls__stats(fr->calls));
+
+	arr = cJSON_AddArrayToObject(root, "comms");
+	for (int i = 0; i < p->nr_comms; i++)
+		cJSON_AddItemToArray(arr, comm_json(fr, p, &p->comms[i]));
+
+	arr = cJSON_AddArrayToObject(root, "in_call");
+	while (!p->exited && (f = calls__next_open(fr->calls, p->pid, &it))) {
+		const struct fr_call *call = (const struct fr_call *)f->user;
+		struct fr_thread *th;
+		cJSON *o;
+		struct fr_entry *e;
+
+		if (!call->known)
+			continue;
+		th = u64map__get(&p->threads, f->rec.tid, &v) ? (struct fr_thread *)(uintptr_t)v : NULL;
+		e = call->has_entry ? fr_entry_by_id(fr, p, call->record_id) : NULL;
+		o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "tid", f->rec.tid);
+		cJSON_AddStringToObject(o, "thread_name", th ? th->name : "");
+		cJSON_AddStringToObject(o, "api", call_name(call->api));
+		add_ns(o, "entered_ns", fr, call->entered);
+		if (e) {
+			char buf[128];
+
+			comm_id_str(fr, p, &p->comms[e->comm], buf, sizeof(buf));
+			cJSON_AddStringToObject(o, "comm_id", buf);
+			cJSON_AddNumberToObject(o, "seq", (double)(e->coll_seq ? e->coll_seq : e->p2p_seq));
+		} else {
+			cJSON_AddNullToObject(o, "comm_id");
+			cJSON_AddNullToObject(o, "seq");
+		}
+		cJSON_AddItemToArray(arr, o);
+	}
+
+	arr = cJSON_AddArrayToObject(root, "entries");
+	first = p->next_record_id > fr->opts.ring_size ? p->next_record_id - fr->opts.ring_size : 1;
+	for (uint64_t id = first; id < p->next_record_id; id++) {
+		struct fr_entry *e = &p->ring[id % fr->opts.ring_size];
+
+		if (e->record_id == id)
+			cJSON_AddItemToArray(arr, entry_json(fr, p, e));
+	}
+	return root;
+}
+
+int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid)
+{
+	int n = snprintf(buf, size, "%s/tptrace-fr.%s.%d.json", dir, host, pid);
+
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* Written to a temp file in the same directory, fsync'ed and renamed: a reader (or a crash of
+ * tptrace) sees the previous complete dump or the new one, never half of one. */
+static int write_atomic(const char *path, const char *text)
+{
+	char tmp[PATH_MAX];
+	size_t len = strlen(text), off = 0;
+	int fd, err = 0;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmpXXXXXX", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkstemp(tmp);	/* mode 0600 */
+	if (fd < 0)
+		return -errno;
+	while (off < len) {
+		ssize_t n = write(fd, text + off, len - off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err = -errno;
+			break;
+		}
+		off += n;
+	}
+	if (!err && fsync(fd))
+		err = -errno;
+	if (close(fd) && !err)
+		err = -errno;
+	if (!err && rename(tmp, path))
+		err = -errno;
+	if (err)
+		unlink(tmp);
+	return err;
+}
+
+static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason)
+{
+	char path[PATH_MAX];
+	cJSON *root;
+	char *text;
+	int err;
+
+	err = flightrec__dump_path(path, sizeof(path), fr->opts.dump_dir, fr->host, p->pid);
+	if (err)
+		return err;
+	root = dump_json(fr, p, reason);
+	text = root ? cJSON_PrintUnformatted(root) : NULL;
+	cJSON_Delete(root);
+	if (!text)
+		return -ENOMEM;
+	err = write_atomic(path, text);
+	free(text);
+	if (err) {
+		log_error("tptrace: writing flight-recorder dump %s: %s\n", path, strerror(-err));
+		return err;
+	}
+	log_info("tptrace: dumped pid %d (%s) to %s\n", p->pid, reason, path);
+	return 0;
+}
+
+int flightrec__dump_all(struct flightrec *fr, const char *reason)
+{
+	int n = 0, first_err = 0;
+
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+		int err;
+
+		if (p->exited && p->exit_dumped)
+			continue;	/* its exit dump is final */
+		err = dump_proc(fr, p, reason);
+		if (err && !first_err)
+			first_err = err;
+		else if (!err)
+			n++;
+	}
+	return first_err ? first_err : n;
+}
+
+static bool has_pending(struct flightrec *fr, struct fr_proc *p)
+{
+	uint64_t first = p->next_record_id > fr->opts.ring_size ? p->next_record_id - fr->opts.ring_size : 1;
+
+	for (uint64_t id = first; id < p->next_record_id; id++) {
+		struct fr_entry *e = &p->ring[id % fr->opts.ring_size];
+
+		if (e->record_id == id && e->state != FR_COMPLETED)
+			return true;
+	}
+	return false;
+}
+
+int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
+{
+	int n = 0;
+
+	if (!fr->opts.stall_timeout_ns)
+		return 0;
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+
+		if (p->exited || p->stall_dumped || now - p->last_progress < fr->opts.stall_timeout_ns)
+			continue;
+		if (!has_pending(fr, p))
+			continue;
+		p->stall_dumped = true;	/* once per stall; progress re-arms it */
+		if (!dump_proc(fr, p, "stall"))
+			n++;
+	}
+	return n;
+}
+
+int flightrec__take_exits(struct flightrec *fr)
+{
+	int n = 0;
+
+	if (!fr->pending_exits)
+		return 0;
+	fr->pending_exits = 0;
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+
+		if (!p->exited || p->exit_dumped)
+			continue;
+		if (!dump_proc(fr, p, "exit"))
+			n++;
+		p->exit_dumped = true;
+	}
+	return n;
+}

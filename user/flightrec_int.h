@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/* The flight recorder's state, shared by its two halves: flightrec.c records (calls ->
+ * entries, comms, stream progress) and flightrec_dump.c writes it out (docs/fr-schema.md).
+ * Not an interface: only those two files include it. */
+#ifndef TPTRACE_FLIGHTREC_INT_H
+#define TPTRACE_FLIGHTREC_INT_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "calls.h"
+#include "flightrec.h"
+#include "hashmap.h"
+#include "nccl_api.h"
+
+#define NO_RC INT64_MIN
+
+enum fr_state { FR_ENQUEUED, FR_STARTED, FR_COMPLETED, FR_FAILED };
+
+enum fr_entry_kind {
+	FR_ENTRY_COLL,			/* a collective or p2p call */
+	FR_ENTRY_COMM_INIT,		/* a communicator init that failed (state FR_FAILED) */
+};
+
+struct fr_entry {
+	uint64_t record_id;
+	enum fr_entry_kind kind;
+	int comm;			/* index into proc->comms */
+	uint64_t coll_seq, p2p_seq;
+	uint64_t group_id;
+	struct nccl_coll c;
+	int nranks;			/* comm size when recorded, -1 unknown */
+	enum fr_state state;
+	uint64_t stream_pos;		/* position among the NCCL entries of its stream */
+	uint64_t created, started, completed, exited;	/* CLOCK_MONOTONIC ns, 0 unknown */
+	int64_t rc;
+	int tid;
+	bool in_call;
+};
+
+struct fr_comm {
+	uint64_t handle;		/* ncclComm_t in this process */
+	uint64_t id;			/* cross-rank identity, 0 = unknown */
+	uint64_t parent_id;
+	bool has_parent;
+	int rank, nranks, device;	/* -1 unknown */
+	int split_color, split_key;
+	bool split;
+	const char *created_by;
+	const char *learned_id, *learned_rank, *learned_nranks;
+	const char *state;		/* "active", "init_failed", "finalized", ... */
+	int64_t init_rc;		/* init_failed: the ncclResult_t the init returned */
+	uint64_t init_record;		/* init_failed: record id of its comm_init entry */
+	int64_t async_error;		/* NO_RC: never asked */
+	uint64_t coll_seq, p2p_seq;	/* last assigned */
+	uint64_t last_started_seq, last_completed_seq;
+	uint64_t splits;		/* splits/shrinks of this comm so far: child identity */
+	bool pre_existing;		/* created before attach: seqs count from attach */
+	bool queried;			/* handed out to ask NCCL's getters */
+};
+
+struct fr_stream {
+	uint64_t handle;
+	uint64_t enqueued;		/* NCCL entries enqueued so far */
+	uint64_t completed;		/* entries known complete */
+};
+
+/* What a call leaves for its return, kept in the calls core's frame (call_frame.user). */
+struct fr_call {
+	bool known;			/* a call of a recorded process */
+	uint32_t api;
+	uint64_t entered;
+	uint64_t record_id;		/* the entry a collective call created, or 0 */
+	uint64_t group_id;		/* the ncclGroupStart/End group it was called in, 0 none */
+	bool has_entry;
+	/* what the return needs to finish the call */
+	uint64_t arg_comm;
+	int arg_rank, arg_nranks, arg_color, arg_key, arg_nexclude;
+	int excluded_below;		/* shrink: excluded ranks below ours */
+	uint64_t id_hash;
+	uint64_t sync_stream;
+	uint64_t sync_pos;
+	uint64_t event;
+	bool device_sync;
+};
+
+_Static_assert(sizeof(struct fr_call) <= CALLS_USER_BYTES, "fr_call fits a call frame");
+
+struct fr_thread {
+	int tid;
+	char name[32];
+	int group_depth;
+	uint64_t group_id;
+};
+
+struct fr_proc {
+	struct target *t;
+	int pid;
+	struct fr_entry *ring;
+	uint64_t next_record_id;	/* record ids start at 1 */
+	struct fr_comm *comms;
+	int nr_comms;
+	struct fr_stream *streams;
+	int nr_streams;
+	struct u64map events;		/* cudaEvent_t -> event_pos(): stream and position */
+	struct u64map threads;		/* tid -> struct fr_thread* */
+	uint64_t next_group_id;
+	uint64_t last_progress;
+	bool stall_dumped;
+	bool exited, exit_dumped;
+	int exit_code;			/* wait status */
+	char nccl_version[32];
+	char nccl_library[PATH_MAX];
+};
+
+struct flightrec {
+	struct flightrec_opts opts;
+	struct calls *calls;		/* validates records and pairs calls (calls.c) */
+	struct fr_proc **procs;
+	int nr_procs;
+	char host[256];
+	int64_t realtime_offset;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
+	uint64_t events_dropped;
+	int pending_exits;
+};
+
+uint64_t fr_mono_now(void);
+/* The ring entry with this record id, NULL when it fell out of the ring. */
+struct fr_entry *fr_entry_by_id(struct flightrec *fr, struct fr_proc *p, uint64_t id);
+
+#endif
