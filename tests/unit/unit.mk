@@ -97,3 +97,11 @@ $(UNIT_DIR)/test_calls: tests/unit/test_calls.c tests/unit/check.h $(CALLS_SRCS)
 		$(filter %.c,$^) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_calls
+
+# the flight recorder's real dump writer read back by the analyzer's parser (tools/fr_parse.c)
+$(UNIT_DIR)/test_fr_writer: tests/unit/test_fr_writer.c tests/unit/check.h tools/fr_parse.c \
+			    tools/fr_parse.h $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -Itools $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_fr_writer
