@@ -212,19 +212,14 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 	d->stats.launches++;
 }
 
-/* "0,1,2": n int32 values copied by the probe (at most max of them). */
-static void arg_int_list(struct trace_json *tj, const char *key, const uint8_t *data, int n,
-			 int max)
+/* "0,1,2" */
+static void arg_int_list(struct trace_json *tj, const char *key, const int32_t *v, int n)
 {
-	char list[32 * 12] = "";
+	char list[NCCL_SHRINK_EXCLUDE_MAX * 12] = "";
 	int len = 0;
 
-	for (int i = 0; i < n && i < max; i++) {
-		int32_t v;
-
-		memcpy(&v, data + 4 * i, 4);
-		len += snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", v);
-	}
+	for (int i = 0; i < n; i++)
+		len += snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", v[i]);
 	trace_json__arg_str(tj, key, list);
 }
 
@@ -266,50 +261,54 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	case NAPI_INIT_RANK:
 	case NAPI_INIT_RANK_CONFIG:
 	case NAPI_INIT_SCALABLE: {
+		struct nccl_init in;
 		char id[24];
 
-		/* rank is the third integer argument in all three (the id travels in memory) */
-		trace_json__arg_i64(tj, "nranks", (int32_t)c->args[1]);
-		trace_json__arg_i64(tj, "rank", (int32_t)c->args[2]);
+		nccl_api_decode_init(api, c, &in);
+		trace_json__arg_i64(tj, "nranks", in.nranks);
+		trace_json__arg_i64(tj, "rank", in.rank);
 		if (api->kind == NAPI_INIT_SCALABLE)
-			trace_json__arg_i64(tj, "nId", (int32_t)c->args[3]);
-		if (!(c->flags & TP_CALL_DEREF_FAULT)) {
-			snprintf(id, sizeof(id), "%016llx",
-				 (unsigned long long)nccl_hash(c->deref, NCCL_UNIQUE_ID_BYTES, 0));
+			trace_json__arg_i64(tj, "nId", in.nid);
+		if (in.has_id) {
+			snprintf(id, sizeof(id), "%016llx", (unsigned long long)in.id_hash);
 			trace_json__arg_str(tj, "comm_id", id);
 		}
-		if (api->kind == NAPI_INIT_RANK_CONFIG)
-			trace_json__arg_hex(tj, "config", c->args[3]);
-		else if (api->kind == NAPI_INIT_SCALABLE)
-			trace_json__arg_hex(tj, "config", c->args[5]);
+		if (api->kind != NAPI_INIT_RANK)
+			trace_json__arg_hex(tj, "config", in.config);
 		if (out_ok)
 			trace_json__arg_hex(tj, "new comm", r->out_val);
 		break;
 	}
 	case NAPI_INIT_ALL: {
-		int ndev = (int32_t)c->args[1];
+		struct nccl_init in;
 
-		trace_json__arg_i64(tj, "ndev", ndev);
-		if (!(c->flags & TP_CALL_DEREF_FAULT) && c->args[2] && ndev > 0)
-			arg_int_list(tj, "devlist", c->deref, ndev, 8);	/* 32 bytes copied */
+		nccl_api_decode_init(api, c, &in);
+		trace_json__arg_i64(tj, "ndev", in.nranks);
+		if (in.nlist)
+			arg_int_list(tj, "devlist", in.list, in.nlist);
 		break;
 	}
-	case NAPI_SPLIT:
-		trace_json__arg_hex(tj, "comm", c->args[0]);
-		trace_json__arg_i64(tj, "color", (int32_t)c->args[1]);
-		trace_json__arg_i64(tj, "key", (int32_t)c->args[2]);
-		trace_json__arg_hex(tj, "config", c->args[4]);
+	case NAPI_SPLIT: {
+		struct nccl_init in;
+
+		nccl_api_decode_init(api, c, &in);
+		trace_json__arg_hex(tj, "comm", in.parent);
+		trace_json__arg_i64(tj, "color", in.color);
+		trace_json__arg_i64(tj, "key", in.key);
+		trace_json__arg_hex(tj, "config", in.config);
 		if (out_ok)
 			trace_json__arg_hex(tj, "new comm", r->out_val);
 		break;
+	}
 	case NAPI_SHRINK: {
-		int n = (int32_t)c->args[2];
+		struct nccl_init in;
 
-		trace_json__arg_hex(tj, "comm", c->args[0]);
-		trace_json__arg_i64(tj, "exclude count", n);
-		if (!(c->flags & TP_CALL_DEREF_FAULT) && n > 0)
-			arg_int_list(tj, "exclude", c->deref, n, NCCL_SHRINK_EXCLUDE_MAX);
-		trace_json__arg_i64(tj, "flags", (int32_t)c->args[5]);
+		nccl_api_decode_init(api, c, &in);
+		trace_json__arg_hex(tj, "comm", in.parent);
+		trace_json__arg_i64(tj, "exclude count", in.nexclude);
+		if (in.nlist)
+			arg_int_list(tj, "exclude", in.list, in.nlist);
+		trace_json__arg_i64(tj, "flags", in.shrink_flags);
 		if (out_ok)
 			trace_json__arg_hex(tj, "new comm", r->out_val);
 		break;

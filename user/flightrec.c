@@ -351,6 +351,7 @@ static void on_nccl_call(struct flightrec *fr, struct fr_proc *p, struct fr_thre
 			 const struct tp_rec_call *rec, struct fr_call *call)
 {
 	const struct nccl_api *api = &nccl_apis[rec->api - NCCL_API_BASE];
+	struct nccl_init init;
 
 	switch (api->kind) {
 	case NAPI_COLL:
@@ -367,38 +368,36 @@ static void on_nccl_call(struct flightrec *fr, struct fr_proc *p, struct fr_thre
 	case NAPI_INIT_RANK:
 	case NAPI_INIT_RANK_CONFIG:
 	case NAPI_INIT_SCALABLE:
-		/* every rank passes the same unique id: its hash names the comm on all of them.
-		 * The id is passed in memory, so rank is the third integer argument (rdx) in all
-		 * three signatures. */
-		call->arg_nranks = (int)rec->args[1];
-		call->arg_rank = (int)rec->args[2];
-		call->id_hash = (rec->flags & TP_CALL_DEREF_FAULT) ? 0 :
-				nccl_hash(rec->deref, NCCL_UNIQUE_ID_BYTES, 0);
+		/* every rank passes the same unique id: its hash names the comm on all of them */
+		nccl_api_decode_init(api, rec, &init);
+		call->arg_nranks = init.nranks;
+		call->arg_rank = init.rank;
+		call->id_hash = init.id_hash;
 		break;
 	case NAPI_INIT_ALL:
-		call->arg_nranks = (int)rec->args[1];
+		nccl_api_decode_init(api, rec, &init);
+		call->arg_nranks = init.nranks;
 		break;
 	case NAPI_SPLIT:
-		call->arg_comm = rec->args[0];
-		call->arg_color = (int)rec->args[1];
-		call->arg_key = (int)rec->args[2];
+		nccl_api_decode_init(api, rec, &init);
+		call->arg_comm = init.parent;
+		call->arg_color = init.color;
+		call->arg_key = init.key;
 		break;
 	case NAPI_SHRINK: {
-		int ci = find_comm(p, rec->args[0]);
-		int n = (int)rec->args[2];
+		int ci;
 
-		call->arg_comm = rec->args[0];
-		call->arg_nexclude = n;
+		nccl_api_decode_init(api, rec, &init);
+		ci = find_comm(p, init.parent);
+		call->arg_comm = init.parent;
+		call->arg_nexclude = init.nexclude;
 		call->excluded_below = 0;
 		if (ci >= 0 && p->comms[ci].rank >= 0 && !(rec->flags & TP_CALL_DEREF_FAULT)) {
-			const int32_t *ex = (const int32_t *)rec->deref;
-
-			int copied = n < NCCL_SHRINK_EXCLUDE_MAX ? n : NCCL_SHRINK_EXCLUDE_MAX;
-
-			for (int i = 0; i < copied; i++)
-				if (ex[i] < p->comms[ci].rank)
+			/* the excluded set is the same on every survivor: the child's identity */
+			for (int i = 0; i < init.nlist; i++)
+				if (init.list[i] < p->comms[ci].rank)
 					call->excluded_below++;
-			call->id_hash = nccl_hash(ex, copied * sizeof(int32_t), 0);
+			call->id_hash = nccl_hash(init.list, init.nlist * sizeof(int32_t), 0);
 		}
 		break;
 	}

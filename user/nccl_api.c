@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <errno.h>
 #include <string.h>
 #include "cuda.h"
 #include "nccl_api.h"
@@ -87,7 +88,7 @@ uint64_t nccl_api_cookie(int index)
 		cookie |= out_arg(0) | deref(5, NCCL_UNIQUE_ID_BYTES);
 		break;
 	case NAPI_INIT_ALL:
-		cookie |= out_arg(0) | deref(3, 32);	/* devlist (up to 8 devices) */
+		cookie |= out_arg(0) | deref(3, NCCL_INIT_ALL_DEV_MAX * 4);	/* devlist */
 		break;
 	case NAPI_SPLIT:
 		cookie |= out_arg(3);
@@ -115,6 +116,68 @@ bool nccl_api_has_return(int index)
 bool nccl_api_is_marker(const char *symbol)
 {
 	return !strcmp(symbol, "ncclAllReduce") || !strcmp(symbol, "ncclCommInitRank");
+}
+
+_Static_assert(NCCL_UNIQUE_ID_BYTES <= TP_DEREF_MAX, "a unique id fits deref[]");
+_Static_assert(NCCL_SHRINK_EXCLUDE_MAX * 4 <= TP_DEREF_MAX, "excluded ranks fit deref[]");
+
+/* n int32 values the probe copied to deref[] (at most max) into out */
+static int copy_list(const struct tp_rec_call *c, int32_t *out, int n, int max)
+{
+	if (n <= 0 || (c->flags & TP_CALL_DEREF_FAULT))
+		return 0;
+	if (n > max)
+		n = max;
+	memcpy(out, c->deref, n * sizeof(int32_t));
+	return n;
+}
+
+int nccl_api_decode_init(const struct nccl_api *api, const struct tp_rec_call *c,
+			 struct nccl_init *o)
+{
+	const __u64 *a = c->args;
+
+	memset(o, 0, sizeof(*o));
+	o->nranks = o->rank = o->color = o->key = -1;
+	switch (api->kind) {
+	case NAPI_INIT_RANK:
+	case NAPI_INIT_RANK_CONFIG:
+	case NAPI_INIT_SCALABLE:
+		/* the id travels in memory ([rsp+8], or commIds[0] for Scalable), so rank is the
+		 * third integer argument (rdx) in all three signatures */
+		o->nranks = (int32_t)a[1];
+		o->rank = (int32_t)a[2];
+		if (api->kind == NAPI_INIT_SCALABLE) {
+			o->nid = (int32_t)a[3];
+			o->config = a[5];
+		} else if (api->kind == NAPI_INIT_RANK_CONFIG) {
+			o->config = a[3];
+		}
+		o->has_id = !(c->flags & TP_CALL_DEREF_FAULT);
+		if (o->has_id)
+			o->id_hash = nccl_hash(c->deref, NCCL_UNIQUE_ID_BYTES, 0);
+		return 0;
+	case NAPI_INIT_ALL:		/* (comm *comms, ndev, const int *devlist) */
+		o->nranks = (int32_t)a[1];
+		if (a[2])
+			o->nlist = copy_list(c, o->list, o->nranks, NCCL_INIT_ALL_DEV_MAX);
+		return 0;
+	case NAPI_SPLIT:		/* (comm, color, key, comm *newcomm, config *) */
+		o->parent = a[0];
+		o->color = (int32_t)a[1];
+		o->key = (int32_t)a[2];
+		o->config = a[4];
+		return 0;
+	case NAPI_SHRINK:		/* (comm, int *exclude, nexclude, comm *newcomm, config *, flags) */
+		o->parent = a[0];
+		o->nexclude = (int32_t)a[2];
+		o->nlist = copy_list(c, o->list, o->nexclude, NCCL_SHRINK_EXCLUDE_MAX);
+		o->config = a[4];
+		o->shrink_flags = (int32_t)a[5];
+		return 0;
+	default:
+		return -EINVAL;
+	}
 }
 
 void nccl_api_decode_coll(const struct nccl_api *api, const struct tp_rec_call *c,

@@ -71,6 +71,26 @@ struct tp_rec_call;
 void nccl_api_decode_coll(const struct nccl_api *api, const struct tp_rec_call *c,
 			  struct nccl_coll *out);
 
+/* A communicator-creating call (NAPI_INIT_*, NAPI_SPLIT, NAPI_SHRINK), decoded from its
+ * entry record. Fields a signature lacks are -1 / 0 / false. */
+#define NCCL_INIT_ALL_DEV_MAX 8		/* ncclCommInitAll: devlist entries copied */
+struct nccl_init {
+	int nranks, rank;		/* the arguments (InitAll: ndev, rank -1) */
+	int nid;			/* InitRankScalable: ids passed */
+	bool has_id;			/* the unique id was copied (no fault) */
+	uint64_t id_hash;		/* FNV-1a of the (first) ncclUniqueId: the comm's identity */
+	uint64_t config;		/* ncclConfig_t *, 0 none */
+	int nlist;			/* entries of list[] filled: devlist or excluded ranks */
+	int32_t list[NCCL_SHRINK_EXCLUDE_MAX];
+	uint64_t parent;		/* Split/Shrink: the comm split */
+	int color, key;			/* Split */
+	int nexclude, shrink_flags;	/* Shrink: excluded ranks passed (list[] holds the copied
+					 * ones), flags */
+};
+/* 0, or -EINVAL when api does not create a communicator. */
+int nccl_api_decode_init(const struct nccl_api *api, const struct tp_rec_call *c,
+			 struct nccl_init *out);
+
 const char *nccl_op_name(enum nccl_op op);		/* "all_reduce" */
 const char *nccl_dtype_name(int dtype);			/* "float32" */
 const char *nccl_dtype_torch(int dtype);		/* "Float" */
