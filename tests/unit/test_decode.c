@@ -58,6 +58,97 @@ static void ret(struct decoder *d, const char *sym, int64_t rc, int tid)
 	decoder__ring_cb(d, &r, sizeof(r));
 }
 
+/* The launch ABI decoder (cuda_api.c) on its own: what each signature's record holds. */
+static void test_launch_abi(void)
+{
+	struct tp_rec_call c = { .type = TP_REC_CALL };
+	struct cuda_launch l;
+	struct cuda_sync sy;
+	uint64_t cookie;
+
+	c.api = api_id("cudaLaunchKernel_ptsz");
+	c.args[0] = 0x401234;
+	c.args[1] = 4 | 5ULL << 32;
+	c.args[2] = 6;
+	c.args[3] = 128;
+	c.args[4] = 1;
+	c.args[5] = 0x7ffd0000;
+	c.stack[0] = 0x401300;
+	c.stack[1] = 512;
+	c.stack[2] = 2;
+	c.caller2 = 0x401400;
+	CHECK(cuda_api_decode_launch(&c, &l) == 0, "launch decodes");
+	CHECK(l.per_thread && !l.by_handle && !l.has_config, "_ptsz: per-thread, function");
+	CHECK(l.grid[0] == 4 && l.grid[1] == 5 && l.grid[2] == 6 && l.block[0] == 128 &&
+	      l.block[1] == 0 && l.block[2] == 1, "dim3 over two registers each");
+	CHECK(l.shmem == 512 && l.stream == 2 && l.args == 0x7ffd0000, "stack slots, args");
+	CHECK(l.ret_addr == 0x401300 && l.caller2 == 0x401400, "return addresses");
+	c.flags = TP_CALL_CALLER2_FAULT;
+	cuda_api_decode_launch(&c, &l);
+	CHECK(l.ret_addr == 0x401300 && l.caller2 == 0, "an unreadable caller is 0");
+	c.flags = TP_CALL_STACK_FAULT;
+	cuda_api_decode_launch(&c, &l);
+	CHECK(l.ret_addr == 0 && l.caller2 == 0, "an unreadable stack names no caller");
+	c.api = api_id("__cudaLaunchKernel");
+	cuda_api_decode_launch(&c, &l);
+	CHECK(l.by_handle && !l.per_thread, "__cudaLaunchKernel passes a handle");
+	c.api = api_id("cudaLaunchKernelExC");
+	c.flags = TP_CALL_DEREF_FAULT;
+	cuda_api_decode_launch(&c, &l);
+	CHECK(l.has_config && l.config_unreadable && l.grid[0] == 0 && l.func_or_handle == (4 | 5ULL << 32),
+	      "ExC: function in rsi, config unreadable");
+	cookie = cuda_api_cookie(c.api, false);
+	CHECK(TP_COOKIE_DEREF_ARG(cookie) == 1 && TP_COOKIE_DEREF_LEN(cookie) == 56 &&
+	      TP_COOKIE_STACK(cookie) == 1, "ExC cookie: copy *rdi, 56 bytes, the return address");
+	cookie = cuda_api_cookie(api_id("cudaLaunchKernel"), true);
+	CHECK(TP_COOKIE_STACK(cookie) == 3 && (cookie & TP_COOKIE_CALLER2), "launch cookie");
+	c.api = api_id("cudaMemcpy");
+	CHECK(cuda_api_decode_launch(&c, &l) == -EINVAL, "not a launch");
+
+	memset(&c, 0, sizeof(c));
+	c.api = api_id("cudaEventRecordWithFlags");
+	c.args[0] = 0xe1;
+	c.args[1] = 0x5100;
+	CHECK(cuda_api_decode_sync(&c, &sy) == 0 && sy.event == 0xe1 && sy.stream == 0x5100 &&
+	      sy.has_stream && !sy.device_sync, "event record");
+	c.api = api_id("cudaStreamSynchronize");
+	c.args[0] = 1;	/* cudaStreamLegacy */
+	CHECK(cuda_api_decode_sync(&c, &sy) == 0 && sy.device_sync, "legacy stream waits for all");
+	c.api = api_id("cudaStreamWaitEvent");
+	c.args[0] = 0x5200;
+	c.args[1] = 0xe2;
+	CHECK(cuda_api_decode_sync(&c, &sy) == 0 && sy.stream == 0x5200 && sy.event == 0xe2,
+	      "stream wait event");
+	c.api = api_id("cudaMemset");
+	CHECK(cuda_api_decode_sync(&c, &sy) == -EINVAL, "not a sync");
+}
+
+/* The trace writer takes its drop counts from the calls core. */
+static void test_decoder_counts(const char *path)
+{
+	struct target_probes probes = {};
+	struct trace_json *tj = trace_json__open(path);
+	struct decoder *d;
+	uint32_t junk = 77;
+
+	trace_json__begin(tj, 0, 0);
+	d = decoder__new(tj, NULL, &probes);
+	for (int i = 0; i < 17; i++)
+		call(d, "cudaStreamSynchronize", (uint64_t[6]){ 0x5100 }, NULL, pid);
+	for (int i = 0; i < 17; i++)
+		ret(d, "cudaStreamSynchronize", 0, pid);
+	ret(d, "cudaStreamSynchronize", 0, pid);
+	decoder__ring_cb(d, &junk, sizeof(junk));
+	CHECK_U64(decoder__stats(d)->depth_overflows, 1);
+	CHECK_U64(decoder__stats(d)->orphan_returns, 1);
+	CHECK_U64(decoder__stats(d)->bad_records, 1);
+	CHECK_U64(decoder__stats(d)->calls, 17);
+	CHECK_U64(decoder__stats(d)->records, 35);
+	decoder__free(d);
+	trace_json__end_events(tj);
+	CHECK(trace_json__close(tj) == 0, "close");
+}
+
 static cJSON *load(const char *path)
 {
 	gzFile f = gzopen(path, "rb");	/* reads plain files too */
@@ -242,6 +333,10 @@ int main(void)
 		if (f)
 			fclose(f);
 	}
+
+	test_launch_abi();
+	snprintf(path, sizeof(path), "%s/counts.json", dir);
+	test_decoder_counts(path);
 
 	/* names with quotes, backslashes and control characters stay valid JSON */
 	snprintf(path, sizeof(path), "%s/esc.json", dir);
