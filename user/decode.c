@@ -134,6 +134,7 @@ const struct decoder_stats *decoder__stats(struct decoder *d)
 	d->stats.orphan_returns = cs->orphan_returns;
 	d->stats.bad_records = cs->bad_records;
 	d->stats.depth_overflows = cs->depth_overflows;
+	d->stats.unwound = cs->unwound;
 	d->stats.unfinished = cs->unfinished + cs->exited_in_call;
 	d->stats.dl_events = cs->dlopens;
 	return &d->stats;
@@ -679,7 +680,6 @@ static void dec_call(void *ctx, const struct call *c)
 
 	switch (c->end) {
 	case CALL_RETURNED:
-		name_thread(d, c->ret->pid, c->ret->tid);
 		emit_call(d, rec, correlation, c->ret, 0);
 		break;
 	case CALL_NO_RETURN:

@@ -25,6 +25,7 @@ struct decoder_stats {
 	uint64_t dl_events;
 	uint64_t bad_records;
 	uint64_t depth_overflows;	/* nested past CALLS_MAX_DEPTH: written without return */
+	uint64_t unwound;		/* left by longjmp/exception: ended at a caller's return */
 };
 
 struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,

@@ -253,6 +253,7 @@ static char *metadata_json(struct target **targets, int nr, const struct decoder
 	cJSON_AddNumberToObject(root, "orphan_returns", (double)st->orphan_returns);
 	cJSON_AddNumberToObject(root, "bad_records", (double)st->bad_records);
 	cJSON_AddNumberToObject(root, "depth_overflows", (double)st->depth_overflows);
+	cJSON_AddNumberToObject(root, "unwound_calls", (double)st->unwound);
 	out = cJSON_Print(root);
 	cJSON_Delete(root);
 	return out;
