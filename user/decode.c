@@ -74,14 +74,13 @@ struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 			     const struct target_probes *probes)
 {
 	struct decoder *d = calloc(1, sizeof(*d));
-
-	if (!d)
-		return NULL;
 	struct calls_sink sink = {
 		.ctx = d, .entry = dec_entry, .call = dec_call, .has_return = dec_has_return,
 		.dlopen = dec_dlopen, .exit = dec_exit,
 	};
 
+	if (!d)
+		return NULL;
 	d->tj = tj;
 	d->cache = cache;
 	d->probes = probes;

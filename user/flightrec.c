@@ -37,15 +37,14 @@ static void fr_dlopen_cb(void *ctx, const struct tp_rec_dlopen *d);
 struct flightrec *flightrec__new(const struct flightrec_opts *opts)
 {
 	struct flightrec *fr = calloc(1, sizeof(*fr));
-	struct timespec rt, mt;
-
-	if (!fr)
-		return NULL;
 	struct calls_sink sink = {
 		.ctx = fr, .entry = fr_entry_cb, .call = fr_call_cb, .dlopen = fr_dlopen_cb,
 		.exit = fr_exit_cb,
 	};
+	struct timespec rt, mt;
 
+	if (!fr)
+		return NULL;
 	fr->calls = calls__new(CALLS_RING_CUDA, &sink);
 	if (!fr->calls) {
 		free(fr);
