@@ -135,9 +135,12 @@ static void on_entry(struct calls *c, const void *data, size_t size)
 static void on_return(struct calls *c, const struct tp_rec_ret *r)
 {
 	struct calls_thread *th = get_thread(c, r->pid, r->tid, false);
+	int top;
 
 	if (th && th->overflowed) {
-		th->overflowed--;	/* counted when its entry overflowed */
+		/* returns come innermost first: this one is an overflowed call's (counted when
+		 * its entry overflowed) */
+		th->overflowed--;
 		return;
 	}
 	for (int i = th ? th->depth - 1 : -1; i >= 0; i--) {
@@ -145,8 +148,7 @@ static void on_return(struct calls *c, const struct tp_rec_ret *r)
 			continue;
 		/* frames above i lost their returns (longjmp, exceptions): they end here. The
 		 * depth drops before delivery so a sink that walks open calls sees them closed. */
-		int top = th->depth;
-
+		top = th->depth;
 		th->depth = i;
 		for (int j = top - 1; j > i; j--)
 			deliver(c, &th->stack[j], NULL, CALL_UNWOUND, r->ts);
