@@ -152,6 +152,10 @@ int cuda_api_decode_sync(const struct tp_rec_call *c, struct cuda_sync *s)
 		s->event = c->args[0];
 		s->stream = c->args[1];
 		s->has_stream = true;
+		if (cuda_apis[c->api].kind == API_EVENT_RECORD_FLAGS) {
+			s->flags = (uint32_t)c->args[2];
+			s->has_flags = true;
+		}
 		return 0;
 	case API_EVENT_QUERY:		/* (event rdi) */
 	case API_EVENT_SYNC:
@@ -161,6 +165,8 @@ int cuda_api_decode_sync(const struct tp_rec_call *c, struct cuda_sync *s)
 		s->stream = c->args[0];
 		s->has_stream = true;
 		s->event = c->args[1];
+		s->flags = (uint32_t)c->args[2];
+		s->has_flags = true;
 		return 0;
 	case API_STREAM_SYNC:		/* (stream rdi) */
 		s->stream = c->args[0];

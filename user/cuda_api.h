@@ -82,6 +82,8 @@ struct cuda_sync {
 	bool has_stream;
 	bool device_sync;		/* waits for all work: device sync, or a legacy default
 					 * stream sync (it waits for every blocking stream) */
+	bool has_flags;
+	uint32_t flags;			/* EventRecordWithFlags, StreamWaitEvent */
 };
 
 /* Fills *s for API_EVENT_*, API_STREAM_SYNC, API_DEVICE_SYNC, API_STREAM_WAIT_EVENT;

@@ -468,26 +468,25 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		arg_stream(tj, api->kind == API_MEMSET_ASYNC ? c->args[3] : 0);
 		break;
 	case API_STREAM_SYNC:
-		arg_stream(tj, c->args[0]);
-		break;
 	case API_DEVICE_SYNC:
-		break;
 	case API_EVENT_SYNC:
 	case API_EVENT_QUERY:
-		trace_json__arg_hex(tj, "event", c->args[0]);
-		break;
 	case API_EVENT_RECORD:
 	case API_EVENT_RECORD_FLAGS:
-		trace_json__arg_hex(tj, "event", c->args[0]);
-		arg_stream(tj, c->args[1]);
-		if (api->kind == API_EVENT_RECORD_FLAGS)
-			trace_json__arg_u64(tj, "flags", (uint32_t)c->args[2]);
+	case API_STREAM_WAIT_EVENT: {
+		struct cuda_sync sy;
+
+		cuda_api_decode_sync(c, &sy);
+		if (api->kind == API_STREAM_WAIT_EVENT)
+			arg_stream(tj, sy.stream);
+		if (api->kind != API_STREAM_SYNC && api->kind != API_DEVICE_SYNC)
+			trace_json__arg_hex(tj, "event", sy.event);
+		if (sy.has_stream && api->kind != API_STREAM_WAIT_EVENT)
+			arg_stream(tj, sy.stream);
+		if (sy.has_flags)
+			trace_json__arg_u64(tj, "flags", sy.flags);
 		break;
-	case API_STREAM_WAIT_EVENT:
-		arg_stream(tj, c->args[0]);
-		trace_json__arg_hex(tj, "event", c->args[1]);
-		trace_json__arg_u64(tj, "flags", (uint32_t)c->args[2]);
-		break;
+	}
 	}
 	trace_json__arg_u64(tj, "correlation", correlation);
 	if (api->per_thread)
