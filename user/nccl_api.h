@@ -22,7 +22,7 @@ enum nccl_op {
 };
 
 enum nccl_api_kind {
-	NAPI_COLL,		/* collective or p2p: decoded by nccl_api_decode_op() */
+	NAPI_COLL,		/* collective or p2p: decoded by nccl_api_decode_coll() */
 	NAPI_GROUP_START,
 	NAPI_GROUP_END,
 	NAPI_GET_UNIQUE_ID,	/* (ncclUniqueId *out) */
