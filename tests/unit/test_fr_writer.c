@@ -14,6 +14,9 @@
 #include "nccl_api.h"
 #include "target.h"
 
+/* calls.h's CALLS_MAX_DEPTH, restated: the limit is part of what the dump reports */
+#define CALLS_DEPTH_FOR_TEST 16
+
 static int pid, tid;
 static uint64_t ts = 1000000;
 
@@ -138,6 +141,13 @@ int main(void)
 	ret(fr, "ncclCommSplit", 0, child);
 	call(fr, "ncclAllGather", (uint64_t[6]){ 0x7000, 0x8000, 4, 7, child, s }, 0, NULL, 0);
 	ret(fr, "ncclAllGather", 0, 0);
+	/* a thread nested deeper than the core keeps (the recorder used to drop such calls
+	 * silently), and a return whose entry was never seen */
+	tid = pid + 200000;
+	for (int i = 0; i < CALLS_DEPTH_FOR_TEST + 1; i++)
+		call(fr, "cudaStreamSynchronize", (uint64_t[6]){ 0x9900 }, 0, NULL, 0);
+	for (int i = 0; i < CALLS_DEPTH_FOR_TEST + 2; i++)
+		ret(fr, "cudaStreamSynchronize", 0, 0);
 	/* another thread is inside an all_reduce */
 	tid = pid + 100000;
 	call(fr, "ncclAllReduce", (uint64_t[6]){ 0x1000, 0x2000, 1024, 7, 2, comm }, s, NULL, 0);
@@ -149,7 +159,8 @@ int main(void)
 	CHECK(text != NULL, "read %s", path);
 	if (!text)
 		return check_done();
-	CHECK(strstr(text, "\"records\":{\"consumed\":") && strstr(text, "\"bad_records\":1,"),
+	CHECK(strstr(text, "\"records\":{\"consumed\":") && strstr(text, "\"bad_records\":1,") &&
+	      strstr(text, "\"depth_overflows\":1,") && strstr(text, "\"orphan_returns\":1,"),
 	      "the core's counters are in the dump");
 	fr_dump__init(&d);
 	CHECK(fr_dump__parse(&d, text, len) == 0, "fr_parse reads the writer's dump: %s", d.err);
