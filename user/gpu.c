@@ -166,13 +166,7 @@ static int find_agent(const char *given, char *out, size_t len)
 
 static void ctl_init(struct agent_control *ctl, uint32_t ring_records, const struct gpu_opts *o)
 {
-	memset(ctl, 0, AGENT_CTL_SIZE);
-	ctl->magic = AGENT_SHM_MAGIC;
-	ctl->version = AGENT_SHM_VERSION;
-	ctl->record_size = sizeof(struct agent_record);
-	ctl->ctl_size = AGENT_CTL_SIZE;
-	ctl->ring_records = ring_records;
-	ctl->creator_pid = getpid();
+	agent_ctl_init(ctl, ring_records, getpid());
 	ctl->flush_period_ms = o->flush_ms;
 	if (o->cupti_path)
 		snprintf(ctl->cupti_path, sizeof(ctl->cupti_path), "%s", o->cupti_path);
@@ -431,9 +425,7 @@ static int join_resident(struct gpu_session *s, const struct gpu_opts *o, char *
 		set_err(err, errlen, "mapping %s: %s", path, strerror(-r));
 		return r;
 	}
-	if (s->ctl->magic != AGENT_SHM_MAGIC || s->ctl->version != AGENT_SHM_VERSION ||
-	    s->ctl->record_size != sizeof(struct agent_record) ||
-	    agent_shm_size(s->ctl->ring_records) > s->map_size) {
+	if (!agent_ctl_valid(s->ctl, s->map_size)) {
 		set_err(err, errlen, "%s: not a version %d tptrace agent control block", path,
 			AGENT_SHM_VERSION);
 		return -EPROTO;
