@@ -118,6 +118,7 @@ struct flightrec {
 	char host[256];
 	int64_t realtime_offset;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
 	uint64_t events_dropped;
+	int events_dropped_err;		/* < 0: the count is unknown (counter unreadable) */
 	uint64_t nr_entries;
 	int pending_exits;
 };
@@ -252,9 +253,10 @@ uint64_t flightrec__nr_entries(const struct flightrec *fr)
 	return fr->nr_entries;
 }
 
-void flightrec__set_drops(struct flightrec *fr, uint64_t dropped)
+void flightrec__set_drops(struct flightrec *fr, int err, uint64_t dropped)
 {
 	fr->events_dropped = dropped;
+	fr->events_dropped_err = err;
 }
 
 static struct fr_proc *find_proc(struct flightrec *fr, int pid)
@@ -1051,7 +1053,10 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	cJSON_AddNumberToObject(root, "entries_overwritten",
 				(double)(p->next_record_id - 1 > fr->opts.ring_size ?
 					 p->next_record_id - 1 - fr->opts.ring_size : 0));
-	cJSON_AddNumberToObject(root, "events_dropped", (double)fr->events_dropped);
+	cJSON_AddItemToObject(root, "events_dropped",
+			      num_or_null(fr->events_dropped, !fr->events_dropped_err));
+	if (fr->events_dropped_err)
+		cJSON_AddStringToObject(root, "events_dropped_unknown", strerror(-fr->events_dropped_err));
 
 	arr = cJSON_AddArrayToObject(root, "comms");
 	for (int i = 0; i < p->nr_comms; i++)

@@ -49,7 +49,8 @@ void flightrec__comm_learned(struct flightrec *fr, int pid, uint64_t handle, int
 
 /* A process that vanished without an exit record: dumped as exited by take_exits. */
 void flightrec__mark_gone(struct flightrec *fr, int pid);
-void flightrec__set_drops(struct flightrec *fr, uint64_t events_dropped);
+/* Events the BPF side dropped; err < 0 when the counter could not be read (written unknown). */
+void flightrec__set_drops(struct flightrec *fr, int err, uint64_t events_dropped);
 int flightrec__nr_processes(const struct flightrec *fr);
 uint64_t flightrec__nr_entries(const struct flightrec *fr);
 

@@ -21,6 +21,7 @@
 #include "memsnap.h"
 #include "memtrace.h"
 #include "procmaps.h"
+#include "session.h"
 #include "target.h"
 #include "trace_json.h"
 
@@ -861,21 +862,14 @@ err:
 	return NULL;
 }
 
-static uint64_t sum_counter(struct memtrace *mt, uint32_t idx)
+/* A BPF-side counter into *out; a failed read makes every counter unknown. */
+static void read_counter(struct memtrace *mt, uint32_t idx, uint64_t *out)
 {
-	int ncpu = libbpf_num_possible_cpus();
-	uint64_t *vals, sum = 0;
+	int err = mt->skel ? session__percpu_sum(bpf_map__fd(mt->skel->maps.mem_counters), idx, out)
+			   : -ENOENT;
 
-	if (ncpu <= 0 || !mt->skel)
-		return 0;
-	vals = calloc(ncpu, sizeof(*vals));
-	if (!vals)
-		return 0;
-	if (!bpf_map_lookup_elem(bpf_map__fd(mt->skel->maps.mem_counters), &idx, vals))
-		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
-	free(vals);
-	return sum;
+	if (err && !mt->st.counters_err)
+		mt->st.counters_err = err;
 }
 
 int memtrace__poll(struct memtrace *mt)
@@ -899,10 +893,11 @@ void memtrace__finish(struct memtrace *mt, uint64_t end_ns)
 
 const struct memtrace_stats *memtrace__stats(struct memtrace *mt)
 {
-	mt->st.dropped = sum_counter(mt, MEM_CNT_DROPPED);
-	mt->st.nested_driver_calls = sum_counter(mt, MEM_CNT_NESTED);
-	mt->st.orphan_returns = sum_counter(mt, MEM_CNT_ORPHAN);
-	mt->st.stack_failures = sum_counter(mt, MEM_CNT_STACK_FAIL);
+	mt->st.counters_err = 0;
+	read_counter(mt, MEM_CNT_DROPPED, &mt->st.dropped);
+	read_counter(mt, MEM_CNT_NESTED, &mt->st.nested_driver_calls);
+	read_counter(mt, MEM_CNT_ORPHAN, &mt->st.orphan_returns);
+	read_counter(mt, MEM_CNT_STACK_FAIL, &mt->st.stack_failures);
 	return &mt->st;
 }
 
@@ -927,10 +922,19 @@ char *memtrace__meta_json(struct memtrace *mt)
 	cJSON_AddNumberToObject(o, "calls", (double)st->calls);
 	cJSON_AddNumberToObject(o, "failed_calls", (double)st->failed_calls);
 	cJSON_AddNumberToObject(o, "ooms", (double)st->ooms);
-	cJSON_AddNumberToObject(o, "events_dropped", (double)st->dropped);
-	cJSON_AddNumberToObject(o, "nested_driver_calls", (double)st->nested_driver_calls);
-	cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
-	cJSON_AddNumberToObject(o, "stack_failures", (double)st->stack_failures);
+	if (st->counters_err) {
+		/* unknown, not 0: the BPF counters could not be read */
+		cJSON_AddNullToObject(o, "events_dropped");
+		cJSON_AddNullToObject(o, "nested_driver_calls");
+		cJSON_AddNullToObject(o, "orphan_returns");
+		cJSON_AddNullToObject(o, "stack_failures");
+		cJSON_AddStringToObject(o, "counters_unknown", strerror(-st->counters_err));
+	} else {
+		cJSON_AddNumberToObject(o, "events_dropped", (double)st->dropped);
+		cJSON_AddNumberToObject(o, "nested_driver_calls", (double)st->nested_driver_calls);
+		cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
+		cJSON_AddNumberToObject(o, "stack_failures", (double)st->stack_failures);
+	}
 	cJSON_AddNumberToObject(o, "allocs", (double)ss->allocs);
 	cJSON_AddNumberToObject(o, "frees", (double)ss->frees);
 	cJSON_AddNumberToObject(o, "frees_unknown", (double)ss->frees_unknown);

@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "cuda.h"
 #include "cuda_api.h"
@@ -325,7 +326,6 @@ static void plan_add(struct target *t, struct probe_plan *plan, struct target_ob
 }
 
 #define TP_BPF_LINK_CREATE		28
-#define TP_BPF_TRACE_UPROBE_MULTI	48
 #define TP_BPF_F_UPROBE_MULTI_RETURN	1
 
 /* union bpf_attr's link_create for uprobe_multi (linux >= 6.6), spelled out because the
@@ -344,6 +344,42 @@ struct tp_link_create_uprobe_multi {
 	uint32_t pid;
 	uint32_t pad[9];
 };
+
+/* Probes the kernel once for uprobe_multi links (linux >= 6.6): loads an empty program of
+ * that attach type and links it to "/" (not a regular file). A kernel with uprobe_multi
+ * rejects the path (EBADF); one without rejects the attach type (EINVAL). The system's
+ * libbpf may predate the attach type, hence the raw link_create. TPTRACE_NO_UPROBE_MULTI
+ * forces the one-link-per-probe path (tests, benchmarks). */
+bool target__uprobe_multi_supported(void)
+{
+	const struct bpf_insn prog[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	LIBBPF_OPTS(bpf_prog_load_opts, load,
+		    .expected_attach_type = (enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
+	struct tp_link_create_uprobe_multi link;
+	uint64_t offset = 0;
+	int prog_fd, link_fd, err;
+
+	if (getenv("TPTRACE_NO_UPROBE_MULTI"))
+		return false;
+	prog_fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", prog, 2, &load);
+	if (prog_fd < 0)
+		return false;
+	memset(&link, 0, sizeof(link));
+	link.prog_fd = prog_fd;
+	link.attach_type = TP_BPF_TRACE_UPROBE_MULTI;
+	link.path = (uint64_t)(uintptr_t)"/";
+	link.offsets = (uint64_t)(uintptr_t)&offset;
+	link.cnt = 1;
+	link_fd = syscall(__NR_bpf, TP_BPF_LINK_CREATE, &link, sizeof(link));
+	err = link_fd < 0 ? errno : 0;
+	if (link_fd >= 0)
+		close(link_fd);
+	close(prog_fd);
+	return err == EBADF;
+}
 
 static int attach_batch(struct target *t, struct target_obj *obj, struct bpf_program *prog,
 			const struct probe_batch *b, bool retprobe)

@@ -21,6 +21,13 @@ enum probe_class {
 	PROBE_NCCL = 4,		/* every NCCL API of nccl_api.c, entry and return */
 };
 
+/* BPF_TRACE_UPROBE_MULTI, spelled out: the system's linux/bpf.h may predate it. A program
+ * loaded with this expected attach type serves uprobe_multi links. */
+#define TP_BPF_TRACE_UPROBE_MULTI	48
+
+/* Whether this kernel has uprobe_multi links (probed, not guessed from a load failure). */
+bool target__uprobe_multi_supported(void);
+
 struct target_probes {
 	struct bpf_program *entry;	/* generic entry program (cookie-driven) */
 	struct bpf_program *ret;	/* generic return program */
