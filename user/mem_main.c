@@ -235,7 +235,7 @@ int mem_main(int argc, char **argv)
 		}
 		trace_json__process_name(tj, t->pid, t->comm[0] ? t->comm : "process");
 	}
-	mo.uprobe_multi = target__uprobe_multi_supported();
+	mo.uprobe_multi = uprobe_multi__supported();
 	mo.no_stacks = env.no_stacks;
 	mo.ring_mb = env.ring_mb;
 	mo.history = env.history;

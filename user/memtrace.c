@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include "mem.skel.h"
 #include "mem.h"
+#include "attach.h"
 #include "demangle.h"
 #include "elfsym.h"
 #include "hashmap.h"
@@ -112,8 +113,8 @@ struct memtrace {
 	struct mem_bpf *skel;
 	struct ring_buffer *rb;
 	struct memsnap *snap;
-	struct bpf_link **links;
-	int nr_links, cap_links;
+	struct probe_progs progs;	/* mem_entry/mem_return, their multi flavours */
+	struct probe_links links;	/* every memory probe, detached by memtrace__free */
 	uint8_t *obj_flags;		/* per t->objs index */
 	int nr_objs_seen;
 	struct u64map tid_device;	/* tid -> device + 1 (cudaSetDevice) */
@@ -133,73 +134,6 @@ struct memtrace {
 #define SYNTH_STACK_BASE (1 << 30)
 
 /* ---- finding probes ------------------------------------------------------------------------ */
-
-/* True when path has a .note.stapsdt note of this provider (NT_STAPSDT = 3; the descriptor
- * holds pc, base, semaphore addresses, then "provider\0name\0args\0"). */
-static bool has_usdt_provider(const char *path, const char *provider)
-{
-	bool found = false;
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-	Elf *elf;
-	int fd;
-
-	elf_version(EV_CURRENT);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	if (!elf || elf_getshdrstrndx(elf, &shstrndx)) {
-		if (elf)
-			elf_end(elf);
-		close(fd);
-		return false;
-	}
-	while (!found && (scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr sh;
-		const char *name;
-		Elf_Data *data;
-		size_t off = 0, name_off, desc_off;
-		GElf_Nhdr nh;
-
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE)
-			continue;
-		name = elf_strptr(elf, shstrndx, sh.sh_name);
-		if (!name || strcmp(name, ".note.stapsdt"))
-			continue;
-		data = elf_getdata(scn, NULL);
-		if (!data)
-			continue;
-		while (!found && (off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
-			const char *desc = (const char *)data->d_buf + desc_off;
-			size_t skip = 3 * (gelf_getclass(elf) == ELFCLASS32 ? 4 : 8);
-
-			if (nh.n_type != 3 || nh.n_descsz <= skip)
-				continue;
-			if (strnlen(desc + skip, nh.n_descsz - skip) < nh.n_descsz - skip &&
-			    !strcmp(desc + skip, provider))
-				found = true;
-		}
-	}
-	elf_end(elf);
-	close(fd);
-	return found;
-}
-
-static int add_link(struct memtrace *mt, struct bpf_link *link)
-{
-	if (mt->nr_links == mt->cap_links) {
-		int cap = mt->cap_links ? mt->cap_links * 2 : 32;
-		struct bpf_link **n = realloc(mt->links, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		mt->links = n;
-		mt->cap_links = cap;
-	}
-	mt->links[mt->nr_links++] = link;
-	return 0;
-}
 
 static void add_path(struct memtrace *mt, const char *path, const char *what)
 {
@@ -231,95 +165,42 @@ static uint64_t api_cookie(int id)
 	return c;
 }
 
-static int attach_uprobe(struct memtrace *mt, struct target_obj *obj, struct bpf_program *prog,
-			 const char *symbol, uint64_t off, uint64_t cookie, bool ret)
-{
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret, .bpf_cookie = cookie);
-	struct bpf_link *link;
-	int err;
-
-	link = bpf_program__attach_uprobe_opts(prog, mt->t->pid, obj->open_path, off, &opts);
-	if (!link) {
-		err = -errno;
-		mt->st.attach_errors++;
-		log_verbose("tptrace: failed to attach %s%s in %s (pid %d): %s\n",
-			    ret ? "return of " : "", symbol, obj->path, mt->t->pid, strerror(-err));
-		return err == -EPERM || err == -EACCES ? err : 0;
-	}
-	err = add_link(mt, link);
-	if (err) {
-		bpf_link__destroy(link);
-		return err;
-	}
-	return 1;
-}
-
 /* Entry and return probes on every function of the table present in obj (runtime or driver
- * half). Aliases (two names, one address) are probed once. */
+ * half), as one plan: one uprobe_multi link each way where the kernel has them. Aliases (two
+ * names, one address) are probed once. Functions probed, or a negative errno. */
 static int attach_apis(struct memtrace *mt, struct target_obj *obj, bool driver)
 {
-	uint64_t done[NR_MEM_APIS];
-	int nr_done = 0, n = 0;
+	struct probe_plan *plan = probe_plan__new(obj);
+	struct probe_counts counts = {};
+	int r;
 
-	for (int id = 0; id < NR_MEM_APIS; id++) {
-		const struct elfsym_sym *sym;
-		uint64_t off;
-		bool dup = false;
-		int r;
-
-		if (mem_apis[id].driver != driver)
-			continue;
-		sym = elfsym__find_func(obj->es, mem_apis[id].symbol);
-		if (!sym || elfsym__vaddr_to_off(obj->es, sym->vaddr, &off))
-			continue;
-		for (int i = 0; i < nr_done; i++)
-			dup |= done[i] == off;
-		if (dup)
-			continue;
-		done[nr_done++] = off;
-		r = attach_uprobe(mt, obj, mt->skel->progs.mem_entry, mem_apis[id].symbol, off,
-				  api_cookie(id), false);
-		if (r < 0)
-			return r;
-		if (!r)
-			continue;
-		r = attach_uprobe(mt, obj, mt->skel->progs.mem_return, mem_apis[id].symbol, off,
-				  api_cookie(id), true);
-		if (r < 0)
-			return r;
-		n += r;
-	}
-	return n;
+	if (!plan)
+		return -ENOMEM;
+	for (int id = 0; id < NR_MEM_APIS; id++)
+		if (mem_apis[id].driver == driver)
+			probe_plan__add(plan, mem_apis[id].symbol, api_cookie(id), true);
+	r = probe_plan__attach(plan, mt->t->pid, &mt->progs, &mt->links, &counts);
+	probe_plan__free(plan);
+	mt->st.attach_errors += counts.errors;
+	/* a return probe attaches only where its entry did: returns count whole functions */
+	return r < 0 ? r : counts.returns;
 }
 
+/* PyTorch's caching-allocator USDT probes in obj. Probes attached or a negative errno. */
 static int attach_usdt(struct memtrace *mt, struct target_obj *obj)
 {
-	static const char *const names[] = { "malloc", "free" };
-	struct bpf_program *progs[] = { mt->skel->progs.mem_usdt_malloc, mt->skel->progs.mem_usdt_free };
-	int n = 0;
+	struct probe_plan *plan = probe_plan__new(obj);
+	struct probe_counts counts = {};
+	int r;
 
-	for (int i = 0; i < 2; i++) {
-		struct bpf_link *link = bpf_program__attach_usdt(progs[i], mt->t->pid, obj->open_path,
-								  "pytorch", names[i], NULL);
-		int err;
-
-		if (!link) {
-			err = -errno;
-			mt->st.attach_errors++;
-			if (err == -EPERM || err == -EACCES)
-				return err;
-			log_verbose("tptrace: failed to attach USDT pytorch:%s in %s (pid %d): %s\n",
-				    names[i], obj->path, mt->t->pid, strerror(-err));
-			continue;
-		}
-		err = add_link(mt, link);
-		if (err) {
-			bpf_link__destroy(link);
-			return err;
-		}
-		n++;
-	}
-	return n;
+	if (!plan)
+		return -ENOMEM;
+	probe_plan__add_usdt(plan, mt->skel->progs.mem_usdt_malloc, "pytorch", "malloc");
+	probe_plan__add_usdt(plan, mt->skel->progs.mem_usdt_free, "pytorch", "free");
+	r = probe_plan__attach(plan, mt->t->pid, &mt->progs, &mt->links, &counts);
+	probe_plan__free(plan);
+	mt->st.attach_errors += counts.errors;
+	return r;
 }
 
 /* Probes the objects the target found since the last call. */
@@ -341,7 +222,7 @@ static int attach_new_objects(struct memtrace *mt)
 		flags[i] = OBJ_SEEN;
 		if (!obj->es)
 			continue;
-		if (has_usdt_provider(obj->open_path, "pytorch")) {
+		if (elfsym__has_usdt_provider(obj->es, "pytorch")) {
 			r = attach_usdt(mt, obj);
 			if (r < 0)
 				return r;
@@ -829,6 +710,15 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		log_error("tptrace: failed to open the memory BPF object: %s\n", strerror(errno));
 		goto err;
 	}
+	if (opts->uprobe_multi) {
+		bpf_program__set_expected_attach_type(mt->skel->progs.mem_entry_multi,
+			(enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
+		bpf_program__set_expected_attach_type(mt->skel->progs.mem_return_multi,
+			(enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
+	} else {
+		bpf_program__set_autoload(mt->skel->progs.mem_entry_multi, false);
+		bpf_program__set_autoload(mt->skel->progs.mem_return_multi, false);
+	}
 	mt->skel->rodata->capture_stacks = !opts->no_stacks;
 	bpf_map__set_max_entries(mt->skel->maps.mem_events,
 				 (uint32_t)(opts->ring_mb ? opts->ring_mb : 4) << 20);
@@ -842,6 +732,12 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		else
 			log_error("tptrace: loading memory BPF programs: %s\n", strerror(-err));
 		goto err;
+	}
+	mt->progs.entry = mt->skel->progs.mem_entry;
+	mt->progs.ret = mt->skel->progs.mem_return;
+	if (opts->uprobe_multi) {
+		mt->progs.entry_multi = mt->skel->progs.mem_entry_multi;
+		mt->progs.ret_multi = mt->skel->progs.mem_return_multi;
 	}
 	mt->rb = ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events), ring_cb, mt, NULL);
 	if (!mt->rb) {
@@ -969,8 +865,7 @@ void memtrace__free(struct memtrace *mt)
 	if (!mt)
 		return;
 	ring_buffer__free(mt->rb);
-	links__destroy_parallel(mt->links, mt->nr_links);
-	free(mt->links);
+	probe_links__destroy(&mt->links);
 	mem_bpf__destroy(mt->skel);
 	memsnap__free(mt->snap);
 	u64map__free_values(&mt->syms);

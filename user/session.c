@@ -80,7 +80,7 @@ struct session_bpf *session__load_bpf(int ring_mb)
 		log_error("tptrace: out of memory\n");
 		return NULL;
 	}
-	b->uprobe_multi = target__uprobe_multi_supported();
+	b->uprobe_multi = uprobe_multi__supported();
 	b->exit_tp = exit_tp_supported();
 	if (!b->uprobe_multi)
 		log_verbose("tptrace: uprobe_multi unavailable; one link per probe\n");

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +10,8 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "attach.h"
 #include "cuda.h"
 #include "cuda_api.h"
 #include "demangle.h"
@@ -156,48 +155,6 @@ static struct target_priv *priv(struct target *t)
 	return (struct target_priv *)(t + 1);
 }
 
-struct destroy_slice {
-	struct bpf_link **links;
-	int n;
-};
-
-static void *destroy_links(void *arg)
-{
-	struct destroy_slice *s = arg;
-
-	for (int i = 0; i < s->n; i++)
-		bpf_link__destroy(s->links[i]);
-	return NULL;
-}
-
-/* Removing a uprobe waits for an RCU grace period (~tens of ms here); hundreds of probes one
- * after another take many seconds. Concurrent removals share grace periods. */
-void links__destroy_parallel(struct bpf_link **links, int n)
-{
-	enum { MAX_THREADS = 64 };
-	struct destroy_slice slices[MAX_THREADS];
-	pthread_t threads[MAX_THREADS];
-	int nthreads = n < MAX_THREADS ? n : MAX_THREADS, started = 0;
-
-	if (n <= 2) {
-		for (int i = 0; i < n; i++)
-			bpf_link__destroy(links[i]);
-		return;
-	}
-	for (int i = 0; i < nthreads; i++) {
-		int from = (int)((long)n * i / nthreads), to = (int)((long)n * (i + 1) / nthreads);
-
-		slices[i].links = links + from;
-		slices[i].n = to - from;
-		if (pthread_create(&threads[started], NULL, destroy_links, &slices[i]))
-			destroy_links(&slices[i]);	/* no thread: do it here */
-		else
-			started++;
-	}
-	for (int i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-}
-
 void target__free(struct target *t)
 {
 	struct target_priv *p;
@@ -205,11 +162,7 @@ void target__free(struct target *t)
 	if (!t)
 		return;
 	p = priv(t);
-	for (int i = 0; i < t->nr_link_fds; i++)
-		close(t->link_fds[i]);
-	free(t->link_fds);
-	links__destroy_parallel(t->links, t->nr_links);
-	free(t->links);
+	probe_links__destroy(&t->links);
 	for (int i = 0; i < t->nr_objs; i++) {
 		free(t->objs[i].path);
 		free(t->objs[i].open_path);
@@ -270,176 +223,6 @@ static bool is_ld_so(const char *path)
 
 	base = base ? base + 1 : path;
 	return !strncmp(base, "ld-linux", 8) || !strncmp(base, "ld64.so", 7) || !strncmp(base, "ld-musl", 7);
-}
-
-static int add_link(struct target *t, struct bpf_link *link)
-{
-	if (t->nr_links == t->cap_links) {
-		int cap = t->cap_links ? t->cap_links * 2 : 64;
-		struct bpf_link **n = realloc(t->links, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		t->links = n;
-		t->cap_links = cap;
-	}
-	t->links[t->nr_links++] = link;
-	return 0;
-}
-
-/* A batch of probes of one object for one uprobe_multi link. */
-struct probe_batch {
-	uint64_t offsets[256];
-	uint64_t cookies[256];
-	int n;
-};
-
-/* The probes one object needs, resolved once: attached as two uprobe_multi links (entries,
- * returns) where the kernel has them, one link per probe otherwise. */
-struct probe_plan {
-	int n;
-	struct {
-		const char *symbol;
-		uint64_t offset;
-		uint64_t cookie;
-		bool ret;	/* a return probe too */
-	} items[256];
-};
-
-static void plan_add(struct target *t, struct probe_plan *plan, struct target_obj *obj,
-		     const char *symbol, uint64_t cookie, bool ret)
-{
-	const struct elfsym_sym *sym = elfsym__find_func(obj->es, symbol);
-	uint64_t off;
-
-	if (!sym || plan->n == 256)
-		return;
-	if (elfsym__vaddr_to_off(obj->es, sym->vaddr, &off)) {
-		t->attach_errors++;
-		return;
-	}
-	plan->items[plan->n].symbol = symbol;
-	plan->items[plan->n].offset = off;
-	plan->items[plan->n].cookie = cookie;
-	plan->items[plan->n].ret = ret;
-	plan->n++;
-}
-
-#define TP_BPF_LINK_CREATE		28
-#define TP_BPF_F_UPROBE_MULTI_RETURN	1
-
-/* union bpf_attr's link_create for uprobe_multi (linux >= 6.6), spelled out because the
- * system's linux/bpf.h may predate it. */
-struct tp_link_create_uprobe_multi {
-	uint32_t prog_fd;
-	uint32_t target_fd;
-	uint32_t attach_type;
-	uint32_t flags;
-	uint64_t path;
-	uint64_t offsets;
-	uint64_t ref_ctr_offsets;
-	uint64_t cookies;
-	uint32_t cnt;
-	uint32_t multi_flags;
-	uint32_t pid;
-	uint32_t pad[9];
-};
-
-/* Probes the kernel once for uprobe_multi links (linux >= 6.6): loads an empty program of
- * that attach type and links it to "/" (not a regular file). A kernel with uprobe_multi
- * rejects the path (EBADF); one without rejects the attach type (EINVAL). The system's
- * libbpf may predate the attach type, hence the raw link_create. TPTRACE_NO_UPROBE_MULTI
- * forces the one-link-per-probe path (tests, benchmarks). */
-bool target__uprobe_multi_supported(void)
-{
-	const struct bpf_insn prog[] = {
-		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
-		{ .code = BPF_JMP | BPF_EXIT },
-	};
-	LIBBPF_OPTS(bpf_prog_load_opts, load,
-		    .expected_attach_type = (enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
-	struct tp_link_create_uprobe_multi link;
-	uint64_t offset = 0;
-	int prog_fd, link_fd, err;
-
-	if (getenv("TPTRACE_NO_UPROBE_MULTI"))
-		return false;
-	prog_fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", prog, 2, &load);
-	if (prog_fd < 0)
-		return false;
-	memset(&link, 0, sizeof(link));
-	link.prog_fd = prog_fd;
-	link.attach_type = TP_BPF_TRACE_UPROBE_MULTI;
-	link.path = (uint64_t)(uintptr_t)"/";
-	link.offsets = (uint64_t)(uintptr_t)&offset;
-	link.cnt = 1;
-	link_fd = syscall(__NR_bpf, TP_BPF_LINK_CREATE, &link, sizeof(link));
-	err = link_fd < 0 ? errno : 0;
-	if (link_fd >= 0)
-		close(link_fd);
-	close(prog_fd);
-	return err == EBADF;
-}
-
-static int attach_batch(struct target *t, struct target_obj *obj, struct bpf_program *prog,
-			const struct probe_batch *b, bool retprobe)
-{
-	struct tp_link_create_uprobe_multi attr;
-	int fd, *n;
-
-	if (!b->n)
-		return 0;
-	memset(&attr, 0, sizeof(attr));
-	attr.prog_fd = bpf_program__fd(prog);
-	attr.attach_type = TP_BPF_TRACE_UPROBE_MULTI;
-	attr.path = (uint64_t)(uintptr_t)obj->open_path;
-	attr.offsets = (uint64_t)(uintptr_t)b->offsets;
-	attr.cookies = (uint64_t)(uintptr_t)b->cookies;
-	attr.cnt = b->n;
-	attr.multi_flags = retprobe ? TP_BPF_F_UPROBE_MULTI_RETURN : 0;
-	attr.pid = t->pid;
-	fd = syscall(__NR_bpf, TP_BPF_LINK_CREATE, &attr, sizeof(attr));
-	if (fd < 0)
-		return -errno;
-	n = realloc(t->link_fds, (t->nr_link_fds + 1) * sizeof(*n));
-	if (!n) {
-		close(fd);
-		return -ENOMEM;
-	}
-	t->link_fds = n;
-	t->link_fds[t->nr_link_fds++] = fd;
-	obj->nr_probes += b->n;
-	t->nr_probes += b->n;
-	return b->n;
-}
-
-static int attach_single(struct target *t, struct target_obj *obj, struct bpf_program *prog,
-			 const char *symbol, uint64_t off, uint64_t cookie, bool retprobe)
-{
-	struct bpf_link *link;
-	int err;
-
-	if (!prog)	/* no program: resolve only (offline replay, benchmarks) */
-		return 0;
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = retprobe, .bpf_cookie = cookie);
-	link = bpf_program__attach_uprobe_opts(prog, t->pid, obj->open_path, off, &opts);
-	if (!link) {
-		err = -errno;
-		t->attach_errors++;
-		if (err == -EPERM || err == -EACCES)
-			return err;
-		log_verbose("tptrace: failed to attach %s%s in %s (pid %d): %s\n",
-			    retprobe ? "return of " : "", symbol, obj->path, t->pid, strerror(-err));
-		return 0;
-	}
-	err = add_link(t, link);
-	if (err) {
-		bpf_link__destroy(link);
-		return err;
-	}
-	obj->nr_probes++;
-	t->nr_probes++;
-	return 1;
 }
 
 /* CUDA 13's __cudaLaunchKernel is `push rbp; mov rbp,rsp; pop rbp; jmp cudaLaunchKernel`:
@@ -503,82 +286,44 @@ static unsigned classes_of(const struct target_probes *p)
 	return p->classes ? p->classes : PROBE_CUDA_ALL;
 }
 
-static void batch_of(const struct probe_plan *plan, bool returns, struct probe_batch *b)
+/* Attaches a plan with the programs of p, counting into t. Probes added or a negative errno. */
+static int attach_plan(struct target *t, struct target_obj *obj, const struct probe_plan *plan,
+		       const struct probe_progs *progs)
 {
-	b->n = 0;
-	for (int i = 0; i < plan->n; i++) {
-		if (returns && !plan->items[i].ret)
-			continue;
-		b->offsets[b->n] = plan->items[i].offset;
-		b->cookies[b->n] = plan->items[i].cookie;
-		b->n++;
+	struct probe_counts counts = {};
+	int r = probe_plan__attach(plan, t->pid, progs, &t->links, &counts);
+
+	t->attach_errors += counts.errors;
+	if (r > 0) {
+		t->nr_probes += r;
+		obj->nr_probes += r;
 	}
+	return r;
 }
 
-/* Attaches a plan: uprobe_multi links when the programs exist, else (or when the kernel
- * refuses them) one link per probe; a return probe only where its entry probe attached.
- * Probes added, or a negative errno for a failure that makes tracing impossible (EPERM). */
-static int attach_plan(struct target *t, struct target_obj *obj, const struct probe_plan *plan,
-		       struct bpf_program *entry_multi, struct bpf_program *ret_multi,
-		       struct bpf_program *entry, struct bpf_program *ret)
+/* Adds a probe to a plan; an API absent from the object is no error, an unmappable one is. */
+static void plan_add(struct target *t, struct probe_plan *plan, const char *symbol,
+		     uint64_t cookie, bool ret)
 {
-	struct probe_batch *b = NULL;
-	bool entries_done = false;
-	int n = 0, r;
+	int err = probe_plan__add(plan, symbol, cookie, ret);
 
-	if (entry_multi && plan->n) {
-		b = malloc(sizeof(*b));
-		if (!b)
-			return -ENOMEM;
-		batch_of(plan, false, b);
-		r = attach_batch(t, obj, entry_multi, b, false);
-		if (r >= 0) {
-			entries_done = true;
-			n += r;
-			batch_of(plan, true, b);
-			r = ret_multi ? attach_batch(t, obj, ret_multi, b, true) : -ENOTSUP;
-			if (r >= 0 || !b->n) {
-				free(b);
-				return n + (r > 0 ? r : 0);
-			}
-		}
-		free(b);
-		if (r == -EPERM)
-			return r;
-		log_verbose("tptrace: uprobe_multi on %s: %s; attaching one by one\n", obj->path,
-			    strerror(-r));
-	}
-	for (int i = 0; i < plan->n; i++) {
-		const char *sym = plan->items[i].symbol;
-		uint64_t off = plan->items[i].offset, cookie = plan->items[i].cookie;
-
-		r = entries_done ? 1 : attach_single(t, obj, entry, sym, off, cookie, false);
-		if (r < 0)
-			return r;
-		n += entries_done ? 0 : r;
-		if (r > 0 && plan->items[i].ret) {
-			r = attach_single(t, obj, ret, sym, off, cookie, true);
-			if (r < 0)
-				return r;
-			n += r;
-		}
-	}
-	return n;
+	if (err == -ERANGE)
+		t->attach_errors++;
 }
 
 static int attach_nccl(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
-	struct probe_plan *plan = calloc(1, sizeof(*plan));
+	struct probe_plan *plan = probe_plan__new(obj);
 	int n;
 
 	if (!plan)
 		return -ENOMEM;
 	/* NCCL calls: the return code, and whether a thread is still inside */
 	for (int i = 0; i < nccl_api_count; i++)
-		plan_add(t, plan, obj, nccl_apis[i].symbol, nccl_api_cookie(i),
-			 nccl_api_has_return(i));
-	n = attach_plan(t, obj, plan, p->entry_multi, p->ret_multi, p->entry, p->ret);
-	free(plan);
+		plan_add(t, plan, nccl_apis[i].symbol, nccl_api_cookie(i), nccl_api_has_return(i));
+	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
+							p->ret_multi });
+	probe_plan__free(plan);
 	return n;
 }
 
@@ -591,7 +336,7 @@ static bool want_cuda_api(const struct target_probes *p, const struct cuda_api *
 
 static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
-	struct probe_plan *plan = calloc(1, sizeof(*plan));
+	struct probe_plan *plan = probe_plan__new(obj);
 	int n;
 
 	if (!plan)
@@ -606,11 +351,12 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 			t->nr_aliased++;
 			continue;
 		}
-		plan_add(t, plan, obj, api->symbol, cuda_api_cookie(id, t->want_caller2),
+		plan_add(t, plan, api->symbol, cuda_api_cookie(id, t->want_caller2),
 			 api->ret || p->all_returns);
 	}
-	n = attach_plan(t, obj, plan, p->entry_multi, p->ret_multi, p->entry, p->ret);
-	free(plan);
+	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
+							p->ret_multi });
+	probe_plan__free(plan);
 	return n;
 }
 
@@ -728,13 +474,14 @@ static int attach_obj(struct target *t, struct target_obj *obj, const struct tar
 	int added = 0, r;
 
 	if (obj->ld_so) {
-		struct probe_plan *plan = calloc(1, sizeof(*plan));
+		struct probe_plan *plan = probe_plan__new(obj);
 
 		if (!plan)
 			return -ENOMEM;
-		plan_add(t, plan, obj, "_dl_debug_state", 0, false);
-		r = attach_plan(t, obj, plan, p->dl_hook_multi, NULL, p->dl_hook, NULL);
-		free(plan);
+		plan_add(t, plan, "_dl_debug_state", 0, false);
+		r = attach_plan(t, obj, plan, &(struct probe_progs){ .entry = p->dl_hook,
+								.entry_multi = p->dl_hook_multi });
+		probe_plan__free(plan);
 		return r;
 	}
 	/* libnccl carries its own static cudart: tracing shows NCCL's CUDA calls inside the

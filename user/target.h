@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "attach.h"
 #include "hashmap.h"
 
 struct bpf_program;
@@ -20,13 +21,6 @@ enum probe_class {
 	PROBE_CUDA_SYNC = 2,	/* events and syncs only (flight recorder: GPU-side progress) */
 	PROBE_NCCL = 4,		/* every NCCL API of nccl_api.c, entry and return */
 };
-
-/* BPF_TRACE_UPROBE_MULTI, spelled out: the system's linux/bpf.h may predate it. A program
- * loaded with this expected attach type serves uprobe_multi links. */
-#define TP_BPF_TRACE_UPROBE_MULTI	48
-
-/* Whether this kernel has uprobe_multi links (probed, not guessed from a load failure). */
-bool target__uprobe_multi_supported(void);
 
 struct target_probes {
 	struct bpf_program *entry;	/* generic entry program (cookie-driven) */
@@ -60,10 +54,7 @@ struct target {
 	struct procmaps *maps;
 	struct target_obj *objs;
 	int nr_objs;
-	struct bpf_link **links;
-	int nr_links, cap_links;
-	int *link_fds;		/* uprobe_multi links */
-	int nr_link_fds;
+	struct probe_links links;	/* the probes of target__scan */
 	int nr_probes;		/* uprobes attached (entry + return) */
 	int nr_cudart;		/* objects with a CUDA runtime */
 	int nr_nccl;		/* objects with NCCL */
@@ -104,9 +95,6 @@ const char *target__handle_name(struct target *t, uint64_t handle, const char **
 void target__set_handle(struct target *t, uint64_t handle, const char *name, const char *source);
 /* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
 int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now_ns);
-
-/* Destroys uprobe links concurrently (each removal waits for an RCU grace period). */
-void links__destroy_parallel(struct bpf_link **links, int n);
 
 /* Reads RANK/WORLD_SIZE/LOCAL_RANK from an environ blob ("K=V\0K=V\0..."). */
 void target__parse_environ(struct target *t, const char *env, size_t len);
