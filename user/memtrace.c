@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
 #include <fcntl.h>
-#include <gelf.h>
 #include <inttypes.h>
-#include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +13,6 @@
 #include "mem.skel.h"
 #include "mem.h"
 #include "attach.h"
-#include "demangle.h"
 #include "elfsym.h"
 #include "hashmap.h"
 #include "log.h"
@@ -259,43 +256,28 @@ static int attach_new_objects(struct memtrace *mt)
 
 /* ---- symbolizing stacks -------------------------------------------------------------------- */
 
-static int obj_index(struct target *t, const struct vma *v)
-{
-	uint64_t dev = ((uint64_t)v->dev_major << 32) | v->dev_minor;
-
-	for (int i = 0; i < t->nr_objs; i++)
-		if (t->objs[i].dev == dev && t->objs[i].ino == v->inode)
-			return i;
-	return -1;
-}
-
 /* ret_addr: a return address (all frames but the first): look up addr - 1, which lies in the
- * call instruction, so a call that ends its function is not given to the next one. */
+ * call instruction, so a call that ends its function is not given to the next one. The
+ * lookup is target.c's; this formats a frame ("fn+0x1c", else "lib.so+0x1234") and marks
+ * frames in the libraries we probe as internal. */
 static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, bool ret_addr)
 {
+	uint64_t lookup = addr - (ret_addr ? 1 : 0), cached;
 	struct target *t = mt->t;
-	const struct vma *v = t->maps ? procmaps__find(t->maps, addr) : NULL;
-	const struct elfsym_sym *sym = NULL;
-	struct target_obj *obj = NULL;
+	const struct vma *v = NULL;
 	struct frame_sym *fs;
+	struct target_sym sym;
 	char name[1024];
-	uint64_t cached;
-	int idx = -1;
+	long idx = -1;
 
 	if (u64map__get(&mt->syms, addr, &cached))
 		return (const struct frame_sym *)(uintptr_t)cached;
-	if (v && v->path)
-		idx = obj_index(t, v);
-	if (idx >= 0)
-		obj = &t->objs[idx];
-	if (obj && obj->es && obj->bias_known)
-		sym = elfsym__func_at(obj->es, addr - obj->bias - (ret_addr ? 1 : 0));
-	if (sym) {
-		char *d = demangle(sym->name);
-
-		snprintf(name, sizeof(name), "%s+0x%" PRIx64, d ? d : sym->name,
-			 addr - obj->bias - sym->vaddr);
-		free(d);
+	if (!target__sym_at(t, lookup, &sym))
+		idx = sym.obj - t->objs;
+	v = t->maps ? procmaps__find(t->maps, addr) : NULL;
+	if (sym.name) {
+		snprintf(name, sizeof(name), "%s+0x%" PRIx64, sym.name,
+			 sym.offset + (ret_addr ? 1 : 0));
 	} else if (v && v->path) {
 		const char *base = strrchr(v->path, '/');
 
@@ -308,7 +290,7 @@ static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, boo
 	if (!fs)
 		return NULL;
 	strcpy(fs->name, name);
-	fs->file = obj ? obj->path : (v && v->path ? v->path : "");
+	fs->file = sym.obj ? sym.obj->path : (v && v->path ? v->path : "");
 	fs->internal = idx >= 0 && idx < mt->nr_objs_seen &&
 		       (mt->obj_flags[idx] & (OBJ_USDT | OBJ_RUNTIME | OBJ_DRIVER));
 	u64map__set(&mt->syms, addr ? addr : 1, (uint64_t)(uintptr_t)fs);

@@ -49,8 +49,9 @@ static uint64_t makedev_of(const struct vma *v)
 
 /* What a code address resolved to, cached per address. */
 struct sym_entry {
-	bool stub;		/* the function is an nvcc device stub: name is its kernel */
-	char name[];		/* demangled; "" when unknown */
+	uint64_t start;		/* runtime address of the function */
+	const char *kernel;	/* an nvcc device stub's kernel (in name[]), NULL otherwise */
+	char name[];		/* demangled function; "" when unknown */
 };
 
 static int read_file(const char *path, char *buf, size_t size, size_t *len)
@@ -631,14 +632,16 @@ static const struct target_obj *obj_at(struct target *t, uint64_t addr)
 	return find_obj(t, makedev_of(v), v->inode);
 }
 
+/* The one address -> symbol lookup (kernel names, memory stacks): the object mapping addr, its
+ * function there, demangled, cached per address for the target's life. */
 static const struct sym_entry *resolve(struct target *t, uint64_t addr)
 {
 	const struct target_obj *obj;
 	const struct elfsym_sym *sym;
+	char *name = NULL, *kernel = NULL;
 	struct sym_entry *e;
 	char mangled[1024];
-	char *name = NULL;
-	bool stub = false;
+	size_t len, klen;
 	uint64_t v;
 
 	if (!addr)
@@ -650,24 +653,46 @@ static const struct sym_entry *resolve(struct target *t, uint64_t addr)
 		return NULL;	/* not cached: the library may be scanned later */
 	sym = elfsym__func_at(obj->es, addr - obj->bias);
 	if (sym) {
+		name = demangle(sym->name);
 		if (strstr(sym->name, "__device_stub__") &&
-		    !cuda_stub_kernel_name(sym->name, NULL, mangled, sizeof(mangled))) {
-			name = demangle(mangled);
-			stub = true;
-		} else {
-			name = demangle(sym->name);
-		}
+		    !cuda_stub_kernel_name(sym->name, NULL, mangled, sizeof(mangled)))
+			kernel = demangle(mangled);
 	}
-	e = malloc(sizeof(*e) + (name ? strlen(name) : 0) + 1);
+	len = name ? strlen(name) : 0;
+	klen = kernel ? strlen(kernel) : 0;
+	e = malloc(sizeof(*e) + len + 1 + (kernel ? klen + 1 : 0));
 	if (!e) {
 		free(name);
+		free(kernel);
 		return NULL;
 	}
-	e->stub = stub;
-	strcpy(e->name, name ? name : "");
+	e->start = sym ? obj->bias + sym->vaddr : addr;
+	memcpy(e->name, name ? name : "", len + 1);
+	e->kernel = NULL;
+	if (kernel) {
+		memcpy(e->name + len + 1, kernel, klen + 1);
+		e->kernel = e->name + len + 1;
+	}
 	free(name);
+	free(kernel);
 	u64map__set(&t->addr_names, addr, (uint64_t)(uintptr_t)e);
 	return e;
+}
+
+int target__sym_at(struct target *t, uint64_t addr, struct target_sym *out)
+{
+	const struct sym_entry *e;
+
+	memset(out, 0, sizeof(*out));
+	out->obj = addr ? obj_at(t, addr) : NULL;
+	if (!out->obj)
+		return -ENOENT;
+	e = resolve(t, addr);
+	if (e && e->name[0]) {
+		out->name = e->name;
+		out->offset = addr - e->start;
+	}
+	return 0;
 }
 
 int target__nccl_func(struct target *t, const char *name, uint64_t *addr)
@@ -698,12 +723,16 @@ const char *target__symbolize(struct target *t, uint64_t addr)
 {
 	const struct sym_entry *e = resolve(t, addr);
 
-	return e && e->name[0] ? e->name : NULL;
+	if (!e)
+		return NULL;
+	if (e->kernel && e->kernel[0])
+		return e->kernel;
+	return e->name[0] ? e->name : NULL;
 }
 
 const char *target__stub_kernel(struct target *t, uint64_t addr)
 {
 	const struct sym_entry *e = resolve(t, addr);
 
-	return e && e->stub && e->name[0] ? e->name : NULL;
+	return e && e->kernel && e->kernel[0] ? e->kernel : NULL;
 }

@@ -84,6 +84,15 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 /* Kernel name for a code address in the target (a stub or a function pointer): demangled,
  * NULL if unknown. The string lives as long as the target. */
 const char *target__symbolize(struct target *t, uint64_t addr);
+/* The function holding a code address (stack frames). */
+struct target_sym {
+	const struct target_obj *obj;	/* the object mapping addr */
+	const char *name;		/* demangled function, NULL when no symbol covers addr */
+	uint64_t offset;		/* addr - the function's start (valid with name) */
+};
+/* 0, or -ENOENT when addr lies in no object the target scanned (sym->obj NULL). Strings live
+ * as long as the target. */
+int target__sym_at(struct target *t, uint64_t addr, struct target_sym *sym);
 /* Runtime address of a function of the target's NCCL library. 0 or -ENOENT. */
 int target__nccl_func(struct target *t, const char *name, uint64_t *addr);
 /* Whether a code address lies in a library holding NCCL (a call made by NCCL itself). */
