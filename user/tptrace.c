@@ -429,8 +429,12 @@ static int attach_targets(struct trace_session *s)
 static int attach_gpus(struct trace_session *s)
 {
 	struct gpu_opts go = { .cupti_path = env.cupti };
+	int err = decoder__enable_gpu(s->dec);
 
-	decoder__enable_gpu(s->dec);
+	if (err) {
+		log_error("tptrace: out of memory\n");
+		return err;
+	}
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
 		char msg[512] = "";
