@@ -192,11 +192,6 @@ void probe_plan__free(struct probe_plan *plan)
 	free(plan);
 }
 
-int probe_plan__size(const struct probe_plan *plan)
-{
-	return plan->n;
-}
-
 int probe_plan__add(struct probe_plan *plan, const char *symbol, uint64_t cookie, bool ret)
 {
 	const struct elfsym_sym *sym = plan->obj->es ? elfsym__find_func(plan->obj->es, symbol) : NULL;

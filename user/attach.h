@@ -55,7 +55,6 @@ int probe_plan__add(struct probe_plan *plan, const char *symbol, uint64_t cookie
 /* USDT probe provider:name attached to prog. 0 or -ENOSPC. */
 int probe_plan__add_usdt(struct probe_plan *plan, struct bpf_program *prog, const char *provider,
 			 const char *name);
-int probe_plan__size(const struct probe_plan *plan);	/* uprobe entries planned */
 
 struct probe_counts {
 	int entries, returns, usdt;	/* attached */

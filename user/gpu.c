@@ -89,7 +89,8 @@ static bool maps_have(int pid, const char *const *needles, size_t n)
 	return found;
 }
 
-bool gpu__maps_have_agent(int pid)
+/* Whether pid maps the agent (the "unloaded" check). */
+static bool maps_have_agent(int pid)
 {
 	/* memfd copies show as "/memfd:libtptrace_agent.so (deleted)", file copies as
 	 * /dev/shm/tptrace-agent-<pid>.so, the resident one under its own name */
@@ -299,7 +300,7 @@ static int unload(struct gpu_session *s)
 		set_err(s->err, sizeof(s->err), "%s", injector__error(inj));
 	injector__detach(inj);
 	s->handle = 0;
-	s->st.unloaded = !gpu__maps_have_agent(s->pid);
+	s->st.unloaded = !maps_have_agent(s->pid);
 	if (!r && !s->st.unloaded) {
 		set_err(s->err, sizeof(s->err), "agent still mapped in process %d after dlclose",
 			s->pid);
@@ -467,7 +468,7 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 		e = ESRCH;
 		goto fail;
 	}
-	if (gpu__maps_have_agent(pid)) {
+	if (maps_have_agent(pid)) {
 		r = join_resident(s, o, err, errlen);
 	} else {
 		if (!o->no_cuda_precheck && !maps_have_cuda(pid)) {

@@ -38,7 +38,8 @@ void gpu_trace__free(struct gpu_trace *gt)
 	free(gt);
 }
 
-void gpu_trace__metadata(struct gpu_trace *gt, int device, int stream)
+/* process_name/sort for the device and thread_name for the stream, once per trace. */
+static void track_metadata(struct gpu_trace *gt, int device, int stream)
 {
 	struct trace_json *tj = gt->tj;
 	char name[48];
@@ -170,7 +171,7 @@ int gpu_trace__record(struct gpu_trace *gt, const struct agent_record *r)
 		char *demangled = demangle(gpu__record_name(r));
 
 		learn_context(gt, r->context, r->device);
-		gpu_trace__metadata(gt, device, stream);
+		track_metadata(gt, device, stream);
 		trace_json__event(tj, "X", "kernel", demangled ? demangled : gpu__record_name(r),
 				  device, stream, r->start_ns, dur_of(r));
 		common_args(tj, r, device);
@@ -186,7 +187,7 @@ int gpu_trace__record(struct gpu_trace *gt, const struct agent_record *r)
 	}
 	case AGENT_REC_MEMCPY:
 		learn_context(gt, r->context, r->device);
-		gpu_trace__metadata(gt, device, stream);
+		track_metadata(gt, device, stream);
 		snprintf(name, sizeof(name), "Memcpy %s (%s -> %s)", gpu_trace__copy_kind(r->copy_kind),
 			 gpu_trace__mem_kind(r->src_kind), gpu_trace__mem_kind(r->dst_kind));
 		trace_json__event(tj, "X", "gpu_memcpy", name, device, stream, r->start_ns, dur_of(r));
@@ -196,7 +197,7 @@ int gpu_trace__record(struct gpu_trace *gt, const struct agent_record *r)
 		return 1;
 	case AGENT_REC_MEMSET:
 		learn_context(gt, r->context, r->device);
-		gpu_trace__metadata(gt, device, stream);
+		track_metadata(gt, device, stream);
 		snprintf(name, sizeof(name), "Memset (%s)", gpu_trace__mem_kind(r->dst_kind));
 		trace_json__event(tj, "X", "gpu_memset", name, device, stream, r->start_ns, dur_of(r));
 		common_args(tj, r, device);
@@ -208,7 +209,7 @@ int gpu_trace__record(struct gpu_trace *gt, const struct agent_record *r)
 		device = (int)device_of_context(gt, r->context);
 		if (r->stream == UINT32_MAX)
 			stream = 0;
-		gpu_trace__metadata(gt, device, stream);
+		track_metadata(gt, device, stream);
 		trace_json__event(tj, "X", "cuda_sync", gpu_trace__sync_name(r->cbid), device, stream,
 				  r->start_ns, dur_of(r));
 		common_args(tj, r, device);

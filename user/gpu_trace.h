@@ -36,9 +36,6 @@ int gpu_trace__api(struct gpu_trace *gt, const struct agent_record *r, int host_
 void gpu_trace__flow(struct gpu_trace *gt, uint64_t correlation, int cpu_pid, int cpu_tid,
 		     uint64_t launch_ts_ns, int gpu_dev, int stream, uint64_t kernel_ts_ns);
 
-/* process_name/sort for the device and thread_name for the stream, once per trace. */
-void gpu_trace__metadata(struct gpu_trace *gt, int device, int stream);
-
 /* Names used in events, exposed for tests: "HtoD", "Pinned", "Stream Wait Event", ... */
 const char *gpu_trace__copy_kind(uint32_t kind);
 const char *gpu_trace__mem_kind(uint32_t kind);

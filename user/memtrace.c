@@ -648,22 +648,6 @@ static char *read_alloc_conf(int pid)
 	return val;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static uint64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 				  const struct memtrace_opts *opts)
 {
@@ -685,7 +669,8 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		log_error("tptrace: out of memory\n");
 		goto err;
 	}
-	memsnap__set_clock(mt->snap, mono_ns(), real_ns());
+	memsnap__set_clock(mt->snap, session__clock_ns(CLOCK_MONOTONIC),
+			   session__clock_ns(CLOCK_REALTIME));
 	mt->alloc_conf = read_alloc_conf(t->pid);
 	mt->skel = mem_bpf__open();
 	if (!mt->skel) {

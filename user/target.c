@@ -77,7 +77,8 @@ static int read_file(const char *path, char *buf, size_t size, size_t *len)
 	return 0;
 }
 
-void target__parse_environ(struct target *t, const char *env, size_t len)
+/* RANK/WORLD_SIZE/LOCAL_RANK from an environ blob ("K=V\0K=V\0..."). */
+static void parse_environ(struct target *t, const char *env, size_t len)
 {
 	const char *p = env, *end = env + len;
 
@@ -99,7 +100,6 @@ struct target *target__new(int pid)
 	struct target *t;
 	char path[64], buf[4096];
 	size_t len;
-	int err;
 
 	if (pid <= 0) {
 		errno = ESRCH;
@@ -143,11 +143,9 @@ struct target *target__new(int pid)
 
 		procmaps__path(path, sizeof(path), pid, "environ");
 		if (env && !read_file(path, env, 1 << 20, &len))
-			target__parse_environ(t, env, len);
+			parse_environ(t, env, len);
 		free(env);
 	}
-	err = 0;
-	(void)err;
 	return t;
 }
 

@@ -105,9 +105,6 @@ void target__set_handle(struct target *t, uint64_t handle, const char *name, con
 /* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
 int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now_ns);
 
-/* Reads RANK/WORLD_SIZE/LOCAL_RANK from an environ blob ("K=V\0K=V\0..."). */
-void target__parse_environ(struct target *t, const char *env, size_t len);
-
 /* True when the process is gone (pidfd readable or kill(pid,0) == ESRCH). */
 bool target__gone(struct target *t);
 
