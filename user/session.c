@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <argp.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,7 +220,7 @@ int session__parse_pid(const char *arg, int *pid)
 
 	errno = 0;
 	v = strtol(arg, &end, 10);
-	if (errno || end == arg || *end || v <= 0 || v > 0x7fffffff)
+	if (errno || end == arg || *end || v <= 0 || v > INT_MAX)
 		return -EINVAL;
 	*pid = (int)v;
 	return 0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <bpf/libbpf.h>
@@ -237,10 +238,11 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 		cJSON_AddItemToObject(o, "gpu", gpu_json(p, s->dec));
 	cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
 	cJSON_AddBoolToObject(o, "exited", t->exited);
-	if (t->exit_code >= 0 && (t->exit_code & 0x7f)) {
-		cJSON_AddNumberToObject(o, "killed_by_signal", t->exit_code & 0x7f);
+	/* exit_code is the kernel's wait status (task->exit_code) */
+	if (t->exit_code >= 0 && WIFSIGNALED(t->exit_code)) {
+		cJSON_AddNumberToObject(o, "killed_by_signal", WTERMSIG(t->exit_code));
 	} else if (t->exit_code >= 0) {
-		cJSON_AddNumberToObject(o, "exit_code", (t->exit_code >> 8) & 0xff);
+		cJSON_AddNumberToObject(o, "exit_code", WEXITSTATUS(t->exit_code));
 	} else if (t->exited) {
 		cJSON_AddNullToObject(o, "exit_code");
 		cJSON_AddStringToObject(o, "exit_code_unknown",

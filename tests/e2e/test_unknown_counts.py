@@ -59,3 +59,19 @@ def test_fr_dump_unknown_drops():
         assert d["events_dropped"] is None, d["events_dropped"]
         assert d["events_dropped_unknown"] == "Bad file descriptor"
         assert d["entries"], "the calls were recorded"
+
+
+def test_exit_code_without_exit_tracepoint():
+    """Without the sched_process_exit tracepoint (TPTRACE_NO_EXIT_TP stands in for a kernel
+    without it) the exit is still seen through the pidfd, and its code is unknown, not 0."""
+    need_root()
+    argv = [os.path.join(WL, "sim_train"), "--steps", "2", "--kernel-us", "500"]
+    trace, wl, tr = trace_workload(argv, out_name="no-exit-tp.json",
+                                   tracer_env={"TPTRACE_NO_EXIT_TP": "1"})
+    t = trace["tptrace"]["targets"][0]
+    assert t["exited"] is True, t
+    assert t["exit_code"] is None and t["exit_code_unknown"] == "no exit tracepoint in this kernel", t
+    assert f"pid {wl.pid} (sim_train) exited" in tr.err.text(), tr.err.text()
+    trace, wl, tr = trace_workload(argv, out_name="exit-tp.json")
+    t = trace["tptrace"]["targets"][0]
+    assert t["exited"] is True and t["exit_code"] == 0 and "exit_code_unknown" not in t, t
