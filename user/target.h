@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* One traced process: its mapped objects, the uprobes attached to them, and what is known
- * about its kernels (handle -> name, code address -> symbol). Objects are found in
+/* One traced process: its mapped objects, the uprobes attached to them (through attach.h), and
+ * what is known about its kernels (handle -> name, code address -> symbol). Objects are found in
  * /proc/<pid>/maps and opened through /proc/<pid>/root so processes in other mount
  * namespaces work; rescans pick up libraries loaded after attach. */
 #ifndef TPTRACE_TARGET_H
