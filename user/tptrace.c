@@ -328,7 +328,7 @@ static int open_targets(struct trace_session *s)
 		}
 		s->procs[i].t = session__open_target(env.pids[i]);
 		if (!s->procs[i].t)
-			return -errno;
+			return -ESRCH;	/* its error line is out */
 		s->nr_procs++;
 	}
 	return 0;
@@ -352,9 +352,11 @@ static int open_pipeline(struct trace_session *s)
 	s->output_created = stat(env.output, &st) && errno == ENOENT;
 	s->tj = trace_json__open(env.output);
 	if (!s->tj) {
-		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(errno));
+		int err = -errno;
+
+		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(-err));
 		s->output_created = false;
-		return -errno;
+		return err ? err : -EIO;
 	}
 	s->cache = elfsym_cache__new();
 	if (s->cache)
@@ -366,8 +368,10 @@ static int open_pipeline(struct trace_session *s)
 	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), decoder__ring_cb, s->dec,
 				 NULL);
 	if (!s->rb) {
-		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
-		return -errno;
+		int err = -errno;
+
+		log_error("tptrace: failed to create ring buffer: %s\n", strerror(-err));
+		return err ? err : -EINVAL;
 	}
 	return 0;
 }
@@ -443,8 +447,9 @@ static int attach_gpus(struct trace_session *s)
 
 		p->gpu = gpu__attach(p->t->pid, &go, msg, sizeof(msg));
 		if (!p->gpu) {
-			log_error("tptrace: --gpu: pid %d: %s\n", p->t->pid, msg[0] ? msg : strerror(errno));
-			return -errno ?: -EINVAL;
+			err = errno ? -errno : -EINVAL;
+			log_error("tptrace: --gpu: pid %d: %s\n", p->t->pid, msg[0] ? msg : strerror(-err));
+			return err;
 		}
 	}
 	return 0;
