@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,7 +116,6 @@ struct memtrace {
 	struct u64map tid_device;	/* tid -> device + 1 (cudaSetDevice) */
 	struct u64map syms;		/* address -> struct frame_sym * */
 	struct memtrace_stats st;
-	char *alloc_conf;
 	char **paths;			/* libraries probed, for the metadata */
 	int nr_paths;
 	/* stack ids handed to memsnap for uprobe stacks: the BPF stack id plus the caller the
@@ -622,32 +620,6 @@ static int ring_cb(void *ctx, void *data, size_t size)
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
-static char *read_alloc_conf(int pid)
-{
-	char path[64], *env, *val = NULL;
-	ssize_t n, len = 0;
-	int fd;
-
-	procmaps__path(path, sizeof(path), pid, "environ");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	env = malloc(1 << 20);
-	if (env) {
-		while (len < (1 << 20) - 1 && (n = read(fd, env + len, (1 << 20) - 1 - len)) > 0)
-			len += n;
-		env[len] = '\0';
-		for (char *p = env; p < env + len; p += strlen(p) + 1)
-			if (!strncmp(p, "PYTORCH_CUDA_ALLOC_CONF=", 24) ||
-			    (!val && !strncmp(p, "PYTORCH_ALLOC_CONF=", 19)))
-				val = strchr(p, '=') + 1;
-		val = val ? strdup(val) : NULL;
-	}
-	free(env);
-	close(fd);
-	return val;
-}
-
 struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 				  const struct memtrace_opts *opts)
 {
@@ -671,7 +643,6 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 	}
 	memsnap__set_clock(mt->snap, session__clock_ns(CLOCK_MONOTONIC),
 			   session__clock_ns(CLOCK_REALTIME));
-	mt->alloc_conf = read_alloc_conf(t->pid);
 	mt->skel = mem_bpf__open();
 	if (!mt->skel) {
 		log_error("tptrace: failed to open the memory BPF object: %s\n", strerror(errno));
@@ -821,7 +792,7 @@ void memtrace__info(struct memtrace *mt, struct memsnap_info *info)
 	memset(info, 0, sizeof(*info));
 	info->pid = mt->t->pid;
 	info->comm = mt->t->comm;
-	info->alloc_conf = mt->alloc_conf;
+	info->alloc_conf = mt->t->alloc_conf;
 	info->version = TPTRACE_VERSION;
 	info->stack_fn = stack_frames;
 	info->stack_ctx = mt;
@@ -843,6 +814,5 @@ void memtrace__free(struct memtrace *mt)
 		free(mt->paths[i]);
 	free(mt->paths);
 	free(mt->obj_flags);
-	free(mt->alloc_conf);
 	free(mt);
 }

@@ -77,10 +77,11 @@ static int read_file(const char *path, char *buf, size_t size, size_t *len)
 	return 0;
 }
 
-/* RANK/WORLD_SIZE/LOCAL_RANK from an environ blob ("K=V\0K=V\0..."). */
+/* RANK/WORLD_SIZE/LOCAL_RANK and the allocator's settings from an environ blob
+ * ("K=V\0K=V\0..."). PYTORCH_CUDA_ALLOC_CONF wins over the newer PYTORCH_ALLOC_CONF. */
 static void parse_environ(struct target *t, const char *env, size_t len)
 {
-	const char *p = env, *end = env + len;
+	const char *p = env, *end = env + len, *conf = NULL;
 
 	while (p < end && *p) {
 		size_t l = strnlen(p, end - p);
@@ -91,8 +92,14 @@ static void parse_environ(struct target *t, const char *env, size_t len)
 			t->world_size = atoi(p + 11);
 		else if (!strncmp(p, "LOCAL_RANK=", 11))
 			t->local_rank = atoi(p + 11);
+		else if (!strncmp(p, "PYTORCH_CUDA_ALLOC_CONF=", 24))
+			conf = p + 24;
+		else if (!strncmp(p, "PYTORCH_ALLOC_CONF=", 19) && !conf)
+			conf = p + 19;
 		p += l + 1;
 	}
+	if (conf)
+		t->alloc_conf = strndup(conf, end - conf);
 }
 
 struct target *target__new(int pid)
@@ -177,6 +184,7 @@ void target__free(struct target *t)
 	if (t->pidfd >= 0)
 		close(t->pidfd);
 	free(t->cmdline);
+	free(t->alloc_conf);
 	free(t);
 }
 

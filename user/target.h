@@ -51,6 +51,7 @@ struct target {
 	char comm[32];
 	char *cmdline;
 	int rank, world_size, local_rank;	/* -1 when not in the environment */
+	char *alloc_conf;	/* PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF), NULL if unset */
 	struct procmaps *maps;
 	struct target_obj *objs;
 	int nr_objs;

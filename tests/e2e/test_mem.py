@@ -393,3 +393,23 @@ def test_trace_with_mem_single_probe_links():
         "cudaFreeAsync": 1}, (single_names, multi_names)
     assert (single["allocs"], single["frees"]) == (multi["allocs"], multi["frees"]) == (6, 6), \
         (single, multi)
+
+
+def test_mem_snapshot_allocator_settings_from_environment():
+    """The snapshot's allocator_settings come from the target's own environment:
+    PYTORCH_CUDA_ALLOC_CONF wins over PYTORCH_ALLOC_CONF; unset is said, not guessed."""
+    cases = [({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64",
+               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "expandable_segments:True"),
+             ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64"}, "max_split_size_mb:64"),
+             ({}, "")]
+    for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        os.environ.pop(k, None)  # workloads inherit the runner's environment
+    for i, (env, want) in enumerate(cases):
+        snap_path = tmp_path(f"mem-conf-{i}.json")
+        run_alloc("normal", ["-o", snap_path], f"conf{i}", env=env)
+        with open(snap_path) as f:
+            s = json.load(f)["allocator_settings"]
+        assert s["PYTORCH_CUDA_ALLOC_CONF"] == want, (env, s)
+        assert s["expandable_segments"] is (want == "expandable_segments:True"), s
+        assert s["tptrace_source"] == ("environment of the process" if want else
+                                       "PYTORCH_CUDA_ALLOC_CONF not set in the process: defaults"), s
