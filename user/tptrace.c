@@ -12,10 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <bpf/libbpf.h>
-#include <bpf/bpf.h>
 #include <cjson/cJSON.h>
 #include "cuda.skel.h"
-#include "cuda.h"
 #include "decode.h"
 #include "gpu.h"
 #include "elfsym.h"
