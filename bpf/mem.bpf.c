@@ -129,8 +129,7 @@ int BPF_USDT(mem_usdt_free, void *ptr)
 	return 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(mem_entry)
+static __always_inline int do_mem_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -182,8 +181,7 @@ int BPF_KPROBE(mem_entry)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(mem_return)
+static __always_inline int do_mem_return(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -245,4 +243,31 @@ int BPF_KRETPROBE(mem_return)
 	bpf_map_delete_elem(&mem_inflight, &key);
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 	return 0;
+}
+
+/* Two flavours, as in cuda.bpf.c: one probe at a time, or all the allocation functions of one
+ * library in a single uprobe_multi link (kernel >= 6.6; the loader sets the expected attach
+ * type of the *_multi ones, or leaves them unloaded). */
+SEC("uprobe")
+int BPF_KPROBE(mem_entry)
+{
+	return do_mem_entry(ctx);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(mem_return)
+{
+	return do_mem_return(ctx);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(mem_entry_multi)
+{
+	return do_mem_entry(ctx);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(mem_return_multi)
+{
+	return do_mem_return(ctx);
 }

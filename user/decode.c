@@ -54,7 +54,7 @@ struct decoder {
 	uint64_t next_correlation;
 	struct decoder_stats stats;
 
-	bool gpu;
+	struct gpu_trace *gpu;		/* --gpu: the GPU tracks; NULL without */
 	struct gpu_pending *pending;
 	size_t nr_pending, cap_pending;
 	struct gpu_api *apis;		/* CUPTI API records not yet matched */
@@ -111,6 +111,7 @@ void decoder__free(struct decoder *d)
 	free(d->pending);
 	free(d->apis);
 	free(d->targets);
+	gpu_trace__free(d->gpu);
 	free(d);
 }
 
@@ -499,11 +500,14 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
-void decoder__enable_gpu(struct decoder *d)
+int decoder__enable_gpu(struct decoder *d)
 {
-	d->gpu = true;
+	d->gpu = gpu_trace__new(d->tj);
+	if (!d->gpu)
+		return -ENOMEM;
 	/* uprobe-only events keep ids CUPTI never hands out */
 	d->next_correlation = 1ULL << 40;
+	return 0;
 }
 
 static struct gpu_work *gpu_work_get(struct decoder *d, uint64_t corr)
@@ -560,7 +564,7 @@ static void finalize_pending(struct decoder *d, struct gpu_pending *p)
 	emit_host(d, &p->call, p->cupti_corr ? p->cupti_corr : p->own_corr,
 		  p->has_ret ? &p->ret : NULL, p->end_ns, w ? w->kernel : NULL);
 	if (w) {
-		gpu_trace__flow(d->tj, p->cupti_corr, p->call.pid, p->call.tid, p->call.ts,
+		gpu_trace__flow(d->gpu, p->cupti_corr, p->call.pid, p->call.tid, p->call.ts,
 				(int)w->device, (int)w->stream, w->start);
 		d->gpu_flows++;
 	}
@@ -623,7 +627,7 @@ void decoder__gpu_cb(void *ctx, const struct agent_record *r)
 	case AGENT_REC_MEMSET: {
 		struct gpu_work *w;
 
-		gpu_trace__record(d->tj, r);
+		gpu_trace__record(d->gpu, r);
 		if (!r->correlation || gpu_work_get(d, r->correlation))
 			return;
 		w = calloc(1, sizeof(*w));
@@ -638,7 +642,7 @@ void decoder__gpu_cb(void *ctx, const struct agent_record *r)
 		return;
 	}
 	default:
-		gpu_trace__record(d->tj, r);
+		gpu_trace__record(d->gpu, r);
 		return;
 	}
 }

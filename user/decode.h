@@ -35,7 +35,7 @@ int decoder__add_target(struct decoder *d, struct target *t);
 
 /* --gpu: join host calls with CUPTI records (see decode.c, struct gpu_pending). */
 struct agent_record;
-void decoder__enable_gpu(struct decoder *d);
+int decoder__enable_gpu(struct decoder *d);	/* 0 or -ENOMEM */
 void decoder__gpu_cb(void *ctx, const struct agent_record *r);	/* gpu__poll callback */
 void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns);
 void decoder__gpu_stats(const struct decoder *d, uint64_t *matched, uint64_t *unmatched,

@@ -56,6 +56,9 @@ struct elfsym {
 	size_t slots_mask;
 	uint32_t *next_same_name;	/* per sym: next index with the same name, or NO_SYM */
 
+	char **usdt_providers;		/* distinct providers in .note.stapsdt */
+	size_t nr_usdt_providers;
+
 	/* only while loading */
 	int fd;
 	Elf *elf;
@@ -108,6 +111,9 @@ void elfsym__free(struct elfsym *es)
 	free(es->funcs_max_end);
 	free(es->slots);
 	free(es->next_same_name);
+	for (size_t i = 0; i < es->nr_usdt_providers; i++)
+		free(es->usdt_providers[i]);
+	free(es->usdt_providers);
 	free(es);
 }
 
@@ -489,19 +495,72 @@ static int build_name_index(struct elfsym *es)
 }
 
 /* Read both symbol tables and build the indexes; closes the file. */
+#define NT_STAPSDT 3
+
+/* .note.stapsdt: each note's descriptor holds the probe's pc, the base and the semaphore
+ * addresses (three words), then "provider\0name\0args\0". Only providers are kept: whether
+ * a library has a provider's probes decides attaching; libbpf reads the rest then. */
+static int read_usdt_providers(struct elfsym *es, Elf_Scn *scn)
+{
+	size_t words = 3 * (gelf_getclass(es->elf) == ELFCLASS32 ? 4 : 8);
+	Elf_Data *data = elf_getdata(scn, NULL);
+	size_t off = 0, name_off, desc_off;
+	GElf_Nhdr nh;
+
+	if (!data)
+		return 0;
+	while ((off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+		const char *provider = (const char *)data->d_buf + desc_off + words;
+		bool known = false;
+		char **n;
+
+		if (nh.n_type != NT_STAPSDT || nh.n_descsz <= words ||
+		    strnlen(provider, nh.n_descsz - words) == nh.n_descsz - words)
+			continue;
+		for (size_t i = 0; i < es->nr_usdt_providers && !known; i++)
+			known = !strcmp(es->usdt_providers[i], provider);
+		if (known)
+			continue;
+		n = realloc(es->usdt_providers, (es->nr_usdt_providers + 1) * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		es->usdt_providers = n;
+		n[es->nr_usdt_providers] = strdup(provider);
+		if (!n[es->nr_usdt_providers])
+			return -ENOMEM;
+		es->nr_usdt_providers++;
+	}
+	return 0;
+}
+
+bool elfsym__has_usdt_provider(const struct elfsym *es, const char *provider)
+{
+	for (size_t i = 0; i < es->nr_usdt_providers; i++)
+		if (!strcmp(es->usdt_providers[i], provider))
+			return true;
+	return false;
+}
+
 static int es_load_syms(struct elfsym *es)
 {
 	Elf_Scn *scn = NULL, *symtab = NULL, *dynsym = NULL;
 	GElf_Shdr shdr, symtab_shdr, dynsym_shdr;
-	size_t entsize, max_syms = 0;
+	size_t entsize, max_syms = 0, shstrndx;
 	struct elfsym_sym *shrunk;
 	int err = 0;
 
 	entsize = gelf_fsize(es->elf, ELF_T_SYM, 1, EV_CURRENT);
+	if (elf_getshdrstrndx(es->elf, &shstrndx))
+		shstrndx = 0;
 	while ((scn = elf_nextscn(es->elf, scn))) {
 		if (!gelf_getshdr(scn, &shdr))
 			return -EINVAL;
-		if (shdr.sh_type == SHT_SYMTAB && !symtab) {
+		if (shdr.sh_type == SHT_NOTE && shstrndx) {
+			const char *name = elf_strptr(es->elf, shstrndx, shdr.sh_name);
+
+			if (name && !strcmp(name, ".note.stapsdt") && (err = read_usdt_providers(es, scn)))
+				return err;
+		} else if (shdr.sh_type == SHT_SYMTAB && !symtab) {
 			symtab = scn;
 			symtab_shdr = shdr;
 			max_syms += shdr.sh_size / entsize;

@@ -41,6 +41,9 @@ const struct elfsym_sym *elfsym__find(const struct elfsym *es, const char *name)
  * symbol contains it, NULL. Binary search over a sorted array. */
 const struct elfsym_sym *elfsym__func_at(const struct elfsym *es, uint64_t vaddr);
 
+/* Whether the file has USDT probes (.note.stapsdt) of this provider, e.g. "pytorch". */
+bool elfsym__has_usdt_provider(const struct elfsym *es, const char *provider);
+
 /* Every symbol whose name starts with prefix (e.g. "_ZZ" for function-local statics), in no
  * particular order. Returns the count visited; cb returning nonzero stops the walk. */
 size_t elfsym__each_prefix(const struct elfsym *es, const char *prefix,

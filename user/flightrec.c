@@ -156,9 +156,10 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	return 0;
 }
 
-void flightrec__set_drops(struct flightrec *fr, uint64_t dropped)
+void flightrec__set_drops(struct flightrec *fr, int err, uint64_t dropped)
 {
 	fr->events_dropped = dropped;
+	fr->events_dropped_err = err;
 }
 
 static struct fr_proc *find_proc(struct flightrec *fr, int pid)

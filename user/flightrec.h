@@ -49,7 +49,8 @@ void flightrec__comm_learned(struct flightrec *fr, int pid, uint64_t handle, int
 
 /* A process that vanished without an exit record: dumped as exited by take_exits. */
 void flightrec__mark_gone(struct flightrec *fr, int pid);
-void flightrec__set_drops(struct flightrec *fr, uint64_t events_dropped);
+/* Events the BPF side dropped; err < 0 when the counter could not be read (written unknown). */
+void flightrec__set_drops(struct flightrec *fr, int err, uint64_t events_dropped);
 
 /* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json */
 int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid);

@@ -273,7 +273,10 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	cJSON_AddNumberToObject(root, "entries_overwritten",
 				(double)(p->next_record_id - 1 > fr->opts.ring_size ?
 					 p->next_record_id - 1 - fr->opts.ring_size : 0));
-	cJSON_AddNumberToObject(root, "events_dropped", (double)fr->events_dropped);
+	cJSON_AddItemToObject(root, "events_dropped",
+			      num_or_null(fr->events_dropped, !fr->events_dropped_err));
+	if (fr->events_dropped_err)
+		cJSON_AddStringToObject(root, "events_dropped_unknown", strerror(-fr->events_dropped_err));
 	calls_json(root, calls__stats(fr->calls));
 
 	arr = cJSON_AddArrayToObject(root, "comms");

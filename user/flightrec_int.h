@@ -121,6 +121,7 @@ struct flightrec {
 	char host[256];
 	int64_t realtime_offset;	/* CLOCK_REALTIME - CLOCK_MONOTONIC */
 	uint64_t events_dropped;
+	int events_dropped_err;		/* < 0: the count is unknown (counter unreadable) */
 	int pending_exits;
 };
 

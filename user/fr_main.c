@@ -152,13 +152,21 @@ static void on_usr2(int sig)
 }
 
 struct fr_session {
-	struct cuda_bpf *skel;
+	struct session_bpf *bpf;
 	struct elfsym_cache *cache;
 	struct target_probes probes;
 	struct flightrec *fr;
 	struct target *targets[MAX_TARGETS];
 	int nr_targets;
 };
+
+static void set_drops(struct fr_session *s)
+{
+	uint64_t drops = 0;
+	int err = session__drops(s->bpf, &drops);
+
+	flightrec__set_drops(s->fr, err, drops);
+}
 
 static void rescan(void *ctx, struct target *t)
 {
@@ -214,7 +222,7 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 		target__free(t);
 		return err;
 	}
-	session__watch_exit(s->skel, pid);
+	session__watch_exit(s->bpf, pid);
 	s->targets[s->nr_targets++] = t;
 	if (t->rank >= 0)
 		log_info("tptrace: recording pid %d (%s, rank %d): %d probes\n", pid, t->comm, t->rank,
@@ -358,10 +366,10 @@ int fr_main(int argc, char **argv)
 		}
 	}
 
-	s.skel = session__load_bpf(env.ring_mb);
-	if (!s.skel)
+	s.bpf = session__load_bpf(env.ring_mb);
+	if (!s.bpf)
 		goto cleanup;
-	session__probes(s.skel, &s.probes);
+	session__probes(s.bpf, &s.probes);
 	s.probes.classes = PROBE_CUDA_SYNC | PROBE_NCCL;
 	s.cache = elfsym_cache__new();
 	fo.ring_size = env.ring;
@@ -374,7 +382,7 @@ int fr_main(int argc, char **argv)
 		log_error("tptrace: out of memory\n");
 		goto cleanup;
 	}
-	rb = ring_buffer__new(bpf_map__fd(s.skel->maps.events), flightrec__ring_cb, s.fr, NULL);
+	rb = ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), flightrec__ring_cb, s.fr, NULL);
 	if (!rb) {
 		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;
@@ -413,7 +421,7 @@ int fr_main(int argc, char **argv)
 			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
 			break;
 		}
-		flightrec__set_drops(s.fr, session__drops(s.skel));
+		set_drops(&s);
 		if (!env.no_query)
 			query_comms(&s);
 		if (dump_request) {
@@ -456,7 +464,7 @@ int fr_main(int argc, char **argv)
 			break;
 	}
 	ring_buffer__consume(rb);
-	flightrec__set_drops(s.fr, session__drops(s.skel));
+	set_drops(&s);
 	flightrec__take_exits(s.fr);
 	/* a final dump that could not be written is a failed run (each said why) */
 	ret = flightrec__dump_all(s.fr, "final") < 0 ? 1 : 0;
@@ -465,7 +473,7 @@ cleanup:
 	for (int i = 0; i < s.nr_targets; i++)
 		target__free(s.targets[i]);
 	flightrec__free(s.fr);
-	cuda_bpf__destroy(s.skel);
+	session__free_bpf(s.bpf);
 	elfsym_cache__free(s.cache);
 	if (fifo_fd >= 0)
 		close(fifo_fd);

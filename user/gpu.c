@@ -89,7 +89,8 @@ static bool maps_have(int pid, const char *const *needles, size_t n)
 	return found;
 }
 
-bool gpu__maps_have_agent(int pid)
+/* Whether pid maps the agent (the "unloaded" check). */
+static bool maps_have_agent(int pid)
 {
 	/* memfd copies show as "/memfd:libtptrace_agent.so (deleted)", file copies as
 	 * /dev/shm/tptrace-agent-<pid>.so, the resident one under its own name */
@@ -166,13 +167,7 @@ static int find_agent(const char *given, char *out, size_t len)
 
 static void ctl_init(struct agent_control *ctl, uint32_t ring_records, const struct gpu_opts *o)
 {
-	memset(ctl, 0, AGENT_CTL_SIZE);
-	ctl->magic = AGENT_SHM_MAGIC;
-	ctl->version = AGENT_SHM_VERSION;
-	ctl->record_size = sizeof(struct agent_record);
-	ctl->ctl_size = AGENT_CTL_SIZE;
-	ctl->ring_records = ring_records;
-	ctl->creator_pid = getpid();
+	agent_ctl_init(ctl, ring_records, getpid());
 	ctl->flush_period_ms = o->flush_ms;
 	if (o->cupti_path)
 		snprintf(ctl->cupti_path, sizeof(ctl->cupti_path), "%s", o->cupti_path);
@@ -305,7 +300,7 @@ static int unload(struct gpu_session *s)
 		set_err(s->err, sizeof(s->err), "%s", injector__error(inj));
 	injector__detach(inj);
 	s->handle = 0;
-	s->st.unloaded = !gpu__maps_have_agent(s->pid);
+	s->st.unloaded = !maps_have_agent(s->pid);
 	if (!r && !s->st.unloaded) {
 		set_err(s->err, sizeof(s->err), "agent still mapped in process %d after dlclose",
 			s->pid);
@@ -431,9 +426,7 @@ static int join_resident(struct gpu_session *s, const struct gpu_opts *o, char *
 		set_err(err, errlen, "mapping %s: %s", path, strerror(-r));
 		return r;
 	}
-	if (s->ctl->magic != AGENT_SHM_MAGIC || s->ctl->version != AGENT_SHM_VERSION ||
-	    s->ctl->record_size != sizeof(struct agent_record) ||
-	    agent_shm_size(s->ctl->ring_records) > s->map_size) {
+	if (!agent_ctl_valid(s->ctl, s->map_size)) {
 		set_err(err, errlen, "%s: not a version %d tptrace agent control block", path,
 			AGENT_SHM_VERSION);
 		return -EPROTO;
@@ -475,7 +468,7 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 		e = ESRCH;
 		goto fail;
 	}
-	if (gpu__maps_have_agent(pid)) {
+	if (maps_have_agent(pid)) {
 		r = join_resident(s, o, err, errlen);
 	} else {
 		if (!o->no_cuda_precheck && !maps_have_cuda(pid)) {

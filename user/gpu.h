@@ -73,7 +73,4 @@ void gpu__free(struct gpu_session *s);
  * the inline field come in continuation records, joined here). Valid inside the callback. */
 const char *gpu__record_name(const struct agent_record *r);
 
-/* Does this maps text/file mention the agent? (for the "unloaded" check; exposed for tests) */
-bool gpu__maps_have_agent(int pid);
-
 #endif

@@ -14,70 +14,72 @@
 #define MAX_TRACKS 1024
 #define MAX_CONTEXTS 64
 
-/* Which metadata a trace already has. One trace file at a time, as tptrace writes. */
-static struct {
-	const struct trace_json *tj;
+/* One trace's GPU tracks: which metadata it has already, and the device of each context. */
+struct gpu_trace {
+	struct trace_json *tj;
 	uint64_t devices_done;			/* bit per device < 64 */
 	struct { int device, stream; } tracks[MAX_TRACKS];
 	int nr_tracks;
 	struct { uint32_t context, device; } ctx_dev[MAX_CONTEXTS];	/* sync records lack device */
 	int nr_ctx;
-} meta;
+};
 
-void gpu_trace__reset(void)
+struct gpu_trace *gpu_trace__new(struct trace_json *tj)
 {
-	memset(&meta, 0, sizeof(meta));
+	struct gpu_trace *gt = calloc(1, sizeof(*gt));
+
+	if (gt)
+		gt->tj = tj;
+	return gt;
 }
 
-static void meta_for(struct trace_json *tj)
+void gpu_trace__free(struct gpu_trace *gt)
 {
-	if (meta.tj != tj) {
-		gpu_trace__reset();
-		meta.tj = tj;
-	}
+	free(gt);
 }
 
-void gpu_trace__metadata(struct trace_json *tj, int device, int stream)
+/* process_name/sort for the device and thread_name for the stream, once per trace. */
+static void track_metadata(struct gpu_trace *gt, int device, int stream)
 {
+	struct trace_json *tj = gt->tj;
 	char name[48];
 
-	meta_for(tj);
-	if (device >= 0 && device < 64 && !(meta.devices_done & (1ULL << device))) {
-		meta.devices_done |= 1ULL << device;
+	if (device >= 0 && device < 64 && !(gt->devices_done & (1ULL << device))) {
+		gt->devices_done |= 1ULL << device;
 		snprintf(name, sizeof(name), "GPU %d", device);
 		trace_json__process_name(tj, device, name);
 		trace_json__process_label(tj, device, name);
 		trace_json__process_sort(tj, device, GPU_TRACE_SORT_BASE + device);
 	}
-	for (int i = 0; i < meta.nr_tracks; i++)
-		if (meta.tracks[i].device == device && meta.tracks[i].stream == stream)
+	for (int i = 0; i < gt->nr_tracks; i++)
+		if (gt->tracks[i].device == device && gt->tracks[i].stream == stream)
 			return;
-	if (meta.nr_tracks < MAX_TRACKS) {
-		meta.tracks[meta.nr_tracks].device = device;
-		meta.tracks[meta.nr_tracks].stream = stream;
-		meta.nr_tracks++;
+	if (gt->nr_tracks < MAX_TRACKS) {
+		gt->tracks[gt->nr_tracks].device = device;
+		gt->tracks[gt->nr_tracks].stream = stream;
+		gt->nr_tracks++;
 	}
 	snprintf(name, sizeof(name), "stream %d", stream);
 	trace_json__thread_name(tj, device, stream, name);
 }
 
-static void learn_context(uint32_t context, uint32_t device)
+static void learn_context(struct gpu_trace *gt, uint32_t context, uint32_t device)
 {
-	for (int i = 0; i < meta.nr_ctx; i++)
-		if (meta.ctx_dev[i].context == context)
+	for (int i = 0; i < gt->nr_ctx; i++)
+		if (gt->ctx_dev[i].context == context)
 			return;
-	if (meta.nr_ctx < MAX_CONTEXTS) {
-		meta.ctx_dev[meta.nr_ctx].context = context;
-		meta.ctx_dev[meta.nr_ctx].device = device;
-		meta.nr_ctx++;
+	if (gt->nr_ctx < MAX_CONTEXTS) {
+		gt->ctx_dev[gt->nr_ctx].context = context;
+		gt->ctx_dev[gt->nr_ctx].device = device;
+		gt->nr_ctx++;
 	}
 }
 
-static uint32_t device_of_context(uint32_t context)
+static uint32_t device_of_context(const struct gpu_trace *gt, uint32_t context)
 {
-	for (int i = 0; i < meta.nr_ctx; i++)
-		if (meta.ctx_dev[i].context == context)
-			return meta.ctx_dev[i].device;
+	for (int i = 0; i < gt->nr_ctx; i++)
+		if (gt->ctx_dev[i].context == context)
+			return gt->ctx_dev[i].device;
 	return 0;
 }
 
@@ -158,18 +160,18 @@ static void bandwidth_arg(struct trace_json *tj, const struct agent_record *r)
 	trace_json__arg_f64(tj, "memory bandwidth (GB/s)", dur ? (double)r->bytes / dur : 0.0);
 }
 
-int gpu_trace__record(struct trace_json *tj, const struct agent_record *r)
+int gpu_trace__record(struct gpu_trace *gt, const struct agent_record *r)
 {
 	int device = (int)r->device, stream = (int)r->stream;
+	struct trace_json *tj = gt->tj;
 	char name[96];
 
-	meta_for(tj);
 	switch (r->type) {
 	case AGENT_REC_KERNEL: {
 		char *demangled = demangle(gpu__record_name(r));
 
-		learn_context(r->context, r->device);
-		gpu_trace__metadata(tj, device, stream);
+		learn_context(gt, r->context, r->device);
+		track_metadata(gt, device, stream);
 		trace_json__event(tj, "X", "kernel", demangled ? demangled : gpu__record_name(r),
 				  device, stream, r->start_ns, dur_of(r));
 		common_args(tj, r, device);
@@ -184,8 +186,8 @@ int gpu_trace__record(struct trace_json *tj, const struct agent_record *r)
 		return 1;
 	}
 	case AGENT_REC_MEMCPY:
-		learn_context(r->context, r->device);
-		gpu_trace__metadata(tj, device, stream);
+		learn_context(gt, r->context, r->device);
+		track_metadata(gt, device, stream);
 		snprintf(name, sizeof(name), "Memcpy %s (%s -> %s)", gpu_trace__copy_kind(r->copy_kind),
 			 gpu_trace__mem_kind(r->src_kind), gpu_trace__mem_kind(r->dst_kind));
 		trace_json__event(tj, "X", "gpu_memcpy", name, device, stream, r->start_ns, dur_of(r));
@@ -194,8 +196,8 @@ int gpu_trace__record(struct trace_json *tj, const struct agent_record *r)
 		trace_json__event_end(tj);
 		return 1;
 	case AGENT_REC_MEMSET:
-		learn_context(r->context, r->device);
-		gpu_trace__metadata(tj, device, stream);
+		learn_context(gt, r->context, r->device);
+		track_metadata(gt, device, stream);
 		snprintf(name, sizeof(name), "Memset (%s)", gpu_trace__mem_kind(r->dst_kind));
 		trace_json__event(tj, "X", "gpu_memset", name, device, stream, r->start_ns, dur_of(r));
 		common_args(tj, r, device);
@@ -204,10 +206,10 @@ int gpu_trace__record(struct trace_json *tj, const struct agent_record *r)
 		return 1;
 	case AGENT_REC_SYNC:
 		/* CUPTI gives a context, not a device; a context sync has no stream (~0) */
-		device = (int)device_of_context(r->context);
+		device = (int)device_of_context(gt, r->context);
 		if (r->stream == UINT32_MAX)
 			stream = 0;
-		gpu_trace__metadata(tj, device, stream);
+		track_metadata(gt, device, stream);
 		trace_json__event(tj, "X", "cuda_sync", gpu_trace__sync_name(r->cbid), device, stream,
 				  r->start_ns, dur_of(r));
 		common_args(tj, r, device);
@@ -220,8 +222,9 @@ int gpu_trace__record(struct trace_json *tj, const struct agent_record *r)
 	}
 }
 
-int gpu_trace__api(struct trace_json *tj, const struct agent_record *r, int host_pid)
+int gpu_trace__api(struct gpu_trace *gt, const struct agent_record *r, int host_pid)
 {
+	struct trace_json *tj = gt->tj;
 	const char *name = NULL;
 	char buf[48];
 	bool runtime = r->type == AGENT_REC_RUNTIME_API;
@@ -243,9 +246,10 @@ int gpu_trace__api(struct trace_json *tj, const struct agent_record *r, int host
 	return 1;
 }
 
-void gpu_trace__flow(struct trace_json *tj, uint64_t correlation, int cpu_pid, int cpu_tid,
+void gpu_trace__flow(struct gpu_trace *gt, uint64_t correlation, int cpu_pid, int cpu_tid,
 		     uint64_t launch_ts_ns, int gpu_dev, int stream, uint64_t kernel_ts_ns)
 {
+	struct trace_json *tj = gt->tj;
 	char id[24];
 
 	snprintf(id, sizeof(id), "%" PRIu64, correlation);

@@ -60,7 +60,8 @@ const char *injector__error(const struct injector *inj)
 	return inj ? inj->err : "no injector";
 }
 
-int inject_ptrace_scope(void)
+/* /proc/sys/kernel/yama/ptrace_scope, or -1 when Yama is absent. */
+static int inject_ptrace_scope(void)
 {
 	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
 	int v = -1;
@@ -122,7 +123,9 @@ static bool base_has_prefix(const char *path, const char *prefix)
 	return !strncmp(base, prefix, strlen(prefix));
 }
 
-int inject_find_func(int pid, const char *lib, const char *name, uint64_t *addr)
+/* Address of a function exported by a library mapped in pid (lib: base-name prefix such as
+ * "libc.so.6"). 0 or -ENOENT. */
+static int inject_find_func(int pid, const char *lib, const char *name, uint64_t *addr)
 {
 	struct procmaps *maps = procmaps__load(pid);
 	const struct elfsym_sym *sym;
@@ -529,47 +532,4 @@ int injector__dlclose(struct injector *inj, uint64_t handle)
 		return -EINVAL;
 	}
 	return 0;
-}
-
-/* ---- one-shot wrappers --------------------------------------------------------------- */
-
-int inject_dlopen(int pid, const char *lib_path_in_target, uint64_t *handle_out, char *err,
-		  size_t errlen)
-{
-	struct injector *inj = injector__attach(pid, err, errlen);
-	int r;
-
-	if (!inj)
-		return -errno;
-	r = injector__dlopen(inj, lib_path_in_target, 0, handle_out);
-	if (r)
-		snprintf(err, errlen, "%s", inj->err);
-	injector__detach(inj);
-	return r;
-}
-
-int inject_call(int pid, uint64_t func_addr, uint64_t args[6], uint64_t *ret)
-{
-	char err[256];
-	struct injector *inj = injector__attach(pid, err, sizeof(err));
-	int r;
-
-	if (!inj)
-		return -errno;
-	r = injector__call(inj, func_addr, args, ret);
-	injector__detach(inj);
-	return r;
-}
-
-int inject_dlclose(int pid, uint64_t handle)
-{
-	char err[256];
-	struct injector *inj = injector__attach(pid, err, sizeof(err));
-	int r;
-
-	if (!inj)
-		return -errno;
-	r = injector__dlclose(inj, handle);
-	injector__detach(inj);
-	return r;
 }

@@ -45,16 +45,4 @@ int injector__dlopen(struct injector *inj, const char *path, int flags, uint64_t
 int injector__dlsym(struct injector *inj, uint64_t handle, const char *name, uint64_t *addr);
 int injector__dlclose(struct injector *inj, uint64_t handle);
 
-/* Address of a function exported by a library mapped in pid (lib: base-name prefix such as
- * "libc.so.6"). 0 or -ENOENT. */
-int inject_find_func(int pid, const char *lib, const char *name, uint64_t *addr);
-/* /proc/sys/kernel/yama/ptrace_scope, or -1 when Yama is absent. */
-int inject_ptrace_scope(void);
-
-/* One-shot wrappers: attach, do one thing, restore, detach. */
-int inject_dlopen(int pid, const char *lib_path_in_target, uint64_t *handle_out, char *err,
-		  size_t errlen);
-int inject_call(int pid, uint64_t func_addr, uint64_t args[6], uint64_t *ret);
-int inject_dlclose(int pid, uint64_t handle);
-
 #endif

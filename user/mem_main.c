@@ -228,9 +228,14 @@ int mem_main(int argc, char **argv)
 	start_mono = session__clock_ns(CLOCK_MONOTONIC);
 	start_real = session__clock_ns(CLOCK_REALTIME);
 	if (tj) {
-		trace_json__begin(tj, start_mono, start_real);
+		err = trace_json__begin(tj, start_mono, start_real);
+		if (err) {
+			log_error("tptrace: cannot write %s: %s\n", env.trace, strerror(-err));
+			goto cleanup;
+		}
 		trace_json__process_name(tj, t->pid, t->comm[0] ? t->comm : "process");
 	}
+	mo.uprobe_multi = uprobe_multi__supported();
 	mo.no_stacks = env.no_stacks;
 	mo.ring_mb = env.ring_mb;
 	mo.history = env.history;
@@ -288,6 +293,7 @@ int mem_main(int argc, char **argv)
 	{
 		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
 		const struct memtrace_stats *st;
+		char dropped[24];
 
 		memtrace__finish(mt, end_mono);
 		st = memtrace__stats(mt);
@@ -329,16 +335,20 @@ int mem_main(int argc, char **argv)
 			memsnap__leak_report(memtrace__snap(mt), &info, stdout);
 			fflush(stdout);
 		}
-		if (st->dropped)
+		if (st->counters_err)
+			log_error("tptrace: the memory drop counter could not be read (%s): events may "
+				  "be missing\n", strerror(-st->counters_err));
+		else if (st->dropped)
 			log_error("tptrace: %llu memory events dropped (ring buffer full); raise --ring-mb\n",
 				  (unsigned long long)st->dropped);
+		snprintf(dropped, sizeof(dropped), st->counters_err ? "unknown" : "%llu",
+			 (unsigned long long)st->dropped);
 		log_info("tptrace: pid %d: %llu allocator events, %llu allocation calls (%llu OOM), "
-			 "%llu dropped%s%s\n", t->pid,
+			 "%s dropped%s%s\n", t->pid,
 			 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
 					      memsnap__stats(memtrace__snap(mt))->frees),
-			 (unsigned long long)st->calls, (unsigned long long)st->ooms,
-			 (unsigned long long)st->dropped, env.output ? "; wrote " : "",
-			 env.output ? env.output : "");
+			 (unsigned long long)st->calls, (unsigned long long)st->ooms, dropped,
+			 env.output ? "; wrote " : "", env.output ? env.output : "");
 	}
 	ret = 0;
 cleanup:

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
-#include <fcntl.h>
-#include <gelf.h>
 #include <inttypes.h>
-#include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +12,14 @@
 #include "mem.skel.h"
 #include "mem.h"
 #include "calls.h"
-#include "demangle.h"
+#include "attach.h"
 #include "elfsym.h"
 #include "hashmap.h"
 #include "log.h"
 #include "memsnap.h"
 #include "memtrace.h"
 #include "procmaps.h"
+#include "session.h"
 #include "target.h"
 #include "trace_json.h"
 
@@ -113,14 +111,13 @@ struct memtrace {
 	struct ring_buffer *rb;
 	struct calls *calls;		/* validates and dispatches ring records (calls.c) */
 	struct memsnap *snap;
-	struct bpf_link **links;
-	int nr_links, cap_links;
+	struct probe_progs progs;	/* mem_entry/mem_return, their multi flavours */
+	struct probe_links links;	/* every memory probe, detached by memtrace__free */
 	uint8_t *obj_flags;		/* per t->objs index */
 	int nr_objs_seen;
 	struct u64map tid_device;	/* tid -> device + 1 (cudaSetDevice) */
 	struct u64map syms;		/* address -> struct frame_sym * */
 	struct memtrace_stats st;
-	char *alloc_conf;
 	char **paths;			/* libraries probed, for the metadata */
 	int nr_paths;
 	/* stack ids handed to memsnap for uprobe stacks: the BPF stack id plus the caller the
@@ -134,73 +131,6 @@ struct memtrace {
 #define SYNTH_STACK_BASE (1 << 30)
 
 /* ---- finding probes ------------------------------------------------------------------------ */
-
-/* True when path has a .note.stapsdt note of this provider (NT_STAPSDT = 3; the descriptor
- * holds pc, base, semaphore addresses, then "provider\0name\0args\0"). */
-static bool has_usdt_provider(const char *path, const char *provider)
-{
-	bool found = false;
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-	Elf *elf;
-	int fd;
-
-	elf_version(EV_CURRENT);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	if (!elf || elf_getshdrstrndx(elf, &shstrndx)) {
-		if (elf)
-			elf_end(elf);
-		close(fd);
-		return false;
-	}
-	while (!found && (scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr sh;
-		const char *name;
-		Elf_Data *data;
-		size_t off = 0, name_off, desc_off;
-		GElf_Nhdr nh;
-
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE)
-			continue;
-		name = elf_strptr(elf, shstrndx, sh.sh_name);
-		if (!name || strcmp(name, ".note.stapsdt"))
-			continue;
-		data = elf_getdata(scn, NULL);
-		if (!data)
-			continue;
-		while (!found && (off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
-			const char *desc = (const char *)data->d_buf + desc_off;
-			size_t skip = 3 * (gelf_getclass(elf) == ELFCLASS32 ? 4 : 8);
-
-			if (nh.n_type != 3 || nh.n_descsz <= skip)
-				continue;
-			if (strnlen(desc + skip, nh.n_descsz - skip) < nh.n_descsz - skip &&
-			    !strcmp(desc + skip, provider))
-				found = true;
-		}
-	}
-	elf_end(elf);
-	close(fd);
-	return found;
-}
-
-static int add_link(struct memtrace *mt, struct bpf_link *link)
-{
-	if (mt->nr_links == mt->cap_links) {
-		int cap = mt->cap_links ? mt->cap_links * 2 : 32;
-		struct bpf_link **n = realloc(mt->links, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		mt->links = n;
-		mt->cap_links = cap;
-	}
-	mt->links[mt->nr_links++] = link;
-	return 0;
-}
 
 static void add_path(struct memtrace *mt, const char *path, const char *what)
 {
@@ -232,95 +162,42 @@ static uint64_t api_cookie(int id)
 	return c;
 }
 
-static int attach_uprobe(struct memtrace *mt, struct target_obj *obj, struct bpf_program *prog,
-			 const char *symbol, uint64_t off, uint64_t cookie, bool ret)
-{
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret, .bpf_cookie = cookie);
-	struct bpf_link *link;
-	int err;
-
-	link = bpf_program__attach_uprobe_opts(prog, mt->t->pid, obj->open_path, off, &opts);
-	if (!link) {
-		err = -errno;
-		mt->st.attach_errors++;
-		log_verbose("tptrace: failed to attach %s%s in %s (pid %d): %s\n",
-			    ret ? "return of " : "", symbol, obj->path, mt->t->pid, strerror(-err));
-		return err == -EPERM || err == -EACCES ? err : 0;
-	}
-	err = add_link(mt, link);
-	if (err) {
-		bpf_link__destroy(link);
-		return err;
-	}
-	return 1;
-}
-
 /* Entry and return probes on every function of the table present in obj (runtime or driver
- * half). Aliases (two names, one address) are probed once. */
+ * half), as one plan: one uprobe_multi link each way where the kernel has them. Aliases (two
+ * names, one address) are probed once. Functions probed, or a negative errno. */
 static int attach_apis(struct memtrace *mt, struct target_obj *obj, bool driver)
 {
-	uint64_t done[NR_MEM_APIS];
-	int nr_done = 0, n = 0;
+	struct probe_plan *plan = probe_plan__new(obj);
+	struct probe_counts counts = {};
+	int r;
 
-	for (int id = 0; id < NR_MEM_APIS; id++) {
-		const struct elfsym_sym *sym;
-		uint64_t off;
-		bool dup = false;
-		int r;
-
-		if (mem_apis[id].driver != driver)
-			continue;
-		sym = elfsym__find_func(obj->es, mem_apis[id].symbol);
-		if (!sym || elfsym__vaddr_to_off(obj->es, sym->vaddr, &off))
-			continue;
-		for (int i = 0; i < nr_done; i++)
-			dup |= done[i] == off;
-		if (dup)
-			continue;
-		done[nr_done++] = off;
-		r = attach_uprobe(mt, obj, mt->skel->progs.mem_entry, mem_apis[id].symbol, off,
-				  api_cookie(id), false);
-		if (r < 0)
-			return r;
-		if (!r)
-			continue;
-		r = attach_uprobe(mt, obj, mt->skel->progs.mem_return, mem_apis[id].symbol, off,
-				  api_cookie(id), true);
-		if (r < 0)
-			return r;
-		n += r;
-	}
-	return n;
+	if (!plan)
+		return -ENOMEM;
+	for (int id = 0; id < NR_MEM_APIS; id++)
+		if (mem_apis[id].driver == driver)
+			probe_plan__add(plan, mem_apis[id].symbol, api_cookie(id), true);
+	r = probe_plan__attach(plan, mt->t->pid, &mt->progs, &mt->links, &counts);
+	probe_plan__free(plan);
+	mt->st.attach_errors += counts.errors;
+	/* a return probe attaches only where its entry did: returns count whole functions */
+	return r < 0 ? r : counts.returns;
 }
 
+/* PyTorch's caching-allocator USDT probes in obj. Probes attached or a negative errno. */
 static int attach_usdt(struct memtrace *mt, struct target_obj *obj)
 {
-	static const char *const names[] = { "malloc", "free" };
-	struct bpf_program *progs[] = { mt->skel->progs.mem_usdt_malloc, mt->skel->progs.mem_usdt_free };
-	int n = 0;
+	struct probe_plan *plan = probe_plan__new(obj);
+	struct probe_counts counts = {};
+	int r;
 
-	for (int i = 0; i < 2; i++) {
-		struct bpf_link *link = bpf_program__attach_usdt(progs[i], mt->t->pid, obj->open_path,
-								  "pytorch", names[i], NULL);
-		int err;
-
-		if (!link) {
-			err = -errno;
-			mt->st.attach_errors++;
-			if (err == -EPERM || err == -EACCES)
-				return err;
-			log_verbose("tptrace: failed to attach USDT pytorch:%s in %s (pid %d): %s\n",
-				    names[i], obj->path, mt->t->pid, strerror(-err));
-			continue;
-		}
-		err = add_link(mt, link);
-		if (err) {
-			bpf_link__destroy(link);
-			return err;
-		}
-		n++;
-	}
-	return n;
+	if (!plan)
+		return -ENOMEM;
+	probe_plan__add_usdt(plan, mt->skel->progs.mem_usdt_malloc, "pytorch", "malloc");
+	probe_plan__add_usdt(plan, mt->skel->progs.mem_usdt_free, "pytorch", "free");
+	r = probe_plan__attach(plan, mt->t->pid, &mt->progs, &mt->links, &counts);
+	probe_plan__free(plan);
+	mt->st.attach_errors += counts.errors;
+	return r;
 }
 
 /* Probes the objects the target found since the last call. */
@@ -342,7 +219,7 @@ static int attach_new_objects(struct memtrace *mt)
 		flags[i] = OBJ_SEEN;
 		if (!obj->es)
 			continue;
-		if (has_usdt_provider(obj->open_path, "pytorch")) {
+		if (elfsym__has_usdt_provider(obj->es, "pytorch")) {
 			r = attach_usdt(mt, obj);
 			if (r < 0)
 				return r;
@@ -379,43 +256,28 @@ static int attach_new_objects(struct memtrace *mt)
 
 /* ---- symbolizing stacks -------------------------------------------------------------------- */
 
-static int obj_index(struct target *t, const struct vma *v)
-{
-	uint64_t dev = ((uint64_t)v->dev_major << 32) | v->dev_minor;
-
-	for (int i = 0; i < t->nr_objs; i++)
-		if (t->objs[i].dev == dev && t->objs[i].ino == v->inode)
-			return i;
-	return -1;
-}
-
 /* ret_addr: a return address (all frames but the first): look up addr - 1, which lies in the
- * call instruction, so a call that ends its function is not given to the next one. */
+ * call instruction, so a call that ends its function is not given to the next one. The
+ * lookup is target.c's; this formats a frame ("fn+0x1c", else "lib.so+0x1234") and marks
+ * frames in the libraries we probe as internal. */
 static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, bool ret_addr)
 {
+	uint64_t lookup = addr - (ret_addr ? 1 : 0), cached;
 	struct target *t = mt->t;
-	const struct vma *v = t->maps ? procmaps__find(t->maps, addr) : NULL;
-	const struct elfsym_sym *sym = NULL;
-	struct target_obj *obj = NULL;
+	const struct vma *v = NULL;
 	struct frame_sym *fs;
+	struct target_sym sym;
 	char name[1024];
-	uint64_t cached;
-	int idx = -1;
+	long idx = -1;
 
 	if (u64map__get(&mt->syms, addr, &cached))
 		return (const struct frame_sym *)(uintptr_t)cached;
-	if (v && v->path)
-		idx = obj_index(t, v);
-	if (idx >= 0)
-		obj = &t->objs[idx];
-	if (obj && obj->es && obj->bias_known)
-		sym = elfsym__func_at(obj->es, addr - obj->bias - (ret_addr ? 1 : 0));
-	if (sym) {
-		char *d = demangle(sym->name);
-
-		snprintf(name, sizeof(name), "%s+0x%" PRIx64, d ? d : sym->name,
-			 addr - obj->bias - sym->vaddr);
-		free(d);
+	if (!target__sym_at(t, lookup, &sym))
+		idx = sym.obj - t->objs;
+	v = t->maps ? procmaps__find(t->maps, addr) : NULL;
+	if (sym.name) {
+		snprintf(name, sizeof(name), "%s+0x%" PRIx64, sym.name,
+			 sym.offset + (ret_addr ? 1 : 0));
 	} else if (v && v->path) {
 		const char *base = strrchr(v->path, '/');
 
@@ -428,7 +290,7 @@ static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, boo
 	if (!fs)
 		return NULL;
 	strcpy(fs->name, name);
-	fs->file = obj ? obj->path : (v && v->path ? v->path : "");
+	fs->file = sym.obj ? sym.obj->path : (v && v->path ? v->path : "");
 	fs->internal = idx >= 0 && idx < mt->nr_objs_seen &&
 		       (mt->obj_flags[idx] & (OBJ_USDT | OBJ_RUNTIME | OBJ_DRIVER));
 	u64map__set(&mt->syms, addr ? addr : 1, (uint64_t)(uintptr_t)fs);
@@ -757,48 +619,6 @@ static struct calls *new_calls(struct memtrace *mt)
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
-static char *read_alloc_conf(int pid)
-{
-	char path[64], *env, *val = NULL;
-	ssize_t n, len = 0;
-	int fd;
-
-	procmaps__path(path, sizeof(path), pid, "environ");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	env = malloc(1 << 20);
-	if (env) {
-		while (len < (1 << 20) - 1 && (n = read(fd, env + len, (1 << 20) - 1 - len)) > 0)
-			len += n;
-		env[len] = '\0';
-		for (char *p = env; p < env + len; p += strlen(p) + 1)
-			if (!strncmp(p, "PYTORCH_CUDA_ALLOC_CONF=", 24) ||
-			    (!val && !strncmp(p, "PYTORCH_ALLOC_CONF=", 19)))
-				val = strchr(p, '=') + 1;
-		val = val ? strdup(val) : NULL;
-	}
-	free(env);
-	close(fd);
-	return val;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static uint64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 				  const struct memtrace_opts *opts)
 {
@@ -820,12 +640,21 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		log_error("tptrace: out of memory\n");
 		goto err;
 	}
-	memsnap__set_clock(mt->snap, mono_ns(), real_ns());
-	mt->alloc_conf = read_alloc_conf(t->pid);
+	memsnap__set_clock(mt->snap, session__clock_ns(CLOCK_MONOTONIC),
+			   session__clock_ns(CLOCK_REALTIME));
 	mt->skel = mem_bpf__open();
 	if (!mt->skel) {
 		log_error("tptrace: failed to open the memory BPF object: %s\n", strerror(errno));
 		goto err;
+	}
+	if (opts->uprobe_multi) {
+		bpf_program__set_expected_attach_type(mt->skel->progs.mem_entry_multi,
+			(enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
+		bpf_program__set_expected_attach_type(mt->skel->progs.mem_return_multi,
+			(enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
+	} else {
+		bpf_program__set_autoload(mt->skel->progs.mem_entry_multi, false);
+		bpf_program__set_autoload(mt->skel->progs.mem_return_multi, false);
 	}
 	mt->skel->rodata->capture_stacks = !opts->no_stacks;
 	bpf_map__set_max_entries(mt->skel->maps.mem_events,
@@ -840,6 +669,12 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		else
 			log_error("tptrace: loading memory BPF programs: %s\n", strerror(-err));
 		goto err;
+	}
+	mt->progs.entry = mt->skel->progs.mem_entry;
+	mt->progs.ret = mt->skel->progs.mem_return;
+	if (opts->uprobe_multi) {
+		mt->progs.entry_multi = mt->skel->progs.mem_entry_multi;
+		mt->progs.ret_multi = mt->skel->progs.mem_return_multi;
 	}
 	mt->calls = new_calls(mt);
 	mt->rb = mt->calls ? ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events),
@@ -862,21 +697,14 @@ err:
 	return NULL;
 }
 
-static uint64_t sum_counter(struct memtrace *mt, uint32_t idx)
+/* A BPF-side counter into *out; a failed read makes every counter unknown. */
+static void read_counter(struct memtrace *mt, uint32_t idx, uint64_t *out)
 {
-	int ncpu = libbpf_num_possible_cpus();
-	uint64_t *vals, sum = 0;
+	int err = mt->skel ? session__percpu_sum(bpf_map__fd(mt->skel->maps.mem_counters), idx, out)
+			   : -ENOENT;
 
-	if (ncpu <= 0 || !mt->skel)
-		return 0;
-	vals = calloc(ncpu, sizeof(*vals));
-	if (!vals)
-		return 0;
-	if (!bpf_map_lookup_elem(bpf_map__fd(mt->skel->maps.mem_counters), &idx, vals))
-		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
-	free(vals);
-	return sum;
+	if (err && !mt->st.counters_err)
+		mt->st.counters_err = err;
 }
 
 int memtrace__poll(struct memtrace *mt)
@@ -900,10 +728,11 @@ void memtrace__finish(struct memtrace *mt, uint64_t end_ns)
 
 const struct memtrace_stats *memtrace__stats(struct memtrace *mt)
 {
-	mt->st.dropped = sum_counter(mt, MEM_CNT_DROPPED);
-	mt->st.nested_driver_calls = sum_counter(mt, MEM_CNT_NESTED);
-	mt->st.orphan_returns = sum_counter(mt, MEM_CNT_ORPHAN);
-	mt->st.stack_failures = sum_counter(mt, MEM_CNT_STACK_FAIL);
+	mt->st.counters_err = 0;
+	read_counter(mt, MEM_CNT_DROPPED, &mt->st.dropped);
+	read_counter(mt, MEM_CNT_NESTED, &mt->st.nested_driver_calls);
+	read_counter(mt, MEM_CNT_ORPHAN, &mt->st.orphan_returns);
+	read_counter(mt, MEM_CNT_STACK_FAIL, &mt->st.stack_failures);
 	if (mt->calls) {
 		mt->st.records = calls__stats(mt->calls)->records;
 		mt->st.bad_records = calls__stats(mt->calls)->bad_records;
@@ -933,10 +762,19 @@ char *memtrace__meta_json(struct memtrace *mt)
 	cJSON_AddNumberToObject(o, "calls", (double)st->calls);
 	cJSON_AddNumberToObject(o, "failed_calls", (double)st->failed_calls);
 	cJSON_AddNumberToObject(o, "ooms", (double)st->ooms);
-	cJSON_AddNumberToObject(o, "events_dropped", (double)st->dropped);
-	cJSON_AddNumberToObject(o, "nested_driver_calls", (double)st->nested_driver_calls);
-	cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
-	cJSON_AddNumberToObject(o, "stack_failures", (double)st->stack_failures);
+	if (st->counters_err) {
+		/* unknown, not 0: the BPF counters could not be read */
+		cJSON_AddNullToObject(o, "events_dropped");
+		cJSON_AddNullToObject(o, "nested_driver_calls");
+		cJSON_AddNullToObject(o, "orphan_returns");
+		cJSON_AddNullToObject(o, "stack_failures");
+		cJSON_AddStringToObject(o, "counters_unknown", strerror(-st->counters_err));
+	} else {
+		cJSON_AddNumberToObject(o, "events_dropped", (double)st->dropped);
+		cJSON_AddNumberToObject(o, "nested_driver_calls", (double)st->nested_driver_calls);
+		cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
+		cJSON_AddNumberToObject(o, "stack_failures", (double)st->stack_failures);
+	}
 	cJSON_AddNumberToObject(o, "allocs", (double)ss->allocs);
 	cJSON_AddNumberToObject(o, "frees", (double)ss->frees);
 	cJSON_AddNumberToObject(o, "frees_unknown", (double)ss->frees_unknown);
@@ -960,7 +798,7 @@ void memtrace__info(struct memtrace *mt, struct memsnap_info *info)
 	memset(info, 0, sizeof(*info));
 	info->pid = mt->t->pid;
 	info->comm = mt->t->comm;
-	info->alloc_conf = mt->alloc_conf;
+	info->alloc_conf = mt->t->alloc_conf;
 	info->version = TPTRACE_VERSION;
 	info->stack_fn = stack_frames;
 	info->stack_ctx = mt;
@@ -972,8 +810,7 @@ void memtrace__free(struct memtrace *mt)
 		return;
 	ring_buffer__free(mt->rb);
 	calls__free(mt->calls);
-	links__destroy_parallel(mt->links, mt->nr_links);
-	free(mt->links);
+	probe_links__destroy(&mt->links);
 	mem_bpf__destroy(mt->skel);
 	memsnap__free(mt->snap);
 	u64map__free_values(&mt->syms);
@@ -984,6 +821,5 @@ void memtrace__free(struct memtrace *mt)
 		free(mt->paths[i]);
 	free(mt->paths);
 	free(mt->obj_flags);
-	free(mt->alloc_conf);
 	free(mt);
 }

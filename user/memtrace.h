@@ -31,6 +31,7 @@ struct memtrace_opts {
 	bool no_stacks;		/* no user stack per allocation (cheaper; no call sites) */
 	int ring_mb;		/* ring buffer MiB, power of two; 0: 4 */
 	size_t history;		/* snapshot history entries; 0: memsnap's default */
+	bool uprobe_multi;	/* the kernel has uprobe_multi (target__uprobe_multi_supported) */
 };
 
 struct memtrace_stats {
@@ -40,7 +41,9 @@ struct memtrace_stats {
 	int attach_errors;
 	uint64_t records, calls, failed_calls, ooms;
 	uint64_t bad_records;		/* malformed ring records (calls.c), not used */
+	/* BPF-side counters; unknown (and written as null) when counters_err < 0 */
 	uint64_t dropped, nested_driver_calls, orphan_returns, stack_failures;
+	int counters_err;
 };
 
 /* Loads the memory probes for t (after target__scan found its libraries) and attaches them.

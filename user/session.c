@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 #include <argp.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "cuda.skel.h"
 #include "cuda.h"
@@ -50,69 +52,62 @@ void session__libbpf_print_setup(void)
 	libbpf_set_print(libbpf_print);
 }
 
-#define TP_BPF_TRACE_UPROBE_MULTI 48
-
-static bool multi_available;
-
-static struct cuda_bpf *open_skel(int ring_mb, bool multi, bool exit_tp)
+/* Whether the running kernel has a BTF-enabled sched_process_exit tracepoint (tp_btf needs
+ * the btf_trace_<name> typedef in vmlinux BTF). TPTRACE_NO_EXIT_TP forces the fallback
+ * (exit codes unknown, exits seen through the pidfd only) for tests. */
+static bool exit_tp_supported(void)
 {
-	struct cuda_bpf *skel = cuda_bpf__open();
-	struct bpf_program *progs[3];
+	struct btf *vmlinux;
+	bool found;
 
-	if (!skel)
+	if (getenv("TPTRACE_NO_EXIT_TP"))
+		return false;
+	vmlinux = btf__load_vmlinux_btf();
+	if (!vmlinux)
+		return false;
+	found = btf__find_by_name_kind(vmlinux, "btf_trace_sched_process_exit", BTF_KIND_TYPEDEF) >= 0;
+	btf__free(vmlinux);
+	return found;
+}
+
+struct session_bpf *session__load_bpf(int ring_mb)
+{
+	struct bpf_program *multi_progs[3];
+	struct session_bpf *b = calloc(1, sizeof(*b));
+	struct cuda_bpf *skel;
+	int err;
+
+	if (!b) {
+		log_error("tptrace: out of memory\n");
 		return NULL;
-	progs[0] = skel->progs.cuda_entry_multi;
-	progs[1] = skel->progs.cuda_return_multi;
-	progs[2] = skel->progs.dl_debug_state_multi;
+	}
+	b->uprobe_multi = uprobe_multi__supported();
+	b->exit_tp = exit_tp_supported();
+	if (!b->uprobe_multi)
+		log_verbose("tptrace: uprobe_multi unavailable; one link per probe\n");
+	if (!b->exit_tp)
+		log_verbose("tptrace: exit tracepoint unavailable; exit codes will be unknown\n");
+	b->skel = skel = cuda_bpf__open();
+	if (!skel) {
+		log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
+		goto err;
+	}
+	multi_progs[0] = skel->progs.cuda_entry_multi;
+	multi_progs[1] = skel->progs.cuda_return_multi;
+	multi_progs[2] = skel->progs.dl_debug_state_multi;
 	for (int i = 0; i < 3; i++) {
-		if (multi)
-			bpf_program__set_expected_attach_type(progs[i],
+		if (b->uprobe_multi)
+			bpf_program__set_expected_attach_type(multi_progs[i],
 				(enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
 		else
-			bpf_program__set_autoload(progs[i], false);
+			bpf_program__set_autoload(multi_progs[i], false);
 	}
-	if (!exit_tp)
+	if (!b->exit_tp)
 		bpf_program__set_autoload(skel->progs.proc_exit, false);
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
 	/* wake the reader once an eighth of the ring waits; it also drains every 20 ms */
 	skel->rodata->wakeup_bytes = ((uint64_t)ring_mb << 20) / 8;
-	return skel;
-}
-
-struct cuda_bpf *session__load_bpf(int ring_mb)
-{
-	struct cuda_bpf *skel = open_skel(ring_mb, true, true);
-	int err;
-
-	if (!skel) {
-		log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
-		return NULL;
-	}
 	err = cuda_bpf__load(skel);
-	multi_available = !err;
-	if (err && err != -EPERM && err != -EACCES) {
-		/* a kernel before 6.6: load the single-probe flavour only */
-		log_verbose("tptrace: uprobe_multi unavailable (%s); one link per probe\n",
-			    strerror(-err));
-		cuda_bpf__destroy(skel);
-		skel = open_skel(ring_mb, false, true);
-		if (!skel) {
-			log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
-			return NULL;
-		}
-		err = cuda_bpf__load(skel);
-		if (err && err != -EPERM && err != -EACCES) {
-			/* no BTF-enabled sched_process_exit: exit codes come from the pidfd only */
-			log_verbose("tptrace: exit tracepoint unavailable (%s)\n", strerror(-err));
-			cuda_bpf__destroy(skel);
-			skel = open_skel(ring_mb, false, false);
-			if (!skel) {
-				log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
-				return NULL;
-			}
-			err = cuda_bpf__load(skel);
-		}
-	}
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
 			log_error("tptrace: loading BPF programs: %s (run as root: needs CAP_BPF and "
@@ -120,27 +115,38 @@ struct cuda_bpf *session__load_bpf(int ring_mb)
 		else
 			log_error("tptrace: loading BPF programs: %s (kernel >= 5.15 with BTF "
 				  "needed)\n", strerror(-err));
-		cuda_bpf__destroy(skel);
-		return NULL;
+		goto err;
 	}
-	/* exit codes of watched processes; harmless when it cannot attach */
-	if (bpf_program__fd(skel->progs.proc_exit) >= 0) {
+	if (b->exit_tp) {
 		skel->links.proc_exit = bpf_program__attach(skel->progs.proc_exit);
-		if (!skel->links.proc_exit)
+		if (!skel->links.proc_exit) {
 			log_verbose("tptrace: exit tracepoint unavailable: %s\n", strerror(errno));
+			b->exit_tp = false;
+		}
 	}
-	return skel;
+	return b;
+err:
+	session__free_bpf(b);
+	return NULL;
 }
 
-void session__probes(struct cuda_bpf *skel, struct target_probes *probes)
+void session__free_bpf(struct session_bpf *b)
 {
-	probes->entry = skel->progs.cuda_entry;
-	probes->ret = skel->progs.cuda_return;
-	probes->dl_hook = skel->progs.dl_debug_state;
-	if (multi_available && !getenv("TPTRACE_NO_UPROBE_MULTI")) {
-		probes->entry_multi = skel->progs.cuda_entry_multi;
-		probes->ret_multi = skel->progs.cuda_return_multi;
-		probes->dl_hook_multi = skel->progs.dl_debug_state_multi;
+	if (!b)
+		return;
+	cuda_bpf__destroy(b->skel);
+	free(b);
+}
+
+void session__probes(const struct session_bpf *b, struct target_probes *probes)
+{
+	probes->entry = b->skel->progs.cuda_entry;
+	probes->ret = b->skel->progs.cuda_return;
+	probes->dl_hook = b->skel->progs.dl_debug_state;
+	if (b->uprobe_multi) {
+		probes->entry_multi = b->skel->progs.cuda_entry_multi;
+		probes->ret_multi = b->skel->progs.cuda_return_multi;
+		probes->dl_hook_multi = b->skel->progs.dl_debug_state_multi;
 	}
 }
 
@@ -158,31 +164,45 @@ struct target *session__open_target(int pid)
 	return NULL;
 }
 
-int session__watch_exit(struct cuda_bpf *skel, int pid)
+int session__watch_exit(struct session_bpf *b, int pid)
 {
 	__u32 key = pid;
 	__u8 one = 1;
+	int err;
 
-	return bpf_map_update_elem(bpf_map__fd(skel->maps.watch_pids), &key, &one, BPF_ANY);
+	if (!bpf_map_update_elem(bpf_map__fd(b->skel->maps.watch_pids), &key, &one, BPF_ANY))
+		return 0;
+	err = -errno;
+	log_error("tptrace: pid %d: cannot watch its exit, its exit code will be unknown: %s\n", pid,
+		  strerror(-err));
+	return err;
 }
 
-uint64_t session__drops(struct cuda_bpf *skel)
+int session__percpu_sum(int map_fd, uint32_t key, uint64_t *sum)
 {
-	int ncpu = libbpf_num_possible_cpus();
-	__u32 key = TP_CNT_DROPPED;
-	uint64_t sum = 0;
+	int ncpu = libbpf_num_possible_cpus(), err = 0;
 	uint64_t *vals;
 
+	if (getenv("TPTRACE_TEST_COUNTERS_UNREADABLE"))
+		return -EBADF;
 	if (ncpu <= 0)
-		return 0;
+		return ncpu ? ncpu : -EINVAL;
 	vals = calloc(ncpu, sizeof(*vals));
 	if (!vals)
-		return 0;
-	if (!bpf_map_lookup_elem(bpf_map__fd(skel->maps.counters), &key, vals))
+		return -ENOMEM;
+	*sum = 0;
+	if (bpf_map_lookup_elem(map_fd, &key, vals))
+		err = -errno;
+	else
 		for (int i = 0; i < ncpu; i++)
-			sum += vals[i];
+			*sum += vals[i];
 	free(vals);
-	return sum;
+	return err;
+}
+
+int session__drops(const struct session_bpf *b, uint64_t *drops)
+{
+	return session__percpu_sum(bpf_map__fd(b->skel->maps.counters), TP_CNT_DROPPED, drops);
 }
 
 uint64_t session__clock_ns(int clockid)
@@ -200,7 +220,7 @@ int session__parse_pid(const char *arg, int *pid)
 
 	errno = 0;
 	v = strtol(arg, &end, 10);
-	if (errno || end == arg || *end || v <= 0 || v > 0x7fffffff)
+	if (errno || end == arg || *end || v <= 0 || v > INT_MAX)
 		return -EINVAL;
 	*pid = (int)v;
 	return 0;

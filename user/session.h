@@ -4,22 +4,39 @@
 #ifndef TPTRACE_SESSION_H
 #define TPTRACE_SESSION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct cuda_bpf;
 struct target;
 struct target_probes;
 
+/* The tracing BPF object (bpf/cuda.bpf.c), loaded once in the flavour this kernel supports:
+ * its features are probed before the load, not guessed from load failures. */
+struct session_bpf {
+	struct cuda_bpf *skel;
+	bool uprobe_multi;	/* the *_multi programs are loaded: one link per object */
+	bool exit_tp;		/* exit codes come from the sched_process_exit tracepoint */
+};
+
 /* Opens and loads the BPF object with a ring of ring_mb MiB. NULL after an error line. */
-struct cuda_bpf *session__load_bpf(int ring_mb);
+struct session_bpf *session__load_bpf(int ring_mb);
+/* Destroys the object (programs, maps, the exit tracepoint link). NULL is fine. */
+void session__free_bpf(struct session_bpf *b);
 /* Fills probes from the loaded object. */
-void session__probes(struct cuda_bpf *skel, struct target_probes *probes);
+void session__probes(const struct session_bpf *b, struct target_probes *probes);
 /* target__new() with the error line for a vanished or unreadable pid. */
 struct target *session__open_target(int pid);
-/* Watches the exits of pid (exit code in the trace / dump). */
-int session__watch_exit(struct cuda_bpf *skel, int pid);
-/* Sum of the per-CPU drop counters. */
-uint64_t session__drops(struct cuda_bpf *skel);
+/* Watches the exits of pid (exit code in the trace / dump). 0, or a negative errno after an
+ * error line: tracing goes on, the exit code is then unknown. */
+int session__watch_exit(struct session_bpf *b, int pid);
+/* Sum of the per-CPU drop counters into *drops: 0, or a negative errno when the counter
+ * cannot be read (the count is then unknown, never 0). */
+int session__drops(const struct session_bpf *b, uint64_t *drops);
+/* Sum over CPUs of one slot of a per-CPU u64 array map: 0 or a negative errno. The test knob
+ * TPTRACE_TEST_COUNTERS_UNREADABLE makes every read fail (-EBADF), as a map that cannot be
+ * read would: the tests check that unknown counts are written as unknown. */
+int session__percpu_sum(int map_fd, uint32_t key, uint64_t *sum);
 uint64_t session__clock_ns(int clockid);
 /* -v/-q for every subcommand (an argp child) and libbpf's messages gated by -v. */
 struct argp;

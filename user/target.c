@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <bpf/libbpf.h>
+#include "attach.h"
 #include "cuda.h"
 #include "cuda_api.h"
 #include "demangle.h"
@@ -49,8 +49,9 @@ static uint64_t makedev_of(const struct vma *v)
 
 /* What a code address resolved to, cached per address. */
 struct sym_entry {
-	bool stub;		/* the function is an nvcc device stub: name is its kernel */
-	char name[];		/* demangled; "" when unknown */
+	uint64_t start;		/* runtime address of the function */
+	const char *kernel;	/* an nvcc device stub's kernel (in name[]), NULL otherwise */
+	char name[];		/* demangled function; "" when unknown */
 };
 
 static int read_file(const char *path, char *buf, size_t size, size_t *len)
@@ -76,9 +77,11 @@ static int read_file(const char *path, char *buf, size_t size, size_t *len)
 	return 0;
 }
 
-void target__parse_environ(struct target *t, const char *env, size_t len)
+/* RANK/WORLD_SIZE/LOCAL_RANK and the allocator's settings from an environ blob
+ * ("K=V\0K=V\0..."). PYTORCH_CUDA_ALLOC_CONF wins over the newer PYTORCH_ALLOC_CONF. */
+static void parse_environ(struct target *t, const char *env, size_t len)
 {
-	const char *p = env, *end = env + len;
+	const char *p = env, *end = env + len, *conf = NULL;
 
 	while (p < end && *p) {
 		size_t l = strnlen(p, end - p);
@@ -89,8 +92,14 @@ void target__parse_environ(struct target *t, const char *env, size_t len)
 			t->world_size = atoi(p + 11);
 		else if (!strncmp(p, "LOCAL_RANK=", 11))
 			t->local_rank = atoi(p + 11);
+		else if (!strncmp(p, "PYTORCH_CUDA_ALLOC_CONF=", 24))
+			conf = p + 24;
+		else if (!strncmp(p, "PYTORCH_ALLOC_CONF=", 19) && !conf)
+			conf = p + 19;
 		p += l + 1;
 	}
+	if (conf)
+		t->alloc_conf = strndup(conf, end - conf);
 }
 
 struct target *target__new(int pid)
@@ -98,7 +107,6 @@ struct target *target__new(int pid)
 	struct target *t;
 	char path[64], buf[4096];
 	size_t len;
-	int err;
 
 	if (pid <= 0) {
 		errno = ESRCH;
@@ -142,59 +150,15 @@ struct target *target__new(int pid)
 
 		procmaps__path(path, sizeof(path), pid, "environ");
 		if (env && !read_file(path, env, 1 << 20, &len))
-			target__parse_environ(t, env, len);
+			parse_environ(t, env, len);
 		free(env);
 	}
-	err = 0;
-	(void)err;
 	return t;
 }
 
 static struct target_priv *priv(struct target *t)
 {
 	return (struct target_priv *)(t + 1);
-}
-
-struct destroy_slice {
-	struct bpf_link **links;
-	int n;
-};
-
-static void *destroy_links(void *arg)
-{
-	struct destroy_slice *s = arg;
-
-	for (int i = 0; i < s->n; i++)
-		bpf_link__destroy(s->links[i]);
-	return NULL;
-}
-
-/* Removing a uprobe waits for an RCU grace period (~tens of ms here); hundreds of probes one
- * after another take many seconds. Concurrent removals share grace periods. */
-void links__destroy_parallel(struct bpf_link **links, int n)
-{
-	enum { MAX_THREADS = 64 };
-	struct destroy_slice slices[MAX_THREADS];
-	pthread_t threads[MAX_THREADS];
-	int nthreads = n < MAX_THREADS ? n : MAX_THREADS, started = 0;
-
-	if (n <= 2) {
-		for (int i = 0; i < n; i++)
-			bpf_link__destroy(links[i]);
-		return;
-	}
-	for (int i = 0; i < nthreads; i++) {
-		int from = (int)((long)n * i / nthreads), to = (int)((long)n * (i + 1) / nthreads);
-
-		slices[i].links = links + from;
-		slices[i].n = to - from;
-		if (pthread_create(&threads[started], NULL, destroy_links, &slices[i]))
-			destroy_links(&slices[i]);	/* no thread: do it here */
-		else
-			started++;
-	}
-	for (int i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
 }
 
 void target__free(struct target *t)
@@ -204,11 +168,7 @@ void target__free(struct target *t)
 	if (!t)
 		return;
 	p = priv(t);
-	for (int i = 0; i < t->nr_link_fds; i++)
-		close(t->link_fds[i]);
-	free(t->link_fds);
-	links__destroy_parallel(t->links, t->nr_links);
-	free(t->links);
+	probe_links__destroy(&t->links);
 	for (int i = 0; i < t->nr_objs; i++) {
 		free(t->objs[i].path);
 		free(t->objs[i].open_path);
@@ -224,6 +184,7 @@ void target__free(struct target *t)
 	if (t->pidfd >= 0)
 		close(t->pidfd);
 	free(t->cmdline);
+	free(t->alloc_conf);
 	free(t);
 }
 
@@ -269,141 +230,6 @@ static bool is_ld_so(const char *path)
 
 	base = base ? base + 1 : path;
 	return !strncmp(base, "ld-linux", 8) || !strncmp(base, "ld64.so", 7) || !strncmp(base, "ld-musl", 7);
-}
-
-static int add_link(struct target *t, struct bpf_link *link)
-{
-	if (t->nr_links == t->cap_links) {
-		int cap = t->cap_links ? t->cap_links * 2 : 64;
-		struct bpf_link **n = realloc(t->links, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		t->links = n;
-		t->cap_links = cap;
-	}
-	t->links[t->nr_links++] = link;
-	return 0;
-}
-
-/* A batch of probes of one object for one uprobe_multi link. */
-struct probe_batch {
-	uint64_t offsets[256];
-	uint64_t cookies[256];
-	int n;
-};
-
-/* The probes one object needs, resolved once: attached as two uprobe_multi links (entries,
- * returns) where the kernel has them, one link per probe otherwise. */
-struct probe_plan {
-	int n;
-	struct {
-		const char *symbol;
-		uint64_t offset;
-		uint64_t cookie;
-		bool ret;	/* a return probe too */
-	} items[256];
-};
-
-static void plan_add(struct target *t, struct probe_plan *plan, struct target_obj *obj,
-		     const char *symbol, uint64_t cookie, bool ret)
-{
-	const struct elfsym_sym *sym = elfsym__find_func(obj->es, symbol);
-	uint64_t off;
-
-	if (!sym || plan->n == 256)
-		return;
-	if (elfsym__vaddr_to_off(obj->es, sym->vaddr, &off)) {
-		t->attach_errors++;
-		return;
-	}
-	plan->items[plan->n].symbol = symbol;
-	plan->items[plan->n].offset = off;
-	plan->items[plan->n].cookie = cookie;
-	plan->items[plan->n].ret = ret;
-	plan->n++;
-}
-
-#define TP_BPF_LINK_CREATE		28
-#define TP_BPF_TRACE_UPROBE_MULTI	48
-#define TP_BPF_F_UPROBE_MULTI_RETURN	1
-
-/* union bpf_attr's link_create for uprobe_multi (linux >= 6.6), spelled out because the
- * system's linux/bpf.h may predate it. */
-struct tp_link_create_uprobe_multi {
-	uint32_t prog_fd;
-	uint32_t target_fd;
-	uint32_t attach_type;
-	uint32_t flags;
-	uint64_t path;
-	uint64_t offsets;
-	uint64_t ref_ctr_offsets;
-	uint64_t cookies;
-	uint32_t cnt;
-	uint32_t multi_flags;
-	uint32_t pid;
-	uint32_t pad[9];
-};
-
-static int attach_batch(struct target *t, struct target_obj *obj, struct bpf_program *prog,
-			const struct probe_batch *b, bool retprobe)
-{
-	struct tp_link_create_uprobe_multi attr;
-	int fd, *n;
-
-	if (!b->n)
-		return 0;
-	memset(&attr, 0, sizeof(attr));
-	attr.prog_fd = bpf_program__fd(prog);
-	attr.attach_type = TP_BPF_TRACE_UPROBE_MULTI;
-	attr.path = (uint64_t)(uintptr_t)obj->open_path;
-	attr.offsets = (uint64_t)(uintptr_t)b->offsets;
-	attr.cookies = (uint64_t)(uintptr_t)b->cookies;
-	attr.cnt = b->n;
-	attr.multi_flags = retprobe ? TP_BPF_F_UPROBE_MULTI_RETURN : 0;
-	attr.pid = t->pid;
-	fd = syscall(__NR_bpf, TP_BPF_LINK_CREATE, &attr, sizeof(attr));
-	if (fd < 0)
-		return -errno;
-	n = realloc(t->link_fds, (t->nr_link_fds + 1) * sizeof(*n));
-	if (!n) {
-		close(fd);
-		return -ENOMEM;
-	}
-	t->link_fds = n;
-	t->link_fds[t->nr_link_fds++] = fd;
-	obj->nr_probes += b->n;
-	t->nr_probes += b->n;
-	return b->n;
-}
-
-static int attach_single(struct target *t, struct target_obj *obj, struct bpf_program *prog,
-			 const char *symbol, uint64_t off, uint64_t cookie, bool retprobe)
-{
-	struct bpf_link *link;
-	int err;
-
-	if (!prog)	/* no program: resolve only (offline replay, benchmarks) */
-		return 0;
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = retprobe, .bpf_cookie = cookie);
-	link = bpf_program__attach_uprobe_opts(prog, t->pid, obj->open_path, off, &opts);
-	if (!link) {
-		err = -errno;
-		t->attach_errors++;
-		if (err == -EPERM || err == -EACCES)
-			return err;
-		log_verbose("tptrace: failed to attach %s%s in %s (pid %d): %s\n",
-			    retprobe ? "return of " : "", symbol, obj->path, t->pid, strerror(-err));
-		return 0;
-	}
-	err = add_link(t, link);
-	if (err) {
-		bpf_link__destroy(link);
-		return err;
-	}
-	obj->nr_probes++;
-	t->nr_probes++;
-	return 1;
 }
 
 /* CUDA 13's __cudaLaunchKernel is `push rbp; mov rbp,rsp; pop rbp; jmp cudaLaunchKernel`:
@@ -467,82 +293,44 @@ static unsigned classes_of(const struct target_probes *p)
 	return p->classes ? p->classes : PROBE_CUDA_ALL;
 }
 
-static void batch_of(const struct probe_plan *plan, bool returns, struct probe_batch *b)
+/* Attaches a plan with the programs of p, counting into t. Probes added or a negative errno. */
+static int attach_plan(struct target *t, struct target_obj *obj, const struct probe_plan *plan,
+		       const struct probe_progs *progs)
 {
-	b->n = 0;
-	for (int i = 0; i < plan->n; i++) {
-		if (returns && !plan->items[i].ret)
-			continue;
-		b->offsets[b->n] = plan->items[i].offset;
-		b->cookies[b->n] = plan->items[i].cookie;
-		b->n++;
+	struct probe_counts counts = {};
+	int r = probe_plan__attach(plan, t->pid, progs, &t->links, &counts);
+
+	t->attach_errors += counts.errors;
+	if (r > 0) {
+		t->nr_probes += r;
+		obj->nr_probes += r;
 	}
+	return r;
 }
 
-/* Attaches a plan: uprobe_multi links when the programs exist, else (or when the kernel
- * refuses them) one link per probe; a return probe only where its entry probe attached.
- * Probes added, or a negative errno for a failure that makes tracing impossible (EPERM). */
-static int attach_plan(struct target *t, struct target_obj *obj, const struct probe_plan *plan,
-		       struct bpf_program *entry_multi, struct bpf_program *ret_multi,
-		       struct bpf_program *entry, struct bpf_program *ret)
+/* Adds a probe to a plan; an API absent from the object is no error, an unmappable one is. */
+static void plan_add(struct target *t, struct probe_plan *plan, const char *symbol,
+		     uint64_t cookie, bool ret)
 {
-	struct probe_batch *b = NULL;
-	bool entries_done = false;
-	int n = 0, r;
+	int err = probe_plan__add(plan, symbol, cookie, ret);
 
-	if (entry_multi && plan->n) {
-		b = malloc(sizeof(*b));
-		if (!b)
-			return -ENOMEM;
-		batch_of(plan, false, b);
-		r = attach_batch(t, obj, entry_multi, b, false);
-		if (r >= 0) {
-			entries_done = true;
-			n += r;
-			batch_of(plan, true, b);
-			r = ret_multi ? attach_batch(t, obj, ret_multi, b, true) : -ENOTSUP;
-			if (r >= 0 || !b->n) {
-				free(b);
-				return n + (r > 0 ? r : 0);
-			}
-		}
-		free(b);
-		if (r == -EPERM)
-			return r;
-		log_verbose("tptrace: uprobe_multi on %s: %s; attaching one by one\n", obj->path,
-			    strerror(-r));
-	}
-	for (int i = 0; i < plan->n; i++) {
-		const char *sym = plan->items[i].symbol;
-		uint64_t off = plan->items[i].offset, cookie = plan->items[i].cookie;
-
-		r = entries_done ? 1 : attach_single(t, obj, entry, sym, off, cookie, false);
-		if (r < 0)
-			return r;
-		n += entries_done ? 0 : r;
-		if (r > 0 && plan->items[i].ret) {
-			r = attach_single(t, obj, ret, sym, off, cookie, true);
-			if (r < 0)
-				return r;
-			n += r;
-		}
-	}
-	return n;
+	if (err == -ERANGE)
+		t->attach_errors++;
 }
 
 static int attach_nccl(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
-	struct probe_plan *plan = calloc(1, sizeof(*plan));
+	struct probe_plan *plan = probe_plan__new(obj);
 	int n;
 
 	if (!plan)
 		return -ENOMEM;
 	/* NCCL calls: the return code, and whether a thread is still inside */
 	for (int i = 0; i < nccl_api_count; i++)
-		plan_add(t, plan, obj, nccl_apis[i].symbol, nccl_api_cookie(i),
-			 nccl_api_has_return(i));
-	n = attach_plan(t, obj, plan, p->entry_multi, p->ret_multi, p->entry, p->ret);
-	free(plan);
+		plan_add(t, plan, nccl_apis[i].symbol, nccl_api_cookie(i), nccl_api_has_return(i));
+	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
+							p->ret_multi });
+	probe_plan__free(plan);
 	return n;
 }
 
@@ -555,7 +343,7 @@ static bool want_cuda_api(const struct target_probes *p, const struct cuda_api *
 
 static int attach_cudart(struct target *t, struct target_obj *obj, const struct target_probes *p)
 {
-	struct probe_plan *plan = calloc(1, sizeof(*plan));
+	struct probe_plan *plan = probe_plan__new(obj);
 	int n;
 
 	if (!plan)
@@ -570,11 +358,12 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 			t->nr_aliased++;
 			continue;
 		}
-		plan_add(t, plan, obj, api->symbol, cuda_api_cookie(id, t->want_caller2),
+		plan_add(t, plan, api->symbol, cuda_api_cookie(id, t->want_caller2),
 			 api->ret || p->all_returns);
 	}
-	n = attach_plan(t, obj, plan, p->entry_multi, p->ret_multi, p->entry, p->ret);
-	free(plan);
+	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
+							p->ret_multi });
+	probe_plan__free(plan);
 	return n;
 }
 
@@ -692,13 +481,14 @@ static int attach_obj(struct target *t, struct target_obj *obj, const struct tar
 	int added = 0, r;
 
 	if (obj->ld_so) {
-		struct probe_plan *plan = calloc(1, sizeof(*plan));
+		struct probe_plan *plan = probe_plan__new(obj);
 
 		if (!plan)
 			return -ENOMEM;
-		plan_add(t, plan, obj, "_dl_debug_state", 0, false);
-		r = attach_plan(t, obj, plan, p->dl_hook_multi, NULL, p->dl_hook, NULL);
-		free(plan);
+		plan_add(t, plan, "_dl_debug_state", 0, false);
+		r = attach_plan(t, obj, plan, &(struct probe_progs){ .entry = p->dl_hook,
+								.entry_multi = p->dl_hook_multi });
+		probe_plan__free(plan);
 		return r;
 	}
 	/* libnccl carries its own static cudart: tracing shows NCCL's CUDA calls inside the
@@ -848,14 +638,16 @@ static const struct target_obj *obj_at(struct target *t, uint64_t addr)
 	return find_obj(t, makedev_of(v), v->inode);
 }
 
+/* The one address -> symbol lookup (kernel names, memory stacks): the object mapping addr, its
+ * function there, demangled, cached per address for the target's life. */
 static const struct sym_entry *resolve(struct target *t, uint64_t addr)
 {
 	const struct target_obj *obj;
 	const struct elfsym_sym *sym;
+	char *name = NULL, *kernel = NULL;
 	struct sym_entry *e;
 	char mangled[1024];
-	char *name = NULL;
-	bool stub = false;
+	size_t len, klen;
 	uint64_t v;
 
 	if (!addr)
@@ -867,24 +659,46 @@ static const struct sym_entry *resolve(struct target *t, uint64_t addr)
 		return NULL;	/* not cached: the library may be scanned later */
 	sym = elfsym__func_at(obj->es, addr - obj->bias);
 	if (sym) {
+		name = demangle(sym->name);
 		if (strstr(sym->name, "__device_stub__") &&
-		    !cuda_stub_kernel_name(sym->name, NULL, mangled, sizeof(mangled))) {
-			name = demangle(mangled);
-			stub = true;
-		} else {
-			name = demangle(sym->name);
-		}
+		    !cuda_stub_kernel_name(sym->name, NULL, mangled, sizeof(mangled)))
+			kernel = demangle(mangled);
 	}
-	e = malloc(sizeof(*e) + (name ? strlen(name) : 0) + 1);
+	len = name ? strlen(name) : 0;
+	klen = kernel ? strlen(kernel) : 0;
+	e = malloc(sizeof(*e) + len + 1 + (kernel ? klen + 1 : 0));
 	if (!e) {
 		free(name);
+		free(kernel);
 		return NULL;
 	}
-	e->stub = stub;
-	strcpy(e->name, name ? name : "");
+	e->start = sym ? obj->bias + sym->vaddr : addr;
+	memcpy(e->name, name ? name : "", len + 1);
+	e->kernel = NULL;
+	if (kernel) {
+		memcpy(e->name + len + 1, kernel, klen + 1);
+		e->kernel = e->name + len + 1;
+	}
 	free(name);
+	free(kernel);
 	u64map__set(&t->addr_names, addr, (uint64_t)(uintptr_t)e);
 	return e;
+}
+
+int target__sym_at(struct target *t, uint64_t addr, struct target_sym *out)
+{
+	const struct sym_entry *e;
+
+	memset(out, 0, sizeof(*out));
+	out->obj = addr ? obj_at(t, addr) : NULL;
+	if (!out->obj)
+		return -ENOENT;
+	e = resolve(t, addr);
+	if (e && e->name[0]) {
+		out->name = e->name;
+		out->offset = addr - e->start;
+	}
+	return 0;
 }
 
 int target__nccl_func(struct target *t, const char *name, uint64_t *addr)
@@ -915,14 +729,18 @@ const char *target__symbolize(struct target *t, uint64_t addr)
 {
 	const struct sym_entry *e = resolve(t, addr);
 
-	return e && e->name[0] ? e->name : NULL;
+	if (!e)
+		return NULL;
+	if (e->kernel && e->kernel[0])
+		return e->kernel;
+	return e->name[0] ? e->name : NULL;
 }
 
 const char *target__stub_kernel(struct target *t, uint64_t addr)
 {
 	const struct sym_entry *e = resolve(t, addr);
 
-	return e && e->stub && e->name[0] ? e->name : NULL;
+	return e && e->kernel && e->kernel[0] ? e->kernel : NULL;
 }
 
 /* cudaLaunchKernel takes a host function or, since CUDA 13, a cudaKernel_t handle

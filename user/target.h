@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* One traced process: its mapped objects, the uprobes attached to them, and what is known
- * about its kernels (handle -> name, code address -> symbol). Objects are found in
+/* One traced process: its mapped objects, the uprobes attached to them (through attach.h), and
+ * what is known about its kernels (handle -> name, code address -> symbol). Objects are found in
  * /proc/<pid>/maps and opened through /proc/<pid>/root so processes in other mount
  * namespaces work; rescans pick up libraries loaded after attach. */
 #ifndef TPTRACE_TARGET_H
@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "attach.h"
 #include "hashmap.h"
 
 struct bpf_program;
@@ -50,13 +51,11 @@ struct target {
 	char comm[32];
 	char *cmdline;
 	int rank, world_size, local_rank;	/* -1 when not in the environment */
+	char *alloc_conf;	/* PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF), NULL if unset */
 	struct procmaps *maps;
 	struct target_obj *objs;
 	int nr_objs;
-	struct bpf_link **links;
-	int nr_links, cap_links;
-	int *link_fds;		/* uprobe_multi links */
-	int nr_link_fds;
+	struct probe_links links;	/* the probes of target__scan */
 	int nr_probes;		/* uprobes attached (entry + return) */
 	int nr_cudart;		/* objects with a CUDA runtime */
 	int nr_nccl;		/* objects with NCCL */
@@ -86,6 +85,15 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 /* Kernel name for a code address in the target (a stub or a function pointer): demangled,
  * NULL if unknown. The string lives as long as the target. */
 const char *target__symbolize(struct target *t, uint64_t addr);
+/* The function holding a code address (stack frames). */
+struct target_sym {
+	const struct target_obj *obj;	/* the object mapping addr */
+	const char *name;		/* demangled function, NULL when no symbol covers addr */
+	uint64_t offset;		/* addr - the function's start (valid with name) */
+};
+/* 0, or -ENOENT when addr lies in no object the target scanned (sym->obj NULL). Strings live
+ * as long as the target. */
+int target__sym_at(struct target *t, uint64_t addr, struct target_sym *sym);
 /* Runtime address of a function of the target's NCCL library. 0 or -ENOENT. */
 int target__nccl_func(struct target *t, const char *name, uint64_t *addr);
 /* Whether a code address lies in a library holding NCCL (a call made by NCCL itself). */
@@ -107,12 +115,6 @@ void target__kernel_name(struct target *t, struct elfsym_cache *cache,
 			 const struct cuda_launch *l, uint64_t now_ns, struct kernel_name *out);
 /* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
 int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now_ns);
-
-/* Destroys uprobe links concurrently (each removal waits for an RCU grace period). */
-void links__destroy_parallel(struct bpf_link **links, int n);
-
-/* Reads RANK/WORLD_SIZE/LOCAL_RANK from an environ blob ("K=V\0K=V\0..."). */
-void target__parse_environ(struct target *t, const char *env, size_t len);
 
 /* True when the process is gone (pidfd readable or kill(pid,0) == ESRCH). */
 bool target__gone(struct target *t);

@@ -8,13 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <bpf/libbpf.h>
-#include <bpf/bpf.h>
 #include <cjson/cJSON.h>
 #include "cuda.skel.h"
-#include "cuda.h"
 #include "decode.h"
 #include "gpu.h"
 #include "elfsym.h"
@@ -27,8 +26,6 @@
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
 #endif
-
-
 
 #define MAX_PIDS 64
 
@@ -151,12 +148,40 @@ static void on_signal(int sig)
 	stop_signal = sig;
 }
 
-static cJSON *gpu_json(const struct gpu_stats *g, bool attached, const struct decoder *dec)
+/* One traced process and what is attached to it. */
+struct traced {
+	struct target *t;
+	struct memtrace *mt;		/* --mem */
+	struct gpu_session *gpu;	/* --gpu */
+	struct gpu_stats gstats;	/* taken when the agent is detached */
+	int watch_err;			/* session__watch_exit failed: exit code unknown */
+};
+
+/* One `tptrace -p ...` run: what it opened, in the order it is torn down. */
+struct trace_session {
+	int argc;
+	char **argv;			/* recorded in the metadata */
+	struct traced procs[MAX_PIDS];
+	int nr_procs;
+	struct session_bpf *bpf;
+	struct target_probes probes;
+	struct elfsym_cache *cache;
+	struct trace_json *tj;
+	bool output_created;		/* we created the output file: remove it on failure */
+	struct decoder *dec;
+	struct ring_buffer *rb;
+	uint64_t start_mono, start_real, end_mono;
+	uint64_t drops;
+	int drops_err;			/* < 0: the drop count is unknown */
+};
+
+static cJSON *gpu_json(const struct traced *p, const struct decoder *dec)
 {
+	const struct gpu_stats *g = &p->gstats;
 	cJSON *o = cJSON_CreateObject();
 	uint64_t matched, unmatched, flows;
 
-	if (!attached) {
+	if (!p->gpu) {
 		cJSON_AddBoolToObject(o, "attached", false);
 		return o;
 	}
@@ -181,71 +206,83 @@ static cJSON *gpu_json(const struct gpu_stats *g, bool attached, const struct de
 	return o;
 }
 
-static uint64_t meta_base_mono;
-static const struct gpu_stats *meta_gstats;
-static struct gpu_session **meta_gpus;
-static const struct decoder *meta_dec;
-
-static char *metadata_json(struct target **targets, int nr, const struct decoder_stats *st,
-			   uint64_t drops, uint64_t start_real, uint64_t end_real, int argc, char **argv)
+/* A u64 as a JSON number without the double's rounding (ns since the epoch need 61 bits). */
+static void add_u64_raw(cJSON *o, const char *key, uint64_t v)
 {
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+	cJSON_AddItemToObject(o, key, cJSON_CreateRaw(buf));
+}
+
+static cJSON *target_json(const struct trace_session *s, const struct traced *p)
+{
+	const struct target *t = p->t;
+	cJSON *o = cJSON_CreateObject(), *libs;
+
+	cJSON_AddNumberToObject(o, "pid", t->pid);
+	cJSON_AddStringToObject(o, "comm", t->comm);
+	cJSON_AddStringToObject(o, "cmdline", t->cmdline ? t->cmdline : "");
+	if (t->rank >= 0)
+		cJSON_AddNumberToObject(o, "rank", t->rank);
+	if (t->world_size >= 0)
+		cJSON_AddNumberToObject(o, "world_size", t->world_size);
+	libs = cJSON_AddArrayToObject(o, "cuda_runtimes");
+	for (int j = 0; j < t->nr_objs; j++)
+		if (t->objs[j].cudart)
+			cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
+	cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
+	if (env.gpu)
+		cJSON_AddItemToObject(o, "gpu", gpu_json(p, s->dec));
+	cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
+	cJSON_AddBoolToObject(o, "exited", t->exited);
+	/* exit_code is the kernel's wait status (task->exit_code) */
+	if (t->exit_code >= 0 && WIFSIGNALED(t->exit_code)) {
+		cJSON_AddNumberToObject(o, "killed_by_signal", WTERMSIG(t->exit_code));
+	} else if (t->exit_code >= 0) {
+		cJSON_AddNumberToObject(o, "exit_code", WEXITSTATUS(t->exit_code));
+	} else if (t->exited) {
+		cJSON_AddNullToObject(o, "exit_code");
+		cJSON_AddStringToObject(o, "exit_code_unknown",
+					p->watch_err ? "its exit could not be watched" :
+					!s->bpf->exit_tp ? "no exit tracepoint in this kernel" :
+					"no exit record seen");
+	}
+	return o;
+}
+
+static char *metadata_json(const struct trace_session *s)
+{
+	const struct decoder_stats *st = decoder__stats(s->dec);
+	uint64_t end_real = s->start_real + (s->end_mono - s->start_mono);
 	cJSON *root = cJSON_CreateObject(), *arr, *cmd;
 	int probes = 0, attach_errors = 0;
 	char *out;
 
 	cJSON_AddStringToObject(root, "version", TPTRACE_VERSION);
 	cmd = cJSON_AddArrayToObject(root, "command");
-	for (int i = 0; i < argc; i++)
-		cJSON_AddItemToArray(cmd, cJSON_CreateString(argv[i]));
-	{
-		char buf[32];
-
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)start_real);
-		cJSON_AddItemToObject(root, "start_unix_ns", cJSON_CreateRaw(buf));
-	}
-	cJSON_AddNumberToObject(root, "duration_s", (end_real - start_real) / 1e9);
+	for (int i = 0; i < s->argc; i++)
+		cJSON_AddItemToArray(cmd, cJSON_CreateString(s->argv[i]));
+	add_u64_raw(root, "start_unix_ns", s->start_real);
+	cJSON_AddNumberToObject(root, "duration_s", (end_real - s->start_real) / 1e9);
 	cJSON_AddStringToObject(root, "clock", "CLOCK_MONOTONIC (bpf_ktime_get_ns)");
-	{
-		char buf[32];
-
-		/* ts 0 in CLOCK_MONOTONIC ns: maps trace times back to the host clock */
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)meta_base_mono);
-		cJSON_AddItemToObject(root, "base_mono_ns", cJSON_CreateRaw(buf));
-	}
+	/* ts 0 in CLOCK_MONOTONIC ns: maps trace times back to the host clock */
+	add_u64_raw(root, "base_mono_ns", s->start_mono);
 	arr = cJSON_AddArrayToObject(root, "targets");
-	for (int i = 0; i < nr; i++) {
-		struct target *t = targets[i];
-		cJSON *o = cJSON_CreateObject(), *libs;
-
-		cJSON_AddNumberToObject(o, "pid", t->pid);
-		cJSON_AddStringToObject(o, "comm", t->comm);
-		cJSON_AddStringToObject(o, "cmdline", t->cmdline ? t->cmdline : "");
-		if (t->rank >= 0)
-			cJSON_AddNumberToObject(o, "rank", t->rank);
-		if (t->world_size >= 0)
-			cJSON_AddNumberToObject(o, "world_size", t->world_size);
-		libs = cJSON_AddArrayToObject(o, "cuda_runtimes");
-		for (int j = 0; j < t->nr_objs; j++)
-			if (t->objs[j].cudart)
-				cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
-		cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
-		if (meta_gpus)
-			cJSON_AddItemToObject(o, "gpu", gpu_json(&meta_gstats[i], meta_gpus[i] != NULL,
-								 meta_dec));
-		cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
-		cJSON_AddBoolToObject(o, "exited", t->exited);
-		if (t->exit_code >= 0 && (t->exit_code & 0x7f))
-			cJSON_AddNumberToObject(o, "killed_by_signal", t->exit_code & 0x7f);
-		else if (t->exit_code >= 0)
-			cJSON_AddNumberToObject(o, "exit_code", (t->exit_code >> 8) & 0xff);
-		cJSON_AddItemToArray(arr, o);
-		probes += t->nr_probes;
-		attach_errors += t->attach_errors;
+	for (int i = 0; i < s->nr_procs; i++) {
+		cJSON_AddItemToArray(arr, target_json(s, &s->procs[i]));
+		probes += s->procs[i].t->nr_probes;
+		attach_errors += s->procs[i].t->attach_errors;
 	}
 	cJSON_AddNumberToObject(root, "probes_attached", probes);
 	cJSON_AddNumberToObject(root, "attach_errors", attach_errors);
 	cJSON_AddNumberToObject(root, "events_recorded", (double)st->records);
-	cJSON_AddNumberToObject(root, "events_dropped", (double)drops);
+	if (s->drops_err) {
+		cJSON_AddNullToObject(root, "events_dropped");
+		cJSON_AddStringToObject(root, "events_dropped_unknown", strerror(-s->drops_err));
+	} else {
+		cJSON_AddNumberToObject(root, "events_dropped", (double)s->drops);
+	}
 	cJSON_AddNumberToObject(root, "calls", (double)st->calls);
 	cJSON_AddNumberToObject(root, "launches", (double)st->launches);
 	cJSON_AddNumberToObject(root, "launches_named", (double)st->launches_named);
@@ -279,6 +316,344 @@ static void write_process_meta(struct trace_json *tj, struct target *t)
 	}
 }
 
+/* Every -p pid, opened before anything is loaded so a typo costs nothing. */
+static int open_targets(struct trace_session *s)
+{
+	for (int i = 0; i < env.nr_pids; i++) {
+		for (int j = 0; j < i; j++) {
+			if (env.pids[j] == env.pids[i]) {
+				log_error("tptrace: pid %d given twice\n", env.pids[i]);
+				return -EINVAL;
+			}
+		}
+		s->procs[i].t = session__open_target(env.pids[i]);
+		if (!s->procs[i].t)
+			return -ESRCH;	/* its error line is out */
+		s->nr_procs++;
+	}
+	return 0;
+}
+
+/* The BPF object, the output file, the decoder and the ring that feeds it. */
+static int open_pipeline(struct trace_session *s)
+{
+	struct stat st;
+
+	s->bpf = session__load_bpf(env.ring_mb);
+	if (!s->bpf)
+		return -EINVAL;
+	session__probes(s->bpf, &s->probes);
+	s->probes.all_returns = env.durations;
+	s->probes.classes = PROBE_CUDA_ALL | PROBE_NCCL;
+	for (int i = 0; i < s->nr_procs; i++)
+		s->procs[i].watch_err = session__watch_exit(s->bpf, s->procs[i].t->pid);
+
+	/* only a regular file we create ourselves may be removed on failure (not /dev/...) */
+	s->output_created = stat(env.output, &st) && errno == ENOENT;
+	s->tj = trace_json__open(env.output);
+	if (!s->tj) {
+		int err = -errno;
+
+		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(-err));
+		s->output_created = false;
+		return err ? err : -EIO;
+	}
+	s->cache = elfsym_cache__new();
+	if (s->cache)
+		s->dec = decoder__new(s->tj, s->cache, &s->probes);
+	if (!s->cache || !s->dec) {
+		log_error("tptrace: out of memory\n");
+		return -ENOMEM;
+	}
+	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), decoder__ring_cb, s->dec,
+				 NULL);
+	if (!s->rb) {
+		int err = -errno;
+
+		log_error("tptrace: failed to create ring buffer: %s\n", strerror(-err));
+		return err ? err : -EINVAL;
+	}
+	return 0;
+}
+
+/* Probes every target (and its memory with --mem); the trace starts here. */
+static int attach_targets(struct trace_session *s)
+{
+	int err;
+
+	s->start_mono = session__clock_ns(CLOCK_MONOTONIC);
+	s->start_real = session__clock_ns(CLOCK_REALTIME);
+	err = trace_json__begin(s->tj, s->start_mono, s->start_real);
+	if (err) {
+		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(-err));
+		return err;
+	}
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+		struct target *t = p->t;
+
+		err = decoder__add_target(s->dec, t);
+		if (err) {
+			log_error("tptrace: pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
+			return err;
+		}
+		err = target__scan(t, s->cache, &s->probes);
+		if (err == -ESRCH) {
+			log_error("tptrace: pid %d exited before it could be traced\n", t->pid);
+			return err;
+		}
+		if (err < 0) {
+			log_error("tptrace: attaching to pid %d (%s): %s\n", t->pid, t->comm,
+				  strerror(-err));
+			return err;
+		}
+		if (!t->nr_cudart && !env.wait) {
+			log_error("tptrace: pid %d (%s) has no CUDA runtime loaded (no libcudart.so.* and "
+				  "no static cudart); use --wait to wait for it\n", t->pid, t->comm);
+			return -ENOENT;
+		}
+		if (!t->nr_cudart)
+			log_info("tptrace: waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
+		write_process_meta(s->tj, t);
+		/* the trace shows counters and events, not call sites: no user stacks (their
+		 * frame walk is most of an allocation probe's cost; tptrace mem keeps them) */
+		if (env.mem) {
+			struct memtrace_opts mo = { .no_stacks = true,
+						    .uprobe_multi = s->bpf->uprobe_multi };
+
+			p->mt = memtrace__attach(t, s->tj, &mo);
+			if (!p->mt)
+				return -EINVAL;
+		}
+		log_verbose("tptrace: pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
+			    t->nr_probes, t->nr_cudart);
+	}
+	return 0;
+}
+
+/* --gpu: the CUPTI agent into every target. */
+static int attach_gpus(struct trace_session *s)
+{
+	struct gpu_opts go = { .cupti_path = env.cupti };
+	int err = decoder__enable_gpu(s->dec);
+
+	if (err) {
+		log_error("tptrace: out of memory\n");
+		return err;
+	}
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+		char msg[512] = "";
+
+		p->gpu = gpu__attach(p->t->pid, &go, msg, sizeof(msg));
+		if (!p->gpu) {
+			err = errno ? -errno : -EINVAL;
+			log_error("tptrace: --gpu: pid %d: %s\n", p->t->pid, msg[0] ? msg : strerror(-err));
+			return err;
+		}
+	}
+	return 0;
+}
+
+/* Libraries loaded since the last look; a backstop for objects mapped without the dynamic
+ * linker's notice. */
+static void rescan_targets(struct trace_session *s)
+{
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct target *t = s->procs[i].t;
+		bool had = t->nr_cudart;
+
+		if (t->exited)
+			continue;
+		target__scan(t, s->cache, &s->probes);
+		if (!had && t->nr_cudart)
+			log_info("tptrace: pid %d loaded a CUDA runtime; tracing\n", t->pid);
+	}
+}
+
+/* Number of targets still running; says once when one exited. */
+static int count_alive(struct trace_session *s)
+{
+	int alive = 0;
+
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct target *t = s->procs[i].t;
+		bool was_gone = t->exited;
+
+		if (!target__gone(t))
+			alive++;
+		else if (!was_gone)
+			log_info("tptrace: pid %d (%s) exited\n", t->pid, t->comm);
+	}
+	return alive;
+}
+
+/* Until -d, a signal, every target gone, or a write error. */
+static void run_loop(struct trace_session *s)
+{
+	uint64_t deadline = 0, last_rescan = s->start_mono;
+	int err;
+
+	if (env.duration > 0)
+		deadline = s->start_mono + (uint64_t)(env.duration * 1e9);
+	log_info("tptrace: tracing %d process%s to %s%s\n", s->nr_procs, s->nr_procs > 1 ? "es" : "",
+		 env.output, deadline ? "" : "; Ctrl-C to stop");
+	while (!stop_signal) {
+		uint64_t now;
+
+		/* probes submit without waking us (a wake-up per call costs more than the
+		 * trap): wait a little, then drain whatever is there */
+		err = ring_buffer__poll(s->rb, 20);
+		if (err >= 0)
+			err = ring_buffer__consume(s->rb);
+		if (err < 0 && err != -EINTR) {
+			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
+			break;
+		}
+		for (int i = 0; i < s->nr_procs; i++)
+			if (s->procs[i].mt)
+				memtrace__poll(s->procs[i].mt);
+		if (trace_json__error(s->tj))
+			break;
+		now = session__clock_ns(CLOCK_MONOTONIC);
+		/* the agent's ring is our memory: it can be drained after the target died */
+		for (int i = 0; i < s->nr_procs; i++)
+			if (s->procs[i].gpu)
+				gpu__poll(s->procs[i].gpu, decoder__gpu_cb, s->dec);
+		if (env.gpu)
+			decoder__gpu_flush(s->dec, now, 2000000000ULL);
+		if (!count_alive(s))
+			break;
+		if (deadline && now >= deadline)
+			break;
+		if (now - last_rescan > (uint64_t)(env.wait ? 100 : 1000) * 1000000ULL) {
+			last_rescan = now;
+			rescan_targets(s);
+		}
+	}
+}
+
+/* Takes the agents out (their last records into the trace) and drains the rings. */
+static void drain(struct trace_session *s)
+{
+	/* what is already in the ring goes before the end of the trace */
+	ring_buffer__consume(s->rb);
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+
+		if (!p->gpu)
+			continue;
+		/* flush, disable and unsubscribe CUPTI, then unload the agent */
+		if (p->t->exited || target__gone(p->t))
+			gpu__poll(p->gpu, decoder__gpu_cb, s->dec);
+		else if (gpu__detach(p->gpu, decoder__gpu_cb, s->dec))
+			log_error("tptrace: --gpu: pid %d: detaching the agent: %s\n", p->t->pid,
+				  gpu__error(p->gpu));
+		gpu__stats(p->gpu, &p->gstats);
+	}
+	ring_buffer__consume(s->rb);
+	s->end_mono = session__clock_ns(CLOCK_MONOTONIC);
+	s->drops_err = session__drops(s->bpf, &s->drops);
+	for (int i = 0; i < s->nr_procs; i++)
+		if (s->procs[i].mt)
+			memtrace__finish(s->procs[i].mt, s->end_mono);
+	decoder__finish(s->dec, s->end_mono);
+	if (env.gpu)
+		decoder__gpu_flush(s->dec, s->end_mono, 0);
+}
+
+/* HTA reads distributedInfo for a single-rank trace. */
+static void write_distributed_info(struct trace_session *s)
+{
+	int ranks = 0, rank = -1, world = -1;
+	bool nccl = false;
+	char dist[160];
+
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct target *t = s->procs[i].t;
+
+		if (t->rank >= 0) {
+			ranks++;
+			rank = t->rank;
+			world = t->world_size;
+		}
+		nccl |= has_lib(t, "libnccl");
+	}
+	if (ranks != 1 || s->nr_procs != 1)
+		return;
+	/* HTA reads the rank with the regex "rank":\s+(\d+): keep the space */
+	snprintf(dist, sizeof(dist), "{\"backend\": \"%s\", \"rank\": %d, \"world_size\": %d}",
+		 nccl ? "nccl" : "unknown", rank, world);
+	trace_json__top_raw(s->tj, "distributedInfo", dist);
+}
+
+/* The end of the trace: metadata, then the file is closed. 0 or a negative errno. */
+static int write_trace_end(struct trace_session *s)
+{
+	const struct decoder_stats *st = decoder__stats(s->dec);
+	char *meta = metadata_json(s);
+	int err;
+
+	trace_json__end_events(s->tj);
+	trace_json__top_raw(s->tj, "deviceProperties", "[]");
+	write_distributed_info(s);
+	if (meta)
+		trace_json__top_raw(s->tj, "tptrace", meta);
+	free(meta);
+	for (int i = 0; i < s->nr_procs; i++) {
+		char *mm = s->procs[i].mt ? memtrace__meta_json(s->procs[i].mt) : NULL;
+		char key[48];
+
+		snprintf(key, sizeof(key), i ? "tptrace_memory_%d" : "tptrace_memory",
+			 s->procs[i].t->pid);
+		if (mm)
+			trace_json__top_raw(s->tj, key, mm);
+		free(mm);
+	}
+	err = trace_json__close(s->tj);
+	s->tj = NULL;
+	if (err) {
+		log_error("tptrace: writing %s failed: %s; the trace is incomplete\n", env.output,
+			  strerror(-err));
+		return err;
+	}
+	if (s->drops_err) {
+		log_error("tptrace: the drop counter could not be read (%s): events may be missing\n",
+			  strerror(-s->drops_err));
+		log_info("tptrace: wrote %s: %llu calls (%llu launches, %llu named), drops unknown\n",
+			 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
+			 (unsigned long long)st->launches_named);
+		return 0;
+	}
+	if (s->drops)
+		log_error("tptrace: %llu events dropped (ring buffer full); raise --ring-mb\n",
+			  (unsigned long long)s->drops);
+	log_info("tptrace: wrote %s: %llu calls (%llu launches, %llu named), %llu dropped\n",
+		 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
+		 (unsigned long long)st->launches_named, (unsigned long long)s->drops);
+	return 0;
+}
+
+static void trace_session__free(struct trace_session *s)
+{
+	if (s->tj) {
+		/* failed before the trace was complete: leave no half-written file behind */
+		trace_json__free(s->tj);
+		if (s->output_created)
+			unlink(env.output);
+	}
+	ring_buffer__free(s->rb);
+	for (int i = 0; i < s->nr_procs; i++)
+		memtrace__free(s->procs[i].mt);	/* before its target */
+	for (int i = 0; i < s->nr_procs; i++)
+		gpu__free(s->procs[i].gpu);	/* detaches the agent if still there */
+	for (int i = 0; i < s->nr_procs; i++)
+		target__free(s->procs[i].t);	/* detaches the uprobes */
+	decoder__free(s->dec);
+	session__free_bpf(s->bpf);
+	elfsym_cache__free(s->cache);
+}
+
 int fr_main(int argc, char **argv);
 int mem_main(int argc, char **argv);
 
@@ -287,287 +662,29 @@ int main(int argc, char **argv)
 	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
-	struct target *targets[MAX_PIDS] = {};
-	struct memtrace *mts[MAX_PIDS] = {};
-	struct gpu_session *gpus[MAX_PIDS] = {};
-	struct gpu_stats gstats[MAX_PIDS] = {};
-	struct target_probes probes = {};
-	struct elfsym_cache *cache = NULL;
-	struct ring_buffer *rb = NULL;
-	struct trace_json *tj = NULL;
-	struct decoder *dec = NULL;
-	struct cuda_bpf *skel = NULL;
-	uint64_t start_mono, start_real, deadline = 0, last_rescan;
-	bool output_created = false;
-	int err, ret = 1;
+	struct trace_session s = { .argc = argc, .argv = argv };
+	int ret = 1;
 
 	if (argc > 1 && !strcmp(argv[1], "fr"))
 		return fr_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "mem"))
 		return mem_main(argc - 1, argv + 1);
 	argp_err_exit_status = 2;
-	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
-	if (err)
+	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 
-	for (int i = 0; i < env.nr_pids; i++) {
-		for (int j = 0; j < i; j++) {
-			if (env.pids[j] == env.pids[i]) {
-				log_error("tptrace: pid %d given twice\n", env.pids[i]);
-				goto cleanup;
-			}
-		}
-		targets[i] = session__open_target(env.pids[i]);
-		if (!targets[i])
-			goto cleanup;
-	}
-
-	skel = session__load_bpf(env.ring_mb);
-	if (!skel)
+	if (open_targets(&s) || open_pipeline(&s) || attach_targets(&s) ||
+	    (env.gpu && attach_gpus(&s)))
 		goto cleanup;
-	session__probes(skel, &probes);
-	probes.all_returns = env.durations;
-	probes.classes = PROBE_CUDA_ALL | PROBE_NCCL;
-	for (int i = 0; i < env.nr_pids; i++)
-		session__watch_exit(skel, env.pids[i]);
-
-	{
-		struct stat st;
-
-		/* only a regular file we create ourselves may be removed on failure (not /dev/...) */
-		output_created = stat(env.output, &st) && errno == ENOENT;
-	}
-	tj = trace_json__open(env.output);
-	if (!tj) {
-		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(errno));
-		output_created = false;
-		goto cleanup;
-	}
-	cache = elfsym_cache__new();
-	if (!cache) {
-		log_error("tptrace: out of memory\n");
-		goto cleanup;
-	}
-	dec = decoder__new(tj, cache, &probes);
-	if (!dec) {
-		log_error("tptrace: out of memory\n");
-		goto cleanup;
-	}
-	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), decoder__ring_cb, dec, NULL);
-	if (!rb) {
-		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
-		goto cleanup;
-	}
-
-	start_mono = session__clock_ns(CLOCK_MONOTONIC);
-	start_real = session__clock_ns(CLOCK_REALTIME);
-	trace_json__begin(tj, start_mono, start_real);
-	meta_base_mono = start_mono;
-	for (int i = 0; i < env.nr_pids; i++) {
-		struct target *t = targets[i];
-
-		decoder__add_target(dec, t);
-		err = target__scan(t, cache, &probes);
-		if (err == -ESRCH) {
-			log_error("tptrace: pid %d exited before it could be traced\n", t->pid);
-			goto cleanup;
-		}
-		if (err < 0) {
-			log_error("tptrace: attaching to pid %d (%s): %s\n", t->pid, t->comm,
-				  strerror(-err));
-			goto cleanup;
-		}
-		if (!t->nr_cudart && !env.wait) {
-			log_error("tptrace: pid %d (%s) has no CUDA runtime loaded (no libcudart.so.* and "
-				  "no static cudart); use --wait to wait for it\n", t->pid, t->comm);
-			goto cleanup;
-		}
-		if (!t->nr_cudart)
-			log_info("tptrace: waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
-		write_process_meta(tj, t);
-		/* the trace shows counters and events, not call sites: no user stacks (their
-		 * frame walk is most of an allocation probe's cost; tptrace mem keeps them) */
-		if (env.mem && !(mts[i] = memtrace__attach(t, tj, &(struct memtrace_opts){
-								 .no_stacks = true })))
-			goto cleanup;
-		log_verbose("tptrace: pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
-			    t->nr_probes, t->nr_cudart);
-	}
-
-	if (env.gpu) {
-		struct gpu_opts go = { .cupti_path = env.cupti };
-
-		decoder__enable_gpu(dec);
-		for (int i = 0; i < env.nr_pids; i++) {
-			char msg[512] = "";
-
-			gpus[i] = gpu__attach(env.pids[i], &go, msg, sizeof(msg));
-			if (!gpus[i]) {
-				log_error("tptrace: --gpu: pid %d: %s\n", env.pids[i],
-					  msg[0] ? msg : strerror(errno));
-				goto cleanup;
-			}
-		}
-	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	if (env.duration > 0)
-		deadline = start_mono + (uint64_t)(env.duration * 1e9);
-	log_info("tptrace: tracing %d process%s to %s%s\n", env.nr_pids, env.nr_pids > 1 ? "es" : "",
-		 env.output, deadline ? "" : "; Ctrl-C to stop");
-	last_rescan = start_mono;
-	while (!stop_signal) {
-		int alive = 0;
-		uint64_t now;
-
-		/* probes submit without waking us (a wake-up per call costs more than the
-		 * trap): wait a little, then drain whatever is there */
-		err = ring_buffer__poll(rb, 20);
-		if (err >= 0)
-			err = ring_buffer__consume(rb);
-		if (err < 0 && err != -EINTR) {
-			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
-			break;
-		}
-		for (int i = 0; i < env.nr_pids; i++)
-			if (mts[i])
-				memtrace__poll(mts[i]);
-		if (trace_json__error(tj))
-			break;
-		now = session__clock_ns(CLOCK_MONOTONIC);
-		/* the agent's ring is our memory: it can be drained after the target died */
-		for (int i = 0; i < env.nr_pids; i++)
-			if (gpus[i])
-				gpu__poll(gpus[i], decoder__gpu_cb, dec);
-		if (env.gpu)
-			decoder__gpu_flush(dec, now, 2000000000ULL);
-		for (int i = 0; i < env.nr_pids; i++) {
-			struct target *t = targets[i];
-			bool was_gone = t->exited;
-
-			if (!target__gone(t)) {
-				alive++;
-				continue;
-			}
-			if (!was_gone)
-				log_info("tptrace: pid %d (%s) exited\n", t->pid, t->comm);
-		}
-		if (!alive)
-			break;
-		if (deadline && now >= deadline)
-			break;
-		/* backstop for objects mapped without the dynamic linker's notice */
-		if (now - last_rescan > (uint64_t)(env.wait ? 100 : 1000) * 1000000ULL) {
-			last_rescan = now;
-			for (int i = 0; i < env.nr_pids; i++) {
-				bool had = targets[i]->nr_cudart;
-
-				if (targets[i]->exited)
-					continue;
-				target__scan(targets[i], cache, &probes);
-				if (!had && targets[i]->nr_cudart)
-					log_info("tptrace: pid %d loaded a CUDA runtime; tracing\n",
-						 targets[i]->pid);
-			}
-		}
-	}
-	/* drain what is already in the ring before writing the end of the trace */
-	ring_buffer__consume(rb);
-	for (int i = 0; i < env.nr_pids; i++) {
-		if (!gpus[i])
-			continue;
-		/* flush, disable and unsubscribe CUPTI, then unload the agent */
-		if (targets[i]->exited || target__gone(targets[i]))
-			gpu__poll(gpus[i], decoder__gpu_cb, dec);
-		else if (gpu__detach(gpus[i], decoder__gpu_cb, dec))
-			log_error("tptrace: --gpu: pid %d: detaching the agent: %s\n", env.pids[i],
-				  gpu__error(gpus[i]));
-		gpu__stats(gpus[i], &gstats[i]);
-	}
-	ring_buffer__consume(rb);
-	{
-		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
-		uint64_t end_real = start_real + (end_mono - start_mono);
-		uint64_t drops = session__drops(skel);
-		const struct decoder_stats *st;
-		char *meta, dist[160];
-		int ranks = 0, rank = -1, world = -1;
-		bool nccl = false;
-
-		for (int i = 0; i < env.nr_pids; i++)
-			if (mts[i])
-				memtrace__finish(mts[i], end_mono);
-		decoder__finish(dec, end_mono);
-		if (env.gpu)
-			decoder__gpu_flush(dec, end_mono, 0);
-		st = decoder__stats(dec);
-		if (env.gpu) {
-			meta_gstats = gstats;
-			meta_gpus = gpus;
-			meta_dec = dec;
-		}
-		meta = metadata_json(targets, env.nr_pids, st, drops, start_real, end_real, argc, argv);
-		trace_json__end_events(tj);
-		trace_json__top_raw(tj, "deviceProperties", "[]");
-		for (int i = 0; i < env.nr_pids; i++) {
-			if (targets[i]->rank >= 0) {
-				ranks++;
-				rank = targets[i]->rank;
-				world = targets[i]->world_size;
-			}
-			nccl |= has_lib(targets[i], "libnccl");
-		}
-		if (ranks == 1 && env.nr_pids == 1) {
-			/* HTA reads the rank with the regex "rank":\s+(\d+): keep the space */
-			snprintf(dist, sizeof(dist), "{\"backend\": \"%s\", \"rank\": %d, \"world_size\": %d}",
-				 nccl ? "nccl" : "unknown", rank, world);
-			trace_json__top_raw(tj, "distributedInfo", dist);
-		}
-		if (meta)
-			trace_json__top_raw(tj, "tptrace", meta);
-		free(meta);
-		for (int i = 0; i < env.nr_pids; i++) {
-			char *mm = mts[i] ? memtrace__meta_json(mts[i]) : NULL;
-			char key[48];
-
-			snprintf(key, sizeof(key), i ? "tptrace_memory_%d" : "tptrace_memory", targets[i]->pid);
-			if (mm)
-				trace_json__top_raw(tj, key, mm);
-			free(mm);
-		}
-		err = trace_json__close(tj);
-		tj = NULL;
-		if (err) {
-			log_error("tptrace: writing %s failed: %s; the trace is incomplete\n", env.output,
-				  strerror(-err));
-			goto cleanup;
-		}
-		if (drops)
-			log_error("tptrace: %llu events dropped (ring buffer full); raise --ring-mb\n",
-				  (unsigned long long)drops);
-		log_info("tptrace: wrote %s: %llu calls (%llu launches, %llu named), %llu dropped\n",
-			 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
-			 (unsigned long long)st->launches_named, (unsigned long long)drops);
-	}
-	ret = 0;
+	run_loop(&s);
+	drain(&s);
+	if (!write_trace_end(&s))
+		ret = 0;
 cleanup:
-	if (tj) {
-		/* failed before the trace was complete: leave no half-written file behind */
-		trace_json__free(tj);
-		if (output_created)
-			unlink(env.output);
-	}
-	ring_buffer__free(rb);
-	for (int i = 0; i < env.nr_pids; i++)
-		memtrace__free(mts[i]);	/* before its target */
-	for (int i = 0; i < env.nr_pids; i++)
-		gpu__free(gpus[i]);		/* detaches the agent if still there */
-	for (int i = 0; i < env.nr_pids; i++)
-		target__free(targets[i]);	/* detaches the uprobes */
-	decoder__free(dec);
-	cuda_bpf__destroy(skel);
-	elfsym_cache__free(cache);
+	trace_session__free(&s);
 	return ret;
 }

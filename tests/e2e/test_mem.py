@@ -365,3 +365,51 @@ def test_trace_with_mem_counters():
     # the runtime calls are still in the trace, and memory metadata is at the top level
     assert calls(trace, pid=wl.pid, name="cudaStreamSynchronize")
     assert "tptrace_memory" in trace
+
+
+def test_trace_with_mem_single_probe_links():
+    """Without uprobe_multi (kernels before 6.6) the memory probes attach one by one through the
+    same attacher and record the same calls as with one link per library."""
+    need_root()
+    from lib import check_valid_trace, trace_workload
+
+    def run(env, name):
+        trace, wl, tr = trace_workload([ALLOC_APP, "--scenario", "normal"], tracer_args=["--mem"],
+                                       out_name=name, tracer_env=env)
+        check_valid_trace(trace)
+        names = {}
+        for e in trace["traceEvents"]:
+            if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]":
+                names[e["name"]] = names.get(e["name"], 0) + 1
+        return trace["tptrace_memory"], names
+
+    multi, multi_names = run(None, "mem-multi.json")
+    single, single_names = run({"TPTRACE_NO_UPROBE_MULTI": "1"}, "mem-single.json")
+    for m in (multi, single):
+        assert (m["usdt_probes"], m["runtime_probes"], m["attach_errors"]) == (2, 11, 0), m
+    assert single_names == multi_names == {
+        "cudaMalloc": 3, "cudaFree": 4, "cudaMallocHost": 1, "cudaHostAlloc": 1,
+        "cudaFreeHost": 2, "cudaMallocManaged": 1, "cudaMallocAsync": 1,
+        "cudaFreeAsync": 1}, (single_names, multi_names)
+    assert (single["allocs"], single["frees"]) == (multi["allocs"], multi["frees"]) == (6, 6), \
+        (single, multi)
+
+
+def test_mem_snapshot_allocator_settings_from_environment():
+    """The snapshot's allocator_settings come from the target's own environment:
+    PYTORCH_CUDA_ALLOC_CONF wins over PYTORCH_ALLOC_CONF; unset is said, not guessed."""
+    cases = [({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64",
+               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "expandable_segments:True"),
+             ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:64"}, "max_split_size_mb:64"),
+             ({}, "")]
+    for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        os.environ.pop(k, None)  # workloads inherit the runner's environment
+    for i, (env, want) in enumerate(cases):
+        snap_path = tmp_path(f"mem-conf-{i}.json")
+        run_alloc("normal", ["-o", snap_path], f"conf{i}", env=env)
+        with open(snap_path) as f:
+            s = json.load(f)["allocator_settings"]
+        assert s["PYTORCH_CUDA_ALLOC_CONF"] == want, (env, s)
+        assert s["expandable_segments"] is (want == "expandable_segments:True"), s
+        assert s["tptrace_source"] == ("environment of the process" if want else
+                                       "PYTORCH_CUDA_ALLOC_CONF not set in the process: defaults"), s

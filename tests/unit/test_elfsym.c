@@ -205,6 +205,25 @@ static void test_symfix_exec(void)
 	elfsym__free(es);
 }
 
+/* USDT providers read from .note.stapsdt with the symbols (the memory tracer's pytorch:*). */
+static void test_usdt_providers(void)
+{
+	const char *paths[] = { UNIT_OUT_DIR "/symfix", UNIT_OUT_DIR "/libsymfix.so" };
+
+	for (int i = 0; i < 2; i++) {
+		struct elfsym *es = elfsym__open(paths[i]);
+
+		CHECK(es, "open %s: %s", paths[i], strerror(errno));
+		if (!es)
+			continue;
+		CHECK(elfsym__has_usdt_provider(es, "tpfix"), "%s: provider tpfix", paths[i]);
+		CHECK(elfsym__has_usdt_provider(es, "tpfix_other"), "%s: provider tpfix_other", paths[i]);
+		CHECK(!elfsym__has_usdt_provider(es, "tpfi"), "%s: no prefix match", paths[i]);
+		CHECK(!elfsym__has_usdt_provider(es, "pytorch"), "%s: no pytorch probes", paths[i]);
+		elfsym__free(es);
+	}
+}
+
 static void test_symfix_shared(void)
 {
 	const char *path = UNIT_OUT_DIR "/libsymfix.so";
@@ -372,6 +391,7 @@ int main(void)
 	test_cudart();
 	test_symfix_exec();
 	test_symfix_shared();
+	test_usdt_providers();
 	test_stubfix();
 	test_errors();
 	test_cache();

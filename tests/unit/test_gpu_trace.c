@@ -57,16 +57,70 @@ static double arg(cJSON *e, const char *key)
 	return num(cJSON_GetObjectItem(e, "args"), key);
 }
 
+static int count_named(cJSON *ev, const char *name)
+{
+	cJSON *e;
+	int n = 0;
+
+	cJSON_ArrayForEach(e, ev)
+		n += !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "name")), name);
+	return n;
+}
+
+/* Two traces written at once (interleaved): each has its own metadata and context map. */
+static void two_traces(void)
+{
+	const char *paths[2] = { UNIT_OUT_DIR "/gpu_trace_a.json", UNIT_OUT_DIR "/gpu_trace_b.json" };
+	struct agent_record k = { 0 }, s = { 0 };
+	struct trace_json *tj[2];
+	struct gpu_trace *gt[2];
+
+	for (int i = 0; i < 2; i++) {
+		tj[i] = trace_json__open(paths[i]);
+		gt[i] = tj[i] ? gpu_trace__new(tj[i]) : NULL;
+		CHECK(gt[i] != NULL, "open %s", paths[i]);
+		if (!gt[i])
+			return;
+		trace_json__begin(tj[i], BASE, 0);
+	}
+	k.type = AGENT_REC_KERNEL;
+	k.device = 2, k.context = 9, k.stream = 5;
+	strcpy(k.name, "k");
+	k.name_len = 1;
+	gpu_trace__record(gt[0], &k);
+	gpu_trace__record(gt[1], &k);
+	gpu_trace__record(gt[0], &k);	/* same track of trace a: no metadata again */
+	s.type = AGENT_REC_SYNC;	/* context 9 was learnt by trace a, on device 2 */
+	s.context = 9, s.stream = 5, s.cbid = 3;
+	gpu_trace__record(gt[0], &s);
+	for (int i = 0; i < 2; i++) {
+		cJSON *doc, *ev, *sync;
+
+		CHECK(trace_json__close(tj[i]) == 0, "close %s", paths[i]);
+		gpu_trace__free(gt[i]);
+		doc = read_json(paths[i]);
+		ev = cJSON_GetObjectItem(doc, "traceEvents");
+		CHECK(count_named(ev, "process_name") == 1 && count_named(ev, "thread_name") == 1,
+		      "trace %d: one process_name and one thread_name, got %d and %d", i,
+		      count_named(ev, "process_name"), count_named(ev, "thread_name"));
+		CHECK(count_named(ev, "k") == (i ? 1 : 2), "trace %d: its own kernels", i);
+		sync = find(ev, "X", "Stream Sync", 0);
+		CHECK(i ? !sync : sync && num(sync, "pid") == 2, "trace %d: sync on device 2", i);
+		cJSON_Delete(doc);
+	}
+}
+
 int main(void)
 {
 	const char *path = UNIT_OUT_DIR "/gpu_trace.json";
 	struct trace_json *tj = trace_json__open(path);
+	struct gpu_trace *gt = tj ? gpu_trace__new(tj) : NULL;
 	struct agent_record k = { 0 }, m = { 0 }, s = { 0 }, api = { 0 }, cont = { 0 };
 	cJSON *doc, *ev, *e, *grid;
 	int n_meta = 0;
 
-	CHECK(tj != NULL, "open %s", path);
-	if (!tj)
+	CHECK(tj != NULL && gt != NULL, "open %s", path);
+	if (!tj || !gt)
 		return check_done();
 	trace_json__begin(tj, BASE, 0);
 
@@ -79,33 +133,34 @@ int main(void)
 	k.registers = 32, k.static_shmem = 1024, k.dynamic_shmem = 4096;
 	strcpy(k.name, "_Z5scalePffi");
 	k.name_len = strlen(k.name);
-	CHECK_U64(gpu_trace__record(tj, &k), 1);
+	CHECK_U64(gpu_trace__record(gt, &k), 1);
 	k.correlation = 43;	/* same track again: no second metadata */
 	k.start_ns += 10000, k.end_ns += 10000;
-	gpu_trace__record(tj, &k);
+	gpu_trace__record(gt, &k);
 
 	m.type = AGENT_REC_MEMCPY;
 	m.start_ns = BASE + 20000;
 	m.end_ns = BASE + 22000;	/* 4000 bytes in 2000 ns = 2 GB/s */
 	m.device = 1, m.context = 7, m.stream = 14, m.correlation = 44;
 	m.copy_kind = 1, m.src_kind = 2, m.dst_kind = 3, m.bytes = 4000;
-	gpu_trace__record(tj, &m);
+	gpu_trace__record(gt, &m);
 
 	s.type = AGENT_REC_SYNC;	/* no device in CUPTI sync records: learnt from context 7 */
 	s.start_ns = BASE + 30000, s.end_ns = BASE + 31000;
 	s.context = 7, s.stream = 14, s.correlation = 45, s.cbid = 2;
-	gpu_trace__record(tj, &s);
+	gpu_trace__record(gt, &s);
 
 	api.type = AGENT_REC_RUNTIME_API;
 	api.cbid = 211, api.tid = 777, api.correlation = 42;
 	api.start_ns = BASE + 1000, api.end_ns = BASE + 1200;
-	CHECK_U64(gpu_trace__record(tj, &api), 0);	/* host side: not a GPU event */
-	CHECK_U64(gpu_trace__api(tj, &api, 555), 1);
+	CHECK_U64(gpu_trace__record(gt, &api), 0);	/* host side: not a GPU event */
+	CHECK_U64(gpu_trace__api(gt, &api, 555), 1);
 	cont.type = AGENT_REC_KERNEL_NAME;
-	CHECK_U64(gpu_trace__record(tj, &cont), 0);
+	CHECK_U64(gpu_trace__record(gt, &cont), 0);
 
-	gpu_trace__flow(tj, 42, 555, 777, BASE + 1000, 1, 13, BASE + 1500);
+	gpu_trace__flow(gt, 42, 555, 777, BASE + 1000, 1, 13, BASE + 1500);
 	CHECK(trace_json__close(tj) == 0, "close");
+	gpu_trace__free(gt);
 
 	doc = read_json(path);
 	CHECK(doc != NULL, "trace parses as JSON");
@@ -171,5 +226,6 @@ int main(void)
 	CHECK_STR(gpu_trace__sync_name(4), "Context Sync");
 	CHECK(gpu_trace__runtime_name(99999) == NULL, "unknown cbid");
 	cJSON_Delete(doc);
+	two_traces();
 	return check_done();
 }

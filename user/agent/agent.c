@@ -663,17 +663,8 @@ static int map_ctl(int fd, bool create, uint32_t ring_records)
 	if (ctl == MAP_FAILED)
 		return -errno;
 	if (create) {
-		ctl->magic = AGENT_SHM_MAGIC;
-		ctl->version = AGENT_SHM_VERSION;
-		ctl->record_size = sizeof(struct agent_record);
-		ctl->ctl_size = AGENT_CTL_SIZE;
-		ctl->ring_records = ring_records;
-		ctl->creator_pid = getpid();
-	} else if (ctl->magic != AGENT_SHM_MAGIC || ctl->version != AGENT_SHM_VERSION ||
-		   ctl->record_size != sizeof(struct agent_record) ||
-		   ctl->ctl_size != AGENT_CTL_SIZE || !ctl->ring_records ||
-		   (ctl->ring_records & (ctl->ring_records - 1)) ||
-		   agent_shm_size(ctl->ring_records) > size) {
+		agent_ctl_init(ctl, ring_records, getpid());
+	} else if (!agent_ctl_valid(ctl, size)) {
 		munmap(ctl, size);
 		return -EPROTO;
 	}

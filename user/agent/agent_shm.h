@@ -172,4 +172,29 @@ static inline struct agent_record *agent_ring(struct agent_control *ctl)
 	return (struct agent_record *)((char *)ctl + ctl->ctl_size);
 }
 
+/* The header of a new control block, written by whoever creates the memory (tptrace before an
+ * injection, the agent when resident); both builds use this one so the layouts cannot drift.
+ * Clears the control part: a reused mapping starts with no stale request or status. */
+static inline void agent_ctl_init(struct agent_control *ctl, __u32 ring_records, __u32 creator_pid)
+{
+	__builtin_memset(ctl, 0, AGENT_CTL_SIZE);
+	ctl->magic = AGENT_SHM_MAGIC;
+	ctl->version = AGENT_SHM_VERSION;
+	ctl->record_size = sizeof(struct agent_record);
+	ctl->ctl_size = AGENT_CTL_SIZE;
+	ctl->ring_records = ring_records;
+	ctl->creator_pid = creator_pid;
+}
+
+/* Whether a control block someone else created was written by agent_ctl_init of this layout
+ * and its ring fits in the map_size bytes mapped. */
+static inline int agent_ctl_valid(const struct agent_control *ctl, __u64 map_size)
+{
+	return map_size >= AGENT_CTL_SIZE && ctl->magic == AGENT_SHM_MAGIC &&
+	       ctl->version == AGENT_SHM_VERSION &&
+	       ctl->record_size == sizeof(struct agent_record) && ctl->ctl_size == AGENT_CTL_SIZE &&
+	       ctl->ring_records && !(ctl->ring_records & (ctl->ring_records - 1)) &&
+	       agent_shm_size(ctl->ring_records) <= map_size;
+}
+
 #endif /* TPTRACE_AGENT_SHM_H */

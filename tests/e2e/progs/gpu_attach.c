@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * gpu_attach: drives user/gpu.c and user/gpu_trace.c against a running process, standing in for
- * `tptrace -p PID --gpu` until the CLI has it.
+ * gpu_attach: drives user/gpu.c and user/gpu_trace.c against a running process without the
+ * uprobe side of `tptrace -p PID --gpu`: the agent's records alone, and its stats.
  *
  * Usage: gpu_attach -p PID -o TRACE.json [--cupti PATH] [--agent PATH] [--no-precheck]
  *                   [--files] [--ring N] [--api] [-d SECONDS]
@@ -27,6 +27,7 @@ int tptrace_verbosity;
 
 struct sink {
 	struct trace_json *tj;
+	struct gpu_trace *gt;
 	int pid;
 	int api;
 };
@@ -43,8 +44,8 @@ static void on_record(void *ctx, const struct agent_record *r)
 {
 	struct sink *k = ctx;
 
-	if (!gpu_trace__record(k->tj, r) && k->api)
-		gpu_trace__api(k->tj, r, k->pid);
+	if (!gpu_trace__record(k->gt, r) && k->api)
+		gpu_trace__api(k->gt, r, k->pid);
 }
 
 int main(int argc, char **argv)
@@ -96,13 +97,20 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	base_mono = clock_ns(CLOCK_MONOTONIC);
-	trace_json__begin(sink.tj, base_mono, clock_ns(CLOCK_REALTIME));
+	sink.gt = gpu_trace__new(sink.tj);
+	if (!sink.gt || trace_json__begin(sink.tj, base_mono, clock_ns(CLOCK_REALTIME))) {
+		fprintf(stderr, "gpu_attach: %s: cannot start the trace\n", out);
+		trace_json__free(sink.tj);
+		unlink(out);
+		return 1;
+	}
 
 	s = gpu__attach(sink.pid, &opts, err, sizeof(err));
 	if (!s) {
 		int e = errno;
 
 		fprintf(stderr, "gpu_attach: %s\n", err);
+		gpu_trace__free(sink.gt);
 		trace_json__free(sink.tj);
 		unlink(out);
 		return e == ENODEV || e == ENOENT || e == EBUSY || e == EPERM ? 3 : 2;
@@ -146,6 +154,7 @@ int main(int argc, char **argv)
 		 st.clock_residual_ns, st.clock_window_ns, st.injected ? "true" : "false",
 		 st.unloaded ? "true" : "false", st.cupti_version, base_mono, st.cupti_path);
 	gpu__free(s);
+	gpu_trace__free(sink.gt);
 	trace_json__top_raw(sink.tj, "tptrace_gpu", buf);
 	if (trace_json__close(sink.tj)) {
 		fprintf(stderr, "gpu_attach: writing %s failed\n", out);

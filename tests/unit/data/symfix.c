@@ -3,6 +3,7 @@
  * Built with symfix2.c as a non-PIE executable (ET_EXEC) and as a versioned shared object
  * (ET_DYN). */
 #include <stddef.h>
+#include <sys/sdt.h>
 
 int symfix_global_counter = 1;			/* global OBJECT */
 static int symfix_static_table[4] = { 1, 2, 3, 4 };	/* local OBJECT */
@@ -42,6 +43,15 @@ __attribute__((noinline)) static int symfix_twin(int x)
 int symfix_use_twin(int x)
 {
 	return symfix_twin(x) + symfix_dup(x);
+}
+
+/* USDT probes: .note.stapsdt with two providers, one of them twice */
+int symfix_probed(int x)
+{
+	STAP_PROBE1(tpfix, enter, x);
+	STAP_PROBE1(tpfix, leave, x);
+	STAP_PROBE1(tpfix_other, mark, x);
+	return x;
 }
 
 #ifdef SYMFIX_SHARED
