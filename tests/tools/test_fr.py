@@ -322,9 +322,14 @@ TAIL_SETS = {
         ("missing_rank", WORLD, 683, [5], [5]), ("stuck_in_call", None, None, [5], [])], None),
     "tail_size_recent": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 1000", [
         ("size_mismatch", WORLD, 1000, [2], [2])], None),
-    # the cut changes what is visible: the mismatch at seq 100 is older than the newest 256
-    # entries, so the default read finds nothing and only the full read names it
-    "tail_size_cut": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 100", [],
+    # the cut changes what is visible: of 1200 entries per rank the newest 256 hold
+    # collective seqs 835-1060. A mismatch at 834 lies just outside: the default read finds
+    # nothing, only the full read names it; one at 835 is just inside.
+    "tail_size_cut": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 834", [],
+                      [("size_mismatch", WORLD, 834, [2], [2])]),
+    "tail_size_edge": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 835", [
+        ("size_mismatch", WORLD, 835, [2], [2])], None),
+    "tail_size_old": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 100", [],
                       [("size_mismatch", WORLD, 100, [2], [2])]),
     "tail_pre_skip_on": ("--ranks 8 --entries 1200 --preexisting --attach-skew 3 "
                          "--host-offset-us 300 --scenario skip_on --culprit 3 --at 1100", [
