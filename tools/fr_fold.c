@@ -39,6 +39,9 @@ int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_i
 	m->hole_seq = m->hole_next_seq = FR_UNK;
 	m->partial = ci->seq_attach;
 	m->split = -1;
+	m->init_failed = !strcmp(ci->state, "init_failed");
+	m->init_rc = m->init_failed ? ci->init_rc : FR_UNK;
+	snprintf(m->created_by, sizeof(m->created_by), "%s", ci->created_by);
 	if (!strcmp(ci->state, "aborted") || !strcmp(ci->state, "revoked"))
 		c->aborted = true;
 	if (ci->nranks != FR_UNK && (c->nranks == FR_UNK || ci->nranks > c->nranks))
@@ -299,6 +302,9 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 			p->last_seq = fr_op_is_p2p(e->op) ? e->p2p_seq : e->coll_seq;
 			p->last_created = e->created_ns;
 		}
+		/* a failed init is no collective: its comm's state says it (comm_init_failed) */
+		if (e->op == FR_OP_COMM_INIT)
+			continue;
 		if (mi < 0) {
 			struct pend *pd = &a->pends[-mi - 2];
 

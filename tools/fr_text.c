@@ -292,9 +292,10 @@ static void headline_init_failed(FILE *f, const struct fr_analysis *a, const str
 	fprintf(f, " failed %s on comm %s (", v->ev.init.api[0] ? v->ev.init.api : "comm init",
 		short_id(c->id));
 	print_i64(f, c->nranks);
-	fprintf(f, " ranks): rc ");
-	print_i64(f, rc);
-	fprintf(f, " %s", rc == FR_UNK ? "unknown" : nccl_result_name(rc));
+	if (rc == FR_UNK)
+		fprintf(f, " ranks): rc unknown");
+	else
+		fprintf(f, " ranks): rc %" PRId64 " %s", rc, nccl_result_name(rc));
 	if (v->waiting.n) {
 		fprintf(f, "; ");
 		print_members(f, a, v->waiting.v, v->waiting.n);
@@ -312,10 +313,13 @@ static void detail_init_failed(FILE *f, const struct fr_analysis *a, const struc
 		print_proc_label(f, p);
 		fprintf(f, " (comm rank ");
 		print_i64(f, m->rank);
-		fprintf(f, "): %s returned ", m->created_by[0] ? m->created_by : "comm init");
-		print_i64(f, m->init_rc);
-		fprintf(f, " (%s); the communicator does not exist on it;",
-			m->init_rc == FR_UNK ? "unknown" : nccl_result_name(m->init_rc));
+		fprintf(f, "): %s ", m->created_by[0] ? m->created_by : "comm init");
+		if (m->init_rc == FR_UNK)
+			fprintf(f, "failed (rc unknown)");
+		else
+			fprintf(f, "returned %" PRId64 " (%s)", m->init_rc,
+				nccl_result_name(m->init_rc));
+		fprintf(f, "; the communicator does not exist on it;");
 		print_proc_state(f, a, p);
 		fprintf(f, "\n");
 	}

@@ -124,6 +124,37 @@ CASES = {
         ("dtype_mismatch", "HALF", 27, [6], [1]),
     ], {}),
     "split_null_healthy": ("--ranks 16 --entries 80 --comms 3 --split-null", 0, [], {}),
+    # Failed communicator inits ("state": "init_failed", an "op": "comm_init" entry): rank 2's
+    # ncclCommInitRank failed with ncclSystemError; ranks 0,1,3 wait in all_reduce seq 1 on
+    # the comm, and the verdict points at the failed init, not at a missing rank
+    "init_failed": ("--ranks 4 --entries 16 --scenario init_fail --culprit 2", 1, [
+        ("comm_init_failed", WORLD, 1, [2], [2]),
+    ], {"human": "[comm_init_failed] rank 2 (host node0 pid 10002) failed ncclCommInitRank on "
+                 "comm 5a0052b9 (4 ranks): rc 2 ncclSystemError; ranks 0,1,3 are waiting on it "
+                 "in all_reduce seq 1\n    rank 2 (comm rank 2): ncclCommInitRank returned 2 "
+                 "(ncclSystemError); the communicator does not exist on it; its newest entry "
+                 "is comm_init seq 0 on comm 5a0052b9 (failed)\n",
+        "op": "comm_init"}),
+    # every rank's init failed (ncclInvalidUsage): nobody waits, still a problem
+    "init_failed_all": ("--ranks 4 --entries 16 --scenario init_fail_all --culprit 2 "
+                        "--init-rc 5", 1, [
+        ("comm_init_failed", WORLD, None, [0, 1, 2, 3], [0, 1, 2, 3]),
+    ], {"detail": "rank 3 (comm rank 3): ncclCommInitRank returned 5 (ncclInvalidUsage); the "
+                  "communicator does not exist on it; its newest entry is comm_init seq 0 on "
+                  "comm 5a0052b9 (failed); no dump holds a working member of this comm"}),
+    # rank 5's ncclCommSplit into the half 4-7 failed with ncclInternalError (comm rank 1
+    # there); the world comm is healthy, the half waits in its first collective
+    "init_failed_split": ("--ranks 8 --entries 40 --comms 2 --comm 1 --scenario init_fail "
+                          "--culprit 5 --init-rc 3", 1, [
+        ("comm_init_failed", "HALF", 1, [5], [1]),
+    ], {"human": "rank 5 (host node0 pid 10005) failed ncclCommSplit on comm ",
+        "detail": "ncclCommSplit returned 3 (ncclInternalError)"}),
+    # one process made every rank with ncclCommInitAll and it failed (ncclUnhandledCudaError)
+    "init_failed_all_api": ("--ranks 2 --entries 8 --scenario init_fail_all --culprit 0 "
+                            "--init-rc 1 --init-api ncclCommInitAll", 1, [
+        ("comm_init_failed", WORLD, None, [0, 1], [0, 1]),
+    ], {"human": "ranks 0,1 failed ncclCommInitAll on comm 5a0052b9 (2 ranks): rc 1 "
+                 "ncclUnhandledCudaError\n"}),
 }
 
 
@@ -196,6 +227,8 @@ def check_case(name, failures):
         return f"inferred comm without its reason: {out['verdicts'][0]}"
     if want and "confidence" not in extra and out["verdicts"][0]["confidence"] != "high":
         return f"confidence {out['verdicts'][0]['confidence']}, want high"
+    if "op" in extra and out["verdicts"][0]["op"] != extra["op"]:
+        return f"op {out['verdicts'][0]['op']!r}, want {extra['op']!r}"
     if "detail" in extra and extra["detail"] not in out["verdicts"][0]["detail"]:
         return f"detail {out['verdicts'][0]['detail']!r} lacks {extra['detail']!r}"
     if "stderr" in extra:
@@ -281,6 +314,41 @@ def check_generated():
         res.append(("garbage_entry", None if p.returncode == 1 and got == [
             ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
+            else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
+        # every ncclResult_t a failed init can return, by name
+        names = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+                 4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError",
+                 7: "ncclInProgress", 9: "unknown ncclResult_t"}
+        bad = []
+        for rc, name in names.items():
+            d = os.path.join(t, f"init_rc{rc}")
+            gen(f"--ranks 2 --entries 8 --scenario init_fail --culprit 1 --init-rc {rc}", d)
+            p = run([FR, d])
+            if p.returncode != 1 or f"failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc " \
+                    f"{rc} {name}; rank 0 is waiting on it in all_reduce seq 1\n" not in p.stdout:
+                bad.append((rc, p.returncode, p.stdout[:300]))
+        res.append(("init_rc_names", f"{bad}" if bad else None))
+        # a failed-init comm whose init_rc is not a number: the rc is unknown (said so,
+        # never 0); a comm_init entry that is not JSON: a corrupt dump
+        d = os.path.join(t, "init_rc_string")
+        gen("--ranks 2 --entries 8 --scenario init_fail --culprit 1", d)
+        victim = os.path.join(d, "tptrace-fr.node0.10001.json")
+        with open(victim) as fh:
+            text = fh.read()
+        with open(victim, "w") as fh:
+            fh.write(text.replace('"init_rc":2', '"init_rc":"two"', 1))
+        p = run([FR, d])
+        res.append(("init_rc_string", None if p.returncode == 1 and
+                    "failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc unknown; " in p.stdout
+                    and "ncclCommInitRank failed (rc unknown);" in p.stdout
+                    else f"exit {p.returncode}: {p.stdout!r}"))
+        with open(victim, "w") as fh:
+            fh.write(text.replace('"state":"failed"', '"state":failed', 1))
+        p = run([FR, "--json", d])
+        got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
+        res.append(("init_entry_garbage", None if p.returncode == 1 and got == [
+            ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
+            and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         # tail mode (the default reads the newest 512 entries) against full reads, where
         # the rings are longer than the tail: the same verdicts
