@@ -389,3 +389,76 @@ def test_fr_full_dump_dir_and_bad_input():
     finally:
         job.kill()
         subprocess.run(["umount", full])
+
+
+def test_fr_ring_keeps_newest_n():
+    """--ring N: a ring of N entries per process; older entries are overwritten and counted,
+    and exactly the newest N are dumped."""
+    need_root()
+    job = Job(4, "healthy", steps=3, extra=["--init-after-go"], name="ring")
+    try:
+        job.record(["--ring", "4"])
+        job.go()
+        job.wait_done(timeout=60)
+        for w in job.ranks:
+            assert w.finish() == 0
+        assert job.tracer.wait(30) == 0, job.tracer.err.text()
+    finally:
+        job.kill()
+    dumps = job.dumps()
+    assert sorted(dumps) == [0, 1, 2, 3], sorted(dumps)
+    for r, d in dumps.items():
+        # 3 steps x (all_reduce, all_gather, broadcast, send, recv) = 15 recorded, 11 lost
+        assert (d["ring_size"], d["entries_recorded"], d["entries_overwritten"]) == (4, 15, 11), \
+            (d["ring_size"], d["entries_recorded"], d["entries_overwritten"])
+        e = d["entries"]
+        assert [(x["op"], x["collective_seq_id"], x["p2p_seq_id"]) for x in e] == [
+            ("all_gather", 8, 0), ("broadcast", 9, 0), ("send", 0, 5), ("recv", 0, 6)], e
+        # record ids count from 1: the 12th to the 15th record
+        assert [x["record_id"] for x in e] == [12, 13, 14, 15], e
+    # wrapped rings of a healthy job: nothing to report
+    rc, out = verdicts(job)
+    assert rc == 0 and out["verdicts"] == [], out
+
+
+def test_fr_no_query_comms():
+    """--no-query-comms: communicators created before attach are not asked about (no ptrace,
+    no call injected): rank and size stay unknown and tptrace-fr infers them. The same job
+    without the option (-v logs each query) is the control that shows a query is visible."""
+    need_root()
+    logs, dumps_by_mode = {}, {}
+    for mode in ("query", "no-query"):
+        job = Job(4, "skip", steps=3, name=f"noquery-{mode}")
+        try:
+            job.record(["-v"] + (["--no-query-comms"] if mode == "no-query" else []))
+            job.go()
+            time.sleep(1.5)
+            job.tracer.p.send_signal(signal.SIGUSR2)
+            assert job.tracer.err.wait_for(
+                lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 20), \
+                job.tracer.err.text()
+            assert job.stop() == 0
+        finally:
+            job.kill()
+        pids = job.pids()
+        logs[mode] = [l for l in job.tracer.err.lines if "ask NCCL" in l or
+                      any(f"pid {p} comm 0x" in l for p in pids)]
+        dumps_by_mode[mode] = job
+    # control: one query per rank, answered
+    assert len(logs["query"]) == 4 and all(" of 4, device " in l for l in logs["query"]), \
+        logs["query"]
+    assert logs["no-query"] == [], logs["no-query"]
+    job = dumps_by_mode["no-query"]
+    for r, d in job.dumps().items():
+        c = d["comms"][0]
+        assert c["comm_id"].startswith("local:") and c["cross_rank_id"] is False, c
+        assert (c["rank"], c["nranks"]) == (None, None), c
+        assert c["learned"] == {"comm_id": "unknown", "rank": "unknown", "nranks": "unknown",
+                                "seq_origin": "attach"}, c["learned"]
+    rc, out = verdicts(job)
+    assert rc == 1
+    v = out["verdicts"][0]
+    # identity inferred from the sequences alone; comm ranks ordered by global rank
+    assert (v["rule"], v["ranks"], v["comm_ranks"], v["op"], v["seq"]) == \
+        ("missing_rank", [1], [1], "all_reduce", 7), out["verdicts"]
+    assert v["comm"].startswith("inferred:") and v["confidence"] == "medium", v
