@@ -315,6 +315,24 @@ def check_generated():
             ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
+        # a rank late at seq 10 (by 5 s) stays late for what it enqueues next (seq 11-12,
+        # by 6 s): the first late seq is the cause, not the one with the largest skew
+        d = os.path.join(t, "late_first")
+        gen("--ranks 4 --entries 16 --scenario late --culprit 2 --at 10", d)
+        victim = os.path.join(d, "tptrace-fr.node0.10002.json")
+        with open(victim) as fh:
+            dump = json.load(fh)
+        for e in dump["entries"]:
+            if e["collective_seq_id"] in (11, 12):
+                e["time_created_ns"] += 6000000000
+        with open(victim, "w") as fh:
+            json.dump(dump, fh)
+        p = run([FR, "--json", d])
+        got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
+        res.append(("late_first", None if p.returncode == 1 and got == [
+            ("late_arrival", WORLD, 10, [2], [2])] and "3 seqs on this comm have an arrival "
+            "skew above the threshold" in p.stdout
+            else f"exit {p.returncode}, verdicts {got}"))
         # every ncclResult_t a failed init can return, by name
         names = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
                  4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError",
