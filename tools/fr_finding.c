@@ -112,7 +112,7 @@ void check_wrap(struct fr_analysis *a, struct verdict *v, int comm, int64_t seq)
 		struct member *m = &a->members[c->members.v[i]];
 		struct proc *p = &a->procs[m->proc];
 
-		if (!m->placed)
+		if (!m->placed || m->init_failed)
 			continue;
 		if (m->partial && m->oldest_seq != FR_UNK && m->oldest_seq > seq && !p->wrapped) {
 			set_low(v, LOW_ATTACHED_AFTER, m->proc, seq);

@@ -614,6 +614,9 @@ static int rule_p2p(struct fr_analysis *a)
 		if (sm < 0 || rm < 0 || (S->member >= 0 && S->member != sm) ||
 		    (R->member >= 0 && R->member != rm))
 			continue;
+		/* an end whose comm init failed never posts anything: comm_init_failed says it */
+		if (a->members[sm].init_failed || a->members[rm].init_failed)
+			continue;
 		/* whole histories: pair by absolute index; else the newest completed ops pair */
 		absolute = !a->procs[a->members[sm].proc].wrapped &&
 			   !a->procs[a->members[rm].proc].wrapped &&
