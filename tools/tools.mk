@@ -38,11 +38,12 @@ $(OUTPUT)/tptrace-fr-gen: $(TOOLS_OUT)/fr_gen.o
 # seed corpus (CI), `make fr-fuzz-run FUZZ_SECONDS=120` fuzzes for real into a scratch corpus.
 FUZZ_CC      ?= $(CLANG)
 FUZZ_LIBFUZZER := $(wildcard $(shell $(FUZZ_CC) -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-$(shell uname -m).a)
-# `make deps` installs the libFuzzer runtime too, so CI runs the fuzz smoke test
+# `make deps` installs the libFuzzer runtime too (where the distribution packages it under
+# this name), so CI runs the fuzz smoke test instead of skipping it
 FUZZ_CLANG_MAJOR := $(shell $(FUZZ_CC) -dumpversion 2>/dev/null | cut -d. -f1)
-ifneq ($(FUZZ_CLANG_MAJOR),)
-DEB_PKGS += libclang-rt-$(FUZZ_CLANG_MAJOR)-dev
-endif
+FUZZ_DEB_PKG := $(if $(FUZZ_CLANG_MAJOR),$(shell apt-cache show libclang-rt-$(FUZZ_CLANG_MAJOR)-dev \
+		>/dev/null 2>&1 && echo libclang-rt-$(FUZZ_CLANG_MAJOR)-dev))
+DEB_PKGS += $(FUZZ_DEB_PKG)
 FUZZ_CORPUS  := tests/tools/corpus
 FUZZ_SECONDS ?= 120
 FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c $(FR_ANALYZE_SRCS)
