@@ -29,11 +29,12 @@
 enum scenario {
 	SC_HEALTHY, SC_SKIP, SC_LATE, SC_SIZE, SC_DTYPE, SC_OP, SC_ROOT, SC_TYPE, SC_P2P,
 	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC_SKIP_ON,
-	SC__COUNT
+	SC_INIT_FAIL, SC_INIT_FAIL_ALL, SC__COUNT
 };
 static const char *const scenario_names[SC__COUNT] = {
 	"healthy", "skip", "late", "size", "dtype", "op", "root", "type", "p2p", "p2p_count",
-	"stuck", "killed", "missing_dump", "corrupt", "async", "skip_on",
+	"stuck", "killed", "missing_dump", "corrupt", "async", "skip_on", "init_fail",
+	"init_fail_all",
 };
 
 static struct env {
@@ -42,12 +43,14 @@ static struct env {
 	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
 	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
 	int64_t at;
+	int init_rc;		/* ncclResult_t of a failed comm init */
+	const char *init_api;	/* the API whose init failed (default by slot) */
 	enum scenario sc;
 	const char *out;
 	uint64_t seed;
 } env = {
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
-	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .sc = SC_HEALTHY, .seed = 1,
+	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
@@ -60,7 +63,9 @@ static const char doc[] =
 "Scenarios (the fault sits at the last collective of the job unless --at says otherwise):\n"
 "healthy skip late size dtype op root type p2p p2p_count stuck killed missing_dump\n"
 "corrupt async skip_on (the culprit skips the collective at --at and goes on: every later\n"
-"collective is left unfinished).\n"
+"collective is left unfinished) init_fail (the culprit's init of comm slot --comm failed\n"
+"with --init-rc: the others of its group wait in their first collective on it and the job\n"
+"stops there) init_fail_all (every rank of that group failed it).\n"
 "\n"
 "EXAMPLES:\n"
 "    tptrace-fr-gen --ranks 8 --entries 40 --scenario skip --culprit 5 -o /tmp/fr-skip\n"
@@ -69,7 +74,7 @@ static const char doc[] =
 "                   --ring 10 --wrap 2 -o /tmp/fr-wrap    # rank 2's ring lost seq 3\n";
 
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
-       OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL };
+       OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -92,6 +97,9 @@ static const struct argp_option opts[] = {
 	{ "host-offset-us", OPT_HOSTOFF, "US", 0, "Clock of host h off by +-h*US microseconds", 0 },
 	{ "split-null", OPT_SPLITNULL, NULL, 0, "Split comms (slots >= 1) as ncclCommSplit "
 	  "children with null rank/nranks; split_key reverses the parent order", 0 },
+	{ "init-rc", OPT_INIT_RC, "RC", 0, "ncclResult_t of the failed init (default 2)", 0 },
+	{ "init-api", OPT_INIT_API, "NAME", 0, "API whose init failed (default ncclCommInitRank, "
+	  "ncclCommSplit for split slots)", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -124,6 +132,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_AT: env.at = num_arg(state, "at", arg, 1, 1L << 40); break;
 	case OPT_SEED: env.seed = num_arg(state, "seed", arg, 0, 1L << 40); break;
 	case 'o': env.out = arg; break;
+	case OPT_INIT_RC: env.init_rc = num_arg(state, "init-rc", arg, 1, 1 << 20); break;
+	case OPT_INIT_API: env.init_api = arg; break;
 	case OPT_PRE: env.preexisting = true; break;
 	case OPT_SPLITNULL: env.split_null = true; break;
 	case OPT_ATTACH: env.attach_skew = num_arg(state, "attach-skew", arg, 0, 1 << 20); break;
@@ -216,6 +226,11 @@ static void comm_id(int slot, int rank, char out[17])
 		 splitmix(env.seed * 1000003ULL + slot * 65537ULL + (uint64_t)(rank / g)));
 }
 
+static bool init_fail(void)
+{
+	return env.sc == SC_INIT_FAIL || env.sc == SC_INIT_FAIL_ALL;
+}
+
 static int build_schedule(void)
 {
 	int64_t coll_seq[16] = { 0 }, kstep[16] = { 0 }, p2p_seq = 0, nentries = 0;
@@ -272,6 +287,14 @@ static int build_schedule(void)
 	}
 	if (env.at <= 0 || target_step < 0)
 		target_step = nr_steps - 1;
+	if (init_fail()) {
+		/* the first collective on the comm whose init failed */
+		for (int t = 0; t < nr_steps; t++)
+			if (steps[t].slot == env.comm_slot && steps[t].op != OP_P2P) {
+				target_step = t;
+				break;
+			}
+	}
 	return 0;
 }
 
@@ -345,12 +368,37 @@ struct ent {
 	const char *op;
 	int dtype, redop, root, peer, state;	/* state: 0 enqueued 1 started 2 completed */
 	bool p2p;
+	bool init_failed;	/* the failed comm init (op comm_init, state failed) */
 	int64_t group_id;
 };
+
+/* The entry of a failed communicator init, as the recorder writes it. */
+static void put_init_entry(struct out *o, const struct ent *e, int64_t tid)
+{
+	put_kv_i(o, "{\"record_id\":", e->record_id);
+	put_kv_s(o, ",\"comm_id\":", e->comm);
+	put(o, ",\"collective_seq_id\":0,\"p2p_seq_id\":0,\"group_id\":0,\"op\":\"comm_init\","
+	       "\"profiling_name\":\"nccl:comm_init\",\"is_p2p\":false,\"count\":0,\"dtype\":null,"
+	       "\"input_sizes\":[],\"output_sizes\":[],\"input_dtypes\":[],\"output_dtypes\":[],"
+	       "\"reduce_op\":null,\"root\":null,\"peer\":null,\"state\":\"failed\"");
+	put_kv_i(o, ",\"time_created_ns\":", e->created);
+	put(o, ",\"time_discovered_started_ns\":null,\"time_discovered_completed_ns\":null,"
+	       "\"duration_ms\":null");
+	put_kv_i(o, ",\"api_enter_ns\":", e->created);
+	put_kv_i(o, ",\"api_exit_ns\":", e->created + 250000000);
+	put_kv_i(o, ",\"rc\":", env.init_rc);
+	put_kv_i(o, ",\"thread_id\":", tid);
+	put(o, ",\"thread_name\":\"python3\"}");
+}
 
 static void put_entry(struct out *o, const struct ent *e, int64_t tid)
 {
 	static const char *const states[] = { "enqueued", "started", "completed" };
+
+	if (e->init_failed) {
+		put_init_entry(o, e, tid);
+		return;
+	}
 
 	put_kv_i(o, "{\"record_id\":", e->record_id);
 	put_kv_s(o, ",\"comm_id\":", e->comm);
@@ -427,6 +475,20 @@ static bool in_target_group(int rank)
 	return rank / g == env.culprit / g;
 }
 
+/* this rank's init of the target comm failed */
+static bool init_failed_on(int rank)
+{
+	return init_fail() && in_target_group(rank) &&
+	       (env.sc == SC_INIT_FAIL_ALL || rank == env.culprit);
+}
+
+static const char *init_api(int slot)
+{
+	if (env.init_api)
+		return env.init_api;
+	return slot ? "ncclCommSplit" : "ncclCommInitRank";
+}
+
 struct comm_hdr {
 	char id[64];
 	int64_t last_enq, last_started, last_done, last_p2p;
@@ -444,6 +506,11 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
 		stop = nr_steps - 1;
+	if (init_fail()) {
+		/* the job stops at the first collective on the failed comm: its working members
+		 * wait in it, the failed ones never enter it */
+		stop = init_failed_on(r) ? (int)target_step : (int)target_step + 1;
+	}
 	for (int j = 0; j < env.comms; j++) {
 		if (env.preexisting)
 			snprintf(hdr[j].id, sizeof(hdr[j].id), "local:node%d:%d:55d0c0ff%04x", r / 8,
@@ -451,6 +518,15 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		else
 			comm_id(j, r, hdr[j].id);
 		hdr[j].last_enq = hdr[j].last_started = hdr[j].last_done = hdr[j].last_p2p = 0;
+	}
+	if (init_failed_on(r)) {
+		struct ent e = { 0 };
+
+		e.init_failed = true;
+		e.comm = hdr[env.comm_slot].id;
+		e.created = t0 - 300000000 + (r % 8) * 10000 + clock;
+		e.record_id = n;
+		ents[n++] = e;
 	}
 	for (int t = 0; t < start && t < stop; t++) {
 		if (steps[t].op == OP_P2P)
@@ -469,7 +545,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 
 		e.comm = hdr[s->slot].id;
 		e.created = created;
-		if (target && hang_at_end())
+		if (target && (hang_at_end() || init_fail()))
 			state = 1;
 		if (env.sc == SC_SKIP_ON && t >= target_step) {
 			/* everything from the skipped collective on waits */
@@ -569,7 +645,8 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			hdr[s->slot].last_done = e.coll_seq;
 	}
 	*dump_time = t0 + (int64_t)nr_steps * 1000000 +
-		     (hang_at_end() || env.sc == SC_STUCK ? 60000000000LL : 1000000000LL) +
+		     (hang_at_end() || init_fail() || env.sc == SC_STUCK ? 60000000000LL :
+		      1000000000LL) +
 		     (env.sc == SC_LATE ? 5000000000LL : 0);
 	if (culprit && env.sc == SC_KILLED)
 		*dump_time = t0 + (int64_t)nr_steps * 1000000;
@@ -619,8 +696,27 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 		int g = group_size(j);
 
 		put(o, j ? ",\n" : "\n");
+		bool failed = j == env.comm_slot && init_failed_on(r);
+
 		put_kv_s(o, "{\"comm_id\":", hdr[j].id);
 		put(o, env.preexisting ? ",\"cross_rank_id\":false" : ",\"cross_rank_id\":true");
+		if (failed) {
+			/* the agreed schema of a failed init: no handle, rank/nranks from the call */
+			put(o, ",\"comm_handle\":null");
+			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
+			put_kv_i(o, ",\"nranks\":", g);
+			put_kv_i(o, ",\"device\":", r % 8);
+			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null");
+			put_kv_s(o, ",\"created_by\":", init_api(j));
+			put(o, ",\"learned\":{\"comm_id\":\"init_call\",\"rank\":\"init_call\","
+			       "\"nranks\":\"init_call\",\"seq_origin\":\"comm_init\"},"
+			       "\"state\":\"init_failed\"");
+			put_kv_i(o, ",\"init_rc\":", env.init_rc);
+			put(o, ",\"async_error\":null,\"last_enqueued_seq\":null,"
+			       "\"last_started_seq\":null,\"last_completed_seq\":null,"
+			       "\"last_p2p_seq\":null}");
+			continue;
+		}
 		put(o, ",\"comm_handle\":\"0x55d0c0ffee00\"");
 		if (env.preexisting || (env.split_null && j > 0)) {
 			put(o, ",\"rank\":null,\"nranks\":null");

@@ -22,7 +22,7 @@ struct jp {
 
 static const char *const op_names[FR_OP__COUNT] = {
 	"unknown", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-	"all_to_all", "gather", "scatter", "send", "recv", "other",
+	"all_to_all", "gather", "scatter", "send", "recv", "comm_init", "other",
 };
 static const char *const dtype_names[FR_DT__COUNT] = {
 	"unknown", "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
@@ -31,12 +31,14 @@ static const char *const dtype_names[FR_DT__COUNT] = {
 static const char *const redop_names[FR_RED__COUNT] = {
 	"none", "sum", "prod", "max", "min", "avg", "premul_sum", "dynamic", "other",
 };
-static const char *const state_names[] = { "unknown", "enqueued", "started", "completed" };
+static const char *const state_names[] = {
+	"unknown", "enqueued", "started", "completed", "failed",
+};
 
 const char *fr_op_name(int op) { return op >= 0 && op < FR_OP__COUNT ? op_names[op] : "?"; }
 const char *fr_dtype_name(int t) { return t >= 0 && t < FR_DT__COUNT ? dtype_names[t] : "?"; }
 const char *fr_redop_name(int r) { return r >= 0 && r < FR_RED__COUNT ? redop_names[r] : "?"; }
-const char *fr_state_name(int s) { return s >= 0 && s <= FR_ST_COMPLETED ? state_names[s] : "?"; }
+const char *fr_state_name(int s) { return s >= 0 && s <= FR_ST_FAILED ? state_names[s] : "?"; }
 bool fr_op_is_p2p(int op) { return op == FR_OP_SEND || op == FR_OP_RECV; }
 bool fr_op_has_redop(int op)
 {
@@ -523,7 +525,7 @@ static bool comm_obj(struct jp *j)
 
 	c.rank = c.nranks = FR_UNK;
 	c.last_enqueued = c.last_started = c.last_completed = c.last_p2p = FR_UNK;
-	c.async_error = FR_UNK;
+	c.async_error = c.init_rc = FR_UNK;
 	c.split_color = c.split_key = FR_UNK;
 	while (next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
@@ -548,6 +550,10 @@ static bool comm_obj(struct jp *j)
 			ok = str_field(j, c.state, sizeof(c.state));
 		else if (KEY("async_error"))
 			ok = num(j, &c.async_error);
+		else if (KEY("init_rc"))
+			ok = num(j, &c.init_rc);
+		else if (KEY("created_by"))
+			ok = str_field(j, c.created_by, sizeof(c.created_by));
 		else if (KEY("last_enqueued_seq"))
 			ok = num(j, &c.last_enqueued);
 		else if (KEY("last_started_seq"))
@@ -708,6 +714,8 @@ static bool entry_obj(struct jp *j, int *last_comm)
 					e.state = FR_ST_STARTED;
 				else if (!strcmp(buf, "enqueued") || !strcmp(buf, "scheduled"))
 					e.state = FR_ST_ENQUEUED;
+				else if (!strcmp(buf, "failed"))
+					e.state = FR_ST_FAILED;
 			}
 		} else if (KEY("time_created_ns")) {
 			ok = num(j, &e.created_ns);

@@ -23,6 +23,7 @@
 enum fr_op {
 	FR_OP_UNKNOWN, FR_OP_ALL_REDUCE, FR_OP_ALL_GATHER, FR_OP_REDUCE_SCATTER, FR_OP_BROADCAST,
 	FR_OP_REDUCE, FR_OP_ALL_TO_ALL, FR_OP_GATHER, FR_OP_SCATTER, FR_OP_SEND, FR_OP_RECV,
+	FR_OP_COMM_INIT,	/* a communicator init that failed: no collective, never aligned */
 	FR_OP_OTHER, FR_OP__COUNT
 };
 enum fr_dtype {
@@ -34,7 +35,7 @@ enum fr_redop {
 	FR_RED_NONE, FR_RED_SUM, FR_RED_PROD, FR_RED_MAX, FR_RED_MIN, FR_RED_AVG,
 	FR_RED_PREMUL_SUM, FR_RED_DYNAMIC, FR_RED_OTHER, FR_RED__COUNT
 };
-enum fr_state { FR_ST_UNKNOWN, FR_ST_ENQUEUED, FR_ST_STARTED, FR_ST_COMPLETED };
+enum fr_state { FR_ST_UNKNOWN, FR_ST_ENQUEUED, FR_ST_STARTED, FR_ST_COMPLETED, FR_ST_FAILED };
 enum fr_proc_state { FR_PROC_UNKNOWN, FR_PROC_RUNNING, FR_PROC_EXITED, FR_PROC_KILLED };
 
 const char *fr_op_name(int op);
@@ -71,6 +72,8 @@ struct fr_comm_info {
 	bool in_header;		/* false: only seen in entries/in_call */
 	bool local_id;		/* cross_rank_id false / "local:" id: same comm differs per rank */
 	bool seq_attach;	/* learned.seq_origin "attach": seqs count from attach, not init */
+	char created_by[48];	/* the API that made it ("ncclCommInitRank", ...), "" if absent */
+	int64_t init_rc;	/* "state": "init_failed": the ncclResult_t it failed with */
 };
 
 struct fr_in_call {

@@ -3,16 +3,24 @@
 #   $(OUTPUT)/tptrace-fr-gen   synthetic dump directories for tests and benchmarks
 #   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
 #                              compiler ships libFuzzer)
-# Tools read files only: they never link user/ objects.
+# Tools read files only; of user/ they link only self-contained helpers (hashmap.c), built
+# here into their own object.
 TOOLS_OUT   := $(OUTPUT)/tools
 TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_VERSION='"$(VERSION)"'
-FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_analyze.o
+# the analyzer, one module per seam (see tools/fr_analyze_int.h)
+FR_ANALYZE_SRCS := $(addprefix tools/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
+		     fr_text.c fr_report.c) user/hashmap.c
+FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
 FR_LIBS     := -lcjson -lpthread
 
 $(TOOLS_OUT):
 	$(Q)mkdir -p $@
 
 $(TOOLS_OUT)/%.o: tools/%.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
+$(TOOLS_OUT)/hashmap.o: user/hashmap.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
@@ -30,13 +38,20 @@ $(OUTPUT)/tptrace-fr-gen: $(TOOLS_OUT)/fr_gen.o
 # seed corpus (CI), `make fr-fuzz-run FUZZ_SECONDS=120` fuzzes for real into a scratch corpus.
 FUZZ_CC      ?= $(CLANG)
 FUZZ_LIBFUZZER := $(wildcard $(shell $(FUZZ_CC) -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-$(shell uname -m).a)
+# `make deps` installs the libFuzzer runtime too (where the distribution packages it under
+# this name), so CI runs the fuzz smoke test instead of skipping it
+FUZZ_CLANG_MAJOR := $(shell $(FUZZ_CC) -dumpversion 2>/dev/null | cut -d. -f1)
+FUZZ_DEB_PKG := $(if $(FUZZ_CLANG_MAJOR),$(shell apt-cache show libclang-rt-$(FUZZ_CLANG_MAJOR)-dev \
+		>/dev/null 2>&1 && echo libclang-rt-$(FUZZ_CLANG_MAJOR)-dev))
+DEB_PKGS += $(FUZZ_DEB_PKG)
 FUZZ_CORPUS  := tests/tools/corpus
 FUZZ_SECONDS ?= 120
-FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c tools/fr_analyze.c
+FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c $(FR_ANALYZE_SRCS)
 
-$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_analyze.h | $(OUTPUT)
+$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_analyze.h tools/fr_analyze_int.h \
+		   user/hashmap.h | $(OUTPUT)
 	$(call msg,FUZZ-CC,$@)
-	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -fsanitize=fuzzer,address,undefined \
+	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -Iuser -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $(FR_FUZZ_SRCS) -lcjson -o $@
 
 .PHONY: fr-fuzz fr-fuzz-smoke fr-fuzz-run

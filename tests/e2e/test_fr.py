@@ -8,16 +8,19 @@ import time
 from lib import need_root
 from ncclib import Job, analyze
 
-# scenarios whose ranks finish by themselves (culprit rank 1 misbehaves at the last step)
+# scenarios whose ranks finish by themselves (culprit rank 1 misbehaves at the last step):
+# the first verdict's (rule, ranks, seq) on the world comm. With 3 steps the last step's
+# collectives are seqs 7 (all_reduce), 8 (all_gather), 9 (broadcast); p2p seqs count a comm's
+# sends and recvs together, so the last step's send is p2p seq 5.
 COMPLETING = {
-    "healthy": [],
-    "size": [("size_mismatch", [1])],
-    "dtype": [("dtype_mismatch", [1])],
-    "op": [("op_mismatch", [1])],
-    "root": [("root_mismatch", [1])],
+    "healthy": None,
+    "size": ("size_mismatch", [1], 7),
+    "dtype": ("dtype_mismatch", [1], 7),
+    "op": ("op_mismatch", [1], 7),
+    "root": ("root_mismatch", [1], 9),
     # rank 1 sends 128 elements where rank 2 posts a 256-element recv: the pair is named
-    "p2p": [("p2p_mismatch", [1, 2])],
-    "late": [("late_arrival", [1])],
+    "p2p": ("p2p_mismatch", [1, 2], 5),
+    "late": ("late_arrival", [1], 7),
 }
 
 
@@ -71,9 +74,17 @@ def analyze_args(d, args):
 
 
 def first(out):
+    """the first verdict as (rule, ranks, comm, seq)"""
     v = out["verdicts"]
     assert v, "expected a verdict"
-    return v[0]["rule"], v[0]["ranks"]
+    return v[0]["rule"], v[0]["ranks"], v[0]["comm"], v[0]["seq"]
+
+
+def world_id(dumps):
+    ids = {c["comm_id"] for d in dumps.values() for c in d["comms"]
+           if c["created_by"] == "ncclCommInitRank"}
+    assert len(ids) == 1, ids
+    return ids.pop()
 
 
 def check_dumps_complete(job, nranks):
@@ -126,11 +137,11 @@ def test_fr_mismatches_and_late():
         if scenario == "healthy":
             continue
         job = run_completing(scenario)
-        check_dumps_complete(job, 4)
+        world = world_id(check_dumps_complete(job, 4))
         rc, out = verdicts(job)
         assert rc == 1, (scenario, out)
-        got = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
-        assert got[0] == want[0], (scenario, got)
+        rule, ranks, seq = want
+        assert first(out) == (rule, ranks, world, seq), (scenario, out["verdicts"])
 
 
 def test_fr_skipped_collective_hangs():
@@ -141,7 +152,9 @@ def test_fr_skipped_collective_hangs():
         assert any(c["api"] == "cudaStreamSynchronize" for c in dumps[r]["in_call"]), dumps[r]["in_call"]
     rc, out = verdicts(job)
     assert rc == 1
-    assert first(out) == ("missing_rank", [1]), out["verdicts"]
+    # the culprit's all_gather and broadcast took seqs 7 and 8: the others wait in seq 9,
+    # which it never entered (the kind mismatch at 7 is listed after it)
+    assert first(out) == ("missing_rank", [1], world_id(dumps), 9), out["verdicts"]
 
 
 def test_fr_rank_stuck_in_host_call():
@@ -149,7 +162,7 @@ def test_fr_rank_stuck_in_host_call():
     dumps = check_dumps_complete(job, 4)
     assert [c["api"] for c in dumps[1]["in_call"]] == ["cudaStreamSynchronize"], dumps[1]["in_call"]
     rc, out = analyze_args(job.dump_dir, ["--stuck-ms", "500"])[:2]
-    assert first(out) == ("missing_rank", [1]), out["verdicts"]
+    assert first(out) == ("missing_rank", [1], world_id(dumps), 7), out["verdicts"]
     # everyone ends up blocked in a sync; the culprit's is the one that never gets its work
     stuck = [v for v in out["verdicts"] if v["rule"] == "stuck_in_call"]
     assert stuck and 1 in stuck[0]["ranks"], out["verdicts"]
@@ -161,7 +174,7 @@ def test_fr_rank_killed():
     assert dumps[1]["process"]["state"] == "killed" and dumps[1]["process"]["signal"] == 9
     assert dumps[1]["dump_reason"] == "exit"
     rc, out = verdicts(job)
-    assert first(out) == ("dead_rank", [1]), out["verdicts"]
+    assert first(out) == ("dead_rank", [1], world_id(dumps), 7), out["verdicts"]
 
 
 def test_fr_rank_exited():
@@ -169,7 +182,7 @@ def test_fr_rank_exited():
     dumps = job.dumps()
     assert dumps[1]["process"] == {"state": "exited", "exit_code": 3, "signal": None}
     rc, out = verdicts(job)
-    assert first(out) == ("dead_rank", [1]), out["verdicts"]
+    assert first(out) == ("dead_rank", [1], world_id(dumps), 7), out["verdicts"]
 
 
 def test_fr_async_error():
@@ -189,8 +202,8 @@ def test_fr_async_error():
     world = [c for c in dumps[1]["comms"] if c["created_by"] == "ncclCommInitRank"][0]
     assert world["async_error"] == 6 and world["state"] == "aborted", world
     rc, out = verdicts(job)
-    rules = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
-    assert ("nccl_async_error", [1]) in rules, rules
+    rules = [(v["rule"], v["ranks"], v["comm"], v["seq"]) for v in out["verdicts"]]
+    assert ("nccl_async_error", [1], world["comm_id"], None) in rules, rules
 
 
 def test_fr_split_comms():
@@ -216,9 +229,9 @@ def test_fr_split_comms():
 
 def test_fr_eight_ranks_skip():
     job = run_hanging("skip", nranks=8, settle=2.5, extra=["--culprit", "5"])
-    check_dumps_complete(job, 8)
+    dumps = check_dumps_complete(job, 8)
     rc, out = verdicts(job)
-    assert first(out) == ("missing_rank", [5]), out["verdicts"]
+    assert first(out) == ("missing_rank", [5], world_id(dumps), 9), out["verdicts"]
 
 
 def test_fr_comms_created_before_attach():
@@ -263,7 +276,8 @@ def test_fr_comms_created_before_attach():
     rc, out = verdicts(job)
     assert rc == 1
     v = out["verdicts"][0]
-    assert (v["rule"], v["ranks"], v["op"]) == ("missing_rank", [1], "all_reduce"), out["verdicts"]
+    assert (v["rule"], v["ranks"], v["op"], v["seq"]) == ("missing_rank", [1], "all_reduce", 7), \
+        out["verdicts"]
     assert v["comm"].startswith("inferred:") and v["confidence"] != "high", v
 
 
@@ -375,3 +389,76 @@ def test_fr_full_dump_dir_and_bad_input():
     finally:
         job.kill()
         subprocess.run(["umount", full])
+
+
+def test_fr_ring_keeps_newest_n():
+    """--ring N: a ring of N entries per process; older entries are overwritten and counted,
+    and exactly the newest N are dumped."""
+    need_root()
+    job = Job(4, "healthy", steps=3, extra=["--init-after-go"], name="ring")
+    try:
+        job.record(["--ring", "4"])
+        job.go()
+        job.wait_done(timeout=60)
+        for w in job.ranks:
+            assert w.finish() == 0
+        assert job.tracer.wait(30) == 0, job.tracer.err.text()
+    finally:
+        job.kill()
+    dumps = job.dumps()
+    assert sorted(dumps) == [0, 1, 2, 3], sorted(dumps)
+    for r, d in dumps.items():
+        # 3 steps x (all_reduce, all_gather, broadcast, send, recv) = 15 recorded, 11 lost
+        assert (d["ring_size"], d["entries_recorded"], d["entries_overwritten"]) == (4, 15, 11), \
+            (d["ring_size"], d["entries_recorded"], d["entries_overwritten"])
+        e = d["entries"]
+        assert [(x["op"], x["collective_seq_id"], x["p2p_seq_id"]) for x in e] == [
+            ("all_gather", 8, 0), ("broadcast", 9, 0), ("send", 0, 5), ("recv", 0, 6)], e
+        # record ids count from 1: the 12th to the 15th record
+        assert [x["record_id"] for x in e] == [12, 13, 14, 15], e
+    # wrapped rings of a healthy job: nothing to report
+    rc, out = verdicts(job)
+    assert rc == 0 and out["verdicts"] == [], out
+
+
+def test_fr_no_query_comms():
+    """--no-query-comms: communicators created before attach are not asked about (no ptrace,
+    no call injected): rank and size stay unknown and tptrace-fr infers them. The same job
+    without the option (-v logs each query) is the control that shows a query is visible."""
+    need_root()
+    logs, dumps_by_mode = {}, {}
+    for mode in ("query", "no-query"):
+        job = Job(4, "skip", steps=3, name=f"noquery-{mode}")
+        try:
+            job.record(["-v"] + (["--no-query-comms"] if mode == "no-query" else []))
+            job.go()
+            time.sleep(1.5)
+            job.tracer.p.send_signal(signal.SIGUSR2)
+            assert job.tracer.err.wait_for(
+                lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 20), \
+                job.tracer.err.text()
+            assert job.stop() == 0
+        finally:
+            job.kill()
+        pids = job.pids()
+        logs[mode] = [l for l in job.tracer.err.lines if "ask NCCL" in l or
+                      any(f"pid {p} comm 0x" in l for p in pids)]
+        dumps_by_mode[mode] = job
+    # control: one query per rank, answered
+    assert len(logs["query"]) == 4 and all(" of 4, device " in l for l in logs["query"]), \
+        logs["query"]
+    assert logs["no-query"] == [], logs["no-query"]
+    job = dumps_by_mode["no-query"]
+    for r, d in job.dumps().items():
+        c = d["comms"][0]
+        assert c["comm_id"].startswith("local:") and c["cross_rank_id"] is False, c
+        assert (c["rank"], c["nranks"]) == (None, None), c
+        assert c["learned"] == {"comm_id": "unknown", "rank": "unknown", "nranks": "unknown",
+                                "seq_origin": "attach"}, c["learned"]
+    rc, out = verdicts(job)
+    assert rc == 1
+    v = out["verdicts"][0]
+    # identity inferred from the sequences alone; comm ranks ordered by global rank
+    assert (v["rule"], v["ranks"], v["comm_ranks"], v["op"], v["seq"]) == \
+        ("missing_rank", [1], [1], "all_reduce", 7), out["verdicts"]
+    assert v["comm"].startswith("inferred:") and v["confidence"] == "medium", v

@@ -124,6 +124,37 @@ CASES = {
         ("dtype_mismatch", "HALF", 27, [6], [1]),
     ], {}),
     "split_null_healthy": ("--ranks 16 --entries 80 --comms 3 --split-null", 0, [], {}),
+    # Failed communicator inits ("state": "init_failed", an "op": "comm_init" entry): rank 2's
+    # ncclCommInitRank failed with ncclSystemError; ranks 0,1,3 wait in all_reduce seq 1 on
+    # the comm, and the verdict points at the failed init, not at a missing rank
+    "init_failed": ("--ranks 4 --entries 16 --scenario init_fail --culprit 2", 1, [
+        ("comm_init_failed", WORLD, 1, [2], [2]),
+    ], {"human": "[comm_init_failed] rank 2 (host node0 pid 10002) failed ncclCommInitRank on "
+                 "comm 5a0052b9 (4 ranks): rc 2 ncclSystemError; ranks 0,1,3 are waiting on it "
+                 "in all_reduce seq 1\n    rank 2 (comm rank 2): ncclCommInitRank returned 2 "
+                 "(ncclSystemError); the communicator does not exist on it; its newest entry "
+                 "is comm_init seq 0 on comm 5a0052b9 (failed)\n",
+        "op": "comm_init"}),
+    # every rank's init failed (ncclInvalidUsage): nobody waits, still a problem
+    "init_failed_all": ("--ranks 4 --entries 16 --scenario init_fail_all --culprit 2 "
+                        "--init-rc 5", 1, [
+        ("comm_init_failed", WORLD, None, [0, 1, 2, 3], [0, 1, 2, 3]),
+    ], {"detail": "rank 3 (comm rank 3): ncclCommInitRank returned 5 (ncclInvalidUsage); the "
+                  "communicator does not exist on it; its newest entry is comm_init seq 0 on "
+                  "comm 5a0052b9 (failed); no dump holds a working member of this comm"}),
+    # rank 5's ncclCommSplit into the half 4-7 failed with ncclInternalError (comm rank 1
+    # there); the world comm is healthy, the half waits in its first collective
+    "init_failed_split": ("--ranks 8 --entries 40 --comms 2 --comm 1 --scenario init_fail "
+                          "--culprit 5 --init-rc 3", 1, [
+        ("comm_init_failed", "HALF", 1, [5], [1]),
+    ], {"human": "rank 5 (host node0 pid 10005) failed ncclCommSplit on comm ",
+        "detail": "ncclCommSplit returned 3 (ncclInternalError)"}),
+    # one process made every rank with ncclCommInitAll and it failed (ncclUnhandledCudaError)
+    "init_failed_all_api": ("--ranks 2 --entries 8 --scenario init_fail_all --culprit 0 "
+                            "--init-rc 1 --init-api ncclCommInitAll", 1, [
+        ("comm_init_failed", WORLD, None, [0, 1], [0, 1]),
+    ], {"human": "ranks 0,1 failed ncclCommInitAll on comm 5a0052b9 (2 ranks): rc 1 "
+                 "ncclUnhandledCudaError\n"}),
 }
 
 
@@ -196,6 +227,8 @@ def check_case(name, failures):
         return f"inferred comm without its reason: {out['verdicts'][0]}"
     if want and "confidence" not in extra and out["verdicts"][0]["confidence"] != "high":
         return f"confidence {out['verdicts'][0]['confidence']}, want high"
+    if "op" in extra and out["verdicts"][0]["op"] != extra["op"]:
+        return f"op {out['verdicts'][0]['op']!r}, want {extra['op']!r}"
     if "detail" in extra and extra["detail"] not in out["verdicts"][0]["detail"]:
         return f"detail {out['verdicts'][0]['detail']!r} lacks {extra['detail']!r}"
     if "stderr" in extra:
@@ -282,6 +315,59 @@ def check_generated():
             ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
+        # a rank late at seq 10 (by 5 s) stays late for what it enqueues next (seq 11-12,
+        # by 6 s): the first late seq is the cause, not the one with the largest skew
+        d = os.path.join(t, "late_first")
+        gen("--ranks 4 --entries 16 --scenario late --culprit 2 --at 10", d)
+        victim = os.path.join(d, "tptrace-fr.node0.10002.json")
+        with open(victim) as fh:
+            dump = json.load(fh)
+        for e in dump["entries"]:
+            if e["collective_seq_id"] in (11, 12):
+                e["time_created_ns"] += 6000000000
+        with open(victim, "w") as fh:
+            json.dump(dump, fh)
+        p = run([FR, "--json", d])
+        got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
+        res.append(("late_first", None if p.returncode == 1 and got == [
+            ("late_arrival", WORLD, 10, [2], [2])] and "3 seqs on this comm have an arrival "
+            "skew above the threshold" in p.stdout
+            else f"exit {p.returncode}, verdicts {got}"))
+        # every ncclResult_t a failed init can return, by name
+        names = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+                 4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError",
+                 7: "ncclInProgress", 9: "unknown ncclResult_t"}
+        bad = []
+        for rc, name in names.items():
+            d = os.path.join(t, f"init_rc{rc}")
+            gen(f"--ranks 2 --entries 8 --scenario init_fail --culprit 1 --init-rc {rc}", d)
+            p = run([FR, d])
+            if p.returncode != 1 or f"failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc " \
+                    f"{rc} {name}; rank 0 is waiting on it in all_reduce seq 1\n" not in p.stdout:
+                bad.append((rc, p.returncode, p.stdout[:300]))
+        res.append(("init_rc_names", f"{bad}" if bad else None))
+        # a failed-init comm whose init_rc is not a number: the rc is unknown (said so,
+        # never 0); a comm_init entry that is not JSON: a corrupt dump
+        d = os.path.join(t, "init_rc_string")
+        gen("--ranks 2 --entries 8 --scenario init_fail --culprit 1", d)
+        victim = os.path.join(d, "tptrace-fr.node0.10001.json")
+        with open(victim) as fh:
+            text = fh.read()
+        with open(victim, "w") as fh:
+            fh.write(text.replace('"init_rc":2', '"init_rc":"two"', 1))
+        p = run([FR, d])
+        res.append(("init_rc_string", None if p.returncode == 1 and
+                    "failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc unknown; " in p.stdout
+                    and "ncclCommInitRank failed (rc unknown);" in p.stdout
+                    else f"exit {p.returncode}: {p.stdout!r}"))
+        with open(victim, "w") as fh:
+            fh.write(text.replace('"state":"failed"', '"state":failed', 1))
+        p = run([FR, "--json", d])
+        got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
+        res.append(("init_entry_garbage", None if p.returncode == 1 and got == [
+            ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
+            and victim in p.stderr
+            else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         # tail mode (the default reads the newest 512 entries) against full reads, where
         # the rings are longer than the tail: the same verdicts
         for name, args in (("tail_skip", "--ranks 8 --entries 3000 --comms 2 --scenario skip "
@@ -299,16 +385,82 @@ def check_generated():
     return res
 
 
+TAIL = 256     # tptrace-fr's default --tail
+
+
+def truncate_set(src, dst, keep):
+    """a copy of a dump set whose entries are only the newest `keep` of each dump, header
+    unchanged: what the tail read must see, written by other means than the tail reader"""
+    os.makedirs(dst)
+    for f in sorted(os.listdir(src)):
+        with open(os.path.join(src, f)) as fh:
+            dump = json.load(fh)
+        dump["entries"] = dump["entries"][-keep:]
+        with open(os.path.join(dst, f), "w") as fh:
+            json.dump(dump, fh)
+
+
+# generated sets whose rings hold far more than the tail: (args, expected default-read
+# verdicts, expected full-read verdicts, or None when the full read must say the same)
+TAIL_SETS = {
+    "tail_healthy": ("--ranks 4 --entries 1200 --comms 2", [], None),
+    "tail_skip": ("--ranks 8 --entries 1500 --comms 2 --scenario skip --culprit 5", [
+        ("missing_rank", WORLD, 683, [5], [5]), ("stuck_in_call", None, None, [5], [])], None),
+    "tail_size_recent": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 1000", [
+        ("size_mismatch", WORLD, 1000, [2], [2])], None),
+    # the cut changes what is visible: of 1200 entries per rank the newest 256 hold
+    # collective seqs 835-1060. A mismatch at 834 lies just outside: the default read finds
+    # nothing, only the full read names it; one at 835 is just inside.
+    "tail_size_cut": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 834", [],
+                      [("size_mismatch", WORLD, 834, [2], [2])]),
+    "tail_size_edge": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 835", [
+        ("size_mismatch", WORLD, 835, [2], [2])], None),
+    "tail_size_old": ("--ranks 4 --entries 1200 --scenario size --culprit 2 --at 100", [],
+                      [("size_mismatch", WORLD, 100, [2], [2])]),
+    "tail_pre_skip_on": ("--ranks 8 --entries 1200 --preexisting --attach-skew 3 "
+                         "--host-offset-us 300 --scenario skip_on --culprit 3 --at 1100", [
+        ("missing_rank", "INFERRED", None, [3], [3])], None),
+}
+
+
 def check_tail_parity():
-    """every saved set: the default (tail) read reports byte for byte what a full read does"""
-    bad = []
-    for name in CASES:
-        d = os.path.join(DATA, name)
-        a = run([FR, "--json", d])
-        b = run([FR, "--json", "--tail", "all", d])
-        if (a.stdout, a.returncode) != (b.stdout, b.returncode):
-            bad.append(name)
-    return [("tail_parity", f"differ: {bad}" if bad else None)]
+    """Rings longer than the tail: the default read must report byte for byte what a full
+    read of the same dumps cut to their newest 256 entries reports, and the expected
+    verdicts (which differ from the full read's where the cut hides the fault)."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        for name, (args, want_tail, want_full) in TAIL_SETS.items():
+            d = os.path.join(t, name)
+            gen(args, d)
+            cut = os.path.join(t, name + ".cut")
+            truncate_set(d, cut, TAIL)
+            sizes = []
+            for f in os.listdir(d):
+                with open(os.path.join(d, f)) as fh:
+                    sizes.append(len(json.load(fh)["entries"]))
+            tail = run([FR, "--json", d])
+            oracle = run([FR, "--json", "--tail", "all", cut])
+            full = run([FR, "--json", "--tail", "all", d])
+            err = None
+            if min(sizes) <= 4 * TAIL:
+                err = f"rings of {min(sizes)} entries do not exceed the tail enough"
+            elif (tail.stdout, tail.returncode) != (oracle.stdout, oracle.returncode):
+                err = f"tail read differs from the full read of the cut set:\n{tail.stdout}\n" \
+                      f"{oracle.stdout}"
+            else:
+                got_tail = [verdict_key(v) for v in json.loads(tail.stdout)["verdicts"]]
+                got_full = [verdict_key(v) for v in json.loads(full.stdout)["verdicts"]]
+                want_tail = [w for w in want_tail]
+                if want_tail and want_tail[0][2] is None and got_tail:
+                    # inferred comm: its seqs count from attach; the rule, ranks and comm
+                    # are what is exact
+                    want_tail[0] = want_tail[0][:2] + (got_tail[0][2],) + want_tail[0][3:]
+                if got_tail != want_tail:
+                    err = f"tail verdicts {got_tail}, want {want_tail}"
+                elif got_full != (want_full if want_full is not None else want_tail):
+                    err = f"full verdicts {got_full}, want {want_full or want_tail}"
+            res.append((name, err))
+    return res
 
 
 def main():

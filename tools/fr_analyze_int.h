@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/* fr_analyze internal state, shared by the analyzer's modules (see docs/ARCHITECTURE.md):
+ *   fr_tables.c  index tables over comms, (comm, seq) aggregates and p2p channels
+ *   fr_fold.c    folding each parsed dump into procs, comms, members, aggregates
+ *   fr_infer.c   identity inference: comms created before attach, split children
+ *   fr_rules.c   the rules: structured findings (rule, ranks, comm, seq, op, evidence)
+ *   fr_finding.c building findings: culprits, confidence, order
+ *   fr_text.c    the one place that words a finding (text report and --json alike)
+ *   fr_report.c  the text and --json reports
+ *
+ * State kept, all bounded by ranks × comms or by distinct (comm, seq) pairs:
+ *   proc     one per dump: identity, process state, drops, in-flight calls, newest entry
+ *   comm     one per comm_id: nranks, which proc holds each comm rank
+ *   member   one per (comm, proc): header seqs and what its entries say (newest/oldest seq)
+ *   seq_agg  one per (comm, collective_seq_id): how many entered/completed, arrival extremes,
+ *            the first signature with its count and, only when a second signature or an
+ *            unfinished entry shows up, a side record with the other signatures and short
+ *            member lists
+ *   p2p_chan one per (comm, sender, receiver): the last few sends and recvs of each side
+ * Ranks are aligned by sequence numbers, never by record_id: rings wrap at different points.
+ */
+#ifndef TPTRACE_FR_ANALYZE_INT_H
+#define TPTRACE_FR_ANALYZE_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "fr_analyze.h"
+#include "hashmap.h"
+
+
+#define SIG_GROUPS	4	/* distinct signatures tracked per (comm, seq); more are counted */
+#define SIG_LIST	32	/* members listed per signature / unfinished list */
+#define P2P_KEEP	4	/* newest ops kept per p2p channel side */
+#define MAX_P2P_CHANS	(1 << 20)
+#define MAX_AGGS	(1 << 26)
+#define PROC_IN_CALLS	4
+#define MAX_P2P_VERDICTS_PER_COMM 16
+
+enum rule {	/* in causal order: the report lists verdicts in this order */
+	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ASYNC_ERROR,
+	RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
+	RULE_STUCK, RULE_LATE, RULE_STATE, RULE_CORRUPT, RULE__COUNT
+};
+extern const char *const rule_names[RULE__COUNT];
+
+struct ivec {
+	int *v;
+	int n, cap;
+};
+
+struct proc {
+	char host[FR_NAME_LEN];
+	char *path;
+	int64_t pid, global_rank, world_size, dump_time_ns, exit_code, signal;
+	int64_t entries_overwritten, events_dropped;
+	int state;
+	bool wrapped;
+	int nr_in_calls;
+	struct fr_in_call in_calls[PROC_IN_CALLS];
+	/* newest entry on any comm */
+	bool has_last;
+	int64_t last_record, last_seq, last_created;
+	int last_comm;
+	uint8_t last_op, last_state;
+	/* filled by finish */
+	bool dead;
+	struct ivec missed;	/* missing_rank findings folded into dead_rank: agg-less triples */
+};
+
+struct comm {
+	char id[FR_ID_LEN];
+	int64_t nranks;		/* largest seen; FR_UNK */
+	int64_t (*placed)[2];	/* finish: (comm rank, member) sorted, one per rank */
+	int nr_placed;
+	struct ivec members;	/* every member, placed or not */
+	int dup_ranks;		/* two dumps claiming one comm rank */
+	bool aborted;
+	bool inferred;		/* members matched across dumps by their collective sequences */
+	int nr_expected;	/* inferred: world size, or the nranks a member learned */
+	struct ivec aggs;	/* filled by finish: its seq aggregates in seq order */
+};
+
+struct member {
+	int comm, proc;
+	int64_t rank;
+	bool placed;
+	int64_t hdr_enqueued, hdr_completed, async_error;
+	int64_t newest_seq, oldest_seq, newest_completed;
+	uint8_t newest_op, newest_state;
+	int64_t eff_last;	/* finish: last collective seq it entered, FR_UNK if unknowable */
+	bool partial;		/* history starts at attach, not at comm init */
+	/* inferred comms: it skipped hole_len collectives at hole_seq and went on (its later
+	 * seqs were rebased past the hole); the first one it went on to */
+	int64_t hole_seq, hole_len, hole_next_seq;
+	uint8_t hole_next_op, hole_next_state;
+	/* split children with an unknown rank: p2p entries wait for finish to know it */
+	struct fr_entry *dents;
+	int nr_dents, cap_dents;
+	int split;		/* index in a->splits, -1 */
+	/* its communicator init failed ("state": "init_failed"): the comm never existed here */
+	bool init_failed;
+	int64_t init_rc;	/* ncclResult_t of the failed init, FR_UNK */
+	char created_by[48];	/* the API that created (or failed to create) it */
+};
+
+/* a split child whose rank and size come from all its members */
+struct split_pend {
+	int member;
+	int64_t key;
+	char parent[FR_ID_LEN];
+};
+
+/* A comm created before attach: its id is local to the dump and its seqs count from attach.
+ * Kept whole until finish matches it with the same comm in other dumps. */
+struct pend {
+	int proc;
+	struct fr_comm_info ci;
+	struct fr_entry *e;
+	int n, cap;
+	int *coll, nc;		/* indexes of its collectives in e */
+	int cluster;
+	int64_t d, dp;		/* collective / p2p seq offset to the cluster's origin */
+	int64_t clock;		/* its clock minus the reference's (median over matches) */
+	int64_t hole_seq, hole_len;
+};
+
+struct cluster {
+	int ref;		/* pend all others were aligned to */
+	struct ivec pends;
+	int comm;
+};
+
+struct sig {
+	int64_t count, in_size, out_size;
+	int32_t root;
+	uint8_t op, dtype, redop;
+};
+
+struct sig_group {
+	struct sig sig;
+	int32_t n, nr_listed;
+	int32_t members[SIG_LIST];
+};
+
+struct agg_extra {
+	struct sig_group groups[SIG_GROUPS - 1];	/* signatures 1..3 */
+	int32_t nr_groups;		/* used in groups[] */
+	int32_t other_n;		/* members with yet more signatures */
+	int32_t nr_list0;		/* signature-0 members seen after this was allocated */
+	int32_t list0[SIG_LIST];
+	int32_t nr_incomplete;
+	int32_t incomplete[SIG_LIST];
+};
+
+struct seq_agg {
+	int64_t seq;
+	int64_t min_created, max_created;
+	int32_t comm;
+	int32_t entered, completed;
+	int32_t min_m, max_m;
+	int32_t n0;
+	int32_t first0[2];
+	int32_t extra;		/* index into a->extras or -1 */
+	struct sig sig0;
+};
+
+struct p2p_op {
+	int64_t k, seq, count;
+	uint8_t dtype, state;
+};
+
+struct p2p_side {
+	int32_t member;
+	int64_t total, done;
+	int nr_kept;		/* ring of the newest P2P_KEEP */
+	struct p2p_op kept[P2P_KEEP];
+};
+
+struct p2p_chan {
+	int32_t comm;
+	int32_t src, dst;	/* comm ranks */
+	struct p2p_side send, recv;
+};
+
+/* A hash index over an array of elements: u64map from a 64-bit hash to the newest element
+ * with that hash, chained through next[] to the older ones (hashes may collide; callers
+ * compare the element itself). */
+struct fr_index {
+	struct u64map heads;	/* hash -> element index + 1 */
+	int *next;		/* element -> older element with the same hash, + 1 (0: none) */
+	int cap;
+};
+
+/* Why a finding may be wrong (fr_text words it); the first one found is kept. */
+enum low_why {
+	LOW_NONE,
+	LOW_ATTACHED_AFTER,	/* proc low_proc was attached after seq low_seq of the comm */
+	LOW_WRAPPED,		/* proc low_proc's ring wrapped past seq low_seq */
+	LOW_DROPPED,		/* proc low_proc dropped events */
+	LOW_POSITION_UNKNOWN,	/* proc low_proc's position on the comm is unknown */
+};
+
+/* a signature group as a finding keeps it (copied: the aggregate's lists are not stable) */
+struct sig_group_ev {
+	struct sig sig;
+	int n, nr_listed;
+	int members[2 + SIG_LIST];
+};
+
+struct stuck_call {
+	const char *api;
+	int proc, call;
+	int64_t dur;
+};
+
+/* A finding: what a rule found, as data. fr_text.c words it for both reports. */
+struct verdict {
+	int rule;
+	int comm;
+	int64_t seq;
+	char op[48];
+	/* culprits as (global rank, comm rank, proc) triples */
+	int nr_who, cap_who;
+	int64_t (*who)[3];
+	int low;		/* enum low_why */
+	int low_proc;
+	int64_t low_seq;
+	bool medium;		/* inferred identity: below high, above low */
+	int64_t also_seqs, also_last;	/* coalesced later occurrences */
+	int order;
+	/* evidence; lists hold member indexes */
+	int agg;		/* the (comm, seq) aggregate, -1 */
+	struct ivec culprits, waiting, behind, dead;
+	union {
+		struct { bool hole; int64_t newest; int unknown; } missing;
+		struct { int proc; } dead_rank;
+		struct { bool world; bool identity; } missing_dump;
+		struct { int64_t err; bool aborted; } async;
+		struct {
+			int field, ng, other_n, entered;
+			bool tie;
+			struct sig_group_ev gv[SIG_GROUPS];
+		} sig;
+		struct {
+			int chan, sm, rm, suppressed;
+			bool absolute, bad, has_lone, lone_send;
+			struct p2p_op s, r, lone;
+			int64_t max_s, max_r;
+		} p2p;
+		struct { struct stuck_call *calls; int n, nprocs; int64_t mind, maxd; } stuck;
+		struct { int64_t skew; bool stuck; int nr_over; } late;
+		struct { int completed, incomplete; } state;
+		struct { int idx; } corrupt;
+		struct { int64_t rc; char api[48]; bool all_failed; } init;
+	} ev;
+};
+
+struct corrupt {
+	char *path;
+	char *why;
+	int64_t global_rank, pid;
+	char host[FR_NAME_LEN];
+};
+
+struct fr_analysis {
+	struct fr_opts opts;
+	struct proc *procs;
+	int nr_procs, cap_procs;
+	struct comm *comms;
+	int nr_comms, cap_comms;
+	struct fr_index comm_index;
+	struct member *members;
+	int nr_members, cap_members;
+	struct seq_agg *aggs;
+	int nr_aggs, cap_aggs;
+	struct fr_index agg_index;
+	struct agg_extra *extras;
+	int nr_extras, cap_extras;
+	struct p2p_chan *chans;
+	int nr_chans, cap_chans;
+	struct fr_index chan_index;
+	bool chans_full, aggs_full;
+	int *local_member;	/* scratch: member per local comm of the dump being folded */
+	size_t local_cap;
+	int64_t out_of_order;
+	struct corrupt *corrupt;
+	int nr_corrupt, cap_corrupt;
+	struct pend *pends;
+	int nr_pends, cap_pends;
+	struct cluster *clusters;
+	int nr_clusters, cap_clusters;
+	struct split_pend *splits;
+	int nr_splits, cap_splits;
+
+	struct verdict *verdicts;
+	int nr_verdicts, cap_verdicts;
+	int *comm_order;	/* comms sorted by id */
+	int64_t world_size;
+	bool finished;
+};
+
+/* fr_tables.c */
+int grow(void **arr, int *cap, int need, size_t elem);
+int ivec_push(struct ivec *iv, int x);
+int64_t ns_diff(int64_t a, int64_t b);
+uint64_t str_hash(const char *s);
+void fr_index__free(struct fr_index *x);
+int comm_find(const struct fr_analysis *a, const char *id);
+int comm_get(struct fr_analysis *a, const char *id);
+int agg_find(const struct fr_analysis *a, int comm, int64_t seq);
+int agg_get(struct fr_analysis *a, int comm, int64_t seq);
+int chan_get(struct fr_analysis *a, int comm, int src, int dst);
+
+/* fr_fold.c */
+int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_info *ci);
+int fold_collective(struct fr_analysis *a, int mi, const struct fr_entry *e);
+int fold_p2p(struct fr_analysis *a, int mi, const struct fr_entry *e);
+bool size_eq(int64_t x, int64_t y);
+
+/* fr_infer.c */
+int resolve_splits(struct fr_analysis *a);
+int unify_local(struct fr_analysis *a);
+
+/* fr_finding.c */
+struct verdict *verdict_new(struct fr_analysis *a, int rule, int comm, int64_t seq,
+			    const char *op);
+void who_add(struct verdict *v, int64_t grank, int64_t crank, int proc);
+void who_member(struct fr_analysis *a, struct verdict *v, int mi);
+void who_proc(struct fr_analysis *a, struct verdict *v, int pi);
+void who_sort(struct verdict *v);
+void set_low(struct verdict *v, int why, int proc, int64_t seq);
+void check_wrap(struct fr_analysis *a, struct verdict *v, int comm, int64_t seq);
+void check_dropped(struct fr_analysis *a, struct verdict *v);
+void mark_inferred(struct fr_analysis *a);
+void sort_verdicts(struct fr_analysis *a);
+void verdict_free(struct verdict *v);
+
+/* fr_rules.c */
+int run_rules(struct fr_analysis *a);
+int64_t comm_absent(const struct comm *c, int64_t *vals, int cap);
+#define ABSENT_LIST 1024
+
+/* fr_text.c: headline and detail (may be multi-line, no trailing newline) and the reason
+ * for a confidence below high; malloc'ed, NULL on ENOMEM. */
+char *verdict_headline(const struct fr_analysis *a, const struct verdict *v);
+char *verdict_detail(const struct fr_analysis *a, const struct verdict *v);
+char *verdict_confidence_reason(const struct fr_analysis *a, const struct verdict *v);
+const char *short_id(const char *id);
+
+#endif

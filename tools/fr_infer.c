@@ -1,0 +1,685 @@
+// SPDX-License-Identifier: MIT
+/* fr_infer: identity inference. Comms created before attach (local ids, seqs from attach)
+ * are matched across dumps by their collective sequences; split children with an unknown
+ * rank get it from their members' split keys and parent ranks. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fr_analyze_int.h"
+
+static struct sig entry_sig(const struct fr_entry *e)
+{
+	struct sig s = {
+		.count = e->count, .in_size = e->in_size, .out_size = e->out_size,
+		.root = fr_op_has_root(e->op) ? e->root : -1,
+		.op = e->op, .dtype = e->dtype,
+		.redop = fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE,
+	};
+	return s;
+}
+
+/* Signatures that must agree on every rank of a comm whatever its size: in/out sizes scale
+ * with nranks per op, and nranks is what is not known yet. */
+static bool sig_match(const struct fr_entry *x, const struct fr_entry *y)
+{
+	struct sig p = entry_sig(x), q = entry_sig(y);
+
+	return p.op == q.op && p.count == q.count && p.dtype == q.dtype && p.redop == q.redop &&
+	       p.root == q.root;
+}
+
+static int64_t i64_abs(int64_t v) { return v < 0 ? (v == INT64_MIN ? INT64_MAX : -v) : v; }
+
+static int cmp_i64(const void *x, const void *y)
+{
+	int64_t p = *(const int64_t *)x, q = *(const int64_t *)y;
+
+	return p < q ? -1 : p > q;
+}
+
+static const struct fr_entry *pcoll(const struct pend *p, int i) { return &p->e[p->coll[i]]; }
+
+/* index of p's collective with seq, -1 */
+static int pend_find_seq(const struct pend *p, int64_t seq)
+{
+	int lo = 0, hi = p->nc - 1;
+
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+		int64_t s = pcoll(p, mid)->coll_seq;
+
+		if (s == seq)
+			return mid;
+		if (s < seq)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+/* index of p's collective created nearest to t (creation times rise with record order) */
+static int pend_near_time(const struct pend *p, int64_t t)
+{
+	int lo = 0, hi = p->nc - 1;
+
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		int64_t c = pcoll(p, mid)->created_ns;
+
+		if (c != FR_UNK && c < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0 && pcoll(p, lo)->created_ns != FR_UNK && pcoll(p, lo - 1)->created_ns != FR_UNK &&
+	    i64_abs(ns_diff(t, pcoll(p, lo - 1)->created_ns)) <
+	    i64_abs(ns_diff(pcoll(p, lo)->created_ns, t)))
+		lo--;
+	return lo;
+}
+
+#define ALIGN_CANDS	64
+#define ALIGN_NEAR	8	/* candidate offsets: this many collectives either side in time */
+#define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
+#define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
+
+struct align {
+	bool ok;
+	int64_t d;		/* m's seq x is r's x + d */
+	int prefix;		/* matching collectives from the start of the overlap */
+	int64_t dt;		/* median creation-time difference over the first matches */
+};
+
+static bool align_better(const struct align *x, const struct align *y)
+{
+	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
+	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
+
+	if (!y->ok)
+		return x->ok;
+	if (!x->ok)
+		return false;
+	if (px != py)
+		return px > py;
+	if (i64_abs(x->dt) != i64_abs(y->dt))
+		return i64_abs(x->dt) < i64_abs(y->dt);
+	return x->prefix > y->prefix;
+}
+
+/* Aligns m's collective sequence to r's: the seq offset with the longest matching history
+ * from where the two overlap (so a rank that skipped a collective later is not "fixed" by a
+ * shift that matches its tail), ties to the one whose matches were created closest in time.
+ * Comms whose seqs count from comm init on both sides can only be at offset 0. */
+static struct align align_to(const struct pend *m, const struct pend *r)
+{
+	struct align best = { 0 };
+	int64_t cands[ALIGN_CANDS], dts[ALIGN_SAT];
+	int nc = 0, taken = 0;
+
+	if (!m->nc || !r->nc)
+		return best;
+	if (!m->ci.seq_attach && !r->ci.seq_attach) {
+		cands[nc++] = 0;
+	} else {
+		int64_t r0 = pcoll(r, 0)->created_ns, r1 = pcoll(r, r->nc - 1)->created_ns;
+
+		for (int pass = 0; pass < 2 && !taken; pass++) {
+			for (int i = 0; i < m->nc && taken < 4; i++) {
+				const struct fr_entry *e = pcoll(m, i);
+				int j;
+
+				if (e->created_ns == FR_UNK)
+					continue;
+				/* first pass: m's collectives created while r was recording */
+				if (!pass && (r0 == FR_UNK || r1 == FR_UNK || e->created_ns < r0 ||
+					      e->created_ns > r1))
+					continue;
+				taken++;
+				j = pend_near_time(r, e->created_ns);
+				for (int k = j - ALIGN_NEAR; k <= j + ALIGN_NEAR; k++) {
+					int64_t d;
+					bool dup = false;
+
+					if (k < 0 || k >= r->nc || !sig_match(e, pcoll(r, k)))
+						continue;
+					d = pcoll(r, k)->coll_seq - e->coll_seq;
+					for (int c = 0; c < nc; c++)
+						dup |= cands[c] == d;
+					if (!dup && nc < ALIGN_CANDS)
+						cands[nc++] = d;
+				}
+			}
+		}
+	}
+	for (int c = 0; c < nc; c++) {
+		struct align al = { .d = cands[c] };
+		int nd = 0;
+
+		for (int i = 0; i < m->nc; i++) {
+			const struct fr_entry *e = pcoll(m, i), *f;
+			int j = pend_find_seq(r, e->coll_seq + al.d);
+
+			if (j < 0)
+				continue;
+			f = pcoll(r, j);
+			if (!sig_match(e, f))
+				break;
+			al.prefix++;
+			if (nd < ALIGN_SAT && e->created_ns != FR_UNK && f->created_ns != FR_UNK)
+				dts[nd++] = ns_diff(e->created_ns, f->created_ns);
+			if (al.prefix >= 4 * ALIGN_SAT)
+				break;
+		}
+		if (!al.prefix)
+			continue;
+		if (nd) {
+			qsort(dts, nd, sizeof(*dts), cmp_i64);
+			al.dt = dts[nd / 2];
+		}
+		if (i64_abs(al.dt) > ALIGN_MAX_DT)
+			continue;
+		/* one matching collective of many is chance, not evidence */
+		al.ok = al.prefix >= 2 || m->nc == 1 || r->nc == 1;
+		if (align_better(&al, &best))
+			best = al;
+	}
+	return best;
+}
+
+static bool cluster_has_proc(const struct fr_analysis *a, const struct cluster *c, int proc)
+{
+	for (int i = 0; i < c->pends.n; i++)
+		if (a->pends[c->pends.v[i]].proc == proc)
+			return true;
+	return false;
+}
+
+/* hard reasons two pre-attach comms are not the same communicator */
+static bool pend_compatible(const struct pend *x, const struct pend *y)
+{
+	if (x->ci.split_color != FR_UNK && y->ci.split_color != FR_UNK &&
+	    x->ci.split_color != y->ci.split_color)
+		return false;
+	if (x->ci.nranks != FR_UNK && y->ci.nranks != FR_UNK && x->ci.nranks != y->ci.nranks)
+		return false;
+	if (x->ci.rank != FR_UNK && y->ci.rank != FR_UNK && x->ci.rank == y->ci.rank)
+		return false;
+	return true;
+}
+
+struct cslot {
+	struct fr_entry rep[3];	/* a representative entry per distinct signature */
+	int cnt[3], n, total;
+};
+
+/* the majority entry at a consensus slot, NULL when none has more than half */
+static const struct fr_entry *cslot_major(const struct cslot *c)
+{
+	int best = -1;
+
+	for (int i = 0; i < c->n; i++)
+		if (best < 0 || c->cnt[i] > c->cnt[best])
+			best = i;
+	if (best < 0 || c->cnt[best] < 2 || c->cnt[best] * 2 <= c->total)
+		return NULL;
+	return &c->rep[best];
+}
+
+static int64_t rebase_coll(const struct pend *p, int64_t seq)
+{
+	int64_t x = seq + p->d;
+
+	if (p->hole_len && x >= p->hole_seq)
+		x += p->hole_len;
+	return x;
+}
+
+/* A rank that skipped k collectives and went on has, from the skip on, the majority's
+ * sequence shifted by k: find it (its history before stays as aligned) and record the hole. */
+static int find_skips(struct fr_analysis *a, struct cluster *cl)
+{
+	int64_t lo = INT64_MAX, hi = INT64_MIN;
+	struct cslot *cs;
+
+	for (int i = 0; i < cl->pends.n; i++) {
+		struct pend *p = &a->pends[cl->pends.v[i]];
+
+		if (!p->nc)
+			continue;
+		if (pcoll(p, 0)->coll_seq + p->d < lo)
+			lo = pcoll(p, 0)->coll_seq + p->d;
+		if (pcoll(p, p->nc - 1)->coll_seq + p->d > hi)
+			hi = pcoll(p, p->nc - 1)->coll_seq + p->d;
+	}
+	if (cl->pends.n < 3 || lo > hi || hi - lo >= (1 << 22))
+		return 0;
+	cs = calloc(hi - lo + 1, sizeof(*cs));
+	if (!cs)
+		return -ENOMEM;
+	for (int i = 0; i < cl->pends.n; i++) {
+		struct pend *p = &a->pends[cl->pends.v[i]];
+
+		for (int k = 0; k < p->nc; k++) {
+			const struct fr_entry *e = pcoll(p, k);
+			struct cslot *c = &cs[e->coll_seq + p->d - lo];
+			int g;
+
+			for (g = 0; g < c->n; g++)
+				if (sig_match(e, &c->rep[g]))
+					break;
+			if (g == c->n && c->n < 3)
+				c->rep[c->n++] = *e;
+			if (g < c->n)
+				c->cnt[g]++;
+			c->total++;
+		}
+	}
+	for (int i = 0; i < cl->pends.n; i++) {
+		struct pend *p = &a->pends[cl->pends.v[i]];
+		int first = -1;
+
+		for (int k = 0; k < p->nc && first < 0; k++) {
+			const struct fr_entry *e = pcoll(p, k);
+			const struct fr_entry *maj = cslot_major(&cs[e->coll_seq + p->d - lo]);
+
+			if (maj && !sig_match(e, maj))
+				first = k;
+		}
+		if (first < 0)
+			continue;
+		for (int64_t skip = 1; skip <= 4; skip++) {
+			int cmp = 0;
+			bool ok = true;
+
+			for (int k = first; k < p->nc && ok; k++) {
+				int64_t x = pcoll(p, k)->coll_seq + p->d + skip;
+				const struct fr_entry *maj = x <= hi ? cslot_major(&cs[x - lo]) : NULL;
+
+				ok = maj && sig_match(pcoll(p, k), maj);
+				cmp++;
+			}
+			if (ok && cmp) {
+				p->hole_seq = pcoll(p, first)->coll_seq + p->d;
+				p->hole_len = skip;
+				break;
+			}
+		}
+	}
+	free(cs);
+	return 0;
+}
+
+/* p2p seqs count per rank, so they are aligned by time: the offset most of m's sends/recvs
+ * have to the reference's op of the same kind created nearest (clock offset removed) */
+static int64_t p2p_offset(const struct pend *m, const struct pend *r)
+{
+	int64_t cand[64];
+	int n = 0, best = 0, best_n = 0;
+
+	if (!m->ci.seq_attach && !r->ci.seq_attach)
+		return 0;
+	for (int i = m->n - 1; i >= 0 && n < 64; i--) {
+		const struct fr_entry *e = &m->e[i], *near = NULL;
+		int64_t t;
+
+		if (!fr_op_is_p2p(e->op) || e->created_ns == FR_UNK || e->p2p_seq == FR_UNK)
+			continue;
+		t = ns_diff(e->created_ns, m->clock);
+		for (int j = 0; j < r->n; j++) {
+			const struct fr_entry *f = &r->e[j];
+
+			if (f->op != e->op || f->created_ns == FR_UNK || f->p2p_seq == FR_UNK)
+				continue;
+			if (!near || i64_abs(ns_diff(f->created_ns, t)) <
+				     i64_abs(ns_diff(near->created_ns, t)))
+				near = f;
+		}
+		if (near)
+			cand[n++] = near->p2p_seq - e->p2p_seq;
+	}
+	for (int i = 0; i < n; i++) {
+		int c = 0;
+
+		for (int j = 0; j < n; j++)
+			c += cand[j] == cand[i];
+		if (c > best_n || (c == best_n && i64_abs(cand[i]) < i64_abs(cand[best])))
+			best = i, best_n = c;
+	}
+	return n ? cand[best] : 0;
+}
+
+static int cmp_pend_rank(const void *x, const void *y, void *arg)
+{
+	const struct fr_analysis *a = arg;
+	const struct pend *p = &a->pends[*(const int *)x], *q = &a->pends[*(const int *)y];
+	int64_t gp = a->procs[p->proc].global_rank, gq = a->procs[q->proc].global_rank;
+
+	if ((gp == FR_UNK) != (gq == FR_UNK))
+		return gp == FR_UNK ? 1 : -1;
+	if (gp != gq)
+		return gp < gq ? -1 : 1;
+	return p->proc - q->proc;
+}
+
+static int cmp_str_ptr(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* Comms created before attach: cluster the local comms of different dumps that are the same
+ * communicator, rebase their seqs to a common origin, infer ranks, then fold them. */
+int unify_local(struct fr_analysis *a)
+{
+	int err = 0;
+
+	for (int i = 0; i < a->nr_pends; i++) {
+		struct pend *p = &a->pends[i];
+
+		p->coll = malloc((p->n + 1) * sizeof(int));
+		if (!p->coll)
+			return -ENOMEM;
+		for (int k = 0; k < p->n; k++) {
+			const struct fr_entry *e = &p->e[k];
+
+			if (fr_op_is_p2p(e->op) || e->coll_seq == FR_UNK || e->coll_seq < 0)
+				continue;
+			if (p->nc && e->coll_seq <= pcoll(p, p->nc - 1)->coll_seq)
+				continue;	/* out of order: folding would drop it too */
+			p->coll[p->nc++] = k;
+			/* sizes that scale with nranks tell it when the recorder knew it */
+			if (p->ci.nranks == FR_UNK && e->count > 0) {
+				int64_t big = e->op == FR_OP_ALL_GATHER || e->op == FR_OP_GATHER ||
+					      e->op == FR_OP_ALL_TO_ALL ? e->out_size :
+					      e->op == FR_OP_REDUCE_SCATTER || e->op == FR_OP_SCATTER ?
+					      e->in_size : FR_UNK;
+
+				if (big != FR_UNK && big > 0 && big % e->count == 0 &&
+				    big / e->count <= FR_MAX_NRANKS)
+					p->ci.nranks = big / e->count;
+			}
+		}
+	}
+	/* greedy, in file order: each comm joins the cluster it aligns best with */
+	for (int i = 0; i < a->nr_pends; i++) {
+		struct pend *p = &a->pends[i];
+		struct align best = { 0 }, al;
+		int bc = -1;
+
+		for (int c = 0; c < a->nr_clusters; c++) {
+			struct cluster *cl = &a->clusters[c];
+			bool compat = !cluster_has_proc(a, cl, p->proc);
+
+			for (int k = 0; compat && k < cl->pends.n; k++)
+				compat = pend_compatible(p, &a->pends[cl->pends.v[k]]);
+			/* a comm of known size that has all its members is full */
+			if (compat && p->ci.nranks != FR_UNK && cl->pends.n >= p->ci.nranks)
+				compat = false;
+			if (!compat)
+				continue;
+			al = align_to(p, &a->pends[cl->ref]);
+			if (align_better(&al, &best)) {
+				best = al;
+				bc = c;
+			}
+		}
+		if (bc < 0) {
+			struct cluster *cl;
+
+			if (grow((void **)&a->clusters, &a->cap_clusters, a->nr_clusters + 1,
+				 sizeof(*a->clusters)))
+				return -ENOMEM;
+			bc = a->nr_clusters++;
+			cl = &a->clusters[bc];
+			memset(cl, 0, sizeof(*cl));
+			cl->ref = i;
+			cl->comm = -1;
+			best.d = 0;
+			best.dt = 0;
+		}
+		p->cluster = bc;
+		p->d = best.d;		/* its seq x is the reference's x + d */
+		p->clock = best.dt;
+		if (ivec_push(&a->clusters[bc].pends, i))
+			return -ENOMEM;
+	}
+	for (int c = 0; c < a->nr_clusters; c++) {
+		struct cluster *cl = &a->clusters[c];
+		int64_t lo = INT64_MAX, plo = INT64_MAX;
+		uint64_t h = 0x6a09e667f3bcc909ULL;
+		char **ids = malloc(cl->pends.n * sizeof(char *)), id[FR_ID_LEN];
+		int *order = malloc(cl->pends.n * sizeof(int));
+		int64_t nranks = FR_UNK;
+		bool any_attach = false;
+		int ci;
+
+		if (!ids || !order) {
+			free(ids);
+			free(order);
+			return -ENOMEM;
+		}
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[cl->pends.v[k]];
+
+			p->dp = cl->pends.v[k] == cl->ref ? 0 : p2p_offset(p, &a->pends[cl->ref]);
+			ids[k] = p->ci.id;
+			order[k] = cl->pends.v[k];
+			any_attach |= p->ci.seq_attach;
+			if (p->ci.nranks != FR_UNK && (nranks == FR_UNK || p->ci.nranks > nranks))
+				nranks = p->ci.nranks;
+		}
+		if ((err = find_skips(a, cl))) {
+			free(ids);
+			free(order);
+			return err;
+		}
+		/* a common origin: the reference's, moved so no rebased seq is below 1 */
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[cl->pends.v[k]];
+
+			for (int e = 0; e < p->n; e++) {
+				const struct fr_entry *x = &p->e[e];
+
+				if (fr_op_is_p2p(x->op)) {
+					if (x->p2p_seq != FR_UNK && x->p2p_seq + p->dp < plo)
+						plo = x->p2p_seq + p->dp;
+				}
+			}
+			if (p->nc && pcoll(p, 0)->coll_seq + p->d < lo)
+				lo = pcoll(p, 0)->coll_seq + p->d;
+		}
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[cl->pends.v[k]];
+
+			if (lo != INT64_MAX && lo < 1) {
+				p->d += 1 - lo;
+				if (p->hole_len)
+					p->hole_seq += 1 - lo;
+			}
+			if (plo != INT64_MAX && plo < 1)
+				p->dp += 1 - plo;
+		}
+		/* a stable name from the members' local ids */
+		qsort(ids, cl->pends.n, sizeof(char *), cmp_str_ptr);
+		for (int k = 0; k < cl->pends.n; k++)
+			h = u64_mix(h ^ str_hash(ids[k]));
+		if (cl->pends.n == 1)
+			snprintf(id, sizeof(id), "%s", ids[0]);
+		else
+			snprintf(id, sizeof(id), "inferred:%016" PRIx64, h);
+		free(ids);
+		ci = comm_get(a, id);
+		if (ci < 0) {
+			free(order);
+			return ci;
+		}
+		cl->comm = ci;
+		a->comms[ci].inferred = cl->pends.n > 1;
+		a->comms[ci].nr_expected = (int)(nranks != FR_UNK ? nranks : a->world_size != FR_UNK ?
+						 a->world_size : 0);
+		/* PyTorch orders a process group's ranks by global rank */
+		qsort_r(order, cl->pends.n, sizeof(int), cmp_pend_rank, a);
+		for (int k = 0; k < cl->pends.n; k++) {
+			struct pend *p = &a->pends[order[k]];
+			struct fr_comm_info info = p->ci;
+			struct member *m;
+			int mi;
+
+			if (cl->pends.n > 1 || info.nranks == FR_UNK) {
+				if (info.rank == FR_UNK)
+					info.rank = k;
+				if (info.nranks == FR_UNK)
+					info.nranks = nranks != FR_UNK ? nranks : cl->pends.n;
+			}
+			if (info.rank != FR_UNK && info.nranks != FR_UNK && info.rank >= info.nranks)
+				info.rank = FR_UNK;
+			if (info.last_enqueued != FR_UNK && info.last_enqueued > 0)
+				info.last_enqueued = rebase_coll(p, info.last_enqueued);
+			if (info.last_completed != FR_UNK && info.last_completed > 0)
+				info.last_completed = rebase_coll(p, info.last_completed);
+			mi = member_new(a, ci, p->proc, &info);
+			if (mi < 0) {
+				free(order);
+				return mi;
+			}
+			m = &a->members[mi];
+			m->partial = any_attach;
+			if (p->hole_len) {
+				m->hole_seq = p->hole_seq;
+				m->hole_len = p->hole_len;
+			}
+			for (int e = 0; e < p->n; e++) {
+				struct fr_entry x = p->e[e];
+
+				if (fr_op_is_p2p(x.op)) {
+					if (x.p2p_seq != FR_UNK)
+						x.p2p_seq += p->dp;
+					err = fold_p2p(a, mi, &x);
+				} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
+					x.coll_seq = rebase_coll(p, x.coll_seq);
+					m = &a->members[mi];
+					if (m->hole_len && m->hole_next_seq == FR_UNK &&
+					    x.coll_seq >= m->hole_seq + m->hole_len) {
+						m->hole_next_seq = x.coll_seq;
+						m->hole_next_op = x.op;
+						m->hole_next_state = x.state;
+					}
+					err = fold_collective(a, mi, &x);
+				}
+				if (err) {
+					free(order);
+					return err;
+				}
+			}
+			/* the newest entry of the dump, when on this comm */
+			struct proc *pr = &a->procs[p->proc];
+
+			if (pr->last_comm == -(order[k] + 2)) {
+				pr->last_comm = ci;
+				if (fr_op_is_p2p(pr->last_op))
+					pr->last_seq = pr->last_seq == FR_UNK ? FR_UNK : pr->last_seq + p->dp;
+				else if (pr->last_seq != FR_UNK)
+					pr->last_seq = rebase_coll(p, pr->last_seq);
+			}
+		}
+		free(order);
+	}
+	return 0;
+}
+
+/* Split children with null rank/nranks: nranks is the number of dumps holding the comm, the
+ * rank the order by (split_key, rank in the parent) as ncclCommSplit assigns it. */
+static int64_t parent_rank(struct fr_analysis *a, const struct split_pend *sp)
+{
+	struct member *m = &a->members[sp->member];
+	int ci = sp->parent[0] ? comm_find(a, sp->parent) : -1;
+
+	if (ci < 0)
+		return FR_UNK;
+	for (int i = 0; i < a->comms[ci].members.n; i++)
+		if (a->members[a->comms[ci].members.v[i]].proc == m->proc)
+			return a->members[a->comms[ci].members.v[i]].rank;
+	return FR_UNK;
+}
+
+struct split_sort {
+	int64_t key, prank, grank;
+	int member;
+};
+
+static int cmp_split_sort(const void *x, const void *y)
+{
+	const struct split_sort *p = x, *q = y;
+
+	if (p->key != q->key)
+		return p->key < q->key ? -1 : 1;
+	if (p->prank != q->prank)
+		return p->prank < q->prank ? -1 : 1;
+	if (p->grank != q->grank)
+		return p->grank < q->grank ? -1 : 1;
+	return p->member - q->member;
+}
+
+int resolve_splits(struct fr_analysis *a)
+{
+	/* parents first: a split of a split needs its parent's ranks; a few passes do */
+	for (int pass = 0; pass < 4; pass++) {
+		bool changed = false;
+
+		for (int i = 0; i < a->nr_splits; i++) {
+			struct member *m = &a->members[a->splits[i].member];
+			struct comm *c = &a->comms[m->comm];
+			struct split_sort *ss;
+			int n = 0;
+			bool ready = true;
+
+			if (m->rank != FR_UNK)
+				continue;
+			ss = malloc(c->members.n * sizeof(*ss));
+			if (!ss)
+				return -ENOMEM;
+			for (int k = 0; k < c->members.n; k++) {
+				int mk = c->members.v[k];
+				const struct split_pend *sp = a->members[mk].split >= 0 ?
+							      &a->splits[a->members[mk].split] : NULL;
+				ss[n].member = mk;
+				ss[n].key = sp ? sp->key : FR_UNK;
+				ss[n].prank = sp ? parent_rank(a, sp) : FR_UNK;
+				ss[n].grank = a->procs[a->members[mk].proc].global_rank;
+				if (ss[n].prank == FR_UNK && sp && sp->parent[0] && pass < 3)
+					ready = false;	/* its parent's rank may come in a later pass */
+				n++;
+			}
+			if (ready) {
+				qsort(ss, n, sizeof(*ss), cmp_split_sort);
+				if (c->nranks == FR_UNK)
+					c->nranks = n;
+				for (int k = 0; k < n; k++)
+					if (a->members[ss[k].member].rank == FR_UNK) {
+						a->members[ss[k].member].rank = k;
+						a->members[ss[k].member].placed = true;
+					}
+				changed = true;
+			}
+			free(ss);
+		}
+		if (!changed)
+			break;
+	}
+	/* now that the ranks are known, the p2p entries that waited */
+	for (int i = 0; i < a->nr_splits; i++) {
+		int mi = a->splits[i].member;
+
+		for (int k = 0; k < a->members[mi].nr_dents; k++) {
+			int err = fold_p2p(a, mi, &a->members[mi].dents[k]);
+
+			if (err)
+				return err;
+		}
+		free(a->members[mi].dents);
+		a->members[mi].dents = NULL;
+		a->members[mi].nr_dents = 0;
+	}
+	return 0;
+}

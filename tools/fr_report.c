@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: MIT
+/* fr_report: the text report and the --json report, both worded by fr_text. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "fr_analyze_int.h"
+
+/* text builder on open_memstream */
+struct text {
+	char *buf;
+	size_t len;
+	FILE *f;
+};
+
+static FILE *text_open(struct text *t)
+{
+	t->buf = NULL;
+	t->len = 0;
+	t->f = open_memstream(&t->buf, &t->len);
+	return t->f;
+}
+
+static void text_close(struct text *t)
+{
+	fclose(t->f);
+	t->f = NULL;
+	/* drop a trailing newline */
+	if (t->len && t->buf[t->len - 1] == '\n')
+		t->buf[--t->len] = 0;
+}
+
+static void append_caveats(const struct fr_analysis *a, const struct verdict *v, FILE *f)
+{
+	if (v->also_seqs)
+		fprintf(f, "\nalso at %" PRId64 " later seq%s on this comm (up to seq %" PRId64 ")",
+			v->also_seqs, v->also_seqs == 1 ? "" : "s", v->also_last);
+}
+
+int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
+{
+	cJSON *root = cJSON_CreateObject(), *arr;
+	char *s;
+
+	if (!root)
+		return -ENOMEM;
+	cJSON_AddNumberToObject(root, "version", 1);
+	cJSON_AddNumberToObject(root, "ranks", a->nr_procs);
+	cJSON_AddNumberToObject(root, "comms", a->nr_comms);
+	cJSON_AddNumberToObject(root, "dumps", a->nr_procs + a->nr_corrupt);
+	arr = cJSON_AddArrayToObject(root, "verdicts");
+	for (int i = 0; arr && i < a->nr_verdicts; i++) {
+		const struct verdict *v = &a->verdicts[i];
+		cJSON *o = cJSON_CreateObject(), *ranks, *cranks;
+		char *headline, *detail, *reason;
+		struct text t;
+		FILE *f;
+
+		if (!o)
+			break;
+		cJSON_AddItemToArray(arr, o);
+		cJSON_AddStringToObject(o, "rule", rule_names[v->rule]);
+		if (v->comm >= 0)
+			cJSON_AddStringToObject(o, "comm", a->comms[v->comm].id);
+		else
+			cJSON_AddNullToObject(o, "comm");
+		if (v->seq != FR_UNK)
+			cJSON_AddNumberToObject(o, "seq", (double)v->seq);
+		else
+			cJSON_AddNullToObject(o, "seq");
+		ranks = cJSON_AddArrayToObject(o, "ranks");
+		cranks = cJSON_AddArrayToObject(o, "comm_ranks");
+		for (int k = 0; k < v->nr_who; k++) {
+			cJSON_AddItemToArray(ranks, cJSON_CreateNumber((double)v->who[k][0]));
+			if (v->who[k][1] >= 0)
+				cJSON_AddItemToArray(cranks, cJSON_CreateNumber((double)v->who[k][1]));
+		}
+		if (v->op[0])
+			cJSON_AddStringToObject(o, "op", v->op);
+		else
+			cJSON_AddNullToObject(o, "op");
+		cJSON_AddStringToObject(o, "confidence", v->low ? "low" : v->medium ? "medium" :
+					"high");
+		if (v->low || v->medium) {
+			reason = verdict_confidence_reason(a, v);
+			cJSON_AddStringToObject(o, "confidence_reason", reason ? reason : "");
+			free(reason);
+		}
+		headline = verdict_headline(a, v);
+		detail = verdict_detail(a, v);
+		if ((f = text_open(&t))) {
+			fprintf(f, "%s", headline ? headline : "");
+			if (detail && detail[0])
+				fprintf(f, ". %s", detail);
+			append_caveats(a, v, f);
+			text_close(&t);
+			/* one line: newlines become "; " */
+			char *line = malloc(t.len * 2 + 1), *q = line;
+
+			for (char *p = t.buf; line && p && *p; p++) {
+				if (*p == '\n') {
+					*q++ = ';';
+					*q++ = ' ';
+				} else {
+					*q++ = *p;
+				}
+			}
+			if (line)
+				*q = 0;
+			cJSON_AddStringToObject(o, "detail", line ? line : "");
+			free(line);
+			free(t.buf);
+		}
+		free(headline);
+		free(detail);
+	}
+	s = cJSON_Print(root);
+	cJSON_Delete(root);
+	if (!s)
+		return -ENOMEM;
+	fprintf(out, "%s\n", s);
+	free(s);
+	return 0;
+}
+
+int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
+{
+	if (!a->nr_verdicts) {
+		int64_t common = FR_UNK;
+		bool same = true;
+		int shown = 0;
+
+		fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,
+			a->nr_procs == 1 ? "" : "s", a->nr_comms, a->nr_comms == 1 ? "" : "s");
+		for (int ci = 0; ci < a->nr_comms; ci++) {
+			const struct comm *c = &a->comms[a->comm_order[ci]];
+			int64_t last = c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0;
+
+			if (ci && last != common)
+				same = false;
+			common = last;
+		}
+		if (!a->nr_comms) {
+			fprintf(out, "no collectives recorded\n");
+		} else if (same) {
+			fprintf(out, "all completed seq %" PRId64 "\n", common);
+		} else {
+			fprintf(out, "all completed the same seqs (last seq per comm:");
+			for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
+				const struct comm *c = &a->comms[a->comm_order[ci]];
+
+				fprintf(out, " %s %" PRId64, short_id(c->id),
+					c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0);
+			}
+			fprintf(out, "%s)\n", a->nr_comms > shown ? " ..." : "");
+		}
+		return 0;
+	}
+	fprintf(out, "%d problem%s found (%d ranks, %d comm%s, %d dumps), most causal first:\n\n",
+		a->nr_verdicts, a->nr_verdicts == 1 ? "" : "s", a->nr_procs, a->nr_comms,
+		a->nr_comms == 1 ? "" : "s", a->nr_procs + a->nr_corrupt);
+	for (int i = 0; i < a->nr_verdicts; i++) {
+		const struct verdict *v = &a->verdicts[i];
+		char *headline = verdict_headline(a, v), *detail = verdict_detail(a, v);
+		char *reason = v->low || v->medium ? verdict_confidence_reason(a, v) : NULL;
+		const char *d = detail ? detail : "";
+
+		fprintf(out, "[%s] %s\n", rule_names[v->rule], headline ? headline : "");
+		while (*d) {
+			size_t len = strcspn(d, "\n");
+
+			fprintf(out, "    %.*s\n", (int)len, d);
+			d += len + (d[len] == '\n');
+		}
+		if (v->also_seqs)
+			fprintf(out, "    also at %" PRId64 " later seq%s on this comm (up to seq %" PRId64
+				")\n", v->also_seqs, v->also_seqs == 1 ? "" : "s", v->also_last);
+		if (v->low || v->medium)
+			fprintf(out, "    confidence: %s (%s)\n", v->low ? "low" : "medium",
+				reason ? reason : "");
+		fprintf(out, "\n");
+		free(headline);
+		free(detail);
+		free(reason);
+	}
+	return 0;
+}

@@ -1,0 +1,989 @@
+// SPDX-License-Identifier: MIT
+/* fr_rules: the rules. Each one turns the folded state into findings — rule, culprit ranks,
+ * comm, seq, op, the evidence and the confidence — and words nothing (fr_text does). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fr_analyze_int.h"
+
+const char *const rule_names[RULE__COUNT] = {
+	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "nccl_async_error",
+	"type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch", "root_mismatch",
+	"p2p_mismatch", "stuck_in_call", "late_arrival", "state_divergence", "corrupt_dump",
+};
+
+static int cmp_placed(const void *x, const void *y)
+{
+	const int64_t *p = x, *q = y;
+
+	if (p[0] != q[0])
+		return p[0] < q[0] ? -1 : 1;
+	return p[1] < q[1] ? -1 : p[1] > q[1];
+}
+
+/* Sorts each comm's members by comm rank; a second dump claiming a rank is not placed. */
+static int place_members(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		struct comm *c = &a->comms[ci];
+		int n = 0;
+
+		c->placed = malloc((c->members.n + 1) * sizeof(*c->placed));
+		if (!c->placed)
+			return -ENOMEM;
+		for (int i = 0; i < c->members.n; i++) {
+			struct member *m = &a->members[c->members.v[i]];
+
+			if (m->rank == FR_UNK || (c->nranks != FR_UNK && m->rank >= c->nranks)) {
+				m->placed = false;
+				continue;
+			}
+			c->placed[n][0] = m->rank;
+			c->placed[n][1] = c->members.v[i];
+			n++;
+		}
+		qsort(c->placed, n, sizeof(*c->placed), cmp_placed);
+		c->nr_placed = 0;
+		for (int i = 0; i < n; i++) {
+			if (c->nr_placed && c->placed[c->nr_placed - 1][0] == c->placed[i][0]) {
+				a->members[c->placed[i][1]].placed = false;
+				c->dup_ranks++;
+				continue;
+			}
+			memmove(c->placed[c->nr_placed++], c->placed[i], sizeof(*c->placed));
+		}
+	}
+	return 0;
+}
+
+static int comm_member_at(const struct fr_analysis *a, const struct comm *c, int64_t rank)
+{
+	int lo = 0, hi = c->nr_placed - 1;
+
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+
+		if (c->placed[mid][0] == rank)
+			return (int)c->placed[mid][1];
+		if (c->placed[mid][0] < rank)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+/* Absent comm ranks: the first up to cap of them into vals; returns how many there are. */
+int64_t comm_absent(const struct comm *c, int64_t *vals, int cap)
+{
+	int64_t n = 0, r = 0;
+
+	if (c->nranks == FR_UNK)
+		return 0;
+	for (int i = 0; i <= c->nr_placed; i++) {
+		int64_t upto = i < c->nr_placed ? c->placed[i][0] : c->nranks;
+
+		for (; r < upto && n < cap; r++)
+			vals[n++] = r;
+		if (r < upto) {
+			n += upto - r;
+			r = upto;
+		}
+		r = upto + 1;
+	}
+	return n;
+}
+
+static int cmp_comm_id(const void *x, const void *y, void *arg)
+{
+	const struct fr_analysis *a = arg;
+
+	return strcmp(a->comms[*(const int *)x].id, a->comms[*(const int *)y].id);
+}
+
+static int cmp_agg_seq(const void *x, const void *y, void *arg)
+{
+	const struct fr_analysis *a = arg;
+	int64_t s = a->aggs[*(const int *)x].seq, t = a->aggs[*(const int *)y].seq;
+
+	return s < t ? -1 : s > t;
+}
+
+static const char *agg_op(const struct fr_analysis *a, int ai)
+{
+	return ai >= 0 ? fr_op_name(a->aggs[ai].sig0.op) : "collective";
+}
+
+static bool proc_is_dead(const struct proc *p, bool any_running)
+{
+	if (p->state == FR_PROC_KILLED)
+		return true;
+	if (p->state == FR_PROC_EXITED)
+		return (p->exit_code != FR_UNK && p->exit_code != 0) || any_running;
+	return false;
+}
+
+/* Members whose communicator init failed: the comm never existed on them, so they are
+ * culprits of comm_init_failed and nothing else on that comm. */
+static int rule_init_failed(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		struct verdict *v = NULL;
+		int64_t wait_seq = FR_UNK;
+		int nr_ok = 0;
+
+		for (int i = 0; i < c->members.n; i++) {
+			int mi = c->members.v[i];
+			struct member *m = &a->members[mi];
+
+			if (!m->init_failed) {
+				nr_ok++;
+				continue;
+			}
+			if (!v && !(v = verdict_new(a, RULE_INIT_FAILED, cid, FR_UNK, "comm_init")))
+				return -ENOMEM;
+			if (!v->culprits.n) {
+				v->ev.init.rc = m->init_rc;
+				snprintf(v->ev.init.api, sizeof(v->ev.init.api), "%s", m->created_by);
+			}
+			if (ivec_push(&v->culprits, mi))
+				return -ENOMEM;
+			who_member(a, v, mi);
+		}
+		if (!v)
+			continue;
+		who_sort(v);
+		v->ev.init.all_failed = !nr_ok;
+		/* the others wait on it in the oldest collective that never completed */
+		for (int k = 0; k < c->aggs.n && wait_seq == FR_UNK; k++) {
+			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+
+			if (g->completed < g->entered) {
+				wait_seq = g->seq;
+				v->agg = c->aggs.v[k];
+			}
+		}
+		if (wait_seq == FR_UNK)
+			continue;
+		v->seq = wait_seq;
+		for (int i = 0; i < c->members.n; i++) {
+			int mi = c->members.v[i];
+			struct member *m = &a->members[mi];
+
+			if (!m->init_failed && m->newest_seq != FR_UNK && m->newest_seq >= wait_seq &&
+			    (m->newest_completed == FR_UNK || m->newest_completed < wait_seq) &&
+			    ivec_push(&v->waiting, mi))
+				return -ENOMEM;
+		}
+		check_dropped(a, v);
+	}
+	return 0;
+}
+
+/* Ranks of an inferred comm that skipped a collective and went on (find_skips): the
+ * earliest such hole is the collective the others wait in. 1 when it made a verdict. */
+static int missing_hole(struct fr_analysis *a, int cid)
+{
+	struct comm *c = &a->comms[cid];
+	int64_t s = FR_UNK;
+	struct verdict *v;
+	int ai;
+
+	for (int i = 0; i < c->members.n; i++) {
+		struct member *m = &a->members[c->members.v[i]];
+
+		if (m->placed && m->hole_len && (s == FR_UNK || m->hole_seq < s))
+			s = m->hole_seq;
+	}
+	if (s == FR_UNK)
+		return 0;
+	ai = agg_find(a, cid, s);
+	if (!(v = verdict_new(a, RULE_MISSING_RANK, cid, s, agg_op(a, ai))))
+		return -ENOMEM;
+	v->agg = ai;
+	v->ev.missing.hole = true;
+	v->ev.missing.unknown = -1;
+	for (int i = 0; i < c->members.n; i++) {
+		int mi = c->members.v[i];
+		struct member *m = &a->members[mi];
+
+		if (!m->placed)
+			continue;
+		if (m->hole_len && m->hole_seq == s) {
+			if (ivec_push(&v->culprits, mi))
+				return -ENOMEM;
+			who_member(a, v, mi);
+		} else if (m->newest_seq != FR_UNK && m->newest_seq >= s &&
+			   (m->oldest_seq == FR_UNK || m->oldest_seq <= s)) {
+			if (ivec_push(&v->waiting, mi))
+				return -ENOMEM;
+		}
+	}
+	who_sort(v);
+	check_dropped(a, v);
+	return 1;
+}
+
+/* The lowest last-entered seq among the members behind the newest one: who never entered
+ * the next collective while the others did. */
+static int missing_rank(struct fr_analysis *a, int cid)
+{
+	struct comm *c = &a->comms[cid];
+	int64_t maxeff = FR_UNK, mineff = FR_UNK, s;
+	struct ivec culprits = { 0 }, behind = { 0 }, waiting = { 0 }, dead = { 0 };
+	int unknown = -1, ai, err = -ENOMEM;
+	struct verdict *v;
+
+	for (int i = 0; i < c->members.n; i++) {
+		struct member *m = &a->members[c->members.v[i]];
+		struct proc *p = &a->procs[m->proc];
+		int64_t eff = m->hdr_enqueued;
+
+		/* a failed init is told by comm_init_failed */
+		if (!m->placed || m->init_failed)
+			continue;
+		if (m->newest_seq != FR_UNK && (eff == FR_UNK || m->newest_seq > eff))
+			eff = m->newest_seq;
+		if (eff == FR_UNK && !p->wrapped)
+			eff = 0;	/* whole history in the ring: it never ran one */
+		m->eff_last = eff;
+		if (eff == FR_UNK) {
+			unknown = c->members.v[i];
+			continue;
+		}
+		if (maxeff == FR_UNK || eff > maxeff)
+			maxeff = eff;
+	}
+	if (maxeff == FR_UNK || maxeff <= 0)
+		return 0;
+	for (int i = 0; i < c->members.n; i++) {
+		struct member *m = &a->members[c->members.v[i]];
+
+		if (m->placed && !m->init_failed && m->eff_last != FR_UNK && m->eff_last < maxeff &&
+		    (mineff == FR_UNK || m->eff_last < mineff))
+			mineff = m->eff_last;
+	}
+	if (mineff == FR_UNK)
+		return 0;
+	s = mineff + 1;
+	for (int i = 0; i < c->members.n; i++) {
+		int mi = c->members.v[i];
+		struct member *m = &a->members[mi];
+
+		if (!m->placed || m->init_failed || m->eff_last == FR_UNK)
+			continue;
+		if (m->eff_last == mineff) {
+			if (ivec_push(a->procs[m->proc].dead ? &dead : &culprits, mi))
+				goto out;
+		} else if (m->eff_last < maxeff) {
+			if (ivec_push(&behind, mi))
+				goto out;
+		}
+		if (m->eff_last >= s && ivec_push(&waiting, mi))
+			goto out;
+	}
+	ai = agg_find(a, cid, s);
+	/* a dead rank that never entered: told in its dead_rank verdict */
+	for (int i = 0; i < dead.n; i++) {
+		struct proc *p = &a->procs[a->members[dead.v[i]].proc];
+
+		if (ivec_push(&p->missed, cid) ||
+		    ivec_push(&p->missed, (int)(s > INT32_MAX ? INT32_MAX : s)) ||
+		    ivec_push(&p->missed, waiting.n))
+			goto out;
+	}
+	err = 0;
+	if (!culprits.n)
+		goto out;
+	if (!(v = verdict_new(a, RULE_MISSING_RANK, cid, s, agg_op(a, ai)))) {
+		err = -ENOMEM;
+		goto out;
+	}
+	v->agg = ai;
+	v->ev.missing.newest = maxeff;
+	v->ev.missing.unknown = unknown;
+	for (int i = 0; i < culprits.n; i++)
+		who_member(a, v, culprits.v[i]);
+	who_sort(v);
+	v->culprits = culprits;
+	v->waiting = waiting;
+	v->behind = behind;
+	v->dead = dead;
+	check_dropped(a, v);
+	if (unknown >= 0)
+		set_low(v, LOW_POSITION_UNKNOWN, a->members[unknown].proc, FR_UNK);
+	return 0;
+out:
+	free(culprits.v);
+	free(behind.v);
+	free(waiting.v);
+	free(dead.v);
+	return err;
+}
+
+static int rule_missing_rank(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci], r = 0;
+
+		if (a->comms[cid].inferred && (r = missing_hole(a, cid)) < 0)
+			return r;
+		if (!r && (r = missing_rank(a, cid)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int rule_dead_rank(struct fr_analysis *a)
+{
+	for (int pi = 0; pi < a->nr_procs; pi++) {
+		struct proc *p = &a->procs[pi];
+		struct verdict *v;
+
+		if (!p->dead)
+			continue;
+		if (!(v = verdict_new(a, RULE_DEAD_RANK, -1, FR_UNK, NULL)))
+			return -ENOMEM;
+		who_proc(a, v, pi);
+		v->ev.dead_rank.proc = pi;
+		if (p->missed.n >= 3) {
+			/* the first comm the death blocks names the op */
+			int ai = agg_find(a, p->missed.v[0], p->missed.v[1]);
+
+			if (ai >= 0)
+				snprintf(v->op, sizeof(v->op), "%s", agg_op(a, ai));
+			v->comm = p->missed.v[0];
+			v->seq = p->missed.v[1];
+		}
+		check_dropped(a, v);
+	}
+	return 0;
+}
+
+static int rule_missing_dump(struct fr_analysis *a)
+{
+	uint8_t *present = NULL;
+	int64_t absent[ABSENT_LIST];
+	struct verdict *v = NULL;
+	int nr_missing = 0;
+
+	if (a->world_size != FR_UNK) {
+		present = calloc(a->world_size, 1);
+		if (!present)
+			return -ENOMEM;
+		for (int pi = 0; pi < a->nr_procs; pi++)
+			if (a->procs[pi].global_rank != FR_UNK &&
+			    a->procs[pi].global_rank < a->world_size)
+				present[a->procs[pi].global_rank] = 1;
+		for (int64_t r = 0; r < a->world_size; r++)
+			if (!present[r])
+				nr_missing++;
+	}
+	if (nr_missing) {
+		if (!(v = verdict_new(a, RULE_MISSING_DUMP, -1, FR_UNK, NULL))) {
+			free(present);
+			return -ENOMEM;
+		}
+		v->ev.missing_dump.world = true;
+		for (int64_t r = 0; r < a->world_size; r++)
+			if (!present[r])
+				who_add(v, r, FR_UNK, -1);
+		free(present);
+		return 0;
+	}
+	free(present);
+	/* no world size to go by: say it per comm */
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		int64_t n = comm_absent(c, absent, ABSENT_LIST);
+		bool identity = true;
+
+		if (!n)
+			continue;
+		for (int i = 0; i < c->nr_placed; i++) {
+			struct member *m = &a->members[c->placed[i][1]];
+
+			if (a->procs[m->proc].global_rank != m->rank)
+				identity = false;
+		}
+		if (!(v = verdict_new(a, RULE_MISSING_DUMP, cid, FR_UNK, NULL)))
+			return -ENOMEM;
+		v->ev.missing_dump.identity = identity;
+		for (int64_t i = 0; i < n && i < ABSENT_LIST; i++)
+			who_add(v, identity ? absent[i] : FR_UNK, absent[i], -1);
+	}
+	return 0;
+}
+
+static int rule_async_error(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		struct verdict *v = NULL;
+
+		for (int i = 0; i < c->members.n; i++) {
+			struct member *m = &a->members[c->members.v[i]];
+
+			/* ncclInProgress (7) is the normal state of a nonblocking comm */
+			if (m->async_error == FR_UNK || m->async_error == 0 || m->async_error == 7)
+				continue;
+			if (!v && !(v = verdict_new(a, RULE_ASYNC_ERROR, cid, FR_UNK, NULL)))
+				return -ENOMEM;
+			who_member(a, v, c->members.v[i]);
+			if (!v->ev.async.err)
+				v->ev.async.err = m->async_error;
+		}
+		if (!v)
+			continue;
+		who_sort(v);
+		v->ev.async.aborted = c->aborted;
+	}
+	return 0;
+}
+
+/* which rule a signature difference falls under, most significant field first */
+static int sig_rule(const struct sig *x, const struct sig *y)
+{
+	if (x->op != y->op)
+		return RULE_TYPE;
+	if (x->count != y->count || !size_eq(x->in_size, y->in_size) ||
+	    !size_eq(x->out_size, y->out_size))
+		return RULE_SIZE;
+	if (x->dtype != y->dtype)
+		return RULE_DTYPE;
+	if (x->redop != y->redop)
+		return RULE_REDOP;
+	if (x->root != y->root)
+		return RULE_ROOT;
+	return -1;
+}
+
+static int cmp_group(const void *x, const void *y)
+{
+	const struct sig_group_ev *p = x, *q = y;
+
+	if (p->n != q->n)
+		return p->n > q->n ? -1 : 1;
+	/* equal sizes: a stable, input-order-free order */
+	if (p->sig.op != q->sig.op)
+		return p->sig.op - q->sig.op;
+	if (p->sig.count != q->sig.count)
+		return p->sig.count < q->sig.count ? -1 : 1;
+	if (p->sig.dtype != q->sig.dtype)
+		return p->sig.dtype - q->sig.dtype;
+	if (p->sig.redop != q->sig.redop)
+		return p->sig.redop - q->sig.redop;
+	return p->sig.root - q->sig.root;
+}
+
+static int rule_signatures(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		int first_idx[RULE__COUNT];
+
+		for (int r = 0; r < RULE__COUNT; r++)
+			first_idx[r] = -1;
+		for (int k = 0; k < c->aggs.n; k++) {
+			int ai = c->aggs.v[k];
+			struct seq_agg *g = &a->aggs[ai];
+			struct agg_extra *x;
+			struct sig_group_ev gv[SIG_GROUPS], *g0 = &gv[0];
+			int ng, rule = RULE__COUNT;
+			struct verdict *v;
+
+			if (g->extra < 0)
+				continue;
+			x = &a->extras[g->extra];
+			if (!x->nr_groups)
+				continue;
+			g0->sig = g->sig0;
+			g0->n = g->n0;
+			g0->nr_listed = 0;
+			for (int i = 0; i < 2 && i < g->n0; i++)
+				g0->members[g0->nr_listed++] = g->first0[i];
+			for (int i = 0; i < x->nr_list0; i++)
+				g0->members[g0->nr_listed++] = x->list0[i];
+			for (int i = 0; i < x->nr_groups; i++) {
+				gv[i + 1].sig = x->groups[i].sig;
+				gv[i + 1].n = x->groups[i].n;
+				gv[i + 1].nr_listed = x->groups[i].nr_listed;
+				memcpy(gv[i + 1].members, x->groups[i].members,
+				       x->groups[i].nr_listed * sizeof(int));
+			}
+			ng = x->nr_groups + 1;
+			qsort(gv, ng, sizeof(gv[0]), cmp_group);
+			for (int i = 1; i < ng; i++) {
+				int r = sig_rule(&gv[i].sig, &gv[0].sig);
+
+				if (r >= 0 && r < rule)
+					rule = r;
+			}
+			if (rule == RULE__COUNT)
+				continue;
+			/* one verdict per (comm, rule): later seqs are counted in it */
+			if (first_idx[rule] >= 0) {
+				a->verdicts[first_idx[rule]].also_seqs++;
+				a->verdicts[first_idx[rule]].also_last = g->seq;
+				continue;
+			}
+			if (!(v = verdict_new(a, rule, cid, g->seq, fr_op_name(gv[0].sig.op))))
+				return -ENOMEM;
+			first_idx[rule] = v->order;
+			v->agg = ai;
+			v->ev.sig.field = rule;
+			v->ev.sig.tie = gv[1].n == gv[0].n;
+			v->ev.sig.ng = ng;
+			v->ev.sig.other_n = x->other_n;
+			v->ev.sig.entered = g->entered;
+			memcpy(v->ev.sig.gv, gv, ng * sizeof(gv[0]));
+			/* the minority is the culprit; on a tie every side is listed */
+			for (int i = v->ev.sig.tie ? 0 : 1; i < ng; i++)
+				for (int j = 0; j < gv[i].nr_listed; j++)
+					who_member(a, v, gv[i].members[j]);
+			who_sort(v);
+			check_dropped(a, v);
+			check_wrap(a, v, cid, g->seq);
+		}
+	}
+	return 0;
+}
+
+static void p2p_side_idx(const struct p2p_side *s, bool absolute, int64_t *maxidx)
+{
+	*maxidx = absolute ? s->total - 1 : s->total - s->done - 1;
+}
+
+static const struct p2p_op *p2p_at(const struct p2p_side *s, bool absolute, int64_t idx)
+{
+	int64_t k = absolute ? idx : idx + s->done;
+
+	for (int i = 0; i < s->nr_kept; i++)
+		if (s->kept[i].k == k)
+			return &s->kept[i];
+	return NULL;
+}
+
+static int cmp_chan(const void *x, const void *y, void *arg)
+{
+	const struct fr_analysis *a = arg;
+	const struct p2p_chan *p = &a->chans[*(const int *)x], *q = &a->chans[*(const int *)y];
+	int c = strcmp(a->comms[p->comm].id, a->comms[q->comm].id);
+
+	if (c)
+		return c;
+	if (p->src != q->src)
+		return p->src - q->src;
+	return p->dst - q->dst;
+}
+
+static int rule_p2p(struct fr_analysis *a)
+{
+	int *order = malloc((a->nr_chans + 1) * sizeof(int));
+	int last_comm = -1, per_comm = 0, suppressed = 0, last_v = -1;
+
+	if (!order)
+		return -ENOMEM;
+	for (int i = 0; i < a->nr_chans; i++)
+		order[i] = i;
+	qsort_r(order, a->nr_chans, sizeof(int), cmp_chan, a);
+	for (int oi = 0; oi < a->nr_chans; oi++) {
+		struct p2p_chan *ch = &a->chans[order[oi]];
+		struct comm *c = &a->comms[ch->comm];
+		struct p2p_side *S = &ch->send, *R = &ch->recv;
+		int sm, rm;
+		bool absolute;
+		int64_t maxS, maxR, common;
+		const struct p2p_op *bad_s = NULL, *bad_r = NULL, *lone = NULL;
+		bool lone_send = false;
+		struct verdict *v;
+
+		if (ch->comm != last_comm) {
+			last_comm = ch->comm;
+			per_comm = 0;
+		}
+		/* both ends must have a dump, or missing_dump already says it */
+		sm = comm_member_at(a, c, ch->src);
+		rm = comm_member_at(a, c, ch->dst);
+		/* a side with no ops has no member yet: the rank never posted one */
+		if (sm < 0 || rm < 0 || (S->member >= 0 && S->member != sm) ||
+		    (R->member >= 0 && R->member != rm))
+			continue;
+		/* an end whose comm init failed never posts anything: comm_init_failed says it */
+		if (a->members[sm].init_failed || a->members[rm].init_failed)
+			continue;
+		/* whole histories: pair by absolute index; else the newest completed ops pair */
+		absolute = !a->procs[a->members[sm].proc].wrapped &&
+			   !a->procs[a->members[rm].proc].wrapped &&
+			   !a->members[sm].partial && !a->members[rm].partial;
+		p2p_side_idx(S, absolute, &maxS);
+		p2p_side_idx(R, absolute, &maxR);
+		common = maxS < maxR ? maxS : maxR;
+		for (int64_t idx = common; idx > common - P2P_KEEP && !bad_s; idx--) {
+			const struct p2p_op *s = p2p_at(S, absolute, idx), *r = p2p_at(R, absolute, idx);
+
+			if (s && r && (s->count != r->count || s->dtype != r->dtype)) {
+				bad_s = s;
+				bad_r = r;
+			}
+		}
+		if (!bad_s && maxS != maxR) {
+			lone_send = maxS > maxR;
+			lone = lone_send ? p2p_at(S, absolute, maxR + 1) : p2p_at(R, absolute, maxS + 1);
+		}
+		if (!bad_s && maxS == maxR)
+			continue;
+		if (++per_comm > MAX_P2P_VERDICTS_PER_COMM) {
+			suppressed++;
+			continue;
+		}
+		if (!(v = verdict_new(a, RULE_P2P, ch->comm,
+				      bad_s ? bad_s->seq : lone ? lone->seq : FR_UNK,
+				      bad_s ? "send" : lone_send ? "send" : "recv"))) {
+			free(order);
+			return -ENOMEM;
+		}
+		last_v = v->order;
+		v->ev.p2p.chan = order[oi];
+		v->ev.p2p.sm = sm;
+		v->ev.p2p.rm = rm;
+		v->ev.p2p.absolute = absolute;
+		v->ev.p2p.max_s = maxS;
+		v->ev.p2p.max_r = maxR;
+		v->ev.p2p.bad = bad_s != NULL;
+		v->ev.p2p.lone_send = lone_send;
+		v->ev.p2p.has_lone = lone != NULL;
+		if (bad_s) {
+			v->ev.p2p.s = *bad_s;
+			v->ev.p2p.r = *bad_r;
+			who_member(a, v, sm);
+			who_member(a, v, rm);
+		} else {
+			if (lone)
+				v->ev.p2p.lone = *lone;
+			who_member(a, v, lone_send ? rm : sm);
+		}
+		who_sort(v);
+		check_dropped(a, v);
+	}
+	/* said in the last p2p verdict rather than adding noise */
+	if (suppressed && last_v >= 0)
+		a->verdicts[last_v].ev.p2p.suppressed = suppressed;
+	free(order);
+	return 0;
+}
+
+static int cmp_stuck(const void *x, const void *y)
+{
+	const struct stuck_call *p = x, *q = y;
+	int c = strcmp(p->api, q->api);
+
+	if (c)
+		return c;
+	if (p->proc != q->proc)
+		return p->proc - q->proc;
+	return p->call - q->call;
+}
+
+static int rule_stuck(struct fr_analysis *a)
+{
+	struct stuck_call *calls = NULL;
+	int n = 0, cap = 0, first_v = a->nr_verdicts;
+
+	for (int pi = 0; pi < a->nr_procs; pi++) {
+		struct proc *p = &a->procs[pi];
+
+		for (int i = 0; i < p->nr_in_calls; i++) {
+			struct fr_in_call *ic = &p->in_calls[i];
+			int64_t dur;
+
+			if (ic->entered_ns == FR_UNK || p->dump_time_ns == FR_UNK)
+				continue;
+			dur = ns_diff(p->dump_time_ns, ic->entered_ns);
+			if (dur <= a->opts.stuck_ns)
+				continue;
+			if (grow((void **)&calls, &cap, n + 1, sizeof(*calls)))
+				goto nomem;
+			calls[n++] = (struct stuck_call){ ic->api, pi, i, dur };
+		}
+	}
+	if (n > 1)
+		qsort(calls, n, sizeof(*calls), cmp_stuck);
+	for (int i = 0; i < n;) {
+		int j = i, nprocs = 0;
+		int64_t mind = calls[i].dur, maxd = calls[i].dur;
+		const struct fr_in_call *ic0 = &a->procs[calls[i].proc].in_calls[calls[i].call];
+		bool same_site = true;
+		struct verdict *v;
+
+		while (j < n && !strcmp(calls[j].api, calls[i].api)) {
+			const struct fr_in_call *ic = &a->procs[calls[j].proc].in_calls[calls[j].call];
+
+			if (calls[j].dur < mind)
+				mind = calls[j].dur;
+			if (calls[j].dur > maxd)
+				maxd = calls[j].dur;
+			if (strcmp(ic->comm_id, ic0->comm_id) || ic->seq != ic0->seq)
+				same_site = false;
+			if (j == i || calls[j].proc != calls[j - 1].proc)
+				nprocs++;
+			j++;
+		}
+		v = verdict_new(a, RULE_STUCK, -1, FR_UNK, calls[i].api[0] ? calls[i].api : "?");
+		if (!v)
+			goto nomem;
+		if (same_site && ic0->comm_id[0]) {
+			v->comm = comm_find(a, ic0->comm_id);
+			v->seq = ic0->seq;
+		}
+		for (int k = i; k < j; k++) {
+			/* the comm rank when the call names a comm this proc is in */
+			int64_t crank = FR_UNK;
+			const struct fr_in_call *ic = &a->procs[calls[k].proc].in_calls[calls[k].call];
+
+			if (v->comm >= 0 && ic->comm_id[0]) {
+				struct comm *c = &a->comms[v->comm];
+
+				for (int m = 0; m < c->members.n; m++)
+					if (a->members[c->members.v[m]].proc == calls[k].proc)
+						crank = a->members[c->members.v[m]].rank;
+			}
+			who_add(v, a->procs[calls[k].proc].global_rank, crank, calls[k].proc);
+		}
+		who_sort(v);
+		v->ev.stuck.calls = malloc((j - i) * sizeof(*calls));
+		if (!v->ev.stuck.calls)
+			goto nomem;
+		memcpy(v->ev.stuck.calls, &calls[i], (j - i) * sizeof(*calls));
+		v->ev.stuck.n = j - i;
+		v->ev.stuck.nprocs = nprocs;
+		v->ev.stuck.mind = mind;
+		v->ev.stuck.maxd = maxd;
+		check_dropped(a, v);
+		i = j;
+	}
+	/* fewest ranks first (a lone stuck rank is the suspect), then the longest */
+	for (int i = first_v; i < a->nr_verdicts; i++)
+		for (int k = i + 1; k < a->nr_verdicts; k++) {
+			struct verdict *x = &a->verdicts[i], *y = &a->verdicts[k];
+
+			if (y->ev.stuck.nprocs < x->ev.stuck.nprocs ||
+			    (y->ev.stuck.nprocs == x->ev.stuck.nprocs &&
+			     y->ev.stuck.maxd > x->ev.stuck.maxd)) {
+				struct verdict tmp = *x;
+				int ox = x->order, oy = y->order;
+
+				*x = *y;
+				*y = tmp;
+				x->order = ox;
+				y->order = oy;
+			}
+		}
+	free(calls);
+	return 0;
+nomem:
+	free(calls);
+	return -ENOMEM;
+}
+
+static int placed_count(const struct fr_analysis *a, const struct comm *c)
+{
+	int n = 0;
+
+	for (int i = 0; i < c->members.n; i++)
+		n += a->members[c->members.v[i]].placed;
+	return n;
+}
+
+static int rule_late(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		int placed = placed_count(a, c), best = -1, nr_over = 0;
+		bool best_stuck = false;
+		int64_t best_skew = 0;
+		struct seq_agg *g;
+		struct verdict *v;
+
+		if (placed < 2)
+			continue;
+		for (int k = 0; k < c->aggs.n; k++) {
+			int64_t skew;
+			bool stuck;
+
+			g = &a->aggs[c->aggs.v[k]];
+			if (g->entered < placed || g->min_created == FR_UNK || g->max_created == FR_UNK)
+				continue;
+			skew = ns_diff(g->max_created, g->min_created);
+			if (skew <= a->opts.skew_ns)
+				continue;
+			nr_over++;
+			stuck = g->completed < g->entered;
+			/* a late arrival that leaves others stuck explains the hang: prefer it; else
+			 * the earliest (aggs are in seq order): a late rank stays late for the
+			 * collectives it enqueues right after, so the first one is the cause */
+			if (best < 0 || (stuck && !best_stuck)) {
+				best = c->aggs.v[k];
+				best_skew = skew;
+				best_stuck = stuck;
+			}
+		}
+		if (best < 0)
+			continue;
+		g = &a->aggs[best];
+		if (!(v = verdict_new(a, RULE_LATE, cid, g->seq, fr_op_name(g->sig0.op))))
+			return -ENOMEM;
+		v->agg = best;
+		v->ev.late.skew = best_skew;
+		v->ev.late.stuck = best_stuck;
+		v->ev.late.nr_over = nr_over;
+		who_member(a, v, g->max_m);
+		check_dropped(a, v);
+	}
+	return 0;
+}
+
+static int rule_state(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		struct verdict *v = NULL;
+		int nr_more = 0;
+		int64_t last_more = 0;
+
+		for (int k = 0; k < c->aggs.n; k++) {
+			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+			struct agg_extra *x;
+			struct ivec stuck = { 0 };
+			int incomplete = g->entered - g->completed, alive = 0;
+
+			if (!g->completed || !incomplete || g->extra < 0)
+				continue;
+			x = &a->extras[g->extra];
+			if (v) {
+				nr_more++;
+				last_more = g->seq;
+				continue;
+			}
+			if (x->nr_incomplete <= SIG_LIST) {
+				for (int i = 0; i < x->nr_incomplete; i++)
+					if (ivec_push(&stuck, x->incomplete[i]))
+						goto nomem;
+			} else {
+				/* too many to have listed: members whose newest completed seq is
+				 * below this one while they hold it (completion is in order) */
+				for (int i = 0; i < c->members.n; i++) {
+					struct member *m = &a->members[c->members.v[i]];
+
+					if (m->placed && m->newest_seq != FR_UNK && m->newest_seq >= g->seq &&
+					    (m->newest_completed == FR_UNK || m->newest_completed < g->seq) &&
+					    ivec_push(&stuck, c->members.v[i]))
+						goto nomem;
+				}
+			}
+			/* a dead process never completes anything: dead_rank says it */
+			for (int i = 0; i < stuck.n; i++)
+				if (!a->procs[a->members[stuck.v[i]].proc].dead)
+					stuck.v[alive++] = stuck.v[i];
+			stuck.n = alive;
+			if (!stuck.n) {
+				free(stuck.v);
+				continue;
+			}
+			if (!(v = verdict_new(a, RULE_STATE, cid, g->seq, fr_op_name(g->sig0.op))))
+				goto nomem;
+			v->agg = c->aggs.v[k];
+			v->ev.state.completed = g->completed;
+			v->ev.state.incomplete = incomplete;
+			for (int i = 0; i < stuck.n; i++)
+				who_member(a, v, stuck.v[i]);
+			who_sort(v);
+			free(stuck.v);
+			check_dropped(a, v);
+			continue;
+nomem:
+			free(stuck.v);
+			return -ENOMEM;
+		}
+		if (v && nr_more) {
+			v->also_seqs = nr_more;
+			v->also_last = last_more;
+		}
+	}
+	return 0;
+}
+
+static int rule_corrupt(struct fr_analysis *a)
+{
+	for (int i = 0; i < a->nr_corrupt; i++) {
+		struct verdict *v = verdict_new(a, RULE_CORRUPT, -1, FR_UNK, NULL);
+
+		if (!v)
+			return -ENOMEM;
+		v->ev.corrupt.idx = i;
+		who_add(v, a->corrupt[i].global_rank, FR_UNK, -1);
+	}
+	return 0;
+}
+
+static int order_comms(struct fr_analysis *a)
+{
+	free(a->comm_order);
+	a->comm_order = malloc((a->nr_comms + 1) * sizeof(int));
+	if (!a->comm_order)
+		return -ENOMEM;
+	for (int i = 0; i < a->nr_comms; i++)
+		a->comm_order[i] = i;
+	qsort_r(a->comm_order, a->nr_comms, sizeof(int), cmp_comm_id, a);
+	return 0;
+}
+
+int fr_analysis__finish(struct fr_analysis *a)
+{
+	bool any_running = false;
+	int err;
+
+	if (a->finished)
+		return 0;
+	a->finished = true;
+	if ((err = order_comms(a)) || (err = resolve_splits(a)) || (err = unify_local(a)))
+		return err;
+	/* inferred comms were added: order again */
+	if ((err = order_comms(a)))
+		return err;
+	for (int i = 0; i < a->nr_aggs; i++)
+		if (ivec_push(&a->comms[a->aggs[i].comm].aggs, i))
+			return -ENOMEM;
+	for (int i = 0; i < a->nr_comms; i++)
+		if (a->comms[i].aggs.n > 1)
+			qsort_r(a->comms[i].aggs.v, a->comms[i].aggs.n, sizeof(int), cmp_agg_seq, a);
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		if (a->procs[pi].state == FR_PROC_RUNNING || a->procs[pi].state == FR_PROC_UNKNOWN)
+			any_running = true;
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		a->procs[pi].dead = proc_is_dead(&a->procs[pi], any_running);
+	if ((err = place_members(a)))
+		return err;
+
+	if ((err = rule_init_failed(a)) || (err = rule_missing_rank(a)) ||
+	    (err = rule_dead_rank(a)) || (err = rule_missing_dump(a)) ||
+	    (err = rule_async_error(a)) || (err = rule_signatures(a)) || (err = rule_p2p(a)) ||
+	    (err = rule_stuck(a)) || (err = rule_late(a)) || (err = rule_state(a)) ||
+	    (err = rule_corrupt(a)))
+		return err;
+	mark_inferred(a);
+	sort_verdicts(a);
+	return 0;
+}
+
+int fr_analysis__nr_verdicts(const struct fr_analysis *a)
+{
+	return a->nr_verdicts;
+}
