@@ -689,7 +689,8 @@ static int build_final(struct memlayout *l, struct insts *segs, struct inferset 
 
 		if (s->dropped || s->end != n)
 			continue;
-		f[nr++] = (struct final_seg){ s->lo, s->hi, s->stream, s->device, s->stack_id,
+		f[nr++] = (struct final_seg){ s->lo, s->hi,
+			s->what == INST_MAP ? MEMLAYOUT_STREAM_UNKNOWN : s->stream, s->device, s->stack_id,
 			s->source ? s->source : (s->what == INST_MAP ? "cuMemMap" : "cudaMalloc"),
 			false, s->what == INST_MAP };
 	}
@@ -792,6 +793,8 @@ static int build_events(struct memlayout *l, const struct mem_event *ev, size_t 
 		/* an unmap of part of a range is recorded as the whole range going */
 		if (in && e->action == MEM_ACT_SEGMENT_UNMAP)
 			l->events[l->nr_events].ev.size = in->hi - in->lo;
+		if (e->action == MEM_ACT_SEGMENT_MAP || e->action == MEM_ACT_SEGMENT_UNMAP)
+			l->events[l->nr_events].ev.stream = MEMLAYOUT_STREAM_UNKNOWN;
 		l->nr_events++;
 		if (after[i]) {
 			const struct infer *g = &inf->v[after[i] - 1];

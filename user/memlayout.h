@@ -25,6 +25,12 @@
 #include <stdint.h>
 #include "memsnap.h"
 
+/* The stream of a cuMemMap range: not known (cuMemMap takes none). Distinct from every real
+ * stream so that memory_viz, which merges a range put back by segment_unmap with touching
+ * segments of the same stream, never merges it into a cudaMalloc segment that a later step
+ * removes whole. */
+#define MEMLAYOUT_STREAM_UNKNOWN UINT64_MAX
+
 /* Something live at the end: a block (size = bytes requested) or a segment. */
 struct memlayout_item {
 	uint64_t addr, size, stream;

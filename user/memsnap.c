@@ -476,6 +476,15 @@ static void add_u64(cJSON *o, const char *key, uint64_t v)
 	cJSON_AddItemToObject(o, key, cJSON_CreateRaw(buf));
 }
 
+/* A stream handle, or -1 where it is not known (cuMemMap ranges). */
+static void add_stream(cJSON *o, uint64_t stream)
+{
+	if (stream == MEMLAYOUT_STREAM_UNKNOWN)
+		cJSON_AddNumberToObject(o, "stream", -1);
+	else
+		add_u64(o, "stream", stream);
+}
+
 static uint64_t time_us(const struct memsnap *ms, uint64_t ts)
 {
 	int64_t rel = (int64_t)(ts - ms->base_mono);
@@ -513,7 +522,7 @@ static cJSON *segment_json(const struct memsnap_info *info, const struct memlayo
 	/* no probe sees a block waiting for its streams (active_pending_free): active = allocated */
 	add_u64(s, "active_size", seg->allocated);
 	add_u64(s, "requested_size", seg->requested);
-	add_u64(s, "stream", seg->stream);
+	add_stream(s, seg->stream);
 	cJSON_AddStringToObject(s, "segment_type", seg->size <= SMALL_SEGMENT ? "small" : "large");
 	pool = cJSON_AddArrayToObject(s, "segment_pool_id");
 	cJSON_AddItemToArray(pool, cJSON_CreateNumber(0));
@@ -559,7 +568,7 @@ static cJSON *traces_json(struct memsnap *ms, const struct memlayout *l,
 		cJSON_AddStringToObject(o, "action", action_names[e->action]);
 		add_u64(o, "addr", e->addr);
 		add_u64(o, "size", e->size);
-		add_u64(o, "stream", e->stream);
+		add_stream(o, e->stream);
 		cJSON_AddItemToObject(o, "frames", frames_json(info, e->stack_id));
 		add_u64(o, "time_us", time_us(ms, e->ts));
 		if (e->action == MEM_ACT_OOM)

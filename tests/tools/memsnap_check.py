@@ -23,6 +23,7 @@ block outlives the segment removed under it; and in the final segments, blocks t
 segment, requested_size <= size, and total/allocated/active/requested sizes add up.
 
 Usage: memsnap_check.py SNAPSHOT...   (or import: check(snapshot) -> list of errors)"""
+import bisect
 import json
 import pickle
 import sys
@@ -97,24 +98,35 @@ def check_final(snap, errors):
     return state
 
 
-def _find(segs, addr):
-    for s in segs:
-        if s["addr"] <= addr < s["addr"] + s["size"]:
-            return s
-    return None
+class State:
+    """Segments and live blocks of one device, both kept sorted by address so that each step
+    checks only what it changed (the state before it was checked whole)."""
 
+    def __init__(self, segs, blocks):
+        self.segs = sorted((dict(x) for x in segs), key=lambda x: x["addr"])
+        self.blocks = {a: dict(b) for a, b in blocks.items()}
+        self.addrs = sorted(self.blocks)
+        self.starts = None	# segment addresses, rebuilt after a segment change
 
-def check_state(segs, blocks, where, errors):
-    """One drawn state: disjoint segments, each block whole in one, disjoint blocks."""
-    ordered = sorted(segs, key=lambda s: s["addr"])
-    for a, b in zip(ordered, ordered[1:]):
-        if a["addr"] + a["size"] > b["addr"]:
-            errors.append(f"{where}: segments {a['addr']:#x}+{a['size']} and {b['addr']:#x} overlap")
-            return False
-    end = None
-    for addr in sorted(blocks):
-        b = blocks[addr]
-        s = _find(ordered, addr)
+    def seg_at(self, addr):
+        if self.starts is None or len(self.starts) != len(self.segs):
+            self.starts = [x["addr"] for x in self.segs]
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i >= 0 and addr < self.segs[i]["addr"] + self.segs[i]["size"]:
+            return self.segs[i]
+        return None
+
+    def check_all(self, where, errors):
+        for a, b in zip(self.segs, self.segs[1:]):
+            if a["addr"] + a["size"] > b["addr"]:
+                errors.append(f"{where}: segments {a['addr']:#x}+{a['size']} and {b['addr']:#x} overlap")
+                return False
+        return all(self.check_block(a, where, errors) for a in self.addrs)
+
+    def check_block(self, addr, where, errors):
+        """Block at addr whole in one segment, not overlapping its neighbours."""
+        b = self.blocks[addr]
+        s = self.seg_at(addr)
         if s is None:
             errors.append(f"{where}: block {addr:#x} lies in no segment (memory_viz: TypeError "
                           "reading 'occupied' of null)")
@@ -123,11 +135,44 @@ def check_state(segs, blocks, where, errors):
             errors.append(f"{where}: block {addr:#x}+{b['size']} runs past its segment "
                           f"{s['addr']:#x}+{s['size']}")
             return False
-        if end is not None and addr < end:
-            errors.append(f"{where}: block {addr:#x} overlaps the block before it")
+        i = bisect.bisect_left(self.addrs, addr)
+        if i > 0 and self.addrs[i - 1] + self.blocks[self.addrs[i - 1]]["size"] > addr:
+            errors.append(f"{where}: block {addr:#x} overlaps the block at {self.addrs[i - 1]:#x}")
             return False
-        end = addr + b["size"]
-    return True
+        if i + 1 < len(self.addrs) and addr + b["size"] > self.addrs[i + 1]:
+            errors.append(f"{where}: block {addr:#x}+{b['size']} overlaps the block at "
+                          f"{self.addrs[i + 1]:#x}")
+            return False
+        return True
+
+    def add_block(self, addr, block):
+        self.blocks[addr] = block
+        bisect.insort(self.addrs, addr)
+
+    def pop_block(self, addr):
+        b = self.blocks.pop(addr, None)
+        if b is not None:
+            self.addrs.pop(bisect.bisect_left(self.addrs, addr))
+        return b
+
+    def add_seg(self, seg):
+        bisect.insort(self.segs, seg, key=lambda x: x["addr"])
+        self.starts = None
+
+    def remove_seg(self, seg):
+        self.segs.remove(seg)
+        self.starts = None
+
+    def overlapping(self, lo, hi):
+        return [x for x in self.segs if x["addr"] < hi and lo < x["addr"] + x["size"]]
+
+    def blocks_in(self, lo, hi):
+        """Blocks with any byte in [lo, hi)."""
+        i = bisect.bisect_left(self.addrs, lo)
+        hit = self.addrs[i:bisect.bisect_left(self.addrs, hi)]
+        if i > 0 and self.addrs[i - 1] + self.blocks[self.addrs[i - 1]]["size"] > lo:
+            hit.insert(0, self.addrs[i - 1])
+        return hit
 
 
 def annotate(trace):
@@ -142,75 +187,89 @@ def annotate(trace):
     return out
 
 
+def undo(st, e, where, errors):
+    """One step back; False on the first violation."""
+    act, addr, size = e["action"], e.get("addr"), e.get("size")
+    if act in ("free", "free_completed"):
+        if addr in st.blocks:
+            errors.append(f"{where}: the block is already there")
+            return False
+        st.add_block(addr, {"size": size, "requested": size, "pending": act == "free_completed"})
+        return st.check_block(addr, where, errors)
+    if act == "free_requested":
+        if addr not in st.blocks:
+            errors.append(f"{where}: no block there (memory_viz: TypeError)")
+            return False
+        st.blocks[addr]["pending"] = False
+    elif act == "alloc":
+        b = st.pop_block(addr)
+        if b is None:
+            errors.append(f"{where}: no block there to remove")
+            return False
+        if b["requested"] != size:
+            errors.append(f"{where}: the block there has requested size {b['requested']}")
+            return False
+    elif act in ("segment_free", "segment_unmap"):
+        new = {"addr": addr, "size": size, "stream": e.get("stream")}
+        for x in st.overlapping(addr, addr + size):
+            errors.append(f"{where}: overlaps the segment {x['addr']:#x}+{x['size']}")
+            return False
+        if act == "segment_unmap":	# merged with touching neighbours of the same stream
+            for x in list(st.segs):
+                if x["stream"] == new["stream"] and (x["addr"] + x["size"] == new["addr"] or
+                                                     new["addr"] + new["size"] == x["addr"]):
+                    st.remove_seg(x)
+                    new = {"addr": min(x["addr"], new["addr"]), "size": x["size"] + new["size"],
+                           "stream": new["stream"]}
+        st.add_seg(new)
+    elif act in ("segment_alloc", "segment_map"):
+        if act == "segment_alloc":
+            hit = [x for x in st.segs if x["addr"] == addr]
+            if not hit:
+                errors.append(f"{where}: no segment starts there (memory_viz removes another one)")
+                return False
+            if hit[0]["size"] != size:
+                errors.append(f"{where}: the segment there has size {hit[0]['size']}")
+                return False
+            st.remove_seg(hit[0])
+            gone = (addr, addr + size)
+        else:
+            hit = [x for x in st.segs if x["addr"] <= addr and addr + size <= x["addr"] + x["size"]]
+            if not hit:
+                errors.append(f"{where}: no segment holds that range (memory_viz: TypeError)")
+                return False
+            x = hit[0]
+            st.remove_seg(x)
+            if x["addr"] < addr:
+                st.add_seg({"addr": x["addr"], "size": addr - x["addr"], "stream": x["stream"]})
+            if addr + size < x["addr"] + x["size"]:
+                st.add_seg({"addr": addr + size, "size": x["addr"] + x["size"] - addr - size,
+                            "stream": x["stream"]})
+            gone = (addr, addr + size)
+        left = st.blocks_in(*gone)
+        if left:
+            errors.append(f"{where}: block {left[0]:#x} outlives the segment removed under it "
+                          "(memory_viz: TypeError reading 'occupied' of null)")
+            return False
+    elif act not in ACTIONS:
+        errors.append(f"{where}: unknown action")
+        return False
+    return True
+
+
 def replay(device, trace, segs, blocks, errors):
-    segs = [dict(s) for s in segs]
-    blocks = {a: dict(b) for a, b in blocks.items()}
-    if not check_state(segs, blocks, f"device {device}, final state", errors):
+    st = State(segs, blocks)
+    if not st.check_all(f"device {device}, final state", errors):
         return
     events = annotate(trace)
     for i in range(len(events) - 1, -1, -1):
         e = events[i]
-        act, addr, size = e["action"], e.get("addr"), e.get("size")
-        where = f"device {device}, undoing event {i} ({act} {addr:#x} {size})" if _int(addr) \
-            else f"device {device}, event {i} ({act})"
-        if act in ("free", "free_completed"):
-            if addr in blocks:
-                errors.append(f"{where}: the block is already there")
-                return
-            blocks[addr] = {"size": size, "requested": size, "pending": act == "free_completed"}
-        elif act == "free_requested":
-            if addr not in blocks:
-                errors.append(f"{where}: no block there (memory_viz: TypeError)")
-                return
-            blocks[addr]["pending"] = False
-        elif act == "alloc":
-            b = blocks.pop(addr, None)
-            if b is None:
-                errors.append(f"{where}: no block there to remove")
-                return
-            if b["requested"] != size:
-                errors.append(f"{where}: the block there has requested size {b['requested']}")
-                return
-        elif act in ("segment_free", "segment_unmap"):
-            new = {"addr": addr, "size": size, "stream": e.get("stream")}
-            for s in segs:
-                if s["addr"] < addr + size and addr < s["addr"] + s["size"]:
-                    errors.append(f"{where}: overlaps the segment {s['addr']:#x}+{s['size']}")
-                    return
-            if act == "segment_unmap":
-                for s in list(segs):	# merged with touching neighbours of the same stream
-                    if s["stream"] == new["stream"] and (s["addr"] + s["size"] == new["addr"] or
-                                                         new["addr"] + new["size"] == s["addr"]):
-                        segs.remove(s)
-                        new = {"addr": min(s["addr"], new["addr"]), "size": s["size"] + new["size"],
-                               "stream": new["stream"]}
-            segs.append(new)
-        elif act == "segment_alloc":
-            hit = [s for s in segs if s["addr"] == addr]
-            if not hit:
-                errors.append(f"{where}: no segment starts there (memory_viz removes another one)")
-                return
-            if hit[0]["size"] != size:
-                errors.append(f"{where}: the segment there has size {hit[0]['size']}")
-                return
-            segs.remove(hit[0])
-        elif act == "segment_map":
-            hit = [s for s in segs if s["addr"] <= addr and addr + size <= s["addr"] + s["size"]]
-            if not hit:
-                errors.append(f"{where}: no segment holds that range (memory_viz: TypeError)")
-                return
-            s = hit[0]
-            segs.remove(s)
-            if s["addr"] < addr:
-                segs.append({"addr": s["addr"], "size": addr - s["addr"], "stream": s["stream"]})
-            if addr + size < s["addr"] + s["size"]:
-                segs.append({"addr": addr + size, "size": s["addr"] + s["size"] - addr - size,
-                             "stream": s["stream"]})
-        elif act not in ACTIONS:
-            errors.append(f"{where}: unknown action")
+        addr = e.get("addr")
+        where = f"device {device}, undoing event {i} ({e['action']} {addr:#x} {e.get('size')})" \
+            if _int(addr) else f"device {device}, event {i} ({e['action']})"
+        if not undo(st, e, where, errors):
             return
-        if not check_state(segs, blocks, where, errors):
-            return
+    st.check_all(f"device {device}, before the first event", errors)
 
 
 def check(snap):

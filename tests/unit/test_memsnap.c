@@ -393,6 +393,66 @@ static void test_checker_fails(void)
 	memsnap__free(ms);
 }
 
+/* Random input, consistent or not (overlaps, missed frees, frees of unknown pointers, maps,
+ * a history that drops its oldest entries): every snapshot must replay. */
+static uint64_t rnd_state;
+
+static uint64_t rnd(uint64_t n)
+{
+	rnd_state = rnd_state * 6364136223846793005ULL + 1442695040888963407ULL;
+	return (rnd_state >> 33) % n;
+}
+
+static void test_random(void)
+{
+	for (int seed = 1; seed <= 12; seed++) {
+		struct memsnap *ms = memsnap__new(seed % 3 ? 0 : 700);
+		uint64_t live[64] = {}, segs[16] = {}, ts = 1;
+		char name[32];
+		cJSON *snap;
+
+		rnd_state = seed;
+		for (int i = 0; i < 2000; i++) {
+			/* 4 regions of 8 MiB, 64 MiB apart: blocks and segments meet only inside one */
+			uint64_t region = 0x100000000ULL + rnd(4) * (64 * MIB);
+			uint64_t addr = region + rnd(8 * MIB / 512) * 512;
+			int op = rnd(100), slot = rnd(64), sslot = rnd(16);
+
+			ts += 1 + rnd(5);
+			if (op < 40) {
+				if (live[slot] && rnd(8))
+					memsnap__block_free(ms, ts, live[slot]);
+				live[slot] = addr;
+				memsnap__block_alloc(ms, ts, 0, addr, 1 + rnd(rnd(4) ? 8192 : 1 * MIB),
+						     rnd(3), -1);
+			} else if (op < 75) {
+				memsnap__block_free(ms, ts, live[slot] ? live[slot] : addr);
+				live[slot] = 0;
+			} else if (op < 85) {
+				addr = region + rnd(8) * MIB;
+				if (segs[sslot] && rnd(4))
+					memsnap__segment_free(ms, ts, segs[sslot]);
+				segs[sslot] = addr;
+				memsnap__segment_alloc(ms, ts, MEM_SEG_DEVICE, 0, addr, (1 + rnd(2)) * MIB, 0, -1);
+			} else if (op < 92) {
+				memsnap__segment_free(ms, ts, segs[sslot] ? segs[sslot] : addr);
+				segs[sslot] = 0;
+			} else if (op < 97) {
+				addr = region + rnd(8) * MIB;
+				memsnap__handle_create(ms, ts, 0, 0x100 + i, 2 * MIB);
+				memsnap__map(ms, ts, addr, 2 * MIB, 0x100 + i, -1);
+			} else {
+				memsnap__unmap(ms, ts, region + rnd(8) * MIB, 2 * MIB);
+			}
+		}
+		snap = memsnap__snapshot(ms, NULL);
+		snprintf(name, sizeof(name), "random_%d", seed);
+		CHECK_REPLAYS(snap, name);
+		cJSON_Delete(snap);
+		memsnap__free(ms);
+	}
+}
+
 static void test_history_ring(void)
 {
 	struct memsnap *ms = memsnap__new(4);
@@ -442,6 +502,7 @@ int main(void)
 	test_expandable();
 	test_history_cut();
 	test_checker_fails();
+	test_random();
 	test_history_ring();
 	test_pickle();
 	return check_done();
