@@ -199,6 +199,16 @@ static uint64_t left_out(cJSON *snap, const char *why)
 	return num(cJSON_GetObjectItem(cJSON_GetObjectItem(snap, "tptrace"), "left_out"), why);
 }
 
+static uint64_t left_out_total(cJSON *snap)
+{
+	cJSON *v;
+	uint64_t n = 0;
+
+	cJSON_ArrayForEach(v, cJSON_GetObjectItem(cJSON_GetObjectItem(snap, "tptrace"), "left_out"))
+		n += (uint64_t)v->valuedouble;
+	return n;
+}
+
 /* The actions of device 0's trace, joined by spaces. */
 static const char *actions(cJSON *snap, char *buf, size_t size)
 {
@@ -453,6 +463,61 @@ static void test_random(void)
 	}
 }
 
+/* Random input as an allocator makes it: 6 regions of 4 MiB, each at any time without a
+ * segment, in one allocated before attach (never seen), in a cudaMalloc one or in a cuMemMap
+ * range; blocks only in 8 KiB slots of a region with a segment; a segment goes only when its
+ * blocks have. Nothing may be left out, and every snapshot replays. */
+static void test_random_consistent(void)
+{
+	for (int seed = 1; seed <= 8; seed++) {
+		enum { NONE, BEFORE, KNOWN, MAPPED } kind[6];
+		uint64_t slot[6][512] = {}, ts = 1;
+		int used[6] = {};
+		struct memsnap *ms = memsnap__new(seed % 4 ? 0 : 900);
+		char name[40];
+		cJSON *snap;
+
+		rnd_state = seed * 7919;
+		for (int r = 0; r < 6; r++)
+			kind[r] = rnd(2) ? BEFORE : NONE;
+		for (int i = 0; i < 3000; i++) {
+			int r = rnd(6), k = rnd(512);
+			uint64_t base = 0x200000000ULL + r * (64 * MIB), addr = base + k * 8192;
+
+			ts += 1 + rnd(3);
+			if (kind[r] == NONE) {
+				kind[r] = rnd(2) ? KNOWN : MAPPED;
+				if (kind[r] == KNOWN) {
+					memsnap__segment_alloc(ms, ts, MEM_SEG_DEVICE, 0, base, 4 * MIB, 0, -1);
+				} else {
+					memsnap__handle_create(ms, ts, 0, 0x1000 + i, 4 * MIB);
+					memsnap__map(ms, ts, base, 4 * MIB, 0x1000 + i, -1);
+				}
+			} else if (!used[r] && rnd(20) == 0) {
+				if (kind[r] == MAPPED)
+					memsnap__unmap(ms, ts, base, 4 * MIB);
+				else
+					memsnap__segment_free(ms, ts, base);	/* BEFORE: unknown */
+				kind[r] = NONE;
+			} else if (slot[r][k]) {
+				memsnap__block_free(ms, ts, addr);
+				slot[r][k] = 0;
+				used[r]--;
+			} else {
+				slot[r][k] = 1 + rnd(8192);
+				memsnap__block_alloc(ms, ts, 0, addr, slot[r][k], rnd(2), -1);
+				used[r]++;
+			}
+		}
+		snap = memsnap__snapshot(ms, NULL);
+		CHECK_U64(left_out_total(snap), 0);
+		snprintf(name, sizeof(name), "random_consistent_%d", seed);
+		CHECK_REPLAYS(snap, name);
+		cJSON_Delete(snap);
+		memsnap__free(ms);
+	}
+}
+
 static void test_history_ring(void)
 {
 	struct memsnap *ms = memsnap__new(4);
@@ -503,6 +568,7 @@ int main(void)
 	test_history_cut();
 	test_checker_fails();
 	test_random();
+	test_random_consistent();
 	test_history_ring();
 	test_pickle();
 	return check_done();
