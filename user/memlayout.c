@@ -19,7 +19,7 @@ struct inst {
 	uint64_t lo, hi;		/* [lo, hi): requested bytes for blocks */
 	uint64_t stream;
 	int64_t start, end;		/* -1: before the history; nr: live at the end */
-	int64_t ev[3];			/* its events (alloc, free_requested, free_completed), -1 none */
+	int64_t ev[3];			/* alloc, free_requested, free_completed; -1 none */
 	int32_t stack_id;
 	int device;
 	uint8_t what;
@@ -43,7 +43,29 @@ struct infer {
 
 static uint64_t round_up(uint64_t size)
 {
-	return size < BLOCK_ROUND ? BLOCK_ROUND : (size + BLOCK_ROUND - 1) / BLOCK_ROUND * BLOCK_ROUND;
+	if (size < BLOCK_ROUND)
+		return BLOCK_ROUND;
+	return (size + BLOCK_ROUND - 1) / BLOCK_ROUND * BLOCK_ROUND;
+}
+
+/* The end of the slot a block takes: its request rounded up. */
+static uint64_t slot_end(const struct inst *b)
+{
+	return b->lo + round_up(b->hi - b->lo);
+}
+
+static bool is_segment_action(uint8_t action)
+{
+	return action >= MEM_ACT_SEGMENT_ALLOC && action <= MEM_ACT_SEGMENT_UNMAP;
+}
+
+static uint8_t inst_kind(uint8_t action)
+{
+	if (!is_segment_action(action))
+		return INST_BLOCK;
+	if (action == MEM_ACT_SEGMENT_MAP || action == MEM_ACT_SEGMENT_UNMAP)
+		return INST_MAP;
+	return INST_SEGMENT;
 }
 
 /* Addresses are unique across devices (unified addressing), the device in the key keeps two
@@ -91,7 +113,8 @@ static bool extents_overlap(uint64_t lo1, uint64_t hi1, uint64_t lo2, uint64_t h
 
 /* ---- instances from the history and the live state ---------------------------------------- */
 
-/* Pairs every event with the instance it belongs to (ev_inst[i], index + 1; 0: none). A block
+/* Pairs every event with the instance it belongs to (ev_inst[i], index + 1; 0: none; -1: an
+ * empty allocation, left out). A block
  * allocated again at its address without a free leaves its first lifetime out: memory_viz
  * would remove one block twice. Likewise segments. */
 static int pair_events(const struct mem_event *ev, size_t n, struct insts *blocks,
@@ -102,8 +125,7 @@ static int pair_events(const struct mem_event *ev, size_t n, struct insts *block
 
 	for (size_t i = 0; i < n; i++) {
 		const struct mem_event *e = &ev[i];
-		bool seg = e->action == MEM_ACT_SEGMENT_ALLOC || e->action == MEM_ACT_SEGMENT_FREE ||
-			   e->action == MEM_ACT_SEGMENT_MAP || e->action == MEM_ACT_SEGMENT_UNMAP;
+		bool seg = is_segment_action(e->action);
 		struct u64map *open = seg ? &open_segs : &open_blocks;
 		struct insts *set = seg ? segs : blocks;
 		uint64_t key = key_of(e->device, e->addr), cur = 0;
@@ -112,6 +134,13 @@ static int pair_events(const struct mem_event *ev, size_t n, struct insts *block
 		ev_inst[i] = 0;
 		if (e->action == MEM_ACT_OOM)
 			continue;
+		if (!e->addr || !e->size) {	/* cudaMalloc(0) and the like: nothing to draw */
+			ev_inst[i] = -1;
+			if (e->action == MEM_ACT_ALLOC || e->action == MEM_ACT_SEGMENT_ALLOC ||
+			    e->action == MEM_ACT_SEGMENT_MAP)
+				iss->empty++;
+			continue;
+		}
 		u64map__get(open, key, &cur);
 		switch (e->action) {
 		case MEM_ACT_ALLOC:
@@ -125,8 +154,7 @@ static int pair_events(const struct mem_event *ev, size_t n, struct insts *block
 				else
 					iss->block_realloc++;
 			}
-			in = inst_new(set, seg ? (e->action == MEM_ACT_SEGMENT_MAP ? INST_MAP : INST_SEGMENT) :
-				      INST_BLOCK, e->device, e->addr, e->size);
+			in = inst_new(set, inst_kind(e->action), e->device, e->addr, e->size);
 			if (!in)
 				goto nomem;
 			in->start = i;
@@ -141,8 +169,8 @@ static int pair_events(const struct mem_event *ev, size_t n, struct insts *block
 		case MEM_ACT_SEGMENT_FREE:
 		case MEM_ACT_SEGMENT_UNMAP:
 			if (!cur) {	/* allocated before the oldest entry kept */
-				in = inst_new(set, seg ? (e->action == MEM_ACT_SEGMENT_UNMAP ? INST_MAP :
-					      INST_SEGMENT) : INST_BLOCK, e->device, e->addr, e->size);
+				in = inst_new(set, inst_kind(e->action), e->device, e->addr,
+					      e->size);
 				if (!in)
 					goto nomem;
 				in->stream = e->stream;
@@ -188,12 +216,16 @@ static int match_live(struct insts *set, const struct memlayout_item *items, siz
 		uint64_t cur = 0;
 		struct inst *in;
 
+		if (!it->addr || !it->size)
+			continue;	/* counted with its event, or its event is gone */
+
 		if (u64map__get(&open, key_of(it->device, it->addr), &cur) && cur) {
 			in = &set->v[cur - 1];
 			in->hi = in->lo + it->size;
 		} else {
-			in = inst_new(set, seg ? (it->mapped ? INST_MAP : INST_SEGMENT) : INST_BLOCK,
-				      it->device, it->addr, it->size);
+			uint8_t kind = seg ? (it->mapped ? INST_MAP : INST_SEGMENT) : INST_BLOCK;
+
+			in = inst_new(set, kind, it->device, it->addr, it->size);
 			if (!in) {
 				err = -ENOMEM;
 				break;
@@ -545,12 +577,12 @@ static int infer_groups(struct inst **m, size_t nr, const struct forbid *f, int6
 		g->stream = m[i]->stream;
 		g->start = m[i]->start;
 		g->end = m[i]->end;
-		reach = m[i]->lo + round_up(m[i]->hi - m[i]->lo);
+		reach = slot_end(m[i]);
 		for (; i < nr && m[i]->comp == window && m[i]->lo <= reach; i++) {
 			if (m[i]->hi > g->hi)
 				g->hi = m[i]->hi;
 			if (m[i]->lo + round_up(m[i]->hi - m[i]->lo) > reach)
-				reach = m[i]->lo + round_up(m[i]->hi - m[i]->lo);
+				reach = slot_end(m[i]);
 			if (m[i]->start < g->start)
 				g->start = m[i]->start;
 			if (m[i]->end > g->end)
@@ -585,13 +617,13 @@ static int infer_segments(struct inst **u, size_t nr, const struct seg_index *x,
 	}
 	while (i < nr && !err) {
 		size_t j = i + 1, fit = i;
-		uint64_t lo = u[i]->lo, hi = u[i]->hi, reach = u[i]->lo + round_up(u[i]->hi - u[i]->lo);
+		uint64_t lo = u[i]->lo, hi = u[i]->hi, reach = slot_end(u[i]);
 
 		while (j < nr && u[j]->device == u[i]->device && u[j]->lo <= reach) {
 			if (u[j]->hi > hi)
 				hi = u[j]->hi;
-			if (u[j]->lo + round_up(u[j]->hi - u[j]->lo) > reach)
-				reach = u[j]->lo + round_up(u[j]->hi - u[j]->lo);
+			if (slot_end(u[j]) > reach)
+				reach = slot_end(u[j]);
 			j++;
 		}
 		f.nr = 0;
@@ -609,16 +641,17 @@ static int infer_segments(struct inst **u, size_t nr, const struct seg_index *x,
 		}
 		err = infer_groups(u + i, fit - i, &f, n, out);
 		for (size_t k = fit; k < j && !err; k++) {
-			uint64_t slot_hi = u[k]->lo + round_up(u[k]->hi - u[k]->lo);
+			uint64_t slot_hi = slot_end(u[k]);
 			struct forbid own = { f.lo, f.hi, 0 };
 			bool alone = true;
 
 			for (size_t o = i; o < j && alone; o++)
-				if (o != k && extents_overlap(u[k]->lo, slot_hi, u[o]->lo,
-							       u[o]->lo + round_up(u[o]->hi - u[o]->lo)))
+				if (o != k &&
+				    extents_overlap(u[k]->lo, slot_hi, u[o]->lo, slot_end(u[o])))
 					alone = false;
 			if (alone) {
-				seg_index_each(x, u[k]->device, u[k]->lo, u[k]->hi, forbid_fn, &own);
+				seg_index_each(x, u[k]->device, u[k]->lo, u[k]->hi, forbid_fn,
+					       &own);
 				forbid_merge(&own);
 				u[k]->comp = window_of(&own, u[k]->start, u[k]->end);
 			}
@@ -669,7 +702,8 @@ static int push_block(struct memlayout *l, size_t *cap, uint64_t addr, uint64_t 
 		l->blocks = v;
 		*cap = ncap;
 	}
-	l->blocks[l->nr_blocks++] = (struct memlayout_block){ addr, size, requested, stack_id, active };
+	l->blocks[l->nr_blocks++] = (struct memlayout_block){ addr, size, requested, stack_id,
+							      active };
 	return 0;
 }
 
@@ -690,7 +724,8 @@ static int build_final(struct memlayout *l, struct insts *segs, struct inferset 
 		if (s->dropped || s->end != n)
 			continue;
 		f[nr++] = (struct final_seg){ s->lo, s->hi,
-			s->what == INST_MAP ? MEMLAYOUT_STREAM_UNKNOWN : s->stream, s->device, s->stack_id,
+			s->what == INST_MAP ? MEMLAYOUT_STREAM_UNKNOWN : s->stream, s->device,
+			s->stack_id,
 			s->source ? s->source : (s->what == INST_MAP ? "cuMemMap" : "cudaMalloc"),
 			false, s->what == INST_MAP };
 	}
@@ -712,9 +747,8 @@ static int build_final(struct memlayout *l, struct insts *segs, struct inferset 
 			.stream = f[i].stream, .device = f[i].device, .stack_id = f[i].stack_id,
 			.source = f[i].source, .inferred = f[i].inferred, .expandable = f[i].mapped,
 			.first_block = l->nr_blocks };
-		while (f[i].mapped && i + 1 < nr && f[i + 1].mapped && f[i + 1].device == s->device &&
-		       f[i + 1].lo == s->addr + s->size)
-		{
+		while (f[i].mapped && i + 1 < nr && f[i + 1].mapped &&
+		       f[i + 1].device == s->device && f[i + 1].lo == s->addr + s->size) {
 			i++;
 			s->size += f[i].hi - f[i].lo;
 		}
@@ -725,17 +759,19 @@ static int build_final(struct memlayout *l, struct insts *segs, struct inferset 
 		for (; bi < nr_live && !err && live_blocks[bi]->device == s->device &&
 		       live_blocks[bi]->lo < s->addr + s->size; bi++) {
 			struct inst *b = live_blocks[bi];
-			uint64_t next = bi + 1 < nr_live && live_blocks[bi + 1]->device == s->device &&
-				live_blocks[bi + 1]->lo < s->addr + s->size ? live_blocks[bi + 1]->lo :
-				s->addr + s->size;
-			uint64_t slot = round_up(b->hi - b->lo);
+			uint64_t next = s->addr + s->size, slot = round_up(b->hi - b->lo);
 
-			if (b->lo + slot > next)	/* never below the request: blocks do not overlap */
+			if (bi + 1 < nr_live && live_blocks[bi + 1]->device == s->device &&
+			    live_blocks[bi + 1]->lo < next)
+				next = live_blocks[bi + 1]->lo;
+			/* never below the request: live blocks do not overlap */
+			if (b->lo + slot > next)
 				slot = next - b->lo;
 			if (b->lo > cursor)
 				err = push_block(l, &cap, cursor, b->lo - cursor, 0, -1, false);
 			if (!err)
-				err = push_block(l, &cap, b->lo, slot, b->hi - b->lo, b->stack_id, true);
+				err = push_block(l, &cap, b->lo, slot, b->hi - b->lo, b->stack_id,
+						 true);
 			s->allocated += slot;
 			s->requested += b->hi - b->lo;
 			cursor = b->lo + slot;
@@ -775,18 +811,20 @@ static int build_events(struct memlayout *l, const struct mem_event *ev, size_t 
 		const struct mem_event *e = &ev[i];
 		struct inst *in = NULL;
 
+		if (ev_inst[i] < 0)
+			continue;
 		if (ev_inst[i]) {
-			bool seg = e->action >= MEM_ACT_SEGMENT_ALLOC && e->action <= MEM_ACT_SEGMENT_UNMAP;
-
-			in = seg ? &segs->v[ev_inst[i] - 1] : &blocks->v[ev_inst[i] - 1];
+			in = is_segment_action(e->action) ? &segs->v[ev_inst[i] - 1] :
+							    &blocks->v[ev_inst[i] - 1];
 			if (in->dropped)
 				continue;
 		}
 		if (before[i]) {
 			const struct infer *g = &inf->v[before[i] - 1];
 
-			l->events[l->nr_events++] = (struct memlayout_event){ { MEM_ACT_SEGMENT_ALLOC,
-				g->device, -1, g->lo, g->hi - g->lo, g->stream, e->ts }, true };
+			l->events[l->nr_events++] = (struct memlayout_event){
+				{ MEM_ACT_SEGMENT_ALLOC, g->device, -1, g->lo, g->hi - g->lo,
+				  g->stream, e->ts }, true };
 			l->inferred_bounds++;
 		}
 		l->events[l->nr_events] = (struct memlayout_event){ *e, false };
@@ -799,8 +837,9 @@ static int build_events(struct memlayout *l, const struct mem_event *ev, size_t 
 		if (after[i]) {
 			const struct infer *g = &inf->v[after[i] - 1];
 
-			l->events[l->nr_events++] = (struct memlayout_event){ { MEM_ACT_SEGMENT_FREE,
-				g->device, -1, g->lo, g->hi - g->lo, g->stream, e->ts }, true };
+			l->events[l->nr_events++] = (struct memlayout_event){
+				{ MEM_ACT_SEGMENT_FREE, g->device, -1, g->lo, g->hi - g->lo,
+				  g->stream, e->ts }, true };
 			l->inferred_bounds++;
 		}
 	}
@@ -832,7 +871,8 @@ struct memlayout *memlayout__build(const struct mem_event *events, size_t n,
 		err = match_live(&blocks, live_blocks, nr_live_blocks, false, n,
 				 &l->issues.state_mismatch);
 	if (!err)
-		err = match_live(&segs, live_segs, nr_live_segs, true, n, &l->issues.state_mismatch);
+		err = match_live(&segs, live_segs, nr_live_segs, true, n,
+				 &l->issues.state_mismatch);
 	if (!err) {
 		/* ev_inst indexes blocks and segments apart: each pass sees its own events */
 		int64_t *only = calloc(n + 1, sizeof(*only));
@@ -842,7 +882,7 @@ struct memlayout *memlayout__build(const struct mem_event *events, size_t n,
 			goto out;
 		}
 		for (size_t i = 0; i < n; i++)
-			only[i] = events[i].action > MEM_ACT_FREE_COMPLETED ? ev_inst[i] : 0;
+			only[i] = is_segment_action(events[i].action) ? ev_inst[i] : 0;
 		err = drop_clashes(&segs, only, n, &l->issues.segment_overlap);
 		for (size_t i = 0; i < n; i++)
 			only[i] = events[i].action <= MEM_ACT_FREE_COMPLETED ? ev_inst[i] : 0;
@@ -913,5 +953,5 @@ void memlayout__free(struct memlayout *l)
 uint64_t memlayout__issues_total(const struct memlayout_issues *i)
 {
 	return i->block_realloc + i->block_overlap + i->block_outside + i->block_unplaced +
-	       i->segment_realloc + i->segment_overlap + i->state_mismatch;
+	       i->segment_realloc + i->segment_overlap + i->state_mismatch + i->empty;
 }

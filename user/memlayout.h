@@ -70,6 +70,7 @@ struct memlayout_issues {
 	uint64_t segment_realloc;	/* allocated again at its address without a free */
 	uint64_t segment_overlap;	/* overlaps a segment live at the same time */
 	uint64_t state_mismatch;	/* open in the history, not live at the end */
+	uint64_t empty;			/* 0 bytes, or at address 0 */
 };
 
 struct memlayout {

@@ -705,6 +705,7 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 	cJSON_AddNumberToObject(left, "segments_reallocated_without_free", (double)iss->segment_realloc);
 	cJSON_AddNumberToObject(left, "segments_overlapping_live_segments", (double)iss->segment_overlap);
 	cJSON_AddNumberToObject(left, "history_and_state_disagree", (double)iss->state_mismatch);
+	cJSON_AddNumberToObject(left, "empty_allocations", (double)iss->empty);
 	cJSON_AddNumberToObject(tp, "inferred_segment_events", (double)l->inferred_bounds);
 	counts = cJSON_AddObjectToObject(tp, "counts");
 	cJSON_AddNumberToObject(counts, "allocs", (double)ms->st.allocs);

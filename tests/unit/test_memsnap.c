@@ -306,7 +306,11 @@ static void test_inconsistent_input(void)
 	memsnap__block_alloc(ms, 500, 0, 0x10100000, 2048, 0, -1);	/* again, no free seen */
 	memsnap__block_alloc(ms, 600, 0, 0x101ffe00, 4096, 0, -1);	/* past the segment's end */
 	memsnap__segment_alloc(ms, 700, MEM_SEG_DEVICE, 0, 0x10100000, 2 * MIB, 0, -1);	/* overlaps */
+	memsnap__segment_alloc(ms, 800, MEM_SEG_DEVICE, 0, 0, 0, 0, -1);	/* cudaMalloc(0) */
+	memsnap__block_alloc(ms, 900, 0, 0x10000800, 0, 0, -1);		/* 0 bytes */
+	memsnap__block_free(ms, 950, 0x10000800);
 	snap = memsnap__snapshot(ms, NULL);
+	CHECK_U64(left_out(snap, "empty_allocations"), 2);
 	CHECK_U64(left_out(snap, "blocks_overlapping_live_blocks"), 1);
 	CHECK_U64(left_out(snap, "blocks_reallocated_without_free"), 1);
 	CHECK_U64(left_out(snap, "blocks_crossing_a_segment"), 1);
