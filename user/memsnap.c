@@ -571,8 +571,11 @@ static cJSON *traces_json(struct memsnap *ms, const struct memlayout *l,
 		add_stream(o, e->stream);
 		cJSON_AddItemToObject(o, "frames", frames_json(info, e->stack_id));
 		add_u64(o, "time_us", time_us(ms, e->ts));
-		if (e->action == MEM_ACT_OOM)
+		/* not known; memory_viz prints it as a number, so null would throw there */
+		if (e->action == MEM_ACT_OOM) {
 			cJSON_AddNumberToObject(o, "device_free", 0);
+			cJSON_AddBoolToObject(o, "tptrace_device_free_known", false);
+		}
 		if (l->events[i].inferred)
 			cJSON_AddBoolToObject(o, "tptrace_inferred", true);
 		cJSON_AddItemToArray(per_dev[e->device], o);
@@ -696,7 +699,9 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 		"(CUDA graphs, MemPool) are not seen; segment_type is taken from the size (2 MiB or "
 		"less: small); block sizes are the request rounded up to 512 bytes; free_completed "
 		"carries the time of free_requested (no probe tells when the streams using a block "
-		"are done); frames are native (no Python frames yet), line 0");
+		"are done); the device_free of an oom event is not known: 0, with "
+		"tptrace_device_free_known: false (memory_viz formats it as a number); frames are "
+		"native (no Python frames yet), line 0");
 	left = cJSON_AddObjectToObject(tp, "left_out");
 	cJSON_AddNumberToObject(left, "blocks_reallocated_without_free", (double)iss->block_realloc);
 	cJSON_AddNumberToObject(left, "blocks_overlapping_live_blocks", (double)iss->block_overlap);

@@ -268,6 +268,8 @@ def test_mem_oom():
                                         "oom", "segment_free", "segment_alloc", "alloc", "oom",
                                         "free_requested", "free_completed", "segment_free"]
     assert [e["size"] for e in t if e["action"] == "oom"] == [48 * MIB, 32 * MIB]
+    # free device memory at the OOM is not known, and said so
+    assert all(e["tptrace_device_free_known"] is False for e in t if e["action"] == "oom")
     assert snap["tptrace"]["counts"]["ooms"] == 2
 
 
