@@ -38,6 +38,7 @@ struct insts {
 struct infer {
 	uint64_t lo, hi, stream;
 	int64_t start, end;
+	int64_t last;		/* the last event of its last block */
 	int device;
 };
 
@@ -134,6 +135,10 @@ static int pair_events(const struct mem_event *ev, size_t n, struct insts *block
 		ev_inst[i] = 0;
 		if (e->action == MEM_ACT_OOM)
 			continue;
+		if (e->action == MEM_ACT_SEGMENT_FREE_UNKNOWN) {
+			ev_inst[i] = -1;	/* not drawn; may end an inferred segment */
+			continue;
+		}
 		if (!e->addr || !e->size) {	/* cudaMalloc(0) and the like: nothing to draw */
 			ev_inst[i] = -1;
 			if (e->action == MEM_ACT_ALLOC || e->action == MEM_ACT_SEGMENT_ALLOC ||
@@ -589,6 +594,7 @@ static int infer_groups(struct inst **m, size_t nr, const struct forbid *f, int6
 				g->end = m[i]->end;
 			m[i]->comp = out->nr - 1;
 		}
+		g->last = g->end;
 		if (window == 0)
 			g->start = -1;
 		if (window == (int64_t)f->nr)
@@ -668,6 +674,32 @@ static int infer_segments(struct inst **u, size_t nr, const struct seg_index *x,
 out:
 	free(f.lo);
 	free(f.hi);
+	return err;
+}
+
+/* A cudaFree of a pointer never seen allocated, at the first address of an inferred segment
+ * that would last to the end and whose blocks are all gone by then: that segment, returned.
+ * (A free elsewhere in it may be another segment's: then nothing is assumed.) */
+static int end_at_unknown_frees(const struct mem_event *ev, size_t n, struct inferset *inf)
+{
+	struct u64map by_lo = {};
+	int err = 0;
+
+	for (size_t i = 0; i < inf->nr && !err; i++)
+		if (inf->v[i].end == (int64_t)n)
+			err = u64map__set(&by_lo, inf->v[i].lo, i + 1);
+	for (size_t i = 0; i < n && !err; i++) {
+		uint64_t g = 0;
+
+		if (ev[i].action != MEM_ACT_SEGMENT_FREE_UNKNOWN || !ev[i].addr ||
+		    !u64map__get(&by_lo, ev[i].addr, &g) || !g)
+			continue;
+		if (inf->v[g - 1].last < (int64_t)i && inf->v[g - 1].end == (int64_t)n) {
+			inf->v[g - 1].end = i;
+			err = u64map__set(&by_lo, ev[i].addr, 0);
+		}
+	}
+	u64map__clear(&by_lo);
 	return err;
 }
 
@@ -811,14 +843,11 @@ static int build_events(struct memlayout *l, const struct mem_event *ev, size_t 
 		const struct mem_event *e = &ev[i];
 		struct inst *in = NULL;
 
-		if (ev_inst[i] < 0)
-			continue;
-		if (ev_inst[i]) {
+		if (ev_inst[i] > 0)
 			in = is_segment_action(e->action) ? &segs->v[ev_inst[i] - 1] :
 							    &blocks->v[ev_inst[i] - 1];
-			if (in->dropped)
-				continue;
-		}
+		if (ev_inst[i] < 0 || (in && in->dropped))
+			goto bound_after;	/* not drawn; an inferred segment may end here */
 		if (before[i]) {
 			const struct infer *g = &inf->v[before[i] - 1];
 
@@ -834,6 +863,7 @@ static int build_events(struct memlayout *l, const struct mem_event *ev, size_t 
 		if (e->action == MEM_ACT_SEGMENT_MAP || e->action == MEM_ACT_SEGMENT_UNMAP)
 			l->events[l->nr_events].ev.stream = MEMLAYOUT_STREAM_UNKNOWN;
 		l->nr_events++;
+bound_after:
 		if (after[i]) {
 			const struct infer *g = &inf->v[after[i] - 1];
 
@@ -914,6 +944,8 @@ struct memlayout *memlayout__build(const struct mem_event *events, size_t n,
 		qsort(unc, nr_unc, sizeof(*unc), cmp_inst_ptr);
 		err = infer_segments(unc, nr_unc, &x, n, &inf, &l->issues);
 	}
+	if (!err)
+		err = end_at_unknown_frees(events, n, &inf);
 	for (size_t i = 0; i < blocks.nr && !err; i++)
 		if (!blocks.v[i].dropped && blocks.v[i].end == (int64_t)n)
 			final[nr_final++] = &blocks.v[i];

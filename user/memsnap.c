@@ -45,6 +45,7 @@ static const char *const action_names[] = {
 	[MEM_ACT_SEGMENT_MAP] = "segment_map",
 	[MEM_ACT_SEGMENT_UNMAP] = "segment_unmap",
 	[MEM_ACT_OOM] = "oom",
+	[MEM_ACT_SEGMENT_FREE_UNKNOWN] = "tptrace_segment_free_unknown",
 };
 
 static const char *const seg_what[] = {
@@ -322,6 +323,8 @@ int memsnap__segment_free(struct memsnap *ms, uint64_t ts, uint64_t addr)
 
 	if (!s || s->kind == MEM_SEG_MAPPED) {
 		ms->st.segment_frees_unknown++;
+		/* device unknown: 0 only to keep it in the history */
+		record(ms, MEM_ACT_SEGMENT_FREE_UNKNOWN, 0, addr, 0, 0, -1, ts);
 		return -1;
 	}
 	table_take(&ms->segments, addr);
@@ -691,10 +694,10 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 		"the blocks seen (their real extent is unknown), alive from the start of the history "
 		"unless a known segment held those addresses earlier and to its end unless one held "
 		"them later; where bounded, their segment_alloc / segment_free events are marked "
-		"tptrace_inferred and carry the time of the block event next to them; an inferred "
-		"segment stays to the end even when a cudaFree of an unknown pointer (counted in "
-		"segment_frees_unknown) may have returned it; the stream of a cuMemMap range is not "
-		"known: -1; "
+		"tptrace_inferred and carry the time of the event next to them; an inferred segment "
+		"ends at a cudaFree of an unknown pointer (segment_frees_unknown) at its first "
+		"address once its blocks are gone, and otherwise stays to the end even if a cudaFree "
+		"elsewhere in it returned it; the stream of a cuMemMap range is not known: -1; "
 		"segment_pool_id is (0, 0), PyTorch's default pool, for every segment: private pools "
 		"(CUDA graphs, MemPool) are not seen; segment_type is taken from the size (2 MiB or "
 		"less: small); block sizes are the request rounded up to 512 bytes; free_completed "

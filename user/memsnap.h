@@ -29,6 +29,9 @@ enum mem_action {
 	MEM_ACT_SEGMENT_MAP,
 	MEM_ACT_SEGMENT_UNMAP,
 	MEM_ACT_OOM,
+	/* cudaFree & co of a pointer tptrace never saw allocated: kept in the history (it may end
+	 * a segment inferred from the blocks seen), never written to device_traces */
+	MEM_ACT_SEGMENT_FREE_UNKNOWN,
 };
 
 /* Where a segment's memory came from. */

@@ -388,24 +388,32 @@ def test_mem_pre_attach_segments():
     wl, tr = run_alloc("preattach", ["-o", snap_path], "preattach", hold=True)
     before = [(int(f[1], 16), int(f[2])) for f in infos(wl) if f[0] == "before"]
     blocks = mallocs(wl)
-    assert [s for _, s in blocks] == [1000, 1000, 3145728, 2048], blocks
-    d, e, f, g = blocks
-    assert d[0] == before[0][0], "d reuses a's address"
+    assert [s for _, s in blocks] == [1000, 1000, 3145728, 2048, 33554432], blocks
+    d, e, f, g, y = blocks
+    assert d[0] == before[0][0] and y[0] == before[3][0], "d and y reuse a's and x's addresses"
+    assert ["released", "1"] in infos(wl)
     snap = json.load(open(snap_path))
     check_viz_fields(snap)
     c = snap["tptrace"]["counts"]
-    assert (c["allocs"], c["frees"], c["frees_unknown"], c["segment_allocs"]) == (4, 2, 1, 0), c
+    assert (c["allocs"], c["frees"], c["frees_unknown"], c["segment_allocs"],
+            c["segment_frees_unknown"]) == (5, 3, 2, 0, 1), c
     t = snap["device_traces"][0]
     assert [e_["action"] for e_ in t] == ["alloc", "alloc", "free_requested", "free_completed",
-                                         "alloc", "free_requested", "free_completed", "alloc"]
-    assert not any(e_.get("tptrace_inferred") for e_ in t), "no known segment bounds them"
+                                         "alloc", "free_requested", "free_completed", "alloc",
+                                         "alloc", "free_requested", "free_completed", "segment_free"]
+    # empty_cache() returned y's segment: its inferred segment ends there, nothing else does
+    assert [e_.get("tptrace_inferred", False) for e_ in t] == [False] * 11 + [True]
+    assert (t[-1]["addr"], t[-1]["size"]) == y
     segs = snap["segments"]
+    assert y[0] not in [s["address"] for s in segs]
     assert segs and all(s["tptrace_inferred"] and s["tptrace_source"] == "before_attach" for s in segs)
     live = sorted((b["address"], b["requested_size"]) for s in segs for b in s["blocks"]
                   if b["state"] == "active_allocated")
     assert live == sorted([e, g]), live
-    # every address an event names lies in a final segment (they are alive all along)
+    # every address an event names, but y's, lies in a final segment (alive all along)
     for ev in t:
+        if ev["addr"] == y[0]:
+            continue
         assert any(s["address"] <= ev["addr"] < s["address"] + s["total_size"] for s in segs), ev
     # the freed 3 MiB block's segment: it only ever held that block
     big = [s for s in segs if s["address"] == f[0]]

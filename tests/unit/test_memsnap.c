@@ -292,6 +292,33 @@ static void test_inferred_bounds(void)
 	memsnap__free(ms);
 }
 
+/* empty_cache() on memory allocated before attach: cudaFree of a pointer never seen. It ends
+ * the inferred segment that starts there once its blocks are gone, and only then. */
+static void test_unknown_free_ends_inferred(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	char buf[512];
+	cJSON *snap;
+
+	memsnap__block_alloc(ms, 100, 0, 0xa000000, 4096, 0, -1);
+	memsnap__block_alloc(ms, 110, 0, 0xa001000, 4096, 0, -1);
+	memsnap__block_free(ms, 200, 0xa000000);
+	memsnap__block_free(ms, 210, 0xa001000);
+	memsnap__block_alloc(ms, 220, 0, 0xb000000, 512, 0, -1);	/* still live at the free */
+	memsnap__segment_free(ms, 300, 0xa000000);
+	memsnap__segment_free(ms, 310, 0xb000000);
+	memsnap__segment_free(ms, 320, 0xa001000);			/* not a segment start seen */
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_STR(actions(snap, buf, sizeof(buf)), "alloc alloc free_requested free_completed "
+		  "free_requested free_completed alloc segment_free*");
+	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 1);
+	CHECK(seg_at(snap, 0xb000000) != NULL, "the segment with a live block stays");
+	CHECK_U64(memsnap__stats(ms)->segment_frees_unknown, 3);
+	CHECK_REPLAYS(snap, "unknown_free");
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
 /* What no allocator can do is left out and counted, not drawn. */
 static void test_inconsistent_input(void)
 {
@@ -567,6 +594,7 @@ int main(void)
 	test_counters_and_snapshot();
 	test_pre_attach();
 	test_inferred_bounds();
+	test_unknown_free_ends_inferred();
 	test_inconsistent_input();
 	test_expandable();
 	test_history_cut();

@@ -39,13 +39,16 @@
  *
  * preattach: memory allocated before attach, used after it (what a long-running job shows).
  *   Before READY: a = malloc 1000 (one 2 MiB small segment), b = malloc 3145728 (one 20 MiB
- *   segment), c = malloc 4096; printed as "# before 0x<ptr> <size>".
+ *   segment), c = malloc 4096, x = malloc 33554432 (one 32 MiB segment); printed as
+ *   "# before 0x<ptr> <size>".
  *   After GO (no cudaMalloc: everything fits the cached segments):
- *   1. free a                      (allocated before attach: frees_unknown 1)
+ *   1. free a, free x              (allocated before attach: frees_unknown 2)
  *   2. d = malloc 1000, e = malloc 1000; free d   (in the small segment, d where a was)
  *   3. f = malloc 3145728; free f  (in the 20 MiB segment, after b)
  *   4. g = malloc 2048             (small segment)
- *   Live at DONE and seen: e, g. USDT malloc 4 / free 2 seen (+1 unknown).
+ *   5. y = malloc 33554432 (x's segment, at its start); free y
+ *   6. tpsim_alloc_empty_cache()   -> cudaFree of the 32 MiB segment, never seen allocated
+ *   Live at DONE and seen: e, g. USDT malloc 5 / free 3 seen (+2 unknown); cudaFree 1 unknown.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -130,9 +133,9 @@ static void normal(void)
 
 static void preattach_before(void)
 {
-	static const size_t sizes[] = { 1000, 3145728, 4096 };
+	static const size_t sizes[] = { 1000, 3145728, 4096, 33554432 };
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		kept[nr_kept] = tpsim_alloc_malloc(sizes[i], 0, S);
 		hs_info("before %p %zu", kept[nr_kept++], sizes[i]);
 	}
@@ -143,11 +146,14 @@ static void preattach_after(void)
 	void *d;
 
 	tpsim_alloc_free(kept[0]);
+	tpsim_alloc_free(kept[3]);
 	d = block(1000);
 	block(1000);
 	tpsim_alloc_free(d);
 	tpsim_alloc_free(block(3145728));
 	block(2048);
+	tpsim_alloc_free(block(33554432));
+	hs_info("released %d", tpsim_alloc_empty_cache());
 }
 
 static void oom(void)
