@@ -333,20 +333,25 @@ static void test_inconsistent_input(void)
 	memsnap__block_alloc(ms, 500, 0, 0x10100000, 2048, 0, -1);	/* again, no free seen */
 	memsnap__block_alloc(ms, 600, 0, 0x101ffe00, 4096, 0, -1);	/* past the segment's end */
 	memsnap__segment_alloc(ms, 700, MEM_SEG_DEVICE, 0, 0x10100000, 2 * MIB, 0, -1);	/* overlaps */
+	memsnap__block_alloc(ms, 750, 0, 0x30000000, 1000, 0, -1);	/* no segment seen: */
+	memsnap__block_alloc(ms, 760, 0, 0x30000200, 1000, 0, -1);	/* overlaps it */
 	memsnap__segment_alloc(ms, 800, MEM_SEG_DEVICE, 0, 0, 0, 0, -1);	/* cudaMalloc(0) */
 	memsnap__block_alloc(ms, 900, 0, 0x10000800, 0, 0, -1);		/* 0 bytes */
 	memsnap__block_free(ms, 950, 0x10000800);
 	snap = memsnap__snapshot(ms, NULL);
 	CHECK_U64(left_out(snap, "empty_allocations"), 2);
-	CHECK_U64(left_out(snap, "blocks_overlapping_live_blocks"), 1);
+	CHECK_U64(left_out(snap, "blocks_overlapping_live_blocks"), 2);
 	CHECK_U64(left_out(snap, "blocks_reallocated_without_free"), 1);
+	s = seg_at(snap, 0x30000000);	/* the inferred one holds the first block only */
+	CHECK(s && num(s, "total_size") == 1000 && num(s, "requested_size") == 1000,
+	      "inferred segment around overlapping input");
 	CHECK_U64(left_out(snap, "blocks_crossing_a_segment"), 1);
 	CHECK_U64(left_out(snap, "segments_overlapping_live_segments"), 1);
-	CHECK_STR(actions(snap, buf, sizeof(buf)), "segment_alloc alloc alloc");
+	CHECK_STR(actions(snap, buf, sizeof(buf)), "segment_alloc alloc alloc alloc");
 	s = seg_at(snap, 0x10000000);
 	CHECK(s != NULL, "the first segment");
 	CHECK_U64(num(s, "requested_size"), 4096 + 2048);
-	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 1);
+	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 2);
 	CHECK_REPLAYS(snap, "inconsistent");
 	cJSON_Delete(snap);
 	memsnap__free(ms);
