@@ -4,11 +4,10 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "hashmap.h"
+#include "memlayout.h"
 #include "memsnap.h"
 
-/* PyTorch's caching allocator hands out blocks rounded up to 512 bytes (kMinBlockSize) and
- * carves small requests from 2 MiB segments (kSmallBuffer). */
-#define BLOCK_ROUND	512ULL
+/* PyTorch's caching allocator carves small requests from 2 MiB segments (kSmallBuffer). */
 #define SMALL_SEGMENT	(2ULL << 20)
 
 /* A live block, segment or VMM handle, chained in a table keyed by address (or handle). */
@@ -46,6 +45,7 @@ static const char *const action_names[] = {
 	[MEM_ACT_SEGMENT_MAP] = "segment_map",
 	[MEM_ACT_SEGMENT_UNMAP] = "segment_unmap",
 	[MEM_ACT_OOM] = "oom",
+	[MEM_ACT_SEGMENT_FREE_UNKNOWN] = "tptrace_segment_free_unknown",
 };
 
 static const char *const seg_what[] = {
@@ -142,28 +142,6 @@ static void table_clear(struct table *t)
 	}
 	free(t->buckets);
 	memset(t, 0, sizeof(*t));
-}
-
-/* Entries as a malloc'ed array of pointers sorted by key. */
-static int cmp_live(const void *a, const void *b)
-{
-	const struct live *x = *(const struct live *const *)a, *y = *(const struct live *const *)b;
-
-	return x->key < y->key ? -1 : x->key > y->key;
-}
-
-static struct live **table_sorted(const struct table *t)
-{
-	struct live **arr = malloc((t->nr ? t->nr : 1) * sizeof(*arr));
-	size_t n = 0;
-
-	if (!arr)
-		return NULL;
-	for (size_t i = 0; i < t->nbuckets; i++)
-		for (struct live *e = t->buckets[i]; e; e = e->next)
-			arr[n++] = e;
-	qsort(arr, n, sizeof(*arr), cmp_live);
-	return arr;
 }
 
 /* ---- state ------------------------------------------------------------------------------- */
@@ -345,6 +323,8 @@ int memsnap__segment_free(struct memsnap *ms, uint64_t ts, uint64_t addr)
 
 	if (!s || s->kind == MEM_SEG_MAPPED) {
 		ms->st.segment_frees_unknown++;
+		/* device unknown: 0 only to keep it in the history */
+		record(ms, MEM_ACT_SEGMENT_FREE_UNKNOWN, 0, addr, 0, 0, -1, ts);
 		return -1;
 	}
 	table_take(&ms->segments, addr);
@@ -469,11 +449,6 @@ int memsnap__device_of(const struct memsnap *ms, uint64_t addr, uint64_t *size)
 
 /* ---- snapshot ---------------------------------------------------------------------------- */
 
-static uint64_t round_block(uint64_t size)
-{
-	return size < BLOCK_ROUND ? BLOCK_ROUND : (size + BLOCK_ROUND - 1) / BLOCK_ROUND * BLOCK_ROUND;
-}
-
 static cJSON *frames_json(const struct memsnap_info *info, int32_t stack_id)
 {
 	cJSON *arr = cJSON_CreateArray();
@@ -504,6 +479,15 @@ static void add_u64(cJSON *o, const char *key, uint64_t v)
 	cJSON_AddItemToObject(o, key, cJSON_CreateRaw(buf));
 }
 
+/* A stream handle, or -1 where it is not known (cuMemMap ranges). */
+static void add_stream(cJSON *o, uint64_t stream)
+{
+	if (stream == MEMLAYOUT_STREAM_UNKNOWN)
+		cJSON_AddNumberToObject(o, "stream", -1);
+	else
+		add_u64(o, "stream", stream);
+}
+
 static uint64_t time_us(const struct memsnap *ms, uint64_t ts)
 {
 	int64_t rel = (int64_t)(ts - ms->base_mono);
@@ -524,91 +508,55 @@ static cJSON *block_json(uint64_t addr, uint64_t size, uint64_t requested, const
 	return b;
 }
 
-/* One memory_viz segment; its blocks are the live blocks inside it, the gaps between them
- * "inactive" (cached by the allocator, or never carved). Consumes blocks[*bi..] that lie
- * inside. */
-static cJSON *segment_json(const struct memsnap_info *info, uint64_t addr, uint64_t total,
-			   int device, uint64_t stream, const char *kind, bool inferred, bool expandable,
-			   int32_t stack_id, struct live **blocks, size_t nr_blocks, size_t *bi)
+/* One memory_viz segment from the layout: blocks tile it in address order, gaps "inactive"
+ * (cached by the allocator, or never carved). The pool is not known: PyTorch writes (0, 0)
+ * for its default pool, and a private pool (CUDA graphs, MemPool) cannot be told apart here. */
+static cJSON *segment_json(const struct memsnap_info *info, const struct memlayout *l,
+			   const struct memlayout_segment *seg)
 {
-	cJSON *s = cJSON_CreateObject(), *arr;
-	uint64_t allocated = 0, requested = 0, cursor = addr, end = addr + total;
+	cJSON *s = cJSON_CreateObject(), *arr, *pool;
 
-	cJSON_AddNumberToObject(s, "device", device);
-	add_u64(s, "address", addr);
-	add_u64(s, "total_size", total);
-	add_u64(s, "stream", stream);
-	cJSON_AddStringToObject(s, "segment_type", total <= SMALL_SEGMENT ? "small" : "large");
-	cJSON_AddNumberToObject(s, "segment_pool_id", 0);
-	cJSON_AddBoolToObject(s, "is_expandable", expandable);
-	cJSON_AddStringToObject(s, "tptrace_source", kind);
-	if (inferred)
+	if (!s)
+		return NULL;
+	cJSON_AddNumberToObject(s, "device", seg->device);
+	add_u64(s, "address", seg->addr);
+	add_u64(s, "total_size", seg->size);
+	add_u64(s, "allocated_size", seg->allocated);
+	/* no probe sees a block waiting for its streams (active_pending_free): active = allocated */
+	add_u64(s, "active_size", seg->allocated);
+	add_u64(s, "requested_size", seg->requested);
+	add_stream(s, seg->stream);
+	cJSON_AddStringToObject(s, "segment_type", seg->size <= SMALL_SEGMENT ? "small" : "large");
+	pool = cJSON_AddArrayToObject(s, "segment_pool_id");
+	cJSON_AddItemToArray(pool, cJSON_CreateNumber(0));
+	cJSON_AddItemToArray(pool, cJSON_CreateNumber(0));
+	cJSON_AddBoolToObject(s, "is_expandable", seg->expandable);
+	cJSON_AddStringToObject(s, "tptrace_source", seg->source);
+	if (seg->inferred)
 		cJSON_AddBoolToObject(s, "tptrace_inferred", true);
-	cJSON_AddItemToObject(s, "frames", frames_json(info, stack_id));
+	cJSON_AddItemToObject(s, "frames", frames_json(info, seg->stack_id));
 	arr = cJSON_AddArrayToObject(s, "blocks");
-	while (*bi < nr_blocks && blocks[*bi]->key < end) {
-		struct live *b = blocks[(*bi)++];
-		uint64_t size = round_block(b->size);
+	for (size_t i = seg->first_block; i < seg->first_block + seg->nr_blocks; i++) {
+		const struct memlayout_block *b = &l->blocks[i];
 
-		if (b->key + size > end)
-			size = end - b->key;
-		if (b->key > cursor)
-			cJSON_AddItemToArray(arr, block_json(cursor, b->key - cursor, 0, "inactive", NULL));
-		cJSON_AddItemToArray(arr, block_json(b->key, size, b->size, "active_allocated",
-						     frames_json(info, b->stack_id)));
-		allocated += size;
-		requested += b->size;
-		cursor = b->key + size;
+		cJSON_AddItemToArray(arr, block_json(b->addr, b->size, b->requested,
+			b->active ? "active_allocated" : "inactive",
+			b->active ? frames_json(info, b->stack_id) : NULL));
 	}
-	if (cursor < end)
-		cJSON_AddItemToArray(arr, block_json(cursor, end - cursor, 0, "inactive", NULL));
-	add_u64(s, "allocated_size", allocated);
-	add_u64(s, "active_size", allocated);
-	add_u64(s, "requested_size", requested);
 	return s;
 }
 
-static cJSON *segments_json(struct memsnap *ms, const struct memsnap_info *info)
+static cJSON *segments_json(const struct memlayout *l, const struct memsnap_info *info)
 {
-	struct live **segs = table_sorted(&ms->segments), **blocks = table_sorted(&ms->blocks);
 	cJSON *arr = cJSON_CreateArray();
-	size_t bi = 0;
 
-	if (!segs || !blocks || !arr) {
-		free(segs);
-		free(blocks);
-		cJSON_Delete(arr);
-		return NULL;
-	}
-	for (size_t i = 0; i < ms->segments.nr; i++) {
-		struct live *s = segs[i];
-
-		if (!on_device(s->kind))
-			continue;
-		/* blocks below this segment belong to no known segment */
-		while (bi < ms->blocks.nr && blocks[bi]->key < s->key) {
-			struct live *b = blocks[bi];
-
-			cJSON_AddItemToArray(arr, segment_json(info, b->key, round_block(b->size),
-				b->device, b->stream, "before_attach", true, false, -1, blocks,
-				ms->blocks.nr, &bi));
-		}
-		cJSON_AddItemToArray(arr, segment_json(info, s->key, s->size, s->device, s->stream,
-			seg_what[s->kind], false, s->kind == MEM_SEG_MAPPED, s->stack_id, blocks,
-			ms->blocks.nr, &bi));
-	}
-	while (bi < ms->blocks.nr) {
-		struct live *b = blocks[bi];
-
-		cJSON_AddItemToArray(arr, segment_json(info, b->key, round_block(b->size), b->device,
-			b->stream, "before_attach", true, false, -1, blocks, ms->blocks.nr, &bi));
-	}
-	free(segs);
-	free(blocks);
+	for (size_t i = 0; arr && i < l->nr_segs; i++)
+		cJSON_AddItemToArray(arr, segment_json(info, l, &l->segs[i]));
 	return arr;
 }
 
-static cJSON *traces_json(struct memsnap *ms, const struct memsnap_info *info)
+static cJSON *traces_json(struct memsnap *ms, const struct memlayout *l,
+			  const struct memsnap_info *info)
 {
 	cJSON *traces = cJSON_CreateArray(), *per_dev[MEMSNAP_MAX_DEVICES];
 
@@ -616,21 +564,56 @@ static cJSON *traces_json(struct memsnap *ms, const struct memsnap_info *info)
 		per_dev[d] = cJSON_CreateArray();
 		cJSON_AddItemToArray(traces, per_dev[d]);
 	}
-	for (size_t i = 0; i < ms->hist_nr; i++) {
-		const struct mem_event *e = &ms->hist[(ms->hist_start + i) % ms->hist_cap];
+	for (size_t i = 0; i < l->nr_events; i++) {
+		const struct mem_event *e = &l->events[i].ev;
 		cJSON *o = cJSON_CreateObject();
 
 		cJSON_AddStringToObject(o, "action", action_names[e->action]);
 		add_u64(o, "addr", e->addr);
 		add_u64(o, "size", e->size);
-		add_u64(o, "stream", e->stream);
+		add_stream(o, e->stream);
 		cJSON_AddItemToObject(o, "frames", frames_json(info, e->stack_id));
 		add_u64(o, "time_us", time_us(ms, e->ts));
-		if (e->action == MEM_ACT_OOM)
+		/* not known; memory_viz prints it as a number, so null would throw there */
+		if (e->action == MEM_ACT_OOM) {
 			cJSON_AddNumberToObject(o, "device_free", 0);
+			cJSON_AddBoolToObject(o, "tptrace_device_free_known", false);
+		}
+		if (l->events[i].inferred)
+			cJSON_AddBoolToObject(o, "tptrace_inferred", true);
 		cJSON_AddItemToArray(per_dev[e->device], o);
 	}
 	return traces;
+}
+
+/* What memlayout needs: the history in order and what is live, as plain arrays. */
+static struct memlayout *layout_of(struct memsnap *ms)
+{
+	struct mem_event *ev = malloc((ms->hist_nr + 1) * sizeof(*ev));
+	struct memlayout_item *blocks = malloc((ms->blocks.nr + 1) * sizeof(*blocks));
+	struct memlayout_item *segs = malloc((ms->segments.nr + 1) * sizeof(*segs));
+	struct memlayout *l = NULL;
+	size_t nb = 0, ns = 0;
+
+	if (!ev || !blocks || !segs)
+		goto out;
+	for (size_t i = 0; i < ms->hist_nr; i++)
+		ev[i] = ms->hist[(ms->hist_start + i) % ms->hist_cap];
+	for (size_t i = 0; i < ms->blocks.nbuckets; i++)
+		for (struct live *e = ms->blocks.buckets[i]; e; e = e->next)
+			blocks[nb++] = (struct memlayout_item){ e->key, e->size, e->stream, e->stack_id,
+								e->device, false, NULL };
+	for (size_t i = 0; i < ms->segments.nbuckets; i++)
+		for (struct live *e = ms->segments.buckets[i]; e; e = e->next)
+			if (on_device(e->kind))
+				segs[ns++] = (struct memlayout_item){ e->key, e->size, e->stream,
+					e->stack_id, e->device, e->kind == MEM_SEG_MAPPED, seg_what[e->kind] };
+	l = memlayout__build(ev, ms->hist_nr, blocks, nb, segs, ns);
+out:
+	free(ev);
+	free(blocks);
+	free(segs);
+	return l;
 }
 
 static cJSON *settings_json(const struct memsnap_info *info)
@@ -672,13 +655,25 @@ static cJSON *leaks_json(struct memsnap *ms, const struct memsnap_info *info)
 
 cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 {
-	cJSON *root = cJSON_CreateObject(), *tp, *devs, *counts;
+	cJSON *root, *tp, *devs, *counts, *left;
+	struct memlayout *l = layout_of(ms);
+	const struct memlayout_issues *iss;
 	char buf[32];
 
-	if (!root)
+	if (!l)
 		return NULL;
-	cJSON_AddItemToObject(root, "segments", segments_json(ms, info));
-	cJSON_AddItemToObject(root, "device_traces", traces_json(ms, info));
+	root = cJSON_CreateObject();
+	if (!root) {
+		memlayout__free(l);
+		return NULL;
+	}
+	iss = &l->issues;
+	if (memlayout__issues_total(iss))
+		fprintf(stderr, "tptrace: memory snapshot: %llu allocations or segments that overlap "
+			"others or miss a free left out (see tptrace.left_out)\n",
+			(unsigned long long)memlayout__issues_total(iss));
+	cJSON_AddItemToObject(root, "segments", segments_json(l, info));
+	cJSON_AddItemToObject(root, "device_traces", traces_json(ms, l, info));
 	cJSON_AddItemToObject(root, "allocator_settings", settings_json(info));
 	tp = cJSON_AddObjectToObject(root, "tptrace");
 	cJSON_AddStringToObject(tp, "version", info && info->version ? info->version : "");
@@ -694,10 +689,32 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 		"allocations before attach are not known: counters start at 0 at attach; frees of "
 		"blocks or segments allocated before attach are counted (frees_unknown, "
 		"segment_frees_unknown) but not in device_traces, whose device and size they lack; "
-		"live blocks with no segment seen around them are reported in a segment of their own "
-		"with tptrace_inferred: true and tptrace_source: before_attach, whose real extent is "
-		"unknown; free_completed carries the time of free_requested (no probe tells when the "
-		"streams using a block are done); frames are native (no Python frames yet), line 0");
+		"blocks (live or freed while tracing) with no segment seen around them lie in "
+		"segments marked tptrace_inferred: true, tptrace_source: before_attach, spanning only "
+		"the blocks seen (their real extent is unknown), alive from the start of the history "
+		"unless a known segment held those addresses earlier and to its end unless one held "
+		"them later; where bounded, their segment_alloc / segment_free events are marked "
+		"tptrace_inferred and carry the time of the event next to them; an inferred segment "
+		"ends at a cudaFree of an unknown pointer (segment_frees_unknown) at its first "
+		"address once its blocks are gone, and otherwise stays to the end even if a cudaFree "
+		"elsewhere in it returned it; the stream of a cuMemMap range is not known: -1; "
+		"segment_pool_id is (0, 0), PyTorch's default pool, for every segment: private pools "
+		"(CUDA graphs, MemPool) are not seen; segment_type is taken from the size (2 MiB or "
+		"less: small); block sizes are the request rounded up to 512 bytes; free_completed "
+		"carries the time of free_requested (no probe tells when the streams using a block "
+		"are done); the device_free of an oom event is not known: 0, with "
+		"tptrace_device_free_known: false (memory_viz formats it as a number); frames are "
+		"native (no Python frames yet), line 0");
+	left = cJSON_AddObjectToObject(tp, "left_out");
+	cJSON_AddNumberToObject(left, "blocks_reallocated_without_free", (double)iss->block_realloc);
+	cJSON_AddNumberToObject(left, "blocks_overlapping_live_blocks", (double)iss->block_overlap);
+	cJSON_AddNumberToObject(left, "blocks_crossing_a_segment", (double)iss->block_outside);
+	cJSON_AddNumberToObject(left, "blocks_unplaceable", (double)iss->block_unplaced);
+	cJSON_AddNumberToObject(left, "segments_reallocated_without_free", (double)iss->segment_realloc);
+	cJSON_AddNumberToObject(left, "segments_overlapping_live_segments", (double)iss->segment_overlap);
+	cJSON_AddNumberToObject(left, "history_and_state_disagree", (double)iss->state_mismatch);
+	cJSON_AddNumberToObject(left, "empty_allocations", (double)iss->empty);
+	cJSON_AddNumberToObject(tp, "inferred_segment_events", (double)l->inferred_bounds);
 	counts = cJSON_AddObjectToObject(tp, "counts");
 	cJSON_AddNumberToObject(counts, "allocs", (double)ms->st.allocs);
 	cJSON_AddNumberToObject(counts, "frees", (double)ms->st.frees);
@@ -726,6 +743,7 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 		cJSON_AddItemToArray(devs, o);
 	}
 	cJSON_AddItemToObject(tp, "live_by_call_site", leaks_json(ms, info));
+	memlayout__free(l);
 	return root;
 }
 
@@ -734,7 +752,13 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 /* Protocol 2 opcodes; every reader of protocols 2-4 accepts them. */
 static int put_pickle(const cJSON *item, FILE *f)
 {
-	if (cJSON_IsObject(item) || cJSON_IsArray(item)) {
+	/* PyTorch writes the pool id as a tuple; readers compare it with (0, 0) */
+	if (cJSON_IsArray(item) && item->string && !strcmp(item->string, "segment_pool_id") &&
+	    cJSON_GetArraySize(item) == 2) {
+		put_pickle(item->child, f);
+		put_pickle(item->child->next, f);
+		fputc(0x86, f);				/* TUPLE2 */
+	} else if (cJSON_IsObject(item) || cJSON_IsArray(item)) {
 		bool dict = cJSON_IsObject(item);
 		int n = 0;
 

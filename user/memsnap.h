@@ -6,9 +6,9 @@
  * (JSON or pickle) and a report of live allocations by call site.
  *
  * Everything starts at attach: memory allocated before is not known. A free of an unknown
- * block or segment is counted, not guessed; a live block with no known segment around it is
- * reported in a segment of its own, marked as inferred. No BPF here: the unit tests feed
- * synthetic events. */
+ * block or segment is counted, not guessed; blocks with no known segment around them lie in
+ * inferred segments (memlayout.h lays the snapshot out so that memory_viz can replay it). No
+ * BPF here: the unit tests feed synthetic events. */
 #ifndef TPTRACE_MEMSNAP_H
 #define TPTRACE_MEMSNAP_H
 
@@ -29,6 +29,9 @@ enum mem_action {
 	MEM_ACT_SEGMENT_MAP,
 	MEM_ACT_SEGMENT_UNMAP,
 	MEM_ACT_OOM,
+	/* cudaFree & co of a pointer tptrace never saw allocated: kept in the history (it may end
+	 * a segment inferred from the blocks seen), never written to device_traces */
+	MEM_ACT_SEGMENT_FREE_UNKNOWN,
 };
 
 /* Where a segment's memory came from. */

@@ -10,9 +10,13 @@ import pickle
 import re
 import signal
 import subprocess
+import sys
 
 from lib import (E2E_BIN, OUT, ROOT, TPTRACE, WL, Lines, Skip, Workload, load_trace, need_root,
                  tmp_path)
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+import memsnap_check  # noqa: E402  (tests/tools: memory_viz's replay, every event)
 
 ALLOC_APP = os.path.join(WL, "alloc_app")
 MIB = 1 << 20
@@ -21,9 +25,9 @@ MIB = 1 << 20
 class MemTracer:
     """`tptrace mem` in the background, started once its probes are attached."""
 
-    def __init__(self, args, timeout=30):
+    def __init__(self, args, timeout=30, env=None):
         self.p = subprocess.Popen([TPTRACE, "mem"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
+                                  text=True, env=dict(os.environ, **(env or {})))
         self.out = Lines(self.p.stdout)
         self.err = Lines(self.p.stderr)
         line = self.err.wait_for(lambda l: l.startswith("tptrace: tracing GPU memory"), timeout)
@@ -55,12 +59,12 @@ def infos(wl):
     return [l[2:].split() for l in wl.out.text().splitlines() if l.startswith("# ")]
 
 
-def run_alloc(scenario, args, name, env=None, hold=False):
+def run_alloc(scenario, args, name, env=None, hold=False, tracer_env=None):
     """alloc_app <scenario>: attach, GO, DONE, end (SIGINT with --hold, else the exit)."""
     need_root()
     wl = Workload([ALLOC_APP, "--scenario", scenario] + (["--hold"] if hold else []), env=env)
     try:
-        tr = MemTracer(["-p", str(wl.pid)] + args)
+        tr = MemTracer(["-p", str(wl.pid)] + args, env=tracer_env)
         wl.go()
         wl.wait_done()
         if hold:
@@ -98,7 +102,7 @@ def check_viz_fields(snap):
         for e in trace:
             assert e["action"] in actions, e
             for k in ("addr", "size", "stream", "time_us"):
-                assert isinstance(e[k], int) and e[k] >= 0, (k, e)
+                assert isinstance(e[k], int) and e[k] >= (-1 if k == "stream" else 0), (k, e)
             assert e["time_us"] >= last, "time_us never goes back"
             last = e["time_us"]
             for f in e["frames"]:
@@ -117,6 +121,9 @@ def check_viz_fields(snap):
         assert s["allocated_size"] == sum(b["size"] for b in s["blocks"]
                                           if b["state"] == "active_allocated")
     assert "tptrace" in snap and "unknown" in snap["tptrace"]
+    errors = memsnap_check.check(snap)
+    assert not errors, "memory_viz cannot replay the snapshot:\n" + "\n".join(errors[:10])
+    assert all(v == 0 for v in snap["tptrace"]["left_out"].values()), snap["tptrace"]["left_out"]
 
 
 def mem_events(trace, name):
@@ -261,6 +268,8 @@ def test_mem_oom():
                                         "oom", "segment_free", "segment_alloc", "alloc", "oom",
                                         "free_requested", "free_completed", "segment_free"]
     assert [e["size"] for e in t if e["action"] == "oom"] == [48 * MIB, 32 * MIB]
+    # free device memory at the OOM is not known, and said so
+    assert all(e["tptrace_device_free_known"] is False for e in t if e["action"] == "oom")
     assert snap["tptrace"]["counts"]["ooms"] == 2
 
 
@@ -271,8 +280,13 @@ def test_mem_snapshot_pickle_round_trip():
     assert raw[:2] == b"\x80\x02" and raw[-1:] == b"."
     snap = pickle.loads(raw)
     check_viz_fields(snap)
-    # the same document as JSON, through a JSON round trip
+    # the pool id as PyTorch pickles it: a tuple, (0, 0) for the default pool
+    assert snap["segments"] and all(type(s["segment_pool_id"]) is tuple and s["segment_pool_id"] == (0, 0)
+                                    for s in snap["segments"])
+    # the same document as JSON (where a tuple is a list), through a JSON round trip
     again = json.loads(json.dumps(snap))
+    for s in again["segments"]:
+        s["segment_pool_id"] = tuple(s["segment_pool_id"])
     assert again == snap
     blocks = mallocs(wl)
     live = sorted((b["address"], b["requested_size"]) for s in snap["segments"] for b in s["blocks"]
@@ -413,3 +427,90 @@ def test_mem_snapshot_allocator_settings_from_environment():
         assert s["expandable_segments"] is (want == "expandable_segments:True"), s
         assert s["tptrace_source"] == ("environment of the process" if want else
                                        "PYTORCH_CUDA_ALLOC_CONF not set in the process: defaults"), s
+
+
+def test_mem_pre_attach_segments():
+    """Blocks in segments allocated before attach, some freed while tracing: inferred
+    segments hold every one of them, memory_viz replays every event."""
+    snap_path = tmp_path("mem-preattach.json")
+    wl, tr = run_alloc("preattach", ["-o", snap_path], "preattach", hold=True)
+    before = [(int(f[1], 16), int(f[2])) for f in infos(wl) if f[0] == "before"]
+    blocks = mallocs(wl)
+    assert [s for _, s in blocks] == [1000, 1000, 3145728, 2048, 33554432], blocks
+    d, e, f, g, y = blocks
+    assert d[0] == before[0][0] and y[0] == before[3][0], "d and y reuse a's and x's addresses"
+    assert ["released", "1"] in infos(wl)
+    snap = json.load(open(snap_path))
+    check_viz_fields(snap)
+    c = snap["tptrace"]["counts"]
+    assert (c["allocs"], c["frees"], c["frees_unknown"], c["segment_allocs"],
+            c["segment_frees_unknown"]) == (5, 3, 2, 0, 1), c
+    t = snap["device_traces"][0]
+    assert [e_["action"] for e_ in t] == ["alloc", "alloc", "free_requested", "free_completed",
+                                         "alloc", "free_requested", "free_completed", "alloc",
+                                         "alloc", "free_requested", "free_completed", "segment_free"]
+    # empty_cache() returned y's segment: its inferred segment ends there, nothing else does
+    assert [e_.get("tptrace_inferred", False) for e_ in t] == [False] * 11 + [True]
+    assert (t[-1]["addr"], t[-1]["size"]) == y
+    segs = snap["segments"]
+    assert y[0] not in [s["address"] for s in segs]
+    assert segs and all(s["tptrace_inferred"] and s["tptrace_source"] == "before_attach" for s in segs)
+    live = sorted((b["address"], b["requested_size"]) for s in segs for b in s["blocks"]
+                  if b["state"] == "active_allocated")
+    assert live == sorted([e, g]), live
+    # every address an event names, but y's, lies in a final segment (alive all along)
+    for ev in t:
+        if ev["addr"] == y[0]:
+            continue
+        assert any(s["address"] <= ev["addr"] < s["address"] + s["total_size"] for s in segs), ev
+    # the freed 3 MiB block's segment: it only ever held that block
+    big = [s for s in segs if s["address"] == f[0]]
+    assert big and big[0]["total_size"] == 3145728 and big[0]["allocated_size"] == 0, big
+
+
+def test_mem_no_stacks():
+    """--no-stacks: no frames anywhere, the same exact events and counts."""
+    snap_path = tmp_path("mem-nostacks.json")
+    wl, tr = run_alloc("normal", ["-o", snap_path, "--no-stacks"], "nostacks")
+    snap = json.load(open(snap_path))
+    check_viz_fields(snap)
+    t = snap["device_traces"][0]
+    assert [e["action"] for e in t] == ["segment_alloc", "alloc", "alloc", "alloc", "segment_alloc",
+                                        "alloc", "alloc", "segment_alloc", "alloc"] + \
+        ["free_requested", "free_completed"] * 6 + ["segment_alloc", "segment_free"] + ["segment_free"] * 3
+    assert [(e["addr"], e["size"]) for e in t if e["action"] == "alloc"] == mallocs(wl)
+    assert all(e["frames"] == [] for e in t), [e["frames"] for e in t if e["frames"]][:1]
+    assert all(g["frames"] == [] and g["call_site"] == "" for g in snap["tptrace"]["live_by_call_site"])
+    c = snap["tptrace"]["counts"]
+    assert (c["allocs"], c["frees"], c["segment_allocs"], c["segment_frees"]) == (6, 6, 7, 7), c
+    # with stacks (the default) the same run has frames: the option is what removed them
+    snap_path2 = tmp_path("mem-stacks.json")
+    run_alloc("normal", ["-o", snap_path2], "stacks")
+    t2 = json.load(open(snap_path2))["device_traces"][0]
+    assert all(e["frames"] for e in t2 if e["action"] == "alloc")
+
+
+def test_mem_alloc_conf_from_target():
+    """PYTORCH_CUDA_ALLOC_CONF comes from the target's environment, not tptrace's."""
+    conf = "expandable_segments:True,max_split_size_mb:128"
+    snap_path = tmp_path("mem-conf.json")
+    run_alloc("leak", ["-o", snap_path], "conf", hold=True,
+              env={"PYTORCH_CUDA_ALLOC_CONF": conf},
+              tracer_env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:1"})
+    snap = json.load(open(snap_path))
+    check_viz_fields(snap)
+    st = snap["allocator_settings"]
+    assert st["PYTORCH_CUDA_ALLOC_CONF"] == conf, st
+    assert st["expandable_segments"] is True and st["tptrace_source"] == "environment of the process", st
+    # unset in the target: the defaults, said so
+    snap_path = tmp_path("mem-noconf.json")
+    saved = os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    try:
+        run_alloc("leak", ["-o", snap_path], "noconf", hold=True,
+                  tracer_env={"PYTORCH_CUDA_ALLOC_CONF": conf})
+    finally:
+        if saved is not None:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = saved
+    st = json.load(open(snap_path))["allocator_settings"]
+    assert st["PYTORCH_CUDA_ALLOC_CONF"] == "" and st["expandable_segments"] is False, st
+    assert "not set" in st["tptrace_source"], st

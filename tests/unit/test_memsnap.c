@@ -1,13 +1,44 @@
 // SPDX-License-Identifier: MIT
 /* memsnap on synthetic events: counters, unknown frees, segments and their blocks, VMM
- * handles and maps, the memory_viz snapshot, leak groups, the pickle encoding. */
+ * handles and maps, the memory_viz snapshot, leak groups, the pickle encoding. Every snapshot
+ * goes through tests/tools/memsnap_check.py, which replays it as memory_viz does. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <cjson/cJSON.h>
 #include "check.h"
 #include "memsnap.h"
 
 #define MIB (1ULL << 20)
+#define CHECKER UNIT_DATA_DIR "/../../tools/memsnap_check.py"
+
+/* The checker's exit status on snap (written to UNIT_OUT_DIR/<name>.json): 0 valid, 1 not. */
+static int replay_status(const cJSON *snap, const char *name)
+{
+	char path[512], cmd[1200];
+	char *text = cJSON_PrintUnformatted(snap);
+	FILE *f;
+	int rc;
+
+	snprintf(path, sizeof(path), UNIT_OUT_DIR "/%s.json", name);
+	f = fopen(path, "w");
+	if (!f || !text) {
+		free(text);
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fputs(text, f);
+	fclose(f);
+	free(text);
+	snprintf(cmd, sizeof(cmd), "python3 %s %s", CHECKER, path);
+	fflush(stdout);
+	rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+#define CHECK_REPLAYS(snap, name) \
+	CHECK(replay_status(snap, name) == 0, "%s: memory_viz cannot replay the snapshot", name)
 
 static int fake_stack(void *ctx, int32_t stack_id, struct mem_frame *frames, int max)
 {
@@ -105,7 +136,7 @@ static void test_counters_and_snapshot(void)
 	s = cJSON_GetArrayItem(segs, 2);
 	CHECK(cJSON_IsTrue(cJSON_GetObjectItem(s, "tptrace_inferred")), "orphan block: inferred segment");
 	CHECK_U64(num(s, "device"), 1);
-	CHECK_U64(num(s, "total_size"), 1024);
+	CHECK_U64(num(s, "total_size"), 600);	/* what was seen of it, no more */
 
 	traces = cJSON_GetObjectItem(snap, "device_traces");
 	CHECK_U64(cJSON_GetArraySize(traces), 2);
@@ -123,6 +154,7 @@ static void test_counters_and_snapshot(void)
 	}
 	CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(snap, "allocator_settings"),
 					       "expandable_segments")), "settings from the conf");
+	CHECK_REPLAYS(snap, "counters");
 	cJSON_Delete(snap);
 
 	n = memsnap__leak_groups(ms, &g);
@@ -150,6 +182,376 @@ static void test_counters_and_snapshot(void)
 	CHECK_U64(memsnap__device(ms, 0)->peak_reserved, 22 * MIB);
 	memsnap__free(ms);
 	memsnap__free(NULL);
+}
+
+static cJSON *seg_at(cJSON *snap, uint64_t addr)
+{
+	cJSON *s;
+
+	cJSON_ArrayForEach(s, cJSON_GetObjectItem(snap, "segments"))
+		if (num(s, "address") == addr)
+			return s;
+	return NULL;
+}
+
+static uint64_t left_out(cJSON *snap, const char *why)
+{
+	return num(cJSON_GetObjectItem(cJSON_GetObjectItem(snap, "tptrace"), "left_out"), why);
+}
+
+static uint64_t left_out_total(cJSON *snap)
+{
+	cJSON *v;
+	uint64_t n = 0;
+
+	cJSON_ArrayForEach(v, cJSON_GetObjectItem(cJSON_GetObjectItem(snap, "tptrace"), "left_out"))
+		n += (uint64_t)v->valuedouble;
+	return n;
+}
+
+/* The actions of device 0's trace, joined by spaces. */
+static const char *actions(cJSON *snap, char *buf, size_t size)
+{
+	cJSON *e;
+	size_t n = 0;
+
+	buf[0] = '\0';
+	cJSON_ArrayForEach(e, cJSON_GetArrayItem(cJSON_GetObjectItem(snap, "device_traces"), 0))
+		n += snprintf(buf + n, n < size ? size - n : 0, "%s%s%s", n ? " " : "", str(e, "action"),
+			      cJSON_IsTrue(cJSON_GetObjectItem(e, "tptrace_inferred")) ? "*" : "");
+	return buf;
+}
+
+/* Memory allocated before attach: blocks come and go in segments tptrace never saw. The
+ * inferred segment holds the freed ones too, for the whole history (no segment events). */
+static void test_pre_attach(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	char buf[512];
+	cJSON *snap, *s, *blocks;
+
+	memsnap__block_alloc(ms, 100, 0, 0x7000000, 4096, 0x55, 1);	/* freed while tracing */
+	memsnap__block_alloc(ms, 200, 0, 0x7001000, 1000, 0x55, 1);	/* live */
+	memsnap__block_free(ms, 300, 0x7000000);
+	memsnap__block_free(ms, 310, 0x7100000);			/* allocated before attach */
+	memsnap__block_alloc(ms, 400, 0, 0x7000400, 512, 0x55, 2);	/* live, where the first was */
+	memsnap__block_alloc(ms, 500, 0, 0x9000000, 8192, 0x55, 2);	/* far away: its own segment */
+	memsnap__block_free(ms, 600, 0x9000000);
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 2);
+	s = seg_at(snap, 0x7000000);
+	CHECK(s != NULL, "an inferred segment from the first block seen");
+	CHECK(cJSON_IsTrue(cJSON_GetObjectItem(s, "tptrace_inferred")), "inferred");
+	CHECK_U64(num(s, "total_size"), 0x1000 + 1000);
+	CHECK_U64(num(s, "allocated_size"), 512 + 1000);
+	CHECK_U64(num(s, "requested_size"), 512 + 1000);
+	blocks = cJSON_GetObjectItem(s, "blocks");
+	CHECK_U64(cJSON_GetArraySize(blocks), 4);	/* gap, 512 at 0x400, gap, 1000 at 0x1000 */
+	CHECK_STR(str(cJSON_GetArrayItem(blocks, 0), "state"), "inactive");
+	CHECK_U64(num(cJSON_GetArrayItem(blocks, 1), "address"), 0x7000400);
+	s = seg_at(snap, 0x9000000);
+	CHECK(s != NULL && num(s, "allocated_size") == 0, "a segment for a block freed while tracing");
+	CHECK_STR(actions(snap, buf, sizeof(buf)), "alloc alloc free_requested free_completed alloc "
+		  "alloc free_requested free_completed");
+	CHECK_U64(left_out(snap, "blocks_overlapping_live_blocks"), 0);
+	CHECK_REPLAYS(snap, "pre_attach");
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
+/* A segment allocated before attach goes (cudaFree of an unknown pointer) and a new one is
+ * allocated over the same addresses: the inferred segment must end before the known one
+ * starts, and one inferred after a known segment went must start after it. */
+static void test_inferred_bounds(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	char buf[512];
+	cJSON *snap, *e;
+
+	memsnap__block_alloc(ms, 100, 0, 0x5000000, 4096, 0, -1);
+	memsnap__block_free(ms, 200, 0x5000000);
+	memsnap__segment_free(ms, 300, 0x5000000);			/* unknown: counted */
+	memsnap__segment_alloc(ms, 400, MEM_SEG_DEVICE, 0, 0x5000000, 2 * MIB, 0, -1);
+	memsnap__block_alloc(ms, 500, 0, 0x5000000, 1000, 0, -1);
+	/* a known segment freed, then blocks at its addresses with no segment seen */
+	memsnap__segment_alloc(ms, 600, MEM_SEG_DEVICE, 0, 0x6000000, 2 * MIB, 0, -1);
+	memsnap__segment_free(ms, 700, 0x6000000);
+	memsnap__block_alloc(ms, 800, 0, 0x6000200, 512, 0, -1);
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_STR(actions(snap, buf, sizeof(buf)), "alloc free_requested free_completed segment_free* "
+		  "segment_alloc alloc segment_alloc segment_free segment_alloc* alloc");
+	e = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(snap, "device_traces"), 0), 3);
+	CHECK_U64(num(e, "addr"), 0x5000000);
+	CHECK_U64(num(e, "size"), 4096);
+	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 2);
+	CHECK(seg_at(snap, 0x6000200) && cJSON_IsTrue(cJSON_GetObjectItem(seg_at(snap, 0x6000200),
+	      "tptrace_inferred")), "inferred after the known segment went");
+	CHECK_U64(num(cJSON_GetObjectItem(snap, "tptrace"), "inferred_segment_events"), 2);
+	CHECK_REPLAYS(snap, "inferred_bounds");
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
+/* empty_cache() on memory allocated before attach: cudaFree of a pointer never seen. It ends
+ * the inferred segment that starts there once its blocks are gone, and only then. */
+static void test_unknown_free_ends_inferred(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	char buf[512];
+	cJSON *snap;
+
+	memsnap__block_alloc(ms, 100, 0, 0xa000000, 4096, 0, -1);
+	memsnap__block_alloc(ms, 110, 0, 0xa001000, 4096, 0, -1);
+	memsnap__block_free(ms, 200, 0xa000000);
+	memsnap__block_free(ms, 210, 0xa001000);
+	memsnap__block_alloc(ms, 220, 0, 0xb000000, 512, 0, -1);	/* still live at the free */
+	memsnap__segment_free(ms, 300, 0xa000000);
+	memsnap__segment_free(ms, 310, 0xb000000);
+	memsnap__segment_free(ms, 320, 0xa001000);			/* not a segment start seen */
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_STR(actions(snap, buf, sizeof(buf)), "alloc alloc free_requested free_completed "
+		  "free_requested free_completed alloc segment_free*");
+	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 1);
+	CHECK(seg_at(snap, 0xb000000) != NULL, "the segment with a live block stays");
+	CHECK_U64(memsnap__stats(ms)->segment_frees_unknown, 3);
+	CHECK_REPLAYS(snap, "unknown_free");
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
+/* What no allocator can do is left out and counted, not drawn. */
+static void test_inconsistent_input(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	char buf[512];
+	cJSON *snap, *s;
+
+	memsnap__segment_alloc(ms, 100, MEM_SEG_DEVICE, 0, 0x10000000, 2 * MIB, 0, -1);
+	memsnap__block_alloc(ms, 200, 0, 0x10000000, 4096, 0, -1);
+	memsnap__block_alloc(ms, 300, 0, 0x10000400, 4096, 0, -1);	/* overlaps the live one */
+	memsnap__block_alloc(ms, 400, 0, 0x10100000, 512, 0, -1);
+	memsnap__block_alloc(ms, 500, 0, 0x10100000, 2048, 0, -1);	/* again, no free seen */
+	memsnap__block_alloc(ms, 600, 0, 0x101ffe00, 4096, 0, -1);	/* past the segment's end */
+	memsnap__segment_alloc(ms, 700, MEM_SEG_DEVICE, 0, 0x10100000, 2 * MIB, 0, -1);	/* overlaps */
+	memsnap__block_alloc(ms, 750, 0, 0x30000000, 1000, 0, -1);	/* no segment seen: */
+	memsnap__block_alloc(ms, 760, 0, 0x30000200, 1000, 0, -1);	/* overlaps it */
+	memsnap__segment_alloc(ms, 800, MEM_SEG_DEVICE, 0, 0, 0, 0, -1);	/* cudaMalloc(0) */
+	memsnap__block_alloc(ms, 900, 0, 0x10000800, 0, 0, -1);		/* 0 bytes */
+	memsnap__block_free(ms, 950, 0x10000800);
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_U64(left_out(snap, "empty_allocations"), 2);
+	CHECK_U64(left_out(snap, "blocks_overlapping_live_blocks"), 2);
+	CHECK_U64(left_out(snap, "blocks_reallocated_without_free"), 1);
+	s = seg_at(snap, 0x30000000);	/* the inferred one holds the first block only */
+	CHECK(s && num(s, "total_size") == 1000 && num(s, "requested_size") == 1000,
+	      "inferred segment around overlapping input");
+	CHECK_U64(left_out(snap, "blocks_crossing_a_segment"), 1);
+	CHECK_U64(left_out(snap, "segments_overlapping_live_segments"), 1);
+	CHECK_STR(actions(snap, buf, sizeof(buf)), "segment_alloc alloc alloc alloc");
+	s = seg_at(snap, 0x10000000);
+	CHECK(s != NULL, "the first segment");
+	CHECK_U64(num(s, "requested_size"), 4096 + 2048);
+	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 2);
+	CHECK_REPLAYS(snap, "inconsistent");
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
+/* Expandable segments: contiguous cuMemMap ranges are one segment; a block may span two. */
+static void test_expandable(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	char buf[512];
+	cJSON *snap, *s;
+
+	memsnap__handle_create(ms, 100, 0, 0xa1, 20 * MIB);
+	memsnap__handle_create(ms, 100, 0, 0xa2, 20 * MIB);
+	memsnap__handle_create(ms, 100, 0, 0xa3, 20 * MIB);
+	memsnap__map(ms, 200, 0x40000000, 20 * MIB, 0xa1, -1);
+	memsnap__block_alloc(ms, 300, 0, 0x40000000, 8 * MIB, 0, -1);
+	memsnap__map(ms, 400, 0x41400000, 20 * MIB, 0xa2, -1);
+	memsnap__block_alloc(ms, 500, 0, 0x41000000, 16 * MIB, 0, -1);	/* spans both maps */
+	memsnap__map(ms, 600, 0x42800000, 20 * MIB, 0xa3, -1);
+	memsnap__block_alloc(ms, 700, 0, 0x42800000, 1 * MIB, 0, -1);
+	memsnap__block_free(ms, 800, 0x42800000);
+	memsnap__unmap(ms, 900, 0x42800000, 20 * MIB);
+	memsnap__handle_release(ms, 950, 0xa3);
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_U64(cJSON_GetArraySize(cJSON_GetObjectItem(snap, "segments")), 1);
+	s = seg_at(snap, 0x40000000);
+	CHECK(s && cJSON_IsTrue(cJSON_GetObjectItem(s, "is_expandable")), "one expandable segment");
+	CHECK_U64(num(s, "total_size"), 40 * MIB);
+	CHECK_U64(num(s, "allocated_size"), 24 * MIB);
+	CHECK_STR(actions(snap, buf, sizeof(buf)), "segment_map alloc segment_map alloc segment_map "
+		  "alloc free_requested free_completed segment_unmap");
+	CHECK_REPLAYS(snap, "expandable");
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
+/* The history keeps the newest entries: what it lost still replays. */
+static void test_history_cut(void)
+{
+	struct memsnap *ms = memsnap__new(5);
+	cJSON *snap;
+
+	memsnap__segment_alloc(ms, 100, MEM_SEG_DEVICE, 0, 0x20000000, 2 * MIB, 0, -1);
+	memsnap__block_alloc(ms, 200, 0, 0x20000000, 512, 0, -1);
+	memsnap__block_alloc(ms, 300, 0, 0x20000200, 512, 0, -1);
+	memsnap__block_free(ms, 400, 0x20000000);
+	memsnap__block_free(ms, 500, 0x20000200);
+	memsnap__segment_free(ms, 600, 0x20000000);
+	memsnap__block_alloc(ms, 700, 0, 0x30000000, 512, 0, -1);
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_U64(memsnap__stats(ms)->history_dropped, 4);
+	CHECK_REPLAYS(snap, "history_cut");
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
+/* The checker itself fails on what memory_viz cannot draw. */
+static void test_checker_fails(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	cJSON *snap, *s, *b;
+
+	memsnap__segment_alloc(ms, 100, MEM_SEG_DEVICE, 0, 0x10000000, 2 * MIB, 0, -1);
+	memsnap__block_alloc(ms, 200, 0, 0x10000000, 1000, 0, -1);
+	memsnap__block_alloc(ms, 300, 0, 0x10000400, 1000, 0, -1);
+	memsnap__block_free(ms, 400, 0x10000000);
+	snap = memsnap__snapshot(ms, NULL);
+	CHECK_REPLAYS(snap, "checker_base");
+	/* a block freed while tracing in no segment: the bug of the old snapshots */
+	s = cJSON_DetachItemFromArray(cJSON_GetObjectItem(snap, "segments"), 0);
+	CHECK_U64(replay_status(snap, "checker_no_segment"), 1);
+	cJSON_AddItemToArray(cJSON_GetObjectItem(snap, "segments"), s);
+	/* blocks that do not tile: the second drawn elsewhere than its address */
+	b = cJSON_GetArrayItem(cJSON_GetObjectItem(s, "blocks"), 0);
+	cJSON_ReplaceItemInObject(b, "size", cJSON_CreateNumber(0x800));
+	CHECK_U64(replay_status(snap, "checker_tiling"), 1);
+	cJSON_ReplaceItemInObject(b, "size", cJSON_CreateNumber(0x400));
+	CHECK_U64(replay_status(snap, "checker_restored"), 0);
+	/* requested above size */
+	b = cJSON_GetArrayItem(cJSON_GetObjectItem(s, "blocks"), 1);
+	cJSON_ReplaceItemInObject(b, "requested_size", cJSON_CreateNumber(5000));
+	CHECK_U64(replay_status(snap, "checker_requested"), 1);
+	cJSON_Delete(snap);
+	memsnap__free(ms);
+}
+
+/* Random input, consistent or not (overlaps, missed frees, frees of unknown pointers, maps,
+ * a history that drops its oldest entries): every snapshot must replay. */
+static uint64_t rnd_state;
+
+static uint64_t rnd(uint64_t n)
+{
+	rnd_state = rnd_state * 6364136223846793005ULL + 1442695040888963407ULL;
+	return (rnd_state >> 33) % n;
+}
+
+static void test_random(void)
+{
+	for (int seed = 1; seed <= 12; seed++) {
+		struct memsnap *ms = memsnap__new(seed % 3 ? 0 : 700);
+		uint64_t live[64] = {}, segs[16] = {}, ts = 1;
+		char name[32];
+		cJSON *snap;
+
+		rnd_state = seed;
+		for (int i = 0; i < 2000; i++) {
+			/* 4 regions of 8 MiB, 64 MiB apart: blocks and segments meet only inside one */
+			uint64_t region = 0x100000000ULL + rnd(4) * (64 * MIB);
+			uint64_t addr = region + rnd(8 * MIB / 512) * 512;
+			int op = rnd(100), slot = rnd(64), sslot = rnd(16);
+
+			ts += 1 + rnd(5);
+			if (op < 40) {
+				if (live[slot] && rnd(8))
+					memsnap__block_free(ms, ts, live[slot]);
+				live[slot] = addr;
+				memsnap__block_alloc(ms, ts, 0, addr, 1 + rnd(rnd(4) ? 8192 : 1 * MIB),
+						     rnd(3), -1);
+			} else if (op < 75) {
+				memsnap__block_free(ms, ts, live[slot] ? live[slot] : addr);
+				live[slot] = 0;
+			} else if (op < 85) {
+				addr = region + rnd(8) * MIB;
+				if (segs[sslot] && rnd(4))
+					memsnap__segment_free(ms, ts, segs[sslot]);
+				segs[sslot] = addr;
+				memsnap__segment_alloc(ms, ts, MEM_SEG_DEVICE, 0, addr, (1 + rnd(2)) * MIB, 0, -1);
+			} else if (op < 92) {
+				memsnap__segment_free(ms, ts, segs[sslot] ? segs[sslot] : addr);
+				segs[sslot] = 0;
+			} else if (op < 97) {
+				addr = region + rnd(8) * MIB;
+				memsnap__handle_create(ms, ts, 0, 0x100 + i, 2 * MIB);
+				memsnap__map(ms, ts, addr, 2 * MIB, 0x100 + i, -1);
+			} else {
+				memsnap__unmap(ms, ts, region + rnd(8) * MIB, 2 * MIB);
+			}
+		}
+		snap = memsnap__snapshot(ms, NULL);
+		snprintf(name, sizeof(name), "random_%d", seed);
+		CHECK_REPLAYS(snap, name);
+		cJSON_Delete(snap);
+		memsnap__free(ms);
+	}
+}
+
+/* Random input as an allocator makes it: 6 regions of 4 MiB, each at any time without a
+ * segment, in one allocated before attach (never seen), in a cudaMalloc one or in a cuMemMap
+ * range; blocks only in 8 KiB slots of a region with a segment; a segment goes only when its
+ * blocks have. Nothing may be left out, and every snapshot replays. */
+static void test_random_consistent(void)
+{
+	for (int seed = 1; seed <= 8; seed++) {
+		enum { NONE, BEFORE, KNOWN, MAPPED } kind[6];
+		uint64_t slot[6][512] = {}, ts = 1;
+		int used[6] = {};
+		struct memsnap *ms = memsnap__new(seed % 4 ? 0 : 900);
+		char name[40];
+		cJSON *snap;
+
+		rnd_state = seed * 7919;
+		for (int r = 0; r < 6; r++)
+			kind[r] = rnd(2) ? BEFORE : NONE;
+		for (int i = 0; i < 3000; i++) {
+			int r = rnd(6), k = rnd(512);
+			uint64_t base = 0x200000000ULL + r * (64 * MIB), addr = base + k * 8192;
+
+			ts += 1 + rnd(3);
+			if (kind[r] == NONE) {
+				kind[r] = rnd(2) ? KNOWN : MAPPED;
+				if (kind[r] == KNOWN) {
+					memsnap__segment_alloc(ms, ts, MEM_SEG_DEVICE, 0, base, 4 * MIB, 0, -1);
+				} else {
+					memsnap__handle_create(ms, ts, 0, 0x1000 + i, 4 * MIB);
+					memsnap__map(ms, ts, base, 4 * MIB, 0x1000 + i, -1);
+				}
+			} else if (!used[r] && rnd(20) == 0) {
+				if (kind[r] == MAPPED)
+					memsnap__unmap(ms, ts, base, 4 * MIB);
+				else
+					memsnap__segment_free(ms, ts, base);	/* BEFORE: unknown */
+				kind[r] = NONE;
+			} else if (slot[r][k]) {
+				memsnap__block_free(ms, ts, addr);
+				slot[r][k] = 0;
+				used[r]--;
+			} else {
+				slot[r][k] = 1 + rnd(8192);
+				memsnap__block_alloc(ms, ts, 0, addr, slot[r][k], rnd(2), -1);
+				used[r]++;
+			}
+		}
+		snap = memsnap__snapshot(ms, NULL);
+		CHECK_U64(left_out_total(snap), 0);
+		snprintf(name, sizeof(name), "random_consistent_%d", seed);
+		CHECK_REPLAYS(snap, name);
+		cJSON_Delete(snap);
+		memsnap__free(ms);
+	}
 }
 
 static void test_history_ring(void)
@@ -195,6 +597,15 @@ static void test_pickle(void)
 int main(void)
 {
 	test_counters_and_snapshot();
+	test_pre_attach();
+	test_inferred_bounds();
+	test_unknown_free_ends_inferred();
+	test_inconsistent_input();
+	test_expandable();
+	test_history_cut();
+	test_checker_fails();
+	test_random();
+	test_random_consistent();
 	test_history_ring();
 	test_pickle();
 	return check_done();

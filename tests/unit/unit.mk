@@ -75,7 +75,8 @@ TEST_BINS += $(UNIT_DIR)/test_flightrec
 
 # memsnap (GPU memory state, memory_viz snapshot, pickle) on synthetic events
 $(UNIT_DIR)/test_memsnap: tests/unit/test_memsnap.c tests/unit/check.h \
-			  $(OUTPUT)/user/memsnap.o $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
+			  $(OUTPUT)/user/memsnap.o $(OUTPUT)/user/memlayout.o \
+			  $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 

@@ -4,7 +4,7 @@
  * libtpsim_alloc.so, USDT pytorch:malloc/free) and the simulated runtime (tests/sim/cudart).
  * Built with frame pointers so user stacks walk through the call sites.
  *
- * Usage: alloc_app [--scenario normal|leak|oom] [--hold]
+ * Usage: alloc_app [--scenario normal|leak|oom|preattach] [--hold]
  *
  * Before READY: cudaStreamCreate(&S) (S printed as "# stream 0x..."). Nothing is allocated.
  * Every block handed out is printed as "# malloc 0x<ptr> <size>", every direct runtime
@@ -36,6 +36,19 @@
  *   3. p3 = malloc 33554432 -> cudaMalloc(33554432) = 2, nothing cached: NULL ("# oom 33554432")
  *   4. free p2; tpsim_alloc_empty_cache() -> cudaFree(48 MiB segment)
  *   Totals: USDT malloc 2 / free 2; cudaMalloc 4 (2 failed with 2), cudaFree 2.
+ *
+ * preattach: memory allocated before attach, used after it (what a long-running job shows).
+ *   Before READY: a = malloc 1000 (one 2 MiB small segment), b = malloc 3145728 (one 20 MiB
+ *   segment), c = malloc 4096, x = malloc 33554432 (one 32 MiB segment); printed as
+ *   "# before 0x<ptr> <size>".
+ *   After GO (no cudaMalloc: everything fits the cached segments):
+ *   1. free a, free x              (allocated before attach: frees_unknown 2)
+ *   2. d = malloc 1000, e = malloc 1000; free d   (in the small segment, d where a was)
+ *   3. f = malloc 3145728; free f  (in the 20 MiB segment, after b)
+ *   4. g = malloc 2048             (small segment)
+ *   5. y = malloc 33554432 (x's segment, at its start); free y
+ *   6. tpsim_alloc_empty_cache()   -> cudaFree of the 32 MiB segment, never seen allocated
+ *   Live at DONE and seen: e, g. USDT malloc 5 / free 3 seen (+2 unknown); cudaFree 1 unknown.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -118,6 +131,31 @@ static void normal(void)
 	hs_info("released %d", tpsim_alloc_empty_cache());
 }
 
+static void preattach_before(void)
+{
+	static const size_t sizes[] = { 1000, 3145728, 4096, 33554432 };
+
+	for (int i = 0; i < 4; i++) {
+		kept[nr_kept] = tpsim_alloc_malloc(sizes[i], 0, S);
+		hs_info("before %p %zu", kept[nr_kept++], sizes[i]);
+	}
+}
+
+static void preattach_after(void)
+{
+	void *d;
+
+	tpsim_alloc_free(kept[0]);
+	tpsim_alloc_free(kept[3]);
+	d = block(1000);
+	block(1000);
+	tpsim_alloc_free(d);
+	tpsim_alloc_free(block(3145728));
+	block(2048);
+	tpsim_alloc_free(block(33554432));
+	hs_info("released %d", tpsim_alloc_empty_cache());
+}
+
 static void oom(void)
 {
 	void *p1, *p2;
@@ -141,19 +179,24 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--hold"))
 			hold = 1;
 		else {
-			fprintf(stderr, "usage: alloc_app [--scenario normal|leak|oom] [--hold]\n");
+			fprintf(stderr, "usage: alloc_app [--scenario normal|leak|oom|preattach] [--hold]\n");
 			return 2;
 		}
 	}
-	if (strcmp(scenario, "normal") && strcmp(scenario, "leak") && strcmp(scenario, "oom")) {
+	if (strcmp(scenario, "normal") && strcmp(scenario, "leak") && strcmp(scenario, "oom") &&
+	    strcmp(scenario, "preattach")) {
 		fprintf(stderr, "alloc_app: unknown scenario '%s'\n", scenario);
 		return 2;
 	}
 	check(cudaStreamCreate(&S), "cudaStreamCreate");
 	hs_info("stream %p", (void *)S);
+	if (!strcmp(scenario, "preattach"))
+		preattach_before();
 	hs_ready_wait_go();
 	if (!strcmp(scenario, "normal")) {
 		normal();
+	} else if (!strcmp(scenario, "preattach")) {
+		preattach_after();
 	} else if (!strcmp(scenario, "leak")) {
 		leak_site_a();
 		leak_site_b();
