@@ -1,4 +1,5 @@
-# Offline tools that read what tptrace wrote (included by the top-level Makefile).
+# Offline tools that read what tptrace wrote (included by the top-level Makefile; `all` builds
+# tptrace-fr).
 #   tptrace-fr                 flight-recorder dump analyzer (repo top level, next to ./tptrace)
 #   $(OUTPUT)/tptrace-fr-gen   synthetic dump directories for tests and benchmarks
 #   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
@@ -6,7 +7,10 @@
 # Tools read files only: they never link user/ objects.
 TOOLS_OUT   := $(OUTPUT)/tools
 TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_VERSION='"$(VERSION)"'
-FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_analyze.o
+# every tools/*.c that has no main() of its own is library code of the analyzer
+FR_MAINS    := tools/fr.c tools/fr_gen.c tools/fr_fuzz.c
+FR_LIB_SRCS := $(filter-out $(FR_MAINS),$(wildcard tools/*.c))
+FR_LIB_OBJS := $(patsubst tools/%.c,$(TOOLS_OUT)/%.o,$(FR_LIB_SRCS))
 FR_LIBS     := -lcjson -lpthread
 
 $(TOOLS_OUT):
@@ -32,9 +36,9 @@ FUZZ_CC      ?= $(CLANG)
 FUZZ_LIBFUZZER := $(wildcard $(shell $(FUZZ_CC) -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-$(shell uname -m).a)
 FUZZ_CORPUS  := tests/tools/corpus
 FUZZ_SECONDS ?= 120
-FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c tools/fr_analyze.c
+FR_FUZZ_SRCS := tools/fr_fuzz.c $(FR_LIB_SRCS)
 
-$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_analyze.h | $(OUTPUT)
+$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) $(wildcard tools/*.h) | $(OUTPUT)
 	$(call msg,FUZZ-CC,$@)
 	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $(FR_FUZZ_SRCS) -lcjson -o $@
@@ -48,10 +52,7 @@ fr-fuzz-run: $(OUTPUT)/fr_fuzz
 	$(Q)$(OUTPUT)/fr_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 		-artifact_prefix=$(OUTPUT)/ $(OUTPUT)/fuzz-corpus $(FUZZ_CORPUS)
 
-all: tptrace-fr
 TEST_BINS += tptrace-fr $(OUTPUT)/tptrace-fr-gen
 ifneq ($(FUZZ_LIBFUZZER),)
 TEST_BINS += $(OUTPUT)/fr_fuzz
 endif
-# tools.mk is included after tests/tests.mk has expanded test-bins' prerequisites: add ours here
-test-bins: tptrace-fr $(OUTPUT)/tptrace-fr-gen $(if $(FUZZ_LIBFUZZER),$(OUTPUT)/fr_fuzz)

@@ -1,4 +1,4 @@
-# In-process CUPTI agent (included by the top Makefile, or for now via tests/e2e/gpu.mk).
+# In-process CUPTI agent (included by the top Makefile; `all` builds it).
 #   $(OUTPUT)/libtptrace_agent.so  dlopen'ed into the target by `tptrace --gpu`, or loaded by the
 #                                  driver via CUDA_INJECTION64_PATH. Needs only libc; CUPTI is
 #                                  dlopen'ed at run time, cupti.h only supplies types.
