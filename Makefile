@@ -105,19 +105,19 @@ $(OUTPUT)/man:
 # the subcommands' help goes in as sections of their own (help2man --include), verbatim:
 # backslashes and leading dots/quotes escaped for roff
 H2M_VERBATIM := sed -e 's/\\/\\e/g' -e "s/^[.']/\\\\\&&/"
-$(OUTPUT)/man/tptrace.h2m: tptrace | $(OUTPUT)/man
+$(OUTPUT)/man/tptrace.h2m: tptrace Makefile | $(OUTPUT)/man
 	$(Q){ printf '[FLIGHT RECORDER: tptrace fr]\n.nf\n'; ./tptrace fr --help 2>&1 | $(H2M_VERBATIM); \
 	  printf '.fi\n\n[GPU MEMORY: tptrace mem]\n.nf\n'; ./tptrace mem --help 2>&1 | $(H2M_VERBATIM); \
 	  printf '.fi\n\n[SEE ALSO]\n.BR tptrace-fr (1)\n'; } > $@
 
-$(OUTPUT)/man/tptrace.8: tptrace $(OUTPUT)/man/tptrace.h2m
+$(OUTPUT)/man/tptrace.8: tptrace $(OUTPUT)/man/tptrace.h2m Makefile
 	$(call msg,MAN,$@)
 	$(Q)command -v $(HELP2MAN) >/dev/null || { echo "help2man not found: make deps (Debian package help2man)"; exit 1; }
 	$(Q)$(HELP2MAN) --no-info --no-discard-stderr --section 8 --version-string $(VERSION) \
 		--name "trace CUDA and NCCL calls of a running process with eBPF" \
 		--include $(OUTPUT)/man/tptrace.h2m --output $@ ./tptrace
 
-$(OUTPUT)/man/tptrace-fr.1: tptrace-fr | $(OUTPUT)/man
+$(OUTPUT)/man/tptrace-fr.1: tptrace-fr Makefile | $(OUTPUT)/man
 	$(call msg,MAN,$@)
 	$(Q)command -v $(HELP2MAN) >/dev/null || { echo "help2man not found: make deps (Debian package help2man)"; exit 1; }
 	$(Q)$(HELP2MAN) --no-info --no-discard-stderr --section 1 --version-string $(VERSION) \
