@@ -12,6 +12,8 @@ $(OUTPUT)/agent:
 
 $(OUTPUT)/agent/agent.o: user/agent/agent.c user/agent/agent_shm.h | $(OUTPUT)/agent
 	$(call msg,CC,$@)
+	$(Q)test -r $(CUDA_HOME)/include/cupti.h || { echo "the --gpu agent needs CUPTI's headers:" \
+		"no $(CUDA_HOME)/include/cupti.h (set CUDA_HOME to a CUDA toolkit)"; exit 1; }
 	$(Q)$(CC) $(AGENT_CFLAGS) -c $< -o $@
 
 $(AGENT_SO): $(OUTPUT)/agent/agent.o
