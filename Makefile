@@ -12,7 +12,8 @@ CFLAGS    ?= -O2 -g -Wall -Wextra -Wno-unused-parameter
 ALL_CFLAGS := $(CFLAGS) -I$(OUTPUT) -Iuser -Ibpf -D_GNU_SOURCE -MMD -MP
 LDLIBS    := -lbpf -lelf -lz -lcjson -lstdc++ -lpthread
 VERSION   := 0.1.0
-TEST_BINS :=	# what `make test` builds besides `all` (tools.mk, tests/*.mk add to it)
+# what `make test` builds besides `all` (tools/tools.mk and tests/*.mk add to it)
+TEST_BINS :=
 
 ifeq ($(V),1)
 Q =
@@ -35,7 +36,8 @@ LIB_OBJS  := $(filter-out $(OUTPUT)/user/tptrace.o,$(USER_OBJS))
 
 .PHONY: all deps demo test bench clean install uninstall man
 .SECONDARY:
-all:	# first rule: the default goal; its prerequisites follow the includes below
+# the first rule, so the default goal; its prerequisites follow the includes below
+all:
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -101,7 +103,6 @@ HELP2MAN ?= help2man
 $(OUTPUT)/man:
 	$(Q)mkdir -p $@
 
-# the subcommands' help goes in as sections of their own (help2man --include)
 # the subcommands' help goes in as sections of their own (help2man --include), verbatim:
 # backslashes and leading dots/quotes escaped for roff
 H2M_VERBATIM := sed -e 's/\\/\\e/g' -e "s/^[.']/\\\\\&&/"
