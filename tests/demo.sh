@@ -22,14 +22,17 @@ sleep 0.5
 echo "demo job running as pid $job (simulated CUDA runtime and CUPTI, never restarted)"
 echo "attaching for 3 s, with the GPU timeline:"
 echo "  tptrace -p $job --gpu -d 3 -o $trace"
+gpu=1
 if ! ./tptrace -p "$job" --gpu -d 3 -o "$trace"; then
 	echo "(--gpu refused, see above: tracing the CPU side only)"
+	gpu=0
 	./tptrace -p "$job" -d 3 -o "$trace"
 fi
 kill "$job" 2>/dev/null || true
 wait "$job" 2>/dev/null || true
 job=
-python3 - "$trace" <<'PY'
+status=0
+python3 - "$trace" <<'PY' || status=$?
 import gzip, json, sys
 t = json.load(gzip.open(sys.argv[1], "rt"))
 ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
@@ -42,6 +45,7 @@ gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "
 flows = [e for e in t["traceEvents"] if e.get("ph") == "s" and e.get("cat") == "ac2g"]
 print(f"GPU timeline: {len(gpu)} GPU events on their stream tracks, {len(flows)} launch->kernel arrows")
 print("dropped:", t["tptrace"]["events_dropped"])
+sys.exit(0 if gpu and flows else 3)
 PY
 cat <<MSG
 
@@ -49,3 +53,7 @@ Trace: $(realpath "$trace")
 Open it: https://ui.perfetto.dev -> "Open trace file" (the .json.gz loads as is), or
 chrome://tracing. Analyse with HTA: TraceAnalysis(trace_dir="$(realpath "$out")").
 MSG
+if [ "$status" -ne 0 ] || [ "$gpu" -eq 0 ]; then
+	echo "demo: FAILED: the trace has no GPU timeline (no GPU events or no launch->kernel arrows; see above)"
+	exit 1
+fi

@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
 """tptrace test runner (make test). Three tiers, see shared STYLE:
-  1. unit: .output/unit/test_* binaries and tests/tools/test_* scripts (no root needed)
-  2. e2e:  tests/e2e/test_*.py functions, as root with real BPF
-  3. smoke: tests/e2e/test_cli.py (help, version, bad input)
+  unit:  .output/unit/test_* binaries and tests/tools/test_* scripts (no root needed)
+  e2e:   tests/e2e/test_*.py functions, as root with real BPF
+  smoke: tests/e2e/test_cli.py (help, version, bad input), test_demo.py, test_install.py,
+         test_runner.py
 Prints one line per test and ends with 'N passed, N failed[, N skipped]'.
-Usage: tests/run.py [-k SUBSTRING] [-x]"""
+Usage: tests/run.py [--tier unit|e2e|smoke[,...]]... [-k SUBSTRING]... [-x] [--list]
+  --tier   run only these tiers (repeatable or a comma list; default: all)
+  -k       run only tests whose printed name contains SUBSTRING (repeatable: any of them),
+           e.g. unit/test_decode, tools/test_fr.py, test_cli.test_help_and_version
+  -x       stop at the first failure
+  --list   print the selected names, run nothing
+A selection that matches no test is an error (exit 2), never '0 passed, 0 failed'."""
+import argparse
 import importlib.util
 import os
 import subprocess
@@ -15,12 +23,24 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 
+TIERS = ("unit", "e2e", "smoke")
+# tests/e2e modules that are smoke tests (fast checks of the command-line surface); every
+# other tests/e2e/test_*.py is e2e
+SMOKE_MODULES = {"test_cli", "test_demo", "test_install", "test_runner"}
+
 results = {"passed": 0, "failed": 0, "skipped": 0}
 failures = []
 
 
 class Skip(Exception):
     pass
+
+
+class Test:
+    """One runnable test: name as printed, its tier, and how to run it."""
+
+    def __init__(self, name, tier, run):
+        self.name, self.tier, self.run = name, tier, run
 
 
 def report(name, status, secs, why=""):
@@ -51,65 +71,114 @@ def run_exe(name, argv, timeout=300):
         report(name, "failed", time.time() - t0, f"exit {p.returncode}\n{tail}")
 
 
-def main():
-    args = sys.argv[1:]
-    pattern = None
-    if "-k" in args:
-        pattern = args[args.index("-k") + 1]
-    stop_first = "-x" in args
+def run_fn(name, fn):
+    t0 = time.time()
+    try:
+        fn()
+        report(name, "passed", time.time() - t0)
+    except Skip as e:
+        report(name, "skipped", time.time() - t0, str(e))
+    except Exception as e:
+        if type(e).__name__ == "Skip":  # lib.Skip and friends
+            report(name, "skipped", time.time() - t0, str(e))
+        else:
+            report(name, "failed", time.time() - t0, traceback.format_exc(limit=4).strip())
 
-    def wanted(name):
-        return pattern is None or pattern in name
 
-    # tier 1: unit binaries and tool scripts
-    unit_dir = os.path.join(ROOT, ".output", "unit")
-    if os.path.isdir(unit_dir):
-        for f in sorted(os.listdir(unit_dir)):
-            path = os.path.join(unit_dir, f)
-            if f.startswith("test_") and os.access(path, os.X_OK) and os.path.isfile(path):
-                if wanted(f):
-                    run_exe(f"unit/{f}", [path])
-    tools_dir = os.path.join(ROOT, "tests", "tools")
-    if os.path.isdir(tools_dir):
-        for f in sorted(os.listdir(tools_dir)):
-            path = os.path.join(tools_dir, f)
-            if f.startswith("test_") and os.access(path, os.X_OK) and wanted(f):
-                run_exe(f"tools/{f}", [path], timeout=600)
+def module_tier(module):
+    return "smoke" if module in SMOKE_MODULES else "e2e"
 
-    # tiers 2 and 3: python test modules
-    e2e_dir = os.path.join(ROOT, "tests", "e2e")
+
+def discover(tiers, root=ROOT):
+    """Every test of the given tiers, in run order. Python modules are imported only when
+    their tier is wanted; one that fails to import is a failing test named e2e/<file>."""
+    tests = []
+    if "unit" in tiers:
+        unit_dir = os.path.join(root, ".output", "unit")
+        if os.path.isdir(unit_dir):
+            for f in sorted(os.listdir(unit_dir)):
+                path = os.path.join(unit_dir, f)
+                if f.startswith("test_") and os.access(path, os.X_OK) and os.path.isfile(path):
+                    tests.append(Test(f"unit/{f}", "unit", lambda n=f"unit/{f}", p=path: run_exe(n, [p])))
+        tools_dir = os.path.join(root, "tests", "tools")
+        if os.path.isdir(tools_dir):
+            for f in sorted(os.listdir(tools_dir)):
+                path = os.path.join(tools_dir, f)
+                if f.startswith("test_") and os.access(path, os.X_OK) and os.path.isfile(path):
+                    tests.append(Test(f"tools/{f}", "unit",
+                                      lambda n=f"tools/{f}", p=path: run_exe(n, [p], timeout=600)))
+    e2e_dir = os.path.join(root, "tests", "e2e")
     for f in sorted(os.listdir(e2e_dir)):
         if not (f.startswith("test_") and f.endswith(".py")):
+            continue
+        tier = module_tier(f[:-3])
+        if tier not in tiers:
             continue
         spec = importlib.util.spec_from_file_location(f[:-3], os.path.join(e2e_dir, f))
         mod = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(mod)
         except Exception:
-            report(f"e2e/{f}", "failed", 0, traceback.format_exc(limit=3))
+            why = traceback.format_exc(limit=3)
+            tests.append(Test(f"e2e/{f}", tier,
+                              lambda n=f"e2e/{f}", w=why: report(n, "failed", 0, w)))
             continue
-        for name in sorted(n for n in dir(mod) if n.startswith("test_")):
+        for name in sorted(n for n in dir(mod) if n.startswith("test_") and callable(getattr(mod, n))):
             full = f"{f[:-3]}.{name}"
-            if not wanted(full):
-                continue
-            fn = getattr(mod, name)
-            t0 = time.time()
-            try:
-                fn()
-                report(full, "passed", time.time() - t0)
-            except Skip as e:
-                report(full, "skipped", time.time() - t0, str(e))
-            except Exception as e:
-                if type(e).__name__ == "Skip":
-                    report(full, "skipped", time.time() - t0, str(e))
-                else:
-                    tb = traceback.format_exc(limit=4)
-                    report(full, "failed", time.time() - t0, tb.strip())
-            if stop_first and failures:
-                break
-        if stop_first and failures:
-            break
+            tests.append(Test(full, tier, lambda n=full, fn=getattr(mod, name): run_fn(n, fn)))
+    return tests
 
+
+def parse_tiers(values):
+    """['unit', 'e2e,smoke'] -> {'unit', 'e2e', 'smoke'}; none given -> every tier."""
+    tiers = set()
+    for v in values or []:
+        for t in filter(None, (x.strip() for x in v.split(","))):
+            if t not in TIERS:
+                raise ValueError(f"unknown tier {t!r} (tiers: {', '.join(TIERS)})")
+            tiers.add(t)
+    return tiers or set(TIERS)
+
+
+def select(tests, patterns):
+    """Tests whose printed name contains any of the patterns (all when there are none)."""
+    if not patterns:
+        return list(tests)
+    return [t for t in tests if any(p in t.name for p in patterns)]
+
+
+def nothing_matched(tiers, patterns):
+    tier_s = ",".join(t for t in TIERS if t in tiers)
+    if patterns:
+        ks = " ".join(f"-k {p!r}" for p in patterns)
+        return f"run.py: no test matches {ks} in tier {tier_s} (--list shows the names)"
+    return f"run.py: no tests found in tier {tier_s} (built? `make test-bins` builds them)"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="tests/run.py", usage=__doc__.split("Usage: ")[1].split("\n")[0])
+    ap.add_argument("--tier", action="append", default=[])
+    ap.add_argument("-k", dest="patterns", action="append", default=[])
+    ap.add_argument("-x", dest="stop_first", action="store_true")
+    ap.add_argument("--list", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        tiers = parse_tiers(a.tier)
+    except ValueError as e:
+        print(f"run.py: {e}", file=sys.stderr)
+        return 2
+    tests = select(discover(tiers), a.patterns)
+    if not tests:
+        print(nothing_matched(tiers, a.patterns), file=sys.stderr)
+        return 2
+    if a.list:
+        for t in tests:
+            print(f"{t.tier:5} {t.name}")
+        return 0
+    for t in tests:
+        t.run()
+        if a.stop_first and failures:
+            break
     if failures:
         print("failed: " + ", ".join(failures))
     line = f"{results['passed']} passed, {results['failed']} failed"

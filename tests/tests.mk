@@ -12,6 +12,7 @@ include tests/e2e/e2e.mk
 .PHONY: test-bins
 test-bins: $(TEST_BINS)
 
+# every tier; `make test RUN_ARGS="--tier unit -k decode"` passes a selection to tests/run.py
 test: deps
 	$(Q)$(MAKE) --no-print-directory all test-bins
-	$(Q)python3 tests/run.py
+	$(Q)python3 tests/run.py $(RUN_ARGS)

@@ -1,4 +1,5 @@
-# Offline tools that read what tptrace wrote (included by the top-level Makefile).
+# Offline tools that read what tptrace wrote (included by the top-level Makefile; `all` builds
+# tptrace-fr).
 #   tptrace-fr                 flight-recorder dump analyzer (repo top level, next to ./tptrace)
 #   $(OUTPUT)/tptrace-fr-gen   synthetic dump directories for tests and benchmarks
 #   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
@@ -63,10 +64,7 @@ fr-fuzz-run: $(OUTPUT)/fr_fuzz
 	$(Q)$(OUTPUT)/fr_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 		-artifact_prefix=$(OUTPUT)/ $(OUTPUT)/fuzz-corpus $(FUZZ_CORPUS)
 
-all: tptrace-fr
 TEST_BINS += tptrace-fr $(OUTPUT)/tptrace-fr-gen
 ifneq ($(FUZZ_LIBFUZZER),)
 TEST_BINS += $(OUTPUT)/fr_fuzz
 endif
-# tools.mk is included after tests/tests.mk has expanded test-bins' prerequisites: add ours here
-test-bins: tptrace-fr $(OUTPUT)/tptrace-fr-gen $(if $(FUZZ_LIBFUZZER),$(OUTPUT)/fr_fuzz)

@@ -1,11 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * bench_probe: attaches one reference program from bench_probes.bpf.c (an empty uprobe, or a step
- * of the tptrace-entry ladder) to one function of a running process, drains the ring like
- * tptrace does, and detaches when stdin closes.
+ * bench_probe: loads one BPF object, attaches one of its programs (and optionally a return
+ * program) to one function of a running process, drains the object's "events" ring like
+ * tptrace does, and detaches when stdin closes. The objects: tests/bench/bench_empty.bpf.c (the
+ * empty floor), tptrace's own .output/cuda.bpf.o, and the ladder objects bench.mk cuts from
+ * bpf/cuda.bpf.c (TP_BENCH_STOP).
  *
- *   bench_probe --pid P --path LIB --off 0xOFF --entry PROG [--return PROG] [--wake-bytes N]
+ *   bench_probe --obj FILE --pid P --path LIB --off 0xOFF --entry PROG [--return PROG]
+ *               [--api SYMBOL [--caller2] | --cookie N] [--ring-mb N] [--wake-bytes N]
  *
+ * --api gives the program the attach cookie tptrace itself computes for that CUDA runtime
+ * symbol (user/cuda_api.c). --ring-mb and --wake-bytes set the ring's size and the
+ * wakeup_bytes constant where the object has them; the defaults are tptrace's (4 MiB, an
+ * eighth of the ring: user/session.c).
  * Prints "ATTACHED" once the probes are live; at exit "RECORDS n" and, per program,
  * "STATS <prog> <run_cnt> <run_time_ns>" (non-zero only with kernel.bpf_stats_enabled=1).
  */
@@ -16,8 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
-#include "bench_probes.skel.h"
+#include "cuda_api.h"
 
 static unsigned long long records;
 
@@ -38,82 +46,186 @@ static void print_stats(struct bpf_program *prog)
 	       (unsigned long long)info.run_time_ns);
 }
 
-int main(int argc, char **argv)
+/* Sets the u64 `const volatile` variable name in the object's .rodata before load, as a
+ * skeleton's rodata->name would. Returns -ENOENT when the object has no such variable. */
+static int set_rodata_u64(struct bpf_object *obj, const char *name, __u64 val)
 {
-	const char *path = NULL, *entry = NULL, *ret_name = NULL;
-	struct bpf_program *entry_prog = NULL, *ret_prog = NULL;
-	struct bpf_link *links[2] = {};
-	struct bench_probes_bpf *skel;
-	struct ring_buffer *rb = NULL;
-	unsigned long long off = 0, wake_bytes = 0;
-	int pid = -1, err = 1;
+	struct btf *btf = bpf_object__btf(obj);
+	const struct btf_var_secinfo *vs;
+	const struct btf_type *sec;
+	struct bpf_map *map;
+	const void *init;
+	size_t size;
+	int id;
 
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--pid"))
-			pid = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--path"))
-			path = argv[i + 1];
-		else if (!strcmp(argv[i], "--off"))
-			off = strtoull(argv[i + 1], NULL, 0);
-		else if (!strcmp(argv[i], "--entry"))
-			entry = argv[i + 1];
-		else if (!strcmp(argv[i], "--return"))
-			ret_name = argv[i + 1];
-		else if (!strcmp(argv[i], "--wake-bytes"))
-			wake_bytes = strtoull(argv[i + 1], NULL, 0);
+	if (!btf)
+		return -ENOENT;
+	id = btf__find_by_name_kind(btf, ".rodata", BTF_KIND_DATASEC);
+	if (id < 0)
+		return -ENOENT;
+	sec = btf__type_by_id(btf, id);
+	bpf_object__for_each_map(map, obj) {
+		if (bpf_map__is_internal(map) && strstr(bpf_map__name(map), ".rodata"))
+			break;
 	}
-	if (pid <= 0 || !path || !off || !entry) {
-		fprintf(stderr, "usage: bench_probe --pid P --path LIB --off 0xOFF --entry PROG "
-			"[--return PROG] [--wake-bytes N]\n");
-		return 2;
-	}
-	skel = bench_probes_bpf__open();
-	if (!skel) {
-		fprintf(stderr, "bench_probe: open: %s\n", strerror(errno));
-		return 1;
-	}
-	skel->rodata->wake_threshold = wake_bytes;
-	/* load only the programs asked for */
-	{
-		struct bpf_program *p;
+	if (!map || !(init = bpf_map__initial_value(map, &size)))
+		return -ENOENT;
+	vs = btf_var_secinfos(sec);
+	for (int i = 0; i < btf_vlen(sec); i++, vs++) {
+		const struct btf_type *var = btf__type_by_id(btf, vs->type);
+		char *copy;
+		int r;
 
-		bpf_object__for_each_program(p, skel->obj) {
-			const char *n = bpf_program__name(p);
-			bool want = !strcmp(n, entry) || (ret_name && !strcmp(n, ret_name));
+		if (strcmp(btf__name_by_offset(btf, var->name_off), name))
+			continue;
+		if (vs->size != sizeof(val) || vs->offset + sizeof(val) > size)
+			return -EINVAL;
+		copy = malloc(size);
+		if (!copy)
+			return -ENOMEM;
+		memcpy(copy, init, size);
+		memcpy(copy + vs->offset, &val, sizeof(val));
+		r = bpf_map__set_initial_value(map, copy, size);
+		free(copy);
+		return r;
+	}
+	return -ENOENT;
+}
 
-			bpf_program__set_autoload(p, want);
-			if (!strcmp(n, entry))
-				entry_prog = p;
-			else if (ret_name && !strcmp(n, ret_name))
-				ret_prog = p;
+static int api_cookie(const char *symbol, bool caller2, unsigned long long *cookie)
+{
+	for (int id = 0; id < cuda_api_count; id++) {
+		if (!strcmp(cuda_apis[id].symbol, symbol)) {
+			*cookie = cuda_api_cookie(id, caller2);
+			return 0;
 		}
 	}
+	return -ENOENT;
+}
+
+int main(int argc, char **argv)
+{
+	const char *obj_path = NULL, *path = NULL, *entry = NULL, *ret_name = NULL, *api = NULL;
+	struct bpf_program *entry_prog = NULL, *ret_prog = NULL, *p;
+	unsigned long long off = 0, cookie = 0, ring_mb = 4, wake_bytes = 0;
+	struct bpf_link *links[2] = {};
+	struct ring_buffer *rb = NULL;
+	struct bpf_object *obj;
+	struct bpf_map *events;
+	bool caller2 = false, wake_given = false;
+	int pid = -1, err = 1, r;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(argv[i], "--caller2")) {
+			caller2 = true;
+			continue;
+		}
+		if (!v) {
+			fprintf(stderr, "bench_probe: %s needs a value\n", argv[i]);
+			return 2;
+		}
+		if (!strcmp(argv[i], "--obj"))
+			obj_path = v;
+		else if (!strcmp(argv[i], "--pid"))
+			pid = atoi(v);
+		else if (!strcmp(argv[i], "--path"))
+			path = v;
+		else if (!strcmp(argv[i], "--off"))
+			off = strtoull(v, NULL, 0);
+		else if (!strcmp(argv[i], "--entry"))
+			entry = v;
+		else if (!strcmp(argv[i], "--return"))
+			ret_name = v;
+		else if (!strcmp(argv[i], "--api"))
+			api = v;
+		else if (!strcmp(argv[i], "--cookie"))
+			cookie = strtoull(v, NULL, 0);
+		else if (!strcmp(argv[i], "--ring-mb"))
+			ring_mb = strtoull(v, NULL, 0);
+		else if (!strcmp(argv[i], "--wake-bytes")) {
+			wake_bytes = strtoull(v, NULL, 0);
+			wake_given = true;
+		}
+		else {
+			fprintf(stderr, "bench_probe: unknown option %s\n", argv[i]);
+			return 2;
+		}
+		i++;
+	}
+	if (!obj_path || pid <= 0 || !path || !off || !entry || !ring_mb) {
+		fprintf(stderr, "usage: bench_probe --obj FILE --pid P --path LIB --off 0xOFF --entry PROG "
+			"[--return PROG] [--api SYMBOL [--caller2] | --cookie N] [--ring-mb N] "
+			"[--wake-bytes N]\n");
+		return 2;
+	}
+	if (api && api_cookie(api, caller2, &cookie)) {
+		fprintf(stderr, "bench_probe: %s is not a CUDA runtime API tptrace probes\n", api);
+		return 2;
+	}
+	if (!wake_given)
+		wake_bytes = (ring_mb << 20) / 8;
+	obj = bpf_object__open_file(obj_path, NULL);
+	if (!obj) {
+		fprintf(stderr, "bench_probe: open %s: %s\n", obj_path, strerror(errno));
+		return 1;
+	}
+	/* load only the programs asked for: the object's others need attach types of their own */
+	bpf_object__for_each_program(p, obj) {
+		const char *n = bpf_program__name(p);
+
+		bpf_program__set_autoload(p, !strcmp(n, entry) || (ret_name && !strcmp(n, ret_name)));
+		if (!strcmp(n, entry))
+			entry_prog = p;
+		else if (ret_name && !strcmp(n, ret_name))
+			ret_prog = p;
+	}
 	if (!entry_prog || (ret_name && !ret_prog)) {
-		fprintf(stderr, "bench_probe: no program %s\n", entry_prog ? ret_name : entry);
+		fprintf(stderr, "bench_probe: %s has no program %s\n", obj_path,
+			entry_prog ? ret_name : entry);
 		goto cleanup;
 	}
-	if (bench_probes_bpf__load(skel)) {
-		fprintf(stderr, "bench_probe: load: %s\n", strerror(errno));
+	events = bpf_object__find_map_by_name(obj, "events");
+	if (events && bpf_map__set_max_entries(events, (__u32)(ring_mb << 20))) {
+		fprintf(stderr, "bench_probe: ring of %llu MiB refused\n", ring_mb);
 		goto cleanup;
 	}
-	links[0] = bpf_program__attach_uprobe(entry_prog, false, pid, path, off);
+	r = set_rodata_u64(obj, "wakeup_bytes", wake_bytes);
+	if (r && r != -ENOENT) {
+		fprintf(stderr, "bench_probe: wakeup_bytes: %s\n", strerror(-r));
+		goto cleanup;
+	}
+	if (bpf_object__load(obj)) {
+		fprintf(stderr, "bench_probe: load %s: %s\n", obj_path, strerror(errno));
+		goto cleanup;
+	}
+	{
+		LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = cookie);
+
+		links[0] = bpf_program__attach_uprobe_opts(entry_prog, pid, path, off, &opts);
+	}
 	if (!links[0]) {
 		fprintf(stderr, "bench_probe: attach %s at %s+0x%llx: %s\n", entry, path, off,
 			strerror(errno));
 		goto cleanup;
 	}
 	if (ret_prog) {
-		links[1] = bpf_program__attach_uprobe(ret_prog, true, pid, path, off);
+		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = true, .bpf_cookie = cookie);
+
+		links[1] = bpf_program__attach_uprobe_opts(ret_prog, pid, path, off, &opts);
 		if (!links[1]) {
 			fprintf(stderr, "bench_probe: attach return at %s+0x%llx: %s\n", path, off,
 				strerror(errno));
 			goto cleanup;
 		}
 	}
-	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_record, NULL, NULL);
-	if (!rb) {
-		fprintf(stderr, "bench_probe: ring buffer: %s\n", strerror(errno));
-		goto cleanup;
+	if (events) {
+		rb = ring_buffer__new(bpf_map__fd(events), on_record, NULL, NULL);
+		if (!rb) {
+			fprintf(stderr, "bench_probe: ring buffer: %s\n", strerror(errno));
+			goto cleanup;
+		}
 	}
 	printf("ATTACHED\n");
 	fflush(stdout);
@@ -121,12 +233,15 @@ int main(int argc, char **argv)
 		struct pollfd in = { .fd = 0, .events = POLLIN };
 		char buf[256];
 
-		ring_buffer__poll(rb, 50);	/* the same 50 ms timeout as tptrace's loop */
-		ring_buffer__consume(rb);	/* NO_WAKEUP records never wake the poll */
-		if (poll(&in, 1, 0) > 0 && read(0, buf, sizeof(buf)) <= 0)
+		if (rb) {
+			ring_buffer__poll(rb, 20);	/* the same 20 ms timeout as tptrace's loop */
+			ring_buffer__consume(rb);	/* NO_WAKEUP records never wake the poll */
+		}
+		if (poll(&in, 1, rb ? 0 : 50) > 0 && read(0, buf, sizeof(buf)) <= 0)
 			break;
 	}
-	ring_buffer__consume(rb);
+	if (rb)
+		ring_buffer__consume(rb);
 	printf("RECORDS %llu\n", records);
 	print_stats(entry_prog);
 	print_stats(ret_prog);
@@ -135,6 +250,6 @@ cleanup:
 	bpf_link__destroy(links[0]);
 	bpf_link__destroy(links[1]);
 	ring_buffer__free(rb);
-	bench_probes_bpf__destroy(skel);
+	bpf_object__close(obj);
 	return err;
 }

@@ -159,22 +159,26 @@ class Tptrace:
             raise RuntimeError(f"tptrace rc={rc}: {self.err.text()}")
 
 
-class EmptyProbe:
-    """tests/bench/bench_probe.c with one program of bench_probes.bpf.c per function."""
+EMPTY_OBJ = os.path.join(BENCH, "bench_empty.bpf.o")
 
-    def __init__(self, loop, ops, entry="empty_entry", ret=None, wake_bytes=0):
+
+class EmptyProbe:
+    """tests/bench/bench_probe.c: one program of a BPF object per function; by default the
+    empty floor (bench_empty.bpf.c), for the ladder tptrace's own entry program."""
+
+    def __init__(self, loop, ops, entry="empty_entry", ret=None, obj=EMPTY_OBJ, extra=()):
         self.ps, self.stats = [], {}
         for op, with_ret in ops:
             path, off = loop.syms[op]
-            argv = [os.path.join(BENCH, "bench_probe"), "--pid", str(loop.pid), "--path", path,
-                    "--off", off, "--entry", entry, "--wake-bytes", str(wake_bytes)]
+            argv = [os.path.join(BENCH, "bench_probe"), "--obj", obj, "--pid", str(loop.pid),
+                    "--path", path, "--off", off, "--entry", entry] + list(extra)
             if with_ret:
                 argv += ["--return", ret or "empty_return"]
             p = subprocess.Popen(TRACER_CPU + argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True)
             if p.stdout.readline().strip() != "ATTACHED":
                 p.kill()
-                raise RuntimeError(f"bench_probe {entry} did not attach")
+                raise RuntimeError(f"bench_probe {os.path.basename(obj)}:{entry} did not attach")
             self.ps.append(p)
 
     def close(self):
@@ -349,24 +353,29 @@ def probe_nccl_fr(a, loop):
     emit(key, f"{(m['fr'] - m['none']) / (m['empty'] - m['none']):.2f}")
 
 
-LADDER = [  # (key, entry program, extra args): see tests/bench/bench_probes.bpf.c
-    ("full", "ladder_full", {}),
-    ("noreads", "ladder_noreads", {}),
-    ("small_record", "ladder_small", {}),
-    ("nowakeup", "ladder_nowake", {}),
-    ("batch_wakeup_256k", "ladder_batchwake", {"wake_bytes": 256 << 10}),
-    ("helpers_only", "ladder_helpers", {}),
-    ("ring_only_nowakeup", "ladder_ringonly", {}),
-    ("stack_read_only", "ladder_readonly", {}),
-    ("read_first_then_ring", "ladder_readfirst", {}),
-    ("ring_then_read", "ladder_readafter", {}),
-    ("tptrace_like", "ladder_tptracelike", {"wake_bytes": 512 << 10}),
+# tptrace's entry program (bpf/cuda.bpf.c) on cudaLaunchKernel with the cookie tptrace gives it,
+# cut short by bench.mk (TP_BENCH_STOP) or whole (the product's .output/cuda.bpf.o) under
+# different wake-up settings: (key, object, bench_probe arguments)
+PROD_OBJ = os.path.join(OUT, "cuda.bpf.o")
+LAUNCH = ["--api", "cudaLaunchKernel"]
+LADDER = [
+    ("helpers_only", os.path.join(BENCH, "cuda_stop1.bpf.o"), LAUNCH),
+    ("record_no_reads", os.path.join(BENCH, "cuda_stop2.bpf.o"), LAUNCH),
+    ("full", PROD_OBJ, LAUNCH),
+    ("full_caller2", PROD_OBJ, LAUNCH + ["--caller2"]),
+    ("full_wake_every_record", PROD_OBJ, LAUNCH + ["--wake-bytes", "0"]),
+    ("full_no_wakeup", PROD_OBJ, LAUNCH + ["--wake-bytes", str(1 << 62)]),
 ]
 
 
+def ladder_probe(loop, key):
+    _, obj, extra = next(x for x in LADDER if x[0] == key)
+    return EmptyProbe(loop, [("launch", False)], entry="cuda_entry", obj=obj, extra=extra)
+
+
 def section_ladder(a):
-    """Where the entry program's cost goes: tptrace's cudaLaunchKernel path rebuilt step by
-    step in tests/bench/bench_probes.bpf.c, each step's ns/call over the empty probe."""
+    """Where the entry program's cost goes: tptrace's cudaLaunchKernel path cut step by step
+    from bpf/cuda.bpf.c (see LADDER), each step's ns/call over the empty probe."""
     loop = Loop()
     try:
         configs = ["empty"] + [k for k, _, _ in LADDER]
@@ -376,8 +385,7 @@ def section_ladder(a):
                 if c == "empty":
                     h = EmptyProbe(loop, [("launch", False)])
                 else:
-                    _, prog, kw = next(x for x in LADDER if x[0] == c)
-                    h = EmptyProbe(loop, [("launch", False)], entry=prog, **kw)
+                    h = ladder_probe(loop, c)
                 loop.run("launch", a.warmup)
                 res[c].append(loop.run("launch", a.calls))
                 h.close()
@@ -446,13 +454,15 @@ def section_bpfstats(a):
             if name in h.stats and h.stats[name][0]:
                 cnt, ns = h.stats[name]
                 emit(f"bpf_ns_per_run.{key}", f"{ns / cnt:.0f}")
-        for _, prog, kw in LADDER:
-            h = EmptyProbe(loop, [("launch", False)], entry=prog, **kw)
+        for key, _, _ in LADDER:
+            h = ladder_probe(loop, key)
             loop.run("launch", a.calls)
             h.close()
-            if prog in h.stats and h.stats[prog][0]:
-                cnt, ns = h.stats[prog]
-                emit(f"bpf_ns_per_run.{prog}", f"{ns / cnt:.0f}")
+            if h.stats.get("cuda_entry", (0, 0))[0]:
+                cnt, ns = h.stats["cuda_entry"]
+                emit(f"bpf_ns_per_run.ladder_{key}", f"{ns / cnt:.0f}")
+            else:
+                na(f"bpf_ns_per_run.ladder_{key}", "no runs counted")
     finally:
         loop.close()
         open(knob, "w").write(old)

@@ -1,10 +1,6 @@
-# GPU (CUPTI agent) e2e pieces. Include from the top Makefile or tests/tests.mk once the lead
-# wires --gpu; for now tests/sim/sim.mk includes it.
-#   $(OUTPUT)/libtptrace_agent.so   (user/agent/agent.mk)
+# GPU (CUPTI agent) e2e pieces (included from tests/sim/sim.mk). The agent itself,
+# $(AGENT_SO), is part of the product: user/agent/agent.mk, included by the top Makefile.
 #   $(E2E_DIR)/gpu_attach           drives user/gpu.c + user/gpu_trace.c against a running pid
-ifndef AGENT_SO
-include user/agent/agent.mk
-endif
 GPU_E2E_DIR := $(OUTPUT)/e2e
 
 $(GPU_E2E_DIR)/gpu_attach: tests/e2e/progs/gpu_attach.c $(OUTPUT)/libtptrace.a $(AGENT_SO) | $(GPU_E2E_DIR)

@@ -79,7 +79,7 @@ TEST_BINS += $(SIM_CUPTI)
 
 -include $(OUTPUT)/sim/cupti/cupti.d
 
-# GPU agent, injector and the e2e driver (tests/e2e/gpu.mk, which includes user/agent/agent.mk).
+# The GPU e2e driver and the agent unit test (tests/e2e/gpu.mk; the agent is built by `all`).
 -include tests/e2e/gpu.mk
 
 # Simulated caching allocator (tests/sim/alloc): $(SIM_LIB_DIR)/libtpsim_alloc.so, PyTorch's

@@ -1,4 +1,4 @@
-# In-process CUPTI agent (included by the top Makefile, or for now via tests/e2e/gpu.mk).
+# In-process CUPTI agent (included by the top Makefile; `all` builds it).
 #   $(OUTPUT)/libtptrace_agent.so  dlopen'ed into the target by `tptrace --gpu`, or loaded by the
 #                                  driver via CUDA_INJECTION64_PATH. Needs only libc; CUPTI is
 #                                  dlopen'ed at run time, cupti.h only supplies types.
@@ -12,6 +12,8 @@ $(OUTPUT)/agent:
 
 $(OUTPUT)/agent/agent.o: user/agent/agent.c user/agent/agent_shm.h | $(OUTPUT)/agent
 	$(call msg,CC,$@)
+	$(Q)test -r $(CUDA_HOME)/include/cupti.h || { echo "the --gpu agent needs CUPTI's headers:" \
+		"no $(CUDA_HOME)/include/cupti.h (set CUDA_HOME to a CUDA toolkit)"; exit 1; }
 	$(Q)$(CC) $(AGENT_CFLAGS) -c $< -o $@
 
 $(AGENT_SO): $(OUTPUT)/agent/agent.o

@@ -1,0 +1,31 @@
+"""Smoke: tests/demo.sh (make demo's run step) on the built tree traces the sim job with its
+GPU timeline, and says so; without the agent it fails loudly instead of printing 0 events."""
+import os
+import re
+import subprocess
+import tempfile
+from lib import ROOT, need_root
+
+
+def demo(env_extra):
+    with tempfile.TemporaryDirectory(prefix="tptrace-demo-") as d:
+        env = dict(os.environ, DEMO_OUT=d, **env_extra)
+        p = subprocess.run([os.path.join(ROOT, "tests", "demo.sh")], capture_output=True,
+                           text=True, timeout=120, env=env, cwd=ROOT)
+        return p.returncode, p.stdout + p.stderr
+
+
+def test_demo_shows_gpu_timeline():
+    need_root()
+    env = {k: "" for k in ("TPTRACE_AGENT_SO",) if k in os.environ}
+    rc, out = demo(env)
+    assert rc == 0, out
+    m = re.search(r"GPU timeline: (\d+) GPU events on their stream tracks, (\d+) launch->kernel arrows", out)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out
+    assert "'fake_gemm'" in out and "'fake_relu'" in out, out
+
+
+def test_demo_fails_without_agent():
+    need_root()
+    rc, out = demo({"TPTRACE_AGENT_SO": "/nonexistent/libtptrace_agent.so"})
+    assert rc != 0 and "demo: FAILED: the trace has no GPU timeline" in out, (rc, out)
