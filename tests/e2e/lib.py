@@ -10,7 +10,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, ".output")
-TPTRACE = os.path.join(ROOT, "tptrace")
+# TPTRACE_BIN: run the tests against another build of tptrace
+TPTRACE = os.environ.get("TPTRACE_BIN") or os.path.join(ROOT, "tptrace")
 WL = os.path.join(OUT, "tests")
 SIM_LIB = os.path.join(OUT, "sim", "lib")
 E2E_BIN = os.path.join(OUT, "e2e")
