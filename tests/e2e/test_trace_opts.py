@@ -190,7 +190,7 @@ def test_distributed_info_one_rank():
     assert trace["distributedInfo"] == {"backend": "unknown", "rank": 3, "world_size": 8}, \
         trace["distributedInfo"]
     assert '"rank": 3,' in dist_info_text(tmp_path("dist.json")), dist_info_text(tmp_path("dist.json"))
-    assert labels(trace) == {wl.pid: "rank 3"}
+    assert labels(trace) == {wl.pid: "rank 3"}, labels(trace)
     t = trace["tptrace"]["targets"][0]
     assert t["rank"] == 3 and t["world_size"] == 8, t
     assert counts(calls(trace, pid=wl.pid))["cudaLaunchKernel"] == 8
@@ -203,7 +203,7 @@ def test_distributed_info_absent():
     # env execs sim_train in the same process, without the variables
     unset = ["env", "-u", "RANK", "-u", "WORLD_SIZE", "-u", "LOCAL_RANK"]
     trace, wl, tr = trace_workload(unset + sim_train(), out_name="nodist.json")
-    assert "distributedInfo" not in trace and labels(trace) == {}
+    assert "distributedInfo" not in trace and labels(trace) == {}, labels(trace)
     assert "rank" not in trace["tptrace"]["targets"][0]
 
     out = tmp_path("dist2.json")
@@ -223,7 +223,7 @@ def test_distributed_info_absent():
     trace = load_trace(out)
     check_valid_trace(trace)
     assert "distributedInfo" not in trace
-    assert labels(trace) == {a.pid: "rank 0", b.pid: "rank 1"}
+    assert labels(trace) == {a.pid: "rank 0", b.pid: "rank 1"}, labels(trace)
     assert [(t["pid"], t["rank"], t["world_size"]) for t in trace["tptrace"]["targets"]] == \
         [(a.pid, 0, 2), (b.pid, 1, 2)]
 
@@ -234,7 +234,7 @@ def test_distributed_info_rank_without_world_size():
     need_root()
     trace, wl, tr = trace_workload(sim_train(), env={"RANK": "5"}, out_name="dist_nows.json")
     check_valid_trace(trace)
-    assert labels(trace) == {wl.pid: "rank 5"}
+    assert labels(trace) == {wl.pid: "rank 5"}, labels(trace)
     dist = trace["distributedInfo"]
     assert dist["rank"] == 5 and dist["backend"] == "unknown", dist
     assert dist["world_size"] is None, f"PRODUCT BUG: unknown world size written as {dist}"
@@ -332,6 +332,6 @@ def test_no_exit_tracepoint_killed():
     unfinished = [e for e in evs if e["args"].get("unfinished")]
     assert [e["name"] for e in unfinished] == ["cudaStreamSynchronize"], unfinished
     end_wall = trace["baseTimeNanoseconds"] / 1e9 + (unfinished[0]["ts"] + unfinished[0]["dur"]) / 1e6
-    assert 0 <= end_wall - killed < 1.0, (end_wall, killed)
+    assert -0.1 < end_wall - killed < 1.0, (end_wall, killed)
     assert trace["tptrace"]["unfinished_calls"] == 1
     check_exit_unknown(trace["tptrace"]["targets"][0])
