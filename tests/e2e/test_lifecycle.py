@@ -124,7 +124,7 @@ def test_trace_ends_while_blocked():
     trace = load_trace(out)
     check_valid_trace(trace)
     sync = check_unfinished_sync(trace, wl, 0.5e6)
-    assert sync["dur"] <= 1.6e6, sync
+    assert sync["dur"] <= 2.5e6, "ends with the 1.5 s trace, not later"
     target = trace["tptrace"]["targets"][0]
     assert target["exited"] is False and "exit_code" not in target, target
 

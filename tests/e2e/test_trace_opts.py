@@ -230,7 +230,8 @@ def test_distributed_info_absent():
 
 def test_distributed_info_rank_without_world_size():
     """RANK set, WORLD_SIZE not: the world size is unknown and must be written as unknown
-    (null), never as a number."""
+    (null), never as a number. PRODUCT BUG (reported in issue 9's test slice): tptrace.c
+    writes "world_size": -1; this test fails until it writes null."""
     need_root()
     trace, wl, tr = trace_workload(sim_train(), env={"RANK": "5"}, out_name="dist_nows.json")
     check_valid_trace(trace)
@@ -251,14 +252,17 @@ def deleted_lib_case(src, name, rc):
     out = tmp_path(f"deleted-{name}.json")
     iters = 3
     wl = Workload([os.path.join(WL, "dlopen_app"), "--lib", copy, "--iters", str(iters),
-                   "--settle-ms", "2500"])
+                   "--settle-ms", "3000"])
     try:
         wl.go()
         assert wl.out.wait_for(lambda l: l == "# loaded", 10), wl.out.text()
         os.unlink(copy)
         with open(f"/proc/{wl.pid}/maps") as f:
             assert f"{copy} (deleted)" in f.read()
+        t0 = time.time()
         tr = Tracer(["-p", str(wl.pid), "-o", out])
+        # the first call comes 3 s after "# loaded": attached in time, or the counts below lie
+        assert time.time() - t0 < 2.5, f"attach took {time.time() - t0:.1f} s: machine too busy"
         wl.wait_done()
         wl.finish()
         assert tr.wait(30) == 0, tr.err.text()
