@@ -7,9 +7,9 @@ STEP = ["cudaLaunchKernel"] * 4 + ["cudaMemcpyAsync", "cudaEventRecord", "cudaSt
                                    "cudaMemcpyAsync", "cudaEventQuery", "cudaStreamSynchronize"]
 
 
-def run_train(steps, threads, kernel_us, name, tracer_env=None):
+def run_train(steps, threads, kernel_us, name, tracer_env=None, extra=()):
     argv = [os.path.join(WL, "sim_train"), "--steps", str(steps), "--threads", str(threads),
-            "--kernel-us", str(kernel_us)]
+            "--kernel-us", str(kernel_us)] + list(extra)
     return trace_workload(argv, out_name=name, tracer_env=tracer_env)
 
 
@@ -74,7 +74,10 @@ def test_sim_train_counts_and_durations():
 def test_sim_train_threads():
     need_root()
     steps, threads, kernel_us = 4, 3, 1000
-    trace, wl, tr = run_train(steps, threads, kernel_us, "train3.json")
+    # the workers stay alive 500 ms after their last call: names are read from /proc while
+    # the threads exist
+    trace, wl, tr = run_train(steps, threads, kernel_us, "train3.json",
+                              extra=["--linger-ms", "500"])
     evs = calls(trace, pid=wl.pid)
     by_tid = {}
     for e in evs:
@@ -82,9 +85,11 @@ def test_sim_train_threads():
     assert len(by_tid) == threads, by_tid.keys()
     for tid, tevs in by_tid.items():
         check_thread(tevs, steps, kernel_us)
-    names = {e["args"]["name"] for e in trace["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name" and e["tid"] in by_tid}
-    assert len(names) >= 1 and all(names), names
+    # one thread_name per worker, the name it gave itself (sim_train: "train-w<i>")
+    names = [(e["tid"], e["args"]["name"]) for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == wl.pid]
+    assert sorted(n for _, n in names) == [f"train-w{i}" for i in range(threads)], names
+    assert {tid for tid, _ in names} == set(by_tid), (names, by_tid.keys())
 
 
 def test_sim_train_single_probe_links():
