@@ -154,6 +154,27 @@ class Tracer:
         return rc
 
 
+def bpf_link_types(pid):
+    """{link_type: count} of the BPF links a process holds open (its fdinfo), e.g.
+    uprobe_multi for one link per library, perf for one uprobe per probe."""
+    types = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = f.read()
+        except OSError:
+            continue
+        for line in info.splitlines():
+            if line.startswith("link_type:"):
+                types[line.split()[1]] = types.get(line.split()[1], 0) + 1
+    return types
+
+
+def kernel_at_least(major, minor):
+    release = os.uname().release.split("-")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
+
+
 def run_tptrace(args, timeout=30):
     p = subprocess.run([TPTRACE] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=timeout)
