@@ -196,6 +196,18 @@ def test_distributed_info_one_rank():
     assert counts(calls(trace, pid=wl.pid))["cudaLaunchKernel"] == 8
 
 
+def test_distributed_info_nccl_backend():
+    """A rank that has libnccl mapped (the real libnccl.so.2): backend "nccl"."""
+    need_root()
+    env = {"RANK": "2", "WORLD_SIZE": "4"}
+    trace, wl, tr = trace_workload([os.path.join(WL, "nccl_real_args")], env=env,
+                                   out_name="dist_nccl.json")
+    check_valid_trace(trace)
+    assert trace["distributedInfo"] == {"backend": "nccl", "rank": 2, "world_size": 4}, \
+        trace["distributedInfo"]
+    assert labels(trace) == {wl.pid: "rank 2"}, labels(trace)
+
+
 def test_distributed_info_absent():
     """No RANK: no label, no distributedInfo, no rank in the metadata; two ranks traced
     together: a label each and no distributedInfo (it describes one rank)."""
