@@ -11,3 +11,30 @@ $(E2E_DIR)/real_args: tests/e2e/progs/real_args.c | $(E2E_DIR)
 		-Wl,-rpath,$(CUDA_HOME)/lib -o $@
 
 TEST_BINS += $(E2E_DIR)/real_args
+
+# Every probed runtime API once with known arguments (tests/e2e/test_trace_opts.py): on the
+# real libcudart.so.13 and on the sim, with the legacy default stream and, as
+# `nvcc --default-stream per-thread` compiles it, with the _ptsz/_ptds entry points.
+API_CALLS_CFLAGS := -O1 -g -Wall -rdynamic -I$(CUDA_HOME)/include -Itests/workloads
+API_CALLS_DEPS   := tests/e2e/progs/api_calls.c tests/workloads/handshake.h tests/e2e/e2e.mk
+$(E2E_DIR)/api_calls_real: $(API_CALLS_DEPS) | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(API_CALLS_CFLAGS) $< -L$(CUDA_HOME)/lib -l:libcudart.so.13 \
+		-Wl,-rpath,$(CUDA_HOME)/lib -o $@
+
+$(E2E_DIR)/api_calls_real_pt: $(API_CALLS_DEPS) | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(API_CALLS_CFLAGS) -DCUDA_API_PER_THREAD_DEFAULT_STREAM $< \
+		-L$(CUDA_HOME)/lib -l:libcudart.so.13 -Wl,-rpath,$(CUDA_HOME)/lib -o $@
+
+$(E2E_DIR)/api_calls_sim: $(API_CALLS_DEPS) $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(API_CALLS_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart \
+		-Wl,-rpath,$(abspath $(SIM_LIB_DIR)) -o $@
+
+$(E2E_DIR)/api_calls_sim_pt: $(API_CALLS_DEPS) $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(API_CALLS_CFLAGS) -DCUDA_API_PER_THREAD_DEFAULT_STREAM $< -L$(SIM_LIB_DIR) \
+		-lcudart -Wl,-rpath,$(abspath $(SIM_LIB_DIR)) -o $@
+
+TEST_BINS += $(addprefix $(E2E_DIR)/,api_calls_real api_calls_real_pt api_calls_sim api_calls_sim_pt)

@@ -10,7 +10,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, ".output")
-TPTRACE = os.path.join(ROOT, "tptrace")
+# TPTRACE_BIN: run the tests against another build of tptrace
+TPTRACE = os.environ.get("TPTRACE_BIN") or os.path.join(ROOT, "tptrace")
 WL = os.path.join(OUT, "tests")
 SIM_LIB = os.path.join(OUT, "sim", "lib")
 E2E_BIN = os.path.join(OUT, "e2e")
@@ -151,6 +152,27 @@ class Tracer:
         self.out.t.join(5)
         self.err.t.join(5)
         return rc
+
+
+def bpf_link_types(pid):
+    """{link_type: count} of the BPF links a process holds open (its fdinfo), e.g.
+    uprobe_multi for one link per library, perf for one uprobe per probe."""
+    types = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = f.read()
+        except OSError:
+            continue
+        for line in info.splitlines():
+            if line.startswith("link_type:"):
+                types[line.split()[1]] = types.get(line.split()[1], 0) + 1
+    return types
+
+
+def kernel_at_least(major, minor):
+    release = os.uname().release.split("-")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
 
 
 def run_tptrace(args, timeout=30):

@@ -21,12 +21,13 @@ def test_help_and_version():
 
 
 def test_usage_errors():
-    rc, out, err = run_tptrace([])
-    assert rc == 2 and "no process given" in err, err
-    rc, out, err = run_tptrace(["-p", "abc"])
-    assert rc == 2 and "invalid pid 'abc'" in err, err
-    rc, out, err = run_tptrace(["-p", "1", "-d", "-3"])
-    assert rc == 2 and "invalid duration" in err, err
+    """argp's two lines: the error, then where help is; exit 2."""
+    hint = "Try `tptrace --help' or `tptrace --usage' for more information."
+    for args, error in (([], "tptrace: no process given: use -p PID"),
+                        (["-p", "abc"], "tptrace: invalid pid 'abc'"),
+                        (["-p", "1", "-d", "-3"], "tptrace: invalid duration '-3' (seconds > 0)")):
+        rc, out, err = run_tptrace(args)
+        assert rc == 2 and err.splitlines() == [error, hint] and out == "", (args, rc, err)
 
 
 def free_pid():
@@ -63,7 +64,8 @@ def test_pid_without_cuda():
         # --wait: waits, and ends with a valid, empty trace at -d
         tr = Tracer(["-p", str(wl.pid), "-o", out, "--wait", "-d", "1"])
         assert tr.wait(20) == 0, tr.err.text()
-        assert "waiting for pid" in tr.err.text()
+        assert tr.err.text().splitlines()[0] == \
+            f"tptrace: waiting for pid {wl.pid} (nocuda) to load a CUDA runtime", tr.err.text()
         trace = load_trace(out)
         assert [e for e in trace["traceEvents"] if e["ph"] == "X"] == []
         assert trace["tptrace"]["targets"][0]["cuda_runtimes"] == []

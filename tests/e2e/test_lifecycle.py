@@ -8,11 +8,12 @@ from lib import (CUDA_LIB, SIM_LIB, WL, Tracer, Workload, calls, check_valid_tra
                  load_trace, need_root, tmp_path, trace_workload)
 
 
-def dlopen_case(lib, iters, name):
+def dlopen_case(lib, iters, name, rc):
     need_root()
     argv = [os.path.join(WL, "dlopen_app"), "--lib", lib, "--iters", str(iters)]
     # no CUDA at attach time: --wait, then the dynamic linker's notice brings the probes in
-    trace, wl, tr = trace_workload(argv, tracer_args=["--wait"], out_name=name)
+    # (-v: the line that says which path attached them)
+    trace, wl, tr = trace_workload(argv, tracer_args=["--wait", "-v"], out_name=name)
     check_valid_trace(trace)
     evs = calls(trace, pid=wl.pid)
     c = counts(evs)
@@ -22,43 +23,110 @@ def dlopen_case(lib, iters, name):
         if e["name"] == "cudaLaunchKernel":
             assert e["args"]["kernel"] == "dl_kernel"
             assert e["args"]["grid"] == [7, 1, 1] and e["args"]["block"] == [32, 1, 1]
-    assert trace["tptrace"]["targets"][0]["cuda_runtimes"] == [os.path.realpath(lib)]
-    assert "loaded a CUDA runtime" in tr.err.text() or "pid" in tr.err.text()
-    return evs
+        else:   # the syncs have return probes: each returned rc
+            assert e["args"]["rc"] == rc, e
+    target = trace["tptrace"]["targets"][0]
+    assert target["cuda_runtimes"] == [os.path.realpath(lib)]
+    # stderr, line by line: one probe (_dl_debug_state) at attach, the runtime's when it loads
+    out = tmp_path(name)
+    lines = tr.err.text().splitlines()
+    want_head = [f"tptrace: waiting for pid {wl.pid} (dlopen_app) to load a CUDA runtime",
+                 f"tptrace: pid {wl.pid} (dlopen_app): 1 probes in 0 CUDA runtime(s)",
+                 f"tptrace: tracing 1 process to {out}; Ctrl-C to stop"]
+    # the dlopen notice attaches them, or (rarely) the periodic rescan gets there first
+    loaded = {f"tptrace: pid {wl.pid} loaded new code: {target['probes_attached'] - 1} probes attached",
+              f"tptrace: pid {wl.pid} loaded a CUDA runtime; tracing"}
+    want_tail = [f"tptrace: pid {wl.pid} (dlopen_app) exited",
+                 f"tptrace: wrote {out}: {2 * iters + 1} calls ({iters} launches, {iters} named), "
+                 f"0 dropped"]
+    assert len(lines) == 6 and lines[:3] == want_head and lines[3] in loaded and \
+        lines[4:] == want_tail, lines
 
 
 def test_dlopen_after_attach_sim():
-    evs = dlopen_case(os.path.join(SIM_LIB, "libcudart.so.13"), 5, "dlopen_sim.json")
-    assert all(e["args"]["rc"] == 0 for e in evs if "rc" in e["args"])
+    dlopen_case(os.path.join(SIM_LIB, "libcudart.so.13"), 5, "dlopen_sim.json", 0)
 
 
 def test_dlopen_after_attach_real():
-    evs = dlopen_case(os.path.join(CUDA_LIB, "libcudart.so.13"), 3, "dlopen_real.json")
-    assert all(e["args"]["rc"] == 35 for e in evs if "rc" in e["args"])
+    dlopen_case(os.path.join(CUDA_LIB, "libcudart.so.13"), 3, "dlopen_real.json", 35)
+
+
+def blocked_in_sync(out, tracer_args=()):
+    """sim_train with 60 s kernels: one step is 9 async calls (microseconds) and then
+    cudaStreamSynchronize(B), which blocks behind 3 minutes of queued GPU work. Returns the
+    workload and tracer once the worker has been inside that sync for a while."""
+    wl = Workload([os.path.join(WL, "sim_train"), "--steps", "1", "--kernel-us", "60000000"])
+    tr = Tracer(["-p", str(wl.pid), "-o", out] + list(tracer_args))
+    wl.go()
+    time.sleep(0.8)
+    return wl, tr
+
+
+def check_unfinished_sync(trace, wl, min_dur_us):
+    """The worker's step is complete except for the sync it was blocked in, shown unfinished."""
+    evs = calls(trace, pid=wl.pid)
+    assert counts(evs) == {"cudaLaunchKernel": 4, "cudaMemcpyAsync": 2, "cudaEventRecord": 1,
+                           "cudaStreamWaitEvent": 1, "cudaEventQuery": 1,
+                           "cudaStreamSynchronize": 1}, counts(evs)
+    unfinished = [e for e in evs if "unfinished" in e["args"]]
+    assert len(unfinished) == 1, unfinished
+    sync = unfinished[0]
+    relu = [e for e in evs if e["args"].get("kernel") == "fake_relu"]
+    assert sync["name"] == "cudaStreamSynchronize" and sync["args"]["unfinished"] is True, sync
+    assert len(relu) == 1 and sync["args"]["stream"] == relu[0]["args"]["stream"], (sync, relu)
+    assert sync["tid"] == relu[0]["tid"] != wl.pid, "the worker thread, not main"
+    assert "rc" not in sync["args"], "no return was seen"
+    assert min_dur_us <= sync["dur"] <= 20e6, sync
+    # the sync began after every other call of the step and is the last thing on its thread
+    assert sync["ts"] >= max(e["ts"] for e in evs if e is not sync), sync
+    assert [e["args"]["rc"] for e in evs if e["name"] == "cudaEventQuery"] == [600]
+    assert trace["tptrace"]["unfinished_calls"] == 1
+    return sync
 
 
 def test_target_killed_mid_trace():
+    """A thread blocked in a sync when its process is killed: shown inside that call, until
+    the process died, marked unfinished; the exit tracepoint gives the killing signal."""
     need_root()
     out = tmp_path("killed.json")
-    wl = Workload([os.path.join(WL, "sim_train"), "--steps", "100000", "--kernel-us", "3000"])
-    tr = Tracer(["-p", str(wl.pid), "-o", out])
-    wl.go()
-    time.sleep(0.6)
-    os.kill(wl.pid, signal.SIGKILL)
-    wl.kill()
-    rc = tr.wait(20)  # ends by itself: every target is gone
+    wl, tr = blocked_in_sync(out)
+    try:
+        os.kill(wl.pid, signal.SIGKILL)
+        killed = time.time()
+        rc = tr.wait(20)  # ends by itself: every target is gone
+    finally:
+        wl.kill()
     assert rc == 0, tr.err.text()
-    assert f"pid {wl.pid} (sim_train) exited" in tr.err.text()
+    assert f"tptrace: pid {wl.pid} (sim_train) exited" in tr.err.text().splitlines(), tr.err.text()
     trace = load_trace(out)
     check_valid_trace(trace)
-    evs = calls(trace, pid=wl.pid)
-    assert counts(evs).get("cudaLaunchKernel", 0) >= 8, counts(evs)
-    assert trace["tptrace"]["targets"][0]["exited"] is True
-    # a thread blocked in a sync when the process died is shown inside it, marked unfinished
-    unfinished = [e for e in evs if e["args"].get("unfinished")]
-    assert all(e["name"] in ("cudaStreamSynchronize", "cudaEventQuery", "cudaDeviceSynchronize")
-               for e in unfinished), unfinished
-    assert trace["tptrace"]["unfinished_calls"] == len(unfinished)
+    sync = check_unfinished_sync(trace, wl, 0.6e6)
+    # it ends when the process died, not when the tracer noticed or stopped
+    end_wall = trace["baseTimeNanoseconds"] / 1e9 + (sync["ts"] + sync["dur"]) / 1e6
+    assert abs(end_wall - killed) < 0.25, (end_wall, killed)
+    target = trace["tptrace"]["targets"][0]
+    assert target["exited"] is True and target["killed_by_signal"] == 9, target
+    assert "exit_code" not in target, target
+
+
+def test_trace_ends_while_blocked():
+    """-d expires while the target is blocked in a sync: the call is written unfinished, up to
+    the end of the trace, and the target keeps running."""
+    need_root()
+    out = tmp_path("blocked.json")
+    wl, tr = blocked_in_sync(out, ["-d", "1.5"])
+    try:
+        rc = tr.wait(20)
+        assert wl.p.poll() is None, "the target must survive the detach"
+    finally:
+        wl.kill()
+    assert rc == 0, tr.err.text()
+    trace = load_trace(out)
+    check_valid_trace(trace)
+    sync = check_unfinished_sync(trace, wl, 0.5e6)
+    assert sync["dur"] <= 2.5e6, "ends with the 1.5 s trace, not later"
+    target = trace["tptrace"]["targets"][0]
+    assert target["exited"] is False and "exit_code" not in target, target
 
 
 def test_several_pids():

@@ -22,11 +22,24 @@ def check_launches(launches, iters, sources):
         assert "handle" in a and a["handle"] != "0x0", a
 
 
-def test_nvcc_shared_on_sim():
+PT_KEY = "per-thread stream"
+
+
+def check_per_thread(evs, per_thread):
+    """Built with --default-stream per-thread, the launches and stream syncs go to the _ptsz
+    entry points and are marked; __cudaGetKernel and cudaDeviceSynchronize have no variant."""
+    for e in evs:
+        if per_thread and e["name"] not in ("__cudaGetKernel", "cudaDeviceSynchronize"):
+            assert e["args"].get(PT_KEY) is True, e
+        else:
+            assert PT_KEY not in e["args"], e
+
+
+def nvcc_shared_case(binary, per_thread):
     need_root()
     iters = 3
-    trace, wl, tr = trace_workload([os.path.join(WL, "nvcc_shared"), "--iters", str(iters)],
-                                   out_name="nvcc_shared.json")
+    trace, wl, tr = trace_workload([os.path.join(WL, binary), "--iters", str(iters)],
+                                   out_name=f"{binary}.json")
     check_valid_trace(trace)
     evs = calls(trace, pid=wl.pid)
     launches = [e for e in evs if e["name"] in ("__cudaLaunchKernel", "cudaLaunchKernel")]
@@ -45,24 +58,47 @@ def test_nvcc_shared_on_sim():
         l = launches[0]["name"]
         expect += [l, l] + (["__cudaGetKernel"] if i == 0 else []) + [l, "cudaStreamSynchronize"]
     assert names == expect + ["cudaDeviceSynchronize"], names
+    check_per_thread(evs, per_thread)
+    if per_thread:
+        # late_kernel<<<>>> without a stream: 0, the per-thread default stream in this build
+        assert [l["args"]["stream"] for l in launches[2::3]] == [0] * iters
 
 
-def test_nvcc_static_cudart():
+def test_nvcc_shared_on_sim():
+    nvcc_shared_case("nvcc_shared", False)
+
+
+def test_nvcc_shared_per_thread_on_sim():
+    """nvcc --default-stream per-thread: __cudaLaunchKernel_ptsz on the sim."""
+    nvcc_shared_case("nvcc_shared_pt", True)
+
+
+def nvcc_static_case(binary, per_thread):
     need_root()
     iters = 2
-    trace, wl, tr = trace_workload([os.path.join(WL, "nvcc_static"), "--iters", str(iters)],
-                                   out_name="nvcc_static.json")
+    trace, wl, tr = trace_workload([os.path.join(WL, binary), "--iters", str(iters)],
+                                   out_name=f"{binary}.json")
     check_valid_trace(trace)
     meta = trace["tptrace"]["targets"][0]
     # the runtime is the executable itself (static cudart, local symbols)
-    assert meta["cuda_runtimes"] == [os.path.realpath(os.path.join(WL, "nvcc_static"))], meta
+    assert meta["cuda_runtimes"] == [os.path.realpath(os.path.join(WL, binary))], meta
     evs = calls(trace, pid=wl.pid)
     launches = [e for e in evs if e["name"] in ("__cudaLaunchKernel", "cudaLaunchKernel")]
     # one event per launch even though __cudaLaunchKernel tail-jumps into cudaLaunchKernel
     check_launches(launches, iters, [("stub_static", "caller"), ("stub_static", "caller"),
                                      ("getkernel", "stub_static", "caller")])
     syncs = [e for e in evs if e["name"] == "cudaStreamSynchronize"]
-    assert len(syncs) == iters and all(s["args"]["rc"] == 35 for s in syncs)
+    assert [s["args"]["rc"] for s in syncs] == [35] * iters, syncs
+    check_per_thread(evs, per_thread)
+
+
+def test_nvcc_static_cudart():
+    nvcc_static_case("nvcc_static", False)
+
+
+def test_nvcc_static_cudart_per_thread():
+    """The static cudart's _ptsz entry points (local symbols), no driver: entry observable."""
+    nvcc_static_case("nvcc_static_pt", True)
 
 
 def test_nvcc_names_from_caller_without_statics():

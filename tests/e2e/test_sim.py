@@ -1,15 +1,16 @@
 """Tier 2 on the simulated CUDA stack (tests/sim): exact event counts, argument values, sync
 durations consistent with the simulated kernel times, and per-thread ordering."""
 import os
-from lib import WL, calls, check_valid_trace, counts, need_root, trace_workload
+from lib import (WL, Skip, Tracer, Workload, bpf_link_types, calls, check_valid_trace, counts,
+                 kernel_at_least, load_trace, need_root, tmp_path, trace_workload)
 
 STEP = ["cudaLaunchKernel"] * 4 + ["cudaMemcpyAsync", "cudaEventRecord", "cudaStreamWaitEvent",
                                    "cudaMemcpyAsync", "cudaEventQuery", "cudaStreamSynchronize"]
 
 
-def run_train(steps, threads, kernel_us, name, tracer_env=None):
+def run_train(steps, threads, kernel_us, name, tracer_env=None, extra=()):
     argv = [os.path.join(WL, "sim_train"), "--steps", str(steps), "--threads", str(threads),
-            "--kernel-us", str(kernel_us)]
+            "--kernel-us", str(kernel_us)] + list(extra)
     return trace_workload(argv, out_name=name, tracer_env=tracer_env)
 
 
@@ -74,7 +75,10 @@ def test_sim_train_counts_and_durations():
 def test_sim_train_threads():
     need_root()
     steps, threads, kernel_us = 4, 3, 1000
-    trace, wl, tr = run_train(steps, threads, kernel_us, "train3.json")
+    # the workers stay alive 500 ms after their last call: names are read from /proc while
+    # the threads exist
+    trace, wl, tr = run_train(steps, threads, kernel_us, "train3.json",
+                              extra=["--linger-ms", "500"])
     evs = calls(trace, pid=wl.pid)
     by_tid = {}
     for e in evs:
@@ -82,16 +86,51 @@ def test_sim_train_threads():
     assert len(by_tid) == threads, by_tid.keys()
     for tid, tevs in by_tid.items():
         check_thread(tevs, steps, kernel_us)
-    names = {e["args"]["name"] for e in trace["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name" and e["tid"] in by_tid}
-    assert len(names) >= 1 and all(names), names
+    # one thread_name per worker, the name it gave itself (sim_train: "train-w<i>")
+    names = [(e["tid"], e["args"]["name"]) for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == wl.pid]
+    assert sorted(n for _, n in names) == [f"train-w{i}" for i in range(threads)], names
+    assert {tid for tid, _ in names} == set(by_tid), (names, by_tid.keys())
+
+
+def links_case(steps, kernel_us, name, tracer_env):
+    """sim_train traced with the link types tptrace holds while attached."""
+    out = tmp_path(name)
+    wl = Workload([os.path.join(WL, "sim_train"), "--steps", str(steps), "--kernel-us",
+                   str(kernel_us)])
+    try:
+        tr = Tracer(["-p", str(wl.pid), "-o", out], env=tracer_env)
+        links = bpf_link_types(tr.p.pid)
+        wl.go()
+        wl.wait_done()
+        wl.finish()
+        assert tr.wait(30) == 0, tr.err.text()
+    finally:
+        wl.kill()
+    trace = load_trace(out)
+    check_valid_trace(trace)
+    return trace, wl, links
+
+
+def test_sim_train_uprobe_multi_links():
+    """Linux >= 6.6: the probes of a library go into uprobe_multi links (entry, return), not
+    one perf link per probe."""
+    need_root()
+    if not kernel_at_least(6, 6):
+        raise Skip(f"kernel {os.uname().release} has no uprobe_multi")
+    trace, wl, links = links_case(3, 1000, "train-multi.json", None)
+    check_thread(calls(trace, pid=wl.pid), 3, 1000)
+    assert links.get("uprobe_multi", 0) >= 1 and links.get("uretprobe_multi", 0) >= 1, links
+    assert links.get("perf", 0) == 0, links
 
 
 def test_sim_train_single_probe_links():
-    """The per-probe attach path (kernels before 6.6 have no uprobe_multi) records the same."""
+    """The per-probe attach path (kernels before 6.6 have no uprobe_multi) records the same;
+    TPTRACE_NO_UPROBE_MULTI takes it: one perf link per probe, no uprobe_multi link."""
     need_root()
     steps, kernel_us = 3, 1000
-    trace, wl, tr = run_train(steps, 1, kernel_us, "train-single.json",
-                              tracer_env={"TPTRACE_NO_UPROBE_MULTI": "1"})
-    evs = calls(trace, pid=wl.pid)
-    check_thread(evs, steps, kernel_us)
+    trace, wl, links = links_case(steps, kernel_us, "train-single.json",
+                                  {"TPTRACE_NO_UPROBE_MULTI": "1"})
+    check_thread(calls(trace, pid=wl.pid), steps, kernel_us)
+    assert "uprobe_multi" not in links and "uretprobe_multi" not in links, links
+    assert links.get("perf") == trace["tptrace"]["probes_attached"], (links, trace["tptrace"])

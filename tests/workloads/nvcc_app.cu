@@ -5,6 +5,8 @@
  *   nvcc_shared  nvcc -cudart shared, rpath to the sim lib dir: runs on the simulated runtime
  *   nvcc_static  plain nvcc (static cudart): __cudaGetKernel & co. are local symbols of the
  *                executable; with no driver every call fails (35) and is ignored
+ * and both again with --default-stream per-thread (nvcc_shared_pt, nvcc_static_pt): <<<>>>
+ * calls __cudaLaunchKernel_ptsz and cudaStreamSynchronize becomes cudaStreamSynchronize_ptsz.
  *
  * Usage: nvcc_{shared,static} [--iters N (2)] [--hold]
  *

@@ -5,7 +5,10 @@
  * and fake_relu (real .symtab symbols), launched through cudaLaunchKernel.
  *
  * Usage: sim_train [--steps N (5)] [--threads T (1)] [--kernel-us US (200)] [--hold]
- *                  [--ignore-errors]
+ *                  [--ignore-errors] [--linger-ms MS (0)]
+ *
+ * Worker thread i is named "train-w<i>" (pthread_setname_np) before READY; with --linger-ms
+ * it stays alive MS ms after its last call (a tracer reads thread names while they exist).
  *
  * Before READY (not counted below), main creates per thread: streams A and B
  * (cudaStreamCreate x2), one event (cudaEventCreate), cudaMalloc x2 (1 MiB, 4096 B),
@@ -54,6 +57,7 @@ struct worker {
 };
 
 static int steps = 5;
+static long linger_ms;
 static bool ignore_errors;
 static pthread_mutex_t go_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t go_cond = PTHREAD_COND_INITIALIZER;
@@ -115,13 +119,15 @@ static void *worker_main(void *arg)
 		check(cudaStreamSynchronize(w->stream_b), "cudaStreamSynchronize");
 	}
 	check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	if (linger_ms)
+		usleep(linger_ms * 1000);
 	return NULL;
 }
 
 static void usage(void)
 {
 	fprintf(stderr, "usage: sim_train [--steps N] [--threads T] [--kernel-us US] [--hold] "
-		"[--ignore-errors]\n");
+		"[--ignore-errors] [--linger-ms MS]\n");
 	exit(2);
 }
 
@@ -142,6 +148,8 @@ int main(int argc, char **argv)
 			hold = 1;
 		else if (!strcmp(argv[i], "--ignore-errors"))
 			ignore_errors = true;
+		else if (!strcmp(argv[i], "--linger-ms"))
+			linger_ms = hs_parse_long(argv[i], argv[i + 1]), i++;
 		else
 			usage();
 	}
@@ -166,6 +174,12 @@ int main(int argc, char **argv)
 		if (pthread_create(&w->thread, NULL, worker_main, w)) {
 			fprintf(stderr, "sim_train: pthread_create failed\n");
 			return 1;
+		}
+		{
+			char name[16];
+
+			snprintf(name, sizeof(name), "train-w%d", t % 100000);
+			pthread_setname_np(w->thread, name);
 		}
 	}
 	hs_info("sim_train steps=%d threads=%d kernel_us=%u fake_gemm=%p fake_relu=%p", steps,

@@ -6,7 +6,8 @@ WL_CFLAGS   := -O2 -g -Wall -Wextra -Wno-unused-parameter -pthread -D_GNU_SOURCE
 # Host code only matters; one small arch keeps nvcc fast.
 WL_NVFLAGS  := -g -arch=sm_75 -Itests/workloads
 SIM_RPATH   := $(abspath $(SIM_LIB_DIR))
-WL_BINS     := $(addprefix $(WL_DIR)/,sim_train nvcc_shared nvcc_static dlopen_app nocuda)
+WL_BINS     := $(addprefix $(WL_DIR)/,sim_train nvcc_shared nvcc_static nvcc_shared_pt \
+	       nvcc_static_pt dlopen_app nocuda)
 
 $(WL_DIR):
 	$(Q)mkdir -p $@
@@ -25,6 +26,17 @@ $(WL_DIR)/nvcc_static: tests/workloads/nvcc_app.cu tests/workloads/handshake.h |
 	$(call msg,NVCC,$@)
 	$(Q)$(NVCC) $(WL_NVFLAGS) $< -o $@
 
+# The same two, as `nvcc --default-stream per-thread` compiles them: <<<>>> goes to
+# __cudaLaunchKernel_ptsz, the runtime calls to their _ptsz entry points.
+$(WL_DIR)/nvcc_shared_pt: tests/workloads/nvcc_app.cu tests/workloads/handshake.h $(SIM_CUDART) | $(WL_DIR)
+	$(call msg,NVCC,$@)
+	$(Q)$(NVCC) $(WL_NVFLAGS) --default-stream per-thread -cudart shared -Xlinker -rpath \
+		-Xlinker $(SIM_RPATH) $< -o $@
+
+$(WL_DIR)/nvcc_static_pt: tests/workloads/nvcc_app.cu tests/workloads/handshake.h | $(WL_DIR)
+	$(call msg,NVCC,$@)
+	$(Q)$(NVCC) $(WL_NVFLAGS) --default-stream per-thread $< -o $@
+
 $(WL_DIR)/dlopen_app: tests/workloads/dlopen_app.c tests/workloads/workloads.mk | $(WL_DIR)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -ldl -o $@
@@ -35,7 +47,7 @@ $(WL_DIR)/nocuda: tests/workloads/nocuda.c | $(WL_DIR)
 
 TEST_BINS += $(WL_BINS)
 
--include $(patsubst %,%.d,$(filter-out %nvcc_shared %nvcc_static,$(WL_BINS)))
+-include $(patsubst %,%.d,$(filter-out %nvcc_shared %nvcc_static %_pt,$(WL_BINS)))
 
 # One rank of a simulated NCCL job: sim libnccl.so.2 + sim libcudart.so.13 through the rpath.
 $(WL_DIR)/nccl_rank: tests/workloads/nccl_rank.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_NCCL) $(SIM_LIB_DIR)/libnccl.so $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
