@@ -285,7 +285,7 @@ static int attach_single(const struct probe_plan *plan, int pid, struct bpf_prog
 		counts->errors++;
 		if (err == -EPERM || err == -EACCES)
 			return err;
-		log_verbose("tptrace: failed to attach %s%s in %s (pid %d): %s\n",
+		log_verbose("failed to attach %s%s in %s (pid %d): %s\n",
 			    retprobe ? "return of " : "", plan->items[i].symbol, plan->obj->path, pid,
 			    strerror(-err));
 		return 0;
@@ -339,7 +339,7 @@ static int attach_usdt(const struct probe_plan *plan, int pid, struct probe_link
 			counts->errors++;
 			if (err == -EPERM || err == -EACCES)
 				return err;
-			log_verbose("tptrace: failed to attach USDT %s:%s in %s (pid %d): %s\n",
+			log_verbose("failed to attach USDT %s:%s in %s (pid %d): %s\n",
 				    plan->usdt[i].provider, plan->usdt[i].name, plan->obj->path, pid,
 				    strerror(-err));
 			continue;
@@ -367,7 +367,7 @@ int probe_plan__attach(const struct probe_plan *plan, int pid, const struct prob
 		if (r == -EPERM || r == -ENOMEM)
 			return r;
 		if (r < 0)
-			log_verbose("tptrace: uprobe_multi on %s: %s; attaching one by one\n",
+			log_verbose("uprobe_multi on %s: %s; attaching one by one\n",
 				    plan->obj->path, strerror(-r));
 	}
 	for (int i = 0; i < plan->n && !returns_done; i++) {

@@ -707,7 +707,7 @@ static void dec_dlopen(void *ctx, const struct tp_rec_dlopen *r)
 		return;
 	n = target__scan(t, d->cache, d->probes);
 	if (n > 0)
-		log_verbose("tptrace: pid %d loaded new code: %d probes attached\n", t->pid, n);
+		log_verbose("pid %d loaded new code: %d probes attached\n", t->pid, n);
 }
 
 static void dec_exit(void *ctx, const struct tp_rec_exit *x)

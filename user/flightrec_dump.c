@@ -383,10 +383,10 @@ static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason
 	err = write_atomic(path, text);
 	free(text);
 	if (err) {
-		log_error("tptrace: writing flight-recorder dump %s: %s\n", path, strerror(-err));
+		log_error("writing flight-recorder dump %s: %s\n", path, strerror(-err));
 		return err;
 	}
-	log_info("tptrace: dumped pid %d (%s) to %s\n", p->pid, reason, path);
+	log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
 	return 0;
 }
 

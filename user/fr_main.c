@@ -209,7 +209,7 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	err = target__scan(t, s->cache, &s->probes);
 	if (err < 0) {
 		if (!quiet)
-			log_error("tptrace: attaching to pid %d (%s): %s\n", pid, t->comm, strerror(-err));
+			log_error("attaching to pid %d (%s): %s\n", pid, t->comm, strerror(-err));
 		target__free(t);
 		return err;
 	}
@@ -225,10 +225,10 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	session__watch_exit(s->bpf, pid);
 	s->targets[s->nr_targets++] = t;
 	if (t->rank >= 0)
-		log_info("tptrace: recording pid %d (%s, rank %d): %d probes\n", pid, t->comm, t->rank,
+		log_info("recording pid %d (%s, rank %d): %d probes\n", pid, t->comm, t->rank,
 			 t->nr_probes);
 	else
-		log_info("tptrace: recording pid %d (%s): %d probes\n", pid, t->comm, t->nr_probes);
+		log_info("recording pid %d (%s): %d probes\n", pid, t->comm, t->nr_probes);
 	return 1;
 }
 
@@ -297,7 +297,7 @@ static void query_comms(struct fr_session *s)
 				fn[g] = 0;
 		inj = injector__attach(pid, err, sizeof(err));
 		if (!inj) {
-			log_verbose("tptrace: cannot ask NCCL about pid %d's communicators: %s\n", pid, err);
+			log_verbose("cannot ask NCCL about pid %d's communicators: %s\n", pid, err);
 			continue;
 		}
 		for (int i = 0; i < n; i++) {
@@ -313,7 +313,7 @@ static void query_comms(struct fr_session *s)
 			}
 			flightrec__comm_learned(s->fr, pid, handles[i], vals[0], vals[1], vals[2],
 						"nccl_query");
-			log_verbose("tptrace: pid %d comm 0x%llx: rank %d of %d, device %d\n", pid,
+			log_verbose("pid %d comm 0x%llx: rank %d of %d, device %d\n", pid,
 				    (unsigned long long)handles[i], vals[0], vals[1], vals[2]);
 		}
 		injector__detach(inj);
@@ -348,20 +348,20 @@ int fr_main(int argc, char **argv)
 	if (!err && access(env.dump_dir, W_OK))
 		err = -errno;
 	if (err) {
-		log_error("tptrace: cannot write dumps to %s: %s\n", env.dump_dir, strerror(-err));
+		log_error("cannot write dumps to %s: %s\n", env.dump_dir, strerror(-err));
 		return 1;
 	}
 	if (env.dump_on) {
 		struct stat st;
 
 		if (stat(env.dump_on, &st) && mkfifo(env.dump_on, 0600)) {
-			log_error("tptrace: cannot create fifo %s: %s\n", env.dump_on, strerror(errno));
+			log_error("cannot create fifo %s: %s\n", env.dump_on, strerror(errno));
 			return 1;
 		}
 		/* read-write: the fifo never reports hang-up between writers */
 		fifo_fd = open(env.dump_on, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 		if (fifo_fd < 0) {
-			log_error("tptrace: cannot open %s: %s\n", env.dump_on, strerror(errno));
+			log_error("cannot open %s: %s\n", env.dump_on, strerror(errno));
 			return 1;
 		}
 	}
@@ -379,12 +379,12 @@ int fr_main(int argc, char **argv)
 	fo.rescan_ctx = &s;
 	s.fr = flightrec__new(&fo);
 	if (!s.cache || !s.fr) {
-		log_error("tptrace: out of memory\n");
+		log_error("out of memory\n");
 		goto cleanup;
 	}
 	rb = ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), flightrec__ring_cb, s.fr, NULL);
 	if (!rb) {
-		log_error("tptrace: failed to create ring buffer: %s\n", strerror(errno));
+		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;
 	}
 	for (int i = 0; i < env.nr_pids; i++) {
@@ -392,7 +392,7 @@ int fr_main(int argc, char **argv)
 		if (err < 0)
 			goto cleanup;
 		if (err == 0) {
-			log_error("tptrace: pid %d has no NCCL loaded (no libnccl.so.* mapped)\n",
+			log_error("pid %d has no NCCL loaded (no libnccl.so.* mapped)\n",
 				  env.pids[i]);
 			goto cleanup;
 		}
@@ -407,7 +407,7 @@ int fr_main(int argc, char **argv)
 	start = session__clock_ns(CLOCK_MONOTONIC);
 	if (env.duration > 0)
 		deadline = start + (uint64_t)(env.duration * 1e9);
-	log_info("tptrace: flight recorder on %s%d process%s, dumps to %s\n",
+	log_info("flight recorder on %s%d process%s, dumps to %s\n",
 		 env.all ? "all NCCL processes, now " : "", s.nr_targets,
 		 s.nr_targets == 1 ? "" : "es", env.dump_dir);
 	while (!stop_signal) {
@@ -418,7 +418,7 @@ int fr_main(int argc, char **argv)
 		if (err >= 0)
 			err = ring_buffer__consume(rb);
 		if (err < 0 && err != -EINTR) {
-			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
+			log_error("reading ring buffer: %s\n", strerror(-err));
 			break;
 		}
 		set_drops(&s);

@@ -7,9 +7,11 @@
 
 extern int tptrace_verbosity;
 
-#define log_error(...) fprintf(stderr, __VA_ARGS__)
-#define log_info(...) do { if (tptrace_verbosity >= 0) fprintf(stderr, __VA_ARGS__); } while (0)
-#define log_verbose(...) do { if (tptrace_verbosity >= 1) fprintf(stderr, __VA_ARGS__); } while (0)
-#define log_debug(...) do { if (tptrace_verbosity >= 2) fprintf(stderr, __VA_ARGS__); } while (0)
+/* fmt is a string literal: the prefix is pasted onto it */
+#define log_error(fmt, ...) fprintf(stderr, "tptrace: " fmt, ##__VA_ARGS__)
+#define log_info(fmt, ...) \
+	do { if (tptrace_verbosity >= 0) fprintf(stderr, "tptrace: " fmt, ##__VA_ARGS__); } while (0)
+#define log_verbose(fmt, ...) \
+	do { if (tptrace_verbosity >= 1) fprintf(stderr, "tptrace: " fmt, ##__VA_ARGS__); } while (0)
 
 #endif

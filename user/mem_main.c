@@ -206,12 +206,12 @@ int mem_main(int argc, char **argv)
 		goto cleanup;
 	cache = elfsym_cache__new();
 	if (!cache) {
-		log_error("tptrace: out of memory\n");
+		log_error("out of memory\n");
 		goto cleanup;
 	}
 	err = target__scan(t, cache, &resolve_only);
 	if (err < 0) {
-		log_error("tptrace: reading pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
+		log_error("reading pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
 		goto cleanup;
 	}
 	if (env.trace) {
@@ -220,7 +220,7 @@ int mem_main(int argc, char **argv)
 		trace_created = stat(env.trace, &st) && errno == ENOENT;
 		tj = trace_json__open(env.trace);
 		if (!tj) {
-			log_error("tptrace: cannot write %s: %s\n", env.trace, strerror(errno));
+			log_error("cannot write %s: %s\n", env.trace, strerror(errno));
 			trace_created = false;
 			goto cleanup;
 		}
@@ -230,7 +230,7 @@ int mem_main(int argc, char **argv)
 	if (tj) {
 		err = trace_json__begin(tj, start_mono, start_real);
 		if (err) {
-			log_error("tptrace: cannot write %s: %s\n", env.trace, strerror(-err));
+			log_error("cannot write %s: %s\n", env.trace, strerror(-err));
 			goto cleanup;
 		}
 		trace_json__process_name(tj, t->pid, t->comm[0] ? t->comm : "process");
@@ -244,7 +244,7 @@ int mem_main(int argc, char **argv)
 		goto cleanup;
 	waiting = nothing_to_probe(mt);
 	if (waiting && !env.wait) {
-		log_error("tptrace: pid %d (%s) has no CUDA runtime, CUDA driver or PyTorch allocator "
+		log_error("pid %d (%s) has no CUDA runtime, CUDA driver or PyTorch allocator "
 			  "probes loaded; use --wait to wait for them\n", t->pid, t->comm);
 		goto cleanup;
 	}
@@ -253,9 +253,9 @@ int mem_main(int argc, char **argv)
 	if (env.duration > 0)
 		deadline = start_mono + (uint64_t)(env.duration * 1e9);
 	if (waiting)
-		log_info("tptrace: waiting for pid %d (%s) to load CUDA or PyTorch\n", t->pid, t->comm);
+		log_info("waiting for pid %d (%s) to load CUDA or PyTorch\n", t->pid, t->comm);
 	else
-		log_info("tptrace: tracing GPU memory of pid %d (%s): %d USDT probes, %d runtime and %d driver "
+		log_info("tracing GPU memory of pid %d (%s): %d USDT probes, %d runtime and %d driver "
 			 "functions%s\n", t->pid, t->comm, memtrace__stats(mt)->usdt_probes,
 			 memtrace__stats(mt)->runtime_probes, memtrace__stats(mt)->driver_probes,
 			 deadline ? "" : "; Ctrl-C to stop");
@@ -266,14 +266,14 @@ int mem_main(int argc, char **argv)
 		usleep(20000);
 		err = memtrace__poll(mt);
 		if (err < 0) {
-			log_error("tptrace: reading memory events: %s\n", strerror(-err));
+			log_error("reading memory events: %s\n", strerror(-err));
 			break;
 		}
 		if (tj && trace_json__error(tj))
 			break;
 		now = session__clock_ns(CLOCK_MONOTONIC);
 		if (target__gone(t)) {
-			log_info("tptrace: pid %d (%s) exited\n", t->pid, t->comm);
+			log_info("pid %d (%s) exited\n", t->pid, t->comm);
 			break;
 		}
 		if (deadline && now >= deadline)
@@ -285,7 +285,7 @@ int mem_main(int argc, char **argv)
 			memtrace__poll(mt);
 			if (waiting && !nothing_to_probe(mt)) {
 				waiting = false;
-				log_info("tptrace: pid %d loaded CUDA or PyTorch; tracing\n", t->pid);
+				log_info("pid %d loaded CUDA or PyTorch; tracing\n", t->pid);
 			}
 		}
 	}
@@ -319,7 +319,7 @@ int mem_main(int argc, char **argv)
 			err = trace_json__close(tj);
 			tj = NULL;
 			if (err) {
-				log_error("tptrace: writing %s failed: %s; the trace is incomplete\n",
+				log_error("writing %s failed: %s; the trace is incomplete\n",
 					  env.trace, strerror(-err));
 				goto cleanup;
 			}
@@ -327,7 +327,7 @@ int mem_main(int argc, char **argv)
 		if (env.output) {
 			err = write_snapshot(mt, &info);
 			if (err) {
-				log_error("tptrace: cannot write %s: %s\n", env.output, strerror(-err));
+				log_error("cannot write %s: %s\n", env.output, strerror(-err));
 				goto cleanup;
 			}
 		}
@@ -336,14 +336,14 @@ int mem_main(int argc, char **argv)
 			fflush(stdout);
 		}
 		if (st->counters_err)
-			log_error("tptrace: the memory drop counter could not be read (%s): events may "
+			log_error("the memory drop counter could not be read (%s): events may "
 				  "be missing\n", strerror(-st->counters_err));
 		else if (st->dropped)
-			log_error("tptrace: %llu memory events dropped (ring buffer full); raise --ring-mb\n",
+			log_error("%llu memory events dropped (ring buffer full); raise --ring-mb\n",
 				  (unsigned long long)st->dropped);
 		snprintf(dropped, sizeof(dropped), st->counters_err ? "unknown" : "%llu",
 			 (unsigned long long)st->dropped);
-		log_info("tptrace: pid %d: %llu allocator events, %llu allocation calls (%llu OOM), "
+		log_info("pid %d: %llu allocator events, %llu allocation calls (%llu OOM), "
 			 "%s dropped%s%s\n", t->pid,
 			 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
 					      memsnap__stats(memtrace__snap(mt))->frees),

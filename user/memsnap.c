@@ -4,6 +4,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "hashmap.h"
+#include "log.h"
 #include "memlayout.h"
 #include "memsnap.h"
 
@@ -669,9 +670,9 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 	}
 	iss = &l->issues;
 	if (memlayout__issues_total(iss))
-		fprintf(stderr, "tptrace: memory snapshot: %llu allocations or segments that overlap "
-			"others or miss a free left out (see tptrace.left_out)\n",
-			(unsigned long long)memlayout__issues_total(iss));
+		log_error("memory snapshot: %llu allocations or segments that overlap "
+			  "others or miss a free left out (see tptrace.left_out)\n",
+			  (unsigned long long)memlayout__issues_total(iss));
 	cJSON_AddItemToObject(root, "segments", segments_json(l, info));
 	cJSON_AddItemToObject(root, "device_traces", traces_json(ms, l, info));
 	cJSON_AddItemToObject(root, "allocator_settings", settings_json(info));

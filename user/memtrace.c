@@ -630,21 +630,21 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		opts = &none;
 	mt = calloc(1, sizeof(*mt));
 	if (!mt) {
-		log_error("tptrace: out of memory\n");
+		log_error("out of memory\n");
 		return NULL;
 	}
 	mt->t = t;
 	mt->tj = tj;
 	mt->snap = memsnap__new(opts->history);
 	if (!mt->snap) {
-		log_error("tptrace: out of memory\n");
+		log_error("out of memory\n");
 		goto err;
 	}
 	memsnap__set_clock(mt->snap, session__clock_ns(CLOCK_MONOTONIC),
 			   session__clock_ns(CLOCK_REALTIME));
 	mt->skel = mem_bpf__open();
 	if (!mt->skel) {
-		log_error("tptrace: failed to open the memory BPF object: %s\n", strerror(errno));
+		log_error("failed to open the memory BPF object: %s\n", strerror(errno));
 		goto err;
 	}
 	if (opts->uprobe_multi) {
@@ -664,10 +664,10 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 	err = mem_bpf__load(mt->skel);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
-			log_error("tptrace: loading memory BPF programs: %s (run as root: needs CAP_BPF "
+			log_error("loading memory BPF programs: %s (run as root: needs CAP_BPF "
 				  "and CAP_PERFMON, or CAP_SYS_ADMIN)\n", strerror(-err));
 		else
-			log_error("tptrace: loading memory BPF programs: %s\n", strerror(-err));
+			log_error("loading memory BPF programs: %s\n", strerror(-err));
 		goto err;
 	}
 	mt->progs.entry = mt->skel->progs.mem_entry;
@@ -680,16 +680,16 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 	mt->rb = mt->calls ? ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events),
 					      calls__ring_cb, mt->calls, NULL) : NULL;
 	if (!mt->rb) {
-		log_error("tptrace: failed to create the memory ring buffer: %s\n", strerror(errno));
+		log_error("failed to create the memory ring buffer: %s\n", strerror(errno));
 		goto err;
 	}
 	err = attach_new_objects(mt);
 	if (err) {
-		log_error("tptrace: attaching memory probes to pid %d (%s): %s\n", t->pid, t->comm,
+		log_error("attaching memory probes to pid %d (%s): %s\n", t->pid, t->comm,
 			  strerror(-err));
 		goto err;
 	}
-	log_verbose("tptrace: pid %d: %d USDT, %d runtime, %d driver memory probes\n", t->pid,
+	log_verbose("pid %d: %d USDT, %d runtime, %d driver memory probes\n", t->pid,
 		    mt->st.usdt_probes, mt->st.runtime_probes, mt->st.driver_probes);
 	return mt;
 err:

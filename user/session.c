@@ -78,18 +78,18 @@ struct session_bpf *session__load_bpf(int ring_mb)
 	int err;
 
 	if (!b) {
-		log_error("tptrace: out of memory\n");
+		log_error("out of memory\n");
 		return NULL;
 	}
 	b->uprobe_multi = uprobe_multi__supported();
 	b->exit_tp = exit_tp_supported();
 	if (!b->uprobe_multi)
-		log_verbose("tptrace: uprobe_multi unavailable; one link per probe\n");
+		log_verbose("uprobe_multi unavailable; one link per probe\n");
 	if (!b->exit_tp)
-		log_verbose("tptrace: exit tracepoint unavailable; exit codes will be unknown\n");
+		log_verbose("exit tracepoint unavailable; exit codes will be unknown\n");
 	b->skel = skel = cuda_bpf__open();
 	if (!skel) {
-		log_error("tptrace: failed to open BPF object: %s\n", strerror(errno));
+		log_error("failed to open BPF object: %s\n", strerror(errno));
 		goto err;
 	}
 	multi_progs[0] = skel->progs.cuda_entry_multi;
@@ -110,17 +110,17 @@ struct session_bpf *session__load_bpf(int ring_mb)
 	err = cuda_bpf__load(skel);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
-			log_error("tptrace: loading BPF programs: %s (run as root: needs CAP_BPF and "
+			log_error("loading BPF programs: %s (run as root: needs CAP_BPF and "
 				  "CAP_PERFMON, or CAP_SYS_ADMIN)\n", strerror(-err));
 		else
-			log_error("tptrace: loading BPF programs: %s (kernel >= 5.15 with BTF "
+			log_error("loading BPF programs: %s (kernel >= 5.15 with BTF "
 				  "needed)\n", strerror(-err));
 		goto err;
 	}
 	if (b->exit_tp) {
 		skel->links.proc_exit = bpf_program__attach(skel->progs.proc_exit);
 		if (!skel->links.proc_exit) {
-			log_verbose("tptrace: exit tracepoint unavailable: %s\n", strerror(errno));
+			log_verbose("exit tracepoint unavailable: %s\n", strerror(errno));
 			b->exit_tp = false;
 		}
 	}
@@ -157,9 +157,9 @@ struct target *session__open_target(int pid)
 	if (t)
 		return t;
 	if (errno == ESRCH)
-		log_error("tptrace: pid %d: no such process\n", pid);
+		log_error("pid %d: no such process\n", pid);
 	else
-		log_error("tptrace: pid %d: cannot read /proc/%d/maps: %s (run as root)\n", pid, pid,
+		log_error("pid %d: cannot read /proc/%d/maps: %s (run as root)\n", pid, pid,
 			  strerror(errno));
 	return NULL;
 }
@@ -173,7 +173,7 @@ int session__watch_exit(struct session_bpf *b, int pid)
 	if (!bpf_map_update_elem(bpf_map__fd(b->skel->maps.watch_pids), &key, &one, BPF_ANY))
 		return 0;
 	err = -errno;
-	log_error("tptrace: pid %d: cannot watch its exit, its exit code will be unknown: %s\n", pid,
+	log_error("pid %d: cannot watch its exit, its exit code will be unknown: %s\n", pid,
 		  strerror(-err));
 	return err;
 }

@@ -322,7 +322,7 @@ static int open_targets(struct trace_session *s)
 	for (int i = 0; i < env.nr_pids; i++) {
 		for (int j = 0; j < i; j++) {
 			if (env.pids[j] == env.pids[i]) {
-				log_error("tptrace: pid %d given twice\n", env.pids[i]);
+				log_error("pid %d given twice\n", env.pids[i]);
 				return -EINVAL;
 			}
 		}
@@ -354,7 +354,7 @@ static int open_pipeline(struct trace_session *s)
 	if (!s->tj) {
 		int err = -errno;
 
-		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(-err));
+		log_error("cannot write %s: %s\n", env.output, strerror(-err));
 		s->output_created = false;
 		return err ? err : -EIO;
 	}
@@ -362,7 +362,7 @@ static int open_pipeline(struct trace_session *s)
 	if (s->cache)
 		s->dec = decoder__new(s->tj, s->cache, &s->probes);
 	if (!s->cache || !s->dec) {
-		log_error("tptrace: out of memory\n");
+		log_error("out of memory\n");
 		return -ENOMEM;
 	}
 	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), decoder__ring_cb, s->dec,
@@ -370,7 +370,7 @@ static int open_pipeline(struct trace_session *s)
 	if (!s->rb) {
 		int err = -errno;
 
-		log_error("tptrace: failed to create ring buffer: %s\n", strerror(-err));
+		log_error("failed to create ring buffer: %s\n", strerror(-err));
 		return err ? err : -EINVAL;
 	}
 	return 0;
@@ -385,7 +385,7 @@ static int attach_targets(struct trace_session *s)
 	s->start_real = session__clock_ns(CLOCK_REALTIME);
 	err = trace_json__begin(s->tj, s->start_mono, s->start_real);
 	if (err) {
-		log_error("tptrace: cannot write %s: %s\n", env.output, strerror(-err));
+		log_error("cannot write %s: %s\n", env.output, strerror(-err));
 		return err;
 	}
 	for (int i = 0; i < s->nr_procs; i++) {
@@ -394,26 +394,26 @@ static int attach_targets(struct trace_session *s)
 
 		err = decoder__add_target(s->dec, t);
 		if (err) {
-			log_error("tptrace: pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
+			log_error("pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
 			return err;
 		}
 		err = target__scan(t, s->cache, &s->probes);
 		if (err == -ESRCH) {
-			log_error("tptrace: pid %d exited before it could be traced\n", t->pid);
+			log_error("pid %d exited before it could be traced\n", t->pid);
 			return err;
 		}
 		if (err < 0) {
-			log_error("tptrace: attaching to pid %d (%s): %s\n", t->pid, t->comm,
+			log_error("attaching to pid %d (%s): %s\n", t->pid, t->comm,
 				  strerror(-err));
 			return err;
 		}
 		if (!t->nr_cudart && !env.wait) {
-			log_error("tptrace: pid %d (%s) has no CUDA runtime loaded (no libcudart.so.* and "
+			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.* and "
 				  "no static cudart); use --wait to wait for it\n", t->pid, t->comm);
 			return -ENOENT;
 		}
 		if (!t->nr_cudart)
-			log_info("tptrace: waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
+			log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
 		write_process_meta(s->tj, t);
 		/* the trace shows counters and events, not call sites: no user stacks (their
 		 * frame walk is most of an allocation probe's cost; tptrace mem keeps them) */
@@ -425,7 +425,7 @@ static int attach_targets(struct trace_session *s)
 			if (!p->mt)
 				return -EINVAL;
 		}
-		log_verbose("tptrace: pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
+		log_verbose("pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
 			    t->nr_probes, t->nr_cudart);
 	}
 	return 0;
@@ -438,7 +438,7 @@ static int attach_gpus(struct trace_session *s)
 	int err = decoder__enable_gpu(s->dec);
 
 	if (err) {
-		log_error("tptrace: out of memory\n");
+		log_error("out of memory\n");
 		return err;
 	}
 	for (int i = 0; i < s->nr_procs; i++) {
@@ -448,7 +448,7 @@ static int attach_gpus(struct trace_session *s)
 		p->gpu = gpu__attach(p->t->pid, &go, msg, sizeof(msg));
 		if (!p->gpu) {
 			err = errno ? -errno : -EINVAL;
-			log_error("tptrace: --gpu: pid %d: %s\n", p->t->pid, msg[0] ? msg : strerror(-err));
+			log_error("--gpu: pid %d: %s\n", p->t->pid, msg[0] ? msg : strerror(-err));
 			return err;
 		}
 	}
@@ -467,7 +467,7 @@ static void rescan_targets(struct trace_session *s)
 			continue;
 		target__scan(t, s->cache, &s->probes);
 		if (!had && t->nr_cudart)
-			log_info("tptrace: pid %d loaded a CUDA runtime; tracing\n", t->pid);
+			log_info("pid %d loaded a CUDA runtime; tracing\n", t->pid);
 	}
 }
 
@@ -483,7 +483,7 @@ static int count_alive(struct trace_session *s)
 		if (!target__gone(t))
 			alive++;
 		else if (!was_gone)
-			log_info("tptrace: pid %d (%s) exited\n", t->pid, t->comm);
+			log_info("pid %d (%s) exited\n", t->pid, t->comm);
 	}
 	return alive;
 }
@@ -496,7 +496,7 @@ static void run_loop(struct trace_session *s)
 
 	if (env.duration > 0)
 		deadline = s->start_mono + (uint64_t)(env.duration * 1e9);
-	log_info("tptrace: tracing %d process%s to %s%s\n", s->nr_procs, s->nr_procs > 1 ? "es" : "",
+	log_info("tracing %d process%s to %s%s\n", s->nr_procs, s->nr_procs > 1 ? "es" : "",
 		 env.output, deadline ? "" : "; Ctrl-C to stop");
 	while (!stop_signal) {
 		uint64_t now;
@@ -507,7 +507,7 @@ static void run_loop(struct trace_session *s)
 		if (err >= 0)
 			err = ring_buffer__consume(s->rb);
 		if (err < 0 && err != -EINTR) {
-			log_error("tptrace: reading ring buffer: %s\n", strerror(-err));
+			log_error("reading ring buffer: %s\n", strerror(-err));
 			break;
 		}
 		for (int i = 0; i < s->nr_procs; i++)
@@ -547,7 +547,7 @@ static void drain(struct trace_session *s)
 		if (p->t->exited || target__gone(p->t))
 			gpu__poll(p->gpu, decoder__gpu_cb, s->dec);
 		else if (gpu__detach(p->gpu, decoder__gpu_cb, s->dec))
-			log_error("tptrace: --gpu: pid %d: detaching the agent: %s\n", p->t->pid,
+			log_error("--gpu: pid %d: detaching the agent: %s\n", p->t->pid,
 				  gpu__error(p->gpu));
 		gpu__stats(p->gpu, &p->gstats);
 	}
@@ -567,7 +567,7 @@ static void write_distributed_info(struct trace_session *s)
 {
 	int ranks = 0, rank = -1, world = -1;
 	bool nccl = false;
-	char dist[160];
+	char dist[160], world_str[16];
 
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct target *t = s->procs[i].t;
@@ -581,9 +581,14 @@ static void write_distributed_info(struct trace_session *s)
 	}
 	if (ranks != 1 || s->nr_procs != 1)
 		return;
+	/* an unknown world size is written unknown (null), never as a number */
+	if (world > 0)
+		snprintf(world_str, sizeof(world_str), "%d", world);
+	else
+		snprintf(world_str, sizeof(world_str), "null");
 	/* HTA reads the rank with the regex "rank":\s+(\d+): keep the space */
-	snprintf(dist, sizeof(dist), "{\"backend\": \"%s\", \"rank\": %d, \"world_size\": %d}",
-		 nccl ? "nccl" : "unknown", rank, world);
+	snprintf(dist, sizeof(dist), "{\"backend\": \"%s\", \"rank\": %d, \"world_size\": %s}",
+		 nccl ? "nccl" : "unknown", rank, world_str);
 	trace_json__top_raw(s->tj, "distributedInfo", dist);
 }
 
@@ -613,22 +618,22 @@ static int write_trace_end(struct trace_session *s)
 	err = trace_json__close(s->tj);
 	s->tj = NULL;
 	if (err) {
-		log_error("tptrace: writing %s failed: %s; the trace is incomplete\n", env.output,
+		log_error("writing %s failed: %s; the trace is incomplete\n", env.output,
 			  strerror(-err));
 		return err;
 	}
 	if (s->drops_err) {
-		log_error("tptrace: the drop counter could not be read (%s): events may be missing\n",
+		log_error("the drop counter could not be read (%s): events may be missing\n",
 			  strerror(-s->drops_err));
-		log_info("tptrace: wrote %s: %llu calls (%llu launches, %llu named), drops unknown\n",
+		log_info("wrote %s: %llu calls (%llu launches, %llu named), drops unknown\n",
 			 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
 			 (unsigned long long)st->launches_named);
 		return 0;
 	}
 	if (s->drops)
-		log_error("tptrace: %llu events dropped (ring buffer full); raise --ring-mb\n",
+		log_error("%llu events dropped (ring buffer full); raise --ring-mb\n",
 			  (unsigned long long)s->drops);
-	log_info("tptrace: wrote %s: %llu calls (%llu launches, %llu named), %llu dropped\n",
+	log_info("wrote %s: %llu calls (%llu launches, %llu named), %llu dropped\n",
 		 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
 		 (unsigned long long)st->launches_named, (unsigned long long)s->drops);
 	return 0;

@@ -242,15 +242,14 @@ def test_distributed_info_absent():
 
 def test_distributed_info_rank_without_world_size():
     """RANK set, WORLD_SIZE not: the world size is unknown and must be written as unknown
-    (null), never as a number. PRODUCT BUG (reported in issue 9's test slice): tptrace.c
-    writes "world_size": -1; this test fails until it writes null."""
+    (null), never as a number (tptrace once wrote -1)."""
     need_root()
     trace, wl, tr = trace_workload(sim_train(), env={"RANK": "5"}, out_name="dist_nows.json")
     check_valid_trace(trace)
     assert labels(trace) == {wl.pid: "rank 5"}, labels(trace)
     dist = trace["distributedInfo"]
     assert dist["rank"] == 5 and dist["backend"] == "unknown", dist
-    assert dist["world_size"] is None, f"PRODUCT BUG: unknown world size written as {dist}"
+    assert dist["world_size"] is None, dist
 
 
 def deleted_lib_case(src, name, rc):
