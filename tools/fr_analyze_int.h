@@ -348,4 +348,14 @@ char *verdict_detail(const struct fr_analysis *a, const struct verdict *v);
 char *verdict_confidence_reason(const struct fr_analysis *a, const struct verdict *v);
 const char *short_id(const char *id);
 
+/* A text built with stdio on open_memstream: text_close returns the text without its trailing
+ * newline (the buffer, still owned by t: free(t->buf)), "" strdup'ed when the open failed. */
+struct text {
+	char *buf;
+	size_t len;
+	FILE *f;
+};
+FILE *text_open(struct text *t);
+char *text_close(struct text *t);
+
 #endif

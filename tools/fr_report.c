@@ -7,30 +7,6 @@
 #include <cjson/cJSON.h>
 #include "fr_analyze_int.h"
 
-/* text builder on open_memstream */
-struct text {
-	char *buf;
-	size_t len;
-	FILE *f;
-};
-
-static FILE *text_open(struct text *t)
-{
-	t->buf = NULL;
-	t->len = 0;
-	t->f = open_memstream(&t->buf, &t->len);
-	return t->f;
-}
-
-static void text_close(struct text *t)
-{
-	fclose(t->f);
-	t->f = NULL;
-	/* drop a trailing newline */
-	if (t->len && t->buf[t->len - 1] == '\n')
-		t->buf[--t->len] = 0;
-}
-
 static void append_caveats(const struct fr_analysis *a, const struct verdict *v, FILE *f)
 {
 	if (v->also_seqs)

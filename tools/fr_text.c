@@ -6,14 +6,7 @@
 #include <string.h>
 #include "fr_analyze_int.h"
 
-/* text builder on open_memstream */
-struct text {
-	char *buf;
-	size_t len;
-	FILE *f;
-};
-
-static FILE *text_open(struct text *t)
+FILE *text_open(struct text *t)
 {
 	t->buf = NULL;
 	t->len = 0;
@@ -21,7 +14,7 @@ static FILE *text_open(struct text *t)
 	return t->f;
 }
 
-static char *text_close(struct text *t)
+char *text_close(struct text *t)
 {
 	if (!t->f)
 		return strdup("");

@@ -52,6 +52,15 @@ class Job:
         for r in (ranks if ranks is not None else range(len(self.ranks))):
             self.ranks[r].wait_done(timeout)
 
+    def run_clean(self, timeout=60):
+        """Every rank goes, finishes its steps and exits 0; then the recorder, with all its
+        targets gone, exits 0 too."""
+        self.go()
+        self.wait_done(timeout=timeout)
+        for w in self.ranks:
+            assert w.finish() == 0, w.out.text()
+        assert self.tracer.wait(30) == 0, self.tracer.err.text()
+
     def kill(self):
         for w in self.ranks:
             w.kill()

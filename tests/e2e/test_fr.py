@@ -29,11 +29,7 @@ def run_completing(scenario, nranks=4, extra=()):
     job = Job(nranks, scenario, steps=3, extra=["--init-after-go"] + list(extra), name=scenario)
     try:
         job.record()
-        job.go()
-        job.wait_done(timeout=60)
-        for w in job.ranks:
-            assert w.finish() == 0
-        assert job.tracer.wait(30) == 0, job.tracer.err.text()  # all targets exited
+        job.run_clean()
     finally:
         job.kill()
     return job
@@ -398,11 +394,7 @@ def test_fr_ring_keeps_newest_n():
     job = Job(4, "healthy", steps=3, extra=["--init-after-go"], name="ring")
     try:
         job.record(["--ring", "4"])
-        job.go()
-        job.wait_done(timeout=60)
-        for w in job.ranks:
-            assert w.finish() == 0
-        assert job.tracer.wait(30) == 0, job.tracer.err.text()
+        job.run_clean()
     finally:
         job.kill()
     dumps = job.dumps()

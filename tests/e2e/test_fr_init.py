@@ -24,11 +24,7 @@ def test_fr_init_failed_sim():
               name="init-failed")
     try:
         job.record()
-        job.go()
-        job.wait_done(timeout=60)
-        for w in job.ranks:
-            assert w.finish() == 0
-        assert job.tracer.wait(30) == 0, job.tracer.err.text()
+        job.run_clean()
     finally:
         job.kill()
     for w in job.ranks:

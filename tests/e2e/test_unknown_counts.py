@@ -46,11 +46,7 @@ def test_fr_dump_unknown_drops():
             job.record()
         finally:
             del os.environ[KNOB]
-        job.go()
-        job.wait_done(timeout=60)
-        for w in job.ranks:
-            assert w.finish() == 0
-        assert job.tracer.wait(30) == 0, job.tracer.err.text()
+        job.run_clean()
     finally:
         job.kill()
     dumps = job.dumps()

@@ -4,6 +4,7 @@
  * read before the size was checked is an out-of-bounds read and fails the test. */
 #include <stdlib.h>
 #include "calls.h"
+#include "api_id.h"
 #include "check.h"
 #include "cuda.h"
 #include "cuda_api.h"
@@ -78,18 +79,6 @@ static void feed(struct calls *c, const void *rec, size_t size)
 	memcpy(buf, rec, size);
 	calls__ring_cb(c, buf, size);
 	free(buf);
-}
-
-static int api_id(const char *sym)
-{
-	for (int i = 0; i < cuda_api_count; i++)
-		if (!strcmp(cuda_apis[i].symbol, sym))
-			return i;
-	for (int i = 0; i < nccl_api_count; i++)
-		if (!strcmp(nccl_apis[i].symbol, sym))
-			return NCCL_API_BASE + i;
-	fprintf(stderr, "no api %s\n", sym);
-	exit(2);
 }
 
 static uint64_t ts = 1000;

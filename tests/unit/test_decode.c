@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include <cjson/cJSON.h>
+#include "api_id.h"
 #include "check.h"
 #include "cuda.h"
 #include "cuda_api.h"
@@ -24,17 +25,6 @@ __attribute__((noinline)) void kernel_stub_for_test(float *p, int n)
 
 static int pid;
 static uint64_t ts = 5000000;
-
-static int api_id(const char *sym)
-{
-	for (int i = 0; i < cuda_api_count; i++)
-		if (!strcmp(cuda_apis[i].symbol, sym))
-			return i;
-	for (int i = 0; i < nccl_api_count; i++)
-		if (!strcmp(nccl_apis[i].symbol, sym))
-			return NCCL_API_BASE + i;
-	exit(2);
-}
 
 static void call(struct decoder *d, const char *sym, const uint64_t a[6], const uint64_t st[4],
 		 int tid)

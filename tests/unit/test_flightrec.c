@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "api_id.h"
 #include "check.h"
 #include "cuda.h"
 #include "cuda_api.h"
@@ -15,18 +16,6 @@
 
 static int pid, tid;
 static uint64_t ts = 1000000;
-
-static int api_id(const char *sym)
-{
-	for (int i = 0; i < nccl_api_count; i++)
-		if (!strcmp(nccl_apis[i].symbol, sym))
-			return NCCL_API_BASE + i;
-	for (int i = 0; i < cuda_api_count; i++)
-		if (!strcmp(cuda_apis[i].symbol, sym))
-			return i;
-	fprintf(stderr, "no api %s\n", sym);
-	exit(2);
-}
 
 static void call(struct flightrec *fr, const char *sym, uint64_t a0, uint64_t a1, uint64_t a2,
 		 uint64_t a3, uint64_t a4, uint64_t a5, uint64_t s1, uint64_t s2, const void *deref,

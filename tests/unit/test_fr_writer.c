@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "api_id.h"
 #include "check.h"
 #include "cuda.h"
 #include "cuda_api.h"
@@ -19,18 +20,6 @@
 
 static int pid, tid;
 static uint64_t ts = 1000000;
-
-static int api_id(const char *sym)
-{
-	for (int i = 0; i < nccl_api_count; i++)
-		if (!strcmp(nccl_apis[i].symbol, sym))
-			return NCCL_API_BASE + i;
-	for (int i = 0; i < cuda_api_count; i++)
-		if (!strcmp(cuda_apis[i].symbol, sym))
-			return i;
-	fprintf(stderr, "no api %s\n", sym);
-	exit(2);
-}
 
 /* an entry record as bpf/cuda.bpf.c sends it: short unless the api copies a struct */
 static void call(struct flightrec *fr, const char *sym, const uint64_t a[6], uint64_t s1,
