@@ -155,6 +155,7 @@ struct traced {
 	struct gpu_session *gpu;	/* --gpu */
 	struct gpu_stats gstats;	/* taken when the agent is detached */
 	int watch_err;			/* session__watch_exit failed: exit code unknown */
+	bool waiting;			/* --wait: no CUDA runtime yet, "tracing" not said yet */
 };
 
 /* One `tptrace -p ...` run: what it opened, in the order it is torn down. */
@@ -412,8 +413,10 @@ static int attach_targets(struct trace_session *s)
 				  "no static cudart); use --wait to wait for it\n", t->pid, t->comm);
 			return -ENOENT;
 		}
-		if (!t->nr_cudart)
+		if (!t->nr_cudart) {
 			log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
+			p->waiting = true;
+		}
 		write_process_meta(s->tj, t);
 		/* the trace shows counters and events, not call sites: no user stacks (their
 		 * frame walk is most of an allocation probe's cost; tptrace mem keeps them) */
@@ -459,15 +462,22 @@ static int attach_gpus(struct trace_session *s)
  * linker's notice. */
 static void rescan_targets(struct trace_session *s)
 {
-	for (int i = 0; i < s->nr_procs; i++) {
-		struct target *t = s->procs[i].t;
-		bool had = t->nr_cudart;
+	for (int i = 0; i < s->nr_procs; i++)
+		if (!s->procs[i].t->exited)
+			target__scan(s->procs[i].t, s->cache, &s->probes);
+}
 
-		if (t->exited)
-			continue;
-		target__scan(t, s->cache, &s->probes);
-		if (!had && t->nr_cudart)
-			log_info("pid %d loaded a CUDA runtime; tracing\n", t->pid);
+/* --wait: says once that a target's runtime is traced, whichever scan found it (a dlopen
+ * record's or the periodic one). */
+static void announce_loaded(struct trace_session *s)
+{
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+
+		if (p->waiting && p->t->nr_cudart) {
+			p->waiting = false;
+			log_info("pid %d loaded a CUDA runtime; tracing\n", p->t->pid);
+		}
 	}
 }
 
@@ -515,6 +525,7 @@ static void run_loop(struct trace_session *s)
 				memtrace__poll(s->procs[i].mt);
 		if (trace_json__error(s->tj))
 			break;
+		announce_loaded(s);
 		now = session__clock_ns(CLOCK_MONOTONIC);
 		/* the agent's ring is our memory: it can be drained after the target died */
 		for (int i = 0; i < s->nr_procs; i++)

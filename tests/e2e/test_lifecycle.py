@@ -33,14 +33,15 @@ def dlopen_case(lib, iters, name, rc):
     want_head = [f"tptrace: waiting for pid {wl.pid} (dlopen_app) to load a CUDA runtime",
                  f"tptrace: pid {wl.pid} (dlopen_app): 1 probes in 0 CUDA runtime(s)",
                  f"tptrace: tracing 1 process to {out}; Ctrl-C to stop"]
-    # the dlopen notice attaches them, or (rarely) the periodic rescan gets there first
-    loaded = {f"tptrace: pid {wl.pid} loaded new code: {target['probes_attached'] - 1} probes attached",
-              f"tptrace: pid {wl.pid} loaded a CUDA runtime; tracing"}
+    # the dlopen notice attaches them (said with -v), or (rarely) the periodic rescan gets
+    # there first (said by nothing else); either way the start of tracing is said once
+    notice = f"tptrace: pid {wl.pid} loaded new code: {target['probes_attached'] - 1} probes attached"
+    started = f"tptrace: pid {wl.pid} loaded a CUDA runtime; tracing"
     want_tail = [f"tptrace: pid {wl.pid} (dlopen_app) exited",
                  f"tptrace: wrote {out}: {2 * iters + 1} calls ({iters} launches, {iters} named), "
                  f"0 dropped"]
-    assert len(lines) == 6 and lines[:3] == want_head and lines[3] in loaded and \
-        lines[4:] == want_tail, lines
+    assert lines[:3] == want_head and lines[-2:] == want_tail, lines
+    assert lines[3:-2] in ([notice, started], [started]), lines
 
 
 def test_dlopen_after_attach_sim():
