@@ -248,9 +248,10 @@ static int layout_313(struct pyproc *py, char *err, size_t errsz)
 		set_err(err, errsz, "Python %s: free-threaded build: unsupported", py->version);
 		return -ENOTSUP;
 	}
-	/* every offset used must be small: a garbage table must not send reads anywhere */
+	/* every offset must fit the buffers we read into: a garbage table must not send reads
+	 * past them (the interpreter state is big: its fields sit ~7 KiB in) */
 	for (i = 0; i < (int)(sizeof(offs) / sizeof(offs[0])); i++) {
-		if (u64_at(d, offs[i]) > 4096) {
+		if (u64_at(d, offs[i]) > (i < 3 ? (1u << 20) : 240)) {
 			set_err(err, errsz, "Python %s: implausible _Py_DebugOffsets", py->version);
 			return -EINVAL;
 		}
@@ -333,8 +334,9 @@ cleanup:
 }
 
 /* Before 3.11 there is no Py_Version: PY_VERSION ("3.9.18") is a string literal in .rodata,
- * NUL on both sides. Takes the first one whose minor matches want_minor (from the file
- * name; -1 unknown). */
+ * NUL-terminated but possibly tail-merged into a longer one ("/root/.pyenv/versions/3.9.18").
+ * Takes the first one whose minor matches want_minor (from the file name), or with an
+ * unknown name (-1) the first 3.6-3.10 (3.11+ have Py_Version). */
 static int rodata_version(const char *path, int want_minor, int *major, int *minor, int *micro)
 {
 	uint64_t addr, off, size;
@@ -352,11 +354,12 @@ static int rodata_version(const char *path, int want_minor, int *major, int *min
 	for (i = 1; i + 6 < size; i++) {
 		int a, b, c, n = 0;
 
-		if (buf[i] != '3' || buf[i + 1] != '.' || buf[i - 1] != 0)
+		if (buf[i] != '3' || buf[i + 1] != '.' || buf[i - 1] == '.' ||
+		    (buf[i - 1] >= '0' && buf[i - 1] <= '9'))
 			continue;
 		if (sscanf(buf + i, "%1d.%2d.%2d%n", &a, &b, &c, &n) != 3 || buf[i + n] != 0)
 			continue;
-		if (want_minor >= 0 && b != want_minor)
+		if (want_minor >= 0 ? b != want_minor : (b < 6 || b > 10))
 			continue;
 		*major = a, *minor = b, *micro = c;
 		ret = 0;
