@@ -45,3 +45,10 @@ $(E2E_DIR)/pyframes_dump: tests/e2e/pyframes_dump.c $(OUTPUT)/libtptrace.a | $(E
 	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
 
 TEST_BINS += $(E2E_DIR)/pyframes_dump
+
+# Snapshots of processes as JSON lines, the engine alone (tests/e2e/test_stacks.py, bench).
+$(E2E_DIR)/stacks_dump: tests/e2e/stacks_dump.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(E2E_DIR)/stacks_dump
