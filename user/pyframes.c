@@ -59,6 +59,7 @@ struct py_layout {
 struct code_info {
 	uint64_t filename, name, linetable;	/* the pointers this entry was built from */
 	int firstlineno, firsttraceable;
+	uint64_t checked_gen;	/* the thread-state walk during which it was last checked */
 	const char *func, *file;
 	uint8_t *table;
 	size_t table_len;
@@ -83,6 +84,7 @@ struct pyproc {
 	struct tstate_ref *tstates;
 	size_t nr_tstates;
 	uint64_t tstates_at;	/* CLOCK_MONOTONIC ns of the walk, 0 never */
+	uint64_t walk_gen;	/* counts walks: one per burst of calls while the target is stopped */
 };
 
 static void set_err(char *err, size_t errsz, const char *fmt, ...)
@@ -674,7 +676,8 @@ static int read_str(struct pyproc *py, uint64_t addr, const char **out)
 }
 
 /* The code object at addr, from the cache when it still has the same name, file and line
- * table pointers (a freed code object's address can be reused by another). */
+ * table pointers (a freed code object's address can be reused by another). Within one burst
+ * of calls (the target stopped) nothing is freed, so one check per burst is enough. */
 static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 {
 	const struct py_layout *L = &py->L;
@@ -684,6 +687,13 @@ static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 	int64_t table_len;
 	int ret;
 
+	if (u64map__get(&py->codes, addr, &val)) {
+		ci = (struct code_info *)(uintptr_t)val;
+		if (ci->func && ci->checked_gen == py->walk_gen) {
+			*out = ci;
+			return 0;
+		}
+	}
 	if ((ret = rd(py, addr, co, L->co_size)))
 		return ret;
 	filename = u64_at(co, L->co_filename);
@@ -694,7 +704,9 @@ static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 	if (u64map__get(&py->codes, addr, &val)) {
 		ci = (struct code_info *)(uintptr_t)val;
 		if (ci->filename == filename && ci->name == (qualname ? qualname : name) &&
-		    ci->linetable == linetable && ci->firstlineno == i32_at(co, L->co_firstlineno)) {
+		    ci->linetable == linetable && ci->firstlineno == i32_at(co, L->co_firstlineno) &&
+		    ci->func) {
+			ci->checked_gen = py->walk_gen;
 			*out = ci;
 			return 0;
 		}
@@ -729,6 +741,7 @@ static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 	ci->filename = filename;
 	ci->name = qualname ? qualname : name;
 	ci->linetable = linetable;
+	ci->checked_gen = py->walk_gen;
 	*out = ci;
 	return 0;
 }
@@ -885,6 +898,7 @@ static int walk_tstates(struct pyproc *py)
 	py->tstates = list;
 	py->nr_tstates = nr;
 	py->tstates_at = now_ns();
+	py->walk_gen++;
 	return 0;
 loop:
 	ret = -EFAULT;	/* a chain longer than any real one: torn or corrupt */
