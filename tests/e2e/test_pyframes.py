@@ -229,3 +229,27 @@ def test_line_tables_match_cpython():
         assert p.returncode == 0, f"{py}: {out}"
         codes, insns = re.search(r"codes (\d+) instructions (\d+) mismatches 0", out).groups()
         assert int(codes) > 500 and int(insns) > 20000, (py, out)
+
+
+def test_torn_reads_running_target():
+    """Read a target that churns threads, frames and code objects WITHOUT stopping it: every
+    call returns frames or -EFAULT/-ENOENT (never crashes, hangs or returns garbage errors)."""
+    churn = os.path.join(ROOT, "tests", "workloads", "py_churn.py")
+    pys = [DEBIAN_PY] + [os.path.join(PYENV, v, "bin", "python") for v in ("3.9.18", "3.13.0")]
+    pys = [interpreter(p) for p in pys if os.access(p, os.X_OK)]
+    if not pys:
+        raise Skip("no Python 3.9-3.13 interpreter present")
+    for py in pys:
+        wl = Workload([py, churn])
+        try:
+            time.sleep(0.3)
+            head, _ = dump(wl.pid)  # a stopped read first: the version
+            p = subprocess.run([DUMP, str(wl.pid), "--nostop", "2000"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=120)
+            assert p.returncode == 0, (py, p.returncode, p.stderr)
+            stats = json.loads(p.stdout.splitlines()[-1])
+            assert stats["other"] == 0 and stats["esrch"] == 0 and stats["bad_frames"] == 0, stats
+            assert stats["ok"] > stats["calls"] // 10, (py, stats)
+            print(f"{head['version']} running: {stats}")
+        finally:
+            wl.kill()
