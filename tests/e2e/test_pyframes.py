@@ -7,10 +7,11 @@ thread (PTRACE_SEIZE + INTERRUPT), reads fs_base, prints each thread's frames as
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 
-from lib import E2E_BIN, ROOT, Skip, Workload, need_root
+from lib import E2E_BIN, ROOT, Skip, Workload, need_root, tmp_path
 
 DUMP = os.path.join(E2E_BIN, "pyframes_dump")
 HANG = os.path.join(ROOT, "tests", "workloads", "py_hang.py")
@@ -87,11 +88,14 @@ def expected_entries(minor, depth=0):
     return main, side
 
 
-def check_hang(py, minor):
+def check_hang(py, minor, env=None, after_start=None):
     at = markers(HANG)
     want_main = expected_main(minor)
-    wl = Workload([py, HANG])
+    version = version_of(py)
+    wl = Workload([py, HANG], env=env)
     try:
+        if after_start:
+            after_start()
         truth = json.loads(wl.out.wait_for(lambda l: l.startswith("TRUTH"), 10)[6:])
         side_tid = truth["side_native_id"]
         side_truth = [tuple(f) for f in truth["side"]]
@@ -105,7 +109,7 @@ def check_hang(py, minor):
             if triples(threads.get(wl.pid, {"frames": []})) == want_main:
                 break
             time.sleep(0.1)
-        assert head["version"] == version_of(py), head
+        assert head["version"] == version, head
         assert set(threads) >= {wl.pid, side_tid}, threads.keys()
         main, side = threads[wl.pid], threads[side_tid]
         assert main["ret"] == len(want_main) and triples(main) == want_main, (main, want_main)
@@ -144,6 +148,48 @@ def test_pyenv_3_12():
 
 def test_pyenv_3_13():
     check_hang(pyenv("3.13.0"), 13)
+
+
+def test_deleted_executable():
+    """The static interpreter's file deleted after start: read through /proc/PID/map_files."""
+    py = interpreter(DEBIAN_PY)
+    copy = os.path.join(tmp_path("pydel"), "python3")
+    os.makedirs(os.path.dirname(copy), exist_ok=True)
+    shutil.copy(os.path.realpath(py), copy)
+    try:
+        check_hang(copy, 11, after_start=lambda: os.unlink(copy))
+    finally:
+        if os.path.exists(copy):
+            os.unlink(copy)
+
+
+def test_deleted_libpython():
+    """libpython3.12.so deleted after start (LD_LIBRARY_PATH beats pyenv's RUNPATH)."""
+    py = pyenv("3.12.1")
+    libdir = tmp_path("pydel-lib")
+    os.makedirs(libdir, exist_ok=True)
+    lib = os.path.join(libdir, "libpython3.12.so.1.0")
+    shutil.copy(os.path.join(PYENV, "3.12.1", "lib", "libpython3.12.so.1.0"), lib)
+
+    def delete():
+        with open(f"/proc/{pid_of_lib()}/maps") as f:
+            assert lib + " (deleted)" not in f.read()
+        os.unlink(lib)
+
+    def pid_of_lib():
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and lib in open(f"/proc/{d}/maps").read():
+                    return int(d)
+            except OSError:
+                pass
+        raise AssertionError(f"no process maps {lib}")
+
+    try:
+        check_hang(py, 12, env={"LD_LIBRARY_PATH": libdir}, after_start=delete)
+    finally:
+        if os.path.exists(lib):
+            os.unlink(lib)
 
 
 def test_deep_stack_and_speed():
