@@ -366,3 +366,87 @@ def test_static_cudart_nvcc():
     finally:
         p.kill()
         p.wait()
+
+
+PY_HANG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "workloads", "py_hang.py")
+PY_CUDART = os.path.join(os.path.dirname(PY_HANG), "py_cudart.py")
+
+
+def python_merged(py):
+    need_ptrace()
+    if not os.path.exists(py):
+        from lib import Skip
+        raise Skip(f"{py} not installed")
+    w = Workload([py, PY_HANG])
+    try:
+        s = snapshot(w.pid, "--samples", "2", "--interval", "100")
+        assert s["python"] and s["python"].startswith("3.") and s["python_error"] is None, s
+        main = thread(s, w.pid)
+        assert main["python"] and main["issuing"] and main["where"] == "python", main
+        fr = main["frames"]
+        kinds = [f["kind"] for f in fr]
+        i = kinds.index("python")
+        names = [f["func"] for f in fr if f["kind"] == "python"]
+        assert names == ["inner", "Waiter.meth", "middle", "descend", "outer", "<module>"] or \
+            names == ["inner", "meth", "middle", "descend", "outer", "<module>"], names
+        # each group sits just inside the eval-loop frame that runs it (3.11+: one activation
+        # for all six; before: one per Python call), after native frames
+        assert i > 0, kinds
+        for k in range(i, len(fr) - 1):
+            if fr[k]["kind"] == "python" and fr[k + 1]["kind"] == "native":
+                assert fr[k + 1]["func"].startswith("_PyEval_EvalFrame"), fr[k + 1]
+        if tuple(int(x) for x in s["python"].split(".")[:2]) >= (3, 11):
+            assert kinds[i:i + 6] == ["python"] * 6, kinds
+        assert fr[i]["file"] == PY_HANG and fr[i]["line"] > 0, fr[i]
+        assert main["unwind_error"] is None, main
+        side = [t for t in s["threads"] if t["tid"] != w.pid][0]
+        sn = [f["func"] for f in side["frames"] if f["kind"] == "python"]
+        assert sn[:2] == ["ticker", "side_worker"], sn
+        # every Python group is followed by an eval frame
+        for k, f in enumerate(side["frames"][:-1]):
+            if f["kind"] == "python" and side["frames"][k + 1]["kind"] == "native":
+                assert side["frames"][k + 1]["func"].startswith("_PyEval_EvalFrame"), side
+    finally:
+        w.kill()
+
+
+def test_python_debian_static():
+    """Debian's python3 (libpython linked into the executable)."""
+    python_merged("/usr/bin/python3")
+
+
+def test_python_pyenv_39():
+    python_merged("/root/.pyenv/versions/3.9.18/bin/python")
+
+
+def test_python_pyenv_313():
+    python_merged("/root/.pyenv/versions/3.13.0/bin/python")
+
+
+def test_python_ctypes_real_cudart():
+    """CPython calling the real libcudart.so.13 through ctypes in a loop (each call fails fast
+    without a driver): a snapshot that lands inside it says where cuda, api
+    cudaGetDeviceCount, with the Python caller frames merged in."""
+    need_ptrace()
+    lib = "/usr/local/cuda/lib/libcudart.so.13"
+    if not os.path.exists(lib):
+        from lib import Skip
+        raise Skip(f"{lib} not installed")
+    w = Workload(["/usr/bin/python3", PY_CUDART, lib])
+    try:
+        seen = []
+        for _ in range(60):
+            s = snapshot(w.pid)
+            main = thread(s, w.pid)
+            seen.append(main["where"])
+            if main["where"] == "cuda":
+                break
+        assert main["where"] == "cuda" and main["api"] == "cudaGetDeviceCount", seen
+        assert any(f["module"] == lib or (f["module"] or "").endswith("libcudart.so.13")
+                   for f in main["frames"] if f["func"] == "cudaGetDeviceCount"), main
+        assert [f["func"] for f in main["frames"] if f["kind"] == "python"] == \
+            ["spin", "main", "<module>"], main
+        assert set(seen) <= {"python", "cuda"}, seen
+    finally:
+        w.kill()
