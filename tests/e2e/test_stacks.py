@@ -457,3 +457,55 @@ def test_python_ctypes_real_cudart():
         assert set(seen) <= {"python", "cuda"}, seen
     finally:
         w.kill()
+
+
+def test_no_ptrace_rights():
+    """Without ptrace rights (an unprivileged user on a root process): one line in
+    ptrace_error; state and names from /proc still there; the kernel stack says why it is
+    missing."""
+    need_ptrace()
+    w = start_app("--threads", "1")
+    try:
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            DUMP, str(w.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        s = json.loads(p.stdout)
+        assert s["ptrace_error"] == "ptrace: Operation not permitted", s["ptrace_error"]
+        main = thread(s, w.pid)
+        assert main["state"] == "S" and main["name"] == "stack_app" and main["frames"] == [], main
+        assert main["kernel_stack"] is None and "Permission denied" in main["kernel_stack_error"], main
+        # wchan needs ptrace rights too: nothing tells what it waits for
+        assert main["wchan"] is None and main["where"] == "unknown", main
+        assert len(s["threads"]) == 2
+    finally:
+        stop_app(w)
+
+
+def test_other_mount_namespace_and_deleted():
+    """ELF files the target sees at paths we do not: a binary on a tmpfs mounted only in the
+    target's mount namespace (found through /proc/PID/root), and a deleted one (through
+    /proc/PID/map_files). Both symbolized."""
+    need_ptrace()
+    if not shutil.which("unshare"):
+        raise AssertionError("unshare missing (util-linux)")
+    w = Workload(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                  "mkdir -p /tmp/tp-stacks-ns && mount -t tmpfs none /tmp/tp-stacks-ns && "
+                  f"cp {APP} /tmp/tp-stacks-ns/app && exec /tmp/tp-stacks-ns/app"])
+    d = tmp_path("stacks-deleted")
+    os.makedirs(d, exist_ok=True)
+    copy = os.path.join(d, "app_deleted")
+    shutil.copy(APP, copy)
+    w2 = Workload([copy])
+    os.unlink(copy)
+    try:
+        assert not os.path.exists("/tmp/tp-stacks-ns/app")
+        for wl, path in ((w, "/tmp/tp-stacks-ns/app"), (w2, copy)):
+            main = thread(snapshot(wl.pid), wl.pid)
+            f = funcs(main)
+            assert "level_c" in f and "level_a" in f, (path, f)
+            mods = {x["module"] for x in main["frames"] if x["func"] == "level_c"}
+            assert mods == {path}, mods
+    finally:
+        stop_app(w)
+        stop_app(w2)
