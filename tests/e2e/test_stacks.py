@@ -509,3 +509,29 @@ def test_other_mount_namespace_and_deleted():
     finally:
         stop_app(w)
         stop_app(w2)
+
+
+def test_threads_come_and_go():
+    """Threads created and gone between and during samples: no error; the snapshot keeps
+    every thread it saw (ordered by tid), those not seen in every sample have progress
+    unknown, and the stable ones are unaffected."""
+    need_ptrace()
+    w = start_app("--threads", "2", "--churn")
+    try:
+        for _ in range(3):
+            s = snapshot(w.pid, "--samples", "3", "--interval", "30")
+            tids = [t["tid"] for t in s["threads"]]
+            assert tids == sorted(tids) and len(set(tids)) == len(tids), tids
+            assert "level_c" in funcs(thread(s, w.pid)), s
+            assert thread(s, w.pid)["progress"] == "none"
+            short = [t for t in s["threads"] if "short_lived" in funcs(t) or
+                     (t["unwind_error"] or "").startswith("thread exited")]
+            for t in short:
+                assert t["progress"] == "unknown", t
+            assert len(by_name(s, "idle_park")) == 2
+        time.sleep(0.1)
+        assert not any(v in "tT" for v in states(w.pid).values())
+        w.go()
+        w.wait_done(10)
+    finally:
+        stop_app(w)
