@@ -37,7 +37,8 @@ struct modinfo {
 	bool have_elf;
 	bool is_exe;
 	int lib;		/* enum frame_api the library's exports give */
-	struct elfsym *es;	/* its symbols, sorted (NULL: libdwfl's lookup instead) */
+	struct elfsym *es;	/* its symbols, sorted (NULL: libdwfl's lookup instead); owned
+				 * by sym_cache */
 };
 
 struct unwinder {
@@ -218,8 +219,6 @@ fail:
 
 void unwinder__free(struct unwinder *uw)
 {
-	uint64_t val;
-
 	if (!uw)
 		return;
 	if (uw->dwfl)
@@ -227,8 +226,6 @@ void unwinder__free(struct unwinder *uw)
 	for (int i = 0; i < uw->nr_maps; i++)
 		free(uw->maps[i].path);
 	free(uw->maps);
-	for (size_t it = 0; u64map__next(&uw->mods, &it, NULL, &val);)
-		elfsym__free(((struct modinfo *)(uintptr_t)val)->es);
 	u64map__free_values(&uw->mods);
 	u64map__clear(&uw->names);
 	free(uw->debuginfo_path);
@@ -266,6 +263,25 @@ static bool has_static_cudart(const struct modinfo *mi, Dwfl_Module *mod)
 	return false;
 }
 
+/* Symbol tables shared by every snapshot of this process (the flight recorder takes one per
+ * dump; a 1 GB library's table is read once), keyed by build-id. Entries are read-only once
+ * opened, so only the lookup is locked. */
+static pthread_mutex_t sym_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct elfsym_cache *sym_cache;
+
+static struct elfsym *symbols_of(const char *path)
+{
+	struct elfsym *es = NULL;
+
+	pthread_mutex_lock(&sym_lock);
+	if (!sym_cache)
+		sym_cache = elfsym_cache__new();
+	if (sym_cache)
+		es = elfsym_cache__get(sym_cache, path);
+	pthread_mutex_unlock(&sym_lock);
+	return es;
+}
+
 static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
 {
 	bool created;
@@ -300,9 +316,9 @@ static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
 		dwfl_module_getsymtab(mod);
 		dwfl_module_info(mod, NULL, NULL, NULL, NULL, NULL, &file, &debug);
 		if (debug)
-			mi->es = elfsym__open(debug);
+			mi->es = symbols_of(debug);
 		if (!mi->es && file)
-			mi->es = elfsym__open(file);
+			mi->es = symbols_of(file);
 	}
 	if (mi->have_elf) {
 		len = dwfl_module_build_id(mod, &bits, &vaddr);
