@@ -30,7 +30,8 @@ struct stack_frame {
 				 * callers, as eu-stack looks them up) */
 	const char *module;	/* path of the mapped object as the target sees it; NULL unknown */
 	const char *build_id;	/* hex; "" when the object has none; NULL when it was not read */
-	uint64_t module_off;	/* pc as an ELF virtual address of module (addr2line -e module) */
+	uint64_t module_off;	/* pc as an ELF virtual address of module (addr2line -e module);
+				 * valid when build_id != NULL (the ELF file was read) */
 	/* both: native demangled symbol or Python co_qualname (co_name before 3.11); NULL when
 	 * no symbol covers pc (stripped: module + build_id + module_off identify it, no name is
 	 * ever invented) */

@@ -323,7 +323,7 @@ bool stacks__same_stack(const struct stack_frame *a, int nr_a, const char *api_a
 			/* module + offset, not pc: the same code in every sample */
 			if (!str_eq(a[i].module, b[i].module) || a[i].module_off != b[i].module_off)
 				return false;
-			if (!a[i].module && a[i].pc != b[i].pc)
+			if ((!a[i].module || !a[i].build_id) && a[i].pc != b[i].pc)
 				return false;
 		} else if (!str_eq(a[i].func, b[i].func) || !str_eq(a[i].file, b[i].file) ||
 			   a[i].line != b[i].line) {
@@ -396,7 +396,8 @@ static cJSON *frame_json(const struct stack_frame *f)
 		     add(o, "func_off", f->func ? hex(f->func_off) : cJSON_CreateNull()) &&
 		     add(o, "module", str_or_null(f->module)) &&
 		     add(o, "build_id", str_or_null(f->build_id)) &&
-		     add(o, "module_off", f->module ? hex(f->module_off) : cJSON_CreateNull()) &&
+		     add(o, "module_off", f->module && f->build_id ? hex(f->module_off)
+							       : cJSON_CreateNull()) &&
 		     add(o, "pc", hex(f->pc));
 	}
 	if (!ok) {

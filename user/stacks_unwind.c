@@ -389,9 +389,10 @@ static void symbolize(struct unwinder *uw, uint64_t pc, struct stack_frame *f, u
 		return;
 	f->module = mi->path;
 	f->build_id = mi->build_id;
-	f->module_off = pc - mi->bias;
+	/* without the ELF file the load bias is unknown: so is the offset (build_id NULL) */
 	if (!mi->have_elf)
 		return;
+	f->module_off = pc - mi->bias;
 	if (mi->es) {
 		const struct elfsym_sym *es = elfsym__func_at(mi->es, f->module_off);
 

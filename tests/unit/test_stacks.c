@@ -186,15 +186,17 @@ static void test_same(void)
 static void test_json(void)
 {
 	const char *kstack[] = { "futex_wait_queue", "do_futex" };
-	struct stack_frame f[3] = {
+	struct stack_frame f[4] = {
 		nat("cudaStreamSynchronize", "/lib/libcudart.so.13", 0x6f12a),
 		{ .kind = STACK_NATIVE, .pc = 0x7f3a1a001234, .module = "/opt/s.so", .build_id = "9c0e",
 		  .module_off = 0x1234 },
 		{ .kind = STACK_PYTHON, .func = "Trainer.step", .file = "/t.py", .line = 42 },
+		/* the ELF file was not read: no offset */
+		{ .kind = STACK_NATIVE, .pc = 0x7f3a1a009999, .module = "/gone.so" },
 	};
 	struct stack_thread th = { .tid = 4242, .name = "python3", .state = 'S',
 				   .wchan = "futex_wait_queue", .kstack = kstack, .nr_kstack = 2,
-				   .frames = f, .nr_frames = 3, .where = WHERE_CUDA,
+				   .frames = f, .nr_frames = 4, .where = WHERE_CUDA,
 				   .api = "cudaStreamSynchronize", .progress = PROGRESS_NONE,
 				   .main = true, .issuing = true, .python = true };
 	struct stack_thread th2 = { .tid = 4243, .nr_kstack = -1, .kstack_err = "EACCES",
@@ -232,6 +234,9 @@ static void test_json(void)
 	CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(fr, 2), "kind")), "python");
 	CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(fr, 2), "line")) == 42, "line");
 	CHECK(cJSON_GetObjectItem(cJSON_GetArrayItem(fr, 2), "module") == NULL, "python: no module");
+	CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(fr, 3), "module_off")) &&
+	      cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(fr, 3), "build_id")) &&
+	      cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(fr, 3), "func")), "no ELF: nulls");
 	t = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "threads"), 1);
 	CHECK(cJSON_IsNull(cJSON_GetObjectItem(t, "kernel_stack")) &&
 	      cJSON_IsNull(cJSON_GetObjectItem(t, "state")) &&
