@@ -330,6 +330,40 @@ fail:
 	return ret;
 }
 
+/* native_thread_id is gettid() inside the target's pid namespace (a container): the last
+ * field of "NSpid:" in /proc/PID/task/TID/status; tid itself when there is none. */
+static int ns_tid(struct pyproc *py, int tid)
+{
+	char path[64], line[256];
+	uint64_t cached;
+	int nstid = tid;
+	FILE *f;
+
+	if (u64map__get(&py->ns_tids, (uint64_t)tid, &cached))
+		return (int)cached;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", py->pid, tid);
+	f = fopen(path, "re");
+	if (!f)
+		return tid;
+	while (fgets(line, sizeof(line), f)) {
+		char *p, *end;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (p = line + 6;; p = end) {
+			long v = strtol(p, &end, 10);
+
+			if (end == p)
+				break;
+			nstid = (int)v;
+		}
+		break;
+	}
+	fclose(f);
+	u64map__set(&py->ns_tids, (uint64_t)tid, (uint64_t)nstid);
+	return nstid;
+}
+
 /* The thread state of tid: by native_thread_id from 3.11, by pthread id = fs_base before. */
 static int find_tstate(struct pyproc *py, int tid, uint64_t fs_base, uint64_t *addr)
 {
@@ -382,6 +416,8 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 	if (!py || tid <= 0 || max < 0 || (max && !out))
 		return -EINVAL;
 	L = &py->L;
+	if (L->ts_native_tid >= 0)
+		tid = ns_tid(py, tid);
 	if ((ret = find_tstate(py, tid, fs_base, &ts)))
 		return ret;
 	if ((ret = first_frame(py, ts, &frame)))

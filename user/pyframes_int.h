@@ -70,6 +70,7 @@ struct pyproc {
 	uint64_t code_type;	/* &PyCode_Type; 0 unknown */
 	struct u64map codes;	/* code object address -> struct code_info * */
 	struct u64map strings;	/* fnv hash -> char * (interned, freed at the end) */
+	struct u64map ns_tids;	/* our tid -> the tid in the target's pid namespace */
 	char **extra_strings;	/* strings that collided in the map: kept until free */
 	size_t nr_extra;
 	struct tstate_ref *tstates;

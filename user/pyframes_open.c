@@ -449,6 +449,7 @@ void pyframes__free(struct pyproc *py)
 		free(ci);
 	}
 	u64map__clear(&py->codes);
+	u64map__clear(&py->ns_tids);
 	u64map__free_values(&py->strings);
 	for (i = 0; i < py->nr_extra; i++)
 		free(py->extra_strings[i]);

@@ -192,6 +192,34 @@ def test_deleted_libpython():
             os.unlink(lib)
 
 
+def test_pid_namespace():
+    """A container-like target (own pid namespace): native_thread_id is the tid in there."""
+    py = interpreter(DEBIAN_PY)
+    if not shutil.which("unshare"):
+        raise Skip("unshare absent")
+    wl = Workload(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", py, HANG])
+    pid = None
+    try:
+        with open(f"/proc/{wl.p.pid}/task/{wl.p.pid}/children") as f:
+            pid = int(f.read().split()[0])
+        with open(f"/proc/{pid}/status") as f:
+            assert re.search(r"NSpid:\s+%d\s+1\n" % pid, f.read())
+        truth = json.loads(wl.out.wait_for(lambda l: l.startswith("TRUTH"), 10)[6:])
+        want_main = expected_main(11)
+        for _ in range(50):
+            head, threads = dump(pid)
+            if triples(threads[pid]) == want_main:
+                break
+            time.sleep(0.1)
+        assert triples(threads[pid]) == want_main, threads[pid]
+        (side,) = [t for tid, t in threads.items() if tid != pid]
+        assert triples(side) == [tuple(f) for f in truth["side"]], side
+    finally:
+        if pid:  # pid 1 of its namespace: only SIGKILL ends it
+            os.kill(pid, 9)
+        wl.kill()
+
+
 def test_deep_stack_and_speed():
     """A 50-frame stack read exactly; prints the time of one pyframes__thread call."""
     py = interpreter(DEBIAN_PY)
