@@ -103,7 +103,8 @@ static int read_str(struct pyproc *py, uint64_t addr, const char **out)
 
 /* The code object at addr, from the cache when it still has the same name, file and line
  * table pointers (a freed code object's address can be reused by another). Within one burst
- * of calls (the target stopped) nothing is freed, so one check per burst is enough. */
+ * of calls (the target stopped) nothing is freed, so one check per burst is enough.
+ * -EMEDIUMTYPE: addr is no code object (its type is not PyCode_Type). */
 static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 {
 	const struct py_layout *L = &py->L;
@@ -122,6 +123,8 @@ static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 	}
 	if ((ret = rd(py, addr, co, L->co_size)))
 		return ret;
+	if (py->code_type && u64_at(co, L->ob_type) != py->code_type)
+		return -EMEDIUMTYPE;
 	filename = u64_at(co, L->co_filename);
 	name = u64_at(co, L->co_name);
 	if (L->co_qualname >= 0)
@@ -445,17 +448,14 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 			frame = next;
 			continue;
 		}
-		if (py->minor >= 13 && py->code_type) {
-			uint64_t type;
-
-			if ((ret = rd(py, code + L->ob_type, &type, sizeof(type))))
-				return ret;
-			if (type != py->code_type) {
-				frame = next;
-				continue;	/* not a code object (3.13 allows other executables) */
-			}
+		ret = code_info(py, code, &ci);
+		if (ret == -EMEDIUMTYPE && py->minor >= 13) {
+			frame = next;
+			continue;	/* not a code object: 3.13 allows other executables */
 		}
-		if ((ret = code_info(py, code, &ci)))
+		if (ret == -EMEDIUMTYPE)
+			ret = -EFAULT;	/* before 3.13 f_code is always code: torn */
+		if (ret)
 			return ret;
 		switch (L->lasti) {
 		case LASTI_BYTES:

@@ -356,6 +356,12 @@ static int try_file(struct pyproc *py, const struct procmaps *maps, const struct
 		snprintf(py->version, sizeof(py->version), "%d.%d.%d", major, minor, micro);
 		py->minor = major == 3 ? minor : -1;
 	}
+	/* Py_DEBUG builds put two more pointers in every object header: other offsets */
+	if (elfsym__find(es, "_Py_NegativeRefcount")) {
+		set_err(err, errsz, "Python %s: debug build (Py_DEBUG): unsupported", py->version);
+		ret = -ENOTSUP;
+		goto cleanup;
+	}
 	if (py->minor < 9 || py->minor > 13) {
 		set_err(err, errsz, "Python %s: unsupported (3.9-3.13)", py->version);
 		ret = -ENOTSUP;
