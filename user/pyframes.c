@@ -396,14 +396,24 @@ static int find_tstate(struct pyproc *py, int tid, uint64_t fs_base, uint64_t *a
 /* ---- frames ---- */
 
 /* The first frame of the tstate; 0 when the thread runs no Python code. */
-static int first_frame(struct pyproc *py, uint64_t ts, uint64_t *frame)
+static int first_frame(struct pyproc *py, uint64_t ts, int tid, uint64_t fs_base,
+		       uint64_t *frame)
 {
 	const struct py_layout *L = &py->L;
+	uint8_t buf[256];
+	int need = L->ts_frame, ret;
 	uint64_t p;
-	int ret;
 
-	if ((ret = rd(py, ts + L->ts_frame, &p, sizeof(p))))
+	/* one read for the ids and the frame; the ids say whether a cached address still
+	 * holds this thread's state */
+	need = L->ts_thread_id > need ? L->ts_thread_id : need;
+	need = L->ts_native_tid > need ? L->ts_native_tid : need;
+	if ((ret = rd(py, ts, buf, need + 8)))
 		return ret;
+	if (L->ts_native_tid >= 0 ? u64_at(buf, L->ts_native_tid) != (uint64_t)tid :
+	    u64_at(buf, L->ts_thread_id) != fs_base)
+		return -ESTALE;
+	p = u64_at(buf, L->ts_frame);
 	if (L->cf_current >= 0 && p)
 		ret = rd(py, p + L->cf_current, &p, sizeof(p));
 	*frame = p;
@@ -421,9 +431,18 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 	L = &py->L;
 	if (L->ts_native_tid >= 0)
 		tid = ns_tid(py, tid);
-	if ((ret = find_tstate(py, tid, fs_base, &ts)))
-		return ret;
-	if ((ret = first_frame(py, ts, &frame)))
+	ret = find_tstate(py, tid, fs_base, &ts);
+	if (!ret)
+		ret = first_frame(py, ts, tid, fs_base, &frame);
+	if (ret == -ESTALE) {	/* the cached list is older than the thread's state: walk again */
+		py->tstates_at = 0;
+		ret = find_tstate(py, tid, fs_base, &ts);
+		if (!ret)
+			ret = first_frame(py, ts, tid, fs_base, &frame);
+		if (ret == -ESTALE)
+			ret = -EFAULT;
+	}
+	if (ret)
 		return ret;
 	for (walked = 0; frame && n < max; walked++) {
 		uint8_t f[128];
