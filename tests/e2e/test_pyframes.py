@@ -117,6 +117,17 @@ def check_hang(py, minor, env=None, after_start=None):
         want_main_entry, want_side_entry = expected_entries(minor)
         assert entries(main) == want_main_entry, main
         assert entries(side) == want_side_entry, side
+        # coroutines: co_main is resumed by the C Task step (an eval activation of its own);
+        # co_inner is awaited through SEND, which calls back into C before 3.12 and pushes
+        # the frame inline since (counts checked against gdb's _PyEval_EvalFrameDefault frames)
+        coro = threads[truth["coro_native_id"]]
+        coro_truth = [tuple(f) for f in truth["coro"]]
+        assert coro_truth[:2] == [("co_inner", HANG, at["co_inner"]),
+                                  ("co_main", HANG, at["co_main"])], coro_truth
+        assert triples(coro) == coro_truth, (coro, coro_truth)
+        assert entries(coro)[:2] == [minor <= 11, True], coro
+        want_coro_entries = len(coro_truth) if minor <= 10 else 4 if minor == 11 else 2
+        assert sum(entries(coro)) == want_coro_entries, coro
     finally:
         wl.kill()
 
@@ -212,8 +223,10 @@ def test_pid_namespace():
                 break
             time.sleep(0.1)
         assert triples(threads[pid]) == want_main, threads[pid]
-        (side,) = [t for tid, t in threads.items() if tid != pid]
-        assert triples(side) == [tuple(f) for f in truth["side"]], side
+        for name in ("side", "coro"):
+            (t,) = [t for t in threads.values() if t["frames"] and
+                    t["frames"][0]["func"] == truth[name][0][0]]
+            assert triples(t) == [tuple(f) for f in truth[name]], t
     finally:
         if pid:  # pid 1 of its namespace: only SIGKILL ends it
             os.kill(pid, 9)
