@@ -420,8 +420,34 @@ static int first_frame(struct pyproc *py, uint64_t ts, int tid, uint64_t fs_base
 	return ret;
 }
 
+/* 3.11+ frames live next to each other on the thread's data stack, 3.9/3.10 frame objects
+ * often share a pymalloc pool: one page read serves several. Valid for one
+ * pyframes__thread call only (the target is stopped). */
+struct page_cache {
+	uint64_t base;	/* 0: empty */
+	uint8_t data[4096];
+};
+
+static int rd_cached(const struct pyproc *py, struct page_cache *pc, uint64_t addr, void *buf,
+		     size_t len)
+{
+	uint64_t base = addr & ~4095ULL;
+
+	if ((addr & 4095) + len > sizeof(pc->data))
+		return rd(py, addr, buf, len);	/* crosses a page */
+	if (pc->base != base) {
+		pc->base = 0;
+		if (rd(py, base, pc->data, sizeof(pc->data)))
+			return rd(py, addr, buf, len);
+		pc->base = base;
+	}
+	memcpy(buf, pc->data + (addr - base), len);
+	return 0;
+}
+
 int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_frame *out, int max)
 {
+	struct page_cache pc = { 0 };
 	const struct py_layout *L;
 	uint64_t ts, frame;
 	int n = 0, walked, ret, boundary_n = 0;
@@ -453,7 +479,7 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 
 		if (walked >= MAX_FRAMES_WALKED)
 			return -EFAULT;
-		if ((ret = rd(py, frame, f, L->f_size)))
+		if ((ret = rd_cached(py, &pc, frame, f, L->f_size)))
 			return ret;
 		code = u64_at(f, L->f_code);
 		next = u64_at(f, L->f_back);
