@@ -98,7 +98,8 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
-/* 0, -EFAULT on a short or failed read (unmapped, torn), -ESRCH when the process is gone. */
+/* 0, -EFAULT on a short or failed read (unmapped, torn), -ESRCH when the process is gone,
+ * -EPERM when we may not read it (ptrace access mode check). */
 static inline int rd(const struct pyproc *py, uint64_t addr, void *buf, size_t len)
 {
 	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
@@ -109,8 +110,8 @@ static inline int rd(const struct pyproc *py, uint64_t addr, void *buf, size_t l
 	n = process_vm_readv(py->pid, &local, 1, &remote, 1, 0);
 	if (n == (ssize_t)len)
 		return 0;
-	if (n < 0 && errno == ESRCH)
-		return -ESRCH;
+	if (n < 0 && (errno == ESRCH || errno == EPERM))
+		return -errno;
 	return -EFAULT;
 }
 
@@ -129,7 +130,6 @@ static inline int32_t i32_at(const uint8_t *buf, int off)
 	memcpy(&v, buf + off, sizeof(v));
 	return v;
 }
-
 
 /* The line of the instruction at byte offset addr of a code object (addr < 0: before the
  * first instruction), as PyCode_Addr2Line computes it from the line table; 0 unknown. */

@@ -339,9 +339,8 @@ static int try_file(struct pyproc *py, const struct procmaps *maps, const struct
 	if (ver) {
 		uint64_t hex;
 
-		if (rd(py, ver->vaddr + bias, &hex, sizeof(hex))) {
-			set_err(err, errsz, "%s: cannot read Py_Version", vma->path);
-			ret = -EFAULT;
+		if ((ret = rd(py, ver->vaddr + bias, &hex, sizeof(hex)))) {
+			set_err(err, errsz, "pid %d: cannot read Py_Version: %s", py->pid, strerror(-ret));
 			goto cleanup;
 		}
 		format_version(py, (uint32_t)hex);
@@ -371,6 +370,15 @@ static int try_file(struct pyproc *py, const struct procmaps *maps, const struct
 		ret = layout_313(py, err, errsz);
 	else
 		layout_fixed(&py->L, py->minor);
+	if (!ret) {
+		uint64_t head;
+
+		/* readable at all? (Yama, another user: say so now rather than per thread) */
+		ret = rd(py, py->runtime + py->L.rt_interp_head, &head, sizeof(head));
+		if (ret)
+			set_err(err, errsz, "Python %s: cannot read pid %d: %s", py->version, py->pid,
+				strerror(-ret));
+	}
 	if (!ret)
 		ret = 1;
 cleanup:

@@ -340,3 +340,21 @@ def test_torn_reads_running_target():
             print(f"{head['version']} running: {stats}")
         finally:
             wl.kill()
+
+
+def test_not_permitted():
+    """A reader without the rights to the target gets one clear line, no frames."""
+    py = interpreter(DEBIAN_PY)
+    if not shutil.which("setpriv"):
+        raise Skip("setpriv absent")
+    wl = Workload([py, HANG])
+    try:
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", DUMP,
+                            str(wl.pid)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True, timeout=60)
+        assert p.returncode == 0
+        lines = [json.loads(l) for l in p.stdout.splitlines()]
+        assert lines == [{"pid": wl.pid, "version": None,
+                          "err": f"pid {wl.pid}: cannot read its maps: Permission denied"}], lines
+    finally:
+        wl.kill()
