@@ -367,28 +367,36 @@ static int ns_tid(struct pyproc *py, int tid)
 	return nstid;
 }
 
-/* The thread state of tid: by native_thread_id from 3.11, by pthread id = fs_base before. */
+/* The thread state of tid: by native_thread_id from 3.11, by pthread id = fs_base before.
+ * The list is walked once per burst of calls; a miss walks again once per burst (a thread
+ * started since), so the many threads without Python (CUDA, NCCL) cost one walk, not one
+ * each. */
 static int find_tstate(struct pyproc *py, int tid, uint64_t fs_base, uint64_t *addr)
 {
+	bool walked = false;
 	int attempt, ret;
 	size_t i;
 
+	if (py->L.ts_native_tid < 0 && !fs_base)
+		return -ENOENT;
 	for (attempt = 0; attempt < 2; attempt++) {
 		if (!py->tstates_at || now_ns() - py->tstates_at > TSTATE_CACHE_NS || attempt) {
 			if ((ret = walk_tstates(py)))
 				return ret;
+			walked = true;
 		}
 		for (i = 0; i < py->nr_tstates; i++) {
 			const struct tstate_ref *t = &py->tstates[i];
 
 			if (py->L.ts_native_tid >= 0 ? t->native_tid == (uint64_t)tid :
-			    (fs_base && t->thread_id == fs_base)) {
+			    t->thread_id == fs_base) {
 				*addr = t->addr;
 				return 0;
 			}
 		}
-		if (py->L.ts_native_tid < 0 && !fs_base)
+		if (walked || py->rewalked_gen == py->walk_gen)
 			return -ENOENT;
+		py->rewalked_gen = py->walk_gen + 1;	/* the generation the walk below makes */
 	}
 	return -ENOENT;
 }
@@ -525,7 +533,8 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 		if (!skip) {
 			out[n].func = ci->func;
 			out[n].file = ci->file;
-			out[n].line = addr == INT32_MIN ? 0 : pyframes_line(L->lines, ci->table, ci->table_len, ci->firstlineno, addr);
+			out[n].line = addr == INT32_MIN ? 0 : pyframes_line(L->lines, ci->table, ci->table_len,
+									   ci->firstlineno, addr);
 			out[n].entry = py->minor <= 10;
 			n++;
 		}

@@ -77,6 +77,7 @@ struct pyproc {
 	size_t nr_tstates;
 	uint64_t tstates_at;	/* CLOCK_MONOTONIC ns of the walk, 0 never */
 	uint64_t walk_gen;	/* counts walks: one per burst of calls while the target is stopped */
+	uint64_t rewalked_gen;	/* the walk made after a miss: at most one per burst */
 };
 
 static inline void set_err(char *err, size_t errsz, const char *fmt, ...)

@@ -110,7 +110,10 @@ def check_hang(py, minor, env=None, after_start=None):
                 break
             time.sleep(0.1)
         assert head["version"] == version, head
-        assert set(threads) >= {wl.pid, side_tid}, threads.keys()
+        coro_tid = truth["coro_native_id"]
+        assert len(threads) == 4 and set(threads) > {wl.pid, side_tid, coro_tid}, threads.keys()
+        (native,) = [t for tid, t in threads.items() if tid not in (wl.pid, side_tid, coro_tid)]
+        assert native["ret"] == -2, native  # -ENOENT: a thread without Python
         main, side = threads[wl.pid], threads[side_tid]
         assert main["ret"] == len(want_main) and triples(main) == want_main, (main, want_main)
         assert side["ret"] == 5 and triples(side) == side_truth, (side, side_truth)
@@ -120,7 +123,7 @@ def check_hang(py, minor, env=None, after_start=None):
         # coroutines: co_main is resumed by the C Task step (an eval activation of its own);
         # co_inner is awaited through SEND, which calls back into C before 3.12 and pushes
         # the frame inline since (counts checked against gdb's _PyEval_EvalFrameDefault frames)
-        coro = threads[truth["coro_native_id"]]
+        coro = threads[coro_tid]
         coro_truth = [tuple(f) for f in truth["coro"]]
         assert coro_truth[:2] == [("co_inner", HANG, at["co_inner"]),
                                   ("co_main", HANG, at["co_main"])], coro_truth

@@ -3,7 +3,8 @@
 Main thread: <module> -> outer -> descend (1 + DEPTH times, argv[1], default 0) -> middle ->
 Waiter.meth -> inner, blocked in libc's pause() through ctypes. Thread "side": Thread.run ->
 side_worker -> ticker (a generator), blocked in time.sleep. Thread "coro": asyncio.run -> ...
--> co_main -> co_inner (coroutines), blocked in time.sleep. Lines the test expects are marked
+-> co_main -> co_inner (coroutines), blocked in time.sleep. One thread started by
+pthread_create (no Python state at all), blocked in pause(). Lines the test expects are marked
 `# AT:<name>`. Prints "TRUTH <json>" (the side and coro threads' stacks as CPython itself
 reports them, from sys._current_frames), then "READY <pid>" just before pause()."""
 import asyncio
@@ -81,6 +82,9 @@ def outer(depth):
     coro.start()
     side_blocked.wait()
     coro_blocked.wait()
+    libc = ctypes.CDLL(None)
+    native = ctypes.c_ulong(0)
+    assert libc.pthread_create(ctypes.byref(native), None, libc.pause, None) == 0
     # sleep() has been entered once the frames say so (set() runs just before it)
     for _ in range(500):
         truth = frames_of(side.ident)
