@@ -103,7 +103,8 @@ static int read_str(struct pyproc *py, uint64_t addr, const char **out)
 
 /* The code object at addr, from the cache when it still has the same name, file and line
  * table pointers (a freed code object's address can be reused by another). Within one burst
- * of calls (the target stopped) nothing is freed, so one check per burst is enough. */
+ * of calls (the target stopped) nothing is freed, so one check per burst is enough.
+ * -EMEDIUMTYPE: addr is no code object (its type is not PyCode_Type). */
 static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 {
 	const struct py_layout *L = &py->L;
@@ -122,6 +123,8 @@ static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 	}
 	if ((ret = rd(py, addr, co, L->co_size)))
 		return ret;
+	if (py->code_type && u64_at(co, L->ob_type) != py->code_type)
+		return -EMEDIUMTYPE;
 	filename = u64_at(co, L->co_filename);
 	name = u64_at(co, L->co_name);
 	if (L->co_qualname >= 0)
@@ -330,28 +333,70 @@ fail:
 	return ret;
 }
 
-/* The thread state of tid: by native_thread_id from 3.11, by pthread id = fs_base before. */
+/* native_thread_id is gettid() inside the target's pid namespace (a container): the last
+ * field of "NSpid:" in /proc/PID/task/TID/status; tid itself when there is none. */
+static int ns_tid(struct pyproc *py, int tid)
+{
+	char path[64], line[256];
+	uint64_t cached;
+	int nstid = tid;
+	FILE *f;
+
+	if (u64map__get(&py->ns_tids, (uint64_t)tid, &cached))
+		return (int)cached;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", py->pid, tid);
+	f = fopen(path, "re");
+	if (!f)
+		return tid;
+	while (fgets(line, sizeof(line), f)) {
+		char *p, *end;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (p = line + 6;; p = end) {
+			long v = strtol(p, &end, 10);
+
+			if (end == p)
+				break;
+			nstid = (int)v;
+		}
+		break;
+	}
+	fclose(f);
+	u64map__set(&py->ns_tids, (uint64_t)tid, (uint64_t)nstid);
+	return nstid;
+}
+
+/* The thread state of tid: by native_thread_id from 3.11, by pthread id = fs_base before.
+ * The list is walked once per burst of calls; a miss walks again once per burst (a thread
+ * started since), so the many threads without Python (CUDA, NCCL) cost one walk, not one
+ * each. */
 static int find_tstate(struct pyproc *py, int tid, uint64_t fs_base, uint64_t *addr)
 {
+	bool walked = false;
 	int attempt, ret;
 	size_t i;
 
+	if (py->L.ts_native_tid < 0 && !fs_base)
+		return -ENOENT;
 	for (attempt = 0; attempt < 2; attempt++) {
 		if (!py->tstates_at || now_ns() - py->tstates_at > TSTATE_CACHE_NS || attempt) {
 			if ((ret = walk_tstates(py)))
 				return ret;
+			walked = true;
 		}
 		for (i = 0; i < py->nr_tstates; i++) {
 			const struct tstate_ref *t = &py->tstates[i];
 
 			if (py->L.ts_native_tid >= 0 ? t->native_tid == (uint64_t)tid :
-			    (fs_base && t->thread_id == fs_base)) {
+			    t->thread_id == fs_base) {
 				*addr = t->addr;
 				return 0;
 			}
 		}
-		if (py->L.ts_native_tid < 0 && !fs_base)
+		if (walked || py->rewalked_gen == py->walk_gen)
 			return -ENOENT;
+		py->rewalked_gen = py->walk_gen + 1;	/* the generation the walk below makes */
 	}
 	return -ENOENT;
 }
@@ -359,22 +404,58 @@ static int find_tstate(struct pyproc *py, int tid, uint64_t fs_base, uint64_t *a
 /* ---- frames ---- */
 
 /* The first frame of the tstate; 0 when the thread runs no Python code. */
-static int first_frame(struct pyproc *py, uint64_t ts, uint64_t *frame)
+static int first_frame(struct pyproc *py, uint64_t ts, int tid, uint64_t fs_base,
+		       uint64_t *frame)
 {
 	const struct py_layout *L = &py->L;
+	uint8_t buf[256];
+	int need = L->ts_frame, ret;
 	uint64_t p;
-	int ret;
 
-	if ((ret = rd(py, ts + L->ts_frame, &p, sizeof(p))))
+	/* one read for the ids and the frame; the ids say whether a cached address still
+	 * holds this thread's state */
+	need = L->ts_thread_id > need ? L->ts_thread_id : need;
+	need = L->ts_native_tid > need ? L->ts_native_tid : need;
+	if ((ret = rd(py, ts, buf, need + 8)))
 		return ret;
+	if (L->ts_native_tid >= 0 ? u64_at(buf, L->ts_native_tid) != (uint64_t)tid :
+	    u64_at(buf, L->ts_thread_id) != fs_base)
+		return -ESTALE;
+	p = u64_at(buf, L->ts_frame);
 	if (L->cf_current >= 0 && p)
 		ret = rd(py, p + L->cf_current, &p, sizeof(p));
 	*frame = p;
 	return ret;
 }
 
+/* 3.11+ frames live next to each other on the thread's data stack, 3.9/3.10 frame objects
+ * often share a pymalloc pool: one page read serves several. Valid for one
+ * pyframes__thread call only (the target is stopped). */
+struct page_cache {
+	uint64_t base;	/* 0: empty */
+	uint8_t data[4096];
+};
+
+static int rd_cached(const struct pyproc *py, struct page_cache *pc, uint64_t addr, void *buf,
+		     size_t len)
+{
+	uint64_t base = addr & ~4095ULL;
+
+	if ((addr & 4095) + len > sizeof(pc->data))
+		return rd(py, addr, buf, len);	/* crosses a page */
+	if (pc->base != base) {
+		pc->base = 0;
+		if (rd(py, base, pc->data, sizeof(pc->data)))
+			return rd(py, addr, buf, len);
+		pc->base = base;
+	}
+	memcpy(buf, pc->data + (addr - base), len);
+	return 0;
+}
+
 int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_frame *out, int max)
 {
+	struct page_cache pc = { 0 };
 	const struct py_layout *L;
 	uint64_t ts, frame;
 	int n = 0, walked, ret, boundary_n = 0;
@@ -382,9 +463,20 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 	if (!py || tid <= 0 || max < 0 || (max && !out))
 		return -EINVAL;
 	L = &py->L;
-	if ((ret = find_tstate(py, tid, fs_base, &ts)))
-		return ret;
-	if ((ret = first_frame(py, ts, &frame)))
+	if (L->ts_native_tid >= 0)
+		tid = ns_tid(py, tid);
+	ret = find_tstate(py, tid, fs_base, &ts);
+	if (!ret)
+		ret = first_frame(py, ts, tid, fs_base, &frame);
+	if (ret == -ESTALE) {	/* the cached list is older than the thread's state: walk again */
+		py->tstates_at = 0;
+		ret = find_tstate(py, tid, fs_base, &ts);
+		if (!ret)
+			ret = first_frame(py, ts, tid, fs_base, &frame);
+		if (ret == -ESTALE)
+			ret = -EFAULT;
+	}
+	if (ret)
 		return ret;
 	for (walked = 0; frame && n < max; walked++) {
 		uint8_t f[128];
@@ -395,7 +487,7 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 
 		if (walked >= MAX_FRAMES_WALKED)
 			return -EFAULT;
-		if ((ret = rd(py, frame, f, L->f_size)))
+		if ((ret = rd_cached(py, &pc, frame, f, L->f_size)))
 			return ret;
 		code = u64_at(f, L->f_code);
 		next = u64_at(f, L->f_back);
@@ -409,17 +501,14 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 			frame = next;
 			continue;
 		}
-		if (py->minor >= 13 && py->code_type) {
-			uint64_t type;
-
-			if ((ret = rd(py, code + L->ob_type, &type, sizeof(type))))
-				return ret;
-			if (type != py->code_type) {
-				frame = next;
-				continue;	/* not a code object (3.13 allows other executables) */
-			}
+		ret = code_info(py, code, &ci);
+		if (ret == -EMEDIUMTYPE && py->minor >= 13) {
+			frame = next;
+			continue;	/* not a code object: 3.13 allows other executables */
 		}
-		if ((ret = code_info(py, code, &ci)))
+		if (ret == -EMEDIUMTYPE)
+			ret = -EFAULT;	/* before 3.13 f_code is always code: torn */
+		if (ret)
 			return ret;
 		switch (L->lasti) {
 		case LASTI_BYTES:
@@ -444,7 +533,8 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 		if (!skip) {
 			out[n].func = ci->func;
 			out[n].file = ci->file;
-			out[n].line = addr == INT32_MIN ? 0 : pyframes_line(L->lines, ci->table, ci->table_len, ci->firstlineno, addr);
+			out[n].line = addr == INT32_MIN ? 0 : pyframes_line(L->lines, ci->table, ci->table_len,
+									   ci->firstlineno, addr);
 			out[n].entry = py->minor <= 10;
 			n++;
 		}

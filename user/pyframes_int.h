@@ -70,12 +70,14 @@ struct pyproc {
 	uint64_t code_type;	/* &PyCode_Type; 0 unknown */
 	struct u64map codes;	/* code object address -> struct code_info * */
 	struct u64map strings;	/* fnv hash -> char * (interned, freed at the end) */
+	struct u64map ns_tids;	/* our tid -> the tid in the target's pid namespace */
 	char **extra_strings;	/* strings that collided in the map: kept until free */
 	size_t nr_extra;
 	struct tstate_ref *tstates;
 	size_t nr_tstates;
 	uint64_t tstates_at;	/* CLOCK_MONOTONIC ns of the walk, 0 never */
 	uint64_t walk_gen;	/* counts walks: one per burst of calls while the target is stopped */
+	uint64_t rewalked_gen;	/* the walk made after a miss: at most one per burst */
 };
 
 static inline void set_err(char *err, size_t errsz, const char *fmt, ...)
@@ -97,7 +99,8 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
-/* 0, -EFAULT on a short or failed read (unmapped, torn), -ESRCH when the process is gone. */
+/* 0, -EFAULT on a short or failed read (unmapped, torn), -ESRCH when the process is gone,
+ * -EPERM when we may not read it (ptrace access mode check). */
 static inline int rd(const struct pyproc *py, uint64_t addr, void *buf, size_t len)
 {
 	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
@@ -108,8 +111,8 @@ static inline int rd(const struct pyproc *py, uint64_t addr, void *buf, size_t l
 	n = process_vm_readv(py->pid, &local, 1, &remote, 1, 0);
 	if (n == (ssize_t)len)
 		return 0;
-	if (n < 0 && errno == ESRCH)
-		return -ESRCH;
+	if (n < 0 && (errno == ESRCH || errno == EPERM))
+		return -errno;
 	return -EFAULT;
 }
 
@@ -128,7 +131,6 @@ static inline int32_t i32_at(const uint8_t *buf, int off)
 	memcpy(&v, buf + off, sizeof(v));
 	return v;
 }
-
 
 /* The line of the instruction at byte offset addr of a code object (addr < 0: before the
  * first instruction), as PyCode_Addr2Line computes it from the line table; 0 unknown. */

@@ -339,9 +339,8 @@ static int try_file(struct pyproc *py, const struct procmaps *maps, const struct
 	if (ver) {
 		uint64_t hex;
 
-		if (rd(py, ver->vaddr + bias, &hex, sizeof(hex))) {
-			set_err(err, errsz, "%s: cannot read Py_Version", vma->path);
-			ret = -EFAULT;
+		if ((ret = rd(py, ver->vaddr + bias, &hex, sizeof(hex)))) {
+			set_err(err, errsz, "pid %d: cannot read Py_Version: %s", py->pid, strerror(-ret));
 			goto cleanup;
 		}
 		format_version(py, (uint32_t)hex);
@@ -356,6 +355,12 @@ static int try_file(struct pyproc *py, const struct procmaps *maps, const struct
 		snprintf(py->version, sizeof(py->version), "%d.%d.%d", major, minor, micro);
 		py->minor = major == 3 ? minor : -1;
 	}
+	/* Py_DEBUG builds put two more pointers in every object header: other offsets */
+	if (elfsym__find(es, "_Py_NegativeRefcount")) {
+		set_err(err, errsz, "Python %s: debug build (Py_DEBUG): unsupported", py->version);
+		ret = -ENOTSUP;
+		goto cleanup;
+	}
 	if (py->minor < 9 || py->minor > 13) {
 		set_err(err, errsz, "Python %s: unsupported (3.9-3.13)", py->version);
 		ret = -ENOTSUP;
@@ -365,6 +370,15 @@ static int try_file(struct pyproc *py, const struct procmaps *maps, const struct
 		ret = layout_313(py, err, errsz);
 	else
 		layout_fixed(&py->L, py->minor);
+	if (!ret) {
+		uint64_t head;
+
+		/* readable at all? (Yama, another user: say so now rather than per thread) */
+		ret = rd(py, py->runtime + py->L.rt_interp_head, &head, sizeof(head));
+		if (ret)
+			set_err(err, errsz, "Python %s: cannot read pid %d: %s", py->version, py->pid,
+				strerror(-ret));
+	}
 	if (!ret)
 		ret = 1;
 cleanup:
@@ -449,6 +463,7 @@ void pyframes__free(struct pyproc *py)
 		free(ci);
 	}
 	u64map__clear(&py->codes);
+	u64map__clear(&py->ns_tids);
 	u64map__free_values(&py->strings);
 	for (i = 0; i < py->nr_extra; i++)
 		free(py->extra_strings[i]);

@@ -110,13 +110,27 @@ def check_hang(py, minor, env=None, after_start=None):
                 break
             time.sleep(0.1)
         assert head["version"] == version, head
-        assert set(threads) >= {wl.pid, side_tid}, threads.keys()
+        coro_tid = truth["coro_native_id"]
+        assert len(threads) == 4 and set(threads) > {wl.pid, side_tid, coro_tid}, threads.keys()
+        (native,) = [t for tid, t in threads.items() if tid not in (wl.pid, side_tid, coro_tid)]
+        assert native["ret"] == -2, native  # -ENOENT: a thread without Python
         main, side = threads[wl.pid], threads[side_tid]
         assert main["ret"] == len(want_main) and triples(main) == want_main, (main, want_main)
         assert side["ret"] == 5 and triples(side) == side_truth, (side, side_truth)
         want_main_entry, want_side_entry = expected_entries(minor)
         assert entries(main) == want_main_entry, main
         assert entries(side) == want_side_entry, side
+        # coroutines: co_main is resumed by the C Task step (an eval activation of its own);
+        # co_inner is awaited through SEND, which calls back into C before 3.12 and pushes
+        # the frame inline since (counts checked against gdb's _PyEval_EvalFrameDefault frames)
+        coro = threads[coro_tid]
+        coro_truth = [tuple(f) for f in truth["coro"]]
+        assert coro_truth[:2] == [("co_inner", HANG, at["co_inner"]),
+                                  ("co_main", HANG, at["co_main"])], coro_truth
+        assert triples(coro) == coro_truth, (coro, coro_truth)
+        assert entries(coro)[:2] == [minor <= 11, True], coro
+        want_coro_entries = len(coro_truth) if minor <= 10 else 4 if minor == 11 else 2
+        assert sum(entries(coro)) == want_coro_entries, coro
     finally:
         wl.kill()
 
@@ -190,6 +204,36 @@ def test_deleted_libpython():
     finally:
         if os.path.exists(lib):
             os.unlink(lib)
+
+
+def test_pid_namespace():
+    """A container-like target (own pid namespace): native_thread_id is the tid in there."""
+    py = interpreter(DEBIAN_PY)
+    if not shutil.which("unshare"):
+        raise Skip("unshare absent")
+    wl = Workload(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", py, HANG])
+    pid = None
+    try:
+        with open(f"/proc/{wl.p.pid}/task/{wl.p.pid}/children") as f:
+            pid = int(f.read().split()[0])
+        with open(f"/proc/{pid}/status") as f:
+            assert re.search(r"NSpid:\s+%d\s+1\n" % pid, f.read())
+        truth = json.loads(wl.out.wait_for(lambda l: l.startswith("TRUTH"), 10)[6:])
+        want_main = expected_main(11)
+        for _ in range(50):
+            head, threads = dump(pid)
+            if triples(threads[pid]) == want_main:
+                break
+            time.sleep(0.1)
+        assert triples(threads[pid]) == want_main, threads[pid]
+        for name in ("side", "coro"):
+            (t,) = [t for t in threads.values() if t["frames"] and
+                    t["frames"][0]["func"] == truth[name][0][0]]
+            assert triples(t) == [tuple(f) for f in truth[name]], t
+    finally:
+        if pid:  # pid 1 of its namespace: only SIGKILL ends it
+            os.kill(pid, 9)
+        wl.kill()
 
 
 def test_deep_stack_and_speed():
@@ -299,3 +343,21 @@ def test_torn_reads_running_target():
             print(f"{head['version']} running: {stats}")
         finally:
             wl.kill()
+
+
+def test_not_permitted():
+    """A reader without the rights to the target gets one clear line, no frames."""
+    py = interpreter(DEBIAN_PY)
+    if not shutil.which("setpriv"):
+        raise Skip("setpriv absent")
+    wl = Workload([py, HANG])
+    try:
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", DUMP,
+                            str(wl.pid)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True, timeout=60)
+        assert p.returncode == 0
+        lines = [json.loads(l) for l in p.stdout.splitlines()]
+        assert lines == [{"pid": wl.pid, "version": None,
+                          "err": f"pid {wl.pid}: cannot read its maps: Permission denied"}], lines
+    finally:
+        wl.kill()
