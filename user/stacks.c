@@ -245,6 +245,11 @@ static const char *seize_error(int pid, int tid, struct strpool *pool)
 		return strpool__addf(pool, "already traced by pid %d (%s)", tracer,
 				     comm[0] ? comm : "?");
 	}
+	/* Yama's ptrace_scope 1-3 forbids what root-less (or, at 3, any) tracers may attach */
+	if (read_file("/proc/sys/kernel/yama/ptrace_scope", comm, sizeof(comm)) > 0 &&
+	    atoi(comm) > 0)
+		return strpool__addf(pool, "ptrace: %s (kernel.yama.ptrace_scope = %d)",
+				     strerror(EPERM), atoi(comm));
 	return strpool__addf(pool, "ptrace: %s", strerror(EPERM));
 }
 

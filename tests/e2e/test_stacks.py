@@ -471,7 +471,12 @@ def test_no_ptrace_rights():
                            text=True, timeout=30)
         assert p.returncode == 0, p.stderr
         s = json.loads(p.stdout)
-        assert s["ptrace_error"] == "ptrace: Operation not permitted", s["ptrace_error"]
+        want = "ptrace: Operation not permitted"
+        if os.path.exists("/proc/sys/kernel/yama/ptrace_scope"):
+            scope = int(open("/proc/sys/kernel/yama/ptrace_scope").read())
+            if scope > 0:
+                want += f" (kernel.yama.ptrace_scope = {scope})"
+        assert s["ptrace_error"] == want, s["ptrace_error"]
         main = thread(s, w.pid)
         assert main["state"] == "S" and main["name"] == "stack_app" and main["frames"] == [], main
         assert main["kernel_stack"] is None and "Permission denied" in main["kernel_stack_error"], main
