@@ -30,7 +30,8 @@ struct stack_frame {
 				 * callers, as eu-stack looks them up) */
 	const char *module;	/* path of the mapped object as the target sees it; NULL unknown */
 	const char *build_id;	/* hex; "" when the object has none; NULL when it was not read */
-	uint64_t module_off;	/* pc as an ELF virtual address of module (addr2line -e module) */
+	uint64_t module_off;	/* pc as an ELF virtual address of module (addr2line -e module);
+				 * valid when build_id != NULL (the ELF file was read) */
 	/* both: native demangled symbol or Python co_qualname (co_name before 3.11); NULL when
 	 * no symbol covers pc (stripped: module + build_id + module_off identify it, no name is
 	 * ever invented) */
@@ -114,7 +115,8 @@ struct stack_opts {
 struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *err, size_t errsz);
 void stacks__free(struct stack_proc *sp);
 
-/* The snapshot as JSON (docs/fr-schema.md "stacks"). NULL on ENOMEM. */
+/* The snapshot as JSON (docs/fr-schema.md "stacks"). NULL on ENOMEM. "taken" is written as
+ * "request"; the flight recorder replaces it ("attach" / "dump"). */
 struct cJSON *stacks__json(const struct stack_proc *sp);
 
 const char *stacks__where_name(enum stack_where w);	/* "nccl", "cuda", ... "unknown" */
