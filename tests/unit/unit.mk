@@ -106,3 +106,11 @@ $(UNIT_DIR)/test_fr_writer: tests/unit/test_fr_writer.c tests/unit/check.h tools
 	$(Q)$(CC) $(UNIT_CFLAGS) -Itools $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_fr_writer
+
+# the cross-rank merged view of a hang snapshot on synthetic snapshots (exact text)
+$(UNIT_DIR)/test_stacktree: tests/unit/test_stacktree.c tests/unit/check.h \
+			    $(OUTPUT)/user/stacktree.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_stacktree
