@@ -184,8 +184,331 @@ static void test_one_odd_rank(void)
 	free_procs(procs, 8);
 }
 
+
+/* a process stuck in cudaStreamSynchronize from train.py:95 sync() */
+static int in_sync(struct stack_frame *f, int seed)
+{
+	int n = 0;
+
+	f[n++] = nat("ioctl", LIBC, 0x11000 + seed);
+	f[n++] = nat("cuStreamSynchronize", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x5000);
+	f[n++] = nat("cudaStreamSynchronize", CUDART, 0x6000 + seed);
+	f[n++] = nat("ffi_call", "/usr/lib/x86_64-linux-gnu/libffi.so.8", 0x700);
+	f[n++] = nat("_ctypes_callproc", "/usr/lib/python3.11/lib-dynload/_ctypes.so", 0x900);
+	f[n++] = py("sync", "/opt/app/train.py", 95);
+	f[n++] = nat("_PyEval_EvalFrameDefault", PYBIN, 0x1100 + seed);
+	return n + python_main(f + n, seed);
+}
+
+static struct stack_proc *allreduce_proc(int pid, int rank)
+{
+	struct proc_spec s = { .pid = pid, .rank = rank, .where = WHERE_NCCL, .api = "ncclAllReduce",
+			       .progress = PROGRESS_NONE };
+
+	s.nr_frames = in_allreduce(s.frames, rank);
+	return make_proc(&s);
+}
+
+static struct stack_proc *sync_proc(int pid, int rank)
+{
+	struct proc_spec s = { .pid = pid, .rank = rank, .where = WHERE_CUDA,
+			       .api = "cudaStreamSynchronize", .progress = PROGRESS_NONE };
+
+	s.nr_frames = in_sync(s.frames, rank);
+	return make_proc(&s);
+}
+
+/* 2 + 2: no class is smaller, so no rank is singled out */
+static void test_two_equal_classes(void)
+{
+	struct stack_proc *procs[4] = { sync_proc(300, 2), allreduce_proc(100, 0), sync_proc(400, 3),
+					allreduce_proc(200, 1) };
+	char *text = render(procs, 4, 0, false);
+
+	CHECK_TEXT(text,
+"merged stacks: issuing thread of 4 processes, outermost frame first\n"
+"[ranks 0-3] 4 processes\n"
+"  __libc_start_call_main (libc.so.6)\n"
+"  train.py:120 main()\n"
+"  [ranks 0-1] 2 processes\n"
+"    train.py:80 step()\n"
+"    _ctypes_callproc (_ctypes.so)\n"
+"    ffi_call (libffi.so.8)\n"
+"    ncclAllReduce (libnccl.so.2)\n"
+"    sim_wait (libnccl.so.2)\n"
+"    __futex_abstimed_wait_common (libc.so.6)\n"
+"  [ranks 2-3] 2 processes\n"
+"    train.py:95 sync()\n"
+"    _ctypes_callproc (_ctypes.so)\n"
+"    ffi_call (libffi.so.8)\n"
+"    cudaStreamSynchronize (libcudart.so.13)\n"
+"    cuStreamSynchronize (libcuda.so.1)\n"
+"    ioctl (libc.so.6)\n"
+"\n"
+"equivalence classes (issuing thread: same frames, where, api, progress): 2\n"
+"  1. ranks 0-1: in ncclAllReduce (no progress)\n"
+"    top: __futex_abstimed_wait_common (libc.so.6) <- sim_wait (libnccl.so.2) <- ncclAllReduce (libnccl.so.2)\n"
+"  2. ranks 2-3: in cudaStreamSynchronize (no progress)\n"
+"    top: ioctl (libc.so.6) <- cuStreamSynchronize (libcuda.so.1) <- cudaStreamSynchronize (libcudart.so.13)\n"
+"\n"
+"no outlier: 2 classes of 2 processes each\n");
+	free(text);
+	free_procs(procs, 4);
+}
+
+/* no RANK in the environment: processes are named by pid */
+static void test_pids(void)
+{
+	struct stack_proc *procs[3] = { allreduce_proc(510, -1), sync_proc(520, -1),
+					allreduce_proc(500, -1) };
+	char *text = render(procs, 3, 0, false);
+
+	CHECK_TEXT(text,
+"merged stacks: issuing thread of 3 processes, outermost frame first\n"
+"(RANK is not set, or not unique, in every process: processes are named by pid)\n"
+"[pids 500,510,520] 3 processes\n"
+"  __libc_start_call_main (libc.so.6)\n"
+"  train.py:120 main()\n"
+"  [pids 500,510] 2 processes\n"
+"    train.py:80 step()\n"
+"    _ctypes_callproc (_ctypes.so)\n"
+"    ffi_call (libffi.so.8)\n"
+"    ncclAllReduce (libnccl.so.2)\n"
+"    sim_wait (libnccl.so.2)\n"
+"    __futex_abstimed_wait_common (libc.so.6)\n"
+"  [pid 520] 1 process\n"
+"    train.py:95 sync()\n"
+"    _ctypes_callproc (_ctypes.so)\n"
+"    ffi_call (libffi.so.8)\n"
+"    cudaStreamSynchronize (libcudart.so.13)\n"
+"    cuStreamSynchronize (libcuda.so.1)\n"
+"    ioctl (libc.so.6)\n"
+"\n"
+"equivalence classes (issuing thread: same frames, where, api, progress): 2\n"
+"  1. pids 500,510: in ncclAllReduce (no progress)\n"
+"    top: __futex_abstimed_wait_common (libc.so.6) <- sim_wait (libnccl.so.2) <- ncclAllReduce (libnccl.so.2)\n"
+"  2. pid 520: in cudaStreamSynchronize (no progress)\n"
+"    top: ioctl (libc.so.6) <- cuStreamSynchronize (libcuda.so.1) <- cudaStreamSynchronize (libcudart.so.13)\n"
+"\n"
+"outlier: pid 520: in cudaStreamSynchronize, the others in ncclAllReduce (no progress)\n");
+	free(text);
+	free_procs(procs, 3);
+	/* a repeated RANK (two jobs on one host) names processes by pid too */
+	procs[0] = allreduce_proc(510, 0);
+	procs[1] = allreduce_proc(520, 0);
+	text = render(procs, 2, 0, false);
+	CHECK_TEXT(text,
+"merged stacks: issuing thread of 2 processes, outermost frame first\n"
+"(RANK is not set, or not unique, in every process: processes are named by pid)\n"
+"[pids 510,520] 2 processes\n"
+"  __libc_start_call_main (libc.so.6)\n"
+"  train.py:120 main()\n"
+"  train.py:80 step()\n"
+"  _ctypes_callproc (_ctypes.so)\n"
+"  ffi_call (libffi.so.8)\n"
+"  ncclAllReduce (libnccl.so.2)\n"
+"  sim_wait (libnccl.so.2)\n"
+"  __futex_abstimed_wait_common (libc.so.6)\n"
+"\n"
+"equivalence classes (issuing thread: same frames, where, api, progress): 1\n"
+"  1. pids 510,520: in ncclAllReduce (no progress)\n"
+"    top: __futex_abstimed_wait_common (libc.so.6) <- sim_wait (libnccl.so.2) <- ncclAllReduce (libnccl.so.2)\n"
+"\n"
+"no outlier: pids 510,520 all in ncclAllReduce (no progress)\n");
+	free(text);
+	free_procs(procs, 2);
+}
+
+/* 30 levels of recursion; the two ranks differ only at the bottom, below the depth printed */
+static void test_deep(void)
+{
+	struct stack_proc *procs[2];
+
+	for (int r = 0; r < 2; r++) {
+		struct proc_spec s = { .pid = 700 + r, .rank = r, .where = WHERE_RUNNING,
+				       .progress = PROGRESS_YES };
+
+		s.frames[s.nr_frames++] = nat(r ? "leaf_b" : "leaf_a", "/opt/app/solver", 0x100 + r);
+		for (int i = 0; i < 30; i++)
+			s.frames[s.nr_frames++] = nat("recurse", "/opt/app/solver", 0x200 + i);
+		s.frames[s.nr_frames++] = nat("main", "/opt/app/solver", 0x300);
+		procs[r] = make_proc(&s);
+	}
+	char *text = render(procs, 2, 4, false);
+
+	CHECK_TEXT(text,
+"merged stacks: issuing thread of 2 processes, outermost frame first\n"
+"[ranks 0-1] 2 processes\n"
+"  main (solver)\n"
+"  recurse (solver)\n"
+"  recurse (solver)\n"
+"  recurse (solver)\n"
+"  ... (deeper frames not shown: depth 4)\n"
+"\n"
+"equivalence classes (issuing thread: same frames, where, api, progress): 2\n"
+"  1. rank 0: running leaf_a (solver) (progressing)\n"
+"    top: leaf_a (solver) <- recurse (solver) <- recurse (solver)\n"
+"  2. rank 1: running leaf_b (solver) (progressing)\n"
+"    top: leaf_b (solver) <- recurse (solver) <- recurse (solver)\n"
+"\n"
+"no outlier: 2 classes of 1 process each\n");
+	free(text);
+	free_procs(procs, 2);
+}
+
+/* rank 2 could not be stopped (ptrace denied): shown, never merged as if healthy */
+static void test_unknown_stack(void)
+{
+	struct stack_proc *procs[4] = { allreduce_proc(100, 0), allreduce_proc(110, 1),
+					allreduce_proc(120, 2), allreduce_proc(130, 3) };
+	char *text;
+
+	procs[2]->ptrace_err = "ptrace: Operation not permitted";
+	for (int t = 0; t < procs[2]->nr_threads; t++) {
+		procs[2]->threads[t].nr_frames = 0;
+		procs[2]->threads[t].where = WHERE_UNKNOWN;
+		procs[2]->threads[t].progress = PROGRESS_UNKNOWN;
+	}
+	text = render(procs, 4, 0, false);
+	CHECK_TEXT(text,
+"merged stacks: issuing thread of 4 processes, outermost frame first\n"
+"[ranks 0-1,3] 3 processes\n"
+"  __libc_start_call_main (libc.so.6)\n"
+"  train.py:120 main()\n"
+"  train.py:80 step()\n"
+"  _ctypes_callproc (_ctypes.so)\n"
+"  ffi_call (libffi.so.8)\n"
+"  ncclAllReduce (libnccl.so.2)\n"
+"  sim_wait (libnccl.so.2)\n"
+"  __futex_abstimed_wait_common (libc.so.6)\n"
+"not merged: rank 2 (pid 120): no frames: ptrace: Operation not permitted\n"
+"\n"
+"equivalence classes (issuing thread: same frames, where, api, progress): 1\n"
+"  1. ranks 0-1,3: in ncclAllReduce (no progress)\n"
+"    top: __futex_abstimed_wait_common (libc.so.6) <- sim_wait (libnccl.so.2) <- ncclAllReduce (libnccl.so.2)\n"
+"  rank 2: stack unknown (ptrace: Operation not permitted), not compared\n"
+"\n"
+"no outlier: ranks 0-1,3 all in ncclAllReduce (no progress)\n"
+"unknown: rank 2: stack not read (ptrace: Operation not permitted), not compared\n");
+	free(text);
+	text = render(procs, 4, 0, true);
+	CHECK_TEXT(text,
+"merged stacks: 6 threads of 4 processes, outermost frame first\n"
+"[ranks 0-1,3] 3 threads\n"
+"  __libc_start_call_main (libc.so.6)\n"
+"  train.py:120 main()\n"
+"  train.py:80 step()\n"
+"  _ctypes_callproc (_ctypes.so)\n"
+"  ffi_call (libffi.so.8)\n"
+"  ncclAllReduce (libnccl.so.2)\n"
+"  sim_wait (libnccl.so.2)\n"
+"  __futex_abstimed_wait_common (libc.so.6)\n"
+"[ranks 0-1,3] 3 threads\n"
+"  start_thread (libc.so.6)\n"
+"  epoll_wait (libc.so.6)\n"
+"not merged: rank 2 (pid 120): no frames: ptrace: Operation not permitted\n"
+"\n"
+"equivalence classes (issuing thread: same frames, where, api, progress): 1\n"
+"  1. ranks 0-1,3: in ncclAllReduce (no progress)\n"
+"    top: __futex_abstimed_wait_common (libc.so.6) <- sim_wait (libnccl.so.2) <- ncclAllReduce (libnccl.so.2)\n"
+"  rank 2: stack unknown (ptrace: Operation not permitted), not compared\n"
+"\n"
+"no outlier: ranks 0-1,3 all in ncclAllReduce (no progress)\n"
+"unknown: rank 2: stack not read (ptrace: Operation not permitted), not compared\n");
+	free(text);
+	free_procs(procs, 4);
+}
+
+/* stripped code (module + offset, no invented name), a truncated unwind, two outliers */
+static void test_stripped_truncated(void)
+{
+	struct stack_proc *procs[6];
+	char *text;
+
+	for (int r = 0; r < 6; r++) {
+		struct proc_spec s = { .pid = 900 + r, .rank = r, .where = WHERE_RUNNING,
+				       .progress = PROGRESS_NONE };
+
+		s.frames[s.nr_frames++] = nat(NULL, "/opt/app/libstripped.so", r == 4 ? 0x1250 : 0x1234);
+		s.frames[s.nr_frames++] = nat(NULL, "/opt/app/libstripped.so", 0x2000);
+		s.frames[s.nr_frames++] = nat("main", "/opt/app/app", 0x300);
+		if (r == 5) {
+			s.frames[1] = nat(NULL, NULL, 0);
+			s.nr_frames = 2;
+			s.truncated = true;
+		}
+		procs[r] = make_proc(&s);
+	}
+	text = render(procs, 6, 0, false);
+	CHECK_TEXT(text,
+"merged stacks: issuing thread of 6 processes, outermost frame first\n"
+"[ranks 0-4] 5 processes\n"
+"  main (app)\n"
+"  libstripped.so+0x2000\n"
+"  [ranks 0-3] 4 processes\n"
+"    libstripped.so+0x1234\n"
+"  [rank 4] 1 process\n"
+"    libstripped.so+0x1250\n"
+"[rank 5] 1 process\n"
+"  ... (outer frames not unwound)\n"
+"  ?? (no mapped object)\n"
+"  libstripped.so+0x1234\n"
+"\n"
+"equivalence classes (issuing thread: same frames, where, api, progress): 3\n"
+"  1. ranks 0-3: running libstripped.so+0x1234 (no progress)\n"
+"    top: libstripped.so+0x1234 <- libstripped.so+0x2000 <- main (app)\n"
+"  2. rank 4: running libstripped.so+0x1250 (no progress)\n"
+"    top: libstripped.so+0x1250 <- libstripped.so+0x2000 <- main (app)\n"
+"  3. rank 5: running libstripped.so+0x1234 (no progress)\n"
+"    top: libstripped.so+0x1234 <- ?? (no mapped object) <- ... (outer frames not unwound)\n"
+"\n"
+"outlier: rank 4: running libstripped.so+0x1250, the others: ranks 0-3 running libstripped.so+0x1234 (no progress); rank 5 running libstripped.so+0x1234 (no progress)\n"
+"outlier: rank 5: running libstripped.so+0x1234, the others: ranks 0-3 running libstripped.so+0x1234 (no progress); rank 4 running libstripped.so+0x1250 (no progress)\n");
+	free(text);
+	free_procs(procs, 6);
+}
+
+static void test_format_ranks(void)
+{
+	static const int ranks[] = { 0, 1, 2, 3, 4, 5, 7, 9, 10, 11, 12 };
+	char buf[64];
+
+	stacktree__format_ranks(ranks, 11, buf, sizeof(buf));
+	CHECK_STR(buf, "0-5,7,9-12");
+	stacktree__format_ranks(ranks + 6, 1, buf, sizeof(buf));
+	CHECK_STR(buf, "7");
+	stacktree__format_ranks(ranks, 0, buf, sizeof(buf));
+	CHECK_STR(buf, "");
+	stacktree__format_ranks(ranks, 2, buf, sizeof(buf));
+	CHECK_STR(buf, "0-1");
+	/* cut: "0-5,7" needs 6 bytes with its NUL, "..." more */
+	stacktree__format_ranks(ranks, 11, buf, 10);
+	CHECK_STR(buf, "0-5,7...");
+	stacktree__format_ranks(ranks, 11, buf, 9);
+	CHECK_STR(buf, "0-5,7...");
+	stacktree__format_ranks(ranks, 11, buf, 8);
+	CHECK_STR(buf, "0-5...");
+	stacktree__format_ranks(ranks, 11, buf, 7);
+	CHECK_STR(buf, "0-5...");
+	stacktree__format_ranks(ranks, 11, buf, 6);
+	CHECK_STR(buf, "...");
+	stacktree__format_ranks(ranks, 11, buf, 3);
+	CHECK_STR(buf, "");
+	/* exactly the size of the whole list and its NUL: not cut */
+	stacktree__format_ranks(ranks, 11, buf, 11);
+	CHECK_STR(buf, "0-5,7,9-12");
+	stacktree__format_ranks(ranks, 11, buf, 10);
+	CHECK_STR(buf, "0-5,7...");
+}
+
 int main(void)
 {
 	test_one_odd_rank();
+	test_two_equal_classes();
+	test_pids();
+	test_deep();
+	test_unknown_stack();
+	test_stripped_truncated();
+	test_format_ranks();
 	return check_done();
 }
