@@ -514,10 +514,8 @@ int stacks_main(int argc, char **argv)
 				  "(run as root, or with CAP_SYS_PTRACE)\n", sp->pid, sp->comm, sp->ptrace_err);
 		procs[nr++] = sp;
 	}
-	if (!nr) {
-		log_error("no process could be read; nothing written\n");
+	if (!nr)	/* each said why; nothing is written */
 		goto cleanup;
-	}
 	err = env.json ? write_json(out.f, procs, nr) : write_text(out.f, procs, nr);
 	err = out_close(&out, err);
 	if (err) {

@@ -556,8 +556,12 @@ static int print_classes(struct st_ctx *c, struct st_path *paths, const struct s
 	if (nr_known == 1) {
 		set_label(c, cls[0].set, label, sizeof(label));
 		where_text(cls[0].rep, where, sizeof(where));
-		fprintf(c->f, "no outlier: %s all %s (%s)\n", label, where,
-			progress_text(cls[0].rep->progress));
+		if (cls[0].size == 1)
+			fprintf(c->f, "no outlier (one process): %s %s (%s)\n", label, where,
+				progress_text(cls[0].rep->progress));
+		else
+			fprintf(c->f, "no outlier: %s all %s (%s)\n", label, where,
+				progress_text(cls[0].rep->progress));
 	} else if (nr_known > 1 && min_size == cls[majority].size) {
 		fprintf(c->f, "no outlier: %d classes of %d process%s each\n", nr_known, min_size,
 			min_size == 1 ? "" : "es");
@@ -713,8 +717,12 @@ int stacktree__print(FILE *f, struct stack_proc *const *procs_in, int n,
 				any = true;
 		if (!iss[i] || !iss[i]->nr_frames) {
 			if (!any || !c.all_threads) {
-				fprintf(f, "not merged: %s (pid %d): no frames: %s\n", label, sp->pid,
-					no_stack_reason(sp, iss[i]));
+				if (c.by_pid)
+					fprintf(f, "not merged: %s: no frames: %s\n", label,
+						no_stack_reason(sp, iss[i]));
+				else
+					fprintf(f, "not merged: %s (pid %d): no frames: %s\n", label,
+						sp->pid, no_stack_reason(sp, iss[i]));
 				continue;
 			}
 		}
