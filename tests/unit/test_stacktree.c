@@ -319,6 +319,18 @@ static void test_pids(void)
 	free_procs(procs, 2);
 }
 
+/* one process: nothing to compare it with */
+static void test_one_process(void)
+{
+	struct stack_proc *procs[1] = { sync_proc(42, 0) };
+	char *text = render(procs, 1, 0, false);
+	const char *last = strstr(text, "\n\nno outlier");
+
+	CHECK_STR(last, "\n\nno outlier (one process): rank 0 in cudaStreamSynchronize (no progress)\n");
+	free(text);
+	free_procs(procs, 1);
+}
+
 /* 30 levels of recursion; the two ranks differ only at the bottom, below the depth printed */
 static void test_deep(void)
 {
@@ -506,6 +518,7 @@ int main(void)
 	test_one_odd_rank();
 	test_two_equal_classes();
 	test_pids();
+	test_one_process();
 	test_deep();
 	test_unknown_stack();
 	test_stripped_truncated();
