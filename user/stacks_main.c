@@ -391,6 +391,18 @@ struct out {
 	bool direct;	/* stdout, or a FILE that is not a regular file (a fifo, /dev/...) */
 };
 
+/* the temp file while it exists: Ctrl-C during a long snapshot leaves nothing behind (the
+ * targets themselves are released by the kernel when our tracer threads die) */
+static char interrupted_tmp[4096];
+
+static void on_signal(int sig)
+{
+	if (interrupted_tmp[0])
+		unlink(interrupted_tmp);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 static int out_open(struct out *o)
 {
 	struct stat st;
@@ -417,6 +429,7 @@ static int out_open(struct out *o)
 	mask = umask(0);
 	umask(mask);
 	fchmod(fd, 0666 & ~mask);
+	memcpy(interrupted_tmp, o->tmp, sizeof(interrupted_tmp));
 	o->f = fdopen(fd, "w");
 	if (!o->f) {
 		int err = -errno;
@@ -424,6 +437,7 @@ static int out_open(struct out *o)
 		close(fd);
 		unlink(o->tmp);
 		o->tmp[0] = 0;
+		interrupted_tmp[0] = 0;
 		return err;
 	}
 	return 0;
@@ -452,6 +466,7 @@ static int out_close(struct out *o, int err)
 		err = -errno;
 	if (err)
 		unlink(o->tmp);
+	interrupted_tmp[0] = 0;
 	return err;
 }
 
@@ -470,6 +485,8 @@ int stacks_main(int argc, char **argv)
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
 
 	if (env.all) {
 		if (find_cuda_procs()) {

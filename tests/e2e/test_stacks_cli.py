@@ -4,6 +4,7 @@ against the schema (docs/fr-schema.md, stacks), -a (CUDA/NCCL processes only), a
 input with its one line and exit status."""
 import json
 import os
+import signal
 import subprocess
 import time
 from lib import TPTRACE, WL, Workload, need_root, run_tptrace, tmp_path
@@ -336,6 +337,23 @@ def test_stacks_bad_input():
         assert sorted(os.listdir(full)) == ["filler", "out.txt"], os.listdir(full)
         with open(target) as f:
             assert f.read() == "old\n"
+        # Ctrl-C in a long snapshot: no temp file left, the target not left stopped
+        d2 = os.path.join(d, "int")
+        os.makedirs(d2, exist_ok=True)
+        for f in os.listdir(d2):
+            os.unlink(os.path.join(d2, f))
+        p = subprocess.Popen([TPTRACE, "stacks", "-p", str(w.pid), "--samples", "50", "--interval",
+                              "200", "-o", os.path.join(d2, "out.txt")], stderr=subprocess.PIPE)
+        end = time.time() + 10
+        while not os.listdir(d2) and time.time() < end:
+            time.sleep(0.05)
+        assert os.listdir(d2), "no temp file seen"
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(10) == -signal.SIGINT
+        assert os.listdir(d2) == [], os.listdir(d2)
+        with open(f"/proc/{w.pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] == "S"
         # no ptrace rights (an unprivileged user on root's process): /proc only, said once
         rc, out, err = run_unprivileged(["stacks", "-p", str(w.pid), "--samples", "1"])
         assert rc == 0, (rc, err)
