@@ -326,8 +326,11 @@ static void print_proc(FILE *f, const struct stack_proc *sp)
 	} else {
 		fprintf(f, " rank unknown (no RANK in its environment)");
 	}
-	fprintf(f, ": %d sample%s %d ms apart, stopped %.1f ms at most\n", sp->samples,
-		sp->samples == 1 ? "" : "s", sp->interval_ms, sp->stopped_ns_max / 1e6);
+	if (sp->samples == 1)
+		fprintf(f, ": 1 sample");
+	else
+		fprintf(f, ": %d samples %d ms apart", sp->samples, sp->interval_ms);
+	fprintf(f, ", stopped %.1f ms at most\n", sp->stopped_ns_max / 1e6);
 	if (sp->cmdline)
 		fprintf(f, "  cmdline: %s\n", sp->cmdline);
 	if (sp->python)

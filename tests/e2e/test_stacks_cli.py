@@ -101,7 +101,7 @@ def test_stacks_names_the_late_rank():
         assert lines[j + 1] == "    usleep (libc.so.6)", lines[j:j + 4]
         # per process: the header, then one line per thread (the ranks' threads are all there)
         for r, pid in enumerate(job.pids()):
-            head = [l for l in lines if l.startswith(f"pid {pid} (nccl_rank) rank {r} of 4: 3 samples 200 ms apart")]
+            head = [l for l in lines if l.startswith(f"pid {pid} (nccl_rank) rank {r} of 4: 3 samples 200 ms apart, stopped ")]
             assert len(head) == 1, (pid, out)
             tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
             got = [int(l.split()[1]) for l in lines if l.startswith("  thread ")
