@@ -211,6 +211,22 @@ static const char *base_name(const char *path)
 	return s ? s + 1 : path;
 }
 
+/* nvcc links cudart statically by default; its entry points then are LOCAL symbols of the
+ * executable (the archive hides them), recognized by the archive's own symbols beside them. */
+static bool has_static_cudart(Dwfl_Module *mod)
+{
+	int n = dwfl_module_getsymtab(mod);
+	GElf_Sym sym;
+
+	for (int i = 1; i < n; i++) {
+		const char *name = dwfl_module_getsym(mod, i, &sym, NULL);
+
+		if (name && !strncmp(name, "libcudart_static_", 17))
+			return true;
+	}
+	return false;
+}
+
 static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
 {
 	bool created;
@@ -257,8 +273,8 @@ static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
 			mi->lib = FRAME_API_CUDA;
 		else if (!strncmp(b, "libcuda.so", 10))
 			mi->lib = FRAME_API_DRIVER;
-		else if (mi->is_exe)
-			mi->lib = FRAME_API_CUDA;	/* nvcc's static cudart: cuda* in the executable */
+		else if (mi->is_exe && mi->have_elf && has_static_cudart(mod))
+			mi->lib = FRAME_API_CUDA;
 	}
 	return mi;
 }
@@ -269,7 +285,11 @@ static enum frame_api api_of(const struct modinfo *mi, const char *raw, const GE
 {
 	int bind = GELF_ST_BIND(sym->st_info);
 
-	if (GELF_ST_TYPE(sym->st_info) != STT_FUNC || (bind != STB_GLOBAL && bind != STB_WEAK))
+	if (GELF_ST_TYPE(sym->st_info) != STT_FUNC)
+		return FRAME_API_NONE;
+	if (mi->is_exe && mi->lib == FRAME_API_CUDA)
+		return !strncmp(raw, "cuda", 4) ? FRAME_API_CUDA : FRAME_API_NONE;
+	if (bind != STB_GLOBAL && bind != STB_WEAK)
 		return FRAME_API_NONE;
 	switch (mi->lib) {
 	case FRAME_API_NCCL:

@@ -114,3 +114,11 @@ $(UNIT_DIR)/test_stacktree: tests/unit/test_stacktree.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_stacktree
+
+# the snapshot's classification, Python merge and JSON on synthetic frames (no ptrace)
+$(UNIT_DIR)/test_stacks: tests/unit/test_stacks.c tests/unit/check.h \
+			 $(OUTPUT)/user/stacks_class.o $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_stacks
