@@ -64,12 +64,14 @@ def late_job(nranks=4):
     return job
 
 
-def settled(args, want, tries=10):
-    """Runs `tptrace stacks` until want is in its output (the ranks reach their waits a few ms
-    after GO; a loaded machine takes longer), then returns the last run."""
+def settled(args, *wants, tries=10):
+    """Runs `tptrace stacks` until every line of wants is in its output, then returns the last
+    run. The ranks reach their waits a few ms after GO, later on a loaded machine; and there a
+    thread that cannot be stopped within the stop timeout in some sample has progress
+    "unknown" for that run."""
     for _ in range(tries):
         rc, out, err = stacks(args)
-        if want in out:
+        if all(w in out.splitlines() for w in wants):
             break
         time.sleep(0.5)
     return rc, out, err
@@ -83,13 +85,15 @@ def test_stacks_names_the_late_rank():
     try:
         want = ("outlier: rank 1: idle in clock_nanosleep (libc.so.6), the others in "
                 "cudaStreamSynchronize (no progress)")
-        rc, out, err = settled(pid_args(job.pids()), want)
+        classes = ["equivalence classes (issuing thread: same frames, where, api, progress): 2",
+                   "  1. ranks 0,2-3: in cudaStreamSynchronize (no progress)",
+                   "  2. rank 1: idle in clock_nanosleep (libc.so.6) (no progress)"]
+        rc, out, err = settled(pid_args(job.pids()), want, *classes)
         assert rc == 0 and err == "", (rc, err)
         lines = out.splitlines()
         assert want in lines, out
-        assert "equivalence classes (issuing thread: same frames, where, api, progress): 2" in lines, out
-        assert "  1. ranks 0,2-3: in cudaStreamSynchronize (no progress)" in lines, out
-        assert "  2. rank 1: idle in clock_nanosleep (libc.so.6) (no progress)" in lines, out
+        for line in classes:
+            assert line in lines, (line, out)
         # the tree: one root path, split after main() into the two classes
         i = lines.index("merged stacks: issuing thread of 4 processes, outermost frame first")
         assert lines[i + 1:i + 7] == [
@@ -127,13 +131,14 @@ def test_stacks_8_ranks_in_budget():
     job = late_job(8)
     try:
         want = "  1. ranks 0,2-7: in cudaStreamSynchronize (no progress)"
-        settled(pid_args(job.pids()), want)
+        outlier = ("outlier: rank 1: idle in clock_nanosleep (libc.so.6), the others in "
+                   "cudaStreamSynchronize (no progress)")
+        rc, out, err = settled(pid_args(job.pids()), want, outlier)
+        assert rc == 0 and want in out.splitlines() and outlier in out.splitlines(), (rc, err, out)
         t = time.monotonic()
         rc, out, err = stacks(pid_args(job.pids()))
         took = time.monotonic() - t
-        assert rc == 0 and want in out.splitlines(), (rc, err, out)
-        assert "outlier: rank 1: idle in clock_nanosleep (libc.so.6), the others in " \
-               "cudaStreamSynchronize (no progress)" in out.splitlines(), out
+        assert rc == 0 and out.count("3 samples 200 ms apart") == 8, (rc, err, out)
         assert took < 3.0, took
     finally:
         job.kill()
@@ -162,7 +167,8 @@ def test_stacks_python_outlier():
     try:
         want = ("outlier: rank 2: in Python stacks_job.py:11 spin(), the others in Python "
                 "stacks_job.py:6 wait_for_peers() (no progress)")
-        rc, out, err = settled(pid_args([w.pid for w in ranks]), want)
+        rc, out, err = settled(pid_args([w.pid for w in ranks]), want,
+                               "  2. rank 2: in Python stacks_job.py:11 spin() (progressing)")
         lines = out.splitlines()
         assert rc == 0 and want in lines, (rc, err, out)
         assert "  2. rank 2: in Python stacks_job.py:11 spin() (progressing)" in lines, out
@@ -238,8 +244,9 @@ def test_stacks_json_and_output_file():
             if r == 1:
                 assert main["where"] == "idle" and main["api"] is None
             else:
-                assert (main["where"], main["api"], main["progress"]) == \
-                    ("cuda", "cudaStreamSynchronize", "none"), main
+                # progress is asserted in the text test (it waits out a loaded machine)
+                assert (main["where"], main["api"]) == ("cuda", "cudaStreamSynchronize"), main
+                assert main["progress"] in ("none", "unknown"), main
         # --samples 1 --interval: progress cannot be told from one sample
         rc, out, err = stacks(["-p", str(job.pids()[0]), "--json", "--samples", "1"])
         s = json.loads(out)["processes"][0]
