@@ -231,7 +231,7 @@ static void *worker(void *arg)
 	}
 }
 
-static int take_all(struct job *jobs, int nr)
+static void take_all(struct job *jobs, int nr)
 {
 	struct pool p = { .jobs = jobs, .nr = nr, .lock = PTHREAD_MUTEX_INITIALIZER,
 			  .opts = { .samples = env.samples, .interval_ms = env.interval_ms,
@@ -248,7 +248,6 @@ static int take_all(struct job *jobs, int nr)
 		worker(&p);
 	for (int i = 0; i < started; i++)
 		pthread_join(tids[i], NULL);
-	return 0;
 }
 
 /* ---- text ---- */
