@@ -110,6 +110,7 @@ H2M_VERBATIM := sed -e 's/\\/\\e/g' -e "s/^[.']/\\\\\&&/"
 $(OUTPUT)/man/tptrace.h2m: tptrace Makefile | $(OUTPUT)/man
 	$(Q){ printf '[FLIGHT RECORDER: tptrace fr]\n.nf\n'; ./tptrace fr --help 2>&1 | $(H2M_VERBATIM); \
 	  printf '.fi\n\n[GPU MEMORY: tptrace mem]\n.nf\n'; ./tptrace mem --help 2>&1 | $(H2M_VERBATIM); \
+	  printf '.fi\n\n[HANG SNAPSHOT: tptrace stacks]\n.nf\n'; ./tptrace stacks --help 2>&1 | $(H2M_VERBATIM); \
 	  printf '.fi\n\n[SEE ALSO]\n.BR tptrace-fr (1)\n'; } > $@
 
 $(OUTPUT)/man/tptrace.8: tptrace $(OUTPUT)/man/tptrace.h2m Makefile

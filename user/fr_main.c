@@ -236,39 +236,19 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
  * later scans, since they may load it later. */
 static void scan_all(struct fr_session *s)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	int self = getpid();
+	static const char *const nccl[] = { "libnccl", NULL };
+	static int pids[MAX_TARGETS];
+	int n = session__find_procs(nccl, NULL, NULL, pids, MAX_TARGETS);
 
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char path[64], line[4096];
-		int pid = atoi(de->d_name);
-		bool nccl = false;
-		FILE *f;
+	for (int k = 0; k < n; k++) {
+		bool known = false;
 
-		if (pid <= 0 || pid == self)
-			continue;
 		for (int i = 0; i < s->nr_targets; i++)
-			if (s->targets[i]->pid == pid)
-				goto next;
-		snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		while (fgets(line, sizeof(line), f))
-			if (strstr(line, "libnccl")) {
-				nccl = true;
-				break;
-			}
-		fclose(f);
-		if (nccl)
-			add_target(s, pid, true);
-next:
-		;
+			if (s->targets[i]->pid == pids[k])
+				known = true;
+		if (!known)
+			add_target(s, pids[k], true);
 	}
-	closedir(d);
 }
 
 /* Communicators made before attach: ask NCCL's own getters (ncclCommUserRank, ncclCommCount,

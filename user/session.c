@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <argp.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
@@ -162,6 +164,44 @@ struct target *session__open_target(int pid)
 		log_error("pid %d: cannot read /proc/%d/maps: %s (run as root)\n", pid, pid,
 			  strerror(errno));
 	return NULL;
+}
+
+static bool maps_mention(int pid, const char *const *needles)
+{
+	char path[64], line[4096];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		for (int i = 0; needles[i] && !found; i++)
+			found = strstr(line, needles[i]);
+	fclose(f);
+	return found;
+}
+
+int session__find_procs(const char *const *needles, bool (*also)(int pid, void *ctx), void *ctx,
+			int *pids, int max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int self = getpid(), n = 0;
+
+	if (!d)
+		return 0;
+	while (n < max && (de = readdir(d))) {
+		int pid = atoi(de->d_name);
+
+		if (pid <= 0 || pid == self)
+			continue;
+		if (maps_mention(pid, needles) || (also && also(pid, ctx)))
+			pids[n++] = pid;
+	}
+	closedir(d);
+	return n;
 }
 
 int session__watch_exit(struct session_bpf *b, int pid)

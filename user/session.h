@@ -27,6 +27,12 @@ void session__free_bpf(struct session_bpf *b);
 void session__probes(const struct session_bpf *b, struct target_probes *probes);
 /* target__new() with the error line for a vanished or unreadable pid. */
 struct target *session__open_target(int pid);
+/* Processes on the host, other than this one, that map a file whose path contains one of
+ * needles (a NULL-terminated list), or, when also is given, for which also(pid, ctx) is true:
+ * at most max pids into pids, in /proc order. Processes that vanish or cannot be read are
+ * skipped. Returns how many were found. */
+int session__find_procs(const char *const *needles, bool (*also)(int pid, void *ctx), void *ctx,
+			int *pids, int max);
 /* Watches the exits of pid (exit code in the trace / dump). 0, or a negative errno after an
  * error line: tracing goes on, the exit code is then unknown. */
 int session__watch_exit(struct session_bpf *b, int pid);

@@ -54,6 +54,7 @@ static const char doc[] =
 "USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem]\n"
 "       tptrace fr ...    NCCL flight recorder (tptrace fr --help)\n"
 "       tptrace mem ...   GPU memory snapshot, leaks (tptrace mem --help)\n"
+"       tptrace stacks ...  what a hung job's threads are doing (tptrace stacks --help)\n"
 "\n"
 "Probes the CUDA runtime each process uses (libcudart.so.* anywhere, or\n"
 "linked statically), follows libraries loaded later, and writes a\n"
@@ -67,7 +68,8 @@ static const char doc[] =
 "  sudo tptrace -p 4242 --gpu -o gpu.json.gz    # plus the GPU timeline\n"
 "  sudo tptrace -p 4242 --mem -o mem.json.gz    # plus GPU memory counters\n"
 "  sudo tptrace fr -a --dump-dir /var/tmp/tptrace  # flight recorder\n"
-"  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n";
+"  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n"
+"  sudo tptrace stacks -a                       # who is stuck where, by rank\n";
 
 enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM };
 
@@ -672,6 +674,7 @@ static void trace_session__free(struct trace_session *s)
 
 int fr_main(int argc, char **argv);
 int mem_main(int argc, char **argv);
+int stacks_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -685,6 +688,8 @@ int main(int argc, char **argv)
 		return fr_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "mem"))
 		return mem_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "stacks"))
+		return stacks_main(argc - 1, argv + 1);
 	argp_err_exit_status = 2;
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;

@@ -107,6 +107,14 @@ $(UNIT_DIR)/test_fr_writer: tests/unit/test_fr_writer.c tests/unit/check.h tools
 
 TEST_BINS += $(UNIT_DIR)/test_fr_writer
 
+# the cross-rank merged view of a hang snapshot on synthetic snapshots (exact text)
+$(UNIT_DIR)/test_stacktree: tests/unit/test_stacktree.c tests/unit/check.h \
+			    $(OUTPUT)/user/stacktree.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_stacktree
+
 # the snapshot's classification, Python merge and JSON on synthetic frames (no ptrace)
 $(UNIT_DIR)/test_stacks: tests/unit/test_stacks.c tests/unit/check.h \
 			 $(OUTPUT)/user/stacks_class.o $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
