@@ -819,10 +819,24 @@ static void print_procs(FILE *f, const struct fr_analysis *a, const int *pis, in
 	free(tmp.who);
 }
 
+/* why a proc's stack says nothing: "ptrace: Operation not permitted" */
+static void print_unknown_why(FILE *f, const struct proc *p)
+{
+	if (!p->snap.present)
+		fprintf(f, "no stacks in its dump%s%s", p->stacks_error[0] ? ": " : "",
+			p->stacks_error);
+	else if (p->snap.exited)
+		fprintf(f, "it exited during the snapshot");
+	else if (p->snap.ptrace_error[0])
+		fprintf(f, "%s", p->snap.ptrace_error);
+	else
+		fprintf(f, "where its issuing thread is could not be told");
+}
+
 static void headline_odd_stack(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	print_who(f, a, v, true);
-	fprintf(f, " %s not inside %s, where %s%d of %d ranks with a stack wait%s",
+	fprintf(f, " %s not inside %s, where %s%d of %d ranks wait%s",
 		v->nr_who == 1 ? "is" : "are", v->ev.stk.api[0] ? v->ev.stk.api :
 		fr_where_name(v->ev.stk.where), v->ev.stk.tie ? "only " : "", v->ev.stk.nr_in,
 		v->ev.stk.nr_known, v->ev.stk.tie ? " (a tie)" : "");
@@ -891,19 +905,18 @@ static void detail_no_progress(FILE *f, const struct fr_analysis *a, const struc
 	}
 	if (v->ev.stk.unknown >= 0) {
 		print_proc_label(f, &a->procs[v->ev.stk.unknown]);
-		fprintf(f, ": its stack is unknown: ");
-		print_stack(f, a, &a->procs[v->ev.stk.unknown]);
-		fprintf(f, "\n");
+		fprintf(f, ": its stack is unknown (");
+		print_unknown_why(f, &a->procs[v->ev.stk.unknown]);
+		fprintf(f, ")\n");
 	}
 }
 
 static void headline_attached(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	print_who(f, a, v, false);
-	fprintf(f, " %s already blocked in NCCL/CUDA calls when tptrace attached and %s ring%s "
+	fprintf(f, " %s already blocked in NCCL/CUDA calls when tptrace attached and %s "
 		   "nothing newer: the rings cannot tell who hung the job, the stacks can",
-		v->nr_who == 1 ? "was" : "were", v->nr_who == 1 ? "its ring holds" : "their rings hold",
-		"");
+		v->nr_who == 1 ? "was" : "were", v->nr_who == 1 ? "its ring holds" : "their rings hold");
 }
 
 static void detail_attached(FILE *f, const struct fr_analysis *a, const struct verdict *v)
@@ -1001,7 +1014,7 @@ static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct
 	if (v->low == LOW_STACK_UNKNOWN) {
 		print_proc_label(f, &a->procs[v->low_proc]);
 		fprintf(f, "'s stack is unknown (");
-		print_stack(f, a, &a->procs[v->low_proc]);
+		print_unknown_why(f, &a->procs[v->low_proc]);
 		fprintf(f, ")");
 		return;
 	}
