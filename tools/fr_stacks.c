@@ -318,7 +318,7 @@ static int rule_no_progress(struct fr_analysis *a)
 {
 	struct verdict *v;
 	int first = -1, known = 0;
-	bool same = true;
+	bool same = true, one_sample = false;
 
 	/* a culprit named before explains why everyone waits */
 	if (any_ring_verdict_below(a, RULE_NO_PROGRESS))
@@ -328,8 +328,10 @@ static int rule_no_progress(struct fr_analysis *a)
 
 		if (!proc_alive(p) || !snap_known(p))
 			continue;
-		if (!fr_where_is_wait(p->snap.where) || p->snap.progress != FR_PROG_NONE)
+		/* one sample cannot tell: still never healthy, said with low confidence */
+		if (!blocked(&p->snap))
 			return 0;
+		one_sample |= p->snap.progress == FR_PROG_UNKNOWN;
 		if (first < 0)
 			first = pi;
 		else if (!same_call(&p->snap, &a->procs[first].snap))
@@ -351,6 +353,7 @@ static int rule_no_progress(struct fr_analysis *a)
 	v->ev.stk.nr_in = known;
 	v->ev.stk.nr_known = known;
 	v->ev.stk.unknown = first_unknown(a);
+	v->ev.stk.one_sample = one_sample;
 	stack_confidence(a, v, rings_show_unfinished(a));
 	check_dropped(a, v);
 	return 0;

@@ -875,7 +875,11 @@ static void headline_no_progress(FILE *f, const struct fr_analysis *a, const str
 	const struct proc *p = &a->procs[v->who[0][2]];
 
 	print_who(f, a, v, false);
-	if (v->ev.stk.api[0])
+	if (v->ev.stk.one_sample)
+		fprintf(f, " %s all inside %s (progress unknown: one stack sample)",
+			v->nr_who == 1 ? "is" : "are", v->ev.stk.api[0] ? v->ev.stk.api :
+			"NCCL/CUDA calls");
+	else if (v->ev.stk.api[0])
 		fprintf(f, " %s all inside %s and none progressed over %" PRId64 " samples: a hang "
 			   "inside NCCL or the network", v->nr_who == 1 ? "is" : "are",
 			v->ev.stk.api, p->snap.samples);

@@ -531,6 +531,17 @@ def check_generated_stacks(t):
                 v[0]["confidence_reason"].startswith("one stack sample")
                 else f"exit {p.returncode}: {v}"))
 
+    # every rank in ncclAllReduce, one sample each: no_progress, low
+    d = os.path.join(t, "one_sample_all")
+    gen("--ranks 4 --entries 8 --scenario no_progress", d)
+    edit_dumps(d, one_sample)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else []
+    res.append(("stacks_one_sample_all", None if v and verdict_key(v[0]) ==
+                ("no_progress", None, None, [0, 1, 2, 3], []) and v[0]["confidence"] == "low"
+                and v[0]["confidence_reason"].startswith("one stack sample")
+                else f"exit {p.returncode}: {v}"))
+
     # the same hung job recorded without stacks (version 1): nothing says it is healthy
     d = os.path.join(t, "no_stacks")
     gen("--ranks 4 --entries 8 --scenario hung_before_attach_missing --culprit 1", d)
