@@ -10,7 +10,7 @@ BPFTOOL   ?= bpftool
 CC        ?= cc
 CFLAGS    ?= -O2 -g -Wall -Wextra -Wno-unused-parameter
 ALL_CFLAGS := $(CFLAGS) -I$(OUTPUT) -Iuser -Ibpf -D_GNU_SOURCE -MMD -MP
-LDLIBS    := -lbpf -lelf -lz -lcjson -lstdc++ -lpthread
+LDLIBS    := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
 VERSION   := 0.1.0
 # what `make test` builds besides `all` (tools/tools.mk and tests/*.mk add to it)
 TEST_BINS :=
@@ -25,7 +25,8 @@ endif
 
 # Debian packages the build, tests and demo need. Installed only when missing.
 DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libcjson-dev systemtap-sdt-dev \
-            libcap2-bin util-linux python3 pkg-config make gcc g++ bpftrace help2man
+            libcap2-bin util-linux python3 pkg-config make gcc g++ bpftrace help2man \
+            libdw-dev elfutils strace
 
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(OUTPUT)/%.bpf.o,$(BPF_SRCS))

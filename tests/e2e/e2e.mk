@@ -38,3 +38,17 @@ $(E2E_DIR)/api_calls_sim_pt: $(API_CALLS_DEPS) $(SIM_CUDART) $(SIM_LIB_DIR)/libc
 		-lcudart -Wl,-rpath,$(abspath $(SIM_LIB_DIR)) -o $@
 
 TEST_BINS += $(addprefix $(E2E_DIR)/,api_calls_real api_calls_real_pt api_calls_sim api_calls_sim_pt)
+
+# Python frames of every thread of a process, as JSON lines (tests/e2e/test_pyframes.py).
+$(E2E_DIR)/pyframes_dump: tests/e2e/pyframes_dump.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(E2E_DIR)/pyframes_dump
+
+# Snapshots of processes as JSON lines, the engine alone (tests/e2e/test_stacks.py, bench).
+$(E2E_DIR)/stacks_dump: tests/e2e/stacks_dump.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(E2E_DIR)/stacks_dump

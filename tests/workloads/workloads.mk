@@ -100,3 +100,15 @@ $(WL_DIR)/vmm_app: tests/workloads/vmm_app.c tests/workloads/handshake.h $(SIM_D
 	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_DRIVER_DIR) -l:libcuda.so.1 -Wl,-rpath,$(abspath $(SIM_DRIVER_DIR)) -o $@
 
 TEST_BINS += $(WL_DIR)/vmm_app
+
+# Known stacks for the snapshot engine (tests/e2e/test_stacks.py): -O2 without frame pointers,
+# so only CFI unwinds it; and a stripped copy (no .symtab: offsets + build-id, no names).
+$(WL_DIR)/stack_app: tests/workloads/stack_app.c tests/workloads/handshake.h tests/workloads/workloads.mk | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -fomit-frame-pointer $< -o $@
+
+$(WL_DIR)/stack_app_stripped: $(WL_DIR)/stack_app
+	$(call msg,STRIP,$@)
+	$(Q)strip -s -o $@ $<
+
+TEST_BINS += $(WL_DIR)/stack_app $(WL_DIR)/stack_app_stripped

@@ -1,0 +1,692 @@
+// SPDX-License-Identifier: MIT
+/* One hang snapshot of a process (stacks.h): per sample, /proc for every thread (state, wchan,
+ * comm, kernel stack), then every thread ptrace-stopped, unwound and its Python frames read,
+ * then detached; samples compared for progress.
+ *
+ * The stop runs in a short-lived thread of ours, the tracer, created per sample. ptrace ties a
+ * tracee to the tracer *thread*, and the kernel detaches every tracee of a thread when it
+ * exits (exit_ptrace): a thread we could not stop in time (D state) stays attached only
+ * until the sample's tracer thread exits, so nothing is ever left traced or stopped, and a
+ * `kill -9` of tptrace releases the target the same way. PTRACE_SEIZE + PTRACE_INTERRUPT
+ * (not PTRACE_ATTACH) sends no SIGSTOP, so the target sees no signal and a stopped (T)
+ * process stays as it was. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pyframes.h"
+#include "stacks_int.h"
+
+struct snap {
+	struct stack_proc pub;	/* first: stacks__free() gets it back */
+	struct strpool pool;
+};
+
+/* One thread in one sample. */
+struct tsample {
+	int tid;
+	char state;
+	char name[16];
+	char wchan[64];
+	const char **kstack;
+	int nr_kstack;
+	const char *kstack_err;
+	/* from the stop */
+	bool seized, stopped, gone;
+	int stop_sig;		/* a signal the stop intercepted: given back at detach */
+	const char *unwind_err;
+	struct stack_frame *frames;
+	uint8_t *api;
+	int nr_frames;
+	bool truncated;
+	bool python;
+};
+
+struct sample {
+	int pid;
+	const struct stack_opts *opts;
+	struct strpool *pool;
+	struct unwinder *uw;	/* NULL: no native frames (unwind_err says why) */
+	const char *uw_err;
+	struct pyproc *py;
+	struct tsample *ts;
+	int nr;
+	uint64_t stopped_ns;
+	const char *ptrace_err;
+	int hold_ms;		/* TPTRACE_TEST_SNAPSHOT_HOLD_MS */
+};
+
+/* A thread across samples. */
+struct tacc {
+	struct stack_thread t;
+	const uint8_t *first_api;	/* per frame of t.frames */
+	int seen;		/* samples it was in */
+	int compared;		/* samples whose frames were compared with the first */
+	bool changed;
+};
+
+static uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+static void copy_str(char *dst, size_t size, const char *src)
+{
+	size_t n = strnlen(src, size - 1);
+
+	memcpy(dst, src, n);
+	dst[n] = 0;
+}
+
+/* ---- /proc: paths built here, parsed by the functions below ---- */
+
+static ssize_t read_file(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n, got = 0;
+
+	if (fd < 0)
+		return -errno;
+	while ((size_t)got < size - 1 && (n = read(fd, buf + got, size - 1 - got)) > 0)
+		got += n;
+	if (n < 0 && !got)
+		got = -errno;
+	close(fd);
+	if (got >= 0)
+		buf[got] = 0;
+	return got;
+}
+
+/* "4242 (python3) S 1 ..." -> 'S'; the comm may hold spaces and ')' */
+static char parse_stat_state(const char *stat)
+{
+	const char *p = strrchr(stat, ')');
+
+	return p && p[1] == ' ' && p[2] ? p[2] : 0;
+}
+
+/* "[<0>] futex_wait_queue+0x60/0xa0\n[<0>] futex_wait+0x175/0x260\n" -> names */
+static int parse_kstack(char *text, struct strpool *pool, const char ***out)
+{
+	const char **v = NULL;
+	int n = 0;
+
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		char *name = strchr(line, ']');
+		const char **nv;
+
+		name = name ? name + 1 : line;
+		while (*name == ' ')
+			name++;
+		name[strcspn(name, "+ ")] = 0;
+		if (!*name)
+			continue;
+		nv = realloc(v, (n + 1) * sizeof(*v));
+		if (!nv)
+			break;
+		v = nv;
+		v[n] = strpool__add(pool, name);
+		if (v[n])
+			n++;
+	}
+	*out = v;
+	return n;
+}
+
+static void read_thread_proc(int pid, struct tsample *ts, struct strpool *pool)
+{
+	char path[96], buf[8192];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, ts->tid);
+	if (read_file(path, buf, sizeof(buf)) > 0)
+		ts->state = parse_stat_state(buf);
+	else
+		ts->gone = true;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, ts->tid);
+	if (read_file(path, buf, sizeof(buf)) > 0) {
+		buf[strcspn(buf, "\n")] = 0;
+		copy_str(ts->name, sizeof(ts->name), buf);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", pid, ts->tid);
+	if (read_file(path, buf, sizeof(buf)) > 0 && strcmp(buf, "0"))
+		copy_str(ts->wchan, sizeof(ts->wchan), buf);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stack", pid, ts->tid);
+	n = read_file(path, buf, sizeof(buf));
+	if (n >= 0) {
+		ts->nr_kstack = parse_kstack(buf, pool, &ts->kstack);
+	} else {
+		ts->nr_kstack = -1;
+		ts->kstack_err = strpool__addf(pool, "%s: %s", path, strerror((int)-n));
+	}
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+/* Thread ids of pid, sorted. -errno when the process cannot be listed. */
+static int list_tids(int pid, int **out)
+{
+	char path[64];
+	struct dirent *de;
+	int *v = NULL, n = 0, cap = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		int tid = atoi(de->d_name);
+
+		if (tid <= 0)
+			continue;
+		if (n == cap) {
+			int *nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
+
+			if (!nv) {
+				closedir(d);
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[n++] = tid;
+	}
+	closedir(d);
+	qsort(v, n, sizeof(*v), cmp_int);
+	*out = v;
+	return n;
+}
+
+static int status_int(int pid, int tid, const char *key)
+{
+	char path[96], buf[4096], *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	if (read_file(path, buf, sizeof(buf)) <= 0)
+		return -1;
+	p = strstr(buf, key);
+	return p ? atoi(p + strlen(key)) : -1;
+}
+
+/* Why PTRACE_SEIZE said EPERM, in one line. */
+static const char *seize_error(int pid, int tid, struct strpool *pool)
+{
+	int tracer = status_int(pid, tid, "TracerPid:");
+	char path[64], comm[64] = "";
+
+	if (tracer > 0) {
+		snprintf(path, sizeof(path), "/proc/%d/comm", tracer);
+		if (read_file(path, comm, sizeof(comm)) > 0)
+			comm[strcspn(comm, "\n")] = 0;
+		return strpool__addf(pool, "already traced by pid %d (%s)", tracer,
+				     comm[0] ? comm : "?");
+	}
+	return strpool__addf(pool, "ptrace: %s", strerror(EPERM));
+}
+
+/* ---- the stop: runs in its own thread, the tracer ---- */
+
+static void seize(struct sample *s, struct tsample *t)
+{
+	for (int tries = 0;; tries++) {
+		if (!ptrace(PTRACE_SEIZE, t->tid, 0, 0)) {
+			t->seized = true;
+			return;
+		}
+		if (errno == ESRCH) {
+			t->gone = true;
+			t->unwind_err = strpool__add(s->pool, "thread exited before it stopped");
+			return;
+		}
+		/* the previous sample's tracer thread may still be on its way out of the kernel */
+		if (errno == EPERM && tries < 50 &&
+		    status_int(s->pid, t->tid, "TracerPid:") == getpid()) {
+			sleep_ms(1);
+			continue;
+		}
+		if (errno == EPERM) {
+			t->unwind_err = seize_error(s->pid, t->tid, s->pool);
+			if (!s->ptrace_err)
+				s->ptrace_err = t->unwind_err;
+		} else {
+			t->unwind_err = strpool__addf(s->pool, "ptrace: %s", strerror(errno));
+		}
+		return;
+	}
+}
+
+/* Waits (bounded) until every interrupted thread reports its stop. */
+static void wait_stops(struct sample *s)
+{
+	uint64_t deadline = now_ns(CLOCK_MONOTONIC) + s->opts->stop_timeout_ms * 1000000ULL;
+	int spins = 0;
+
+	for (;;) {
+		int pending = 0;
+
+		for (int i = 0; i < s->nr; i++) {
+			struct tsample *t = &s->ts[i];
+			int st, r;
+
+			if (!t->seized || t->stopped || t->gone)
+				continue;
+			r = waitpid(t->tid, &st, __WALL | WNOHANG);
+			if (r == 0) {
+				pending++;
+			} else if (r < 0 || WIFEXITED(st) || WIFSIGNALED(st)) {
+				t->gone = true;
+				t->unwind_err = strpool__add(s->pool, "thread exited before it stopped");
+			} else if (WIFSTOPPED(st)) {
+				t->stopped = true;
+				/* our interrupt or a group stop: nothing to give back; any other
+				 * stop intercepted a signal on its way in */
+				if ((st >> 16) != PTRACE_EVENT_STOP)
+					t->stop_sig = WSTOPSIG(st);
+			}
+		}
+		if (!pending || now_ns(CLOCK_MONOTONIC) > deadline)
+			break;
+		if (++spins > 20)
+			usleep(50);
+		else
+			sched_yield();
+	}
+}
+
+static void read_stopped(struct sample *s, struct tsample *t, struct py_frame *pybuf)
+{
+	int max = s->opts->max_frames;
+	struct native_stack ns = { 0 };
+	struct user_regs_struct regs;
+	uint64_t fs_base = 0;
+	int nr_py = 0;
+	bool cut, no_eval, leftover;
+
+	if (!ptrace(PTRACE_GETREGS, t->tid, 0, &regs))
+		fs_base = regs.fs_base;
+	if (s->uw) {
+		unwinder__thread(s->uw, t->tid, max, &ns);
+	} else {
+		ns.err = s->uw_err;
+	}
+	if (s->py) {
+		nr_py = pyframes__thread(s->py, t->tid, fs_base, pybuf, max);
+		t->python = nr_py >= 0;
+		if (nr_py < 0)
+			nr_py = 0;
+	}
+	t->unwind_err = ns.err;
+	t->truncated = ns.truncated;
+	if (!nr_py) {
+		t->frames = ns.frames;
+		t->api = ns.api;
+		t->nr_frames = ns.nr;
+		return;
+	}
+	t->frames = calloc(max, sizeof(*t->frames));
+	t->api = calloc(max, 1);
+	if (t->frames && t->api)
+		t->nr_frames = stacks__merge_python(ns.frames, ns.api, ns.nr, pybuf, nr_py, s->pool,
+						    t->frames, t->api, max, &cut, &no_eval, &leftover);
+	t->truncated |= cut;
+	if (no_eval)
+		t->unwind_err = strpool__add(s->pool, ns.err ? ns.err :
+					     "no _PyEval_EvalFrame frame unwound: Python frames put innermost");
+	else if (leftover && !t->unwind_err)
+		t->unwind_err = strpool__add(s->pool,
+					     "native stack cut short: outer Python frames put outermost");
+	free(ns.frames);
+	free(ns.api);
+}
+
+static void *stop_and_read(void *arg)
+{
+	struct sample *s = arg;
+	struct py_frame *pybuf = s->py ? calloc(s->opts->max_frames, sizeof(*pybuf)) : NULL;
+	uint64_t t0, t1;
+
+	for (int i = 0; i < s->nr; i++) {
+		struct tsample *t = &s->ts[i];
+
+		if (t->gone)
+			continue;
+		if (t->state == 'Z' || t->state == 'X') {
+			t->unwind_err = strpool__add(s->pool, "zombie: the thread has exited");
+			continue;
+		}
+		seize(s, t);
+	}
+	t0 = now_ns(CLOCK_MONOTONIC);
+	for (int i = 0; i < s->nr; i++) {
+		struct tsample *t = &s->ts[i];
+
+		if (t->seized && ptrace(PTRACE_INTERRUPT, t->tid, 0, 0)) {
+			t->gone = true;
+			t->unwind_err = strpool__add(s->pool, "thread exited before it stopped");
+		}
+	}
+	wait_stops(s);
+	for (int i = 0; i < s->nr; i++) {
+		struct tsample *t = &s->ts[i];
+
+		if (t->stopped)
+			read_stopped(s, t, pybuf);
+		else if (t->seized && !t->gone)
+			/* stays attached until this thread exits, which detaches it */
+			t->unwind_err = strpool__addf(s->pool,
+						      "did not stop within %d ms (state %c): kernel stack only",
+						      s->opts->stop_timeout_ms, t->state ? t->state : '?');
+	}
+	if (s->hold_ms)
+		sleep_ms(s->hold_ms);
+	for (int i = 0; i < s->nr; i++) {
+		struct tsample *t = &s->ts[i];
+
+		if (t->stopped)
+			ptrace(PTRACE_DETACH, t->tid, 0, (void *)(long)t->stop_sig);
+	}
+	t1 = now_ns(CLOCK_MONOTONIC);
+	s->stopped_ns = t1 - t0;
+	free(pybuf);
+	return NULL;
+}
+
+/* ---- the snapshot ---- */
+
+static void read_proc_info(struct stack_proc *sp)
+{
+	char path[64], buf[65536];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", sp->pid);
+	if (read_file(path, buf, sizeof(buf)) > 0) {
+		buf[strcspn(buf, "\n")] = 0;
+		copy_str(sp->comm, sizeof(sp->comm), buf);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", sp->pid);
+	n = read_file(path, buf, sizeof(buf));
+	if (n > 0) {
+		for (ssize_t i = 0; i < n - 1; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		sp->cmdline = strdup(buf);
+	}
+	sp->rank = sp->world_size = sp->local_rank = -1;
+	snprintf(path, sizeof(path), "/proc/%d/environ", sp->pid);
+	n = read_file(path, buf, sizeof(buf));
+	for (ssize_t i = 0; i < n; i += strlen(buf + i) + 1) {
+		if (!strncmp(buf + i, "RANK=", 5))
+			sp->rank = atoi(buf + i + 5);
+		else if (!strncmp(buf + i, "WORLD_SIZE=", 11))
+			sp->world_size = atoi(buf + i + 11);
+		else if (!strncmp(buf + i, "LOCAL_RANK=", 11))
+			sp->local_rank = atoi(buf + i + 11);
+	}
+}
+
+static void tsample_free(struct tsample *t)
+{
+	free(t->kstack);
+	free(t->frames);
+	free(t->api);
+}
+
+static struct tacc *find_acc(struct tacc *acc, int nr, int tid)
+{
+	for (int i = 0; i < nr; i++)
+		if (acc[i].t.tid == tid)
+			return &acc[i];
+	return NULL;
+}
+
+/* Folds one sample into the threads seen so far: a new thread takes this sample's record; a
+ * known one compares its frames with its first sample. Takes what it keeps from t. */
+static int fold_sample(struct stack_proc *sp, struct tacc **accp, int *nr_acc, struct tsample *t)
+{
+	struct stack_thread cur = {
+		.tid = t->tid, .state = t->state, .frames = t->frames, .nr_frames = t->nr_frames,
+	};
+	struct tacc *a = find_acc(*accp, *nr_acc, t->tid);
+
+	copy_str(cur.wchan, sizeof(cur.wchan), t->wchan);
+	stacks__classify(&cur, t->api);
+	if (a) {
+		a->seen++;
+		if (t->stopped && a->t.nr_frames) {
+			a->compared++;
+			if (!stacks__same_stack(a->t.frames, a->t.nr_frames, a->t.api,
+						cur.frames, cur.nr_frames, cur.api))
+				a->changed = true;
+		}
+		tsample_free(t);
+		return 0;
+	}
+	a = realloc(*accp, (*nr_acc + 1) * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	*accp = a;
+	a = &a[(*nr_acc)++];
+	memset(a, 0, sizeof(*a));
+	a->t = cur;
+	memcpy(a->t.name, t->name, sizeof(a->t.name));
+	a->t.kstack = t->kstack;
+	a->t.nr_kstack = t->nr_kstack;
+	a->t.kstack_err = t->kstack_err;
+	a->t.truncated = t->truncated;
+	a->t.unwind_err = t->unwind_err;
+	a->t.main = t->tid == sp->pid;
+	a->t.python = t->python;
+	a->first_api = t->api;
+	a->seen = 1;
+	a->compared = t->stopped && t->nr_frames ? 1 : 0;
+	return 0;
+}
+
+static int take_sample(struct stack_proc *sp, struct sample *s, struct tacc **acc, int *nr_acc)
+{
+	int *tids = NULL, n = list_tids(sp->pid, &tids), ret = 0;
+	pthread_t tracer;
+
+	if (n <= 0) {
+		free(tids);
+		return n < 0 ? n : -ESRCH;
+	}
+	s->ts = calloc(n, sizeof(*s->ts));
+	if (!s->ts) {
+		free(tids);
+		return -ENOMEM;
+	}
+	s->nr = n;
+	for (int i = 0; i < n; i++) {
+		s->ts[i].tid = tids[i];
+		read_thread_proc(sp->pid, &s->ts[i], s->pool);
+	}
+	free(tids);
+	s->stopped_ns = 0;
+	if (pthread_create(&tracer, NULL, stop_and_read, s)) {
+		s->ptrace_err = strpool__add(s->pool, "cannot start the tracer thread");
+	} else {
+		pthread_join(tracer, NULL);
+	}
+	if (s->stopped_ns > sp->stopped_ns_max)
+		sp->stopped_ns_max = s->stopped_ns;
+	bool any = false;
+
+	for (int i = 0; i < n; i++) {
+		if (s->ts[i].gone && !s->ts[i].state) {
+			tsample_free(&s->ts[i]);
+			continue;
+		}
+		any |= !s->ts[i].gone && s->ts[i].state != 'Z' && s->ts[i].state != 'X';
+		if (!ret)
+			ret = fold_sample(sp, acc, nr_acc, &s->ts[i]);
+		else
+			tsample_free(&s->ts[i]);
+	}
+	free(s->ts);
+	s->ts = NULL;
+	if (!any)
+		sp->exited = true;
+	return ret;
+}
+
+static int cmp_tacc(const void *a, const void *b)
+{
+	return ((const struct tacc *)a)->t.tid - ((const struct tacc *)b)->t.tid;
+}
+
+struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *err, size_t errsz)
+{
+	struct stack_opts o = opts ? *opts : (struct stack_opts){ 0 };
+	struct snap *snap = calloc(1, sizeof(*snap));
+	struct stack_proc *sp = &snap->pub;
+	struct sample s = { .pid = pid, .opts = &o };
+	struct tacc *acc = NULL;
+	int nr_acc = 0, ret = 0;
+	char path[64], uerr[256] = "", perr[256] = "";
+	const char *hold;
+	DIR *d;
+
+	if (!snap) {
+		snprintf(err, errsz, "out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	o.samples = o.samples > 0 ? o.samples : 1;
+	o.interval_ms = o.interval_ms > 0 ? o.interval_ms : 200;
+	o.max_frames = o.max_frames > 0 ? o.max_frames : 128;
+	o.stop_timeout_ms = o.stop_timeout_ms > 0 ? o.stop_timeout_ms : 100;
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d) {
+		ret = errno == ENOENT ? ESRCH : errno;
+		snprintf(err, errsz, "pid %d: %s", pid, strerror(ret));
+		free(snap);
+		errno = ret;
+		return NULL;
+	}
+	closedir(d);
+
+	sp->pid = pid;
+	sp->interval_ms = o.interval_ms;
+	s.pool = &snap->pool;
+	hold = getenv("TPTRACE_TEST_SNAPSHOT_HOLD_MS");
+	s.hold_ms = hold ? atoi(hold) : 0;
+	read_proc_info(sp);
+	/* the slow part (maps, ELF files) happens here, before anything is stopped */
+	s.uw = unwinder__new(pid, s.pool, uerr, sizeof(uerr));
+	if (!s.uw)
+		s.uw_err = strpool__add(s.pool, uerr);
+	if (!o.no_python) {
+		s.py = pyframes__open(pid, perr, sizeof(perr));
+		if (s.py)
+			sp->python = strpool__add(s.pool, pyframes__version(s.py));
+		else if (perr[0])
+			sp->python_err = strpool__add(s.pool, perr);
+	}
+
+	for (int i = 0; i < o.samples; i++) {
+		if (i)
+			sleep_ms(o.interval_ms);
+		if (!i) {
+			sp->mono_ns = now_ns(CLOCK_MONOTONIC);
+			sp->real_ns = now_ns(CLOCK_REALTIME);
+		}
+		ret = take_sample(sp, &s, &acc, &nr_acc);
+		if (ret == -ENOMEM)
+			break;
+		if (ret) {
+			/* gone between samples: what was read is kept */
+			sp->exited = true;
+			ret = 0;
+			break;
+		}
+		sp->samples++;
+		if (sp->exited)
+			break;
+	}
+	sp->ptrace_err = s.ptrace_err;
+	unwinder__free(s.uw);
+	pyframes__free(s.py);
+	if (ret == -ENOMEM) {
+		snprintf(err, errsz, "out of memory");
+		goto fail;
+	}
+	if (!nr_acc && !sp->samples) {
+		snprintf(err, errsz, "pid %d: %s", pid, strerror(ESRCH));
+		ret = -ESRCH;
+		goto fail;
+	}
+
+	qsort(acc, nr_acc, sizeof(*acc), cmp_tacc);
+	sp->threads = calloc(nr_acc ? nr_acc : 1, sizeof(*sp->threads));
+	if (!sp->threads) {
+		ret = -ENOMEM;
+		snprintf(err, errsz, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < nr_acc; i++) {
+		struct tacc *a = &acc[i];
+
+		if (sp->samples < 2 || a->seen < sp->samples || a->compared < sp->samples)
+			a->t.progress = PROGRESS_UNKNOWN;
+		else
+			a->t.progress = a->changed ? PROGRESS_YES : PROGRESS_NONE;
+		free((void *)a->first_api);
+		sp->threads[i] = a->t;
+	}
+	sp->nr_threads = nr_acc;
+	free(acc);
+	stacks__pick_issuing(sp);
+	return sp;
+fail:
+	for (int i = 0; i < nr_acc; i++) {
+		free(acc[i].t.frames);
+		free(acc[i].t.kstack);
+		free((void *)acc[i].first_api);
+	}
+	free(acc);
+	stacks__free(sp);
+	errno = -ret;
+	return NULL;
+}
+
+void stacks__free(struct stack_proc *sp)
+{
+	struct snap *snap = (struct snap *)sp;
+
+	if (!sp)
+		return;
+	for (int i = 0; i < sp->nr_threads; i++) {
+		free(sp->threads[i].frames);
+		free(sp->threads[i].kstack);
+	}
+	free(sp->threads);
+	free(sp->cmdline);
+	strpool__free(&snap->pool);
+	free(snap);
+}

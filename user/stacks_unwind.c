@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: MIT
+/* Native frames of a ptrace-stopped thread, unwound with elfutils' libdwfl (.eh_frame /
+ * .debug_frame CFI, so -fomit-frame-pointer code unwinds), and symbolized: module path,
+ * build-id, ELF vaddr, demangled symbol + offset, and whether the symbol is an exported
+ * NCCL / CUDA runtime / driver entry point.
+ *
+ * One Dwfl per snapshot: dwfl_linux_proc_report() reads /proc/PID/maps once, the ELF files
+ * are opened lazily (our find_elf: through /proc/PID/root so a container's files are found,
+ * else /proc/PID/map_files for deleted ones) and stay open for every sample. We attach with
+ * assume_ptrace_stopped = true: stacks.c stops every thread itself, so libdwfl neither
+ * attaches nor detaches, and reads registers/memory as the tracer thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <elfutils/libdwfl.h>
+
+#include "demangle.h"
+#include "stacks_int.h"
+
+struct maprange {
+	char *path;
+	uint64_t start, end;
+};
+
+struct modinfo {
+	const char *path;	/* interned */
+	const char *build_id;	/* interned; "" none; NULL not read */
+	uint64_t bias;
+	bool have_elf;
+	bool is_exe;
+	int lib;		/* enum frame_api the library's exports give, or -1 none */
+};
+
+struct unwinder {
+	int pid;
+	Dwfl *dwfl;
+	Dwfl_Callbacks callbacks;
+	char *debuginfo_path;
+	struct strpool *pool;
+	char exe[PATH_MAX];	/* /proc/PID/exe target, " (deleted)" cut */
+	struct maprange *maps;	/* first mapping of every file, for map_files */
+	int nr_maps;
+	struct u64map mods;	/* Dwfl_Module * -> struct modinfo * */
+	struct u64map names;	/* Dwfl_Module * ^ vaddr of symbol -> interned demangled name */
+	bool attached;
+	const char *attach_err;
+};
+
+static void cut_deleted(char *path)
+{
+	size_t n = strlen(path);
+	static const char sfx[] = " (deleted)";
+
+	if (n > sizeof(sfx) - 1 && !strcmp(path + n - (sizeof(sfx) - 1), sfx))
+		path[n - (sizeof(sfx) - 1)] = 0;
+}
+
+/* The first mapping of every file in /proc/PID/maps: map_files/<start>-<end> opens it even
+ * when it was deleted or lives in another mount namespace. */
+static int read_maps(struct unwinder *uw)
+{
+	char path[64], line[PATH_MAX + 128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", uw->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long start, end;
+		int name_at = 0;
+		char *name;
+
+		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &name_at) < 2 || !name_at)
+			continue;
+		name = line + name_at;
+		name[strcspn(name, "\n")] = 0;
+		if (name[0] != '/')
+			continue;
+		cut_deleted(name);
+		if (uw->nr_maps && !strcmp(uw->maps[uw->nr_maps - 1].path, name))
+			continue;
+		struct maprange *m = realloc(uw->maps, (uw->nr_maps + 1) * sizeof(*m));
+		if (!m)
+			break;
+		uw->maps = m;
+		m[uw->nr_maps].path = strdup(name);
+		if (!m[uw->nr_maps].path)
+			break;
+		m[uw->nr_maps].start = start;
+		m[uw->nr_maps].end = end;
+		uw->nr_maps++;
+	}
+	fclose(f);
+	return 0;
+}
+
+static int find_elf(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+		    char **file_name, Elf **elfp)
+{
+	struct unwinder *uw = *userdata;
+	char path[PATH_MAX + 64], name[PATH_MAX];
+	int fd;
+
+	if (!uw || modname[0] != '/')
+		return dwfl_linux_proc_find_elf(mod, userdata, modname, base, file_name, elfp);
+	snprintf(name, sizeof(name), "%s", modname);
+	cut_deleted(name);
+	snprintf(path, sizeof(path), "/proc/%d/root%s", uw->pid, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	for (int i = 0; fd < 0 && i < uw->nr_maps; i++) {
+		if (strcmp(uw->maps[i].path, name))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx", uw->pid,
+			 (unsigned long long)uw->maps[i].start, (unsigned long long)uw->maps[i].end);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return -1;
+	*file_name = strdup(path);
+	*elfp = NULL;
+	return fd;
+}
+
+static int set_userdata(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+			void *arg)
+{
+	*userdata = arg;
+	return DWARF_CB_OK;
+}
+
+struct unwinder *unwinder__new(int pid, struct strpool *pool, char *err, size_t errsz)
+{
+	struct unwinder *uw = calloc(1, sizeof(*uw));
+	char path[64];
+	ssize_t n;
+	int ret;
+
+	if (!uw) {
+		snprintf(err, errsz, "out of memory");
+		return NULL;
+	}
+	uw->pid = pid;
+	uw->pool = pool;
+	/* no network lookups of debug info in the middle of a stop */
+	unsetenv("DEBUGINFOD_URLS");
+	uw->callbacks.find_elf = find_elf;
+	uw->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+	uw->callbacks.debuginfo_path = &uw->debuginfo_path;
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	n = readlink(path, uw->exe, sizeof(uw->exe) - 1);
+	uw->exe[n > 0 ? n : 0] = 0;
+	cut_deleted(uw->exe);
+	read_maps(uw);
+
+	uw->dwfl = dwfl_begin(&uw->callbacks);
+	if (!uw->dwfl) {
+		snprintf(err, errsz, "libdwfl: %s", dwfl_errmsg(-1));
+		goto fail;
+	}
+	dwfl_report_begin(uw->dwfl);
+	ret = dwfl_linux_proc_report(uw->dwfl, pid);
+	if (ret) {
+		snprintf(err, errsz, "reading /proc/%d/maps: %s", pid,
+			 ret > 0 ? strerror(ret) : dwfl_errmsg(-1));
+		goto fail;
+	}
+	if (dwfl_report_end(uw->dwfl, NULL, NULL)) {
+		snprintf(err, errsz, "libdwfl: %s", dwfl_errmsg(-1));
+		goto fail;
+	}
+	dwfl_getmodules(uw->dwfl, set_userdata, uw, 0);
+	/* the threads are stopped by stacks.c, not by libdwfl */
+	ret = dwfl_linux_proc_attach(uw->dwfl, pid, true);
+	if (ret) {
+		snprintf(err, errsz, "libdwfl attach: %s", ret > 0 ? strerror(ret) : dwfl_errmsg(-1));
+		goto fail;
+	}
+	uw->attached = true;
+	return uw;
+fail:
+	unwinder__free(uw);
+	return NULL;
+}
+
+void unwinder__free(struct unwinder *uw)
+{
+	if (!uw)
+		return;
+	if (uw->dwfl)
+		dwfl_end(uw->dwfl);
+	for (int i = 0; i < uw->nr_maps; i++)
+		free(uw->maps[i].path);
+	free(uw->maps);
+	u64map__free_values(&uw->mods);
+	u64map__clear(&uw->names);
+	free(uw->debuginfo_path);
+	free(uw);
+}
+
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	return s ? s + 1 : path;
+}
+
+static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
+{
+	bool created;
+	struct modinfo *mi = u64map__get_or_alloc(&uw->mods, (uint64_t)(uintptr_t)mod,
+						  sizeof(*mi), &created);
+	const unsigned char *bits;
+	GElf_Addr vaddr;
+	Dwarf_Addr bias = 0;
+	const char *name;
+	char hex[2 * 64 + 1];
+	int len;
+
+	if (!mi || !created)
+		return mi;
+	name = dwfl_module_info(mod, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+	if (name) {
+		char buf[PATH_MAX];
+
+		snprintf(buf, sizeof(buf), "%s", name);
+		cut_deleted(buf);
+		mi->path = strpool__add(uw->pool, buf);
+		mi->is_exe = uw->exe[0] && !strcmp(buf, uw->exe);
+	}
+	mi->have_elf = dwfl_module_getelf(mod, &bias) != NULL;
+	mi->bias = bias;
+	if (mi->have_elf) {
+		len = dwfl_module_build_id(mod, &bits, &vaddr);
+		if (len >= 0) {
+			if (len > 64)
+				len = 64;
+			for (int i = 0; i < len; i++)
+				sprintf(hex + 2 * i, "%02x", bits[i]);
+			hex[2 * len] = 0;
+			mi->build_id = strpool__add(uw->pool, hex);
+		}
+	}
+	mi->lib = FRAME_API_NONE;
+	if (mi->path) {
+		const char *b = base_name(mi->path);
+
+		if (!strncmp(b, "libnccl", 7))
+			mi->lib = FRAME_API_NCCL;
+		else if (!strncmp(b, "libcudart", 9))
+			mi->lib = FRAME_API_CUDA;
+		else if (!strncmp(b, "libcuda.so", 10))
+			mi->lib = FRAME_API_DRIVER;
+		else if (mi->is_exe)
+			mi->lib = FRAME_API_CUDA;	/* nvcc's static cudart: cuda* in the executable */
+	}
+	return mi;
+}
+
+/* The exported entry point a symbol is: a global (or weak) FUNC of the right library whose
+ * raw (unmangled C) name has the API's prefix. */
+static enum frame_api api_of(const struct modinfo *mi, const char *raw, const GElf_Sym *sym)
+{
+	int bind = GELF_ST_BIND(sym->st_info);
+
+	if (GELF_ST_TYPE(sym->st_info) != STT_FUNC || (bind != STB_GLOBAL && bind != STB_WEAK))
+		return FRAME_API_NONE;
+	switch (mi->lib) {
+	case FRAME_API_NCCL:
+		return !strncmp(raw, "nccl", 4) || !strncmp(raw, "pnccl", 5) ? FRAME_API_NCCL
+									     : FRAME_API_NONE;
+	case FRAME_API_CUDA:
+		return !strncmp(raw, "cuda", 4) ? FRAME_API_CUDA : FRAME_API_NONE;
+	case FRAME_API_DRIVER:
+		return !strncmp(raw, "cu", 2) ? FRAME_API_DRIVER : FRAME_API_NONE;
+	default:
+		return FRAME_API_NONE;
+	}
+}
+
+static void symbolize(struct unwinder *uw, uint64_t pc, struct stack_frame *f, uint8_t *api)
+{
+	Dwfl_Module *mod = dwfl_addrmodule(uw->dwfl, pc);
+	struct modinfo *mi;
+	GElf_Off off = 0;
+	GElf_Sym sym;
+	const char *raw;
+
+	f->kind = STACK_NATIVE;
+	f->pc = pc;
+	*api = FRAME_API_NONE;
+	if (!mod)
+		return;
+	mi = mod_info(uw, mod);
+	if (!mi)
+		return;
+	f->module = mi->path;
+	f->build_id = mi->build_id;
+	f->module_off = pc - mi->bias;
+	if (!mi->have_elf)
+		return;
+	raw = dwfl_module_addrinfo(mod, pc, &off, &sym, NULL, NULL, NULL);
+	/* a sized symbol that ends before pc is the nearest preceding one, not ours */
+	if (!raw || !raw[0] || (sym.st_size && off >= sym.st_size))
+		return;
+	uint64_t key = ((uint64_t)(uintptr_t)mod * 31) ^ (pc - off);
+	uint64_t val;
+
+	if (!key)
+		key = 1;
+	if (u64map__get(&uw->names, key, &val)) {
+		f->func = (const char *)(uintptr_t)val;
+	} else {
+		char plain[1024], *dem;
+
+		/* "pthread_cond_wait@@GLIBC_2.3.2" -> "pthread_cond_wait": the name, not the version */
+		snprintf(plain, sizeof(plain), "%.*s", (int)strcspn(raw, "@"), raw);
+		dem = demangle(plain);
+		f->func = strpool__add(uw->pool, dem ? dem : plain);
+		free(dem);
+		if (f->func)
+			u64map__set(&uw->names, key, (uint64_t)(uintptr_t)f->func);
+	}
+	f->func_off = off;
+	*api = api_of(mi, raw, &sym);
+}
+
+struct walk {
+	struct unwinder *uw;
+	struct native_stack *ns;
+	int max;
+};
+
+static int frame_cb(Dwfl_Frame *state, void *arg)
+{
+	struct walk *w = arg;
+	Dwarf_Addr pc;
+	bool activation;
+
+	if (w->ns->nr >= w->max) {
+		w->ns->truncated = true;
+		return DWARF_CB_ABORT;
+	}
+	if (!dwfl_frame_pc(state, &pc, &activation))
+		return DWARF_CB_ABORT;
+	/* a return address points after the call: look up the call itself, as eu-stack does */
+	if (!activation && pc)
+		pc--;
+	symbolize(w->uw, pc, &w->ns->frames[w->ns->nr], &w->ns->api[w->ns->nr]);
+	w->ns->nr++;
+	return DWARF_CB_OK;
+}
+
+int unwinder__thread(struct unwinder *uw, int tid, int max, struct native_stack *ns)
+{
+	struct walk w = { .uw = uw, .ns = ns, .max = max };
+	int ret;
+
+	memset(ns, 0, sizeof(*ns));
+	ns->frames = calloc(max, sizeof(*ns->frames));
+	ns->api = calloc(max, 1);
+	if (!ns->frames || !ns->api) {
+		ns->err = strpool__add(uw->pool, "out of memory");
+		return -ENOMEM;
+	}
+	ret = dwfl_getthread_frames(uw->dwfl, tid, frame_cb, &w);
+	if (ret == -1 && !ns->truncated) {
+		/* 0 is the end of the stack (the CFI of _start / clone marks no caller); -1 after
+		 * some frames means the unwind could not find a caller: cut short */
+		const char *msg = dwfl_errmsg(-1);
+
+		if (ns->nr == 0) {
+			ns->err = strpool__addf(uw->pool, "unwind failed: %s", msg ? msg : "unknown");
+			return -EIO;
+		}
+		ns->truncated = true;
+		ns->err = strpool__addf(uw->pool, "unwind stopped: %s", msg ? msg : "unknown");
+	}
+	if (ns->truncated && !ns->err)
+		ns->err = strpool__addf(uw->pool, "cut at %d frames", max);
+	return 0;
+}
