@@ -80,6 +80,10 @@ struct psnap {
 	char python[16];
 	int frames, nr_frames;	/* in fr_analysis.frames (newest snapshot only) */
 	bool more_frames;
+	/* the wait as a call path (STAT's equivalence class): where, api and the kept frames
+	 * from the outermost api frame outwards (frames inside the api vary with timing) */
+	uint64_t sig;
+	int api_frame;		/* index (in frames) of the outermost api frame, -1 */
 };
 
 struct proc {

@@ -61,6 +61,7 @@ static void snap_summary(struct psnap *ps, const struct fr_dump *d, const struct
 	ps->time_ns = sn->time_ns;
 	ps->samples = sn->samples;
 	ps->tid = FR_UNK;
+	ps->api_frame = -1;
 	ps->nr_threads = (int)(sn->nr_threads_all > INT32_MAX ? INT32_MAX : sn->nr_threads_all);
 	snprintf(ps->ptrace_error, sizeof(ps->ptrace_error), "%s", sn->ptrace_error);
 	snprintf(ps->python, sizeof(ps->python), "%s", sn->python);
@@ -108,6 +109,19 @@ int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d)
 	p->snap.frames = a->nr_frames;
 	p->snap.nr_frames = last->nr_frames;
 	p->snap.more_frames = last->more_frames;
+	p->snap.api_frame = -1;
+	for (int i = 0; p->snap.api[0] && i < last->nr_frames; i++)
+		if (!strcmp(last->frames[i].func, p->snap.api))
+			p->snap.api_frame = i;
+	for (int i = p->snap.api_frame + 1; p->snap.api_frame >= 0 && i < last->nr_frames; i++) {
+		const struct fr_frame *f = &last->frames[i];
+
+		/* a native caller by its return address (same binary on every rank), a Python
+		 * one by function and line */
+		p->snap.sig = (p->snap.sig ^ str_hash(f->func) ^ (uint64_t)f->line ^
+			       (f->kind == FR_FRAME_NATIVE ? (uint64_t)f->module_off : 0)) *
+			      1099511628211ULL;
+	}
 	for (int i = 0; i < last->nr_frames; i++) {
 		const struct fr_frame *f = &last->frames[i];
 		struct kframe *k = &a->frames[a->nr_frames++];
@@ -144,6 +158,12 @@ static bool blocked(const struct psnap *s)
 static bool same_call(const struct psnap *x, const struct psnap *y)
 {
 	return x->where == y->where && !strcmp(x->api, y->api);
+}
+
+/* the same call reached the same way */
+static bool same_wait(const struct psnap *x, const struct psnap *y)
+{
+	return same_call(x, y) && x->sig == y->sig;
 }
 
 /* culprits named by a ring rule of higher causal rank (the stacks then only refine) */
@@ -195,7 +215,7 @@ static int majority_wait(const struct fr_analysis *a, int *count)
 
 		if (!proc_alive(p) || !snap_known(p) || !blocked(&p->snap))
 			continue;
-		key = str_hash(p->snap.api) ^ ((uint64_t)p->snap.where << 56);
+		key = str_hash(p->snap.api) ^ ((uint64_t)p->snap.where << 56) ^ p->snap.sig;
 		key = key ? key : 1;
 		u64map__get(&counts, key, &v);
 		/* the value: count in the low 32 bits, first proc + 1 in the high ones */
@@ -265,7 +285,7 @@ static int rule_odd_stack(struct fr_analysis *a)
 		if (!proc_alive(p) || !snap_known(p))
 			continue;
 		known++;
-		if (same_call(&p->snap, &a->procs[rep].snap)) {
+		if (same_wait(&p->snap, &a->procs[rep].snap)) {
 			if (p->snap.progress == FR_PROG_YES)
 				continue;	/* running through that call: neither side */
 			if (p->snap.progress == FR_PROG_UNKNOWN)

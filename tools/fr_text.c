@@ -833,13 +833,43 @@ static void print_unknown_why(FILE *f, const struct proc *p)
 		fprintf(f, "where its issuing thread is could not be told");
 }
 
+/* "inside ncclAllReduce from all_reduce (distributed_c10d.py:2050)": the api and its first
+ * caller (the first Python one when there is one) */
+static void print_wait(FILE *f, const struct fr_analysis *a, const struct psnap *s)
+{
+	const struct kframe *caller = NULL;
+
+	fprintf(f, "inside %s", s->api[0] ? s->api : fr_where_name(s->where));
+	for (int i = s->api_frame + 1; s->api_frame >= 0 && i < s->nr_frames; i++) {
+		const struct kframe *k = &a->frames[s->frames + i];
+
+		if (!caller)
+			caller = k;
+		if (k->kind == FR_FRAME_PYTHON) {
+			caller = k;
+			break;
+		}
+	}
+	if (!caller)
+		return;
+	fprintf(f, " from %s", caller->func ? kstr(a, caller->func) : "??");
+	if (caller->kind == FR_FRAME_PYTHON)
+		fprintf(f, " (%s:%d)", base_name(kstr(a, caller->file)), caller->line);
+	else if (caller->module_off != FR_UNK)
+		fprintf(f, " (%s+0x%" PRIx64 ")", base_name(kstr(a, caller->module)),
+			(uint64_t)caller->module_off);
+}
+
 static void headline_odd_stack(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	print_who(f, a, v, true);
-	fprintf(f, " %s not inside %s, where %s%d of %d ranks wait%s",
-		v->nr_who == 1 ? "is" : "are", v->ev.stk.api[0] ? v->ev.stk.api :
-		fr_where_name(v->ev.stk.where), v->ev.stk.tie ? "only " : "", v->ev.stk.nr_in,
-		v->ev.stk.nr_known, v->ev.stk.tie ? " (a tie)" : "");
+	fprintf(f, " %s not where %s%d of %d ranks wait%s: ", v->nr_who == 1 ? "is" : "are",
+		v->ev.stk.tie ? "only " : "", v->ev.stk.nr_in, v->ev.stk.nr_known,
+		v->ev.stk.tie ? " (a tie)" : "");
+	if (v->others.n)
+		print_wait(f, a, &a->procs[v->others.v[0]].snap);
+	else
+		fprintf(f, "inside %s", v->ev.stk.api);
 }
 
 static void detail_odd_stack(FILE *f, const struct fr_analysis *a, const struct verdict *v)
@@ -860,7 +890,9 @@ static void detail_odd_stack(FILE *f, const struct fr_analysis *a, const struct 
 		fprintf(f, "... and %d more ranks outside it\n", v->nr_who - 8);
 	if (rep) {
 		print_procs(f, a, v->others.v, v->others.n);
-		fprintf(f, " %s inside %s, ", v->others.n == 1 ? "is" : "are", rep->snap.api);
+		fprintf(f, " %s ", v->others.n == 1 ? "is" : "are");
+		print_wait(f, a, &rep->snap);
+		fprintf(f, ", ");
 		print_progress(f, &rep->snap);
 		fprintf(f, "; ");
 		print_proc_label(f, rep);

@@ -165,8 +165,8 @@ CASES = {
         "stack": [("native", "clock_nanosleep"), ("native", "pysleep"),
                   ("python", "load_batch", "/opt/app/data.py", 17),
                   ("python", "Trainer.step", "/opt/app/train.py", 40)],
-        "human": "[odd_stack] rank 1 (host node0 pid 10001) is not inside ncclAllReduce, where "
-                 "3 of 4 ranks wait\n    rank 1: thread \"python3\" tid 10001 (main) is idle in "
+        "human": "[odd_stack] rank 1 (host node0 pid 10001) is not where 3 of 4 ranks wait: "
+                 "inside ncclAllReduce from all_reduce (distributed_c10d.py:2050)\n    rank 1: thread \"python3\" tid 10001 (main) is idle in "
                  "a wait outside NCCL/CUDA, no progress over 3 samples; Python frames: load_batch "
                  "(/opt/app/data.py:17) < Trainer.step (/opt/app/train.py:40) < main "
                  "(/opt/app/train.py:88); native frames: clock_nanosleep (libc.so.6+0xe5f1a) < "
@@ -513,6 +513,28 @@ def check_generated_stacks(t):
         ("attached_after_hang", None, None, [0, 1, 2, 3], [], None)] and
         "[no_progress] ranks 0-3 are all blocked in NCCL/CUDA calls and none progressed over 3 "
         "samples\n" in h.stdout else f"exit {p.returncode}, verdicts {got}"))
+
+    # every rank inside ncclAllReduce, rank 2 reached it from another line: the same call
+    # reached another way is another wait (the frames inside the call are not compared)
+    d = os.path.join(t, "other_site")
+    gen("--ranks 4 --entries 8 --scenario no_progress", d)
+
+    def other_site(dump):
+        for s in dump["stacks"]:
+            th = issuing(s)
+            th["frames"][0]["pc"] = "0x%x" % (0x1000 + dump["global_rank"])   # timing: ignored
+            th["frames"][0]["module_off"] = "0x%x" % (0x91d36 + dump["global_rank"])
+            if dump["global_rank"] == 2:
+                next(f for f in th["frames"] if f.get("func") == "Trainer.step")["line"] = 47
+    edit_dumps(d, other_site)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else []
+    h = run([FR, d])
+    res.append(("stacks_other_call_site", None if [verdict_key(x) for x in v] == [
+        ("odd_stack", None, None, [2], []), ("attached_after_hang", None, None, [0, 1, 2, 3], [])]
+        and "ranks 0,1,3 are inside ncclAllReduce from all_reduce (distributed_c10d.py:2050), no "
+        "progress over 3 samples" in h.stdout and "Trainer.step (/opt/app/train.py:47)" in
+        h.stdout else f"exit {p.returncode}: {[verdict_key(x) for x in v]} {h.stdout}"))
 
     # one sample: a busy moment looks like a hang, said as low confidence
     d = os.path.join(t, "one_sample")
