@@ -803,7 +803,7 @@ static void print_stack(FILE *f, const struct fr_analysis *a, const struct proc 
 		return;
 	}
 	fprintf(f, "; ");
-	print_frames(f, a, s, 3, 4);
+	print_frames(f, a, s, 3, 6);
 	if (s->exited || s->taken == FR_TAKEN_ATTACH)
 		fprintf(f, " (the snapshot at attach: the process exited before the dump)");
 }
