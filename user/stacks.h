@@ -114,7 +114,8 @@ struct stack_opts {
 struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *err, size_t errsz);
 void stacks__free(struct stack_proc *sp);
 
-/* The snapshot as JSON (docs/fr-schema.md "stacks"). NULL on ENOMEM. */
+/* The snapshot as JSON (docs/fr-schema.md "stacks"). NULL on ENOMEM. "taken" is written as
+ * "request"; the flight recorder replaces it ("attach" / "dump"). */
 struct cJSON *stacks__json(const struct stack_proc *sp);
 
 const char *stacks__where_name(enum stack_where w);	/* "nccl", "cuda", ... "unknown" */

@@ -251,6 +251,9 @@ void stacks__classify(struct stack_thread *t, const uint8_t *api)
 				continue;
 			t->where = k == 0 ? WHERE_NCCL : k == 1 ? WHERE_CUDA : WHERE_DRIVER;
 			t->api = t->frames[i].func;
+			/* NCCL's pnccl* are its profiling aliases of the same entry points */
+			if (t->api && !strncmp(t->api, "pnccl", 5))
+				t->api++;
 			return;
 		}
 	}

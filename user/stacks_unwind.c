@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include <elfutils/libdwfl.h>
 
 #include "demangle.h"
+#include "elfsym.h"
 #include "stacks_int.h"
 
 struct maprange {
@@ -34,7 +36,8 @@ struct modinfo {
 	uint64_t bias;
 	bool have_elf;
 	bool is_exe;
-	int lib;		/* enum frame_api the library's exports give, or -1 none */
+	int lib;		/* enum frame_api the library's exports give */
+	struct elfsym *es;	/* its symbols, sorted (NULL: libdwfl's lookup instead) */
 };
 
 struct unwinder {
@@ -135,6 +138,28 @@ static int set_userdata(Dwfl_Module *mod, void **userdata, const char *name, Dwa
 	return DWARF_CB_OK;
 }
 
+/* Opens every module's ELF file and reads its symbol table and CFI now, while the process
+ * runs: done lazily, the first sample's stop would pay for it (libc alone: ~ms). */
+static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod);
+
+static int warm_module(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+		       void *arg)
+{
+	struct modinfo *mi = mod_info(arg, mod);
+	Dwarf_Addr bias;
+
+	if (mi && mi->have_elf && !dwfl_module_eh_cfi(mod, &bias))
+		dwfl_module_dwarf_cfi(mod, &bias);
+	return DWARF_CB_OK;
+}
+
+static pthread_once_t no_debuginfod_once = PTHREAD_ONCE_INIT;
+
+static void no_debuginfod(void)
+{
+	unsetenv("DEBUGINFOD_URLS");
+}
+
 struct unwinder *unwinder__new(int pid, struct strpool *pool, char *err, size_t errsz)
 {
 	struct unwinder *uw = calloc(1, sizeof(*uw));
@@ -148,8 +173,9 @@ struct unwinder *unwinder__new(int pid, struct strpool *pool, char *err, size_t 
 	}
 	uw->pid = pid;
 	uw->pool = pool;
-	/* no network lookups of debug info in the middle of a stop */
-	unsetenv("DEBUGINFOD_URLS");
+	/* no network lookups of debug info in the middle of a stop; once per process, as
+	 * unsetenv races with getenv in other threads */
+	pthread_once(&no_debuginfod_once, no_debuginfod);
 	uw->callbacks.find_elf = find_elf;
 	uw->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
 	uw->callbacks.debuginfo_path = &uw->debuginfo_path;
@@ -183,6 +209,7 @@ struct unwinder *unwinder__new(int pid, struct strpool *pool, char *err, size_t 
 		goto fail;
 	}
 	uw->attached = true;
+	dwfl_getmodules(uw->dwfl, warm_module, uw, 0);
 	return uw;
 fail:
 	unwinder__free(uw);
@@ -191,6 +218,8 @@ fail:
 
 void unwinder__free(struct unwinder *uw)
 {
+	uint64_t val;
+
 	if (!uw)
 		return;
 	if (uw->dwfl)
@@ -198,6 +227,8 @@ void unwinder__free(struct unwinder *uw)
 	for (int i = 0; i < uw->nr_maps; i++)
 		free(uw->maps[i].path);
 	free(uw->maps);
+	for (size_t it = 0; u64map__next(&uw->mods, &it, NULL, &val);)
+		elfsym__free(((struct modinfo *)(uintptr_t)val)->es);
 	u64map__free_values(&uw->mods);
 	u64map__clear(&uw->names);
 	free(uw->debuginfo_path);
@@ -209,6 +240,30 @@ static const char *base_name(const char *path)
 	const char *s = strrchr(path, '/');
 
 	return s ? s + 1 : path;
+}
+
+/* nvcc links cudart statically by default; its entry points then are LOCAL symbols of the
+ * executable (the archive hides them), recognized by the archive's own symbols beside them. */
+static int found(const struct elfsym_sym *sym, void *ctx)
+{
+	return 1;
+}
+
+static bool has_static_cudart(const struct modinfo *mi, Dwfl_Module *mod)
+{
+	int n;
+	GElf_Sym sym;
+
+	if (mi->es)
+		return elfsym__each_prefix(mi->es, "libcudart_static_", found, NULL) > 0;
+	n = dwfl_module_getsymtab(mod);
+	for (int i = 1; i < n; i++) {
+		const char *name = dwfl_module_getsym(mod, i, &sym, NULL);
+
+		if (name && !strncmp(name, "libcudart_static_", 17))
+			return true;
+	}
+	return false;
 }
 
 static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
@@ -237,6 +292,19 @@ static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
 	mi->have_elf = dwfl_module_getelf(mod, &bias) != NULL;
 	mi->bias = bias;
 	if (mi->have_elf) {
+		const char *file = NULL, *debug = NULL;
+
+		/* libdwfl's symbol lookup is a linear scan per address (0.188): ours is sorted.
+		 * getsymtab makes libdwfl find the separate debug file (libc6-dbg's, by build-id),
+		 * whose .symtab names the local functions the stripped file lacks. */
+		dwfl_module_getsymtab(mod);
+		dwfl_module_info(mod, NULL, NULL, NULL, NULL, NULL, &file, &debug);
+		if (debug)
+			mi->es = elfsym__open(debug);
+		if (!mi->es && file)
+			mi->es = elfsym__open(file);
+	}
+	if (mi->have_elf) {
 		len = dwfl_module_build_id(mod, &bits, &vaddr);
 		if (len >= 0) {
 			if (len > 64)
@@ -257,19 +325,21 @@ static struct modinfo *mod_info(struct unwinder *uw, Dwfl_Module *mod)
 			mi->lib = FRAME_API_CUDA;
 		else if (!strncmp(b, "libcuda.so", 10))
 			mi->lib = FRAME_API_DRIVER;
-		else if (mi->is_exe)
-			mi->lib = FRAME_API_CUDA;	/* nvcc's static cudart: cuda* in the executable */
+		else if (mi->is_exe && mi->have_elf && has_static_cudart(mi, mod))
+			mi->lib = FRAME_API_CUDA;
 	}
 	return mi;
 }
 
 /* The exported entry point a symbol is: a global (or weak) FUNC of the right library whose
  * raw (unmangled C) name has the API's prefix. */
-static enum frame_api api_of(const struct modinfo *mi, const char *raw, const GElf_Sym *sym)
+static enum frame_api api_of(const struct modinfo *mi, const char *raw, bool func, bool global)
 {
-	int bind = GELF_ST_BIND(sym->st_info);
-
-	if (GELF_ST_TYPE(sym->st_info) != STT_FUNC || (bind != STB_GLOBAL && bind != STB_WEAK))
+	if (!func)
+		return FRAME_API_NONE;
+	if (mi->is_exe && mi->lib == FRAME_API_CUDA)
+		return !strncmp(raw, "cuda", 4) ? FRAME_API_CUDA : FRAME_API_NONE;
+	if (!global)
 		return FRAME_API_NONE;
 	switch (mi->lib) {
 	case FRAME_API_NCCL:
@@ -291,6 +361,7 @@ static void symbolize(struct unwinder *uw, uint64_t pc, struct stack_frame *f, u
 	GElf_Off off = 0;
 	GElf_Sym sym;
 	const char *raw;
+	bool is_func, global;
 
 	f->kind = STACK_NATIVE;
 	f->pc = pc;
@@ -305,10 +376,23 @@ static void symbolize(struct unwinder *uw, uint64_t pc, struct stack_frame *f, u
 	f->module_off = pc - mi->bias;
 	if (!mi->have_elf)
 		return;
-	raw = dwfl_module_addrinfo(mod, pc, &off, &sym, NULL, NULL, NULL);
-	/* a sized symbol that ends before pc is the nearest preceding one, not ours */
-	if (!raw || !raw[0] || (sym.st_size && off >= sym.st_size))
-		return;
+	if (mi->es) {
+		const struct elfsym_sym *es = elfsym__func_at(mi->es, f->module_off);
+
+		if (!es || !es->name[0])
+			return;
+		raw = es->name;
+		off = f->module_off - es->vaddr;
+		is_func = true;
+		global = es->global;
+	} else {
+		raw = dwfl_module_addrinfo(mod, pc, &off, &sym, NULL, NULL, NULL);
+		/* a sized symbol that ends before pc is the nearest preceding one, not ours */
+		if (!raw || !raw[0] || (sym.st_size && off >= sym.st_size))
+			return;
+		is_func = GELF_ST_TYPE(sym.st_info) == STT_FUNC;
+		global = GELF_ST_BIND(sym.st_info) == STB_GLOBAL || GELF_ST_BIND(sym.st_info) == STB_WEAK;
+	}
 	uint64_t key = ((uint64_t)(uintptr_t)mod * 31) ^ (pc - off);
 	uint64_t val;
 
@@ -328,7 +412,7 @@ static void symbolize(struct unwinder *uw, uint64_t pc, struct stack_frame *f, u
 			u64map__set(&uw->names, key, (uint64_t)(uintptr_t)f->func);
 	}
 	f->func_off = off;
-	*api = api_of(mi, raw, &sym);
+	*api = api_of(mi, raw, is_func, global);
 }
 
 struct walk {

@@ -5,7 +5,7 @@ Every figure is a median over repetitions measured in ONE run, configurations al
 VM noise hits all of them alike. See docs/benchmarks.md for what each key means.
 
 Usage: tests/bench/run.py [--reps N] [--calls N] [--only SECTION[,SECTION]] [--quick]
-Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr"""
+Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, stacks"""
 import argparse
 import gzip
 import json
@@ -718,9 +718,67 @@ def section_fr(a):
         open(knob, "w").write(old)
 
 
+def stack_apps(n, threads):
+    """n stack_app processes of `threads` threads each (main + parked + one spinning)."""
+    apps = []
+    for _ in range(n):
+        p = subprocess.Popen([os.path.join(OUT, "tests", "stack_app"), "--threads",
+                              str(threads - 2), "--spin"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        assert line.startswith("READY"), line
+        apps.append(p)
+    return apps
+
+
+def section_stacks(a):
+    """Hang snapshot (user/stacks.c through .output/e2e/stacks_dump): how long one sample
+    keeps a 64-thread process stopped, and the wall time of a whole 8-process, 3-sample
+    snapshot (processes in parallel, 200 ms between samples)."""
+    dump = os.path.join(OUT, "e2e", "stacks_dump")
+    reps = max(a.reps, 5)
+    apps = stack_apps(1, 64)
+    try:
+        pid = str(apps[0].pid)
+        # the first snapshot warms the page cache of the ELF files, as any earlier one would
+        subprocess.run([dump, pid], stdout=subprocess.DEVNULL, check=True)
+        stops = []
+        for _ in range(reps):
+            out = subprocess.run([dump, "--samples", "1", pid], stdout=subprocess.PIPE,
+                                 check=True, text=True).stdout
+            snap = json.loads(out)
+            assert len(snap["threads"]) == 64, len(snap["threads"])
+            stops.append(snap["stopped_ms_max"])
+        log(f"stacks: 64-thread stop ms {sorted(stops)}")
+        emit("stacks_stop_ms_64threads", f"{med(stops):.2f}")
+        emit("stacks_stop_ms_64threads.max", f"{max(stops):.2f}")
+    finally:
+        for p in apps:
+            p.kill()
+            p.wait()
+    apps = stack_apps(8, 8)
+    try:
+        pids = [str(p.pid) for p in apps]
+        subprocess.run([dump] + pids, stdout=subprocess.DEVNULL, check=True)
+        walls = []
+        for _ in range(reps):
+            t0 = time.monotonic()
+            out = subprocess.run([dump, "--samples", "3"] + pids, stdout=subprocess.PIPE,
+                                 check=True, text=True).stdout
+            walls.append(time.monotonic() - t0)
+            snaps = [json.loads(l) for l in out.splitlines()]
+            assert len(snaps) == 8 and all(s["samples"] == 3 for s in snaps)
+        log(f"stacks: 8 processes x 3 samples, s {sorted(walls)}")
+        emit("stacks_8proc_3samples_s", f"{med(walls):.2f}")
+    finally:
+        for p in apps:
+            p.kill()
+            p.wait()
+
+
 SECTIONS = [("probe", section_probe), ("ladder", section_ladder), ("bpfstats", section_bpfstats),
             ("pipeline", section_pipeline), ("attach", section_attach),
-            ("analyzer", section_analyzer), ("fr", section_fr)]
+            ("analyzer", section_analyzer), ("fr", section_fr), ("stacks", section_stacks)]
 
 
 def main():

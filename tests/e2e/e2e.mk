@@ -52,3 +52,10 @@ $(E2E_DIR)/stacks_dump: tests/e2e/stacks_dump.c $(OUTPUT)/libtptrace.a | $(E2E_D
 	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
 
 TEST_BINS += $(E2E_DIR)/stacks_dump
+
+# pyframes_line() against CPython's own line numbers (tests/workloads/py_linetables.py).
+$(E2E_DIR)/pyframes_lines: tests/e2e/pyframes_lines.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(E2E_DIR)/pyframes_lines

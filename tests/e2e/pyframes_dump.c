@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 /* Test driver for user/pyframes.c: stops every thread of PID (PTRACE_SEIZE + INTERRUPT),
  * reads each thread's fs_base, prints the Python frames of each as one JSON line, detaches.
- *   pyframes_dump PID [--bench N]
+ *   pyframes_dump PID [--bench N | --nostop N]
  * First line: {"pid":P,"version":"3.11.7"} or {"pid":P,"version":null,"err":"..."}.
  * Then per thread: {"tid":T,"ret":N,"frames":[{"func","file","line","entry"}...]}; with
- * --bench N each thread is read N more times and "us" is the mean time of one call. */
+ * --bench N each thread is read N more times and "us" is the mean time of one call.
+ * --nostop N: the robustness check. After the stop above (to learn fs_base), reads every
+ * thread N times while the target RUNS (torn reads on purpose) and prints one line
+ * {"calls","ok","efault","enoent","esrch","other","max_us","bad_frames"}. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -41,7 +44,7 @@ static void print_json(cJSON *obj)
 int main(int argc, char **argv)
 {
 	static struct py_frame frames[MAX_FRAMES];
-	int tids[MAX_THREADS], nr = 0, pid, bench = 0, i, ret = 1;
+	int tids[MAX_THREADS], nr = 0, pid, bench = 0, nostop = 0, i, ret = 1;
 	uint64_t fs_base[MAX_THREADS];
 	bool seized[MAX_THREADS] = { 0 };
 	char path[64], err[256];
@@ -57,6 +60,8 @@ int main(int argc, char **argv)
 	pid = atoi(argv[1]);
 	if (argc >= 4 && !strcmp(argv[2], "--bench"))
 		bench = atoi(argv[3]);
+	if (argc >= 4 && !strcmp(argv[2], "--nostop"))
+		nostop = atoi(argv[3]);
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	dir = opendir(path);
 	if (!dir) {
@@ -84,6 +89,12 @@ int main(int argc, char **argv)
 			fs_base[i] = regs.fs_base;
 	}
 
+	if (nostop) {
+		for (i = 0; i < nr; i++)
+			if (seized[i])
+				ptrace(PTRACE_DETACH, tids[i], 0, 0);
+		memset(seized, 0, sizeof(seized));
+	}
 	py = pyframes__open(pid, err, sizeof(err));
 	head = cJSON_CreateObject();
 	cJSON_AddNumberToObject(head, "pid", pid);
@@ -95,7 +106,45 @@ int main(int argc, char **argv)
 	}
 	print_json(head);
 
-	for (i = 0; py && i < nr; i++) {
+	if (py && nostop) {
+		long calls = 0, ok = 0, efault = 0, enoent = 0, esrch = 0, other = 0, bad = 0;
+		double max_us = 0;
+		cJSON *line = cJSON_CreateObject();
+
+		for (int round = 0; round < nostop; round++) {
+			for (i = 0; i < nr; i++) {
+				double t0 = now_us(), us;
+				int n = pyframes__thread(py, tids[i], fs_base[i], frames, MAX_FRAMES), k;
+
+				us = now_us() - t0;
+				max_us = us > max_us ? us : max_us;
+				calls++;
+				if (n >= 0)
+					ok++;
+				else if (n == -EFAULT)
+					efault++;
+				else if (n == -ENOENT)
+					enoent++;
+				else if (n == -ESRCH)
+					esrch++;
+				else
+					other++;
+				for (k = 0; k < n; k++)
+					if (!frames[k].func || !frames[k].file || frames[k].line < 0)
+						bad++;
+			}
+		}
+		cJSON_AddNumberToObject(line, "calls", calls);
+		cJSON_AddNumberToObject(line, "ok", ok);
+		cJSON_AddNumberToObject(line, "efault", efault);
+		cJSON_AddNumberToObject(line, "enoent", enoent);
+		cJSON_AddNumberToObject(line, "esrch", esrch);
+		cJSON_AddNumberToObject(line, "other", other);
+		cJSON_AddNumberToObject(line, "max_us", max_us);
+		cJSON_AddNumberToObject(line, "bad_frames", bad);
+		print_json(line);
+	}
+	for (i = 0; py && !nostop && i < nr; i++) {
 		cJSON *line = cJSON_CreateObject(), *arr;
 		int n = pyframes__thread(py, tids[i], fs_base[i], frames, MAX_FRAMES), k;
 

@@ -106,3 +106,11 @@ $(UNIT_DIR)/test_fr_writer: tests/unit/test_fr_writer.c tests/unit/check.h tools
 	$(Q)$(CC) $(UNIT_CFLAGS) -Itools $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_fr_writer
+
+# the snapshot's classification, Python merge and JSON on synthetic frames (no ptrace)
+$(UNIT_DIR)/test_stacks: tests/unit/test_stacks.c tests/unit/check.h \
+			 $(OUTPUT)/user/stacks_class.o $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_stacks

@@ -1,7 +1,7 @@
 """A Python process that hangs at known places (tests/e2e/test_pyframes.py).
 
-Main thread: <module> -> outer -> middle -> Waiter.meth -> inner, blocked in libc's pause()
-through ctypes. Second thread ("side"): Thread.run -> side_worker -> ticker (a generator),
+Main thread: <module> -> outer -> descend (1 + DEPTH times, argv[1], default 0) -> middle ->
+Waiter.meth -> inner, blocked in libc's pause() through ctypes. Second thread ("side"): Thread.run -> side_worker -> ticker (a generator),
 blocked in time.sleep. Lines the test expects are marked `# AT:<name>`; the test reads them
 from this file. Prints "TRUTH <json>" (the side thread's stack as CPython itself reports it,
 from sys._current_frames) and then "READY <pid>" once both threads are blocked."""
@@ -52,7 +52,13 @@ def middle():
     Waiter().meth()  # AT:middle
 
 
-def outer():
+def descend(n):
+    if n > 0:
+        return descend(n - 1)  # AT:descend
+    return middle()  # AT:descend_end
+
+
+def outer(depth):
     side = threading.Thread(target=side_worker, name="side", daemon=True)
     side.start()
     side_blocked.wait()
@@ -64,7 +70,7 @@ def outer():
         time.sleep(0.01)
     print("TRUTH", json.dumps({"side": truth, "side_native_id": side.native_id
                                if hasattr(side, "native_id") else None}), flush=True)
-    middle()  # AT:outer
+    descend(depth)  # AT:outer
 
 
-outer()  # AT:module
+outer(int(sys.argv[1]) if len(sys.argv) > 1 else 0)  # AT:module

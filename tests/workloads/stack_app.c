@@ -9,6 +9,8 @@
  *                  exec'ing, so the parent thread waits uninterruptibly (state D)
  *   --work N       a thread printing N deterministic lines, 2 ms apart (stdout compared
  *                  with and without snapshots)
+ *   --churn        a thread creating short-lived threads without pause (threads appear and
+ *                  vanish mid-snapshot)
  *   --zombie       a child that exits at once and is never reaped (prints "# zombie PID")
  *   --exit-after MS  exits (status 0) MS after READY without waiting for GO
  * Prints "READY <pid>" when every thread is in place; exits after a line on stdin ("GO"). */
@@ -132,6 +134,24 @@ NOINLINE void *work(void *arg)
 	return arg;
 }
 
+NOINLINE void *short_lived(void *arg)
+{
+	sink += 1;
+	return arg;
+}
+
+NOINLINE void *churn(void *arg)
+{
+	mark_started();
+	for (;;) {
+		pthread_t t;
+
+		if (!pthread_create(&t, NULL, short_lived, NULL))
+			pthread_join(t, NULL);
+	}
+	return arg;
+}
+
 static void start(void *(*fn)(void *))
 {
 	pthread_t t;
@@ -145,7 +165,7 @@ static void start(void *(*fn)(void *))
 int main(int argc, char **argv)
 {
 	long threads = 0, exit_after = -1;
-	int want = 0, spin = 0, zombie = 0;
+	int want = 0, spin = 0, zombie = 0, churning = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads"))
@@ -156,6 +176,8 @@ int main(int argc, char **argv)
 			dstate_secs = hs_parse_long(argv[i], argv[i + 1]), i++;
 		else if (!strcmp(argv[i], "--work"))
 			work_lines = hs_parse_long(argv[i], argv[i + 1]), i++;
+		else if (!strcmp(argv[i], "--churn"))
+			churning = 1;
 		else if (!strcmp(argv[i], "--zombie"))
 			zombie = 1;
 		else if (!strcmp(argv[i], "--exit-after"))
@@ -171,6 +193,8 @@ int main(int argc, char **argv)
 		start(spin_loop), want++;
 	if (dstate_secs)
 		start(vfork_wait), want++;
+	if (churning)
+		start(churn), want++;
 	pthread_mutex_lock(&lock);
 	while (started < want)
 		pthread_cond_wait(&started_cv, &lock);

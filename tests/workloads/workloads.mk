@@ -112,3 +112,12 @@ $(WL_DIR)/stack_app_stripped: $(WL_DIR)/stack_app
 	$(Q)strip -s -o $@ $<
 
 TEST_BINS += $(WL_DIR)/stack_app $(WL_DIR)/stack_app_stripped
+
+$(WL_DIR)/blockcuda:
+	$(Q)mkdir -p $@
+
+$(WL_DIR)/blockcuda/libcuda.so.1: tests/workloads/blocking_libcuda.c | $(WL_DIR)/blockcuda
+	$(call msg,CC,$@)
+	$(Q)$(CC) -O2 -g -fPIC -shared -Wl,-soname,libcuda.so.1 $< -o $@
+
+TEST_BINS += $(WL_DIR)/blockcuda/libcuda.so.1
