@@ -189,14 +189,15 @@ static bool any_ring_verdict_below(const struct fr_analysis *a, int rule)
 	return false;
 }
 
-/* a collective the rings show unfinished: the rings see the hang too */
+/* a collective the rings show unfinished, or a call stuck past --stuck-ms: the rings see the
+ * hang too (a thread caught inside a short call by the dump is no such evidence) */
 static bool rings_show_unfinished(const struct fr_analysis *a)
 {
 	for (int i = 0; i < a->nr_aggs; i++)
 		if (a->aggs[i].completed < a->aggs[i].entered)
 			return true;
-	for (int pi = 0; pi < a->nr_procs; pi++)
-		if (a->procs[pi].nr_in_calls)
+	for (int i = 0; i < a->nr_verdicts; i++)
+		if (a->verdicts[i].rule == RULE_STUCK)
 			return true;
 	return false;
 }

@@ -536,6 +536,32 @@ def check_generated_stacks(t):
         "progress over 3 samples" in h.stdout and "Trainer.step (/opt/app/train.py:47)" in
         h.stdout else f"exit {p.returncode}: {[verdict_key(x) for x in v]} {h.stdout}"))
 
+    # rings and stacks agree: every rank entered the last all_reduce and none completed it
+    # (no ring rule names anyone), all wait in it with no progress: no_progress, high
+    d = os.path.join(t, "confirmed")
+    gen("--ranks 4 --entries 16 --stacks", d)
+    nccl_wait = None
+    with open(os.path.join("tests/tools/data/no_progress", sorted(os.listdir(
+            "tests/tools/data/no_progress"))[0])) as fh:
+        nccl_wait = issuing(json.load(fh)["stacks"][1])
+
+    def all_stuck(dump):
+        last = dump["entries"][-1]
+        last["state"] = "started"
+        last["time_discovered_completed_ns"] = last["duration_ms"] = None
+        dump["comms"][0]["last_completed_seq"] = last["collective_seq_id"] - 1
+        snap = dump["stacks"][1]
+        th = issuing(snap)
+        for k in ("where", "api", "progress", "frames"):
+            th[k] = nccl_wait[k]
+    edit_dumps(d, all_stuck)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else []
+    res.append(("stacks_confirmed_by_rings", None if [(verdict_key(x), x["confidence"])
+                                                      for x in v] ==
+                [(("no_progress", None, None, [0, 1, 2, 3], []), "high")]
+                else f"exit {p.returncode}: {v}"))
+
     # one sample: a busy moment looks like a hang, said as low confidence
     d = os.path.join(t, "one_sample")
     gen("--ranks 4 --entries 8 --scenario hung_before_attach_missing --culprit 1", d)
