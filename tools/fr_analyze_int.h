@@ -5,6 +5,8 @@
  *   fr_infer.c   identity inference: comms created before attach, split children
  *   fr_rules.c   the rules: structured findings (rule, ranks, comm, seq, op, evidence)
  *   fr_finding.c building findings: culprits, confidence, order
+ *   fr_stacks.c  stack snapshots (dump version 2) per proc; odd_stack, no_progress,
+ *                attached_after_hang
  *   fr_text.c    the one place that words a finding (text report and --json alike)
  *   fr_report.c  the text and --json reports
  *
