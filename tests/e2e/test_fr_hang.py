@@ -190,3 +190,15 @@ def test_fr_hang_attach_snapshot_does_not_delay():
                   if snap["time_ns"] <= e["time_created_ns"] <= snap["time_ns"] + 400000000]
         assert window, (snap["time_ns"], d["entries"][:1])
         assert d["stacks_error"] == "the process exited: only the snapshot at attach"
+
+
+def test_fr_hang_stack_options_bad_input():
+    """--stack-samples / --stack-interval out of range: one clear line, exit 2"""
+    import subprocess
+    from lib import TPTRACE
+    for args, want in ((["--stack-samples", "0"], "invalid --stack-samples '0' (1..100)"),
+                       (["--stack-samples", "x"], "invalid --stack-samples 'x' (1..100)"),
+                       (["--stack-interval", "0"], "invalid --stack-interval '0' (1..10000 ms)")):
+        p = subprocess.run([TPTRACE, "fr", "-p", "1"] + args, capture_output=True, text=True,
+                           timeout=30)
+        assert p.returncode == 2 and want in p.stderr.splitlines()[0], (args, p.stderr)
