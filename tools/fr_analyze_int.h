@@ -5,6 +5,8 @@
  *   fr_infer.c   identity inference: comms created before attach, split children
  *   fr_rules.c   the rules: structured findings (rule, ranks, comm, seq, op, evidence)
  *   fr_finding.c building findings: culprits, confidence, order
+ *   fr_stacks.c  stack snapshots (dump version 2) per proc; odd_stack, no_progress,
+ *                attached_after_hang
  *   fr_text.c    the one place that words a finding (text report and --json alike)
  *   fr_report.c  the text and --json reports
  *
@@ -37,16 +39,53 @@
 #define PROC_IN_CALLS	4
 #define MAX_P2P_VERDICTS_PER_COMM 16
 
-enum rule {	/* in causal order: the report lists verdicts in this order */
-	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ASYNC_ERROR,
-	RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
-	RULE_STUCK, RULE_LATE, RULE_STATE, RULE_CORRUPT, RULE__COUNT
+/* In causal order: the report lists verdicts in this order. The stack rules sit after the
+ * ring rules that say the same with more evidence: odd_stack (one rank not in the wait the
+ * others are in) right after missing_rank, no_progress (everyone in one call: NCCL or the
+ * network) before stuck_in_call which it explains, attached_after_hang (why the rings cannot
+ * tell) last but for corrupt dumps. */
+enum rule {
+	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ODD_STACK,
+	RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
+	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STATE, RULE_ATTACHED_AFTER, RULE_CORRUPT,
+	RULE__COUNT
 };
 extern const char *const rule_names[RULE__COUNT];
 
 struct ivec {
 	int *v;
 	int n, cap;
+};
+
+/* One frame as the analysis keeps it: strings interned in fr_analysis.strs (offsets). */
+struct kframe {
+	uint32_t func, file, module;	/* 0: "" */
+	int32_t line;
+	int64_t module_off;
+	uint8_t kind;
+};
+
+/* A snapshot of a process as the stack rules use it: its issuing thread and counts. */
+struct psnap {
+	bool present;
+	uint8_t taken;		/* enum fr_taken */
+	bool exited;
+	int64_t time_ns, samples;
+	int64_t tid;		/* issuing thread; FR_UNK when none */
+	char name[16];
+	char state;
+	uint8_t where, progress;
+	bool main;
+	char api[48];
+	int nr_threads, nr_waits;	/* threads, and those in an NCCL/CUDA wait, not progressing */
+	char ptrace_error[96];
+	char python[16];
+	int frames, nr_frames;	/* in fr_analysis.frames (newest snapshot only) */
+	bool more_frames;
+	/* the wait as a call path (STAT's equivalence class): where, api and the kept frames
+	 * from the outermost api frame outwards (frames inside the api vary with timing) */
+	uint64_t sig;
+	int api_frame;		/* index (in frames) of the outermost api frame, -1 */
 };
 
 struct proc {
@@ -63,6 +102,9 @@ struct proc {
 	int64_t last_record, last_seq, last_created;
 	int last_comm;
 	uint8_t last_op, last_state;
+	/* stacks: the attach snapshot and the newest one (the same when only one exists) */
+	struct psnap snap_attach, snap;
+	char stacks_error[96];
 	/* filled by finish */
 	bool dead;
 	struct ivec missed;	/* missing_rank findings folded into dead_rank: agg-less triples */
@@ -199,6 +241,8 @@ enum low_why {
 	LOW_WRAPPED,		/* proc low_proc's ring wrapped past seq low_seq */
 	LOW_DROPPED,		/* proc low_proc dropped events */
 	LOW_POSITION_UNKNOWN,	/* proc low_proc's position on the comm is unknown */
+	LOW_STACK_UNKNOWN,	/* proc low_proc's stack could not be read (or it has none) */
+	LOW_ONE_SAMPLE,		/* one stack sample: a busy moment looks like a hang */
 };
 
 /* a signature group as a finding keeps it (copied: the aggregate's lists are not stable) */
@@ -253,7 +297,20 @@ struct verdict {
 		struct { int completed, incomplete; } state;
 		struct { int idx; } corrupt;
 		struct { int64_t rc; char api[48]; bool all_failed; } init;
+		/* odd_stack: the wait the majority is in; no_progress: the call (api "" when the
+		 * ranks are in different calls) */
+		struct {
+			char api[48];
+			uint8_t where;
+			int nr_in, nr_known;	/* ranks in that wait / with a readable stack */
+			int unknown;	/* a proc whose stack is unknown, -1 */
+			bool tie, one_sample;
+		} stk;
+		struct { int64_t newest; } attached;
 	} ev;
+	/* the stack rules found it from stacks alone (no ring entry shows it) */
+	bool stacks_only;
+	struct ivec others;	/* procs: odd_stack the majority; attached_after_hang unused */
 };
 
 struct corrupt {
@@ -292,6 +349,14 @@ struct fr_analysis {
 	int nr_clusters, cap_clusters;
 	struct split_pend *splits;
 	int nr_splits, cap_splits;
+
+	/* stacks: frames of each proc's newest snapshot and their interned strings */
+	struct kframe *frames;
+	int nr_frames, cap_frames;
+	char *strs;
+	int nr_strs, cap_strs;
+	struct u64map str_index;	/* hash -> offset in strs */
+	int nr_with_stacks;
 
 	struct verdict *verdicts;
 	int nr_verdicts, cap_verdicts;
@@ -336,6 +401,12 @@ void mark_inferred(struct fr_analysis *a);
 void sort_verdicts(struct fr_analysis *a);
 void verdict_free(struct verdict *v);
 
+/* fr_stacks.c: stack snapshots folded per proc, and the stack rules */
+int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d);
+const char *kstr(const struct fr_analysis *a, uint32_t off);
+int rule_stacks(struct fr_analysis *a);
+int rule_attached_after(struct fr_analysis *a);
+
 /* fr_rules.c */
 int run_rules(struct fr_analysis *a);
 int64_t comm_absent(const struct comm *c, int64_t *vals, int cap);
@@ -347,6 +418,7 @@ char *verdict_headline(const struct fr_analysis *a, const struct verdict *v);
 char *verdict_detail(const struct fr_analysis *a, const struct verdict *v);
 char *verdict_confidence_reason(const struct fr_analysis *a, const struct verdict *v);
 const char *short_id(const char *id);
+void print_stacks_health(FILE *f, const struct fr_analysis *a);
 
 /* A text built with stdio on open_memstream: text_close returns the text without its trailing
  * newline (the buffer, still owned by t: free(t->buf)), "" strdup'ed when the open failed. */

@@ -32,6 +32,7 @@ void verdict_free(struct verdict *v)
 	free(v->waiting.v);
 	free(v->behind.v);
 	free(v->dead.v);
+	free(v->others.v);
 	if (v->rule == RULE_STUCK)
 		free(v->ev.stuck.calls);
 }

@@ -237,6 +237,9 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		return -ENOMEM;
 	if (d->world_size != FR_UNK && (a->world_size == FR_UNK || d->world_size > a->world_size))
 		a->world_size = d->world_size;
+	if ((err = fold_stacks(a, pi, d)))
+		return err;
+	p = &a->procs[pi];
 
 	if (d->nr_comms > a->local_cap) {
 		int *lm = realloc(a->local_member, d->nr_comms * sizeof(int));
@@ -396,6 +399,9 @@ void fr_analysis__free(struct fr_analysis *a)
 	free(a->splits);
 	free(a->verdicts);
 	free(a->comm_order);
+	free(a->frames);
+	free(a->strs);
+	u64map__clear(&a->str_index);
 	free(a);
 }
 

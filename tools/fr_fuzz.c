@@ -4,6 +4,9 @@
  * Each input is parsed as one dump; a dump that parses is folded twice (as two "ranks", the
  * second with its comm ranks shifted by the parser's own data) and analysed, and the reports
  * are rendered, so the fuzzer reaches the verdict code with whatever the parser lets through.
+ * The same bytes also go through tail mode (header, then the entries and what follows them:
+ * version 2's stacks may sit on either side of the entries). Seeds with stacks: the
+ * tests/tools/data sets hung_missing, no_progress_unknown, killed_stacks.
  *   make fr-fuzz-run FUZZ_SECONDS=120     # seeds in tests/tools/corpus
  */
 #include <stdint.h>
@@ -49,5 +52,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fr_analysis__free(a);
 out:
 	fr_dump__release(&d);
+	{
+		struct fr_dump t;
+		size_t off = 0;
+
+		fr_dump__init(&t);
+		if (fr_dump__parse_head(&t, (const char *)data, size, &off) == 0 && off <= size)
+			fr_dump__parse_tail(&t, (const char *)data + off, size - off, off, 4);
+		fr_dump__release(&t);
+	}
 	return 0;
 }

@@ -29,17 +29,22 @@
 enum scenario {
 	SC_HEALTHY, SC_SKIP, SC_LATE, SC_SIZE, SC_DTYPE, SC_OP, SC_ROOT, SC_TYPE, SC_P2P,
 	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC_SKIP_ON,
-	SC_INIT_FAIL, SC_INIT_FAIL_ALL, SC__COUNT
+	SC_INIT_FAIL, SC_INIT_FAIL_ALL,
+	/* hung before tptrace attached: empty rings, the stacks tell (imply --stacks) */
+	SC_HUNG_MISSING, SC_HUNG_SPIN, SC_STUCK_SYNC, SC_NO_PROGRESS, SC__COUNT
 };
 static const char *const scenario_names[SC__COUNT] = {
 	"healthy", "skip", "late", "size", "dtype", "op", "root", "type", "p2p", "p2p_count",
 	"stuck", "killed", "missing_dump", "corrupt", "async", "skip_on", "init_fail",
-	"init_fail_all",
+	"init_fail_all", "hung_before_attach_missing", "hung_before_attach_spin", "stuck_sync",
+	"no_progress",
 };
 
 static struct env {
 	int ranks, entries, comms, culprit, comm_slot, group, ring, wrap, dropped, jobs;
 	bool preexisting, split_null;
+	bool stacks;		/* version 2 dumps with an attach and a dump snapshot */
+	int stack_unknown;	/* this rank's snapshots could not read frames (ptrace denied) */
 	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
 	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
 	int64_t at;
@@ -51,6 +56,7 @@ static struct env {
 } env = {
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
+	.stack_unknown = -1,
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
@@ -66,6 +72,11 @@ static const char doc[] =
 "collective is left unfinished) init_fail (the culprit's init of comm slot --comm failed\n"
 "with --init-rc: the others of its group wait in their first collective on it and the job\n"
 "stops there) init_fail_all (every rank of that group failed it).\n"
+"Hung before tptrace attached (empty rings; stacks only): hung_before_attach_missing (the\n"
+"culprit sleeps in Python, the others wait in ncclAllReduce), hung_before_attach_spin (it\n"
+"spins in Python), stuck_sync (it waits in cudaStreamSynchronize), no_progress (every rank\n"
+"waits in ncclAllReduce). --stacks adds snapshots to any scenario: healthy ranks progress,\n"
+"the culprit of a hang sleeps in Python while the others wait in the collective.\n"
 "\n"
 "EXAMPLES:\n"
 "    tptrace-fr-gen --ranks 8 --entries 40 --scenario skip --culprit 5 -o /tmp/fr-skip\n"
@@ -74,7 +85,8 @@ static const char doc[] =
 "                   --ring 10 --wrap 2 -o /tmp/fr-wrap    # rank 2's ring lost seq 3\n";
 
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
-       OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API };
+       OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
+       OPT_STACK_UNKNOWN };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -100,6 +112,9 @@ static const struct argp_option opts[] = {
 	{ "init-rc", OPT_INIT_RC, "RC", 0, "ncclResult_t of the failed init (default 2)", 0 },
 	{ "init-api", OPT_INIT_API, "NAME", 0, "API whose init failed (default ncclCommInitRank, "
 	  "ncclCommSplit for split slots)", 0 },
+	{ "stacks", OPT_STACKS, NULL, 0, "Version 2 dumps with stack snapshots (attach + dump)", 0 },
+	{ "stack-unknown", OPT_STACK_UNKNOWN, "R", 0, "Rank R's snapshots have no frames "
+	  "(ptrace denied)", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -136,6 +151,10 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_INIT_API: env.init_api = arg; break;
 	case OPT_PRE: env.preexisting = true; break;
 	case OPT_SPLITNULL: env.split_null = true; break;
+	case OPT_STACKS: env.stacks = true; break;
+	case OPT_STACK_UNKNOWN:
+		env.stack_unknown = num_arg(state, "stack-unknown", arg, 0, 1 << 20);
+		break;
 	case OPT_ATTACH: env.attach_skew = num_arg(state, "attach-skew", arg, 0, 1 << 20); break;
 	case OPT_HOSTOFF:
 		env.host_offset_ns = num_arg(state, "host-offset-us", arg, 0, 1 << 30) * 1000LL;
@@ -160,6 +179,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--culprit %d is not below --ranks %d", env.culprit, env.ranks);
 		if (env.comm_slot >= env.comms)
 			argp_error(state, "--comm %d is not below --comms %d", env.comm_slot, env.comms);
+		if (env.sc >= SC_HUNG_MISSING)
+			env.stacks = true;
 		if ((env.sc == SC_P2P || env.sc == SC_P2P_COUNT) && env.ranks < 2)
 			argp_error(state, "p2p scenarios need 2 ranks or more");
 		break;
@@ -653,6 +674,217 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	return n;
 }
 
+/* ------------------------------------------------------------------ stacks (version 2) */
+
+static bool hung_before_attach(void)
+{
+	return env.sc >= SC_HUNG_MISSING;
+}
+
+/* what a rank's issuing thread is doing in a snapshot */
+enum doing { DO_PY, DO_NCCL_BUSY, DO_NCCL_WAIT, DO_SYNC_WAIT, DO_SLEEP_PY, DO_SPIN_PY };
+
+struct gframe {
+	const char *kind, *func, *where;	/* where: module (native) or file (python) */
+	int64_t off_or_line;
+};
+
+#define LIBC "/usr/lib/x86_64-linux-gnu/libc.so.6"
+#define PY "/usr/bin/python3.11"
+#define TRAIN "/opt/app/train.py"
+static const struct gframe f_nccl[] = {
+	{ "native", "__futex_abstimed_wait_common", LIBC, 0x91d36 },
+	{ "native", "ncclAllReduce", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", 0x5e1f0 },
+	{ "native", "c10d::ProcessGroupNCCL::allreduce(std::vector<at::Tensor, "
+		    "std::allocator<at::Tensor> >&, c10d::AllreduceOptions const&)",
+	  "/opt/torch/lib/libtorch_cuda.so", 0x1c2a0f0 },
+	{ "python", "all_reduce", "/opt/torch/distributed/distributed_c10d.py", 2050 },
+	{ "python", "Trainer.step", TRAIN, 42 },
+	{ "python", "main", TRAIN, 88 },
+	{ "native", "_PyEval_EvalFrameDefault", PY, 0x1a2b40 },
+	{ "native", "main", PY, 0x27c1e0 },
+	{ 0 },
+};
+static const struct gframe f_sync[] = {
+	{ "native", "ioctl", LIBC, 0x11b2ab },
+	{ "native", NULL, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x2f4e1a },	/* stripped */
+	{ "native", "cudaStreamSynchronize", "/usr/local/cuda/lib64/libcudart.so.13", 0x6f12a },
+	{ "python", "Trainer.sync_metrics", TRAIN, 51 },
+	{ "python", "Trainer.step", TRAIN, 44 },
+	{ "python", "main", TRAIN, 88 },
+	{ "native", "_PyEval_EvalFrameDefault", PY, 0x1a2b40 },
+	{ "native", "main", PY, 0x27c1e0 },
+	{ 0 },
+};
+static const struct gframe f_sleep[] = {
+	{ "native", "clock_nanosleep", LIBC, 0xe5f1a },
+	{ "native", "pysleep", PY, 0x2a1b3c },
+	{ "python", "load_batch", "/opt/app/data.py", 17 },
+	{ "python", "Trainer.step", TRAIN, 40 },
+	{ "python", "main", TRAIN, 88 },
+	{ "native", "_PyEval_EvalFrameDefault", PY, 0x1a2b40 },
+	{ "native", "main", PY, 0x27c1e0 },
+	{ 0 },
+};
+static const struct gframe f_spin[] = {
+	{ "python", "spin_wait", "/opt/app/data.py", 23 },
+	{ "python", "Trainer.step", TRAIN, 40 },
+	{ "python", "main", TRAIN, 88 },
+	{ "native", "_PyEval_EvalFrameDefault", PY, 0x1a2b40 },
+	{ "native", "main", PY, 0x27c1e0 },
+	{ 0 },
+};
+static const struct gframe f_py[] = {
+	{ "python", "Trainer.forward", TRAIN, 30 },
+	{ "python", "Trainer.step", TRAIN, 39 },
+	{ "python", "main", TRAIN, 88 },
+	{ "native", "_PyEval_EvalFrameDefault", PY, 0x1a2b40 },
+	{ "native", "main", PY, 0x27c1e0 },
+	{ 0 },
+};
+static const struct gframe f_poll[] = {
+	{ "native", "__poll", LIBC, 0x10c1bf },
+	{ "native", NULL, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x31a2c0 },
+	{ "native", "start_thread", LIBC, 0x8fb5a },
+	{ 0 },
+};
+
+static void put_frames(struct out *o, const struct gframe *fr)
+{
+	char buf[64];
+
+	put(o, ",\"frames\":[");
+	for (int i = 0; fr[i].kind; i++) {
+		put_kv_s(o, i ? ",{\"kind\":" : "{\"kind\":", fr[i].kind);
+		if (fr[i].func)
+			put_kv_s(o, ",\"func\":", fr[i].func);
+		else
+			put(o, ",\"func\":null");
+		if (!strcmp(fr[i].kind, "python")) {
+			put_kv_s(o, ",\"file\":", fr[i].where);
+			put_kv_i(o, ",\"line\":", fr[i].off_or_line);
+		} else {
+			put(o, fr[i].func ? ",\"func_off\":\"0x2a\"" : ",\"func_off\":null");
+			put_kv_s(o, ",\"module\":", fr[i].where);
+			put(o, ",\"build_id\":\"4b1d0c3e9a\"");
+			snprintf(buf, sizeof(buf), "0x%" PRIx64, fr[i].off_or_line);
+			put_kv_s(o, ",\"module_off\":", buf);
+			snprintf(buf, sizeof(buf), "0x7f3a1c%06" PRIx64, fr[i].off_or_line & 0xffffff);
+			put_kv_s(o, ",\"pc\":", buf);
+		}
+		put(o, "}");
+	}
+	put(o, "]");
+}
+
+static enum doing rank_doing(int r, bool at_attach)
+{
+	bool culprit = r == env.culprit;
+
+	if (hung_before_attach()) {
+		if (!culprit)
+			return DO_NCCL_WAIT;
+		switch (env.sc) {
+		case SC_HUNG_MISSING: return DO_SLEEP_PY;
+		case SC_HUNG_SPIN: return DO_SPIN_PY;
+		case SC_STUCK_SYNC: return DO_SYNC_WAIT;
+		default: return DO_NCCL_WAIT;
+		}
+	}
+	if (at_attach)
+		return r % 2 ? DO_NCCL_BUSY : DO_PY;
+	/* a skipping culprit is elsewhere; any other fault leaves it in the collective too */
+	if (hang_at_end() && !init_fail())
+		return culprit && env.sc == SC_SKIP ? DO_SLEEP_PY : DO_NCCL_WAIT;
+	if (env.sc == SC_STUCK && culprit)
+		return DO_SYNC_WAIT;
+	return r % 2 ? DO_NCCL_BUSY : DO_PY;
+}
+
+static void put_snapshot(struct out *o, int r, int64_t pid, bool attach, int64_t time_ns)
+{
+	static const struct {
+		const char *where, *api, *progress, *state, *wchan;
+		const struct gframe *frames;
+	} d[] = {
+		[DO_PY] = { "python", NULL, "yes", "R", NULL, f_py },
+		[DO_NCCL_BUSY] = { "nccl", "ncclAllReduce", "yes", "S", "futex_wait_queue", f_nccl },
+		[DO_NCCL_WAIT] = { "nccl", "ncclAllReduce", "none", "S", "futex_wait_queue", f_nccl },
+		[DO_SYNC_WAIT] = { "cuda", "cudaStreamSynchronize", "none", "S", "nvidia_ioctl",
+				   f_sync },
+		[DO_SLEEP_PY] = { "idle", NULL, "none", "S", "hrtimer_nanosleep", f_sleep },
+		[DO_SPIN_PY] = { "python", NULL, "yes", "R", NULL, f_spin },
+	};
+	enum doing what = rank_doing(r, attach);
+	bool unknown = r == env.stack_unknown;
+
+	put_kv_s(o, "{\"taken\":", attach ? "attach" : "dump");
+	put_kv_i(o, ",\"time_ns\":", time_ns);
+	put_kv_i(o, ",\"mono_ns\":", time_ns - t0 + 941645312);
+	put(o, ",\"samples\":3,\"interval_ms\":200,\"stopped_ms_max\":2.5");
+	if (unknown)
+		put(o, ",\"ptrace_error\":\"ptrace: Operation not permitted\"");
+	else
+		put(o, ",\"ptrace_error\":null");
+	put(o, ",\"python\":\"3.11.7\",\"python_error\":null,\"exited\":false,\"threads\":[");
+	for (int t = 0; t < 3; t++) {
+		static const char *const names[] = { "python3", "pt_autograd_0", "cuda-EvtHandlr" };
+		bool main = t == 0;
+
+		put_kv_i(o, t ? ",{\"tid\":" : "{\"tid\":", pid + t);
+		put_kv_s(o, ",\"name\":", names[t]);
+		put_kv_s(o, ",\"state\":", main ? d[what].state : "S");
+		if (main && d[what].wchan)
+			put_kv_s(o, ",\"wchan\":", d[what].wchan);
+		else if (main)
+			put(o, ",\"wchan\":null");
+		else
+			put(o, ",\"wchan\":\"do_sys_poll\"");
+		put(o, ",\"kernel_stack\":[\"do_sys_poll\",\"__x64_sys_poll\"],"
+		       "\"kernel_stack_error\":null");
+		if (unknown) {
+			put(o, ",\"where\":\"unknown\",\"api\":null,\"progress\":\"unknown\"");
+		} else if (main) {
+			put_kv_s(o, ",\"where\":", d[what].where);
+			if (d[what].api)
+				put_kv_s(o, ",\"api\":", d[what].api);
+			else
+				put(o, ",\"api\":null");
+			put_kv_s(o, ",\"progress\":", d[what].progress);
+		} else {
+			put(o, ",\"where\":\"idle\",\"api\":null,\"progress\":\"none\"");
+		}
+		put(o, main ? ",\"main\":true,\"issuing\":true,\"python\":true" :
+		       ",\"main\":false,\"issuing\":false,\"python\":false");
+		put(o, ",\"truncated\":false");
+		if (unknown) {
+			put(o, ",\"unwind_error\":\"ptrace: Operation not permitted\",\"frames\":[]}");
+			continue;
+		}
+		put(o, ",\"unwind_error\":null");
+		put_frames(o, main ? d[what].frames : f_poll);
+		put(o, "}");
+	}
+	put(o, "]}");
+}
+
+static void put_stacks(struct out *o, int r, int64_t pid, int64_t dump_time)
+{
+	/* hung before attach: tptrace came 8 s before the dump; else before the first entry */
+	int64_t attach = hung_before_attach() ? dump_time - 8000000000LL : t0 - 1000000000LL;
+
+	put(o, ",\n\"stacks\":[");
+	put_snapshot(o, r, pid, true, attach);
+	if (r == env.culprit && env.sc == SC_KILLED) {
+		/* an exit dump: the process is gone, only the attach snapshot exists */
+		put(o, "],\"stacks_error\":\"the process exited: only the snapshot at attach\"");
+		return;
+	}
+	put(o, ",\n");
+	put_snapshot(o, r, pid, false, dump_time);
+	put(o, "],\"stacks_error\":null");
+}
+
 static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *hdr)
 {
 	int64_t dump_time, n = rank_entries(r, ents, hdr, &dump_time), first = 0;
@@ -663,6 +895,11 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 
 	if (culprit && env.sc == SC_MISSING_DUMP)
 		return 0;
+	if (hung_before_attach()) {
+		/* tptrace saw no call: no comm, no entry */
+		n = 0;
+		dump_time = t0 + 60000000000LL;
+	}
 	if (env.wrap == -1 || env.wrap == r) {
 		ring = env.ring;
 		if (n > ring)
@@ -672,7 +909,8 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 	}
 	snprintf(host, sizeof(host), "node%d", r / 8);
 	o->len = 0;
-	put(o, "{\"schema\":\"tptrace-fr\",\"version\":1");
+	put(o, env.stacks ? "{\"schema\":\"tptrace-fr\",\"version\":2" :
+	       "{\"schema\":\"tptrace-fr\",\"version\":1");
 	put_kv_s(o, ",\"host\":", host);
 	put_kv_i(o, ",\"pid\":", pid);
 	put(o, ",\"comm\":\"python3\",\"cmdline\":\"python3 train.py\"");
@@ -680,7 +918,8 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 	put_kv_i(o, ",\"world_size\":", env.ranks);
 	put_kv_i(o, ",\"local_rank\":", r % 8);
 	put(o, ",\"nccl_version\":\"2.28.9\",\"nccl_library\":\"/usr/lib/x86_64-linux-gnu/libnccl.so.2\"");
-	put_kv_s(o, ",\"dump_reason\":", killed ? "exit" : env.sc == SC_HEALTHY ? "request" : "stall");
+	put_kv_s(o, ",\"dump_reason\":", killed ? "exit" : env.sc == SC_HEALTHY ? "request" :
+		 hung_before_attach() ? "signal" : "stall");
 	put_kv_i(o, ",\"dump_time_ns\":", dump_time);
 	put_kv_i(o, ",\"dump_mono_ns\":", dump_time - t0 + 941645312);
 	if (killed)
@@ -692,7 +931,7 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 	put_kv_i(o, ",\"entries_overwritten\":", first);
 	put_kv_i(o, ",\"events_dropped\":", env.dropped == -1 || env.dropped == r ? 5 : 0);
 	put(o, ",\n\"comms\":[");
-	for (int j = 0; j < env.comms; j++) {
+	for (int j = 0; j < env.comms && !hung_before_attach(); j++) {
 		int g = group_size(j);
 
 		put(o, j ? ",\n" : "\n");
@@ -762,7 +1001,11 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 		put_kv_i(o, ",\"entered_ns\":", dump_time - 30000000000LL);
 		put(o, ",\"comm_id\":null,\"seq\":null}");
 	}
-	put(o, "],\n\"entries\":[");
+	put(o, "]");
+	/* before the entries, so a reader of the newest entries finds them in the head */
+	if (env.stacks)
+		put_stacks(o, r, pid, dump_time);
+	put(o, ",\n\"entries\":[");
 	for (int64_t i = first; i < n; i++) {
 		put(o, i > first ? ",\n" : "\n");
 		put_entry(o, &ents[i], pid);

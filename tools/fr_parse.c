@@ -6,6 +6,7 @@
  * described in d->err with its byte offset.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,18 @@ static const char *const redop_names[FR_RED__COUNT] = {
 static const char *const state_names[] = {
 	"unknown", "enqueued", "started", "completed", "failed",
 };
+
+static const char *const where_names[FR_WHERE__COUNT] = {
+	"unknown", "nccl", "cuda", "driver", "allocator", "python", "idle", "running",
+};
+static const char *const progress_names[] = { "unknown", "none", "yes" };
+
+const char *fr_where_name(int w) { return w >= 0 && w < FR_WHERE__COUNT ? where_names[w] : "?"; }
+const char *fr_progress_name(int p) { return p >= 0 && p <= FR_PROG_YES ? progress_names[p] : "?"; }
+bool fr_where_is_wait(int w)
+{
+	return w == FR_WHERE_NCCL || w == FR_WHERE_CUDA || w == FR_WHERE_DRIVER;
+}
 
 const char *fr_op_name(int op) { return op >= 0 && op < FR_OP__COUNT ? op_names[op] : "?"; }
 const char *fr_dtype_name(int t) { return t >= 0 && t < FR_DT__COUNT ? dtype_names[t] : "?"; }
@@ -763,6 +776,271 @@ static bool entry_obj(struct jp *j, int *last_comm)
 	return true;
 }
 
+/* "0x6f12a" (the writer's hex strings) or a plain number; anything else is unknown */
+static bool hex_field(struct jp *j, int64_t *out)
+{
+	char buf[24];
+	uint64_t v = 0;
+	int len;
+
+	ws(j);
+	*out = FR_UNK;
+	if (j->p >= j->end || *j->p != '"')
+		return num(j, out);
+	if ((len = str(j, buf, sizeof(buf))) < 0)
+		return false;
+	if (len < 3 || buf[0] != '0' || (buf[1] != 'x' && buf[1] != 'X') || len > 18)
+		return true;
+	for (int i = 2; i < len; i++) {
+		int h = hexval(buf[i]);
+
+		if (h < 0)
+			return true;
+		v = v * 16 + (uint64_t)h;
+	}
+	*out = v > (uint64_t)INT64_MAX ? FR_UNK : (int64_t)v;
+	return true;
+}
+
+static bool frame_obj(struct jp *j, struct fr_frame *f)
+{
+	char key[32], buf[16];
+	int klen;
+	int64_t v;
+	bool first = true;
+
+	memset(f, 0, sizeof(*f));
+	f->module_off = FR_UNK;
+	ws(j);
+	if (j->p < j->end && *j->p != '{')
+		return skip_value(j, 0);
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("kind")) {
+			ok = str_field(j, buf, sizeof(buf));
+			f->kind = !strcmp(buf, "native") ? FR_FRAME_NATIVE :
+				  !strcmp(buf, "python") ? FR_FRAME_PYTHON : FR_FRAME_UNKNOWN;
+		} else if (KEY("func")) {
+			ok = str_field(j, f->func, sizeof(f->func));
+		} else if (KEY("file")) {
+			ok = str_field(j, f->file, sizeof(f->file));
+		} else if (KEY("module")) {
+			ok = str_field(j, f->module, sizeof(f->module));
+		} else if (KEY("module_off")) {
+			ok = hex_field(j, &f->module_off);
+		} else if (KEY("line")) {
+			ok = num(j, &v);
+			f->line = v > 0 && v < INT32_MAX ? (int32_t)v : 0;
+		} else {
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	return !j->failed;
+}
+
+/* the top FR_STACK_FRAMES frames into out; the rest skipped (counted in *more) */
+static bool frames_array(struct jp *j, struct fr_frame *out, int *n, bool *more)
+{
+	bool first = true;
+
+	*n = 0;
+	*more = false;
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_elem(j, &first)) {
+		bool ok;
+
+		if (*n < FR_STACK_FRAMES) {
+			ok = frame_obj(j, &out[*n]);
+			(*n)++;
+		} else {
+			*more = true;
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	return !j->failed;
+}
+
+static int lookup_where(const char *s, size_t len)
+{
+	return lookup(where_names, FR_WHERE__COUNT, s, len, FR_WHERE_UNKNOWN);
+}
+
+/* One thread. Its frames are read only while it may be the issuing thread (the writer puts
+ * "issuing" before "frames"; when it does not, the top frames are read into scratch). */
+static bool thread_obj(struct jp *j, struct fr_snapshot *sn, struct fr_frame *scratch)
+{
+	struct fr_dump *d = j->d;
+	struct fr_stack_thread t = { 0 };
+	char key[32], buf[48];
+	int klen, nr_frames = 0, len;
+	int64_t v, issuing = FR_UNK;
+	bool first = true, more = false;
+
+	t.tid = FR_UNK;
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("tid")) {
+			ok = num(j, &t.tid);
+		} else if (KEY("name")) {
+			ok = str_field(j, t.name, sizeof(t.name));
+		} else if (KEY("state")) {
+			ok = str_field(j, buf, sizeof(buf));
+			t.state = ok && strchr("RSDTtZXIWPK", buf[0]) && buf[0] ? buf[0] : 0;
+		} else if (KEY("where")) {
+			if (is_null(j)) {
+				ok = skip_value(j, 0);
+			} else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0)) {
+				t.where = (uint8_t)lookup_where(buf, (size_t)len);
+			}
+		} else if (KEY("api")) {
+			ok = str_field(j, t.api, sizeof(t.api));
+		} else if (KEY("progress")) {
+			ok = str_field(j, buf, sizeof(buf));
+			t.progress = !strcmp(buf, "none") ? FR_PROG_NONE :
+				     !strcmp(buf, "yes") ? FR_PROG_YES : FR_PROG_UNKNOWN;
+		} else if (KEY("main")) {
+			ok = num(j, &v);
+			t.main = v == 1;
+		} else if (KEY("issuing")) {
+			ok = num(j, &issuing);
+			t.issuing = issuing == 1;
+		} else if (KEY("python")) {
+			ok = num(j, &v);
+			t.python = v == 1;
+		} else if (KEY("frames")) {
+			/* another thread already is the issuing one, or this one is not */
+			if (sn->issuing >= 0 || (issuing != FR_UNK && issuing != 1))
+				ok = skip_value(j, 0);
+			else
+				ok = frames_array(j, scratch, &nr_frames, &more);
+		} else {
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	if (j->failed)
+		return false;
+	sn->nr_threads_all++;
+	if (sn->nr_threads >= FR_MAX_THREADS)
+		return true;
+	if (d->nr_threads == d->cap_threads) {
+		size_t cap = d->cap_threads ? d->cap_threads * 2 : 64;
+		void *p = realloc(d->threads, cap * sizeof(*d->threads));
+
+		if (!p)
+			return fail(j, "out of memory");
+		d->threads = p;
+		d->cap_threads = cap;
+	}
+	if (t.issuing && sn->issuing < 0) {
+		sn->issuing = (int64_t)d->nr_threads;
+		memcpy(sn->frames, scratch, nr_frames * sizeof(*scratch));
+		sn->nr_frames = nr_frames;
+		sn->more_frames = more;
+	} else {
+		t.issuing = false;	/* exactly one per process: the first one wins */
+	}
+	d->threads[d->nr_threads++] = t;
+	sn->nr_threads++;
+	return true;
+}
+
+static bool snapshot_obj(struct jp *j)
+{
+	struct fr_dump *d = j->d;
+	struct fr_snapshot *sn;
+	struct fr_frame *scratch;
+	char key[32], buf[16];
+	int klen;
+	int64_t v;
+	bool first = true, ok = true;
+
+	if (d->nr_snaps >= FR_MAX_SNAPSHOTS)
+		return skip_value(j, 0);
+	if (d->nr_snaps == d->cap_snaps) {
+		size_t cap = d->cap_snaps ? d->cap_snaps * 2 : 2;
+		void *p = realloc(d->snaps, cap * sizeof(*d->snaps));
+
+		if (!p)
+			return fail(j, "out of memory");
+		d->snaps = p;
+		d->cap_snaps = cap;
+	}
+	scratch = malloc(FR_STACK_FRAMES * sizeof(*scratch));
+	if (!scratch)
+		return fail(j, "out of memory");
+	sn = &d->snaps[d->nr_snaps];
+	memset(sn, 0, offsetof(struct fr_snapshot, frames));
+	sn->time_ns = sn->samples = sn->interval_ms = FR_UNK;
+	sn->issuing = -1;
+	sn->nr_frames = 0;
+	sn->more_frames = false;
+	sn->first_thread = d->nr_threads;
+	ws(j);
+	if (j->p < j->end && *j->p != '{') {
+		free(scratch);
+		return skip_value(j, 0);
+	}
+	while (ok && next_key(j, &first, key, sizeof(key), &klen)) {
+		if (KEY("taken")) {
+			ok = str_field(j, buf, sizeof(buf));
+			sn->taken = !strcmp(buf, "attach") ? FR_TAKEN_ATTACH :
+				    !strcmp(buf, "dump") ? FR_TAKEN_DUMP :
+				    !strcmp(buf, "request") ? FR_TAKEN_REQUEST : FR_TAKEN_OTHER;
+		} else if (KEY("time_ns")) {
+			ok = num(j, &sn->time_ns);
+		} else if (KEY("samples")) {
+			ok = num(j, &sn->samples);
+		} else if (KEY("interval_ms")) {
+			ok = num(j, &sn->interval_ms);
+		} else if (KEY("exited")) {
+			ok = num(j, &v);
+			sn->exited = v == 1;
+		} else if (KEY("ptrace_error")) {
+			ok = str_field(j, sn->ptrace_error, sizeof(sn->ptrace_error));
+		} else if (KEY("python")) {
+			ok = str_field(j, sn->python, sizeof(sn->python));
+		} else if (KEY("threads")) {
+			bool f2 = true;
+
+			if (is_null(j)) {
+				ok = skip_value(j, 0);
+				continue;
+			}
+			while (ok && next_elem(j, &f2))
+				ok = thread_obj(j, sn, scratch);
+			ok = ok && !j->failed;
+		} else {
+			ok = skip_value(j, 0);
+		}
+	}
+	free(scratch);
+	if (!ok || j->failed)
+		return false;
+	d->nr_snaps++;
+	return true;
+}
+
+static bool stacks_array(struct jp *j)
+{
+	bool first = true;
+
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_elem(j, &first))
+		if (!snapshot_obj(j))
+			return false;
+	return !j->failed;
+}
+
 static bool array_of(struct jp *j, bool (*fn)(struct jp *))
 {
 	bool first = true;
@@ -830,6 +1108,8 @@ static void reset(struct fr_dump *d)
 	d->ring_size = d->entries_recorded = d->entries_overwritten = d->events_dropped = FR_UNK;
 	d->proc_state = FR_PROC_UNKNOWN;
 	d->nr_comms = d->nr_in_calls = d->nr_entries = 0;
+	d->nr_snaps = d->nr_threads = 0;
+	d->stacks_error[0] = 0;
 }
 
 /* The top-level members from j->p on (first: the opening '{' is still ahead). With
@@ -881,6 +1161,10 @@ static bool top_level(struct jp *j, bool first, bool stop_at_entries, bool *at_e
 			ok = array_of(j, comm_obj);
 		else if (KEY("in_call"))
 			ok = array_of(j, in_call_obj);
+		else if (KEY("stacks"))
+			ok = stacks_array(j);
+		else if (KEY("stacks_error"))
+			ok = str_field(j, d->stacks_error, sizeof(d->stacks_error));
 		else
 			ok = skip_value(j, 0);
 		if (!ok)
@@ -900,8 +1184,8 @@ static int finish_parse(struct fr_dump *d, struct jp *j)
 		snprintf(d->err, sizeof(d->err), "not a tptrace-fr dump (schema \"%s\")", d->schema);
 		j->failed = true;
 	}
-	if (!j->failed && d->version != 1) {
-		snprintf(d->err, sizeof(d->err), "unsupported dump version %lld (this reads 1)",
+	if (!j->failed && d->version != 1 && d->version != 2) {
+		snprintf(d->err, sizeof(d->err), "unsupported dump version %lld (this reads 1-2)",
 			 (long long)d->version);
 		j->failed = true;
 	}
@@ -991,5 +1275,7 @@ void fr_dump__release(struct fr_dump *d)
 	free(d->comms);
 	free(d->in_calls);
 	free(d->entries);
+	free(d->snaps);
+	free(d->threads);
 	memset(d, 0, sizeof(*d));
 }

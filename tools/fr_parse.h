@@ -83,6 +83,60 @@ struct fr_in_call {
 	int64_t tid, entered_ns, seq;
 };
 
+/* Stacks (version 2, docs/fr-schema.md "Stacks"): per snapshot, what the rules need of each
+ * thread and the top frames of the issuing thread; everything else is skipped unread. */
+#define FR_STACK_FRAMES		16	/* frames kept of the issuing thread, innermost first */
+#define FR_MAX_SNAPSHOTS	8	/* per dump; more are skipped */
+#define FR_MAX_THREADS		1024	/* kept per snapshot; more are counted, not kept */
+#define FR_FUNC_LEN		128
+#define FR_PATH_LEN		160
+
+enum fr_taken { FR_TAKEN_OTHER, FR_TAKEN_ATTACH, FR_TAKEN_DUMP, FR_TAKEN_REQUEST };
+/* the order of user/stacks.h's enum stack_where */
+enum fr_where {
+	FR_WHERE_UNKNOWN, FR_WHERE_NCCL, FR_WHERE_CUDA, FR_WHERE_DRIVER, FR_WHERE_ALLOCATOR,
+	FR_WHERE_PYTHON, FR_WHERE_IDLE, FR_WHERE_RUNNING, FR_WHERE__COUNT
+};
+enum fr_progress { FR_PROG_UNKNOWN, FR_PROG_NONE, FR_PROG_YES };
+enum fr_frame_kind { FR_FRAME_UNKNOWN, FR_FRAME_NATIVE, FR_FRAME_PYTHON };
+
+const char *fr_where_name(int where);
+const char *fr_progress_name(int progress);
+/* inside an NCCL, CUDA runtime or driver call: the waits a hang leaves threads in */
+bool fr_where_is_wait(int where);
+
+struct fr_frame {
+	uint8_t kind;		/* enum fr_frame_kind */
+	int32_t line;		/* Python; 0 unknown */
+	int64_t module_off;	/* native; FR_UNK unknown */
+	char func[FR_FUNC_LEN];	/* "" unknown (no symbol: never invented) */
+	char file[FR_PATH_LEN];	/* Python co_filename */
+	char module[FR_PATH_LEN];	/* native module path */
+};
+
+struct fr_stack_thread {
+	int64_t tid;
+	char name[16];
+	char state;		/* 0 unknown */
+	uint8_t where, progress;	/* enum fr_where, enum fr_progress */
+	bool main, issuing, python;
+	char api[48];
+};
+
+struct fr_snapshot {
+	uint8_t taken;		/* enum fr_taken */
+	int64_t time_ns, samples, interval_ms;
+	bool exited;
+	char ptrace_error[96];	/* "" none */
+	char python[16];	/* "" no CPython */
+	size_t first_thread, nr_threads;	/* in fr_dump.threads */
+	int64_t nr_threads_all;	/* threads in the dump (more than kept when > FR_MAX_THREADS) */
+	int64_t issuing;	/* index in fr_dump.threads of the issuing thread, -1 none */
+	struct fr_frame frames[FR_STACK_FRAMES];	/* the issuing thread's */
+	int nr_frames;
+	bool more_frames;	/* it has more than FR_STACK_FRAMES */
+};
+
 struct fr_dump {
 	char schema[16];
 	char host[FR_NAME_LEN];
@@ -99,6 +153,12 @@ struct fr_dump {
 	size_t nr_in_calls, cap_in_calls;
 	struct fr_entry *entries;
 	size_t nr_entries, cap_entries;
+	/* version 2: snapshots in dump order (oldest first) and their threads */
+	struct fr_snapshot *snaps;
+	size_t nr_snaps, cap_snaps;
+	struct fr_stack_thread *threads;
+	size_t nr_threads, cap_threads;
+	char stacks_error[96];	/* why the dump holds no snapshot of its own; "" none */
 
 	char err[160];		/* why fr_dump__parse failed */
 };

@@ -7,6 +7,62 @@
 #include <cjson/cJSON.h>
 #include "fr_analyze_int.h"
 
+/* the culprit's frames as the dump has them (the fields the analysis keeps), or null: the
+ * first culprit's newest snapshot, when the process was alive to take it */
+static void add_stack(cJSON *o, const struct fr_analysis *a, const struct verdict *v)
+{
+	const struct proc *p;
+	cJSON *arr;
+
+	if (!v->nr_who || v->who[0][2] < 0 || v->rule == RULE_ATTACHED_AFTER ||
+	    v->rule == RULE_DEAD_RANK || v->rule == RULE_CORRUPT) {
+		cJSON_AddNullToObject(o, "stack");
+		return;
+	}
+	p = &a->procs[v->who[0][2]];
+	if (!p->snap.present || p->snap.exited || p->snap.tid == FR_UNK) {
+		cJSON_AddNullToObject(o, "stack");
+		return;
+	}
+	arr = cJSON_AddArrayToObject(o, "stack");
+	for (int i = 0; arr && i < p->snap.nr_frames; i++) {
+		const struct kframe *k = &a->frames[p->snap.frames + i];
+		cJSON *fo = cJSON_CreateObject();
+		char buf[32];
+
+		if (!fo)
+			return;
+		cJSON_AddItemToArray(arr, fo);
+		cJSON_AddStringToObject(fo, "kind", k->kind == FR_FRAME_PYTHON ? "python" :
+					k->kind == FR_FRAME_NATIVE ? "native" : "unknown");
+		if (k->func)
+			cJSON_AddStringToObject(fo, "func", kstr(a, k->func));
+		else
+			cJSON_AddNullToObject(fo, "func");
+		if (k->kind == FR_FRAME_PYTHON) {
+			if (k->file)
+				cJSON_AddStringToObject(fo, "file", kstr(a, k->file));
+			else
+				cJSON_AddNullToObject(fo, "file");
+			if (k->line > 0)
+				cJSON_AddNumberToObject(fo, "line", k->line);
+			else
+				cJSON_AddNullToObject(fo, "line");
+			continue;
+		}
+		if (k->module)
+			cJSON_AddStringToObject(fo, "module", kstr(a, k->module));
+		else
+			cJSON_AddNullToObject(fo, "module");
+		if (k->module_off != FR_UNK) {
+			snprintf(buf, sizeof(buf), "0x%" PRIx64, (uint64_t)k->module_off);
+			cJSON_AddStringToObject(fo, "module_off", buf);
+		} else {
+			cJSON_AddNullToObject(fo, "module_off");
+		}
+	}
+}
+
 static void append_caveats(const struct fr_analysis *a, const struct verdict *v, FILE *f)
 {
 	if (v->also_seqs)
@@ -63,6 +119,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 			cJSON_AddStringToObject(o, "confidence_reason", reason ? reason : "");
 			free(reason);
 		}
+		add_stack(o, a, v);
 		headline = verdict_headline(a, v);
 		detail = verdict_detail(a, v);
 		if ((f = text_open(&t))) {
@@ -107,6 +164,13 @@ int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
 		bool same = true;
 		int shown = 0;
 
+		/* no collective and no stack: nothing says the job is healthy */
+		if (!a->nr_comms && !a->nr_with_stacks) {
+			fprintf(out, "nothing to judge: %d rank%s, no collectives recorded and no stacks "
+				"in the dumps (recorded with --no-stacks, or by a tptrace before dump "
+				"version 2)\n", a->nr_procs, a->nr_procs == 1 ? "" : "s");
+			return 0;
+		}
 		fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,
 			a->nr_procs == 1 ? "" : "s", a->nr_comms, a->nr_comms == 1 ? "" : "s");
 		for (int ci = 0; ci < a->nr_comms; ci++) {
@@ -118,9 +182,9 @@ int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
 			common = last;
 		}
 		if (!a->nr_comms) {
-			fprintf(out, "no collectives recorded\n");
+			fprintf(out, "no collectives recorded");
 		} else if (same) {
-			fprintf(out, "all completed seq %" PRId64 "\n", common);
+			fprintf(out, "all completed seq %" PRId64, common);
 		} else {
 			fprintf(out, "all completed the same seqs (last seq per comm:");
 			for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
@@ -129,8 +193,10 @@ int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
 				fprintf(out, " %s %" PRId64, short_id(c->id),
 					c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0);
 			}
-			fprintf(out, "%s)\n", a->nr_comms > shown ? " ..." : "");
+			fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
 		}
+		print_stacks_health(out, a);
+		fprintf(out, "\n");
 		return 0;
 	}
 	fprintf(out, "%d problem%s found (%d ranks, %d comm%s, %d dumps), most causal first:\n\n",

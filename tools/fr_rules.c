@@ -7,9 +7,10 @@
 #include "fr_analyze_int.h"
 
 const char *const rule_names[RULE__COUNT] = {
-	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "nccl_async_error",
-	"type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch", "root_mismatch",
-	"p2p_mismatch", "stuck_in_call", "late_arrival", "state_divergence", "corrupt_dump",
+	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
+	"nccl_async_error", "type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch",
+	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival",
+	"state_divergence", "attached_after_hang", "corrupt_dump",
 };
 
 static int cmp_placed(const void *x, const void *y)
@@ -976,7 +977,7 @@ int fr_analysis__finish(struct fr_analysis *a)
 	    (err = rule_dead_rank(a)) || (err = rule_missing_dump(a)) ||
 	    (err = rule_async_error(a)) || (err = rule_signatures(a)) || (err = rule_p2p(a)) ||
 	    (err = rule_stuck(a)) || (err = rule_late(a)) || (err = rule_state(a)) ||
-	    (err = rule_corrupt(a)))
+	    (err = rule_stacks(a)) || (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
 		return err;
 	mark_inferred(a);
 	sort_verdicts(a);

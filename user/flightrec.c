@@ -66,6 +66,7 @@ static void proc_free(struct fr_proc *p)
 {
 	if (!p)
 		return;
+	fr_stacks__free(p);
 	u64map__free_values(&p->threads);
 	u64map__clear(&p->events);
 	free(p->ring);
@@ -153,7 +154,8 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	p->last_progress = fr_mono_now();
 	find_nccl_version(p);
 	fr->procs[fr->nr_procs++] = p;
-	return 0;
+	/* in the background: the recording of this and the other processes goes on */
+	return fr_stacks__attach(fr, p);
 }
 
 void flightrec__set_drops(struct flightrec *fr, int err, uint64_t dropped)
@@ -882,7 +884,8 @@ int flightrec__comms_to_query(struct flightrec *fr, int *pid, uint64_t *handles,
 		struct fr_proc *p = fr->procs[i];
 		int n = 0;
 
-		if (p->exited || lifecycle_in_progress(fr, p))
+		/* a process stopped for its snapshot cannot be stopped for a query: later */
+		if (p->exited || fr_stacks__busy(p) || lifecycle_in_progress(fr, p))
 			continue;
 		for (int c = 0; c < p->nr_comms && n < max; c++) {
 			struct fr_comm *cm = &p->comms[c];

@@ -21,6 +21,10 @@ struct flightrec_opts {
 	/* called when the dynamic linker reports new objects in a process (attach probes) */
 	void (*rescan)(void *ctx, struct target *t);
 	void *rescan_ctx;
+	/* hang snapshots (stacks.h) at attach and per dump */
+	bool no_stacks;
+	int stack_samples;		/* 0: stacks.h's default (3) */
+	int stack_interval_ms;		/* 0: 200 */
 };
 
 struct flightrec *flightrec__new(const struct flightrec_opts *opts);

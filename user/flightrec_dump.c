@@ -15,7 +15,7 @@
 #include "log.h"
 #include "target.h"
 
-#define FR_SCHEMA_VERSION 1
+#define FR_SCHEMA_VERSION 2	/* 2: "stacks" (docs/fr-schema.md) */
 
 static cJSON *num_or_null(int64_t v, bool known)
 {
@@ -312,6 +312,9 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 		cJSON_AddItemToArray(arr, o);
 	}
 
+	/* before the entries: a reader of the newest entries finds it in the head */
+	fr_stacks__add(fr, p, root);
+
 	arr = cJSON_AddArrayToObject(root, "entries");
 	first = p->next_record_id > fr->opts.ring_size ? p->next_record_id - fr->opts.ring_size : 1;
 	for (uint64_t id = first; id < p->next_record_id; id++) {
@@ -393,6 +396,9 @@ static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason
 int flightrec__dump_all(struct flightrec *fr, const char *reason)
 {
 	int n = 0, first_err = 0;
+
+	/* every process's dump snapshot at once, not one after the other */
+	fr_stacks__take_dumps(fr, fr->procs, fr->nr_procs);
 
 	for (int i = 0; i < fr->nr_procs; i++) {
 		struct fr_proc *p = fr->procs[i];

@@ -6,6 +6,7 @@
 #define TPTRACE_FLIGHTREC_INT_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "calls.h"
@@ -111,6 +112,12 @@ struct fr_proc {
 	int exit_code;			/* wait status */
 	char nccl_version[32];
 	char nccl_library[PATH_MAX];
+	/* hang snapshots (flightrec_stacks.c): the attach one is taken by snap_thread */
+	pthread_t snap_thread;
+	bool snap_running;		/* snap_thread not joined yet */
+	struct cJSON *snap_attach, *snap_dump;
+	uint64_t snap_attach_ns;	/* how long the attach snapshot took */
+	char snap_attach_err[160], snap_dump_err[160];
 };
 
 struct flightrec {
@@ -126,6 +133,17 @@ struct flightrec {
 };
 
 uint64_t fr_mono_now(void);
+
+/* flightrec_stacks.c */
+struct cJSON;
+int fr_stacks__attach(struct flightrec *fr, struct fr_proc *p);
+void fr_stacks__wait_attach(struct fr_proc *p);
+bool fr_stacks__busy(const struct fr_proc *p);
+/* dump snapshots of procs[0..n), in parallel; each is used by the next dump of its proc */
+int fr_stacks__take_dumps(struct flightrec *fr, struct fr_proc **procs, int n);
+/* "stacks" and "stacks_error" of a dump of p (takes the dump snapshot when none is ready) */
+void fr_stacks__add(struct flightrec *fr, struct fr_proc *p, struct cJSON *root);
+void fr_stacks__free(struct fr_proc *p);
 /* The ring entry with this record id, NULL when it fell out of the ring. */
 struct fr_entry *fr_entry_by_id(struct flightrec *fr, struct fr_proc *p, uint64_t id);
 

@@ -36,11 +36,15 @@ static struct fr_env {
 	double duration;
 	int ring_mb;
 	bool no_query;
+	bool no_stacks;
+	int stack_samples, stack_interval_ms;
 } env = {
 	.dump_dir = "/var/tmp/tptrace",
 	.ring = 2000,
 	.stall_timeout = 60,
 	.ring_mb = 4,
+	.stack_samples = 3,
+	.stack_interval_ms = 200,
 };
 
 static const char doc[] =
@@ -48,6 +52,7 @@ static const char doc[] =
 "\n"
 "USAGE: tptrace fr (-p PID [-p PID ...] | -a) [--dump-dir DIR] [--ring N]\n"
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
+"                  [--stack-samples N] [--stack-interval MS] [--no-stacks]\n"
 "\n"
 "Records every NCCL collective and p2p call (and the CUDA event and sync\n"
 "calls that tell when they finish on the GPU) into a ring per process held\n"
@@ -57,13 +62,21 @@ static const char doc[] =
 "when a process exits, and on each write to the --dump-on fifo. Read the\n"
 "dumps of all ranks with tptrace-fr.\n"
 "\n"
+"Each process's threads are snapshotted (native and Python frames, the\n"
+"NCCL/CUDA call each is in, --stack-samples samples to tell progress) when\n"
+"recording starts and for every dump, so a job that was already hung when\n"
+"tptrace attached still names its culprit. The process is stopped a few ms\n"
+"per sample.\n"
+"\n"
 "EXAMPLES:\n"
 "  sudo tptrace fr -p 4242 --dump-dir /var/tmp/tptrace  # one job process\n"
 "  sudo tptrace fr -a --dump-dir /var/tmp/tptrace       # all NCCL processes\n"
 "  sudo kill -USR2 $(pgrep -f 'tptrace fr')             # dump now\n"
+"  sudo tptrace fr -a --no-stacks                       # never stop a process\n"
 "  tptrace-fr /var/tmp/tptrace                          # the verdict\n";
 
-enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY };
+enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
+       OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
@@ -76,6 +89,11 @@ static const struct argp_option opts[] = {
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "BPF ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "no-query-comms", OPT_NO_QUERY, NULL, 0,
 	  "Never stop a thread to ask NCCL the rank/size of communicators made before attach", 0 },
+	{ "stack-samples", OPT_STACK_SAMPLES, "N", 0,
+	  "Samples per stack snapshot, to tell progress (default 3, 1..100)", 0 },
+	{ "stack-interval", OPT_STACK_INTERVAL, "MS", 0,
+	  "Between stack samples (default 200, 1..10000)", 0 },
+	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No stack snapshots (never stop the processes)", 0 },
 	{},
 };
 
@@ -123,6 +141,21 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_NO_QUERY:
 		env.no_query = true;
+		break;
+	case OPT_NO_STACKS:
+		env.no_stacks = true;
+		break;
+	case OPT_STACK_SAMPLES:
+		v = strtol(arg, &end, 10);
+		if (*end || end == arg || v < 1 || v > 100)
+			argp_error(state, "invalid --stack-samples '%s' (1..100)", arg);
+		env.stack_samples = (int)v;
+		break;
+	case OPT_STACK_INTERVAL:
+		v = strtol(arg, &end, 10);
+		if (*end || end == arg || v < 1 || v > 10000)
+			argp_error(state, "invalid --stack-interval '%s' (1..10000 ms)", arg);
+		env.stack_interval_ms = (int)v;
 		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
@@ -357,6 +390,9 @@ int fr_main(int argc, char **argv)
 	fo.stall_timeout_ns = (uint64_t)(env.stall_timeout * 1e9);
 	fo.rescan = rescan;
 	fo.rescan_ctx = &s;
+	fo.no_stacks = env.no_stacks;
+	fo.stack_samples = env.stack_samples;
+	fo.stack_interval_ms = env.stack_interval_ms;
 	s.fr = flightrec__new(&fo);
 	if (!s.cache || !s.fr) {
 		log_error("out of memory\n");

@@ -331,12 +331,17 @@ static void read_stopped(struct sample *s, struct tsample *t, struct py_frame *p
 	int nr_py = 0;
 	bool cut, no_eval, leftover;
 
-	if (!ptrace(PTRACE_GETREGS, t->tid, 0, &regs))
+	bool regs_ok = !ptrace(PTRACE_GETREGS, t->tid, 0, &regs);
+
+	if (regs_ok)
 		fs_base = regs.fs_base;
-	if (s->uw) {
+	/* libdwfl 0.188 asserts (aborting tptrace) on the next thread after one whose registers
+	 * it could not read (pid_set_initial_registers leaves tid_attached set): a thread that
+	 * is gone (its process exiting) is never handed to it */
+	if (s->uw && regs_ok) {
 		unwinder__thread(s->uw, t->tid, max, &ns);
 	} else {
-		ns.err = s->uw_err;
+		ns.err = s->uw ? "registers unreadable: the thread is gone" : s->uw_err;
 	}
 	if (s->py) {
 		nr_py = pyframes__thread(s->py, t->tid, fs_base, pybuf, max);

@@ -4,16 +4,20 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
-from lib import TPTRACE, WL, Tracer, Workload, tmp_path
+from lib import ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, tmp_path
 
 FR_TOOL = os.path.join(os.path.dirname(TPTRACE), "tptrace-fr")
+PY_RANK = os.path.join(ROOT, "tests", "workloads", "py_nccl_rank.py")
 
 
 class Job:
     def __init__(self, nranks, scenario="healthy", steps=3, culprit=1, extra=(), env=None,
-                 name="job"):
+                 name="job", python_rank=None):
+        """python_rank=(R, interpreter): rank R is tests/workloads/py_nccl_rank.py under that
+        interpreter (ctypes into the simulated libnccl; spins in Python after GO)"""
         self.dir = tmp_path(f"fr-{name}")
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
@@ -27,6 +31,9 @@ class Job:
             argv = [os.path.join(WL, "nccl_rank"), "--rank", str(r), "--nranks", str(nranks),
                     "--id-file", id_file, "--steps", str(steps), "--scenario", scenario,
                     "--culprit", str(culprit)] + list(extra)
+            if python_rank and python_rank[0] == r:
+                argv = [python_rank[1], PY_RANK, "--rank", str(r), "--nranks", str(nranks),
+                        "--id-file", id_file, "--lib-dir", SIM_LIB]
             self.ranks.append(Workload(argv, env=e, wait_ready=False))
         # ranks rendezvous in ncclCommInitRank before READY: start all, then wait
         for w in self.ranks:
@@ -68,6 +75,27 @@ class Job:
     def stop(self):
         rc = self.tracer.stop()
         return rc
+
+    def go_and_hang(self, culprit=None, culprit_line=None, timeout=30, settle=0.5):
+        """GO, then wait until every rank announced step 0 ("# step 0", --announce) and the
+        culprit its fault line: the job hangs before anyone attaches"""
+        self.go()
+        for w in self.ranks:
+            assert w.out.wait_for(lambda l: l.startswith("# step 0"), timeout), w.out.text()
+        if culprit_line:
+            w = self.ranks[culprit]
+            assert w.out.wait_for(lambda l: l.startswith(culprit_line), timeout), w.out.text()
+        time.sleep(settle)     # a 4-rank step takes ~5 ms: blocked by now
+        for w in self.ranks:
+            assert w.p.poll() is None, f"rank exited: {w.out.text()}"
+
+    def dump_now(self, n=None, timeout=30):
+        """SIGUSR2 to the recorder; waits for the signal dumps of n processes"""
+        want = n if n is not None else len(self.ranks)
+        self.tracer.p.send_signal(signal.SIGUSR2)
+        ok = self.tracer.err.wait_for(
+            lambda l: sum(1 for x in self.tracer.err.lines if "(signal)" in x) >= want, timeout)
+        assert ok, self.tracer.err.text()
 
     def dumps(self):
         out = {}

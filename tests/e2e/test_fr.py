@@ -87,7 +87,7 @@ def check_dumps_complete(job, nranks):
     dumps = job.dumps()
     assert sorted(dumps) == list(range(nranks)), sorted(dumps)
     for r, d in dumps.items():
-        assert d["schema"] == "tptrace-fr" and d["version"] == 1
+        assert d["schema"] == "tptrace-fr" and d["version"] == 2
         world = [c for c in d["comms"] if c["created_by"] == "ncclCommInitRank"]
         assert len(world) == 1, d["comms"]
         c = world[0]

@@ -155,6 +155,75 @@ CASES = {
         ("comm_init_failed", WORLD, None, [0, 1], [0, 1]),
     ], {"human": "ranks 0,1 failed ncclCommInitAll on comm 5a0052b9 (2 ranks): rc 1 "
                  "ncclUnhandledCudaError\n"}),
+    # Version 2 dumps with stack snapshots (attach + dump). Hung before tptrace attached: the
+    # rings are empty (0 comms), the verdict comes from the stacks alone.
+    # rank 1 sleeps in Python (load_batch) while 0,2,3 wait in ncclAllReduce
+    "hung_missing": ("--ranks 4 --entries 8 --scenario hung_before_attach_missing --culprit 1", 1, [
+        ("odd_stack", None, None, [1], []),
+        ("attached_after_hang", None, None, [0, 2, 3], []),
+    ], {"confidence": "medium", "reason": "from stacks only", "op": "ncclAllReduce",
+        "stack": [("native", "clock_nanosleep"), ("native", "pysleep"),
+                  ("python", "load_batch", "/opt/app/data.py", 17),
+                  ("python", "Trainer.step", "/opt/app/train.py", 40)],
+        "human": "[odd_stack] rank 1 (host node0 pid 10001) is not where 3 of 4 ranks wait: "
+                 "inside ncclAllReduce from all_reduce (distributed_c10d.py:2050)\n    rank 1: thread \"python3\" tid 10001 (main) is idle in "
+                 "a wait outside NCCL/CUDA, no progress over 3 samples; Python frames: load_batch "
+                 "(/opt/app/data.py:17) < Trainer.step (/opt/app/train.py:40) < main "
+                 "(/opt/app/train.py:88); native frames: clock_nanosleep (libc.so.6+0xe5f1a) < "
+                 "pysleep (python3.11+0x2a1b3c)",
+        "second": ("high", None)}),
+    # rank 1 spins in Python (progressing) while the others wait
+    "hung_spin": ("--ranks 4 --entries 8 --scenario hung_before_attach_spin --culprit 1", 1, [
+        ("odd_stack", None, None, [1], []),
+        ("attached_after_hang", None, None, [0, 2, 3], []),
+    ], {"confidence": "medium", "reason": "from stacks only",
+        "stack": [("python", "spin_wait", "/opt/app/data.py", 23),
+                  ("python", "Trainer.step", "/opt/app/train.py", 40)],
+        "detail": "is running Python code, not in NCCL/CUDA, progressing"}),
+    # rank 2 waits in cudaStreamSynchronize (its libcuda frame has no symbol: never named)
+    "stuck_sync": ("--ranks 4 --entries 8 --scenario stuck_sync --culprit 2", 1, [
+        ("odd_stack", None, None, [2], []),
+        ("attached_after_hang", None, None, [0, 1, 2, 3], []),
+    ], {"confidence": "medium", "reason": "from stacks only", "op": "ncclAllReduce",
+        "stack": [("native", "ioctl"), ("native", None),
+                  ("native", "cudaStreamSynchronize"),
+                  ("python", "Trainer.sync_metrics", "/opt/app/train.py", 51)],
+        "detail": "rank 2: thread \"python3\" tid 10002 (main) is inside cudaStreamSynchronize, "
+                  "no progress over 3 samples; Python frames: Trainer.sync_metrics "
+                  "(/opt/app/train.py:51)"}),
+    # every rank inside ncclAllReduce, none progressing: a hang inside NCCL or the network
+    "no_progress": ("--ranks 4 --entries 8 --scenario no_progress", 1, [
+        ("no_progress", None, None, [0, 1, 2, 3], []),
+        ("attached_after_hang", None, None, [0, 1, 2, 3], []),
+    ], {"confidence": "medium", "reason": "from stacks only", "op": "ncclAllReduce",
+        "stack": [("native", "__futex_abstimed_wait_common"), ("native", "ncclAllReduce")],
+        "human": "[no_progress] ranks 0-3 are all inside ncclAllReduce and none progressed over "
+                 "3 samples: a hang inside NCCL or the network\n"}),
+    # rank 3's frames could not be read: the others' verdict stands, with low confidence
+    "no_progress_unknown": ("--ranks 4 --entries 8 --scenario no_progress --stack-unknown 3", 1, [
+        ("no_progress", None, None, [0, 1, 2], []),
+        ("attached_after_hang", None, None, [0, 1, 2], []),
+    ], {"confidence": "low",
+        "reason": "rank 3's stack is unknown (ptrace: Operation not permitted)"}),
+    # stacks on a healthy job: progressing; the healthy line says what the stacks show
+    "healthy_stacks": ("--ranks 4 --entries 16 --stacks", 0, [], {
+        "human": "no problem found: 4 ranks, 1 comm, all completed seq 16; stacks of 4 ranks: "
+                 "4 progressing, 0 blocked in NCCL/CUDA without progress\n"}),
+    # rings and stacks agree: missing_rank stands (high), its culprit's stack in the detail;
+    # no separate odd_stack
+    "skip_stacks": ("--ranks 8 --entries 16 --scenario skip --culprit 5 --stacks", 1, [
+        ("missing_rank", WORLD, 16, [5], [5]),
+        ("stuck_in_call", None, None, [5], []),
+    ], {"detail": "its stack: thread \"python3\" tid 10005 (main) is idle in a wait outside "
+                  "NCCL/CUDA, no progress over 3 samples; Python frames: load_batch "
+                  "(/opt/app/data.py:17)",
+        "stack": [("native", "clock_nanosleep"), ("native", "pysleep"),
+                  ("python", "load_batch", "/opt/app/data.py", 17)]}),
+    # a killed rank: its exit dump holds only the attach snapshot; dead_rank explains the
+    # others' wait (no no_progress), and its stack is null
+    "killed_stacks": ("--ranks 4 --entries 16 --scenario killed --culprit 2 --stacks", 1, [
+        ("dead_rank", WORLD, 16, [2], []),
+    ], {"stack": None}),
 }
 
 
@@ -231,6 +300,27 @@ def check_case(name, failures):
         return f"op {out['verdicts'][0]['op']!r}, want {extra['op']!r}"
     if "detail" in extra and extra["detail"] not in out["verdicts"][0]["detail"]:
         return f"detail {out['verdicts'][0]['detail']!r} lacks {extra['detail']!r}"
+    if "reason" in extra and out["verdicts"][0].get("confidence_reason") != extra["reason"]:
+        return f"confidence_reason {out['verdicts'][0].get('confidence_reason')!r}, want " \
+               f"{extra['reason']!r}"
+    if "second" in extra:
+        conf, reason = extra["second"]
+        v2 = out["verdicts"][1]
+        if v2["confidence"] != conf or v2.get("confidence_reason") != reason:
+            return f"second verdict confidence {v2['confidence']} {v2.get('confidence_reason')}"
+    for v in out["verdicts"]:
+        if "stack" not in v:
+            return f"verdict {v['rule']} lacks stack"
+    if "stack" in extra:
+        got_stack = out["verdicts"][0]["stack"]
+        if extra["stack"] is None:
+            if got_stack is not None:
+                return f"stack {got_stack!r}, want null"
+        else:
+            top = [(f["kind"], f["func"], f["file"], f["line"]) if f["kind"] == "python"
+                   else (f["kind"], f["func"]) for f in (got_stack or [])][:len(extra["stack"])]
+            if top != extra["stack"]:
+                return f"stack top {top}, want {extra['stack']}"
     if "stderr" in extra:
         lines = p.stderr.strip().splitlines()
         if len(lines) != 1 or extra["stderr"] not in lines[0]:
@@ -368,6 +458,7 @@ def check_generated():
             ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
             and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
+        res += check_generated_stacks(t)
         # tail mode (the default reads the newest 512 entries) against full reads, where
         # the rings are longer than the tail: the same verdicts
         for name, args in (("tail_skip", "--ranks 8 --entries 3000 --comms 2 --scenario skip "
@@ -382,6 +473,154 @@ def check_generated():
                     if p.stdout else p.stderr for p in outs]
             res.append((name, None if keys[0] == keys[1] == keys[2] and keys[0]
                         else f"full/512/256 verdicts differ: {keys}"))
+    return res
+
+
+def edit_dumps(d, fn):
+    """rewrites every dump of d with fn(dump) (json round trip)"""
+    for f in sorted(os.listdir(d)):
+        path = os.path.join(d, f)
+        with open(path) as fh:
+            dump = json.load(fh)
+        fn(dump)
+        with open(path, "w") as fh:
+            json.dump(dump, fh)
+
+
+def issuing(snap):
+    return next(t for t in snap["threads"] if t["issuing"])
+
+
+def check_generated_stacks(t):
+    res = []
+    # two ranks in ncclAllReduce, two in cudaStreamSynchronize, none progressing: no majority
+    # names an odd rank, and still never healthy
+    d = os.path.join(t, "mixed")
+    gen("--ranks 4 --entries 8 --scenario stuck_sync --culprit 2", d)
+
+    def to_sync(dump):
+        if dump["global_rank"] == 3:
+            for s in dump["stacks"]:
+                th = issuing(s)
+                th["where"], th["api"] = "cuda", "cudaStreamSynchronize"
+    edit_dumps(d, to_sync)
+    p = run([FR, "--json", d])
+    out = json.loads(p.stdout) if p.stdout else {"verdicts": []}
+    got = [verdict_key(v) + (v["op"],) for v in out["verdicts"]]
+    h = run([FR, d])
+    res.append(("stacks_mixed_waits", None if p.returncode == 1 and got == [
+        ("no_progress", None, None, [0, 1, 2, 3], [], None),
+        ("attached_after_hang", None, None, [0, 1, 2, 3], [], None)] and
+        "[no_progress] ranks 0-3 are all blocked in NCCL/CUDA calls and none progressed over 3 "
+        "samples\n" in h.stdout else f"exit {p.returncode}, verdicts {got}"))
+
+    # every rank inside ncclAllReduce, rank 2 reached it from another line: the same call
+    # reached another way is another wait (the frames inside the call are not compared)
+    d = os.path.join(t, "other_site")
+    gen("--ranks 4 --entries 8 --scenario no_progress", d)
+
+    def other_site(dump):
+        for s in dump["stacks"]:
+            th = issuing(s)
+            th["frames"][0]["pc"] = "0x%x" % (0x1000 + dump["global_rank"])   # timing: ignored
+            th["frames"][0]["module_off"] = "0x%x" % (0x91d36 + dump["global_rank"])
+            if dump["global_rank"] == 2:
+                next(f for f in th["frames"] if f.get("func") == "Trainer.step")["line"] = 47
+    edit_dumps(d, other_site)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else []
+    h = run([FR, d])
+    res.append(("stacks_other_call_site", None if [verdict_key(x) for x in v] == [
+        ("odd_stack", None, None, [2], []), ("attached_after_hang", None, None, [0, 1, 2, 3], [])]
+        and "ranks 0,1,3 are inside ncclAllReduce from all_reduce (distributed_c10d.py:2050), no "
+        "progress over 3 samples" in h.stdout and "Trainer.step (/opt/app/train.py:47)" in
+        h.stdout else f"exit {p.returncode}: {[verdict_key(x) for x in v]} {h.stdout}"))
+
+    # rings and stacks agree: every rank entered the last all_reduce and none completed it
+    # (no ring rule names anyone), all wait in it with no progress: no_progress, high
+    d = os.path.join(t, "confirmed")
+    gen("--ranks 4 --entries 16 --stacks", d)
+    nccl_wait = None
+    with open(os.path.join("tests/tools/data/no_progress", sorted(os.listdir(
+            "tests/tools/data/no_progress"))[0])) as fh:
+        nccl_wait = issuing(json.load(fh)["stacks"][1])
+
+    def all_stuck(dump):
+        last = dump["entries"][-1]
+        last["state"] = "started"
+        last["time_discovered_completed_ns"] = last["duration_ms"] = None
+        dump["comms"][0]["last_completed_seq"] = last["collective_seq_id"] - 1
+        snap = dump["stacks"][1]
+        th = issuing(snap)
+        for k in ("where", "api", "progress", "frames"):
+            th[k] = nccl_wait[k]
+    edit_dumps(d, all_stuck)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else []
+    res.append(("stacks_confirmed_by_rings", None if [(verdict_key(x), x["confidence"])
+                                                      for x in v] ==
+                [(("no_progress", None, None, [0, 1, 2, 3], []), "high")]
+                else f"exit {p.returncode}: {v}"))
+
+    # one sample: a busy moment looks like a hang, said as low confidence
+    d = os.path.join(t, "one_sample")
+    gen("--ranks 4 --entries 8 --scenario hung_before_attach_missing --culprit 1", d)
+
+    def one_sample(dump):
+        for s in dump["stacks"]:
+            s["samples"] = 1
+            for th in s["threads"]:
+                th["progress"] = "unknown"
+    edit_dumps(d, one_sample)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else []
+    res.append(("stacks_one_sample", None if v and verdict_key(v[0]) ==
+                ("odd_stack", None, None, [1], []) and v[0]["confidence"] == "low" and
+                v[0]["confidence_reason"].startswith("one stack sample")
+                else f"exit {p.returncode}: {v}"))
+
+    # every rank in ncclAllReduce, one sample each: no_progress, low
+    d = os.path.join(t, "one_sample_all")
+    gen("--ranks 4 --entries 8 --scenario no_progress", d)
+    edit_dumps(d, one_sample)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else []
+    res.append(("stacks_one_sample_all", None if v and verdict_key(v[0]) ==
+                ("no_progress", None, None, [0, 1, 2, 3], []) and v[0]["confidence"] == "low"
+                and v[0]["confidence_reason"].startswith("one stack sample")
+                else f"exit {p.returncode}: {v}"))
+
+    # the same hung job recorded without stacks (version 1): nothing says it is healthy
+    d = os.path.join(t, "no_stacks")
+    gen("--ranks 4 --entries 8 --scenario hung_before_attach_missing --culprit 1", d)
+
+    def strip(dump):
+        dump["version"] = 1
+        del dump["stacks"]
+        del dump["stacks_error"]
+    edit_dumps(d, strip)
+    h = run([FR, d])
+    res.append(("stacks_absent_empty_rings", None if h.returncode == 0 and h.stdout.startswith(
+        "nothing to judge: 4 ranks, no collectives recorded and no stacks in the dumps")
+        else f"exit {h.returncode}: {h.stdout!r}"))
+
+    # a version 3 dump is refused by name
+    d = os.path.join(t, "v3")
+    gen("--ranks 2 --entries 8 --stacks", d)
+    edit_dumps(d, lambda dump: dump.update(version=3))
+    p = run([FR, d])
+    res.append(("stacks_version3", None if p.returncode == 1 and
+                "unsupported dump version 3 (this reads 1-2)" in p.stderr
+                else f"exit {p.returncode}: {p.stderr!r}"))
+
+    # stacks sit before the entries: the tail read (header + newest 256 entries) sees them
+    d = os.path.join(t, "tail_stacks")
+    gen("--ranks 8 --entries 1500 --comms 2 --scenario skip --culprit 5 --stacks", d)
+    outs = [run([FR, "--json", "--tail", n, d]) for n in ("all", "256")]
+    keys = [[verdict_key(v) + (v["confidence"], json.dumps(v["stack"])) for v in
+             json.loads(p.stdout)["verdicts"]] if p.stdout else p.stderr for p in outs]
+    res.append(("stacks_tail", None if keys[0] == keys[1] and keys[0] and
+                '"load_batch"' in keys[0][0][-1] else f"full/tail differ: {keys}"))
     return res
 
 

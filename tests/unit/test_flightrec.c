@@ -140,7 +140,7 @@ int main(void)
 	if (!d)
 		return check_done();
 	CHECK_STR(str(d, "schema"), "tptrace-fr");
-	CHECK(num(d, "version") == 1, "version");
+	CHECK(num(d, "version") == 2, "version");
 	CHECK(num(d, "pid") == pid, "pid");
 	CHECK_STR(str(d, "dump_reason"), "signal");
 	CHECK_STR(str(get(d, "process"), "state"), "running");

@@ -155,7 +155,7 @@ int main(void)
 	CHECK(fr_dump__parse(&d, text, len) == 0, "fr_parse reads the writer's dump: %s", d.err);
 
 	CHECK_STR(d.schema, "tptrace-fr");
-	CHECK_U64(d.version, 1);
+	CHECK_U64(d.version, 2);
 	CHECK_U64(d.pid, pid);
 	CHECK_STR(d.host, host);
 	CHECK_STR(d.dump_reason, "request");

@@ -7,7 +7,7 @@
  * Usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S (5)] [--scenario NAME
  *                  (healthy)] [--culprit C (1)] [--fault-step K (S-1)] [--late-ms MS (3000)]
  *                  [--split] [--init-before-ready (default) | --init-after-go] [--hold]
- *                  [--bad-init]
+ *                  [--bad-init] [--announce]
  *
  * Setup, before READY (not counted below; with --init-after-go the part marked * runs right
  * after GO instead, before step 0):
@@ -39,7 +39,7 @@
  *  10. hands ev to the WATCHDOG THREAD (created before READY), which calls cudaEventQuery(ev)
  *      every 1 ms until it returns cudaSuccess (0): per step >= 0 calls returning
  *      cudaErrorNotReady (600), then exactly one returning 0 (like PyTorch's watchdog);
- *  11. cudaStreamSynchronize(s)                     (main thread, right after 9)
+ *  11. cudaStreamSynchronize(s) in step_sync()       (main thread, right after 9)
  *  12. waits (pthread only) until the watchdog saw this step's success
  *  13. ncclCommGetAsyncError(comm, &err); err != ncclSuccess -> "# async_error ..." info line,
  *      ncclCommAbort(comm), exit(4) without DONE.
@@ -73,6 +73,12 @@
  *                cudaLaunchKernel(grid 1, block 1, shmem 0) and calls
  *                cudaStreamSynchronize(s_stuck): it blocks inside that host call. The others
  *                hang in call 11 of step K (their allreduce waits for the culprit).
+ *                (the culprit's sync is in stuck_sync(), the others' in step_sync(): the same
+ *                API reached from different functions)
+ *   idle         culprit prints "# culprit idle" and sleeps forever in culprit_idle()
+ *                (clock_nanosleep) before call 1: it stops calling NCCL; the others hang in
+ *                call 11 of step K.
+ *   spin         the same, spinning on the CPU in culprit_spin().
  *   exit         culprit prints "# culprit exit", exit(3) before call 1; others hang in step K.
  *   kill         culprit raise(SIGKILL) before call 1; others hang in step K.
  *   async_error  after call 12 of step K the culprit calls the sim hook
@@ -80,6 +86,10 @@
  *                ncclRemoteError (6): "# async_error 6", ncclCommAbort(comm), exit(4). Step K
  *                completed on every rank, so with K = S-1 the others print DONE; with K < S-1
  *                they hang in call 11 of step K+1.
+ * --announce: every rank prints "# step K" before call 1 of each step (a test that attaches
+ * after the job hung knows every rank got there). TPSIM_NCCL_US=3600000000 in the environment
+ * makes every collective last an hour: all ranks enter and hang in call 11 (no_progress).
+ * The functions named here are noinline and exported (-rdynamic) so stacks show them.
  * Exit codes: 0 DONE, 1 an unexpected API error, 2 usage/id file, 3 exit scenario, 4 async error.
  * Stdout info lines: "# nccl_rank rank=R comm=/tpsim-nccl-<hex> split=<name>|-" (right after
  * comm setup), "# nccl_rank rank=R nranks=N steps=S scenario=... culprit=C fault_step=K split=0|1
@@ -110,12 +120,12 @@
 
 enum scenario {
 	SC_HEALTHY, SC_SKIP, SC_LATE, SC_SIZE, SC_DTYPE, SC_OP, SC_ROOT, SC_P2P, SC_STUCK,
-	SC_EXIT, SC_KILL, SC_ASYNC_ERROR,
+	SC_EXIT, SC_KILL, SC_ASYNC_ERROR, SC_IDLE, SC_SPIN,
 };
 
 static const char *scenario_names[] = {
 	"healthy", "skip", "late", "size", "dtype", "op", "root", "p2p", "stuck", "exit", "kill",
-	"async_error",
+	"async_error", "idle", "spin",
 };
 
 struct opts {
@@ -123,7 +133,7 @@ struct opts {
 	int kernels, compute_us, poll_ms;	/* benchmark shape: compute before the collectives */
 	const char *id_file;
 	enum scenario scenario;
-	bool split, init_after_go, hold, bad_init;
+	bool split, init_after_go, hold, bad_init, announce;
 };
 
 /* The watchdog's mailbox: main posts a step, the watchdog acks it once ev completed. */
@@ -148,6 +158,39 @@ __attribute__((noinline)) void fake_compute(int *flag)
 __attribute__((noinline)) void fake_stuck(int *flag)
 {
 	*flag = 1;
+}
+
+/* The hang scenarios' host functions: a stack names them. */
+__attribute__((noinline)) void culprit_idle(void)
+{
+	struct timespec ts = { 1, 0 };
+
+	for (;;)
+		clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
+}
+
+__attribute__((noinline)) void culprit_spin(void)
+{
+	volatile unsigned long n = 0;
+
+	for (;;)
+		n++;
+}
+
+__attribute__((noinline)) cudaError_t step_sync(cudaStream_t s)
+{
+	cudaError_t err = cudaStreamSynchronize(s);
+
+	__asm__ volatile("" ::: "memory");	/* not a tail call: step_sync stays on the stack */
+	return err;
+}
+
+__attribute__((noinline)) cudaError_t stuck_sync(cudaStream_t s)
+{
+	cudaError_t err = cudaStreamSynchronize(s);
+
+	__asm__ volatile("" ::: "memory");
+	return err;
 }
 
 static void cuda_check(cudaError_t err, const char *what)
@@ -270,7 +313,8 @@ static void comm_setup(const struct opts *o, ncclComm_t *comm, ncclComm_t *split
 static void usage(void)
 {
 	fprintf(stderr, "usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S] "
-		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error] "
+		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error|"
+		"idle|spin] [--announce] "
 		"[--culprit C] [--fault-step K] [--late-ms MS] [--split] [--init-before-ready|"
 		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P]\n");
 	exit(2);
@@ -312,6 +356,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->hold = true;
 		else if (!strcmp(a, "--bad-init"))
 			o->bad_init = true;
+		else if (!strcmp(a, "--announce"))
+			o->announce = true;
 		else if (!strcmp(a, "--kernels"))
 			o->kernels = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--compute-us"))
@@ -393,6 +439,8 @@ int main(int argc, char **argv)
 		ncclDataType_t ar_type = sc == SC_DTYPE ? ncclFloat16 : ncclFloat32;
 		ncclRedOp_t ar_op = sc == SC_OP ? ncclMax : ncclSum;
 
+		if (o.announce)
+			hs_info("step %d", step);
 		switch (sc) {
 		case SC_LATE:
 			usleep((useconds_t)o.late_ms * 1000);
@@ -404,9 +452,17 @@ int main(int argc, char **argv)
 
 			cuda_check(cudaLaunchKernel((const void *)fake_stuck, one, one, args, 0,
 						    s_stuck), "cudaLaunchKernel");
-			cuda_check(cudaStreamSynchronize(s_stuck), "cudaStreamSynchronize");
+			cuda_check(stuck_sync(s_stuck), "cudaStreamSynchronize");
 			break;
 		}
+		case SC_IDLE:
+			hs_info("culprit idle");
+			culprit_idle();
+			break;
+		case SC_SPIN:
+			hs_info("culprit spin");
+			culprit_spin();
+			break;
 		case SC_EXIT:
 			hs_info("culprit exit");
 			exit(3);
@@ -447,7 +503,7 @@ int main(int argc, char **argv)
 		pthread_cond_broadcast(&wd.cond);
 		pthread_mutex_unlock(&wd.lock);
 
-		cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+		cuda_check(step_sync(s), "cudaStreamSynchronize");
 
 		pthread_mutex_lock(&wd.lock);
 		while (wd.acked != step + 1)
