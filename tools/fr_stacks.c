@@ -391,8 +391,11 @@ int rule_stacks(struct fr_analysis *a)
 	return rule_no_progress(a);
 }
 
-/* Threads blocked in NCCL/CUDA waits at attach while the ring holds nothing newer: the job
- * was already hung, and the rings cannot say by whom. */
+/* Threads blocked in NCCL/CUDA waits at attach while the ring holds nothing: the job was
+ * already hung, and the rings cannot say by whom. Every entry of a ring was made after tptrace
+ * started recording (a call already inside at attach makes none), so one entry is progress
+ * after attach. The attach snapshot's own time is no boundary: it is taken beside recording,
+ * up to its sample time later, and a busy job makes entries meanwhile. */
 int rule_attached_after(struct fr_analysis *a)
 {
 	struct verdict *v = NULL;
@@ -403,7 +406,7 @@ int rule_attached_after(struct fr_analysis *a)
 
 		if (!s->present || !s->nr_waits || s->time_ns == FR_UNK || p->dead)
 			continue;
-		if (p->has_last && p->last_created != FR_UNK && p->last_created > s->time_ns)
+		if (p->has_last)
 			continue;
 		if (!v && !(v = verdict_new(a, RULE_ATTACHED_AFTER, -1, FR_UNK, NULL)))
 			return -ENOMEM;

@@ -951,7 +951,7 @@ static void headline_attached(FILE *f, const struct fr_analysis *a, const struct
 {
 	print_who(f, a, v, false);
 	fprintf(f, " %s already blocked in NCCL/CUDA calls when tptrace attached and %s "
-		   "nothing newer: the rings cannot tell who hung the job, the stacks can",
+		   "no call made since: the rings cannot tell who hung the job, the stacks can",
 		v->nr_who == 1 ? "was" : "were", v->nr_who == 1 ? "its ring holds" : "their rings hold");
 }
 
@@ -961,10 +961,8 @@ static void detail_attached(FILE *f, const struct fr_analysis *a, const struct v
 		const struct proc *p = &a->procs[v->who[i][2]];
 
 		print_proc_label(f, p);
-		fprintf(f, ": %d thread%s in NCCL/CUDA waits at attach; ", p->snap_attach.nr_waits,
+		fprintf(f, ": %d thread%s in NCCL/CUDA waits at attach\n", p->snap_attach.nr_waits,
 			p->snap_attach.nr_waits == 1 ? "" : "s");
-		print_last_entry(f, a, p);
-		fprintf(f, "\n");
 	}
 	if (v->nr_who > 4)
 		fprintf(f, "... and %d more ranks\n", v->nr_who - 4);

@@ -100,7 +100,8 @@ def test_stacks_names_the_late_rank():
             "[ranks 0-3] 4 processes", "  _start (nccl_rank)", "  __libc_start_main (libc.so.6)",
             "  __libc_start_call_main (libc.so.6)", "  main (nccl_rank)",
             "  [ranks 0,2-3] 3 processes"], lines[i:i + 8]
-        assert lines[i + 7] == "    cudaStreamSynchronize (libcudart.so.13)", lines[i:i + 12]
+        assert lines[i + 7:i + 9] == ["    step_sync (nccl_rank)",
+                                      "    cudaStreamSynchronize (libcudart.so.13)"], lines[i:i + 12]
         j = lines.index("  [rank 1] 1 process")
         assert lines[j + 1] == "    usleep (libc.so.6)", lines[j:j + 4]
         # per process: the header, then one line per thread (the ranks' threads are all there)

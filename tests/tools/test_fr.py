@@ -514,6 +514,25 @@ def check_generated_stacks(t):
         "[no_progress] ranks 0-3 are all blocked in NCCL/CUDA calls and none progressed over 3 "
         "samples\n" in h.stdout else f"exit {p.returncode}, verdicts {got}"))
 
+    # a healthy job caught by its attach snapshots inside ncclAllReduce (no progress over the
+    # samples), the snapshots taken after the ring's newest entry: entries after attach are
+    # progress, the job ran on: nothing is reported (tptrace-fr once said attached_after_hang)
+    d = os.path.join(t, "busy_at_attach")
+    gen("--ranks 4 --entries 16 --stacks", d)
+
+    def busy(dump):
+        newest = max(e["time_created_ns"] for e in dump["entries"])
+        for s in dump["stacks"]:
+            th = issuing(s)
+            if s["taken"] == "attach":
+                th["where"], th["api"], th["progress"] = "nccl", "ncclAllReduce", "none"
+                s["time_ns"] = newest + 1000000
+    edit_dumps(d, busy)
+    p = run([FR, "--json", d])
+    v = json.loads(p.stdout)["verdicts"] if p.stdout else None
+    res.append(("stacks_busy_at_attach", None if p.returncode == 0 and v == [] else
+                f"exit {p.returncode}: {v}"))
+
     # every rank inside ncclAllReduce, rank 2 reached it from another line: the same call
     # reached another way is another wait (the frames inside the call are not compared)
     d = os.path.join(t, "other_site")
