@@ -100,8 +100,7 @@ static const struct argp_option opts[] = {
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
 	char *end;
-	long v;
-	int pid;
+	int pid, ring;
 
 	switch (key) {
 	case 'p':
@@ -118,10 +117,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.dump_dir = arg;
 		break;
 	case OPT_RING:
-		v = strtol(arg, &end, 10);
-		if (*end || v < 1 || v > 10000000)
+		if (session__parse_int(arg, 1, 10000000, &ring))
 			argp_error(state, "invalid --ring '%s' (1..10000000)", arg);
-		env.ring = v;
+		env.ring = ring;
 		break;
 	case OPT_STALL:
 		env.stall_timeout = strtod(arg, &end);
@@ -146,16 +144,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.no_stacks = true;
 		break;
 	case OPT_STACK_SAMPLES:
-		v = strtol(arg, &end, 10);
-		if (*end || end == arg || v < 1 || v > 100)
+		if (session__parse_int(arg, 1, 100, &env.stack_samples))
 			argp_error(state, "invalid --stack-samples '%s' (1..100)", arg);
-		env.stack_samples = (int)v;
 		break;
 	case OPT_STACK_INTERVAL:
-		v = strtol(arg, &end, 10);
-		if (*end || end == arg || v < 1 || v > 10000)
+		if (session__parse_int(arg, 1, 10000, &env.stack_interval_ms))
 			argp_error(state, "invalid --stack-interval '%s' (1..10000 ms)", arg);
-		env.stack_interval_ms = (int)v;
 		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);

@@ -277,6 +277,19 @@ int session__parse_ring_mb(const char *arg, int *mb)
 	return 0;
 }
 
+int session__parse_int(const char *arg, int min, int max, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || v < min || v > max)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
 int session__parse_seconds(const char *arg, double *sec)
 {
 	char *end;

@@ -53,5 +53,6 @@ void session__libbpf_print_setup(void);
 int session__parse_pid(const char *arg, int *pid);
 int session__parse_ring_mb(const char *arg, int *mb);		/* power of two, 1..4096 */
 int session__parse_seconds(const char *arg, double *sec);	/* > 0 */
+int session__parse_int(const char *arg, int min, int max, int *out);	/* decimal, min..max */
 
 #endif

@@ -96,19 +96,6 @@ static const struct argp_option opts[] = {
 	{},
 };
 
-static int parse_int(const char *arg, int min, int max, int *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(arg, &end, 10);
-	if (errno || end == arg || *end || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
 	int pid;
@@ -128,11 +115,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.all = true;
 		break;
 	case OPT_SAMPLES:
-		if (parse_int(arg, 1, 100, &env.samples))
+		if (session__parse_int(arg, 1, 100, &env.samples))
 			argp_error(state, "invalid --samples '%s' (1..100)", arg);
 		break;
 	case OPT_INTERVAL:
-		if (parse_int(arg, 1, 60000, &env.interval_ms))
+		if (session__parse_int(arg, 1, 60000, &env.interval_ms))
 			argp_error(state, "invalid --interval '%s' (milliseconds, 1..60000)", arg);
 		break;
 	case OPT_JSON:
@@ -147,7 +134,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.all_threads = true;
 		break;
 	case OPT_MAX_FRAMES:
-		if (parse_int(arg, 1, 4096, &env.max_frames))
+		if (session__parse_int(arg, 1, 4096, &env.max_frames))
 			argp_error(state, "invalid --max-frames '%s' (1..4096)", arg);
 		break;
 	case OPT_NO_PYTHON:
