@@ -7,7 +7,8 @@
  *   fr_finding.c building findings: culprits, confidence, order
  *   fr_stacks.c  stack snapshots (dump version 2) per proc; odd_stack, no_progress,
  *                attached_after_hang
- *   fr_text.c    the one place that words a finding (text report and --json alike)
+ *   fr_text.c    the one place that words a finding (text report and --json alike);
+ *                fr_text_stacks.c the stack rules' words
  *   fr_report.c  the text and --json reports
  *
  * State kept, all bounded by ranks × comms or by distinct (comm, seq) pairs:
@@ -419,6 +420,19 @@ char *verdict_detail(const struct fr_analysis *a, const struct verdict *v);
 char *verdict_confidence_reason(const struct fr_analysis *a, const struct verdict *v);
 const char *short_id(const char *id);
 void print_stacks_health(FILE *f, const struct fr_analysis *a);
+
+/* fr_text.c and fr_text_stacks.c: the wording helpers they share (FILE * writers) */
+void print_who(FILE *f, const struct fr_analysis *a, const struct verdict *v, bool detail1);
+void print_proc_label(FILE *f, const struct proc *p);
+void print_last_entry(FILE *f, const struct fr_analysis *a, const struct proc *p);
+void print_stack(FILE *f, const struct fr_analysis *a, const struct proc *p);
+void print_unknown_why(FILE *f, const struct proc *p);
+void headline_odd_stack(FILE *f, const struct fr_analysis *a, const struct verdict *v);
+void detail_odd_stack(FILE *f, const struct fr_analysis *a, const struct verdict *v);
+void headline_no_progress(FILE *f, const struct fr_analysis *a, const struct verdict *v);
+void detail_no_progress(FILE *f, const struct fr_analysis *a, const struct verdict *v);
+void headline_attached(FILE *f, const struct fr_analysis *a, const struct verdict *v);
+void detail_attached(FILE *f, const struct fr_analysis *a, const struct verdict *v);
 
 /* A text built with stdio on open_memstream: text_close returns the text without its trailing
  * newline (the buffer, still owned by t: free(t->buf)), "" strdup'ed when the open failed. */

@@ -8,6 +8,9 @@
  * recv from rank-1). The last step is the scenario's target on slot --comm (and the group
  * holding --culprit); signature scenarios can target an older seq with --at. The output is
  * deterministic for given arguments.
+ *
+ * One file (over 1,000 lines): a test and benchmark generator, not product code; its schedule,
+ * its JSON writer and its stack snapshots share the options and the schedule as file state.
  */
 #include <argp.h>
 #include <errno.h>
