@@ -459,6 +459,34 @@ def test_python_ctypes_real_cudart():
         w.kill()
 
 
+def test_python_ctypes_real_nccl():
+    """CPython calling the real libnccl.so.2 through ctypes in a loop (ncclCommCount on a NULL
+    communicator fails at once): a snapshot inside it says where nccl, api ncclCommCount (the
+    exported name, whichever alias the symbol table gives), Python callers merged in."""
+    need_ptrace()
+    lib = "/usr/local/cuda/lib/libnccl.so.2"
+    if not os.path.exists(lib):
+        from lib import Skip
+        raise Skip(f"{lib} not installed")
+    w = Workload(["/usr/bin/python3", PY_CUDART, lib, "ncclCommCount"])
+    try:
+        seen = []
+        for _ in range(60):
+            s = snapshot(w.pid)
+            main = thread(s, w.pid)
+            seen.append(main["where"])
+            if main["where"] == "nccl":
+                break
+        assert main["where"] == "nccl" and main["api"] == "ncclCommCount", seen
+        assert any((f["module"] or "").endswith("libnccl.so.2") for f in main["frames"]
+                   if f["kind"] == "native"), main
+        assert [f["func"] for f in main["frames"] if f["kind"] == "python"] == \
+            ["spin", "main", "<module>"], main
+        assert set(seen) <= {"python", "nccl"}, seen
+    finally:
+        w.kill()
+
+
 def test_no_ptrace_rights():
     """Without ptrace rights (an unprivileged user on a root process): one line in
     ptrace_error; state and names from /proc still there; the kernel stack says why it is

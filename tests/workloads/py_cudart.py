@@ -1,22 +1,26 @@
-"""Python calling the REAL libcudart.so.13 through ctypes in a tight loop
-(tests/e2e/test_pyframes.py). Without a GPU every call fails fast; the frames must still be
-right while it runs: <module> -> main -> spin. argv[1]: the library. Prints "READY <pid>"."""
+"""Python calling the REAL libcudart.so.13 (cudaGetDeviceCount) or libnccl.so.2
+(ncclCommCount on a NULL communicator) through ctypes in a tight loop (tests/e2e/test_pyframes.py,
+test_stacks.py). Without a GPU every call fails fast; the frames must still be right while it
+runs: <module> -> main -> spin. argv[1]: the library; argv[2]: the function (default
+cudaGetDeviceCount). Prints "READY <pid>"."""
 import ctypes
 import os
 import sys
 
 
-def spin(fn, ref):
+def spin(fn, args):
     print("READY", os.getpid(), flush=True)
-    while True: fn(ref)  # AT:spin
+    while True: fn(*args)  # AT:spin
 
 
-def main(path):
-    cudart = ctypes.CDLL(path)
+def main(path, name):
+    lib = ctypes.CDLL(path)
     count = ctypes.c_int(0)
-    fn = cudart.cudaGetDeviceCount
-    fn(ctypes.byref(count))
-    spin(fn, ctypes.byref(count))  # AT:main
+    fn = getattr(lib, name)
+    # ncclCommCount(comm, int *count) on a NULL comm: ncclInvalidArgument, at once
+    args = (None, ctypes.byref(count)) if name.startswith("nccl") else (ctypes.byref(count),)
+    fn(*args)
+    spin(fn, args)  # AT:main
 
 
-main(sys.argv[1])  # AT:module
+main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cudaGetDeviceCount")  # AT:module
