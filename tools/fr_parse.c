@@ -474,6 +474,24 @@ static bool sizes(struct jp *j, int64_t *out)
 	return true;
 }
 
+/* Room for one more element in a doubling array (first: the first capacity). 0, or -ENOMEM
+ * with the array untouched. */
+static int grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	size_t ncap;
+	void *p;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? *cap * 2 : first;
+	p = realloc(*arr, ncap * elem);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
 static int find_comm(struct fr_dump *d, const char *id, bool create)
 {
 	size_t i;
@@ -485,15 +503,8 @@ static int find_comm(struct fr_dump *d, const char *id, bool create)
 		return -1;
 	if (d->nr_comms >= FR_MAX_COMMS_PER_DUMP)
 		return -2;
-	if (d->nr_comms == d->cap_comms) {
-		size_t cap = d->cap_comms ? d->cap_comms * 2 : 8;
-		void *p = realloc(d->comms, cap * sizeof(*d->comms));
-
-		if (!p)
-			return -3;
-		d->comms = p;
-		d->cap_comms = cap;
-	}
+	if (grow_one((void **)&d->comms, &d->cap_comms, d->nr_comms, sizeof(*d->comms), 8))
+		return -3;
 	struct fr_comm_info *c = &d->comms[d->nr_comms];
 
 	memset(c, 0, sizeof(*c));
@@ -638,15 +649,9 @@ static bool in_call_obj(struct jp *j)
 		return false;
 	if (d->nr_in_calls >= FR_MAX_IN_CALLS)
 		return true;
-	if (d->nr_in_calls == d->cap_in_calls) {
-		size_t cap = d->cap_in_calls ? d->cap_in_calls * 2 : 4;
-		void *p = realloc(d->in_calls, cap * sizeof(*d->in_calls));
-
-		if (!p)
-			return fail(j, "out of memory");
-		d->in_calls = p;
-		d->cap_in_calls = cap;
-	}
+	if (grow_one((void **)&d->in_calls, &d->cap_in_calls, d->nr_in_calls,
+		     sizeof(*d->in_calls), 4))
+		return fail(j, "out of memory");
 	d->in_calls[d->nr_in_calls++] = ic;
 	return true;
 }
@@ -766,15 +771,9 @@ static bool entry_obj(struct jp *j, int *last_comm)
 		e.count = e.in_size;
 	if (d->nr_entries >= FR_MAX_ENTRIES)
 		return fail(j, "too many entries");
-	if (d->nr_entries == d->cap_entries) {
-		size_t cap = d->cap_entries ? d->cap_entries * 2 : 256;
-		void *p = realloc(d->entries, cap * sizeof(*d->entries));
-
-		if (!p)
-			return fail(j, "out of memory");
-		d->entries = p;
-		d->cap_entries = cap;
-	}
+	if (grow_one((void **)&d->entries, &d->cap_entries, d->nr_entries,
+		     sizeof(*d->entries), 256))
+		return fail(j, "out of memory");
 	d->entries[d->nr_entries++] = e;
 	return true;
 }
@@ -934,15 +933,9 @@ static bool thread_obj(struct jp *j, struct fr_snapshot *sn, struct fr_frame *sc
 	sn->nr_threads_all++;
 	if (sn->nr_threads >= FR_MAX_THREADS)
 		return true;
-	if (d->nr_threads == d->cap_threads) {
-		size_t cap = d->cap_threads ? d->cap_threads * 2 : 64;
-		void *p = realloc(d->threads, cap * sizeof(*d->threads));
-
-		if (!p)
-			return fail(j, "out of memory");
-		d->threads = p;
-		d->cap_threads = cap;
-	}
+	if (grow_one((void **)&d->threads, &d->cap_threads, d->nr_threads,
+		     sizeof(*d->threads), 64))
+		return fail(j, "out of memory");
 	if (t.issuing && sn->issuing < 0) {
 		sn->issuing = (int64_t)d->nr_threads;
 		memcpy(sn->frames, scratch, nr_frames * sizeof(*scratch));
@@ -968,15 +961,8 @@ static bool snapshot_obj(struct jp *j)
 
 	if (d->nr_snaps >= FR_MAX_SNAPSHOTS)
 		return skip_value(j, 0);
-	if (d->nr_snaps == d->cap_snaps) {
-		size_t cap = d->cap_snaps ? d->cap_snaps * 2 : 2;
-		void *p = realloc(d->snaps, cap * sizeof(*d->snaps));
-
-		if (!p)
-			return fail(j, "out of memory");
-		d->snaps = p;
-		d->cap_snaps = cap;
-	}
+	if (grow_one((void **)&d->snaps, &d->cap_snaps, d->nr_snaps, sizeof(*d->snaps), 2))
+		return fail(j, "out of memory");
 	scratch = malloc(FR_STACK_FRAMES * sizeof(*scratch));
 	if (!scratch)
 		return fail(j, "out of memory");
