@@ -431,60 +431,44 @@ def test_python_pyenv_313():
     python_merged("/root/.pyenv/versions/3.13.0/bin/python")
 
 
-def test_python_ctypes_real_cudart():
-    """CPython calling the real libcudart.so.13 through ctypes in a loop (each call fails fast
-    without a driver): a snapshot that lands inside it says where cuda, api
-    cudaGetDeviceCount, with the Python caller frames merged in."""
+def ctypes_case(lib, api, where, frame_func):
+    """CPython calling a real library through ctypes in a loop (py_cudart.py; each call fails
+    fast without a driver): a snapshot that lands inside the call says `where`, `api`, with a
+    native frame in lib (named frame_func when given) and the Python callers merged in."""
     need_ptrace()
-    lib = "/usr/local/cuda/lib/libcudart.so.13"
     if not os.path.exists(lib):
         from lib import Skip
         raise Skip(f"{lib} not installed")
-    w = Workload(["/usr/bin/python3", PY_CUDART, lib])
+    w = Workload(["/usr/bin/python3", PY_CUDART, lib, api])
+    soname = os.path.basename(lib)
     try:
         seen = []
         for _ in range(60):
             s = snapshot(w.pid)
             main = thread(s, w.pid)
             seen.append(main["where"])
-            if main["where"] == "cuda":
+            if main["where"] == where:
                 break
-        assert main["where"] == "cuda" and main["api"] == "cudaGetDeviceCount", seen
-        assert any(f["module"] == lib or (f["module"] or "").endswith("libcudart.so.13")
-                   for f in main["frames"] if f["func"] == "cudaGetDeviceCount"), main
+        assert main["where"] == where and main["api"] == api, seen
+        assert any((f["module"] or "").endswith(soname) for f in main["frames"]
+                   if f["kind"] == "native" and (frame_func is None or f["func"] == frame_func)), main
         assert [f["func"] for f in main["frames"] if f["kind"] == "python"] == \
             ["spin", "main", "<module>"], main
-        assert set(seen) <= {"python", "cuda"}, seen
+        assert set(seen) <= {"python", where}, seen
     finally:
         w.kill()
+
+
+def test_python_ctypes_real_cudart():
+    """The real libcudart.so.13: where cuda, api cudaGetDeviceCount, in its own frame."""
+    ctypes_case("/usr/local/cuda/lib/libcudart.so.13", "cudaGetDeviceCount", "cuda",
+                "cudaGetDeviceCount")
 
 
 def test_python_ctypes_real_nccl():
-    """CPython calling the real libnccl.so.2 through ctypes in a loop (ncclCommCount on a NULL
-    communicator fails at once): a snapshot inside it says where nccl, api ncclCommCount (the
-    exported name, whichever alias the symbol table gives), Python callers merged in."""
-    need_ptrace()
-    lib = "/usr/local/cuda/lib/libnccl.so.2"
-    if not os.path.exists(lib):
-        from lib import Skip
-        raise Skip(f"{lib} not installed")
-    w = Workload(["/usr/bin/python3", PY_CUDART, lib, "ncclCommCount"])
-    try:
-        seen = []
-        for _ in range(60):
-            s = snapshot(w.pid)
-            main = thread(s, w.pid)
-            seen.append(main["where"])
-            if main["where"] == "nccl":
-                break
-        assert main["where"] == "nccl" and main["api"] == "ncclCommCount", seen
-        assert any((f["module"] or "").endswith("libnccl.so.2") for f in main["frames"]
-                   if f["kind"] == "native"), main
-        assert [f["func"] for f in main["frames"] if f["kind"] == "python"] == \
-            ["spin", "main", "<module>"], main
-        assert set(seen) <= {"python", "nccl"}, seen
-    finally:
-        w.kill()
+    """The real libnccl.so.2 (ncclCommCount on a NULL communicator fails at once): where nccl,
+    api ncclCommCount (the exported name, whichever alias the symbol table gives)."""
+    ctypes_case("/usr/local/cuda/lib/libnccl.so.2", "ncclCommCount", "nccl", None)
 
 
 def test_no_ptrace_rights():
