@@ -57,8 +57,11 @@ $(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_analyze.h tools/fr_
 
 .PHONY: fr-fuzz fr-fuzz-smoke fr-fuzz-run
 fr-fuzz: $(OUTPUT)/fr_fuzz
+# new inputs go to a scratch corpus (libFuzzer writes into the first directory), never into
+# the committed seeds
 fr-fuzz-smoke: $(OUTPUT)/fr_fuzz
-	$(Q)$(OUTPUT)/fr_fuzz -runs=2000 -max_len=65536 $(FUZZ_CORPUS)
+	$(Q)rm -rf $(OUTPUT)/fuzz-smoke && mkdir -p $(OUTPUT)/fuzz-smoke
+	$(Q)$(OUTPUT)/fr_fuzz -runs=2000 -max_len=65536 $(OUTPUT)/fuzz-smoke $(FUZZ_CORPUS)
 fr-fuzz-run: $(OUTPUT)/fr_fuzz
 	$(Q)mkdir -p $(OUTPUT)/fuzz-corpus
 	$(Q)$(OUTPUT)/fr_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
