@@ -9,7 +9,9 @@ CLANG     ?= clang
 BPFTOOL   ?= bpftool
 CC        ?= cc
 CFLAGS    ?= -O2 -g -Wall -Wextra -Wno-unused-parameter
-ALL_CFLAGS := $(CFLAGS) -I$(OUTPUT) -Iuser -Ibpf -D_GNU_SOURCE -MMD -MP
+# -idirafter: the API table (user/cuda_api.c) takes CUPTI's callback ids from the toolkit's
+# cupti_*_cbid.h (plain enums), searched last so "cuda.h" stays bpf/cuda.h
+ALL_CFLAGS := $(CFLAGS) -I$(OUTPUT) -Iuser -Ibpf -D_GNU_SOURCE -MMD -MP -idirafter $(CUDA_HOME)/include
 LDLIBS    := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
 VERSION   := 0.1.0
 # what `make test` builds besides `all` (tools/tools.mk and tests/*.mk add to it)

@@ -3,34 +3,61 @@
 #include <string.h>
 #include "cuda_api.h"
 #include "cuda.h"
+#include <cupti_runtime_cbid.h>
+#include <cupti_driver_cbid.h>
 
-#define API(sym, nm, k, r, pt) { .symbol = sym, .name = nm, .kind = k, .ret = r, .per_thread = pt }
-#define API2(base, k, r) API(base, base, k, r, false), API(base "_ptsz", base, k, r, true)
-#define APID(base, k, r) API(base, base, k, r, false), API(base "_ptds", base, k, r, true)
+/* Runtime rows: symbol, event name, kind, return probe, per-thread variant, CUPTI cbid
+ * (CUPTI_RUNTIME_TRACE_CBID_*), GPU work. The cbid constants come from the toolkit's
+ * cupti_runtime_cbid.h (a plain enum; this file is built with -I$(CUDA_HOME)/include). */
+#define API(sym, nm, k, r, pt, cb, w) { .symbol = sym, .name = nm, .kind = k, .ret = r, \
+	.per_thread = pt, .domain = CUDA_DOM_RUNTIME, .cbid = cb, .gpu_work = w }
+#define RT(id) CUPTI_RUNTIME_TRACE_CBID_##id
+#define API2(base, k, r, cb, cbpt, w) API(base, base, k, r, false, RT(cb), w), \
+	API(base "_ptsz", base, k, r, true, RT(cbpt), w)
+#define APID(base, k, r, cb, cbpt, w) API(base, base, k, r, false, RT(cb), w), \
+	API(base "_ptds", base, k, r, true, RT(cbpt), w)
 
 /* Entry-only where a duration adds nothing (async enqueues); entry+return for calls that
  * block (syncs, synchronous copies) or whose return code carries state (event query). */
 const struct cuda_api cuda_apis[] = {
-	API2("cudaLaunchKernel", API_LAUNCH, false),
-	API2("cudaLaunchKernelExC", API_LAUNCH_EXC, false),
-	API2("__cudaLaunchKernel", API_LAUNCH_HANDLE, false),
-	API2("cudaLaunchCooperativeKernel", API_LAUNCH, false),
-	API("__cudaGetKernel", "__cudaGetKernel", API_GET_KERNEL, true, false),
-	API("cudaGetKernel", "cudaGetKernel", API_GET_KERNEL, true, false),
-	API2("cudaGraphLaunch", API_GRAPH_LAUNCH, false),
-	APID("cudaMemcpy", API_MEMCPY, true),
-	API2("cudaMemcpyAsync", API_MEMCPY_ASYNC, false),
-	APID("cudaMemcpy2D", API_MEMCPY2D, true),
-	API2("cudaMemcpy2DAsync", API_MEMCPY2D_ASYNC, false),
-	APID("cudaMemset", API_MEMSET, true),
-	API2("cudaMemsetAsync", API_MEMSET_ASYNC, false),
-	API2("cudaStreamSynchronize", API_STREAM_SYNC, true),
-	API("cudaDeviceSynchronize", "cudaDeviceSynchronize", API_DEVICE_SYNC, true, false),
-	API("cudaEventSynchronize", "cudaEventSynchronize", API_EVENT_SYNC, true, false),
-	API2("cudaEventRecord", API_EVENT_RECORD, false),
-	API2("cudaEventRecordWithFlags", API_EVENT_RECORD_FLAGS, false),
-	API("cudaEventQuery", "cudaEventQuery", API_EVENT_QUERY, true, false),
-	API2("cudaStreamWaitEvent", API_STREAM_WAIT_EVENT, false),
+	API2("cudaLaunchKernel", API_LAUNCH, false, cudaLaunchKernel_v7000,
+	     cudaLaunchKernel_ptsz_v7000, true),
+	API2("cudaLaunchKernelExC", API_LAUNCH_EXC, false, cudaLaunchKernelExC_v11060,
+	     cudaLaunchKernelExC_ptsz_v11060, true),
+	API2("__cudaLaunchKernel", API_LAUNCH_HANDLE, false, __cudaLaunchKernel_v13000,
+	     __cudaLaunchKernel_ptsz_v13000, true),
+	API2("cudaLaunchCooperativeKernel", API_LAUNCH, false, cudaLaunchCooperativeKernel_v9000,
+	     cudaLaunchCooperativeKernel_ptsz_v9000, true),
+	API("__cudaGetKernel", "__cudaGetKernel", API_GET_KERNEL, true, false,
+	    RT(__cudaGetKernel_v13000), false),
+	API("cudaGetKernel", "cudaGetKernel", API_GET_KERNEL, true, false, RT(cudaGetKernel_v12000),
+	    false),
+	API2("cudaGraphLaunch", API_GRAPH_LAUNCH, false, cudaGraphLaunch_v10000,
+	     cudaGraphLaunch_ptsz_v10000, true),
+	APID("cudaMemcpy", API_MEMCPY, true, cudaMemcpy_v3020, cudaMemcpy_ptds_v7000, true),
+	API2("cudaMemcpyAsync", API_MEMCPY_ASYNC, false, cudaMemcpyAsync_v3020,
+	     cudaMemcpyAsync_ptsz_v7000, true),
+	APID("cudaMemcpy2D", API_MEMCPY2D, true, cudaMemcpy2D_v3020, cudaMemcpy2D_ptds_v7000, true),
+	API2("cudaMemcpy2DAsync", API_MEMCPY2D_ASYNC, false, cudaMemcpy2DAsync_v3020,
+	     cudaMemcpy2DAsync_ptsz_v7000, true),
+	APID("cudaMemset", API_MEMSET, true, cudaMemset_v3020, cudaMemset_ptds_v7000, true),
+	API2("cudaMemsetAsync", API_MEMSET_ASYNC, false, cudaMemsetAsync_v3020,
+	     cudaMemsetAsync_ptsz_v7000, true),
+	API2("cudaStreamSynchronize", API_STREAM_SYNC, true, cudaStreamSynchronize_v3020,
+	     cudaStreamSynchronize_ptsz_v7000, false),
+	API("cudaDeviceSynchronize", "cudaDeviceSynchronize", API_DEVICE_SYNC, true, false,
+	    RT(cudaDeviceSynchronize_v3020), false),
+	API("cudaEventSynchronize", "cudaEventSynchronize", API_EVENT_SYNC, true, false,
+	    RT(cudaEventSynchronize_v3020), false),
+	API2("cudaEventRecord", API_EVENT_RECORD, false, cudaEventRecord_v3020,
+	     cudaEventRecord_ptsz_v7000, false),
+	API2("cudaEventRecordWithFlags", API_EVENT_RECORD_FLAGS, false,
+	     cudaEventRecordWithFlags_v11010, cudaEventRecordWithFlags_ptsz_v11010, false),
+	API("cudaEventQuery", "cudaEventQuery", API_EVENT_QUERY, true, false,
+	    RT(cudaEventQuery_v3020), false),
+	API2("cudaStreamWaitEvent", API_STREAM_WAIT_EVENT, false, cudaStreamWaitEvent_v3020,
+	     cudaStreamWaitEvent_ptsz_v7000, false),
+	/* driver rows (libcuda.so.1, CUDA_DOM_DRIVER) follow: issue 11 */
 };
 const int cuda_api_count = sizeof(cuda_apis) / sizeof(cuda_apis[0]);
 

@@ -31,6 +31,22 @@ enum cuda_api_kind {
 	API_EVENT_RECORD_FLAGS,	/* (event, stream, flags) */
 	API_EVENT_QUERY,	/* (event) */
 	API_STREAM_WAIT_EVENT,	/* (stream, event, flags) */
+	/* driver API (libcuda.so.1). Syncs, events and graph launches reuse the kinds above:
+	 * their arguments sit where the runtime's do (CU_STREAM_LEGACY 1, _PER_THREAD 2). */
+	API_DRV_LAUNCH,		/* cuLaunchKernel/cuLaunchCooperativeKernel (f rdi, gx..bx,by rsi..r9,
+				 * bz [rsp+8], shmem [rsp+16], stream [rsp+24], params, extra) */
+	API_DRV_LAUNCH_EX,	/* cuLaunchKernelEx (const CUlaunchConfig *rdi, f rsi, params, extra) */
+	API_DRV_MEMCPY,		/* cuMemcpy*: 1D copies; direction from the row (copy_kind) */
+	API_DRV_MEMSET,		/* cuMemsetD8/16/32: (dst, value, N elements [, stream]) */
+	API_DRV_GET_FUNCTION,	/* cuModuleGetFunction/cuLibraryGetKernel (out rdi, owner, name) */
+	API_DRV_KERNEL_GET_FUNCTION,	/* cuKernelGetFunction (CUfunction *out, CUkernel) */
+};
+
+/* Which CUPTI callback domain a row belongs to: CUPTI writes RUNTIME activity records for
+ * the first and DRIVER records for the second, each with the row's cbid. */
+enum cuda_api_domain {
+	CUDA_DOM_RUNTIME = 0,	/* libcudart (shared or static) */
+	CUDA_DOM_DRIVER = 1,	/* libcuda.so.1 */
 };
 
 struct cuda_api {
@@ -39,6 +55,13 @@ struct cuda_api {
 	enum cuda_api_kind kind;
 	bool ret;		/* return probe: its duration or return code matters */
 	bool per_thread;	/* _ptsz/_ptds: the per-thread default stream variant */
+	enum cuda_api_domain domain;
+	/* CUPTI callback id of exactly this symbol in its domain (cupti_runtime_cbid.h,
+	 * cupti_driver_cbid.h): what joins a call to its CUPTI API record. 0: none. */
+	uint32_t cbid;
+	/* the call puts GPU work (kernel, copy, memset, graph) on a stream; that work carries
+	 * this call's CUPTI correlation id (unless the call is nested in another API call) */
+	bool gpu_work;
 };
 
 extern const struct cuda_api cuda_apis[];
