@@ -121,3 +121,17 @@ $(WL_DIR)/blockcuda/libcuda.so.1: tests/workloads/blocking_libcuda.c | $(WL_DIR)
 	$(Q)$(CC) -O2 -g -fPIC -shared -Wl,-soname,libcuda.so.1 $< -o $@
 
 TEST_BINS += $(WL_DIR)/blockcuda/libcuda.so.1
+
+# Driver-API workloads (tests/e2e/test_gpu_driver.py): a torch.compile-shaped process (Triton
+# kernels through cuModuleGetFunction + cuLaunchKernelEx) and CUDA-graph replay. They reach the
+# driver with dlopen("libcuda.so.1"), which the simulated runtime has mapped underneath.
+$(WL_DIR)/triton_app: tests/workloads/triton_app.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -ldl -Wl,-rpath,$(SIM_RPATH) -o $@
+
+$(WL_DIR)/graph_app: tests/workloads/graph_app.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(SIM_LIB_DIR) -lcudart -ldl -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/triton_app $(WL_DIR)/graph_app
+-include $(WL_DIR)/triton_app.d $(WL_DIR)/graph_app.d
