@@ -283,7 +283,12 @@ static bool is_driver(const char *path, const struct elfsym *es)
 	base = base ? base + 1 : path;
 	if (strncmp(base, "libcuda.so", 10) || (base[10] && base[10] != '.'))
 		return false;
-	return elfsym__find_func(es, "cuLaunchKernel") && elfsym__find_func(es, "cuInit");
+	/* a driver with something to probe (one of the driver rows) */
+	for (int id = 0; id < cuda_api_count; id++)
+		if (cuda_apis[id].domain == CUDA_DOM_DRIVER &&
+		    elfsym__find_func(es, cuda_apis[id].symbol))
+			return true;
+	return false;
 }
 
 /* A shared libcudart (libcudart.so.13, a wheel's libcudart-<hash>.so.12): every function in it
