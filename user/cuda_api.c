@@ -4,6 +4,7 @@
 #include <string.h>
 #include "cuda_api.h"
 #include "cuda.h"
+#include "nccl_api.h"
 #include <cupti_runtime_cbid.h>
 #include <cupti_driver_cbid.h>
 
@@ -123,6 +124,9 @@ const struct cuda_api cuda_apis[] = {
 	DRIVER_ROWS
 };
 const int cuda_api_count = sizeof(cuda_apis) / sizeof(cuda_apis[0]);
+/* api ids of both tables share the record's api field and the cookie's 16 bits */
+_Static_assert(sizeof(cuda_apis) / sizeof(cuda_apis[0]) <= NCCL_API_BASE,
+	       "CUDA api ids stay below the NCCL ones");
 
 /* cudaLaunchConfig_t (CUDA 12/13): dim3 gridDim @0, dim3 blockDim @12, size_t
  * dynamicSmemBytes @24, cudaStream_t stream @32, cudaLaunchAttribute *attrs @40,

@@ -234,6 +234,36 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 		DCALL("cuLaunchKernelEx", ((uint64_t[6]){ 0x7ffd1000, 0xf2f2, 0x7ffd3000 }), NULL,
 		      ret_app, buf, sizeof(buf));
 	}
+	/* the runtime's cudaLaunchKernelExC: same layout, size_t dynamicSmemBytes, same
+	 * attribute decode */
+	{
+		uint8_t buf[TP_DEREF_MAX] = { 0 };
+		cudaLaunchConfig_t cfg;
+		cudaLaunchAttribute at[2];
+
+		memset(&cfg, 0, sizeof(cfg));
+		memset(at, 0, sizeof(at));
+		cfg.gridDim = (dim3){ 3, 2, 1 };
+		cfg.blockDim = (dim3){ 96, 1, 1 };
+		cfg.dynamicSmemBytes = 0x100000005ULL;	/* above 32 bits: read as size_t */
+		cfg.stream = (cudaStream_t)0x5600;
+		cfg.attrs = (void *)0x7ffd5000;
+		cfg.numAttrs = 2;
+		at[0].id = cudaLaunchAttributeProgrammaticEvent;
+		at[0].val.programmaticEvent.event = (cudaEvent_t)0xe9;
+		at[0].val.programmaticEvent.flags = 1;
+		at[0].val.programmaticEvent.triggerAtBlockStart = 1;
+		at[1].id = cudaLaunchAttributeAccessPolicyWindow;
+		at[1].val.accessPolicyWindow.base_ptr = (void *)0xab000;
+		at[1].val.accessPolicyWindow.num_bytes = 4096;
+		at[1].val.accessPolicyWindow.hitRatio = 0.5f;
+		at[1].val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+		at[1].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+		memcpy(buf, &cfg, sizeof(cfg));
+		memcpy(buf + TP_LAUNCH_CONFIG_SIZE, at, sizeof(at));
+		DCALL("cudaLaunchKernelExC", ((uint64_t[6]){ 0x7ffd1000, 0xabc0, 0x7ffd3000 }), NULL,
+		      ret_app, buf, sizeof(buf));
+	}
 	/* a handle nobody named */
 	memcpy(a, (uint64_t[6]){ 0xbad0, 1, 1, 1, 1, 1 }, sizeof(a));
 	memcpy(st, (uint64_t[4]){ 0, 1, 0, 2 }, sizeof(st));
@@ -269,7 +299,7 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	stats = decoder__stats(d);
 	CHECK(stats->nested_driver_calls == 4, "nested driver calls %llu",
 	      (unsigned long long)stats->nested_driver_calls);
-	CHECK(stats->launches == 3, "3 direct launches, nested ones not counted: %llu",
+	CHECK(stats->launches == 4, "4 direct launches, nested ones not counted: %llu",
 	      (unsigned long long)stats->launches);
 	CHECK(stats->launches_named == 2, "2 named");
 	trace_json__end_events(tj);
@@ -310,6 +340,13 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	CHECK(dims(e, "cluster dimension", 2, 1, 3), "cluster dims");
 	CHECK(num(e, "priority") == -2, "priority");
 	CHECK_STR(str(e, "attribute 77"), "0x1234");
+	e = event(trace, "cudaLaunchKernelExC", 0);
+	CHECK(num(e, "shared memory") == (double)0x100000005ULL && num(e, "stream") == 0x5600,
+	      "runtime config: size_t smem, stream");
+	CHECK(num(e, "attributes") == 2, "2 runtime attributes");
+	CHECK_STR(str(e, "programmatic event"), "event=0xe9 flags=1 triggerAtBlockStart=1");
+	CHECK_STR(str(e, "access policy window"),
+		  "base=0xab000 bytes=4096 hitRatio=0.5 hitProp=2 missProp=1");
 	e = event(trace, "cuLaunchCooperativeKernel", 0);
 	CHECK_STR(str(e, "kernel"), "handle 0xbad0");
 	CHECK_STR(str(e, "kernel source"), "unresolved");
