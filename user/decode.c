@@ -283,10 +283,13 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 	else
 		trace_json__arg_hex(tj, "handle", k.handle ? k.handle :
 				    l.has_config ? 0 : l.func_or_handle);
-	trace_json__arg_dim3(tj, "grid", l.grid[0], l.grid[1], l.grid[2]);
-	trace_json__arg_dim3(tj, "block", l.block[0], l.block[1], l.block[2]);
-	trace_json__arg_u64(tj, "shared memory", l.shmem);
-	arg_stream(tj, l.stream);
+	/* an unreadable launch config: its fields are unknown, not 0 ("config unreadable") */
+	if (!l.config_unreadable) {
+		trace_json__arg_dim3(tj, "grid", l.grid[0], l.grid[1], l.grid[2]);
+		trace_json__arg_dim3(tj, "block", l.block[0], l.block[1], l.block[2]);
+		trace_json__arg_u64(tj, "shared memory", l.shmem);
+		arg_stream(tj, l.stream);
+	}
 	d->stats.launches++;
 }
 

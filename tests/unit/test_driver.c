@@ -264,6 +264,20 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 		DCALL("cudaLaunchKernelExC", ((uint64_t[6]){ 0x7ffd1000, 0xabc0, 0x7ffd3000 }), NULL,
 		      ret_app, buf, sizeof(buf));
 	}
+	/* configs the probe could not read: unknown, never 0 */
+	{
+		struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid, .ts = ts += 1000,
+					 .flags = TP_CALL_DEREF_FAULT };
+		CUlaunchConfig cfg = { 1, 2, 3, 4, 5, 6, 7, (CUstream)0x5700, (void *)0x10, 2 };
+
+		c.api = api_id("cuLaunchKernelEx_ptsz");
+		c.args[1] = 0xf2f2;
+		decoder__ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
+		c.flags = TP_CALL_ATTRS_FAULT;
+		c.ts = ts += 1000;
+		memcpy(c.deref, &cfg, sizeof(cfg));
+		decoder__ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
+	}
 	/* a handle nobody named */
 	memcpy(a, (uint64_t[6]){ 0xbad0, 1, 1, 1, 1, 1 }, sizeof(a));
 	memcpy(st, (uint64_t[4]){ 0, 1, 0, 2 }, sizeof(st));
@@ -299,9 +313,9 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	stats = decoder__stats(d);
 	CHECK(stats->nested_driver_calls == 4, "nested driver calls %llu",
 	      (unsigned long long)stats->nested_driver_calls);
-	CHECK(stats->launches == 4, "4 direct launches, nested ones not counted: %llu",
+	CHECK(stats->launches == 6, "6 direct launches, nested ones not counted: %llu",
 	      (unsigned long long)stats->launches);
-	CHECK(stats->launches_named == 2, "2 named");
+	CHECK(stats->launches_named == 4, "4 named");
 	trace_json__end_events(tj);
 	CHECK(trace_json__close(tj) == 0, "close");
 	decoder__free(d);
@@ -340,6 +354,13 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	CHECK(dims(e, "cluster dimension", 2, 1, 3), "cluster dims");
 	CHECK(num(e, "priority") == -2, "priority");
 	CHECK_STR(str(e, "attribute 77"), "0x1234");
+	e = event(trace, "cuLaunchKernelEx", 1);
+	CHECK(cJSON_IsTrue(arg(e, "config unreadable")) && !arg(e, "grid") && !arg(e, "stream") &&
+	      !arg(e, "attributes"), "unreadable config: no values");
+	CHECK_STR(str(e, "kernel"), "scale(float*, int)");
+	e = event(trace, "cuLaunchKernelEx", 2);
+	CHECK(cJSON_IsTrue(arg(e, "attributes unreadable")) && num(e, "attributes") == 2 &&
+	      dims(e, "grid", 1, 2, 3) && num(e, "stream") == 0x5700, "unreadable attributes");
 	e = event(trace, "cudaLaunchKernelExC", 0);
 	CHECK(num(e, "shared memory") == (double)0x100000005ULL && num(e, "stream") == 0x5600,
 	      "runtime config: size_t smem, stream");
