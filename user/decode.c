@@ -326,8 +326,11 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	if (d->join && c->api < NCCL_API_BASE && gpu_join__wants(c->api)) {
 		struct gpu_payload p = { .call = *c, .has_ret = r != NULL, .end_ns = end_ns,
 					 .own_corr = correlation };
+		const struct cuda_api *api = &cuda_apis[c->api];
 		struct gpu_join_call jc = { .pid = c->pid, .tid = c->tid, .api = c->api,
-					    .ts = c->ts, .ret_ts = r ? r->ts : 0 };
+					    .domain = api->domain, .cbid = api->cbid,
+					    .gpu_work = api->gpu_work, .ts = c->ts,
+					    .ret_ts = r ? r->ts : 0 };
 
 		if (r)
 			p.ret = *r;

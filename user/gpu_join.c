@@ -327,7 +327,7 @@ static uint64_t window_end(const struct gpu_join *j, const struct jcall *jc)
 
 static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint64_t hi)
 {
-	const struct cuda_api *api = &cuda_apis[jc->call.api];
+	const struct gpu_join_call *api = &jc->call;
 	uint64_t lo = jc->call.ts > j->slack ? jc->call.ts - j->slack : 0;
 	struct jrec *found = NULL;
 	int n = 0;
@@ -439,7 +439,7 @@ static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, ui
 		}
 		/* a joined call that puts work on a stream waits for it: CUPTI names its kernel */
 		if (jc->decided && (waited || jc->res.status != GPU_JOIN_JOINED ||
-				    !cuda_apis[jc->call.api].gpu_work ||
+				    !jc->call.gpu_work ||
 				    (work_get(j, jc->res.correlation) &&
 				     work_get(j, jc->res.correlation)->nr_records))) {
 			emit(j, jc);
