@@ -320,6 +320,19 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		      const struct tp_rec_ret *r, uint64_t end_ns,
 		      const struct gpu_join_result *jr);
 
+/* CUDA 13's __cudaLaunchKernel enters cudaLaunchKernel (a tail jump in the real runtime), so
+ * CUPTI may report it with cudaLaunchKernel's cbid: the join accepts that one too. */
+static uint32_t cbid_alt(const struct cuda_api *api)
+{
+	if (api->kind != API_LAUNCH_HANDLE)
+		return 0;
+	for (int i = 0; i < cuda_api_count; i++)
+		if (cuda_apis[i].kind == API_LAUNCH && cuda_apis[i].per_thread == api->per_thread &&
+		    !strcmp(cuda_apis[i].name, "cudaLaunchKernel"))
+			return cuda_apis[i].cbid;
+	return 0;
+}
+
 static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
 		      const struct tp_rec_ret *r, uint64_t end_ns)
 {
@@ -329,6 +342,7 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		const struct cuda_api *api = &cuda_apis[c->api];
 		struct gpu_join_call jc = { .pid = c->pid, .tid = c->tid, .api = c->api,
 					    .domain = api->domain, .cbid = api->cbid,
+					    .cbid_alt = cbid_alt(api),
 					    .gpu_work = api->gpu_work, .ts = c->ts,
 					    .ret_ts = r ? r->ts : 0 };
 

@@ -325,6 +325,12 @@ static uint64_t window_end(const struct gpu_join *j, const struct jcall *jc)
 	return UINT64_MAX;
 }
 
+/* The record is of the call's API: its domain and its cbid. */
+static bool same_api(const struct gpu_join_call *c, const struct jrec *r)
+{
+	return r->domain == c->domain && (r->cbid == c->cbid || (c->cbid_alt && r->cbid == c->cbid_alt));
+}
+
 static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint64_t hi)
 {
 	const struct gpu_join_call *api = &jc->call;
@@ -335,7 +341,7 @@ static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint
 	for (size_t i = 0; i < t->nr_recs && t->recs[i].start < hi; i++) {
 		struct jrec *r = &t->recs[i];
 
-		if (r->start < lo || r->claimed || r->domain != api->domain || r->cbid != api->cbid)
+		if (r->start < lo || r->claimed || !same_api(api, r))
 			continue;
 		found = r;
 		n++;
@@ -351,8 +357,7 @@ static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint
 		j->st.joined++;
 	} else if (n > 1) {
 		for (size_t i = 0; i < t->nr_recs && t->recs[i].start < hi; i++)
-			if (t->recs[i].start >= lo && !t->recs[i].claimed &&
-			    t->recs[i].domain == api->domain && t->recs[i].cbid == api->cbid)
+			if (t->recs[i].start >= lo && !t->recs[i].claimed && same_api(api, &t->recs[i]))
 				t->recs[i].ambiguous = true;
 		jc->res.status = GPU_JOIN_AMBIGUOUS;
 		j->st.ambiguous++;

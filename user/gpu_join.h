@@ -39,6 +39,8 @@ struct gpu_join_call {
 	uint32_t api;		/* cuda_apis[] index (the caller's; the join reads the three below) */
 	uint32_t domain;	/* enum cuda_api_domain of the row */
 	uint32_t cbid;		/* CUPTI callback id of the row */
+	uint32_t cbid_alt;	/* the cbid of the function this one enters by a jump
+				 * (__cudaLaunchKernel -> cudaLaunchKernel); 0 none */
 	bool gpu_work;		/* the row puts work on a stream: wait a while for it */
 	uint64_t ts;		/* entry probe, CLOCK_MONOTONIC ns */
 	uint64_t ret_ts;	/* return probe; 0: entry-only (or no return seen) */
