@@ -51,6 +51,17 @@ def test_gpu_kernels_joined_with_launches():
         assert flows_f[corr]["pid"] == 0 and flows_f[corr]["tid"] == k["tid"]
         assert flows_f[corr]["bp"] == "e"
         assert l["ts"] <= k["ts"], "a kernel starts after its launch"
+        # the sim's own record of the item says which host thread enqueued it
+        assert sim_kernels[corr]["tid"] == l["tid"], (l, sim_kernels[corr])
+        # joined: drawn with CUPTI's start and duration (the probe has only the entry), the
+        # arrow from that start
+        assert l["dur"] > 0 and "cupti" not in l["args"], l
+        assert flows_s[corr]["ts"] == l["ts"], (flows_s[corr], l)
+    for c in calls(trace, pid=wl.pid, name="cudaMemcpyAsync"):
+        item = items.get(c["args"]["correlation"])
+        assert item and item["kind"] == "memcpy" and item["tid"] == c["tid"], (c, item)
+        assert int(item["bytes"]) == c["args"]["bytes"], (c, item)
+        assert c["dur"] > 0, c
     copies = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_memcpy"]
     assert sorted(e["args"]["bytes"] for e in copies) == [4096] * steps + [1 << 20] * steps
     assert {e["name"] for e in copies} == {"Memcpy HtoD (Pinned -> Device)",
