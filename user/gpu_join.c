@@ -426,6 +426,11 @@ static void count_unclaimed(struct gpu_join *j, const struct jthread *t, size_t 
 	j->st.records_unprobed++;
 }
 
+static bool rec_expired(const struct jrec *r, uint64_t now, uint64_t max_wait)
+{
+	return !max_wait || (now > r->end && now - r->end > 2 * max_wait);
+}
+
 static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, uint64_t max_wait)
 {
 	bool final = !max_wait;
@@ -455,16 +460,15 @@ static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, ui
 	}
 	t->nr_calls = keep;
 
-	/* records stay as long as a call could still want them (or classify a nested one) */
-	keep = 0;
-	for (size_t i = 0; i < t->nr_recs; i++) {
-		if (final || (now > t->recs[i].end && now - t->recs[i].end > 2 * max_wait)) {
+	/* records stay as long as a call could still want them; the ones leaving are classified
+	 * first, while the runtime records before them are all still in place */
+	for (size_t i = 0; i < t->nr_recs; i++)
+		if (rec_expired(&t->recs[i], now, max_wait))
 			count_unclaimed(j, t, i);
-			continue;
-		}
-		t->recs[keep++] = t->recs[i];
-	}
-	/* count_unclaimed above looked back at records before i: shift only after the walk */
+	keep = 0;
+	for (size_t i = 0; i < t->nr_recs; i++)
+		if (!rec_expired(&t->recs[i], now, max_wait))
+			t->recs[keep++] = t->recs[i];
 	t->nr_recs = keep;
 }
 
