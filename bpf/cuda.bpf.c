@@ -135,8 +135,27 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 		{
 			__u8 buf[TP_DEREF_MAX] = {};
 
-			if (!src || bpf_probe_read_user(buf, deref_len, src))
+			if (cookie & TP_COOKIE_DEREF_STR) {
+				if (!src || bpf_probe_read_user_str(buf, TP_DEREF_MAX, src) < 0)
+					flags |= TP_CALL_DEREF_FAULT;
+			} else if (!src || bpf_probe_read_user(buf, deref_len, src)) {
 				flags |= TP_CALL_DEREF_FAULT;
+			} else if (cookie & TP_COOKIE_DEREF_ATTRS) {
+				/* second level: the config's attribute array, a bounded
+				 * prefix of it (user space reports how many were left) */
+				__u64 attrs;
+				__u32 n;
+
+				__builtin_memcpy(&attrs, buf + TP_LAUNCH_CONFIG_ATTRS, sizeof(attrs));
+				__builtin_memcpy(&n, buf + TP_LAUNCH_CONFIG_NATTRS, sizeof(n));
+				if (n > TP_LAUNCH_ATTRS_MAX)
+					n = TP_LAUNCH_ATTRS_MAX;
+				if (n && (!attrs ||
+					  bpf_probe_read_user(buf + TP_LAUNCH_CONFIG_SIZE,
+							      n * TP_LAUNCH_ATTR_SIZE,
+							      (void *)attrs)))
+					flags |= TP_CALL_ATTRS_FAULT;
+			}
 			__builtin_memcpy(rec->deref, buf, TP_DEREF_MAX);
 		}
 	}

@@ -30,6 +30,11 @@ enum tp_rec_type {
  *   bit  33      remember an out-pointer argument per thread; the return program copies the
  *                pointed-to u64 into out_val (__cudaGetKernel's handle, ncclCommInitRank's comm)
  *   bits 34..36  index of that out-pointer argument
+ *   bit  37      the deref argument is a NUL-terminated string (cuModuleGetFunction's name):
+ *                copied with bpf_probe_read_user_str, at most TP_DEREF_MAX bytes
+ *   bit  38      the deref is a launch config (CUlaunchConfig / cudaLaunchConfig_t): also copy
+ *                its attribute array (pointer at +40, count at +48), at most
+ *                TP_LAUNCH_ATTRS_MAX entries, to deref[TP_LAUNCH_CONFIG_SIZE..]
  */
 #define TP_COOKIE_STACK_SHIFT	16
 #define TP_COOKIE_DEREF_ARG_SHIFT 20
@@ -46,10 +51,21 @@ enum tp_rec_type {
 #define TP_COOKIE_SAVE_OUT	(1ULL << 33)
 #define TP_COOKIE_OUT_ARG(c)	((__u32)(((c) >> 34) & 0x7))
 #define TP_COOKIE_OUT_SHIFT	34
+#define TP_COOKIE_DEREF_STR	(1ULL << 37)
+#define TP_COOKIE_DEREF_ATTRS	(1ULL << 38)
 #define TP_DEREF_STACK		7
 
+/* CUlaunchConfig and cudaLaunchConfig_t share one layout (56 bytes, attrs pointer at +40,
+ * numAttrs at +48), as do CUlaunchAttribute and cudaLaunchAttribute (72 bytes: id, pad, a
+ * 64-byte value union). tests/unit/test_cuda_layout.c checks these against the toolkit. */
+#define TP_LAUNCH_CONFIG_SIZE	56
+#define TP_LAUNCH_CONFIG_ATTRS	40
+#define TP_LAUNCH_CONFIG_NATTRS	48
+#define TP_LAUNCH_ATTR_SIZE	72
+#define TP_LAUNCH_ATTRS_MAX	3
+
 #define TP_STACK_MAX	4
-#define TP_DEREF_MAX	128
+#define TP_DEREF_MAX	(TP_LAUNCH_CONFIG_SIZE + TP_LAUNCH_ATTRS_MAX * TP_LAUNCH_ATTR_SIZE)
 
 struct tp_rec_call {
 	__u32 type;		/* TP_REC_CALL */
@@ -73,6 +89,7 @@ enum tp_call_flags {
 	TP_CALL_STACK_FAULT = 1,	/* stack copy failed */
 	TP_CALL_DEREF_FAULT = 2,	/* deref copy failed */
 	TP_CALL_CALLER2_FAULT = 4,
+	TP_CALL_ATTRS_FAULT = 8,	/* the launch attribute array could not be read */
 };
 
 struct tp_rec_ret {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The CUDA runtime entry points tptrace probes, and how each one's arguments sit in the
+/* The CUDA runtime and driver entry points tptrace probes, and how each one's arguments sit in the
  * registers and stack at function entry (x86-64 SysV). The table index is the api id carried
  * in the attach cookie and in every record. This file is the one place that knows the launch
  * ABI: what the attach cookie asks the probe to copy (cuda_api_cookie) and how the copied
@@ -36,7 +36,10 @@ enum cuda_api_kind {
 	API_DRV_LAUNCH,		/* cuLaunchKernel/cuLaunchCooperativeKernel (f rdi, gx..bx,by rsi..r9,
 				 * bz [rsp+8], shmem [rsp+16], stream [rsp+24], params, extra) */
 	API_DRV_LAUNCH_EX,	/* cuLaunchKernelEx (const CUlaunchConfig *rdi, f rsi, params, extra) */
-	API_DRV_MEMCPY,		/* cuMemcpy*: 1D copies; direction from the row (copy_kind) */
+	API_DRV_MEMCPY,		/* cuMemcpy*: 1D copies; direction from the row (copy_kind):
+				 * (dst, src, bytes [, stream]), Peer: (dst, dctx, src, sctx, bytes
+				 * [, stream r9]) */
+	API_DRV_MEMCPY2D,	/* cuMemcpy2D_v2[Async] (const CUDA_MEMCPY2D *rdi [, stream rsi]) */
 	API_DRV_MEMSET,		/* cuMemsetD8/16/32: (dst, value, N elements [, stream]) */
 	API_DRV_GET_FUNCTION,	/* cuModuleGetFunction/cuLibraryGetKernel (out rdi, owner, name) */
 	API_DRV_KERNEL_GET_FUNCTION,	/* cuKernelGetFunction (CUfunction *out, CUkernel) */
@@ -62,6 +65,18 @@ struct cuda_api {
 	/* the call puts GPU work (kernel, copy, memset, graph) on a stream; that work carries
 	 * this call's CUPTI correlation id (unless the call is nested in another API call) */
 	bool gpu_work;
+	/* driver copies and memsets: what the function name says (enum cuda_copy_kind), the
+	 * element size of cuMemsetD8/16/32 (1, 2, 4), and whether a stream argument follows */
+	uint8_t copy_kind;
+	uint8_t elem_size;
+	bool async;
+};
+
+/* Copy directions as Kineto spells them; the values below DEFAULT are cudaMemcpyKind's. */
+enum cuda_copy_kind {
+	CUDA_COPY_HTOH = 0, CUDA_COPY_HTOD = 1, CUDA_COPY_DTOH = 2, CUDA_COPY_DTOD = 3,
+	CUDA_COPY_DEFAULT = 4,	/* cudaMemcpyDefault, cuMemcpy: from the pointers (UVA) */
+	CUDA_COPY_PTOP = 5,	/* cuMemcpyPeer: between the memories of two contexts */
 };
 
 extern const struct cuda_api cuda_apis[];
@@ -85,10 +100,19 @@ struct cuda_launch {
 	uint64_t stream;		/* cudaStream_t: 0 legacy, 1 cudaStreamLegacy, 2 per-thread */
 	uint64_t args;			/* void **kernel arguments */
 	bool per_thread;		/* _ptsz variant: the default stream is per thread */
-	/* cudaLaunchKernelExC: the cudaLaunchConfig_t copied by the probe */
+	/* driver launch (cuLaunchKernel*): func_or_handle is a CUfunction (or a CUkernel cast
+	 * to one), never a host function */
+	bool driver;
+	/* cudaLaunchKernelExC, cuLaunchKernelEx: the launch config copied by the probe */
 	bool has_config;
 	bool config_unreadable;		/* the copy faulted: grid..stream above are 0 */
 	uint32_t config_attrs;		/* numAttrs */
+	uint32_t nr_attrs;		/* attrs[] read (at most TP_LAUNCH_ATTRS_MAX) */
+	bool attrs_unreadable;		/* numAttrs > 0 but the array could not be read */
+	struct cuda_launch_attr {
+		uint32_t id;		/* CUlaunchAttributeID == cudaLaunchAttributeID */
+		uint8_t val[64];	/* the value union, raw */
+	} attrs[3];
 	/* return addresses for naming a kernel by the stub that called the launch:
 	 * [rsp] and the caller's [rbp+8]; 0 when the probe could not read them */
 	uint64_t ret_addr, caller2;
@@ -113,7 +137,34 @@ struct cuda_sync {
  * -EINVAL for other apis. */
 int cuda_api_decode_sync(const struct tp_rec_call *c, struct cuda_sync *s);
 
-/* cudaMemcpyKind as Kineto spells it: HtoH, HtoD, DtoH, DtoD, Default. */
+/* cudaMemcpyKind / enum cuda_copy_kind as Kineto spells it: HtoH, HtoD, DtoH, DtoD, Default,
+ * PtoP. */
 const char *cuda_memcpy_kind_str(uint64_t kind);
+
+/* A driver copy (API_DRV_MEMCPY, API_DRV_MEMCPY2D) or memset (API_DRV_MEMSET). */
+struct cuda_copy {
+	uint64_t dst, src;
+	uint64_t bytes;
+	uint64_t stream;
+	bool has_stream;
+	char kind_str[8];		/* "HtoD", "DtoH", "PtoP", "Default", 2D: "AtoD"... */
+	/* peer copies: the two contexts */
+	uint64_t dst_ctx, src_ctx;
+	/* 2D copies */
+	bool is_2d, unreadable;		/* unreadable: the CUDA_MEMCPY2D copy faulted */
+	uint64_t width, height, dpitch, spitch;
+	/* memsets */
+	uint32_t elem_size;		/* 1, 2 or 4 */
+	uint64_t elements;
+	uint32_t value;
+};
+int cuda_api_decode_copy(const struct tp_rec_call *c, struct cuda_copy *cp);
+
+/* CUlaunchAttributeID name (CU_LAUNCH_ATTRIBUTE_X -> "x" in lower case words), NULL when
+ * unknown to this table. */
+const char *cuda_launch_attr_name(uint32_t id);
+
+/* A row of libcuda.so.1 (CUDA_DOM_DRIVER). */
+bool cuda_api_is_driver(uint32_t id);
 
 #endif

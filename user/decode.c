@@ -138,6 +138,83 @@ static void arg_stream(struct trace_json *tj, uint64_t stream)
 	trace_json__arg_u64(tj, "stream", stream);
 }
 
+/* The launch config's attributes (cudaLaunchKernelExC, cuLaunchKernelEx), each under its
+ * name; the values union is read per id (cuda.h, CUlaunchAttributeValue). */
+static void launch_attr_args(struct trace_json *tj, const struct cuda_launch *l)
+{
+	char key[48], val[96];
+
+	trace_json__arg_u64(tj, "attributes", l->config_attrs);
+	if (l->attrs_unreadable) {
+		trace_json__arg_bool(tj, "attributes unreadable", true);
+		return;
+	}
+	if (l->config_attrs > l->nr_attrs)
+		trace_json__arg_u64(tj, "attributes not read", l->config_attrs - l->nr_attrs);
+	for (uint32_t i = 0; i < l->nr_attrs; i++) {
+		const uint8_t *v = l->attrs[i].val;
+		const char *name = cuda_launch_attr_name(l->attrs[i].id);
+		uint32_t u[3];
+		int32_t in;
+		uint64_t q[2];
+		float f;
+
+		memcpy(u, v, sizeof(u));
+		memcpy(&in, v, sizeof(in));
+		memcpy(q, v, sizeof(q));
+		switch (l->attrs[i].id) {
+		case 0:		/* CU_LAUNCH_ATTRIBUTE_IGNORE: an empty slot */
+			break;
+		case 2:		/* int cooperative */
+		case 6:		/* int programmaticStreamSerializationAllowed */
+		case 8:		/* int priority */
+			trace_json__arg_i64(tj, name, in);
+			break;
+		case 4:		/* clusterDim {x, y, z} */
+		case 11:	/* preferredClusterDim */
+			trace_json__arg_dim3(tj, name, u[0], u[1], u[2]);
+			break;
+		case 7:		/* programmaticEvent {CUevent, int flags, int triggerAtBlockStart} */
+			snprintf(val, sizeof(val), "event=0x%llx flags=%d triggerAtBlockStart=%d",
+				 (unsigned long long)q[0], (int32_t)(q[1] & 0xffffffff),
+				 (int32_t)(q[1] >> 32));
+			trace_json__arg_str(tj, name, val);
+			break;
+		case 12:	/* launchCompletionEvent {CUevent, int flags} */
+			snprintf(val, sizeof(val), "event=0x%llx flags=%d",
+				 (unsigned long long)q[0], (int32_t)(q[1] & 0xffffffff));
+			trace_json__arg_str(tj, name, val);
+			break;
+		case 1:		/* accessPolicyWindow {base_ptr, num_bytes, float hitRatio,
+				 * hitProp, missProp} */
+			memcpy(&f, v + 16, sizeof(f));
+			memcpy(u, v + 20, 2 * sizeof(u[0]));
+			snprintf(val, sizeof(val), "base=0x%llx bytes=%llu hitRatio=%g hitProp=%u "
+				 "missProp=%u", (unsigned long long)q[0], (unsigned long long)q[1],
+				 (double)f, u[0], u[1]);
+			trace_json__arg_str(tj, name, val);
+			break;
+		case 9:		/* memSyncDomainMap {unsigned char default_, remote} */
+			snprintf(val, sizeof(val), "default=%u remote=%u", v[0], v[1]);
+			trace_json__arg_str(tj, name, val);
+			break;
+		case 13:	/* deviceUpdatableKernelNode {int deviceUpdatable, devNode} */
+			snprintf(val, sizeof(val), "deviceUpdatable=%d devNode=0x%llx", in,
+				 (unsigned long long)q[1]);
+			trace_json__arg_str(tj, name, val);
+			break;
+		default:
+			if (name) {	/* an enum or unsigned int value */
+				trace_json__arg_u64(tj, name, u[0]);
+			} else {	/* unknown to this table: its id and first 8 bytes */
+				snprintf(key, sizeof(key), "attribute %u", l->attrs[i].id);
+				trace_json__arg_hex(tj, key, q[0]);
+			}
+			break;
+		}
+	}
+}
+
 static void launch_args(struct decoder *d, struct target *t, const struct tp_rec_call *c,
 			const char *gpu_kernel)
 {
@@ -150,13 +227,13 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 	if (l.config_unreadable)
 		trace_json__arg_bool(tj, "config unreadable", true);
 	else if (l.has_config)
-		trace_json__arg_u64(tj, "attributes", l.config_attrs);
+		launch_attr_args(tj, &l);
 	if (!k.name && gpu_kernel) {
 		/* CUPTI named the kernel this launch produced: keep it for later launches of the
 		 * same handle, also after the agent is gone */
 		k.name = gpu_kernel;
 		k.source = "cupti";
-		if (t && (k.handle || l.func_or_handle) && !l.has_config)
+		if (t && (k.handle || l.func_or_handle) && (!l.has_config || l.driver))
 			target__set_handle(t, k.handle ? k.handle : l.func_or_handle, k.name, "cupti");
 	}
 	if (k.name) {
@@ -316,6 +393,19 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
+/* A driver call whose return address lies in a CUDA runtime was made by a runtime call
+ * (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy -> cuMemcpy...): that call is the one
+ * written; the driver call is counted, never written and never counted as a launch. */
+static bool nested_driver_call(struct decoder *d, const struct tp_rec_call *c)
+{
+	struct target *t;
+
+	if (!cuda_api_is_driver(c->api) || (c->flags & TP_CALL_STACK_FAULT))
+		return false;
+	t = find_target(d, c->pid);
+	return t && target__addr_in_cudart(t, c->stack[0]);
+}
+
 static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
 		      const struct tp_rec_ret *r, uint64_t end_ns,
 		      const struct gpu_join_result *jr);
@@ -336,6 +426,10 @@ static uint32_t cbid_alt(const struct cuda_api *api)
 static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
 		      const struct tp_rec_ret *r, uint64_t end_ns)
 {
+	if (c->api < NCCL_API_BASE && nested_driver_call(d, c)) {
+		d->stats.nested_driver_calls++;
+		return;
+	}
 	if (d->join && c->api < NCCL_API_BASE && gpu_join__wants(c->api)) {
 		struct gpu_payload p = { .call = *c, .has_ret = r != NULL, .end_ns = end_ns,
 					 .own_corr = correlation };
@@ -360,6 +454,81 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		emit_host(d, c, correlation, r, end_ns, NULL);
 }
 
+/* cuMemcpy*, cuMemcpy2D*, cuMemsetD*: the arguments cuda_api_decode_copy read */
+static void drv_copy_args(struct trace_json *tj, const struct tp_rec_call *c)
+{
+	struct cuda_copy cp;
+
+	cuda_api_decode_copy(c, &cp);
+	if (cp.unreadable) {
+		trace_json__arg_bool(tj, "copy parameters unreadable", true);
+	} else if (cuda_apis[c->api].kind == API_DRV_MEMSET) {
+		trace_json__arg_u64(tj, "bytes", cp.bytes);
+		trace_json__arg_u64(tj, "element size", cp.elem_size);
+		trace_json__arg_u64(tj, "elements", cp.elements);
+		trace_json__arg_u64(tj, "value", cp.value);
+		trace_json__arg_hex(tj, "dst", cp.dst);
+	} else {
+		trace_json__arg_u64(tj, "bytes", cp.bytes);
+		trace_json__arg_str(tj, "kind", cp.kind_str);
+		if (cp.is_2d) {
+			trace_json__arg_u64(tj, "width", cp.width);
+			trace_json__arg_u64(tj, "height", cp.height);
+			trace_json__arg_u64(tj, "dpitch", cp.dpitch);
+			trace_json__arg_u64(tj, "spitch", cp.spitch);
+		}
+		trace_json__arg_hex(tj, "dst", cp.dst);
+		trace_json__arg_hex(tj, "src", cp.src);
+		if (cuda_apis[c->api].copy_kind == CUDA_COPY_PTOP) {
+			trace_json__arg_hex(tj, "dst context", cp.dst_ctx);
+			trace_json__arg_hex(tj, "src context", cp.src_ctx);
+		}
+	}
+	/* synchronous driver copies run on the legacy default stream */
+	arg_stream(tj, cp.stream);
+}
+
+/* cuModuleGetFunction / cuLibraryGetKernel (out, owner, name) and cuKernelGetFunction
+ * (CUfunction *out, CUkernel): the handle they return is named for later launches. */
+static void drv_handle_args(struct trace_json *tj, struct target *t, const struct tp_rec_call *c,
+			    const struct tp_rec_ret *r)
+{
+	bool out_ok = r && (r->flags & TP_RET_OUT_VALID) && (int32_t)r->rc == 0 && r->out_val;
+	const char *sym = cuda_apis[c->api].symbol;
+
+	if (cuda_apis[c->api].kind == API_DRV_KERNEL_GET_FUNCTION) {
+		const char *src = NULL, *name = t ? target__handle_name(t, c->args[1], &src) : NULL;
+
+		trace_json__arg_hex(tj, "kernel handle", c->args[1]);
+		if (name)
+			trace_json__arg_str(tj, "kernel", name);
+		if (out_ok) {
+			trace_json__arg_hex(tj, "function", r->out_val);
+			/* the CUfunction of a CUkernel inherits its name */
+			if (name)
+				target__set_handle(t, r->out_val, name, src);
+		}
+		return;
+	}
+	{
+		bool library = !strcmp(sym, "cuLibraryGetKernel");
+		bool bad = c->flags & TP_CALL_DEREF_FAULT;
+		char *name = bad ? NULL : demangle((const char *)c->deref);
+
+		trace_json__arg_hex(tj, library ? "library" : "module", c->args[1]);
+		if (name)
+			trace_json__arg_str(tj, "name", name);
+		else
+			trace_json__arg_bool(tj, "name unreadable", true);
+		if (out_ok) {
+			trace_json__arg_hex(tj, library ? "kernel handle" : "function", r->out_val);
+			if (t && name)
+				target__set_handle(t, r->out_val, name, library ? "library" : "module");
+		}
+		free(name);
+	}
+}
+
 /* jr: what the --gpu join said about the call (NULL: not joined). A joined entry-only call
  * is drawn with CUPTI's start and duration: the probe saw only its entry. */
 static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
@@ -376,12 +545,24 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		ts = jr->api_start;
 		dur = jr->api_end > jr->api_start ? jr->api_end - jr->api_start : 0;
 	}
-	trace_json__event(tj, "X", "cuda_runtime", api->name, c->pid, c->tid, ts, dur);
+	trace_json__event(tj, "X", api->domain == CUDA_DOM_DRIVER ? "cuda_driver" : "cuda_runtime",
+			  api->name, c->pid, c->tid, ts, dur);
 	switch (api->kind) {
 	case API_LAUNCH:
 	case API_LAUNCH_HANDLE:
 	case API_LAUNCH_EXC:
+	case API_DRV_LAUNCH:
+	case API_DRV_LAUNCH_EX:
 		launch_args(d, t, c, gpu_kernel);
+		break;
+	case API_DRV_MEMCPY:
+	case API_DRV_MEMCPY2D:
+	case API_DRV_MEMSET:
+		drv_copy_args(tj, c);
+		break;
+	case API_DRV_GET_FUNCTION:
+	case API_DRV_KERNEL_GET_FUNCTION:
+		drv_handle_args(tj, t, c, r);
 		break;
 	case API_GET_KERNEL: {
 		const char *name = t ? target__symbolize(t, c->args[1]) : NULL;

@@ -26,6 +26,9 @@ struct decoder_stats {
 	uint64_t bad_records;
 	uint64_t depth_overflows;	/* nested past CALLS_MAX_DEPTH: written without return */
 	uint64_t unwound;		/* left by longjmp/exception: ended at a caller's return */
+	/* driver calls made by a CUDA runtime (cudaLaunchKernel -> cuLaunchKernel): not
+	 * written, the runtime call shows the launch or copy once */
+	uint64_t nested_driver_calls;
 };
 
 struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,

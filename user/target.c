@@ -273,6 +273,34 @@ static bool tail_jumps_to_probed(struct target_obj *obj, const struct elfsym_sym
 	return false;
 }
 
+/* The driver: libcuda.so.1, found by file name (the soname is the file's name where the
+ * driver is installed, libcuda.so.<version> behind the libcuda.so.1 link) and by what it
+ * defines, so libraries that merely import cu* symbols (or dlsym them) are never taken. */
+static bool is_driver(const char *path, const struct elfsym *es)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	if (strncmp(base, "libcuda.so", 10) || (base[10] && base[10] != '.'))
+		return false;
+	/* a driver with something to probe (one of the driver rows) */
+	for (int id = 0; id < cuda_api_count; id++)
+		if (cuda_apis[id].domain == CUDA_DOM_DRIVER &&
+		    elfsym__find_func(es, cuda_apis[id].symbol))
+			return true;
+	return false;
+}
+
+/* A shared libcudart (libcudart.so.13, a wheel's libcudart-<hash>.so.12): every function in it
+ * is the runtime. */
+static bool is_shared_cudart(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return !strncmp(base, "libcudart", 9) && strstr(base, ".so");
+}
+
 static bool fr_cuda_api(const struct cuda_api *api)
 {
 	switch (api->kind) {
@@ -350,9 +378,13 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 		return -ENOMEM;
 	for (int id = 0; id < cuda_api_count; id++) {
 		const struct cuda_api *api = &cuda_apis[id];
-		const struct elfsym_sym *sym = elfsym__find_func(obj->es, api->symbol);
+		const struct elfsym_sym *sym;
 
-		if (!sym || !want_cuda_api(p, api))
+		/* runtime rows in a runtime, driver rows in the driver */
+		if ((api->domain == CUDA_DOM_DRIVER) != obj->driver || !want_cuda_api(p, api))
+			continue;
+		sym = elfsym__find_func(obj->es, api->symbol);
+		if (!sym)
 			continue;
 		if (tail_jumps_to_probed(obj, sym)) {
 			t->nr_aliased++;
@@ -501,6 +533,15 @@ static int attach_obj(struct target *t, struct target_obj *obj, const struct tar
 			return r;
 		added += r;
 	}
+	/* the driver: launches and copies made through it directly (Triton, CUDA graphs from
+	 * torch.compile); calls the runtime makes into it are told apart by their return
+	 * address (target__addr_in_cudart) */
+	if (obj->driver && (classes_of(p) & (PROBE_CUDA_ALL | PROBE_CUDA_SYNC))) {
+		r = attach_cudart(t, obj, p);
+		if (r < 0)
+			return r;
+		added += r;
+	}
 	if (obj->nccl && (classes_of(p) & PROBE_NCCL)) {
 		r = attach_nccl(t, obj, p);
 		if (r < 0)
@@ -567,6 +608,11 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 				break;
 			}
 		}
+		obj->driver = is_driver(v->path, obj->es);
+		if (obj->driver) {
+			t->nr_driver++;
+			continue;
+		}
 		for (int id = 0; id < cuda_api_count; id++) {
 			if (cuda_api_is_marker(cuda_apis[id].symbol) &&
 			    elfsym__find_func(obj->es, cuda_apis[id].symbol)) {
@@ -574,6 +620,7 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 				break;
 			}
 		}
+		obj->cudart_shared = obj->cudart && is_shared_cudart(v->path);
 		if (obj->cudart)
 			t->nr_cudart++;
 		if (obj->nccl)
@@ -718,6 +765,28 @@ int target__nccl_func(struct target *t, const char *name, uint64_t *addr)
 	return -ENOENT;
 }
 
+bool target__addr_in_cudart(struct target *t, uint64_t addr)
+{
+	const struct target_obj *obj = addr ? obj_at(t, addr) : NULL;
+	const struct elfsym_sym *sym;
+	const char *n;
+
+	if (!obj || !obj->cudart)
+		return false;
+	if (obj->cudart_shared)
+		return true;
+	/* a static cudart: its API functions keep their names (cuda*, __cuda*), its internals
+	 * are local functions named libcudart_static_<hash> */
+	if (!obj->es || !obj->bias_known)
+		return false;
+	sym = elfsym__func_at(obj->es, addr - obj->bias);
+	if (!sym)
+		return false;
+	n = sym->name;
+	return !strncmp(n, "cuda", 4) || !strncmp(n, "__cuda", 6) ||
+	       !strncmp(n, "libcudart_static_", 17);
+}
+
 bool target__addr_in_nccl(struct target *t, uint64_t addr)
 {
 	const struct target_obj *obj = addr ? obj_at(t, addr) : NULL;
@@ -756,6 +825,15 @@ void target__kernel_name(struct target *t, struct elfsym_cache *cache,
 	bool maybe_func = !l->by_handle && !l->has_config;
 
 	memset(out, 0, sizeof(*out));
+	if (l->driver) {
+		/* a CUfunction (or a CUkernel used as one): named by the cuModuleGetFunction,
+		 * cuLibraryGetKernel or cuKernelGetFunction call that returned it; a driver
+		 * handle is never a host function or a stub's static */
+		out->handle = first;
+		if (t && first)
+			out->name = target__handle_name(t, first, &out->source);
+		return;
+	}
 	if (l->has_config) {
 		/* cudaLaunchKernelExC: a function or, like cudaLaunchKernel, a handle */
 		out->func = first;

@@ -40,6 +40,8 @@ struct target_obj {
 	uint64_t bias;		/* runtime address = bias + symbol vaddr */
 	bool bias_known;
 	bool cudart;		/* holds a CUDA runtime (shared or static) */
+	bool cudart_shared;	/* is a shared libcudart: all of its code is the runtime */
+	bool driver;		/* the CUDA driver, libcuda.so.1 */
 	bool nccl;		/* holds NCCL */
 	bool ld_so;		/* the dynamic linker */
 	int nr_probes;
@@ -59,6 +61,7 @@ struct target {
 	int nr_probes;		/* uprobes attached (entry + return) */
 	int nr_cudart;		/* objects with a CUDA runtime */
 	int nr_nccl;		/* objects with NCCL */
+	int nr_driver;		/* objects that are the CUDA driver */
 	int exit_code;		/* wait status from the exit tracepoint, -1 unknown */
 	int attach_errors;
 	int nr_stub_funcs;	/* nvcc device stub functions seen in the symbol tables */
@@ -96,6 +99,11 @@ struct target_sym {
 int target__sym_at(struct target *t, uint64_t addr, struct target_sym *sym);
 /* Runtime address of a function of the target's NCCL library. 0 or -ENOENT. */
 int target__nccl_func(struct target *t, const char *name, uint64_t *addr);
+/* Whether a code address lies inside a CUDA runtime: anywhere in a shared libcudart, or, in
+ * an object with a static cudart (an nvcc binary, libnccl.so.2), in one of its functions
+ * (cuda*, __cuda*, libcudart_static_<hash>). A driver call returning there is nested in a
+ * runtime call. */
+bool target__addr_in_cudart(struct target *t, uint64_t addr);
 /* Whether a code address lies in a library holding NCCL (a call made by NCCL itself). */
 bool target__addr_in_nccl(struct target *t, uint64_t addr);
 /* The kernel whose nvcc device stub contains addr (a return address), NULL otherwise. */

@@ -259,6 +259,10 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 	for (int j = 0; j < t->nr_objs; j++)
 		if (t->objs[j].cudart)
 			cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
+	libs = cJSON_AddArrayToObject(o, "cuda_drivers");
+	for (int j = 0; j < t->nr_objs; j++)
+		if (t->objs[j].driver)
+			cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
 	cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
 	if (env.gpu)
 		cJSON_AddItemToObject(o, "gpu", gpu_json(p));
@@ -319,6 +323,8 @@ static char *metadata_json(const struct trace_session *s)
 	cJSON_AddNumberToObject(root, "bad_records", (double)st->bad_records);
 	cJSON_AddNumberToObject(root, "depth_overflows", (double)st->depth_overflows);
 	cJSON_AddNumberToObject(root, "unwound_calls", (double)st->unwound);
+	/* driver calls a runtime call made: not written (the runtime call shows them) */
+	cJSON_AddNumberToObject(root, "nested_driver_calls", (double)st->nested_driver_calls);
 	/* without --gpu there is no join: no counts at all */
 	if (env.gpu)
 		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->dec));
@@ -438,12 +444,14 @@ static int attach_targets(struct trace_session *s)
 				  strerror(-err));
 			return err;
 		}
-		if (!t->nr_cudart && !env.wait) {
-			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.* and "
-				  "no static cudart); use --wait to wait for it\n", t->pid, t->comm);
+		/* a program may use the driver alone (cuLaunchKernel, as Triton does) */
+		if (!t->nr_cudart && !t->nr_driver && !env.wait) {
+			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.*, "
+				  "no static cudart, no libcuda.so.1); use --wait to wait for it\n",
+				  t->pid, t->comm);
 			return -ENOENT;
 		}
-		if (!t->nr_cudart) {
+		if (!t->nr_cudart && !t->nr_driver) {
 			log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
 			p->waiting = true;
 		}
@@ -527,7 +535,7 @@ static void announce_loaded(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
 
-		if (p->waiting && p->t->nr_cudart) {
+		if (p->waiting && (p->t->nr_cudart || p->t->nr_driver)) {
 			p->waiting = false;
 			log_info("pid %d loaded a CUDA runtime; tracing\n", p->t->pid);
 		}
@@ -720,9 +728,11 @@ static int write_trace_end(struct trace_session *s)
 	if (s->drops)
 		log_error("%llu events dropped (ring buffer full); raise --ring-mb\n",
 			  (unsigned long long)s->drops);
-	log_info("wrote %s: %llu calls (%llu launches, %llu named), %llu dropped\n",
+	log_info("wrote %s: %llu calls (%llu launches, %llu named), %llu dropped, "
+		 "%llu driver calls nested in runtime calls\n",
 		 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
-		 (unsigned long long)st->launches_named, (unsigned long long)s->drops);
+		 (unsigned long long)st->launches_named, (unsigned long long)s->drops,
+		 (unsigned long long)st->nested_driver_calls);
 	log_gpu_join(s);
 	return 0;
 }

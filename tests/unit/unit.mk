@@ -89,6 +89,17 @@ $(UNIT_DIR)/test_decode: tests/unit/test_decode.c tests/unit/check.h \
 
 TEST_BINS += $(UNIT_DIR)/test_decode
 
+# the driver API rows: decoding, nesting against a dlopen'ed libcudart, handle naming, the
+# flight recorder's progress from driver calls; struct layouts checked against cuda.h
+$(UNIT_DIR)/test_driver: tests/unit/test_driver.c tests/unit/check.h \
+			 $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g -I$(CUDA_HOME)/include \
+		-DCUDA_DRIVER_H='"$(CUDA_HOME)/include/cuda.h"' $(filter %.c %.a,$^) \
+		$(UNIT_LIB_LIBS) -ldl -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_driver
+
 # the ring consumer core, built from source with AddressSanitizer: the test hands every record
 # over in a buffer of exactly its size, so reading a field before checking the size fails it
 CALLS_SRCS := user/calls.c user/cuda_api.c user/nccl_api.c user/hashmap.c

@@ -121,3 +121,21 @@ $(WL_DIR)/blockcuda/libcuda.so.1: tests/workloads/blocking_libcuda.c | $(WL_DIR)
 	$(Q)$(CC) -O2 -g -fPIC -shared -Wl,-soname,libcuda.so.1 $< -o $@
 
 TEST_BINS += $(WL_DIR)/blockcuda/libcuda.so.1
+
+# Every probed driver entry point with known arguments, in the real driver ABI: linked against
+# the toolkit's stub libcuda.so (tests/e2e/test_real_driver.py). It runs with stubdrv/ on
+# LD_LIBRARY_PATH, where libcuda.so.1 links to that stub (test-only: never on the rpath).
+STUB_LIBCUDA := $(CUDA_HOME)/lib/stubs/libcuda.so
+$(WL_DIR)/stubdrv:
+	$(Q)mkdir -p $@
+
+$(WL_DIR)/stubdrv/libcuda.so.1: | $(WL_DIR)/stubdrv
+	$(Q)ln -sf $(STUB_LIBCUDA) $@
+
+$(WL_DIR)/real_driver_args: tests/workloads/real_driver_args.c tests/workloads/handshake.h \
+			    $(WL_DIR)/stubdrv/libcuda.so.1 | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) -O1 -g -Wall -I$(CUDA_HOME)/include -Itests/workloads $< \
+		-L$(CUDA_HOME)/lib/stubs -lcuda -o $@
+
+TEST_BINS += $(WL_DIR)/real_driver_args $(WL_DIR)/stubdrv/libcuda.so.1
