@@ -552,8 +552,43 @@ static void test_domain(void)
 	drv(j, 13, RT_LAUNCH, t0 + 150, t0 + 250, 851);
 	rt(j, 13, RT_LAUNCH, t0 + 100, t0 + 1000, 850);
 	kernel(j, 850, 0, t0 + 5000, "d");
+	/* __cudaLaunchKernel enters cudaLaunchKernel: either cbid is its own, nothing else */
+	{
+		struct gpu_join_call c = { .pid = 1, .tid = 13, .domain = CUDA_DOM_RUNTIME,
+					   .cbid = CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
+					   .cbid_alt = RT_LAUNCH, .gpu_work = true, .ts = t0 + 3000 };
+		uint32_t tag = 1;
+
+		gpu_join__add_call(j, &c, &tag);
+		rt(j, 13, RT_GETLASTERR, t0 + 3100, t0 + 3200, 852);
+		rt(j, 13, RT_LAUNCH, t0 + 3300, t0 + 4000, 853);
+		kernel(j, 853, 0, t0 + 6000, "h");
+	}
 	gpu_join__flush(j, t0 + SEC, 0);
 	expect_pair(0, 850, "d", t0 + 5000);
+	expect_pair(1, 853, "h", t0 + 6000);
+	gpu_join__free(j);
+}
+
+/* tptrace knows when each agent said ENABLED: a call before it has no record, even when
+ * another process's records started earlier. */
+static void test_enable_mark(void)
+{
+	struct gpu_join *j = setup();
+	uint64_t t0 = 98 * SEC;
+	struct gpu_join_call c = { .pid = 2, .tid = 21, .domain = CUDA_DOM_RUNTIME,
+				   .cbid = RT_LAUNCH, .gpu_work = true, .ts = t0 + 1000 };
+	uint32_t tag = 0;
+
+	rt(j, 20, RT_LAUNCH, t0, t0 + 500, 860);	/* pid 1's thread, CUPTI on there */
+	gpu_join__set_enabled(j, 2, t0 + 5000);
+	gpu_join__add_call(j, &c, &tag);
+	c.ts = t0 + 6000;
+	tag = 1;
+	gpu_join__add_call(j, &c, &tag);
+	gpu_join__flush(j, t0 + SEC, 0);
+	expect_status(0, GPU_JOIN_BEFORE_ENABLE);
+	expect_status(1, GPU_JOIN_NO_RECORD);
 	gpu_join__free(j);
 }
 
@@ -623,6 +658,7 @@ int main(void)
 	test_graph_replay();
 	test_returned_call();
 	test_domain();
+	test_enable_mark();
 	test_scale();
 	return check_done();
 }
