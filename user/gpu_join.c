@@ -456,7 +456,7 @@ static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, ui
 
 	for (size_t i = 0; i < t->nr_calls; i++) {
 		struct jcall *jc = t->calls[i];
-		bool waited = final || now - jc->arrived_ns > max_wait;
+		bool waited = final || (now > jc->arrived_ns && now - jc->arrived_ns > max_wait);
 
 		if (!jc->decided) {
 			uint64_t hi = window_end(j, jc);
@@ -498,7 +498,7 @@ static void sweep_work(struct gpu_join *j, uint64_t now, uint64_t max_wait)
 	for (size_t it = 0; u64map__next(&j->work, &it, &k, &v);) {
 		struct jwork *w = (struct jwork *)(uintptr_t)v;
 
-		if (max_wait && now - w->seen_ns <= 2 * max_wait) {
+		if (max_wait && (now <= w->seen_ns || now - w->seen_ns <= 2 * max_wait)) {
 			if (!u64map__set(&live, k, v))
 				continue;
 		}
@@ -517,7 +517,7 @@ void gpu_join__flush(struct gpu_join *j, uint64_t now_ns, uint64_t max_wait_ns)
 	j->now = now_ns;
 	for (size_t it = 0; u64map__next(&j->threads, &it, NULL, &v);)
 		flush_thread(j, (struct jthread *)(uintptr_t)v, now_ns, max_wait_ns);
-	if (!max_wait_ns || now_ns - j->last_sweep > max_wait_ns) {
+	if (!max_wait_ns || (now_ns > j->last_sweep && now_ns - j->last_sweep > max_wait_ns)) {
 		sweep_work(j, now_ns, max_wait_ns);
 		j->last_sweep = now_ns;
 	}
