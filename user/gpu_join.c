@@ -325,6 +325,23 @@ static uint64_t window_end(const struct gpu_join *j, const struct jcall *jc)
 	return UINT64_MAX;
 }
 
+/* The first record starting at or after lo (records are kept by start): a thread keeps
+ * seconds of records, a linear walk per call would be quadratic. */
+static size_t first_at(const struct jthread *t, uint64_t lo)
+{
+	size_t a = 0, b = t->nr_recs;
+
+	while (a < b) {
+		size_t m = a + (b - a) / 2;
+
+		if (t->recs[m].start < lo)
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a;
+}
+
 /* The record is of the call's API: its domain and its cbid. */
 static bool same_api(const struct gpu_join_call *c, const struct jrec *r)
 {
@@ -335,10 +352,11 @@ static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint
 {
 	const struct gpu_join_call *api = &jc->call;
 	uint64_t lo = jc->call.ts > j->slack ? jc->call.ts - j->slack : 0;
+	size_t first = first_at(t, lo);
 	struct jrec *found = NULL;
 	int n = 0;
 
-	for (size_t i = 0; i < t->nr_recs && t->recs[i].start < hi; i++) {
+	for (size_t i = first; i < t->nr_recs && t->recs[i].start < hi; i++) {
 		struct jrec *r = &t->recs[i];
 
 		if (r->start < lo || r->claimed || !same_api(api, r))
@@ -356,7 +374,7 @@ static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint
 		jc->res.api_end = found->end;
 		j->st.joined++;
 	} else if (n > 1) {
-		for (size_t i = 0; i < t->nr_recs && t->recs[i].start < hi; i++)
+		for (size_t i = first; i < t->nr_recs && t->recs[i].start < hi; i++)
 			if (t->recs[i].start >= lo && !t->recs[i].claimed && same_api(api, &t->recs[i]))
 				t->recs[i].ambiguous = true;
 		jc->res.status = GPU_JOIN_AMBIGUOUS;
@@ -438,7 +456,7 @@ static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, ui
 
 	for (size_t i = 0; i < t->nr_calls; i++) {
 		struct jcall *jc = t->calls[i];
-		bool waited = final || now - jc->arrived_ns > max_wait;
+		bool waited = final || (now > jc->arrived_ns && now - jc->arrived_ns > max_wait);
 
 		if (!jc->decided) {
 			uint64_t hi = window_end(j, jc);
@@ -480,7 +498,7 @@ static void sweep_work(struct gpu_join *j, uint64_t now, uint64_t max_wait)
 	for (size_t it = 0; u64map__next(&j->work, &it, &k, &v);) {
 		struct jwork *w = (struct jwork *)(uintptr_t)v;
 
-		if (max_wait && now - w->seen_ns <= 2 * max_wait) {
+		if (max_wait && (now <= w->seen_ns || now - w->seen_ns <= 2 * max_wait)) {
 			if (!u64map__set(&live, k, v))
 				continue;
 		}
@@ -499,7 +517,7 @@ void gpu_join__flush(struct gpu_join *j, uint64_t now_ns, uint64_t max_wait_ns)
 	j->now = now_ns;
 	for (size_t it = 0; u64map__next(&j->threads, &it, NULL, &v);)
 		flush_thread(j, (struct jthread *)(uintptr_t)v, now_ns, max_wait_ns);
-	if (!max_wait_ns || now_ns - j->last_sweep > max_wait_ns) {
+	if (!max_wait_ns || (now_ns > j->last_sweep && now_ns - j->last_sweep > max_wait_ns)) {
 		sweep_work(j, now_ns, max_wait_ns);
 		j->last_sweep = now_ns;
 	}

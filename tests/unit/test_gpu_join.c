@@ -34,17 +34,23 @@ struct flow {
 	uint64_t host_ts, work_start;
 };
 
-static struct emitted emitted[512];
+#define LOG_MAX 16384
+static struct emitted emitted[LOG_MAX];
 static int nr_emitted;
-static struct flow flows[512];
+static struct flow flows[LOG_MAX];
 static int nr_flows;
 
 static void on_emit(void *ctx, const struct gpu_join_call *c, void *payload,
 		    const struct gpu_join_result *r)
 {
-	struct emitted *e = &emitted[nr_emitted++];
+	struct emitted *e;
 
 	(void)ctx;
+	if (nr_emitted == LOG_MAX) {
+		CHECK(false, "more calls written than the test logs");
+		return;
+	}
+	e = &emitted[nr_emitted++];
 	e->tid = c->tid;
 	e->ts = c->ts;
 	memcpy(&e->tag, payload, sizeof(e->tag));
@@ -57,6 +63,8 @@ static void on_flow(void *ctx, uint32_t corr, const struct gpu_join_call *c, uin
 {
 	(void)ctx;
 	(void)device;
+	if (nr_flows == LOG_MAX)
+		return;
 	flows[nr_flows++] = (struct flow){ .corr = corr, .tid = c->tid, .stream = stream,
 					   .host_ts = host_ts, .work_start = work_start };
 }
@@ -544,8 +552,96 @@ static void test_domain(void)
 	drv(j, 13, RT_LAUNCH, t0 + 150, t0 + 250, 851);
 	rt(j, 13, RT_LAUNCH, t0 + 100, t0 + 1000, 850);
 	kernel(j, 850, 0, t0 + 5000, "d");
+	/* __cudaLaunchKernel enters cudaLaunchKernel: either cbid is its own, nothing else */
+	{
+		struct gpu_join_call c = { .pid = 1, .tid = 13, .domain = CUDA_DOM_RUNTIME,
+					   .cbid = CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000,
+					   .cbid_alt = RT_LAUNCH, .gpu_work = true, .ts = t0 + 3000 };
+		uint32_t tag = 1;
+
+		gpu_join__add_call(j, &c, &tag);
+		rt(j, 13, RT_GETLASTERR, t0 + 3100, t0 + 3200, 852);
+		rt(j, 13, RT_LAUNCH, t0 + 3300, t0 + 4000, 853);
+		kernel(j, 853, 0, t0 + 6000, "h");
+	}
 	gpu_join__flush(j, t0 + SEC, 0);
 	expect_pair(0, 850, "d", t0 + 5000);
+	expect_pair(1, 853, "h", t0 + 6000);
+	gpu_join__free(j);
+}
+
+/* tptrace knows when each agent said ENABLED: a call before it has no record, even when
+ * another process's records started earlier. */
+static void test_enable_mark(void)
+{
+	struct gpu_join *j = setup();
+	uint64_t t0 = 98 * SEC;
+	struct gpu_join_call c = { .pid = 2, .tid = 21, .domain = CUDA_DOM_RUNTIME,
+				   .cbid = RT_LAUNCH, .gpu_work = true, .ts = t0 + 1000 };
+	uint32_t tag = 0;
+
+	rt(j, 20, RT_LAUNCH, t0, t0 + 500, 860);	/* pid 1's thread, CUPTI on there */
+	gpu_join__set_enabled(j, 2, t0 + 5000);
+	gpu_join__add_call(j, &c, &tag);
+	c.ts = t0 + 6000;
+	tag = 1;
+	gpu_join__add_call(j, &c, &tag);
+	gpu_join__flush(j, t0 + SEC, 0);
+	expect_status(0, GPU_JOIN_BEFORE_ENABLE);
+	expect_status(1, GPU_JOIN_NO_RECORD);
+	gpu_join__free(j);
+}
+
+/* A long trace: 4 threads x 25000 launches 2 us apart, records in buffers of 1000 calls
+ * delivered 200 ms late, flushed as tptrace does. Every launch joins its own record and the
+ * join holds only seconds of state (a per-call walk over everything would not finish). */
+static void test_scale(void)
+{
+	enum { THREADS = 4, PER = 25000, BUF = 1000 };
+	struct gpu_join *j = setup();
+	uint64_t t0 = 200 * SEC;
+	struct gpu_join_stats st;
+	int wrong = 0, total = 0;
+
+	for (int b = 0; b < PER / BUF; b++) {
+		for (int i = b * BUF; i < (b + 1) * BUF; i++)
+			for (int t = 0; t < THREADS; t++)
+				launch(j, t * PER + i, 1000 + t, t0 + i * 2000ULL + t * 500);
+		for (int i = b * BUF; i < (b + 1) * BUF; i++)
+			for (int t = 0; t < THREADS; t++) {
+				uint64_t ts = t0 + i * 2000ULL + t * 500;
+				uint32_t corr = 3 * (t * PER + i) + 1;
+
+				drv(j, 1000 + t, DRV_LAUNCH, ts + 400, ts + 1200, corr + 1);
+				rt(j, 1000 + t, RT_LAUNCH, ts + 150, ts + 1300, corr);
+				rt(j, 1000 + t, RT_GETLASTERR, ts + 1400, ts + 1450, corr + 2);
+				kernel(j, corr, t, ts + 50000, "s");
+			}
+		gpu_join__flush(j, t0 + (b + 1) * BUF * 2000ULL + SEC / 5, MAX_WAIT);
+		/* count and empty the log as we go */
+		for (int e = 0; e < nr_emitted; e++) {
+			uint32_t tag = emitted[e].tag;
+
+			total++;
+			wrong += emitted[e].res.status != GPU_JOIN_JOINED ||
+				 emitted[e].res.correlation != 3 * tag + 1;
+		}
+		nr_emitted = nr_flows = 0;
+	}
+	gpu_join__flush(j, t0 + 10 * SEC, 0);
+	for (int e = 0; e < nr_emitted; e++) {
+		total++;
+		wrong += emitted[e].res.status != GPU_JOIN_JOINED ||
+			 emitted[e].res.correlation != 3 * emitted[e].tag + 1;
+	}
+	gpu_join__stats(j, &st);
+	CHECK(total == THREADS * PER && wrong == 0, "%d calls written, %d joined wrong", total,
+	      wrong);
+	CHECK(st.joined == THREADS * PER && st.flows == THREADS * PER &&
+	      st.records_nested == THREADS * PER && st.records_unprobed == THREADS * PER,
+	      "joined %llu flows %llu nested %llu unprobed %llu", (unsigned long long)st.joined,
+	      (unsigned long long)st.flows, (unsigned long long)st.records_nested,
+	      (unsigned long long)st.records_unprobed);
 	gpu_join__free(j);
 }
 
@@ -562,5 +658,7 @@ int main(void)
 	test_graph_replay();
 	test_returned_call();
 	test_domain();
+	test_enable_mark();
+	test_scale();
 	return check_done();
 }
