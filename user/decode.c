@@ -513,7 +513,12 @@ static void drv_handle_args(struct trace_json *tj, struct target *t, const struc
 	{
 		bool library = !strcmp(sym, "cuLibraryGetKernel");
 		bool bad = c->flags & TP_CALL_DEREF_FAULT;
-		char *name = bad ? NULL : demangle((const char *)c->deref);
+		char copied[TP_DEREF_MAX + 1], *name;
+
+		/* the probe copied a NUL-terminated string; bound it all the same */
+		memcpy(copied, c->deref, TP_DEREF_MAX);
+		copied[TP_DEREF_MAX] = '\0';
+		name = bad ? NULL : demangle(copied);
 
 		trace_json__arg_hex(tj, library ? "library" : "module", c->args[1]);
 		if (name)

@@ -768,23 +768,20 @@ int target__nccl_func(struct target *t, const char *name, uint64_t *addr)
 bool target__addr_in_cudart(struct target *t, uint64_t addr)
 {
 	const struct target_obj *obj = addr ? obj_at(t, addr) : NULL;
-	const struct elfsym_sym *sym;
-	const char *n;
+	const struct sym_entry *e;
 
 	if (!obj || !obj->cudart)
 		return false;
 	if (obj->cudart_shared)
 		return true;
 	/* a static cudart: its API functions keep their names (cuda*, __cuda*), its internals
-	 * are local functions named libcudart_static_<hash> */
-	if (!obj->es || !obj->bias_known)
+	 * are local functions named libcudart_static_<hash>. Resolved once per return address
+	 * (cached): a process makes its driver calls from a handful of call sites. */
+	e = resolve(t, addr);
+	if (!e)
 		return false;
-	sym = elfsym__func_at(obj->es, addr - obj->bias);
-	if (!sym)
-		return false;
-	n = sym->name;
-	return !strncmp(n, "cuda", 4) || !strncmp(n, "__cuda", 6) ||
-	       !strncmp(n, "libcudart_static_", 17);
+	return !strncmp(e->name, "cuda", 4) || !strncmp(e->name, "__cuda", 6) ||
+	       !strncmp(e->name, "libcudart_static_", 17);
 }
 
 bool target__addr_in_nccl(struct target *t, uint64_t addr)
