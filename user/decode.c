@@ -13,34 +13,19 @@
 #include "nccl_api.h"
 #include "demangle.h"
 #include "gpu.h"
+#include "gpu_join.h"
 #include "gpu_trace.h"
 #include "procmaps.h"
 #include "target.h"
 #include "trace_json.h"
 
-/* --gpu: host calls CUPTI also reports wait here until their CUPTI API record (same thread,
- * overlapping time) gives them CUPTI's correlation id, so the host event, the GPU event and
- * the ac2g arrow share one id (HTA links CPU and GPU by equal correlation). */
-struct gpu_pending {
+/* --gpu: a call the join (gpu_join.c) holds until it is decided, handed back to emit_host. */
+struct gpu_payload {
 	struct tp_rec_call call;
 	struct tp_rec_ret ret;
 	bool has_ret;
 	uint64_t end_ns;		/* unfinished calls: when the trace ended */
-	uint64_t own_corr;
-	uint64_t cupti_corr;		/* 0 until matched */
-	uint64_t queued_ns;
-};
-
-struct gpu_api {
-	uint64_t start, end;
-	uint32_t corr, tid;
-	bool used;
-};
-
-struct gpu_work {			/* a GPU record, by correlation, for arrows and names */
-	uint64_t start;
-	uint32_t device, stream;
-	char *kernel;			/* demangled, kernels only */
+	uint64_t own_corr;		/* the id it keeps when not joined */
 };
 
 struct decoder {
@@ -55,12 +40,7 @@ struct decoder {
 	struct decoder_stats stats;
 
 	struct gpu_trace *gpu;		/* --gpu: the GPU tracks; NULL without */
-	struct gpu_pending *pending;
-	size_t nr_pending, cap_pending;
-	struct gpu_api *apis;		/* CUPTI API records not yet matched */
-	size_t nr_apis, cap_apis;
-	struct u64map gpu_work;		/* correlation -> struct gpu_work* */
-	uint64_t gpu_matched, gpu_unmatched, gpu_flows;
+	struct gpu_join *join;		/* --gpu: host calls <-> CUPTI API records */
 };
 
 
@@ -95,21 +75,11 @@ struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 
 void decoder__free(struct decoder *d)
 {
-	uint64_t v;
-
 	if (!d)
 		return;
 	calls__free(d->calls);
 	u64map__clear(&d->named_threads);
-	for (size_t it = 0; u64map__next(&d->gpu_work, &it, NULL, &v);) {
-		struct gpu_work *w = (struct gpu_work *)(uintptr_t)v;
-
-		free(w->kernel);
-		free(w);
-	}
-	u64map__clear(&d->gpu_work);
-	free(d->pending);
-	free(d->apis);
+	gpu_join__free(d->join);
 	free(d->targets);
 	gpu_trace__free(d->gpu);
 	free(d);
@@ -426,32 +396,6 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
-static bool gpu_joinable(const struct tp_rec_call *c)
-{
-	if (c->api >= NCCL_API_BASE)
-		return false;
-	switch (cuda_apis[c->api].kind) {
-	case API_LAUNCH:
-	case API_LAUNCH_HANDLE:
-	case API_LAUNCH_EXC:
-	case API_GRAPH_LAUNCH:
-	case API_MEMCPY:
-	case API_MEMCPY_ASYNC:
-	case API_MEMCPY2D:
-	case API_MEMCPY2D_ASYNC:
-	case API_MEMSET:
-	case API_MEMSET_ASYNC:
-	case API_DRV_LAUNCH:
-	case API_DRV_LAUNCH_EX:
-	case API_DRV_MEMCPY:
-	case API_DRV_MEMCPY2D:
-	case API_DRV_MEMSET:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* A driver call whose return address lies in a CUDA runtime was made by a runtime call
  * (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy -> cuMemcpy...): that call is the one
  * written; the driver call is counted, never written and never counted as a launch. */
@@ -466,46 +410,51 @@ static bool nested_driver_call(struct decoder *d, const struct tp_rec_call *c)
 }
 
 static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
-		      const struct tp_rec_ret *r, uint64_t end_ns, const char *gpu_kernel);
+		      const struct tp_rec_ret *r, uint64_t end_ns,
+		      const struct gpu_join_result *jr);
+
+/* CUDA 13's __cudaLaunchKernel enters cudaLaunchKernel (a tail jump in the real runtime), so
+ * CUPTI may report it with cudaLaunchKernel's cbid: the join accepts that one too. */
+static uint32_t cbid_alt(const struct cuda_api *api)
+{
+	if (api->kind != API_LAUNCH_HANDLE)
+		return 0;
+	for (int i = 0; i < cuda_api_count; i++)
+		if (cuda_apis[i].kind == API_LAUNCH && cuda_apis[i].per_thread == api->per_thread &&
+		    !strcmp(cuda_apis[i].name, "cudaLaunchKernel"))
+			return cuda_apis[i].cbid;
+	return 0;
+}
 
 static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
 		      const struct tp_rec_ret *r, uint64_t end_ns)
 {
-	if (c->api >= NCCL_API_BASE) {
-		emit_nccl(d, c, correlation, r, end_ns);
-		return;
-	}
-	if (nested_driver_call(d, c)) {
+	if (c->api < NCCL_API_BASE && nested_driver_call(d, c)) {
 		d->stats.nested_driver_calls++;
 		return;
 	}
-	if (d->gpu && gpu_joinable(c)) {
-		struct gpu_pending *p;
+	if (d->join && c->api < NCCL_API_BASE && gpu_join__wants(c->api)) {
+		struct gpu_payload p = { .call = *c, .has_ret = r != NULL, .end_ns = end_ns,
+					 .own_corr = correlation };
+		const struct cuda_api *api = &cuda_apis[c->api];
+		struct gpu_join_call jc = { .pid = c->pid, .tid = c->tid, .api = c->api,
+					    .domain = api->domain, .cbid = api->cbid,
+					    .cbid_alt = cbid_alt(api),
+					    .gpu_work = api->gpu_work, .ts = c->ts,
+					    .ret_ts = r ? r->ts : 0 };
 
-		if (d->nr_pending == d->cap_pending) {
-			size_t cap = d->cap_pending ? d->cap_pending * 2 : 1024;
-			struct gpu_pending *n = realloc(d->pending, cap * sizeof(*n));
-
-			if (!n) {
-				emit_host(d, c, correlation, r, end_ns, NULL);
-				return;
-			}
-			d->pending = n;
-			d->cap_pending = cap;
-		}
-		p = &d->pending[d->nr_pending++];
-		memset(p, 0, sizeof(*p));
-		p->call = *c;
-		if (r) {
-			p->ret = *r;
-			p->has_ret = true;
-		}
-		p->end_ns = end_ns;
-		p->own_corr = correlation;
-		p->queued_ns = c->ts;
-		return;
+		if (r)
+			p.ret = *r;
+		if (!gpu_join__add_call(d->join, &jc, &p))
+			return;
+	} else if (d->join) {
+		/* not joined itself, but it ends the window of the entry-only call before it */
+		gpu_join__mark(d->join, c->tid, c->ts);
 	}
-	emit_host(d, c, correlation, r, end_ns, NULL);
+	if (c->api >= NCCL_API_BASE)
+		emit_nccl(d, c, correlation, r, end_ns);
+	else
+		emit_host(d, c, correlation, r, end_ns, NULL);
 }
 
 /* cuMemcpy*, cuMemcpy2D*, cuMemsetD*: the arguments cuda_api_decode_copy read */
@@ -588,16 +537,24 @@ static void drv_handle_args(struct trace_json *tj, struct target *t, const struc
 	}
 }
 
+/* jr: what the --gpu join said about the call (NULL: not joined). A joined entry-only call
+ * is drawn with CUPTI's start and duration: the probe saw only its entry. */
 static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
-		      const struct tp_rec_ret *r, uint64_t end_ns, const char *gpu_kernel)
+		      const struct tp_rec_ret *r, uint64_t end_ns,
+		      const struct gpu_join_result *jr)
 {
 	const struct cuda_api *api = &cuda_apis[c->api];
 	struct target *t = find_target(d, c->pid);
 	struct trace_json *tj = d->tj;
-	uint64_t dur = r ? r->ts - c->ts : (end_ns > c->ts ? end_ns - c->ts : 0);
+	const char *gpu_kernel = jr ? jr->kernel : NULL;
+	uint64_t dur = r ? r->ts - c->ts : (end_ns > c->ts ? end_ns - c->ts : 0), ts = c->ts;
 
+	if (jr && jr->status == GPU_JOIN_JOINED && !r && !end_ns) {
+		ts = jr->api_start;
+		dur = jr->api_end > jr->api_start ? jr->api_end - jr->api_start : 0;
+	}
 	trace_json__event(tj, "X", api->domain == CUDA_DOM_DRIVER ? "cuda_driver" : "cuda_runtime",
-			  api->name, c->pid, c->tid, c->ts, dur);
+			  api->name, c->pid, c->tid, ts, dur);
 	switch (api->kind) {
 	case API_LAUNCH:
 	case API_LAUNCH_HANDLE:
@@ -684,6 +641,8 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	}
 	}
 	trace_json__arg_u64(tj, "correlation", correlation);
+	if (jr && jr->status != GPU_JOIN_JOINED)
+		trace_json__arg_str(tj, "cupti", gpu_join__status_str(jr->status));
 	if (api->per_thread)
 		trace_json__arg_bool(tj, "per-thread stream", true);
 	if (r)
@@ -694,159 +653,95 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
+/* The join decided a call: write it with CUPTI's correlation when joined. */
+static void gpu_emit(void *ctx, const struct gpu_join_call *jc, void *payload,
+		     const struct gpu_join_result *jr)
+{
+	struct decoder *d = ctx;
+	struct gpu_payload *p = payload;
+
+	emit_host(d, &p->call, jr->status == GPU_JOIN_JOINED ? jr->correlation : p->own_corr,
+		  p->has_ret ? &p->ret : NULL, p->end_ns, jr);
+}
+
+static void gpu_flow(void *ctx, uint32_t correlation, const struct gpu_join_call *c,
+		     uint64_t host_ts, uint32_t device, uint32_t stream, uint64_t work_start)
+{
+	struct decoder *d = ctx;
+
+	gpu_trace__flow(d->gpu, correlation, (int)c->pid, (int)c->tid, host_ts, (int)device,
+			(int)stream, work_start);
+}
+
 int decoder__enable_gpu(struct decoder *d)
 {
+	struct gpu_join_ops ops = { .ctx = d, .emit = gpu_emit, .flow = gpu_flow };
+
 	d->gpu = gpu_trace__new(d->tj);
 	if (!d->gpu)
 		return -ENOMEM;
+	d->join = gpu_join__new(&ops, sizeof(struct gpu_payload));
+	if (!d->join) {
+		gpu_trace__free(d->gpu);
+		d->gpu = NULL;
+		return -ENOMEM;
+	}
 	/* uprobe-only events keep ids CUPTI never hands out */
 	d->next_correlation = 1ULL << 40;
 	return 0;
 }
 
-static struct gpu_work *gpu_work_get(struct decoder *d, uint64_t corr)
-{
-	uint64_t v;
-
-	return corr && u64map__get(&d->gpu_work, corr, &v) ? (struct gpu_work *)(uintptr_t)v : NULL;
-}
-
-/* The CUPTI API record of a call: on the same thread, the first one that starts after the
- * probe fired (CUPTI's API callback runs inside the call, after any lazy initialisation the
- * runtime does first) and before that thread's next probed call. Calls made before CUPTI was
- * enabled have no record: the next-call bound keeps them from taking a later call's. */
-#define GPU_CLOCK_SLACK_NS 20000ULL		/* CUPTI vs bpf timestamps */
-#define GPU_MATCH_WINDOW_NS 100000000ULL	/* last call on a thread: at most 100 ms */
-
-static bool match_pending(struct decoder *d, size_t idx)
-{
-	struct gpu_pending *p = &d->pending[idx];
-	uint64_t ts = p->call.ts, until = ts + GPU_MATCH_WINDOW_NS;
-	struct gpu_api *best = NULL;
-
-	for (size_t i = idx + 1; i < d->nr_pending; i++) {
-		if (d->pending[i].call.tid == p->call.tid && d->pending[i].call.ts > ts) {
-			until = d->pending[i].call.ts;
-			break;
-		}
-	}
-	for (size_t i = 0; i < d->nr_apis; i++) {
-		struct gpu_api *a = &d->apis[i];
-
-		if (a->used || a->tid != p->call.tid)
-			continue;
-		if (a->start + GPU_CLOCK_SLACK_NS < ts || a->start >= until)
-			continue;
-		if (!best || a->start < best->start)
-			best = a;
-	}
-	if (!best)
-		return false;
-	best->used = true;
-	p->cupti_corr = best->corr;
-	return true;
-}
-
-static void finalize_pending(struct decoder *d, struct gpu_pending *p)
-{
-	struct gpu_work *w = gpu_work_get(d, p->cupti_corr);
-
-	if (p->cupti_corr)
-		d->gpu_matched++;
-	else
-		d->gpu_unmatched++;
-	emit_host(d, &p->call, p->cupti_corr ? p->cupti_corr : p->own_corr,
-		  p->has_ret ? &p->ret : NULL, p->end_ns, w ? w->kernel : NULL);
-	if (w) {
-		gpu_trace__flow(d->gpu, p->cupti_corr, p->call.pid, p->call.tid, p->call.ts,
-				(int)w->device, (int)w->stream, w->start);
-		d->gpu_flows++;
-	}
-}
-
-/* Emits pending host calls that found their GPU work, or waited longer than max_wait_ns
- * (max_wait_ns 0: everything, at the end of the trace). */
 void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns)
 {
-	size_t keep = 0;
-
-	for (size_t i = 0; i < d->nr_pending; i++) {
-		struct gpu_pending *p = &d->pending[i];
-		bool old = !max_wait_ns || now_ns - p->queued_ns > max_wait_ns;
-
-		if (!p->cupti_corr)
-			match_pending(d, i);
-		if ((p->cupti_corr && gpu_work_get(d, p->cupti_corr)) || old) {
-			finalize_pending(d, p);
-			continue;
-		}
-		d->pending[keep++] = *p;
-	}
-	d->nr_pending = keep;
-	/* API records nobody claimed within the window are done with */
-	keep = 0;
-	for (size_t i = 0; i < d->nr_apis; i++) {
-		struct gpu_api *a = &d->apis[i];
-
-		if (a->used || (max_wait_ns && now_ns - a->end > 2 * max_wait_ns) || !max_wait_ns)
-			continue;
-		d->apis[keep++] = *a;
-	}
-	d->nr_apis = keep;
+	gpu_join__flush(d->join, now_ns, max_wait_ns);
 }
 
-/* gpu__poll callback: GPU work goes on its device/stream track right away; API records wait
- * for the host calls they belong to. */
+void decoder__gpu_clock(struct decoder *d, uint32_t samples, uint64_t residual_ns,
+			uint64_t window_ns)
+{
+	gpu_join__set_clock(d->join, samples, residual_ns, window_ns);
+}
+
+void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns)
+{
+	gpu_join__set_enabled(d->join, (uint32_t)pid, enabled_ns);
+}
+
+/* gpu__poll callback: GPU work goes on its device/stream track right away; API records go to
+ * the join, which holds them for the host calls they belong to. */
 void decoder__gpu_cb(void *ctx, const struct agent_record *r)
 {
 	struct decoder *d = ctx;
+	char *kernel = NULL;
 
 	switch (r->type) {
 	case AGENT_REC_RUNTIME_API:
 	case AGENT_REC_DRIVER_API:
-		if (d->nr_apis == d->cap_apis) {
-			size_t cap = d->cap_apis ? d->cap_apis * 2 : 1024;
-			struct gpu_api *n = realloc(d->apis, cap * sizeof(*n));
-
-			if (!n)
-				return;
-			d->apis = n;
-			d->cap_apis = cap;
-		}
-		d->apis[d->nr_apis++] = (struct gpu_api){ .start = r->start_ns, .end = r->end_ns,
-							  .corr = r->correlation, .tid = r->tid };
+		gpu_join__record(d->join, r, NULL);
 		return;
 	case AGENT_REC_KERNEL:
-	case AGENT_REC_MEMCPY:
-	case AGENT_REC_MEMSET: {
-		struct gpu_work *w;
-
 		gpu_trace__record(d->gpu, r);
-		if (!r->correlation || gpu_work_get(d, r->correlation))
-			return;
-		w = calloc(1, sizeof(*w));
-		if (!w)
-			return;
-		w->start = r->start_ns;
-		w->device = r->device;
-		w->stream = r->stream;
-		if (r->type == AGENT_REC_KERNEL)
-			w->kernel = demangle(gpu__record_name(r));
-		u64map__set(&d->gpu_work, r->correlation, (uint64_t)(uintptr_t)w);
+		kernel = demangle(gpu__record_name(r));
+		gpu_join__record(d->join, r, kernel);
+		free(kernel);
 		return;
-	}
+	case AGENT_REC_MEMCPY:
+	case AGENT_REC_MEMSET:
+		gpu_trace__record(d->gpu, r);
+		gpu_join__record(d->join, r, NULL);
+		return;
 	default:
 		gpu_trace__record(d->gpu, r);
 		return;
 	}
 }
 
-void decoder__gpu_stats(const struct decoder *d, uint64_t *matched, uint64_t *unmatched,
-			uint64_t *flows)
+int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out)
 {
-	*matched = d->gpu_matched;
-	*unmatched = d->gpu_unmatched;
-	*flows = d->gpu_flows;
+	if (!d->join)
+		return -ENOENT;
+	gpu_join__stats(d->join, out);
+	return 0;
 }
 
 /* ---- the calls core's sink ---- */

@@ -36,13 +36,20 @@ struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 void decoder__free(struct decoder *d);
 int decoder__add_target(struct decoder *d, struct target *t);
 
-/* --gpu: join host calls with CUPTI records (see decode.c, struct gpu_pending). */
+/* --gpu: host calls joined with CUPTI records by gpu_join.c (see gpu_join.h). */
 struct agent_record;
+struct gpu_join_stats;
 int decoder__enable_gpu(struct decoder *d);	/* 0 or -ENOMEM */
 void decoder__gpu_cb(void *ctx, const struct agent_record *r);	/* gpu__poll callback */
+/* Writes the calls the join decided; max_wait_ns 0: all of them (the end of the trace). */
 void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns);
-void decoder__gpu_stats(const struct decoder *d, uint64_t *matched, uint64_t *unmatched,
-			uint64_t *flows);
+/* The agent's measured clock residual (gpu_stats), which sets the join's time slack. */
+void decoder__gpu_clock(struct decoder *d, uint32_t samples, uint64_t residual_ns,
+			uint64_t window_ns);
+/* pid's agent had CUPTI enabled at enabled_ns: its calls before that have no record. */
+void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns);
+/* The join's counts; -ENOENT without --gpu (there are none). */
+int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out);
 
 /* libbpf ring_buffer callback: ctx is the decoder (hands records to its calls core). */
 int decoder__ring_cb(void *ctx, void *data, size_t size);

@@ -38,7 +38,7 @@ void gpu_trace__free(struct gpu_trace *gt)
 	free(gt);
 }
 
-/* process_name/sort for the device and thread_name for the stream, once per trace. */
+/* process_name/sort for the device and thread_name/sort for the stream, once per trace. */
 static void track_metadata(struct gpu_trace *gt, int device, int stream)
 {
 	struct trace_json *tj = gt->tj;
@@ -61,6 +61,8 @@ static void track_metadata(struct gpu_trace *gt, int device, int stream)
 	}
 	snprintf(name, sizeof(name), "stream %d", stream);
 	trace_json__thread_name(tj, device, stream, name);
+	/* without it viewers list streams in the order their first record came (1, 3, 2, 4) */
+	trace_json__thread_sort(tj, device, stream, stream);
 }
 
 static void learn_context(struct gpu_trace *gt, uint32_t context, uint32_t device)

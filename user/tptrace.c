@@ -16,6 +16,7 @@
 #include "cuda.skel.h"
 #include "decode.h"
 #include "gpu.h"
+#include "gpu_join.h"
 #include "elfsym.h"
 #include "log.h"
 #include "memtrace.h"
@@ -178,17 +179,15 @@ struct trace_session {
 	int drops_err;			/* < 0: the drop count is unknown */
 };
 
-static cJSON *gpu_json(const struct traced *p, const struct decoder *dec)
+static cJSON *gpu_json(const struct traced *p)
 {
 	const struct gpu_stats *g = &p->gstats;
 	cJSON *o = cJSON_CreateObject();
-	uint64_t matched, unmatched, flows;
 
 	if (!p->gpu) {
 		cJSON_AddBoolToObject(o, "attached", false);
 		return o;
 	}
-	decoder__gpu_stats(dec, &matched, &unmatched, &flows);
 	cJSON_AddBoolToObject(o, "attached", true);
 	cJSON_AddStringToObject(o, "cupti", g->cupti_path);
 	cJSON_AddBoolToObject(o, "injected", g->injected);
@@ -203,9 +202,35 @@ static cJSON *gpu_json(const struct traced *p, const struct decoder *dec)
 	 * was from the monotonic clock read around it */
 	cJSON_AddNumberToObject(o, "clock_residual_ns", (double)g->clock_residual_ns);
 	cJSON_AddNumberToObject(o, "clock_window_ns", (double)g->clock_window_ns);
-	cJSON_AddNumberToObject(o, "launches_joined", (double)matched);
-	cJSON_AddNumberToObject(o, "host_calls_unjoined", (double)unmatched);
-	cJSON_AddNumberToObject(o, "flows", (double)flows);
+	return o;
+}
+
+/* --gpu: how host calls were joined with CUPTI's API records (gpu_join.h), for all targets. */
+static cJSON *gpu_join_json(const struct decoder *dec)
+{
+	struct gpu_join_stats j;
+	cJSON *o = cJSON_CreateObject(), *u;
+
+	if (decoder__gpu_stats(dec, &j)) {
+		cJSON_AddNullToObject(o, "calls");
+		cJSON_AddStringToObject(o, "calls_unknown", "the join was not set up");
+		return o;
+	}
+	cJSON_AddNumberToObject(o, "calls", (double)j.calls);
+	cJSON_AddNumberToObject(o, "joined", (double)j.joined);
+	u = cJSON_AddObjectToObject(o, "unjoined");
+	cJSON_AddNumberToObject(u, "before_enable", (double)j.before_enable);
+	cJSON_AddNumberToObject(u, "no_record", (double)j.no_record);
+	cJSON_AddNumberToObject(u, "ambiguous", (double)j.ambiguous);
+	cJSON_AddNumberToObject(o, "flows", (double)j.flows);
+	cJSON_AddNumberToObject(o, "api_records", (double)j.records);
+	u = cJSON_AddObjectToObject(o, "api_records_unclaimed");
+	cJSON_AddNumberToObject(u, "nested", (double)j.records_nested);
+	cJSON_AddNumberToObject(u, "unprobed", (double)j.records_unprobed);
+	cJSON_AddNumberToObject(u, "ambiguous", (double)j.records_ambiguous);
+	cJSON_AddNumberToObject(o, "gpu_work_records", (double)j.work_records);
+	cJSON_AddNumberToObject(o, "gpu_work_unclaimed", (double)j.work_unclaimed);
+	cJSON_AddNumberToObject(o, "slack_ns", (double)j.slack_ns);
 	return o;
 }
 
@@ -240,7 +265,7 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 			cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
 	cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
 	if (env.gpu)
-		cJSON_AddItemToObject(o, "gpu", gpu_json(p, s->dec));
+		cJSON_AddItemToObject(o, "gpu", gpu_json(p));
 	cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
 	cJSON_AddBoolToObject(o, "exited", t->exited);
 	/* exit_code is the kernel's wait status (task->exit_code) */
@@ -300,6 +325,9 @@ static char *metadata_json(const struct trace_session *s)
 	cJSON_AddNumberToObject(root, "unwound_calls", (double)st->unwound);
 	/* driver calls a runtime call made: not written (the runtime call shows them) */
 	cJSON_AddNumberToObject(root, "nested_driver_calls", (double)st->nested_driver_calls);
+	/* without --gpu there is no join: no counts at all */
+	if (env.gpu)
+		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->dec));
 	out = cJSON_Print(root);
 	cJSON_Delete(root);
 	return out;
@@ -464,8 +492,31 @@ static int attach_gpus(struct trace_session *s)
 			log_error("--gpu: pid %d: %s\n", p->t->pid, msg[0] ? msg : strerror(-err));
 			return err;
 		}
+		/* the agent answered ENABLED: its calls from here on have CUPTI records */
+		decoder__gpu_enabled(s->dec, p->t->pid, session__clock_ns(CLOCK_MONOTONIC));
 	}
 	return 0;
+}
+
+/* The join's slack follows the worst clock residual any agent measured. */
+static void gpu_clock_to_join(struct trace_session *s)
+{
+	uint64_t residual = 0, window = 0;
+	uint32_t samples = 0;
+
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct gpu_stats g;
+
+		if (!s->procs[i].gpu)
+			continue;
+		gpu__stats(s->procs[i].gpu, &g);
+		samples += g.clock_samples;
+		if (g.clock_residual_ns > residual)
+			residual = g.clock_residual_ns;
+		if (g.clock_window_ns > window)
+			window = g.clock_window_ns;
+	}
+	decoder__gpu_clock(s->dec, samples, residual, window);
 }
 
 /* Libraries loaded since the last look; a backstop for objects mapped without the dynamic
@@ -541,8 +592,10 @@ static void run_loop(struct trace_session *s)
 		for (int i = 0; i < s->nr_procs; i++)
 			if (s->procs[i].gpu)
 				gpu__poll(s->procs[i].gpu, decoder__gpu_cb, s->dec);
-		if (env.gpu)
+		if (env.gpu) {
+			gpu_clock_to_join(s);
 			decoder__gpu_flush(s->dec, now, 2000000000ULL);
+		}
 		if (!count_alive(s))
 			break;
 		if (deadline && now >= deadline)
@@ -579,8 +632,10 @@ static void drain(struct trace_session *s)
 		if (s->procs[i].mt)
 			memtrace__finish(s->procs[i].mt, s->end_mono);
 	decoder__finish(s->dec, s->end_mono);
-	if (env.gpu)
+	if (env.gpu) {
+		gpu_clock_to_join(s);
 		decoder__gpu_flush(s->dec, s->end_mono, 0);
+	}
 }
 
 /* HTA reads distributedInfo for a single-rank trace. */
@@ -611,6 +666,24 @@ static void write_distributed_info(struct trace_session *s)
 	snprintf(dist, sizeof(dist), "{\"backend\": \"%s\", \"rank\": %d, \"world_size\": %s}",
 		 nccl ? "nccl" : "unknown", rank, world_str);
 	trace_json__top_raw(s->tj, "distributedInfo", dist);
+}
+
+/* --gpu: one line on how the join went, next to the "wrote" line. */
+static void log_gpu_join(const struct trace_session *s)
+{
+	struct gpu_join_stats j;
+
+	if (!env.gpu || decoder__gpu_stats(s->dec, &j))
+		return;
+	log_info("--gpu: %llu of %llu host calls joined with CUPTI (%llu before CUPTI was enabled, "
+		 "%llu without a record, %llu ambiguous), %llu arrows; CUPTI API records no call "
+		 "claimed: %llu nested driver calls, %llu unprobed calls, %llu ambiguous; %llu GPU "
+		 "work records no written call carries\n",
+		 (unsigned long long)j.joined, (unsigned long long)j.calls,
+		 (unsigned long long)j.before_enable, (unsigned long long)j.no_record,
+		 (unsigned long long)j.ambiguous, (unsigned long long)j.flows,
+		 (unsigned long long)j.records_nested, (unsigned long long)j.records_unprobed,
+		 (unsigned long long)j.records_ambiguous, (unsigned long long)j.work_unclaimed);
 }
 
 /* The end of the trace: metadata, then the file is closed. 0 or a negative errno. */
@@ -649,6 +722,7 @@ static int write_trace_end(struct trace_session *s)
 		log_info("wrote %s: %llu calls (%llu launches, %llu named), drops unknown\n",
 			 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
 			 (unsigned long long)st->launches_named);
+		log_gpu_join(s);
 		return 0;
 	}
 	if (s->drops)
@@ -659,6 +733,7 @@ static int write_trace_end(struct trace_session *s)
 		 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
 		 (unsigned long long)st->launches_named, (unsigned long long)s->drops,
 		 (unsigned long long)st->nested_driver_calls);
+	log_gpu_join(s);
 	return 0;
 }
 

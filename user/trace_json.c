@@ -395,6 +395,11 @@ void trace_json__thread_name(struct trace_json *tj, int pid, int tid, const char
 	meta(tj, "thread_name", pid, tid, "name", name, 0, false);
 }
 
+void trace_json__thread_sort(struct trace_json *tj, int pid, int tid, int64_t index)
+{
+	meta(tj, "thread_sort_index", pid, tid, "sort_index", NULL, index, true);
+}
+
 void trace_json__end_events(struct trace_json *tj)
 {
 	if (tj->events_ended)

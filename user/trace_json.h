@@ -37,6 +37,8 @@ void trace_json__process_name(struct trace_json *tj, int pid, const char *name);
 void trace_json__process_label(struct trace_json *tj, int pid, const char *label);
 void trace_json__process_sort(struct trace_json *tj, int pid, int64_t index);
 void trace_json__thread_name(struct trace_json *tj, int pid, int tid, const char *name);
+/* thread_sort_index: viewers list a process's threads by it (else by first appearance). */
+void trace_json__thread_sort(struct trace_json *tj, int pid, int tid, int64_t index);
 
 /* Closes traceEvents; then top-level members may follow (raw JSON values, e.g. cJSON output). */
 void trace_json__end_events(struct trace_json *tj);

@@ -122,6 +122,10 @@ def test_gpu_attach_sim_train():
         assert [e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"] == [5000000]
         names = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
         assert names == {stream_a: f"stream {stream_a}", stream_b: f"stream {stream_b}"}, names
+        # streams listed in stream order, whatever order their first records came in
+        sorts = {e["tid"]: e["args"]["sort_index"] for e in meta
+                 if e["name"] == "thread_sort_index" and e["pid"] == 0}
+        assert sorts == {stream_a: stream_a, stream_b: stream_b}, sorts
         # stats: nothing lost, clock checked, CUPTI found next to the sim libcudart
         assert st["dropped_ring"] == 0 and st["dropped_cupti"] == 0, st
         assert st["kernels"] == 4 * steps and st["syncs"] == steps, st

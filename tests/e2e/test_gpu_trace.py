@@ -51,6 +51,17 @@ def test_gpu_kernels_joined_with_launches():
         assert flows_f[corr]["pid"] == 0 and flows_f[corr]["tid"] == k["tid"]
         assert flows_f[corr]["bp"] == "e"
         assert l["ts"] <= k["ts"], "a kernel starts after its launch"
+        # the sim's own record of the item says which host thread enqueued it
+        assert sim_kernels[corr]["tid"] == l["tid"], (l, sim_kernels[corr])
+        # joined: drawn with CUPTI's start and duration (the probe has only the entry), the
+        # arrow from that start
+        assert l["dur"] > 0 and "cupti" not in l["args"], l
+        assert flows_s[corr]["ts"] == l["ts"], (flows_s[corr], l)
+    for c in calls(trace, pid=wl.pid, name="cudaMemcpyAsync"):
+        item = items.get(c["args"]["correlation"])
+        assert item and item["kind"] == "memcpy" and item["tid"] == c["tid"], (c, item)
+        assert int(item["bytes"]) == c["args"]["bytes"], (c, item)
+        assert c["dur"] > 0, c
     copies = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_memcpy"]
     assert sorted(e["args"]["bytes"] for e in copies) == [4096] * steps + [1 << 20] * steps
     assert {e["name"] for e in copies} == {"Memcpy HtoD (Pinned -> Device)",
@@ -60,8 +71,18 @@ def test_gpu_kernels_joined_with_launches():
     assert (0, "GPU 0") in names
     g = trace["tptrace"]["targets"][0]["gpu"]
     assert g["attached"] and g["records_dropped"] == 0 and g["kernels"] == 4 * steps
-    assert g["launches_joined"] == 6 * steps and g["host_calls_unjoined"] == 0, g
     assert g["clock_residual_ns"] < 50000, g["clock_residual_ns"]
+    # launches, async copies, event records and stream waits join their CUPTI records; the
+    # sim writes a record for each (and nothing for calls tptrace does not probe)
+    j = trace["tptrace"]["gpu_join"]
+    assert j["joined"] == 8 * steps == j["calls"], j
+    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    assert j["flows"] == 6 * steps and j["gpu_work_unclaimed"] == 0, j
+    # the end-of-trace summary says the same
+    n = 8 * steps
+    assert (f"--gpu: {n} of {n} host calls joined with CUPTI (0 before CUPTI was enabled, "
+            f"0 without a record, 0 ambiguous), {6 * steps} arrows") in tr.err.text(), \
+        tr.err.text()
 
 
 def test_gpu_detach_leaves_target_running_and_unchanged():

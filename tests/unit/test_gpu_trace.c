@@ -211,6 +211,12 @@ int main(void)
 	e = find(ev, "M", "thread_name", 0);
 	CHECK_STR(e ? cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "name")) : NULL,
 		  "stream 13");
+	/* viewers list threads by thread_sort_index: streams in stream order */
+	for (int s = 0; s < 2; s++) {
+		e = find(ev, "M", "thread_sort_index", s);
+		CHECK(e && num(e, "pid") == 1 && num(e, "tid") == 13 + s &&
+		      arg(e, "sort_index") == 13 + s, "stream %d sorted as %d", 13 + s, 13 + s);
+	}
 
 	e = find(ev, "s", "ac2g", 0);
 	CHECK(e && num(e, "id") == 42 && num(e, "pid") == 555 && num(e, "tid") == 777 && num(e, "ts") == 1.0,

@@ -133,3 +133,13 @@ $(UNIT_DIR)/test_stacks: tests/unit/test_stacks.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_stacks
+
+# the --gpu join on hand-made CUPTI record streams, built from source with AddressSanitizer
+GPU_JOIN_SRCS := user/gpu_join.c user/cuda_api.c user/hashmap.c
+$(UNIT_DIR)/test_gpu_join: tests/unit/test_gpu_join.c tests/unit/check.h $(GPU_JOIN_SRCS) \
+			   | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
+		$(filter %.c,$^) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_gpu_join
