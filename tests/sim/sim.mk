@@ -100,11 +100,13 @@ $(OUTPUT)/sim/cupti/cupti.o: tests/sim/cupti/cupti.c | $(OUTPUT)/sim/cupti
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(SIM_CUPTI_CFLAGS) -c $< -o $@
 
-$(SIM_CUPTI): $(OUTPUT)/sim/cupti/cupti.o tests/sim/cupti/libcupti.map $(SIM_CUDART) | $(SIM_LIB_DIR)
+# Like the real one it needs no runtime: it dlopens libcuda.so.1 (RUNPATH as the runtime's).
+$(SIM_CUPTI): $(OUTPUT)/sim/cupti/cupti.o tests/sim/cupti/libcupti.map $(SIM_DRIVER) | $(SIM_LIB_DIR)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libcupti.so.13 \
 		-Wl,--version-script=tests/sim/cupti/libcupti.map -Wl,-z,defs \
-		$< -L$(SIM_LIB_DIR) -l:libcudart.so.13 -o $@
+		-Wl,--enable-new-dtags -Wl,-rpath,'$$ORIGIN/../driver:$(abspath $(SIM_DRIVER_DIR))' \
+		$< -ldl -o $@
 
 TEST_BINS += $(SIM_CUPTI)
 
