@@ -121,3 +121,12 @@ $(WL_DIR)/blockcuda/libcuda.so.1: tests/workloads/blocking_libcuda.c | $(WL_DIR)
 	$(Q)$(CC) -O2 -g -fPIC -shared -Wl,-soname,libcuda.so.1 $< -o $@
 
 TEST_BINS += $(WL_DIR)/blockcuda/libcuda.so.1
+
+# Dense multi-threaded launches with cudaGetLastError after each (tests/e2e/test_sim.py, the
+# CUPTI join): launches microseconds apart, as PyTorch eager issues them.
+$(WL_DIR)/launch_storm: tests/workloads/launch_storm.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/launch_storm
+-include $(WL_DIR)/launch_storm.d
