@@ -325,3 +325,20 @@ def test_sim_cupti_threads_launch_spacing():
           f"p10 {sorted(gaps)[len(gaps) // 10] / 1000:.1f} us")
     # back to back: a launch + a get-last-error is a few us on this VM; loaded CI may be slower
     assert med < 20000, med
+
+
+def test_sim_driver_out_of_real_runtime_reach():
+    """The sim driver lives where only the sim runtime (RUNPATH $ORIGIN/../driver) looks: the
+    real libcudart.so.13 in a plain process finds no libcuda.so.1 at all (35,
+    cudaErrorInsufficientDriver), not the sim's."""
+    code = ("import ctypes\n"
+            "l = ctypes.CDLL('/usr/local/cuda/lib/libcudart.so.13')\n"
+            "n = ctypes.c_int()\n"
+            "print(l.cudaGetDeviceCount(ctypes.byref(n)))\n")
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    p = subprocess.run(["python3", "-c", code], capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert p.returncode == 0 and p.stdout.split() == ["35"], (p.stdout, p.stderr)
+    # ... and the sim runtime does find its driver
+    marks, recs = sim_records(threads=1, launches=1)
+    assert any(r["rec"] == "driver" for r in recs)
