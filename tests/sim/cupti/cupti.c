@@ -331,8 +331,12 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 	CUpti_ActivityAPI *r;
 	uint64_t now;
 
+	static __thread uint32_t pid;	/* getpid() is a syscall; calls are µs apart */
+
 	if (c->depth >= API_DEPTH)
 		return;
+	if (!pid)
+		pid = getpid();
 	now = cupti_now();
 	if (phase == 0) {
 		api_start[c->depth] = now;
@@ -351,12 +355,19 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 		/* enabled while this call ran: its start was not read */
 		r->start = api_start[c->depth] ? api_start[c->depth] : now;
 		r->end = now;
-		r->processId = getpid();
+		r->processId = pid;
 		/* DEFAULT would be pthread_self-based on Linux; the sim only has gettid */
 		r->threadId = c->tid;
 		r->correlationId = (uint32_t)c->correlation;
 	}
 	api_start[c->depth] = 0;
+	if (!nr_full) {
+		/* the common case: one lock round trip per API call */
+		if (--in_flight == 0)
+			pthread_cond_broadcast(&idle);
+		pthread_mutex_unlock(&lock);
+		return;
+	}
 	done = buf_complete;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
