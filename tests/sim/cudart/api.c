@@ -16,7 +16,8 @@
  * is built, so both plain and _ptds/_ptsz names are declared and checked by the compiler.
  *
  * Every entry point but module registration (nvcc's static constructors, which run before any
- * tool attaches) is one API call for the sim CUPTI (RT_API: opened after entry, closed before
+ * tool attaches), cudaGetErrorName/String and cudaRuntime/DriverGetVersion (they must work
+ * without a driver) is one API call for the sim CUPTI (RT_API: opened after entry, closed before
  * return, with CUPTI_RUNTIME_TRACE_CBID_* of the symbol called), so real CUPTI's record stream
  * is reproduced: a runtime record per call, a driver record per driver call nested in it.
  *
