@@ -345,3 +345,24 @@ def test_sim_driver_out_of_real_runtime_reach():
     # ... and the sim runtime does find its driver
     marks, recs = sim_records(threads=1, launches=1)
     assert any(r["rec"] == "driver" for r in recs)
+
+
+def test_sim_driver_exports_only_real_driver_names():
+    """Every name the sim libcuda.so.1 exports is one the real driver exports (_v2, _ptds, _ptsz
+    as the toolkit's stub library has them), and the launch/copy/sync/module calls are there."""
+    def exported(path):
+        out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
+                             text=True, check=True).stdout
+        return {line.split()[2] for line in out.splitlines()}
+    ours = exported(os.path.join(OUT, "sim", "driver", "libcuda.so.1"))
+    real = exported("/usr/local/cuda/lib/stubs/libcuda.so")
+    assert ours <= real, sorted(ours - real)
+    for name in ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx_ptsz",
+                 "cuLaunchCooperativeKernel_ptsz", "cuMemcpyHtoDAsync_v2_ptsz",
+                 "cuMemcpyDtoH_v2_ptds", "cuMemsetD32Async_ptsz", "cuMemcpyPeerAsync",
+                 "cuStreamSynchronize_ptsz", "cuCtxSynchronize", "cuEventRecord_ptsz",
+                 "cuEventQuery", "cuEventSynchronize", "cuStreamWaitEvent_ptsz",
+                 "cuGraphLaunch_ptsz", "cuStreamBeginCapture_v2", "cuModuleGetFunction",
+                 "cuLibraryGetKernel", "cuKernelGetFunction", "cuFuncGetName",
+                 "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemMap"):
+        assert name in ours, name
