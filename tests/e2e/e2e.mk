@@ -59,3 +59,13 @@ $(E2E_DIR)/pyframes_lines: tests/e2e/pyframes_lines.c $(OUTPUT)/libtptrace.a | $
 	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
 
 TEST_BINS += $(E2E_DIR)/pyframes_lines
+
+# The simulated stack on its own (tests/e2e/test_sim.py): sim CUPTI records of known calls.
+# Links the sim runtime, CUPTI and driver (a driver-API program links libcuda.so.1 itself).
+$(E2E_DIR)/sim_records: tests/e2e/progs/sim_records.c $(SIM_CUDART) $(SIM_CUPTI) $(SIM_DRIVER) | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) -O1 -g -Wall -rdynamic -pthread -I$(CUDA_HOME)/include $< -L$(SIM_LIB_DIR) \
+		-l:libcupti.so.13 -l:libcudart.so.13 -L$(SIM_DRIVER_DIR) -l:libcuda.so.1 \
+		-Wl,-rpath,$(abspath $(SIM_LIB_DIR)):$(abspath $(SIM_DRIVER_DIR)) -o $@
+
+TEST_BINS += $(E2E_DIR)/sim_records

@@ -153,3 +153,12 @@ $(WL_DIR)/real_driver_args: tests/workloads/real_driver_args.c tests/workloads/h
 		-L$(CUDA_HOME)/lib/stubs -lcuda -o $@
 
 TEST_BINS += $(WL_DIR)/real_driver_args $(WL_DIR)/stubdrv/libcuda.so.1
+
+# Dense multi-threaded launches with cudaGetLastError after each (tests/e2e/test_sim.py, the
+# CUPTI join): launches microseconds apart, as PyTorch eager issues them.
+$(WL_DIR)/launch_storm: tests/workloads/launch_storm.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/launch_storm
+-include $(WL_DIR)/launch_storm.d

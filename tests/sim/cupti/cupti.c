@@ -2,21 +2,33 @@
 /*
  * Simulated libcupti.so.13 (soname, version node and prototypes of CUDA 13.0's CUPTI; cupti.h
  * is included so the compiler checks every signature). It implements the activity API that
- * tptrace's agent uses, fed by the simulated runtime's observer (tpsim_set_observer): each item
- * a stream worker executes becomes the CUPTI record a GPU would produce for it.
+ * tptrace's agent uses, fed by the simulated driver's two observers, reached like the real
+ * CUPTI reaches the driver: dlopen("libcuda.so.1") and its private table (cuGetExportTable,
+ * tests/sim/cuda_driver/tpsim_driver.h).
  *
- *   TPSIM_KERNEL        CUpti_ActivityKernel10 (CONCURRENT_KERNEL or KERNEL)
+ * API records, as real CUPTI writes them with RUNTIME and DRIVER activity enabled: one
+ * CUpti_ActivityAPI per API CALL, not per piece of work. Every sim runtime call (also those
+ * tptrace does not probe: cudaGetLastError, cudaPeekAtLastError, cudaStreamGetCaptureInfo,
+ * cudaGetDevice, __cudaPushCallConfiguration, ...) is a RUNTIME record; every driver call,
+ * nested inside a runtime call or made directly, is a DRIVER record. Each has its own
+ * correlationId from one process-wide counter, cbid = the CUPTI_*_TRACE_CBID_* of exactly the
+ * symbol called, threadId = gettid(), start/end read from the client's timestamp callback
+ * inside the call (after entry, before return). A nested record is written before the record
+ * of the call around it (it ends first).
+ *
+ * GPU records, one per item a stream worker executes, carrying the correlationId of the
+ * OUTERMOST API call that enqueued it (a runtime launch's runtime record; a direct driver
+ * launch's driver record), as real CUPTI does:
+ *   TPSIM_KERNEL        CUpti_ActivityKernel10 (CONCURRENT_KERNEL or KERNEL); replayed from a
+ *                       CUDA graph: the cuGraphLaunch/cudaGraphLaunch's correlationId, graphId
  *   TPSIM_MEMCPY        CUpti_ActivityMemcpy6
  *   TPSIM_MEMSET        CUpti_ActivityMemset4
  *   TPSIM_WAIT_EVENT    CUpti_ActivitySynchronization2, type STREAM_WAIT_EVENT
- *   each of the above and TPSIM_EVENT_RECORD: one CUpti_ActivityAPI (RUNTIME) for the call that
- *   enqueued it: same correlation id, threadId = the caller's gettid(), cbid of the call,
- *   start/end = when the call made and queued the item (inside the API call).
  *
  * Sim limitations (documented, asserted nowhere as real behaviour):
- *  - the sim runtime reports executed work, not API calls: RUNTIME records exist only for calls
- *    that enqueued work, and their times cover only the enqueue inside the call. No DRIVER
- *    records. cbids assume the async forms (cudaMemcpyAsync, ...).
+ *  - no SYNCHRONIZATION records for host-side syncs (stream, event, context synchronize).
+ *  - NCCL's sim kernels (tpsim_enqueue_kernel) are not API calls: their kernel records carry a
+ *    fresh correlationId that no API record has.
  *  - host memory in copies is reported PINNED (the sim does not export its allocation table);
  *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;
  *    contextId = device + 1; streamId = the sim's stream id (0 = legacy default stream).
@@ -37,9 +49,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dlfcn.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <cupti.h>
 #include "tpsim.h"
+#include "tpsim_driver.h"
 
 #define MAX_KIND 128
 #define MAX_PENDING 64
@@ -57,6 +72,35 @@ static size_t cur_size, cur_used, cur_records;
 static size_t buf_records_limit;	/* TPSIM_CUPTI_BUF_RECORDS */
 static int in_flight;			/* observers running client callbacks */
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
+
+static const struct tpsim_driver_ops *drv_ops;
+
+/* The driver's private table, as the real CUPTI gets at the driver; NULL without a driver. */
+static const struct tpsim_driver_ops *driver_ops(void)
+{
+	static const CUuuid uuid = { TPSIM_DRIVER_UUID };
+	CUresult (*get_proc)(const char *, void **, int, cuuint64_t,
+			     CUdriverProcAddressQueryResult *);
+	CUresult (*get_table)(const void **, const CUuuid *) = NULL;
+	const struct tpsim_driver_ops *t = NULL;
+	void *lib;
+
+	if (drv_ops)
+		return drv_ops;
+	lib = dlopen("libcuda.so.1", RTLD_NOW);
+	if (!lib)
+		return NULL;
+	get_proc = (__typeof__(get_proc))dlsym(lib, "cuGetProcAddress_v2");
+	if (!get_proc || get_proc("cuGetExportTable", (void **)&get_table, 13000, 0, NULL) ||
+	    !get_table || get_table((const void **)&t, &uuid) || t->size < sizeof(*t))
+		return NULL;
+	drv_ops = t;
+	return t;
+}
+
+/* Per thread: the start times of the API calls it is inside, in CUPTI's clock. */
+#define API_DEPTH 16
+static __thread uint64_t api_start[API_DEPTH];
 
 struct full_buf {
 	uint8_t *buf;
@@ -173,7 +217,6 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 	CUpti_BuffersCallbackCompleteFunc done;
 	int64_t offset;
 	uint64_t start, end;
-	CUpti_CallbackId cbid = 0;
 
 	pthread_mutex_lock(&lock);
 	if (!nr_kinds_on || !buf_request) {
@@ -187,7 +230,6 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 	end = rec->end_ns + offset;
 	switch (rec->kind) {
 	case TPSIM_KERNEL:
-		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000;
 		if (kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] || kind_on[CUPTI_ACTIVITY_KIND_KERNEL]) {
 			CUpti_ActivityKind k = kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] ?
 				CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL : CUPTI_ACTIVITY_KIND_KERNEL;
@@ -208,10 +250,10 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->correlationId = (uint32_t)rec->correlation;
 			r->name = rec->name;	/* sim kernel names live as long as the process */
 			r->gridId = (int64_t)rec->correlation;
+			r->graphId = rec->graph_id;
 		}
 		break;
 	case TPSIM_MEMCPY:
-		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020;
 		if (kind_on[CUPTI_ACTIVITY_KIND_MEMCPY]) {
 			CUpti_ActivityMemcpy6 *r = reserve(CUPTI_ACTIVITY_KIND_MEMCPY, full, &nr_full);
 
@@ -228,10 +270,10 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->contextId = rec->device + 1;
 			r->streamId = (uint32_t)rec->stream_id;
 			r->correlationId = (uint32_t)rec->correlation;
+			r->graphId = rec->graph_id;
 		}
 		break;
 	case TPSIM_MEMSET:
-		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020;
 		if (kind_on[CUPTI_ACTIVITY_KIND_MEMSET]) {
 			CUpti_ActivityMemset4 *r = reserve(CUPTI_ACTIVITY_KIND_MEMSET, full, &nr_full);
 
@@ -246,10 +288,10 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->streamId = (uint32_t)rec->stream_id;
 			r->correlationId = (uint32_t)rec->correlation;
 			r->memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+			r->graphId = rec->graph_id;
 		}
 		break;
 	case TPSIM_WAIT_EVENT:
-		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020;
 		if (kind_on[CUPTI_ACTIVITY_KIND_SYNCHRONIZATION]) {
 			CUpti_ActivitySynchronization2 *r =
 				reserve(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, full, &nr_full);
@@ -265,26 +307,8 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->streamId = (uint32_t)rec->stream_id;
 		}
 		break;
-	case TPSIM_EVENT_RECORD:
-		cbid = CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020;
-		break;
 	default:
 		break;
-	}
-	if (cbid && kind_on[CUPTI_ACTIVITY_KIND_RUNTIME]) {
-		CUpti_ActivityAPI *r = reserve(CUPTI_ACTIVITY_KIND_RUNTIME, full, &nr_full);
-
-		if (r) {
-			r->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
-			r->cbid = cbid;
-			/* the API call's own time: from making the item to queueing it */
-			r->start = rec->api_start_ns ? rec->api_start_ns + offset : start;
-			r->end = rec->api_end_ns ? rec->api_end_ns + offset : start;
-			r->processId = getpid();
-			/* DEFAULT would be pthread_self-based on Linux; the sim only has gettid */
-			r->threadId = rec->host_tid;
-			r->correlationId = (uint32_t)rec->correlation;
-		}
 	}
 	done = buf_complete;
 	pthread_mutex_unlock(&lock);
@@ -293,6 +317,74 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
+}
+
+/* One CUpti_ActivityAPI per API call: the start is read at entry (phase 0), the record is
+ * written at return (phase 1), on the calling thread. */
+static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
+{
+	struct full_buf full[MAX_PENDING];
+	int nr_full = 0;
+	CUpti_BuffersCallbackCompleteFunc done;
+	CUpti_ActivityKind kind = c->domain == TPSIM_DOMAIN_RUNTIME ? CUPTI_ACTIVITY_KIND_RUNTIME
+								    : CUPTI_ACTIVITY_KIND_DRIVER;
+	CUpti_ActivityAPI *r;
+	uint64_t now;
+
+	static __thread uint32_t pid;	/* getpid() is a syscall; calls are µs apart */
+
+	if (c->depth >= API_DEPTH)
+		return;
+	if (!pid)
+		pid = getpid();
+	now = cupti_now();
+	if (phase == 0) {
+		api_start[c->depth] = now;
+		return;
+	}
+	pthread_mutex_lock(&lock);
+	if (!kind_on[kind] || !buf_request) {
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	in_flight++;
+	r = reserve(kind, full, &nr_full);
+	if (r) {
+		r->kind = kind;
+		r->cbid = c->cbid;
+		/* enabled while this call ran: its start was not read */
+		r->start = api_start[c->depth] ? api_start[c->depth] : now;
+		r->end = now;
+		r->processId = pid;
+		/* DEFAULT would be pthread_self-based on Linux; the sim only has gettid */
+		r->threadId = c->tid;
+		r->correlationId = (uint32_t)c->correlation;
+	}
+	api_start[c->depth] = 0;
+	if (!nr_full) {
+		/* the common case: one lock round trip per API call */
+		if (--in_flight == 0)
+			pthread_cond_broadcast(&idle);
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	done = buf_complete;
+	pthread_mutex_unlock(&lock);
+	deliver(done, full, nr_full);
+	pthread_mutex_lock(&lock);
+	if (--in_flight == 0)
+		pthread_cond_broadcast(&idle);
+	pthread_mutex_unlock(&lock);
+}
+
+static void observers_set(bool on)
+{
+	const struct tpsim_driver_ops *o = driver_ops();
+
+	if (!o)
+		return;
+	o->set_observer(on ? observe : NULL, NULL);
+	o->set_api_observer(on ? observe_api : NULL, NULL);
 }
 
 /* ---- API ----------------------------------------------------------------------------- */
@@ -406,7 +498,7 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
 	if (!kind_on[kind]) {
 		kind_on[kind] = true;
 		if (nr_kinds_on++ == 0)
-			tpsim_set_observer(observe, NULL);
+			observers_set(true);
 	}
 	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;
@@ -420,7 +512,7 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
 	if (kind_on[kind]) {
 		kind_on[kind] = false;
 		if (--nr_kinds_on == 0)
-			tpsim_set_observer(NULL, NULL);
+			observers_set(false);
 	}
 	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;
@@ -491,7 +583,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
 {
 	pthread_mutex_lock(&lock);
 	if (nr_kinds_on)
-		tpsim_set_observer(NULL, NULL);
+		observers_set(false);
 	memset(kind_on, 0, sizeof(kind_on));
 	nr_kinds_on = 0;
 	free(cur_buf);	/* allocated by the client's callback with malloc-compatible memory */
