@@ -56,9 +56,13 @@ static struct {
 	CUresult (*launch_kernel_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
 } drv;
 
-/* A compiled kernel's image: Triton hands the driver a cubin; the simulated driver takes any
- * bytes and the real one is never reached here (no GPU). */
-static const char image[] = "triton cubin image (simulated)";
+/* A compiled kernel's image: PTX text with one .entry per kernel (Triton hands the driver a
+ * cubin; PTX is the form both the real driver and the simulated one accept without a GPU
+ * compiler behind it; the simulated driver rejects images that are neither). */
+#define PTX_ENTRY(name) ".visible .entry " name "(.param .u64 p0)\n{\n\tret;\n}\n"
+static const char image[] = ".version 8.8\n.target sm_90\n.address_size 64\n"
+	PTX_ENTRY("triton_poi_fused_add_0") PTX_ENTRY("triton_red_fused_sum_1")
+	PTX_ENTRY("triton_per_fused_softmax_2");
 
 static void check_rt(cudaError_t err, const char *what)
 {
