@@ -267,8 +267,18 @@ static int attach_batch(const struct probe_plan *plan, int pid, struct bpf_progr
 	return b->n;
 }
 
+/* Whether pid has exited (or is exiting: its /proc/PID/root is gone once it is a zombie). A
+ * probe that fails then is no attach error: there is nothing left to probe. */
+static bool pid_gone(int pid)
+{
+	char root[64];
+
+	snprintf(root, sizeof(root), "/proc/%d/root/", pid);
+	return access(root, F_OK) != 0 && (errno == ENOENT || errno == ESRCH);
+}
+
 /* One perf-event uprobe: 1 attached, 0 failed (counted), or a negative errno (EPERM: none
- * will attach). */
+ * will attach; ESRCH: the process exited meanwhile). */
 static int attach_single(const struct probe_plan *plan, int pid, struct bpf_program *prog, int i,
 			 bool retprobe, struct probe_links *links, struct probe_counts *counts)
 {
@@ -282,6 +292,8 @@ static int attach_single(const struct probe_plan *plan, int pid, struct bpf_prog
 					       plan->items[i].offset, &opts);
 	if (!link) {
 		err = -errno;
+		if ((err == -ESRCH || err == -ENOENT) && pid_gone(pid))
+			return -ESRCH;
 		counts->errors++;
 		if (err == -EPERM || err == -EACCES)
 			return err;
@@ -366,6 +378,8 @@ int probe_plan__attach(const struct probe_plan *plan, int pid, const struct prob
 		returns_done = r >= 0;
 		if (r == -EPERM || r == -ENOMEM)
 			return r;
+		if ((r == -ESRCH || r == -ENOENT) && pid_gone(pid))
+			return -ESRCH;
 		if (r < 0)
 			log_verbose("uprobe_multi on %s: %s; attaching one by one\n",
 				    plan->obj->path, strerror(-r));
