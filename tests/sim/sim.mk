@@ -1,11 +1,40 @@
 # Simulated CUDA stack for tests (included from tests/tests.mk).
-#   $(SIM_LIB_DIR)/libcudart.so.13  simulated CUDA runtime: real soname, ABI and symbol versions
+#   $(SIM_DRIVER_DIR)/libcuda.so.1  simulated driver: the engine (streams, kernels, graphs) and
+#                                   the cu* entry points, real soname and exported names. In a
+#                                   directory of its own: a real libcudart that dlopens
+#                                   libcuda.so.1 must never find it by accident.
+#   $(SIM_LIB_DIR)/libcudart.so.13  simulated CUDA runtime: real soname, ABI and symbol versions;
+#                                   dlopens libcuda.so.1 through its RUNPATH ($ORIGIN/../driver,
+#                                   then the absolute path, for copies of the library)
+SIM_DRIVER_DIR  := $(OUTPUT)/sim/driver
+SIM_DRIVER      := $(SIM_DRIVER_DIR)/libcuda.so.1
+SIM_DRIVER_SRCS := $(wildcard tests/sim/cuda_driver/*.c)
+SIM_DRIVER_OBJS := $(patsubst tests/sim/cuda_driver/%.c,$(OUTPUT)/sim/cuda_driver/%.o,$(SIM_DRIVER_SRCS))
 SIM_CUDART_SRCS := $(wildcard tests/sim/cudart/*.c)
 SIM_CUDART_OBJS := $(patsubst tests/sim/cudart/%.c,$(OUTPUT)/sim/cudart/%.o,$(SIM_CUDART_SRCS))
 SIM_CUDART      := $(SIM_LIB_DIR)/libcudart.so.13
-# __CUDA_API_VERSION_INTERNAL: declare both cudaX and cudaX_ptds/_ptsz, as the real build does.
+# __CUDA_API_VERSION_INTERNAL: declare both cudaX and cudaX_ptds/_ptsz (cuX_v2 and its
+# _ptds/_ptsz), as the real build does.
 SIM_CFLAGS      := -O2 -g -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -D_GNU_SOURCE \
-		   -D__CUDA_API_VERSION_INTERNAL -I$(CUDA_HOME)/include -Itests/sim/cudart -MMD -MP
+		   -D__CUDA_API_VERSION_INTERNAL -I$(CUDA_HOME)/include -Itests/sim/cudart \
+		   -Itests/sim/cuda_driver -MMD -MP
+
+$(OUTPUT)/sim/cuda_driver $(SIM_DRIVER_DIR):
+	$(Q)mkdir -p $@
+
+$(OUTPUT)/sim/cuda_driver/%.o: tests/sim/cuda_driver/%.c | $(OUTPUT)/sim/cuda_driver
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(SIM_CFLAGS) -c $< -o $@
+
+$(SIM_DRIVER): $(SIM_DRIVER_OBJS) tests/sim/cuda_driver/libcuda.map | $(SIM_DRIVER_DIR)
+	$(call msg,LINK,$@)
+	$(Q)$(CC) -shared -pthread -Wl,-soname,libcuda.so.1 \
+		-Wl,--version-script=tests/sim/cuda_driver/libcuda.map -Wl,-z,defs \
+		$(SIM_DRIVER_OBJS) -o $@
+
+TEST_BINS += $(SIM_DRIVER)
+
+-include $(SIM_DRIVER_OBJS:.o=.d)
 
 $(OUTPUT)/sim/cudart $(SIM_LIB_DIR):
 	$(Q)mkdir -p $@
@@ -14,10 +43,12 @@ $(OUTPUT)/sim/cudart/%.o: tests/sim/cudart/%.c | $(OUTPUT)/sim/cudart
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(SIM_CFLAGS) -c $< -o $@
 
-$(SIM_CUDART): $(SIM_CUDART_OBJS) tests/sim/cudart/libcudart.map | $(SIM_LIB_DIR)
+# The driver is a prerequisite, not a link input: the runtime dlopens it like the real one.
+$(SIM_CUDART): $(SIM_CUDART_OBJS) tests/sim/cudart/libcudart.map $(SIM_DRIVER) | $(SIM_LIB_DIR)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libcudart.so.13 \
 		-Wl,--version-script=tests/sim/cudart/libcudart.map -Wl,-z,defs \
+		-Wl,--enable-new-dtags -Wl,-rpath,'$$ORIGIN/../driver:$(abspath $(SIM_DRIVER_DIR))' \
 		$(SIM_CUDART_OBJS) -ldl -o $@
 
 $(SIM_LIB_DIR)/libcudart.so: $(SIM_CUDART)
@@ -102,27 +133,3 @@ $(SIM_ALLOC): $(OUTPUT)/sim/alloc/alloc.o $(SIM_LIB_DIR)/libcudart.so | $(SIM_LI
 TEST_BINS += $(SIM_ALLOC)
 
 -include $(OUTPUT)/sim/alloc/alloc.d
-
-# Simulated libcuda.so.1 (tests/sim/cuda_driver): the driver's memory calls only (cuMemAlloc_v2,
-# cuMemFree_v2, cuMemCreate/Map/Unmap/Release), so driver probes resolve and decode here. In a
-# directory of its own: a real libcudart that dlopens libcuda.so.1 must not find it by accident.
-SIM_DRIVER_DIR := $(OUTPUT)/sim/driver
-SIM_DRIVER := $(SIM_DRIVER_DIR)/libcuda.so.1
-
-$(OUTPUT)/sim/cuda_driver:
-	$(Q)mkdir -p $@
-
-$(OUTPUT)/sim/cuda_driver/driver.o: tests/sim/cuda_driver/driver.c | $(OUTPUT)/sim/cuda_driver
-	$(call msg,CC,$@)
-	$(Q)$(CC) $(filter-out -D__CUDA_API_VERSION_INTERNAL,$(SIM_CFLAGS)) -c $< -o $@
-
-$(SIM_DRIVER_DIR):
-	$(Q)mkdir -p $@
-
-$(SIM_DRIVER): $(OUTPUT)/sim/cuda_driver/driver.o | $(SIM_DRIVER_DIR)
-	$(call msg,LINK,$@)
-	$(Q)$(CC) -shared -Wl,-soname,libcuda.so.1 -Wl,-z,defs $< -o $@
-
-TEST_BINS += $(SIM_DRIVER)
-
--include $(OUTPUT)/sim/cuda_driver/driver.d

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Sim-only API of the simulated libcudart.so.13 (tests/sim/cudart).
+ * Sim-only API of the simulated CUDA stack (tests/sim/cudart, tests/sim/cuda_driver).
  *
- * The simulated runtime exports the real CUDA 13 runtime ABI plus these tpsim_* functions, all
- * under the version node `libcudart.so.13`. Other simulated libraries (NCCL, CUPTI, the caching
- * allocator) link against it and use this header to put work on the same stream workers that run
- * kernels and copies, so stream order, syncs and events behave as on a GPU.
+ * The engine (streams, workers, events, kernels, graphs) lives in the simulated driver
+ * libcuda.so.1, as on a real system; the simulated runtime libcudart.so.13 dlopens it at first
+ * use and exports the real CUDA 13 runtime ABI plus these tpsim_* functions (version node
+ * `libcudart.so.13`), which forward to the driver's private table (tpsim_driver.h, obtained with
+ * cuGetExportTable like the real runtime's private interfaces). Other simulated libraries (NCCL,
+ * the caching allocator) link against the runtime and use this header to put work on the same
+ * stream workers that run kernels and copies, so stream order, syncs and events behave as on a
+ * GPU.
  *
  * Streams: every stream (legacy default stream, per-thread default stream, created streams) has
  * a FIFO and one worker thread that runs its items in order. The legacy default stream keeps
@@ -39,7 +43,7 @@ enum tpsim_kind {
 	TPSIM_MEMSET = 3,
 	TPSIM_EVENT_RECORD = 4,
 	TPSIM_WAIT_EVENT = 5,	/* cudaStreamWaitEvent */
-	TPSIM_GRAPH = 6,	/* cudaGraphLaunch: one unit of TPSIM_KERNEL_US */
+	TPSIM_GRAPH = 6,	/* launch of an EMPTY graph (cudaGraphCreate): one TPSIM_KERNEL_US */
 	TPSIM_HOST_FN = 7,	/* tpsim_enqueue, cudaLaunchHostFunc */
 	TPSIM_FREE = 8,		/* cudaFreeAsync */
 };
@@ -49,7 +53,9 @@ struct tpsim_record {
 	enum tpsim_kind kind;
 	const char *name;		/* kernel: registered device name (mangled) or host symbol */
 	const void *func;		/* kernel: host stub / function pointer */
-	uint64_t correlation;		/* per API call that enqueued it, process-wide, from 1 */
+	uint64_t correlation;		/* the OUTERMOST API call that enqueued it (its CUPTI
+					 * correlationId), else a fresh id (tpsim_enqueue*) */
+	uint32_t graph_id;		/* replayed from a graph (cuGraphLaunch): the graph's id */
 	uint64_t stream_id;		/* 0 legacy default, 1.. per-thread defaults and created */
 	cudaStream_t stream;		/* the handle as the API saw it after resolving 0/0x1/0x2 */
 	int device;
@@ -63,9 +69,28 @@ struct tpsim_record {
 	uint64_t api_end_ns;		/* ... and when it was queued (the call returns next) */
 };
 
+/*
+ * API calls. Every simulated runtime and driver entry point is bracketed by an API observer
+ * call on the calling thread: phase 0 right after entry, phase 1 right before return (the sim
+ * CUPTI writes one CUpti_ActivityAPI record per call from them). Each call has its own
+ * correlation id from one process-wide counter; depth 0 is the outermost call of the thread.
+ */
+enum tpsim_domain { TPSIM_DOMAIN_RUNTIME = 1, TPSIM_DOMAIN_DRIVER = 2 };
+
+struct tpsim_api_call {
+	int domain;			/* enum tpsim_domain */
+	uint32_t cbid;			/* CUPTI_RUNTIME_TRACE_CBID_* / CUPTI_DRIVER_TRACE_CBID_* */
+	uint64_t correlation;
+	uint32_t tid;			/* gettid() */
+	int depth;
+};
+
+typedef void (*tpsim_api_observer_fn)(const struct tpsim_api_call *call, int phase, void *ctx);
+
 /* Called on the worker thread after each item completes; one observer (a CUPTI sim). */
 typedef void (*tpsim_observer_fn)(const struct tpsim_record *rec, void *ctx);
 void tpsim_set_observer(tpsim_observer_fn fn, void *ctx);
+void tpsim_set_api_observer(tpsim_api_observer_fn fn, void *ctx);
 
 /*
  * Run fn(arg) on the worker of stream s, in order with the stream's other work. fn may block

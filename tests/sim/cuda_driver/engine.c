@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Engine of the simulated CUDA runtime: a GPU is a set of streams, each a FIFO drained in order
+ * Engine of the simulated CUDA driver (libcuda.so.1): a GPU is a set of streams, each a FIFO drained in order
  * by its own worker thread. A kernel sleeps for its duration, a copy memcpy's and then sleeps
  * bytes/bandwidth, an event record stamps CLOCK_MONOTONIC, a wait blocks the worker. Enqueueing
  * never blocks the caller; syncs wait for a stream's completed seq to reach a target.
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -26,6 +27,7 @@
 #define STREAM_DEAD  0x7470736d64656164ULL
 #define EVENT_MAGIC  0x7470736d6576656eULL
 #define KERNEL_MAGIC 0x7470736d6b65726eULL
+#define GRAPH_MAGIC  0x7470736d67726170ULL
 
 struct sim_config sim_cfg;
 pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -34,11 +36,17 @@ pthread_cond_t sim_progress = PTHREAD_COND_INITIALIZER;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static struct sim_stream *live_streams;		/* includes destroyed ones until drained */
 static struct sim_stream *legacy_streams[SIM_MAX_DEVICES];
-static struct sim_kernel *kernels;
 static uint64_t next_stream_id = 1;
+static uint32_t next_graph_id = 1;
 static uint64_t correlation_counter;
 static tpsim_observer_fn observer;
 static void *observer_ctx;
+static tpsim_api_observer_fn api_observer;
+static void *api_observer_ctx;
+
+#define API_DEPTH 16
+static __thread struct tpsim_api_call api_stack[API_DEPTH];
+static __thread int api_depth;
 
 static __thread int current_device;
 static __thread struct sim_stream *per_thread_streams[SIM_MAX_DEVICES];
@@ -115,6 +123,8 @@ static void parse_kernel_times(const char *spec)
 	free(copy);
 }
 
+static int handles_init(void);
+
 static void do_init(void)
 {
 	const char *v;
@@ -139,6 +149,10 @@ static void do_init(void)
 	v = getenv("TPSIM_KERNEL_TIMES");
 	if (v && *v)
 		parse_kernel_times(v);
+	if (handles_init()) {
+		fprintf(stderr, "tpsim: cannot reserve handle space\n");
+		abort();
+	}
 }
 
 void sim_init(void)
@@ -146,76 +160,188 @@ void sim_init(void)
 	pthread_once(&init_once, do_init);
 }
 
-/* ---- kernels ---------------------------------------------------------------------------- */
+/* ---- opaque handles ------------------------------------------------------------------ */
 
-static struct sim_kernel *kernel_find_locked(const void *func)
+/* 1M handles per type, 16 bytes apart, in address space that is reserved and never readable. */
+#define HANDLE_SLOTS (1u << 20)
+#define HANDLE_STRIDE 16
+
+static struct {
+	uintptr_t base;
+	void **objs;
+	uint32_t next;
+} handles[H_NR];
+static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int handles_init(void)
 {
-	struct sim_kernel *k;
+	size_t span = (size_t)HANDLE_SLOTS * HANDLE_STRIDE;
+	char *area = mmap(NULL, span * H_NR, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			  -1, 0);
 
-	for (k = kernels; k; k = k->next)
-		if (k->func == func)
+	if (area == MAP_FAILED)
+		return -errno;
+	for (int t = 0; t < H_NR; t++) {
+		handles[t].base = (uintptr_t)area + t * span;
+		handles[t].objs = calloc(HANDLE_SLOTS, sizeof(void *));
+		handles[t].next = 1;	/* slot 0 unused: a handle is never the region's start */
+		if (!handles[t].objs)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void *sim_handle_new(enum sim_htype type, void *obj)
+{
+	uint32_t slot;
+
+	pthread_mutex_lock(&handle_lock);
+	slot = handles[type].next < HANDLE_SLOTS ? handles[type].next++ : 0;
+	if (slot)
+		__atomic_store_n(&handles[type].objs[slot], obj, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&handle_lock);
+	if (!slot) {
+		fprintf(stderr, "tpsim: out of handles of type %d\n", type);
+		abort();
+	}
+	return (void *)(handles[type].base + (uintptr_t)slot * HANDLE_STRIDE);
+}
+
+static uint32_t handle_slot(enum sim_htype type, const void *handle)
+{
+	uintptr_t h = (uintptr_t)handle, base = handles[type].base;
+
+	if (!base || h <= base || h >= base + (uintptr_t)HANDLE_SLOTS * HANDLE_STRIDE ||
+	    (h - base) % HANDLE_STRIDE)
+		return 0;
+	return (uint32_t)((h - base) / HANDLE_STRIDE);
+}
+
+void *sim_handle_get(enum sim_htype type, const void *handle)
+{
+	uint32_t slot = handle_slot(type, handle);
+
+	return slot ? __atomic_load_n(&handles[type].objs[slot], __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* Slots are never reused: a stale handle stays invalid. */
+void sim_handle_drop(enum sim_htype type, const void *handle)
+{
+	uint32_t slot = handle_slot(type, handle);
+
+	if (slot)
+		__atomic_store_n(&handles[type].objs[slot], NULL, __ATOMIC_RELEASE);
+}
+
+/* ---- API calls ------------------------------------------------------------------------- */
+
+void sim_api_enter(int domain, uint32_t cbid)
+{
+	struct tpsim_api_call *c;
+	tpsim_api_observer_fn obs;
+
+	if (api_depth >= API_DEPTH) {
+		api_depth++;	/* deeper than any real nesting: not reported */
+		return;
+	}
+	c = &api_stack[api_depth];
+	c->domain = domain;
+	c->cbid = cbid;
+	c->correlation = sim_next_correlation();
+	c->tid = sim_gettid();
+	c->depth = api_depth++;
+	obs = __atomic_load_n(&api_observer, __ATOMIC_ACQUIRE);
+	if (obs)
+		obs(c, 0, api_observer_ctx);
+}
+
+void sim_api_exit(void)
+{
+	tpsim_api_observer_fn obs;
+
+	if (api_depth-- > API_DEPTH)
+		return;
+	obs = __atomic_load_n(&api_observer, __ATOMIC_ACQUIRE);
+	if (obs)
+		obs(&api_stack[api_depth], 1, api_observer_ctx);
+}
+
+uint64_t sim_work_correlation(void)
+{
+	return api_depth ? api_stack[0].correlation : sim_next_correlation();
+}
+
+/* ---- modules and kernels --------------------------------------------------------------- */
+
+/* Entry names of a PTX image: ".entry NAME(" (after .visible/.weak, if any). A cubin or
+ * fatbin is not understood: CUDA_ERROR_INVALID_IMAGE, never a kernel made up. */
+struct sim_module *sim_module_load(const void *image, bool library, CUresult *err)
+{
+	const char *p = image, *q;
+	struct sim_module *m;
+
+	*err = CUDA_ERROR_INVALID_IMAGE;
+	if (!p || !strstr(p, ".version") || !strstr(p, ".target"))
+		return NULL;
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		*err = CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
+	}
+	m->library = library;
+	while ((q = strstr(p, ".entry")) != NULL) {
+		struct sim_kernel *k;
+		const char *name = q + 6, *end;
+
+		p = name;
+		if (*name != ' ' && *name != '\t')
+			continue;
+		while (*name == ' ' || *name == '\t')
+			name++;
+		for (end = name; *end && *end != '(' && *end != ' ' && *end != '\n' && *end != '\t'; end++)
+			;
+		if (end == name)
+			continue;
+		k = calloc(1, sizeof(*k));
+		if (!k) {
+			sim_module_unload(m);
+			*err = CUDA_ERROR_OUT_OF_MEMORY;
+			return NULL;
+		}
+		k->magic = KERNEL_MAGIC;
+		k->name = strndup(name, end - name);
+		k->us_override = -1;
+		k->module = m;
+		k->kernel_handle = sim_handle_new(H_KERNEL, k);
+		k->function_handle = sim_handle_new(H_FUNCTION, k);
+		k->next = m->kernels;
+		m->kernels = k;
+		p = end;
+	}
+	m->handle = sim_handle_new(library ? H_LIBRARY : H_MODULE, m);
+	*err = CUDA_SUCCESS;
+	return m;
+}
+
+/* Kernel structs stay (queued items point at their names); their handles die. */
+void sim_module_unload(struct sim_module *m)
+{
+	for (struct sim_kernel *k = m->kernels; k; k = k->next) {
+		if (k->kernel_handle)
+			sim_handle_drop(H_KERNEL, k->kernel_handle);
+		if (k->function_handle)
+			sim_handle_drop(H_FUNCTION, k->function_handle);
+	}
+	if (m->handle)
+		sim_handle_drop(m->library ? H_LIBRARY : H_MODULE, m->handle);
+}
+
+struct sim_kernel *sim_module_find(struct sim_module *m, const char *name)
+{
+	for (struct sim_kernel *k = m->kernels; k; k = k->next)
+		if (!strcmp(k->name, name))
 			return k;
 	return NULL;
-}
-
-static struct sim_kernel *kernel_add_locked(const void *func)
-{
-	struct sim_kernel *k = calloc(1, sizeof(*k));
-	Dl_info info;
-	char buf[32];
-
-	k->magic = KERNEL_MAGIC;
-	k->func = func;
-	k->us_override = -1;
-	/* A plain C function launched with cudaLaunchKernel has no device name: use its symbol. */
-	if (dladdr(func, &info) && info.dli_sname && info.dli_saddr == func) {
-		k->name = strdup(info.dli_sname);
-	} else {
-		snprintf(buf, sizeof(buf), "%p", func);
-		k->name = strdup(buf);
-	}
-	k->next = kernels;
-	kernels = k;
-	return k;
-}
-
-struct sim_kernel *sim_kernel_get(const void *func)
-{
-	struct sim_kernel *k;
-
-	pthread_mutex_lock(&sim_lock);
-	k = kernel_find_locked(func);
-	if (!k)
-		k = kernel_add_locked(func);
-	pthread_mutex_unlock(&sim_lock);
-	return k;
-}
-
-struct sim_kernel *sim_kernel_from_handle(const void *handle)
-{
-	struct sim_kernel *k;
-
-	pthread_mutex_lock(&sim_lock);
-	for (k = kernels; k; k = k->next)
-		if ((const void *)k == handle)
-			break;
-	pthread_mutex_unlock(&sim_lock);
-	return k;
-}
-
-void sim_kernel_register(const void *func, const char *name)
-{
-	struct sim_kernel *k;
-
-	pthread_mutex_lock(&sim_lock);
-	k = kernel_find_locked(func);
-	if (!k)
-		k = kernel_add_locked(func);
-	if (name) {
-		free(k->name);
-		k->name = strdup(name);
-	}
-	pthread_mutex_unlock(&sim_lock);
 }
 
 /* Precedence: tpsim_set_kernel_us, then TPSIM_KERNEL_TIMES (first match), then TPSIM_KERNEL_US. */
@@ -231,15 +357,44 @@ uint64_t sim_kernel_ns(const struct sim_kernel *k)
 	return sim_cfg.kernel_ns;
 }
 
-void tpsim_set_kernel_us(const void *func, unsigned us)
-{
-	struct sim_kernel *k;
+/* ---- graphs ------------------------------------------------------------------------------ */
 
-	sim_init();
-	k = sim_kernel_get(func);
-	pthread_mutex_lock(&sim_lock);
-	k->us_override = us;
-	pthread_mutex_unlock(&sim_lock);
+struct sim_graph *sim_graph_new(bool exec)
+{
+	struct sim_graph *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return NULL;
+	g->magic = GRAPH_MAGIC;
+	g->exec = exec;
+	if (!exec)
+		g->graph_id = __atomic_fetch_add(&next_graph_id, 1, __ATOMIC_RELAXED);
+	g->handle = sim_handle_new(exec ? H_GRAPH_EXEC : H_GRAPH, g);
+	return g;
+}
+
+void sim_graph_free(struct sim_graph *g)
+{
+	sim_handle_drop(g->exec ? H_GRAPH_EXEC : H_GRAPH, g->handle);
+	for (size_t i = 0; i < g->nr_nodes; i++)
+		free(g->nodes[i]);
+	free(g->nodes);
+	g->magic = 0;
+	free(g);
+}
+
+struct sim_item *sim_item_clone(const struct sim_item *it)
+{
+	struct sim_item *c = malloc(sizeof(*c));
+
+	if (!c) {
+		fprintf(stderr, "tpsim: out of memory\n");
+		abort();
+	}
+	*c = *it;
+	c->next = NULL;
+	c->seq = 0;
+	return c;
 }
 
 /* ---- events ----------------------------------------------------------------------------- */
@@ -253,12 +408,13 @@ struct sim_event *sim_event_new(unsigned int flags)
 	ev->magic = EVENT_MAGIC;
 	ev->flags = flags;
 	ev->refs = 1;
+	ev->handle = sim_handle_new(H_EVENT, ev);
 	return ev;
 }
 
 struct sim_event *sim_event_get(cudaEvent_t handle)
 {
-	struct sim_event *ev = (struct sim_event *)handle;
+	struct sim_event *ev = sim_handle_get(H_EVENT, handle);
 
 	if (!ev || ev->magic != EVENT_MAGIC || ev->destroyed)
 		return NULL;
@@ -268,6 +424,7 @@ struct sim_event *sim_event_get(cudaEvent_t handle)
 void sim_event_put(struct sim_event *ev)
 {
 	if (--ev->refs == 0) {
+		sim_handle_drop(H_EVENT, ev->handle);
 		ev->magic = 0;
 		free(ev);
 	}
@@ -287,7 +444,9 @@ struct sim_item *sim_item_new(int kind)
 	it->rec.kind = kind;
 	it->rec.host_tid = sim_gettid();
 	it->rec.api_start_ns = sim_now_ns();
+	it->rec.correlation = sim_work_correlation();
 	it->height = 1;
+	it->elem = 1;
 	return it;
 }
 
@@ -397,8 +556,16 @@ static void execute(struct sim_item *it)
 		sleep_until(start + (uint64_t)(it->rec.bytes / sim_cfg.copy_gbps));
 		break;
 	case TPSIM_MEMSET:
-		for (row = 0; row < it->height; row++)
-			memset((char *)it->dst + row * it->dpitch, it->value, it->width);
+		for (row = 0; row < it->height; row++) {
+			char *d = (char *)it->dst + row * it->dpitch;
+
+			if (it->elem == 1) {
+				memset(d, (int)it->value, it->width);
+				continue;
+			}
+			for (size_t i = 0; i + it->elem <= it->width; i += it->elem)
+				memcpy(d + i, &it->value, it->elem);	/* little-endian low bytes */
+		}
 		break;
 	case TPSIM_EVENT_RECORD:
 		break;	/* completion is stamped under the lock by the worker */
@@ -470,6 +637,7 @@ static void *worker_main(void *arg)
 	s->completed = it->seq;
 	free(it);
 	s->magic = STREAM_DEAD;
+	sim_handle_drop(H_STREAM, s->handle);
 	for (struct sim_stream **pp = &live_streams; *pp; pp = &(*pp)->next_live) {
 		if (*pp == s) {
 			*pp = s->next_live;
@@ -501,6 +669,7 @@ static struct sim_stream *stream_new_locked(int device, unsigned int flags, int 
 	s->priority = priority;
 	s->legacy = legacy;
 	s->per_thread = per_thread;
+	s->handle = legacy ? NULL : sim_handle_new(H_STREAM, s);
 	pthread_cond_init(&s->has_work, NULL);
 
 	/* Workers take no signals: the application's handlers must run on its own threads. */
@@ -535,7 +704,7 @@ struct sim_stream *sim_stream_new(int device, unsigned int flags, int priority)
 
 cudaError_t sim_stream_resolve(cudaStream_t handle, bool ptsz, struct sim_stream **out)
 {
-	struct sim_stream *s = (struct sim_stream *)handle;
+	struct sim_stream *s = NULL;
 	int dev = current_device;
 
 	if (!handle && ptsz)
@@ -553,8 +722,10 @@ cudaError_t sim_stream_resolve(cudaStream_t handle, bool ptsz, struct sim_stream
 			pthread_mutex_unlock(&sim_lock);
 		}
 		s = per_thread_streams[dev];
-	} else if (s->magic != STREAM_MAGIC || s->destroyed) {
-		return cudaErrorInvalidResourceHandle;
+	} else {
+		s = sim_handle_get(H_STREAM, handle);
+		if (!s || s->magic != STREAM_MAGIC || s->destroyed)
+			return cudaErrorInvalidResourceHandle;
 	}
 	if (!s)
 		return cudaErrorMemoryAllocation;
@@ -564,10 +735,10 @@ cudaError_t sim_stream_resolve(cudaStream_t handle, bool ptsz, struct sim_stream
 
 cudaStream_t sim_stream_handle(struct sim_stream *s)
 {
-	return s->legacy ? NULL : (cudaStream_t)s;
+	return s->legacy ? NULL : (cudaStream_t)s->handle;
 }
 
-int64_t tpsim_stream_id(cudaStream_t handle)
+static int64_t ops_stream_id(cudaStream_t handle)
 {
 	struct sim_stream *s;
 
@@ -688,20 +859,52 @@ void sim_stream_destroy(struct sim_stream *s)
 	pthread_mutex_unlock(&sim_lock);
 }
 
-/* ---- sim-only exported API -------------------------------------------------------------- */
+/* While a stream captures, its work becomes graph nodes (replayed by cuGraphLaunch). */
+uint64_t sim_submit_or_capture(struct sim_stream *s, struct sim_item *it)
+{
+	struct sim_graph *g;
 
-void tpsim_set_observer(tpsim_observer_fn fn, void *ctx)
+	pthread_mutex_lock(&sim_lock);
+	g = s->capture;
+	if (g) {
+		struct sim_item **n = realloc(g->nodes, (g->nr_nodes + 1) * sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&sim_lock);
+			fprintf(stderr, "tpsim: out of memory\n");
+			abort();
+		}
+		g->nodes = n;
+		g->nodes[g->nr_nodes++] = it;
+		pthread_mutex_unlock(&sim_lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&sim_lock);
+	return sim_submit(s, it);
+}
+
+/* ---- private interface (tpsim_driver.h), through cuGetExportTable ---------------------- */
+
+static void ops_set_observer(tpsim_observer_fn fn, void *ctx)
 {
 	observer_ctx = ctx;
 	__atomic_store_n(&observer, fn, __ATOMIC_RELEASE);
 }
 
-uint64_t tpsim_now_ns(void)
+static void ops_set_api_observer(tpsim_api_observer_fn fn, void *ctx)
+{
+	api_observer_ctx = ctx;
+	__atomic_store_n(&api_observer, fn, __ATOMIC_RELEASE);
+}
+
+static uint64_t ops_now_ns(void)
 {
 	return sim_now_ns();
 }
 
-int tpsim_enqueue(cudaStream_t stream, void (*fn)(void *arg), void *arg)
+/* Not an API call: work NCCL's sim puts on a stream gets a fresh correlation id, unless it
+ * runs inside one (then the outermost call's, as real CUPTI would attribute it). */
+static int ops_enqueue(cudaStream_t stream, void (*fn)(void *arg), void *arg)
 {
 	struct sim_stream *s;
 	struct sim_item *it;
@@ -716,13 +919,12 @@ int tpsim_enqueue(cudaStream_t stream, void (*fn)(void *arg), void *arg)
 	it = sim_item_new(TPSIM_HOST_FN);
 	it->fn = fn;
 	it->arg = arg;
-	it->rec.correlation = sim_next_correlation();
 	sim_submit(s, it);
 	return cudaSuccess;
 }
 
-int tpsim_enqueue_kernel(cudaStream_t stream, const char *name, dim3 grid, dim3 block,
-			 void (*fn)(void *arg), void *arg)
+static int ops_enqueue_kernel(cudaStream_t stream, const char *name, dim3 grid, dim3 block,
+			      void (*fn)(void *arg), void *arg)
 {
 	struct sim_stream *s;
 	struct sim_item *it;
@@ -744,7 +946,45 @@ int tpsim_enqueue_kernel(cudaStream_t stream, const char *name, dim3 grid, dim3 
 	it->rec.block[0] = block.x;
 	it->rec.block[1] = block.y;
 	it->rec.block[2] = block.z;
-	it->rec.correlation = sim_next_correlation();
 	sim_submit(s, it);
 	return cudaSuccess;
 }
+
+static int ops_set_kernel_us(CUfunction f, unsigned us)
+{
+	struct sim_kernel *k;
+
+	sim_init();
+	k = sim_handle_get(H_FUNCTION, f);
+	if (!k)
+		k = sim_handle_get(H_KERNEL, f);
+	if (!k)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&sim_lock);
+	k->us_override = us;
+	pthread_mutex_unlock(&sim_lock);
+	return CUDA_SUCCESS;
+}
+
+static int ops_device_count(void)
+{
+	sim_init();
+	return sim_cfg.devices;
+}
+
+size_t sim_device_bytes_live(void);
+
+const struct tpsim_driver_ops sim_driver_ops = {
+	.size = sizeof(struct tpsim_driver_ops),
+	.set_observer = ops_set_observer,
+	.set_api_observer = ops_set_api_observer,
+	.api_enter = sim_api_enter,
+	.api_exit = sim_api_exit,
+	.enqueue = ops_enqueue,
+	.enqueue_kernel = ops_enqueue_kernel,
+	.set_kernel_us = ops_set_kernel_us,
+	.stream_id = ops_stream_id,
+	.now_ns = ops_now_ns,
+	.device_count = ops_device_count,
+	.device_bytes_live = sim_device_bytes_live,
+};

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Internals shared by the simulated runtime's engine (engine.c: streams, workers, events,
- * kernels) and its CUDA API entry points (api.c). Nothing here is exported: the version script
- * (libcudart.map) keeps only cuda*, __cuda* and tpsim_* global.
+ * Internals of the simulated driver libcuda.so.1: its engine (engine.c: streams, workers,
+ * events, kernels, modules, graphs, opaque handles, the API-call stack) and its cu* entry
+ * points (driver.c). Nothing here is exported: the version script (libcuda.map) keeps only cu*.
+ * Engine types are the runtime's (cudaStream_t is struct CUstream_st *, as CUstream).
  */
 #ifndef TPSIM_SIM_H
 #define TPSIM_SIM_H
@@ -11,39 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <cuda.h>
 #include "tpsim.h"
-
-/*
- * nvcc's host-code entry points. <crt/host_runtime.h> and <crt/device_functions.h> declare them
- * only for C++ under __CUDACC__, so these prototypes are copied from the CUDA 13.0 headers
- * (crt/host_runtime.h: __cudaRegister*, __cudaUnregisterFatBinary, __cudaPopCallConfiguration;
- * crt/device_functions.h: __cudaPushCallConfiguration, __cudaGetKernel, __cudaLaunchKernel*),
- * with C++ default arguments removed.
- */
-extern void **CUDARTAPI __cudaRegisterFatBinary(void *fatCubin);
-extern void CUDARTAPI __cudaRegisterFatBinaryEnd(void **fatCubinHandle);
-extern void CUDARTAPI __cudaUnregisterFatBinary(void **fatCubinHandle);
-extern void CUDARTAPI __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress,
-					const char *deviceName, int ext, size_t size, int constant,
-					int global);
-extern void CUDARTAPI __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress,
-					       char *deviceAddress, const char *deviceName, int ext,
-					       size_t size, int constant, int global);
-extern char CUDARTAPI __cudaInitModule(void **fatCubinHandle);
-extern void CUDARTAPI __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun,
-					     char *deviceFun, const char *deviceName,
-					     int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim,
-					     dim3 *gDim, int *wSize);
-extern unsigned CUDARTAPI __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim,
-						      size_t sharedMem, struct CUstream_st *stream);
-extern cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim,
-							size_t *sharedMem, void *stream);
-extern cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t *, const void *);
-extern cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
-						void **args, size_t sharedMem, cudaStream_t stream);
-extern cudaError_t CUDARTAPI __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim,
-						     dim3 blockDim, void **args, size_t sharedMem,
-						     cudaStream_t stream);
+#include "tpsim_driver.h"
 
 #define SIM_MAX_DEVICES 16
 
@@ -65,7 +36,8 @@ struct sim_item {
 	void *dst;
 	const void *src;
 	size_t dpitch, spitch, width, height;	/* memcpy (1D: height 1, width = bytes) */
-	int value;			/* memset */
+	uint32_t value;			/* memset: element value */
+	unsigned elem;			/* memset: element size (1, 2, 4) */
 	struct sim_event *event;	/* record / wait; holds a reference */
 	uint64_t event_gen;
 	struct sim_stream *wait_stream;
@@ -74,8 +46,11 @@ struct sim_item {
 	void *arg;
 };
 
+struct sim_graph;
+
 struct sim_stream {
 	uint64_t magic;
+	void *handle;			/* opaque CUstream (sim_handle_new) */
 	uint64_t id;
 	int device;
 	unsigned int flags;		/* cudaStreamNonBlocking */
@@ -85,10 +60,13 @@ struct sim_stream {
 	uint64_t submitted, completed;	/* seq of last enqueued / finished item */
 	pthread_cond_t has_work;
 	struct sim_stream *next_live;
+	struct sim_graph *capture;	/* cuStreamBeginCapture: work goes here, not to the FIFO */
+	uint32_t capture_mode;
 };
 
 struct sim_event {
 	uint64_t magic;
+	void *handle;			/* opaque CUevent */
 	unsigned int flags;
 	int refs;			/* the handle + each pending record/wait item */
 	bool destroyed;
@@ -97,13 +75,33 @@ struct sim_event {
 	uint64_t time_ns;		/* completion time of done_gen */
 };
 
-/* Simulated device code: one per host stub / function pointer; its address is the cudaKernel_t. */
+/* Simulated device code: one per entry of a loaded module or library. CUkernel and CUfunction
+ * are two opaque handles of it (the real driver's are context-independent and per-context). */
 struct sim_kernel {
 	uint64_t magic;
-	const void *func;
 	char *name;
 	long long us_override;		/* tpsim_set_kernel_us, or -1 */
+	void *kernel_handle, *function_handle;
+	struct sim_module *module;
 	struct sim_kernel *next;
+};
+
+/* cuModuleLoadData / cuLibraryLoadData: the entries (.entry) of a PTX image. */
+struct sim_module {
+	void *handle;			/* CUmodule or CUlibrary */
+	bool library;
+	struct sim_kernel *kernels;
+};
+
+/* A captured graph: the work items captured from a stream, replayed by every launch. */
+struct sim_graph {
+	uint64_t magic;
+	void *handle;			/* CUgraph or CUgraphExec */
+	bool exec;
+	uint32_t graph_id;		/* CUPTI's graphId: the graph's id; an exec keeps its graph's */
+	struct sim_item **nodes;
+	size_t nr_nodes;
+	int capture_status;		/* a capture that failed (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) */
 };
 
 struct sim_config {
@@ -126,7 +124,7 @@ uint32_t sim_gettid(void);
 int sim_current_device(void);
 void sim_set_current_device(int device);
 
-/* Streams. sim_stream_resolve maps 0 / cudaStreamLegacy / cudaStreamPerThread / a handle. */
+/* Streams. sim_stream_resolve maps 0 / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD / a handle. */
 cudaError_t sim_stream_resolve(cudaStream_t handle, bool ptsz, struct sim_stream **out);
 struct sim_stream *sim_stream_new(int device, unsigned int flags, int priority);
 void sim_stream_destroy(struct sim_stream *s);
@@ -141,14 +139,38 @@ void sim_device_sync(int device);
 uint64_t sim_next_correlation(void);
 
 /* Events. */
-struct sim_event *sim_event_get(cudaEvent_t handle);
+struct sim_event *sim_event_get(cudaEvent_t handle);	/* caller holds sim_lock */
 struct sim_event *sim_event_new(unsigned int flags);
 void sim_event_put(struct sim_event *ev);	/* drop a reference; caller holds sim_lock */
 
-/* Kernels. sim_kernel_get creates the entry for an unknown func. */
-struct sim_kernel *sim_kernel_get(const void *func);
-struct sim_kernel *sim_kernel_from_handle(const void *handle);
-void sim_kernel_register(const void *func, const char *name);
+/* Kernels, modules, graphs. */
+struct sim_module *sim_module_load(const void *image, bool library, CUresult *err);
+void sim_module_unload(struct sim_module *m);
+struct sim_kernel *sim_module_find(struct sim_module *m, const char *name);
 uint64_t sim_kernel_ns(const struct sim_kernel *k);
+struct sim_graph *sim_graph_new(bool exec);
+void sim_graph_free(struct sim_graph *g);
+struct sim_item *sim_item_clone(const struct sim_item *it);
+
+/*
+ * Opaque handles: addresses in a PROT_NONE reservation, one per handle type, never the address
+ * of a sim struct (the product under test could read those). sim_handle_get returns the
+ * object of a live handle of that type, NULL for anything else.
+ */
+enum sim_htype { H_STREAM, H_EVENT, H_MODULE, H_LIBRARY, H_KERNEL, H_FUNCTION, H_GRAPH,
+		 H_GRAPH_EXEC, H_CONTEXT, H_MEMHANDLE, H_NR };
+void *sim_handle_new(enum sim_htype type, void *obj);
+void *sim_handle_get(enum sim_htype type, const void *handle);
+void sim_handle_drop(enum sim_htype type, const void *handle);
+
+/* The calling thread's API stack (tpsim_api_enter/exit): GPU work gets the OUTERMOST call's
+ * correlation id, a fresh one when no API call is active (tpsim_enqueue). */
+uint64_t sim_work_correlation(void);
+void sim_api_enter(int domain, uint32_t cbid);
+void sim_api_exit(void);
+
+/* Items: copies, memsets, kernels, event records go either to the stream or, while it
+ * captures, to its graph. Returns the seq to wait for (0 if captured). */
+uint64_t sim_submit_or_capture(struct sim_stream *s, struct sim_item *it);
 
 #endif /* TPSIM_SIM_H */
