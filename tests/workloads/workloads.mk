@@ -101,6 +101,14 @@ $(WL_DIR)/vmm_app: tests/workloads/vmm_app.c tests/workloads/handshake.h $(SIM_D
 
 TEST_BINS += $(WL_DIR)/vmm_app
 
+# Driver memory calls nested in runtime calls: the simulated runtime on the simulated driver.
+$(WL_DIR)/mem_nested_app: tests/workloads/mem_nested_app.c tests/workloads/handshake.h $(SIM_DRIVER) $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -L$(SIM_DRIVER_DIR) -l:libcuda.so.1 \
+		-Wl,-rpath,$(SIM_RPATH):$(abspath $(SIM_DRIVER_DIR)) -o $@
+
+TEST_BINS += $(WL_DIR)/mem_nested_app
+
 # Known stacks for the snapshot engine (tests/e2e/test_stacks.py): -O2 without frame pointers,
 # so only CFI unwinds it; and a stripped copy (no .symtab: offsets + build-id, no names).
 $(WL_DIR)/stack_app: tests/workloads/stack_app.c tests/workloads/handshake.h tests/workloads/workloads.mk | $(WL_DIR)
