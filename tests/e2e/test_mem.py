@@ -137,7 +137,9 @@ def counter(trace, name):
 def test_mem_normal_trace_and_snapshot():
     snap_path, trace_path = tmp_path("mem-normal.json"), tmp_path("mem-normal-trace.json")
     wl, tr = run_alloc("normal", ["-o", snap_path, "--trace", trace_path], "normal")
-    assert "2 USDT probes, 11 runtime and 0 driver functions" in tr.started, tr.started
+    # the sim runtime maps the sim driver underneath (as the real one): its probes are live,
+    # and the driver calls nested in cudaMalloc/cudaFree are not recorded twice (counts below)
+    assert "2 USDT probes, 11 runtime and 8 driver functions" in tr.started, tr.started
     blocks = mallocs(wl)
     S = stream_of(wl)
     assert [s for _, s in blocks] == [1000] * 3 + [3145728] * 2 + [16777216]

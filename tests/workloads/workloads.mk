@@ -73,6 +73,13 @@ $(WL_DIR)/gpu_names: tests/workloads/gpu_names.c tests/workloads/workloads.mk $(
 	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
 
 TEST_BINS += $(WL_DIR)/gpu_names
+
+# The simulated runtime loaded, CUDA not initialised until GO (tests/e2e/test_gpu.py refusals).
+$(WL_DIR)/cudart_uninit: tests/workloads/cudart_uninit.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/cudart_uninit
 -include $(WL_DIR)/gpu_names.d
 
 # GPU memory scenarios on the simulated caching allocator (tests/e2e/test_mem.py).
