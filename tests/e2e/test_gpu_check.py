@@ -1,15 +1,19 @@
 """Smoke: tests/gpu/check.sh, the GPU machine's script, on a machine without a GPU. It must end
 within seconds with a FAIL "no GPU" line, the summary and a non-zero exit; its watchdog (a tiny
 CHECK_LIMIT_S against CHECK_SELFTEST=hang, a step that never ends with a stand-in job and
-tracer) must print its FAIL line and the summary, exit 124 and leave no process behind."""
+tracer) must print its FAIL line and the summary, exit 124 and leave no process behind; and
+its trace checks (tests/gpu/validate.py) run on a --gpu trace of the simulated stack."""
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 from lib import ROOT, Skip, need_root
 
 CHECK = os.path.join(ROOT, "tests", "gpu", "check.sh")
+VALIDATE = os.path.join(ROOT, "tests", "gpu", "validate.py")
 
 
 def run_check(env=None, timeout=20):
@@ -87,3 +91,63 @@ def test_gpu_check_watchdog():
     while any(alive(x) for x in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [x for x in pids if alive(x)], [x for x in pids if alive(x)]
+
+
+def test_gpu_check_validator_on_sim():
+    """tests/gpu/validate.py (check.sh's trace checks) on a tptrace --gpu trace of the simulated
+    stack, against a Kineto-shaped reference built from the sim's own account of what ran
+    (TPSIM_VERBOSE: each kernel's correlation, stream, name, start): the arrow and
+    per-stream sequence checks pass, and fail once one reference kernel is renamed."""
+    need_root()
+    from gpulib import need_ptrace, tpsim_items
+    from lib import WL, tmp_path, trace_workload
+    need_ptrace()
+    steps = 3
+    trace, wl, _ = trace_workload([os.path.join(WL, "sim_train"), "--steps", str(steps),
+                                   "--kernel-us", "800"], tracer_args=["--gpu"],
+                                  env={"TPSIM_VERBOSE": "1"}, out_name="gpucheck-sim.json")
+    kernels = [(c, it) for c, it in sorted(tpsim_items(wl.err.text()).items())
+               if it["kind"] == "kernel"]
+    assert len(kernels) == 4 * steps, kernels
+    kin = []
+    for corr, it in kernels:
+        ts = it["start"] / 1000
+        kin.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts,
+                    "dur": 1, "pid": 1, "tid": it["tid"], "args": {"correlation": corr}})
+        kin.append({"ph": "X", "cat": "kernel", "name": it["name"], "ts": ts,
+                    "dur": (it["end"] - it["start"]) / 1000, "pid": 0, "tid": it["stream"],
+                    "args": {"correlation": corr, "stream": it["stream"]}})
+    t0, t1 = min(k["ts"] for k in kin), max(k["ts"] + k["dur"] for k in kin)
+    kin.append({"ph": "X", "cat": "user_annotation", "name": "tpcheck:eager", "ts": t0,
+                "dur": t1 - t0, "pid": 1, "tid": 1})
+    base = trace["tptrace"]["base_mono_ns"]
+    first = min(e["ts"] for e in trace["traceEvents"] if e.get("ph") == "X")
+    phases = tmp_path("gpucheck-phases.log")
+    with open(phases, "w") as f:
+        f.write(f"PHASE eager {base + round(first * 1000) - 1000} {round(t1 * 1000) + 1000}\n")
+
+    def validate(ref):
+        path = tmp_path("gpucheck-kineto.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": ref}, f)
+        p = subprocess.run([sys.executable, VALIDATE, tmp_path("gpucheck-sim.json"), path, phases,
+                            str(steps)], capture_output=True, text=True, timeout=60)
+        assert not p.stderr, p.stderr
+        return p.stdout.splitlines()
+
+    lines = validate(kin)
+    want = ["PASS our trace has tptrace.base_mono_ns",
+            "PASS eager: 12 host launch events ({'cudaLaunchKernel': 12})",
+            "PASS eager: no joined launch left unresolved (0)",
+            "PASS eager: no driver launch recorded inside a runtime launch (0)"]
+    assert all(w in lines for w in want), lines
+    assert [l for l in lines if "ac2g arrows, each from a launch" in l][0].startswith("PASS"), lines
+    assert [l for l in lines if l.startswith("PASS eager: kernel names per stream joined to our "
+                                             "launches = Kineto's")], lines
+    assert [l for l in lines if l.startswith("PASS clock_residual_ns")], lines
+    renamed = [dict(e) for e in kin]
+    k = [e for e in renamed if e["cat"] == "kernel"][5]
+    k["name"] = "not_" + k["name"]
+    lines = validate(renamed)
+    assert [l for l in lines if l.startswith("FAIL eager: kernel names per stream joined to our "
+                                             "launches = Kineto's") and "not_" in l], lines

@@ -96,8 +96,11 @@ def main(ours_path, kineto_path, log_path, steps):
     in_phase = lambda e, p: phases[p][0] <= mono(e) <= phases[p][1]
     launches = [e for e in evs if is_launch(e)]
     kernels = [e for e in evs if e.get("ph") == "X" and e.get("cat") == "kernel"]
-    host_at = {(e["pid"], e["tid"], ns(e["ts"])): e for e in launches}
-    kern_at = {(e["pid"], e["tid"], ns(e["ts"])): e for e in kernels}
+    host = [e for e in evs if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+            and "cbid" not in e.get("args", {})]
+    host_at = {(e["pid"], e["tid"], ns(e["ts"])): e for e in host}
+    kern_at = {(e["pid"], e["tid"], ns(e["ts"])): e for e in evs
+               if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
     starts = {e["id"]: e for e in evs if e.get("cat") == "ac2g" and e.get("ph") == "s"}
     ends = {e["id"]: e for e in evs if e.get("cat") == "ac2g" and e.get("ph") == "f"}
 
@@ -107,17 +110,23 @@ def main(ours_path, kineto_path, log_path, steps):
         f = ends.get(i)
         h = host_at.get((s["pid"], s["tid"], ns(s["ts"])))
         k = f and kern_at.get((f["pid"], f["tid"], ns(f["ts"])))
-        if not h or not k or str(h["args"].get("correlation")) != str(i) or \
+        # a launch's arrow ends at a kernel, a copy's at a copy, a memset's at a memset
+        want = ("kernel" if h and is_launch(h) else "gpu_memcpy" if h and "Memcpy" in h["name"]
+                else "gpu_memset" if h and "Memset" in h["name"] else None)
+        if not h or not k or k["cat"] != want or str(h["args"].get("correlation")) != str(i) or \
                 str(k["args"].get("correlation")) != str(i):
             bad.append(i)
+            continue
+        if want != "kernel":
+            arrow_of[id(h)].append(k)
             continue
         arrow_of[id(h)].append(k)
         hk = h["args"].get("kernel", "")
         if (not GRAPH_RE.match(h["name"]) and h["args"].get("kernel source") != "unresolved"
                 and not hk.startswith("_Z") and hk != k["name"]):
             named_mismatch.append((h["name"], hk[:50], k["name"][:50]))
-    res(starts and not bad, f"{len(starts)} ac2g arrows, each from a launch to a kernel of its "
-        f"correlation ({len(bad)} not: {bad[:5]})")
+    res(starts and not bad, f"{len(starts)} ac2g arrows, each from a launch to a kernel (a copy "
+        f"to a copy) of its correlation ({len(bad)} not: {bad[:5]})")
     res(not named_mismatch, f"each arrow's kernel is the kernel its launch names "
         f"({len(named_mismatch)} not: {named_mismatch[:3]})")
     gpu = (meta.get("targets") or [{}])[0].get("gpu", {})
@@ -127,7 +136,11 @@ def main(ours_path, kineto_path, log_path, steps):
         res(gpu["flows"] == len(starts), f"metadata flows {gpu['flows']} = arrows in the trace {len(starts)}")
 
     # ---- Kineto: the reference pairing ----
-    kin = load(kineto_path)["traceEvents"]
+    try:
+        kin = load(kineto_path)["traceEvents"]
+    except (OSError, ValueError, KeyError) as ex:
+        res(False, f"torch.profiler trace {kineto_path} unreadable: {ex}")
+        kin = []
     kk_by_corr = collections.defaultdict(list)
     for e in kin:
         if e.get("ph") == "X" and e.get("cat") == "kernel":
@@ -174,6 +187,9 @@ def main(ours_path, kineto_path, log_path, steps):
             hc = [e for e in evs if e.get("cat") == "cuda_runtime" and e.get("name", "").startswith("cudaMemcpy")
                   and in_phase(e, p) and e["args"].get("bytes") == HTOD_BYTES and e["args"].get("kind") == "HtoD"]
             res(len(hc) == steps, f"eager: host cudaMemcpy* HtoD {HTOD_BYTES} B x{len(hc)} (want {steps})")
+            ha = [h for h in hc if [c["args"].get("bytes") for c in arrow_of.get(id(h), [])] == [HTOD_BYTES]]
+            res(hc and len(ha) == len(hc), f"eager: {len(ha)} of {len(hc)} host HtoD copies have an arrow "
+                "to their GPU copy of the same size")
         if p == "compiled":
             drv = [l for l in mine if l["cat"] == "cuda_driver" and l["name"] in DRIVER_LAUNCHES]
             tri = [l for l in drv if l["args"].get("kernel", "").startswith("triton_")]
