@@ -125,8 +125,8 @@ checks() {
 	fi
 	info "torch $("$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)')"
 	COMPILE=1
-	if ! why=$(timeout 60 "$PY" -c 'import torch, triton; torch.compile' 2>&1 | tail -1); then
-		warn "compiled step skipped: torch.compile/triton unavailable ($why)"
+	if ! why=$(timeout 60 "$PY" -c 'import torch, triton; torch.compile' 2>&1); then
+		warn "compiled step skipped: torch.compile/triton unavailable ($(echo "$why" | tail -1))"
 		COMPILE=0
 	fi
 

@@ -179,13 +179,14 @@ def main(ours_path, kineto_path, log_path, steps):
                 r["tid"] == d["tid"] and r["ts"] <= d["ts"] <= r["ts"] + r.get("dur", 0) for r in rt)]
             res(not nested, f"eager: no driver launch recorded inside a runtime launch ({len(nested)})")
             copies = [e for e in evs if e.get("cat") == "gpu_memcpy" and in_phase(e, p)]
-            htod = [c for c in copies if "HtoD" in c["name"] and c["args"].get("bytes") == HTOD_BYTES]
-            dtoh = [c for c in copies if "DtoH" in c["name"] and c["args"].get("bytes") == DTOH_BYTES]
+            htod = [c for c in copies if "HtoD" in c["name"] and c.get("args", {}).get("bytes") == HTOD_BYTES]
+            dtoh = [c for c in copies if "DtoH" in c["name"] and c.get("args", {}).get("bytes") == DTOH_BYTES]
             res(len(htod) == steps and len(dtoh) == steps,
                 f"eager: GPU copies HtoD {HTOD_BYTES} B x{len(htod)}, DtoH {DTOH_BYTES} B x{len(dtoh)} "
                 f"(want {steps} each)")
             hc = [e for e in evs if e.get("cat") == "cuda_runtime" and e.get("name", "").startswith("cudaMemcpy")
-                  and in_phase(e, p) and e["args"].get("bytes") == HTOD_BYTES and e["args"].get("kind") == "HtoD"]
+                  and in_phase(e, p) and e.get("args", {}).get("bytes") == HTOD_BYTES
+                  and e.get("args", {}).get("kind") == "HtoD"]
             res(len(hc) == steps, f"eager: host cudaMemcpy* HtoD {HTOD_BYTES} B x{len(hc)} (want {steps})")
             ha = [h for h in hc if [c["args"].get("bytes") for c in arrow_of.get(id(h), [])] == [HTOD_BYTES]]
             res(hc and len(ha) == len(hc), f"eager: {len(ha)} of {len(hc)} host HtoD copies have an arrow "
