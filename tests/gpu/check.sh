@@ -95,6 +95,14 @@ stop_tracer() {
 	wait "$1"
 }
 
+# new_objects MAPS_FILE PID: paths PID maps now that MAPS_FILE did not have ("none" if none)
+new_objects() {
+	local new
+	new=$(comm -13 <(awk 'NF >= 6 && $6 !~ /^\[/ {print $6}' "$1" | sort -u) \
+		<(awk 'NF >= 6 && $6 !~ /^\[/ {print $6}' "/proc/$2/maps" | sort -u) | tr '\n' ' ')
+	echo "${new:-none}"
+}
+
 agent_mapped() { grep -q -e "libtptrace_agent" -e "tptrace-agent-" "/proc/$1/maps" 2>/dev/null; }
 
 selftest_hang() {
@@ -249,6 +257,7 @@ EOF
 	else fail "tptrace rc $RC: $(tail -3 "$WORK/attach.err" | tr '\n' ' ')"; fi
 	if agent_mapped "$JOB_PID"; then fail "agent still mapped after detach"
 	else pass "agent gone from /proc/$JOB_PID/maps after detach"; fi
+	info "objects mapped after detach that were not before attach: $(new_objects "$WORK/maps.before" "$JOB_PID")"
 	mv "$WORK/job.log" "$WORK/phases.log"
 
 	# ---- torch.profiler on the same phases ----
@@ -272,7 +281,8 @@ EOF
 		else
 			fail "attach under an active torch.profiler NOT refused (rc $RRC; the agent's detach calls cuptiFinalize): $(tail -2 "$WORK/refused.out" | tr '\n' ' ')"
 		fi
-		grep -i "stays mapped\|stay mapped" "$WORK/refused.out" | sed 's/^/INFO /'
+		info "refusal's account of the target: $(grep -o 'left mapped in the process.*\|nothing stays mapped.*' "$WORK/refused.out")"
+		info "objects mapped after the refusal that were not before it: $(new_objects "$WORK/maps.hold" "$JOB_PID")"
 		echo "" >&3
 		read_until "RELEASED" 120 || fail "the profiler session did not end after the refusal: $(tail -2 "$WORK/job_err")"
 	else
@@ -280,7 +290,7 @@ EOF
 	fi
 	agent_mapped "$JOB_PID" && fail "agent left mapped after the refusal"
 	echo "QUIT" >&3
-	read_until "DONE" 60 || warn "job did not quit cleanly"
+	read_until "DONE" 60 || { warn "job did not quit cleanly: killed"; kill "$JOB_PID"; }
 	wait "$JOB_PID"
 
 	# ---- the traces ----
