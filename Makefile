@@ -26,7 +26,7 @@ msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
 endif
 
 # Debian packages the build, tests and demo need. Installed only when missing.
-DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libcjson-dev systemtap-sdt-dev \
+DEB_PKGS := shellcheck clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libcjson-dev systemtap-sdt-dev \
             libcap2-bin util-linux python3 pkg-config make gcc g++ bpftrace help2man \
             libdw-dev elfutils strace
 

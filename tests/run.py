@@ -3,7 +3,7 @@
   unit:  .output/unit/test_* binaries and tests/tools/test_* scripts (no root needed)
   e2e:   tests/e2e/test_*.py functions, as root with real BPF
   smoke: tests/e2e/test_cli.py (help, version, bad input), test_demo.py, test_install.py,
-         test_runner.py
+         test_runner.py, test_gpu_check.py (tests/gpu/check.sh without a GPU)
 Prints one line per test and ends with 'N passed, N failed' (skips counted on the line before).
 Usage: tests/run.py [--tier unit|e2e|smoke[,...]]... [-k SUBSTRING]... [-x] [--list]
   --tier   run only these tiers (repeatable or a comma list; default: all)
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 TIERS = ("unit", "e2e", "smoke")
 # tests/e2e modules that are smoke tests (fast checks of the command-line surface); every
 # other tests/e2e/test_*.py is e2e
-SMOKE_MODULES = {"test_cli", "test_demo", "test_install", "test_runner"}
+SMOKE_MODULES = {"test_cli", "test_demo", "test_install", "test_runner", "test_gpu_check"}
 
 results = {"passed": 0, "failed": 0, "skipped": 0}
 failures = []

@@ -99,11 +99,72 @@ static bool maps_have_agent(int pid)
 	return maps_have(pid, agent, 2);
 }
 
-static bool maps_have_cuda(int pid)
+/* CUPTI works through the driver: without libcuda.so.1 mapped (no CUDA at all, or a runtime
+ * that has not initialised CUDA yet: libcudart dlopens the driver at its first call) the
+ * agent's cuptiSubscribe fails, after it has loaded libcupti and its dependencies for good. */
+int gpu__precheck(int pid, char *err, size_t errlen)
 {
-	static const char *const cuda[] = { "libcudart.so", "libcuda.so" };
+	static const char *const runtime[] = { "libcudart.so" };
+	static const char *const driver[] = { "libcuda.so.1" };
+	char maps[64];
 
-	return maps_have(pid, cuda, 2);
+	if (procmaps__path(maps, sizeof(maps), pid, "maps"))
+		return -ENAMETOOLONG;
+	if (access(maps, R_OK)) {
+		int r = -errno;
+
+		set_err(err, errlen, "%s: %s", maps, strerror(-r));
+		return r;
+	}
+	if (maps_have(pid, driver, 1) || maps_have_agent(pid))
+		return 0;
+	if (maps_have(pid, runtime, 1))
+		set_err(err, errlen, "process %d has not initialised CUDA (libcudart.so is loaded, "
+			"libcuda.so.1 is not in %s) and CUPTI needs the driver: attach after its first "
+			"CUDA call; nothing was done to the process", pid, maps);
+	else
+		set_err(err, errlen, "process %d uses no CUDA (no libcudart.so* or libcuda.so.1 in "
+			"%s): no GPU activity to trace; nothing was done to the process", pid, maps);
+	return -ENODEV;
+}
+
+/* Appends to err which objects the failed attempt left mapped in pid that were not in
+ * before (the agent's dependencies stay: the dynamic linker does not unload libraries that
+ * libcupti pulled in, and libcupti itself stays loaded once it started). */
+static void say_what_stays(int pid, const struct procmaps *before, char *err, size_t errlen)
+{
+	struct procmaps *after = procmaps__load(pid);
+	size_t len = strlen(err);
+	int n = 0;
+
+	if (!before || !after) {
+		snprintf(err + len, errlen - len, "; what stays mapped in process %d is unknown "
+			 "(%s)", pid, strerror(errno ? errno : EIO));
+		procmaps__free(after);
+		return;
+	}
+	for (size_t i = 0; i < after->nr; i++) {
+		const char *p = after->vmas[i].path;
+		bool seen = false;
+
+		if (!p || p[0] == '[')
+			continue;
+		for (size_t k = 0; k < before->nr && !seen; k++)
+			seen = before->vmas[k].path && !strcmp(before->vmas[k].path, p);
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = after->vmas[k].path && !strcmp(after->vmas[k].path, p);
+		if (seen)
+			continue;
+		len = strlen(err);
+		snprintf(err + len, errlen - len, "%s%s", n++ ? ", " : "; left mapped in the "
+			 "process (not there before): ", p);
+	}
+	if (!n) {
+		len = strlen(err);
+		snprintf(err + len, errlen - len, "; nothing stays mapped in process %d that was "
+			 "not there before", pid);
+	}
+	procmaps__free(after);
 }
 
 static int target_uid_gid(int pid, uid_t *uid, gid_t *gid)
@@ -451,6 +512,7 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 {
 	struct gpu_opts none = { 0 };
 	const struct gpu_opts *o = opts ? opts : &none;
+	struct procmaps *before = NULL;
 	struct gpu_session *s;
 	char agent[PATH_MAX];
 	int r, e;
@@ -471,10 +533,8 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 	if (maps_have_agent(pid)) {
 		r = join_resident(s, o, err, errlen);
 	} else {
-		if (!o->no_cuda_precheck && !maps_have_cuda(pid)) {
-			set_err(err, errlen, "process %d uses no CUDA (no libcudart.so* or "
-				"libcuda.so* in /proc/%d/maps): no GPU activity to trace", pid, pid);
-			e = ENODEV;
+		if (!o->no_cuda_precheck && (r = gpu__precheck(pid, err, errlen))) {
+			e = -r;
 			goto fail;
 		}
 		r = find_agent(o->agent_path, agent, sizeof(agent));
@@ -484,6 +544,8 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 			e = -r;
 			goto fail;
 		}
+		/* what the target maps before we touch it: said on failure, see say_what_stays */
+		before = procmaps__load(pid);
 		r = inject(s, o, agent, err, errlen);
 	}
 	if (r) {
@@ -511,8 +573,12 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 		goto fail;
 	}
 	s->st.injected = s->injected;
+	procmaps__free(before);
 	return s;
 fail:
+	if (before)	/* the injection was tried: the target was touched */
+		say_what_stays(pid, before, err, errlen);
+	procmaps__free(before);
 	if (s->ctl)
 		munmap(s->ctl, s->map_size);
 	free(s);

@@ -35,7 +35,7 @@ struct gpu_opts {
 	uint32_t ring_records;		/* power of two; 0: AGENT_RING_DEFAULT */
 	uint32_t flush_ms;		/* agent's cuptiActivityFlushAll period; 0: 200 */
 	int timeout_ms;			/* waiting for the agent's answers; 0: 10000 */
-	bool no_cuda_precheck;		/* inject even if no libcudart/libcuda is mapped (tests) */
+	bool no_cuda_precheck;		/* skip gpu__precheck (tests of the agent's own) */
 	bool file_transport;		/* use <target root>/dev/shm files, not memfds */
 };
 
@@ -56,6 +56,13 @@ struct gpu_stats {
 	char cupti_path[AGENT_PATH_LEN];	/* the libcupti the agent loaded */
 	uint32_t cupti_version;
 };
+
+/* 0 when the agent can work in pid: libcuda.so.1 mapped (CUPTI needs the driver) or the agent
+ * already resident; else -ENODEV (-errno if its maps cannot be read) with one line in err
+ * saying why and what to do. Reads /proc only: the process is not touched. gpu__attach runs it
+ * too (unless no_cuda_precheck); on a failure after injection, its message says which objects
+ * stay mapped in the target that were not there before, or that nothing does. */
+int gpu__precheck(int pid, char *err, size_t errlen);
 
 /* NULL and errno (EPERM: refused/ptrace denied, ENOENT: no agent/CUPTI, ENODEV: no CUDA,
  * EBUSY: another CUPTI subscriber, ETIMEDOUT); err gets one line without "tptrace: ". */

@@ -519,6 +519,22 @@ static void gpu_clock_to_join(struct trace_session *s)
 	decoder__gpu_clock(s->dec, samples, residual, window);
 }
 
+/* --gpu: refuse before any probe or injection when the agent cannot work in a target (one
+ * line saying why and what to do, from gpu__precheck); the processes are left untouched. */
+static int precheck_gpus(struct trace_session *s)
+{
+	for (int i = 0; i < s->nr_procs; i++) {
+		char msg[512] = "";
+		int err = gpu__precheck(s->procs[i].t->pid, msg, sizeof(msg));
+
+		if (err) {
+			log_error("--gpu: pid %d: %s\n", s->procs[i].t->pid, msg);
+			return err;
+		}
+	}
+	return 0;
+}
+
 /* Libraries loaded since the last look; a backstop for objects mapped without the dynamic
  * linker's notice. */
 static void rescan_targets(struct trace_session *s)
@@ -781,7 +797,8 @@ int main(int argc, char **argv)
 	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 
-	if (open_targets(&s) || open_pipeline(&s) || attach_targets(&s) ||
+	if (open_targets(&s) || (env.gpu && precheck_gpus(&s)) || open_pipeline(&s) ||
+	    attach_targets(&s) ||
 	    (env.gpu && attach_gpus(&s)))
 		goto cleanup;
 	signal(SIGINT, on_signal);

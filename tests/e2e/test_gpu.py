@@ -8,10 +8,11 @@ import time
 
 from gpulib import (AGENT_SO, GpuAttach, agent_mapped, abs_ns, gpu_events, maps_mention, need_ptrace,
                     normalize_output, tpsim_items)
-from lib import WL, Skip, Workload
+from lib import WL, Skip, Workload, need_root, run_tptrace, tmp_path
 
 SIM_TRAIN = os.path.join(WL, "sim_train")
 NOCUDA = os.path.join(WL, "nocuda")
+CUDART_UNINIT = os.path.join(WL, "cudart_uninit")
 # CUPTI's timestamps come from the agent's CLOCK_MONOTONIC callback; the sim maps its own
 # CLOCK_MONOTONIC times through that callback (offset of two consecutive clock reads), so a
 # record may differ from the sim's time by that read pair: well under 20 µs unless preempted.
@@ -368,3 +369,109 @@ def test_gpu_real_cupti_without_driver():
         raise Skip("a CUDA driver is installed: covered by tests/gpu/check.sh instead")
     err = refused([SIM_TRAIN, "--steps", "2"], ["--cupti", real])
     assert "GPU agent in process" in err and "failed: cuptiSubscribe failed" in err, err
+
+
+# ---- refusals before and after touching the process (user/gpu.c gpu__precheck) ----------
+
+def maps_text(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+def objects(maps):
+    """Mapped object paths in maps order, once each, without [heap]/[stack]/... pseudo-paths."""
+    out = []
+    for line in maps.splitlines():
+        f = line.split(None, 5)
+        if len(f) == 6 and not f[5].startswith("[") and f[5] not in out:
+            out.append(f[5])
+    return out
+
+
+def tptrace_gpu(pid, extra=()):
+    """tptrace -p PID --gpu -d 1: (rc, its 'tptrace:' stderr lines)."""
+    rc, _, err = run_tptrace(["-p", str(pid), "--gpu", "-d", "1", "-o",
+                              tmp_path("gpu-refusal.json")] + list(extra))
+    return rc, [l for l in err.splitlines() if l.startswith("tptrace:")]
+
+
+def gpu_attach_refused(pid, extra=()):
+    """.output/e2e/gpu_attach (gpu__attach directly): its error line; it must have refused."""
+    ga = GpuAttach(pid, "gpu-refusal-ga.json", extra)
+    rc = ga.wait(60)
+    assert rc == 3 and not ga.attached(0.1), (rc, ga.stderr.text())
+    return ga.stderr.text().strip()
+
+
+def test_gpu_refuses_without_driver_process_untouched():
+    """No libcuda.so.1 mapped (no CUDA at all; or libcudart loaded but CUDA not initialised,
+    when the runtime has not dlopened the driver yet): refused before anything is done, one
+    line saying why and what to do, /proc/PID/maps byte for byte as before. Once the process
+    has initialised CUDA, the same attach works."""
+    need_root()
+    need_ptrace()
+    wl = Workload([NOCUDA, "--hold"])
+    try:
+        before = maps_text(wl.pid)
+        why = (f"process {wl.pid} uses no CUDA (no libcudart.so* or libcuda.so.1 in "
+               f"/proc/{wl.pid}/maps): no GPU activity to trace; nothing was done to the process")
+        assert tptrace_gpu(wl.pid) == (1, [f"tptrace: --gpu: pid {wl.pid}: {why}"])
+        assert gpu_attach_refused(wl.pid) == "gpu_attach: " + why
+        assert maps_text(wl.pid) == before
+    finally:
+        wl.kill()
+    wl = Workload([CUDART_UNINIT, "--hold"])
+    try:
+        before = maps_text(wl.pid)
+        names = [os.path.basename(o) for o in objects(before)]
+        assert "libcudart.so.13" in names and "libcuda.so.1" not in names, names
+        why = (f"process {wl.pid} has not initialised CUDA (libcudart.so is loaded, libcuda.so.1 "
+               f"is not in /proc/{wl.pid}/maps) and CUPTI needs the driver: attach after its "
+               "first CUDA call; nothing was done to the process")
+        assert tptrace_gpu(wl.pid) == (1, [f"tptrace: --gpu: pid {wl.pid}: {why}"])
+        assert gpu_attach_refused(wl.pid) == "gpu_attach: " + why
+        assert maps_text(wl.pid) == before
+        # what the line says to do works: after the first CUDA call, attach
+        wl.go()
+        wl.wait_done()
+        assert "libcuda.so.1" in [os.path.basename(o) for o in objects(maps_text(wl.pid))]
+        ga = GpuAttach(wl.pid, "gpu-after-init.json")
+        assert ga.attached(), ga.stderr.text()
+        assert ga.stop() == 0, ga.stderr.text()
+        assert not agent_mapped(wl.pid)
+    finally:
+        wl.kill()
+
+
+def test_gpu_failed_attach_says_what_stays_mapped():
+    """A refusal after the agent was loaded names exactly the objects left mapped in the target
+    that were not there before (here the sim's libcupti.so.13, which the agent loaded before
+    CUPTI refused a second subscriber), or says that nothing stays (no libcupti found)."""
+    need_root()
+    need_ptrace()
+    wl = Workload([SIM_TRAIN, "--steps", "2", "--hold"], env={"TPSIM_CUPTI_OTHER_SUBSCRIBER": "1"})
+    try:
+        before = maps_text(wl.pid)
+        rc, lines = tptrace_gpu(wl.pid)
+        new = [o for o in objects(maps_text(wl.pid)) if o not in objects(before)]
+        assert [os.path.basename(o) for o in new] == ["libcupti.so.13"], new
+        assert rc == 1 and len(lines) == 1 and "another CUPTI client is active" in lines[0], lines
+        assert lines[0].endswith("; left mapped in the process (not there before): " + new[0]), lines
+        # a second attempt finds libcupti already there: nothing new stays
+        before = maps_text(wl.pid)
+        line = gpu_attach_refused(wl.pid)
+        assert objects(maps_text(wl.pid)) == objects(before)
+        assert "another CUPTI client is active" in line and line.endswith(
+            f"; nothing stays mapped in process {wl.pid} that was not there before"), line
+    finally:
+        wl.kill()
+    wl = Workload([SIM_TRAIN, "--steps", "2", "--hold"])
+    try:
+        before = maps_text(wl.pid)
+        rc, lines = tptrace_gpu(wl.pid, ["--cupti", "/nonexistent/libcupti.so.13"])
+        assert rc == 1 and len(lines) == 1, lines
+        assert "no libcupti found" in lines[0] and lines[0].endswith(
+            f"; nothing stays mapped in process {wl.pid} that was not there before"), lines
+        assert objects(maps_text(wl.pid)) == objects(before)
+    finally:
+        wl.kill()

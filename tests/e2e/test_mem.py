@@ -137,6 +137,8 @@ def counter(trace, name):
 def test_mem_normal_trace_and_snapshot():
     snap_path, trace_path = tmp_path("mem-normal.json"), tmp_path("mem-normal-trace.json")
     wl, tr = run_alloc("normal", ["-o", snap_path, "--trace", trace_path], "normal")
+    # the sim runtime maps the sim driver underneath (as the real one): its probes are live,
+    # and the driver calls nested in cudaMalloc/cudaFree are not recorded twice (counts below)
     assert "2 USDT probes, 11 runtime and 8 driver functions" in tr.started, tr.started
     blocks = mallocs(wl)
     S = stream_of(wl)
@@ -514,3 +516,79 @@ def test_mem_alloc_conf_from_target():
     st = json.load(open(snap_path))["allocator_settings"]
     assert st["PYTORCH_CUDA_ALLOC_CONF"] == "" and st["expandable_segments"] is False, st
     assert "not set" in st["tptrace_source"], st
+
+
+VMM_APP = os.path.join(WL, "vmm_app")
+NESTED_APP = os.path.join(WL, "mem_nested_app")
+
+
+def run_driver_workload(argv, name):
+    """A driver workload under `tptrace mem -o SNAP --trace TRACE`: (wl, tracer, trace, snapshot)."""
+    need_root()
+    snap_path, trace_path = tmp_path(name + ".json"), tmp_path(name + "-trace.json")
+    wl = Workload(argv)
+    try:
+        tr = MemTracer(["-p", str(wl.pid), "-o", snap_path, "--trace", trace_path])
+        wl.go()
+        wl.wait_done()
+        wl.finish()
+        assert tr.wait() == 0, tr.err.text()
+    finally:
+        wl.kill()
+    return wl, tr, load_trace(trace_path), json.load(open(snap_path))
+
+
+def mem_calls(trace):
+    return [(e["name"], e["args"]) for e in trace["traceEvents"]
+            if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]"]
+
+
+def test_mem_driver_and_vmm():
+    """The driver's calls in the simulated libcuda.so.1: cuMemAlloc_v2/cuMemFree_v2 are segments,
+    cuMemCreate counts as reserved on the device of prop->location, cuMemMap/cuMemUnmap are
+    segment_map/segment_unmap (PyTorch's expandable segments); cuMemAddressReserve is not a
+    memory event."""
+    wl, tr, trace, snap = run_driver_workload([VMM_APP], "mem-vmm")
+    assert "0 USDT probes, 0 runtime and 8 driver functions" in tr.started, tr.started
+    info = {f[0]: int(f[1], 16) for f in infos(wl)}
+    p, h, va = info["cuMemAlloc"], info["cuMemCreate"], info["va"]
+    calls = mem_calls(trace)
+    assert [n for n, _ in calls] == ["cuMemAlloc_v2", "cuMemCreate", "cuMemMap", "cuMemUnmap",
+                                     "cuMemRelease", "cuMemFree_v2"], calls
+    a = dict(calls)
+    assert (a["cuMemAlloc_v2"]["size"], int(a["cuMemAlloc_v2"]["ptr"], 16)) == (MIB, p)
+    assert (a["cuMemCreate"]["size"], int(a["cuMemCreate"]["handle"], 16), a["cuMemCreate"]["device"]) == (2 * MIB, h, 1)
+    assert (int(a["cuMemMap"]["ptr"], 16), a["cuMemMap"]["size"], int(a["cuMemMap"]["handle"], 16)) == (va, 2 * MIB, h)
+    assert (int(a["cuMemUnmap"]["ptr"], 16), a["cuMemUnmap"]["size"]) == (va, 2 * MIB)
+    assert int(a["cuMemRelease"]["handle"], 16) == h and int(a["cuMemFree_v2"]["ptr"], 16) == p
+    assert counter(trace, "bytes reserved (cuda:1)") == [2 * MIB, 0, 0]
+    assert counter(trace, "bytes reserved (cuda:0)") == [MIB, 0, 0]
+    check_viz_fields(snap)
+    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]] == \
+        [("segment_alloc", p, MIB), ("segment_free", p, MIB)]
+    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][1]] == \
+        [("segment_map", va, 2 * MIB), ("segment_unmap", va, 2 * MIB)]
+    assert snap["segments"] == []
+
+
+def test_mem_driver_nested_in_runtime_once():
+    """The simulated runtime runs cudaMalloc on cuMemAlloc_v2 and cudaFree on cuMemFree_v2 (as
+    the real one does): each allocation is recorded once, by its outermost call; the nested
+    driver calls are counted, and direct driver calls in the same process still recorded."""
+    wl, tr, trace, snap = run_driver_workload([NESTED_APP], "mem-nested")
+    info = {f[0]: int(f[1], 16) for f in infos(wl)}
+    a, b = info["cudaMalloc"], info["cuMemAlloc"]
+    calls = mem_calls(trace)
+    assert [(n, int(c["ptr"], 16)) for n, c in calls] == [
+        ("cudaMalloc", a), ("cuMemAlloc_v2", b), ("cudaFree", a), ("cuMemFree_v2", b)], calls
+    assert [c["size"] for n, c in calls if "Alloc" in n or n == "cudaMalloc"] == [3 * MIB, MIB]
+    # the last value is the counters' closing sample at the end of the trace
+    assert counter(trace, "bytes reserved (cuda:0)") == [3 * MIB, 4 * MIB, MIB, 0, 0]
+    check_viz_fields(snap)
+    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]] == [
+        ("segment_alloc", a, 3 * MIB), ("segment_alloc", b, MIB),
+        ("segment_free", a, 3 * MIB), ("segment_free", b, MIB)]
+    assert snap["segments"] == []
+    m = trace["tptrace"]["memory"]
+    assert "0 USDT probes, 11 runtime and 8 driver functions" in tr.started, tr.started
+    assert (m["nested_driver_calls"], m["calls"], m["orphan_returns"]) == (2, 4, 0), m

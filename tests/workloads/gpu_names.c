@@ -6,7 +6,8 @@
  * Usage: gpu_names [--reps N (3)] [--hold]
  * After GO, N times on the legacy default stream: tpsim_enqueue_kernel(LONG_NAME) then
  * tpsim_enqueue_kernel(SHORT_NAME), grid (2,1,1) block (32,1,1); then cudaDeviceSynchronize.
- * The names are printed as "# long=<name>" and "# short=<name>" before READY.
+ * The names are printed as "# long=<name>" and "# short=<name>" before READY; CUDA is
+ * initialised before READY (cudaFree(NULL): libcuda.so.1 mapped), as tptrace --gpu requires.
  */
 #include <string.h>
 #include <cuda_runtime_api.h>
@@ -37,6 +38,8 @@ int main(int argc, char **argv)
 	}
 	hs_info("long=%s", LONG_NAME);
 	hs_info("short=%s", SHORT_NAME);
+	if (cudaFree(NULL))
+		return 1;
 	hs_ready_wait_go();
 	for (int i = 0; i < reps; i++) {
 		tpsim_enqueue_kernel(0, LONG_NAME, grid, block, body, NULL);

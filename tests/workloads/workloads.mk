@@ -73,6 +73,13 @@ $(WL_DIR)/gpu_names: tests/workloads/gpu_names.c tests/workloads/workloads.mk $(
 	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
 
 TEST_BINS += $(WL_DIR)/gpu_names
+
+# The simulated runtime loaded, CUDA not initialised until GO (tests/e2e/test_gpu.py refusals).
+$(WL_DIR)/cudart_uninit: tests/workloads/cudart_uninit.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/cudart_uninit
 -include $(WL_DIR)/gpu_names.d
 
 # GPU memory scenarios on the simulated caching allocator (tests/e2e/test_mem.py).
@@ -100,6 +107,14 @@ $(WL_DIR)/vmm_app: tests/workloads/vmm_app.c tests/workloads/handshake.h $(SIM_D
 	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_DRIVER_DIR) -l:libcuda.so.1 -Wl,-rpath,$(abspath $(SIM_DRIVER_DIR)) -o $@
 
 TEST_BINS += $(WL_DIR)/vmm_app
+
+# Driver memory calls nested in runtime calls: the simulated runtime on the simulated driver.
+$(WL_DIR)/mem_nested_app: tests/workloads/mem_nested_app.c tests/workloads/handshake.h $(SIM_DRIVER) $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -L$(SIM_DRIVER_DIR) -l:libcuda.so.1 \
+		-Wl,-rpath,$(SIM_RPATH):$(abspath $(SIM_DRIVER_DIR)) -o $@
+
+TEST_BINS += $(WL_DIR)/mem_nested_app
 
 # Known stacks for the snapshot engine (tests/e2e/test_stacks.py): -O2 without frame pointers,
 # so only CFI unwinds it; and a stripped copy (no .symtab: offsets + build-id, no names).
