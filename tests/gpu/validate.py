@@ -131,6 +131,7 @@ def main(ours_path, kineto_path, log_path, steps):
         f"to a copy) of its correlation ({len(bad)} not: {bad[:5]})")
     res(not named_mismatch, f"each arrow's kernel is the kernel its launch names "
         f"({len(named_mismatch)} not: {named_mismatch[:3]})")
+    gpu = (meta.get("targets") or [{}])[0].get("gpu", {})
     join = meta.get("gpu_join")
     if not isinstance(join, dict) or join.get("calls") is None:
         res(False, f"the trace has no gpu_join counts: {join!r}")
