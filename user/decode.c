@@ -38,6 +38,8 @@ struct decoder {
 	struct u64map named_threads;	/* pid << 32 | tid -> 1: thread_name written */
 	uint64_t next_correlation;
 	struct decoder_stats stats;
+	uint64_t nested_open;		/* nested driver calls open when their process exited or
+					 * the trace ended: not unfinished calls of their own */
 
 	struct gpu_trace *gpu;		/* --gpu: the GPU tracks; NULL without */
 	struct gpu_join *join;		/* --gpu: host calls <-> CUPTI API records */
@@ -105,7 +107,7 @@ const struct decoder_stats *decoder__stats(struct decoder *d)
 	d->stats.bad_records = cs->bad_records;
 	d->stats.depth_overflows = cs->depth_overflows;
 	d->stats.unwound = cs->unwound;
-	d->stats.unfinished = cs->unfinished + cs->exited_in_call;
+	d->stats.unfinished = cs->unfinished + cs->exited_in_call - d->nested_open;
 	d->stats.dl_events = cs->dlopens;
 	return &d->stats;
 }
@@ -780,7 +782,11 @@ static void dec_call(void *ctx, const struct call *c)
 	case CALL_UNWOUND:
 	case CALL_EXITED:
 	case CALL_UNFINISHED:
-		/* written as a slice up to end_ns, marked "unfinished" */
+		/* written as a slice up to end_ns, marked "unfinished"; a nested driver call is
+		 * not written: its runtime call is the unfinished one */
+		if (c->end != CALL_UNWOUND && rec->api < NCCL_API_BASE &&
+		    nested_driver_call(d, rec))
+			d->nested_open++;
 		emit_call(d, rec, correlation, NULL, c->end_ns);
 		break;
 	}
