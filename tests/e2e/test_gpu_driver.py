@@ -150,3 +150,48 @@ def test_graph_replay_through_runtime_and_driver():
         assert [k["name"] for k in ks] == ["graph_gemm", "graph_bias", "graph_relu"], (g, ks)
         check_arrow(trace, g, "graph_gemm")
     join_counts(trace)
+
+
+def test_dense_launches_on_three_threads_each_joined_to_its_kernel():
+    """Launches ~1 µs apart on 3 threads, each nesting a cuLaunchKernel DRIVER record and
+    followed by an unprobed cudaGetLastError RUNTIME record: the stream a join by thread and
+    time alone gets wrong. Each launch (thread, name, grid, block) must be joined to the kernel
+    that launch produced, in stream order, each kernel taken once."""
+    need_root()
+    need_ptrace()
+    threads, launches = 3, 300
+    trace, wl, _ = trace_workload(
+        [os.path.join(WL, "launch_storm"), "--threads", str(threads), "--launches",
+         str(launches), "--kernel-us", "5"],
+        tracer_args=["--gpu"], env={"TPSIM_SPIN_US": "0"}, out_name="storm.json")
+    check_valid_trace(trace)
+    info = {int(t["tid"]): t for t in info_lines(wl.out.text(), "thread")}
+    assert len(info) == threads, info
+    evs = calls(trace, pid=wl.pid, name="cudaLaunchKernel")
+    assert len(evs) == threads * launches, len(evs)
+    kernels = gpu_kernels(trace)
+    used = set()
+    for tid, t in info.items():
+        mine = sorted((e for e in evs if e["tid"] == tid), key=lambda e: e["ts"])
+        assert len(mine) == launches, (tid, len(mine))
+        last_start = -1
+        for j, l in enumerate(mine):
+            # what this launch asked for (launch_storm's documented sequence)
+            name = "storm_a" if j % 2 == 0 else "storm_b"
+            assert l["args"]["kernel"] == name, (tid, j, l["args"])
+            assert l["args"]["grid"] == [int(t["thread"]) + 1, 1, 1]
+            assert l["args"]["block"] == [32 * (j % 4 + 1), 1, 1]
+            k = check_arrow(trace, l, name)
+            # ... is what the kernel it is joined to ran with
+            assert k["args"]["grid"] == l["args"]["grid"], (tid, j, k["args"], l["args"])
+            assert k["args"]["block"] == l["args"]["block"], (tid, j, k["args"], l["args"])
+            assert k["ts"] > last_start, (tid, j)     # in stream order
+            last_start = k["ts"]
+            corr = l["args"]["correlation"]
+            assert corr not in used
+            used.add(corr)
+            assert len(kernels[corr]) == 1
+    j = join_counts(trace)
+    assert j["joined"] >= threads * launches and j["unjoined"]["before_enable"] == 0, j
+    assert j["api_records_unclaimed"]["nested"] >= threads * launches, j
+    assert j["api_records_unclaimed"]["unprobed"] >= threads * launches, j
