@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include "api_id.h"
 #include "check.h"
+#include "json_file.h"
 #include "cuda.h"
 #include "cuda_api.h"
 #include "decode.h"
@@ -99,26 +100,6 @@ static void ret(void *sink, int (*cb)(void *, void *, size_t), const char *sym, 
 
 #define DCALL(sym, a, st, ra, dr, dl) call(d, decoder__ring_cb, sym, a, st, ra, dr, dl)
 #define DRET(sym, rc, ho, out) ret(d, decoder__ring_cb, sym, rc, ho, out)
-
-static cJSON *load(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *text;
-	long n;
-	cJSON *j;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	text = calloc(1, n + 1);
-	fread(text, 1, n, f);
-	fclose(f);
-	j = cJSON_Parse(text);
-	free(text);
-	return j;
-}
 
 /* the nth host event called name */
 static cJSON *event(cJSON *trace, const char *name, int nth)
@@ -321,7 +302,7 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	decoder__free(d);
 	target__free(t);
 
-	trace = load(path);
+	trace = check_load_json(path);
 	CHECK(trace != NULL, "%s parses", path);
 	if (!trace)
 		return;
@@ -409,11 +390,9 @@ static void test_flightrec(const char *dir, struct elfsym_cache *cache)
 	const uint64_t comm = 0xc0ffee00, stream = 0x5100, ev = 0xe1;
 	struct flightrec *fr;
 	struct target *t = target__new(pid);
-	char path[512], host[256] = "", *text;
+	char path[512], host[256] = "";
 	uint8_t id[128];
 	cJSON *dump, *entries;
-	FILE *f;
-	long n;
 
 	fo.dump_dir = dir;
 	fr = flightrec__new(&fo);
@@ -446,18 +425,9 @@ static void test_flightrec(const char *dir, struct elfsym_cache *cache)
 	CHECK(flightrec__dump_all(fr, "signal") == 1, "one dump");
 	gethostname(host, sizeof(host) - 1);
 	flightrec__dump_path(path, sizeof(path), dir, host, pid);
-	f = fopen(path, "r");
-	CHECK(f != NULL, "dump %s", path);
-	if (!f)
+	dump = check_load_json(path);
+	if (!dump)
 		return;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	text = calloc(1, n + 1);
-	fread(text, 1, n, f);
-	fclose(f);
-	dump = cJSON_Parse(text);
-	free(text);
 	entries = cJSON_GetObjectItem(dump, "entries");
 	CHECK(cJSON_GetArraySize(entries) == 2, "2 entries");
 	CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(entries, 0), "state")->valuestring,

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include "api_id.h"
 #include "check.h"
+#include "json_file.h"
 #include "cuda.h"
 #include "cuda_api.h"
 #include "flightrec.h"
@@ -46,25 +47,13 @@ static void ret(struct flightrec *fr, const char *sym, int64_t rc, bool has_out,
 
 static cJSON *load_dump(const char *dir, const char *host)
 {
-	char path[512], *text;
+	char path[512];
 	struct stat st;
-	cJSON *j;
-	FILE *f;
 
 	flightrec__dump_path(path, sizeof(path), dir, host, pid);
-	f = fopen(path, "r");
-	CHECK(f != NULL, "dump %s exists", path);
-	if (!f)
-		return NULL;
-	fstat(fileno(f), &st);
+	CHECK(stat(path, &st) == 0, "dump %s exists", path);
 	CHECK((st.st_mode & 0777) == 0600, "dump mode 0%o, want 0600", st.st_mode & 0777);
-	text = calloc(1, st.st_size + 1);
-	fread(text, 1, st.st_size, f);
-	fclose(f);
-	j = cJSON_Parse(text);
-	free(text);
-	CHECK(j != NULL, "dump parses as JSON");
-	return j;
+	return check_load_json(path);
 }
 
 static cJSON *get(cJSON *o, const char *k)

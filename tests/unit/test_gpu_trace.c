@@ -3,32 +3,12 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include "check.h"
+#include "json_file.h"
 #include "gpu.h"
 #include "gpu_trace.h"
 #include "trace_json.h"
 
 #define BASE 1000000000ULL
-
-static cJSON *read_json(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf;
-	long n;
-	cJSON *j;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = calloc(1, n + 1);
-	if (fread(buf, 1, n, f) != (size_t)n)
-		n = 0;
-	fclose(f);
-	j = cJSON_Parse(buf);
-	free(buf);
-	return j;
-}
 
 /* i-th event with this ph and name (NULL: any name) */
 static cJSON *find(cJSON *events, const char *ph, const char *name, int nth)
@@ -98,7 +78,7 @@ static void two_traces(void)
 
 		CHECK(trace_json__close(tj[i]) == 0, "close %s", paths[i]);
 		gpu_trace__free(gt[i]);
-		doc = read_json(paths[i]);
+		doc = check_load_json(paths[i]);
 		ev = cJSON_GetObjectItem(doc, "traceEvents");
 		CHECK(count_named(ev, "process_name") == 1 && count_named(ev, "thread_name") == 1,
 		      "trace %d: one process_name and one thread_name, got %d and %d", i,
@@ -162,7 +142,7 @@ int main(void)
 	CHECK(trace_json__close(tj) == 0, "close");
 	gpu_trace__free(gt);
 
-	doc = read_json(path);
+	doc = check_load_json(path);
 	CHECK(doc != NULL, "trace parses as JSON");
 	if (!doc)
 		return check_done();
