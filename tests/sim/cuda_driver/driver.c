@@ -1260,36 +1260,32 @@ CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 	return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+/* cuFuncGetName, cuKernelGetName: the entry's name, for a handle of that kind */
+static CUresult handle_name(const char **name, enum sim_htype kind, const void *handle)
 {
 	struct sim_kernel *k;
 
-	DRV_API(cuFuncGetName);
 	if (need_init())
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!name)
 		return CUDA_ERROR_INVALID_VALUE;
-	k = sim_handle_get(H_FUNCTION, hfunc);
+	k = sim_handle_get(kind, handle);
 	if (!k)
 		return CUDA_ERROR_INVALID_HANDLE;
 	*name = k->name;
 	return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+	DRV_API(cuFuncGetName);
+	return handle_name(name, H_FUNCTION, hfunc);
+}
+
 CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel hfunc)
 {
-	struct sim_kernel *k;
-
 	DRV_API(cuKernelGetName);
-	if (need_init())
-		return CUDA_ERROR_NOT_INITIALIZED;
-	if (!name)
-		return CUDA_ERROR_INVALID_VALUE;
-	k = sim_handle_get(H_KERNEL, hfunc);
-	if (!k)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*name = k->name;
-	return CUDA_SUCCESS;
+	return handle_name(name, H_KERNEL, hfunc);
 }
 
 /* ---- launches ------------------------------------------------------------------------------ */
