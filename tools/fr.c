@@ -23,6 +23,13 @@
 #define TPTRACE_VERSION "0.0.0"
 #endif
 
+/* Dumps that together hold at most this many bytes are read whole: on a small job a mismatch
+ * anywhere in the rings is found without asking. Beyond it only the newest FR_TAIL_DEFAULT
+ * entries of each dump are read (and the report says how many were skipped). */
+#define FR_FULL_READ_MAX_BYTES (1LL << 30)
+#define FR_TAIL_DEFAULT 256
+#define FR_TAIL_AUTO (-1L)
+
 static struct env {
 	const char *dir;
 	bool json;
@@ -30,9 +37,11 @@ static struct env {
 	double stuck_ms;
 	int jobs;
 	int verbose;
-	long tail;		/* 0: every entry */
+	long tail;		/* 0: every entry; FR_TAIL_AUTO: by the dumps' total size */
+	int64_t full_max;	/* auto: read every entry up to this many bytes in all */
 } env = {
-	.tail = 256,
+	.tail = FR_TAIL_AUTO,
+	.full_max = FR_FULL_READ_MAX_BYTES,
 	.skew_ms = 1000,
 	.stuck_ms = 10000,
 	.jobs = 8,	/* reading is latency-bound (seeks, cold cache): more than the CPUs */
@@ -44,7 +53,7 @@ static const char doc[] =
 "tptrace-fr: find the rank that hung a CUDA/NCCL job from tptrace\n"
 "flight-recorder dumps.\n"
 "\n"
-"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail N|all] DIR\n"
+"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail auto|all|N] DIR\n"
 "\n"
 "Reads every tptrace-fr.<host>.<pid>.json in DIR (all ranks, all hosts),\n"
 "aligns the ranks of each communicator by collective/p2p sequence number,\n"
@@ -58,25 +67,30 @@ static const char doc[] =
 "\n"
 "Communicators created before tptrace attached have no cross-rank id in the\n"
 "dumps: they are matched across ranks by their collective sequences\n"
-"(reported as inferred:<hash>). Only the header and the newest --tail N\n"
-"entries (default 256) of each dump are read; what is lost is history older\n"
-"than N entries (a mismatch further back, p2p op counts in the details).\n"
+"(reported as inferred:<hash>). Every entry of every dump is read while the\n"
+"dumps hold at most 1 GiB in all (--full-read-max); beyond that only the\n"
+"header and the newest 256 entries of each dump are read, and the report\n"
+"says how many older entries were skipped (a mismatch further back could be\n"
+"among them). --tail N reads the newest N whatever the size.\n"
 "\n"
 "EXAMPLES:\n"
 "  tptrace-fr /var/tmp/tptrace               # human verdict\n"
 "  tptrace-fr --json /var/tmp/tptrace        # machine-readable verdicts\n"
 "  tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/tmp/tptrace\n"
-"  tptrace-fr --tail all /var/tmp/tptrace    # every entry of every ring\n";
+"  tptrace-fr --tail all /var/tmp/tptrace    # every entry, however large\n";
 
-enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL };
+enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL, OPT_FULL_MAX };
 
 static const struct argp_option opts[] = {
 	{ "json", OPT_JSON, NULL, 0, "Print one JSON object with the verdicts", 0 },
 	{ "skew-ms", OPT_SKEW, "MS", 0, "late_arrival threshold (default 1000)", 0 },
 	{ "stuck-ms", OPT_STUCK, "MS", 0, "stuck_in_call threshold (default 10000)", 0 },
 	{ "jobs", 'j', "N", 0, "Reader/parser threads (default 8)", 0 },
-	{ "tail", OPT_TAIL, "N", 0, "Read only the newest N entries of each dump (default 256; "
-	  "'all' or 0: every entry)", 0 },
+	{ "tail", OPT_TAIL, "auto|all|N", 0, "auto (default): every entry while the dumps hold "
+	  "at most --full-read-max bytes, else the newest 256 of each dump; all or 0: every "
+	  "entry; N: the newest N entries of each dump", 0 },
+	{ "full-read-max", OPT_FULL_MAX, "SIZE", 0, "--tail auto reads every entry up to this "
+	  "total dump size (bytes, or with K/M/G; default 1G)", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics on stderr", 0 },
 	{},
 };
@@ -110,7 +124,26 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'v':
 		env.verbose++;
 		break;
+	case OPT_FULL_MAX:
+		errno = 0;
+		l = strtol(arg, &end, 10);
+		if (!errno && end != arg && l >= 0) {
+			int sh = !strcmp(end, "K") ? 10 : !strcmp(end, "M") ? 20 :
+				 !strcmp(end, "G") ? 30 : *end ? -1 : 0;
+
+			if (sh >= 0 && l <= (INT64_MAX >> sh)) {
+				env.full_max = (int64_t)l << sh;
+				break;
+			}
+		}
+		argp_error(state, "invalid --full-read-max '%s' (bytes, or a number with K, M or G)",
+			   arg);
+		break;
 	case OPT_TAIL:
+		if (!strcmp(arg, "auto")) {
+			env.tail = FR_TAIL_AUTO;
+			break;
+		}
 		if (!strcmp(arg, "all")) {
 			env.tail = 0;
 			break;
@@ -118,7 +151,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		errno = 0;
 		l = strtol(arg, &end, 10);
 		if (errno || end == arg || *end || l < 0 || l > (1L << 22))
-			argp_error(state, "invalid --tail '%s' (0..%ld entries, or all)", arg, 1L << 22);
+			argp_error(state, "invalid --tail '%s' (0..%ld entries, all or auto)", arg, 1L << 22);
 		env.tail = l;
 		break;
 	case ARGP_KEY_ARG:
@@ -243,9 +276,10 @@ static int read_at(int fd, off_t off, size_t n, char **buf, size_t *cap, size_t 
 
 /* Tail mode: the header from the file's start, the newest env.tail entries from its end.
  * Falls back to reading the whole file when the entries would not save anything. Returns 0
- * (parsed, or *perr set by the parser), or -errno for I/O. */
+ * (parsed, or *perr set by the parser), or -errno for I/O. *skipped: the entries left out,
+ * or FR_UNK when the dump does not say how many it held. */
 static int parse_tail(const char *path, struct fr_dump *d, char **buf, size_t *cap,
-		      char **tbuf, size_t *tcap, int *perr)
+		      char **tbuf, size_t *tcap, int *perr, int64_t *skipped)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC), err = 0, r;
 	size_t head = 64 << 10, got = 0, eoff = 0, len;
@@ -261,6 +295,7 @@ static int parse_tail(const char *path, struct fr_dump *d, char **buf, size_t *c
 		goto out;
 	}
 	size = st.st_size;
+	*skipped = 0;
 	for (;;) {
 		if ((err = read_at(fd, 0, head, buf, cap, &got)))
 			goto out;
@@ -297,8 +332,11 @@ static int parse_tail(const char *path, struct fr_dump *d, char **buf, size_t *c
 			*perr = r;
 			goto out;
 		}
-		if (r == 0 && d->nr_entries >= (size_t)env.tail)
+		if (r == 0 && d->nr_entries >= (size_t)env.tail) {
+			*skipped = nr_file == FR_UNK ? FR_UNK :
+				   nr_file > (int64_t)d->nr_entries ? nr_file - (int64_t)d->nr_entries : 0;
 			goto out;
+		}
 		len *= 2;	/* too few entries (bigger ones at the end): reach further back */
 	}
 full:
@@ -309,11 +347,33 @@ full:
 		/* the same newest N whichever way the file was read */
 		memmove(d->entries, d->entries + (d->nr_entries - env.tail),
 			env.tail * sizeof(*d->entries));
+		*skipped = (int64_t)(d->nr_entries - env.tail);
 		d->nr_entries = env.tail;
 	}
 out:
 	close(fd);
 	return err;
+}
+
+/* --tail auto: every entry while the dumps together are small, else the newest
+ * FR_TAIL_DEFAULT of each. A dump that cannot be stat'ed counts as nothing here; reading it
+ * names the error. */
+static void choose_read(struct shared *sh)
+{
+	struct fr_read r = { .tail = env.tail, .forced = env.tail != FR_TAIL_AUTO,
+			     .max_bytes = env.full_max };
+	struct stat st;
+
+	for (int i = 0; i < sh->nr_paths; i++)
+		if (!stat(sh->paths[i], &st) && st.st_size > 0)
+			r.total_bytes += st.st_size;
+	if (env.tail == FR_TAIL_AUTO)
+		env.tail = r.total_bytes <= env.full_max ? 0 : FR_TAIL_DEFAULT;
+	r.tail = env.tail;
+	if (env.verbose)
+		fprintf(stderr, "tptrace-fr: %d dumps, %lld bytes: %s\n", sh->nr_paths,
+			(long long)r.total_bytes, env.tail ? "tail read" : "reading every entry");
+	fr_analysis__set_read(sh->an, &r);
 }
 
 static void *worker(void *arg)
@@ -327,6 +387,7 @@ static void *worker(void *arg)
 	for (;;) {
 		size_t len = 0;
 		int i, err, perr = 0;
+		int64_t skipped = 0;
 		char why[200];
 
 		pthread_mutex_lock(&sh->lock);
@@ -335,7 +396,7 @@ static void *worker(void *arg)
 		if (i >= sh->nr_paths)
 			break;
 		if (env.tail)
-			err = parse_tail(sh->paths[i], &d, &buf, &cap, &tbuf, &tcap, &perr);
+			err = parse_tail(sh->paths[i], &d, &buf, &cap, &tbuf, &tcap, &perr, &skipped);
 		else if (!(err = slurp(sh->paths[i], &buf, &cap, &len)))
 			perr = fr_dump__parse(&d, buf, len);
 		if (err == -ENOMEM || perr == -ENOMEM)
@@ -358,6 +419,7 @@ static void *worker(void *arg)
 		} else if (!sh->err) {
 			if (fr_analysis__add_dump(sh->an, &d, sh->paths[i]))
 				sh->err = -ENOMEM;
+			fr_analysis__note_skipped(sh->an, skipped);
 		}
 		sh->next_fold++;
 		pthread_cond_broadcast(&sh->turn);
@@ -424,6 +486,7 @@ int main(int argc, char **argv)
 	sh.an = fr_analysis__new(&fo);
 	if (!sh.an)
 		goto nomem;
+	choose_read(&sh);
 	for (int i = 0; i < env.jobs && i < sh.nr_paths; i++) {
 		if (pthread_create(&tids[i], NULL, worker, &sh))
 			break;

@@ -8,6 +8,7 @@
 #ifndef TPTRACE_FR_ANALYZE_H
 #define TPTRACE_FR_ANALYZE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include "fr_parse.h"
@@ -19,12 +20,25 @@ struct fr_opts {
 
 struct fr_analysis;
 
+/* How the reader read the dumps, for the report: every entry, or only the newest `tail` of
+ * each (asked for, or because the dumps together exceed the full-read limit). */
+struct fr_read {
+	long tail;		/* 0: every entry */
+	bool forced;		/* --tail N given; else the size decided */
+	int64_t total_bytes;	/* the dumps' sizes summed */
+	int64_t max_bytes;	/* the full-read limit the size was held against */
+};
+
 struct fr_analysis *fr_analysis__new(const struct fr_opts *opts);
 /* Folds one parsed dump. Not thread-safe: callers serialise. 0 or -ENOMEM. */
 int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const char *path);
 /* Records a dump that failed to parse; d holds what was read before the error (may be NULL). */
 int fr_analysis__add_corrupt(struct fr_analysis *a, const char *path, const struct fr_dump *d,
 			     const char *why);
+void fr_analysis__set_read(struct fr_analysis *a, const struct fr_read *r);
+/* Entries of one dump the reader left out: >= 0, or FR_UNK (the dump does not say how many
+ * it held). Not thread-safe: callers serialise. */
+void fr_analysis__note_skipped(struct fr_analysis *a, int64_t skipped);
 /* Derives the verdicts; call once, after the last add. */
 int fr_analysis__finish(struct fr_analysis *a);
 int fr_analysis__nr_verdicts(const struct fr_analysis *a);

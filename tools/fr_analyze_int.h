@@ -344,6 +344,10 @@ struct fr_analysis {
 	int64_t out_of_order;
 	struct corrupt *corrupt;
 	int nr_corrupt, cap_corrupt;
+	struct fr_read read;
+	int64_t skipped;	/* entries left out of the dumps that say how many they held */
+	int dumps_cut;		/* dumps with entries left out */
+	int dumps_cut_unknown;	/* tail-read dumps whose left-out count is unknown */
 	struct pend *pends;
 	int nr_pends, cap_pends;
 	struct cluster *clusters;

@@ -17,6 +17,21 @@ struct fr_analysis *fr_analysis__new(const struct fr_opts *opts)
 	return a;
 }
 
+void fr_analysis__set_read(struct fr_analysis *a, const struct fr_read *r)
+{
+	a->read = *r;
+}
+
+void fr_analysis__note_skipped(struct fr_analysis *a, int64_t skipped)
+{
+	if (skipped == FR_UNK) {
+		a->dumps_cut_unknown++;
+	} else if (skipped > 0) {
+		a->skipped += skipped;
+		a->dumps_cut++;
+	}
+}
+
 int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_info *ci)
 {
 	struct comm *c = &a->comms[comm];

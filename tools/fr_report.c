@@ -70,6 +70,80 @@ static void append_caveats(const struct fr_analysis *a, const struct verdict *v,
 			v->also_seqs, v->also_seqs == 1 ? "" : "s", v->also_last);
 }
 
+static bool read_cut(const struct fr_analysis *a)
+{
+	return a->read.tail && (a->dumps_cut || a->dumps_cut_unknown);
+}
+
+static void print_size(FILE *f, int64_t b)
+{
+	if (b >= 1LL << 30)
+		fprintf(f, "%.1f GiB", (double)b / (1LL << 30));
+	else if (b >= 1LL << 20)
+		fprintf(f, "%.1f MiB", (double)b / (1LL << 20));
+	else if (b >= 1LL << 10)
+		fprintf(f, "%.1f KiB", (double)b / (1LL << 10));
+	else
+		fprintf(f, "%" PRId64 " bytes", b);
+}
+
+/* one line: what the tail read left out, and why it was a tail read */
+static void read_note(const struct fr_analysis *a, FILE *f)
+{
+	int dumps = a->nr_procs + a->nr_corrupt;
+
+	fprintf(f, "read only the newest %ld entries of each dump (", a->read.tail);
+	if (a->read.forced) {
+		fprintf(f, "--tail %ld", a->read.tail);
+	} else {
+		fprintf(f, "the %d dumps hold ", dumps);
+		print_size(f, a->read.total_bytes);
+		fprintf(f, ", over the full-read limit of ");
+		print_size(f, a->read.max_bytes);
+	}
+	fprintf(f, "): skipped %" PRId64 " older entr%s in %d dump%s", a->skipped,
+		a->skipped == 1 ? "y" : "ies", a->dumps_cut, a->dumps_cut == 1 ? "" : "s");
+	if (a->dumps_cut_unknown)
+		fprintf(f, " and an unknown number in %d dump%s that do not say how many they held",
+			a->dumps_cut_unknown, a->dumps_cut_unknown == 1 ? "" : "s");
+	fprintf(f, "; an older mismatch could be among them (--tail all reads every entry)");
+}
+
+static void add_read(cJSON *root, const struct fr_analysis *a)
+{
+	cJSON *o = cJSON_AddObjectToObject(root, "read");
+	struct text t;
+	FILE *f;
+
+	if (!o)
+		return;
+	cJSON_AddStringToObject(o, "mode", a->read.tail ? "tail" : "all");
+	if (a->read.tail)
+		cJSON_AddNumberToObject(o, "tail", (double)a->read.tail);
+	else
+		cJSON_AddNullToObject(o, "tail");
+	cJSON_AddStringToObject(o, "chosen_by", a->read.forced ? "option" : "size");
+	cJSON_AddNumberToObject(o, "total_bytes", (double)a->read.total_bytes);
+	cJSON_AddNumberToObject(o, "full_read_max_bytes", (double)a->read.max_bytes);
+	/* a dump that does not say how many entries it held makes the sum unknown */
+	if (a->dumps_cut_unknown) {
+		cJSON_AddNullToObject(o, "entries_skipped");
+		cJSON_AddStringToObject(o, "entries_skipped_reason", "dumps without entries_recorded "
+					"were tail-read");
+	} else {
+		cJSON_AddNumberToObject(o, "entries_skipped", (double)a->skipped);
+	}
+	cJSON_AddNumberToObject(o, "dumps_cut", a->dumps_cut + a->dumps_cut_unknown);
+	if (read_cut(a) && (f = text_open(&t))) {
+		read_note(a, f);
+		text_close(&t);
+		cJSON_AddStringToObject(o, "note", t.buf ? t.buf : "");
+		free(t.buf);
+	} else {
+		cJSON_AddNullToObject(o, "note");
+	}
+}
+
 int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 {
 	cJSON *root = cJSON_CreateObject(), *arr;
@@ -81,6 +155,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	cJSON_AddNumberToObject(root, "ranks", a->nr_procs);
 	cJSON_AddNumberToObject(root, "comms", a->nr_comms);
 	cJSON_AddNumberToObject(root, "dumps", a->nr_procs + a->nr_corrupt);
+	add_read(root, a);
 	arr = cJSON_AddArrayToObject(root, "verdicts");
 	for (int i = 0; arr && i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
@@ -157,7 +232,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	return 0;
 }
 
-int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
+static int print_human(const struct fr_analysis *a, FILE *out)
 {
 	if (!a->nr_verdicts) {
 		int64_t common = FR_UNK;
@@ -227,4 +302,16 @@ int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
 		free(reason);
 	}
 	return 0;
+}
+
+int fr_analysis__print_human(const struct fr_analysis *a, FILE *out)
+{
+	int err = print_human(a, out);
+
+	if (!err && read_cut(a)) {
+		fprintf(out, "%snote: ", a->nr_verdicts ? "" : "\n");
+		read_note(a, out);
+		fprintf(out, "\n");
+	}
+	return err;
 }

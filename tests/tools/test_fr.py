@@ -643,7 +643,74 @@ def check_generated_stacks(t):
     return res
 
 
-TAIL = 256     # tptrace-fr's default --tail
+TAIL = 256     # what tptrace-fr reads of each dump when the set is over --full-read-max
+
+
+def without_read(stdout):
+    """--json output less its "read" block (what was read differs, the verdicts must not)"""
+    try:
+        out = json.loads(stdout)
+    except ValueError:
+        return stdout
+    out.pop("read", None)
+    return json.dumps(out)
+
+
+def check_default_reads_all():
+    """issue 12: 4 ranks, a count mismatch at collective 75 of 387. The set is small, so the
+    default read sees every entry and names it; with the full-read limit lowered below the
+    set's size the same call falls back to the tail and says how many entries it skipped."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "old_mismatch")
+        gen("--ranks 4 --entries 387 --scenario size --culprit 2 --at 75", d)
+        sizes = []
+        for f in os.listdir(d):
+            with open(os.path.join(d, f)) as fh:
+                sizes.append(len(json.load(fh)["entries"]))
+        skipped = sum(max(0, n - TAIL) for n in sizes)
+        want = [("size_mismatch", WORLD, 75, [2], [2])]
+        p = run([FR, "--json", d])
+        out = json.loads(p.stdout) if p.stdout else {}
+        got = [verdict_key(v) for v in out.get("verdicts", [])]
+        res.append(("default_reads_all", None if p.returncode == 1 and got == want and
+                    out["read"]["mode"] == "all" and out["read"]["entries_skipped"] == 0 and
+                    out["read"]["note"] is None
+                    else f"exit {p.returncode}, verdicts {got}, read {out.get('read')}"))
+        p = run([FR, d])
+        res.append(("default_reads_all_text", None if p.returncode == 1 and
+                    "disagrees on the count at all_reduce seq 75" in p.stdout and
+                    "skipped" not in p.stdout else f"exit {p.returncode}: {p.stdout!r}"))
+        # over the limit (lowered to 100 KiB; the set holds ~1 MiB): the tail, and the count
+        total = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+        p = run([FR, "--json", "--full-read-max", "100K", d])
+        out = json.loads(p.stdout) if p.stdout else {}
+        r = out.get("read", {})
+        res.append(("over_limit_says_skipped", None if min(sizes) > TAIL and
+                    r.get("mode") == "tail" and r.get("tail") == TAIL and
+                    r.get("chosen_by") == "size" and r.get("total_bytes") == total and
+                    r.get("full_read_max_bytes") == 100 << 10 and
+                    r.get("entries_skipped") == skipped and r.get("dumps_cut") == 4 and
+                    f"skipped {skipped} older entries in 4 dumps" in (r.get("note") or "") and
+                    "an older mismatch could be among them" in r["note"]
+                    else f"exit {p.returncode}, read {r}, want {skipped} skipped of {sizes}"))
+        p = run([FR, "--full-read-max", "100K", d])
+        res.append(("over_limit_says_skipped_text", None if
+                    f"note: read only the newest {TAIL} entries of each dump (the 4 dumps hold "
+                    in p.stdout and "over the full-read limit of 100.0 KiB): skipped "
+                    f"{skipped} older entries in 4 dumps; an older mismatch could be among "
+                    "them" in p.stdout else f"exit {p.returncode}: {p.stdout!r}"))
+        # at the limit exactly: still every entry
+        p = run([FR, "--json", "--full-read-max", str(total), d])
+        out = json.loads(p.stdout) if p.stdout else {}
+        got = [verdict_key(v) for v in out.get("verdicts", [])]
+        res.append(("at_limit_reads_all", None if got == want and out["read"]["mode"] == "all"
+                    else f"verdicts {got}, read {out.get('read')}"))
+        p = run([FR, "--full-read-max", "12X", d])
+        res.append(("full_read_max_bad", None if p.returncode == 2 and
+                    "invalid --full-read-max '12X'" in p.stderr else
+                    f"exit {p.returncode}: {p.stderr!r}"))
+    return res
 
 
 def truncate_set(src, dst, keep):
@@ -696,15 +763,23 @@ def check_tail_parity():
             for f in os.listdir(d):
                 with open(os.path.join(d, f)) as fh:
                     sizes.append(len(json.load(fh)["entries"]))
-            tail = run([FR, "--json", d])
+            tail = run([FR, "--json", "--tail", str(TAIL), d])
             oracle = run([FR, "--json", "--tail", "all", cut])
             full = run([FR, "--json", "--tail", "all", d])
+            auto = run([FR, "--json", d])
             err = None
             if min(sizes) <= 4 * TAIL:
                 err = f"rings of {min(sizes)} entries do not exceed the tail enough"
-            elif (tail.stdout, tail.returncode) != (oracle.stdout, oracle.returncode):
+            elif (without_read(tail.stdout), tail.returncode) != \
+                    (without_read(oracle.stdout), oracle.returncode):
                 err = f"tail read differs from the full read of the cut set:\n{tail.stdout}\n" \
                       f"{oracle.stdout}"
+            elif json.loads(tail.stdout)["read"]["entries_skipped"] != sum(sizes) - TAIL * len(sizes):
+                err = f"tail read says {json.loads(tail.stdout)['read']}, skipped " \
+                      f"{sum(sizes) - TAIL * len(sizes)}"
+            elif (without_read(auto.stdout), auto.returncode) != \
+                    (without_read(full.stdout), full.returncode):
+                err = f"the default read of a small set is not the full read:\n{auto.stdout}"
             else:
                 got_tail = [verdict_key(v) for v in json.loads(tail.stdout)["verdicts"]]
                 got_full = [verdict_key(v) for v in json.loads(full.stdout)["verdicts"]]
@@ -734,6 +809,7 @@ def main():
     results += check_smoke()
     results += check_generated()
     results += check_tail_parity()
+    results += check_default_reads_all()
     for name, err in results:
         if err:
             failed += 1
