@@ -667,13 +667,75 @@ static int op_from_profiling_name(const char *s)
 	return lookup(op_names, FR_OP__COUNT, s, len, FR_OP_OTHER);
 }
 
+enum entry_key {
+	EK_OTHER, EK_RECORD_ID, EK_COMM_ID, EK_COLL_SEQ, EK_P2P_SEQ, EK_OP, EK_PROF, EK_COUNT,
+	EK_DTYPE, EK_IN_SIZES, EK_OUT_SIZES, EK_REDOP, EK_ROOT, EK_PEER, EK_STATE, EK_CREATED,
+};
+
+/* An entry's keys in the order the writer (user/flightrec_dump.c) emits them, quoted and with
+ * the colon: the next key is nearly always the one after the last, and matching it as one
+ * block saves scanning, copying and comparing it against every known key (reading every
+ * entry of 16k ranks is bound by this loop). Keys in another order or spelling still go
+ * the generic way, to the same fields. */
+#define EKEY(s, id) { "\"" s "\":", sizeof(s) + 2, id }
+static const struct ekey {
+	const char *k;
+	uint8_t len;
+	uint8_t id;
+} entry_keys[] = {
+	EKEY("record_id", EK_RECORD_ID), EKEY("comm_id", EK_COMM_ID),
+	EKEY("collective_seq_id", EK_COLL_SEQ), EKEY("p2p_seq_id", EK_P2P_SEQ),
+	EKEY("group_id", EK_OTHER), EKEY("op", EK_OP), EKEY("profiling_name", EK_PROF),
+	EKEY("is_p2p", EK_OTHER), EKEY("count", EK_COUNT), EKEY("dtype", EK_DTYPE),
+	EKEY("input_sizes", EK_IN_SIZES), EKEY("output_sizes", EK_OUT_SIZES),
+	EKEY("input_dtypes", EK_OTHER), EKEY("output_dtypes", EK_OTHER),
+	EKEY("reduce_op", EK_REDOP), EKEY("root", EK_ROOT), EKEY("peer", EK_PEER),
+	EKEY("stream", EK_OTHER), EKEY("sendbuff", EK_OTHER), EKEY("recvbuff", EK_OTHER),
+	EKEY("state", EK_STATE), EKEY("time_created_ns", EK_CREATED),
+	EKEY("time_discovered_started_ns", EK_OTHER),
+	EKEY("time_discovered_completed_ns", EK_OTHER), EKEY("duration_ms", EK_OTHER),
+	EKEY("api_enter_ns", EK_OTHER), EKEY("api_exit_ns", EK_OTHER), EKEY("rc", EK_OTHER),
+	EKEY("thread_id", EK_OTHER), EKEY("thread_name", EK_OTHER),
+};
+#define NR_ENTRY_KEYS ((int)(sizeof(entry_keys) / sizeof(entry_keys[0])))
+
+/* next_key for an entry, as an enum entry_key: -1 at the end or on error (check j->failed).
+ * *expect: the index in entry_keys of the key that should come next. */
+static inline int entry_next_key(struct jp *j, bool *first, int *expect)
+{
+	char key[32];
+	int klen;
+
+	if (*expect < NR_ENTRY_KEYS && j->p < j->end && *j->p == (*first ? '{' : ',')) {
+		const struct ekey *k = &entry_keys[*expect];
+
+		if ((size_t)(j->end - j->p) > k->len && !memcmp(j->p + 1, k->k, k->len)) {
+			*first = false;
+			j->p += 1 + k->len;
+			(*expect)++;
+			return k->id;
+		}
+	}
+	if (!next_key(j, first, key, sizeof(key), &klen))
+		return -1;
+	for (int i = 0; i < NR_ENTRY_KEYS; i++) {
+		const struct ekey *k = &entry_keys[i];
+
+		if (klen == k->len - 3 && !memcmp(key, k->k + 1, klen)) {
+			*expect = i + 1;
+			return k->id;
+		}
+	}
+	return EK_OTHER;
+}
+
 static bool entry_obj(struct jp *j, int *last_comm)
 {
 	struct fr_dump *d = j->d;
 	struct fr_entry e;
-	char key[32], buf[FR_ID_LEN], comm_id[FR_ID_LEN] = "";
+	char buf[FR_ID_LEN], comm_id[FR_ID_LEN] = "";
 	char prof[48] = "";
-	int klen, idx;
+	int idx, kid, expect = 0;
 	int64_t v;
 	bool first = true, have_op = false;
 
@@ -681,51 +743,64 @@ static bool entry_obj(struct jp *j, int *last_comm)
 	e.record_id = e.coll_seq = e.p2p_seq = e.count = FR_UNK;
 	e.in_size = e.out_size = e.created_ns = FR_UNK;
 	e.root = e.peer = -1;
-	while (next_key(j, &first, key, sizeof(key), &klen)) {
+	while ((kid = entry_next_key(j, &first, &expect)) >= 0) {
 		bool ok = true;
 		int len;
 
-		/* ordered by how the writer emits them; unknown keys are skipped */
-		if (KEY("record_id")) {
+		switch (kid) {
+		case EK_RECORD_ID:
 			ok = num(j, &e.record_id);
-		} else if (KEY("comm_id")) {
+			break;
+		case EK_COMM_ID:
 			ok = str_field(j, comm_id, sizeof(comm_id));
-		} else if (KEY("collective_seq_id")) {
+			break;
+		case EK_COLL_SEQ:
 			ok = num(j, &e.coll_seq);
-		} else if (KEY("p2p_seq_id")) {
+			break;
+		case EK_P2P_SEQ:
 			ok = num(j, &e.p2p_seq);
-		} else if (KEY("op")) {
+			break;
+		case EK_OP:
 			if (is_null(j)) {
 				ok = skip_value(j, 0);
 			} else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0)) {
 				e.op = lookup(op_names, FR_OP__COUNT, buf, len, FR_OP_OTHER);
 				have_op = true;
 			}
-		} else if (KEY("profiling_name")) {
+			break;
+		case EK_PROF:
 			ok = str_field(j, prof, sizeof(prof));
-		} else if (KEY("count")) {
+			break;
+		case EK_COUNT:
 			ok = num(j, &e.count);
 			if (e.count != FR_UNK && e.count < 0)
 				e.count = FR_UNK;
-		} else if (KEY("dtype")) {
+			break;
+		case EK_DTYPE:
 			if (is_null(j))
 				ok = skip_value(j, 0);
 			else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0))
 				e.dtype = lookup(dtype_names, FR_DT__COUNT, buf, len, FR_DT_OTHER);
-		} else if (KEY("input_sizes")) {
+			break;
+		case EK_IN_SIZES:
 			ok = sizes(j, &e.in_size);
-		} else if (KEY("output_sizes")) {
+			break;
+		case EK_OUT_SIZES:
 			ok = sizes(j, &e.out_size);
-		} else if (KEY("reduce_op")) {
+			break;
+		case EK_REDOP:
 			if (is_null(j))
 				ok = skip_value(j, 0);
 			else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0))
 				e.redop = lookup(redop_names, FR_RED__COUNT, buf, len, FR_RED_OTHER);
-		} else if (KEY("root") || KEY("peer")) {
+			break;
+		case EK_ROOT:
+		case EK_PEER:
 			ok = num(j, &v);
 			if (ok && v != FR_UNK && v >= 0 && v < FR_MAX_NRANKS)
-				*(key[0] == 'r' ? &e.root : &e.peer) = (int32_t)v;
-		} else if (KEY("state")) {
+				*(kid == EK_ROOT ? &e.root : &e.peer) = (int32_t)v;
+			break;
+		case EK_STATE:
 			if (is_null(j)) {
 				ok = skip_value(j, 0);
 			} else if ((ok = (len = str(j, buf, sizeof(buf))) >= 0)) {
@@ -738,9 +813,11 @@ static bool entry_obj(struct jp *j, int *last_comm)
 				else if (!strcmp(buf, "failed"))
 					e.state = FR_ST_FAILED;
 			}
-		} else if (KEY("time_created_ns")) {
+			break;
+		case EK_CREATED:
 			ok = num(j, &e.created_ns);
-		} else {
+			break;
+		default:
 			ok = skip_value(j, 0);
 		}
 		if (!ok)
