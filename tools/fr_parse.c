@@ -139,6 +139,18 @@ static int hexval(char c)
 	return -1;
 }
 
+/* Copies n bytes of short strings word by word: a variable-size memcpy here costs more than
+ * the string (ids, op names) */
+static inline void copy_short(char *out, const char *src, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		memcpy(out + i, src + i, 8);
+	for (; i < n; i++)
+		out[i] = src[i];
+}
+
 /* Reads a JSON string at j->p into out (NUL-terminated, truncated to cap-1; out may be NULL to
  * skip). Returns the decoded length kept, or -1 on error. Non-ASCII \u escapes become '?'. */
 static int str(struct jp *j, char *out, size_t cap)
@@ -158,7 +170,7 @@ static int str(struct jp *j, char *out, size_t cap)
 		if (out) {
 			if (n >= cap)
 				n = cap - 1;
-			memcpy(out, j->p, n);
+			copy_short(out, j->p, n);
 			out[n] = 0;
 		}
 		j->p = q + 1;
@@ -235,9 +247,15 @@ static bool literal(struct jp *j, const char *lit, size_t len)
 	return true;
 }
 
-static bool is_num_char(char c)
+/* the characters a JSON number is made of, as a table: skipped numbers are most of a dump */
+static const bool num_chars[256] = {
+	['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+	['8'] = 1, ['9'] = 1, ['-'] = 1, ['+'] = 1, ['.'] = 1, ['e'] = 1, ['E'] = 1,
+};
+
+static inline bool is_num_char(char c)
 {
-	return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+	return num_chars[(unsigned char)c];
 }
 
 /* Reads a number, null, true or false into *out (null -> FR_UNK, booleans -> 0/1, fractions
@@ -269,6 +287,10 @@ static bool num(struct jp *j, int64_t *out)
 	}
 	if (j->p >= j->end || *j->p < '0' || *j->p > '9')
 		return fail(j, "bad number");
+	/* up to 19 digits cannot overflow 64 bits: check only past them */
+	for (const char *stop = j->end - j->p > 19 ? j->p + 19 : j->end;
+	     j->p < stop && *j->p >= '0' && *j->p <= '9'; j->p++)
+		v = v * 10 + (unsigned)(*j->p - '0');
 	while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
 		unsigned d = *j->p++ - '0';
 
@@ -699,6 +721,33 @@ static const struct ekey {
 };
 #define NR_ENTRY_KEYS ((int)(sizeof(entry_keys) / sizeof(entry_keys[0])))
 
+/* a[0..n) == b[0..n) for 4 <= n, in a few word compares (overlapping at the end) rather than
+ * a memcmp call per key */
+static inline bool eq_n(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	uint32_t u, v;
+
+	if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return false;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return x == y;
+	}
+	memcpy(&u, a, 4);
+	memcpy(&v, b, 4);
+	if (u != v)
+		return false;
+	memcpy(&u, a + n - 4, 4);
+	memcpy(&v, b + n - 4, 4);
+	return u == v;
+}
+
 /* next_key for an entry, as an enum entry_key: -1 at the end or on error (check j->failed).
  * *expect: the index in entry_keys of the key that should come next. */
 static inline int entry_next_key(struct jp *j, bool *first, int *expect)
@@ -709,7 +758,7 @@ static inline int entry_next_key(struct jp *j, bool *first, int *expect)
 	if (*expect < NR_ENTRY_KEYS && j->p < j->end && *j->p == (*first ? '{' : ',')) {
 		const struct ekey *k = &entry_keys[*expect];
 
-		if ((size_t)(j->end - j->p) > k->len && !memcmp(j->p + 1, k->k, k->len)) {
+		if ((size_t)(j->end - j->p) > k->len && eq_n(j->p + 1, k->k, k->len)) {
 			*first = false;
 			j->p += 1 + k->len;
 			(*expect)++;
