@@ -362,7 +362,7 @@ def test_fr_full_dump_dir_and_bad_input():
     job = Job(2, "healthy", steps=2, extra=["--init-after-go", "--hold"], name="full")
     full = os.path.join(job.dir, "full")
     os.makedirs(full)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tpfull", full], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k,mode=0700", "tpfull", full], check=True)
     try:
         # a process without NCCL is refused
         from lib import WL as wl_dir, Workload
