@@ -555,6 +555,10 @@ def test_fr_max_dump_mb_and_gzip():
         with open(p, "wb") as f:
             f.write(b" " * (600 << 10))
         os.utime(p, (now - 1000, now - 1000))
+    stale = os.path.join(job.dump_dir, f"tptrace-fr.{host}.{job.pids()[0]}.json")
+    with open(stale, "w") as f:     # an earlier plain dump of the same pid: superseded
+        f.write("{}")
+    os.utime(stale, (now - 50, now - 50))
     try:
         job.record(["--max-dump-mb", "1", "--gzip"])
         job.run_clean()
@@ -565,6 +569,7 @@ def test_fr_max_dump_mb_and_gzip():
     assert not os.path.exists(old[0]) and os.path.exists(old[1]) and os.path.exists(old[2]), \
         os.listdir(job.dump_dir)
     assert all(os.path.exists(p) for p in keep), os.listdir(job.dump_dir)
+    assert not os.path.exists(stale), "one dump per process: the plain one is gone"
     removed = [l for l in job.tracer.err.lines if "retention: removed" in l]
     assert len(removed) == 1 and removed[0].startswith(
         "tptrace: retention: removed 1 oldest dump (0.4 MiB; 1 in all) to stay under 1.0 MiB"), err
