@@ -593,3 +593,38 @@ def test_fr_max_dump_mb_and_gzip():
     r, ranks_, _, seq = first(out2)
     assert (r, ranks_, seq) == ("size_mismatch", [1], 7), out2
     assert "not valid gzip" in json.dumps(out2), out2
+
+
+def test_fr_dump_dir_swapped_while_recording():
+    """The directory is checked for every round: swapped for a symlink (or opened to others)
+    while recording, a dump round is refused with one line, recording goes on, and the next
+    round after it is fixed writes again."""
+    need_root()
+    job = Job(2, "healthy", steps=2, extra=["--init-after-go", "--hold"], name="swap")
+    elsewhere = os.path.join(job.dir, "elsewhere")
+    os.makedirs(elsewhere, mode=0o700)
+    try:
+        job.record(["--stall-timeout", "0"])
+        job.go()
+        job.wait_done()
+        real = job.dump_dir + ".real"
+        os.rename(job.dump_dir, real)
+        os.symlink(elsewhere, job.dump_dir)
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        want = f"tptrace: refusing dump directory {job.dump_dir}: it is a symbolic link"
+        assert job.tracer.err.wait_for(lambda l: l == want, 10), job.tracer.err.text()
+        assert os.listdir(elsewhere) == [] and job.tracer.p.poll() is None
+        os.unlink(job.dump_dir)
+        os.rename(real, job.dump_dir)
+        os.chmod(job.dump_dir, 0o777)
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        assert job.tracer.err.wait_for(lambda l: "writable by others (mode 0777)" in l, 10), \
+            job.tracer.err.text()
+        assert not [n for n in os.listdir(job.dump_dir) if n.startswith("tptrace-fr.")]
+        os.chmod(job.dump_dir, 0o700)
+        job.dump_now()
+        assert sorted(job.dumps()) == [0, 1]
+        assert job.stop() == 0
+    finally:
+        job.kill()
+    assert os.listdir(elsewhere) == []
