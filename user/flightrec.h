@@ -64,7 +64,7 @@ void flightrec__set_drops(struct flightrec *fr, int err, uint64_t events_dropped
  * after one line on stderr (-EPERM: refused). */
 int flightrec__open_dump_dir(const char *dir);
 
-/* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json */
+/* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json (".gz" added by gzip_dumps) */
 int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid);
 
 #endif
