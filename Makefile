@@ -28,7 +28,7 @@ endif
 # Debian packages the build, tests and demo need. Installed only when missing.
 DEB_PKGS := shellcheck clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libcjson-dev systemtap-sdt-dev \
             libcap2-bin util-linux python3 pkg-config make gcc g++ bpftrace help2man \
-            libdw-dev elfutils strace
+            libdw-dev elfutils strace python3-yaml systemd
 
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(OUTPUT)/%.bpf.o,$(BPF_SRCS))
@@ -100,6 +100,7 @@ BINDIR  := $(PREFIX)/bin
 AGENTDIR := $(PREFIX)/lib/tptrace
 MAN1DIR := $(PREFIX)/share/man/man1
 MAN8DIR := $(PREFIX)/share/man/man8
+UNITDIR := $(PREFIX)/lib/systemd/system
 MANS    := $(OUTPUT)/man/tptrace.8 $(OUTPUT)/man/tptrace-fr.1
 HELP2MAN ?= help2man
 
@@ -137,11 +138,14 @@ install: all man
 	$(Q)install -D -m 0644 $(AGENT_SO) $(DESTDIR)$(AGENTDIR)/libtptrace_agent.so
 	$(Q)install -D -m 0644 $(OUTPUT)/man/tptrace.8 $(DESTDIR)$(MAN8DIR)/tptrace.8
 	$(Q)install -D -m 0644 $(OUTPUT)/man/tptrace-fr.1 $(DESTDIR)$(MAN1DIR)/tptrace-fr.1
+	$(Q)install -d $(DESTDIR)$(UNITDIR)
+	$(Q)sed 's#/usr/local/sbin/tptrace#$(SBINDIR)/tptrace#' deploy/tptrace-fr.service \
+		> $(DESTDIR)$(UNITDIR)/tptrace-fr.service && chmod 0644 $(DESTDIR)$(UNITDIR)/tptrace-fr.service
 
 uninstall:
 	$(Q)rm -f $(DESTDIR)$(SBINDIR)/tptrace $(DESTDIR)$(BINDIR)/tptrace-fr \
 		$(DESTDIR)$(AGENTDIR)/libtptrace_agent.so $(DESTDIR)$(MAN8DIR)/tptrace.8 \
-		$(DESTDIR)$(MAN1DIR)/tptrace-fr.1
+		$(DESTDIR)$(MAN1DIR)/tptrace-fr.1 $(DESTDIR)$(UNITDIR)/tptrace-fr.service
 	$(Q)rmdir $(DESTDIR)$(AGENTDIR) 2>/dev/null || true
 
 clean:

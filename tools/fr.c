@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include "fr_analyze.h"
 #include "fr_parse.h"
 
@@ -173,8 +174,68 @@ static bool is_dump_name(const char *name)
 {
 	size_t len = strlen(name);
 
-	/* tptrace-fr.<host>.<pid>.json; the writer's temp files end otherwise */
-	return len > 16 && !strncmp(name, "tptrace-fr.", 11) && !strcmp(name + len - 5, ".json");
+	/* tptrace-fr.<host>.<pid>.json or .json.gz (--gzip); the writer's temp files start with
+	 * a dot */
+	return len > 16 && !strncmp(name, "tptrace-fr.", 11) &&
+	       (!strcmp(name + len - 5, ".json") || !strcmp(name + len - 8, ".json.gz"));
+}
+
+#define FR_GZ_MAX (16ULL << 30)	/* inflated bytes of one dump */
+
+static bool is_gz_name(const char *path)
+{
+	size_t len = strlen(path);
+
+	return len > 3 && !strcmp(path + len - 3, ".gz");
+}
+
+/* A .json.gz dump, inflated whole into *buf (grown as needed); 0 or -errno (-EINVAL: not
+ * valid gzip). Tail mode reads these whole: a gzip stream has no random access. */
+static int slurp_gz(const char *path, char **buf, size_t *cap, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), zerr;
+	size_t n = 0;
+	gzFile gz;
+
+	if (fd < 0)
+		return -errno;
+	gz = gzdopen(fd, "rb");
+	if (!gz) {
+		close(fd);
+		return -ENOMEM;
+	}
+	gzbuffer(gz, 256 << 10);
+	for (;;) {
+		int r;
+
+		if (*cap - n < 2) {
+			size_t ncap = *cap ? *cap * 2 : 1 << 20;
+			char *p = realloc(*buf, ncap);
+
+			if (!p) {
+				gzclose(gz);
+				return -ENOMEM;
+			}
+			*buf = p;
+			*cap = ncap;
+		}
+		r = gzread(gz, *buf + n, (unsigned)((*cap - n - 1) > (1u << 30) ? 1u << 30 : *cap - n - 1));
+		if (r < 0) {
+			gzerror(gz, &zerr);
+			gzclose(gz);
+			return zerr == Z_ERRNO ? -EIO : -EINVAL;
+		}
+		if (r == 0)
+			break;
+		n += r;
+		if (n > FR_GZ_MAX) {	/* a decompression bomb is not a dump */
+			gzclose(gz);
+			return -EFBIG;
+		}
+	}
+	gzclose(gz);
+	*len = n;
+	return 0;
 }
 
 static int cmp_str(const void *x, const void *y)
@@ -395,12 +456,17 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&sh->lock);
 		if (i >= sh->nr_paths)
 			break;
-		if (env.tail)
+		if (is_gz_name(sh->paths[i])) {
+			if (!(err = slurp_gz(sh->paths[i], &buf, &cap, &len)))
+				perr = fr_dump__parse(&d, buf, len);
+		} else if (env.tail)
 			err = parse_tail(sh->paths[i], &d, &buf, &cap, &tbuf, &tcap, &perr, &skipped);
 		else if (!(err = slurp(sh->paths[i], &buf, &cap, &len)))
 			perr = fr_dump__parse(&d, buf, len);
 		if (err == -ENOMEM || perr == -ENOMEM)
 			perr = -ENOMEM;
+		else if (err == -EINVAL)
+			snprintf(why, sizeof(why), "unreadable: not valid gzip");
 		else if (err)
 			snprintf(why, sizeof(why), "unreadable: %s", strerror(-err));
 		else if (perr == -EINVAL)

@@ -12,7 +12,7 @@ TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_V
 FR_ANALYZE_SRCS := $(addprefix tools/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
 		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c) user/hashmap.c
 FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
-FR_LIBS     := -lcjson -lpthread
+FR_LIBS     := -lcjson -lz -lpthread
 
 $(TOOLS_OUT):
 	$(Q)mkdir -p $@

@@ -25,6 +25,9 @@ struct flightrec_opts {
 	bool no_stacks;
 	int stack_samples;		/* 0: stacks.h's default (3) */
 	int stack_interval_ms;		/* 0: 200 */
+	/* dump retention and format (flightrec_dump.c) */
+	uint64_t max_dump_bytes;	/* 0: no limit; else this host's oldest dumps are removed */
+	bool gzip_dumps;		/* tptrace-fr.<host>.<pid>.json.gz */
 };
 
 struct flightrec *flightrec__new(const struct flightrec_opts *opts);
@@ -56,7 +59,12 @@ void flightrec__mark_gone(struct flightrec *fr, int pid);
 /* Events the BPF side dropped; err < 0 when the counter could not be read (written unknown). */
 void flightrec__set_drops(struct flightrec *fr, int err, uint64_t events_dropped);
 
-/* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json */
+/* Opens (creating 0700 when missing) a dump directory fit for a root daemon: owned by the
+ * user tptrace runs as, writable by nobody else, not a symlink. A directory fd, or -errno
+ * after one line on stderr (-EPERM: refused). */
+int flightrec__open_dump_dir(const char *dir);
+
+/* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json (".gz" added by gzip_dumps) */
 int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid);
 
 #endif

@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <cjson/cJSON.h>
 #include "cuda_api.h"
 #include "flightrec_int.h"
@@ -333,21 +336,119 @@ int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *ho
 	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
-/* Written to a temp file in the same directory, fsync'ed and renamed: a reader (or a crash of
- * tptrace) sees the previous complete dump or the new one, never half of one. */
-static int write_atomic(const char *path, const char *text)
+/* The dump directory of a root daemon must not be steerable by other users: one who can
+ * write it (or who owns it) can swap dumps to mislead triage or plant symlinks. So it must
+ * be ours and writable by nobody else, its last component is never a symlink, and every file
+ * in it is reached through the directory's fd (openat/renameat never follow a symlink at the
+ * name they create or replace). A missing one is created 0700. */
+int flightrec__open_dump_dir(const char *dir)
 {
-	char tmp[PATH_MAX];
-	size_t len = strlen(text), off = 0;
-	int fd, err = 0;
+	char buf[PATH_MAX];
+	struct stat st;
+	int fd;
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmpXXXXXX", path) >= (int)sizeof(tmp))
+	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
 		return -ENAMETOOLONG;
-	fd = mkstemp(tmp);	/* mode 0600 */
+	for (char *p = buf + 1; *p; p++) {	/* parents as needed, the same 0700 */
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0700) && errno != EEXIST) {
+			fd = -errno;
+			log_error("cannot create dump directory %s: %s\n", buf, strerror(-fd));
+			return fd;
+		}
+		*p = '/';
+	}
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		fd = -errno;
+		log_error("cannot create dump directory %s: %s\n", dir, strerror(-fd));
+		return fd;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		int err = -errno;
+
+		if (err == -ELOOP || (err == -ENOTDIR && !lstat(dir, &st) && S_ISLNK(st.st_mode)))
+			log_error("refusing dump directory %s: it is a symbolic link\n", dir);
+		else
+			log_error("cannot open dump directory %s: %s\n", dir, strerror(-err));
+		return err;
+	}
+	if (fstat(fd, &st)) {
+		int err = -errno;
+
+		close(fd);
+		log_error("cannot stat dump directory %s: %s\n", dir, strerror(-err));
+		return err;
+	}
+	if (st.st_uid != geteuid()) {
+		log_error("refusing dump directory %s: owned by uid %u, not by uid %u that tptrace runs as\n",
+			  dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		close(fd);
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		log_error("refusing dump directory %s: writable by %s (mode %04o); use one only its owner can write\n",
+			  dir, st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/* gzip (not raw zlib) so that zcat and tptrace-fr read it alike */
+static int gzip_buf(const char *text, size_t len, unsigned char **out, size_t *out_len)
+{
+	z_stream z = {};
+	size_t cap;
+	int ret;
+
+	if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+		return -ENOMEM;
+	cap = deflateBound(&z, len) + 32;
+	*out = malloc(cap);
+	if (!*out) {
+		deflateEnd(&z);
+		return -ENOMEM;
+	}
+	z.next_in = (unsigned char *)text;
+	z.avail_in = len;
+	z.next_out = *out;
+	z.avail_out = cap;
+	ret = deflate(&z, Z_FINISH);
+	*out_len = z.total_out;
+	deflateEnd(&z);
+	if (ret != Z_STREAM_END) {
+		free(*out);
+		*out = NULL;
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Written to an O_EXCL temp file in the directory, fsync'ed and renamed over name: a reader
+ * (or a crash of tptrace) sees the previous complete dump or the new one, never half of one;
+ * a symlink planted at either name is replaced, never followed. */
+static int write_atomic(int dirfd, const char *name, const void *data, size_t len)
+{
+	static unsigned int counter;
+	char tmp[NAME_MAX + 1];
+	size_t off = 0;
+	int fd = -1, err = 0;
+
+	for (int tries = 0; fd < 0 && tries < 100; tries++) {
+		if (snprintf(tmp, sizeof(tmp), ".%s.tmp%d.%u.%lx", name, getpid(), counter++,
+			     (unsigned long)fr_mono_now()) >= (int)sizeof(tmp))
+			return -ENAMETOOLONG;
+		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			return -errno;
+	}
 	if (fd < 0)
-		return -errno;
+		return -EEXIST;
 	while (off < len) {
-		ssize_t n = write(fd, text + off, len - off);
+		ssize_t n = write(fd, (const char *)data + off, len - off);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -361,57 +462,188 @@ static int write_atomic(const char *path, const char *text)
 		err = -errno;
 	if (close(fd) && !err)
 		err = -errno;
-	if (!err && rename(tmp, path))
+	if (!err && renameat(dirfd, tmp, dirfd, name))
 		err = -errno;
 	if (err)
-		unlink(tmp);
+		unlinkat(dirfd, tmp, 0);
 	return err;
 }
 
-static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason)
+/* One of this host's dumps: tptrace-fr.<host>.<...>.json or .json.gz (temp files start with
+ * a dot; other hosts' dumps in a shared directory are theirs to keep). */
+static bool our_dump_name(const struct flightrec *fr, const char *name)
 {
-	char path[PATH_MAX];
+	size_t len = strlen(name), hl = strlen(fr->host);
+
+	if (strncmp(name, "tptrace-fr.", 11) || strncmp(name + 11, fr->host, hl) || name[11 + hl] != '.')
+		return false;
+	return (len > 5 && !strcmp(name + len - 5, ".json")) ||
+	       (len > 8 && !strcmp(name + len - 8, ".json.gz"));
+}
+
+struct dump_file {
+	char name[NAME_MAX + 1];
+	off_t size;
+	struct timespec mtime;
+};
+
+static int cmp_mtime(const void *x, const void *y)
+{
+	const struct dump_file *a = x, *b = y;
+
+	if (a->mtime.tv_sec != b->mtime.tv_sec)
+		return a->mtime.tv_sec < b->mtime.tv_sec ? -1 : 1;
+	if (a->mtime.tv_nsec != b->mtime.tv_nsec)
+		return a->mtime.tv_nsec < b->mtime.tv_nsec ? -1 : 1;
+	return strcmp(a->name, b->name);
+}
+
+/* --max-dump-mb: removes this host's oldest dumps until they total at most the limit. The
+ * newest `keep` (the round just written, at least one) are never removed: a round is one
+ * moment of the job, and cutting it would lose the evidence the limit exists to keep. */
+static void enforce_retention(struct flightrec *fr, int dirfd, int keep)
+{
+	struct dump_file *files = NULL;
+	uint64_t total = 0, freed = 0;
+	int n = 0, cap = 0, removed = 0, dfd;
+	struct dirent *de;
+	DIR *d;
+
+	if (!fr->opts.max_dump_bytes)
+		return;
+	dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		log_error("retention: cannot list the dump directory: %s\n", strerror(errno));
+		if (dfd >= 0)
+			close(dfd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (!our_dump_name(fr, de->d_name) ||
+		    fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+			continue;
+		if (n == cap) {
+			struct dump_file *p = realloc(files, (cap = cap ? cap * 2 : 64) * sizeof(*p));
+
+			if (!p)
+				goto out;
+			files = p;
+		}
+		snprintf(files[n].name, sizeof(files[n].name), "%s", de->d_name);
+		files[n].size = st.st_size;
+		files[n].mtime = st.st_mtim;
+		total += st.st_size;
+		n++;
+	}
+	qsort(files, n, sizeof(*files), cmp_mtime);
+	if (keep < 1)
+		keep = 1;
+	for (int i = 0; i < n - keep && total > fr->opts.max_dump_bytes; i++) {
+		if (unlinkat(dirfd, files[i].name, 0)) {
+			log_error("retention: cannot remove %s: %s\n", files[i].name, strerror(errno));
+			continue;
+		}
+		total -= files[i].size;
+		freed += files[i].size;
+		removed++;
+	}
+	if (removed) {
+		fr->dumps_removed += removed;
+		log_info("retention: removed %d oldest dump%s (%.1f MiB; %" PRIu64 " in all) to stay under %.1f MiB\n",
+			 removed, removed == 1 ? "" : "s", freed / 1048576.0, fr->dumps_removed,
+			 fr->opts.max_dump_bytes / 1048576.0);
+	}
+	if (total > fr->opts.max_dump_bytes)
+		log_error("retention: the newest dumps alone take %.1f MiB, over --max-dump-mb %.1f; kept\n",
+			  total / 1048576.0, fr->opts.max_dump_bytes / 1048576.0);
+out:
+	free(files);
+	closedir(d);
+}
+
+static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const char *reason)
+{
+	char path[PATH_MAX], other[NAME_MAX + 1];
+	unsigned char *gz = NULL;
+	const char *name;
+	size_t gz_len = 0;
 	cJSON *root;
 	char *text;
 	int err;
 
 	err = flightrec__dump_path(path, sizeof(path), fr->opts.dump_dir, fr->host, p->pid);
+	if (!err && fr->opts.gzip_dumps && strlen(path) + 3 < sizeof(path))
+		strcat(path, ".gz");
 	if (err)
 		return err;
+	name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	if (dirfd < 0)
+		return dirfd;	/* the directory was refused: said once per round */
 	root = dump_json(fr, p, reason);
 	text = root ? cJSON_PrintUnformatted(root) : NULL;
 	cJSON_Delete(root);
 	if (!text)
 		return -ENOMEM;
-	err = write_atomic(path, text);
+	if (fr->opts.gzip_dumps)
+		err = gzip_buf(text, strlen(text), &gz, &gz_len);
+	if (!err)
+		err = gz ? write_atomic(dirfd, name, gz, gz_len) : write_atomic(dirfd, name, text, strlen(text));
 	free(text);
+	free(gz);
 	if (err) {
 		log_error("writing flight-recorder dump %s: %s\n", path, strerror(-err));
 		return err;
 	}
+	/* one dump per process: the other format's file from an earlier run is stale */
+	snprintf(other, sizeof(other), "%.*s%s", (int)(strlen(name) - (fr->opts.gzip_dumps ? 3 : 0)),
+		 name, fr->opts.gzip_dumps ? "" : ".gz");
+	unlinkat(dirfd, other, 0);
 	log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
 	return 0;
+}
+
+/* A round of dumps: the directory is opened (and checked) afresh, so one removed or swapped
+ * while recording is found again or refused, never written through a stale handle. */
+static int round_begin(struct flightrec *fr)
+{
+	return flightrec__open_dump_dir(fr->opts.dump_dir);
+}
+
+static void round_end(struct flightrec *fr, int dirfd, int written)
+{
+	if (dirfd < 0)
+		return;
+	if (written > 0)
+		enforce_retention(fr, dirfd, written);
+	close(dirfd);
 }
 
 int flightrec__dump_all(struct flightrec *fr, const char *reason)
 {
 	int n = 0, first_err = 0;
 
+	int dirfd;
+
 	/* every process's dump snapshot at once, not one after the other */
 	fr_stacks__take_dumps(fr, fr->procs, fr->nr_procs);
 
+	dirfd = round_begin(fr);
 	for (int i = 0; i < fr->nr_procs; i++) {
 		struct fr_proc *p = fr->procs[i];
 		int err;
 
 		if (p->exited && p->exit_dumped)
 			continue;	/* its exit dump is final */
-		err = dump_proc(fr, p, reason);
+		err = dump_proc(fr, dirfd, p, reason);
 		if (err && !first_err)
 			first_err = err;
 		else if (!err)
 			n++;
 	}
+	round_end(fr, dirfd, n);
 	return first_err ? first_err : n;
 }
 
@@ -430,7 +662,8 @@ static bool has_pending(struct flightrec *fr, struct fr_proc *p)
 
 int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 {
-	int n = 0;
+	int n = 0, dirfd = -1;
+	bool opened = false;
 
 	if (!fr->opts.stall_timeout_ns)
 		return 0;
@@ -442,15 +675,21 @@ int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 		if (!has_pending(fr, p))
 			continue;
 		p->stall_dumped = true;	/* once per stall; progress re-arms it */
-		if (!dump_proc(fr, p, "stall"))
+		if (!opened) {
+			dirfd = round_begin(fr);
+			opened = true;
+		}
+		if (!dump_proc(fr, dirfd, p, "stall"))
 			n++;
 	}
+	round_end(fr, dirfd, n);
 	return n;
 }
 
 int flightrec__take_exits(struct flightrec *fr)
 {
-	int n = 0;
+	int n = 0, dirfd = -1;
+	bool opened = false;
 
 	if (!fr->pending_exits)
 		return 0;
@@ -460,9 +699,14 @@ int flightrec__take_exits(struct flightrec *fr)
 
 		if (!p->exited || p->exit_dumped)
 			continue;
-		if (!dump_proc(fr, p, "exit"))
+		if (!opened) {
+			dirfd = round_begin(fr);
+			opened = true;
+		}
+		if (!dump_proc(fr, dirfd, p, "exit"))
 			n++;
 		p->exit_dumped = true;
 	}
+	round_end(fr, dirfd, n);
 	return n;
 }

@@ -130,6 +130,7 @@ struct flightrec {
 	uint64_t events_dropped;
 	int events_dropped_err;		/* < 0: the count is unknown (counter unreadable) */
 	int pending_exits;
+	uint64_t dumps_removed;		/* by --max-dump-mb retention */
 };
 
 uint64_t fr_mono_now(void);

@@ -39,7 +39,7 @@ static struct fr_env {
 	bool no_stacks;
 	int stack_samples, stack_interval_ms;
 } env = {
-	.dump_dir = "/var/tmp/tptrace",
+	.dump_dir = "/var/lib/tptrace",
 	.ring = 2000,
 	.stall_timeout = 60,
 	.ring_mb = 4,
@@ -69,11 +69,11 @@ static const char doc[] =
 "per sample.\n"
 "\n"
 "EXAMPLES:\n"
-"  sudo tptrace fr -p 4242 --dump-dir /var/tmp/tptrace  # one job process\n"
-"  sudo tptrace fr -a --dump-dir /var/tmp/tptrace       # all NCCL processes\n"
+"  sudo tptrace fr -p 4242 --dump-dir /var/lib/tptrace  # one job process\n"
+"  sudo tptrace fr -a --dump-dir /var/lib/tptrace       # all NCCL processes\n"
 "  sudo kill -USR2 $(pgrep -f 'tptrace fr')             # dump now\n"
 "  sudo tptrace fr -a --no-stacks                       # never stop a process\n"
-"  tptrace-fr /var/tmp/tptrace                          # the verdict\n";
+"  tptrace-fr /var/lib/tptrace                          # the verdict\n";
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
        OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL };
@@ -81,7 +81,7 @@ enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_N
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
 	{ "all", 'a', NULL, 0, "Every NCCL process on the host, including ones that start later", 0 },
-	{ "dump-dir", OPT_DUMP_DIR, "DIR", 0, "Where dumps go (default /var/tmp/tptrace)", 0 },
+	{ "dump-dir", OPT_DUMP_DIR, "DIR", 0, "Where dumps go (default /var/lib/tptrace)", 0 },
 	{ "ring", OPT_RING, "N", 0, "Entries kept per process (default 2000)", 0 },
 	{ "stall-timeout", OPT_STALL, "SEC", 0, "Dump when pending work makes no progress this long (default 60; 0 off)", 0 },
 	{ "dump-on", OPT_DUMP_ON, "FIFO", 0, "Dump all processes on every write to this fifo (created if missing)", 0 },
@@ -166,6 +166,41 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	return 0;
 }
 
+/* Dump retention and format: their own argp child, so they read (and merge) as one block. */
+static struct fr_dump_env {
+	int max_dump_mb;	/* 0: no limit */
+	bool gzip;
+} dump_env;
+
+enum { OPT_MAX_DUMP_MB = 1100, OPT_GZIP };
+
+static const struct argp_option dump_opts[] = {
+	{ NULL, 0, NULL, 0, "Dump retention and format:", 5 },
+	{ "max-dump-mb", OPT_MAX_DUMP_MB, "MB", 0,
+	  "After each round of dumps, remove this host's oldest dumps until they total at most MB "
+	  "MiB (the newest round is always kept; default no limit)", 5 },
+	{ "gzip", OPT_GZIP, NULL, 0, "Write dumps gzip-compressed (tptrace-fr.<host>.<pid>.json.gz)", 5 },
+	{},
+};
+
+static error_t parse_dump_arg(int key, char *arg, struct argp_state *state)
+{
+	switch (key) {
+	case OPT_MAX_DUMP_MB:
+		if (session__parse_int(arg, 1, 1 << 20, &dump_env.max_dump_mb))
+			argp_error(state, "invalid --max-dump-mb '%s' (1..1048576 MiB)", arg);
+		break;
+	case OPT_GZIP:
+		dump_env.gzip = true;
+		break;
+	default:
+		return ARGP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
+static const struct argp dump_argp = { .options = dump_opts, .parser = parse_dump_arg };
+
 static volatile sig_atomic_t stop_signal, dump_request;
 
 static void on_stop(int sig)
@@ -200,25 +235,6 @@ static void rescan(void *ctx, struct target *t)
 	struct fr_session *s = ctx;
 
 	target__scan(t, s->cache, &s->probes);
-}
-
-static int mkdir_p(const char *dir)
-{
-	char buf[4096];
-
-	if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf))
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0700) && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0700) && errno != EEXIST)
-		return -errno;
-	return 0;
 }
 
 /* Starts recording pid. Returns 1 when it uses NCCL and is now recorded, 0 when it has no
@@ -329,7 +345,8 @@ static void query_comms(struct fr_session *s)
 
 int fr_main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
+	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 },
+						      { &dump_argp, 0, NULL, 0 }, {} };
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
 	struct fr_session s = {};
@@ -351,13 +368,16 @@ int fr_main(int argc, char **argv)
 			return 1;
 		target__free(t);
 	}
-	err = mkdir_p(env.dump_dir);
-	if (!err && access(env.dump_dir, W_OK))
-		err = -errno;
-	if (err) {
-		log_error("cannot write dumps to %s: %s\n", env.dump_dir, strerror(-err));
+	/* checked (and created) now, so a refused directory stops tptrace before it attaches */
+	err = flightrec__open_dump_dir(env.dump_dir);
+	if (err < 0)
+		return 1;
+	if (faccessat(err, ".", W_OK, AT_EACCESS)) {
+		log_error("cannot write dumps to %s: %s\n", env.dump_dir, strerror(errno));
+		close(err);
 		return 1;
 	}
+	close(err);
 	if (env.dump_on) {
 		struct stat st;
 
@@ -387,6 +407,8 @@ int fr_main(int argc, char **argv)
 	fo.no_stacks = env.no_stacks;
 	fo.stack_samples = env.stack_samples;
 	fo.stack_interval_ms = env.stack_interval_ms;
+	fo.max_dump_bytes = (uint64_t)dump_env.max_dump_mb << 20;
+	fo.gzip_dumps = dump_env.gzip;
 	s.fr = flightrec__new(&fo);
 	if (!s.cache || !s.fr) {
 		log_error("out of memory\n");

@@ -362,7 +362,7 @@ def test_fr_full_dump_dir_and_bad_input():
     job = Job(2, "healthy", steps=2, extra=["--init-after-go", "--hold"], name="full")
     full = os.path.join(job.dir, "full")
     os.makedirs(full)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tpfull", full], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k,mode=0700", "tpfull", full], check=True)
     try:
         # a process without NCCL is refused
         from lib import WL as wl_dir, Workload
@@ -454,3 +454,177 @@ def test_fr_no_query_comms():
     assert (v["rule"], v["ranks"], v["comm_ranks"], v["op"], v["seq"]) == \
         ("missing_rank", [1], [1], "all_reduce", 7), out["verdicts"]
     assert v["comm"].startswith("inferred:") and v["confidence"] == "medium", v
+
+
+def test_fr_dump_dir_refused_when_others_control_it():
+    """A root daemon's dump directory that another user owns or can write (a pre-created
+    /var/tmp-style one), or that is a symlink, is refused with one line before anything is
+    attached; a missing one is created 0700."""
+    need_root()
+    import shutil
+    from lib import run_tptrace, tmp_path
+    base = tmp_path("fr-dirsec")
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    os.chmod(base, 0o755)
+    world = os.path.join(base, "world")         # what a user pre-creating /var/tmp/tptrace gets
+    os.mkdir(world)
+    os.chmod(world, 0o1777)
+    group = os.path.join(base, "group")
+    os.mkdir(group)
+    os.chmod(group, 0o770)
+    theirs = os.path.join(base, "theirs")       # mode 0700 but owned by the attacker
+    os.mkdir(theirs)
+    os.chmod(theirs, 0o700)
+    os.chown(theirs, 65534, 65534)
+    link = os.path.join(base, "link")           # to a directory that would pass the checks
+    ok_dir = os.path.join(base, "ok")
+    os.mkdir(ok_dir, 0o700)
+    os.symlink(ok_dir, link)
+    cases = [
+        (world, f"tptrace: refusing dump directory {world}: writable by others (mode 1777); "
+                "use one only its owner can write"),
+        (group, f"tptrace: refusing dump directory {group}: writable by its group (mode 0770); "
+                "use one only its owner can write"),
+        (theirs, f"tptrace: refusing dump directory {theirs}: owned by uid 65534, not by uid 0 "
+                 "that tptrace runs as"),
+        (link, f"tptrace: refusing dump directory {link}: it is a symbolic link"),
+    ]
+    for d, want in cases:
+        rc, out, err = run_tptrace(["fr", "-a", "--dump-dir", d, "-d", "0.2"])
+        assert rc == 1 and err.strip() == want, (d, rc, err)
+        assert os.listdir(d) == [], "nothing written there"
+    fresh = os.path.join(base, "fresh", "dumps")
+    rc, out, err = run_tptrace(["fr", "-a", "--dump-dir", fresh, "-d", "0.2"])
+    assert rc == 0, err
+    for d in (fresh, os.path.dirname(fresh)):
+        st = os.lstat(d)
+        assert (st.st_mode & 0o7777, st.st_uid) == (0o700, 0), (d, oct(st.st_mode))
+
+
+def test_fr_dump_names_are_not_followed():
+    """A symlink planted at a dump's name (or at the name of an earlier run's other format)
+    is replaced by the dump, never written through."""
+    need_root()
+    import socket
+    job = Job(2, "healthy", steps=2, extra=["--init-after-go"], name="nofollow")
+    victim = os.path.join(job.dir, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    os.makedirs(job.dump_dir, mode=0o700)
+    host = socket.gethostname()
+    names = [f"tptrace-fr.{host}.{pid}.json" for pid in job.pids()]
+    for n in names:
+        os.symlink(victim, os.path.join(job.dump_dir, n))
+    try:
+        job.record()
+        job.run_clean()
+    finally:
+        job.kill()
+    with open(victim) as f:
+        assert f.read() == "precious\n", "written through the symlink"
+    for n in names:
+        st = os.lstat(os.path.join(job.dump_dir, n))
+        assert not os.path.islink(os.path.join(job.dump_dir, n)) and st.st_mode & 0o777 == 0o600, n
+    assert sorted(job.dumps()) == [0, 1]
+    assert sorted(os.listdir(job.dump_dir)) == sorted(names), "no temp files left"
+
+
+def test_fr_max_dump_mb_and_gzip():
+    """--max-dump-mb removes this host's oldest dumps first (counted in the log) and never
+    the job's newest ones, other hosts' dumps or other files; --gzip dumps are read by
+    tptrace-fr like plain ones (same verdict), and a broken .gz is named, not fatal."""
+    need_root()
+    import gzip
+    import json
+    import socket
+    host = socket.gethostname()
+    job = Job(4, "size", steps=3, extra=["--init-after-go"], name="retention")
+    os.makedirs(job.dump_dir, mode=0o700)
+    now = time.time()
+    old = []
+    for i, age in enumerate((300, 200, 100)):     # 3 x 400 KiB of this host's older dumps
+        p = os.path.join(job.dump_dir, f"tptrace-fr.{host}.{900001 + i}.json")
+        with open(p, "wb") as f:
+            f.write(b" " * (400 << 10))
+        os.utime(p, (now - age, now - age))
+        old.append(p)
+    keep = [os.path.join(job.dump_dir, "tptrace-fr.otherhost.77.json"),   # not ours
+            os.path.join(job.dump_dir, "notes.txt")]                       # not a dump
+    for p in keep:
+        with open(p, "wb") as f:
+            f.write(b" " * (600 << 10))
+        os.utime(p, (now - 1000, now - 1000))
+    stale = os.path.join(job.dump_dir, f"tptrace-fr.{host}.{job.pids()[0]}.json")
+    with open(stale, "w") as f:     # an earlier plain dump of the same pid: superseded
+        f.write("{}")
+    os.utime(stale, (now - 50, now - 50))
+    try:
+        job.record(["--max-dump-mb", "1", "--gzip"])
+        job.run_clean()
+    finally:
+        job.kill()
+    err = job.tracer.err.text()
+    # 1.2 MiB of old dumps plus the new ones: only the oldest had to go
+    assert not os.path.exists(old[0]) and os.path.exists(old[1]) and os.path.exists(old[2]), \
+        os.listdir(job.dump_dir)
+    assert all(os.path.exists(p) for p in keep), os.listdir(job.dump_dir)
+    assert not os.path.exists(stale), "one dump per process: the plain one is gone"
+    removed = [l for l in job.tracer.err.lines if "retention: removed" in l]
+    assert len(removed) == 1 and removed[0].startswith(
+        "tptrace: retention: removed 1 oldest dump (0.4 MiB; 1 in all) to stay under 1.0 MiB"), err
+    gz = sorted(n for n in os.listdir(job.dump_dir) if n.endswith(".json.gz"))
+    assert gz == sorted(f"tptrace-fr.{host}.{pid}.json.gz" for pid in job.pids()), gz
+    ranks = set()
+    for n in gz:
+        with gzip.open(os.path.join(job.dump_dir, n)) as f:
+            ranks.add(json.load(f)["global_rank"])
+    assert ranks == {0, 1, 2, 3}
+    # the analyzer: the fillers are not JSON dumps; read only the job's .gz dumps
+    for p in old[1:] + keep[:1]:
+        os.unlink(p)
+    rc, out = verdicts(job)
+    r, ranks_, _, seq = first(out)
+    assert (r, ranks_, seq) == ("size_mismatch", [1], 7), out
+    # a broken .gz next to them: named as unreadable, the verdict stands
+    with open(os.path.join(job.dump_dir, f"tptrace-fr.{host}.1.json.gz"), "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00garbage" * 10)
+    rc2, out2 = verdicts(job)
+    r, ranks_, _, seq = first(out2)
+    assert (r, ranks_, seq) == ("size_mismatch", [1], 7), out2
+    assert "not valid gzip" in json.dumps(out2), out2
+
+
+def test_fr_dump_dir_swapped_while_recording():
+    """The directory is checked for every round: swapped for a symlink (or opened to others)
+    while recording, a dump round is refused with one line, recording goes on, and the next
+    round after it is fixed writes again."""
+    need_root()
+    job = Job(2, "healthy", steps=2, extra=["--init-after-go", "--hold"], name="swap")
+    elsewhere = os.path.join(job.dir, "elsewhere")
+    os.makedirs(elsewhere, mode=0o700)
+    try:
+        job.record(["--stall-timeout", "0"])
+        job.go()
+        job.wait_done()
+        real = job.dump_dir + ".real"
+        os.rename(job.dump_dir, real)
+        os.symlink(elsewhere, job.dump_dir)
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        want = f"tptrace: refusing dump directory {job.dump_dir}: it is a symbolic link"
+        assert job.tracer.err.wait_for(lambda l: l == want, 10), job.tracer.err.text()
+        assert os.listdir(elsewhere) == [] and job.tracer.p.poll() is None
+        os.unlink(job.dump_dir)
+        os.rename(real, job.dump_dir)
+        os.chmod(job.dump_dir, 0o777)
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        assert job.tracer.err.wait_for(lambda l: "writable by others (mode 0777)" in l, 10), \
+            job.tracer.err.text()
+        assert not [n for n in os.listdir(job.dump_dir) if n.startswith("tptrace-fr.")]
+        os.chmod(job.dump_dir, 0o700)
+        job.dump_now()
+        assert sorted(job.dumps()) == [0, 1]
+        assert job.stop() == 0
+    finally:
+        job.kill()
+    assert os.listdir(elsewhere) == []

@@ -16,6 +16,7 @@ FILES = {  # path under DESTDIR -> mode
     "usr/lib/tptrace/libtptrace_agent.so": 0o644,
     "usr/share/man/man8/tptrace.8": 0o644,
     "usr/share/man/man1/tptrace-fr.1": 0o644,
+    "usr/lib/systemd/system/tptrace-fr.service": 0o644,
 }
 _destdir = None
 
@@ -58,6 +59,8 @@ def test_install_layout_and_man_pages():
         p = subprocess.run([os.path.join(d, rel), "--version"], capture_output=True, text=True,
                            cwd="/", timeout=30)
         assert p.returncode == 0 and p.stdout.startswith(want), (rel, p.returncode, p.stdout)
+    with open(os.path.join(d, "usr/lib/systemd/system/tptrace-fr.service")) as f:
+        assert "\nExecStart=/usr/sbin/tptrace fr -a " in f.read(), "the installed binary's path"
     # rendered, without groff warnings, with the help texts in it
     for rel, title, must in (
             ("usr/share/man/man8/tptrace.8", "TPTRACE(8)",
