@@ -56,8 +56,8 @@ static void add_id(cJSON *o, const char *key, uint64_t id, bool known)
 }
 
 /* A comm without a cross-rank identity still needs a stable local name in the dump. */
-static void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,
-			char *buf, size_t size)
+void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,
+		 char *buf, size_t size)
 {
 	if (c->id)
 		snprintf(buf, size, "%016" PRIx64, c->id);
@@ -368,6 +368,23 @@ static int write_atomic(const char *path, const char *text)
 	return err;
 }
 
+/* counted per reason for the metrics; reasons beyond the table's size are not counted */
+static void count_dump(struct flightrec *fr, const char *reason)
+{
+	int i;
+
+	for (i = 0; i < fr->nr_dump_reasons; i++)
+		if (!strcmp(fr->dump_counts[i].reason, reason))
+			break;
+	if (i == fr->nr_dump_reasons) {
+		if (i == (int)(sizeof(fr->dump_counts) / sizeof(fr->dump_counts[0])))
+			return;
+		snprintf(fr->dump_counts[i].reason, sizeof(fr->dump_counts[i].reason), "%s", reason);
+		fr->nr_dump_reasons++;
+	}
+	fr->dump_counts[i].n++;
+}
+
 static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason)
 {
 	char path[PATH_MAX];
@@ -390,6 +407,7 @@ static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason
 		return err;
 	}
 	log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
+	count_dump(fr, reason);
 	return 0;
 }
 
