@@ -92,7 +92,9 @@ def start_prometheus(d, target_port):
     with open(cfg, "w") as f:
         f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                 f"rule_files:\n  - {ALERTS}\n"
-                "scrape_configs:\n  - job_name: tptrace_fr\n    static_configs:\n"
+                "scrape_configs:\n  - job_name: tptrace_fr\n"
+                # the NCCL job's id is the job label: keep it (else exported_job)
+                "    honor_labels: true\n    static_configs:\n"
                 f"      - targets: ['127.0.0.1:{target_port}']\n")
     log = open(os.path.join(d, "prometheus.log"), "w")
     p = subprocess.Popen(["prometheus", f"--config.file={cfg}",
@@ -245,7 +247,7 @@ def test_fr_metrics_file_unwritable_recording_goes_on():
         assert job.tracer.err.wait_for(lambda l: "cannot write metrics file" in l, 10), \
             job.tracer.err.text()
         time.sleep(2.5)     # two more renderings: still one line
-        bad = [l for l in job.tracer.err.lines if "metrics" in l]
+        bad = [l for l in job.tracer.err.lines if "metrics file" in l]
         assert bad == [f"tptrace: cannot write metrics file {mfile}: No such file or directory "
                        "(recording goes on)"], bad
         job.dump_now()      # recording went on
