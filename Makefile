@@ -12,7 +12,7 @@ CFLAGS    ?= -O2 -g -Wall -Wextra -Wno-unused-parameter
 # -idirafter: the API table (user/cuda_api.c) takes CUPTI's callback ids from the toolkit's
 # cupti_*_cbid.h (plain enums), searched last so "cuda.h" stays bpf/cuda.h
 ALL_CFLAGS := $(CFLAGS) -I$(OUTPUT) -Iuser -Ibpf -D_GNU_SOURCE -MMD -MP -idirafter $(CUDA_HOME)/include
-LDLIBS    := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
+LDLIBS    := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread -lmicrohttpd
 VERSION   := 0.1.0
 # what `make test` builds besides `all` (tools/tools.mk and tests/*.mk add to it)
 TEST_BINS :=
@@ -29,6 +29,8 @@ endif
 DEB_PKGS := shellcheck clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libcjson-dev systemtap-sdt-dev \
             libcap2-bin util-linux python3 pkg-config make gcc g++ bpftrace help2man \
             libdw-dev elfutils strace python3-yaml systemd
+# tptrace fr --metrics (libmicrohttpd) and its tests (promtool, the Prometheus server)
+DEB_PKGS  += libmicrohttpd-dev prometheus
 
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(OUTPUT)/%.bpf.o,$(BPF_SRCS))

@@ -59,8 +59,8 @@ static void add_id(cJSON *o, const char *key, uint64_t id, bool known)
 }
 
 /* A comm without a cross-rank identity still needs a stable local name in the dump. */
-static void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,
-			char *buf, size_t size)
+void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,
+		 char *buf, size_t size)
 {
 	if (c->id)
 		snprintf(buf, size, "%016" PRIx64, c->id);
@@ -469,6 +469,23 @@ static int write_atomic(int dirfd, const char *name, const void *data, size_t le
 	return err;
 }
 
+/* counted per reason for the metrics; reasons beyond the table's size are not counted */
+static void count_dump(struct flightrec *fr, const char *reason)
+{
+	int i;
+
+	for (i = 0; i < fr->nr_dump_reasons; i++)
+		if (!strcmp(fr->dump_counts[i].reason, reason))
+			break;
+	if (i == fr->nr_dump_reasons) {
+		if (i == (int)(sizeof(fr->dump_counts) / sizeof(fr->dump_counts[0])))
+			return;
+		snprintf(fr->dump_counts[i].reason, sizeof(fr->dump_counts[i].reason), "%s", reason);
+		fr->nr_dump_reasons++;
+	}
+	fr->dump_counts[i].n++;
+}
+
 /* One of this host's dumps: tptrace-fr.<host>.<...>.json or .json.gz (temp files start with
  * a dot; other hosts' dumps in a shared directory are theirs to keep). */
 static bool our_dump_name(const struct flightrec *fr, const char *name)
@@ -602,6 +619,7 @@ static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const c
 		 name, fr->opts.gzip_dumps ? "" : ".gz");
 	unlinkat(dirfd, other, 0);
 	log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
+	count_dump(fr, reason);
 	return 0;
 }
 

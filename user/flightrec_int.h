@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The flight recorder's state, shared by its two halves: flightrec.c records (calls ->
  * entries, comms, stream progress) and flightrec_dump.c writes it out (docs/fr-schema.md).
- * Not an interface: only those two files include it. */
+ * Not an interface: only those two files and the metrics (fr_metrics.c) include it. */
 #ifndef TPTRACE_FLIGHTREC_INT_H
 #define TPTRACE_FLIGHTREC_INT_H
 
@@ -131,9 +131,19 @@ struct flightrec {
 	int events_dropped_err;		/* < 0: the count is unknown (counter unreadable) */
 	int pending_exits;
 	uint64_t dumps_removed;		/* by --max-dump-mb retention */
+	/* dumps written per reason, for the metrics (fr_metrics.c) */
+	struct fr_dump_count {
+		char reason[32];
+		uint64_t n;
+	} dump_counts[16];
+	int nr_dump_reasons;
 };
 
 uint64_t fr_mono_now(void);
+
+/* flightrec_dump.c: a comm's id as dumps write it (cross-rank id or local:host:pid:handle) */
+void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,
+		 char *buf, size_t size);
 
 /* flightrec_stacks.c */
 struct cJSON;

@@ -17,6 +17,7 @@
 #include "cuda.skel.h"
 #include "elfsym.h"
 #include "flightrec.h"
+#include "fr_metrics.h"
 #include "inject.h"
 #include "log.h"
 #include "procmaps.h"
@@ -38,6 +39,7 @@ static struct fr_env {
 	bool no_query;
 	bool no_stacks;
 	int stack_samples, stack_interval_ms;
+	const char *metrics, *metrics_file;
 } env = {
 	.dump_dir = "/var/lib/tptrace",
 	.ring = 2000,
@@ -53,6 +55,7 @@ static const char doc[] =
 "USAGE: tptrace fr (-p PID [-p PID ...] | -a) [--dump-dir DIR] [--ring N]\n"
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
 "                  [--stack-samples N] [--stack-interval MS] [--no-stacks]\n"
+"                  [--metrics ADDR:PORT] [--metrics-file PATH]\n"
 "\n"
 "Records every NCCL collective and p2p call (and the CUDA event and sync\n"
 "calls that tell when they finish on the GPU) into a ring per process held\n"
@@ -68,6 +71,10 @@ static const char doc[] =
 "tptrace attached still names its culprit. The process is stopped a few ms\n"
 "per sample.\n"
 "\n"
+"--metrics serves Prometheus metrics on http://ADDR:PORT/metrics (only that\n"
+"address; a port in use refuses the start); --metrics-file writes the same\n"
+"text each second for node_exporter's textfile collector.\n"
+"\n"
 "EXAMPLES:\n"
 "  sudo tptrace fr -p 4242 --dump-dir /var/lib/tptrace  # one job process\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace       # all NCCL processes\n"
@@ -76,7 +83,7 @@ static const char doc[] =
 "  tptrace-fr /var/lib/tptrace                          # the verdict\n";
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
-       OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL };
+       OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
@@ -94,6 +101,10 @@ static const struct argp_option opts[] = {
 	{ "stack-interval", OPT_STACK_INTERVAL, "MS", 0,
 	  "Between stack samples (default 200, 1..10000)", 0 },
 	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No stack snapshots (never stop the processes)", 0 },
+	{ "metrics", OPT_METRICS, "ADDR:PORT", 0,
+	  "Serve Prometheus metrics on http://ADDR:PORT/metrics (bound to ADDR only)", 0 },
+	{ "metrics-file", OPT_METRICS_FILE, "PATH", 0,
+	  "Write the metrics to PATH every second (atomically; textfile collector)", 0 },
 	{},
 };
 
@@ -150,6 +161,14 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_STACK_INTERVAL:
 		if (session__parse_int(arg, 1, 10000, &env.stack_interval_ms))
 			argp_error(state, "invalid --stack-interval '%s' (1..10000 ms)", arg);
+		break;
+	case OPT_METRICS:
+		env.metrics = arg;
+		break;
+	case OPT_METRICS_FILE:
+		if (!*arg)
+			argp_error(state, "empty --metrics-file");
+		env.metrics_file = arg;
 		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
@@ -350,9 +369,10 @@ int fr_main(int argc, char **argv)
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
 	struct fr_session s = {};
+	struct fr_metrics *metrics = NULL;
 	struct ring_buffer *rb = NULL;
 	struct flightrec_opts fo = {};
-	uint64_t start, deadline = 0, last_scan = 0;
+	uint64_t start, deadline = 0, last_scan = 0, last_metrics = 0;
 	int fifo_fd = -1, err, ret = 1;
 
 	argp_err_exit_status = 2;
@@ -391,6 +411,14 @@ int fr_main(int argc, char **argv)
 			log_error("cannot open %s: %s\n", env.dump_on, strerror(errno));
 			return 1;
 		}
+	}
+
+	/* before recording starts: a metrics port in use refuses the start, so a service
+	 * manager sees the failure instead of a recorder nobody can scrape */
+	if (env.metrics || env.metrics_file) {
+		metrics = fr_metrics__new(env.metrics, env.metrics_file);
+		if (!metrics)
+			goto cleanup;
 	}
 
 	s.bpf = session__load_bpf(env.ring_mb);
@@ -486,6 +514,10 @@ int fr_main(int argc, char **argv)
 		flightrec__take_exits(s.fr);
 		now = session__clock_ns(CLOCK_MONOTONIC);
 		flightrec__check_stalls(s.fr, now);
+		if (metrics && now - last_metrics >= 1000000000ULL) {
+			last_metrics = now;
+			fr_metrics__update(metrics, s.fr, now);
+		}
 		if (env.all && now - last_scan > 1000000000ULL) {
 			last_scan = now;
 			scan_all(&s);
@@ -500,7 +532,10 @@ int fr_main(int argc, char **argv)
 	flightrec__take_exits(s.fr);
 	/* a final dump that could not be written is a failed run (each said why) */
 	ret = flightrec__dump_all(s.fr, "final") < 0 ? 1 : 0;
+	if (metrics)	/* the file keeps the final state (final dumps counted) */
+		fr_metrics__update(metrics, s.fr, session__clock_ns(CLOCK_MONOTONIC));
 cleanup:
+	fr_metrics__free(metrics);
 	ring_buffer__free(rb);
 	for (int i = 0; i < s.nr_targets; i++)
 		target__free(s.targets[i]);

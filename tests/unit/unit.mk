@@ -143,3 +143,11 @@ $(UNIT_DIR)/test_gpu_join: tests/unit/test_gpu_join.c tests/unit/check.h $(GPU_J
 		$(filter %.c,$^) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_gpu_join
+
+# the flight recorder's Prometheus text (fr_metrics.c) from synthetic records
+$(UNIT_DIR)/test_fr_metrics: tests/unit/test_fr_metrics.c tests/unit/check.h \
+			     $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -lmicrohttpd -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_fr_metrics

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: MIT
+/* Tier 1: the flight recorder's metrics text (fr_metrics.c) rendered from a recorder fed with
+ * synthetic ring records: the values per (comm, rank), threads in a call, drops unknown ->
+ * absent sample + *_unknown 1, dumps by reason, stall state, label escaping, the job label
+ * from the environment and nothing else from it, and ADDR:PORT parsing. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "api_id.h"
+#include "check.h"
+#include "cuda.h"
+#include "flightrec.h"
+#include "fr_metrics.h"
+#include "nccl_api.h"
+#include "target.h"
+
+static int pid;
+static uint64_t ts = 1000000;
+
+static void call(struct flightrec *fr, const char *sym, uint64_t a0, uint64_t a1, uint64_t a2,
+		 uint64_t a3, uint64_t a4, uint64_t a5, uint64_t s1, const void *deref, size_t dlen)
+{
+	struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid, .ts = ts += 1000 };
+
+	c.api = api_id(sym);
+	c.args[0] = a0; c.args[1] = a1; c.args[2] = a2; c.args[3] = a3; c.args[4] = a4; c.args[5] = a5;
+	c.stack[0] = 0x401000;
+	c.stack[1] = s1;
+	if (deref)
+		memcpy(c.deref, deref, dlen);
+	flightrec__ring_cb(fr, &c, sizeof(c));
+}
+
+static void ret(struct flightrec *fr, const char *sym, int64_t rc, bool has_out, uint64_t out)
+{
+	struct tp_rec_ret r = { .type = TP_REC_RET, .pid = pid, .tid = pid, .ts = ts += 1000 };
+
+	r.api = api_id(sym);
+	r.rc = (uint64_t)rc;
+	r.flags = has_out;
+	r.out_val = out;
+	flightrec__ring_cb(fr, &r, sizeof(r));
+}
+
+/* the value of the one sample whose line starts with prefix; -1 when absent */
+static double sample(const char *text, const char *prefix)
+{
+	const char *p = text;
+	size_t n = strlen(prefix);
+
+	while (p && *p) {
+		if (!strncmp(p, prefix, n))
+			return strtod(strchr(p + n, ' ') + 1, NULL);
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	char dir[] = "/tmp/tptrace-frmtest.XXXXXX", host[256] = "", pfx[512], lbl[384];
+	struct flightrec_opts fo = { .ring_size = 16, .stall_timeout_ns = 5000000000ULL };
+	const uint64_t comm = 0xc0ffee00, stream = 0x5100;
+	struct sockaddr_storage sa;
+	struct flightrec *fr;
+	struct target *t;
+	uint8_t id[128];
+	unsigned salen;
+	char *text;
+
+	/* the job id and a secret in our own initial environment (what /proc/self/environ shows) */
+	if (!getenv("TORCHELASTIC_RUN_ID")) {
+		setenv("TORCHELASTIC_RUN_ID", "run\"1\\x", 1);
+		setenv("SLURM_JOB_ID", "999", 1);
+		setenv("MY_SECRET_TOKEN", "hunter2", 1);
+		setenv("RANK", "5", 1);
+		execv("/proc/self/exe", argv);
+		CHECK(0, "re-exec: %s", strerror(errno));
+		return check_done();
+	}
+	pid = getpid();
+	gethostname(host, sizeof(host) - 1);
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	fo.dump_dir = dir;
+	fo.no_stacks = true;
+	fr = flightrec__new(&fo);
+	t = target__new(pid);
+	CHECK(fr && t, "new");
+	CHECK(flightrec__add_process(fr, t) == 0, "add");
+
+	for (int i = 0; i < 128; i++)
+		id[i] = (uint8_t)i;
+	call(fr, "ncclCommInitRank", 0x7ffd0000, 4, 2, 0, 0, 0, 0, id, sizeof(id));
+	ret(fr, "ncclCommInitRank", 0, true, comm);
+	call(fr, "ncclAllReduce", 0x1000, 0x2000, 1024, 7, 0, comm, stream, NULL, 0);
+	ret(fr, "ncclAllReduce", 0, false, 0);
+	call(fr, "ncclAllGather", 0x3000, 0x4000, 16, 2, comm, stream, 0, NULL, 0);
+	ret(fr, "ncclAllGather", 0, false, 0);
+	/* the application waits for both: inside cudaStreamSynchronize, which has not returned */
+	call(fr, "cudaStreamSynchronize", stream, 0, 0, 0, 0, 0, 0, NULL, 0);
+
+	flightrec__set_drops(fr, -EPERM, 0);
+	CHECK(flightrec__dump_all(fr, "signal") == 1, "one dump");
+	text = fr_metrics__render(fr, ts + 6000000000ULL);
+	CHECK(text != NULL, "render");
+	if (!text)
+		return check_done();
+
+	/* labels: the comm's rank (2), not the environment's RANK (5) where the comm is known */
+	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"2\",comm=\"%016llx\",job=\"run\\\"1\\\\x\"}",
+		 host, pid, (unsigned long long)nccl_hash(id, 128, 0));
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_coll_seq_enqueued{%s", lbl);
+	CHECK(sample(text, pfx) == 2, "enqueued 2: %s", text);
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_coll_seq_completed{%s", lbl);
+	CHECK(sample(text, pfx) == 0, "none completed");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_pending_collectives{%s", lbl);
+	CHECK(sample(text, pfx) == 2, "2 pending");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_oldest_pending_age_seconds{%s", lbl);
+	CHECK(sample(text, pfx) >= 6.0 && sample(text, pfx) < 6.1, "age %g", sample(text, pfx));
+	/* per process: the environment's RANK */
+	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"5\",job=\"run\\\"1\\\\x\"", host, pid);
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_threads_in_call{%s}", lbl);
+	CHECK(sample(text, pfx) == 1, "one thread in a call");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_thread_in_call_seconds{%s,tid=\"%d\",api=\"cudaStreamSynchronize\"}",
+		 lbl, pid);
+	CHECK(sample(text, pfx) > 5.9 && sample(text, pfx) < 6.1, "in call %g", sample(text, pfx));
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_stalled{%s}", lbl);
+	CHECK(sample(text, pfx) == 1, "stalled after 6 s > 5 s");
+	/* drops unknown: no sample, and the *_unknown gauge says so */
+	CHECK(!strstr(text, "tptrace_fr_events_dropped_total{"), "no drop sample when unknown");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_events_dropped_unknown{host=\"%s\"}", host);
+	CHECK(sample(text, pfx) == 1, "drops unknown");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_dumps_total{host=\"%s\",reason=\"signal\"}", host);
+	CHECK(sample(text, pfx) == 1, "one signal dump");
+	CHECK(!strstr(text, "hunter2") && !strstr(text, "999") && !strstr(text, "test_fr_metrics"),
+	      "no environment value but the job id, no command line");
+	free(text);
+
+	/* progress (the sync returned, completing both) and a readable drop counter */
+	ret(fr, "cudaStreamSynchronize", 0, false, 0);
+	flightrec__set_drops(fr, 0, 7);
+	text = fr_metrics__render(fr, ts + 1000);
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_stalled{%s}", lbl);
+	CHECK(sample(text, pfx) == 0, "not stalled after progress");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_threads_in_call{%s}", lbl);
+	CHECK(sample(text, pfx) == 0, "no thread in a call");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_events_dropped_total{host=\"%s\"}", host);
+	CHECK(sample(text, pfx) == 7, "7 dropped");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_events_dropped_unknown{host=\"%s\"}", host);
+	CHECK(sample(text, pfx) == 0, "drops known");
+	CHECK(!strstr(text, "tptrace_fr_oldest_pending_age_seconds{"), "nothing pending: no age");
+	free(text);
+
+	/* ADDR:PORT: numeric, port 1..65535, an address always given */
+	CHECK(fr_metrics__parse_listen("127.0.0.1:9464", &sa, &salen) == 0 && sa.ss_family == AF_INET &&
+	      ntohs(((struct sockaddr_in *)&sa)->sin_port) == 9464, "ipv4");
+	CHECK(fr_metrics__parse_listen("[::1]:9464", &sa, &salen) == 0 && sa.ss_family == AF_INET6,
+	      "ipv6");
+	CHECK(fr_metrics__parse_listen(":9464", &sa, &salen) == -EINVAL, "no address");
+	CHECK(fr_metrics__parse_listen("9464", &sa, &salen) == -EINVAL, "port only");
+	CHECK(fr_metrics__parse_listen("localhost:9464", &sa, &salen) == -EINVAL, "a name");
+	CHECK(fr_metrics__parse_listen("127.0.0.1:65536", &sa, &salen) == -EINVAL, "port range");
+	CHECK(fr_metrics__parse_listen("::1:9464", &sa, &salen) == -EINVAL, "ipv6 without []");
+
+	flightrec__free(fr);
+	target__free(t);
+	return check_done();
+}
