@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 struct flightrec;
+struct fr_trigger_rec;
 struct target;
 
 struct flightrec_opts {
@@ -25,6 +26,12 @@ struct flightrec_opts {
 	bool no_stacks;
 	int stack_samples;		/* 0: stacks.h's default (3) */
 	int stack_interval_ms;		/* 0: 200 */
+	/* cross-host triggers (fr_trigger.h) */
+	const char *host_id;		/* names this recorder in dumps; NULL: the hostname */
+	/* a process of a known job stalled: write a trigger and dump the job (true), or false
+	 * to fall back to a plain stall dump of that process */
+	bool (*stall_trigger)(void *ctx, const char *job);
+	void *stall_trigger_ctx;
 };
 
 struct flightrec *flightrec__new(const struct flightrec_opts *opts);
@@ -55,6 +62,15 @@ void flightrec__comm_learned(struct flightrec *fr, int pid, uint64_t handle, int
 void flightrec__mark_gone(struct flightrec *fr, int pid);
 /* Events the BPF side dropped; err < 0 when the counter could not be read (written unknown). */
 void flightrec__set_drops(struct flightrec *fr, int err, uint64_t events_dropped);
+
+/* The job a process belongs to (fr_trigger.h: from its environment). */
+void flightrec__set_job(struct flightrec *fr, int pid, const char *job);
+/* Whether any process of job is recorded here. */
+bool flightrec__has_job(const struct flightrec *fr, const char *job);
+/* Dumps every process of job for trigger t (reason "trigger"); their stall dumps count as
+ * done until they progress again. job NULL: the processes of no known job, t NULL: reason
+ * "signal". Returns dumps written or the first negative errno. */
+int flightrec__dump_job(struct flightrec *fr, const char *job, const struct fr_trigger_rec *t);
 
 /* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json */
 int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid);

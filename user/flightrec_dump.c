@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "cuda_api.h"
+#include "fr_trigger.h"
 #include "flightrec_int.h"
 #include "log.h"
 #include "target.h"
@@ -225,7 +226,29 @@ static void calls_json(cJSON *root, const struct calls_stats *st)
 	cJSON_AddNumberToObject(o, "unwound_calls", (double)st->unwound);
 }
 
-static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason)
+/* "job" and "trigger" (docs/fr-schema.md "Triggers"): early in the dump, so a reader of its
+ * head can group dumps by trigger without parsing the entries */
+static void trigger_fields(cJSON *root, const struct fr_proc *p, const struct fr_trigger_rec *t)
+{
+	cJSON *o;
+
+	if (p->job[0])
+		cJSON_AddStringToObject(root, "job", p->job);
+	else
+		cJSON_AddNullToObject(root, "job");
+	if (!t) {
+		cJSON_AddNullToObject(root, "trigger");
+		return;
+	}
+	o = cJSON_AddObjectToObject(root, "trigger");
+	cJSON_AddStringToObject(o, "id", t->id);
+	cJSON_AddStringToObject(o, "origin_host", t->origin_host);
+	cJSON_AddStringToObject(o, "reason", t->reason);
+	cJSON_AddNumberToObject(o, "time_ns", (double)t->time_ns);
+}
+
+static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason,
+			const struct fr_trigger_rec *trig)
 {
 	struct target *t = p->t;
 	cJSON *root = cJSON_CreateObject(), *arr, *proc;
@@ -251,6 +274,7 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	else
 		cJSON_AddNullToObject(root, "nccl_library");
 	cJSON_AddStringToObject(root, "dump_reason", reason);
+	trigger_fields(root, p, trig);
 	add_ns(root, "dump_time_ns", fr, now);
 	cJSON_AddNumberToObject(root, "dump_mono_ns", (double)now);
 	proc = cJSON_AddObjectToObject(root, "process");
@@ -368,7 +392,8 @@ static int write_atomic(const char *path, const char *text)
 	return err;
 }
 
-static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason)
+static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason,
+		     const struct fr_trigger_rec *trig)
 {
 	char path[PATH_MAX];
 	cJSON *root;
@@ -378,7 +403,7 @@ static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason
 	err = flightrec__dump_path(path, sizeof(path), fr->opts.dump_dir, fr->host, p->pid);
 	if (err)
 		return err;
-	root = dump_json(fr, p, reason);
+	root = dump_json(fr, p, reason, trig);
 	text = root ? cJSON_PrintUnformatted(root) : NULL;
 	cJSON_Delete(root);
 	if (!text)
@@ -389,7 +414,11 @@ static int dump_proc(struct flightrec *fr, struct fr_proc *p, const char *reason
 		log_error("writing flight-recorder dump %s: %s\n", path, strerror(-err));
 		return err;
 	}
-	log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
+	if (trig)
+		log_info("dumped pid %d (%s %s from %s, %s) to %s\n", p->pid, reason, trig->id,
+			 trig->origin_host, trig->reason, path);
+	else
+		log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
 	return 0;
 }
 
@@ -406,7 +435,45 @@ int flightrec__dump_all(struct flightrec *fr, const char *reason)
 
 		if (p->exited && p->exit_dumped)
 			continue;	/* its exit dump is final */
-		err = dump_proc(fr, p, reason);
+		err = dump_proc(fr, p, reason, NULL);
+		if (err && !first_err)
+			first_err = err;
+		else if (!err)
+			n++;
+	}
+	return first_err ? first_err : n;
+}
+
+/* job NULL: the processes whose job is unknown */
+static bool same_job(const struct fr_proc *p, const char *job)
+{
+	return job ? p->job[0] && !strcmp(p->job, job) : !p->job[0];
+}
+
+int flightrec__dump_job(struct flightrec *fr, const char *job, const struct fr_trigger_rec *t)
+{
+	struct fr_proc **procs = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*procs));
+	int n = 0, nr = 0, first_err = 0;
+
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+
+		if (!same_job(p, job) || (p->exited && p->exit_dumped))
+			continue;
+		if (procs)
+			procs[nr++] = p;
+	}
+	/* every process's dump snapshot at once, as dump_all */
+	fr_stacks__take_dumps(fr, procs, nr);
+	free(procs);
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+		int err;
+
+		if (!same_job(p, job) || (p->exited && p->exit_dumped))
+			continue;
+		p->stall_dumped = true;	/* this stall is dumped: no second trigger for it */
+		err = dump_proc(fr, p, t ? "trigger" : "signal", t);
 		if (err && !first_err)
 			first_err = err;
 		else if (!err)
@@ -442,7 +509,13 @@ int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 		if (!has_pending(fr, p))
 			continue;
 		p->stall_dumped = true;	/* once per stall; progress re-arms it */
-		if (!dump_proc(fr, p, "stall"))
+		/* a known job: every recorder of it dumps, through a trigger */
+		if (p->job[0] && fr->opts.stall_trigger &&
+		    fr->opts.stall_trigger(fr->opts.stall_trigger_ctx, p->job)) {
+			n++;
+			continue;
+		}
+		if (!dump_proc(fr, p, "stall", NULL))
 			n++;
 	}
 	return n;
@@ -460,7 +533,7 @@ int flightrec__take_exits(struct flightrec *fr)
 
 		if (!p->exited || p->exit_dumped)
 			continue;
-		if (!dump_proc(fr, p, "exit"))
+		if (!dump_proc(fr, p, "exit", NULL))
 			n++;
 		p->exit_dumped = true;
 	}
