@@ -244,7 +244,12 @@ static void trigger_fields(cJSON *root, const struct fr_proc *p, const struct fr
 	cJSON_AddStringToObject(o, "id", t->id);
 	cJSON_AddStringToObject(o, "origin_host", t->origin_host);
 	cJSON_AddStringToObject(o, "reason", t->reason);
-	cJSON_AddNumberToObject(o, "time_ns", (double)t->time_ns);
+	{
+		char num[24];	/* exact: a double would round the nanoseconds */
+
+		snprintf(num, sizeof(num), "%lld", (long long)t->time_ns);
+		cJSON_AddRawToObject(o, "time_ns", num);
+	}
 }
 
 static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason,

@@ -165,7 +165,12 @@ int fr_trigger__write(const char *dir, const char *job, const char *host, const 
 	cJSON_AddStringToObject(o, "job", t.job);
 	cJSON_AddStringToObject(o, "origin_host", t.origin_host);
 	cJSON_AddStringToObject(o, "reason", t.reason);
-	cJSON_AddNumberToObject(o, "time_ns", (double)t.time_ns);
+	{
+		char num[24];	/* exact: a double would round the nanoseconds */
+
+		snprintf(num, sizeof(num), "%lld", (long long)t.time_ns);
+		cJSON_AddRawToObject(o, "time_ns", num);
+	}
 	text = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	if (!text)
