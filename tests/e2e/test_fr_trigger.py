@@ -18,9 +18,8 @@ JOB_ID = "trig-job-17"
 HOSTS = {"hostA": [0, 1, 2], "hostB": [3, 4, 5], "hostC": [6, 7]}
 
 
-def start_hosts(job, stall_host=None, extra=()):
-    """one recorder per host of HOSTS; only stall_host watches for stalls"""
-    tracers = {}
+def start_hosts(job, tracers, stall_host=None, extra=()):
+    """one recorder per host of HOSTS into tracers; only stall_host watches for stalls"""
     for host, ranks in HOSTS.items():
         args = ["fr", "-v", "--dump-dir", job.dump_dir, "--host-id", host,
                 "--stack-samples", "1", "--stall-timeout", "1" if host == stall_host else "0"]
@@ -30,7 +29,6 @@ def start_hosts(job, stall_host=None, extra=()):
         tracers[host] = t
     for host, t in tracers.items():
         assert t.err.wait_for(lambda l: "flight recorder on" in l, 30), t.err.text()
-    return tracers
 
 
 def trigger_dumps(t, tid):
@@ -47,9 +45,17 @@ def wait_trigger_dumps(tracers, tid, timeout):
     return time.monotonic() - t0
 
 
-def stop_all(tracers):
+def stop_all(tracers, job):
+    """every recorder stopped and every rank killed, even when one of them fails"""
+    errors = []
     for t in tracers.values():
-        t.stop()
+        try:
+            t.stop()
+        except AssertionError as e:
+            errors.append(e)
+    job.kill()
+    if errors:
+        raise errors[0]
 
 
 def dumps(job):
@@ -82,7 +88,7 @@ def test_fr_trigger_stall_all_hosts_dump():
     job = new_job("trig-stall")
     tracers = {}
     try:
-        tracers = start_hosts(job, stall_host="hostA")
+        start_hosts(job, tracers, stall_host="hostA")
         job.go()
         a = tracers["hostA"]
         line = a.err.wait_for(lambda l: " written to " in l and l.startswith("tptrace: trigger "), 30)
@@ -115,8 +121,7 @@ def test_fr_trigger_stall_all_hosts_dump():
         shutil.rmtree(merged, ignore_errors=True)
         shutil.copytree(job.dump_dir, merged)
     finally:
-        stop_all(tracers)
-        job.kill()
+        stop_all(tracers, job)
     rc, out, err = analyze(merged)
     assert rc == 1, (rc, out, err)
     assert out["trigger"] == {"consistent": True, "id": tid, "origin_host": "hostA",
@@ -138,7 +143,7 @@ def test_fr_trigger_command_other_job_malformed():
     tracers = {}
     d = job.dump_dir
     try:
-        tracers = start_hosts(job)
+        start_hosts(job, tracers)
         job.go()
         time.sleep(0.5)
         # another job's trigger: one verbose line per host, no dump
@@ -215,6 +220,14 @@ def test_fr_trigger_command_other_job_malformed():
         rc, out, err = analyze(d)
         assert out["trigger"]["consistent"] is True and out["trigger"]["id"] == t1, out["trigger"]
         assert out["trigger"]["dumps_skipped"] == 4 and out["dumps"] == 4, out["trigger"]
+        # one hostC dump answered t3 again: both are answered by all hosts, the newer wins
+        with open(c_dumps[0]) as f:
+            x = json.load(f)
+        x["trigger"]["id"], x["trigger"]["time_ns"] = t3, time.time_ns()
+        with open(c_dumps[0], "w") as f:
+            json.dump(x, f)
+        rc, out, err = analyze(d)
+        assert out["trigger"]["consistent"] is True and out["trigger"]["id"] == t3, out["trigger"]
+        assert out["trigger"]["dumps_skipped"] == 3 and out["dumps"] == 5, out["trigger"]
     finally:
-        stop_all(tracers)
-        job.kill()
+        stop_all(tracers, job)
