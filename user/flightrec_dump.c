@@ -477,7 +477,8 @@ int flightrec__dump_job(struct flightrec *fr, const char *job, const struct fr_t
 
 		if (!same_job(p, job) || (p->exited && p->exit_dumped))
 			continue;
-		p->stall_dumped = true;	/* this stall is dumped: no second trigger for it */
+		if (t)
+			p->stall_dumped = true;	/* this stall is dumped: no second trigger for it */
 		err = dump_proc(fr, p, t ? "trigger" : "signal", t);
 		if (err && !first_err)
 			first_err = err;
