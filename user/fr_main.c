@@ -566,7 +566,7 @@ int fr_main(int argc, char **argv)
 	fo.stall_trigger = stall_trigger;
 	fo.stall_trigger_ctx = &s;
 	s.fr = flightrec__new(&fo);
-	s.watch = fr_watch__new(env.dump_dir);
+	s.watch = fr_watch__new(env.dump_dir, true);
 	if (!s.cache || !s.fr || !s.watch) {
 		log_error("out of memory\n");
 		goto cleanup;

@@ -412,7 +412,7 @@ static void scan(struct fr_watch *w, bool initial)
 	closedir(d);
 }
 
-struct fr_watch *fr_watch__new(const char *dir)
+struct fr_watch *fr_watch__new(const char *dir, bool use_inotify)
 {
 	struct fr_watch *w = calloc(1, sizeof(*w));
 
@@ -421,7 +421,7 @@ struct fr_watch *fr_watch__new(const char *dir)
 		errno = ENOMEM;
 		return NULL;
 	}
-	w->inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	w->inotify_fd = use_inotify ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
 	if (w->inotify_fd >= 0 &&
 	    inotify_add_watch(w->inotify_fd, dir, IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR) < 0) {
 		log_verbose("no inotify on %s (%s): polling it every second\n", dir, strerror(errno));

@@ -44,7 +44,8 @@ int fr_trigger__parse(const char *buf, size_t len, const char *expect_id,
  * second since NFS and other shared file systems report no remote writes. Triggers already
  * in dir when the watch starts are old news: never acted on. */
 struct fr_watch;
-struct fr_watch *fr_watch__new(const char *dir);
+/* use_inotify false: the scan alone, as on NFS (tests) */
+struct fr_watch *fr_watch__new(const char *dir, bool use_inotify);
 void fr_watch__free(struct fr_watch *w);
 /* A trigger this recorder wrote itself (already acted on). */
 void fr_watch__mark_seen(struct fr_watch *w, const char *id);

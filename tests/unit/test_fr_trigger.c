@@ -128,7 +128,7 @@ static void test_watch(void)
 		return;
 	}
 	CHECK(fr_trigger__write(dir, "job-1", "hostA", "command", &old) == 0, "write old");
-	w = fr_watch__new(dir);
+	w = fr_watch__new(dir, true);
 	CHECK(w != NULL, "watch");
 	if (!w)
 		return;
@@ -147,12 +147,19 @@ static void test_watch(void)
 	}
 	CHECK(n == 2, "two new triggers, got %d", n);
 	CHECK(fr_watch__next(w, now + 5000000000ULL, &got) == 0, "nothing twice (rescan)");
-	/* no inotify event, only the periodic scan (NFS): still found */
-	fr_watch__mark_seen(w, "ffffffffffffffffffffffffffffffff");
 	fr_watch__free(w);
-	w = fr_watch__new(dir);
+	/* no inotify (NFS): the scan every second finds it, not before */
+	w = fr_watch__new(dir, false);
+	CHECK(w != NULL, "polling watch");
+	if (!w)
+		return;
 	CHECK(fr_trigger__write(dir, "job-1", "hostA", "command", &t1) == 0, "write t3");
-	CHECK(fr_watch__next(w, 0, &got) == 1 && !strcmp(got.id, t1.id), "t3 found");
+	CHECK(fr_watch__next(w, now, &got) == 1 && !strcmp(got.id, t1.id), "t3 found by the scan");
+	CHECK(fr_trigger__write(dir, "job-1", "hostA", "command", &t2) == 0, "write t4");
+	CHECK(fr_watch__next(w, now + 500000000ULL, &got) == 0, "no scan within the second");
+	CHECK(fr_watch__next(w, now + 1000000000ULL, &got) == 1 && !strcmp(got.id, t2.id),
+	      "t4 found a second later");
+	CHECK(fr_watch__next(w, now + 3000000000ULL, &got) == 0, "once");
 	fr_watch__free(w);
 	{
 		DIR *d = opendir(dir);
