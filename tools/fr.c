@@ -497,6 +497,110 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* ---- cross-host triggers (docs/fr-schema.md "Triggers") ----
+ * Every host's recorder dumps when one of them writes a trigger, and each dump names the
+ * trigger it answered. One moment is analysed: the newest trigger (by its origin's clock,
+ * only to order triggers) that every host with trigger dumps answered; dumps of other
+ * triggers are left out, dumps of no trigger (exit, final) stay. */
+struct head_info {
+	char host[FR_NAME_LEN];
+	char trigger_id[40], origin[FR_NAME_LEN], reason[16];
+	int64_t time_ns;
+};
+
+static void read_head_info(const char *path, struct fr_dump *d, struct head_info *h)
+{
+	char *buf = malloc(64 << 10);
+	size_t off;
+	int n = -1;
+	gzFile gz = gzopen(path, "rb");	/* a .json.gz dump, or a plain one read as is */
+
+	memset(h, 0, sizeof(*h));
+	if (gz && buf)
+		n = gzread(gz, buf, 64 << 10);
+	if (gz)
+		gzclose(gz);
+	if (n > 0) {
+		/* "host" and "trigger" come before the big arrays: the head has them even when
+		 * it ends mid-dump */
+		fr_dump__parse_head(d, buf, (size_t)n, &off);
+		snprintf(h->host, sizeof(h->host), "%s", d->host);
+		snprintf(h->trigger_id, sizeof(h->trigger_id), "%s", d->trigger_id);
+		snprintf(h->origin, sizeof(h->origin), "%s", d->trigger_origin);
+		snprintf(h->reason, sizeof(h->reason), "%s", d->trigger_reason);
+		h->time_ns = d->trigger_time_ns;
+	}
+	free(buf);
+}
+
+static bool host_answered(const struct head_info *hi, int n, const char *host, const char *id)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(hi[i].host, host) && !strcmp(hi[i].trigger_id, id))
+			return true;
+	return false;
+}
+
+static int select_trigger(struct shared *sh, struct fr_trigger_sel *sel)
+{
+	struct head_info *hi = calloc(sh->nr_paths, sizeof(*hi));
+	int best = -1, kept = 0;
+	struct fr_dump d;
+
+	memset(sel, 0, sizeof(*sel));
+	if (!hi)
+		return -ENOMEM;
+	fr_dump__init(&d);
+	for (int i = 0; i < sh->nr_paths; i++)
+		read_head_info(sh->paths[i], &d, &hi[i]);
+	fr_dump__release(&d);
+	for (int i = 0; i < sh->nr_paths; i++) {
+		bool first_id = true, first_host = true, all = true;
+
+		if (!hi[i].trigger_id[0])
+			continue;
+		sel->present = true;
+		for (int k = 0; k < i; k++) {
+			if (!strcmp(hi[k].trigger_id, hi[i].trigger_id))
+				first_id = false;
+			if (hi[k].trigger_id[0] && !strcmp(hi[k].host, hi[i].host))
+				first_host = false;
+		}
+		sel->nr_hosts += first_host;
+		if (!first_id)
+			continue;
+		sel->nr_triggers++;
+		for (int k = 0; k < sh->nr_paths && all; k++)
+			if (hi[k].trigger_id[0] &&
+			    !host_answered(hi, sh->nr_paths, hi[k].host, hi[i].trigger_id))
+				all = false;
+		if (all && (best < 0 || hi[i].time_ns > hi[best].time_ns ||
+			    (hi[i].time_ns == hi[best].time_ns &&
+			     strcmp(hi[i].trigger_id, hi[best].trigger_id) > 0)))
+			best = i;
+	}
+	if (best >= 0) {
+		sel->consistent = true;
+		snprintf(sel->id, sizeof(sel->id), "%s", hi[best].trigger_id);
+		snprintf(sel->origin, sizeof(sel->origin), "%s", hi[best].origin);
+		snprintf(sel->reason, sizeof(sel->reason), "%s", hi[best].reason);
+		for (int i = 0; i < sh->nr_paths; i++) {
+			if (hi[i].trigger_id[0] && strcmp(hi[i].trigger_id, sel->id)) {
+				if (env.verbose)
+					fprintf(stderr, "tptrace-fr: %s answered trigger %s, not %s: "
+						"left out\n", sh->paths[i], hi[i].trigger_id, sel->id);
+				free(sh->paths[i]);
+				sel->nr_skipped++;
+				continue;
+			}
+			sh->paths[kept++] = sh->paths[i];
+		}
+		sh->nr_paths = kept;
+	}
+	free(hi);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
@@ -552,6 +656,14 @@ int main(int argc, char **argv)
 	sh.an = fr_analysis__new(&fo);
 	if (!sh.an)
 		goto nomem;
+	{
+		struct fr_trigger_sel sel;
+
+		/* one moment first (dumps of other triggers leave), then how to read what is left */
+		if (select_trigger(&sh, &sel))
+			goto nomem;
+		fr_analysis__set_trigger(sh.an, &sel);
+	}
 	choose_read(&sh);
 	for (int i = 0; i < env.jobs && i < sh.nr_paths; i++) {
 		if (pthread_create(&tids[i], NULL, worker, &sh))

@@ -29,6 +29,17 @@ struct fr_read {
 	int64_t max_bytes;	/* the full-read limit the size was held against */
 };
 
+/* Which cross-host trigger's dumps were analysed (docs/fr-schema.md "Triggers"); fr.c picks
+ * it before folding. */
+struct fr_trigger_sel {
+	bool present;		/* some dump answered a trigger */
+	bool consistent;	/* id names a trigger every host answered */
+	char id[40], origin[64], reason[16];
+	int nr_triggers;	/* distinct trigger ids in the dumps */
+	int nr_hosts;		/* hosts with trigger dumps */
+	int nr_skipped;		/* dumps of other triggers left out */
+};
+
 struct fr_analysis *fr_analysis__new(const struct fr_opts *opts);
 /* Folds one parsed dump. Not thread-safe: callers serialise. 0 or -ENOMEM. */
 int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const char *path);
@@ -44,6 +55,7 @@ int fr_analysis__finish(struct fr_analysis *a);
 int fr_analysis__nr_verdicts(const struct fr_analysis *a);
 int fr_analysis__print_json(const struct fr_analysis *a, FILE *out);
 int fr_analysis__print_human(const struct fr_analysis *a, FILE *out);
+void fr_analysis__set_trigger(struct fr_analysis *a, const struct fr_trigger_sel *t);
 void fr_analysis__free(struct fr_analysis *a);
 
 #endif

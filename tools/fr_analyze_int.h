@@ -362,6 +362,7 @@ struct fr_analysis {
 	int nr_strs, cap_strs;
 	struct u64map str_index;	/* hash -> offset in strs */
 	int nr_with_stacks;
+	struct fr_trigger_sel trigger;
 
 	struct verdict *verdicts;
 	int nr_verdicts, cap_verdicts;

@@ -1275,6 +1275,35 @@ static bool process_obj(struct jp *j)
 	return !j->failed;
 }
 
+/* "trigger": {"id", "origin_host", "reason", "time_ns"} or null (docs/fr-schema.md) */
+static bool trigger_obj(struct jp *j)
+{
+	struct fr_dump *d = j->d;
+	char key[32];
+	int klen;
+	bool first = true;
+
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("id"))
+			ok = str_field(j, d->trigger_id, sizeof(d->trigger_id));
+		else if (KEY("origin_host"))
+			ok = str_field(j, d->trigger_origin, sizeof(d->trigger_origin));
+		else if (KEY("reason"))
+			ok = str_field(j, d->trigger_reason, sizeof(d->trigger_reason));
+		else if (KEY("time_ns"))
+			ok = num(j, &d->trigger_time_ns);
+		else
+			ok = skip_value(j, 0);
+		if (!ok)
+			return false;
+	}
+	return !j->failed;
+}
+
 void fr_dump__init(struct fr_dump *d)
 {
 	memset(d, 0, sizeof(*d));
@@ -1290,6 +1319,8 @@ static void reset(struct fr_dump *d)
 	d->nr_comms = d->nr_in_calls = d->nr_entries = 0;
 	d->nr_snaps = d->nr_threads = 0;
 	d->stacks_error[0] = 0;
+	d->trigger_id[0] = d->trigger_origin[0] = d->trigger_reason[0] = 0;
+	d->trigger_time_ns = FR_UNK;
 }
 
 /* The top-level members from j->p on (first: the opening '{' is still ahead). With
@@ -1329,6 +1360,8 @@ static bool top_level(struct jp *j, bool first, bool stop_at_entries, bool *at_e
 			ok = num(j, &d->dump_time_ns);
 		else if (KEY("process"))
 			ok = process_obj(j);
+		else if (KEY("trigger"))
+			ok = trigger_obj(j);
 		else if (KEY("ring_size"))
 			ok = num(j, &d->ring_size);
 		else if (KEY("entries_recorded"))

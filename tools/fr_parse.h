@@ -159,6 +159,9 @@ struct fr_dump {
 	struct fr_stack_thread *threads;
 	size_t nr_threads, cap_threads;
 	char stacks_error[96];	/* why the dump holds no snapshot of its own; "" none */
+	/* the cross-host trigger this dump answered ("trigger"); trigger_id "" when none */
+	char trigger_id[40], trigger_origin[FR_NAME_LEN], trigger_reason[16];
+	int64_t trigger_time_ns;
 
 	char err[160];		/* why fr_dump__parse failed */
 };

@@ -144,6 +144,55 @@ static void add_read(cJSON *root, const struct fr_analysis *a)
 	}
 }
 
+void fr_analysis__set_trigger(struct fr_analysis *a, const struct fr_trigger_sel *t)
+{
+	a->trigger = *t;
+}
+
+/* "trigger": which moment was analysed; null when no dump came from a trigger */
+static void trigger_json(cJSON *root, const struct fr_analysis *a)
+{
+	const struct fr_trigger_sel *t = &a->trigger;
+	cJSON *o;
+
+	if (!t->present) {
+		cJSON_AddNullToObject(root, "trigger");
+		return;
+	}
+	o = cJSON_AddObjectToObject(root, "trigger");
+	cJSON_AddBoolToObject(o, "consistent", t->consistent);
+	if (t->consistent) {
+		cJSON_AddStringToObject(o, "id", t->id);
+		cJSON_AddStringToObject(o, "origin_host", t->origin);
+		cJSON_AddStringToObject(o, "reason", t->reason);
+	} else {
+		cJSON_AddNullToObject(o, "id");
+		cJSON_AddNullToObject(o, "origin_host");
+		cJSON_AddNullToObject(o, "reason");
+	}
+	cJSON_AddNumberToObject(o, "triggers", t->nr_triggers);
+	cJSON_AddNumberToObject(o, "hosts", t->nr_hosts);
+	cJSON_AddNumberToObject(o, "dumps_skipped", t->nr_skipped);
+}
+
+static void trigger_human(FILE *out, const struct fr_analysis *a)
+{
+	const struct fr_trigger_sel *t = &a->trigger;
+
+	if (!t->present)
+		return;
+	if (t->consistent)
+		fprintf(out, "trigger %s (%s on %s), answered by all %d host%s", t->id, t->reason,
+			t->origin, t->nr_hosts, t->nr_hosts == 1 ? "" : "s");
+	else
+		fprintf(out, "no consistent moment: none of the %d triggers in the dumps was answered "
+			"by all %d hosts; analysing every dump as found", t->nr_triggers, t->nr_hosts);
+	if (t->nr_skipped)
+		fprintf(out, "; %d dump%s of other triggers left out", t->nr_skipped,
+			t->nr_skipped == 1 ? "" : "s");
+	fprintf(out, "\n");
+}
+
 int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 {
 	cJSON *root = cJSON_CreateObject(), *arr;
@@ -156,6 +205,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	cJSON_AddNumberToObject(root, "comms", a->nr_comms);
 	cJSON_AddNumberToObject(root, "dumps", a->nr_procs + a->nr_corrupt);
 	add_read(root, a);
+	trigger_json(root, a);
 	arr = cJSON_AddArrayToObject(root, "verdicts");
 	for (int i = 0; arr && i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
@@ -234,6 +284,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 
 static int print_human(const struct fr_analysis *a, FILE *out)
 {
+	trigger_human(out, a);
 	if (!a->nr_verdicts) {
 		int64_t common = FR_UNK;
 		bool same = true;

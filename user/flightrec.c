@@ -53,7 +53,9 @@ struct flightrec *flightrec__new(const struct flightrec_opts *opts)
 	fr->opts = *opts;
 	if (!fr->opts.ring_size)
 		fr->opts.ring_size = 2000;
-	if (gethostname(fr->host, sizeof(fr->host) - 1))
+	if (fr->opts.host_id)
+		snprintf(fr->host, sizeof(fr->host), "%s", fr->opts.host_id);
+	else if (gethostname(fr->host, sizeof(fr->host) - 1))
 		strcpy(fr->host, "unknown");
 	clock_gettime(CLOCK_REALTIME, &rt);
 	clock_gettime(CLOCK_MONOTONIC, &mt);
@@ -156,6 +158,21 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	fr->procs[fr->nr_procs++] = p;
 	/* in the background: the recording of this and the other processes goes on */
 	return fr_stacks__attach(fr, p);
+}
+
+void flightrec__set_job(struct flightrec *fr, int pid, const char *job)
+{
+	for (int i = 0; i < fr->nr_procs; i++)
+		if (fr->procs[i]->pid == pid)
+			snprintf(fr->procs[i]->job, sizeof(fr->procs[i]->job), "%s", job ? job : "");
+}
+
+bool flightrec__has_job(const struct flightrec *fr, const char *job)
+{
+	for (int i = 0; i < fr->nr_procs; i++)
+		if (fr->procs[i]->job[0] && !strcmp(fr->procs[i]->job, job))
+			return true;
+	return false;
 }
 
 void flightrec__set_drops(struct flightrec *fr, int err, uint64_t dropped)

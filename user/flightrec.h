@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 struct flightrec;
+struct fr_trigger_rec;
 struct target;
 
 struct flightrec_opts {
@@ -28,6 +29,12 @@ struct flightrec_opts {
 	/* dump retention and format (flightrec_dump.c) */
 	uint64_t max_dump_bytes;	/* 0: no limit; else this host's oldest dumps are removed */
 	bool gzip_dumps;		/* tptrace-fr.<host>.<pid>.json.gz */
+	/* cross-host triggers (fr_trigger.h) */
+	const char *host_id;		/* names this recorder in dumps; NULL: the hostname */
+	/* a process of a known job stalled: write a trigger and dump the job (true), or false
+	 * to fall back to a plain stall dump of that process */
+	bool (*stall_trigger)(void *ctx, const char *job);
+	void *stall_trigger_ctx;
 };
 
 struct flightrec *flightrec__new(const struct flightrec_opts *opts);
@@ -63,6 +70,15 @@ void flightrec__set_drops(struct flightrec *fr, int err, uint64_t events_dropped
  * user tptrace runs as, writable by nobody else, not a symlink. A directory fd, or -errno
  * after one line on stderr (-EPERM: refused). */
 int flightrec__open_dump_dir(const char *dir);
+
+/* The job a process belongs to (fr_trigger.h: from its environment). */
+void flightrec__set_job(struct flightrec *fr, int pid, const char *job);
+/* Whether any process of job is recorded here. */
+bool flightrec__has_job(const struct flightrec *fr, const char *job);
+/* Dumps every process of job for trigger t (reason "trigger"); their stall dumps count as
+ * done until they progress again. job NULL: the processes of no known job, t NULL: reason
+ * "signal". Returns dumps written or the first negative errno. */
+int flightrec__dump_job(struct flightrec *fr, const char *job, const struct fr_trigger_rec *t);
 
 /* Dump file path of a process: <dir>/tptrace-fr.<host>.<pid>.json (".gz" added by gzip_dumps) */
 int flightrec__dump_path(char *buf, size_t size, const char *dir, const char *host, int pid);

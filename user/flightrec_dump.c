@@ -14,6 +14,7 @@
 #include <zlib.h>
 #include <cjson/cJSON.h>
 #include "cuda_api.h"
+#include "fr_trigger.h"
 #include "flightrec_int.h"
 #include "log.h"
 #include "target.h"
@@ -228,7 +229,34 @@ static void calls_json(cJSON *root, const struct calls_stats *st)
 	cJSON_AddNumberToObject(o, "unwound_calls", (double)st->unwound);
 }
 
-static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason)
+/* "job" and "trigger" (docs/fr-schema.md "Triggers"): early in the dump, so a reader of its
+ * head can group dumps by trigger without parsing the entries */
+static void trigger_fields(cJSON *root, const struct fr_proc *p, const struct fr_trigger_rec *t)
+{
+	cJSON *o;
+
+	if (p->job[0])
+		cJSON_AddStringToObject(root, "job", p->job);
+	else
+		cJSON_AddNullToObject(root, "job");
+	if (!t) {
+		cJSON_AddNullToObject(root, "trigger");
+		return;
+	}
+	o = cJSON_AddObjectToObject(root, "trigger");
+	cJSON_AddStringToObject(o, "id", t->id);
+	cJSON_AddStringToObject(o, "origin_host", t->origin_host);
+	cJSON_AddStringToObject(o, "reason", t->reason);
+	{
+		char num[24];	/* exact: a double would round the nanoseconds */
+
+		snprintf(num, sizeof(num), "%lld", (long long)t->time_ns);
+		cJSON_AddRawToObject(o, "time_ns", num);
+	}
+}
+
+static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason,
+			const struct fr_trigger_rec *trig)
 {
 	struct target *t = p->t;
 	cJSON *root = cJSON_CreateObject(), *arr, *proc;
@@ -254,6 +282,7 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	else
 		cJSON_AddNullToObject(root, "nccl_library");
 	cJSON_AddStringToObject(root, "dump_reason", reason);
+	trigger_fields(root, p, trig);
 	add_ns(root, "dump_time_ns", fr, now);
 	cJSON_AddNumberToObject(root, "dump_mono_ns", (double)now);
 	proc = cJSON_AddObjectToObject(root, "process");
@@ -581,7 +610,8 @@ out:
 	closedir(d);
 }
 
-static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const char *reason)
+static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const char *reason,
+		     const struct fr_trigger_rec *trig)
 {
 	char path[PATH_MAX], other[NAME_MAX + 1];
 	unsigned char *gz = NULL;
@@ -599,7 +629,7 @@ static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const c
 	name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (dirfd < 0)
 		return dirfd;	/* the directory was refused: said once per round */
-	root = dump_json(fr, p, reason);
+	root = dump_json(fr, p, reason, trig);
 	text = root ? cJSON_PrintUnformatted(root) : NULL;
 	cJSON_Delete(root);
 	if (!text)
@@ -618,7 +648,11 @@ static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const c
 	snprintf(other, sizeof(other), "%.*s%s", (int)(strlen(name) - (fr->opts.gzip_dumps ? 3 : 0)),
 		 name, fr->opts.gzip_dumps ? "" : ".gz");
 	unlinkat(dirfd, other, 0);
-	log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
+	if (trig)
+		log_info("dumped pid %d (%s %s from %s, %s) to %s\n", p->pid, reason, trig->id,
+			 trig->origin_host, trig->reason, path);
+	else
+		log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
 	count_dump(fr, reason);
 	return 0;
 }
@@ -655,7 +689,48 @@ int flightrec__dump_all(struct flightrec *fr, const char *reason)
 
 		if (p->exited && p->exit_dumped)
 			continue;	/* its exit dump is final */
-		err = dump_proc(fr, dirfd, p, reason);
+		err = dump_proc(fr, dirfd, p, reason, NULL);
+		if (err && !first_err)
+			first_err = err;
+		else if (!err)
+			n++;
+	}
+	round_end(fr, dirfd, n);
+	return first_err ? first_err : n;
+}
+
+/* job NULL: the processes whose job is unknown */
+static bool same_job(const struct fr_proc *p, const char *job)
+{
+	return job ? p->job[0] && !strcmp(p->job, job) : !p->job[0];
+}
+
+int flightrec__dump_job(struct flightrec *fr, const char *job, const struct fr_trigger_rec *t)
+{
+	struct fr_proc **procs = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*procs));
+	int n = 0, nr = 0, first_err = 0, dirfd;
+
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+
+		if (!same_job(p, job) || (p->exited && p->exit_dumped))
+			continue;
+		if (procs)
+			procs[nr++] = p;
+	}
+	/* every process's dump snapshot at once, as dump_all */
+	fr_stacks__take_dumps(fr, procs, nr);
+	free(procs);
+	dirfd = round_begin(fr);
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+		int err;
+
+		if (!same_job(p, job) || (p->exited && p->exit_dumped))
+			continue;
+		if (t)
+			p->stall_dumped = true;	/* this stall is dumped: no second trigger for it */
+		err = dump_proc(fr, dirfd, p, t ? "trigger" : "signal", t);
 		if (err && !first_err)
 			first_err = err;
 		else if (!err)
@@ -680,7 +755,7 @@ static bool has_pending(struct flightrec *fr, struct fr_proc *p)
 
 int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 {
-	int n = 0, dirfd = -1;
+	int n = 0, written = 0, dirfd = -1;
 	bool opened = false;
 
 	if (!fr->opts.stall_timeout_ns)
@@ -693,14 +768,21 @@ int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 		if (!has_pending(fr, p))
 			continue;
 		p->stall_dumped = true;	/* once per stall; progress re-arms it */
+		/* a known job: every recorder of it dumps, through a trigger */
+		if (p->job[0] && fr->opts.stall_trigger &&
+		    fr->opts.stall_trigger(fr->opts.stall_trigger_ctx, p->job)) {
+			n++;
+			continue;
+		}
 		if (!opened) {
 			dirfd = round_begin(fr);
 			opened = true;
 		}
-		if (!dump_proc(fr, dirfd, p, "stall"))
-			n++;
+		if (!dump_proc(fr, dirfd, p, "stall", NULL))
+			written++;
 	}
-	round_end(fr, dirfd, n);
+	round_end(fr, dirfd, written);
+	n += written;
 	return n;
 }
 
@@ -721,7 +803,7 @@ int flightrec__take_exits(struct flightrec *fr)
 			dirfd = round_begin(fr);
 			opened = true;
 		}
-		if (!dump_proc(fr, dirfd, p, "exit"))
+		if (!dump_proc(fr, dirfd, p, "exit", NULL))
 			n++;
 		p->exit_dumped = true;
 	}

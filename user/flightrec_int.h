@@ -112,6 +112,7 @@ struct fr_proc {
 	int exit_code;			/* wait status */
 	char nccl_version[32];
 	char nccl_library[PATH_MAX];
+	char job[129];			/* fr_trigger.h job id; "" unknown */
 	/* hang snapshots (flightrec_stacks.c): the attach one is taken by snap_thread */
 	pthread_t snap_thread;
 	bool snap_running;		/* snap_thread not joined yet */

@@ -18,6 +18,7 @@
 #include "elfsym.h"
 #include "flightrec.h"
 #include "fr_metrics.h"
+#include "fr_trigger.h"
 #include "inject.h"
 #include "log.h"
 #include "procmaps.h"
@@ -40,6 +41,10 @@ static struct fr_env {
 	bool no_stacks;
 	int stack_samples, stack_interval_ms;
 	const char *metrics, *metrics_file;
+	/* cross-host triggers */
+	const char *host_id;
+	const char *trigger_dir;	/* --trigger: write one and exit */
+	const char *job;
 } env = {
 	.dump_dir = "/var/lib/tptrace",
 	.ring = 2000,
@@ -56,6 +61,8 @@ static const char doc[] =
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
 "                  [--stack-samples N] [--stack-interval MS] [--no-stacks]\n"
 "                  [--metrics ADDR:PORT] [--metrics-file PATH]\n"
+"                  [--host-id ID]\n"
+"       tptrace fr --trigger DIR (--job ID | -p PID) [--host-id ID]\n"
 "\n"
 "Records every NCCL collective and p2p call (and the CUDA event and sync\n"
 "calls that tell when they finish on the GPU) into a ring per process held\n"
@@ -74,16 +81,24 @@ static const char doc[] =
 "--metrics serves Prometheus metrics on http://ADDR:PORT/metrics (only that\n"
 "address; a port in use refuses the start); --metrics-file writes the same\n"
 "text each second for node_exporter's textfile collector.\n"
+"Triggers: every process's job id is read from its environment\n"
+"(TORCHELASTIC_RUN_ID, SLURM_JOB_ID, else MASTER_ADDR:MASTER_PORT). A stall\n"
+"or SIGUSR2 writes a trigger record for the job into the dump directory, and\n"
+"every recorder of that job watching it (shared storage: one directory for\n"
+"all hosts) dumps once per trigger; --trigger DIR writes one by hand.\n"
 "\n"
 "EXAMPLES:\n"
 "  sudo tptrace fr -p 4242 --dump-dir /var/lib/tptrace  # one job process\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace       # all NCCL processes\n"
 "  sudo kill -USR2 $(pgrep -f 'tptrace fr')             # dump now\n"
 "  sudo tptrace fr -a --no-stacks                       # never stop a process\n"
+"  sudo tptrace fr -a --dump-dir /shared/fr --host-id n17  # one of many hosts\n"
+"  tptrace fr --trigger /shared/fr --job 81234          # every host of job 81234 dumps\n"
 "  tptrace-fr /var/lib/tptrace                          # the verdict\n";
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
-       OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE };
+       OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE,
+       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
@@ -105,6 +120,9 @@ static const struct argp_option opts[] = {
 	  "Serve Prometheus metrics on http://ADDR:PORT/metrics (bound to ADDR only)", 0 },
 	{ "metrics-file", OPT_METRICS_FILE, "PATH", 0,
 	  "Write the metrics to PATH every second (atomically; textfile collector)", 0 },
+	{ "host-id", OPT_HOST_ID, "ID", 0, "Names this recorder in dumps and triggers (default: the hostname)", 0 },
+	{ "trigger", OPT_TRIGGER, "DIR", 0, "Write a dump trigger for the job into DIR and exit", 0 },
+	{ "job", OPT_JOB, "ID", 0, "--trigger: the job id (default: that of the -p processes)", 0 },
 	{},
 };
 
@@ -170,10 +188,30 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "empty --metrics-file");
 		env.metrics_file = arg;
 		break;
+	case OPT_HOST_ID:
+		if (!fr_host_valid(arg))
+			argp_error(state, "invalid --host-id '%s' (1..64 of A-Z a-z 0-9 . - _ @)", arg);
+		env.host_id = arg;
+		break;
+	case OPT_TRIGGER:
+		env.trigger_dir = arg;
+		break;
+	case OPT_JOB:
+		if (!fr_job_valid(arg))
+			argp_error(state, "invalid --job '%s' (1..128 of A-Z a-z 0-9 . - _ @ :)", arg);
+		env.job = arg;
+		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
 		break;
 	case ARGP_KEY_END:
+		if (env.job && !env.trigger_dir)
+			argp_error(state, "--job goes with --trigger");
+		if (env.trigger_dir) {
+			if (env.all || (!env.job && !env.nr_pids))
+				argp_error(state, "--trigger needs --job ID or -p PID of a rank");
+			break;
+		}
 		if (!env.nr_pids && !env.all)
 			argp_error(state, "no process given: use -p PID or -a");
 		if (env.nr_pids && env.all)
@@ -239,6 +277,8 @@ struct fr_session {
 	struct flightrec *fr;
 	struct target *targets[MAX_TARGETS];
 	int nr_targets;
+	struct fr_watch *watch;		/* trigger files in the dump directory */
+	char host[FR_HOST_MAX + 1];
 };
 
 static void set_drops(struct fr_session *s)
@@ -254,6 +294,136 @@ static void rescan(void *ctx, struct target *t)
 	struct fr_session *s = ctx;
 
 	target__scan(t, s->cache, &s->probes);
+}
+
+/* ---- cross-host triggers (fr_trigger.h) ---- */
+
+static int host_id(char *buf, size_t size)
+{
+	if (env.host_id) {
+		snprintf(buf, size, "%s", env.host_id);
+		return 0;
+	}
+	if (gethostname(buf, size - 1) || !fr_host_valid(buf)) {
+		log_error("the hostname is not usable as a host id: give --host-id\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void learn_job(struct fr_session *s, int pid)
+{
+	char job[FR_JOB_MAX + 1];
+	int err = fr_job_of_pid(pid, job, sizeof(job));
+
+	if (err) {
+		log_verbose("pid %d: no job id (%s): its stalls dump only itself\n", pid,
+			    err == -ENOENT ? "none of TORCHELASTIC_RUN_ID, SLURM_JOB_ID, "
+			    "MASTER_ADDR:MASTER_PORT" : strerror(-err));
+		return;
+	}
+	flightrec__set_job(s->fr, pid, job);
+	log_verbose("pid %d: job %s\n", pid, job);
+}
+
+/* Writes a trigger for job and dumps this recorder's processes of it; the other recorders
+ * of the job see the file. False when the trigger could not be written (said why). */
+static bool fire_trigger(struct fr_session *s, const char *job, const char *reason)
+{
+	struct fr_trigger_rec t;
+	int err = fr_trigger__write(env.dump_dir, job, s->host, reason, &t);
+
+	if (err) {
+		log_error("cannot write a trigger for job %s to %s: %s\n", job, env.dump_dir,
+			  strerror(-err));
+		return false;
+	}
+	fr_watch__mark_seen(s->watch, t.id);
+	log_info("trigger %s for job %s (%s) written to %s\n", t.id, job, reason, env.dump_dir);
+	flightrec__dump_job(s->fr, job, &t);
+	return true;
+}
+
+static bool stall_trigger(void *ctx, const char *job)
+{
+	return fire_trigger(ctx, job, "stall");
+}
+
+/* SIGUSR2: one trigger per job recorded here; processes of no known job dump alone. */
+static void signal_triggers(struct fr_session *s)
+{
+	char done[16][FR_JOB_MAX + 1];
+	int nr_done = 0;
+
+	for (int i = 0; i < s->nr_targets; i++) {
+		char job[FR_JOB_MAX + 1];
+		bool seen = false;
+
+		if (fr_job_of_pid(s->targets[i]->pid, job, sizeof(job)) ||
+		    !flightrec__has_job(s->fr, job))
+			continue;
+		for (int k = 0; k < nr_done; k++)
+			seen |= !strcmp(done[k], job);
+		if (seen || nr_done == 16)
+			continue;
+		strcpy(done[nr_done++], job);
+		if (!fire_trigger(s, job, "signal"))
+			flightrec__dump_job(s->fr, job, NULL);
+	}
+	flightrec__dump_job(s->fr, NULL, NULL);
+}
+
+/* New trigger files of other recorders (or of --trigger): dump the job's processes once. */
+static void take_triggers(struct fr_session *s, uint64_t now)
+{
+	struct fr_trigger_rec t;
+
+	while (fr_watch__next(s->watch, now, &t) == 1) {
+		if (!flightrec__has_job(s->fr, t.job)) {
+			log_verbose("ignoring trigger %s for job %s from %s: no process of that job here\n",
+				    t.id, t.job, t.origin_host);
+			continue;
+		}
+		log_info("trigger %s for job %s from %s (%s)\n", t.id, t.job, t.origin_host, t.reason);
+		flightrec__dump_job(s->fr, t.job, &t);
+	}
+}
+
+/* tptrace fr --trigger DIR: one trigger record, then exit. */
+static int trigger_command(void)
+{
+	char job[FR_JOB_MAX + 1], host[FR_HOST_MAX + 1];
+	struct fr_trigger_rec t;
+	int err;
+
+	if (host_id(host, sizeof(host)))
+		return 1;
+	if (env.job) {
+		snprintf(job, sizeof(job), "%s", env.job);
+	} else {
+		for (int i = 0; i < env.nr_pids; i++) {
+			char other[FR_JOB_MAX + 1];
+
+			err = fr_job_of_pid(env.pids[i], i ? other : job, sizeof(job));
+			if (err) {
+				log_error("pid %d: no job id in its environment (%s): give --job\n",
+					  env.pids[i], err == -ENOENT ? "none set" : strerror(-err));
+				return 1;
+			}
+			if (i && strcmp(job, other)) {
+				log_error("pids of two jobs (%s, %s): give --job\n", job, other);
+				return 1;
+			}
+		}
+	}
+	err = fr_trigger__write(env.trigger_dir, job, host, "command", &t);
+	if (err) {
+		log_error("cannot write a trigger to %s: %s\n", env.trigger_dir, strerror(-err));
+		return 1;
+	}
+	printf("%s\n", t.id);
+	log_info("trigger %s for job %s written to %s\n", t.id, job, env.trigger_dir);
+	return 0;
 }
 
 /* Starts recording pid. Returns 1 when it uses NCCL and is now recorded, 0 when it has no
@@ -286,6 +456,7 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	}
 	session__watch_exit(s->bpf, pid);
 	s->targets[s->nr_targets++] = t;
+	learn_job(s, pid);
 	if (t->rank >= 0)
 		log_info("recording pid %d (%s, rank %d): %d probes\n", pid, t->comm, t->rank,
 			 t->nr_probes);
@@ -380,6 +551,10 @@ int fr_main(int argc, char **argv)
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();
+	if (env.trigger_dir)
+		return trigger_command();
+	if (host_id(s.host, sizeof(s.host)))
+		return 1;
 
 	for (int i = 0; i < env.nr_pids; i++) {
 		struct target *t = session__open_target(env.pids[i]);
@@ -437,8 +612,12 @@ int fr_main(int argc, char **argv)
 	fo.stack_interval_ms = env.stack_interval_ms;
 	fo.max_dump_bytes = (uint64_t)dump_env.max_dump_mb << 20;
 	fo.gzip_dumps = dump_env.gzip;
+	fo.host_id = s.host;
+	fo.stall_trigger = stall_trigger;
+	fo.stall_trigger_ctx = &s;
 	s.fr = flightrec__new(&fo);
-	if (!s.cache || !s.fr) {
+	s.watch = fr_watch__new(env.dump_dir, true);
+	if (!s.cache || !s.fr || !s.watch) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
@@ -486,7 +665,7 @@ int fr_main(int argc, char **argv)
 			query_comms(&s);
 		if (dump_request) {
 			dump_request = 0;
-			flightrec__dump_all(s.fr, "signal");
+			signal_triggers(&s);
 		}
 		if (fifo_fd >= 0) {
 			char buf[256];
@@ -513,6 +692,8 @@ int fr_main(int argc, char **argv)
 		}
 		flightrec__take_exits(s.fr);
 		now = session__clock_ns(CLOCK_MONOTONIC);
+		/* before the stall check: a trigger already there covers our stall too */
+		take_triggers(&s, now);
 		flightrec__check_stalls(s.fr, now);
 		if (metrics && now - last_metrics >= 1000000000ULL) {
 			last_metrics = now;
@@ -540,6 +721,7 @@ cleanup:
 	for (int i = 0; i < s.nr_targets; i++)
 		target__free(s.targets[i]);
 	flightrec__free(s.fr);
+	fr_watch__free(s.watch);
 	session__free_bpf(s.bpf);
 	elfsym_cache__free(s.cache);
 	if (fifo_fd >= 0)

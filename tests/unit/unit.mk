@@ -10,7 +10,7 @@ UNIT_CFLAGS := $(ALL_CFLAGS) -Itests/unit \
 UNIT_LIBS   := -lelf -lstdc++
 NVCC        ?= $(CUDA_HOME)/bin/nvcc
 
-UNIT_TESTS := test_procmaps test_elfsym test_demangle
+UNIT_TESTS := test_procmaps test_elfsym test_demangle test_fr_trigger
 UNIT_BINS  := $(addprefix $(UNIT_DIR)/,$(UNIT_TESTS))
 # the fixture test_elfsym reads; the nvcc one only where CUDA is installed (the test skips it
 # otherwise and says so)
@@ -72,6 +72,12 @@ $(UNIT_DIR)/test_flightrec: tests/unit/test_flightrec.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_flightrec
+
+# cross-host trigger records and the watch (user/fr_trigger.c)
+$(UNIT_DIR)/test_fr_trigger: tests/unit/test_fr_trigger.c tests/unit/check.h \
+			     $(OUTPUT)/user/fr_trigger.o $(OUTPUT)/user/procmaps.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 
 # memsnap (GPU memory state, memory_viz snapshot, pickle) on synthetic events
 $(UNIT_DIR)/test_memsnap: tests/unit/test_memsnap.c tests/unit/check.h \
