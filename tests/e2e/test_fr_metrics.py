@@ -191,14 +191,15 @@ def test_fr_metrics_prometheus_names_stalled_rank():
                                      if a["metric"].get("job") == job_id], 30, "stall alert")
         assert {int(a["metric"]["rank"]) for a in alerts} == {0, 2, 3}, alerts
 
-        # dumps by reason: SIGUSR2 -> 4 "signal" dumps counted
+        # dumps by reason: SIGUSR2 on a job with a job id writes a trigger for the job, and
+        # the recorder answers it: 4 "trigger" dumps counted
         tr.p.send_signal(signal.SIGUSR2)
         assert tr.err.wait_for(
-            lambda l: sum(1 for x in tr.err.lines if "(signal)" in x) >= NRANKS, 20)
+            lambda l: sum(1 for x in tr.err.lines if "(trigger " in x) >= NRANKS, 20)
         host = socket.gethostname()
         wait_until(lambda: samples(scrape(mport)[1]).get(
-            ("tptrace_fr_dumps_total", '{host="%s",reason="signal"}' % host), 0) >= NRANKS, 10,
-            "signal dumps counted")
+            ("tptrace_fr_dumps_total", '{host="%s",reason="trigger"}' % host), 0) >= NRANKS, 10,
+            "trigger dumps counted")
     finally:
         if prom:
             prom.terminate()
@@ -208,7 +209,7 @@ def test_fr_metrics_prometheus_names_stalled_rank():
     # the final rendering stays in the file: the final dumps are counted there
     with open(mfile) as f:
         s = samples(f.read())
-    assert s[("tptrace_fr_dumps_total", '{host="%s",reason="signal"}' % host)] >= NRANKS
+    assert s[("tptrace_fr_dumps_total", '{host="%s",reason="trigger"}' % host)] >= NRANKS
 
 
 def test_fr_metrics_port_in_use_refuses_start():
