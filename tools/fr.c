@@ -75,10 +75,10 @@ static const char doc[] =
 "among them). --tail N reads the newest N whatever the size.\n"
 "\n"
 "EXAMPLES:\n"
-"  tptrace-fr /var/tmp/tptrace               # human verdict\n"
-"  tptrace-fr --json /var/tmp/tptrace        # machine-readable verdicts\n"
-"  tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/tmp/tptrace\n"
-"  tptrace-fr --tail all /var/tmp/tptrace    # every entry, however large\n";
+"  tptrace-fr /var/lib/tptrace               # human verdict\n"
+"  tptrace-fr --json /var/lib/tptrace        # machine-readable verdicts\n"
+"  tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/lib/tptrace\n"
+"  tptrace-fr --tail all /var/lib/tptrace    # every entry, however large\n";
 
 enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL, OPT_FULL_MAX };
 

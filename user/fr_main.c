@@ -416,6 +416,11 @@ static int trigger_command(void)
 			}
 		}
 	}
+	/* the same rules as for a dump directory: nobody else may steer where it goes */
+	err = flightrec__open_dump_dir(env.trigger_dir);
+	if (err < 0)
+		return 1;	/* said in one line */
+	close(err);
 	err = fr_trigger__write(env.trigger_dir, job, host, "command", &t);
 	if (err) {
 		log_error("cannot write a trigger to %s: %s\n", env.trigger_dir, strerror(-err));

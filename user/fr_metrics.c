@@ -17,6 +17,7 @@
 #include "cuda_api.h"
 #include "flightrec_int.h"
 #include "fr_metrics.h"
+#include "fr_trigger.h"
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"
@@ -67,51 +68,13 @@ static void family(FILE *f, const char *name, const char *type, const char *help
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* The job id from an environ blob: TORCHELASTIC_RUN_ID, else SLURM_JOB_ID, else
- * MASTER_ADDR:MASTER_PORT. Only these values are ever taken from the environment. */
-static void job_from_environ(const char *env, size_t len, char *job, size_t size)
-{
-	const char *p = env, *end = env + len, *te = NULL, *slurm = NULL, *addr = NULL, *port = NULL;
-
-	while (p < end && *p) {
-		size_t l = strnlen(p, end - p);
-
-		if (!strncmp(p, "TORCHELASTIC_RUN_ID=", 20))
-			te = p + 20;
-		else if (!strncmp(p, "SLURM_JOB_ID=", 13))
-			slurm = p + 13;
-		else if (!strncmp(p, "MASTER_ADDR=", 12))
-			addr = p + 12;
-		else if (!strncmp(p, "MASTER_PORT=", 12))
-			port = p + 12;
-		p += l + 1;
-	}
-	job[0] = '\0';
-	if (te && *te)
-		snprintf(job, size, "%s", te);
-	else if (slurm && *slurm)
-		snprintf(job, size, "%s", slurm);
-	else if (addr && *addr && port && *port)
-		snprintf(job, size, "%s:%s", addr, port);
-}
-
+/* The job id (fr_trigger.h: TORCHELASTIC_RUN_ID, else SLURM_JOB_ID, else
+ * MASTER_ADDR:MASTER_PORT, validated; nothing else is taken from the environment); "" when
+ * none is set or it cannot be read. */
 static void read_job(int pid, char *job, size_t size)
 {
-	char path[64];
-	char *buf = malloc(1 << 20);
-	ssize_t n, len = 0;
-	int fd;
-
-	job[0] = '\0';
-	procmaps__path(path, sizeof(path), pid, "environ");
-	fd = buf ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-	if (fd >= 0) {
-		while (len < (1 << 20) - 1 && (n = read(fd, buf + len, (1 << 20) - 1 - len)) > 0)
-			len += n;
-		close(fd);
-		job_from_environ(buf, len, job, size);
-	}
-	free(buf);
+	if (fr_job_of_pid(pid, job, size))
+		job[0] = '\0';
 }
 
 /* cached per pid: the environment a process started with does not change */

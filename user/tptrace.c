@@ -68,7 +68,7 @@ static const char doc[] =
 "  sudo tptrace -p 4242 --wait -o run.json      # wait for CUDA to load\n"
 "  sudo tptrace -p 4242 --gpu -o gpu.json.gz    # plus the GPU timeline\n"
 "  sudo tptrace -p 4242 --mem -o mem.json.gz    # plus GPU memory counters\n"
-"  sudo tptrace fr -a --dump-dir /var/tmp/tptrace  # flight recorder\n"
+"  sudo tptrace fr -a --dump-dir /var/lib/tptrace  # flight recorder\n"
 "  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n"
 "  sudo tptrace stacks -a                       # who is stuck where, by rank\n";
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Tier 1: the flight recorder's metrics text (fr_metrics.c) rendered from a recorder fed with
  * synthetic ring records: the values per (comm, rank), threads in a call, drops unknown ->
- * absent sample + *_unknown 1, dumps by reason, stall state, label escaping, the job label
+ * absent sample + *_unknown 1, dumps by reason, stall state, the job label (validated as for triggers)
  * from the environment and nothing else from it, and ADDR:PORT parsing. */
 #include <errno.h>
 #include <netinet/in.h>
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 
 	/* the job id and a secret in our own initial environment (what /proc/self/environ shows) */
 	if (!getenv("TORCHELASTIC_RUN_ID")) {
-		setenv("TORCHELASTIC_RUN_ID", "run\"1\\x", 1);
+		setenv("TORCHELASTIC_RUN_ID", "run-1:x@y", 1);
 		setenv("SLURM_JOB_ID", "999", 1);
 		setenv("MY_SECRET_TOKEN", "hunter2", 1);
 		setenv("RANK", "5", 1);
@@ -112,7 +112,7 @@ int main(int argc, char **argv)
 		return check_done();
 
 	/* labels: the comm's rank (2), not the environment's RANK (5) where the comm is known */
-	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"2\",comm=\"%016llx\",job=\"run\\\"1\\\\x\"}",
+	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"2\",comm=\"%016llx\",job=\"run-1:x@y\"}",
 		 host, pid, (unsigned long long)nccl_hash(id, 128, 0));
 	snprintf(pfx, sizeof(pfx), "tptrace_fr_coll_seq_enqueued{%s", lbl);
 	CHECK(sample(text, pfx) == 2, "enqueued 2: %s", text);
@@ -123,7 +123,7 @@ int main(int argc, char **argv)
 	snprintf(pfx, sizeof(pfx), "tptrace_fr_oldest_pending_age_seconds{%s", lbl);
 	CHECK(sample(text, pfx) >= 6.0 && sample(text, pfx) < 6.1, "age %g", sample(text, pfx));
 	/* per process: the environment's RANK */
-	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"5\",job=\"run\\\"1\\\\x\"", host, pid);
+	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"5\",job=\"run-1:x@y\"", host, pid);
 	snprintf(pfx, sizeof(pfx), "tptrace_fr_threads_in_call{%s}", lbl);
 	CHECK(sample(text, pfx) == 1, "one thread in a call");
 	snprintf(pfx, sizeof(pfx), "tptrace_fr_thread_in_call_seconds{%s,tid=\"%d\",api=\"cudaStreamSynchronize\"}",
