@@ -62,6 +62,9 @@ struct cuda_api {
 	/* CUPTI callback id of exactly this symbol in its domain (cupti_runtime_cbid.h,
 	 * cupti_driver_cbid.h): what joins a call to its CUPTI API record. 0: none. */
 	uint32_t cbid;
+	/* the cbid of the function this one enters by a tail jump, which CUPTI may report
+	 * instead (__cudaLaunchKernel -> cudaLaunchKernel); 0: none */
+	uint32_t cbid_alt;
 	/* the call puts GPU work (kernel, copy, memset, graph) on a stream; that work carries
 	 * this call's CUPTI correlation id (unless the call is nested in another API call) */
 	bool gpu_work;

@@ -415,33 +415,16 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		      const struct tp_rec_ret *r, uint64_t end_ns,
 		      const struct gpu_join_result *jr);
 
-/* CUDA 13's __cudaLaunchKernel enters cudaLaunchKernel (a tail jump in the real runtime), so
- * CUPTI may report it with cudaLaunchKernel's cbid: the join accepts that one too. */
-static uint32_t cbid_alt(const struct cuda_api *api)
-{
-	if (api->kind != API_LAUNCH_HANDLE)
-		return 0;
-	for (int i = 0; i < cuda_api_count; i++)
-		if (cuda_apis[i].kind == API_LAUNCH && cuda_apis[i].per_thread == api->per_thread &&
-		    !strcmp(cuda_apis[i].name, "cudaLaunchKernel"))
-			return cuda_apis[i].cbid;
-	return 0;
-}
-
 static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
 		      const struct tp_rec_ret *r, uint64_t end_ns)
 {
-	if (c->api < NCCL_API_BASE && nested_driver_call(d, c)) {
-		d->stats.nested_driver_calls++;
-		return;
-	}
 	if (d->join && c->api < NCCL_API_BASE && gpu_join__wants(c->api)) {
 		struct gpu_payload p = { .call = *c, .has_ret = r != NULL, .end_ns = end_ns,
 					 .own_corr = correlation };
 		const struct cuda_api *api = &cuda_apis[c->api];
 		struct gpu_join_call jc = { .pid = c->pid, .tid = c->tid, .api = c->api,
 					    .domain = api->domain, .cbid = api->cbid,
-					    .cbid_alt = cbid_alt(api),
+					    .cbid_alt = api->cbid_alt,
 					    .gpu_work = api->gpu_work, .ts = c->ts,
 					    .ret_ts = r ? r->ts : 0 };
 
@@ -771,6 +754,13 @@ static void dec_call(void *ctx, const struct call *c)
 	const struct tp_rec_call *rec = &c->frame->rec;
 	uint64_t correlation = c->frame->user[0];
 
+	if (rec->api < NCCL_API_BASE && nested_driver_call(d, rec)) {
+		d->stats.nested_driver_calls++;
+		/* its runtime call is the one still open, not this one */
+		if (c->end == CALL_EXITED || c->end == CALL_UNFINISHED)
+			d->nested_open++;
+		return;
+	}
 	switch (c->end) {
 	case CALL_RETURNED:
 		emit_call(d, rec, correlation, c->ret, 0);
@@ -782,11 +772,7 @@ static void dec_call(void *ctx, const struct call *c)
 	case CALL_UNWOUND:
 	case CALL_EXITED:
 	case CALL_UNFINISHED:
-		/* written as a slice up to end_ns, marked "unfinished"; a nested driver call is
-		 * not written: its runtime call is the unfinished one */
-		if (c->end != CALL_UNWOUND && rec->api < NCCL_API_BASE &&
-		    nested_driver_call(d, rec))
-			d->nested_open++;
+		/* written as a slice up to end_ns, marked "unfinished" */
 		emit_call(d, rec, correlation, NULL, c->end_ns);
 		break;
 	}
