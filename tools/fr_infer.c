@@ -84,13 +84,26 @@ static int pend_near_time(const struct pend *p, int64_t t)
 #define ALIGN_NEAR	8	/* candidate offsets: this many collectives either side in time */
 #define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
 #define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
+#define ALIGN_CAUSAL_SLACK 200000LL	/* ns: two recorders' clock conversions on one host */
 
 struct align {
 	bool ok;
 	int64_t d;		/* m's seq x is r's x + d */
 	int prefix;		/* matching collectives from the start of the overlap */
+	int impossible;		/* matches that one host's clock says cannot be one collective */
 	int64_t dt;		/* median creation-time difference over the first matches */
 };
+
+/* A collective completes on no rank before every rank has called it: on one host (one clock),
+ * a match where one side was seen completed before the other side was even called is two
+ * different collectives. */
+static bool causal_conflict(const struct fr_entry *e, const struct fr_entry *f)
+{
+	return (e->created_ns != FR_UNK && f->completed_ns != FR_UNK &&
+		e->created_ns > f->completed_ns + ALIGN_CAUSAL_SLACK) ||
+	       (f->created_ns != FR_UNK && e->completed_ns != FR_UNK &&
+		f->created_ns > e->completed_ns + ALIGN_CAUSAL_SLACK);
+}
 
 static bool align_better(const struct align *x, const struct align *y)
 {
@@ -103,6 +116,8 @@ static bool align_better(const struct align *x, const struct align *y)
 		return false;
 	if (px != py)
 		return px > py;
+	if (x->impossible != y->impossible)
+		return x->impossible < y->impossible;
 	if (i64_abs(x->dt) != i64_abs(y->dt))
 		return i64_abs(x->dt) < i64_abs(y->dt);
 	return x->prefix > y->prefix;
@@ -110,9 +125,11 @@ static bool align_better(const struct align *x, const struct align *y)
 
 /* Aligns m's collective sequence to r's: the seq offset with the longest matching history
  * from where the two overlap (so a rank that skipped a collective later is not "fixed" by a
- * shift that matches its tail), ties to the one whose matches were created closest in time.
+ * shift that matches its tail); ties go to the one with fewer matches that cannot be (one_clock:
+ * m and r were recorded on one host, see causal_conflict), then to the one whose matches were
+ * created closest in time (a skew between hosts, or ranks a step apart, blurs this one).
  * Comms whose seqs count from comm init on both sides can only be at offset 0. */
-static struct align align_to(const struct pend *m, const struct pend *r)
+static struct align align_to(const struct pend *m, const struct pend *r, bool one_clock)
 {
 	struct align best = { 0 };
 	int64_t cands[ALIGN_CANDS], dts[ALIGN_SAT];
@@ -167,6 +184,8 @@ static struct align align_to(const struct pend *m, const struct pend *r)
 			if (!sig_match(e, f))
 				break;
 			al.prefix++;
+			if (one_clock && causal_conflict(e, f))
+				al.impossible++;
 			if (nd < ALIGN_SAT && e->created_ns != FR_UNK && f->created_ns != FR_UNK)
 				dts[nd++] = ns_diff(e->created_ns, f->created_ns);
 			if (al.prefix >= 4 * ALIGN_SAT)
@@ -418,7 +437,10 @@ int unify_local(struct fr_analysis *a)
 				compat = false;
 			if (!compat)
 				continue;
-			al = align_to(p, &a->pends[cl->ref]);
+			al = align_to(p, &a->pends[cl->ref],
+				      a->procs[p->proc].host[0] &&
+				      !strcmp(a->procs[p->proc].host,
+					      a->procs[a->pends[cl->ref].proc].host));
 			if (align_better(&al, &best)) {
 				best = al;
 				bc = c;

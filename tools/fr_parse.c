@@ -722,6 +722,7 @@ static int op_from_profiling_name(const char *s)
 enum entry_key {
 	EK_OTHER, EK_RECORD_ID, EK_COMM_ID, EK_COLL_SEQ, EK_P2P_SEQ, EK_OP, EK_PROF, EK_COUNT,
 	EK_DTYPE, EK_IN_SIZES, EK_OUT_SIZES, EK_REDOP, EK_ROOT, EK_PEER, EK_STATE, EK_CREATED,
+	EK_COMPLETED,
 };
 
 /* An entry's keys in the order the writer (user/flightrec_dump.c) emits them, quoted and with
@@ -745,7 +746,7 @@ static const struct ekey {
 	EKEY("stream", EK_OTHER), EKEY("sendbuff", EK_OTHER), EKEY("recvbuff", EK_OTHER),
 	EKEY("state", EK_STATE), EKEY("time_created_ns", EK_CREATED),
 	EKEY("time_discovered_started_ns", EK_OTHER),
-	EKEY("time_discovered_completed_ns", EK_OTHER), EKEY("duration_ms", EK_OTHER),
+	EKEY("time_discovered_completed_ns", EK_COMPLETED), EKEY("duration_ms", EK_OTHER),
 	EKEY("api_enter_ns", EK_OTHER), EKEY("api_exit_ns", EK_OTHER), EKEY("rc", EK_OTHER),
 	EKEY("thread_id", EK_OTHER), EKEY("thread_name", EK_OTHER),
 };
@@ -855,7 +856,7 @@ static bool entry_obj(struct jp *j, int *last_comm)
 
 	memset(&e, 0, sizeof(e));
 	e.record_id = e.coll_seq = e.p2p_seq = e.count = FR_UNK;
-	e.in_size = e.out_size = e.created_ns = FR_UNK;
+	e.in_size = e.out_size = e.created_ns = e.completed_ns = FR_UNK;
 	e.root = e.peer = -1;
 	while ((kid = entry_next_key(j, &first, &expect)) >= 0) {
 		bool ok = true;
@@ -930,6 +931,9 @@ static bool entry_obj(struct jp *j, int *last_comm)
 			break;
 		case EK_CREATED:
 			ok = num(j, &e.created_ns);
+			break;
+		case EK_COMPLETED:
+			ok = num(j, &e.completed_ns);
 			break;
 		default:
 			ok = skip_scalar(j) || skip_value(j, 0);

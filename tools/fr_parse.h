@@ -55,6 +55,7 @@ struct fr_entry {
 	int64_t in_size;	/* elements: sum over input_sizes of the product of dims */
 	int64_t out_size;
 	int64_t created_ns;	/* time_created_ns */
+	int64_t completed_ns;	/* time_discovered_completed_ns, FR_UNK if absent */
 	int32_t root;		/* -1 when none/unknown */
 	int32_t peer;
 	uint16_t comm;		/* index into fr_dump.comms */

@@ -125,8 +125,12 @@ void fr_stacks__wait_attach(struct fr_proc *p)
 	p->snap_running = false;
 }
 
-bool fr_stacks__busy(const struct fr_proc *p)
+/* Joined here as soon as it ended: the attach snapshot must not hold off what waits for it
+ * (the NCCL query) until the first dump joins it. */
+bool fr_stacks__busy(struct fr_proc *p)
 {
+	if (p->snap_running && !pthread_tryjoin_np(p->snap_thread, NULL))
+		p->snap_running = false;
 	return p->snap_running;
 }
 

