@@ -253,6 +253,24 @@ static const char *seize_error(int pid, int tid, struct strpool *pool)
 	return strpool__addf(pool, "ptrace: %s", strerror(EPERM));
 }
 
+/* Whether tid's tracer is one of our own threads, or one that just ended: a thread of ours
+ * that ended lets go of its tracees only late in its exit (pthread_join returns before),
+ * and TracerPid names that thread, not our pid. */
+static bool traced_by_us(int pid, int tid)
+{
+	int tracer = status_int(pid, tid, "TracerPid:");
+	char path[64];
+
+	if (tracer <= 0 || tracer == getpid())
+		return tracer > 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%d", tracer);
+	if (!access(path, F_OK))
+		return true;
+	/* gone already, whoever it was: its tracees are being let go */
+	snprintf(path, sizeof(path), "/proc/%d", tracer);
+	return access(path, F_OK) && errno == ENOENT;
+}
+
 /* ---- the stop: runs in its own thread, the tracer ---- */
 
 static void seize(struct sample *s, struct tsample *t)
@@ -267,9 +285,9 @@ static void seize(struct sample *s, struct tsample *t)
 			t->unwind_err = strpool__add(s->pool, "thread exited before it stopped");
 			return;
 		}
-		/* the previous sample's tracer thread may still be on its way out of the kernel */
-		if (errno == EPERM && tries < 50 &&
-		    status_int(s->pid, t->tid, "TracerPid:") == getpid()) {
+		/* the previous sample's tracer thread may still be on its way out of the kernel
+		 * (a loaded machine: up to 200 ms) */
+		if (errno == EPERM && tries < 200 && traced_by_us(s->pid, t->tid)) {
 			sleep_ms(1);
 			continue;
 		}
