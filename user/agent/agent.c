@@ -190,6 +190,29 @@ static void push_kernel(struct agent_record *r, const char *name)
 
 /* ---- CUPTI records -> agent records --------------------------------------------------- */
 
+/* The fields every GPU-work record has under the same names, whatever its struct version. */
+#define GPU_WORK_FIELDS(r, x)							\
+	do {									\
+		(r).start_ns = (x)->start;					\
+		(r).end_ns = (x)->end;						\
+		(r).device = (x)->deviceId;					\
+		(r).context = (x)->contextId;					\
+		(r).stream = (x)->streamId;					\
+		(r).correlation = (x)->correlationId;				\
+		(r).graph_id = (x)->graphId;					\
+	} while (0)
+
+/* A copy's, the same for device copies and peer copies (two record kinds). */
+#define MEMCPY_FIELDS(r, m)							\
+	do {									\
+		GPU_WORK_FIELDS(r, m);						\
+		(r).type = AGENT_REC_MEMCPY;					\
+		(r).copy_kind = (m)->copyKind;					\
+		(r).src_kind = (m)->srcKind;					\
+		(r).dst_kind = (m)->dstKind;					\
+		(r).bytes = (m)->bytes;						\
+	} while (0)
+
 static void convert(const CUpti_Activity *a)
 {
 	struct agent_record r;
@@ -201,69 +224,35 @@ static void convert(const CUpti_Activity *a)
 		const CUpti_ActivityKernel10 *k = (const void *)a;
 
 		r.type = AGENT_REC_KERNEL;
-		r.start_ns = k->start;
-		r.end_ns = k->end;
-		r.device = k->deviceId;
-		r.context = k->contextId;
-		r.stream = k->streamId;
-		r.correlation = k->correlationId;
+		GPU_WORK_FIELDS(r, k);
 		r.grid[0] = k->gridX, r.grid[1] = k->gridY, r.grid[2] = k->gridZ;
 		r.block[0] = k->blockX, r.block[1] = k->blockY, r.block[2] = k->blockZ;
 		r.registers = k->registersPerThread;
 		r.static_shmem = k->staticSharedMemory;
 		r.dynamic_shmem = k->dynamicSharedMemory;
-		r.graph_id = k->graphId;
 		push_kernel(&r, k->name);
 		return;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {
 		const CUpti_ActivityMemcpy6 *m = (const void *)a;
 
-		r.type = AGENT_REC_MEMCPY;
-		r.start_ns = m->start;
-		r.end_ns = m->end;
-		r.device = m->deviceId;
-		r.context = m->contextId;
-		r.stream = m->streamId;
-		r.correlation = m->correlationId;
-		r.copy_kind = m->copyKind;
-		r.src_kind = m->srcKind;
-		r.dst_kind = m->dstKind;
-		r.bytes = m->bytes;
-		r.graph_id = m->graphId;
+		MEMCPY_FIELDS(r, m);
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY2: {
 		const CUpti_ActivityMemcpyPtoP4 *m = (const void *)a;
 
-		r.type = AGENT_REC_MEMCPY;
-		r.start_ns = m->start;
-		r.end_ns = m->end;
-		r.device = m->deviceId;
-		r.context = m->contextId;
-		r.stream = m->streamId;
-		r.correlation = m->correlationId;
-		r.copy_kind = m->copyKind;
-		r.src_kind = m->srcKind;
-		r.dst_kind = m->dstKind;
-		r.bytes = m->bytes;
-		r.graph_id = m->graphId;
+		MEMCPY_FIELDS(r, m);
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMSET: {
 		const CUpti_ActivityMemset4 *m = (const void *)a;
 
 		r.type = AGENT_REC_MEMSET;
-		r.start_ns = m->start;
-		r.end_ns = m->end;
-		r.device = m->deviceId;
-		r.context = m->contextId;
-		r.stream = m->streamId;
-		r.correlation = m->correlationId;
+		GPU_WORK_FIELDS(r, m);
 		r.bytes = m->bytes;
 		r.value = m->value;
 		r.dst_kind = m->memoryKind;
-		r.graph_id = m->graphId;
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
