@@ -167,6 +167,44 @@ static uint64_t le(const uint8_t *p, int n)
 	return v;
 }
 
+#define PK_CHUNK_KIDS (1u << 18)
+
+/* kids of at least need slots for cv (old ones copied): from the current chunk, or a new one */
+static int kids_grow(struct pk *k, struct pk_val *cv, uint32_t need)
+{
+	struct pk_doc *d = k->doc;
+	uint32_t ncap = cv->cap ? cv->cap : 4, *p;
+
+	while (ncap < need)
+		ncap = ncap > UINT32_MAX / 2 ? need : ncap * 2;
+	if (ncap > d->bump_left) {
+		size_t sz = ncap > PK_CHUNK_KIDS ? ncap : PK_CHUNK_KIDS;
+
+		if (d->nr_chunks == d->cap_chunks) {
+			size_t nc = d->cap_chunks ? 2 * d->cap_chunks : 16;
+			void **c = realloc(d->chunks, nc * sizeof(*c));
+
+			if (!c)
+				return nomem(k);
+			d->chunks = c;
+			d->cap_chunks = nc;
+		}
+		if (!(p = malloc(sz * sizeof(uint32_t))))
+			return nomem(k);
+		d->chunks[d->nr_chunks++] = p;
+		d->bump = p;
+		d->bump_left = sz;
+	}
+	p = d->bump;
+	d->bump += ncap;
+	d->bump_left -= ncap;
+	if (cv->cap)
+		memcpy(p, cv->kids, (size_t)cv->cap * sizeof(uint32_t));
+	cv->kids = p;
+	cv->cap = ncap;
+	return 0;
+}
+
 /* stores child at kids[pos] of container c; depths follow so a nest of any shape (built
  * inside out, or by memo references) is capped */
 static int add_kid(struct pk *k, uint32_t c, uint32_t child, uint32_t pos)
@@ -176,8 +214,8 @@ static int add_kid(struct pk *k, uint32_t c, uint32_t child, uint32_t pos)
 
 	if (cd + 1 > PK_MAX_DEPTH)
 		return fail(k, "containers nested deeper than %d", PK_MAX_DEPTH);
-	if (grow((void **)&cv->kids, &cv->cap, pos + 1, sizeof(uint32_t)))
-		return nomem(k);
+	if (pos >= cv->cap && kids_grow(k, cv, pos + 1))
+		return k->nomem ? -ENOMEM : -EINVAL;
 	cv->kids[pos] = child;
 	if (cd + 1 > cv->depth)
 		cv->depth = cd + 1;
@@ -202,6 +240,12 @@ static int collect(struct pk *k, uint32_t target, uint32_t from, bool pairs)
 
 	if (pairs && n % 2)
 		return fail(k, "odd number of items for a dict");
+	t = &k->doc->vals[target];
+	/* the whole batch at once: one copy, not one per doubling */
+	if ((uint64_t)(pairs ? 2 * (uint64_t)t->n : t->n) + n < UINT32_MAX / 2 &&
+	    (pairs ? 2 * t->n : t->n) + n > t->cap &&
+	    kids_grow(k, t, (pairs ? 2 * t->n : t->n) + n))
+		return k->nomem ? -ENOMEM : -EINVAL;
 	for (uint32_t i = 0; i < n; i++) {
 		int err;
 
@@ -557,12 +601,11 @@ void pk_doc__free(struct pk_doc *doc)
 {
 	if (!doc)
 		return;
-	for (uint32_t i = 0; i < doc->nr_vals; i++) {
-		uint8_t t = doc->vals[i].type;
-
-		if (t == PK_LIST || t == PK_TUPLE || t == PK_DICT)
-			free(doc->vals[i].kids);
-	}
+	for (size_t i = 0; i < doc->nr_chunks; i++)
+		free(doc->chunks[i]);
+	free(doc->chunks);
+	doc->chunks = NULL;
+	doc->nr_chunks = doc->cap_chunks = doc->bump_left = 0;
 	free(doc->vals);
 	doc->vals = NULL;
 	doc->nr_vals = doc->cap_vals = 0;

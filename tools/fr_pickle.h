@@ -46,6 +46,12 @@ struct pk_doc {
 	struct pk_val *vals;
 	uint32_t nr_vals, cap_vals;
 	uint32_t root;		/* index of the value STOP returned */
+	/* containers' kids come from big chunks (a malloc per dict of a 16k-rank job's entries
+	 * costs more than the parse): freed all at once */
+	void **chunks;
+	size_t nr_chunks, cap_chunks;
+	uint32_t *bump;
+	size_t bump_left;
 	int proto;
 	char err[160];
 };

@@ -264,28 +264,55 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 		char state[16] = "";
 		int64_t pg_id;
 
-		if (en->type != PK_DICT)
-			return fail(d, "an entry is not a dict");
+		if (en->type != PK_DICT) {
+			err = fail(d, "an entry is not a dict");
+			goto out;
+		}
 		memset(&e, 0, sizeof(e));
+		e.record_id = e.coll_seq = e.p2p_seq = e.created_ns = FR_UNK;
 		e.count = e.in_size = e.out_size = e.completed_ns = FR_UNK;
-		e.root = -1;
-		e.record_id = int_of(pk_get(doc, en, "record_id"));
-		e.coll_seq = int_of(pk_get(doc, en, "collective_seq_id"));
-		e.p2p_seq = int_of(pk_get(doc, en, "p2p_seq_id"));
-		e.created_ns = int_of(pk_get(doc, en, "time_created_ns"));
-		e.completed_ns = int_of(pk_get(doc, en, "time_discovered_completed_ns"));
-		e.in_size = torch_sizes(doc, pk_get(doc, en, "input_sizes"));
-		e.out_size = torch_sizes(doc, pk_get(doc, en, "output_sizes"));
-		e.dtype = torch_dtype(pk_get(doc, en, "input_dtypes"), doc);
-		e.op = torch_op(pk_get(doc, en, "profiling_name"), &e.peer);
+		e.root = e.peer = -1;
+		/* one pass over the entry's keys (a lookup per field would compare each of
+		 * ~20 keys a dozen times: this loop is what reading 16k ranks costs) */
+		pg_id = FR_UNK;
+		pgv = NULL;
+		for (uint32_t k = 0; k < en->n; k++) {
+			const struct pk_val *key = pk_at(doc, en->kids[2 * k]);
+			const struct pk_val *val = pk_at(doc, en->kids[2 * k + 1]);
+
+#define KEY_IS(lit) (key->n == sizeof(lit) - 1 && !memcmp(key->s, lit, sizeof(lit) - 1))
+			if (key->type != PK_STR)
+				continue;
+			if (KEY_IS("record_id"))
+				e.record_id = int_of(val);
+			else if (KEY_IS("pg_id"))
+				pg_id = int_of(val);
+			else if (KEY_IS("process_group"))
+				pgv = val;
+			else if (KEY_IS("collective_seq_id"))
+				e.coll_seq = int_of(val);
+			else if (KEY_IS("p2p_seq_id"))
+				e.p2p_seq = int_of(val);
+			else if (KEY_IS("time_created_ns"))
+				e.created_ns = int_of(val);
+			else if (KEY_IS("time_discovered_completed_ns"))
+				e.completed_ns = int_of(val);
+			else if (KEY_IS("input_sizes"))
+				e.in_size = torch_sizes(doc, val);
+			else if (KEY_IS("output_sizes"))
+				e.out_size = torch_sizes(doc, val);
+			else if (KEY_IS("input_dtypes"))
+				e.dtype = torch_dtype(val, doc);
+			else if (KEY_IS("profiling_name"))
+				e.op = torch_op(val, &e.peer);
+			else if (KEY_IS("state") && pk_str_copy(val, state, sizeof(state)))
+				e.state = !strcmp(state, "completed") ? FR_ST_COMPLETED :
+					  !strcmp(state, "started") ? FR_ST_STARTED :
+					  !strcmp(state, "scheduled") ? FR_ST_ENQUEUED : FR_ST_UNKNOWN;
+#undef KEY_IS
+		}
 		e.redop = FR_RED_NONE;	/* PyTorch records none */
-		if (pk_str_copy(pk_get(doc, en, "state"), state, sizeof(state)))
-			e.state = !strcmp(state, "completed") ? FR_ST_COMPLETED :
-				  !strcmp(state, "started") ? FR_ST_STARTED :
-				  !strcmp(state, "scheduled") ? FR_ST_ENQUEUED : FR_ST_UNKNOWN;
 		/* the pg: its name from "process_group" (name, desc), else by pg_id */
-		pg_id = int_of(pk_get(doc, en, "pg_id"));
-		pgv = pk_get(doc, en, "process_group");
 		name = pk_item(doc, pgv, 0);
 		idx = -1;
 		if (pk_str_copy(name, id, sizeof(id)) && id[0]) {
