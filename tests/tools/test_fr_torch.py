@@ -168,6 +168,13 @@ def case_scenarios(tmp):
         d = os.path.join(tmp, f"proto{proto}")
         write(d, job(culprit=2, scenario="size"), proto=proto)
         res.append((f"torch_protocol_{proto}", expect(d, 1, [("size_mismatch", "0", 8, [2], [2])])))
+    # --tail N keeps the newest N entries of a PyTorch dump too, and says how many it left out
+    d = os.path.join(tmp, "tail")
+    write(d, job(culprit=2, scenario="size"))
+    rc, out, err = run_fr(d, "--tail", "3")
+    skipped = out["read"]["entries_skipped"] if out else None
+    res.append(("torch_tail", None if out and rc == 1 and skipped == 4 * 5 and verdicts(out) ==
+                [("size_mismatch", "0", 8, [2], [2])] else f"rc {rc} skipped {skipped}: {err}"))
     # found by content, not by name: a custom prefix (TORCH_FR_DUMP_TEMP_FILE) still reads;
     # a FIFO like PyTorch's <prefix><rank>.pipe is never opened (it would block)
     d = os.path.join(tmp, "prefix")
