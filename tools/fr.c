@@ -726,7 +726,15 @@ static int export_torch(struct shared *sh)
 			fprintf(stderr, "tptrace-fr: cannot write %s: %s\n", path, strerror(-err));
 			ret = 2;
 		} else {
-			printf("%s -> %s (%zu entries)\n", sh->paths[i], path, d.nr_entries);
+			size_t kept = 0;
+
+			for (size_t k = 0; k < d.nr_entries; k++)
+				kept += fr_torch_exportable(&d.entries[k]);
+			printf("%s -> %s (%zu entries", sh->paths[i], path, kept);
+			if (kept < d.nr_entries)
+				printf("; %zu left out: comm inits and ops fr_trace has no name for",
+				       d.nr_entries - kept);
+			printf(")\n");
 			written++;
 		}
 	}

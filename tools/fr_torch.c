@@ -52,6 +52,8 @@ static const struct {
 	{ "_reduce_scatter_base", FR_OP_REDUCE_SCATTER }, { "_broadcast_oop", FR_OP_BROADCAST },
 	{ "_reduce_oop", FR_OP_REDUCE }, { "all_to_allv", FR_OP_ALL_TO_ALL },
 	{ "alltoall_base", FR_OP_ALL_TO_ALL }, { "alltoall", FR_OP_ALL_TO_ALL },
+	{ "all_gather_single", FR_OP_ALL_GATHER }, { "reduce_scatter_single", FR_OP_REDUCE_SCATTER },
+	{ "all_to_all_single", FR_OP_ALL_TO_ALL }, { "all_to_all_v_single", FR_OP_ALL_TO_ALL },
 };
 
 int64_t fr_torch_rank_from_name(const char *name)
@@ -577,6 +579,13 @@ static void ranks_string(const struct xcomm *c, int64_t world, char **out)
 			c->id, c->nranks);
 }
 
+/* fr_trace asserts that every profiling name is one of its collectives or send/recv: a failed
+ * comm init and an op tptrace could not name are left out (their seq ids stay on the rest) */
+bool fr_torch_exportable(const struct fr_entry *e)
+{
+	return e->op != FR_OP_COMM_INIT && e->op != FR_OP_OTHER && e->op != FR_OP_UNKNOWN;
+}
+
 static void entry_out(struct pk_out *o, const struct fr_torch_export *x, const struct fr_dump *d,
 		      const struct fr_entry *e)
 {
@@ -599,7 +608,7 @@ static void entry_out(struct pk_out *o, const struct fr_torch_export *x, const s
 	pk_out_str(o, "process_group");
 	pk_out_str(o, ci->id);
 	pk_out_str(o, ci->nranks != FR_UNK && ci->nranks == d->world_size ? "default_pg" :
-		   "tptrace");
+		   "undefined");
 	pk_out_tuple2(o);
 	pk_out_str(o, "collective_seq_id");
 	out_int_or_none(o, e->coll_seq);
@@ -703,7 +712,7 @@ static void dump_out(struct pk_out *o, const struct fr_torch_export *x, const st
 		pk_out_str(o, "name");
 		pk_out_str(o, ci->id);
 		pk_out_str(o, "desc");
-		pk_out_str(o, ci->nranks == d->world_size ? "default_pg" : "tptrace");
+		pk_out_str(o, ci->nranks == d->world_size ? "default_pg" : "undefined");
 		pk_out_str(o, "ranks");
 		pk_out_str(o, ranks);
 		pk_out_setitems(o);
@@ -736,7 +745,7 @@ static void dump_out(struct pk_out *o, const struct fr_torch_export *x, const st
 	pk_out_list(o);
 	pk_out_mark(o);
 	for (size_t i = 0; i < d->nr_entries; i++)
-		if (d->entries[i].op != FR_OP_COMM_INIT)	/* not a collective */
+		if (fr_torch_exportable(&d->entries[i]))
 			entry_out(o, x, d, &d->entries[i]);
 	pk_out_appends(o);
 	pk_out_setitems(o);

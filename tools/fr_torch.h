@@ -28,6 +28,8 @@ int fr_torch_export__add(struct fr_torch_export *x, const struct fr_dump *d);
 int fr_torch_export__write(struct fr_torch_export *x, const struct fr_dump *d,
 			   const char *outdir, char *path_out, size_t path_cap);
 void fr_torch_export__free(struct fr_torch_export *x);
+/* the entries written: collectives and send/recv PyTorch's fr_trace knows by name */
+bool fr_torch_exportable(const struct fr_entry *e);
 
 #define FR_TORCH_PREFIX "nccl_trace_rank_"
 #define FR_TORCH_VERSION "2.10"	/* the format version written */

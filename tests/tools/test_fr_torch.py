@@ -234,7 +234,7 @@ def check_schema(path, json_path):
         c = comms[name]
         if pg["name"] != name or len(ranks) != c["nranks"] or ranks[c["rank"]] != src["global_rank"]:
             return f"pg_config {name}: {pg} vs comm {c['rank']}/{c['nranks']}"
-    src_entries = [e for e in src["entries"] if e.get("op") != "comm_init"]
+    src_entries = [e for e in src["entries"] if e.get("op") not in ("comm_init", "other", None)]
     if len(d["entries"]) != len(src_entries):
         return f"{len(d['entries'])} entries, the JSON has {len(src_entries)}"
     for e, s in zip(d["entries"], src_entries):
@@ -251,7 +251,11 @@ def check_schema(path, json_path):
         for k, v in want.items():
             if e[k] != v:
                 return f"entry {s['record_id']}: {k} {e[k]!r}, the JSON has {v!r}"
-        if not e["profiling_name"].startswith(f"nccl:{s['op']}"):
+        # fr_trace's Op: "backend:type[ meta]" with type one of its collectives or send/recv
+        backend, name = e["profiling_name"].split(":")
+        if backend != "nccl" or name.split(" ")[0] != s["op"] or (
+                e["is_p2p"] and name != f"{s['op']} {src_comm_rank(src, s)}"
+                f"{'->' if s['op'] == 'send' else '<-'}{s['peer']}"):
             return f"entry {s['record_id']}: profiling_name {e['profiling_name']!r}"
         prod = sum(eval_prod(x) for x in s["input_sizes"])
         if e["input_sizes"] != [[prod]] or e["process_group"][0] != s["comm_id"]:
@@ -259,6 +263,10 @@ def check_schema(path, json_path):
         if e["op_id"] is not None or e["timeout_ms"] is not None:
             return "op_id/timeout_ms: unknown must be None, never a made-up number"
     return None
+
+
+def src_comm_rank(src, e):
+    return next(c["rank"] for c in src["comms"] if c["comm_id"] == e["comm_id"])
 
 
 def eval_prod(dims):
