@@ -774,7 +774,10 @@ int fr_torch_export__write(struct fr_torch_export *x, const struct fr_dump *d,
 		pk_out_free(&o);
 		return -ENOMEM;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	/* a fresh file, never one found there (a link planted in a shared OUT); 0600 like
+	 * tptrace's own dumps */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		err = -errno;
 		goto out;
