@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* tptrace-fr: offline analyzer of tptrace flight-recorder dumps (docs/fr-schema.md).
  *
- * Reads every tptrace-fr.*.json of a directory with a few parser threads; dumps are folded
+ * Reads every tptrace-fr.*.json of a directory, and every PyTorch flight-recorder dump found
+ * there by content (fr_torch.c), with a few parser threads; dumps are folded
  * into the analysis in file-name order (whatever thread parsed them) so the verdicts do not
  * depend on scheduling. Exit 0: no problem found, 1: problems found, 2: usage or input error.
  */
