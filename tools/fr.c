@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* tptrace-fr: offline analyzer of tptrace flight-recorder dumps (docs/fr-schema.md).
  *
- * Reads every tptrace-fr.*.json of a directory with a few parser threads; dumps are folded
+ * Reads every tptrace-fr.*.json of a directory, and every PyTorch flight-recorder dump found
+ * there by content (fr_torch.c), with a few parser threads; dumps are folded
  * into the analysis in file-name order (whatever thread parsed them) so the verdicts do not
  * depend on scheduling. Exit 0: no problem found, 1: problems found, 2: usage or input error.
  */
@@ -19,6 +20,7 @@
 #include <zlib.h>
 #include "fr_analyze.h"
 #include "fr_parse.h"
+#include "fr_torch.h"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
@@ -40,6 +42,7 @@ static struct env {
 	int verbose;
 	long tail;		/* 0: every entry; FR_TAIL_AUTO: by the dumps' total size */
 	int64_t full_max;	/* auto: read every entry up to this many bytes in all */
+	const char *export_torch;	/* --export-torch OUT */
 } env = {
 	.tail = FR_TAIL_AUTO,
 	.full_max = FR_FULL_READ_MAX_BYTES,
@@ -55,8 +58,11 @@ static const char doc[] =
 "flight-recorder dumps.\n"
 "\n"
 "USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail auto|all|N] DIR\n"
+"       tptrace-fr --export-torch OUT DIR\n"
 "\n"
 "Reads every tptrace-fr.<host>.<pid>.json in DIR (all ranks, all hosts),\n"
+"and PyTorch flight-recorder dumps (pickles, found by content; named\n"
+"<prefix><rank>, e.g. nccl_trace_rank_0) alone or mixed with them,\n"
 "aligns the ranks of each communicator by collective/p2p sequence number,\n"
 "and reports, most causal first: failed communicator inits, dead ranks,\n"
 "missing dumps, ranks that never\n"
@@ -78,9 +84,10 @@ static const char doc[] =
 "  tptrace-fr /var/lib/tptrace               # human verdict\n"
 "  tptrace-fr --json /var/lib/tptrace        # machine-readable verdicts\n"
 "  tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/lib/tptrace\n"
-"  tptrace-fr --tail all /var/lib/tptrace    # every entry, however large\n";
+"  tptrace-fr --tail all /var/lib/tptrace    # every entry, however large\n"
+"  tptrace-fr --export-torch /tmp/fr /var/lib/tptrace   # for PyTorch's fr_trace\n";
 
-enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL, OPT_FULL_MAX };
+enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL, OPT_FULL_MAX, OPT_EXPORT_TORCH };
 
 static const struct argp_option opts[] = {
 	{ "json", OPT_JSON, NULL, 0, "Print one JSON object with the verdicts", 0 },
@@ -92,6 +99,9 @@ static const struct argp_option opts[] = {
 	  "entry; N: the newest N entries of each dump", 0 },
 	{ "full-read-max", OPT_FULL_MAX, "SIZE", 0, "--tail auto reads every entry up to this "
 	  "total dump size (bytes, or with K/M/G; default 1G)", 0 },
+	{ "export-torch", OPT_EXPORT_TORCH, "OUT", 0, "Write each tptrace dump of DIR in PyTorch's "
+	  "flight-recorder format to OUT/nccl_trace_rank_<rank> (for torchfrtrace) instead of "
+	  "analysing", 0 },
 	{ "verbose", 'v', NULL, 0, "More diagnostics on stderr", 0 },
 	{},
 };
@@ -105,6 +115,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	switch (key) {
 	case OPT_JSON:
 		env.json = true;
+		break;
+	case OPT_EXPORT_TORCH:
+		if (!*arg)
+			argp_error(state, "empty --export-torch directory");
+		env.export_torch = arg;
 		break;
 	case OPT_SKEW:
 	case OPT_STUCK:
@@ -236,6 +251,33 @@ static int slurp_gz(const char *path, char **buf, size_t *cap, size_t *len)
 	gzclose(gz);
 	*len = n;
 	return 0;
+}
+
+/* ---- PyTorch flight-recorder dumps (tools/fr_torch.c) ----
+ * Found by content, whatever their name: a regular file (never a FIFO such as PyTorch's
+ * <prefix><rank>.pipe, never a symlink) that starts as a pickle does. */
+static bool is_torch_file(int dirfd, const char *name)
+{
+	unsigned char magic[2];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	if (name[0] == '.' || fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+		return false;
+	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return false;
+	n = pread(fd, magic, sizeof(magic), 0);
+	close(fd);
+	return n == 2 && fr_torch_is_dump(magic, 2);
+}
+
+static const char *base_name(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	return b ? b + 1 : path;
 }
 
 static int cmp_str(const void *x, const void *y)
@@ -456,7 +498,19 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&sh->lock);
 		if (i >= sh->nr_paths)
 			break;
-		if (is_gz_name(sh->paths[i])) {
+		if (!is_dump_name(base_name(sh->paths[i]))) {
+			/* admitted by content: a PyTorch dump, read whole (a pickle has no tail to
+			 * seek to; PyTorch's rings are small), then cut like a tail read */
+			if (!(err = slurp(sh->paths[i], &buf, &cap, &len)))
+				perr = fr_dump__parse_torch(&d, buf, len,
+					fr_torch_rank_from_name(base_name(sh->paths[i])));
+			if (!err && !perr && env.tail && d.nr_entries > (size_t)env.tail) {
+				memmove(d.entries, d.entries + (d.nr_entries - env.tail),
+					env.tail * sizeof(*d.entries));
+				skipped = (int64_t)(d.nr_entries - env.tail);
+				d.nr_entries = env.tail;
+			}
+		} else if (is_gz_name(sh->paths[i])) {
 			if (!(err = slurp_gz(sh->paths[i], &buf, &cap, &len)))
 				perr = fr_dump__parse(&d, buf, len);
 		} else if (env.tail)
@@ -601,6 +655,103 @@ static int select_trigger(struct shared *sh, struct fr_trigger_sel *sel)
 	return 0;
 }
 
+/* a whole tptrace dump (plain or .json.gz) into d; 0 or the one-line reason in why */
+static int read_whole(const char *path, struct fr_dump *d, char **buf, size_t *cap, char *why,
+		      size_t why_cap)
+{
+	size_t len = 0;
+	int err = is_gz_name(path) ? slurp_gz(path, buf, cap, &len) : slurp(path, buf, cap, &len);
+
+	if (err) {
+		snprintf(why, why_cap, "unreadable: %s", err == -EINVAL ? "not valid gzip" :
+			 strerror(-err));
+		return err;
+	}
+	err = fr_dump__parse(d, *buf, len);
+	if (err)
+		snprintf(why, why_cap, "%s", err == -ENOMEM ? "out of memory" : d->err);
+	return err;
+}
+
+/* --export-torch OUT: every tptrace dump of DIR as PyTorch's <prefix><rank> pickle. Two
+ * passes: the first learns each comm's members from all ranks (pg_config lists them), the
+ * second writes. Exit 0: every dump written; 2: some could not be. */
+static int export_torch(struct shared *sh)
+{
+	struct fr_torch_export *x = fr_torch_export__new();
+	char *buf = NULL, why[200], path[4096];
+	int ret = 0, written = 0;
+	size_t cap = 0;
+	struct fr_dump d;
+	struct stat st;
+
+	fr_dump__init(&d);
+	if (!x)
+		goto nomem;
+	if (mkdir(env.export_torch, 0755) && errno != EEXIST) {
+		fprintf(stderr, "tptrace-fr: cannot create %s: %s\n", env.export_torch,
+			strerror(errno));
+		ret = 2;
+		goto out;
+	}
+	if (lstat(env.export_torch, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "tptrace-fr: --export-torch %s is not a directory\n",
+			env.export_torch);
+		ret = 2;
+		goto out;
+	}
+	for (int i = 0; i < sh->nr_paths; i++) {
+		int err = read_whole(sh->paths[i], &d, &buf, &cap, why, sizeof(why));
+
+		if (err == -ENOMEM || (!err && fr_torch_export__add(x, &d)))
+			goto nomem;
+	}
+	for (int i = 0; i < sh->nr_paths; i++) {
+		int err = read_whole(sh->paths[i], &d, &buf, &cap, why, sizeof(why));
+
+		if (err == -ENOMEM)
+			goto nomem;
+		if (err) {
+			fprintf(stderr, "tptrace-fr: %s: %s; not exported\n", sh->paths[i], why);
+			ret = 2;
+			continue;
+		}
+		err = fr_torch_export__write(x, &d, env.export_torch, path, sizeof(path));
+		if (err == -ENOMEM)
+			goto nomem;
+		if (err == -EINVAL) {
+			fprintf(stderr, "tptrace-fr: %s: no global rank, which PyTorch's file name "
+				"needs; not exported\n", sh->paths[i]);
+			ret = 2;
+		} else if (err) {
+			fprintf(stderr, "tptrace-fr: cannot write %s: %s\n", path, strerror(-err));
+			ret = 2;
+		} else {
+			size_t kept = 0;
+
+			for (size_t k = 0; k < d.nr_entries; k++)
+				kept += fr_torch_exportable(&d.entries[k]);
+			printf("%s -> %s (%zu entries", sh->paths[i], path, kept);
+			if (kept < d.nr_entries)
+				printf("; %zu left out: comm inits and ops fr_trace has no name for",
+				       d.nr_entries - kept);
+			printf(")\n");
+			written++;
+		}
+	}
+	if (env.verbose)
+		fprintf(stderr, "tptrace-fr: exported %d of %d dumps\n", written, sh->nr_paths);
+	goto out;
+nomem:
+	fprintf(stderr, "tptrace-fr: out of memory\n");
+	ret = 2;
+out:
+	free(buf);
+	fr_dump__release(&d);
+	fr_torch_export__free(x);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
@@ -630,7 +781,8 @@ int main(int argc, char **argv)
 	while ((de = readdir(dir))) {
 		char *path;
 
-		if (!is_dump_name(de->d_name))
+		if (!is_dump_name(de->d_name) &&
+		    (env.export_torch || !is_torch_file(dirfd(dir), de->d_name)))
 			continue;
 		if (sh.nr_paths == cap) {
 			char **p;
@@ -648,10 +800,15 @@ int main(int argc, char **argv)
 	closedir(dir);
 	dir = NULL;
 	if (!sh.nr_paths) {
-		fprintf(stderr, "tptrace-fr: no tptrace-fr.*.json dumps in %s\n", env.dir);
+		fprintf(stderr, "tptrace-fr: no tptrace-fr.*.json dumps%s in %s\n",
+			env.export_torch ? "" : " or PyTorch flight-recorder dumps", env.dir);
 		goto cleanup;
 	}
 	qsort(sh.paths, sh.nr_paths, sizeof(char *), cmp_str);
+	if (env.export_torch) {
+		ret = export_torch(&sh);
+		goto cleanup;
+	}
 
 	sh.an = fr_analysis__new(&fo);
 	if (!sh.an)

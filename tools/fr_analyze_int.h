@@ -106,6 +106,8 @@ struct proc {
 	/* stacks: the attach snapshot and the newest one (the same when only one exists) */
 	struct psnap snap_attach, snap;
 	char stacks_error[96];
+	bool torch;		/* a PyTorch flight-recorder dump (fr_torch.c) */
+	char torch_version[16];
 	/* filled by finish */
 	bool dead;
 	struct ivec missed;	/* missing_rank findings folded into dead_rank: agg-less triples */

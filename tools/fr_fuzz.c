@@ -6,7 +6,9 @@
  * are rendered, so the fuzzer reaches the verdict code with whatever the parser lets through.
  * The same bytes also go through tail mode (header, then the entries and what follows them:
  * version 2's stacks may sit on either side of the entries). Seeds with stacks: the
- * tests/tools/data sets hung_missing, no_progress_unknown, killed_stacks.
+ * tests/tools/data sets hung_missing, no_progress_unknown, killed_stacks. Inputs that start as
+ * a pickle go through the PyTorch reader (fr_pickle.c, fr_torch.c) instead: seeds are the
+ * corpus files written by tests/tools/test_fr_torch.py --corpus (dumps and hostile pickles).
  *   make fr-fuzz-run FUZZ_SECONDS=120     # seeds in tests/tools/corpus
  */
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include "fr_analyze.h"
 #include "fr_parse.h"
+#include "fr_torch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -25,7 +28,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int err;
 
 	fr_dump__init(&d);
-	err = fr_dump__parse(&d, (const char *)data, size);
+	if (fr_torch_is_dump(data, size))
+		err = fr_dump__parse_torch(&d, (const char *)data, size, size % 4);
+	else
+		err = fr_dump__parse(&d, (const char *)data, size);
 	a = fr_analysis__new(&opts);
 	if (!a)
 		goto out;

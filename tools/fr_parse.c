@@ -958,19 +958,32 @@ static bool entry_obj(struct jp *j, int *last_comm)
 		*last_comm = idx;
 	}
 	e.comm = (uint16_t)idx;
-	if (e.count == FR_UNK && e.in_size != FR_UNK && !fr_op_is_p2p(e.op) &&
-	    e.op != FR_OP_ALL_GATHER && e.op != FR_OP_GATHER && e.op != FR_OP_ALL_TO_ALL &&
-	    e.op != FR_OP_REDUCE_SCATTER && e.op != FR_OP_SCATTER)
-		e.count = e.in_size;
-	if (fr_op_is_p2p(e.op) && e.count == FR_UNK && e.in_size != FR_UNK)
-		e.count = e.in_size;
-	if (d->nr_entries >= FR_MAX_ENTRIES)
+	switch (fr_dump__add_entry(d, &e)) {
+	case 0:
+		return true;
+	case -E2BIG:
 		return fail(j, "too many entries");
+	default:
+		return fail(j, "out of memory");
+	}
+}
+
+int fr_dump__add_entry(struct fr_dump *d, struct fr_entry *e)
+{
+	/* NCCL's count is the input's elements, except where the input is a per-rank share */
+	if (e->count == FR_UNK && e->in_size != FR_UNK && !fr_op_is_p2p(e->op) &&
+	    e->op != FR_OP_ALL_GATHER && e->op != FR_OP_GATHER && e->op != FR_OP_ALL_TO_ALL &&
+	    e->op != FR_OP_REDUCE_SCATTER && e->op != FR_OP_SCATTER)
+		e->count = e->in_size;
+	if (fr_op_is_p2p(e->op) && e->count == FR_UNK && e->in_size != FR_UNK)
+		e->count = e->in_size;
+	if (d->nr_entries >= FR_MAX_ENTRIES)
+		return -E2BIG;
 	if (grow_one((void **)&d->entries, &d->cap_entries, d->nr_entries,
 		     sizeof(*d->entries), 256))
-		return fail(j, "out of memory");
-	d->entries[d->nr_entries++] = e;
-	return true;
+		return -ENOMEM;
+	d->entries[d->nr_entries++] = *e;
+	return 0;
 }
 
 /* "0x6f12a" (the writer's hex strings) or a plain number; anything else is unknown */
@@ -1325,6 +1338,8 @@ static void reset(struct fr_dump *d)
 	d->stacks_error[0] = 0;
 	d->trigger_id[0] = d->trigger_origin[0] = d->trigger_reason[0] = 0;
 	d->trigger_time_ns = FR_UNK;
+	d->nccl_version[0] = d->torch_version[0] = 0;
+	d->torch = false;
 }
 
 /* The top-level members from j->p on (first: the opening '{' is still ahead). With
@@ -1380,6 +1395,8 @@ static bool top_level(struct jp *j, bool first, bool stop_at_entries, bool *at_e
 			ok = array_of(j, in_call_obj);
 		else if (KEY("stacks"))
 			ok = stacks_array(j);
+		else if (KEY("nccl_version"))
+			ok = str_field(j, d->nccl_version, sizeof(d->nccl_version));
 		else if (KEY("stacks_error"))
 			ok = str_field(j, d->stacks_error, sizeof(d->stacks_error));
 		else
@@ -1495,4 +1512,22 @@ void fr_dump__release(struct fr_dump *d)
 	free(d->snaps);
 	free(d->threads);
 	memset(d, 0, sizeof(*d));
+}
+
+/* ---- for readers of other formats (fr_torch.c) ---- */
+void fr_dump__reset(struct fr_dump *d)
+{
+	reset(d);
+}
+
+int fr_dump__comm(struct fr_dump *d, const char *id)
+{
+	int idx = find_comm(d, id, true);
+
+	return idx == -3 ? -ENOMEM : idx < 0 ? -E2BIG : idx;
+}
+
+int fr_op_from_name(const char *s, size_t len)
+{
+	return lookup(op_names, FR_OP__COUNT, s, len, FR_OP_OTHER);
 }

@@ -164,6 +164,12 @@ struct fr_dump {
 	char trigger_id[40], trigger_origin[FR_NAME_LEN], trigger_reason[16];
 	int64_t trigger_time_ns;
 
+	char nccl_version[24];	/* "" unknown */
+	/* a PyTorch flight-recorder dump (tools/fr_torch.c, docs/fr-torch.md): schema
+	 * "pytorch-fr", its format version ("2.10") here; no host, pid or dump time */
+	bool torch;
+	char torch_version[16];
+
 	char err[160];		/* why fr_dump__parse failed */
 };
 
@@ -188,5 +194,14 @@ int fr_dump__parse_head(struct fr_dump *d, const char *buf, size_t len, size_t *
 int fr_dump__parse_tail(struct fr_dump *d, const char *tail, size_t len, size_t file_off,
 			size_t keep_last);
 void fr_dump__release(struct fr_dump *d);
+
+/* For readers of other formats (fr_torch.c): empty d as a parse would before filling it; the
+ * comm of that id (created when absent): its index, or -ENOMEM/-E2BIG; one entry more
+ * (e->comm set by the caller; count derived from in_size as the JSON reader does): 0,
+ * -ENOMEM or -E2BIG; an op from its name ("all_reduce"), FR_OP_OTHER when none matches. */
+void fr_dump__reset(struct fr_dump *d);
+int fr_dump__comm(struct fr_dump *d, const char *id);
+int fr_dump__add_entry(struct fr_dump *d, struct fr_entry *e);
+int fr_op_from_name(const char *s, size_t len);
 
 #endif

@@ -193,6 +193,55 @@ static void trigger_human(FILE *out, const struct fr_analysis *a)
 	fprintf(out, "\n");
 }
 
+/* which dumps were PyTorch's own (fr_torch.c): their verdicts rest on what that format
+ * records (no reduce op, no root, no host or pid) */
+static void torch_json(cJSON *root, const struct fr_analysis *a)
+{
+	cJSON *arr = NULL;
+
+	for (int i = 0; i < a->nr_procs; i++) {
+		const struct proc *p = &a->procs[i];
+		cJSON *o;
+
+		if (!p->torch)
+			continue;
+		if (!arr && !(arr = cJSON_AddArrayToObject(root, "pytorch_dumps")))
+			return;
+		if (!(o = cJSON_CreateObject()))
+			return;
+		cJSON_AddItemToArray(arr, o);
+		cJSON_AddStringToObject(o, "path", p->path);
+		if (p->global_rank != FR_UNK)
+			cJSON_AddNumberToObject(o, "global_rank", (double)p->global_rank);
+		else
+			cJSON_AddNullToObject(o, "global_rank");
+		cJSON_AddStringToObject(o, "format_version", p->torch_version);
+	}
+}
+
+static void torch_human(FILE *out, const struct fr_analysis *a)
+{
+	int n = 0, shown = 0;
+
+	for (int i = 0; i < a->nr_procs; i++)
+		n += a->procs[i].torch;
+	if (!n)
+		return;
+	fprintf(out, "%d of %d dumps are PyTorch flight-recorder dumps (no reduce op, root, host "
+		"or pid in that format):", n, a->nr_procs);
+	for (int i = 0; i < a->nr_procs && shown < 8; i++) {
+		const char *b;
+
+		if (!a->procs[i].torch)
+			continue;
+		b = strrchr(a->procs[i].path, '/');
+		fprintf(out, "%s %s", shown++ ? "," : "", b ? b + 1 : a->procs[i].path);
+	}
+	if (n > shown)
+		fprintf(out, " and %d more", n - shown);
+	fprintf(out, "\n");
+}
+
 int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 {
 	cJSON *root = cJSON_CreateObject(), *arr;
@@ -206,6 +255,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	cJSON_AddNumberToObject(root, "dumps", a->nr_procs + a->nr_corrupt);
 	add_read(root, a);
 	trigger_json(root, a);
+	torch_json(root, a);
 	arr = cJSON_AddArrayToObject(root, "verdicts");
 	for (int i = 0; arr && i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
@@ -285,6 +335,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 static int print_human(const struct fr_analysis *a, FILE *out)
 {
 	trigger_human(out, a);
+	torch_human(out, a);
 	if (!a->nr_verdicts) {
 		int64_t common = FR_UNK;
 		bool same = true;

@@ -88,7 +88,10 @@ void print_who(FILE *f, const struct fr_analysis *a, const struct verdict *v, bo
 	if (v->nr_who == 1 && detail1 && v->who[0][2] >= 0) {
 		const struct proc *p = &a->procs[v->who[0][2]];
 
-		if (p->global_rank != FR_UNK)
+		if (p->global_rank != FR_UNK && p->torch)	/* no host or pid in that format */
+			fprintf(f, "rank %" PRId64 " (PyTorch dump %s)", p->global_rank,
+				strrchr(p->path, '/') ? strrchr(p->path, '/') + 1 : p->path);
+		else if (p->global_rank != FR_UNK)
 			fprintf(f, "rank %" PRId64 " (host %s pid %" PRId64 ")", p->global_rank,
 				p->host, p->pid == FR_UNK ? -1 : p->pid);
 		else

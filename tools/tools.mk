@@ -11,7 +11,7 @@ TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_V
 # the analyzer, one module per seam (see tools/fr_analyze_int.h)
 FR_ANALYZE_SRCS := $(addprefix tools/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
 		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c) user/hashmap.c
-FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
+FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
 FR_LIBS     := -lcjson -lz -lpthread
 
 $(TOOLS_OUT):
@@ -47,9 +47,9 @@ FUZZ_DEB_PKG := $(if $(FUZZ_CLANG_MAJOR),$(shell apt-cache show libclang-rt-$(FU
 DEB_PKGS += $(FUZZ_DEB_PKG)
 FUZZ_CORPUS  := tests/tools/corpus
 FUZZ_SECONDS ?= 120
-FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c $(FR_ANALYZE_SRCS)
+FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c tools/fr_pickle.c tools/fr_torch.c $(FR_ANALYZE_SRCS)
 
-$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_analyze.h tools/fr_analyze_int.h \
+$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_pickle.h tools/fr_torch.h tools/fr_analyze.h tools/fr_analyze_int.h \
 		   user/hashmap.h | $(OUTPUT)
 	$(call msg,FUZZ-CC,$@)
 	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -Iuser -fsanitize=fuzzer,address,undefined \

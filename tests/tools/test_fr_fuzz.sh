@@ -14,6 +14,18 @@ if [ ! -x "$FUZZ" ]; then
 	exit 77
 fi
 fail=0
+# PyTorch flight-recorder pickles (tools/fr_pickle.c, written by test_fr_torch.py --corpus)
+# are fuzzed through the same target: their seeds must be there
+npk=0
+for f in $CORPUS/*; do
+	[ "$(head -c 1 "$f" | od -An -tx1 | tr -d ' ')" = 80 ] && npk=$((npk + 1))
+done
+if [ $npk -ge 10 ]; then
+	echo "ok fr_fuzz_pickle_seeds ($npk)"
+else
+	echo "FAIL fr_fuzz_pickle_seeds: $npk pickle seeds in $CORPUS (run tests/tools/test_fr_torch.py --corpus)"
+	fail=1
+fi
 # every saved input, once each: the regressions must stay fixed
 if out=$("$FUZZ" $CORPUS/* 2>&1); then
 	echo "ok fr_fuzz_corpus"
