@@ -364,30 +364,67 @@ static __always_inline __u32 lib_kind(const char *n)
 	return 0;
 }
 
-/* fexit: the mapping exists once vm_mmap_pgoff returns (ret: its address, or -errno) */
-SEC("fexit/vm_mmap_pgoff")
-int BPF_PROG(fr_map, struct file *file, unsigned long addr, unsigned long len,
-	     unsigned long prot, unsigned long flag, unsigned long pgoff, unsigned long ret)
-{
-	char name[16] = {};
-	const unsigned char *dname;
-	struct tp_rec_map *rec;
-	__u64 pid_tgid;
-	__u32 kind, tgid;
-	__u8 one = 1;
+struct map_ctx {
+	__u32 kind;
+	__u64 dev, ino;
+	char name[TP_MAP_NAME_MAX];
+};
 
-	if (!file || !(prot & TP_PROT_EXEC) || ret >= (unsigned long)-4095)
+/* bpf_find_vma's callback: the file of the new mapping, if it is one of our libraries */
+static long map_vma_cb(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	struct map_ctx *m = data;
+	struct file *file = vma->vm_file;
+	const unsigned char *dname;
+
+	if (!file)
 		return 0;
 	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
-	if (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 0)
+	if (bpf_probe_read_kernel_str(m->name, sizeof(m->name), dname) < 0)
 		return 0;
-	kind = lib_kind(name);
-	if (!kind)
+	m->kind = lib_kind(m->name);
+	if (m->kind) {
+		m->dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+		m->ino = BPF_CORE_READ(file, f_inode, i_ino);
+	}
+	return 0;
+}
+
+#if defined(__TARGET_ARCH_x86)
+#define TP_NR_MMAP	9
+#define SYSCALL_NR(r)	((r)->orig_ax)
+#define SYSCALL_PROT(r)	((r)->dx)
+#elif defined(__TARGET_ARCH_arm64)
+#define TP_NR_MMAP	222
+#define SYSCALL_NR(r)	((r)->syscallno)
+#define SYSCALL_PROT(r)	((r)->regs[2])
+#endif
+
+/* Every syscall's exit (no fentry/kprobe needed: this kernel may lack both): only an mmap that
+ * succeeded with PROT_EXEC goes further, so the common case is one compare. The mapping
+ * exists now (ret: its address) and /proc/PID/maps shows it when user space reads it. */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(fr_map, struct pt_regs *regs, long ret)
+{
+	struct map_ctx m = {};
+	struct tp_rec_map *rec;
+	__u64 pid_tgid;
+	__u32 tgid;
+	__u8 one = 1;
+
+#ifdef TP_NR_MMAP
+	if (SYSCALL_NR(regs) != TP_NR_MMAP || !(SYSCALL_PROT(regs) & TP_PROT_EXEC) ||
+	    (unsigned long)ret >= (unsigned long)-4095)
+		return 0;
+#else
+	return 0;
+#endif
+	if (bpf_find_vma(bpf_get_current_task_btf(), ret, map_vma_cb, &m, 0) || !m.kind)
 		return 0;
 	pid_tgid = bpf_get_current_pid_tgid();
 	tgid = pid_tgid >> 32;
 	/* from now on its calls into the libraries pass fr_unwanted */
-	if (kind == TP_MAP_NCCL)
+	if (m.kind == TP_MAP_NCCL)
 		bpf_map_update_elem(&fr_pids, &tgid, &one, BPF_ANY);
 	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 	if (!rec) {
@@ -397,12 +434,12 @@ int BPF_PROG(fr_map, struct file *file, unsigned long addr, unsigned long len,
 	rec->type = TP_REC_MAP;
 	rec->pid = tgid;
 	rec->tid = (__u32)pid_tgid;
-	rec->kind = kind;
+	rec->kind = m.kind;
 	rec->ts = bpf_ktime_get_ns();
-	rec->dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
-	rec->ino = BPF_CORE_READ(file, f_inode, i_ino);
+	rec->dev = m.dev;
+	rec->ino = m.ino;
 	rec->start = ret;
-	bpf_probe_read_kernel_str(rec->name, sizeof(rec->name), dname);
+	__builtin_memcpy(rec->name, m.name, sizeof(rec->name));
 	/* now: a new library file must be probed before the process calls into it */
 	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
 	return 0;

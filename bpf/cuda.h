@@ -126,8 +126,8 @@ struct tp_rec_exit {
 	__u64 ts;
 };
 
-/* tptrace fr -a: a library the recorder probes was mapped PROT_EXEC (fexit of vm_mmap_pgoff,
- * so the mapping exists in /proc/PID/maps when user space reads it). */
+/* tptrace fr -a: a library the recorder probes was mapped PROT_EXEC (seen at the mmap
+ * syscall's exit, so the mapping exists in /proc/PID/maps when user space reads it). */
 #define TP_MAP_NAME_MAX	64
 enum tp_map_kind {
 	TP_MAP_NCCL = 1,	/* basename libnccl* */

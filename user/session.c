@@ -145,7 +145,7 @@ static struct session_bpf *load_bpf(int ring_mb, bool fr_exec)
 		skel->links.fr_map = bpf_program__attach(skel->progs.fr_map);
 		skel->links.fr_exec = bpf_program__attach(skel->progs.fr_exec);
 		if (!skel->links.fr_map || !skel->links.fr_exec) {
-			log_error("cannot watch library mappings and execs (fexit vm_mmap_pgoff, "
+			log_error("cannot watch library mappings and execs (tp_btf sys_exit, "
 				  "sched_process_exec): %s\n", strerror(errno));
 			goto err;
 		}
