@@ -207,6 +207,7 @@ static void on_map(struct fr_exec *x, const struct tp_rec_map *m)
 	struct procmaps *maps;
 	const struct vma *v;
 	struct fr_file *f;
+	long fi;
 
 	x->st.maps_seen++;
 	maps = procmaps__load(m->pid);
@@ -224,11 +225,12 @@ static void on_map(struct fr_exec *x, const struct tp_rec_map *m)
 	}
 	f = learn_file(x, m->pid, v, m->ts);
 	procmaps__free(maps);
+	fi = f ? f - x->files : -1;	/* mapped() may learn more files: x->files moves */
 	x->ops.mapped(x->ops.ctx, m->pid, m->kind);
 	/* mapped before its probes were in place (the first process to map a new file, or
 	 * processes that mapped it meanwhile): say what may be missing */
-	if (f && f->covered && f->attached > m->ts)
-		flightrec__probes_late(x->fr, m->pid, f->path, m->ts, f->attached);
+	if (fi >= 0 && x->files[fi].covered && x->files[fi].attached > m->ts)
+		flightrec__probes_late(x->fr, m->pid, x->files[fi].path, m->ts, x->files[fi].attached);
 }
 
 int fr_exec__ring_cb(void *ctx, void *data, size_t size)

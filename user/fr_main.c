@@ -537,6 +537,7 @@ static int exec_new_proc(void *ctx, int pid)
 
 	if (add_target(s, pid, true) == 1)
 		return 0;
+	log_verbose("pid %d: calls of a process without NCCL; dropped in BPF from now on\n", pid);
 	fr_exec__allow_pid(s->exec, pid, false);	/* its calls stop at the BPF filter */
 	return -1;
 }
