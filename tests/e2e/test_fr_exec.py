@@ -138,3 +138,37 @@ def test_fr_exec_processes_without_nccl_not_recorded():
     assert f"pid {other}: calls of a process without NCCL" not in text, text
     assert not os.path.exists(os.path.join(dump_dir, f"tptrace-fr.{os.uname().nodename}.{other}.json"))
     assert dumps_of(dump_dir, pids)
+
+
+EXEC_SCRIPT = r"""
+import ctypes, os, sys
+lib = ctypes.CDLL(os.path.join(sys.argv[1], "libnccl.so.2"))
+uid = ctypes.create_string_buffer(128)
+assert lib.ncclGetUniqueId(uid) == 0
+print("READY", os.getpid(), flush=True)
+sys.stdin.readline()
+os.execv("/bin/sleep", ["sleep", "1"])
+"""
+
+
+def test_fr_exec_process_that_execs():
+    """A recorded process that execs into a program without NCCL: its recording ends with a
+    dump (reason exec, replaced_by_exec, exit code unknown) and the new image is not recorded."""
+    need_root()
+    tr, dump_dir = start_recorder("execs")
+    try:
+        w = Workload(["python3", "-c", EXEC_SCRIPT, SIM_LIB])
+        pid = w.pid
+        assert tr.err.wait_for(lambda l: f"recording pid {pid} " in l, 15), tr.err.text()
+        w.go()
+        assert tr.err.wait_for(lambda l: f"pid {pid} called exec" in l, 15), tr.err.text()
+        assert tr.err.wait_for(lambda l: f"dumped pid {pid} (exec)" in l, 15), tr.err.text()
+        assert w.p.wait(15) == 0
+    finally:
+        assert tr.stop() == 0, tr.err.text()
+    text = tr.err.text()
+    assert text.count(f"recording pid {pid} ") == 1, text
+    d = json.load(open(os.path.join(dump_dir, f"tptrace-fr.{os.uname().nodename}.{pid}.json")))
+    assert d["dump_reason"] == "exec", d["dump_reason"]
+    assert d["process"]["replaced_by_exec"] is True and d["process"]["exit_code"] is None, d["process"]
+    assert d["comm"] == "python3", d["comm"]
