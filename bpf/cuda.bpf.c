@@ -364,40 +364,16 @@ static __always_inline __u32 lib_kind(const char *n)
 	return 0;
 }
 
-struct map_ctx {
-	__u32 kind;
-	__u64 dev, ino;
-	char name[TP_MAP_NAME_MAX];
-};
-
-/* bpf_find_vma's callback: the file of the new mapping, if it is one of our libraries */
-static long map_vma_cb(struct task_struct *task, struct vm_area_struct *vma, void *data)
-{
-	struct map_ctx *m = data;
-	struct file *file = vma->vm_file;
-	const unsigned char *dname;
-
-	if (!file)
-		return 0;
-	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
-	if (bpf_probe_read_kernel_str(m->name, sizeof(m->name), dname) < 0)
-		return 0;
-	m->kind = lib_kind(m->name);
-	if (m->kind) {
-		m->dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
-		m->ino = BPF_CORE_READ(file, f_inode, i_ino);
-	}
-	return 0;
-}
-
 #if defined(__TARGET_ARCH_x86)
 #define TP_NR_MMAP	9
 #define SYSCALL_NR(r)	((r)->orig_ax)
 #define SYSCALL_PROT(r)	((r)->dx)
+#define SYSCALL_FD(r)	((r)->r8)
 #elif defined(__TARGET_ARCH_arm64)
 #define TP_NR_MMAP	222
 #define SYSCALL_NR(r)	((r)->syscallno)
 #define SYSCALL_PROT(r)	((r)->regs[2])
+#define SYSCALL_FD(r)	((r)->regs[4])
 #endif
 
 /* Every syscall's exit (no fentry/kprobe needed: this kernel may lack both): only an mmap that
@@ -406,25 +382,42 @@ static long map_vma_cb(struct task_struct *task, struct vm_area_struct *vma, voi
 SEC("tp_btf/sys_exit")
 int BPF_PROG(fr_map, struct pt_regs *regs, long ret)
 {
-	struct map_ctx m = {};
+	struct task_struct *task;
+	struct file **fds, *file = NULL;
+	const unsigned char *dname;
 	struct tp_rec_map *rec;
+	char name[TP_MAP_NAME_MAX] = {};
 	__u64 pid_tgid;
-	__u32 tgid;
+	__u32 kind, tgid, fd, max_fds;
 	__u8 one = 1;
 
 #ifdef TP_NR_MMAP
 	if (SYSCALL_NR(regs) != TP_NR_MMAP || !(SYSCALL_PROT(regs) & TP_PROT_EXEC) ||
 	    (unsigned long)ret >= (unsigned long)-4095)
 		return 0;
+	fd = (__u32)SYSCALL_FD(regs);
 #else
 	return 0;
 #endif
-	if (bpf_find_vma(bpf_get_current_task_btf(), ret, map_vma_cb, &m, 0) || !m.kind)
+	/* the file through the fd the mapping was made from: no lock to take (bpf_find_vma's
+	 * mmap_lock trylock can fail under contention and lose the mapping) */
+	task = bpf_get_current_task_btf();
+	max_fds = BPF_CORE_READ(task, files, fdt, max_fds);
+	if (fd >= max_fds)
+		return 0;
+	fds = BPF_CORE_READ(task, files, fdt, fd);
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return 0;
+	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	if (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 0)
+		return 0;
+	kind = lib_kind(name);
+	if (!kind)
 		return 0;
 	pid_tgid = bpf_get_current_pid_tgid();
 	tgid = pid_tgid >> 32;
 	/* from now on its calls into the libraries pass fr_unwanted */
-	if (m.kind == TP_MAP_NCCL)
+	if (kind == TP_MAP_NCCL)
 		bpf_map_update_elem(&fr_pids, &tgid, &one, BPF_ANY);
 	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 	if (!rec) {
@@ -434,12 +427,12 @@ int BPF_PROG(fr_map, struct pt_regs *regs, long ret)
 	rec->type = TP_REC_MAP;
 	rec->pid = tgid;
 	rec->tid = (__u32)pid_tgid;
-	rec->kind = m.kind;
+	rec->kind = kind;
 	rec->ts = bpf_ktime_get_ns();
-	rec->dev = m.dev;
-	rec->ino = m.ino;
+	rec->dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+	rec->ino = BPF_CORE_READ(file, f_inode, i_ino);
 	rec->start = ret;
-	__builtin_memcpy(rec->name, m.name, sizeof(rec->name));
+	__builtin_memcpy(rec->name, name, sizeof(rec->name));
 	/* now: a new library file must be probed before the process calls into it */
 	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
 	return 0;

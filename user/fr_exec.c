@@ -116,6 +116,7 @@ static struct fr_file *learn_file(struct fr_exec *x, int pid, const struct vma *
 	uint64_t dev = ((uint64_t)v->dev_major << 32) | v->dev_minor;
 	struct fr_file *f = find_file(x, dev, v->inode), *n;
 	char open_path[PATH_MAX + 64];
+	const char *fail;
 	uint64_t now;
 	int r;
 
@@ -142,7 +143,13 @@ static struct fr_file *learn_file(struct fr_exec *x, int pid, const struct vma *
 	if (!f->path)
 		return NULL;
 	x->nr_files++;
-	r = target__add_file(x->global, x->cache, x->probes, v->path, open_path, dev, v->inode);
+	/* tests: a file whose path holds this string is refused, as a kernel refusal would be */
+	fail = getenv("TPTRACE_TEST_FR_FILE_FAIL");
+	if (fail && *fail && strstr(v->path, fail))
+		r = -EPERM;
+	else
+		r = target__add_file(x->global, x->cache, x->probes, v->path, open_path, dev,
+				     v->inode);
 	now = mono_ns();
 	f->attached = now;
 	if (r < 0) {

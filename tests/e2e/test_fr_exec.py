@@ -11,11 +11,11 @@ from lib import SIM_LIB, WL, Tracer, Workload, need_root, tmp_path
 from ncclib import Job
 
 
-def start_recorder(name, extra=()):
+def start_recorder(name, extra=(), env=None):
     dump_dir = tmp_path(f"fr-exec-{name}")
     shutil.rmtree(dump_dir, ignore_errors=True)
     tr = Tracer(["fr", "-a", "-v", "--dump-dir", dump_dir, "--no-stacks"] + list(extra),
-                ready=False)
+                ready=False, env=env)
     assert tr.err.wait_for(lambda l: "flight recorder on" in l, 30), tr.err.text()
     return tr, dump_dir
 
@@ -82,24 +82,42 @@ def test_fr_exec_exact_identity_from_exec():
         tr.err.text()
 
 
-def test_fr_exec_second_library_file_learnt():
-    """A copy of libnccl.so.2 in another directory (another inode), first mapped after start:
-    learnt from the mapping, probed for every process; the ranks have every collective, and
-    the dump says how long the library was mapped before its probes were in place."""
-    need_root()
-    libdir = tmp_path("fr-exec-libcopy")
+def copy_lib(name):
+    """The sim libnccl.so.2 copied into a directory of its own: another inode."""
+    libdir = tmp_path(name)
     shutil.rmtree(libdir, ignore_errors=True)
     os.makedirs(libdir)
     copy = os.path.join(libdir, "libnccl.so.2")
     shutil.copy(os.path.join(SIM_LIB, "libnccl.so.2"), copy)
     assert os.stat(copy).st_ino != os.stat(os.path.join(SIM_LIB, "libnccl.so.2")).st_ino
+    return libdir, copy
+
+
+def test_fr_exec_second_library_file_learnt():
+    """A copy of libnccl.so.2 in another directory (another inode), first mapped after start:
+    learnt from the mapping, probed for every process; the ranks have every collective, and
+    the dump says how long the library was mapped before its probes were in place."""
+    need_root()
+    libdir, copy = copy_lib("fr-exec-libcopy")
     tr, dump_dir = start_recorder("lib2")
     try:
         job = Job(2, "healthy", steps=3, extra=["--init-after-go"], name="exec-lib2",
                   env={"LD_LIBRARY_PATH": libdir})
         pids = run_job(tr, job)
+        # the file replaced while attached (a package upgrade: new inode, same path): the
+        # next job maps the new inode, which is learnt like any new file
+        ino = os.stat(copy).st_ino
+        shutil.copy(copy, copy + ".new")
+        os.replace(copy + ".new", copy)
+        assert os.stat(copy).st_ino != ino
+        job2 = Job(2, "healthy", steps=3, extra=["--init-after-go"], name="exec-lib2b",
+                   env={"LD_LIBRARY_PATH": libdir})
+        pids2 = run_job(tr, job2)
     finally:
         assert tr.stop() == 0, tr.err.text()
+    assert len(re.findall(r"probing " + re.escape(copy) + " for every process", tr.err.text())) == 2, \
+        tr.err.text()
+    check_exact(dumps_of(dump_dir, pids2), 2, 3)
     m = re.search(r"probing " + re.escape(copy) +
                   r" for every process: (\d+) probes, ([0-9.]+) ms after pid (\d+) mapped it",
                   tr.err.text())
@@ -172,3 +190,23 @@ def test_fr_exec_process_that_execs():
     assert d["dump_reason"] == "exec", d["dump_reason"]
     assert d["process"]["replaced_by_exec"] is True and d["process"]["exit_code"] is None, d["process"]
     assert d["comm"] == "python3", d["comm"]
+
+
+def test_fr_exec_file_attach_failure_falls_back_per_process():
+    """One library file whose system-wide probes fail: one line, its processes get probes of
+    their own (still exact), and the other files keep being probed for every process."""
+    need_root()
+    libdir, copy = copy_lib("fr-exec-libfail")
+    tr, dump_dir = start_recorder("fail", env={"TPTRACE_TEST_FR_FILE_FAIL": libdir})
+    try:
+        job = Job(2, "healthy", steps=3, extra=["--init-after-go"], name="exec-fail",
+                  env={"LD_LIBRARY_PATH": libdir})
+        pids = run_job(tr, job)
+    finally:
+        assert tr.stop() == 0, tr.err.text()
+    text = tr.err.text()
+    assert text.count(f"cannot probe {copy} for every process") == 1, text
+    assert re.search(r"probing \S+libcudart\.so\.13 for every process", text), text
+    dumps = dumps_of(dump_dir, pids)
+    check_exact(dumps, 2, 3)
+    assert all(d["nccl_library"] == copy for d in dumps.values())
