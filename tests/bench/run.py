@@ -311,13 +311,13 @@ def section_probe(a):
                 na(f"vs_bpftrace.{op}", "bpftrace not installed")
         if "alloc" not in ops:
             na("probe_cost_ratio.alloc", f"tptrace --mem recorded no cudaMalloc calls: {sorted(seen)}")
-        if "nccl" not in ops:
-            probe_nccl_fr(a, loop)
+        # `tptrace fr` -p and -a on NCCL; probe_cost_ratio.nccl is fr's where tptrace has none
+        probe_nccl_fr(a, loop, main_key="nccl" not in ops)
     finally:
         loop.close()
 
 
-def probe_nccl_fr(a, loop):
+def probe_nccl_fr(a, loop, main_key=True):
     """NCCL calls are probed by `tptrace fr` (entry and return of every NCCL API), not by
     plain tptrace: ratio of fr's cost on ncclAllReduce to an empty uprobe+uretprobe."""
     key = "probe_cost_ratio.nccl"
@@ -351,7 +351,7 @@ def probe_nccl_fr(a, loop):
     m = {c: med(v) for c, v in res.items()}
     log("probe: nccl (tptrace fr) ns/call medians: " + ", ".join(f"{c} {v:.0f}" for c, v in m.items()))
     emit("ns_per_call.nccl.fr", f"{m['fr']:.0f}")
-    emit(key, f"{(m['fr'] - m['none']) / (m['empty'] - m['none']):.2f}")
+    emit(key if main_key else f"{key}.fr", f"{(m['fr'] - m['none']) / (m['empty'] - m['none']):.2f}")
     emit("ns_per_call.nccl.fr_all", f"{m['fr_all']:.0f}")
     emit(f"{key}.fr_all", f"{(m['fr_all'] - m['none']) / (m['empty'] - m['none']):.2f}")
     # -a's per-file probes and pid filter against -p's per-process probes (1.00: the same)
