@@ -785,6 +785,15 @@ int fr_main(int argc, char **argv)
 	ring_buffer__consume(rb);
 	set_drops(&s);
 	flightrec__take_exits(s.fr);
+	if (s.exec) {
+		struct fr_exec_stats st;
+
+		fr_exec__stats(s.exec, &st);
+		log_verbose("-a: %d library files probed for every process (%d refused), %llu "
+			    "mappings seen; mapping to probes attached: last %.1f ms, max %.1f ms\n",
+			    st.files, st.files_failed, (unsigned long long)st.maps_seen,
+			    st.last_attach_ns / 1e6, st.max_attach_ns / 1e6);
+	}
 	/* a final dump that could not be written is a failed run (each said why) */
 	ret = flightrec__dump_all(s.fr, "final") < 0 ? 1 : 0;
 	if (metrics)	/* the file keeps the final state (final dumps counted) */
