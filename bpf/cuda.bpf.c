@@ -62,6 +62,26 @@ static __always_inline void count(__u32 idx)
 #define BENCH_STOP_AT(n)	0
 #endif
 
+/* tptrace fr -a (user/fr_exec.c): the library probes are attached per file for every process,
+ * so the entry and return programs first drop the calls of processes the recorder does not
+ * want: only tgids in fr_pids pass (added here when a process maps libnccl, and by user space).
+ * Loaded with fr_filter 0 (every other user) the check is dead code the verifier removes. */
+const volatile bool fr_filter = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} fr_pids SEC(".maps");
+
+static __always_inline bool fr_unwanted(__u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+
+	return fr_filter && !bpf_map_lookup_elem(&fr_pids, &tgid);
+}
+
 static __always_inline int do_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -72,6 +92,8 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	struct tp_rec_call *rec;
 	__u16 flags = 0;
 
+	if (fr_unwanted(pid_tgid))
+		return 0;
 	if (BENCH_STOP_AT(1)) {
 		asm volatile("" :: "r"(cookie), "r"(pid_tgid));
 		return 0;
@@ -193,6 +215,8 @@ static __always_inline int do_return(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct tp_rec_ret *rec;
 
+	if (fr_unwanted(pid_tgid))
+		return 0;
 	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
 	if (!rec) {
 		count(TP_CNT_DROPPED);
@@ -297,6 +321,9 @@ int BPF_PROG(proc_exit, struct task_struct *task)
 	__u32 tgid = BPF_CORE_READ(task, tgid);
 	struct tp_rec_exit *rec;
 
+	if (fr_filter && bpf_map_lookup_elem(&fr_pids, &tgid) &&
+	    BPF_CORE_READ(task, signal, live.counter) == 0)
+		bpf_map_delete_elem(&fr_pids, &tgid);
 	if (!bpf_map_lookup_elem(&watch_pids, &tgid))
 		return 0;
 	/* signal->live drops to 0 when the last thread of the group exits */
@@ -313,6 +340,124 @@ int BPF_PROG(proc_exit, struct task_struct *task)
 	rec->exit_code = BPF_CORE_READ(task, exit_code);
 	rec->ts = bpf_ktime_get_ns();
 	bpf_map_delete_elem(&watch_pids, &tgid);
+	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+/* ---- tptrace fr -a: library files learnt from the kernel (user/fr_exec.c) ----
+ * Loaded only for -a (autoload off otherwise). Every executable file mapping on the host passes
+ * here, so the common case (not a library of ours) costs a few loads and compares. */
+#define TP_PROT_EXEC	4
+
+static __always_inline __u32 lib_kind(const char *n)
+{
+	if (n[0] != 'l' || n[1] != 'i' || n[2] != 'b')
+		return 0;
+	if (n[3] == 'n' && n[4] == 'c' && n[5] == 'c' && n[6] == 'l')
+		return TP_MAP_NCCL;
+	if (n[3] != 'c' || n[4] != 'u' || n[5] != 'd' || n[6] != 'a')
+		return 0;
+	if (n[7] == 'r' && n[8] == 't')
+		return TP_MAP_CUDART;
+	if (n[7] == '.' && n[8] == 's' && n[9] == 'o')
+		return TP_MAP_DRIVER;
+	return 0;
+}
+
+#if defined(__TARGET_ARCH_x86)
+#define TP_NR_MMAP	9
+#define SYSCALL_NR(r)	((r)->orig_ax)
+#define SYSCALL_PROT(r)	((r)->dx)
+#define SYSCALL_FD(r)	((r)->r8)
+#elif defined(__TARGET_ARCH_arm64)
+#define TP_NR_MMAP	222
+#define SYSCALL_NR(r)	((r)->syscallno)
+#define SYSCALL_PROT(r)	((r)->regs[2])
+#define SYSCALL_FD(r)	((r)->regs[4])
+#endif
+
+/* Every syscall's exit (no fentry/kprobe needed: this kernel may lack both): only an mmap that
+ * succeeded with PROT_EXEC goes further, so the common case is one compare. The mapping
+ * exists now (ret: its address) and /proc/PID/maps shows it when user space reads it. */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(fr_map, struct pt_regs *regs, long ret)
+{
+	struct task_struct *task;
+	struct file **fds, *file = NULL;
+	const unsigned char *dname;
+	struct tp_rec_map *rec;
+	char name[TP_MAP_NAME_MAX] = {};
+	__u64 pid_tgid;
+	__u32 kind, tgid, fd, max_fds;
+	__u8 one = 1;
+
+#ifdef TP_NR_MMAP
+	if (SYSCALL_NR(regs) != TP_NR_MMAP || !(SYSCALL_PROT(regs) & TP_PROT_EXEC) ||
+	    (unsigned long)ret >= (unsigned long)-4095)
+		return 0;
+	fd = (__u32)SYSCALL_FD(regs);
+#else
+	return 0;
+#endif
+	/* the file through the fd the mapping was made from: no lock to take (bpf_find_vma's
+	 * mmap_lock trylock can fail under contention and lose the mapping) */
+	task = bpf_get_current_task_btf();
+	max_fds = BPF_CORE_READ(task, files, fdt, max_fds);
+	if (fd >= max_fds)
+		return 0;
+	fds = BPF_CORE_READ(task, files, fdt, fd);
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return 0;
+	dname = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	if (bpf_probe_read_kernel_str(name, sizeof(name), dname) < 0)
+		return 0;
+	kind = lib_kind(name);
+	if (!kind)
+		return 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	tgid = pid_tgid >> 32;
+	/* from now on its calls into the libraries pass fr_unwanted */
+	if (kind == TP_MAP_NCCL)
+		bpf_map_update_elem(&fr_pids, &tgid, &one, BPF_ANY);
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec) {
+		count(TP_CNT_DROPPED);
+		return 0;
+	}
+	rec->type = TP_REC_MAP;
+	rec->pid = tgid;
+	rec->tid = (__u32)pid_tgid;
+	rec->kind = kind;
+	rec->ts = bpf_ktime_get_ns();
+	rec->dev = BPF_CORE_READ(file, f_inode, i_sb, s_dev);
+	rec->ino = BPF_CORE_READ(file, f_inode, i_ino);
+	rec->start = ret;
+	__builtin_memcpy(rec->name, name, sizeof(rec->name));
+	/* now: a new library file must be probed before the process calls into it */
+	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+/* A recorded process replaced its image: the old one is over (user space dumps it); the new
+ * one is recorded again only if it maps libnccl. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(fr_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	struct tp_rec_exec *rec;
+
+	if (!bpf_map_lookup_elem(&fr_pids, &tgid) && !bpf_map_lookup_elem(&watch_pids, &tgid))
+		return 0;
+	bpf_map_delete_elem(&fr_pids, &tgid);
+	bpf_map_delete_elem(&watch_pids, &tgid);
+	rec = bpf_ringbuf_reserve(&events, sizeof(*rec), 0);
+	if (!rec) {
+		count(TP_CNT_DROPPED);
+		return 0;
+	}
+	rec->type = TP_REC_EXEC;
+	rec->pid = tgid;
+	rec->ts = bpf_ktime_get_ns();
 	bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }

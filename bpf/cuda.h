@@ -14,6 +14,9 @@ enum tp_rec_type {
 	TP_REC_RET = 2,		/* return of a probed function */
 	TP_REC_DLOPEN = 3,	/* the dynamic linker's r_brk (_dl_debug_state): maps changed */
 	TP_REC_EXIT = 4,	/* the last thread of a watched process exited */
+	/* tptrace fr -a only (fr_exec.c), read before the calls core sees the ring */
+	TP_REC_MAP = 5,		/* a process mapped a libnccl/libcudart/libcuda file executable */
+	TP_REC_EXEC = 6,	/* a recorded process called exec */
 };
 
 /* The attach cookie tells the one generic entry program what to copy, so the BPF side
@@ -120,6 +123,33 @@ struct tp_rec_exit {
 	__u32 pid;
 	__u32 tid;		/* the last thread to exit */
 	__u32 exit_code;	/* wait status: code << 8, or the fatal signal in the low 7 bits */
+	__u64 ts;
+};
+
+/* tptrace fr -a: a library the recorder probes was mapped PROT_EXEC (seen at the mmap
+ * syscall's exit, so the mapping exists in /proc/PID/maps when user space reads it). */
+#define TP_MAP_NAME_MAX	64
+enum tp_map_kind {
+	TP_MAP_NCCL = 1,	/* basename libnccl* */
+	TP_MAP_CUDART = 2,	/* libcudart* */
+	TP_MAP_DRIVER = 3,	/* libcuda.so* */
+};
+
+struct tp_rec_map {
+	__u32 type;		/* TP_REC_MAP */
+	__u32 pid;
+	__u32 tid;
+	__u32 kind;		/* enum tp_map_kind */
+	__u64 ts;
+	__u64 dev;		/* the kernel's dev_t: major << 20 | minor */
+	__u64 ino;
+	__u64 start;		/* the mapping's address */
+	char name[TP_MAP_NAME_MAX];	/* basename, NUL-terminated */
+};
+
+struct tp_rec_exec {
+	__u32 type;		/* TP_REC_EXEC */
+	__u32 pid;
 	__u64 ts;
 };
 

@@ -255,7 +255,7 @@ static int attach_batch(const struct probe_plan *plan, int pid, struct bpf_progr
 	attr.cookies = (uint64_t)(uintptr_t)b->cookies;
 	attr.cnt = b->n;
 	attr.multi_flags = retprobe ? TP_BPF_F_UPROBE_MULTI_RETURN : 0;
-	attr.pid = pid;
+	attr.pid = pid > 0 ? pid : 0;	/* 0: every process (a system-wide link) */
 	fd = syscall(__NR_bpf, TP_BPF_LINK_CREATE, &attr, sizeof(attr));
 	if (fd < 0)
 		return -errno;
@@ -273,6 +273,8 @@ static bool pid_gone(int pid)
 {
 	char root[64];
 
+	if (pid <= 0)	/* system-wide probes belong to no process */
+		return false;
 	snprintf(root, sizeof(root), "/proc/%d/root/", pid);
 	return access(root, F_OK) != 0 && (errno == ENOENT || errno == ESRCH);
 }

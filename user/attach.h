@@ -61,7 +61,7 @@ struct probe_counts {
 	int errors;			/* probes that would not attach (-v says why) */
 };
 
-/* Attaches plan in process pid into links and adds to counts: entries as one uprobe_multi link
+/* Attaches plan in process pid (-1: every process mapping the file, now and later) into links and adds to counts: entries as one uprobe_multi link
  * and returns as another where progs has the multi programs, one link per probe otherwise (or
  * when the kernel refuses the multi link); a return probe only where its entry attached.
  * Probes attached (>= 0), or a negative errno that makes attaching pointless (EPERM). */

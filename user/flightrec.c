@@ -181,12 +181,50 @@ void flightrec__set_drops(struct flightrec *fr, int err, uint64_t dropped)
 	fr->events_dropped_err = err;
 }
 
+/* The process recording pid now: not one whose image an exec replaced. */
 static struct fr_proc *find_proc(struct flightrec *fr, int pid)
 {
 	for (int i = 0; i < fr->nr_procs; i++)
-		if (fr->procs[i]->pid == pid)
+		if (fr->procs[i]->pid == pid && !fr->procs[i]->execd)
 			return fr->procs[i];
 	return NULL;
+}
+
+bool flightrec__has_pid(const struct flightrec *fr, int pid)
+{
+	return find_proc((struct flightrec *)fr, pid) != NULL;
+}
+
+bool flightrec__exec(struct flightrec *fr, int pid)
+{
+	struct fr_proc *p = find_proc(fr, pid);
+
+	if (!p)
+		return false;
+	if (!p->exited) {
+		p->exited = true;
+		p->exit_code = -1;	/* no exit: the process lives on as another program */
+		fr->pending_exits++;
+	}
+	p->execd = true;
+	return true;
+}
+
+void flightrec__probes_late(struct flightrec *fr, int pid, const char *path, uint64_t mapped_ns,
+			    uint64_t attached_ns)
+{
+	struct fr_proc *p = find_proc(fr, pid);
+	struct fr_late *l;
+
+	if (!p || p->nr_late == (int)(sizeof(p->late) / sizeof(p->late[0])))
+		return;
+	for (int i = 0; i < p->nr_late; i++)
+		if (!strcmp(p->late[i].path, path))
+			return;		/* another segment of the same file */
+	l = &p->late[p->nr_late++];
+	snprintf(l->path, sizeof(l->path), "%s", path);
+	l->mapped = mapped_ns;
+	l->attached = attached_ns;
 }
 
 static struct fr_thread *get_thread(struct fr_proc *p, int tid)
@@ -802,6 +840,9 @@ static void fr_entry_cb(void *ctx, struct call_frame *f)
 	struct fr_proc *p = find_proc(fr, rec->pid);
 	struct fr_thread *th;
 
+	/* -a: the first event of a process creates its recording (fr_exec.c) */
+	if (!p && fr->opts.new_proc && !fr->opts.new_proc(fr->opts.new_proc_ctx, rec->pid))
+		p = find_proc(fr, rec->pid);
 	if (!p || !(th = get_thread(p, rec->tid)))
 		return;		/* call->known stays false: its return is ignored */
 	/* a driver call made by a runtime call (cudaEventQuery -> cuEventQuery) is that call,

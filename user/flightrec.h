@@ -35,6 +35,10 @@ struct flightrec_opts {
 	 * to fall back to a plain stall dump of that process */
 	bool (*stall_trigger)(void *ctx, const char *job);
 	void *stall_trigger_ctx;
+	/* tptrace fr -a: a call from a process not recorded yet (its first event): start recording
+	 * it (0) or not (< 0; its calls are dropped). NULL: calls of unknown processes are dropped */
+	int (*new_proc)(void *ctx, int pid);
+	void *new_proc_ctx;
 };
 
 struct flightrec *flightrec__new(const struct flightrec_opts *opts);
@@ -60,6 +64,16 @@ int flightrec__comms_to_query(struct flightrec *fr, int *pid, uint64_t *handles,
 /* What NCCL's own getters said about a communicator (-1: not known). */
 void flightrec__comm_learned(struct flightrec *fr, int pid, uint64_t handle, int rank,
 			     int nranks, int device, const char *how);
+
+/* tptrace fr -a (fr_exec.c) */
+/* The recorded process pid called exec: its recording ends (dumped as exited, reason "exec",
+ * exit code unknown); calls of the new image start a new one. False when pid is not recorded. */
+bool flightrec__exec(struct flightrec *fr, int pid);
+/* pid mapped library file path at mapped_ns but its probes were attached only at attached_ns
+ * (CLOCK_MONOTONIC): calls into it in between are not recorded; the dump says so. */
+void flightrec__probes_late(struct flightrec *fr, int pid, const char *path, uint64_t mapped_ns,
+			    uint64_t attached_ns);
+bool flightrec__has_pid(const struct flightrec *fr, int pid);
 
 /* A process that vanished without an exit record: dumped as exited by take_exits. */
 void flightrec__mark_gone(struct flightrec *fr, int pid);

@@ -229,6 +229,29 @@ static void calls_json(cJSON *root, const struct calls_stats *st)
 	cJSON_AddNumberToObject(o, "unwound_calls", (double)st->unwound);
 }
 
+/* "probes_late" (tptrace fr -a): library files this process mapped before their system-wide
+ * probes were attached; its calls into them in that window were not recorded. Always written
+ * (an empty list: nothing missed this way). */
+static void late_json(cJSON *root, struct flightrec *fr, const struct fr_proc *p)
+{
+	cJSON *arr = cJSON_AddArrayToObject(root, "probes_late");
+
+	for (int i = 0; arr && i < p->nr_late; i++) {
+		const struct fr_late *l = &p->late[i];
+		cJSON *o = cJSON_CreateObject();
+
+		if (!o)
+			return;
+		cJSON_AddStringToObject(o, "library", l->path);
+		add_ns(o, "mapped_ns", fr, l->mapped);
+		add_ns(o, "attached_ns", fr, l->attached);
+		cJSON_AddNumberToObject(o, "unrecorded_ms", (double)(l->attached - l->mapped) / 1e6);
+		cJSON_AddStringToObject(o, "note", "calls into this library between mapped_ns and "
+					"attached_ns were not recorded");
+		cJSON_AddItemToArray(arr, o);
+	}
+}
+
 /* "job" and "trigger" (docs/fr-schema.md "Triggers"): early in the dump, so a reader of its
  * head can group dumps by trigger without parsing the entries */
 static void trigger_fields(cJSON *root, const struct fr_proc *p, const struct fr_trigger_rec *t)
@@ -300,6 +323,9 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 				      num_or_null((p->exit_code >> 8) & 0xff, p->exit_code >= 0));
 		cJSON_AddNullToObject(proc, "signal");
 	}
+	if (p->execd)	/* the pid lives on as another program: no exit code */
+		cJSON_AddBoolToObject(proc, "replaced_by_exec", true);
+	late_json(root, fr, p);
 	cJSON_AddNumberToObject(root, "ring_size", (double)fr->opts.ring_size);
 	cJSON_AddNumberToObject(root, "entries_recorded", (double)(p->next_record_id - 1));
 	cJSON_AddNumberToObject(root, "entries_overwritten",
@@ -803,7 +829,7 @@ int flightrec__take_exits(struct flightrec *fr)
 			dirfd = round_begin(fr);
 			opened = true;
 		}
-		if (!dump_proc(fr, dirfd, p, "exit", NULL))
+		if (!dump_proc(fr, dirfd, p, p->execd ? "exec" : "exit", NULL))
 			n++;
 		p->exit_dumped = true;
 	}

@@ -113,6 +113,13 @@ struct fr_proc {
 	char nccl_version[32];
 	char nccl_library[PATH_MAX];
 	char job[129];			/* fr_trigger.h job id; "" unknown */
+	bool execd;			/* -a: replaced by exec; a new fr_proc records the new image */
+	/* -a: library files this process mapped before their probes were attached */
+	struct fr_late {
+		char path[256];
+		uint64_t mapped, attached;	/* CLOCK_MONOTONIC ns */
+	} late[4];
+	int nr_late;
 	/* hang snapshots (flightrec_stacks.c): the attach one is taken by snap_thread */
 	pthread_t snap_thread;
 	bool snap_running;		/* snap_thread not joined yet */

@@ -14,9 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 #include <bpf/libbpf.h>
+#include "cuda.h"
 #include "cuda.skel.h"
 #include "elfsym.h"
 #include "flightrec.h"
+#include "fr_exec.h"
 #include "fr_metrics.h"
 #include "fr_trigger.h"
 #include "inject.h"
@@ -279,6 +281,7 @@ struct fr_session {
 	int nr_targets;
 	struct fr_watch *watch;		/* trigger files in the dump directory */
 	char host[FR_HOST_MAX + 1];
+	struct fr_exec *exec;		/* -a: libraries probed per file, for every process */
 };
 
 static void set_drops(struct fr_session *s)
@@ -431,6 +434,15 @@ static int trigger_command(void)
 	return 0;
 }
 
+/* The target recording pid now (not one an exec or exit ended). */
+static struct target *live_target(struct fr_session *s, int pid)
+{
+	for (int i = 0; i < s->nr_targets; i++)
+		if (s->targets[i]->pid == pid && !s->targets[i]->exited)
+			return s->targets[i];
+	return NULL;
+}
+
 /* Starts recording pid. Returns 1 when it uses NCCL and is now recorded, 0 when it has no
  * NCCL (yet), negative errno on failure. */
 static int add_target(struct fr_session *s, int pid, bool quiet)
@@ -443,6 +455,10 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	t = quiet ? target__new(pid) : session__open_target(pid);
 	if (!t)
 		return -errno;
+	/* -a: its library files are probed for every process (a file no event taught yet,
+	 * e.g. one whose mapping record was dropped, is learnt here) */
+	if (s->exec)
+		fr_exec__learn_pid(s->exec, pid);
 	err = target__scan(t, s->cache, &s->probes);
 	if (err < 0) {
 		if (!quiet)
@@ -460,6 +476,8 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 		return err;
 	}
 	session__watch_exit(s->bpf, pid);
+	if (s->exec)
+		fr_exec__allow_pid(s->exec, pid, true);
 	s->targets[s->nr_targets++] = t;
 	learn_job(s, pid);
 	if (t->rank >= 0)
@@ -478,15 +496,50 @@ static void scan_all(struct fr_session *s)
 	static int pids[MAX_TARGETS];
 	int n = session__find_procs(nccl, NULL, NULL, pids, MAX_TARGETS);
 
-	for (int k = 0; k < n; k++) {
-		bool known = false;
-
-		for (int i = 0; i < s->nr_targets; i++)
-			if (s->targets[i]->pid == pids[k])
-				known = true;
-		if (!known)
+	for (int k = 0; k < n; k++)
+		if (!live_target(s, pids[k]))
 			add_target(s, pids[k], true);
+}
+
+/* ---- -a: exact from exec (fr_exec.h) ---- */
+
+/* A process mapped a library: an NCCL one starts its recording, any other one of a recorded
+ * process is looked at (objects not probed for every process get per-process probes). */
+static void exec_mapped(void *ctx, int pid, uint32_t kind)
+{
+	struct fr_session *s = ctx;
+	struct target *t = live_target(s, pid);
+
+	if (t) {
+		target__scan(t, s->cache, &s->probes);
+		return;
 	}
+	if (kind == TP_MAP_NCCL && add_target(s, pid, true) != 1)
+		fr_exec__allow_pid(s->exec, pid, false);	/* not NCCL after all */
+}
+
+/* The process replaced its image: its target is over (the new image gets a new one). */
+static void exec_execd(void *ctx, int pid)
+{
+	struct target *t = live_target(ctx, pid);
+
+	if (t) {
+		t->exited = true;
+		t->exit_ns = session__clock_ns(CLOCK_MONOTONIC);
+	}
+}
+
+/* flightrec: the first call of a process not recorded yet (its mapping record was missed,
+ * or its recording ended at an exec). 0 when it is recorded now. */
+static int exec_new_proc(void *ctx, int pid)
+{
+	struct fr_session *s = ctx;
+
+	if (add_target(s, pid, true) == 1)
+		return 0;
+	log_verbose("pid %d: calls of a process without NCCL; dropped in BPF from now on\n", pid);
+	fr_exec__allow_pid(s->exec, pid, false);	/* its calls stop at the BPF filter */
+	return -1;
 }
 
 /* Communicators made before attach: ask NCCL's own getters (ncclCommUserRank, ncclCommCount,
@@ -601,7 +654,7 @@ int fr_main(int argc, char **argv)
 			goto cleanup;
 	}
 
-	s.bpf = session__load_bpf(env.ring_mb);
+	s.bpf = env.all ? session__load_bpf_fr_exec(env.ring_mb) : session__load_bpf(env.ring_mb);
 	if (!s.bpf)
 		goto cleanup;
 	session__probes(s.bpf, &s.probes);
@@ -620,13 +673,27 @@ int fr_main(int argc, char **argv)
 	fo.host_id = s.host;
 	fo.stall_trigger = stall_trigger;
 	fo.stall_trigger_ctx = &s;
+	if (env.all) {
+		fo.new_proc = exec_new_proc;
+		fo.new_proc_ctx = &s;
+	}
 	s.fr = flightrec__new(&fo);
 	s.watch = fr_watch__new(env.dump_dir, true);
 	if (!s.cache || !s.fr || !s.watch) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
-	rb = ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), flightrec__ring_cb, s.fr, NULL);
+	if (env.all && s.fr && s.cache) {
+		struct fr_exec_ops ops = { .ctx = &s, .mapped = exec_mapped, .execd = exec_execd };
+
+		s.exec = fr_exec__new(s.bpf, s.cache, &s.probes, s.fr, &ops);
+		if (!s.exec)
+			goto cleanup;
+	}
+	rb = s.exec ? ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), fr_exec__ring_cb,
+				       s.exec, NULL)
+		    : ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), flightrec__ring_cb,
+				       s.fr, NULL);
 	if (!rb) {
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;
@@ -704,7 +771,9 @@ int fr_main(int argc, char **argv)
 			last_metrics = now;
 			fr_metrics__update(metrics, s.fr, now);
 		}
-		if (env.all && now - last_scan > 1000000000ULL) {
+		/* -a: processes come from the kernel's mapping records; the scan is only a safety
+		 * net for records the ring dropped */
+		if (env.all && now - last_scan > 5000000000ULL) {
 			last_scan = now;
 			scan_all(&s);
 		}
@@ -716,6 +785,15 @@ int fr_main(int argc, char **argv)
 	ring_buffer__consume(rb);
 	set_drops(&s);
 	flightrec__take_exits(s.fr);
+	if (s.exec) {
+		struct fr_exec_stats st;
+
+		fr_exec__stats(s.exec, &st);
+		log_verbose("-a: %d library files probed for every process (%d refused), %llu "
+			    "mappings seen; mapping to probes attached: last %.1f ms, max %.1f ms\n",
+			    st.files, st.files_failed, (unsigned long long)st.maps_seen,
+			    st.last_attach_ns / 1e6, st.max_attach_ns / 1e6);
+	}
 	/* a final dump that could not be written is a failed run (each said why) */
 	ret = flightrec__dump_all(s.fr, "final") < 0 ? 1 : 0;
 	if (metrics)	/* the file keeps the final state (final dumps counted) */
@@ -725,6 +803,7 @@ cleanup:
 	ring_buffer__free(rb);
 	for (int i = 0; i < s.nr_targets; i++)
 		target__free(s.targets[i]);
+	fr_exec__free(s.exec);
 	flightrec__free(s.fr);
 	fr_watch__free(s.watch);
 	session__free_bpf(s.bpf);

@@ -72,7 +72,19 @@ static bool exit_tp_supported(void)
 	return found;
 }
 
+static struct session_bpf *load_bpf(int ring_mb, bool fr_exec);
+
 struct session_bpf *session__load_bpf(int ring_mb)
+{
+	return load_bpf(ring_mb, false);
+}
+
+struct session_bpf *session__load_bpf_fr_exec(int ring_mb)
+{
+	return load_bpf(ring_mb, true);
+}
+
+static struct session_bpf *load_bpf(int ring_mb, bool fr_exec)
 {
 	struct bpf_program *multi_progs[3];
 	struct session_bpf *b = calloc(1, sizeof(*b));
@@ -106,6 +118,9 @@ struct session_bpf *session__load_bpf(int ring_mb)
 	}
 	if (!b->exit_tp)
 		bpf_program__set_autoload(skel->progs.proc_exit, false);
+	bpf_program__set_autoload(skel->progs.fr_map, fr_exec);
+	bpf_program__set_autoload(skel->progs.fr_exec, fr_exec);
+	skel->rodata->fr_filter = fr_exec;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
 	/* wake the reader once an eighth of the ring waits; it also drains every 20 ms */
 	skel->rodata->wakeup_bytes = ((uint64_t)ring_mb << 20) / 8;
@@ -124,6 +139,15 @@ struct session_bpf *session__load_bpf(int ring_mb)
 		if (!skel->links.proc_exit) {
 			log_verbose("exit tracepoint unavailable: %s\n", strerror(errno));
 			b->exit_tp = false;
+		}
+	}
+	if (fr_exec) {
+		skel->links.fr_map = bpf_program__attach(skel->progs.fr_map);
+		skel->links.fr_exec = bpf_program__attach(skel->progs.fr_exec);
+		if (!skel->links.fr_map || !skel->links.fr_exec) {
+			log_error("cannot watch library mappings and execs (tp_btf sys_exit, "
+				  "sched_process_exec): %s\n", strerror(errno));
+			goto err;
 		}
 	}
 	return b;

@@ -21,6 +21,9 @@ struct session_bpf {
 
 /* Opens and loads the BPF object with a ring of ring_mb MiB. NULL after an error line. */
 struct session_bpf *session__load_bpf(int ring_mb);
+/* The same for tptrace fr -a: also loads and attaches the exec-mapping and exec programs and
+ * turns on the fr_pids filter of the entry and return programs (user/fr_exec.c). */
+struct session_bpf *session__load_bpf_fr_exec(int ring_mb);
 /* Destroys the object (programs, maps, the exit tracepoint link). NULL is fine. */
 void session__free_bpf(struct session_bpf *b);
 /* Fills probes from the loaded object. */

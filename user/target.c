@@ -484,6 +484,39 @@ int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, ui
 	return found;
 }
 
+/* What an ELF object holds (obj->es and obj->path set): the dynamic linker, NCCL, the
+ * driver, a CUDA runtime. Counted into t. */
+static void classify(struct target *t, struct target_obj *obj)
+{
+	obj->ld_so = is_ld_so(obj->path) && elfsym__find_func(obj->es, "_dl_debug_state");
+	if (obj->ld_so)
+		return;
+	for (int k = 0; k < nccl_api_count; k++) {
+		if (nccl_api_is_marker(nccl_apis[k].symbol) &&
+		    elfsym__find_func(obj->es, nccl_apis[k].symbol)) {
+			obj->nccl = true;
+			break;
+		}
+	}
+	obj->driver = is_driver(obj->path, obj->es);
+	if (obj->driver) {
+		t->nr_driver++;
+		return;
+	}
+	for (int id = 0; id < cuda_api_count; id++) {
+		if (cuda_api_is_marker(cuda_apis[id].symbol) &&
+		    elfsym__find_func(obj->es, cuda_apis[id].symbol)) {
+			obj->cudart = true;
+			break;
+		}
+	}
+	obj->cudart_shared = obj->cudart && is_shared_cudart(obj->path);
+	if (obj->cudart)
+		t->nr_cudart++;
+	if (obj->nccl)
+		t->nr_nccl++;
+}
+
 static struct target_obj *find_obj(struct target *t, uint64_t dev, uint64_t ino)
 {
 	for (int i = 0; i < t->nr_objs; i++)
@@ -598,33 +631,9 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 		if (!obj->es)
 			continue;
 		compute_bias(obj, maps);
-		obj->ld_so = is_ld_so(v->path) && elfsym__find_func(obj->es, "_dl_debug_state");
-		if (obj->ld_so)
+		classify(t, obj);
+		if (obj->ld_so || obj->driver)
 			continue;
-		for (int k = 0; k < nccl_api_count; k++) {
-			if (nccl_api_is_marker(nccl_apis[k].symbol) &&
-			    elfsym__find_func(obj->es, nccl_apis[k].symbol)) {
-				obj->nccl = true;
-				break;
-			}
-		}
-		obj->driver = is_driver(v->path, obj->es);
-		if (obj->driver) {
-			t->nr_driver++;
-			continue;
-		}
-		for (int id = 0; id < cuda_api_count; id++) {
-			if (cuda_api_is_marker(cuda_apis[id].symbol) &&
-			    elfsym__find_func(obj->es, cuda_apis[id].symbol)) {
-				obj->cudart = true;
-				break;
-			}
-		}
-		obj->cudart_shared = obj->cudart && is_shared_cudart(v->path);
-		if (obj->cudart)
-			t->nr_cudart++;
-		if (obj->nccl)
-			t->nr_nccl++;
 		if (obj->bias_known) {
 			struct statics_ctx ctx = { t, obj };
 
@@ -636,7 +645,12 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 	t->want_caller2 = t->nr_stub_funcs > priv(t)->nr_statics;
 	/* pass 2: probes */
 	for (int i = first_new; i < t->nr_objs && !err; i++) {
-		int r = attach_obj(t, &t->objs[i], p);
+		int r;
+
+		/* tptrace fr -a: probed for every process already (target__add_file) */
+		if (p->covered && p->covered(p->covered_ctx, t->objs[i].dev, t->objs[i].ino))
+			continue;
+		r = attach_obj(t, &t->objs[i], p);
 
 		if (r < 0)
 			err = r;
@@ -647,6 +661,55 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 	t->maps = maps;
 	target__scan_handle_statics(t, cache, 0);
 	return err ? err : added;
+}
+
+struct target *target__new_global(void)
+{
+	struct target *t = calloc(1, sizeof(*t) + sizeof(struct target_priv));
+
+	if (!t)
+		return NULL;
+	t->pid = -1;
+	t->pidfd = -1;
+	t->rank = t->world_size = t->local_rank = -1;
+	t->exit_code = -1;
+	snprintf(t->comm, sizeof(t->comm), "(every process)");
+	return t;
+}
+
+int target__add_file(struct target *t, struct elfsym_cache *cache, const struct target_probes *p,
+		     const char *path, const char *open_path, uint64_t dev, uint64_t ino)
+{
+	struct target_obj *obj, *objs;
+	int r;
+
+	if (find_obj(t, dev, ino))
+		return -EEXIST;
+	objs = realloc(t->objs, (t->nr_objs + 1) * sizeof(*objs));
+	if (!objs)
+		return -ENOMEM;
+	t->objs = objs;
+	obj = &t->objs[t->nr_objs];
+	memset(obj, 0, sizeof(*obj));
+	obj->dev = dev;
+	obj->ino = ino;
+	obj->path = strdup(path);
+	obj->open_path = strdup(open_path);
+	if (!obj->path || !obj->open_path) {
+		free(obj->path);
+		free(obj->open_path);
+		return -ENOMEM;
+	}
+	t->nr_objs++;
+	obj->es = elfsym_cache__get(cache, open_path);
+	if (!obj->es)
+		return -ENOEXEC;
+	classify(t, obj);
+	/* never the dynamic linker: its hook would fire in every process on the host */
+	if (obj->ld_so || (!obj->nccl && !obj->driver && !obj->cudart_shared))
+		return 0;
+	r = attach_obj(t, obj, p);
+	return r;
 }
 
 void target__set_handle(struct target *t, uint64_t handle, const char *name, const char *source)

@@ -29,6 +29,10 @@ struct target_probes {
 	/* uprobe_multi flavours (kernel >= 6.6), NULL when unavailable: one link per object */
 	struct bpf_program *entry_multi, *ret_multi, *dl_hook_multi;
 	bool all_returns;		/* --durations: return probes on every API */
+	/* tptrace fr -a: objects probed for every process already (target__add_file) are left
+	 * alone by target__scan; NULL: none */
+	bool (*covered)(void *ctx, uint64_t dev, uint64_t ino);
+	void *covered_ctx;
 	unsigned classes;		/* enum probe_class bits; 0 means PROBE_CUDA_ALL */
 };
 
@@ -84,6 +88,15 @@ void target__free(struct target *t);
  * (>= 0) or a negative errno (ESRCH when the process is gone). Errors attaching a single
  * probe are counted in attach_errors and reported with -v. */
 int target__scan(struct target *t, struct elfsym_cache *cache, const struct target_probes *p);
+
+/* tptrace fr -a: a pseudo-target (pid -1) whose objects are library files probed for every
+ * process that maps them, now and later (one uprobe per inode). */
+struct target *target__new_global(void);
+/* Adds the file dev:ino (path as a process sees it, open_path openable here) to a global target
+ * and attaches what it holds (NCCL, a shared CUDA runtime, the driver) system-wide. Probes
+ * attached (0: nothing to probe in it), -EEXIST when known, or a negative errno. */
+int target__add_file(struct target *t, struct elfsym_cache *cache, const struct target_probes *p,
+		     const char *path, const char *open_path, uint64_t dev, uint64_t ino);
 
 /* Kernel name for a code address in the target (a stub or a function pointer): demangled,
  * NULL if unknown. The string lives as long as the target. */

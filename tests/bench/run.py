@@ -311,13 +311,13 @@ def section_probe(a):
                 na(f"vs_bpftrace.{op}", "bpftrace not installed")
         if "alloc" not in ops:
             na("probe_cost_ratio.alloc", f"tptrace --mem recorded no cudaMalloc calls: {sorted(seen)}")
-        if "nccl" not in ops:
-            probe_nccl_fr(a, loop)
+        # `tptrace fr` -p and -a on NCCL; probe_cost_ratio.nccl is fr's where tptrace has none
+        probe_nccl_fr(a, loop, main_key="nccl" not in ops)
     finally:
         loop.close()
 
 
-def probe_nccl_fr(a, loop):
+def probe_nccl_fr(a, loop, main_key=True):
     """NCCL calls are probed by `tptrace fr` (entry and return of every NCCL API), not by
     plain tptrace: ratio of fr's cost on ncclAllReduce to an empty uprobe+uretprobe."""
     key = "probe_cost_ratio.nccl"
@@ -325,18 +325,19 @@ def probe_nccl_fr(a, loop):
         return na(key, f"{REAL_NCCL} not loadable")
     if run_cmd([TPTRACE, "fr", "--help"]).returncode != 0:
         return na(key, "neither tptrace nor `tptrace fr` probes NCCL in this build")
-    res = {"none": [], "empty": [], "fr": []}
+    # fr_all: `tptrace fr -a`, NCCL probed per file for every process behind the fr_pids filter
+    res = {"none": [], "empty": [], "fr": [], "fr_all": []}
     for rep in range(a.reps):
-        for c in list(res)[rep % 3:] + list(res)[:rep % 3]:
+        for c in list(res)[rep % 4:] + list(res)[:rep % 4]:
             h = None
             if c == "empty":
                 h = EmptyProbe(loop, [("nccl", True)])
-            elif c == "fr":
-                fr = subprocess.Popen([TPTRACE, "fr", "-p", str(loop.pid), "--dump-dir",
-                                       tmp("fr-dumps")], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True)
+            elif c in ("fr", "fr_all"):
+                who = ["-p", str(loop.pid)] if c == "fr" else ["-a"]
+                fr = subprocess.Popen([TPTRACE, "fr"] + who + ["--dump-dir", tmp("fr-dumps")],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 err = Lines(fr.stderr)
-                if not err.wait_for(lambda l: l.startswith("tptrace: recording"), 60):
+                if not err.wait_for(lambda l: l.startswith(f"tptrace: recording pid {loop.pid} "), 60):
                     fr.kill()
                     fr.wait()
                     return na(key, f"`tptrace fr` did not attach: {err.text()[:160]}")
@@ -344,13 +345,17 @@ def probe_nccl_fr(a, loop):
             res[c].append(loop.run("nccl", a.calls))
             if h:
                 h.close()
-            elif c == "fr":
+            elif c in ("fr", "fr_all"):
                 fr.send_signal(signal.SIGINT)
                 fr.wait(60)
     m = {c: med(v) for c, v in res.items()}
     log("probe: nccl (tptrace fr) ns/call medians: " + ", ".join(f"{c} {v:.0f}" for c, v in m.items()))
     emit("ns_per_call.nccl.fr", f"{m['fr']:.0f}")
-    emit(key, f"{(m['fr'] - m['none']) / (m['empty'] - m['none']):.2f}")
+    emit(key if main_key else f"{key}.fr", f"{(m['fr'] - m['none']) / (m['empty'] - m['none']):.2f}")
+    emit("ns_per_call.nccl.fr_all", f"{m['fr_all']:.0f}")
+    emit(f"{key}.fr_all", f"{(m['fr_all'] - m['none']) / (m['empty'] - m['none']):.2f}")
+    # -a's per-file probes and pid filter against -p's per-process probes (1.00: the same)
+    emit("fr_all_vs_fr.nccl", f"{(m['fr_all'] - m['none']) / (m['fr'] - m['none']):.2f}")
 
 
 # tptrace's entry program (bpf/cuda.bpf.c) on cudaLaunchKernel with the cookie tptrace gives it,

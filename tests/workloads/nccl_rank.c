@@ -7,7 +7,7 @@
  * Usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S (5)] [--scenario NAME
  *                  (healthy)] [--culprit C (1)] [--fault-step K (S-1)] [--late-ms MS (3000)]
  *                  [--split] [--init-before-ready (default) | --init-after-go] [--hold]
- *                  [--bad-init] [--announce]
+ *                  [--bad-init] [--announce] [--start-delay-ms MS (0)]
  *
  * Setup, before READY (not counted below; with --init-after-go the part marked * runs right
  * after GO instead, before step 0):
@@ -131,6 +131,7 @@ static const char *scenario_names[] = {
 struct opts {
 	int rank, nranks, steps, culprit, fault_step, late_ms;
 	int kernels, compute_us, poll_ms;	/* benchmark shape: compute before the collectives */
+	int start_delay_ms;	/* sleep at the start of main: init this long after exec */
 	const char *id_file;
 	enum scenario scenario;
 	bool split, init_after_go, hold, bad_init, announce;
@@ -316,7 +317,7 @@ static void usage(void)
 		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error|"
 		"idle|spin] [--announce] "
 		"[--culprit C] [--fault-step K] [--late-ms MS] [--split] [--init-before-ready|"
-		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P]\n");
+		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P] [--start-delay-ms MS]\n");
 	exit(2);
 }
 
@@ -364,6 +365,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->compute_us = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--poll-ms"))
 			o->poll_ms = (int)hs_parse_long(a, v), i++;
+		else if (!strcmp(a, "--start-delay-ms"))
+			o->start_delay_ms = (int)hs_parse_long(a, v), i++;
 		else
 			usage();
 	}
@@ -392,6 +395,10 @@ int main(int argc, char **argv)
 	int stuck_flag = 0;
 
 	parse(argc, argv, &o);
+	/* --start-delay-ms: the communicator comes this long after exec (tptrace fr -a's
+	 * exact-from-exec test); 0 by default */
+	if (o.start_delay_ms > 0)
+		usleep((useconds_t)o.start_delay_ms * 1000);
 	cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
 	cuda_check(cudaEventCreateWithFlags(&wd.ev, cudaEventDisableTiming),
 		   "cudaEventCreateWithFlags");
