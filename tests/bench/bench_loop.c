@@ -16,6 +16,7 @@
  *      sync    cudaStreamSynchronize(stream)
  *      alloc   cudaMalloc(&ptr, 1 MiB)
  *      nccl    ncclAllReduce(...) from --nccl LIB (NULL comm: fails fast, entry observable)
+ *      syscall getppid(2) through syscall(): what a host-wide syscall hook costs every process
  *
  * Usage: bench_loop [--cudart LIB] [--nccl LIB] [--cpu N] [--dlopen-list FILE]
  *   --dlopen-list  dlopen every path listed in FILE (one per line) before READY: the
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,6 +121,11 @@ static int run(const char *op, long calls, double *ns)
 		t0 = now_ns();
 		for (long i = 0; i < calls; i++)	/* ncclFloat32 = 7, ncclSum = 0, comm NULL */
 			allreduce(data, data, 1024, 7, 0, NULL, stream);
+		t1 = now_ns();
+	} else if (!strcmp(op, "syscall")) {
+		t0 = now_ns();
+		for (long i = 0; i < calls; i++)
+			syscall(SYS_getppid);
 		t1 = now_ns();
 	} else {
 		return -1;

@@ -327,6 +327,8 @@ def probe_nccl_fr(a, loop, main_key=True):
         return na(key, "neither tptrace nor `tptrace fr` probes NCCL in this build")
     # fr_all: `tptrace fr -a`, NCCL probed per file for every process behind the fr_pids filter
     res = {"none": [], "empty": [], "fr": [], "fr_all": []}
+    # -a also watches every mmap on the host (a sys_exit hook): what it adds to any syscall
+    sysc = {c: [] for c in res}
     for rep in range(a.reps):
         for c in list(res)[rep % 4:] + list(res)[:rep % 4]:
             h = None
@@ -343,6 +345,7 @@ def probe_nccl_fr(a, loop, main_key=True):
                     return na(key, f"`tptrace fr` did not attach: {err.text()[:160]}")
             loop.run("nccl", 500)
             res[c].append(loop.run("nccl", a.calls))
+            sysc[c].append(loop.run("syscall", a.calls))
             if h:
                 h.close()
             elif c in ("fr", "fr_all"):
@@ -356,6 +359,13 @@ def probe_nccl_fr(a, loop, main_key=True):
     emit(f"{key}.fr_all", f"{(m['fr_all'] - m['none']) / (m['empty'] - m['none']):.2f}")
     # -a's per-file probes and pid filter against -p's per-process probes (1.00: the same)
     emit("fr_all_vs_fr.nccl", f"{(m['fr_all'] - m['none']) / (m['fr'] - m['none']):.2f}")
+    # a getppid() in any process on the host while `tptrace fr -a` runs, to one without
+    # (-p adds no syscall hook: its ratio is the noise floor)
+    s = {c: med(v) for c, v in sysc.items()}
+    log("probe: getppid ns/call medians: " + ", ".join(f"{c} {v:.0f}" for c, v in s.items()))
+    emit("ns_per_syscall.none", f"{s['none']:.0f}")
+    emit("syscall_cost_ratio.fr", f"{s['fr'] / s['none']:.2f}")
+    emit("syscall_cost_ratio.fr_all", f"{s['fr_all'] / s['none']:.2f}")
 
 
 # tptrace's entry program (bpf/cuda.bpf.c) on cudaLaunchKernel with the cookie tptrace gives it,
