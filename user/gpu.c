@@ -30,6 +30,7 @@ struct gpu_session {
 	uint64_t stop_fn;		/* tptrace_agent_stop in the target */
 	int timeout_ms;
 	struct gpu_stats st;
+	uint64_t delivered_ns;		/* activity that ended before this is drained */
 	char *long_name;		/* assembled name of the record being delivered */
 	size_t long_cap;
 	char err[512];
@@ -51,12 +52,17 @@ static void set_err(char *buf, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
-static uint64_t now_ms(void)
+static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000ULL + ts.tv_nsec / 1000000;
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static uint64_t now_ms(void)
+{
+	return now_ns() / 1000000;
 }
 
 static void sleep_ms(int ms)
@@ -573,6 +579,7 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 		goto fail;
 	}
 	s->st.injected = s->injected;
+	s->delivered_ns = now_ns();
 	procmaps__free(before);
 	return s;
 fail:
@@ -616,11 +623,15 @@ int gpu__poll(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 {
 	struct agent_control *ctl = s ? s->ctl : NULL;
 	struct agent_record *ring;
-	uint64_t head, tail, mask;
+	uint64_t head, tail, mask, upto;
 	int n = 0;
 
 	if (!ctl)
 		return -EINVAL;
+	/* read before the head: what that flush delivered is drained below */
+	upto = __atomic_load_n(&ctl->flushed_upto_ns, __ATOMIC_ACQUIRE);
+	if (upto > s->delivered_ns)
+		s->delivered_ns = upto;
 	ring = agent_ring(ctl);
 	mask = ctl->ring_records - 1;
 	head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE);
@@ -692,6 +703,11 @@ int gpu__detach(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 	munmap(s->ctl, s->map_size);
 	s->ctl = NULL;
 	return r ? r : r2;
+}
+
+uint64_t gpu__delivered_ns(const struct gpu_session *s)
+{
+	return s->delivered_ns;
 }
 
 void gpu__stats(const struct gpu_session *s, struct gpu_stats *out)

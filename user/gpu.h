@@ -71,6 +71,10 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 int gpu__poll(struct gpu_session *s, gpu_record_cb cb, void *ctx);
 /* Disable, flush, drain into cb, unload. 0 or -errno; err text in gpu__error(). Call once. */
 int gpu__detach(struct gpu_session *s, gpu_record_cb cb, void *ctx);
+/* CLOCK_MONOTONIC ns before which every activity has been delivered by gpu__poll: the start
+ * of the agent's last completed CUPTI flush (the attach time before the first). On a loaded
+ * host the agent's thread falls behind the wall clock; this does not. */
+uint64_t gpu__delivered_ns(const struct gpu_session *s);
 void gpu__stats(const struct gpu_session *s, struct gpu_stats *out);
 const char *gpu__error(const struct gpu_session *s);
 /* Detaches first if needed (records dropped). NULL is safe. */

@@ -498,6 +498,29 @@ static int attach_gpus(struct trace_session *s)
 	return 0;
 }
 
+/* The clock the join gives up by: a call waits for its CUPTI records by the agents' flushes,
+ * not by the wall clock, so a loaded host that delays the agents' thread delays the join
+ * instead of leaving calls unjoined (launches unnamed). The slowest live agent sets it; one
+ * that has not flushed for a minute (stopped, hung) no longer holds calls back. */
+#define JOIN_AGENT_LAG_MAX_NS	60000000000ULL
+
+static uint64_t join_clock(struct trace_session *s, uint64_t now)
+{
+	uint64_t at = now;
+
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+		uint64_t d;
+
+		if (!p->gpu || p->t->exited)
+			continue;
+		d = gpu__delivered_ns(p->gpu);
+		if (d < at)
+			at = d;
+	}
+	return now - at > JOIN_AGENT_LAG_MAX_NS ? now - JOIN_AGENT_LAG_MAX_NS : at;
+}
+
 /* The join's slack follows the worst clock residual any agent measured. */
 static void gpu_clock_to_join(struct trace_session *s)
 {
@@ -610,7 +633,7 @@ static void run_loop(struct trace_session *s)
 				gpu__poll(s->procs[i].gpu, decoder__gpu_cb, s->dec);
 		if (env.gpu) {
 			gpu_clock_to_join(s);
-			decoder__gpu_flush(s->dec, now, 2000000000ULL);
+			decoder__gpu_flush(s->dec, join_clock(s, now), 2000000000ULL);
 		}
 		if (!count_alive(s))
 			break;

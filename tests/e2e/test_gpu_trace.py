@@ -169,3 +169,27 @@ def test_gpu_names_kernels_the_symbols_cannot():
     # since the stub has no symbol either)
     assert sources["scale_vec(float*, float, int)"] == "cupti", sources
     assert sources["void ns::tk<int>(int*, int)"] == "cupti", sources
+
+
+def test_gpu_join_waits_for_a_late_agent():
+    """The agent's flush loop falls seconds behind (a starved thread on a loaded host, here a
+    CUPTI whose flushes take 3 s): the join waits for what the agent has delivered, not for
+    the wall clock, so every launch is still joined to its CUPTI record and kernel."""
+    need_root()
+    need_ptrace()
+    steps = 4
+    trace, wl, tr = trace_workload(
+        [os.path.join(WL, "sim_train"), "--steps", str(steps), "--kernel-us", "500000"],
+        tracer_args=["--gpu"], env={"TPSIM_CUPTI_FLUSH_DELAY_MS": "3000"},
+        out_name="gpu-late-agent.json", done_timeout=120)
+    check_valid_trace(trace)
+    launches = calls(trace, pid=wl.pid, name="cudaLaunchKernel")
+    assert len(launches) == 4 * steps, len(launches)
+    # the run outlasted the 2 s a call may wait, counted from the calls' arrival
+    assert launches[-1]["ts"] - launches[0]["ts"] > 3e6, (launches[0]["ts"], launches[-1]["ts"])
+    j = trace["tptrace"]["gpu_join"]
+    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    kernels = {e["args"]["correlation"] for e in trace["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    for l in launches:
+        assert "cupti" not in l["args"] and l["args"]["correlation"] in kernels, l

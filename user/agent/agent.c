@@ -466,14 +466,23 @@ static bool resolve_cupti(void)
 		}										\
 	} while (0)
 
+/* A flush that began at began is done: what it delivered is in the ring before either store. */
+static void flushed(struct agent_control *ctl, uint64_t began, int n)
+{
+	__atomic_store_n(&ctl->flushed_upto_ns, began, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&ctl->flushes, n, __ATOMIC_RELEASE);
+}
+
 static void cupti_off(void)
 {
 	if (ag.enabled) {
+		uint64_t began = mono_ns();
+
 		ag.f.ActivityFlushAll(0);
 		for (size_t i = 0; i < sizeof(enabled_kinds) / sizeof(enabled_kinds[0]); i++)
 			ag.f.ActivityDisable(enabled_kinds[i]);
 		ag.f.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-		__atomic_fetch_add(&ag.ctl->flushes, 2, __ATOMIC_RELAXED);
+		flushed(ag.ctl, began, 2);
 		clock_sample();
 		ag.enabled = false;
 	}
@@ -587,7 +596,7 @@ static void *agent_main(void *arg)
 			flush_ns = (ctl->flush_period_ms ?: 200) * 1000000ULL;
 			if (now - last_flush >= flush_ns) {
 				ag.f.ActivityFlushAll(0);
-				__atomic_fetch_add(&ctl->flushes, 1, __ATOMIC_RELAXED);
+				flushed(ctl, now, 1);
 				last_flush = now;
 			}
 			if (now - last_clock >= CLOCK_SAMPLE_NS) {

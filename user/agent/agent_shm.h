@@ -25,7 +25,7 @@
 #include <linux/types.h>
 
 #define AGENT_SHM_MAGIC		0x3155504754505454ULL	/* "TTPTGPU1" little endian */
-#define AGENT_SHM_VERSION	1
+#define AGENT_SHM_VERSION	2
 #define AGENT_CTL_SIZE		8192
 #define AGENT_NAME_LEN		128	/* inline kernel name, NUL included */
 #define AGENT_MSG_LEN		256
@@ -150,6 +150,9 @@ struct agent_control {
 	__u64 buffers_completed;
 	__u64 records_unknown;		/* CUPTI records of kinds the agent skips */
 	__u64 flushes;
+	__u64 flushed_upto_ns;		/* CLOCK_MONOTONIC at which the last completed flush began:
+					 * what ended before it is in the ring (written before
+					 * flushes is bumped) */
 	__u32 nr_clock_samples;		/* total taken; sample i at clock[i % AGENT_CLOCK_SAMPLES] */
 	__u32 pad0;
 	struct agent_clock_sample clock[AGENT_CLOCK_SAMPLES];

@@ -39,6 +39,8 @@
  *    torch.profiler) had subscribed first: cuptiSubscribe returns
  *    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED.
  *  - TPSIM_CUPTI_BUF_RECORDS=N: deliver a buffer once it holds N records (default: when full).
+ *  - TPSIM_CUPTI_FLUSH_DELAY_MS=N: an unforced cuptiActivityFlushAll takes N ms before it
+ *    delivers anything (what a starved thread or a slow CUPTI does to a tool's flush loop).
  *
  * Buffers are completed on the thread that fills them (a stream worker) or that flushes; CUPTI
  * uses its own thread, so the client must already cope with callbacks on foreign threads.
@@ -522,8 +524,11 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
 	CUpti_BuffersCallbackCompleteFunc done;
 	struct full_buf full[1];
+	const char *delay = getenv("TPSIM_CUPTI_FLUSH_DELAY_MS");
 	int nr_full = 0;
 
+	if (delay && !(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))
+		usleep(strtoul(delay, NULL, 10) * 1000);
 	pthread_mutex_lock(&lock);
 	if (!buf_complete) {
 		pthread_mutex_unlock(&lock);
