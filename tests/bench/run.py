@@ -782,7 +782,7 @@ def section_stacks(a):
 
 
 # ---- the daemon's own footprint (frfoot) ----
-FOOT_WINDOW_S = 12.0
+FOOT_WINDOW_S = 10.0
 
 
 def proc_usage(pid):
