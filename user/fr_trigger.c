@@ -372,6 +372,18 @@ static int read_trigger(int dir_fd, const char *name, const char *id, struct fr_
 	return fr_trigger__parse(buf, len, id, t, err, err_size);
 }
 
+int fr_trigger__read(int dir_fd, const char *name, struct fr_trigger_rec *t, char *err,
+		     size_t err_size)
+{
+	char id[FR_TRIGGER_ID_LEN + 1];
+
+	if (!trigger_name(name, id)) {
+		snprintf(err, err_size, "not a trigger file name");
+		return -EINVAL;
+	}
+	return read_trigger(dir_fd, name, id, t, err, err_size);
+}
+
 /* Looks at every trigger file not seen yet; new valid ones are queued. */
 static void scan(struct fr_watch *w, bool initial)
 {

@@ -157,3 +157,10 @@ $(UNIT_DIR)/test_fr_metrics: tests/unit/test_fr_metrics.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -lmicrohttpd -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_fr_metrics
+
+$(UNIT_DIR)/test_fr_retention: tests/unit/test_fr_retention.c tests/unit/check.h \
+			     $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_fr_retention
