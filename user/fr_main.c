@@ -18,6 +18,7 @@
 #include "elfsym.h"
 #include "flightrec.h"
 #include "fr_metrics.h"
+#include "fr_claim.h"
 #include "fr_trigger.h"
 #include "inject.h"
 #include "log.h"
@@ -431,6 +432,23 @@ static int trigger_command(void)
 	return 0;
 }
 
+/* One recorder per process (fr_claim.h): -EBUSY when another holds pid (said once). */
+static int claim_pid(int pid)
+{
+	bool first;
+	int owner, err = fr_claim__pid(pid, &owner, &first);
+
+	if (err != -EBUSY)
+		return 0;	/* ours, or no claim possible (said why): record */
+	if (first && owner)
+		log_error("pid %d is already recorded by another flight recorder (pid %d): not recording it twice\n",
+			  pid, owner);
+	else if (first)
+		log_error("pid %d is already recorded by another flight recorder: not recording it twice\n",
+			  pid);
+	return -EBUSY;
+}
+
 /* Starts recording pid. Returns 1 when it uses NCCL and is now recorded, 0 when it has no
  * NCCL (yet), negative errno on failure. */
 static int add_target(struct fr_session *s, int pid, bool quiet)
@@ -440,23 +458,32 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 
 	if (s->nr_targets == MAX_TARGETS)
 		return -ENOSPC;
+	err = claim_pid(pid);
+	if (err)
+		return err;
 	t = quiet ? target__new(pid) : session__open_target(pid);
-	if (!t)
-		return -errno;
+	if (!t) {
+		err = -errno;
+		fr_claim__release(pid);
+		return err;
+	}
 	err = target__scan(t, s->cache, &s->probes);
 	if (err < 0) {
 		if (!quiet)
 			log_error("attaching to pid %d (%s): %s\n", pid, t->comm, strerror(-err));
 		target__free(t);
+		fr_claim__release(pid);
 		return err;
 	}
 	if (!t->nr_nccl) {
 		target__free(t);
+		fr_claim__release(pid);
 		return 0;
 	}
 	err = flightrec__add_process(s->fr, t);
 	if (err) {
 		target__free(t);
+		fr_claim__release(pid);
 		return err;
 	}
 	session__watch_exit(s->bpf, pid);
@@ -693,6 +720,7 @@ int fr_main(int argc, char **argv)
 				/* the exit record may still be in the ring */
 				ring_buffer__consume(rb);
 				flightrec__mark_gone(s.fr, t->pid);
+				fr_claim__release(t->pid);
 			}
 		}
 		flightrec__take_exits(s.fr);
