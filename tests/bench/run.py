@@ -782,7 +782,7 @@ def section_stacks(a):
 
 
 # ---- the daemon's own footprint (frfoot) ----
-FOOT_WINDOW_S = 10.0
+FOOT_WINDOW_S = 8.0
 
 
 def proc_usage(pid):
@@ -808,16 +808,43 @@ def foot_window(fr, seconds):
     return (c1 - c0) / (time.monotonic() - t0) * 100, rss, hwm
 
 
+def start_recorder(which, dump_dir, n):
+    """`tptrace fr` with `which` (-a, or -p PID...) once it records n processes (-a may
+    record more: other NCCL processes of the host)."""
+    fr = subprocess.Popen([TPTRACE, "fr"] + which + ["--dump-dir", dump_dir],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    frerr = Lines(fr.stderr)
+    fr.frerr = frerr
+    if not frerr.wait_for(lambda l: sum(1 for x in frerr.lines
+                                        if x.startswith("tptrace: recording")) >= n, 120):
+        stop_recorder(fr)
+        raise RuntimeError(f"`tptrace fr {which[0]}` did not pick up {n} processes: "
+                           f"{frerr.text()[:300]}")
+    return fr
+
+
+def stop_recorder(fr):
+    if fr.poll() is None:
+        fr.send_signal(signal.SIGINT)
+        try:
+            fr.wait(60)
+        except subprocess.TimeoutExpired:
+            fr.kill()
+            fr.wait()
+
+
 def section_frfoot(a):
     """The recorder as a daemon: `tptrace fr -a` recording N processes that have NCCL loaded and
     a communicator each (1-rank nccl_rank jobs). Idle: every process sits after its
     communicator init (before GO). Slow: after GO each runs one 1 s kernel then its
     collectives (a step every ~1 s, watchdog polling every 1 s). Per phase: CPU of the
     tptrace process over a window (utime+stime, all threads, as % of one core), VmRSS at
-    the end of the window, VmHWM (peak since start)."""
+    the end of the window, VmHWM (peak since start). The same idle window with `-p PID...`
+    (no /proc discovery) tells the recorder's own cost from the -a scan's."""
     wl_bin = os.path.join(OUT, "tests", "nccl_rank")
     keys = [f"fr_daemon_{k}_{n}" for n in (8, 64)
-            for k in ("rss_mib", "hwm_mib", "cpu_pct", "rss_mib_slow", "cpu_pct_slow")]
+            for k in ("rss_mib", "hwm_mib", "cpu_pct", "rss_mib_slow", "cpu_pct_slow",
+                      "rss_mib_p", "cpu_pct_p")]
     if not os.access(wl_bin, os.X_OK):
         for k in keys:
             na(k, "workload .output/tests/nccl_rank not built")
@@ -839,14 +866,18 @@ def section_frfoot(a):
             for wl, out in procs:
                 if not out.wait_for(lambda l: l.startswith("READY"), 120):
                     raise RuntimeError("nccl_rank never got READY")
-            fr = subprocess.Popen([TPTRACE, "fr", "-a", "--dump-dir", os.path.join(iddir, "dumps")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            frerr = Lines(fr.stderr)
+            # -p: the recorder's own cost per process, without the -a discovery
+            plist = sum([["-p", str(wl.pid)] for wl, _ in procs], [])
+            fr = start_recorder(plist, os.path.join(iddir, "dumps-p"), n)
+            time.sleep(2.0)
+            cpu, rss, hwm = foot_window(fr, window)
+            log(f"frfoot: {n} idle -p: cpu {cpu:.3f} % rss {rss:.1f} MiB hwm {hwm:.1f} MiB")
+            emit(f"fr_daemon_rss_mib_p_{n}", f"{rss:.1f}")
+            emit(f"fr_daemon_cpu_pct_p_{n}", f"{cpu:.3f}")
+            stop_recorder(fr)
+            # -a: the daemon as deployed (the whole host's processes scanned)
             t0 = time.monotonic()
-            if not frerr.wait_for(lambda l: sum(1 for x in frerr.lines
-                                                if x.startswith("tptrace: recording")) >= n, 120):
-                raise RuntimeError(f"`tptrace fr -a` did not pick up {n} processes: "
-                                   f"{frerr.text()[:300]}")
+            fr = start_recorder(["-a"], os.path.join(iddir, "dumps"), n)
             log(f"frfoot: {n} processes recorded {time.monotonic() - t0:.1f}s after start")
             time.sleep(2.0)  # past the attach: steady state
             cpu, rss, hwm = foot_window(fr, window)
@@ -863,15 +894,11 @@ def section_frfoot(a):
             emit(f"fr_daemon_rss_mib_slow_{n}", f"{rss:.1f}")
             emit(f"fr_daemon_cpu_pct_slow_{n}", f"{cpu:.3f}")
             if fr.poll() is not None:
-                raise RuntimeError(f"`tptrace fr -a` exited: {frerr.text()[:300]}")
+                raise RuntimeError(f"`tptrace fr -a` exited ({fr.returncode}): "
+                                   f"{fr.frerr.text()[:300]}")
         finally:
-            if fr and fr.poll() is None:
-                fr.send_signal(signal.SIGINT)
-                try:
-                    fr.wait(60)
-                except subprocess.TimeoutExpired:
-                    fr.kill()
-                    fr.wait()
+            if fr:
+                stop_recorder(fr)
             for wl, _ in procs:
                 wl.kill()
                 wl.wait()
