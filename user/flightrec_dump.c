@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include <cjson/cJSON.h>
+#include "atomic_file.h"
 #include "cuda_api.h"
 #include "fr_trigger.h"
 #include "flightrec_int.h"
@@ -462,41 +463,7 @@ static int gzip_buf(const char *text, size_t len, unsigned char **out, size_t *o
  * a symlink planted at either name is replaced, never followed. */
 static int write_atomic(int dirfd, const char *name, const void *data, size_t len)
 {
-	static unsigned int counter;
-	char tmp[NAME_MAX + 1];
-	size_t off = 0;
-	int fd = -1, err = 0;
-
-	for (int tries = 0; fd < 0 && tries < 100; tries++) {
-		if (snprintf(tmp, sizeof(tmp), ".%s.tmp%d.%u.%lx", name, getpid(), counter++,
-			     (unsigned long)fr_mono_now()) >= (int)sizeof(tmp))
-			return -ENAMETOOLONG;
-		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd < 0 && errno != EEXIST)
-			return -errno;
-	}
-	if (fd < 0)
-		return -EEXIST;
-	while (off < len) {
-		ssize_t n = write(fd, (const char *)data + off, len - off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			err = -errno;
-			break;
-		}
-		off += n;
-	}
-	if (!err && fsync(fd))
-		err = -errno;
-	if (close(fd) && !err)
-		err = -errno;
-	if (!err && renameat(dirfd, tmp, dirfd, name))
-		err = -errno;
-	if (err)
-		unlinkat(dirfd, tmp, 0);
-	return err;
+	return atomic_file__write(dirfd, name, data, len, 0600, true);
 }
 
 /* counted per reason for the metrics; reasons beyond the table's size are not counted */

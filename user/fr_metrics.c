@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <microhttpd.h>
+#include "atomic_file.h"
 #include "cuda_api.h"
 #include "flightrec_int.h"
 #include "fr_metrics.h"
@@ -474,30 +475,8 @@ char *fr_metrics__render(struct flightrec *fr, uint64_t now)
 
 static int write_file(const char *path, const char *text, size_t len)
 {
-	char tmp[PATH_MAX];
-	int fd, err = 0;
-
-	if (snprintf(tmp, sizeof(tmp), "%s.%d", path, getpid()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0)
-		return -errno;
-	for (size_t off = 0; off < len;) {
-		ssize_t w = write(fd, text + off, len - off);
-
-		if (w < 0) {
-			err = -errno;
-			break;
-		}
-		off += w;
-	}
-	if (close(fd) && !err)
-		err = -errno;
-	if (!err && rename(tmp, path))
-		err = -errno;
-	if (err)
-		unlink(tmp);
-	return err;
+	/* no fsync: rewritten every second, and a crash loses nothing a scrape needs */
+	return atomic_file__write_path(path, text, len, 0644, false);
 }
 
 /* ---- the HTTP side (libmicrohttpd's thread) ---- */
