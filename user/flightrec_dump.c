@@ -692,7 +692,18 @@ static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const c
  * while recording is found again or refused, never written through a stale handle. */
 static int round_begin(struct flightrec *fr)
 {
-	return flightrec__open_dump_dir(fr->opts.dump_dir);
+	struct stat st;
+	int fd;
+
+	/* shared storage unmounted or the directory removed under us: said, and made again
+	 * (0700, ours) so this round's evidence is still written */
+	if (fr->dump_dir_opened && lstat(fr->opts.dump_dir, &st) && errno == ENOENT)
+		log_error("dump directory %s is gone: creating it again (recording goes on)\n",
+			  fr->opts.dump_dir);
+	fd = flightrec__open_dump_dir(fr->opts.dump_dir);
+	if (fd >= 0)
+		fr->dump_dir_opened = true;
+	return fd;
 }
 
 static void round_end(struct flightrec *fr, int dirfd, int written)
