@@ -10,9 +10,11 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <cjson/cJSON.h>
+#include "atomic_file.h"
 #include "cuda_api.h"
 #include "fr_trigger.h"
 #include "flightrec_int.h"
@@ -487,41 +489,7 @@ static int gzip_buf(const char *text, size_t len, unsigned char **out, size_t *o
  * a symlink planted at either name is replaced, never followed. */
 static int write_atomic(int dirfd, const char *name, const void *data, size_t len)
 {
-	static unsigned int counter;
-	char tmp[NAME_MAX + 1];
-	size_t off = 0;
-	int fd = -1, err = 0;
-
-	for (int tries = 0; fd < 0 && tries < 100; tries++) {
-		if (snprintf(tmp, sizeof(tmp), ".%s.tmp%d.%u.%lx", name, getpid(), counter++,
-			     (unsigned long)fr_mono_now()) >= (int)sizeof(tmp))
-			return -ENAMETOOLONG;
-		fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (fd < 0 && errno != EEXIST)
-			return -errno;
-	}
-	if (fd < 0)
-		return -EEXIST;
-	while (off < len) {
-		ssize_t n = write(fd, (const char *)data + off, len - off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			err = -errno;
-			break;
-		}
-		off += n;
-	}
-	if (!err && fsync(fd))
-		err = -errno;
-	if (close(fd) && !err)
-		err = -errno;
-	if (!err && renameat(dirfd, tmp, dirfd, name))
-		err = -errno;
-	if (err)
-		unlinkat(dirfd, tmp, 0);
-	return err;
+	return atomic_file__write(dirfd, name, data, len, 0600, true);
 }
 
 /* counted per reason for the metrics; reasons beyond the table's size are not counted */
@@ -557,6 +525,8 @@ struct dump_file {
 	char name[NAME_MAX + 1];
 	off_t size;
 	struct timespec mtime;
+	bool trigger;			/* a trigger record this host wrote */
+	bool removed;
 };
 
 static int cmp_mtime(const void *x, const void *y)
@@ -570,14 +540,55 @@ static int cmp_mtime(const void *x, const void *y)
 	return strcmp(a->name, b->name);
 }
 
+/* A trigger record this host wrote (origin_host is ours; the directory is root's alone, see
+ * flightrec__open_dump_dir), so a restarted recorder cleans up its predecessor's too. */
+static bool our_trigger(const struct flightrec *fr, int dirfd, const char *name)
+{
+	struct fr_trigger_rec t;
+	char err[128];
+
+	if (strncmp(name, "tptrace-trigger.", 16))
+		return false;
+	return !fr_trigger__read(dirfd, name, &t, err, sizeof(err)) &&
+	       !strcmp(t.origin_host, fr->host);
+}
+
+/* Still being answered: the other recorders of the job see a trigger within ~2 s (inotify or
+ * their 1 s scan); a minute covers a slow shared file system. */
+#define TRIGGER_ANSWER_S 60
+
+static bool trigger_protected(const struct dump_file *files, int n, int i, time_t now)
+{
+	if (now - files[i].mtime.tv_sec < TRIGGER_ANSWER_S)
+		return true;
+	for (int j = i + 1; j < n; j++)
+		if (files[j].trigger)
+			return false;
+	return true;		/* the newest trigger of ours is kept */
+}
+
+static bool retention_remove(struct flightrec *fr, int dirfd, struct dump_file *f)
+{
+	if (unlinkat(dirfd, f->name, 0)) {
+		log_error("retention: cannot remove %s: %s\n", f->name, strerror(errno));
+		return false;
+	}
+	f->removed = true;
+	return true;
+}
+
 /* --max-dump-mb: removes this host's oldest dumps until they total at most the limit. The
  * newest `keep` (the round just written, at least one) are never removed: a round is one
- * moment of the job, and cutting it would lose the evidence the limit exists to keep. */
+ * moment of the job, and cutting it would lose the evidence the limit exists to keep.
+ * The trigger records this host wrote count too and go oldest first, and so does every one
+ * older than the oldest dump left (the moment it named is gone); never the newest, nor one
+ * other recorders may still be answering. */
 static void enforce_retention(struct flightrec *fr, int dirfd, int keep)
 {
 	struct dump_file *files = NULL;
 	uint64_t total = 0, freed = 0;
-	int n = 0, cap = 0, removed = 0, dfd;
+	int n = 0, cap = 0, removed = 0, triggers_removed = 0, dfd, ndumps = 0, dumps_seen = 0;
+	time_t now = time(NULL);
 	struct dirent *de;
 	DIR *d;
 
@@ -592,10 +603,12 @@ static void enforce_retention(struct flightrec *fr, int dirfd, int keep)
 		return;
 	}
 	while ((de = readdir(d))) {
+		bool trigger = false;
 		struct stat st;
 
-		if (!our_dump_name(fr, de->d_name) ||
-		    fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+		if (!our_dump_name(fr, de->d_name) && !(trigger = our_trigger(fr, dirfd, de->d_name)))
+			continue;
+		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
 			continue;
 		if (n == cap) {
 			struct dump_file *p = realloc(files, (cap = cap ? cap * 2 : 64) * sizeof(*p));
@@ -607,20 +620,35 @@ static void enforce_retention(struct flightrec *fr, int dirfd, int keep)
 		snprintf(files[n].name, sizeof(files[n].name), "%s", de->d_name);
 		files[n].size = st.st_size;
 		files[n].mtime = st.st_mtim;
+		files[n].trigger = trigger;
+		files[n].removed = false;
 		total += st.st_size;
+		ndumps += !trigger;
 		n++;
 	}
 	qsort(files, n, sizeof(*files), cmp_mtime);
 	if (keep < 1)
 		keep = 1;
-	for (int i = 0; i < n - keep && total > fr->opts.max_dump_bytes; i++) {
-		if (unlinkat(dirfd, files[i].name, 0)) {
-			log_error("retention: cannot remove %s: %s\n", files[i].name, strerror(errno));
+	for (int i = 0; i < n && total > fr->opts.max_dump_bytes; i++) {
+		if (files[i].trigger ? trigger_protected(files, n, i, now) : dumps_seen++ >= ndumps - keep)
 			continue;
-		}
+		if (!retention_remove(fr, dirfd, &files[i]))
+			continue;
 		total -= files[i].size;
 		freed += files[i].size;
-		removed++;
+		if (files[i].trigger)
+			triggers_removed++;
+		else
+			removed++;
+	}
+	/* triggers older than every dump left: their moment is gone */
+	for (int i = 0; i < n && (files[i].trigger || files[i].removed); i++) {
+		if (files[i].removed || trigger_protected(files, n, i, now))
+			continue;
+		if (retention_remove(fr, dirfd, &files[i])) {
+			total -= files[i].size;
+			triggers_removed++;
+		}
 	}
 	if (removed) {
 		fr->dumps_removed += removed;
@@ -628,6 +656,9 @@ static void enforce_retention(struct flightrec *fr, int dirfd, int keep)
 			 removed, removed == 1 ? "" : "s", freed / 1048576.0, fr->dumps_removed,
 			 fr->opts.max_dump_bytes / 1048576.0);
 	}
+	if (triggers_removed)
+		log_info("retention: removed %d old trigger record%s this host wrote\n",
+			 triggers_removed, triggers_removed == 1 ? "" : "s");
 	if (total > fr->opts.max_dump_bytes)
 		log_error("retention: the newest dumps alone take %.1f MiB, over --max-dump-mb %.1f; kept\n",
 			  total / 1048576.0, fr->opts.max_dump_bytes / 1048576.0);
@@ -687,7 +718,18 @@ static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const c
  * while recording is found again or refused, never written through a stale handle. */
 static int round_begin(struct flightrec *fr)
 {
-	return flightrec__open_dump_dir(fr->opts.dump_dir);
+	struct stat st;
+	int fd;
+
+	/* shared storage unmounted or the directory removed under us: said, and made again
+	 * (0700, ours) so this round's evidence is still written */
+	if (fr->dump_dir_opened && lstat(fr->opts.dump_dir, &st) && errno == ENOENT)
+		log_error("dump directory %s is gone: creating it again (recording goes on)\n",
+			  fr->opts.dump_dir);
+	fd = flightrec__open_dump_dir(fr->opts.dump_dir);
+	if (fd >= 0)
+		fr->dump_dir_opened = true;
+	return fd;
 }
 
 static void round_end(struct flightrec *fr, int dirfd, int written)

@@ -139,6 +139,7 @@ struct flightrec {
 	int events_dropped_err;		/* < 0: the count is unknown (counter unreadable) */
 	int pending_exits;
 	uint64_t dumps_removed;		/* by --max-dump-mb retention */
+	bool dump_dir_opened;		/* a round opened it: gone later is worth a line */
 	/* dumps written per reason, for the metrics (fr_metrics.c) */
 	struct fr_dump_count {
 		char reason[32];

@@ -20,6 +20,7 @@
 #include "flightrec.h"
 #include "fr_exec.h"
 #include "fr_metrics.h"
+#include "fr_claim.h"
 #include "fr_trigger.h"
 #include "inject.h"
 #include "log.h"
@@ -443,6 +444,23 @@ static struct target *live_target(struct fr_session *s, int pid)
 	return NULL;
 }
 
+/* One recorder per process (fr_claim.h): -EBUSY when another holds pid (said once). */
+static int claim_pid(int pid)
+{
+	bool first;
+	int owner, err = fr_claim__pid(pid, &owner, &first);
+
+	if (err != -EBUSY)
+		return 0;	/* ours, or no claim possible (said why): record */
+	if (first && owner)
+		log_error("pid %d is already recorded by another flight recorder (pid %d): not recording it twice\n",
+			  pid, owner);
+	else if (first)
+		log_error("pid %d is already recorded by another flight recorder: not recording it twice\n",
+			  pid);
+	return -EBUSY;
+}
+
 /* Starts recording pid. Returns 1 when it uses NCCL and is now recorded, 0 when it has no
  * NCCL (yet), negative errno on failure. */
 static int add_target(struct fr_session *s, int pid, bool quiet)
@@ -452,9 +470,15 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 
 	if (s->nr_targets == MAX_TARGETS)
 		return -ENOSPC;
+	err = claim_pid(pid);
+	if (err)
+		return err;
 	t = quiet ? target__new(pid) : session__open_target(pid);
-	if (!t)
-		return -errno;
+	if (!t) {
+		err = -errno;
+		fr_claim__release(pid);
+		return err;
+	}
 	/* -a: its library files are probed for every process (a file no event taught yet,
 	 * e.g. one whose mapping record was dropped, is learnt here) */
 	if (s->exec)
@@ -464,15 +488,18 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 		if (!quiet)
 			log_error("attaching to pid %d (%s): %s\n", pid, t->comm, strerror(-err));
 		target__free(t);
+		fr_claim__release(pid);
 		return err;
 	}
 	if (!t->nr_nccl) {
 		target__free(t);
+		fr_claim__release(pid);
 		return 0;
 	}
 	err = flightrec__add_process(s->fr, t);
 	if (err) {
 		target__free(t);
+		fr_claim__release(pid);
 		return err;
 	}
 	session__watch_exit(s->bpf, pid);
@@ -761,6 +788,9 @@ int fr_main(int argc, char **argv)
 				ring_buffer__consume(rb);
 				flightrec__mark_gone(s.fr, t->pid);
 			}
+			/* also after an exec ended this target: the claim is the process's */
+			if (!live_target(&s, t->pid))
+				fr_claim__release(t->pid);
 		}
 		flightrec__take_exits(s.fr);
 		now = session__clock_ns(CLOCK_MONOTONIC);

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <microhttpd.h>
+#include "atomic_file.h"
 #include "cuda_api.h"
 #include "flightrec_int.h"
 #include "fr_metrics.h"
@@ -29,6 +30,12 @@ struct job_entry {
 	char job[128];			/* "" when the environment names no job */
 };
 
+struct gone_entry {
+	int pid;
+	uint64_t since;			/* the `now` of the first update that saw it exited */
+	bool expired;
+};
+
 struct fr_metrics {
 	struct MHD_Daemon *httpd;
 	int sock;
@@ -39,6 +46,9 @@ struct fr_metrics {
 	size_t len;
 	struct job_entry jobs[JOB_CACHE];
 	int nr_jobs;
+	uint64_t expiry_ns;		/* an exited process's series live this long */
+	struct gone_entry *gone;	/* exited processes: when first seen exited */
+	int nr_gone, cap_gone;
 };
 
 /* ---- rendering ---- */
@@ -94,6 +104,46 @@ static const char *job_of(struct fr_metrics *m, int pid, char *tmp, size_t size)
 		return m->jobs[m->nr_jobs++].job;
 	}
 	return tmp;
+}
+
+/* An exited process's series stay for m->expiry_ns after its exit was first seen, then
+ * vanish, so a daemon recording short jobs for months exports a bounded page; its job label
+ * leaves the cache with it (the pid may be reused by another job). Without m (a one-off
+ * rendering) nothing expires. */
+static bool expired(struct fr_metrics *m, struct fr_proc *p, uint64_t now)
+{
+	struct gone_entry *g = NULL;
+
+	if (!m || !p->exited)
+		return false;
+	for (int i = 0; i < m->nr_gone; i++)
+		if (m->gone[i].pid == p->pid)
+			g = &m->gone[i];
+	if (!g) {
+		if (m->nr_gone == m->cap_gone) {
+			int cap = m->cap_gone ? 2 * m->cap_gone : 16;
+			struct gone_entry *n = realloc(m->gone, cap * sizeof(*n));
+
+			if (!n)
+				return false;	/* shown a while longer: nothing lost */
+			m->gone = n;
+			m->cap_gone = cap;
+		}
+		g = &m->gone[m->nr_gone++];
+		*g = (struct gone_entry){ .pid = p->pid, .since = now };
+	}
+	if (g->expired)
+		return true;
+	if (now - g->since < m->expiry_ns)
+		return false;
+	g->expired = true;
+	for (int i = 0; i < m->nr_jobs; i++) {
+		if (m->jobs[i].pid == p->pid) {
+			m->jobs[i] = m->jobs[--m->nr_jobs];
+			break;
+		}
+	}
+	return true;
 }
 
 struct proc_labels {
@@ -167,19 +217,25 @@ static bool proc_has_pending(struct flightrec *fr, struct fr_proc *p)
 static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 {
 	struct proc_labels *pl = NULL;
+	struct fr_proc **procs;
 	char *text = NULL, jobtmp[128];
 	size_t len = 0;
-	int live = 0, n = fr->nr_procs;
+	int live = 0, n = 0;
 	FILE *f;
 
-	pl = calloc(n ? n : 1, sizeof(*pl));
-	f = pl ? open_memstream(&text, &len) : NULL;
+	procs = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*procs));
+	pl = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*pl));
+	f = pl && procs ? open_memstream(&text, &len) : NULL;
 	if (!f) {
+		free(procs);
 		free(pl);
 		return NULL;
 	}
+	for (int i = 0; i < fr->nr_procs; i++)
+		if (!expired(m, fr->procs[i], now))
+			procs[n++] = fr->procs[i];
 	for (int i = 0; i < n; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = procs[i];
 
 		snprintf(pl[i].pid, sizeof(pl[i].pid), "%d", p->pid);
 		if (p->t && p->t->rank >= 0)
@@ -205,7 +261,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	for (int i = 0; i < n; i++) {
 		fprintf(f, "tptrace_fr_process_exited");
 		labels(f, fr, &pl[i], NULL, NULL, NULL, NULL);
-		fprintf(f, " %d\n", fr->procs[i]->exited ? 1 : 0);
+		fprintf(f, " %d\n", procs[i]->exited ? 1 : 0);
 	}
 
 	/* per (comm, rank): sequence numbers and pending work */
@@ -221,7 +277,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		for (int s = 0; s < 3; s++) {
 			family(f, seqs[s].name, "gauge", seqs[s].help);
 			for (int i = 0; i < n; i++) {
-				struct fr_proc *p = fr->procs[i];
+				struct fr_proc *p = procs[i];
 
 				for (int c = 0; c < p->nr_comms; c++) {
 					struct fr_comm *cm = &p->comms[c];
@@ -243,7 +299,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	family(f, "tptrace_fr_pending_collectives", "gauge",
 	       "Collectives of the communicator enqueued or started but not completed.");
 	for (int i = 0; i < n; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = procs[i];
 
 		for (int c = 0; c < p->nr_comms; c++) {
 			struct fr_comm *cm = &p->comms[c];
@@ -263,7 +319,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	family(f, "tptrace_fr_oldest_pending_age_seconds", "gauge",
 	       "Age of the communicator's oldest pending collective (absent: none pending).");
 	for (int i = 0; i < n; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = procs[i];
 
 		for (int c = 0; c < p->nr_comms; c++) {
 			struct fr_comm *cm = &p->comms[c];
@@ -288,7 +344,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	family(f, "tptrace_fr_threads_in_call", "gauge",
 	       "Threads of the process inside a probed CUDA/NCCL call.");
 	for (int i = 0; i < n; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = procs[i];
 		struct calls_iter it = {};
 		struct call_frame *cf;
 		int threads = 0;
@@ -309,7 +365,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	family(f, "tptrace_fr_thread_in_call_seconds", "gauge",
 	       "How long the thread has been inside its outermost CUDA/NCCL call (api label).");
 	for (int i = 0; i < n; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = procs[i];
 		struct calls_iter it = {};
 		struct call_frame *cf;
 		uint32_t last_tid = 0;
@@ -379,7 +435,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	family(f, "tptrace_fr_seconds_since_progress", "gauge",
 	       "Time since the process's last recorded progress (a call, a completion).");
 	for (int i = 0; i < n; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = procs[i];
 
 		if (p->exited)
 			continue;
@@ -390,7 +446,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	family(f, "tptrace_fr_stalled", "gauge",
 	       "1 when the process has pending collectives and made no progress for the stall timeout (absent: detection off).");
 	for (int i = 0; fr->opts.stall_timeout_ns && i < n; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = procs[i];
 		bool stalled = !p->exited && now - p->last_progress >= fr->opts.stall_timeout_ns &&
 			       proc_has_pending(fr, p);
 
@@ -402,6 +458,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 	for (int i = 0; i < n; i++)
 		free((char *)pl[i].job);
 	free(pl);
+	free(procs);
 	if (fclose(f)) {
 		free(text);
 		return NULL;
@@ -418,30 +475,8 @@ char *fr_metrics__render(struct flightrec *fr, uint64_t now)
 
 static int write_file(const char *path, const char *text, size_t len)
 {
-	char tmp[PATH_MAX];
-	int fd, err = 0;
-
-	if (snprintf(tmp, sizeof(tmp), "%s.%d", path, getpid()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0)
-		return -errno;
-	for (size_t off = 0; off < len;) {
-		ssize_t w = write(fd, text + off, len - off);
-
-		if (w < 0) {
-			err = -errno;
-			break;
-		}
-		off += w;
-	}
-	if (close(fd) && !err)
-		err = -errno;
-	if (!err && rename(tmp, path))
-		err = -errno;
-	if (err)
-		unlink(tmp);
-	return err;
+	/* no fsync: rewritten every second, and a crash loses nothing a scrape needs */
+	return atomic_file__write_path(path, text, len, 0644, false);
 }
 
 /* ---- the HTTP side (libmicrohttpd's thread) ---- */
@@ -528,6 +563,7 @@ struct fr_metrics *fr_metrics__new(const char *listen_at, const char *file)
 	if (!m)
 		return NULL;
 	m->sock = -1;
+	m->expiry_ns = FR_METRICS_EXPIRY_NS;
 	pthread_mutex_init(&m->lock, NULL);
 	if (file && !(m->file = strdup(file)))
 		goto fail;
@@ -582,8 +618,19 @@ void fr_metrics__free(struct fr_metrics *m)
 		close(m->sock);
 	free(m->text);
 	free(m->file);
+	free(m->gone);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
+}
+
+void fr_metrics__set_expiry(struct fr_metrics *m, uint64_t ns)
+{
+	m->expiry_ns = ns;
+}
+
+const char *fr_metrics__text(struct fr_metrics *m)
+{
+	return m->text;
 }
 
 int fr_metrics__update(struct fr_metrics *m, struct flightrec *fr, uint64_t now)

@@ -24,6 +24,13 @@ void fr_metrics__free(struct fr_metrics *m);
 int fr_metrics__update(struct fr_metrics *m, struct flightrec *fr, uint64_t now);
 
 /* The text of fr's metrics at now; malloc'd, NULL and errno on failure. */
+/* An exited process's series are exported this long after the first update that saw it
+ * exited, then dropped (the daemon's page stays bounded). */
+#define FR_METRICS_EXPIRY_NS (300ULL * 1000000000ULL)
+void fr_metrics__set_expiry(struct fr_metrics *m, uint64_t ns);
+/* The text of the last update (owned by m; NULL before the first). */
+const char *fr_metrics__text(struct fr_metrics *m);
+
 char *fr_metrics__render(struct flightrec *fr, uint64_t now);
 
 /* "ADDR:PORT" -> a sockaddr for bind; 0 or -EINVAL. */

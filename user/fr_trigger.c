@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "atomic_file.h"
 #include "fr_trigger.h"
 #include "log.h"
 #include "procmaps.h"
@@ -139,11 +140,11 @@ int fr_trigger__write(const char *dir, const char *job, const char *host, const 
 		      struct fr_trigger_rec *out)
 {
 	unsigned char rnd[FR_TRIGGER_ID_LEN / 2];
-	char tmp[PATH_MAX], path[PATH_MAX], *text;
+	char name[NAME_MAX + 1], *text;
 	struct fr_trigger_rec t = {};
-	size_t len, off = 0;
+	size_t len;
 	cJSON *o;
-	int fd, err = 0;
+	int dirfd, err = 0;
 
 	if (!fr_job_valid(job) || !fr_host_valid(host))
 		return -EINVAL;
@@ -177,40 +178,20 @@ int fr_trigger__write(const char *dir, const char *job, const char *host, const 
 		return -ENOMEM;
 	len = strlen(text);
 	/* the temp name starts with '.': never taken for a trigger by a scan */
-	if (snprintf(tmp, sizeof(tmp), "%s/." TRIGGER_PREFIX "%s.tmp", dir, t.id) >= (int)sizeof(tmp) ||
-	    snprintf(path, sizeof(path), "%s/" TRIGGER_PREFIX "%s" TRIGGER_SUFFIX, dir, t.id) >=
-	    (int)sizeof(path)) {
+	if (snprintf(name, sizeof(name), TRIGGER_PREFIX "%s" TRIGGER_SUFFIX, t.id) >= (int)sizeof(name)) {
 		free(text);
 		return -ENAMETOOLONG;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0) {
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0) {
 		err = -errno;
 		free(text);
 		return err;
 	}
-	while (off < len) {
-		ssize_t n = write(fd, text + off, len - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			err = -errno;
-			break;
-		}
-		off += n;
-	}
+	err = atomic_file__write(dirfd, name, text, len, 0644, true);
+	close(dirfd);
 	free(text);
-	if (!err && fsync(fd))
-		err = -errno;
-	if (close(fd) && !err)
-		err = -errno;
-	/* rename replaces a name, it never follows a link planted there */
-	if (!err && rename(tmp, path))
-		err = -errno;
-	if (err)
-		unlink(tmp);
-	else if (out)
+	if (!err && out)
 		*out = t;
 	return err;
 }
@@ -370,6 +351,18 @@ static int read_trigger(int dir_fd, const char *name, const char *id, struct fr_
 	}
 	close(fd);
 	return fr_trigger__parse(buf, len, id, t, err, err_size);
+}
+
+int fr_trigger__read(int dir_fd, const char *name, struct fr_trigger_rec *t, char *err,
+		     size_t err_size)
+{
+	char id[FR_TRIGGER_ID_LEN + 1];
+
+	if (!trigger_name(name, id)) {
+		snprintf(err, err_size, "not a trigger file name");
+		return -EINVAL;
+	}
+	return read_trigger(dir_fd, name, id, t, err, err_size);
 }
 
 /* Looks at every trigger file not seen yet; new valid ones are queued. */

@@ -40,6 +40,11 @@ int fr_trigger__write(const char *dir, const char *job, const char *host, const 
 int fr_trigger__parse(const char *buf, size_t len, const char *expect_id,
 		      struct fr_trigger_rec *t, char *err, size_t err_size);
 
+/* Reads the trigger file dir_fd/name (a trigger's name, regular, not a link, bounded, parsed
+ * and validated). 0, or -errno with why in err. */
+int fr_trigger__read(int dir_fd, const char *name, struct fr_trigger_rec *t, char *err,
+		     size_t err_size);
+
 /* Watches dir for new trigger files: inotify where the file system has it, and a scan every
  * second since NFS and other shared file systems report no remote writes. Triggers already
  * in dir when the watch starts are old news: never acted on. */

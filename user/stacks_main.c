@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "atomic_file.h"
 #include "elfsym.h"
 #include "log.h"
 #include "procmaps.h"
@@ -376,28 +377,32 @@ out:
 
 struct out {
 	FILE *f;
-	char tmp[4096];
+	struct atomic_file af;	/* the temp file in the output's directory */
+	int dirfd;
 	bool direct;	/* stdout, or a FILE that is not a regular file (a fifo, /dev/...) */
 };
 
 /* the temp file while it exists: Ctrl-C during a long snapshot leaves nothing behind (the
  * targets themselves are released by the kernel when our tracer threads die) */
-static char interrupted_tmp[4096];
+static char interrupted_tmp[256];
+static int interrupted_dirfd = -1;
 
 static void on_signal(int sig)
 {
 	if (interrupted_tmp[0])
-		unlink(interrupted_tmp);
+		unlinkat(interrupted_dirfd, interrupted_tmp, 0);
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
 
 static int out_open(struct out *o)
 {
+	const char *base;
 	struct stat st;
 	mode_t mask;
-	int fd;
+	int err;
 
+	o->dirfd = -1;
 	if (!env.output) {
 		o->f = stdout;
 		o->direct = true;
@@ -408,31 +413,30 @@ static int out_open(struct out *o)
 		o->direct = true;
 		return o->f ? 0 : -errno;
 	}
-	if ((size_t)snprintf(o->tmp, sizeof(o->tmp), "%s.XXXXXX", env.output) >= sizeof(o->tmp))
-		return -ENAMETOOLONG;
-	fd = mkstemp(o->tmp);
-	if (fd < 0) {
-		o->tmp[0] = 0;
-		return -errno;
-	}
+	o->dirfd = atomic_file__dir_of(env.output, &base);
+	if (o->dirfd < 0)
+		return o->dirfd;
 	mask = umask(0);
 	umask(mask);
-	fchmod(fd, 0666 & ~mask);
-	memcpy(interrupted_tmp, o->tmp, sizeof(interrupted_tmp));
-	o->f = fdopen(fd, "w");
+	err = atomic_file__open(&o->af, o->dirfd, base, 0666 & ~mask);
+	if (err)
+		goto fail;
+	interrupted_dirfd = o->dirfd;
+	snprintf(interrupted_tmp, sizeof(interrupted_tmp), "%s", o->af.tmp);
+	o->f = fdopen(o->af.fd, "w");
 	if (!o->f) {
-		int err = -errno;
-
-		close(fd);
-		unlink(o->tmp);
-		o->tmp[0] = 0;
+		err = -errno;
 		interrupted_tmp[0] = 0;
-		return err;
+		atomic_file__abort(&o->af);
+		goto fail;
 	}
 	return 0;
+fail:
+	close(o->dirfd);
+	o->dirfd = -1;
+	return err;
 }
 
-/* Flushes, syncs and renames; on any error the temp file goes and FILE stays as it was. */
 static int out_close(struct out *o, int err)
 {
 	if (o->f == stdout) {
@@ -451,11 +455,14 @@ static int out_close(struct out *o, int err)
 	o->f = NULL;
 	if (o->direct)
 		return err;
-	if (!err && rename(o->tmp, env.output))
-		err = -errno;
+	o->af.fd = -1;		/* fclose closed it */
 	if (err)
-		unlink(o->tmp);
+		atomic_file__abort(&o->af);
+	else
+		err = atomic_file__commit(&o->af, false);
 	interrupted_tmp[0] = 0;
+	close(o->dirfd);
+	o->dirfd = -1;
 	return err;
 }
 

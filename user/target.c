@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -193,13 +194,12 @@ bool target__gone(struct target *t)
 	if (t->exited)
 		return true;
 	if (t->pidfd >= 0) {
-		/* a pidfd polls readable once the process has exited */
-		struct timespec ts = { 0, 0 };
-		fd_set fds;
+		/* a pidfd polls readable once the process has exited; poll, not select: a
+		 * recorder of many processes holds thousands of fds (links), and FD_SET of an
+		 * fd >= FD_SETSIZE writes past the fd_set on the stack */
+		struct pollfd pfd = { .fd = t->pidfd, .events = POLLIN };
 
-		FD_ZERO(&fds);
-		FD_SET(t->pidfd, &fds);
-		if (pselect(t->pidfd + 1, &fds, NULL, NULL, &ts, NULL) > 0)
+		if (poll(&pfd, 1, 0) > 0)
 			t->exited = true;
 	} else if (kill(t->pid, 0) && errno == ESRCH) {
 		t->exited = true;

@@ -5,7 +5,7 @@ Every figure is a median over repetitions measured in ONE run, configurations al
 VM noise hits all of them alike. See docs/benchmarks.md for what each key means.
 
 Usage: tests/bench/run.py [--reps N] [--calls N] [--only SECTION[,SECTION]] [--quick]
-Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, stacks"""
+Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, frfoot, stacks"""
 import argparse
 import gzip
 import json
@@ -796,9 +796,134 @@ def section_stacks(a):
             p.wait()
 
 
+# ---- the daemon's own footprint (frfoot) ----
+FOOT_WINDOW_S = 8.0
+
+
+def proc_usage(pid):
+    """(utime+stime seconds of every thread, VmRSS MiB, VmHWM MiB) of pid."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    kb = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                kb[k] = int(v.split()[0])
+    return ticks / os.sysconf("SC_CLK_TCK"), kb["VmRSS"] / 1024, kb["VmHWM"] / 1024
+
+
+def foot_window(fr, seconds):
+    """CPU of `tptrace fr` over a measured window, as % of one core (the same per hour)."""
+    c0, _, _ = proc_usage(fr.pid)
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    c1, rss, hwm = proc_usage(fr.pid)
+    return (c1 - c0) / (time.monotonic() - t0) * 100, rss, hwm
+
+
+def start_recorder(which, dump_dir, n):
+    """`tptrace fr` with `which` (-a, or -p PID...) once it records n processes (-a may
+    record more: other NCCL processes of the host)."""
+    fr = subprocess.Popen([TPTRACE, "fr"] + which + ["--dump-dir", dump_dir],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    frerr = Lines(fr.stderr)
+    fr.frerr = frerr
+    if not frerr.wait_for(lambda l: sum(1 for x in frerr.lines
+                                        if x.startswith("tptrace: recording")) >= n, 120):
+        stop_recorder(fr)
+        raise RuntimeError(f"`tptrace fr {which[0]}` did not pick up {n} processes: "
+                           f"{frerr.text()[:300]}")
+    return fr
+
+
+def stop_recorder(fr):
+    if fr.poll() is None:
+        fr.send_signal(signal.SIGINT)
+        try:
+            fr.wait(60)
+        except subprocess.TimeoutExpired:
+            fr.kill()
+            fr.wait()
+
+
+def section_frfoot(a):
+    """The recorder as a daemon: `tptrace fr -a` recording N processes that have NCCL loaded and
+    a communicator each (1-rank nccl_rank jobs). Idle: every process sits after its
+    communicator init (before GO). Slow: after GO each runs one 1 s kernel then its
+    collectives (a step every ~1 s, watchdog polling every 1 s). Per phase: CPU of the
+    tptrace process over a window (utime+stime, all threads, as % of one core), VmRSS at
+    the end of the window, VmHWM (peak since start). The same idle window with `-p PID...`
+    (no /proc discovery) tells the recorder's own cost from the -a scan's."""
+    wl_bin = os.path.join(OUT, "tests", "nccl_rank")
+    keys = [f"fr_daemon_{k}_{n}" for n in (8, 64)
+            for k in ("rss_mib", "hwm_mib", "cpu_pct", "rss_mib_slow", "cpu_pct_slow",
+                      "rss_mib_p", "cpu_pct_p")]
+    if not os.access(wl_bin, os.X_OK):
+        for k in keys:
+            na(k, "workload .output/tests/nccl_rank not built")
+        return
+    window = 5.0 if a.quick else FOOT_WINDOW_S
+    for n in (8, 64):
+        procs, fr = [], None
+        iddir = tempfile.mkdtemp(prefix="frfoot.", dir=BENCH if os.path.isdir(BENCH) else None)
+        try:
+            for i in range(n):
+                wl = subprocess.Popen([wl_bin, "--rank", "0", "--nranks", "1", "--id-file",
+                                       os.path.join(iddir, f"id{i}"), "--steps", "1000000",
+                                       "--kernels", "1", "--compute-us", "1000000",
+                                       "--poll-ms", "1000"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True,
+                                      env=dict(os.environ, RANK="0", WORLD_SIZE="1"))
+                procs.append((wl, Lines(wl.stdout)))
+            for wl, out in procs:
+                if not out.wait_for(lambda l: l.startswith("READY"), 120):
+                    raise RuntimeError("nccl_rank never got READY")
+            # -p: the recorder's own cost per process, without the -a discovery
+            plist = sum([["-p", str(wl.pid)] for wl, _ in procs], [])
+            fr = start_recorder(plist, os.path.join(iddir, "dumps-p"), n)
+            time.sleep(2.0)
+            cpu, rss, hwm = foot_window(fr, window)
+            log(f"frfoot: {n} idle -p: cpu {cpu:.3f} % rss {rss:.1f} MiB hwm {hwm:.1f} MiB")
+            emit(f"fr_daemon_rss_mib_p_{n}", f"{rss:.1f}")
+            emit(f"fr_daemon_cpu_pct_p_{n}", f"{cpu:.3f}")
+            stop_recorder(fr)
+            # -a: the daemon as deployed (the whole host's processes scanned)
+            t0 = time.monotonic()
+            fr = start_recorder(["-a"], os.path.join(iddir, "dumps"), n)
+            log(f"frfoot: {n} processes recorded {time.monotonic() - t0:.1f}s after start")
+            time.sleep(2.0)  # past the attach: steady state
+            cpu, rss, hwm = foot_window(fr, window)
+            log(f"frfoot: {n} idle: cpu {cpu:.3f} % rss {rss:.1f} MiB hwm {hwm:.1f} MiB")
+            emit(f"fr_daemon_rss_mib_{n}", f"{rss:.1f}")
+            emit(f"fr_daemon_hwm_mib_{n}", f"{hwm:.1f}")
+            emit(f"fr_daemon_cpu_pct_{n}", f"{cpu:.3f}")
+            for wl, _ in procs:
+                wl.stdin.write("GO\n")
+                wl.stdin.flush()
+            time.sleep(2.0)
+            cpu, rss, hwm = foot_window(fr, window)
+            log(f"frfoot: {n} slow: cpu {cpu:.3f} % rss {rss:.1f} MiB hwm {hwm:.1f} MiB")
+            emit(f"fr_daemon_rss_mib_slow_{n}", f"{rss:.1f}")
+            emit(f"fr_daemon_cpu_pct_slow_{n}", f"{cpu:.3f}")
+            if fr.poll() is not None:
+                raise RuntimeError(f"`tptrace fr -a` exited ({fr.returncode}): "
+                                   f"{fr.frerr.text()[:300]}")
+        finally:
+            if fr:
+                stop_recorder(fr)
+            for wl, _ in procs:
+                wl.kill()
+                wl.wait()
+            shutil.rmtree(iddir, ignore_errors=True)
+
+
 SECTIONS = [("probe", section_probe), ("ladder", section_ladder), ("bpfstats", section_bpfstats),
             ("pipeline", section_pipeline), ("attach", section_attach),
-            ("analyzer", section_analyzer), ("fr", section_fr), ("stacks", section_stacks)]
+            ("analyzer", section_analyzer), ("fr", section_fr), ("frfoot", section_frfoot),
+            ("stacks", section_stacks)]
 
 
 def main():

@@ -167,6 +167,39 @@ int main(int argc, char **argv)
 	CHECK(fr_metrics__parse_listen("127.0.0.1:65536", &sa, &salen) == -EINVAL, "port range");
 	CHECK(fr_metrics__parse_listen("::1:9464", &sa, &salen) == -EINVAL, "ipv6 without []");
 
+	/* an exited process's series expire (2 s here, 5 min by default); the page stays bounded */
+	{
+		struct fr_metrics *m = fr_metrics__new(NULL, NULL);
+		uint64_t t0 = ts + 10000000000ULL;
+		char pidlbl[64];
+
+		CHECK(m != NULL, "metrics new");
+		if (!m)
+			return check_done();
+		fr_metrics__set_expiry(m, 2000000000ULL);
+		snprintf(pidlbl, sizeof(pidlbl), "pid=\"%d\"", pid);
+		CHECK(fr_metrics__update(m, fr, t0) == 0 && strstr(fr_metrics__text(m), pidlbl),
+		      "alive: shown");
+		flightrec__mark_gone(fr, pid);
+		flightrec__take_exits(fr);
+		CHECK(fr_metrics__update(m, fr, t0 + 1000000000ULL) == 0, "update");
+		snprintf(pfx, sizeof(pfx), "tptrace_fr_process_exited{host=\"%s\",%s", host, pidlbl);
+		CHECK(sample(fr_metrics__text(m), pfx) == 1, "exited: still shown: %s",
+		      fr_metrics__text(m));
+		fr_metrics__update(m, fr, t0 + 2900000000ULL);
+		CHECK(strstr(fr_metrics__text(m), pidlbl) != NULL, "1.9 s after the exit: shown");
+		fr_metrics__update(m, fr, t0 + 3100000000ULL);
+		CHECK(strstr(fr_metrics__text(m), pidlbl) == NULL, "2.1 s after the exit: gone: %s",
+		      fr_metrics__text(m));
+		snprintf(pfx, sizeof(pfx), "tptrace_fr_processes{host=\"%s\"}", host);
+		CHECK(sample(fr_metrics__text(m), pfx) == 0, "no process left");
+		snprintf(pfx, sizeof(pfx), "tptrace_fr_dumps_total{host=\"%s\",reason=\"signal\"}", host);
+		CHECK(sample(fr_metrics__text(m), pfx) == 1, "host-wide counters stay");
+		fr_metrics__update(m, fr, t0 + 9000000000ULL);
+		CHECK(strstr(fr_metrics__text(m), pidlbl) == NULL, "stays gone");
+		fr_metrics__free(m);
+	}
+
 	flightrec__free(fr);
 	target__free(t);
 	return check_done();

@@ -75,7 +75,7 @@ TEST_BINS += $(UNIT_DIR)/test_flightrec
 
 # cross-host trigger records and the watch (user/fr_trigger.c)
 $(UNIT_DIR)/test_fr_trigger: tests/unit/test_fr_trigger.c tests/unit/check.h \
-			     $(OUTPUT)/user/fr_trigger.o $(OUTPUT)/user/procmaps.o | $(UNIT_DIR)
+			     $(OUTPUT)/user/fr_trigger.o $(OUTPUT)/user/procmaps.o $(OUTPUT)/user/atomic_file.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 
@@ -157,3 +157,31 @@ $(UNIT_DIR)/test_fr_metrics: tests/unit/test_fr_metrics.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -lmicrohttpd -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_fr_metrics
+
+$(UNIT_DIR)/test_fr_retention: tests/unit/test_fr_retention.c tests/unit/check.h \
+			     $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_fr_retention
+
+# the trigger-record fuzz target: a seeded mutation loop always, libFuzzer where clang has it
+# (FUZZ_CC, FUZZ_LIBFUZZER: tools/tools.mk)
+TRIGGER_CORPUS := tests/unit/trigger_corpus
+$(UNIT_DIR)/test_fr_trigger_fuzz: tests/unit/test_fr_trigger_fuzz.c tests/unit/fr_trigger_fuzz.c \
+			     tests/unit/check.h $(OUTPUT)/user/fr_trigger.o $(OUTPUT)/user/procmaps.o $(OUTPUT)/user/atomic_file.o \
+			     | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -DTRIGGER_CORPUS='"$(abspath $(TRIGGER_CORPUS))"' \
+		$(filter %test_fr_trigger_fuzz.c %.o,$^) -lcjson -o $@
+
+$(UNIT_DIR)/fr_trigger_fuzz: tests/unit/fr_trigger_fuzz.c user/fr_trigger.c user/procmaps.c user/atomic_file.c \
+			     user/fr_trigger.h | $(UNIT_DIR)
+	$(call msg,FUZZ-CC,$@)
+	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Iuser -I$(OUTPUT) -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined -DTPTRACE_FUZZ_VERBOSITY $(filter %.c,$^) -lcjson -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_fr_trigger_fuzz
+ifneq ($(FUZZ_LIBFUZZER),)
+TEST_BINS += $(UNIT_DIR)/fr_trigger_fuzz
+endif
