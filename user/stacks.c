@@ -276,27 +276,30 @@ static bool traced_by_us(int pid, int tid)
 static void seize(struct sample *s, struct tsample *t)
 {
 	for (int tries = 0;; tries++) {
+		int e;
+
 		if (!ptrace(PTRACE_SEIZE, t->tid, 0, 0)) {
 			t->seized = true;
 			return;
 		}
-		if (errno == ESRCH) {
+		e = errno;
+		if (e == ESRCH) {
 			t->gone = true;
 			t->unwind_err = strpool__add(s->pool, "thread exited before it stopped");
 			return;
 		}
 		/* the previous sample's tracer thread may still be on its way out of the kernel
 		 * (a loaded machine: up to 200 ms) */
-		if (errno == EPERM && tries < 200 && traced_by_us(s->pid, t->tid)) {
+		if (e == EPERM && tries < 200 && traced_by_us(s->pid, t->tid)) {
 			sleep_ms(1);
 			continue;
 		}
-		if (errno == EPERM) {
+		if (e == EPERM) {
 			t->unwind_err = seize_error(s->pid, t->tid, s->pool);
 			if (!s->ptrace_err)
 				s->ptrace_err = t->unwind_err;
 		} else {
-			t->unwind_err = strpool__addf(s->pool, "ptrace: %s", strerror(errno));
+			t->unwind_err = strpool__addf(s->pool, "ptrace: %s", strerror(e));
 		}
 		return;
 	}
