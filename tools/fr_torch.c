@@ -19,15 +19,14 @@
  * this rank's place.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "fr_pickle.h"
 #include "fr_torch.h"
+#include "atomic_file.h"
 
 /* c10::ScalarType names (toString) <-> enum fr_dtype */
 static const struct {
@@ -756,9 +755,7 @@ int fr_torch_export__write(struct fr_torch_export *x, const struct fr_dump *d,
 			   const char *outdir, char *path, size_t path_cap)
 {
 	struct pk_out o = { 0 };
-	char tmp[4096];
-	int fd, err = 0;
-	size_t off = 0;
+	int err;
 
 	if (!x->sorted) {
 		qsort(x->comms, x->nr, sizeof(*x->comms), cmp_xcomm);
@@ -767,39 +764,14 @@ int fr_torch_export__write(struct fr_torch_export *x, const struct fr_dump *d,
 	if (d->global_rank == FR_UNK)
 		return -EINVAL;
 	snprintf(path, path_cap, "%s/" FR_TORCH_PREFIX "%" PRId64, outdir, d->global_rank);
-	snprintf(tmp, sizeof(tmp), "%s/." FR_TORCH_PREFIX "%" PRId64 ".tmp", outdir,
-		 d->global_rank);
 	dump_out(&o, x, d);
 	if (o.failed) {
 		pk_out_free(&o);
 		return -ENOMEM;
 	}
-	/* a fresh file, never one found there (a link planted in a shared OUT); 0600 like
-	 * tptrace's own dumps */
-	unlink(tmp);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0) {
-		err = -errno;
-		goto out;
-	}
-	while (off < o.len) {
-		ssize_t w = write(fd, o.buf + off, o.len - off);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			err = -errno;
-			break;
-		}
-		off += w;
-	}
-	if (close(fd) && !err)
-		err = -errno;
-	if (!err && rename(tmp, path))
-		err = -errno;
-	if (err)
-		unlink(tmp);
-out:
+	/* a fresh temp file, never one found there (a link planted in a shared OUT), renamed
+	 * over the name; 0600 like tptrace's own dumps */
+	err = atomic_file__write_path(path, o.buf, o.len, 0600, false);
 	pk_out_free(&o);
 	return err;
 }

@@ -4,14 +4,16 @@
 #   $(OUTPUT)/tptrace-fr-gen   synthetic dump directories for tests and benchmarks
 #   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
 #                              compiler ships libFuzzer)
-# Tools read files only; of user/ they link only self-contained helpers (hashmap.c), built
+# Tools read files only; of user/ they link only self-contained helpers (hashmap.c,
+# atomic_file.c for --export-torch), built
 # here into their own object.
 TOOLS_OUT   := $(OUTPUT)/tools
 TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_VERSION='"$(VERSION)"'
 # the analyzer, one module per seam (see tools/fr_analyze_int.h)
 FR_ANALYZE_SRCS := $(addprefix tools/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
 		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c) user/hashmap.c
-FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
+FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o \
+	       $(TOOLS_OUT)/atomic_file.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
 FR_LIBS     := -lcjson -lz -lpthread
 
 $(TOOLS_OUT):
@@ -22,6 +24,10 @@ $(TOOLS_OUT)/%.o: tools/%.c | $(TOOLS_OUT)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
 $(TOOLS_OUT)/hashmap.o: user/hashmap.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
+$(TOOLS_OUT)/atomic_file.o: user/atomic_file.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
@@ -47,7 +53,7 @@ FUZZ_DEB_PKG := $(if $(FUZZ_CLANG_MAJOR),$(shell apt-cache show libclang-rt-$(FU
 DEB_PKGS += $(FUZZ_DEB_PKG)
 FUZZ_CORPUS  := tests/tools/corpus
 FUZZ_SECONDS ?= 120
-FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c tools/fr_pickle.c tools/fr_torch.c $(FR_ANALYZE_SRCS)
+FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c tools/fr_pickle.c tools/fr_torch.c user/atomic_file.c $(FR_ANALYZE_SRCS)
 
 $(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_pickle.h tools/fr_torch.h tools/fr_analyze.h tools/fr_analyze_int.h \
 		   user/hashmap.h | $(OUTPUT)
