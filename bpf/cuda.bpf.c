@@ -186,6 +186,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	 * value, and a user read that faults costs microseconds (docs/benchmarks.md): read
 	 * [rbp+8] only when rbp points into the stack just above rsp. */
 	rec->caller2 = 0;
+	rec->ustack = 0;
 	if (cookie & TP_COOKIE_CALLER2) {
 		__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx), caller2 = 0;
 

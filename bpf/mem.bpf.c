@@ -103,6 +103,7 @@ int BPF_USDT(mem_usdt_malloc, void *ptr, long device, long size, long stream)
 	rec->size = size;
 	rec->stream = stream;
 	rec->stack_id = user_stack(ctx);
+	rec->ustack = 0;
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 	return 0;
 }
@@ -125,6 +126,7 @@ int BPF_USDT(mem_usdt_free, void *ptr)
 	rec->ptr = (__u64)ptr;
 	rec->device = rec->size = rec->stream = 0;
 	rec->stack_id = -1;
+	rec->ustack = 0;
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 	return 0;
 }
@@ -229,6 +231,7 @@ static __always_inline int do_mem_return(struct pt_regs *ctx)
 	rec->stack_id = in->stack_id;
 	rec->pad = 0;
 	rec->caller = in->caller;
+	rec->ustack = 0;
 	rec->rc = PT_REGS_RC(ctx);
 	rec->out_val = 0;
 	if (out_arg && out_arg <= 6) {

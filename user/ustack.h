@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* User stacks of probed calls (--py-stacks), resolved in user space. The BPF side
+ * (bpf/ustack.bpf.h, included by bpf/cuda.bpf.c and bpf/mem.bpf.c) stores each distinct stack
+ * once in its object's "ustacks" map and puts the stack's id in every record; this module
+ * fills the per-process layout ("ustack_procs", from user/pyframes) and turns ids into
+ * frames: Python code objects into function, file and line (read from the target's memory,
+ * cached per (pid, code object)), native return addresses into module + symbol (elfsym),
+ * cached per id, so an event whose stack was seen before costs one hash lookup.
+ *
+ * Never a wrong line: a code object that is gone by the time it is read (freed, not a code
+ * object any more) gives an unresolved frame (func NULL, unresolved set), not a guess. */
+#ifndef TPTRACE_USTACK_USER_H
+#define TPTRACE_USTACK_USER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ustacks;
+
+struct ustack_frame {
+	const char *func;	/* Python: co_qualname (co_name before 3.11); native: symbol;
+				 * NULL when unresolved / no symbol covers pc */
+	const char *file;	/* Python: co_filename; native: the module's path */
+	int line;		/* Python: line of the instruction; 0 unknown */
+	int firstlineno;	/* Python: co_firstlineno (Kineto's python_function name) */
+	uint64_t code;		/* Python: the code object's address (identity within pid) */
+	uint64_t pc;		/* native: absolute address */
+	uint64_t module_off;	/* native: pc as an ELF address of the module */
+	bool unresolved;	/* Python: the code object could not be read (freed) */
+};
+
+struct ustack {
+	uint64_t id;
+	int pid;
+	int nr_py;		/* Python frames, innermost first */
+	struct ustack_frame *py;
+	int nr_native;		/* native frames, innermost first (0 when not captured) */
+	struct ustack_frame *native;
+	uint32_t flags;		/* bpf/ustack.h enum tp_ustack_flags */
+	const char *native_stop;	/* why the native frames end where they end: NULL (the
+					 * chain reached its end), or e.g. "no frame pointer in
+					 * libfoo.so (bar)"; owned by the ustacks */
+};
+
+struct ustack_stats {
+	uint64_t resolved;	/* distinct stacks resolved */
+	uint64_t map_misses;	/* ids not (or no longer) in the map */
+	uint64_t unresolved_frames;	/* Python frames whose code object could not be read */
+};
+
+/* stacks_fd, procs_fd: the BPF object's "ustacks" and "ustack_procs" maps. native: capture
+ * native frames too (sets tp_ustack_config.native). */
+struct ustacks *ustacks__new(int stacks_fd, int procs_fd, bool native);
+void ustacks__free(struct ustacks *u);
+
+/* Sets up capture for pid. 0: its Python was found (version in *python, owned by u);
+ * otherwise a negative errno and one line in why (e.g. "no CPython in the process",
+ * "Python 3.8.18: unsupported (3.9-3.13)"); native frames are still captured when asked,
+ * and its events carry TP_USTACK_NOPY. Calling it again for the same pid (after an exec)
+ * reads the interpreter anew and forgets the pid's cached stacks. */
+int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why, size_t whysz);
+void ustacks__remove_pid(struct ustacks *u, int pid);
+
+/* The stack of id (a record's ustack field) in pid; NULL for a status id (< 16) or when the
+ * id is not in the map. Owned by u, valid until ustacks__free or remove_pid. */
+const struct ustack *ustacks__get(struct ustacks *u, int pid, uint64_t id);
+
+/* How sinks look stacks up (decode.c, flightrec.c, memtrace.c): ustacks__get with ctx = the
+ * struct ustacks, or a test's own table. */
+typedef const struct ustack *(*ustack_lookup_fn)(void *ctx, int pid, uint64_t id);
+
+/* What a status id means, for the trace's metadata: "no Python thread state", ... */
+const char *ustacks__status_name(uint64_t id);
+
+/* One line: Python frames outermost first, "file:line func;file:line func", then native
+ * frames as "module+0xoff sym" when present after a " | ". Returns the length (snprintf). */
+int ustack__compact(const struct ustack *s, char *buf, size_t size);
+
+const struct ustack_stats *ustacks__stats(const struct ustacks *u);
+
+#endif
