@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 struct cuda_bpf;
+struct ustacks;
 struct target;
 struct target_probes;
 
@@ -17,6 +18,13 @@ struct session_bpf {
 	struct cuda_bpf *skel;
 	bool uprobe_multi;	/* the *_multi programs are loaded: one link per object */
 	bool exit_tp;		/* exit codes come from the sched_process_exit tracepoint */
+	struct ustacks *ustacks;	/* --py-stacks: stack capture on (user/ustack.h); else NULL */
+};
+
+struct session_load_opts {
+	bool fr_exec;		/* as session__load_bpf_fr_exec */
+	bool ustacks;		/* --py-stacks: capture each call's Python stack (bpf/ustack.h) */
+	bool ustacks_native;	/* ... and its native frames (frame pointers) */
 };
 
 /* Opens and loads the BPF object with a ring of ring_mb MiB. NULL after an error line. */
@@ -24,6 +32,12 @@ struct session_bpf *session__load_bpf(int ring_mb);
 /* The same for tptrace fr -a: also loads and attaches the exec-mapping and exec programs and
  * turns on the fr_pids filter of the entry and return programs (user/fr_exec.c). */
 struct session_bpf *session__load_bpf_fr_exec(int ring_mb);
+/* Either of the above, with the options of o. */
+struct session_bpf *session__load_bpf_opts(int ring_mb, const struct session_load_opts *o);
+/* --py-stacks: starts stack capture for pid (b->ustacks set). One notice line when its
+ * Python cannot be read (ustacks__why then says why; its events carry no Python frames).
+ * 0, or a negative errno; a no-op returning 0 when capture is off. */
+int session__ustacks_add(struct session_bpf *b, int pid);
 /* Destroys the object (programs, maps, the exit tracepoint link). NULL is fine. */
 void session__free_bpf(struct session_bpf *b);
 /* Fills probes from the loaded object. */

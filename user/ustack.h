@@ -61,6 +61,13 @@ void ustacks__free(struct ustacks *u);
  * reads the interpreter anew and forgets the pid's cached stacks. */
 int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why, size_t whysz);
 void ustacks__remove_pid(struct ustacks *u, int pid);
+/* For the trace's / dump's metadata: the Python version ("3.11.7") of pid, NULL when none;
+ * why its Python frames are missing (the add_pid line), NULL when they are captured. */
+const char *ustacks__python(const struct ustacks *u, int pid);
+const char *ustacks__why(const struct ustacks *u, int pid);
+/* The BPF side's counters (enum tp_ustack_counter), summed over CPUs: 0 or a negative errno
+ * (then the count is unknown, never 0). */
+int ustacks__counter(const struct ustacks *u, int idx, uint64_t *out);
 
 /* The stack of id (a record's ustack field) in pid; NULL for a status id (< 16) or when the
  * id is not in the map. Owned by u, valid until ustacks__free or remove_pid. */
