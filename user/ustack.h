@@ -49,9 +49,9 @@ struct ustack_stats {
 	uint64_t unresolved_frames;	/* Python frames whose code object could not be read */
 };
 
-/* stacks_fd, procs_fd: the BPF object's "ustacks" and "ustack_procs" maps. native: capture
- * native frames too (sets tp_ustack_config.native). */
-struct ustacks *ustacks__new(int stacks_fd, int procs_fd, bool native);
+/* stacks_fd, procs_fd, counters_fd: the BPF object's "ustacks", "ustack_procs" and
+ * "ustack_counters" maps. native: capture native frames too (tp_ustack_config.native). */
+struct ustacks *ustacks__new(int stacks_fd, int procs_fd, int counters_fd, bool native);
 void ustacks__free(struct ustacks *u);
 
 /* Sets up capture for pid. 0: its Python was found (version in *python, owned by u);
