@@ -16,6 +16,8 @@
 #include "cuda.h"
 #include "cuda_api.h"
 #include "flightrec_int.h"
+#include "ustack.h"
+#include "../bpf/ustack.h"	/* status ids and flags (user/ustack.h has the same name) */
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"
@@ -64,10 +66,26 @@ struct flightrec *flightrec__new(const struct flightrec_opts *opts)
 	return fr;
 }
 
+static void pystack_free(struct fr_pystack *s)
+{
+	for (int i = 0; s && i < s->nr; i++) {
+		free(s->frames[i].name);
+		free(s->frames[i].file);
+	}
+	if (s)
+		free(s->frames);
+	free(s);
+}
+
 static void proc_free(struct fr_proc *p)
 {
+	uint64_t id, val;
+
 	if (!p)
 		return;
+	for (size_t it = 0; u64map__next(&p->pystacks, &it, &id, &val);)
+		pystack_free((struct fr_pystack *)(uintptr_t)val);
+	u64map__clear(&p->pystacks);
 	fr_stacks__free(p);
 	u64map__free_values(&p->threads);
 	u64map__clear(&p->events);
@@ -173,6 +191,18 @@ bool flightrec__has_job(const struct flightrec *fr, const char *job)
 		if (fr->procs[i]->job[0] && !strcmp(fr->procs[i]->job, job))
 			return true;
 	return false;
+}
+
+void flightrec__set_python(struct flightrec *fr, int pid, const char *python, const char *why)
+{
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+
+		if (p->pid != pid || p->execd)
+			continue;
+		snprintf(p->python, sizeof(p->python), "%s", python ? python : "");
+		snprintf(p->python_why, sizeof(p->python_why), "%s", why ? why : "");
+	}
 }
 
 void flightrec__set_drops(struct flightrec *fr, int err, uint64_t dropped)
@@ -305,6 +335,71 @@ static struct fr_stream *get_stream(struct fr_proc *p, uint64_t handle, int *ind
 	return &p->streams[p->nr_streams++];
 }
 
+/* Why an entry has no Python frames, from its stack id's status (bpf/ustack.h) */
+static const char *ustack_status_why(uint64_t id)
+{
+	switch (id) {
+	case TP_USTACK_NONE:
+		return "not captured (the process was not set up for Python stacks)";
+	case TP_USTACK_NOPY:
+		return "no Python thread state on the calling thread";
+	case TP_USTACK_LOST:
+		return "stack lost: the BPF stack map was full";
+	case TP_USTACK_FAULT:
+		return "the thread state or first frame could not be read";
+	default:
+		return "unknown stack status";
+	}
+}
+
+/* The Python frames of stack id in p, resolved now and kept per (process, id): the id may
+ * leave the BPF map later, and entries of one call site share one copy. NULL: out of memory
+ * (the entry then has no "frames"). */
+struct fr_pystack *fr_pystack_get(struct flightrec *fr, struct fr_proc *p, uint64_t id)
+{
+	const struct ustack *u;
+	struct fr_pystack *s;
+	uint64_t val;
+
+	if (u64map__get(&p->pystacks, id, &val))
+		return (struct fr_pystack *)(uintptr_t)val;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	u = id >= TP_USTACK_FIRST_ID ? fr->opts.ustack_lookup(fr->opts.ustack_ctx, p->pid, id)
+				     : NULL;
+	if (id < TP_USTACK_FIRST_ID)
+		s->missing = ustack_status_why(id);
+	else if (!u)
+		s->missing = "stack id not in the BPF stack map";
+	else if (!u->nr_py)
+		s->missing = u->flags & TP_USTACK_PY_NOSTATE ?
+			     "no Python thread state on the calling thread" :
+			     u->flags & TP_USTACK_PY_FAULT ? "the first Python frame could not be read" :
+			     "no Python frames";
+	if (u && u->nr_py) {
+		s->frames = calloc(u->nr_py, sizeof(*s->frames));
+		if (!s->frames) {
+			free(s);
+			return NULL;
+		}
+		for (int i = 0; i < u->nr_py; i++) {
+			const struct ustack_frame *f = &u->py[i];
+
+			/* unresolved (the code object was gone): no name, never a guess */
+			s->frames[i].name = f->func && !f->unresolved ? strdup(f->func) : NULL;
+			s->frames[i].file = f->file && !f->unresolved ? strdup(f->file) : NULL;
+			s->frames[i].line = f->unresolved ? 0 : f->line;
+			s->nr++;
+		}
+	}
+	if (u64map__set(&p->pystacks, id, (uint64_t)(uintptr_t)s)) {
+		pystack_free(s);
+		return NULL;
+	}
+	return s;
+}
+
 struct fr_entry *fr_entry_by_id(struct flightrec *fr, struct fr_proc *p, uint64_t id)
 {
 	struct fr_entry *e;
@@ -398,6 +493,10 @@ static void record_coll(struct flightrec *fr, struct fr_proc *p, struct fr_threa
 	e->rc = NO_RC;
 	e->tid = rec->tid;
 	e->in_call = true;
+	if (fr->opts.ustack_lookup) {
+		e->ustack = rec->ustack;
+		fr_pystack_get(fr, p, rec->ustack);
+	}
 	call->record_id = e->record_id;
 	call->has_entry = true;
 	p->last_progress = rec->ts;
@@ -631,6 +730,10 @@ static void record_init_failure(struct flightrec *fr, struct fr_proc *p,
 	e->rc = rc;
 	e->tid = r->tid;
 	e->group_id = call->group_id;
+	if (fr->opts.ustack_lookup) {
+		e->ustack = call->ustack;
+		fr_pystack_get(fr, p, call->ustack);
+	}
 	p->last_progress = r->ts;
 	p->stall_dumped = false;
 }
@@ -854,6 +957,7 @@ static void fr_entry_cb(void *ctx, struct call_frame *f)
 	call->known = true;
 	call->api = rec->api;
 	call->entered = rec->ts;
+	call->ustack = rec->ustack;
 	call->group_id = th->group_depth ? th->group_id : 0;
 	if (rec->api >= NCCL_API_BASE)
 		on_nccl_call(fr, p, th, rec, call);

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "ustack.h"
 
 struct flightrec;
 struct fr_trigger_rec;
@@ -39,6 +40,10 @@ struct flightrec_opts {
 	 * it (0) or not (< 0; its calls are dropped). NULL: calls of unknown processes are dropped */
 	int (*new_proc)(void *ctx, int pid);
 	void *new_proc_ctx;
+	/* --py-stacks: turns a call's stack id (tp_rec_call.ustack) into frames (ustacks__get,
+	 * or a test's table). Entries then carry "frames" (docs/fr-schema.md); NULL: none. */
+	ustack_lookup_fn ustack_lookup;
+	void *ustack_ctx;
 };
 
 struct flightrec *flightrec__new(const struct flightrec_opts *opts);
@@ -84,6 +89,10 @@ void flightrec__set_drops(struct flightrec *fr, int err, uint64_t events_dropped
  * user tptrace runs as, writable by nobody else, not a symlink. A directory fd, or -errno
  * after one line on stderr (-EPERM: refused). */
 int flightrec__open_dump_dir(const char *dir);
+
+/* --py-stacks: the Python version of pid ("3.11.7"), or NULL and why its entries carry no
+ * Python frames (ustacks__python / ustacks__why); written in the dump's metadata. */
+void flightrec__set_python(struct flightrec *fr, int pid, const char *python, const char *why);
 
 /* The job a process belongs to (fr_trigger.h: from its environment). */
 void flightrec__set_job(struct flightrec *fr, int pid, const char *job);

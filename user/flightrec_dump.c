@@ -142,6 +142,40 @@ static void coll_fields(cJSON *o, const struct fr_comm *c, const struct fr_entry
 	add_hex(o, "recvbuff", e->c.recvbuff);
 }
 
+/* --py-stacks: "frames" as PyTorch's FR entries have them ({"name", "filename", "line"},
+ * innermost first); [] with "frames_missing" when the call had none. PyTorch's readers take
+ * [] (its own dumps without stack traces, our --export-torch); null fields are unresolved
+ * frames (the code object was gone), never guessed. */
+static void frames_json(struct flightrec *fr, struct fr_proc *p, cJSON *o, const struct fr_entry *e)
+{
+	struct fr_pystack *s = fr_pystack_get(fr, p, e->ustack);
+	cJSON *arr = cJSON_AddArrayToObject(o, "frames");
+
+	if (!s) {
+		cJSON_AddStringToObject(o, "frames_missing", "out of memory");
+		return;
+	}
+	for (int i = 0; arr && i < s->nr; i++) {
+		const struct fr_pyframe *f = &s->frames[i];
+		cJSON *fo = cJSON_CreateObject();
+
+		if (!fo)
+			return;
+		if (f->name)
+			cJSON_AddStringToObject(fo, "name", f->name);
+		else
+			cJSON_AddNullToObject(fo, "name");
+		if (f->file)
+			cJSON_AddStringToObject(fo, "filename", f->file);
+		else
+			cJSON_AddNullToObject(fo, "filename");
+		cJSON_AddItemToObject(fo, "line", num_or_null(f->line, f->line > 0));
+		cJSON_AddItemToArray(arr, fo);
+	}
+	if (!s->nr)
+		cJSON_AddStringToObject(o, "frames_missing", s->missing ? s->missing : "unknown");
+}
+
 static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct fr_entry *e)
 {
 	const struct fr_comm *c = &p->comms[e->comm];
@@ -174,6 +208,8 @@ static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct f
 	cJSON_AddNumberToObject(o, "thread_id", e->tid);
 	th = u64map__get(&p->threads, (uint64_t)e->tid, &v) ? (struct fr_thread *)(uintptr_t)v : NULL;
 	cJSON_AddStringToObject(o, "thread_name", th && th->name[0] ? th->name : "");
+	if (fr->opts.ustack_lookup)
+		frames_json(fr, p, o, e);
 	return o;
 }
 
@@ -328,6 +364,21 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	if (p->execd)	/* the pid lives on as another program: no exit code */
 		cJSON_AddBoolToObject(proc, "replaced_by_exec", true);
 	late_json(root, fr, p);
+	if (fr->opts.ustack_lookup) {
+		cJSON *py = cJSON_AddObjectToObject(root, "py_stacks");
+
+		if (p->python[0])
+			cJSON_AddStringToObject(py, "python", p->python);
+		else
+			cJSON_AddNullToObject(py, "python");
+		if (p->python_why[0] || !p->python[0])
+			cJSON_AddStringToObject(py, "why_no_frames", p->python_why[0] ? p->python_why :
+						"unknown (the process's Python was not looked at)");
+		else
+			cJSON_AddNullToObject(py, "why_no_frames");
+	} else {
+		cJSON_AddNullToObject(root, "py_stacks");	/* --py-stacks off */
+	}
 	cJSON_AddNumberToObject(root, "ring_size", (double)fr->opts.ring_size);
 	cJSON_AddNumberToObject(root, "entries_recorded", (double)(p->next_record_id - 1));
 	cJSON_AddNumberToObject(root, "entries_overwritten",

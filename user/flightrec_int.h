@@ -37,6 +37,22 @@ struct fr_entry {
 	int64_t rc;
 	int tid;
 	bool in_call;
+	/* --py-stacks: the call's stack id (bpf/ustack.h); its frames are in proc->pystacks,
+	 * resolved when the entry was recorded (the BPF stack map may lose the id later) */
+	uint64_t ustack;
+};
+
+/* The Python frames of one stack id as an entry's "frames" (innermost first), resolved once
+ * per (process, id): entries of the same call site share it. */
+struct fr_pyframe {
+	char *name, *file;	/* NULL: unresolved (the code object was gone) */
+	int line;		/* 0 unknown */
+};
+
+struct fr_pystack {
+	int nr;
+	struct fr_pyframe *frames;
+	const char *missing;	/* nr == 0: why (static string) */
 };
 
 struct fr_comm {
@@ -71,6 +87,7 @@ struct fr_call {
 	bool known;			/* a call of a recorded process */
 	uint32_t api;
 	uint64_t entered;
+	uint64_t ustack;		/* --py-stacks: the call's stack id (a failed init's entry) */
 	uint64_t record_id;		/* the entry a collective call created, or 0 */
 	uint64_t group_id;		/* the ncclGroupStart/End group it was called in, 0 none */
 	bool has_entry;
@@ -113,6 +130,10 @@ struct fr_proc {
 	char nccl_version[32];
 	char nccl_library[PATH_MAX];
 	char job[129];			/* fr_trigger.h job id; "" unknown */
+	/* --py-stacks: stack id -> struct fr_pystack *; python / why for the metadata */
+	struct u64map pystacks;
+	char python[32];		/* "" none */
+	char python_why[160];		/* "" when Python frames are captured (or not asked) */
 	bool execd;			/* -a: replaced by exec; a new fr_proc records the new image */
 	/* -a: library files this process mapped before their probes were attached */
 	struct fr_late {
@@ -164,6 +185,8 @@ int fr_stacks__take_dumps(struct flightrec *fr, struct fr_proc **procs, int n);
 /* "stacks" and "stacks_error" of a dump of p (takes the dump snapshot when none is ready) */
 void fr_stacks__add(struct flightrec *fr, struct fr_proc *p, struct cJSON *root);
 void fr_stacks__free(struct fr_proc *p);
+/* flightrec.c: the frames of stack id in p (resolved and cached on first use), NULL: no memory */
+struct fr_pystack *fr_pystack_get(struct flightrec *fr, struct fr_proc *p, uint64_t id);
 /* The ring entry with this record id, NULL when it fell out of the ring. */
 struct fr_entry *fr_entry_by_id(struct flightrec *fr, struct fr_proc *p, uint64_t id);
 

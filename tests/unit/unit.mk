@@ -73,6 +73,14 @@ $(UNIT_DIR)/test_flightrec: tests/unit/test_flightrec.c tests/unit/check.h \
 
 TEST_BINS += $(UNIT_DIR)/test_flightrec
 
+# --py-stacks: entries' frames through a fake ustack_lookup_fn
+$(UNIT_DIR)/test_fr_pystacks: tests/unit/test_fr_pystacks.c tests/unit/check.h \
+			      $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_fr_pystacks
+
 # cross-host trigger records and the watch (user/fr_trigger.c)
 $(UNIT_DIR)/test_fr_trigger: tests/unit/test_fr_trigger.c tests/unit/check.h \
 			     $(OUTPUT)/user/fr_trigger.o $(OUTPUT)/user/procmaps.o $(OUTPUT)/user/atomic_file.o | $(UNIT_DIR)
