@@ -7,6 +7,11 @@
 #include "log.h"
 #include "memlayout.h"
 #include "memsnap.h"
+#include "../bpf/ustack.h"	/* TP_USTACK_FIRST_ID (user/ustack.h has the same name) */
+
+/* Ids of memsnap__stack_with_py: above memtrace's synthesized native ids (1 << 30 up). */
+#define PY_PAIR_BASE	(3 << 29)
+#define PY_PAIR_MAX	(1 << 28)
 
 /* PyTorch's caching allocator carves small requests from 2 MiB segments (kSmallBuffer). */
 #define SMALL_SEGMENT	(2ULL << 20)
@@ -35,6 +40,13 @@ struct memsnap {
 	int nr_devices;
 	struct memsnap_stats st;
 	uint64_t base_mono, base_real;
+	/* --py-stacks: (native stack id, Python stack id) pairs, id PY_PAIR_BASE + index */
+	struct py_pair {
+		int32_t native;
+		uint64_t ustack;
+	} *pairs;
+	int nr_pairs, cap_pairs;
+	struct u64map pair_index;	/* hash -> index + 1 */
 };
 
 static const char *const action_names[] = {
@@ -171,7 +183,73 @@ void memsnap__free(struct memsnap *ms)
 	table_clear(&ms->segments);
 	table_clear(&ms->handles);
 	free(ms->hist);
+	free(ms->pairs);
+	u64map__clear(&ms->pair_index);
 	free(ms);
+}
+
+int32_t memsnap__stack_with_py(struct memsnap *ms, int32_t native_id, uint64_t ustack)
+{
+	uint64_t key = (ustack * 0x9e3779b97f4a7c15ULL) ^ (uint32_t)native_id, idx;
+
+	if (ustack < TP_USTACK_FIRST_ID)
+		return native_id;
+	key = key ? key : 1;
+	/* one probe slot per hash: a collision makes a second pair, never a wrong one */
+	if (u64map__get(&ms->pair_index, key, &idx) && ms->pairs[idx - 1].native == native_id &&
+	    ms->pairs[idx - 1].ustack == ustack)
+		return PY_PAIR_BASE + (int32_t)(idx - 1);
+	if (ms->nr_pairs == PY_PAIR_MAX)
+		return native_id;
+	if (ms->nr_pairs == ms->cap_pairs) {
+		int cap = ms->cap_pairs ? ms->cap_pairs * 2 : 64;
+		struct py_pair *n = realloc(ms->pairs, cap * sizeof(*n));
+
+		if (!n)
+			return native_id;
+		ms->pairs = n;
+		ms->cap_pairs = cap;
+	}
+	ms->pairs[ms->nr_pairs] = (struct py_pair){ native_id, ustack };
+	u64map__set(&ms->pair_index, key, ms->nr_pairs + 1);
+	return PY_PAIR_BASE + ms->nr_pairs++;
+}
+
+/* The Python stack of stack_id (NULL: none) and its native id in *native. */
+static const struct ustack *py_stack_of(const struct memsnap *ms, const struct memsnap_info *info,
+					int32_t stack_id, int32_t *native)
+{
+	const struct py_pair *pp;
+
+	*native = stack_id;
+	if (!ms || stack_id < PY_PAIR_BASE || stack_id - PY_PAIR_BASE >= ms->nr_pairs)
+		return NULL;
+	pp = &ms->pairs[stack_id - PY_PAIR_BASE];
+	*native = pp->native;
+	if (!info || !info->ustack_lookup)
+		return NULL;
+	return info->ustack_lookup(info->ustack_ctx, info->pid, pp->ustack);
+}
+
+int memsnap__frames(const struct memsnap *ms, const struct memsnap_info *info, int32_t stack_id,
+		    struct mem_frame *frames, int max)
+{
+	const struct ustack *u = py_stack_of(ms, info, stack_id, &stack_id);
+	int n = 0;
+
+	for (int i = 0; u && i < u->nr_py && n < max; i++) {
+		const struct ustack_frame *f = &u->py[i];
+
+		/* a code object gone before it was read: unnamed, never a guessed line */
+		frames[n++] = (struct mem_frame){
+			.name = f->func && !f->unresolved ? f->func : "<unresolved>",
+			.filename = f->file && !f->unresolved ? f->file : "",
+			.addr = f->code, .line = f->unresolved ? 0 : f->line, .python = true,
+		};
+	}
+	if (info && info->stack_fn && stack_id >= 0 && n < max)
+		n += info->stack_fn(info->stack_ctx, stack_id, frames + n, max - n);
+	return n;
 }
 
 void memsnap__set_clock(struct memsnap *ms, uint64_t mono_ns, uint64_t real_ns)
@@ -450,21 +528,23 @@ int memsnap__device_of(const struct memsnap *ms, uint64_t addr, uint64_t *size)
 
 /* ---- snapshot ---------------------------------------------------------------------------- */
 
-static cJSON *frames_json(const struct memsnap_info *info, int32_t stack_id)
+/* memory_viz frames: Python ones first (innermost first), then native ones (line 0), as
+ * PyTorch's snapshots order them; its "allocated by" views name the first Python frame. */
+static cJSON *frames_json(const struct memsnap *ms, const struct memsnap_info *info,
+			  int32_t stack_id)
 {
 	cJSON *arr = cJSON_CreateArray();
-	struct mem_frame frames[64];
-	int n = 0;
+	struct mem_frame frames[64 + TP_PY_MAX_FRAMES];
+	int n;
 
 	if (!arr)
 		return NULL;
-	if (info && info->stack_fn && stack_id >= 0)
-		n = info->stack_fn(info->stack_ctx, stack_id, frames, 64);
+	n = memsnap__frames(ms, info, stack_id, frames, 64 + TP_PY_MAX_FRAMES);
 	for (int i = 0; i < n; i++) {
 		cJSON *f = cJSON_CreateObject();
 
 		cJSON_AddStringToObject(f, "filename", frames[i].filename);
-		cJSON_AddNumberToObject(f, "line", 0);
+		cJSON_AddNumberToObject(f, "line", frames[i].line);
 		cJSON_AddStringToObject(f, "name", frames[i].name);
 		cJSON_AddItemToArray(arr, f);
 	}
@@ -512,8 +592,8 @@ static cJSON *block_json(uint64_t addr, uint64_t size, uint64_t requested, const
 /* One memory_viz segment from the layout: blocks tile it in address order, gaps "inactive"
  * (cached by the allocator, or never carved). The pool is not known: PyTorch writes (0, 0)
  * for its default pool, and a private pool (CUDA graphs, MemPool) cannot be told apart here. */
-static cJSON *segment_json(const struct memsnap_info *info, const struct memlayout *l,
-			   const struct memlayout_segment *seg)
+static cJSON *segment_json(const struct memsnap *ms, const struct memsnap_info *info,
+			   const struct memlayout *l, const struct memlayout_segment *seg)
 {
 	cJSON *s = cJSON_CreateObject(), *arr, *pool;
 
@@ -535,24 +615,25 @@ static cJSON *segment_json(const struct memsnap_info *info, const struct memlayo
 	cJSON_AddStringToObject(s, "tptrace_source", seg->source);
 	if (seg->inferred)
 		cJSON_AddBoolToObject(s, "tptrace_inferred", true);
-	cJSON_AddItemToObject(s, "frames", frames_json(info, seg->stack_id));
+	cJSON_AddItemToObject(s, "frames", frames_json(ms, info, seg->stack_id));
 	arr = cJSON_AddArrayToObject(s, "blocks");
 	for (size_t i = seg->first_block; i < seg->first_block + seg->nr_blocks; i++) {
 		const struct memlayout_block *b = &l->blocks[i];
 
 		cJSON_AddItemToArray(arr, block_json(b->addr, b->size, b->requested,
 			b->active ? "active_allocated" : "inactive",
-			b->active ? frames_json(info, b->stack_id) : NULL));
+			b->active ? frames_json(ms, info, b->stack_id) : NULL));
 	}
 	return s;
 }
 
-static cJSON *segments_json(const struct memlayout *l, const struct memsnap_info *info)
+static cJSON *segments_json(const struct memsnap *ms, const struct memlayout *l,
+			    const struct memsnap_info *info)
 {
 	cJSON *arr = cJSON_CreateArray();
 
 	for (size_t i = 0; arr && i < l->nr_segs; i++)
-		cJSON_AddItemToArray(arr, segment_json(info, l, &l->segs[i]));
+		cJSON_AddItemToArray(arr, segment_json(ms, info, l, &l->segs[i]));
 	return arr;
 }
 
@@ -573,7 +654,7 @@ static cJSON *traces_json(struct memsnap *ms, const struct memlayout *l,
 		add_u64(o, "addr", e->addr);
 		add_u64(o, "size", e->size);
 		add_stream(o, e->stream);
-		cJSON_AddItemToObject(o, "frames", frames_json(info, e->stack_id));
+		cJSON_AddItemToObject(o, "frames", frames_json(ms, info, e->stack_id));
 		add_u64(o, "time_us", time_us(ms, e->ts));
 		/* not known; memory_viz prints it as a number, so null would throw there */
 		if (e->action == MEM_ACT_OOM) {
@@ -634,7 +715,7 @@ static cJSON *leaks_json(struct memsnap *ms, const struct memsnap_info *info)
 {
 	struct mem_leak_group *g = NULL;
 	cJSON *arr = cJSON_CreateArray();
-	int n = memsnap__leak_groups(ms, &g);
+	int n = memsnap__leak_groups(ms, info, &g);
 	char site[512];
 
 	for (int i = 0; i < n; i++) {
@@ -646,8 +727,10 @@ static cJSON *leaks_json(struct memsnap *ms, const struct memsnap_info *info)
 		cJSON_AddNumberToObject(o, "count", (double)g[i].count);
 		cJSON_AddNumberToObject(o, "total", (double)g[i].total);
 		cJSON_AddStringToObject(o, "call_site",
-					memsnap__call_site(info, g[i].stack_id, site, sizeof(site)));
-		cJSON_AddItemToObject(o, "frames", frames_json(info, g[i].stack_id));
+					memsnap__call_site(ms, info, g[i].stack_id, site, sizeof(site)));
+		if (g[i].py_site)	/* the frames below are of one of them */
+			cJSON_AddNumberToObject(o, "stacks", g[i].nr_stacks);
+		cJSON_AddItemToObject(o, "frames", frames_json(ms, info, g[i].stack_id));
 		cJSON_AddItemToArray(arr, o);
 	}
 	free(g);
@@ -673,7 +756,7 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 		log_error("memory snapshot: %llu allocations or segments that overlap "
 			  "others or miss a free left out (see tptrace.left_out)\n",
 			  (unsigned long long)memlayout__issues_total(iss));
-	cJSON_AddItemToObject(root, "segments", segments_json(l, info));
+	cJSON_AddItemToObject(root, "segments", segments_json(ms, l, info));
 	cJSON_AddItemToObject(root, "device_traces", traces_json(ms, l, info));
 	cJSON_AddItemToObject(root, "allocator_settings", settings_json(info));
 	tp = cJSON_AddObjectToObject(root, "tptrace");
@@ -705,7 +788,8 @@ cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *info)
 		"carries the time of free_requested (no probe tells when the streams using a block "
 		"are done); the device_free of an oom event is not known: 0, with "
 		"tptrace_device_free_known: false (memory_viz formats it as a number); frames are "
-		"native (no Python frames yet), line 0");
+		"Python frames first (with --py-stacks; innermost first, with their line), then "
+		"native frames (line 0)");
 	left = cJSON_AddObjectToObject(tp, "left_out");
 	cJSON_AddNumberToObject(left, "blocks_reallocated_without_free", (double)iss->block_realloc);
 	cJSON_AddNumberToObject(left, "blocks_overlapping_live_blocks", (double)iss->block_overlap);
@@ -830,16 +914,19 @@ int memsnap__write_pickle(const cJSON *root, FILE *f)
 
 /* ---- live allocations by call site ------------------------------------------------------- */
 
-const char *memsnap__call_site(const struct memsnap_info *info, int32_t stack_id, char *buf,
-			       int size)
+const char *memsnap__call_site(const struct memsnap *ms, const struct memsnap_info *info,
+			       int32_t stack_id, char *buf, int size)
 {
-	struct mem_frame frames[64];
-	int n = 0;
+	struct mem_frame frames[64 + TP_PY_MAX_FRAMES];
+	int n = memsnap__frames(ms, info, stack_id, frames, 64 + TP_PY_MAX_FRAMES);
 
 	buf[0] = '\0';
-	if (info && info->stack_fn && stack_id >= 0)
-		n = info->stack_fn(info->stack_ctx, stack_id, frames, 64);
 	for (int i = 0; i < n; i++) {
+		if (frames[i].python) {
+			snprintf(buf, size, "%s (%s:%d)", frames[i].name, frames[i].filename,
+				 frames[i].line);
+			break;
+		}
 		if (!frames[i].internal) {
 			const char *base = strrchr(frames[i].filename, '/');
 
@@ -850,18 +937,50 @@ const char *memsnap__call_site(const struct memsnap_info *info, int32_t stack_id
 	return buf;
 }
 
+static uint64_t str_hash(const char *s, uint64_t h)
+{
+	for (; s && *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+	return h;
+}
+
+/* The Python call site of stack_id: a hash of its innermost Python frame (function, file,
+ * line), 0 when it has no Python frame. */
+static uint64_t py_site_of(const struct memsnap *ms, const struct memsnap_info *info,
+			   int32_t stack_id)
+{
+	int32_t native;
+	const struct ustack *u = py_stack_of(ms, info, stack_id, &native);
+	const struct ustack_frame *f;
+	uint64_t h;
+
+	if (!u || !u->nr_py)
+		return 0;
+	f = &u->py[0];
+	if (f->unresolved)	/* unnamed: only the same code object is the same site */
+		h = f->code * 0x9e3779b97f4a7c15ULL;
+	else
+		h = str_hash(f->file, str_hash(f->func, 14695981039346656037ULL)) ^
+		    (uint64_t)f->line * 0x100000001b3ULL;
+	return h ? h : 1;
+}
+
 static int add_group(struct mem_leak_group **g, int *n, int *cap, const char *what, int device,
-		     const struct live *e)
+		     const struct live *e, uint64_t py_site)
 {
 	for (int i = 0; i < *n; i++) {
 		struct mem_leak_group *x = &(*g)[i];
 
-		if (x->device == device && x->size == e->size && x->stack_id == e->stack_id &&
-		    !strcmp(x->what, what)) {
+		if (x->device == device && x->size == e->size && !strcmp(x->what, what) &&
+		    (py_site ? x->py_site == py_site : !x->py_site && x->stack_id == e->stack_id)) {
 			x->count++;
 			x->total += e->size;
 			if (e->ts < x->first_ts)
 				x->first_ts = e->ts;
+			/* counts stacks that differ from the representative one, an upper bound
+			 * when they alternate (kept cheap: no set per group) */
+			if (py_site && x->stack_id != e->stack_id)
+				x->nr_stacks++;
 			return 0;
 		}
 	}
@@ -874,7 +993,8 @@ static int add_group(struct mem_leak_group **g, int *n, int *cap, const char *wh
 		*g = ng;
 		*cap = ncap;
 	}
-	(*g)[(*n)++] = (struct mem_leak_group){ what, device, e->stack_id, e->size, 1, e->size, e->ts };
+	(*g)[(*n)++] = (struct mem_leak_group){ what, device, e->stack_id, e->size, 1, e->size, e->ts,
+						py_site, 1 };
 	return 0;
 }
 
@@ -889,9 +1009,12 @@ static int cmp_group(const void *a, const void *b)
 	return x->first_ts < y->first_ts ? -1 : x->first_ts > y->first_ts;
 }
 
-/* Grouped by full stack (stack id): two stacks through one call site stay apart, which keeps
- * this free of symbolization; the report names each group's call site. */
-int memsnap__leak_groups(const struct memsnap *ms, struct mem_leak_group **groups)
+/* Grouped by Python call site when the stack has Python frames (the line of the model that
+ * allocated, whatever the native path below it), else by full native stack (stack id): two
+ * native stacks through one call site stay apart, which keeps this free of symbolization;
+ * the report names each group's call site. */
+int memsnap__leak_groups(const struct memsnap *ms, const struct memsnap_info *info,
+			 struct mem_leak_group **groups)
 {
 	struct mem_leak_group *g = NULL;
 	int n = 0, cap = 0;
@@ -899,13 +1022,15 @@ int memsnap__leak_groups(const struct memsnap *ms, struct mem_leak_group **group
 	*groups = NULL;
 	for (size_t i = 0; i < ms->blocks.nbuckets; i++)
 		for (struct live *e = ms->blocks.buckets[i]; e; e = e->next)
-			if (add_group(&g, &n, &cap, "pytorch:malloc", e->device, e)) {
+			if (add_group(&g, &n, &cap, "pytorch:malloc", e->device, e,
+				      py_site_of(ms, info, e->stack_id))) {
 				free(g);
 				return -ENOMEM;
 			}
 	for (size_t i = 0; i < ms->segments.nbuckets; i++)
 		for (struct live *e = ms->segments.buckets[i]; e; e = e->next)
-			if (add_group(&g, &n, &cap, seg_what[e->kind], e->device, e)) {
+			if (add_group(&g, &n, &cap, seg_what[e->kind], e->device, e,
+				      py_site_of(ms, info, e->stack_id))) {
 				free(g);
 				return -ENOMEM;
 			}
@@ -915,9 +1040,10 @@ int memsnap__leak_groups(const struct memsnap *ms, struct mem_leak_group **group
 	return n;
 }
 
-static void print_group(const struct mem_leak_group *g, const struct memsnap_info *info, FILE *f)
+static void print_group(const struct memsnap *ms, const struct mem_leak_group *g,
+			const struct memsnap_info *info, FILE *f)
 {
-	struct mem_frame frames[64];
+	struct mem_frame frames[64 + TP_PY_MAX_FRAMES];
 	char site[512], dev[16];
 	int n = 0;
 
@@ -925,22 +1051,28 @@ static void print_group(const struct mem_leak_group *g, const struct memsnap_inf
 		snprintf(dev, sizeof(dev), "cuda:%d", g->device);
 	else
 		snprintf(dev, sizeof(dev), "host");
-	memsnap__call_site(info, g->stack_id, site, sizeof(site));
+	memsnap__call_site(ms, info, g->stack_id, site, sizeof(site));
 	fprintf(f, "  %llu bytes: %llu x %llu bytes  %s  %s  at %s\n", (unsigned long long)g->total,
 		(unsigned long long)g->count, (unsigned long long)g->size, dev, g->what,
 		site[0] ? site : "[no stack]");
-	if (info && info->stack_fn && g->stack_id >= 0)
-		n = info->stack_fn(info->stack_ctx, g->stack_id, frames, 64);
-	for (int i = 0; i < n; i++)
-		fprintf(f, "      #%-2d 0x%llx %s (%s)\n", i, (unsigned long long)frames[i].addr,
-			frames[i].name, frames[i].filename[0] ? frames[i].filename : "?");
+	if (g->py_site && g->nr_stacks > 1)
+		fprintf(f, "    (from more than one path; the first one:)\n");
+	n = memsnap__frames(ms, info, g->stack_id, frames, 64 + TP_PY_MAX_FRAMES);
+	for (int i = 0; i < n; i++) {
+		if (frames[i].python)	/* the Python chain, as a traceback reads: file:line func */
+			fprintf(f, "      #%-2d %s:%d %s\n", i, frames[i].filename, frames[i].line,
+				frames[i].name);
+		else
+			fprintf(f, "      #%-2d 0x%llx %s (%s)\n", i, (unsigned long long)frames[i].addr,
+				frames[i].name, frames[i].filename[0] ? frames[i].filename : "?");
+	}
 }
 
 void memsnap__leak_report(const struct memsnap *ms, const struct memsnap_info *info, FILE *f)
 {
 	struct mem_leak_group *g = NULL;
 	uint64_t blocks = 0, block_bytes = 0, segs = 0, seg_bytes = 0;
-	int n = memsnap__leak_groups(ms, &g);
+	int n = memsnap__leak_groups(ms, info, &g);
 
 	for (int i = 0; i < n; i++) {
 		if (!strcmp(g[i].what, "pytorch:malloc")) {
@@ -953,17 +1085,19 @@ void memsnap__leak_report(const struct memsnap *ms, const struct memsnap_info *i
 	}
 	fprintf(f, "pid %d (%s): live allocations made since attach, largest first\n",
 		info ? info->pid : 0, info && info->comm ? info->comm : "?");
-	fprintf(f, "  (allocations made before attach are not known; native stacks only: Python "
-		"stacks are not captured yet)\n");
+	fprintf(f, "  (allocations made before attach are not known; %s)\n",
+		info && info->ustack_lookup ? "grouped by Python call site where the allocating "
+		"thread ran Python, else by native stack" : "native stacks only: Python stacks "
+		"with --py-stacks");
 	fprintf(f, "tensor blocks (pytorch:malloc): %llu live, %llu bytes\n",
 		(unsigned long long)blocks, (unsigned long long)block_bytes);
 	for (int i = 0; i < n; i++)
 		if (!strcmp(g[i].what, "pytorch:malloc"))
-			print_group(&g[i], info, f);
+			print_group(ms, &g[i], info, f);
 	fprintf(f, "segments and direct allocations (cudaMalloc & co): %llu live, %llu bytes\n",
 		(unsigned long long)segs, (unsigned long long)seg_bytes);
 	for (int i = 0; i < n; i++)
 		if (strcmp(g[i].what, "pytorch:malloc"))
-			print_group(&g[i], info, f);
+			print_group(ms, &g[i], info, f);
 	free(g);
 }

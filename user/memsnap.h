@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "ustack.h"
 
 struct memsnap;
 struct cJSON;
@@ -111,10 +112,12 @@ int memsnap__device_of(const struct memsnap *ms, uint64_t addr, uint64_t *size);
  * (innermost first); internal[i] marks frames inside the allocator or CUDA libraries, skipped
  * when naming a call site. Strings live as long as the symbolizer. */
 struct mem_frame {
-	const char *name;	/* "leak_site_a+0x1c"; never NULL */
-	const char *filename;	/* object path; "" when unknown */
+	const char *name;	/* "leak_site_a+0x1c", Python: the function; never NULL */
+	const char *filename;	/* object path, Python: co_filename; "" when unknown */
 	uint64_t addr;
 	bool internal;
+	int line;		/* Python frames: the line; 0 native or unknown */
+	bool python;
 };
 typedef int (*memsnap_stack_fn)(void *ctx, int32_t stack_id, struct mem_frame *frames, int max);
 
@@ -126,7 +129,18 @@ struct memsnap_info {
 	const char *version;
 	memsnap_stack_fn stack_fn;	/* NULL: no frames */
 	void *stack_ctx;
+	/* --py-stacks: Python frames of stack ids made by memsnap__stack_with_py (ustacks__get
+	 * with ctx = the struct ustacks, or a test's table); NULL: none */
+	ustack_lookup_fn ustack_lookup;
+	void *ustack_ctx;
 };
+
+/* --py-stacks: the stack id to record for an event whose native stack is native_id (< 0:
+ * none) and whose Python stack id is ustack (a record's ustack field, bpf/ustack.h): the same
+ * native_id when ustack holds no stack, else an id of this memsnap that stands for both.
+ * Frames of such an id are the Python frames first (innermost first), then the native ones,
+ * as PyTorch's own snapshots have them. */
+int32_t memsnap__stack_with_py(struct memsnap *ms, int32_t native_id, uint64_t ustack);
 
 /* The memory_viz snapshot: segments, device_traces, allocator_settings, and "tptrace" (what
  * is unknown, counters, live allocations by call site). NULL on ENOMEM. */
@@ -135,20 +149,30 @@ struct cJSON *memsnap__snapshot(struct memsnap *ms, const struct memsnap_info *i
  * accept): dicts, lists, str, int, float, bool, None. 0 or negative errno. */
 int memsnap__write_pickle(const struct cJSON *root, FILE *f);
 
-/* Live allocations grouped by (what, device, call site, size), largest total first. */
+/* Live allocations grouped by (what, device, call site, size), largest total first. The call
+ * site is the innermost Python frame (function, file, line) when the stack has Python frames
+ * (info's ustack_lookup), else the whole native stack (stack id). */
 struct mem_leak_group {
 	const char *what;	/* "pytorch:malloc", "cudaMalloc" (segment kinds), ... */
 	int device;		/* -1: host */
-	int32_t stack_id;
+	int32_t stack_id;	/* the first allocation's (Python groups: one of several stacks) */
 	uint64_t size, count, total;
 	uint64_t first_ts;
+	uint64_t py_site;	/* hash of the innermost Python frame; 0: grouped by stack id */
+	uint32_t nr_stacks;	/* distinct stack ids in the group (Python groups), else 1 */
 };
-/* Fills *groups (malloc'ed, caller frees). Returns the count or negative errno. */
-int memsnap__leak_groups(const struct memsnap *ms, struct mem_leak_group **groups);
+/* Fills *groups (malloc'ed, caller frees). info may be NULL (then by stack id only). Returns
+ * the count or negative errno. */
+int memsnap__leak_groups(const struct memsnap *ms, const struct memsnap_info *info,
+			 struct mem_leak_group **groups);
 /* Text report on f. */
 void memsnap__leak_report(const struct memsnap *ms, const struct memsnap_info *info, FILE *f);
-/* Name of the first frame outside the allocator/CUDA libraries; "" when none. */
-const char *memsnap__call_site(const struct memsnap_info *info, int32_t stack_id, char *buf,
-			       int size);
+/* Name of the first frame outside the allocator/CUDA libraries ("func (file:line)" for a
+ * Python frame); "" when none. */
+const char *memsnap__call_site(const struct memsnap *ms, const struct memsnap_info *info,
+			       int32_t stack_id, char *buf, int size);
+/* The frames of stack_id, Python first (innermost first), then native: the count written. */
+int memsnap__frames(const struct memsnap *ms, const struct memsnap_info *info, int32_t stack_id,
+		    struct mem_frame *frames, int max);
 
 #endif

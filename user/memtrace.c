@@ -340,7 +340,8 @@ static int stack_frames(void *ctx, int32_t stack_id, struct mem_frame *frames, i
 		if (!fs)
 			return n;
 		memmove(&frames[2], &frames[1], (n - 1) * sizeof(*frames));
-		frames[1] = (struct mem_frame){ fs->name, fs->file, s->caller, fs->internal };
+		frames[1] = (struct mem_frame){ .name = fs->name, .filename = fs->file,
+						.addr = s->caller, .internal = fs->internal };
 		return n + 1;
 	}
 	if (stack_id < 0 || !mt->skel)
@@ -499,7 +500,10 @@ static void handle_call(void *ctx, const void *data)
 	if (a->kind == K_VMM_CREATE && (rec->flags & MEM_CALL_DEREF_OK) &&
 	    (uint32_t)rec->deref_val == CU_MEM_LOCATION_TYPE_DEVICE)
 		device = (int)(rec->deref_val >> 32);
-	stack_id = call_stack_id(mt, rec->stack_id, rec->caller);
+	/* --py-stacks: the caller's Python frames go before the native ones (rec->ustack is 0,
+	 * no stack, when capture is off) */
+	stack_id = memsnap__stack_with_py(mt->snap, call_stack_id(mt, rec->stack_id, rec->caller),
+					  rec->ustack);
 	write_call(mt, rec, a, device);
 	if (rc == ERR_OUT_OF_MEMORY && (a->kind == K_ALLOC || a->kind == K_VMM_CREATE)) {
 		size = rec->args[a->size];
@@ -592,7 +596,8 @@ static void handle_usdt(void *ctx, const void *data)
 		else
 			device = cur_device(mt, rec->tid);
 		device = memsnap__block_alloc(mt->snap, rec->ts, device, rec->ptr, rec->size,
-					      rec->stream, rec->stack_id);
+					      rec->stream, memsnap__stack_with_py(mt->snap, rec->stack_id,
+										  rec->ustack));
 		if (device < 0)
 			return;
 		write_memory_event(mt, rec->tid, rec->ts, "alloc", device, rec->ptr, rec->size);

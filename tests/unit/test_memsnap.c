@@ -46,9 +46,9 @@ static int fake_stack(void *ctx, int32_t stack_id, struct mem_frame *frames, int
 
 	if (max < 2)
 		return 0;
-	frames[0] = (struct mem_frame){ names[0], "/lib/liballoc.so", 0x1000, true };
-	frames[1] = (struct mem_frame){ names[stack_id == 1 ? 1 : 2], "/bin/app", 0x2000, false };
-	frames[2] = (struct mem_frame){ names[3], "/bin/app", 0x3000, false };
+	frames[0] = (struct mem_frame){ names[0], "/lib/liballoc.so", 0x1000, true, 0, false };
+	frames[1] = (struct mem_frame){ names[stack_id == 1 ? 1 : 2], "/bin/app", 0x2000, false, 0, false };
+	frames[2] = (struct mem_frame){ names[3], "/bin/app", 0x3000, false, 0, false };
 	return 3;
 }
 
@@ -157,7 +157,7 @@ static void test_counters_and_snapshot(void)
 	CHECK_REPLAYS(snap, "counters");
 	cJSON_Delete(snap);
 
-	n = memsnap__leak_groups(ms, &g);
+	n = memsnap__leak_groups(ms, &info, &g);
 	/* mapped 20 MiB, 2 MiB segment, then blocks 4096 (site_b), 1000 (site_a), 600 */
 	CHECK_U64(n, 6);
 	if (n == 6) {
@@ -167,7 +167,7 @@ static void test_counters_and_snapshot(void)
 		CHECK_STR(g[1].what, "cudaMalloc");
 		CHECK_STR(g[2].what, "pytorch:malloc");
 		CHECK_U64(g[2].total, 4096);
-		CHECK_STR(memsnap__call_site(&info, g[2].stack_id, site, sizeof(site)), "site_b+0x8 (app)");
+		CHECK_STR(memsnap__call_site(ms, &info, g[2].stack_id, site, sizeof(site)), "site_b+0x8 (app)");
 		CHECK_U64(g[3].total, 4096);	/* pinned host */
 		CHECK_STR(g[3].what, "cudaMallocHost");
 		CHECK_U64(g[4].size, 1000);
@@ -594,6 +594,118 @@ static void test_pickle(void)
 	cJSON_Delete(root);
 }
 
+/* --py-stacks: a fake stack map. Stack 100: model.py's Linear.forward under train.py; 101: the
+ * same innermost line reached from another caller (one Python call site, two stacks); 102:
+ * another line. */
+static struct ustack_frame py_a[] = {
+	{ .func = "Linear.forward", .file = "/job/model.py", .line = 31, .code = 0xc1 },
+	{ .func = "train_step", .file = "/job/train.py", .line = 12, .code = 0xc2 },
+};
+static struct ustack_frame py_b[] = {
+	{ .func = "Linear.forward", .file = "/job/model.py", .line = 31, .code = 0xc1 },
+	{ .func = "eval_step", .file = "/job/train.py", .line = 20, .code = 0xc3 },
+};
+static struct ustack_frame py_c[] = {
+	{ .func = "make_cache", .file = "/job/train.py", .line = 5, .code = 0xc4 },
+};
+static struct ustack py_stacks[] = {
+	{ .id = 100, .nr_py = 2, .py = py_a },
+	{ .id = 101, .nr_py = 2, .py = py_b },
+	{ .id = 102, .nr_py = 1, .py = py_c },
+};
+
+static const struct ustack *fake_ustack(void *ctx, int pid, uint64_t id)
+{
+	CHECK(ctx == py_stacks && pid == 7, "lookup ctx and pid");
+	for (size_t i = 0; i < sizeof(py_stacks) / sizeof(py_stacks[0]); i++)
+		if (py_stacks[i].id == id)
+			return &py_stacks[i];
+	return NULL;
+}
+
+static void test_py_stacks(void)
+{
+	struct memsnap *ms = memsnap__new(0);
+	struct memsnap_info info = { .pid = 7, .comm = "app", .version = "t", .stack_fn = fake_stack,
+				     .ustack_lookup = fake_ustack, .ustack_ctx = py_stacks };
+	struct mem_leak_group *g;
+	cJSON *snap, *fr, *t0;
+	char site[128], *text = NULL;
+	size_t len = 0;
+	FILE *f;
+	int32_t s100 = memsnap__stack_with_py(ms, 1, 100);
+	int32_t s101 = memsnap__stack_with_py(ms, 2, 101);
+	int32_t s102 = memsnap__stack_with_py(ms, 1, 102);
+	int n;
+
+	CHECK(memsnap__stack_with_py(ms, 1, 100) == s100, "one id per (native, python) pair");
+	CHECK(s100 != s101 && s100 != s102 && s101 != s102, "distinct pairs, distinct ids");
+	CHECK(memsnap__stack_with_py(ms, 2, 1) == 2, "a status id (no Python stack): native id");
+	CHECK(memsnap__stack_with_py(ms, 2, 0) == 2, "no capture: native id");
+
+	memsnap__segment_alloc(ms, 100, MEM_SEG_DEVICE, 0, 0x10000000, 2 * MIB, 0, 1);
+	memsnap__block_alloc(ms, 110, 0, 0x10000000, 512, 0, s100);
+	memsnap__block_alloc(ms, 120, 0, 0x10000200, 512, 0, s101);
+	memsnap__block_alloc(ms, 130, 0, 0x10000400, 512, 0, s100);
+	memsnap__block_alloc(ms, 140, 0, 0x10000600, 512, 0, s102);
+	memsnap__block_alloc(ms, 150, 0, 0x10000800, 512, 0, 2);	/* no Python stack */
+
+	snap = memsnap__snapshot(ms, &info);
+	t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(snap, "device_traces"), 0);
+	/* the first alloc: Python innermost first, then the native frames */
+	fr = cJSON_GetObjectItem(cJSON_GetArrayItem(t0, 1), "frames");
+	CHECK_U64(cJSON_GetArraySize(fr), 5);
+	CHECK_STR(str(cJSON_GetArrayItem(fr, 0), "name"), "Linear.forward");
+	CHECK_STR(str(cJSON_GetArrayItem(fr, 0), "filename"), "/job/model.py");
+	CHECK_U64(num(cJSON_GetArrayItem(fr, 0), "line"), 31);
+	CHECK_STR(str(cJSON_GetArrayItem(fr, 1), "name"), "train_step");
+	CHECK_U64(num(cJSON_GetArrayItem(fr, 1), "line"), 12);
+	CHECK_STR(str(cJSON_GetArrayItem(fr, 2), "name"), "alloc_impl+0x10");
+	CHECK_U64(num(cJSON_GetArrayItem(fr, 2), "line"), 0);
+	CHECK_STR(str(cJSON_GetArrayItem(fr, 3), "name"), "site_a+0x4");
+	/* the block in the segment carries the same frames */
+	fr = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(
+		cJSON_GetObjectItem(snap, "segments"), 0), "blocks"), 0), "frames");
+	CHECK_STR(str(cJSON_GetArrayItem(fr, 0), "name"), "Linear.forward");
+	/* no Python stack: native only */
+	fr = cJSON_GetObjectItem(cJSON_GetArrayItem(t0, 5), "frames");
+	CHECK_U64(cJSON_GetArraySize(fr), 3);
+	CHECK_STR(str(cJSON_GetArrayItem(fr, 0), "name"), "alloc_impl+0x10");
+	CHECK_REPLAYS(snap, "py_stacks");
+	cJSON_Delete(snap);
+
+	/* --leaks: s100 and s101 share their innermost Python frame: one call site */
+	n = memsnap__leak_groups(ms, &info, &g);
+	CHECK_U64(n, 4);	/* model.py:31 (3 blocks), train.py:5, native site_b, the segment */
+	if (n == 4) {
+		CHECK_STR(g[0].what, "cudaMalloc");
+		CHECK_U64(g[1].count, 3);
+		CHECK_U64(g[1].total, 1536);
+		CHECK(g[1].nr_stacks > 1, "the model.py group came from two stacks");
+		CHECK_STR(memsnap__call_site(ms, &info, g[1].stack_id, site, sizeof(site)),
+			  "Linear.forward (/job/model.py:31)");
+		CHECK_U64(g[2].count, 1);
+		CHECK(g[2].py_site != 0, "Python groups have a site");
+	}
+	free(g);
+	f = open_memstream(&text, &len);
+	memsnap__leak_report(ms, &info, f);
+	fclose(f);
+	CHECK(text && strstr(text, "1536 bytes: 3 x 512 bytes  cuda:0  pytorch:malloc  at "
+			     "Linear.forward (/job/model.py:31)"), "report line: %s", text);
+	CHECK(text && strstr(text, "#0  /job/model.py:31 Linear.forward\n"
+			     "      #1  /job/train.py:12 train_step\n"), "Python chain in detail");
+	CHECK(text && strstr(text, "at make_cache (/job/train.py:5)"), "second site");
+	CHECK(text && strstr(text, "at site_b+0x8 (app)"), "native site without Python");
+	free(text);
+	/* without a lookup the same stacks group by native stack */
+	info.ustack_lookup = NULL;
+	n = memsnap__leak_groups(ms, &info, &g);
+	CHECK_U64(n, 5);	/* s100 x2, s101, s102, native 2 (s102 has native 1 but its own id) */
+	free(g);
+	memsnap__free(ms);
+}
+
 int main(void)
 {
 	test_counters_and_snapshot();
@@ -608,5 +720,6 @@ int main(void)
 	test_random_consistent();
 	test_history_ring();
 	test_pickle();
+	test_py_stacks();
 	return check_done();
 }
