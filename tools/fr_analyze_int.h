@@ -66,6 +66,15 @@ struct kframe {
 	uint8_t kind;
 };
 
+/* An entry's Python frames ("frames", --py-stacks) as the analysis keeps them: one per
+ * distinct stack over all dumps (ranks share call sites), frames in fr_analysis.frames. */
+struct kpystack {
+	uint64_t hash;		/* fr_parse's, of the kept frames */
+	int first;		/* in fr_analysis.frames */
+	uint8_t nr;
+	bool more;
+};
+
 /* A snapshot of a process as the stack rules use it: its issuing thread and counts. */
 struct psnap {
 	bool present;
@@ -147,6 +156,11 @@ struct member {
 	bool init_failed;
 	int64_t init_rc;	/* ncclResult_t of the failed init, FR_UNK */
 	char created_by[48];	/* the API that created (or failed to create) it */
+	/* --py-stacks: the Python frames (fr_analysis.pystacks index + 1, 0 none) of its newest
+	 * collective and of its oldest one not completed, with their seqs */
+	uint32_t py_newest, py_stuck;
+	int64_t py_newest_seq, py_stuck_seq;
+	uint8_t py_newest_op, py_stuck_op;
 };
 
 /* a split child whose rank and size come from all its members */
@@ -364,6 +378,13 @@ struct fr_analysis {
 	int nr_strs, cap_strs;
 	struct u64map str_index;	/* hash -> offset in strs */
 	int nr_with_stacks;
+	/* entries' Python frames: distinct stacks, and the dump being folded's map to them */
+	struct kpystack *pystacks;
+	int nr_pystacks, cap_pystacks;
+	struct u64map pystack_index;	/* hash -> index + 1 */
+	uint32_t *py_map;
+	int py_map_cap;
+	int nr_with_pyframes;	/* dumps whose entries carry frames */
 	struct fr_trigger_sel trigger;
 
 	struct verdict *verdicts;
@@ -411,6 +432,8 @@ void verdict_free(struct verdict *v);
 
 /* fr_stacks.c: stack snapshots folded per proc, and the stack rules */
 int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d);
+/* the dump's entry stacks into a->pystacks; a->py_map[i] = index + 1 of d's stack i */
+int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d);
 const char *kstr(const struct fr_analysis *a, uint32_t off);
 int rule_stacks(struct fr_analysis *a);
 int rule_attached_after(struct fr_analysis *a);
@@ -426,6 +449,19 @@ char *verdict_headline(const struct fr_analysis *a, const struct verdict *v);
 char *verdict_detail(const struct fr_analysis *a, const struct verdict *v);
 char *verdict_confidence_reason(const struct fr_analysis *a, const struct verdict *v);
 const char *short_id(const char *id);
+/* --py-stacks: the culprit's (who[0]) Python frames on the verdict's comm: those of the
+ * oldest collective it has not completed (stuck on), else of its newest one. The stack's
+ * index + 1 in a->pystacks (0: none) and which collective it is. */
+struct py_pick {
+	int member;
+	uint32_t stack;
+	int64_t seq;
+	uint8_t op;
+	bool stuck;
+};
+bool verdict_pyframes(const struct fr_analysis *a, const struct verdict *v, struct py_pick *out);
+/* the frames (index + 1) of a rank waiting in the verdict's seq, *member set; 0 none */
+uint32_t verdict_waiting_pyframes(const struct fr_analysis *a, const struct verdict *v, int *member);
 void print_stacks_health(FILE *f, const struct fr_analysis *a);
 
 /* fr_text.c and fr_text_stacks.c: the wording helpers they share (FILE * writers) */

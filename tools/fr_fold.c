@@ -50,6 +50,7 @@ int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_i
 	m->hdr_completed = ci->last_completed;
 	m->async_error = ci->async_error;
 	m->newest_seq = m->oldest_seq = m->newest_completed = FR_UNK;
+	m->py_newest_seq = m->py_stuck_seq = FR_UNK;
 	m->eff_last = FR_UNK;
 	m->hole_seq = m->hole_next_seq = FR_UNK;
 	m->partial = ci->seq_attach;
@@ -121,6 +122,16 @@ int fold_collective(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	m->newest_seq = e->coll_seq;
 	m->newest_op = e->op;
 	m->newest_state = e->state;
+	if (e->pystack) {
+		m->py_newest = e->pystack;
+		m->py_newest_seq = e->coll_seq;
+		m->py_newest_op = e->op;
+		if (!m->py_stuck && e->state != FR_ST_COMPLETED) {
+			m->py_stuck = e->pystack;
+			m->py_stuck_seq = e->coll_seq;
+			m->py_stuck_op = e->op;
+		}
+	}
 	if (e->state == FR_ST_COMPLETED)
 		m->newest_completed = e->coll_seq;
 	if (gi < 0)
@@ -254,7 +265,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		return -ENOMEM;
 	if (d->world_size != FR_UNK && (a->world_size == FR_UNK || d->world_size > a->world_size))
 		a->world_size = d->world_size;
-	if ((err = fold_stacks(a, pi, d)))
+	if ((err = fold_stacks(a, pi, d)) || (err = fold_pystacks(a, d)))
 		return err;
 	p = &a->procs[pi];
 
@@ -307,10 +318,17 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 	p = &a->procs[pi];
 	for (size_t i = 0; i < d->nr_entries; i++) {
 		const struct fr_entry *e = &d->entries[i];
+		struct fr_entry renumbered;
 		int mi;
 
 		if (e->comm >= d->nr_comms)
 			continue;
+		/* its frames by the analysis's stack numbers: the dump's go with the dump */
+		if (e->pystack) {
+			renumbered = *e;
+			renumbered.pystack = e->pystack <= d->nr_pystacks ? a->py_map[e->pystack - 1] : 0;
+			e = &renumbered;
+		}
 		mi = a->local_member[e->comm];
 		if (!p->has_last || (e->record_id != FR_UNK && e->record_id >= p->last_record) ||
 		    e->record_id == FR_UNK) {
@@ -419,6 +437,9 @@ void fr_analysis__free(struct fr_analysis *a)
 	free(a->frames);
 	free(a->strs);
 	u64map__clear(&a->str_index);
+	free(a->pystacks);
+	free(a->py_map);
+	u64map__clear(&a->pystack_index);
 	free(a);
 }
 

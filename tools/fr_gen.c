@@ -48,6 +48,7 @@ static struct env {
 	bool preexisting, split_null;
 	bool stacks;		/* version 2 dumps with an attach and a dump snapshot */
 	int stack_unknown;	/* this rank's snapshots could not read frames (ptrace denied) */
+	bool py_frames;		/* entries carry Python "frames" (tptrace fr --py-stacks) */
 	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
 	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
 	int64_t at;
@@ -89,7 +90,7 @@ static const char doc[] =
 
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
-       OPT_STACK_UNKNOWN };
+       OPT_STACK_UNKNOWN, OPT_PY_FRAMES };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -118,6 +119,8 @@ static const struct argp_option opts[] = {
 	{ "stacks", OPT_STACKS, NULL, 0, "Version 2 dumps with stack snapshots (attach + dump)", 0 },
 	{ "stack-unknown", OPT_STACK_UNKNOWN, "R", 0, "Rank R's snapshots have no frames "
 	  "(ptrace denied)", 0 },
+	{ "py-frames", OPT_PY_FRAMES, NULL, 0, "Entries carry Python frames (--py-stacks): "
+	  "c10d's wrapper, then train.py's line per op, then <module>", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -155,6 +158,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_PRE: env.preexisting = true; break;
 	case OPT_SPLITNULL: env.split_null = true; break;
 	case OPT_STACKS: env.stacks = true; break;
+	case OPT_PY_FRAMES: env.py_frames = true; break;
 	case OPT_STACK_UNKNOWN:
 		env.stack_unknown = num_arg(state, "stack-unknown", arg, 0, 1 << 20);
 		break;
@@ -415,6 +419,28 @@ static void put_init_entry(struct out *o, const struct ent *e, int64_t tid)
 	put(o, ",\"thread_name\":\"python3\"}");
 }
 
+/* --py-frames: what tptrace fr --py-stacks writes for a call from train.py (innermost
+ * first): torch.distributed's wrapper of the op, the line of train.py that called it, and
+ * the module's loop; one line per op so each op has its own call site */
+static void put_py_frames(struct out *o, const struct ent *e)
+{
+	static const char *const ops[] = { "all_reduce", "all_gather", "reduce_scatter", "broadcast",
+					   "reduce", "all_to_all", "gather", "scatter", "send",
+					   "recv" };
+	int k = 0;
+
+	while (k < (int)(sizeof(ops) / sizeof(ops[0])) && strcmp(ops[k], e->op))
+		k++;
+	put(o, ",\"frames\":[{\"name\":");
+	put_kv_s(o, "", e->op);
+	put(o, ",\"filename\":\"/usr/lib/python3/dist-packages/torch/distributed/"
+	       "distributed_c10d.py\"");
+	put_kv_i(o, ",\"line\":", 2500 + 40 * k);
+	put(o, "},{\"name\":\"Trainer.step\",\"filename\":\"/job/train.py\"");
+	put_kv_i(o, ",\"line\":", 40 + k);
+	put(o, "},{\"name\":\"<module>\",\"filename\":\"/job/train.py\",\"line\":90}]");
+}
+
 static void put_entry(struct out *o, const struct ent *e, int64_t tid)
 {
 	static const char *const states[] = { "enqueued", "started", "completed" };
@@ -483,7 +509,10 @@ static void put_entry(struct out *o, const struct ent *e, int64_t tid)
 	put_kv_i(o, ",\"api_exit_ns\":", e->created + 12000);
 	put(o, ",\"rc\":0");
 	put_kv_i(o, ",\"thread_id\":", tid);
-	put(o, ",\"thread_name\":\"python3\"}");
+	put(o, ",\"thread_name\":\"python3\"");
+	if (env.py_frames)
+		put_py_frames(o, e);
+	put(o, "}");
 }
 
 static bool hang_at_end(void)

@@ -723,6 +723,7 @@ enum entry_key {
 	EK_OTHER, EK_RECORD_ID, EK_COMM_ID, EK_COLL_SEQ, EK_P2P_SEQ, EK_OP, EK_PROF, EK_COUNT,
 	EK_DTYPE, EK_IN_SIZES, EK_OUT_SIZES, EK_REDOP, EK_ROOT, EK_PEER, EK_STATE, EK_CREATED,
 	EK_COMPLETED,
+	EK_FRAMES,
 };
 
 /* An entry's keys in the order the writer (user/flightrec_dump.c) emits them, quoted and with
@@ -748,7 +749,8 @@ static const struct ekey {
 	EKEY("time_discovered_started_ns", EK_OTHER),
 	EKEY("time_discovered_completed_ns", EK_COMPLETED), EKEY("duration_ms", EK_OTHER),
 	EKEY("api_enter_ns", EK_OTHER), EKEY("api_exit_ns", EK_OTHER), EKEY("rc", EK_OTHER),
-	EKEY("thread_id", EK_OTHER), EKEY("thread_name", EK_OTHER),
+	EKEY("thread_id", EK_OTHER), EKEY("thread_name", EK_OTHER), EKEY("frames", EK_FRAMES),
+	EKEY("frames_missing", EK_OTHER),
 };
 #define NR_ENTRY_KEYS ((int)(sizeof(entry_keys) / sizeof(entry_keys[0])))
 
@@ -844,6 +846,117 @@ static inline int entry_next_key(struct jp *j, bool *first, int *expect)
 	return EK_OTHER;
 }
 
+static bool pyframe_obj(struct jp *j, struct fr_pyframe *f)
+{
+	char key[32];
+	int klen;
+	int64_t v;
+	bool first = true;
+
+	memset(f, 0, sizeof(*f));
+	ws(j);
+	if (j->p < j->end && *j->p != '{')
+		return skip_value(j, 0);
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("name")) {
+			ok = is_null(j) ? skip_value(j, 0) : str_field(j, f->name, sizeof(f->name));
+		} else if (KEY("filename")) {
+			ok = is_null(j) ? skip_value(j, 0) : str_field(j, f->file, sizeof(f->file));
+		} else if (KEY("line")) {
+			ok = num(j, &v);
+			f->line = v > 0 && v < INT32_MAX ? (int32_t)v : 0;
+		} else {
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	return !j->failed;
+}
+
+/* An entry's "frames": the innermost FR_ENTRY_FRAMES kept as a stack of the dump */
+static bool pyframes_array(struct jp *j, uint32_t *pystack)
+{
+	struct fr_dump *d = j->d;
+	bool first = true, more = false;
+	int n = 0;
+	int64_t idx;
+
+	*pystack = 0;
+	if (is_null(j))
+		return skip_value(j, 0);
+	while (next_elem(j, &first)) {
+		bool ok;
+
+		if (n < FR_ENTRY_FRAMES) {
+			ok = pyframe_obj(j, &d->py_scratch[n++]);
+		} else {
+			more = true;
+			ok = skip_value(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	if (j->failed)
+		return false;
+	idx = fr_dump__pystack(d, n, more);
+	if (idx < 0)
+		return fail(j, "out of memory");
+	*pystack = (uint32_t)idx;
+	return true;
+}
+
+static uint64_t pyframes_hash(const struct fr_pyframe *f, int n, bool more)
+{
+	uint64_t h = 14695981039346656037ULL ^ (uint64_t)n ^ (more ? 0x100 : 0);
+
+	for (int i = 0; i < n; i++) {
+		for (const char *c = f[i].name; *c; c++)
+			h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+		h = (h ^ 0xff) * 1099511628211ULL;
+		for (const char *c = f[i].file; *c; c++)
+			h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+		h = (h ^ (uint64_t)(uint32_t)f[i].line) * 1099511628211ULL;
+	}
+	return h;
+}
+
+int64_t fr_dump__pystack(struct fr_dump *d, int nr, bool more)
+{
+	uint64_t h;
+	struct fr_pystack *s;
+
+	if (nr <= 0)
+		return 0;
+	h = pyframes_hash(d->py_scratch, nr, more);
+	/* newest first: consecutive entries mostly come from one call site */
+	for (size_t i = d->nr_pystacks; i-- > 0;) {
+		s = &d->pystacks[i];
+		if (s->hash == h && s->nr == nr && s->more == more &&
+		    !memcmp(&d->pyframes[s->first], d->py_scratch, nr * sizeof(*d->py_scratch)))
+			return (int64_t)i + 1;
+	}
+	if (d->nr_pystacks >= FR_MAX_PYSTACKS) {
+		d->pystacks_dropped++;
+		return 0;
+	}
+	if (grow_one((void **)&d->pystacks, &d->cap_pystacks, d->nr_pystacks, sizeof(*d->pystacks),
+		     16) ||
+	    grow_one((void **)&d->pyframes, &d->cap_pyframes, d->nr_pyframes + nr - 1,
+		     sizeof(*d->pyframes), 64))
+		return -ENOMEM;
+	s = &d->pystacks[d->nr_pystacks++];
+	s->hash = h;
+	s->first = (uint32_t)d->nr_pyframes;
+	s->nr = (uint8_t)nr;
+	s->more = more;
+	memcpy(&d->pyframes[d->nr_pyframes], d->py_scratch, nr * sizeof(*d->py_scratch));
+	d->nr_pyframes += nr;
+	return (int64_t)d->nr_pystacks;
+}
+
 static bool entry_obj(struct jp *j, int *last_comm)
 {
 	struct fr_dump *d = j->d;
@@ -934,6 +1047,9 @@ static bool entry_obj(struct jp *j, int *last_comm)
 			break;
 		case EK_COMPLETED:
 			ok = num(j, &e.completed_ns);
+			break;
+		case EK_FRAMES:
+			ok = pyframes_array(j, &e.pystack);
 			break;
 		default:
 			ok = skip_scalar(j) || skip_value(j, 0);
@@ -1335,6 +1451,8 @@ static void reset(struct fr_dump *d)
 	d->proc_state = FR_PROC_UNKNOWN;
 	d->nr_comms = d->nr_in_calls = d->nr_entries = 0;
 	d->nr_snaps = d->nr_threads = 0;
+	d->nr_pystacks = d->nr_pyframes = 0;
+	d->pystacks_dropped = 0;
 	d->stacks_error[0] = 0;
 	d->trigger_id[0] = d->trigger_origin[0] = d->trigger_reason[0] = 0;
 	d->trigger_time_ns = FR_UNK;
@@ -1511,6 +1629,8 @@ void fr_dump__release(struct fr_dump *d)
 	free(d->entries);
 	free(d->snaps);
 	free(d->threads);
+	free(d->pystacks);
+	free(d->pyframes);
 	memset(d, 0, sizeof(*d));
 }
 

@@ -58,8 +58,27 @@ struct fr_entry {
 	int64_t completed_ns;	/* time_discovered_completed_ns, FR_UNK if absent */
 	int32_t root;		/* -1 when none/unknown */
 	int32_t peer;
+	uint32_t pystack;	/* "frames" (--py-stacks): index + 1 in fr_dump.pystacks; 0 none.
+				 * fr_analysis re-numbers it into its own table when folding */
 	uint16_t comm;		/* index into fr_dump.comms */
 	uint8_t op, dtype, redop, state;
+};
+
+/* An entry's Python frames ("frames", PyTorch FR's {name, filename, line}, innermost first):
+ * the innermost FR_ENTRY_FRAMES are kept, once per distinct stack of a dump (entries of one
+ * call site share it). */
+#define FR_ENTRY_FRAMES		8
+#define FR_MAX_PYSTACKS		4096	/* distinct stacks kept per dump; more: entries without */
+struct fr_pyframe {
+	int32_t line;		/* 0 unknown */
+	char name[FR_NAME_LEN * 2];	/* "" unknown (an unresolved frame: null in the dump) */
+	char file[FR_NAME_LEN * 3];
+};
+struct fr_pystack {
+	uint64_t hash;		/* of the kept frames */
+	uint32_t first;		/* in fr_dump.pyframes */
+	uint8_t nr;
+	bool more;		/* the entry had more than FR_ENTRY_FRAMES */
 };
 
 struct fr_comm_info {
@@ -160,6 +179,13 @@ struct fr_dump {
 	struct fr_stack_thread *threads;
 	size_t nr_threads, cap_threads;
 	char stacks_error[96];	/* why the dump holds no snapshot of its own; "" none */
+	/* entries' Python frames (--py-stacks dumps, PyTorch dumps with stack traces) */
+	struct fr_pystack *pystacks;
+	size_t nr_pystacks, cap_pystacks;
+	struct fr_pyframe *pyframes;
+	size_t nr_pyframes, cap_pyframes;
+	struct fr_pyframe py_scratch[FR_ENTRY_FRAMES];
+	int64_t pystacks_dropped;	/* entries whose frames were not kept (over FR_MAX_PYSTACKS) */
 	/* the cross-host trigger this dump answered ("trigger"); trigger_id "" when none */
 	char trigger_id[40], trigger_origin[FR_NAME_LEN], trigger_reason[16];
 	int64_t trigger_time_ns;
@@ -203,5 +229,8 @@ void fr_dump__reset(struct fr_dump *d);
 int fr_dump__comm(struct fr_dump *d, const char *id);
 int fr_dump__add_entry(struct fr_dump *d, struct fr_entry *e);
 int fr_op_from_name(const char *s, size_t len);
+/* The frames in d->py_scratch[0..nr) as a stack of d (an existing equal one, or a new one):
+ * its index + 1 for fr_entry.pystack, 0 when nr is 0 or over FR_MAX_PYSTACKS, -ENOMEM. */
+int64_t fr_dump__pystack(struct fr_dump *d, int nr, bool more);
 
 #endif

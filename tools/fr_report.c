@@ -63,6 +63,73 @@ static void add_stack(cJSON *o, const struct fr_analysis *a, const struct verdic
 	}
 }
 
+/* --py-stacks: the culprit's Python frames ("frames" of its entry, PyTorch's shape) of the
+ * collective it is stuck on, else of its newest one; null when its dump has none */
+static void add_pystack(cJSON *po, const struct fr_analysis *a, uint32_t stack)
+{
+	const struct kpystack *k = &a->pystacks[stack - 1];
+	cJSON *arr;
+
+	cJSON_AddBoolToObject(po, "truncated", k->more);
+	arr = cJSON_AddArrayToObject(po, "frames");
+	for (int i = 0; arr && i < k->nr; i++) {
+		const struct kframe *fr = &a->frames[k->first + i];
+		cJSON *fo = cJSON_CreateObject();
+
+		if (!fo)
+			return;
+		if (fr->func)
+			cJSON_AddStringToObject(fo, "name", kstr(a, fr->func));
+		else
+			cJSON_AddNullToObject(fo, "name");
+		if (fr->file)
+			cJSON_AddStringToObject(fo, "filename", kstr(a, fr->file));
+		else
+			cJSON_AddNullToObject(fo, "filename");
+		if (fr->line > 0)
+			cJSON_AddNumberToObject(fo, "line", fr->line);
+		else
+			cJSON_AddNullToObject(fo, "line");
+		cJSON_AddItemToArray(arr, fo);
+	}
+}
+
+/* --py-stacks: the culprit's Python frames ("frames" of its entry, PyTorch's shape) of the
+ * collective it is stuck on, else of its newest one; and where a waiting rank called the
+ * verdict's collective. null when the dumps have none. */
+static void add_py_frames(cJSON *o, const struct fr_analysis *a, const struct verdict *v)
+{
+	struct py_pick pick;
+	uint32_t waiting;
+	int wm = -1;
+	cJSON *po;
+
+	if (!verdict_pyframes(a, v, &pick)) {
+		cJSON_AddNullToObject(o, "py_frames");
+		cJSON_AddNullToObject(o, "py_frames_waiting");
+		return;
+	}
+	po = cJSON_AddObjectToObject(o, "py_frames");
+	if (!po)
+		return;
+	cJSON_AddNumberToObject(po, "global_rank", (double)v->who[0][0]);
+	cJSON_AddStringToObject(po, "op", fr_op_name(pick.op));
+	cJSON_AddNumberToObject(po, "collective_seq_id", (double)pick.seq);
+	cJSON_AddStringToObject(po, "entry", pick.stuck ? "oldest_not_completed" : "newest");
+	add_pystack(po, a, pick.stack);
+	waiting = verdict_waiting_pyframes(a, v, &wm);
+	if (!waiting || (pick.stuck && pick.seq == v->seq)) {
+		cJSON_AddNullToObject(o, "py_frames_waiting");
+		return;
+	}
+	po = cJSON_AddObjectToObject(o, "py_frames_waiting");
+	if (!po)
+		return;
+	cJSON_AddNumberToObject(po, "global_rank", (double)a->procs[a->members[wm].proc].global_rank);
+	cJSON_AddNumberToObject(po, "collective_seq_id", (double)v->seq);
+	add_pystack(po, a, waiting);
+}
+
 static void append_caveats(const struct fr_analysis *a, const struct verdict *v, FILE *f)
 {
 	if (v->also_seqs)
@@ -295,6 +362,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 			free(reason);
 		}
 		add_stack(o, a, v);
+		add_py_frames(o, a, v);
 		headline = verdict_headline(a, v);
 		detail = verdict_detail(a, v);
 		if ((f = text_open(&t))) {

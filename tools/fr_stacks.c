@@ -136,6 +136,73 @@ int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d)
 	return 0;
 }
 
+int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d)
+{
+	int err;
+
+	if (!d->nr_pystacks)
+		return 0;
+	if ((int)d->nr_pystacks > a->py_map_cap) {
+		uint32_t *m = realloc(a->py_map, d->nr_pystacks * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		a->py_map = m;
+		a->py_map_cap = (int)d->nr_pystacks;
+	}
+	a->nr_with_pyframes++;
+	for (size_t i = 0; i < d->nr_pystacks; i++) {
+		const struct fr_pystack *s = &d->pystacks[i];
+		uint64_t h = s->hash ? s->hash : 1, v;
+		struct kpystack *k;
+		bool same = false;
+
+		/* equal content hashes equal in every dump; a collision is checked, then kept
+		 * apart (unindexed) */
+		if (u64map__get(&a->pystack_index, h, &v)) {
+			k = &a->pystacks[v - 1];
+			same = k->nr == s->nr && k->more == s->more;
+			for (int f = 0; same && f < s->nr; f++) {
+				const struct kframe *kf = &a->frames[k->first + f];
+				const struct fr_pyframe *pf = &d->pyframes[s->first + f];
+
+				same = kf->line == pf->line && !strcmp(kstr(a, kf->func), pf->name) &&
+				       !strcmp(kstr(a, kf->file), pf->file);
+			}
+			if (same) {
+				a->py_map[i] = (uint32_t)v;
+				continue;
+			}
+		}
+		if (grow((void **)&a->pystacks, &a->cap_pystacks, a->nr_pystacks + 1,
+			 sizeof(*a->pystacks)) ||
+		    grow((void **)&a->frames, &a->cap_frames, a->nr_frames + s->nr, sizeof(*a->frames)))
+			return -ENOMEM;
+		k = &a->pystacks[a->nr_pystacks];
+		k->hash = h;
+		k->first = a->nr_frames;
+		k->nr = s->nr;
+		k->more = s->more;
+		for (int f = 0; f < s->nr; f++) {
+			const struct fr_pyframe *pf = &d->pyframes[s->first + f];
+			struct kframe *kf = &a->frames[a->nr_frames++];
+
+			memset(kf, 0, sizeof(*kf));
+			kf->kind = FR_FRAME_PYTHON;
+			kf->line = pf->line;
+			kf->module_off = FR_UNK;
+			if ((err = intern(a, pf->name, &kf->func)) || (err = intern(a, pf->file, &kf->file)))
+				return err;
+		}
+		a->nr_pystacks++;
+		a->py_map[i] = (uint32_t)a->nr_pystacks;
+		if (!u64map__get(&a->pystack_index, h, &v) &&
+		    u64map__set(&a->pystack_index, h, (uint64_t)a->nr_pystacks))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------------ the rules */
 
 /* The proc's newest snapshot can speak for it now: present, issuing thread known, alive. */

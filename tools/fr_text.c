@@ -741,9 +741,111 @@ char *verdict_headline(const struct fr_analysis *a, const struct verdict *v)
 	return render(a, v, rule_text[v->rule].headline);
 }
 
+bool verdict_pyframes(const struct fr_analysis *a, const struct verdict *v, struct py_pick *out)
+{
+	const struct comm *c;
+
+	memset(out, 0, sizeof(*out));
+	if (!v->nr_who || v->who[0][2] < 0 || v->comm < 0 || v->comm >= a->nr_comms)
+		return false;
+	c = &a->comms[v->comm];
+	for (int i = 0; i < c->members.n; i++) {
+		const struct member *m = &a->members[c->members.v[i]];
+
+		if (m->proc != v->who[0][2])
+			continue;
+		out->member = c->members.v[i];
+		if (m->py_stuck) {
+			out->stack = m->py_stuck;
+			out->seq = m->py_stuck_seq;
+			out->op = m->py_stuck_op;
+			out->stuck = true;
+		} else if (m->py_newest) {
+			out->stack = m->py_newest;
+			out->seq = m->py_newest_seq;
+			out->op = m->py_newest_op;
+		}
+		return out->stack != 0;
+	}
+	return false;
+}
+
+/* the innermost few frames of a->pystacks[stack - 1] as a traceback reads them,
+ * "file:line func", one per line */
+#define PY_SHOWN 5
+static void print_pystack(FILE *f, const struct fr_analysis *a, uint32_t stack)
+{
+	const struct kpystack *k = &a->pystacks[stack - 1];
+
+	for (int i = 0; i < k->nr && i < PY_SHOWN; i++) {
+		const struct kframe *fr = &a->frames[k->first + i];
+
+		fprintf(f, "\n  %s:", fr->file ? kstr(a, fr->file) : "<unresolved>");
+		if (fr->line > 0)
+			fprintf(f, "%d", fr->line);
+		else
+			fprintf(f, "?");
+		fprintf(f, " %s", fr->func ? kstr(a, fr->func) : "<unresolved>");
+	}
+	if (k->nr > PY_SHOWN || k->more)
+		fprintf(f, "\n  ... (outer frames in the dump's \"frames\")");
+}
+
+/* A waiting member's frames of the verdict's seq (where the others are), 0 none */
+uint32_t verdict_waiting_pyframes(const struct fr_analysis *a, const struct verdict *v, int *member)
+{
+	for (int i = 0; v->seq != FR_UNK && i < v->waiting.n; i++) {
+		const struct member *m = &a->members[v->waiting.v[i]];
+
+		if (m->py_stuck && m->py_stuck_seq == v->seq) {
+			*member = v->waiting.v[i];
+			return m->py_stuck;
+		}
+	}
+	return 0;
+}
+
+/* --py-stacks: "rank 3 (...) is in all_reduce seq 7 (not completed), called from:" and its
+ * frames; for a rank missing from a collective, also where the others wait in it */
+static void print_pyframes(FILE *f, struct text *t, const struct fr_analysis *a,
+			   const struct verdict *v)
+{
+	struct py_pick pick;
+	uint32_t waiting;
+	int wm = -1;
+
+	if (!verdict_pyframes(a, v, &pick))
+		return;
+	fflush(f);
+	if (t->len && t->buf[t->len - 1] != '\n')
+		fprintf(f, "\n");
+	print_proc_label(f, &a->procs[v->who[0][2]]);
+	if (pick.stuck)
+		fprintf(f, " is in %s seq %" PRId64 " (not completed), called from:",
+			fr_op_name(pick.op), pick.seq);
+	else
+		fprintf(f, " last entered %s seq %" PRId64 " (completed), called from:",
+			fr_op_name(pick.op), pick.seq);
+	print_pystack(f, a, pick.stack);
+	waiting = verdict_waiting_pyframes(a, v, &wm);
+	if (waiting && !(pick.stuck && pick.seq == v->seq)) {
+		fprintf(f, "\n");
+		print_proc_label(f, &a->procs[a->members[wm].proc]);
+		fprintf(f, ", one of the ranks waiting in seq %" PRId64 ", called it from:", v->seq);
+		print_pystack(f, a, waiting);
+	}
+}
+
 char *verdict_detail(const struct fr_analysis *a, const struct verdict *v)
 {
-	return render(a, v, rule_text[v->rule].detail);
+	struct text t;
+	FILE *f = text_open(&t);
+
+	if (!f)
+		return NULL;
+	rule_text[v->rule].detail(f, a, v);
+	print_pyframes(f, &t, a, v);
+	return text_close(&t);
 }
 
 static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct verdict *v)

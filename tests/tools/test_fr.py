@@ -18,6 +18,7 @@ GEN = ".output/tptrace-fr-gen"
 DATA = "tests/tools/data"
 
 WORLD = "5a0052b913b21d24"      # world comm id of the generator's seed 1
+C10D = "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py"   # --py-frames
 
 # name: (generator args, expected exit, [verdicts: (rule, comm, seq, ranks, comm_ranks)],
 #        extra checks)
@@ -230,6 +231,34 @@ CASES = {
     "killed_stacks": ("--ranks 4 --entries 16 --scenario killed --culprit 2 --stacks", 1, [
         ("dead_rank", WORLD, 16, [2], []),
     ], {"stack": None}),
+    # --py-stacks dumps: entries carry Python frames. Rank 5 never called seq 16: the verdict
+    # shows where it last called a collective (seq 15, train.py:42) and where the others
+    # called the one they wait in (train.py:40)
+    "skip_pyframes": ("--ranks 8 --entries 16 --scenario skip --culprit 5 --py-frames", 1, [
+        ("missing_rank", WORLD, 16, [5], [5]),
+        ("stuck_in_call", None, None, [5], []),
+    ], {"py_frames": (0, 5, "reduce_scatter", 15, "newest",
+                      [("reduce_scatter", C10D, 2580), ("Trainer.step", "/job/train.py", 42),
+                       ("<module>", "/job/train.py", 90)]),
+        "py_waiting": (0, 0, 16, [("all_reduce", C10D, 2500),
+                                  ("Trainer.step", "/job/train.py", 40)]),
+        "human": "    rank 5 last entered reduce_scatter seq 15 (completed), called from:\n"
+                 f"      {C10D}:2580 reduce_scatter\n"
+                 "      /job/train.py:42 Trainer.step\n"
+                 "      /job/train.py:90 <module>\n"
+                 "    rank 0, one of the ranks waiting in seq 16, called it from:\n"
+                 f"      {C10D}:2500 all_reduce\n"}),
+    # rank 2's all_reduce seq 16 never completed: the frames of that very entry
+    "stuck_pyframes": ("--ranks 4 --entries 16 --scenario stuck --culprit 2 --py-frames", 1, [
+        ("stuck_in_call", None, None, [2], []),
+        ("state_divergence", WORLD, 16, [2], [2]),
+    ], {"py_frames": (1, 2, "all_reduce", 16, "oldest_not_completed",
+                      [("all_reduce", C10D, 2500), ("Trainer.step", "/job/train.py", 40),
+                       ("<module>", "/job/train.py", 90)]),
+        "py_waiting": (1, None),
+        "human": "    rank 2 is in all_reduce seq 16 (not completed), called from:\n"
+                 f"      {C10D}:2500 all_reduce\n"
+                 "      /job/train.py:40 Trainer.step\n"}),
 }
 
 
@@ -327,6 +356,31 @@ def check_case(name, failures):
                    else (f["kind"], f["func"]) for f in (got_stack or [])][:len(extra["stack"])]
             if top != extra["stack"]:
                 return f"stack top {top}, want {extra['stack']}"
+    # --py-stacks frames: where given, the culprit's (and a waiting rank's); else none at all
+    # (dumps without frames read as before)
+    for i, v in enumerate(out["verdicts"]):
+        if "py_frames" not in v or "py_frames_waiting" not in v:
+            return f"verdict {v['rule']} lacks py_frames/py_frames_waiting"
+        want_py = extra.get("py_frames")
+        if want_py and want_py[0] == i:
+            _, grank, op, seq, entry, frames = want_py
+            got = v["py_frames"] or {}
+            got_frames = [(f["name"], f["filename"], f["line"]) for f in got.get("frames", [])]
+            if (got.get("global_rank"), got.get("op"), got.get("collective_seq_id"),
+                    got.get("entry"), got_frames) != (grank, op, seq, entry, frames):
+                return f"verdict {i} py_frames {got!r}, want {want_py!r}"
+        elif v["py_frames"] is not None:
+            return f"verdict {i} ({v['rule']}) py_frames {v['py_frames']!r}, want null"
+        want_w = extra.get("py_waiting")
+        if want_w and want_w[0] == i and want_w[1] is not None:
+            got = v["py_frames_waiting"] or {}
+            got_frames = [(f["name"], f["filename"], f["line"])
+                          for f in got.get("frames", [])][:len(want_w[3])]
+            if (got.get("global_rank"), got.get("collective_seq_id"), got_frames) != \
+                    tuple(want_w[1:]):
+                return f"verdict {i} py_frames_waiting {got!r}, want {want_w!r}"
+        elif v["py_frames_waiting"] is not None:
+            return f"verdict {i} py_frames_waiting {v['py_frames_waiting']!r}, want null"
     if "stderr" in extra:
         lines = p.stderr.strip().splitlines()
         if len(lines) != 1 or extra["stderr"] not in lines[0]:
