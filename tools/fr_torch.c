@@ -149,6 +149,38 @@ static int64_t torch_sizes(const struct pk_doc *doc, const struct pk_val *list)
 
 /* pg_config's "ranks": "[0, 1, 2]" (or "[0,1,2]"). *nranks and *mine (the index of rank in
  * it, FR_UNK when absent); false when it is not such a list. */
+/* An entry's "frames" ([{"name", "filename", "line"}], innermost first) as a stack of d:
+ * fr_entry.pystack, 0 when there are none (PyTorch dumps without stack traces: []) */
+static int torch_frames(struct fr_dump *d, const struct pk_doc *doc, const struct pk_val *list,
+			uint32_t *pystack)
+{
+	int n = 0;
+	int64_t idx;
+
+	*pystack = 0;
+	if (!list || list->type != PK_LIST)
+		return 0;
+	for (uint32_t i = 0; i < list->n && n < FR_ENTRY_FRAMES; i++) {
+		const struct pk_val *fv = pk_item(doc, list, i), *line;
+		struct fr_pyframe *f = &d->py_scratch[n];
+
+		if (!fv || fv->type != PK_DICT)
+			continue;
+		memset(f, 0, sizeof(*f));
+		pk_str_copy(pk_get(doc, fv, "name"), f->name, sizeof(f->name));
+		pk_str_copy(pk_get(doc, fv, "filename"), f->file, sizeof(f->file));
+		line = pk_get(doc, fv, "line");
+		if (line && line->type == PK_INT && int_of(line) > 0 && int_of(line) < INT32_MAX)
+			f->line = (int32_t)int_of(line);
+		n++;
+	}
+	idx = fr_dump__pystack(d, n, list->n > FR_ENTRY_FRAMES);
+	if (idx < 0)
+		return (int)idx;
+	*pystack = (uint32_t)idx;
+	return 0;
+}
+
 static bool parse_ranks(const struct pk_val *v, int64_t rank, int64_t *nranks, int64_t *mine)
 {
 	const char *p, *end;
@@ -260,7 +292,7 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 	if (entries && entries->type != PK_LIST && entries->type != PK_NONE)
 		return fail(d, "\"entries\" is not a list");
 	for (uint32_t i = 0; entries && entries->type == PK_LIST && i < entries->n; i++) {
-		const struct pk_val *en = pk_item(doc, entries, i), *pgv, *name;
+		const struct pk_val *en = pk_item(doc, entries, i), *pgv, *name, *frames;
 		struct fr_entry e;
 		char state[16] = "";
 		int64_t pg_id;
@@ -277,6 +309,7 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 		 * ~20 keys a dozen times: this loop is what reading 16k ranks costs) */
 		pg_id = FR_UNK;
 		pgv = NULL;
+		frames = NULL;
 		for (uint32_t k = 0; k < en->n; k++) {
 			const struct pk_val *key = pk_at(doc, en->kids[2 * k]);
 			const struct pk_val *val = pk_at(doc, en->kids[2 * k + 1]);
@@ -306,6 +339,8 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 				e.dtype = torch_dtype(val, doc);
 			else if (KEY_IS("profiling_name"))
 				e.op = torch_op(val, &e.peer);
+			else if (KEY_IS("frames"))
+				frames = val;
 			else if (KEY_IS("state") && pk_str_copy(val, state, sizeof(state)))
 				e.state = !strcmp(state, "completed") ? FR_ST_COMPLETED :
 					  !strcmp(state, "started") ? FR_ST_STARTED :
@@ -313,6 +348,8 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 #undef KEY_IS
 		}
 		e.redop = FR_RED_NONE;	/* PyTorch records none */
+		if ((err = torch_frames(d, doc, frames, &e.pystack)))
+			goto out;
 		/* the pg: its name from "process_group" (name, desc), else by pg_id */
 		name = pk_item(doc, pgv, 0);
 		idx = -1;
@@ -669,8 +706,29 @@ static void entry_out(struct pk_out *o, const struct fr_torch_export *x, const s
 	pk_out_none(o);
 	pk_out_str(o, "is_p2p");
 	pk_out_bool(o, p2p);
+	/* --py-stacks dumps: the entry's Python frames (innermost first, as PyTorch's), [] when
+	 * it has none, as PyTorch writes an entry recorded without stack traces */
 	pk_out_str(o, "frames");
 	pk_out_list(o);
+	if (e->pystack && e->pystack <= d->nr_pystacks) {
+		const struct fr_pystack *ps = &d->pystacks[e->pystack - 1];
+
+		pk_out_mark(o);
+		for (int i = 0; i < ps->nr; i++) {
+			const struct fr_pyframe *f = &d->pyframes[ps->first + i];
+
+			pk_out_dict(o);
+			pk_out_mark(o);
+			pk_out_str(o, "name");
+			pk_out_str(o, f->name);
+			pk_out_str(o, "filename");
+			pk_out_str(o, f->file);
+			pk_out_str(o, "line");
+			pk_out_int(o, f->line);
+			pk_out_setitems(o);
+		}
+		pk_out_appends(o);
+	}
 	pk_out_str(o, "thread_id");
 	pk_out_none(o);
 	pk_out_str(o, "thread_name");

@@ -262,6 +262,10 @@ def check_schema(path, json_path):
             return f"entry {s['record_id']}: input_sizes {e['input_sizes']} vs {prod}"
         if e["op_id"] is not None or e["timeout_ms"] is not None:
             return "op_id/timeout_ms: unknown must be None, never a made-up number"
+        # --py-stacks frames go over as they are (PyTorch's keys, innermost first); none: []
+        if e["frames"] != s.get("frames", []):
+            return f"entry {s['record_id']}: frames {e['frames']!r}, the JSON has " \
+                   f"{s.get('frames')!r}"
     return None
 
 
@@ -307,6 +311,39 @@ def case_round_trip(tmp):
             elif (rc_j, verdicts(out_j)) != (rc_t, verdicts(out_t)):
                 err = f"JSON rc {rc_j} {verdicts(out_j)} != PyTorch rc {rc_t} {verdicts(out_t)}"
         res.append((f"round_trip_{name}", err))
+    return res
+
+
+def case_pyframes(tmp):
+    """--py-stacks dumps: frames exported as PyTorch's, read back from the pickles, and the
+    verdict's frames the same from either form"""
+    src = os.path.join(DATA, "skip_pyframes")
+    out = os.path.join(tmp, "rt_pyframes")
+    p = subprocess.run([FR, "--export-torch", out, src], capture_output=True, text=True)
+    if p.returncode != 0:
+        return [("pyframes_export", f"export rc {p.returncode}: {p.stderr.strip()}")]
+    err = None
+    for f in sorted(os.listdir(src)):
+        with open(os.path.join(src, f)) as fh:
+            dump = json.load(fh)
+        if not any(e.get("frames") for e in dump["entries"]):
+            err = f"{f}: the saved set has no frames"
+            break
+        err = check_schema(os.path.join(out, f"nccl_trace_rank_{dump['global_rank']}"),
+                           os.path.join(src, f))
+        if err:
+            err = f"{f}: {err}"
+            break
+    res = [("pyframes_export", err)]
+    rc_j, out_j, _ = run_fr(src)
+    rc_t, out_t, e = run_fr(out)
+    if out_t is None:
+        err = f"no report on the export: {e.strip()}"
+    else:
+        pj = out_j["verdicts"][0]["py_frames"]
+        pt = out_t["verdicts"][0]["py_frames"]
+        err = None if pj and pj == pt else f"py_frames JSON {pj!r} != PyTorch {pt!r}"
+    res.append(("pyframes_from_pickle", err))
     return res
 
 
@@ -401,7 +438,8 @@ def main():
         return 1
     tmp = tempfile.mkdtemp(prefix="fr_torch.")
     try:
-        results = case_scenarios(tmp) + case_mixed(tmp) + case_round_trip(tmp) + case_hostile(tmp)
+        results = case_scenarios(tmp) + case_mixed(tmp) + case_round_trip(tmp) + case_pyframes(tmp) + \
+            case_hostile(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     failed = 0
