@@ -121,153 +121,196 @@ static __always_inline bool ustack_read_ts(struct ustack_scratch *s, const struc
 	return ustack_u64(s->ts, c->ts_thread_id, sizeof(s->ts)) == fsbase;
 }
 
+/* The walks below run under bpf_loop(): the verifier checks a callback once, where an
+ * open-coded loop of reads made it explore more than a million instructions. */
+struct ustack_walk {
+	struct ustack_scratch *s;
+	const struct tp_ustack_config *c;
+	__u64 fsbase;
+	__u64 h;
+	/* thread states */
+	__u64 interp, ts, found;
+	__u32 interps;
+	/* Python frames */
+	__u32 n, fsize;
+	__u64 frame;
+	/* native frames */
+	__u64 sp, top, fp;
+};
+
+static long ustack_ts_cb(__u32 i, void *ctx)
+{
+	struct ustack_walk *w = ctx;
+	struct ustack_scratch *s = w->s;
+	const struct tp_ustack_config *c = w->c;
+
+	if (!w->ts) {
+		/* the next interpreter's first thread state */
+		if (!w->interp || w->interps++ >= TP_USTACK_MAX_INTERPS)
+			return 1;
+		if (bpf_probe_read_user(&w->ts, sizeof(w->ts), (void *)(w->interp + c->is_threads_head)))
+			w->ts = 0;
+		if (bpf_probe_read_user(&w->interp, sizeof(w->interp), (void *)(w->interp + c->is_next)))
+			w->interp = 0;
+		return 0;
+	}
+	if (ustack_read_ts(s, c, w->ts, w->fsbase)) {
+		w->found = w->ts;
+		return 1;
+	}
+	w->ts = ustack_u64(s->ts, c->ts_next, sizeof(s->ts));
+	return 0;
+}
+
 /* The thread state of the calling thread, left in s->ts; 0 when it has none. */
-static __always_inline __u64 ustack_find_ts(struct ustack_scratch *s, const struct tp_ustack_config *c,
-					    __u32 tid, __u64 fsbase, __u64 now)
+static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, __u32 tid, __u64 now)
 {
 	struct ustack_thread *t = bpf_map_lookup_elem(&ustack_threads, &tid);
-	struct ustack_thread nt = { .fsbase = fsbase, .checked_ns = now };
-	__u64 interp = 0, ts = 0;
-	int i, interps = 0;
+	struct ustack_thread nt = { .fsbase = w->fsbase, .checked_ns = now };
 
-	if (t && t->fsbase == fsbase) {
-		if (t->tstate && ustack_read_ts(s, c, t->tstate, fsbase))
+	if (t && t->fsbase == w->fsbase) {
+		if (t->tstate && ustack_read_ts(w->s, w->c, t->tstate, w->fsbase))
 			return t->tstate;
 		if (!t->tstate && now - t->checked_ns < TP_USTACK_NOPY_RECHECK_NS)
 			return 0;
 	}
 	ustack_count(TP_USTACK_CNT_WALKS);
-	if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(c->runtime + c->rt_interp_head)))
-		interp = 0;
-	for (i = 0; i < TP_USTACK_MAX_TSTATES; i++) {
-		if (!ts) {
-			/* the next interpreter's first thread state */
-			if (!interp || interps++ >= TP_USTACK_MAX_INTERPS)
-				break;
-			if (bpf_probe_read_user(&ts, sizeof(ts), (void *)(interp + c->is_threads_head)))
-				ts = 0;
-			if (bpf_probe_read_user(&interp, sizeof(interp), (void *)(interp + c->is_next)))
-				interp = 0;
-			continue;
-		}
-		if (ustack_read_ts(s, c, ts, fsbase)) {
-			nt.tstate = ts;
-			break;
-		}
-		ts = ustack_u64(s->ts, c->ts_next, sizeof(s->ts));
-	}
+	w->interp = w->ts = w->found = 0;
+	w->interps = 0;
+	if (bpf_probe_read_user(&w->interp, sizeof(w->interp),
+				(void *)(w->c->runtime + w->c->rt_interp_head)))
+		w->interp = 0;
+	bpf_loop(TP_USTACK_MAX_TSTATES, ustack_ts_cb, w, 0);
+	nt.tstate = w->found;
 	bpf_map_update_elem(&ustack_threads, &tid, &nt, BPF_ANY);
-	if (nt.tstate)	/* the loop's last read was of another state: read ours again */
-		ustack_read_ts(s, c, nt.tstate, fsbase);
 	return nt.tstate;
 }
 
-/* Python frames, innermost first, into s->st.py; the hash goes on in *h. */
-static __always_inline void ustack_py(struct ustack_scratch *s, const struct tp_ustack_config *c,
-				      __u64 *h)
+static long ustack_py_cb(__u32 i, void *ctx)
 {
-	__u64 frame = ustack_u64(s->ts, c->ts_frame, sizeof(s->ts));
-	__u32 n = 0, fsize = c->f_size;
-	int i;
+	struct ustack_walk *w = ctx;
+	struct ustack_scratch *s = w->s;
+	const struct tp_ustack_config *c = w->c;
+	__u64 code, lasti, owner = 0;
+	__u32 n = w->n, fsize = w->fsize;
 
-	if (frame && c->cf_current >= 0 &&
-	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + c->cf_current))) {
-		s->st.flags |= TP_USTACK_PY_FAULT;
-		frame = 0;
-	}
+	if (!w->frame)
+		return 1;
 	if (fsize > TP_PY_FRAME_READ)
 		fsize = TP_PY_FRAME_READ;
-	for (i = 0; i < TP_PY_MAX_FRAMES + 8 && frame; i++) {
-		__u64 code, lasti, owner = 0;
-
-		if (bpf_probe_read_user(s->f, fsize, (void *)frame)) {
-			s->st.flags |= TP_USTACK_PY_FAULT;
-			break;
-		}
-		code = ustack_u64(s->f, c->f_code, sizeof(s->f));
-		frame = ustack_u64(s->f, c->f_back, sizeof(s->f));
-		if (c->f_owner >= 0) {
-			__u32 o = c->f_owner;
-
-			if (o < TP_PY_FRAME_READ)
-				owner = s->f[o];
-		}
-		if (c->skip_owner && owner == c->skip_owner)
-			continue;
-		if (n >= TP_PY_MAX_FRAMES) {
-			s->st.flags |= TP_USTACK_PY_TRUNCATED;
-			break;
-		}
-		if (c->lasti_is_ptr)
-			lasti = (ustack_u64(s->f, c->f_lasti, sizeof(s->f)) & TP_PY_LASTI_MASK) |
-				owner << TP_PY_OWNER_SHIFT;
-		else
-			lasti = (__u32)ustack_u64(s->f, c->f_lasti, sizeof(s->f));
-		s->st.py[n & (TP_PY_MAX_FRAMES - 1)][0] = code;
-		s->st.py[n & (TP_PY_MAX_FRAMES - 1)][1] = lasti;
-		*h = ustack_mix(ustack_mix(*h, code), lasti);
-		n++;
+	if (!fsize || bpf_probe_read_user(s->f, fsize, (void *)w->frame)) {
+		s->st.flags |= TP_USTACK_PY_FAULT;
+		return 1;
 	}
-	if (frame && !(s->st.flags & TP_USTACK_PY_FAULT))
+	code = ustack_u64(s->f, c->f_code, sizeof(s->f));
+	w->frame = ustack_u64(s->f, c->f_back, sizeof(s->f));
+	if (c->f_owner >= 0) {
+		__u32 o = c->f_owner;
+
+		if (o < TP_PY_FRAME_READ)
+			owner = s->f[o];
+	}
+	if (c->skip_owner && owner == c->skip_owner)
+		return 0;
+	if (n >= TP_PY_MAX_FRAMES) {
+		s->st.flags |= TP_USTACK_PY_TRUNCATED;
+		return 1;
+	}
+	if (c->lasti_is_ptr)
+		lasti = (ustack_u64(s->f, c->f_lasti, sizeof(s->f)) & TP_PY_LASTI_MASK) |
+			owner << TP_PY_OWNER_SHIFT;
+	else
+		lasti = (__u32)ustack_u64(s->f, c->f_lasti, sizeof(s->f));
+	s->st.py[n][0] = code;
+	s->st.py[n][1] = lasti;
+	w->h = ustack_mix(ustack_mix(w->h, code), lasti);
+	w->n = n + 1;
+	return 0;
+}
+
+/* Python frames, innermost first, into s->st.py. */
+static __always_inline void ustack_py(struct ustack_walk *w)
+{
+	struct ustack_scratch *s = w->s;
+	const struct tp_ustack_config *c = w->c;
+
+	w->frame = ustack_u64(s->ts, c->ts_frame, sizeof(s->ts));
+	w->n = 0;
+	w->fsize = c->f_size > TP_PY_FRAME_READ ? TP_PY_FRAME_READ : c->f_size;
+	if (w->frame && c->cf_current >= 0 &&
+	    bpf_probe_read_user(&w->frame, sizeof(w->frame), (void *)(w->frame + c->cf_current))) {
+		s->st.flags |= TP_USTACK_PY_FAULT;
+		w->frame = 0;
+	}
+	/* C-stack shim frames (3.12+) take a turn without a slot: a few more turns */
+	bpf_loop(TP_PY_MAX_FRAMES + 16, ustack_py_cb, w, 0);
+	if (w->frame && !(s->st.flags & TP_USTACK_PY_FAULT))
 		s->st.flags |= TP_USTACK_PY_TRUNCATED;	/* deeper, or a chain that loops */
-	s->st.nr_py = n;
+	s->st.nr_py = w->n;
+}
+
+static long ustack_native_cb(__u32 i, void *ctx)
+{
+	struct ustack_walk *w = ctx;
+	struct ustack_scratch *s = w->s;
+	__u64 pair[2];
+	__u32 n = w->n;
+
+	if (!w->fp)
+		return 1;	/* the outermost frame (_start, clone3 clear rbp) */
+	if (w->fp < w->sp || w->fp + 16 > w->top || (w->fp & 7)) {
+		s->st.flags |= TP_USTACK_NATIVE_LEFT_STACK;
+		return 1;
+	}
+	if (n >= TP_NATIVE_MAX_FRAMES) {
+		s->st.flags |= TP_USTACK_NATIVE_TRUNCATED;
+		return 1;
+	}
+	if (bpf_probe_read_user(pair, sizeof(pair), (void *)w->fp)) {
+		s->st.flags |= TP_USTACK_NATIVE_FAULT;
+		return 1;
+	}
+	if (!pair[1])
+		return 1;
+	s->st.native[n] = pair[1];
+	w->h = ustack_mix(w->h, pair[1]);
+	w->n = n + 1;
+	if (pair[0] && pair[0] <= w->fp) {
+		s->st.flags |= TP_USTACK_NATIVE_LEFT_STACK;	/* a chain must grow upwards */
+		return 1;
+	}
+	w->fp = pair[0];
+	return 0;
 }
 
 /* Native frames through frame pointers, kept inside the thread's stack: [sp, top) where top
  * is the thread's TCB (glibc puts it just above a thread's stack; fs_base points at it) or,
  * for the main thread, the stack's start. A chain that leaves it stops there, flagged. */
-static __always_inline void ustack_native(struct ustack_scratch *s, struct pt_regs *ctx,
-					  struct task_struct *task, __u32 pid, __u32 tid,
-					  __u64 fsbase, __u64 *h)
+static __always_inline void ustack_native(struct ustack_walk *w, struct pt_regs *ctx,
+					  struct task_struct *task, __u32 pid, __u32 tid)
 {
-	__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx), top, ret = 0;
-	__u64 pair[2];
-	__u32 n = 0;
-	int i;
+	struct ustack_scratch *s = w->s;
+	__u64 ret = 0;
 
+	w->sp = PT_REGS_SP(ctx);
+	w->fp = PT_REGS_FP(ctx);
 	if (pid == tid)
-		top = BPF_CORE_READ(task, mm, start_stack) + 4096;
+		w->top = BPF_CORE_READ(task, mm, start_stack) + 4096;
 	else
-		top = fsbase;
-	s->st.native[n++] = PT_REGS_IP(ctx);
-	if (!(top > sp && top - sp < TP_USTACK_STACK_SPAN) ||
-	    bpf_probe_read_user(&ret, sizeof(ret), (void *)sp)) {
+		w->top = w->fsbase;
+	s->st.native[0] = PT_REGS_IP(ctx);
+	w->h = ustack_mix(w->h, s->st.native[0]);
+	w->n = 1;
+	if (!(w->top > w->sp && w->top - w->sp < TP_USTACK_STACK_SPAN) ||
+	    bpf_probe_read_user(&ret, sizeof(ret), (void *)w->sp)) {
 		s->st.flags |= TP_USTACK_NATIVE_FAULT;
-		goto out;
+	} else {
+		s->st.native[1] = ret;
+		w->h = ustack_mix(w->h, ret);
+		w->n = 2;
+		bpf_loop(TP_NATIVE_MAX_FRAMES, ustack_native_cb, w, 0);
 	}
-	s->st.native[n++] = ret;
-	for (i = 0; i < TP_NATIVE_MAX_FRAMES; i++) {
-		if (!fp)
-			break;	/* the outermost frame (_start, clone3 clear rbp) */
-		if (fp < sp || fp + 16 > top || (fp & 7)) {
-			s->st.flags |= TP_USTACK_NATIVE_LEFT_STACK;
-			break;
-		}
-		if (n >= TP_NATIVE_MAX_FRAMES) {
-			s->st.flags |= TP_USTACK_NATIVE_TRUNCATED;
-			break;
-		}
-		if (bpf_probe_read_user(pair, sizeof(pair), (void *)fp)) {
-			s->st.flags |= TP_USTACK_NATIVE_FAULT;
-			break;
-		}
-		if (!pair[1])
-			break;
-		s->st.native[n & (TP_NATIVE_MAX_FRAMES - 1)] = pair[1];
-		n++;
-		if (pair[0] && pair[0] <= fp) {
-			s->st.flags |= TP_USTACK_NATIVE_LEFT_STACK;	/* must grow upwards */
-			break;
-		}
-		fp = pair[0];
-	}
-out:
-	for (i = 0; i < TP_NATIVE_MAX_FRAMES; i++) {
-		if (i >= n)
-			break;
-		*h = ustack_mix(*h, s->st.native[i & (TP_NATIVE_MAX_FRAMES - 1)]);
-	}
-	s->st.nr_native = n;
+	s->st.nr_native = w->n;
 }
 
 /* The stack id of the calling thread (bpf/ustacks.h): TP_USTACK_NONE when the process is
@@ -275,44 +318,43 @@ out:
 static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tgid)
 {
 	__u32 pid = pid_tgid >> 32, tid = (__u32)pid_tgid, zero = 0;
-	const struct tp_ustack_config *c;
-	struct ustack_scratch *s;
+	struct ustack_walk w = {};
 	struct task_struct *task;
-	__u64 fsbase, ts = 0, h;
+	struct ustack_scratch *s;
+	__u64 ts = 0, h;
 
 	if (!ustacks_on)
 		return TP_USTACK_NONE;
-	c = bpf_map_lookup_elem(&ustack_procs, &pid);
-	if (!c)
+	w.c = bpf_map_lookup_elem(&ustack_procs, &pid);
+	if (!w.c)
 		return TP_USTACK_NONE;
-	s = bpf_map_lookup_elem(&ustack_scratch, &zero);
+	w.s = s = bpf_map_lookup_elem(&ustack_scratch, &zero);
 	if (!s)
 		return TP_USTACK_NONE;
 	task = bpf_get_current_task_btf();
-	fsbase = ustack_fsbase(task);
+	w.fsbase = ustack_fsbase(task);
 	s->st.pid = pid;
 	s->st.flags = 0;
 	s->st.nr_py = 0;
 	s->st.nr_native = 0;
 	s->st.pad = 0;
-	if (c->runtime)
-		ts = ustack_find_ts(s, c, tid, fsbase, bpf_ktime_get_ns());
+	w.h = ustack_mix(0xcbf29ce484222325ULL, pid);
+	if (w.c->runtime)
+		ts = ustack_find_ts(&w, tid, bpf_ktime_get_ns());
 	if (ts) {
-		h = ustack_mix(0xcbf29ce484222325ULL, pid);
-		ustack_py(s, c, &h);
+		ustack_py(&w);
 	} else {
 		s->st.flags |= TP_USTACK_PY_NOSTATE;
-		if (!c->native) {
+		if (!w.c->native) {
 			ustack_count(TP_USTACK_CNT_NOPY);
 			return TP_USTACK_NOPY;
 		}
-		h = ustack_mix(0xcbf29ce484222325ULL, pid);
 	}
-	if (c->native)
-		ustack_native(s, ctx, task, pid, tid, fsbase, &h);
+	if (w.c->native)
+		ustack_native(&w, ctx, task, pid, tid);
 	if (!s->st.nr_py && !s->st.nr_native && (s->st.flags & TP_USTACK_PY_FAULT))
 		return TP_USTACK_FAULT;
-	h = ustack_mix(h, s->st.flags | (__u64)s->st.nr_py << 32 | (__u64)s->st.nr_native << 48);
+	h = ustack_mix(w.h, s->st.flags | (__u64)s->st.nr_py << 32 | (__u64)s->st.nr_native << 48);
 	if (h < TP_USTACK_FIRST_ID)
 		h += TP_USTACK_FIRST_ID;
 	ustack_count(TP_USTACK_CNT_CAPTURED);

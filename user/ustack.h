@@ -81,8 +81,12 @@ typedef const struct ustack *(*ustack_lookup_fn)(void *ctx, int pid, uint64_t id
 /* What a status id means, for the trace's metadata: "no Python thread state", ... */
 const char *ustacks__status_name(uint64_t id);
 
-/* One line: Python frames outermost first, "file:line func;file:line func", then native
- * frames as "module+0xoff sym" when present after a " | ". Returns the length (snprintf). */
+/* The `stack` arg of an event, one line: the innermost USTACK_COMPACT_FRAMES Python frames,
+ * innermost first, as "basename:line func < basename:line func < ...(N more)" (unresolved:
+ * "<unresolved code 0x...>"), "<no Python thread state>" when the thread has none, then the
+ * innermost native frames after " | " (symbol, else module+0xoff, else the address).
+ * Returns the length it needed (snprintf). */
+#define USTACK_COMPACT_FRAMES 6
 int ustack__compact(const struct ustack *s, char *buf, size_t size);
 
 const struct ustack_stats *ustacks__stats(const struct ustacks *u);
