@@ -57,7 +57,7 @@ $(OUTPUT) $(OUTPUT)/user:
 $(OUTPUT)/%.bpf.o: bpf/%.bpf.c bpf/%.h vmlinux/$(ARCH)/vmlinux.h | $(OUTPUT)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf \
-		-I/usr/include/$(shell uname -m)-linux-gnu -c $< -o $@
+		-I/usr/include/$(shell uname -m)-linux-gnu -MMD -MP -c $< -o $@
 	$(Q)llvm-strip -g $@ 2>/dev/null || true
 
 $(OUTPUT)/%.skel.h: $(OUTPUT)/%.bpf.o
@@ -77,6 +77,7 @@ tptrace: $(OUTPUT)/user/tptrace.o $(OUTPUT)/libtptrace.a
 	$(Q)$(CC) $(ALL_CFLAGS) $^ $(LDLIBS) -o $@
 
 -include $(USER_OBJS:.o=.d)
+-include $(wildcard $(OUTPUT)/*.bpf.d)
 
 # The in-process CUPTI agent behind --gpu (AGENT_SO), and the offline tools (tptrace-fr).
 include user/agent/agent.mk

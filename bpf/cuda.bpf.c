@@ -8,6 +8,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "cuda.h"
+#include "ustack.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -91,6 +92,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	__u32 deref_len = TP_COOKIE_DEREF_LEN(cookie);
 	struct tp_rec_call *rec;
 	__u16 flags = 0;
+	__u64 ustack;
 
 	if (fr_unwanted(pid_tgid))
 		return 0;
@@ -98,6 +100,8 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 		asm volatile("" :: "r"(cookie), "r"(pid_tgid));
 		return 0;
 	}
+	/* before the reservation: a record reserved but not submitted holds back the consumer */
+	ustack = tp_ustack_capture(ctx, pid_tgid);
 	if (deref_arg)
 		rec = bpf_ringbuf_reserve(&events, TP_REC_CALL_FULL_SIZE, 0);
 	else
@@ -123,6 +127,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 #endif
 	if (BENCH_STOP_AT(2)) {
 		rec->flags = 0;
+		rec->ustack = ustack;
 		bpf_ringbuf_submit(rec, submit_flags());
 		return 0;
 	}
@@ -186,7 +191,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	 * value, and a user read that faults costs microseconds (docs/benchmarks.md): read
 	 * [rbp+8] only when rbp points into the stack just above rsp. */
 	rec->caller2 = 0;
-	rec->ustack = 0;
+	rec->ustack = ustack;
 	if (cookie & TP_COOKIE_CALLER2) {
 		__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx), caller2 = 0;
 

@@ -10,6 +10,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/usdt.bpf.h>
 #include "mem.h"
+#include "ustack.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -39,6 +40,7 @@ struct mem_inflight {
 	__u64 caller;
 	__s32 stack_id;
 	__u32 flags;
+	__u64 ustack;
 };
 
 /* (tid << 16 | api) -> the entry of a call not returned yet */
@@ -87,6 +89,7 @@ SEC("usdt")
 int BPF_USDT(mem_usdt_malloc, void *ptr, long device, long size, long stream)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 ustack = tp_ustack_capture(ctx, pid_tgid);
 	struct mem_rec_usdt *rec;
 
 	rec = bpf_ringbuf_reserve(&mem_events, sizeof(*rec), 0);
@@ -103,7 +106,7 @@ int BPF_USDT(mem_usdt_malloc, void *ptr, long device, long size, long stream)
 	rec->size = size;
 	rec->stream = stream;
 	rec->stack_id = user_stack(ctx);
-	rec->ustack = 0;
+	rec->ustack = ustack;
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 	return 0;
 }
@@ -162,6 +165,7 @@ static __always_inline int do_mem_entry(struct pt_regs *ctx)
 	in.stack_id = -1;
 	if (cookie & MEM_COOKIE_STACK) {
 		in.stack_id = user_stack(ctx);
+		in.ustack = tp_ustack_capture(ctx, pid_tgid);
 		bpf_probe_read_user(&in.caller, sizeof(in.caller), (void *)PT_REGS_SP(ctx));
 	}
 	if (deref_arg && deref_arg <= 6) {
@@ -231,7 +235,7 @@ static __always_inline int do_mem_return(struct pt_regs *ctx)
 	rec->stack_id = in->stack_id;
 	rec->pad = 0;
 	rec->caller = in->caller;
-	rec->ustack = 0;
+	rec->ustack = in->ustack;
 	rec->rc = PT_REGS_RC(ctx);
 	rec->out_val = 0;
 	if (out_arg && out_arg <= 6) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "pyframes_int.h"
+#include "ustacks.h"
 
 /* ---- strings and code objects ---- */
 
@@ -453,6 +454,96 @@ static int rd_cached(const struct pyproc *py, struct page_cache *pc, uint64_t ad
 	return 0;
 }
 
+/* The byte offset of a frame's instruction in its code object (INT32_MIN: unknown), from the
+ * raw f_lasti (an int before 3.11: raw holds its 32 bits) or instruction pointer; *skip when
+ * the frame is not shown (3.11+: incomplete, not yet at its RESUME). */
+static int frame_addr(const struct pyproc *py, const struct code_info *ci, uint64_t code,
+		      uint64_t raw, int owner, bool *skip)
+{
+	const struct py_layout *L = &py->L;
+	int64_t off;
+	int addr;
+
+	switch (L->lasti) {
+	case LASTI_BYTES:
+		return (int32_t)(uint32_t)raw;
+	case LASTI_UNITS:
+		addr = (int32_t)(uint32_t)raw;
+		return addr < 0 ? addr : addr * 2;
+	default:
+		/* byte offset from the first instruction; prev_instr may sit one unit before */
+		off = (int64_t)(raw - (code + L->co_code_adaptive));
+		if (py->minor >= 11 && owner != OWNED_BY_GENERATOR &&
+		    off < (int64_t)ci->firsttraceable * 2)
+			*skip = true;	/* incomplete: not yet at RESUME (_PyFrame_IsIncomplete) */
+		if (off > (1LL << 30) || off < -(1LL << 30))
+			return INT32_MIN;	/* garbage pointer: line unknown */
+		return (int)off;
+	}
+}
+
+int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct py_frame *out,
+		      int *firstlineno)
+{
+	struct code_info *ci;
+	bool skip = false;
+	int owner = -1, addr, ret;
+
+	if (py->L.lasti != LASTI_BYTES && py->L.lasti != LASTI_UNITS) {
+		owner = (int)(lasti >> 56);
+		lasti &= 0x00ffffffffffffffULL;
+	}
+	ret = code_info(py, code, &ci);
+	if (ret == -EMEDIUMTYPE && py->minor >= 13)
+		return 0;	/* not a code object: 3.13 allows other executables */
+	if (ret)
+		return ret;
+	addr = frame_addr(py, ci, code, lasti, owner, &skip);
+	if (skip)
+		return 0;
+	out->func = ci->func;
+	out->file = ci->file;
+	out->line = addr == INT32_MIN ? 0 : pyframes_line(py->L.lines, ci->table, ci->table_len,
+							  ci->firstlineno, addr);
+	out->entry = false;
+	if (firstlineno)
+		*firstlineno = ci->firstlineno;
+	return 1;
+}
+
+void pyframes__recheck(struct pyproc *py)
+{
+	py->walk_gen++;
+}
+
+int pyframes__bpf_config(const struct pyproc *py, struct tp_ustack_config *c)
+{
+	const struct py_layout *L = &py->L;
+	int ts_max = TP_PY_TSTATE_READ - 8, f_max = L->f_size - 8;
+
+	if (L->ts_thread_id > ts_max || L->ts_frame > ts_max || L->ts_next > ts_max ||
+	    L->f_size > TP_PY_FRAME_READ || L->f_back > f_max || L->f_code > f_max ||
+	    L->f_lasti > f_max || L->f_owner >= L->f_size)
+		return -EINVAL;
+	memset(c, 0, sizeof(*c));
+	c->runtime = py->runtime;
+	c->rt_interp_head = L->rt_interp_head;
+	c->is_next = L->is_next;
+	c->is_threads_head = L->is_threads_head;
+	c->ts_next = L->ts_next;
+	c->ts_thread_id = L->ts_thread_id;
+	c->ts_frame = L->ts_frame;
+	c->cf_current = L->cf_current;
+	c->f_back = L->f_back;
+	c->f_code = L->f_code;
+	c->f_lasti = L->f_lasti;
+	c->f_owner = L->f_owner;
+	c->f_size = L->f_size;
+	c->lasti_is_ptr = L->lasti != LASTI_BYTES && L->lasti != LASTI_UNITS;
+	c->skip_owner = py->minor >= 12 ? OWNED_BY_CSTACK : 0;
+	return 0;
+}
+
 int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_frame *out, int max)
 {
 	struct page_cache pc = { 0 };
@@ -481,7 +572,7 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 	for (walked = 0; frame && n < max; walked++) {
 		uint8_t f[128];
 		struct code_info *ci;
-		uint64_t code, ip, next;
+		uint64_t code, next;
 		int owner = -1, addr;
 		bool boundary = false, skip = false;
 
@@ -510,24 +601,10 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 			ret = -EFAULT;	/* before 3.13 f_code is always code: torn */
 		if (ret)
 			return ret;
-		switch (L->lasti) {
-		case LASTI_BYTES:
-			addr = i32_at(f, L->f_lasti);
-			break;
-		case LASTI_UNITS:
-			addr = i32_at(f, L->f_lasti);
-			addr = addr < 0 ? addr : addr * 2;
-			break;
-		default:
-			ip = u64_at(f, L->f_lasti);
-			/* byte offset from the first instruction; prev_instr may sit one unit before */
-			addr = (int)((int64_t)(ip - (code + L->co_code_adaptive)));
-			if (py->minor >= 11 && owner != OWNED_BY_GENERATOR &&
-			    (int64_t)(ip - (code + L->co_code_adaptive)) < (int64_t)ci->firsttraceable * 2)
-				skip = true;	/* incomplete: not yet at RESUME (_PyFrame_IsIncomplete) */
-			if ((int64_t)(ip - code) > (1LL << 30) || (int64_t)(ip - code) < -(1LL << 30))
-				addr = INT32_MIN;	/* garbage pointer: line unknown */
-		}
+		if (L->lasti == LASTI_BYTES || L->lasti == LASTI_UNITS)
+			addr = frame_addr(py, ci, code, (uint32_t)i32_at(f, L->f_lasti), owner, &skip);
+		else
+			addr = frame_addr(py, ci, code, u64_at(f, L->f_lasti), owner, &skip);
 		if (py->minor == 11 && f[L->f_is_entry])
 			boundary = true;
 		if (!skip) {

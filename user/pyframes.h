@@ -36,4 +36,17 @@ const char *pyframes__version(const struct pyproc *py);	/* "3.11.7" */
  * belongs to tid, or another negative errno (-EFAULT: the memory moved under us). */
 int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_frame *out, int max);
 
+/* Frames captured by the BPF walker (bpf/ustacks.h, --py-stacks). */
+struct tp_ustack_config;
+/* The layout for the walker: 0, or -EINVAL when it does not fit the walker's reads. */
+int pyframes__bpf_config(const struct pyproc *py, struct tp_ustack_config *c);
+/* One captured frame: its code object's address and raw instruction position as
+ * tp_ustack.py[] holds them. 1: *out filled (firstlineno too, when not NULL); 0: a frame
+ * CPython does not show (incomplete, a non-code executable); -EMEDIUMTYPE / -EFAULT: the
+ * code object cannot be read now (freed): unresolved; -ESRCH: the process is gone. Code
+ * objects are cached and checked again once after each pyframes__recheck(). */
+int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct py_frame *out,
+		      int *firstlineno);
+void pyframes__recheck(struct pyproc *py);
+
 #endif

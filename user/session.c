@@ -13,6 +13,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "cuda.skel.h"
+#include "ustack.h"
 #include "cuda.h"
 #include "log.h"
 #include "session.h"
@@ -72,20 +73,42 @@ static bool exit_tp_supported(void)
 	return found;
 }
 
-static struct session_bpf *load_bpf(int ring_mb, bool fr_exec);
+static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts *o);
 
 struct session_bpf *session__load_bpf(int ring_mb)
 {
-	return load_bpf(ring_mb, false);
+	return load_bpf(ring_mb, &(struct session_load_opts){ 0 });
 }
 
 struct session_bpf *session__load_bpf_fr_exec(int ring_mb)
 {
-	return load_bpf(ring_mb, true);
+	return load_bpf(ring_mb, &(struct session_load_opts){ .fr_exec = true });
 }
 
-static struct session_bpf *load_bpf(int ring_mb, bool fr_exec)
+struct session_bpf *session__load_bpf_opts(int ring_mb, const struct session_load_opts *o)
 {
+	return load_bpf(ring_mb, o);
+}
+
+int session__ustacks_add(struct session_bpf *b, int pid)
+{
+	char why[256];
+	const char *python;
+	int ret;
+
+	if (!b || !b->ustacks)
+		return 0;
+	ret = ustacks__add_pid(b->ustacks, pid, &python, why, sizeof(why));
+	if (ret)
+		log_info("pid %d: no Python stacks: %s\n", pid, why);
+	else
+		log_verbose("pid %d: Python %s: stacks on\n", pid, python);
+	return ret;
+}
+
+static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts *o)
+{
+	bool fr_exec = o->fr_exec;
 	struct bpf_program *multi_progs[3];
 	struct session_bpf *b = calloc(1, sizeof(*b));
 	struct cuda_bpf *skel;
@@ -121,6 +144,9 @@ static struct session_bpf *load_bpf(int ring_mb, bool fr_exec)
 	bpf_program__set_autoload(skel->progs.fr_map, fr_exec);
 	bpf_program__set_autoload(skel->progs.fr_exec, fr_exec);
 	skel->rodata->fr_filter = fr_exec;
+	skel->rodata->ustacks_on = o->ustacks || o->ustacks_native;
+	if (!skel->rodata->ustacks_on)
+		bpf_map__set_max_entries(skel->maps.ustacks, 1);
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)ring_mb << 20);
 	/* wake the reader once an eighth of the ring waits; it also drains every 20 ms */
 	skel->rodata->wakeup_bytes = ((uint64_t)ring_mb << 20) / 8;
@@ -133,6 +159,15 @@ static struct session_bpf *load_bpf(int ring_mb, bool fr_exec)
 			log_error("loading BPF programs: %s (kernel >= 5.15 with BTF "
 				  "needed)\n", strerror(-err));
 		goto err;
+	}
+	if (skel->rodata->ustacks_on) {
+		b->ustacks = ustacks__new(bpf_map__fd(skel->maps.ustacks),
+					  bpf_map__fd(skel->maps.ustack_procs),
+					  bpf_map__fd(skel->maps.ustack_counters), o->ustacks_native);
+		if (!b->ustacks) {
+			log_error("out of memory\n");
+			goto err;
+		}
 	}
 	if (b->exit_tp) {
 		skel->links.proc_exit = bpf_program__attach(skel->progs.proc_exit);
@@ -160,6 +195,7 @@ void session__free_bpf(struct session_bpf *b)
 {
 	if (!b)
 		return;
+	ustacks__free(b->ustacks);
 	cuda_bpf__destroy(b->skel);
 	free(b);
 }

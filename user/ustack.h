@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "ustacks.h"	/* bpf/ustacks.h: the map layout, status ids, flags */
 
 struct ustacks;
 
@@ -37,7 +38,7 @@ struct ustack {
 	struct ustack_frame *py;
 	int nr_native;		/* native frames, innermost first (0 when not captured) */
 	struct ustack_frame *native;
-	uint32_t flags;		/* bpf/ustack.h enum tp_ustack_flags */
+	uint32_t flags;		/* bpf/ustacks.h enum tp_ustack_flags */
 	const char *native_stop;	/* why the native frames end where they end: NULL (the
 					 * chain reached its end), or e.g. "no frame pointer in
 					 * libfoo.so (bar)"; owned by the ustacks */
@@ -80,8 +81,12 @@ typedef const struct ustack *(*ustack_lookup_fn)(void *ctx, int pid, uint64_t id
 /* What a status id means, for the trace's metadata: "no Python thread state", ... */
 const char *ustacks__status_name(uint64_t id);
 
-/* One line: Python frames outermost first, "file:line func;file:line func", then native
- * frames as "module+0xoff sym" when present after a " | ". Returns the length (snprintf). */
+/* The `stack` arg of an event, one line: the innermost USTACK_COMPACT_FRAMES Python frames,
+ * innermost first, as "basename:line func < basename:line func < ...(N more)" (unresolved:
+ * "<unresolved code 0x...>"), "<no Python thread state>" when the thread has none, then the
+ * innermost native frames after " | " (symbol, else module+0xoff, else the address).
+ * Returns the length it needed (snprintf). */
+#define USTACK_COMPACT_FRAMES 6
 int ustack__compact(const struct ustack *s, char *buf, size_t size);
 
 const struct ustack_stats *ustacks__stats(const struct ustacks *u);

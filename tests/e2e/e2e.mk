@@ -69,3 +69,11 @@ $(E2E_DIR)/sim_records: tests/e2e/progs/sim_records.c $(SIM_CUDART) $(SIM_CUPTI)
 		-Wl,-rpath,$(abspath $(SIM_LIB_DIR)):$(abspath $(SIM_DRIVER_DIR)) -o $@
 
 TEST_BINS += $(E2E_DIR)/sim_records
+
+# The BPF stack walker and user/ustack.c alone: one JSON line per probed call with its
+# resolved stack (tests/e2e/test_pystacks.py, bench).
+$(E2E_DIR)/ustack_dump: tests/e2e/ustack_dump.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(E2E_DIR)/ustack_dump
