@@ -17,7 +17,6 @@
 #include "cuda_api.h"
 #include "flightrec_int.h"
 #include "ustack.h"
-#include "../bpf/ustack.h"	/* status ids and flags (user/ustack.h has the same name) */
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"

@@ -7,7 +7,6 @@
 #include "log.h"
 #include "memlayout.h"
 #include "memsnap.h"
-#include "../bpf/ustack.h"	/* TP_USTACK_FIRST_ID (user/ustack.h has the same name) */
 
 /* Ids of memsnap__stack_with_py: above memtrace's synthesized native ids (1 << 30 up). */
 #define PY_PAIR_BASE	(3 << 29)

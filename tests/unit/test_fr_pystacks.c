@@ -14,7 +14,6 @@
 #include "flightrec.h"
 #include "target.h"
 #include "ustack.h"
-#include "../bpf/ustack.h"
 
 static int pid;
 static uint64_t ts = 1000000;
