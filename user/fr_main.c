@@ -19,6 +19,7 @@
 #include "elfsym.h"
 #include "flightrec.h"
 #include "fr_exec.h"
+#include "ustack.h"
 #include "fr_metrics.h"
 #include "fr_claim.h"
 #include "fr_trigger.h"
@@ -42,6 +43,7 @@ static struct fr_env {
 	int ring_mb;
 	bool no_query;
 	bool no_stacks;
+	bool py_stacks;		/* --py-stacks: Python frames per entry */
 	int stack_samples, stack_interval_ms;
 	const char *metrics, *metrics_file;
 	/* cross-host triggers */
@@ -64,7 +66,7 @@ static const char doc[] =
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
 "                  [--stack-samples N] [--stack-interval MS] [--no-stacks]\n"
 "                  [--metrics ADDR:PORT] [--metrics-file PATH]\n"
-"                  [--host-id ID]\n"
+"                  [--host-id ID] [--py-stacks]\n"
 "       tptrace fr --trigger DIR (--job ID | -p PID) [--host-id ID]\n"
 "\n"
 "Records every NCCL collective and p2p call (and the CUDA event and sync\n"
@@ -81,6 +83,10 @@ static const char doc[] =
 "tptrace attached still names its culprit. The process is stopped a few ms\n"
 "per sample.\n"
 "\n"
+"--py-stacks gives every entry the Python frames of the line that called\n"
+"NCCL (PyTorch FR's \"frames\"; CPython 3.9-3.13), captured in BPF at the\n"
+"call without stopping the process; tptrace-fr names the culprit's line.\n"
+"\n"
 "--metrics serves Prometheus metrics on http://ADDR:PORT/metrics (only that\n"
 "address; a port in use refuses the start); --metrics-file writes the same\n"
 "text each second for node_exporter's textfile collector.\n"
@@ -95,13 +101,14 @@ static const char doc[] =
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace       # all NCCL processes\n"
 "  sudo kill -USR2 $(pgrep -f 'tptrace fr')             # dump now\n"
 "  sudo tptrace fr -a --no-stacks                       # never stop a process\n"
+"  sudo tptrace fr -a --py-stacks                       # entries name their Python line\n"
 "  sudo tptrace fr -a --dump-dir /shared/fr --host-id n17  # one of many hosts\n"
 "  tptrace fr --trigger /shared/fr --job 81234          # every host of job 81234 dumps\n"
 "  tptrace-fr /var/lib/tptrace                          # the verdict\n";
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
        OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE,
-       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB };
+       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB, OPT_PY_STACKS };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
@@ -119,6 +126,7 @@ static const struct argp_option opts[] = {
 	{ "stack-interval", OPT_STACK_INTERVAL, "MS", 0,
 	  "Between stack samples (default 200, 1..10000)", 0 },
 	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No stack snapshots (never stop the processes)", 0 },
+	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python frames of every entry's call (captured in BPF)", 0 },
 	{ "metrics", OPT_METRICS, "ADDR:PORT", 0,
 	  "Serve Prometheus metrics on http://ADDR:PORT/metrics (bound to ADDR only)", 0 },
 	{ "metrics-file", OPT_METRICS_FILE, "PATH", 0,
@@ -171,6 +179,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_NO_QUERY:
 		env.no_query = true;
+		break;
+	case OPT_PY_STACKS:
+		env.py_stacks = true;
 		break;
 	case OPT_NO_STACKS:
 		env.no_stacks = true;
@@ -284,6 +295,12 @@ struct fr_session {
 	char host[FR_HOST_MAX + 1];
 	struct fr_exec *exec;		/* -a: libraries probed per file, for every process */
 };
+
+/* flightrec's ustack_lookup_fn: the session's stack resolver */
+static const struct ustack *lookup_ustack(void *ctx, int pid, uint64_t id)
+{
+	return ustacks__get(ctx, pid, id);
+}
 
 static void set_drops(struct fr_session *s)
 {
@@ -503,6 +520,12 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 		return err;
 	}
 	session__watch_exit(s->bpf, pid);
+	/* --py-stacks: its Python (read anew after an exec: another interpreter may run now) */
+	if (s->bpf->ustacks) {
+		session__ustacks_add(s->bpf, pid);
+		flightrec__set_python(s->fr, pid, ustacks__python(s->bpf->ustacks, pid),
+				      ustacks__why(s->bpf->ustacks, pid));
+	}
 	if (s->exec)
 		fr_exec__allow_pid(s->exec, pid, true);
 	s->targets[s->nr_targets++] = t;
@@ -681,7 +704,8 @@ int fr_main(int argc, char **argv)
 			goto cleanup;
 	}
 
-	s.bpf = env.all ? session__load_bpf_fr_exec(env.ring_mb) : session__load_bpf(env.ring_mb);
+	s.bpf = session__load_bpf_opts(env.ring_mb, &(struct session_load_opts){
+		.fr_exec = env.all, .ustacks = env.py_stacks });
 	if (!s.bpf)
 		goto cleanup;
 	session__probes(s.bpf, &s.probes);
@@ -693,6 +717,10 @@ int fr_main(int argc, char **argv)
 	fo.rescan = rescan;
 	fo.rescan_ctx = &s;
 	fo.no_stacks = env.no_stacks;
+	if (s.bpf->ustacks) {
+		fo.ustack_lookup = lookup_ustack;
+		fo.ustack_ctx = s.bpf->ustacks;
+	}
 	fo.stack_samples = env.stack_samples;
 	fo.stack_interval_ms = env.stack_interval_ms;
 	fo.max_dump_bytes = (uint64_t)dump_env.max_dump_mb << 20;

@@ -30,6 +30,7 @@ static struct mem_env {
 	bool leaks;
 	bool pickle;
 	bool no_stacks;
+	bool py_stacks;
 	bool wait;
 	long history;
 	int ring_mb;
@@ -40,7 +41,7 @@ static const char doc[] =
 "outside it.\n"
 "\n"
 "USAGE: tptrace mem -p PID [-d SEC] [-o SNAPSHOT] [--pickle] [--leaks]\n"
-"                   [--trace FILE] [--no-stacks] [--wait]\n"
+"                   [--trace FILE] [--no-stacks | --py-stacks] [--wait]\n"
 "\n"
 "Probes PyTorch's caching allocator (USDT pytorch:malloc/free, tensor level)\n"
 "and the CUDA runtime and driver allocation calls (cudaMalloc & co,\n"
@@ -51,12 +52,18 @@ static const char doc[] =
 "Only what happens after attach is known. Without -o, --leaks and --trace:\n"
 "-o tptrace-mem.json.\n"
 "\n"
+"--py-stacks puts the Python frames of the allocating line first in each\n"
+"allocation's frames (as PyTorch's own snapshots; CPython 3.9-3.13), and\n"
+"--leaks then groups by Python call site.\n"
+"\n"
 "EXAMPLES:\n"
 "  sudo tptrace mem -p 4242 -d 30 -o snapshot.json    # open in memory_viz\n"
 "  sudo tptrace mem -p 4242 --leaks                    # Ctrl-C: what is live\n"
+"  sudo tptrace mem -p 4242 --py-stacks --leaks        # ... by line of Python\n"
 "  sudo tptrace mem -p 4242 -d 10 --trace mem.json.gz  # counters, Perfetto\n";
 
-enum { OPT_PICKLE = 1000, OPT_LEAKS, OPT_TRACE, OPT_NO_STACKS, OPT_HISTORY, OPT_RING_MB };
+enum { OPT_PICKLE = 1000, OPT_LEAKS, OPT_TRACE, OPT_NO_STACKS, OPT_HISTORY, OPT_RING_MB,
+       OPT_PY_STACKS };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to watch", 0 },
@@ -66,6 +73,7 @@ static const struct argp_option opts[] = {
 	{ "leaks", OPT_LEAKS, NULL, 0, "Print live allocations by size and call site on stdout", 0 },
 	{ "trace", OPT_TRACE, "FILE", 0, "Also write a trace with memory counters (.json, .json.gz)", 0 },
 	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No user stack per allocation (cheaper; no call sites)", 0 },
+	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python frames of each allocation, before the native ones", 0 },
 	{ "max-entries", OPT_HISTORY, "N", 0, "Snapshot history entries kept (default 200000)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "wait", 'w', NULL, 0, "Wait for the process to load CUDA or PyTorch instead of failing", 0 },
@@ -103,6 +111,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_NO_STACKS:
 		env.no_stacks = true;
 		break;
+	case OPT_PY_STACKS:
+		env.py_stacks = true;
+		break;
 	case OPT_HISTORY:
 		v = strtol(arg, &end, 10);
 		if (*end || v < 1 || v > 100000000)
@@ -124,6 +135,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "no process given: use -p PID");
 		if (env.pickle && !env.output)
 			argp_error(state, "--pickle needs -o FILE");
+		if (env.py_stacks && env.no_stacks)
+			argp_error(state, "--py-stacks and --no-stacks exclude each other");
 		if (!env.output && !env.leaks && !env.trace)
 			env.output = "tptrace-mem.json";
 		break;
@@ -237,6 +250,7 @@ int mem_main(int argc, char **argv)
 	}
 	mo.uprobe_multi = uprobe_multi__supported();
 	mo.no_stacks = env.no_stacks;
+	mo.py_stacks = env.py_stacks;
 	mo.ring_mb = env.ring_mb;
 	mo.history = env.history;
 	mt = memtrace__attach(t, tj, &mo);

@@ -17,6 +17,7 @@
 #include "hashmap.h"
 #include "log.h"
 #include "memsnap.h"
+#include "ustack.h"
 #include "memtrace.h"
 #include "procmaps.h"
 #include "session.h"
@@ -126,6 +127,8 @@ struct memtrace {
 	int nr_synth, cap_synth;
 	struct u64map synth_index;	/* key -> index + 1 */
 	bool any_host, any_managed;
+	struct ustacks *ustacks;	/* --py-stacks: Python frames of each allocation, else NULL */
+	char py_why[256];		/* why the process's allocations carry no Python frames */
 };
 
 #define SYNTH_STACK_BASE (1 << 30)
@@ -363,6 +366,21 @@ static int stack_frames(void *ctx, int32_t stack_id, struct mem_frame *frames, i
 	return n;
 }
 
+/* --py-stacks: resolves a new stack id now, while its code objects are alive (the snapshot is
+ * written at the end, maybe after the process exited); ustacks keeps it per id, so a known
+ * id costs one lookup. Returns the id for memsnap__stack_with_py. */
+static uint64_t py_resolve(struct memtrace *mt, uint32_t pid, uint64_t ustack)
+{
+	if (mt->ustacks && ustack >= TP_USTACK_FIRST_ID)
+		ustacks__get(mt->ustacks, (int)pid, ustack);
+	return mt->ustacks ? ustack : 0;
+}
+
+static const struct ustack *lookup_ustack(void *ctx, int pid, uint64_t id)
+{
+	return ustacks__get(ctx, pid, id);
+}
+
 /* ---- decoding ------------------------------------------------------------------------------ */
 
 static int cur_device(struct memtrace *mt, uint32_t tid)
@@ -503,7 +521,7 @@ static void handle_call(void *ctx, const void *data)
 	/* --py-stacks: the caller's Python frames go before the native ones (rec->ustack is 0,
 	 * no stack, when capture is off) */
 	stack_id = memsnap__stack_with_py(mt->snap, call_stack_id(mt, rec->stack_id, rec->caller),
-					  rec->ustack);
+					  py_resolve(mt, rec->pid, rec->ustack));
 	write_call(mt, rec, a, device);
 	if (rc == ERR_OUT_OF_MEMORY && (a->kind == K_ALLOC || a->kind == K_VMM_CREATE)) {
 		size = rec->args[a->size];
@@ -597,7 +615,7 @@ static void handle_usdt(void *ctx, const void *data)
 			device = cur_device(mt, rec->tid);
 		device = memsnap__block_alloc(mt->snap, rec->ts, device, rec->ptr, rec->size,
 					      rec->stream, memsnap__stack_with_py(mt->snap, rec->stack_id,
-										  rec->ustack));
+						      py_resolve(mt, rec->pid, rec->ustack)));
 		if (device < 0)
 			return;
 		write_memory_event(mt, rec->tid, rec->ts, "alloc", device, rec->ptr, rec->size);
@@ -666,6 +684,10 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 				 (uint32_t)(opts->ring_mb ? opts->ring_mb : 4) << 20);
 	if (opts->no_stacks)
 		bpf_map__set_max_entries(mt->skel->maps.mem_stacks, 1);
+	/* Python frames are taken where the native stack is (mem.bpf.c: stack cookie) */
+	mt->skel->rodata->ustacks_on = opts->py_stacks && !opts->no_stacks;
+	if (!mt->skel->rodata->ustacks_on)
+		bpf_map__set_max_entries(mt->skel->maps.ustacks, 1);
 	err = mem_bpf__load(mt->skel);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
@@ -674,6 +696,22 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		else
 			log_error("loading memory BPF programs: %s\n", strerror(-err));
 		goto err;
+	}
+	if (mt->skel->rodata->ustacks_on) {
+		const char *python;
+
+		mt->ustacks = ustacks__new(bpf_map__fd(mt->skel->maps.ustacks),
+					   bpf_map__fd(mt->skel->maps.ustack_procs),
+					   bpf_map__fd(mt->skel->maps.ustack_counters), false);
+		if (!mt->ustacks) {
+			log_error("out of memory\n");
+			goto err;
+		}
+		if (ustacks__add_pid(mt->ustacks, t->pid, &python, mt->py_why, sizeof(mt->py_why)))
+			log_info("pid %d: no Python frames in the snapshot: %s\n", t->pid, mt->py_why);
+		else
+			log_verbose("pid %d: Python %s: allocations carry Python frames\n", t->pid,
+				    python);
 	}
 	mt->progs.entry = mt->skel->progs.mem_entry;
 	mt->progs.ret = mt->skel->progs.mem_return;
@@ -780,6 +818,32 @@ char *memtrace__meta_json(struct memtrace *mt)
 		cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
 		cJSON_AddNumberToObject(o, "stack_failures", (double)st->stack_failures);
 	}
+	if (mt->ustacks) {	/* --py-stacks */
+		cJSON *py = cJSON_AddObjectToObject(o, "py_stacks");
+		const char *v = ustacks__python(mt->ustacks, mt->t->pid);
+		uint64_t n;
+
+		if (v)
+			cJSON_AddStringToObject(py, "python", v);
+		else
+			cJSON_AddNullToObject(py, "python");
+		v = ustacks__why(mt->ustacks, mt->t->pid);
+		if (v)
+			cJSON_AddStringToObject(py, "why_no_frames", v);
+		else
+			cJSON_AddNullToObject(py, "why_no_frames");
+		/* unknown, not 0, when the counter cannot be read */
+		if (!ustacks__counter(mt->ustacks, TP_USTACK_CNT_LOST, &n))
+			cJSON_AddNumberToObject(py, "stacks_lost", (double)n);
+		else
+			cJSON_AddNullToObject(py, "stacks_lost");
+		if (!ustacks__counter(mt->ustacks, TP_USTACK_CNT_NOPY, &n))
+			cJSON_AddNumberToObject(py, "events_without_python", (double)n);
+		else
+			cJSON_AddNullToObject(py, "events_without_python");
+	} else {
+		cJSON_AddNullToObject(o, "py_stacks");
+	}
 	cJSON_AddNumberToObject(o, "allocs", (double)ss->allocs);
 	cJSON_AddNumberToObject(o, "frees", (double)ss->frees);
 	cJSON_AddNumberToObject(o, "frees_unknown", (double)ss->frees_unknown);
@@ -807,6 +871,10 @@ void memtrace__info(struct memtrace *mt, struct memsnap_info *info)
 	info->version = TPTRACE_VERSION;
 	info->stack_fn = stack_frames;
 	info->stack_ctx = mt;
+	if (mt->ustacks) {
+		info->ustack_lookup = lookup_ustack;
+		info->ustack_ctx = mt->ustacks;
+	}
 }
 
 void memtrace__free(struct memtrace *mt)
@@ -816,6 +884,7 @@ void memtrace__free(struct memtrace *mt)
 	ring_buffer__free(mt->rb);
 	calls__free(mt->calls);
 	probe_links__destroy(&mt->links);
+	ustacks__free(mt->ustacks);
 	mem_bpf__destroy(mt->skel);
 	memsnap__free(mt->snap);
 	u64map__free_values(&mt->syms);

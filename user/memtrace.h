@@ -32,6 +32,7 @@ struct memtrace_opts {
 	int ring_mb;		/* ring buffer MiB, power of two; 0: 4 */
 	size_t history;		/* snapshot history entries; 0: memsnap's default */
 	bool uprobe_multi;	/* the kernel has uprobe_multi (target__uprobe_multi_supported) */
+	bool py_stacks;		/* Python frames per allocation (bpf/ustack.bpf.h); needs stacks */
 };
 
 struct memtrace_stats {
