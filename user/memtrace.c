@@ -354,10 +354,8 @@ static int stack_frames(void *ctx, int32_t stack_id, struct mem_frame *frames, i
 
 		if (!fs)
 			break;
-		frames[n].name = fs->name;
-		frames[n].filename = fs->file;
-		frames[n].addr = ips[i];
-		frames[n].internal = fs->internal;
+		frames[n] = (struct mem_frame){ .name = fs->name, .filename = fs->file,
+						.addr = ips[i], .internal = fs->internal };
 		n++;
 	}
 	return n;

@@ -228,7 +228,7 @@ def test_mem_leaks_by_call_site():
     assert (int(t2), int(n2), int(s2), d2) == (12288, 3, 4096, "0"), report
     assert site2.startswith("leak_site_a+") and obj2 == "alloc_app", report
     assert "tensor blocks (pytorch:malloc): 5 live, 4206592 bytes" in report, report
-    assert "Python stacks are not captured yet" in report
+    assert "native stacks only: Python stacks with --py-stacks" in report
 
     snap = json.load(open(snap_path))
     check_viz_fields(snap)
