@@ -116,6 +116,8 @@ struct proc {
 	struct psnap snap_attach, snap;
 	char stacks_error[96];
 	bool torch;		/* a PyTorch flight-recorder dump (fr_torch.c) */
+	bool py_stacks;		/* recorded with --py-stacks; py_why: why it has no frames */
+	char py_why[128];
 	char torch_version[16];
 	/* filled by finish */
 	bool dead;
@@ -460,6 +462,8 @@ struct py_pick {
 	bool stuck;
 };
 bool verdict_pyframes(const struct fr_analysis *a, const struct verdict *v, struct py_pick *out);
+/* why the culprit's dump, recorded with --py-stacks, has no Python frames; NULL: not known */
+const char *verdict_pyframes_missing(const struct fr_analysis *a, const struct verdict *v);
 /* the frames (index + 1) of a rank waiting in the verdict's seq, *member set; 0 none */
 uint32_t verdict_waiting_pyframes(const struct fr_analysis *a, const struct verdict *v, int *member);
 void print_stacks_health(FILE *f, const struct fr_analysis *a);

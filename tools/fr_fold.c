@@ -254,6 +254,8 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 	p->events_dropped = d->events_dropped;
 	p->state = d->proc_state;
 	p->torch = d->torch;
+	p->py_stacks = d->py_stacks;
+	snprintf(p->py_why, sizeof(p->py_why), "%s", d->py_why);
 	snprintf(p->torch_version, sizeof(p->torch_version), "%s", d->torch_version);
 	p->wrapped = (d->entries_overwritten != FR_UNK && d->entries_overwritten > 0) ||
 		     (d->entries_recorded != FR_UNK && d->entries_recorded > (int64_t)d->nr_entries);

@@ -49,6 +49,7 @@ static struct env {
 	bool stacks;		/* version 2 dumps with an attach and a dump snapshot */
 	int stack_unknown;	/* this rank's snapshots could not read frames (ptrace denied) */
 	bool py_frames;		/* entries carry Python "frames" (tptrace fr --py-stacks) */
+	int py_none;		/* with py_frames: this rank's Python is unsupported (no frames) */
 	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
 	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
 	int64_t at;
@@ -58,6 +59,7 @@ static struct env {
 	const char *out;
 	uint64_t seed;
 } env = {
+	.py_none = -1,
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
 	.stack_unknown = -1,
@@ -90,7 +92,7 @@ static const char doc[] =
 
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
-       OPT_STACK_UNKNOWN, OPT_PY_FRAMES };
+       OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -121,6 +123,8 @@ static const struct argp_option opts[] = {
 	  "(ptrace denied)", 0 },
 	{ "py-frames", OPT_PY_FRAMES, NULL, 0, "Entries carry Python frames (--py-stacks): "
 	  "c10d's wrapper, then train.py's line per op, then <module>", 0 },
+	{ "py-unsupported", OPT_PY_NONE, "R", 0, "With --py-frames: rank R's Python is not "
+	  "supported (entries: frames [], frames_missing; py_stacks says why)", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -159,6 +163,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_SPLITNULL: env.split_null = true; break;
 	case OPT_STACKS: env.stacks = true; break;
 	case OPT_PY_FRAMES: env.py_frames = true; break;
+	case OPT_PY_NONE: env.py_none = num_arg(state, "py-unsupported", arg, 0, 1 << 20); break;
 	case OPT_STACK_UNKNOWN:
 		env.stack_unknown = num_arg(state, "stack-unknown", arg, 0, 1 << 20);
 		break;
@@ -422,6 +427,8 @@ static void put_init_entry(struct out *o, const struct ent *e, int64_t tid)
 /* --py-frames: what tptrace fr --py-stacks writes for a call from train.py (innermost
  * first): torch.distributed's wrapper of the op, the line of train.py that called it, and
  * the module's loop; one line per op so each op has its own call site */
+static bool py_none_now;	/* the dump being written is of env.py_none's rank */
+
 static void put_py_frames(struct out *o, const struct ent *e)
 {
 	static const char *const ops[] = { "all_reduce", "all_gather", "reduce_scatter", "broadcast",
@@ -429,6 +436,11 @@ static void put_py_frames(struct out *o, const struct ent *e)
 					   "recv" };
 	int k = 0;
 
+	if (py_none_now) {
+		put(o, ",\"frames\":[],\"frames_missing\":\"not captured (the process was not set "
+		       "up for Python stacks)\"");
+		return;
+	}
 	while (k < (int)(sizeof(ops) / sizeof(ops[0])) && strcmp(ops[k], e->op))
 		k++;
 	put(o, ",\"frames\":[{\"name\":");
@@ -958,6 +970,12 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 		put(o, ",\"process\":{\"state\":\"killed\",\"exit_code\":null,\"signal\":9}");
 	else
 		put(o, ",\"process\":{\"state\":\"running\",\"exit_code\":null,\"signal\":null}");
+	py_none_now = r == env.py_none;
+	if (env.py_frames && py_none_now)
+		put(o, ",\"py_stacks\":{\"python\":null,\"why_no_frames\":\"Python 3.8.18: "
+		       "unsupported (3.9-3.13)\"}");
+	else if (env.py_frames)
+		put(o, ",\"py_stacks\":{\"python\":\"3.11.2\",\"why_no_frames\":null}");
 	put_kv_i(o, ",\"ring_size\":", ring);
 	put_kv_i(o, ",\"entries_recorded\":", n);
 	put_kv_i(o, ",\"entries_overwritten\":", first);

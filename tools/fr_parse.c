@@ -1409,6 +1409,35 @@ static bool process_obj(struct jp *j)
 }
 
 /* "trigger": {"id", "origin_host", "reason", "time_ns"} or null (docs/fr-schema.md) */
+/* "py_stacks": {"python": "3.11.2" | null, "why_no_frames": null | "..."}, or null */
+static bool py_stacks_obj(struct jp *j)
+{
+	struct fr_dump *d = j->d;
+	char key[32];
+	int klen;
+	bool first = true;
+
+	if (is_null(j))
+		return skip_value(j, 0);
+	ws(j);
+	if (j->p < j->end && *j->p != '{')
+		return skip_value(j, 0);
+	d->py_stacks = true;
+	while (next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY("python"))
+			ok = str_field(j, d->py_python, sizeof(d->py_python));
+		else if (KEY("why_no_frames"))
+			ok = str_field(j, d->py_why, sizeof(d->py_why));
+		else
+			ok = skip_value(j, 0);
+		if (!ok)
+			return false;
+	}
+	return !j->failed;
+}
+
 static bool trigger_obj(struct jp *j)
 {
 	struct fr_dump *d = j->d;
@@ -1453,6 +1482,8 @@ static void reset(struct fr_dump *d)
 	d->nr_snaps = d->nr_threads = 0;
 	d->nr_pystacks = d->nr_pyframes = 0;
 	d->pystacks_dropped = 0;
+	d->py_stacks = false;
+	d->py_python[0] = d->py_why[0] = 0;
 	d->stacks_error[0] = 0;
 	d->trigger_id[0] = d->trigger_origin[0] = d->trigger_reason[0] = 0;
 	d->trigger_time_ns = FR_UNK;
@@ -1499,6 +1530,8 @@ static bool top_level(struct jp *j, bool first, bool stop_at_entries, bool *at_e
 			ok = process_obj(j);
 		else if (KEY("trigger"))
 			ok = trigger_obj(j);
+		else if (KEY("py_stacks"))
+			ok = py_stacks_obj(j);
 		else if (KEY("ring_size"))
 			ok = num(j, &d->ring_size);
 		else if (KEY("entries_recorded"))

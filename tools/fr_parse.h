@@ -186,6 +186,9 @@ struct fr_dump {
 	size_t nr_pyframes, cap_pyframes;
 	struct fr_pyframe py_scratch[FR_ENTRY_FRAMES];
 	int64_t pystacks_dropped;	/* entries whose frames were not kept (over FR_MAX_PYSTACKS) */
+	bool py_stacks;		/* recorded with --py-stacks ("py_stacks" not null) */
+	char py_python[16];	/* its Python version, "" none */
+	char py_why[128];	/* why its entries carry no Python frames, "" captured */
 	/* the cross-host trigger this dump answered ("trigger"); trigger_id "" when none */
 	char trigger_id[40], trigger_origin[FR_NAME_LEN], trigger_reason[16];
 	int64_t trigger_time_ns;

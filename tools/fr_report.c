@@ -100,25 +100,29 @@ static void add_pystack(cJSON *po, const struct fr_analysis *a, uint32_t stack)
 static void add_py_frames(cJSON *o, const struct fr_analysis *a, const struct verdict *v)
 {
 	struct py_pick pick;
+	bool have = verdict_pyframes(a, v, &pick);
 	uint32_t waiting;
 	int wm = -1;
 	cJSON *po;
 
-	if (!verdict_pyframes(a, v, &pick)) {
+	if (have) {
+		po = cJSON_AddObjectToObject(o, "py_frames");
+		if (!po)
+			return;
+		cJSON_AddNumberToObject(po, "global_rank", (double)v->who[0][0]);
+		cJSON_AddStringToObject(po, "op", fr_op_name(pick.op));
+		cJSON_AddNumberToObject(po, "collective_seq_id", (double)pick.seq);
+		cJSON_AddStringToObject(po, "entry", pick.stuck ? "oldest_not_completed" : "newest");
+		add_pystack(po, a, pick.stack);
+	} else {
+		const char *why = verdict_pyframes_missing(a, v);
+
 		cJSON_AddNullToObject(o, "py_frames");
-		cJSON_AddNullToObject(o, "py_frames_waiting");
-		return;
+		if (why)
+			cJSON_AddStringToObject(o, "py_frames_missing", why);
 	}
-	po = cJSON_AddObjectToObject(o, "py_frames");
-	if (!po)
-		return;
-	cJSON_AddNumberToObject(po, "global_rank", (double)v->who[0][0]);
-	cJSON_AddStringToObject(po, "op", fr_op_name(pick.op));
-	cJSON_AddNumberToObject(po, "collective_seq_id", (double)pick.seq);
-	cJSON_AddStringToObject(po, "entry", pick.stuck ? "oldest_not_completed" : "newest");
-	add_pystack(po, a, pick.stack);
 	waiting = verdict_waiting_pyframes(a, v, &wm);
-	if (!waiting || (pick.stuck && pick.seq == v->seq)) {
+	if (!waiting || (have && pick.stuck && pick.seq == v->seq)) {
 		cJSON_AddNullToObject(o, "py_frames_waiting");
 		return;
 	}

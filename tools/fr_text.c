@@ -791,6 +791,16 @@ static void print_pystack(FILE *f, const struct fr_analysis *a, uint32_t stack)
 		fprintf(f, "\n  ... (outer frames in the dump's \"frames\")");
 }
 
+const char *verdict_pyframes_missing(const struct fr_analysis *a, const struct verdict *v)
+{
+	const struct proc *p;
+
+	if (!v->nr_who || v->who[0][2] < 0 || v->comm < 0)
+		return NULL;
+	p = &a->procs[v->who[0][2]];
+	return p->py_stacks && p->py_why[0] ? p->py_why : NULL;
+}
+
 /* A waiting member's frames of the verdict's seq (where the others are), 0 none */
 uint32_t verdict_waiting_pyframes(const struct fr_analysis *a, const struct verdict *v, int *member)
 {
@@ -806,30 +816,43 @@ uint32_t verdict_waiting_pyframes(const struct fr_analysis *a, const struct verd
 }
 
 /* --py-stacks: "rank 3 (...) is in all_reduce seq 7 (not completed), called from:" and its
- * frames; for a rank missing from a collective, also where the others wait in it */
+ * frames (or why it has none); for a rank missing from a collective, also where the others
+ * called the one they wait in */
 static void print_pyframes(FILE *f, struct text *t, const struct fr_analysis *a,
 			   const struct verdict *v)
 {
+	const char *why = NULL;
 	struct py_pick pick;
+	bool have = verdict_pyframes(a, v, &pick);
 	uint32_t waiting;
 	int wm = -1;
 
-	if (!verdict_pyframes(a, v, &pick))
+	if (!have)
+		why = verdict_pyframes_missing(a, v);
+	waiting = verdict_waiting_pyframes(a, v, &wm);
+	if (have && pick.stuck && pick.seq == v->seq)
+		waiting = 0;	/* the culprit's own frames are of that collective */
+	if (!have && !why && !waiting)
 		return;
 	fflush(f);
 	if (t->len && t->buf[t->len - 1] != '\n')
 		fprintf(f, "\n");
-	print_proc_label(f, &a->procs[v->who[0][2]]);
-	if (pick.stuck)
-		fprintf(f, " is in %s seq %" PRId64 " (not completed), called from:",
-			fr_op_name(pick.op), pick.seq);
-	else
-		fprintf(f, " last entered %s seq %" PRId64 " (completed), called from:",
-			fr_op_name(pick.op), pick.seq);
-	print_pystack(f, a, pick.stack);
-	waiting = verdict_waiting_pyframes(a, v, &wm);
-	if (waiting && !(pick.stuck && pick.seq == v->seq)) {
-		fprintf(f, "\n");
+	if (have) {
+		print_proc_label(f, &a->procs[v->who[0][2]]);
+		if (pick.stuck)
+			fprintf(f, " is in %s seq %" PRId64 " (not completed), called from:",
+				fr_op_name(pick.op), pick.seq);
+		else
+			fprintf(f, " last entered %s seq %" PRId64 " (completed), called from:",
+				fr_op_name(pick.op), pick.seq);
+		print_pystack(f, a, pick.stack);
+	} else if (why) {
+		print_proc_label(f, &a->procs[v->who[0][2]]);
+		fprintf(f, " has no Python frames: %s", why);
+	}
+	if (waiting) {
+		if (have || why)
+			fprintf(f, "\n");
 		print_proc_label(f, &a->procs[a->members[wm].proc]);
 		fprintf(f, ", one of the ranks waiting in seq %" PRId64 ", called it from:", v->seq);
 		print_pystack(f, a, waiting);

@@ -259,6 +259,17 @@ CASES = {
         "human": "    rank 2 is in all_reduce seq 16 (not completed), called from:\n"
                  f"      {C10D}:2500 all_reduce\n"
                  "      /job/train.py:40 Trainer.step\n"}),
+    # the culprit's Python is not supported: the verdict says why it has no frames, and still
+    # shows where the others wait
+    "skip_pyframes_unsupported": ("--ranks 4 --entries 16 --scenario skip --culprit 2 "
+                                  "--py-frames --py-unsupported 2", 1, [
+        ("missing_rank", WORLD, 16, [2], [2]),
+        ("stuck_in_call", None, None, [2], []),
+    ], {"py_missing": (0, "Python 3.8.18: unsupported (3.9-3.13)"),
+        "py_waiting": (0, 0, 16, [("all_reduce", C10D, 2500),
+                                  ("Trainer.step", "/job/train.py", 40)]),
+        "human": "    rank 2 has no Python frames: Python 3.8.18: unsupported (3.9-3.13)\n"
+                 "    rank 0, one of the ranks waiting in seq 16, called it from:\n"}),
 }
 
 
@@ -371,6 +382,13 @@ def check_case(name, failures):
                 return f"verdict {i} py_frames {got!r}, want {want_py!r}"
         elif v["py_frames"] is not None:
             return f"verdict {i} ({v['rule']}) py_frames {v['py_frames']!r}, want null"
+        want_missing = extra.get("py_missing")
+        if want_missing and want_missing[0] == i:
+            if v.get("py_frames_missing") != want_missing[1]:
+                return f"verdict {i} py_frames_missing {v.get('py_frames_missing')!r}, want " \
+                       f"{want_missing[1]!r}"
+        elif "py_frames_missing" in v:
+            return f"verdict {i} py_frames_missing {v['py_frames_missing']!r}, want none"
         want_w = extra.get("py_waiting")
         if want_w and want_w[0] == i and want_w[1] is not None:
             got = v["py_frames_waiting"] or {}
