@@ -17,11 +17,22 @@
 
 #define MAX_DEPTH 64
 
+/* Entries' "frames" arrays seen last, as raw text: the entries of one call site repeat the
+ * same bytes, so most arrays are matched by length and memcmp instead of being parsed */
+#define PY_RAW_CACHE 8
+struct py_raw {
+	const char *p;		/* into the buffer being parsed (valid for this parse) */
+	size_t len;
+	uint32_t pystack;
+};
+
 struct jp {
 	const char *p, *end, *base;
 	struct fr_dump *d;
 	bool failed;
 	size_t off0;		/* file offset of base (tail mode) */
+	struct py_raw py_raw[PY_RAW_CACHE];
+	int py_raw_next;
 };
 
 static const char *const op_names[FR_OP__COUNT] = {
@@ -884,9 +895,25 @@ static bool pyframes_array(struct jp *j, uint32_t *pystack)
 	int n = 0;
 	int64_t idx;
 
+	const char *start;
+	size_t len;
+
 	*pystack = 0;
 	if (is_null(j))
 		return skip_value(j, 0);
+	start = j->p;
+	if (!skip_value(j, 0))
+		return false;
+	len = (size_t)(j->p - start);
+	for (int i = 0; i < PY_RAW_CACHE; i++) {
+		const struct py_raw *r = &j->py_raw[i];
+
+		if (r->p && r->len == len && !memcmp(r->p, start, len)) {
+			*pystack = r->pystack;
+			return true;
+		}
+	}
+	j->p = start;
 	while (next_elem(j, &first)) {
 		bool ok;
 
@@ -905,6 +932,8 @@ static bool pyframes_array(struct jp *j, uint32_t *pystack)
 	if (idx < 0)
 		return fail(j, "out of memory");
 	*pystack = (uint32_t)idx;
+	j->py_raw[j->py_raw_next] = (struct py_raw){ start, len, *pystack };
+	j->py_raw_next = (j->py_raw_next + 1) % PY_RAW_CACHE;
 	return true;
 }
 
