@@ -58,13 +58,20 @@ class PyJob:
     """nranks rank processes of py_nccl_coll.py under one interpreter, recorded by
     `tptrace fr --py-stacks`"""
 
-    def __init__(self, python, nranks, steps, culprit=-1, name="pyfr"):
+    def __init__(self, python, nranks, steps, culprit=-1, name="pyfr", all_procs=False):
+        """all_procs: `tptrace fr -a` started first; the ranks are recorded from their exec"""
         self.dir = tmp_path(name)
         subprocess.run(["rm", "-rf", self.dir], check=True)
         os.makedirs(self.dir)
         self.dump_dir = os.path.join(self.dir, "dumps")
         id_file = os.path.join(self.dir, "nccl.id")
         self.expect = [os.path.join(self.dir, f"expect.{r}.json") for r in range(nranks)]
+        self.tracer = None
+        if all_procs:
+            self.tracer = Tracer(["fr", "-a", "-v", "--py-stacks", "--no-stacks", "--dump-dir",
+                                  self.dump_dir], ready=False)
+            assert self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 30), \
+                self.tracer.err.text()
         self.ranks = [Workload([python, PY_COLL, "--rank", str(r), "--nranks", str(nranks),
                                 "--id-file", id_file, "--lib-dir", SIM_LIB, "--steps",
                                 str(steps), "--culprit", str(culprit), "--expect",
@@ -74,6 +81,8 @@ class PyJob:
                       for r in range(nranks)]
         for w in self.ranks:     # they rendezvous in ncclCommInitRank before READY
             w.wait_ready()
+        if all_procs:
+            return
         args = ["fr", "--py-stacks", "--no-stacks", "--dump-dir", self.dump_dir]
         for w in self.ranks:
             args += ["-p", str(w.pid)]
@@ -82,12 +91,15 @@ class PyJob:
             self.tracer.err.text()
 
     def dumps(self):
+        """this job's dumps by rank (with -a the recorder may see other NCCL processes)"""
+        pids = [w.pid for w in self.ranks]
         out = {}
         for f in os.listdir(self.dump_dir):
             if f.startswith("tptrace-fr.") and f.endswith(".json"):
                 with open(os.path.join(self.dump_dir, f)) as fh:
                     d = json.load(fh)
-                out[d["global_rank"]] = d
+                if d["pid"] in pids:
+                    out[d["global_rank"]] = d
         return out
 
     def calls(self, r):
@@ -97,16 +109,17 @@ class PyJob:
     def kill(self):
         for w in self.ranks:
             w.kill()
-        if self.tracer.p.poll() is None:
+        if self.tracer and self.tracer.p.poll() is None:
             self.tracer.p.kill()
             self.tracer.p.wait()
 
 
-def check_fr_frames(python, minor):
+def check_fr_frames(python, minor, all_procs=False):
     """3 ranks x 3 steps of all_reduce + all_gather: every entry's frames exactly as CPython
     saw them at the call, the dump's Python version named"""
     need_root()
-    job = PyJob(python, 3, 3, name=f"pyfr-{minor}")
+    job = PyJob(python, 3, 3, name=f"pyfr-{minor}{'-a' if all_procs else ''}",
+                all_procs=all_procs)
     try:
         for w in job.ranks:
             w.go()
@@ -118,7 +131,13 @@ def check_fr_frames(python, minor):
         time.sleep(1.0)
         for w in job.ranks:
             assert w.finish() == 0, w.err.text()
-        assert job.tracer.wait(30) == 0, job.tracer.err.text()
+        if all_procs:
+            for w in job.ranks:
+                assert job.tracer.err.wait_for(
+                    lambda l, p=w.pid: f"dumped pid {p} (exit)" in l, 15), job.tracer.err.text()
+            assert job.tracer.stop() == 0, job.tracer.err.text()
+        else:
+            assert job.tracer.wait(30) == 0, job.tracer.err.text()
         dumps = job.dumps()
         assert sorted(dumps) == [0, 1, 2], sorted(dumps)
         for r, d in dumps.items():
@@ -142,6 +161,11 @@ def check_fr_frames(python, minor):
 
 def test_fr_py_frames_debian_3_11():
     check_fr_frames(interpreter(DEBIAN_PY), 11)
+
+
+def test_fr_py_frames_all_processes():
+    """tptrace fr -a --py-stacks: ranks started after the recorder, set up from their exec"""
+    check_fr_frames(interpreter(DEBIAN_PY), 11, all_procs=True)
 
 
 def test_fr_py_frames_pyenv_3_9():
