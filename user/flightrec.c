@@ -360,16 +360,21 @@ struct fr_pystack *fr_pystack_get(struct flightrec *fr, struct fr_proc *p, uint6
 	struct fr_pystack *s;
 	uint64_t val;
 
+	/* a status id stores nothing: one shared record per status (and u64map keys are never
+	 * 0, TP_USTACK_NONE) */
+	if (id < TP_USTACK_FIRST_ID) {
+		static struct fr_pystack statuses[TP_USTACK_FIRST_ID];
+
+		statuses[id].missing = ustack_status_why(id);
+		return &statuses[id];
+	}
 	if (u64map__get(&p->pystacks, id, &val))
 		return (struct fr_pystack *)(uintptr_t)val;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	u = id >= TP_USTACK_FIRST_ID ? fr->opts.ustack_lookup(fr->opts.ustack_ctx, p->pid, id)
-				     : NULL;
-	if (id < TP_USTACK_FIRST_ID)
-		s->missing = ustack_status_why(id);
-	else if (!u)
+	u = fr->opts.ustack_lookup(fr->opts.ustack_ctx, p->pid, id);
+	if (!u)
 		s->missing = "stack id not in the BPF stack map";
 	else if (!u->nr_py)
 		s->missing = u->flags & TP_USTACK_PY_NOSTATE ?

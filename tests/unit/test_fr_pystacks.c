@@ -128,6 +128,7 @@ int main(void)
 	coll(fr, "ncclAllReduce", comm, TP_USTACK_NOPY);
 	coll(fr, "ncclAllReduce", comm, 300);
 	coll(fr, "ncclAllReduce", comm, 999);		/* not in the map */
+	coll(fr, "ncclAllReduce", comm, TP_USTACK_NONE);	/* the process was not set up */
 	CHECK(lookups == 4, "one lookup per distinct stored id (got %d)", lookups);
 	/* the map loses every id now: the entries keep what was resolved at record time */
 	forget = true;
@@ -138,7 +139,7 @@ int main(void)
 	py = get(d, "py_stacks");
 	CHECK_STR(str(py, "python"), "3.11.2");
 	CHECK(cJSON_IsNull(get(py, "why_no_frames")), "frames captured: no why");
-	CHECK(cJSON_GetArraySize(get(d, "entries")) == 6, "6 entries");
+	CHECK(cJSON_GetArraySize(get(d, "entries")) == 7, "7 entries");
 	entries = get(d, "entries");
 
 	for (int i = 0; i < 2; i++) {
@@ -166,6 +167,10 @@ int main(void)
 	e = cJSON_GetArrayItem(entries, 5);
 	CHECK(cJSON_GetArraySize(get(e, "frames")) == 0, "[] for an id not in the map");
 	CHECK_STR(str(e, "frames_missing"), "stack id not in the BPF stack map");
+	e = cJSON_GetArrayItem(entries, 6);
+	CHECK(cJSON_GetArraySize(get(e, "frames")) == 0, "[] for TP_USTACK_NONE");
+	CHECK_STR(str(e, "frames_missing"),
+		  "not captured (the process was not set up for Python stacks)");
 	cJSON_Delete(d);
 
 	/* a process without a readable Python: the dump says why */
