@@ -67,18 +67,26 @@ class PyJob:
         id_file = os.path.join(self.dir, "nccl.id")
         self.expect = [os.path.join(self.dir, f"expect.{r}.json") for r in range(nranks)]
         self.tracer = None
-        if all_procs:
-            self.tracer = Tracer(["fr", "-a", "-v", "--py-stacks", "--no-stacks", "--dump-dir",
-                                  self.dump_dir], ready=False)
-            assert self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 30), \
-                self.tracer.err.text()
-        self.ranks = [Workload([python, PY_COLL, "--rank", str(r), "--nranks", str(nranks),
-                                "--id-file", id_file, "--lib-dir", SIM_LIB, "--steps",
-                                str(steps), "--culprit", str(culprit), "--expect",
-                                self.expect[r]],
-                               env={"RANK": str(r), "WORLD_SIZE": str(nranks),
-                                    "LOCAL_RANK": str(r)}, wait_ready=False)
-                      for r in range(nranks)]
+        self.ranks = []
+        try:
+            if all_procs:
+                self.tracer = Tracer(["fr", "-a", "-v", "--py-stacks", "--no-stacks",
+                                      "--dump-dir", self.dump_dir], ready=False)
+                assert self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 30), \
+                    self.tracer.err.text()
+            self._start(python, nranks, steps, culprit, id_file, all_procs)
+        except BaseException:
+            self.kill()     # never leave a recorder or a rank behind
+            raise
+
+    def _start(self, python, nranks, steps, culprit, id_file, all_procs):
+        for r in range(nranks):
+            self.ranks.append(Workload([python, PY_COLL, "--rank", str(r), "--nranks",
+                                        str(nranks), "--id-file", id_file, "--lib-dir",
+                                        SIM_LIB, "--steps", str(steps), "--culprit",
+                                        str(culprit), "--expect", self.expect[r]],
+                                       env={"RANK": str(r), "WORLD_SIZE": str(nranks),
+                                            "LOCAL_RANK": str(r)}, wait_ready=False))
         for w in self.ranks:     # they rendezvous in ncclCommInitRank before READY
             w.wait_ready()
         if all_procs:
@@ -121,6 +129,12 @@ def check_fr_frames(python, minor, all_procs=False):
     job = PyJob(python, 3, 3, name=f"pyfr-{minor}{'-a' if all_procs else ''}",
                 all_procs=all_procs)
     try:
+        if all_procs:
+            # -a sets a process up when it maps libnccl, asynchronously: calls made before
+            # that carry frames [] ("not captured"); the exact check starts once it is
+            for w in job.ranks:
+                assert job.tracer.err.wait_for(
+                    lambda l, p=w.pid: f"recording pid {p} " in l, 15), job.tracer.err.text()
         for w in job.ranks:
             w.go()
         for w in job.ranks:
