@@ -223,6 +223,7 @@ static long ustack_py_cb(__u32 i, void *ctx)
 		lasti = (__u32)ustack_u64(s->f, c->f_lasti, sizeof(s->f));
 	s->st.py[n][0] = code;
 	s->st.py[n][1] = lasti;
+	s->st.py[n][2] = 0;
 	w->h = ustack_mix(ustack_mix(w->h, code), lasti);
 	w->n = n + 1;
 	return 0;
@@ -280,6 +281,31 @@ static long ustack_native_cb(__u32 i, void *ctx)
 		return 1;
 	}
 	w->fp = pair[0];
+	return 0;
+}
+
+/* The stamps of a new stack's code objects (bpf/ustacks.h): read once per distinct stack. */
+static long ustack_stamp_cb(__u32 i, void *ctx)
+{
+	struct ustack_walk *w = ctx;
+	struct ustack_scratch *s = w->s;
+	const struct tp_ustack_config *c = w->c;
+	__u64 code, filename = 0;
+	__s32 line = 0;
+
+	__u64 j = i;
+
+	/* one 64-bit register for the check and the index, or the verifier loses the bound */
+	asm volatile("" : "+r"(j));
+	if (j >= TP_PY_MAX_FRAMES || j >= s->st.nr_py)
+		return 1;
+	code = s->st.py[j][0];
+	if (c->co_filename < 0 || c->co_firstlineno < 0 ||
+	    bpf_probe_read_user(&filename, sizeof(filename), (void *)(code + c->co_filename)) ||
+	    bpf_probe_read_user(&line, sizeof(line), (void *)(code + c->co_firstlineno)))
+		s->st.py[j][2] = 0;
+	else
+		s->st.py[j][2] = TP_PY_STAMP(filename, line);
 	return 0;
 }
 
@@ -359,7 +385,11 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 		h += TP_USTACK_FIRST_ID;
 	ustack_count(TP_USTACK_CNT_CAPTURED);
 	if (!bpf_map_lookup_elem(&ustacks, &h)) {
-		long err = bpf_map_update_elem(&ustacks, &h, &s->st, BPF_NOEXIST);
+		long err;
+
+		if (s->st.nr_py)
+			bpf_loop(TP_PY_MAX_FRAMES, ustack_stamp_cb, &w, 0);
+		err = bpf_map_update_elem(&ustacks, &h, &s->st, BPF_NOEXIST);
 
 		if (!err) {
 			ustack_count(TP_USTACK_CNT_NEW);

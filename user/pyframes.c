@@ -482,8 +482,8 @@ static int frame_addr(const struct pyproc *py, const struct code_info *ci, uint6
 	}
 }
 
-int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct py_frame *out,
-		      int *firstlineno)
+int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, uint64_t stamp,
+		      struct py_frame *out, int *firstlineno)
 {
 	struct code_info *ci;
 	bool skip = false;
@@ -498,6 +498,8 @@ int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct p
 		return 0;	/* not a code object: 3.13 allows other executables */
 	if (ret)
 		return ret;
+	if (stamp != TP_PY_STAMP(ci->filename, ci->firstlineno))
+		return -ESTALE;	/* another code object now: never its name and line */
 	addr = frame_addr(py, ci, code, lasti, owner, &skip);
 	if (skip)
 		return 0;
@@ -539,6 +541,8 @@ int pyframes__bpf_config(const struct pyproc *py, struct tp_ustack_config *c)
 	c->f_lasti = L->f_lasti;
 	c->f_owner = L->f_owner;
 	c->f_size = L->f_size;
+	c->co_filename = L->co_filename;
+	c->co_firstlineno = L->co_firstlineno;
 	c->lasti_is_ptr = L->lasti != LASTI_BYTES && L->lasti != LASTI_UNITS;
 	c->skip_owner = py->minor >= 12 ? OWNED_BY_CSTACK : 0;
 	return 0;

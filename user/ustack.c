@@ -175,7 +175,7 @@ static int resolve_py(struct ustacks *u, struct ustack_proc *p, const struct tp_
 	for (i = 0; i < n; i++) {
 		struct ustack_frame *f = &s->py[s->nr_py];
 		struct py_frame pf;
-		int ret = pyframes__resolve(p->py, raw->py[i][0], raw->py[i][1], &pf,
+		int ret = pyframes__resolve(p->py, raw->py[i][0], raw->py[i][1], raw->py[i][2], &pf,
 					    &f->firstlineno);
 
 		if (ret == 0)
