@@ -62,11 +62,15 @@ struct {
 	__type(value, struct ustack_thread);
 } ustack_threads SEC(".maps");
 
-/* Per-CPU scratch: the stack being built and the bytes of one thread state / frame. */
+#define TP_USTACK_PAGE 4096
+
+/* Per-CPU scratch: the stack being built, the bytes of one thread state, of one frame that
+ * straddles a page end, and of the page that holds the last frames read. */
 struct ustack_scratch {
 	struct tp_ustack st;
 	__u8 ts[TP_PY_TSTATE_READ];
 	__u8 f[TP_PY_FRAME_READ];
+	__u8 page[TP_USTACK_PAGE];
 };
 
 struct {
@@ -134,6 +138,7 @@ struct ustack_walk {
 	/* Python frames */
 	__u32 n, fsize;
 	__u64 frame;
+	__u64 page;	/* address of the page in s->page; 0 none */
 	/* native frames */
 	__u64 sp, top, fp;
 };
@@ -186,6 +191,35 @@ static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, __u32 tid, __
 	return nt.tstate;
 }
 
+/* One frame's bytes: frames are read a page at a time, since the frames of one call chain
+ * sit next to each other (3.11+: the thread's data stack; 3.9/3.10: pymalloc pools), and one
+ * read of a page costs far less than a read per frame. A page that holds a frame is mapped
+ * whole, so the page read cannot fault where the frame read would not. */
+static __always_inline const __u8 *ustack_frame_bytes(struct ustack_walk *w, __u32 fsize)
+{
+	struct ustack_scratch *s = w->s;
+	__u64 page = w->frame & ~(__u64)(TP_USTACK_PAGE - 1);
+	__u64 off = w->frame - page;
+
+	if (off <= TP_USTACK_PAGE - TP_PY_FRAME_READ) {
+		if (page != w->page) {
+			if (bpf_probe_read_user(s->page, TP_USTACK_PAGE, (void *)page)) {
+				w->page = 0;
+				goto single;
+			}
+			w->page = page;
+		}
+		asm volatile("" : "+r"(off));
+		if (off > TP_USTACK_PAGE - TP_PY_FRAME_READ)
+			return NULL;
+		return s->page + off;
+	}
+single:	/* near the page end: this frame alone */
+	if (bpf_probe_read_user(s->f, fsize, (void *)w->frame))
+		return NULL;
+	return s->f;
+}
+
 static long ustack_py_cb(__u32 i, void *ctx)
 {
 	struct ustack_walk *w = ctx;
@@ -193,22 +227,23 @@ static long ustack_py_cb(__u32 i, void *ctx)
 	const struct tp_ustack_config *c = w->c;
 	__u64 code, lasti, owner = 0;
 	__u32 n = w->n, fsize = w->fsize;
+	const __u8 *f;
 
 	if (!w->frame)
 		return 1;
 	if (fsize > TP_PY_FRAME_READ)
 		fsize = TP_PY_FRAME_READ;
-	if (!fsize || bpf_probe_read_user(s->f, fsize, (void *)w->frame)) {
+	if (!fsize || !(f = ustack_frame_bytes(w, fsize))) {
 		s->st.flags |= TP_USTACK_PY_FAULT;
 		return 1;
 	}
-	code = ustack_u64(s->f, c->f_code, sizeof(s->f));
-	w->frame = ustack_u64(s->f, c->f_back, sizeof(s->f));
+	code = ustack_u64(f, c->f_code, TP_PY_FRAME_READ);
+	w->frame = ustack_u64(f, c->f_back, TP_PY_FRAME_READ);
 	if (c->f_owner >= 0) {
 		__u32 o = c->f_owner;
 
 		if (o < TP_PY_FRAME_READ)
-			owner = s->f[o];
+			owner = f[o];
 	}
 	if (c->skip_owner && owner == c->skip_owner)
 		return 0;
@@ -217,10 +252,10 @@ static long ustack_py_cb(__u32 i, void *ctx)
 		return 1;
 	}
 	if (c->lasti_is_ptr)
-		lasti = (ustack_u64(s->f, c->f_lasti, sizeof(s->f)) & TP_PY_LASTI_MASK) |
+		lasti = (ustack_u64(f, c->f_lasti, TP_PY_FRAME_READ) & TP_PY_LASTI_MASK) |
 			owner << TP_PY_OWNER_SHIFT;
 	else
-		lasti = (__u32)ustack_u64(s->f, c->f_lasti, sizeof(s->f));
+		lasti = (__u32)ustack_u64(f, c->f_lasti, TP_PY_FRAME_READ);
 	s->st.py[n][0] = code;
 	s->st.py[n][1] = lasti;
 	s->st.py[n][2] = 0;
@@ -237,6 +272,7 @@ static __always_inline void ustack_py(struct ustack_walk *w)
 
 	w->frame = ustack_u64(s->ts, c->ts_frame, sizeof(s->ts));
 	w->n = 0;
+	w->page = 0;
 	w->fsize = c->f_size > TP_PY_FRAME_READ ? TP_PY_FRAME_READ : c->f_size;
 	if (w->frame && c->cf_current >= 0 &&
 	    bpf_probe_read_user(&w->frame, sizeof(w->frame), (void *)(w->frame + c->cf_current))) {

@@ -316,7 +316,9 @@ int ustack__compact(const struct ustack *s, char *buf, size_t size)
 
 const struct ustack_stats *ustacks__stats(const struct ustacks *u)
 {
-	return &u->stats;
+	static const struct ustack_stats none;
+
+	return u ? &u->stats : &none;
 }
 
 int ustacks__counter(const struct ustacks *u, int idx, uint64_t *out)
