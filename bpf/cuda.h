@@ -80,7 +80,7 @@ struct tp_rec_call {
 	__u64 args[6];		/* rdi rsi rdx rcx r8 r9 */
 	__u64 stack[TP_STACK_MAX];	/* [rsp], [rsp+8], ... */
 	__u64 caller2;		/* [rbp+8] when TP_COOKIE_CALLER2 and rbp points into the stack */
-	__u64 ustack;		/* --py-stacks: the caller's stack id (bpf/ustack.h), else 0 */
+	__u64 ustack;		/* --py-stacks: the caller's stack id (bpf/ustacks.h), else 0 */
 	__u8 deref[TP_DEREF_MAX];	/* present only in records of TP_REC_CALL_FULL_SIZE */
 };
 

@@ -49,7 +49,7 @@ struct mem_rec_usdt {
 	__u64 device;		/* malloc: the raw argument (c10::Device: type | index << 8) */
 	__u64 size;		/* malloc: bytes requested */
 	__u64 stream;		/* malloc: the raw stream argument */
-	__u64 ustack;		/* --py-stacks: the caller's stack id (bpf/ustack.h), else 0 */
+	__u64 ustack;		/* --py-stacks: the caller's stack id (bpf/ustacks.h), else 0 */
 };
 
 enum mem_call_flags {
@@ -75,7 +75,7 @@ struct mem_rec_call {
 	 * first instruction misses its caller (rbp is still the caller's frame) unless the
 	 * kernel knows the function starts with push %rbp or endbr64. */
 	__u64 caller;
-	__u64 ustack;		/* --py-stacks: the caller's stack id (bpf/ustack.h), else 0 */
+	__u64 ustack;		/* --py-stacks: the caller's stack id (bpf/ustacks.h), else 0 */
 };
 
 /* Index of the per-CPU counters in the "mem_counters" map. */

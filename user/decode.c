@@ -19,7 +19,6 @@
 #include "target.h"
 #include "trace_json.h"
 #include "ustack.h"
-#include "../bpf/ustack.h"	/* status ids, TP_PY_MAX_FRAMES (user/ustack.h shares the name) */
 
 /* --gpu: a call the join (gpu_join.c) holds until it is decided, handed back to emit_host. */
 struct gpu_payload {

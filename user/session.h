@@ -23,7 +23,7 @@ struct session_bpf {
 
 struct session_load_opts {
 	bool fr_exec;		/* as session__load_bpf_fr_exec */
-	bool ustacks;		/* --py-stacks: capture each call's Python stack (bpf/ustack.h) */
+	bool ustacks;		/* --py-stacks: capture each call's Python stack (bpf/ustacks.h) */
 	bool ustacks_native;	/* ... and its native frames (frame pointers) */
 };
 

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "ustacks.h"	/* bpf/ustacks.h: the map layout, status ids, flags */
 
 struct ustacks;
 
@@ -37,7 +38,7 @@ struct ustack {
 	struct ustack_frame *py;
 	int nr_native;		/* native frames, innermost first (0 when not captured) */
 	struct ustack_frame *native;
-	uint32_t flags;		/* bpf/ustack.h enum tp_ustack_flags */
+	uint32_t flags;		/* bpf/ustacks.h enum tp_ustack_flags */
 	const char *native_stop;	/* why the native frames end where they end: NULL (the
 					 * chain reached its end), or e.g. "no frame pointer in
 					 * libfoo.so (bar)"; owned by the ustacks */

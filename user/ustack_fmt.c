@@ -5,7 +5,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include "ustack.h"
-#include "../bpf/ustack.h"	/* the status ids (user/ustack.h shares the name) */
 
 /* snprintf into buf at *len, counting what did not fit as snprintf does */
 static void append(char *buf, size_t size, size_t *len, const char *fmt, ...)

@@ -17,7 +17,6 @@
 #include "target.h"
 #include "trace_json.h"
 #include "ustack.h"
-#include "../../bpf/ustack.h"
 
 static int pid = 4000;
 
@@ -69,6 +68,19 @@ static const struct ustack *fake_lookup(void *ctx, int p, uint64_t id)
 		if (stacks[i].id == id && stacks[i].pid == p)
 			return &stacks[i];
 	return NULL;
+}
+
+/* What the stack arg of a call with stack id must be: ustack__compact's line (its format is
+ * user/ustack.c's, tested there), or the status name in <>. */
+static const char *want_stack(uint64_t id)
+{
+	static char buf[4096];
+
+	if (id < TP_USTACK_FIRST_ID)
+		snprintf(buf, sizeof(buf), "<%s>", ustacks__status_name(id));
+	else
+		ustack__compact(fake_lookup(stacks, pid, id), buf, sizeof(buf));
+	return buf;
 }
 
 /* ---- records ---- */
@@ -284,29 +296,30 @@ static void test_slices(const char *path)
 
 	/* the stack args */
 	e = find(trace, "cudaLaunchKernel", A, 0);
-	CHECK_STR(sget(args(e), "stack"), "/w/train.py:50 <module>;/w/train.py:12 main;"
-		  "/w/train.py:22 Model.step;/w/model.py:31 forward");
+	CHECK_STR(sget(args(e), "stack"), want_stack(0x101));
+	CHECK(strstr(sget(args(e), "stack"), ":31 forward") != NULL, "the innermost frame's line");
 	CHECK(cJSON_GetObjectItem(args(e), "stack truncated") == NULL, "not truncated");
 	e = find(trace, "cudaMemcpy", A, 0);
-	CHECK_STR(sget(args(e), "stack"), "/w/train.py:50 <module>;/w/train.py:12 main;"
-		  "/w/train.py:23 Model.step;/w/model.py:41 backward | "
-		  "0x555000;/usr/lib/libcudart.so.13+0x1234 cudaMemcpy");
+	CHECK_STR(sget(args(e), "stack"), want_stack(0x103));
+	CHECK(strstr(sget(args(e), "stack"), " | ") && strstr(sget(args(e), "stack"), "cudaMemcpy"),
+	      "native frames after the Python ones");
 	CHECK_STR(sget(args(e), "native stack end"),
 		  "no frame pointer in /usr/bin/python3.11 (_PyEval_EvalFrame)");
 	CHECK_STR(sget(args(find(trace, "cudaStreamSynchronize", C, 0)), "stack"),
 		  "<no Python thread state>");
 	CHECK_STR(sget(args(find(trace, "cudaLaunchKernel", A, 2)), "stack"),
-		  "<stack lost: the stack map was full>");
+		  want_stack(TP_USTACK_LOST));
 	e = find(trace, "cudaLaunchKernel", A, 3);
-	CHECK_STR(sget(args(e), "stack"), "/w/train.py:50 <module>;/w/train.py:13 main;"
-		  "/w/train.py:22 Model.step;/w/model.py:31 forward;<unresolved code 0x9000>");
+	CHECK_STR(sget(args(e), "stack"), want_stack(0x105));
+	CHECK(strstr(sget(args(e), "stack"), "<unresolved code 0x9000>") &&
+	      !strstr(sget(args(e), "stack"), "stale"), "a freed code object shows no stale line");
 	CHECK_STR(sget(args(e), "stack truncated"), "more Python frames than recorded (depth "
 		  "limit or a looping frame chain)");
 	CHECK_STR(sget(args(find(trace, "cudaLaunchKernel", A, 4)), "stack"), "<stack not found>");
-	CHECK_STR(sget(args(find(trace, "cudaLaunchKernel", A, 5)), "stack"),
-		  "/w/train.py:50 <module>;/w/train.py:14 main;/w/dist.py:61 all_reduce");
-	CHECK_STR(sget(args(find(trace, "ncclAllReduce", B, 0)), "stack"),
-		  "/w/worker.py:5 <module>;/w/worker.py:72 <lambda>");
+	CHECK_STR(sget(args(find(trace, "cudaLaunchKernel", A, 5)), "stack"), want_stack(0x106));
+	CHECK_STR(sget(args(find(trace, "ncclAllReduce", A, 0)), "stack"), want_stack(0x106));
+	CHECK_STR(sget(args(find(trace, "ncclAllReduce", B, 0)), "stack"), want_stack(0x201));
+	CHECK_STR(sget(args(find(trace, "cudaMemcpy", B, 0)), "stack"), want_stack(0x202));
 	check_nesting(trace);
 	cJSON_Delete(trace);
 }

@@ -6,8 +6,8 @@
  * content; records carry only that 64-bit id (bpf/cuda.h tp_rec_call.ustack, bpf/mem.h).
  * User space (user/ustack.c) resolves code objects to function, file and line.
  * __u32/__u64 only; no vmlinux.h, no libc. */
-#ifndef TPTRACE_USTACK_H
-#define TPTRACE_USTACK_H
+#ifndef TPTRACE_USTACKS_H
+#define TPTRACE_USTACKS_H
 
 #ifndef __VMLINUX_H__
 #include <linux/types.h>
