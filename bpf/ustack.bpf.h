@@ -55,10 +55,11 @@ struct ustack_thread {
 	__u64 checked_ns;
 };
 
+/* per thread (task local storage: freed with the thread, so a reused tid starts afresh) */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);	/* tid */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct ustack_thread);
 } ustack_threads SEC(".maps");
 
@@ -168,16 +169,22 @@ static long ustack_ts_cb(__u32 i, void *ctx)
 }
 
 /* The thread state of the calling thread, left in s->ts; 0 when it has none. */
-static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, __u32 tid, __u64 now)
+static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, struct task_struct *task)
 {
-	struct ustack_thread *t = bpf_map_lookup_elem(&ustack_threads, &tid);
-	struct ustack_thread nt = { .fsbase = w->fsbase, .checked_ns = now };
+	struct ustack_thread *t;
+	__u64 now;
 
-	if (t && t->fsbase == w->fsbase) {
+	t = bpf_task_storage_get(&ustack_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	if (t->fsbase == w->fsbase) {
 		if (t->tstate && ustack_read_ts(w->s, w->c, t->tstate, w->fsbase))
 			return t->tstate;
-		if (!t->tstate && now - t->checked_ns < TP_USTACK_NOPY_RECHECK_NS)
-			return 0;
+		if (!t->tstate) {
+			now = bpf_ktime_get_ns();
+			if (now - t->checked_ns < TP_USTACK_NOPY_RECHECK_NS)
+				return 0;
+		}
 	}
 	ustack_count(TP_USTACK_CNT_WALKS);
 	w->interp = w->ts = w->found = 0;
@@ -186,9 +193,10 @@ static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, __u32 tid, __
 				(void *)(w->c->runtime + w->c->rt_interp_head)))
 		w->interp = 0;
 	bpf_loop(TP_USTACK_MAX_TSTATES, ustack_ts_cb, w, 0);
-	nt.tstate = w->found;
-	bpf_map_update_elem(&ustack_threads, &tid, &nt, BPF_ANY);
-	return nt.tstate;
+	t->tstate = w->found;
+	t->fsbase = w->fsbase;
+	t->checked_ns = bpf_ktime_get_ns();
+	return t->tstate;
 }
 
 /* One frame's bytes: frames are read a page at a time, since the frames of one call chain
@@ -402,7 +410,7 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 	s->st.pad = 0;
 	w.h = ustack_mix(0xcbf29ce484222325ULL, pid);
 	if (w.c->runtime)
-		ts = ustack_find_ts(&w, tid, bpf_ktime_get_ns());
+		ts = ustack_find_ts(&w, task);
 	if (ts) {
 		ustack_py(&w);
 	} else {
