@@ -19,6 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <libelf.h>
+
 #include "../bpf/ustack.h"	/* the BPF walker's flags (user/ustack.h shares its name) */
 #include "demangle.h"
 #include "elfsym.h"
@@ -28,6 +32,7 @@
 
 #define PROLOGUE_READ	64	/* bytes of a function read to judge its prologue */
 #define PROLOGUE_MAX_BETWEEN	8	/* instructions allowed between push %rbp and mov %rsp,%rbp */
+#define DWARF_RBP	6	/* x86-64 DWARF register numbers */
 #define FUNC_KEY_BIT	(1ULL << 63)	/* frame 0 is a function address, not a return address */
 #define STR_(x)		#x
 #define STR(x)		STR_(x)
@@ -36,14 +41,18 @@ enum fp_state {
 	FP_NOT_READ = 0,
 	FP_YES,
 	FP_NO,		/* no frame-pointer prologue */
-	FP_UNKNOWN,	/* the bytes could not be read, or a .cold part without one parent */
+	FP_UNKNOWN,	/* the bytes could not be read; CFI: the file has no .eh_frame entry
+			 * for the address */
 };
 
 struct nr_file {
 	struct elfsym *es;	/* owned by the elfsym cache */
 	char *open_path;	/* how the first pid that mapped it let us open it */
-	int fd;			/* for prologues; -1 not opened yet */
+	int fd;			/* for prologues and CFI; -1 not opened yet */
 	int open_err;		/* errno of a failed open, 0 none */
+	Elf *elf;		/* for cfi */
+	Dwarf_CFI *cfi;		/* .eh_frame (.debug_frame); NULL none */
+	bool cfi_read;
 	struct u64map funcs;	/* sym->vaddr -> struct nr_func * */
 };
 
@@ -53,6 +62,7 @@ struct nr_func {
 	uint8_t fp;		/* enum fp_state */
 	bool root;		/* a thread's first function: the chain's real end */
 	char *why;		/* the stop line when fp != FP_YES, built on first need */
+	char *why_cfi;		/* ... when the CFI confirms: no frame pointer at the call */
 };
 
 enum frame_kind {
@@ -68,6 +78,9 @@ struct nr_frame {
 	uint64_t module_off;
 	struct nr_file *file;
 	struct nr_func *func;	/* FRAME_OK */
+	uint64_t lookup_vaddr;	/* ELF address of pc - 1 (the call): where the CFI is read */
+	uint8_t cfi;		/* enum fp_state of the CFI at the call */
+	char *cfi_why;		/* FRAME_OPAQUE with a "no" from the CFI: the stop line */
 	char *why;		/* FRAME_OPAQUE, FRAME_OUTSIDE: the stop line */
 };
 
@@ -90,6 +103,16 @@ struct native_resolver {
 
 static const char *const roots[] = { "_start", "__clone", "clone", "__clone3", "clone3",
 				      "__clone_internal", "thread_start" };
+
+static const char *func_why(const struct nr_func *fn)
+{
+	return fn->why ? fn->why : "out of memory describing the stop";
+}
+
+static const char *frame_why(const struct nr_frame *fr)
+{
+	return fr->why ? fr->why : "out of memory describing the stop";
+}
 
 /* ---- prologue ------------------------------------------------------------------------------ */
 
@@ -239,9 +262,14 @@ static void file_free(struct nr_file *f)
 
 		free(fn->name);
 		free(fn->why);
+		free(fn->why_cfi);
 		free(fn);
 	}
 	u64map__clear(&f->funcs);
+	if (f->cfi)
+		dwarf_cfi_end(f->cfi);
+	if (f->elf)
+		elf_end(f->elf);
 	if (f->fd >= 0)
 		close(f->fd);
 	free(f->open_path);
@@ -264,6 +292,54 @@ static struct nr_file *file_of(struct native_resolver *r, struct elfsym *es, con
 	return f;
 }
 
+static int file_open(struct nr_file *f)
+{
+	if (f->fd < 0 && !f->open_err) {
+		f->fd = open(f->open_path, O_RDONLY | O_CLOEXEC);
+		if (f->fd < 0)
+			f->open_err = errno;
+	}
+	return f->fd < 0 ? -f->open_err : 0;
+}
+
+/* Whether the CFI says rbp is the frame pointer at vaddr: CFA = rbp + 16 and the caller's rbp
+ * saved at CFA - 16, i.e. [rbp] = the caller's rbp and [rbp + 8] = the return address, exactly
+ * what the walker reads. Exact at every instruction, so it also vouches for functions whose
+ * prologue the recogniser does not accept (shrink-wrapped: the push comes after an early
+ * exit test) and for functions no symbol names (stripped files keep .eh_frame). */
+static enum fp_state read_cfi(struct native_resolver *r, struct nr_file *f, uint64_t vaddr)
+{
+	Dwarf_Op ops_mem[3], *ops;
+	enum fp_state fp = FP_NO;
+	Dwarf_Frame *frame;
+	size_t nops;
+
+	if (!f->cfi_read) {
+		f->cfi_read = true;
+		if (!file_open(f)) {
+			elf_version(EV_CURRENT);
+			f->elf = elf_begin(f->fd, ELF_C_READ_MMAP, NULL);
+			f->cfi = f->elf ? dwarf_getcfi_elf(f->elf) : NULL;
+		}
+	}
+	if (!f->cfi || dwarf_cfi_addrframe(f->cfi, vaddr, &frame))
+		return FP_UNKNOWN;
+	r->stats.cfi_checked++;
+	if (dwarf_frame_cfa(frame, &ops, &nops) || nops != 1 || ops[0].atom != DW_OP_bregx ||
+	    ops[0].number != DWARF_RBP || ops[0].number2 != 16)
+		goto out;
+	/* libdw gives a register saved at CFA + n as [DW_OP_call_frame_cfa, DW_OP_plus_uconst n] */
+	if (dwarf_frame_register(frame, DWARF_RBP, ops_mem, &ops, &nops) || nops != 2 ||
+	    ops[0].atom != DW_OP_call_frame_cfa || ops[1].atom != DW_OP_plus_uconst ||
+	    ops[1].number != (Dwarf_Word)-16)
+		goto out;
+	fp = FP_YES;
+	r->stats.cfi_with_fp++;
+out:
+	free(frame);
+	return fp;
+}
+
 static enum fp_state read_prologue(struct native_resolver *r, struct nr_file *f,
 				   const struct elfsym_sym *sym)
 {
@@ -272,12 +348,7 @@ static enum fp_state read_prologue(struct native_resolver *r, struct nr_file *f,
 	uint64_t off;
 	ssize_t got;
 
-	if (f->fd < 0 && !f->open_err) {
-		f->fd = open(f->open_path, O_RDONLY | O_CLOEXEC);
-		if (f->fd < 0)
-			f->open_err = errno;
-	}
-	if (f->fd < 0 || elfsym__vaddr_to_off(f->es, sym->vaddr, &off))
+	if (file_open(f) || elfsym__vaddr_to_off(f->es, sym->vaddr, &off))
 		return FP_UNKNOWN;
 	if (sym->size && sym->size < want)
 		want = sym->size;
@@ -289,60 +360,6 @@ static enum fp_state read_prologue(struct native_resolver *r, struct nr_file *f,
 		return FP_NO;
 	r->stats.functions_with_fp++;
 	return FP_YES;
-}
-
-struct cold_parent {
-	const char *name;
-	size_t len;
-	const struct elfsym_sym *found;
-	int nr;
-};
-
-static int find_parent(const struct elfsym_sym *sym, void *ctx)
-{
-	struct cold_parent *c = ctx;
-
-	if (sym->kind == ELFSYM_FUNC && strlen(sym->name) == c->len &&
-	    (!c->found || c->found->vaddr != sym->vaddr)) {
-		c->found = sym;
-		c->nr++;
-	}
-	return 0;
-}
-
-/* GCC moves a function's unlikely paths to "name.cold" (or "name.cold.N"): code without a
- * prologue of its own that runs in name's frame. It keeps a frame pointer when name does;
- * name must be one function in the file, else we cannot tell which. */
-static enum fp_state cold_part(struct native_resolver *r, struct nr_file *f,
-			       const struct elfsym_sym *sym)
-{
-	const char *cold = strstr(sym->name, ".cold");
-	struct cold_parent c = { sym->name, 0, NULL, 0 };
-	char parent[512];
-
-	c.len = cold - sym->name;
-	if (c.len >= sizeof(parent))
-		return FP_UNKNOWN;
-	memcpy(parent, sym->name, c.len);
-	parent[c.len] = 0;
-	elfsym__each_prefix(f->es, parent, find_parent, &c);
-	if (c.nr != 1)
-		return FP_UNKNOWN;
-	return read_prologue(r, f, c.found);
-}
-
-static bool is_cold_part(const char *name)
-{
-	const char *cold = strstr(name, ".cold");
-
-	if (!cold || cold == name)
-		return false;
-	cold += 5;
-	if (*cold == '.')
-		cold++;
-	while (*cold >= '0' && *cold <= '9')
-		cold++;
-	return *cold == 0;
 }
 
 static struct nr_func *func_of(struct nr_file *f, const struct elfsym_sym *sym)
@@ -368,8 +385,7 @@ static enum fp_state func_fp(struct native_resolver *r, struct nr_frame *fr)
 	int len;
 
 	if (fn->fp == FP_NOT_READ)
-		fn->fp = is_cold_part(fn->sym->name) ? cold_part(r, fr->file, fn->sym)
-						     : read_prologue(r, fr->file, fn->sym);
+		fn->fp = read_prologue(r, fr->file, fn->sym);
 	if (fn->fp == FP_YES || fn->why)
 		return fn->fp;
 	if (fn->fp == FP_NO)
@@ -386,9 +402,34 @@ static enum fp_state func_fp(struct native_resolver *r, struct nr_frame *fr)
 	return fn->fp;
 }
 
-static const char *func_why(const struct nr_func *fn)
+/* The CFI's verdict at a frame's call, read once per address. */
+static enum fp_state frame_cfi(struct native_resolver *r, struct nr_frame *fr)
 {
-	return fn->why ? fn->why : "out of memory describing the stop";
+	if (!fr->file)
+		return FP_UNKNOWN;
+	if (fr->cfi == FP_NOT_READ)
+		fr->cfi = read_cfi(r, fr->file, fr->lookup_vaddr);
+	return fr->cfi;
+}
+
+/* Why the chain stops after this frame (its function keeps no frame pointer, or nothing
+ * tells): the CFI's "no" is the strongest statement, then the prologue's. */
+static const char *stop_why(struct nr_frame *fr)
+{
+	struct nr_func *fn = fr->func;
+	char *line = NULL;
+
+	if (fr->cfi != FP_NO)
+		return fr->kind == FRAME_OK ? func_why(fn) : frame_why(fr);
+	if (fr->kind == FRAME_OK && !fn->why_cfi) {
+		if (asprintf(&line, "no frame pointer in %s (%s)", base_name(fr->path), fn->name ? fn->name : fn->sym->name) >= 0)
+			fn->why_cfi = line;
+	} else if (fr->kind != FRAME_OK && !fr->cfi_why) {
+		if (asprintf(&line, "no frame pointer in %s+0x%" PRIx64 " (no symbol)", base_name(fr->path), fr->module_off) >= 0)
+			fr->cfi_why = line;
+	}
+	line = fr->kind == FRAME_OK ? fn->why_cfi : fr->cfi_why;
+	return line ? line : "out of memory describing the stop";
 }
 
 /* ---- processes ----------------------------------------------------------------------------- */
@@ -401,6 +442,7 @@ static void proc_free(struct nr_proc *p)
 		struct nr_frame *fr = (struct nr_frame *)(uintptr_t)val;
 
 		free(fr->why);
+		free(fr->cfi_why);
 		free(fr);
 	}
 	u64map__clear(&p->frames);
@@ -525,9 +567,11 @@ static struct nr_frame *frame_of(struct native_resolver *r, struct nr_proc *p, u
 	}
 	if (!elfsym__off_to_vaddr(fr->file->es, lookup - v->start + v->offset, &vaddr)) {
 		fr->module_off = vaddr + (pc - lookup);
+		fr->lookup_vaddr = vaddr;
 		sym = elfsym__func_at(fr->file->es, vaddr);
 	} else {
 		sym = NULL;
+		fr->cfi = FP_UNKNOWN;	/* no ELF address to read the CFI at */
 	}
 	if (!sym) {
 		fr->kind = FRAME_OPAQUE;
@@ -546,11 +590,6 @@ out:
 	if (len < 0)
 		fr->why = NULL;
 	return fr;
-}
-
-static const char *frame_why(const struct nr_frame *fr)
-{
-	return fr->why ? fr->why : "out of memory describing the stop";
 }
 
 /* ---- the API ------------------------------------------------------------------------------- */
@@ -666,13 +705,14 @@ int native_resolver__resolve(struct native_resolver *r, int pid, const uint64_t 
 			why = NULL;	/* the thread's first function: the real end */
 			break;
 		}
-		if (fr->kind != FRAME_OK) {
-			why = frame_why(fr);
-			break;
-		}
-		fp = func_fp(r, fr);
+		/* the prologue first (read once per function), then the CFI at this call (once
+		 * per address): a function without a recognised prologue may still have set rbp
+		 * up by the time of the call (shrink-wrapping), and a nameless one may have too */
+		fp = fr->kind == FRAME_OK ? func_fp(r, fr) : FP_UNKNOWN;
+		if (fp != FP_YES)
+			fp = frame_cfi(r, fr);
 		if (fp != FP_YES) {
-			why = func_why(fr->func);
+			why = stop_why(fr);
 			break;
 		}
 		if (k < n - 1)

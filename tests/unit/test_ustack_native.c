@@ -138,7 +138,7 @@ static const struct prologue_case prologues[] = {
 	PC("rbp written between (mov %rdi,%rbp)", "\x55\x48\x89\xfd\x48\x89\xe5", false),
 	PC("ebp written between (xor %ebp,%ebp)", "\x55\x31\xed\x48\x89\xe5", false),
 	PC("rsp written between (lea (%rsp),%rsp)", "\x55\x48\x8d\x24\x24\x48\x89\xe5", false),
-	PC("mov rsp to rbp through r13 (4c 89 ed)", "\x55\x4c\x89\xed", false),
+	PC("mov %r13,%rbp (4c 89 ed), not %rsp", "\x55\x4c\x89\xed", false),
 	PC("cut after push", "\x55", false),
 	PC("cut inside mov", "\x55\x48\x89", false),
 	PC("cut inside a scheduled lea", "\x55\x48\x8d\x42", false),
@@ -157,12 +157,14 @@ static void test_prologues(void)
 }
 
 /* The fixture must exercise what it claims: GCC put instructions between push %rbp and
- * mov %rsp,%rbp in fp_vla, and nofp_b has no push %rbp at all. */
+ * mov %rsp,%rbp in fp_vla; nofp_b has no push %rbp at all; fp_shrink tests its argument before
+ * pushing rbp, so only the CFI can vouch for its frame pointer. */
 static void check_fixture_shapes(void)
 {
 	static const struct { const char *lib, *func; bool scheduled, fp; } want[] = {
 		{ "libnfp_fp.so", "fp_vla", true, true },
 		{ "libnfp_nofp.so", "nofp_b", false, false },
+		{ "libnfp_fp.so", "fp_shrink", false, false },	/* shrink-wrapped: the CFI tells */
 	};
 
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -252,7 +254,8 @@ static void via_nofp(struct native_resolver *r, pid_t pid, const struct capture 
 	kept = native_resolver__resolve(r, pid, c->pcs, c->n, c->flags, f, &stop);
 	CHECK(kept == 3, "via nofp_b: kept %d frames, want 3", kept);
 	check_names(f, kept, want, 3);
-	CHECK_STR(stop, "no frame-pointer prologue in libnfp_nofp.so (nofp_b)");
+	/* the prologue says no, and the CFI confirms it at the call */
+	CHECK_STR(stop, "no frame pointer in libnfp_nofp.so (nofp_b)");
 	CHECK_STR(base(f[0].file), "libnfp_fp.so");
 	CHECK_STR(base(kept > 2 ? f[2].file : NULL), "libnfp_nofp.so");
 	CHECK_U64(f[1].pc, c->pcs[1]);
@@ -277,10 +280,28 @@ static void via_nofp(struct native_resolver *r, pid_t pid, const struct capture 
 	compare_eu_stack(pid);
 }
 
+/* main returns into glibc's __libc_start_call_main, which keeps no frame pointer (its CFI
+ * says so): nameless in a stripped libc.so.6, named where libc has a .symtab. */
+static void check_libc_stop(const struct ustack_frame *f, const char *stop)
+{
+	char want[128];
+
+	CHECK(f, "no libc frame");
+	if (!f)
+		return;
+	CHECK_STR(base(f->file), "libc.so.6");
+	if (f->func)
+		snprintf(want, sizeof(want), "no frame pointer in libc.so.6 (%s)", f->func);
+	else
+		snprintf(want, sizeof(want), "no frame pointer in libc.so.6+0x%llx (no symbol)",
+			 (unsigned long long)f->module_off);
+	CHECK_STR(stop, want);
+}
+
 static void all_fp(struct native_resolver *r, pid_t pid, const struct capture *c)
 {
-	static const char *const want[] = { "nfp_probed", "fp_c", "fp_vla", "fp_a", "wl_inner",
-					    "wl_outer", "main" };
+	static const char *const want[] = { "nfp_probed", "fp_c", "fp_vla", "fp_shrink", "fp_a",
+					    "wl_inner", "wl_outer", "main" };
 	struct ustack_frame f[MAX_PCS];
 	const struct elfsym_sym *sym;
 	const char *stop;
@@ -290,52 +311,72 @@ static void all_fp(struct native_resolver *r, pid_t pid, const struct capture *c
 	char path[512];
 
 	kept = native_resolver__resolve(r, pid, c->pcs, c->n, c->flags, f, &stop);
-	CHECK(kept == 8, "all frame pointers: kept %d frames, want 8 (to libc)", kept);
-	check_names(f, kept, want, 7);
-	CHECK_STR(base(kept > 6 ? f[6].file : NULL), "native_fp_app");
-	/* main returns into glibc's __libc_start_call_main: no symbol in a stripped libc.so.6,
-	 * or, where libc has a .symtab, a function without a frame pointer */
-	CHECK_STR(base(kept > 7 ? f[7].file : NULL), "libc.so.6");
-	CHECK(stop && (!strncmp(stop, "no symbol covers libc.so.6+0x", 29) ||
-		       !strcmp(stop, "no frame-pointer prologue in libc.so.6 (__libc_start_call_main)")),
-	      "stop: %s", stop ? stop : "(null)");
-	if (kept > 7 && stop && !strncmp(stop, "no symbol covers", 16)) {
-		char want_stop[128];
-
-		snprintf(want_stop, sizeof(want_stop), "no symbol covers libc.so.6+0x%llx: cannot "
-			 "tell whether it keeps a frame pointer", (unsigned long long)f[7].module_off);
-		CHECK_STR(stop, want_stop);
-		CHECK(!f[7].func, "libc frame named %s", f[7].func);
-	}
+	CHECK(kept == 9, "all frame pointers: kept %d frames, want 9 (to libc)", kept);
+	check_names(f, kept, want, 8);
+	CHECK_STR(base(kept > 7 ? f[7].file : NULL), "native_fp_app");
+	check_libc_stop(kept > 8 ? &f[8] : NULL, stop);
 	/* module_off is the ELF address: fp_c's return address lies inside fp_c */
 	snprintf(path, sizeof(path), "%s/libnfp_fp.so", NFP_DIR);
 	es = elfsym__open(path);
 	sym = es ? elfsym__find_func(es, "fp_c") : NULL;
 	CHECK(sym && f[1].module_off > sym->vaddr && f[1].module_off <= sym->vaddr + sym->size,
 	      "fp_c's return address at 0x%llx", (unsigned long long)f[1].module_off);
+	/* a return address equal to a function's start (after a call to a noreturn function
+	 * that ends the previous one) belongs to the call before it: fp_vla's first byte as a
+	 * return address is not fp_vla */
+	sym = es && kept > 2 ? elfsym__find_func(es, "fp_vla") : NULL;
+	CHECK(sym, "fp_vla in %s", path);
+	if (sym) {
+		uint64_t two[2] = { c->pcs[0], f[2].pc - f[2].module_off + sym->vaddr };
+		struct ustack_frame g[2];
+
+		CHECK(native_resolver__resolve(r, pid, two, 2, 0, g, &stop) == 2, "fp_vla's start");
+		CHECK(!g[1].func || strcmp(g[1].func, "fp_vla"), "a return address at fp_vla's "
+		      "first byte resolved to fp_vla");
+	}
 	elfsym__free(es);
 
-	/* the walker's flags on a chain cut in wl_inner (frame 4) */
-	kept = native_resolver__resolve(r, pid, c->pcs, 5, TP_USTACK_NATIVE_TRUNCATED, f, &stop);
-	CHECK(kept == 5, "truncated: kept %d", kept);
+	/* the walker's flags on a chain cut in wl_inner (frame 5) */
+	kept = native_resolver__resolve(r, pid, c->pcs, 6, TP_USTACK_NATIVE_TRUNCATED, f, &stop);
+	CHECK(kept == 6, "truncated: kept %d", kept);
 	CHECK_STR(stop, "more than 32 native frames: cut at the depth limit");
-	kept = native_resolver__resolve(r, pid, c->pcs, 5, TP_USTACK_NATIVE_LEFT_STACK, f, &stop);
-	CHECK(kept == 5, "left the stack: kept %d", kept);
+	kept = native_resolver__resolve(r, pid, c->pcs, 6, TP_USTACK_NATIVE_LEFT_STACK, f, &stop);
+	CHECK(kept == 6, "left the stack: kept %d", kept);
 	CHECK_STR(stop, "the frame-pointer chain left the thread's stack");
-	kept = native_resolver__resolve(r, pid, c->pcs, 5, 0, f, &stop);
-	CHECK(kept == 5 && !stop, "no flag: kept %d, stop %s", kept, stop ? stop : "(null)");
+	kept = native_resolver__resolve(r, pid, c->pcs, 6, 0, f, &stop);
+	CHECK(kept == 6 && !stop, "no flag: kept %d, stop %s", kept, stop ? stop : "(null)");
 
 	/* cached cost: every address seen, every prologue read */
 	t0 = now_ns();
 	for (int i = 0; i < iters; i++)
 		native_resolver__resolve(r, pid, c->pcs, c->n, c->flags, f, &stop);
 	ns = (now_ns() - t0) / iters;
-	printf("# cached resolution: %.1f ns per stack of %d addresses (8 kept), %.1f ns per frame\n",
-	       ns, c->n, ns / 8);
-	CHECK(ns / 8 < 1000, "cached resolution %.0f ns per frame", ns / 8);
+	printf("# cached resolution: %.1f ns per stack of %d addresses (9 kept), %.1f ns per frame\n",
+	       ns, c->n, ns / 9);
+	CHECK(ns / 9 < 1000, "cached resolution %.0f ns per frame", ns / 9);
 }
 
+/* A stripped library that keeps its .eh_frame: strip_hidden has no name, but its CFI says
+ * rbp is the frame pointer at the call, so the chain goes on to main. */
 static void via_stripped(struct native_resolver *r, pid_t pid, const struct capture *c)
+{
+	static const char *const want[] = { "nfp_probed", NULL, "strip_entry", "fp_a", "wl_inner",
+					    "wl_outer", "main" };
+	struct ustack_frame f[MAX_PCS];
+	const char *stop;
+	int kept;
+
+	kept = native_resolver__resolve(r, pid, c->pcs, c->n, c->flags, f, &stop);
+	CHECK(kept == 8, "stripped: kept %d frames, want 8 (to libc)", kept);
+	check_names(f, kept, want, 7);
+	CHECK_STR(base(kept > 1 ? f[1].file : NULL), "libnfp_strip.so");
+	CHECK_STR(base(kept > 2 ? f[2].file : NULL), "libnfp_strip.so");
+	check_libc_stop(kept > 7 ? &f[7] : NULL, stop);
+}
+
+/* Stripped and without unwind tables: nothing tells whether the nameless function keeps a
+ * frame pointer, so the chain stops after it, saying so. */
+static void via_bare(struct native_resolver *r, pid_t pid, const struct capture *c)
 {
 	struct ustack_frame f[MAX_PCS];
 	char want_stop[160];
@@ -343,11 +384,11 @@ static void via_stripped(struct native_resolver *r, pid_t pid, const struct capt
 	int kept;
 
 	kept = native_resolver__resolve(r, pid, c->pcs, c->n, c->flags, f, &stop);
-	CHECK(kept == 2, "stripped: kept %d frames, want 2", kept);
+	CHECK(kept == 2, "bare: kept %d frames, want 2", kept);
 	CHECK_STR(kept > 0 ? f[0].func : NULL, "nfp_probed");
-	CHECK(kept > 1 && !f[1].func, "stripped frame named %s", kept > 1 ? f[1].func : "-");
-	CHECK_STR(base(kept > 1 ? f[1].file : NULL), "libnfp_strip.so");
-	snprintf(want_stop, sizeof(want_stop), "no symbol covers libnfp_strip.so+0x%llx: cannot "
+	CHECK(kept > 1 && !f[1].func, "bare frame named %s", kept > 1 ? f[1].func : "-");
+	CHECK_STR(base(kept > 1 ? f[1].file : NULL), "libnfp_bare.so");
+	snprintf(want_stop, sizeof(want_stop), "no symbol covers libnfp_bare.so+0x%llx: cannot "
 		 "tell whether it keeps a frame pointer",
 		 (unsigned long long)(kept > 1 ? f[1].module_off : 0));
 	CHECK_STR(stop, want_stop);
@@ -357,7 +398,7 @@ static void test_workload(void)
 {
 	const struct native_resolver_stats *st;
 	struct native_resolver *r;
-	struct capture c[3];
+	struct capture c[4];
 	struct workload w;
 	char line[256];
 	int status;
@@ -370,7 +411,7 @@ static void test_workload(void)
 	CHECK(r, "native_resolver__new");
 	CHECK(read_line(&w, line, sizeof(line)) && !strncmp(line, "READY ", 6), "READY: %s", line);
 	say(&w, "GO");
-	for (int i = 0; i < 3 && r; i++) {
+	for (int i = 0; i < 4 && r; i++) {
 		if (!read_capture(&w, &c[i])) {
 			CHECK(0, "capture %d", i + 1);
 			break;
@@ -379,8 +420,10 @@ static void test_workload(void)
 			via_nofp(r, w.pid, &c[i]);
 		else if (i == 1)
 			all_fp(r, w.pid, &c[i]);
-		else
+		else if (i == 2)
 			via_stripped(r, w.pid, &c[i]);
+		else
+			via_bare(r, w.pid, &c[i]);
 		say(&w, "NEXT");
 	}
 	CHECK(read_line(&w, line, sizeof(line)) && !strcmp(line, "DONE\n"), "DONE");
@@ -391,12 +434,20 @@ static void test_workload(void)
 	if (!r)
 		return;
 	st = native_resolver__stats(r);
-	/* nfp_probed is never judged (frame 0); fp_c, fp_vla, fp_a, wl_inner, wl_outer, main
-	 * with a frame pointer, nofp_b without; libc's and the stripped frame have no symbol */
-	CHECK_U64(st->functions_checked, 7);
-	CHECK_U64(st->functions_with_fp, 6);
-	printf("# %llu prologues read, %llu with a frame pointer, %llu maps reads\n",
+	/* prologues: nfp_probed is never judged (frame 0); fp_c, fp_vla, fp_a, wl_inner,
+	 * wl_outer, main, strip_entry with a frame pointer; fp_shrink, nofp_b (and libc's
+	 * function where it has a name) without. The CFI was read where a prologue said no or
+	 * there was no name: fp_shrink's and strip_hidden's calls have rbp as the frame
+	 * pointer; nofp_b's and libc's do not; bare_hidden has no CFI. */
+	CHECK_U64(st->functions_with_fp, 7);
+	CHECK(st->functions_checked == 9 || st->functions_checked == 10, "%llu prologues read",
+	      (unsigned long long)st->functions_checked);
+	CHECK_U64(st->cfi_with_fp, 2);
+	CHECK_U64(st->cfi_checked, 4);
+	printf("# %llu prologues read, %llu with a frame pointer; %llu call sites' CFI read, %llu "
+	       "with a frame pointer; %llu maps reads\n",
 	       (unsigned long long)st->functions_checked, (unsigned long long)st->functions_with_fp,
+	       (unsigned long long)st->cfi_checked, (unsigned long long)st->cfi_with_fp,
 	       (unsigned long long)st->maps_reads);
 
 	/* after forget, the (gone) pid's mappings cannot be read again: one clear errno */

@@ -193,6 +193,6 @@ $(UNIT_DIR)/test_ustack_native: tests/unit/test_ustack_native.c tests/unit/check
 				$(OUTPUT)/user/procmaps.o $(OUTPUT)/user/demangle.o \
 				$(OUTPUT)/user/hashmap.o $(NFP_LIBS) $(NFP_DIR)/native_fp_app | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
-	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -ldw $(UNIT_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_ustack_native

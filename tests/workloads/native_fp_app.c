@@ -21,7 +21,7 @@ __attribute__((noinline)) int wl_outer(int path)
 int main(void)
 {
 	hs_ready_wait_go();
-	for (int path = NFP_VIA_NOFP; path <= NFP_VIA_STRIPPED; path++)
+	for (int path = NFP_VIA_NOFP; path <= NFP_VIA_BARE; path++)
 		sink += wl_outer(path);
 	hs_done(0);
 	return 0;

@@ -91,6 +91,16 @@ __attribute__((noinline)) int fp_vla(int n)
 	return fp_c(buf[n - 1]) + 1;
 }
 
+/* Shrink-wrapped: GCC tests n before push %rbp (the early exit needs no frame), so the
+ * prologue is not at the entry and only the CFI says rbp is the frame pointer at the call
+ * (the test checks the bytes still start that way). */
+__attribute__((noinline)) int fp_shrink(int n)
+{
+	if (n < 0)
+		return -1;
+	return fp_vla(n) + 1;
+}
+
 __attribute__((noinline)) int fp_a(int path, int depth)
 {
 	int r;
@@ -98,8 +108,10 @@ __attribute__((noinline)) int fp_a(int path, int depth)
 	if (path == NFP_VIA_NOFP)
 		r = nofp_b(depth);
 	else if (path == NFP_ALL_FP)
-		r = fp_vla(depth);
-	else
+		r = fp_shrink(depth);
+	else if (path == NFP_VIA_STRIPPED)
 		r = strip_entry(depth);
+	else
+		r = bare_entry(depth);
 	return r + 1;
 }
