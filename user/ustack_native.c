@@ -90,6 +90,7 @@ struct nr_proc {
 	struct procmaps **old_maps;	/* earlier reads: frames still point at their paths */
 	int nr_old_maps;
 	struct u64map frames;		/* address (| FUNC_KEY_BIT for frame 0) -> nr_frame * */
+	struct u64map vma_files;	/* vma start -> nr_file *: one open per mapping */
 };
 
 struct native_resolver {
@@ -446,6 +447,7 @@ static void proc_free(struct nr_proc *p)
 		free(fr);
 	}
 	u64map__clear(&p->frames);
+	u64map__clear(&p->vma_files);
 	for (int i = 0; i < p->nr_old_maps; i++)
 		procmaps__free(p->old_maps[i]);
 	free(p->old_maps);
@@ -503,8 +505,12 @@ static struct nr_file *file_of_vma(struct native_resolver *r, struct nr_proc *p,
 				   const struct vma *v, int *err)
 {
 	char path[PATH_MAX + 64];
+	struct nr_file *f;
 	struct elfsym *es;
+	uint64_t val;
 
+	if (u64map__get(&p->vma_files, v->start, &val))
+		return (struct nr_file *)(uintptr_t)val;
 	procmaps__target_path(path, sizeof(path), p->pid, v->path);
 	if (v->deleted || access(path, R_OK)) {
 		char rel[64];
@@ -517,7 +523,10 @@ static struct nr_file *file_of_vma(struct native_resolver *r, struct nr_proc *p,
 		*err = errno;
 		return NULL;
 	}
-	return file_of(r, es, path);
+	f = file_of(r, es, path);
+	if (f)
+		u64map__set(&p->vma_files, v->start, (uint64_t)(uintptr_t)f);
+	return f;
 }
 
 /* Resolves one address (a return address unless func_addr) of p; cached by address. */
