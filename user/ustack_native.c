@@ -31,9 +31,9 @@
 #include "ustack_native.h"
 
 #define PROLOGUE_READ	64	/* bytes of a function read to judge its prologue */
-#define PROLOGUE_MAX_BETWEEN	8	/* instructions allowed between push %rbp and mov %rsp,%rbp */
+#define PROLOGUE_MAX_BETWEEN	8	/* instructions between push %rbp and mov %rsp,%rbp */
 #define DWARF_RBP	6	/* x86-64 DWARF register numbers */
-#define FUNC_KEY_BIT	(1ULL << 63)	/* frame 0 is a function address, not a return address */
+#define FUNC_KEY_BIT	(1ULL << 63)	/* frame 0: a function address, not a return address */
 #define STR_(x)		#x
 #define STR(x)		STR_(x)
 
@@ -43,6 +43,8 @@ enum fp_state {
 	FP_NO,		/* no frame-pointer prologue */
 	FP_UNKNOWN,	/* the bytes could not be read; CFI: the file has no .eh_frame entry
 			 * for the address */
+	FP_END,		/* CFI: the return address is undefined: the thread's first frame
+			 * (_start, clone3 mark themselves so) */
 };
 
 struct nr_file {
@@ -312,8 +314,11 @@ static enum fp_state read_cfi(struct native_resolver *r, struct nr_file *f, uint
 {
 	Dwarf_Op ops_mem[3], *ops;
 	enum fp_state fp = FP_NO;
+	Dwarf_Addr start, end;
 	Dwarf_Frame *frame;
+	bool signalp;
 	size_t nops;
+	int ra;
 
 	if (!f->cfi_read) {
 		f->cfi_read = true;
@@ -326,6 +331,13 @@ static enum fp_state read_cfi(struct native_resolver *r, struct nr_file *f, uint
 	if (!f->cfi || dwarf_cfi_addrframe(f->cfi, vaddr, &frame))
 		return FP_UNKNOWN;
 	r->stats.cfi_checked++;
+	ra = dwarf_frame_info(frame, &start, &end, &signalp);
+	if (ra >= 0 && !dwarf_frame_register(frame, ra, ops_mem, &ops, &nops) && !nops &&
+	    ops == ops_mem) {
+		fp = FP_END;
+		r->stats.cfi_ends++;
+		goto out;
+	}
 	if (dwarf_frame_cfa(frame, &ops, &nops) || nops != 1 || ops[0].atom != DW_OP_bregx ||
 	    ops[0].number != DWARF_RBP || ops[0].number2 != 16)
 		goto out;
@@ -423,10 +435,12 @@ static const char *stop_why(struct nr_frame *fr)
 	if (fr->cfi != FP_NO)
 		return fr->kind == FRAME_OK ? func_why(fn) : frame_why(fr);
 	if (fr->kind == FRAME_OK && !fn->why_cfi) {
-		if (asprintf(&line, "no frame pointer in %s (%s)", base_name(fr->path), fn->name ? fn->name : fn->sym->name) >= 0)
+		if (asprintf(&line, "no frame pointer in %s (%s)", base_name(fr->path),
+			     fn->name ? fn->name : fn->sym->name) >= 0)
 			fn->why_cfi = line;
 	} else if (fr->kind != FRAME_OK && !fr->cfi_why) {
-		if (asprintf(&line, "no frame pointer in %s+0x%" PRIx64 " (no symbol)", base_name(fr->path), fr->module_off) >= 0)
+		if (asprintf(&line, "no frame pointer in %s+0x%" PRIx64 " (no symbol)",
+			     base_name(fr->path), fr->module_off) >= 0)
 			fr->cfi_why = line;
 	}
 	line = fr->kind == FRAME_OK ? fn->why_cfi : fr->cfi_why;
@@ -705,13 +719,14 @@ int native_resolver__resolve(struct native_resolver *r, int pid, const uint64_t 
 		/* frame 0 is the probed function at its entry, frame 1 the return address at [rsp]:
 		 * frame k + 1 >= 2 comes through the rbp of F_k, so F_k must keep a frame pointer */
 		if (k == 0) {
-			if (n == 1)
-				why = flags & TP_USTACK_NATIVE_FAULT ? "the return address could not be read"
-								     : NULL;
+			if (n == 1 && (flags & TP_USTACK_NATIVE_FAULT))
+				why = "the return address could not be read";
 			continue;
 		}
-		if (k == n - 1 && fr->kind == FRAME_OK && fr->func->root) {
-			why = NULL;	/* the thread's first function: the real end */
+		/* the thread's first function (by its CFI, else by name): the real end */
+		if (k == n - 1 && (frame_cfi(r, fr) == FP_END ||
+				   (fr->kind == FRAME_OK && fr->func->root))) {
+			why = NULL;
 			break;
 		}
 		/* the prologue first (read once per function), then the CFI at this call (once

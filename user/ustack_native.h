@@ -54,8 +54,9 @@ void native_resolver__forget(struct native_resolver *r, int pid);
  *   "return address 0x10 outside any executable mapping"
  *   "the frame-pointer chain left the thread's stack"
  *   "more than 32 native frames: cut at the depth limit"
- * or NULL when the chain reached the thread's first function (_start, clone3) or the walker
- * ended without a flag. Strings (func, file, *stop) are owned by r: valid until
+ * or NULL when the chain reached the thread's first function (its CFI leaves the return
+ * address undefined, as _start's and clone3's do; or by name) or the walker ended without a
+ * flag. Strings (func, file, *stop) are owned by r: valid until
  * native_resolver__forget(pid) or native_resolver__free. An address seen before costs one
  * hash lookup: everything is cached per (pid, address) and per (file, function). */
 int native_resolver__resolve(struct native_resolver *r, int pid, const uint64_t *pcs, int n,
@@ -65,8 +66,9 @@ int native_resolver__resolve(struct native_resolver *r, int pid, const uint64_t 
 struct native_resolver_stats {
 	uint64_t functions_checked;	/* prologues read from files */
 	uint64_t functions_with_fp;	/* ... of which set up a frame pointer */
-	uint64_t cfi_checked;		/* call sites whose CFI was read (a prologue said no) */
+	uint64_t cfi_checked;		/* addresses whose CFI was read (no prologue; the last) */
 	uint64_t cfi_with_fp;		/* ... of which the CFI says rbp is the frame pointer */
+	uint64_t cfi_ends;		/* ... of which the CFI marks the thread's first frame */
 	uint64_t maps_reads;		/* /proc/<pid>/maps (re)reads */
 };
 const struct native_resolver_stats *native_resolver__stats(const struct native_resolver *r);

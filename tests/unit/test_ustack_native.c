@@ -339,6 +339,35 @@ static void all_fp(struct native_resolver *r, pid_t pid, const struct capture *c
 	}
 	elfsym__free(es);
 
+	/* a chain that ends in _start (the walker found rbp = 0 above it): the real end, which
+	 * _start's CFI marks by leaving the return address undefined */
+	snprintf(path, sizeof(path), "%s/native_fp_app", NFP_DIR);
+	es = kept > 7 ? elfsym__open(path) : NULL;
+	sym = es ? elfsym__find_func(es, "_start") : NULL;
+	CHECK(sym, "_start in %s", path);
+	if (sym) {
+		uint64_t end[3] = { c->pcs[0], c->pcs[1], 0 }, off;
+		struct ustack_frame g[3];
+		uint8_t code[64];
+		int fd = open(path, O_RDONLY | O_CLOEXEC), got = 0;
+
+		/* the return address of _start's call *__libc_start_main@GOTPCREL(%rip) */
+		if (fd >= 0 && !elfsym__vaddr_to_off(es, sym->vaddr, &off))
+			got = pread(fd, code, sizeof(code), off);
+		for (int i = 0; i + 6 <= got && !end[2]; i++)
+			if (code[i] == 0xff && code[i + 1] == 0x15)
+				end[2] = f[7].pc - f[7].module_off + sym->vaddr + i + 6;
+		CHECK(end[2], "no call in _start");
+		if (fd >= 0)
+			close(fd);
+		/* fp_c, the frame before it, keeps a frame pointer */
+		kept = native_resolver__resolve(r, pid, end, 3, TP_USTACK_NATIVE_LEFT_STACK, g, &stop);
+		CHECK(kept == 3, "to _start: kept %d", kept);
+		CHECK_STR(kept == 3 ? g[2].func : NULL, "_start");
+		CHECK(!stop, "to _start: stop %s", stop ? stop : "(null)");
+	}
+	elfsym__free(es);
+
 	/* the walker's flags on a chain cut in wl_inner (frame 5) */
 	kept = native_resolver__resolve(r, pid, c->pcs, 6, TP_USTACK_NATIVE_TRUNCATED, f, &stop);
 	CHECK(kept == 6, "truncated: kept %d", kept);
@@ -441,12 +470,15 @@ static void test_workload(void)
 	 * wl_outer, main, strip_entry with a frame pointer; fp_shrink, nofp_b (and libc's
 	 * function where it has a name) without. The CFI was read where a prologue said no or
 	 * there was no name: fp_shrink's and strip_hidden's calls have rbp as the frame
-	 * pointer; nofp_b's and libc's do not; bare_hidden has no CFI. */
+	 * pointer; nofp_b's and libc's do not; bare_hidden has no CFI. The last frame's CFI is
+	 * read too, for the end mark _start has (and wl_inner's, the last of a cut chain, has
+	 * rbp as the frame pointer). */
 	CHECK_U64(st->functions_with_fp, 7);
 	CHECK(st->functions_checked == 9 || st->functions_checked == 10, "%llu prologues read",
 	      (unsigned long long)st->functions_checked);
-	CHECK_U64(st->cfi_with_fp, 2);
-	CHECK_U64(st->cfi_checked, 4);
+	CHECK_U64(st->cfi_with_fp, 3);
+	CHECK_U64(st->cfi_ends, 1);	/* _start */
+	CHECK(st->cfi_checked >= 5, "%llu CFI reads", (unsigned long long)st->cfi_checked);
 	printf("# %llu prologues read, %llu with a frame pointer; %llu call sites' CFI read, %llu "
 	       "with a frame pointer; %llu maps reads\n",
 	       (unsigned long long)st->functions_checked, (unsigned long long)st->functions_with_fp,
