@@ -4,11 +4,14 @@
  * dropped).
  *
  * Caches, from the hot path outwards:
- *   per pid:  address -> struct nr_frame (module path, ELF address, its function), so a seen
- *             address costs one u64map lookup; /proc/<pid>/maps read once, again only when an
- *             address lies in no mapping (a library loaded since);
+ *   per pid:  address -> struct nr_frame (module path, ELF address, its function, the CFI's
+ *             verdict at the call), so a seen address costs one u64map lookup;
+ *             /proc/<pid>/maps read once, again only when an address lies in no mapping (a
+ *             library loaded since; a library unmapped and replaced at the same address is not
+ *             noticed until native_resolver__forget);
  *   per file (one per parsed ELF, shared by every pid that maps it): function start ->
- *             struct nr_func (demangled name, frame-pointer verdict read from the file once).
+ *             struct nr_func (demangled name, prologue verdict read from the file once), and
+ *             the file's .eh_frame through libdw (opened the first time a prologue says no).
  * Symbols come from elfsym (cached per build-id), paths from procmaps, names from demangle. */
 #include <errno.h>
 #include <fcntl.h>
