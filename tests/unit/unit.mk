@@ -193,3 +193,14 @@ TEST_BINS += $(UNIT_DIR)/test_fr_trigger_fuzz
 ifneq ($(FUZZ_LIBFUZZER),)
 TEST_BINS += $(UNIT_DIR)/fr_trigger_fuzz
 endif
+
+# native frames through frame pointers (user/ustack_native.c) on the live fixture of
+# tests/workloads/native_fp_*.c
+$(UNIT_DIR)/test_ustack_native: tests/unit/test_ustack_native.c tests/unit/check.h \
+				$(OUTPUT)/user/ustack_native.o $(OUTPUT)/user/elfsym.o \
+				$(OUTPUT)/user/procmaps.o $(OUTPUT)/user/demangle.o \
+				$(OUTPUT)/user/hashmap.o $(NFP_LIBS) $(NFP_DIR)/native_fp_app | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -ldw $(UNIT_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_ustack_native
