@@ -11,6 +11,7 @@
 #include "pyframes.h"
 #include "session.h"
 #include "ustack.h"
+#include "ustack_native.h"
 
 struct ustack_proc {
 	int pid;
@@ -23,6 +24,7 @@ struct ustack_proc {
 struct ustacks {
 	int stacks_fd, procs_fd, counters_fd;
 	bool native;
+	struct native_resolver *nr;	/* native frames: module, symbol, where the chain stops */
 	struct u64map procs;	/* pid -> struct ustack_proc * */
 	struct ustack_stats stats;
 };
@@ -37,6 +39,10 @@ struct ustacks *ustacks__new(int stacks_fd, int procs_fd, int counters_fd, bool 
 	u->procs_fd = procs_fd;
 	u->counters_fd = counters_fd;
 	u->native = native;
+	if (native && !(u->nr = native_resolver__new(NULL))) {
+		free(u);
+		return NULL;
+	}
 	return u;
 }
 
@@ -79,6 +85,8 @@ void ustacks__remove_pid(struct ustacks *u, int pid)
 	if (!p)
 		return;
 	bpf_map_delete_elem(u->procs_fd, &key);
+	if (u->nr)
+		native_resolver__forget(u->nr, pid);
 	proc_free(p);
 	u64map__set(&u->procs, (uint64_t)pid, 0);
 }
@@ -92,6 +100,7 @@ void ustacks__free(struct ustacks *u)
 	for (size_t it = 0; u64map__next(&u->procs, &it, NULL, &v);)
 		proc_free((struct ustack_proc *)(uintptr_t)v);
 	u64map__clear(&u->procs);
+	native_resolver__free(u->nr);
 	free(u);
 }
 
@@ -197,19 +206,29 @@ static int resolve_py(struct ustacks *u, struct ustack_proc *p, const struct tp_
 	return 0;
 }
 
-static int resolve_native(struct ustack_proc *p, const struct tp_ustack *raw, struct ustack *s)
+static int resolve_native(struct ustacks *u, struct ustack_proc *p, const struct tp_ustack *raw,
+			  struct ustack *s)
 {
-	int i, n = raw->nr_native < TP_NATIVE_MAX_FRAMES ? raw->nr_native : TP_NATIVE_MAX_FRAMES;
+	int n = raw->nr_native < TP_NATIVE_MAX_FRAMES ? raw->nr_native : TP_NATIVE_MAX_FRAMES;
+	int kept;
 
-	(void)p;
-	if (!n)
+	if (!n || !u->nr)
 		return 0;
 	s->native = calloc(n, sizeof(*s->native));
 	if (!s->native)
 		return -ENOMEM;
-	for (i = 0; i < n; i++)
-		s->native[i].pc = raw->native[i];
-	s->nr_native = n;
+	kept = native_resolver__resolve(u->nr, p->pid, (const uint64_t *)raw->native, n, raw->flags,
+					 s->native,
+					&s->native_stop);
+	if (kept < 0) {	/* the maps cannot be read (gone): addresses only */
+		for (int i = 0; i < n; i++) {
+			memset(&s->native[i], 0, sizeof(s->native[i]));
+			s->native[i].pc = raw->native[i];
+		}
+		s->native_stop = "the process's mappings could not be read: addresses only";
+		kept = n;
+	}
+	s->nr_native = kept;
 	return 0;
 }
 
@@ -234,7 +253,7 @@ const struct ustack *ustacks__get(struct ustacks *u, int pid, uint64_t id)
 	s->id = id;
 	s->pid = pid;
 	s->flags = raw.flags;
-	if (resolve_py(u, p, &raw, s) || resolve_native(p, &raw, s) ||
+	if (resolve_py(u, p, &raw, s) || resolve_native(u, p, &raw, s) ||
 	    u64map__set(&p->stacks, id, (uintptr_t)s)) {
 		free_stack(s);
 		return NULL;

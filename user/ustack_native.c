@@ -26,7 +26,7 @@
 #include <elfutils/libdw.h>
 #include <libelf.h>
 
-#include "../bpf/ustack.h"	/* the BPF walker's flags (user/ustack.h shares its name) */
+#include "ustacks.h"	/* bpf/ustacks.h: the BPF walker's flags */
 #include "demangle.h"
 #include "elfsym.h"
 #include "hashmap.h"

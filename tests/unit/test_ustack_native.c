@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../bpf/ustack.h"	/* the walker's flags */
+#include "ustacks.h"	/* bpf/ustacks.h: the walker's flags */
 #include "check.h"
 #include "elfsym.h"
 #include "ustack_native.h"
