@@ -190,9 +190,6 @@ static int resolve_py(struct ustacks *u, struct ustack_proc *p, const struct tp_
 		if (ret == 0)
 			continue;	/* a frame CPython does not show */
 		f->code = raw->py[i][0];
-		if (getenv("USTACK_DEBUG"))
-			fprintf(stderr, "resolve %llx %llx -> %d\n", (unsigned long long)raw->py[i][0],
-				(unsigned long long)raw->py[i][1], ret);
 		if (ret < 0) {
 			f->unresolved = true;	/* never a guessed name or line */
 			u->stats.unresolved_frames++;
@@ -217,9 +214,8 @@ static int resolve_native(struct ustacks *u, struct ustack_proc *p, const struct
 	s->native = calloc(n, sizeof(*s->native));
 	if (!s->native)
 		return -ENOMEM;
-	kept = native_resolver__resolve(u->nr, p->pid, (const uint64_t *)raw->native, n, raw->flags,
-					 s->native,
-					&s->native_stop);
+	kept = native_resolver__resolve(u->nr, p->pid, (const uint64_t *)raw->native, n,
+					raw->flags, s->native, &s->native_stop);
 	if (kept < 0) {	/* the maps cannot be read (gone): addresses only */
 		for (int i = 0; i < n; i++) {
 			memset(&s->native[i], 0, sizeof(s->native[i]));

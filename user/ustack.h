@@ -58,7 +58,7 @@ void ustacks__free(struct ustacks *u);
 /* Sets up capture for pid. 0: its Python was found (version in *python, owned by u);
  * otherwise a negative errno and one line in why (e.g. "no CPython in the process",
  * "Python 3.8.18: unsupported (3.9-3.13)"); native frames are still captured when asked,
- * and its events carry TP_USTACK_NOPY. Calling it again for the same pid (after an exec)
+ * and its events carry TP_USTACK_NONE (traced as without --py-stacks). Calling it again for the same pid (after an exec)
  * reads the interpreter anew and forgets the pid's cached stacks. */
 int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why, size_t whysz);
 void ustacks__remove_pid(struct ustacks *u, int pid);
