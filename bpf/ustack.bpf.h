@@ -408,7 +408,7 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 	s->st.nr_py = 0;
 	s->st.nr_native = 0;
 	s->st.pad = 0;
-	w.h = ustack_mix(0xcbf29ce484222325ULL, pid);
+	w.h = ustack_mix(0xcbf29ce484222325ULL, pid ^ (w.c->code_gen << 32));
 	if (w.c->runtime)
 		ts = ustack_find_ts(&w, task);
 	if (ts) {
@@ -443,6 +443,19 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 		}
 	}
 	return h;
+}
+
+/* At the entry of the code type's deallocator (PyCode_Type.tp_dealloc) of a set-up process:
+ * one more code object freed (user/ustack.c attaches it per process). */
+SEC("uprobe")
+int ustack_code_free(struct pt_regs *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct tp_ustack_config *c = bpf_map_lookup_elem(&ustack_procs, &pid);
+
+	if (c)
+		__sync_fetch_and_add(&c->code_gen, 1);
+	return 0;
 }
 
 #endif

@@ -33,6 +33,10 @@ enum tp_ustack_status {
  * layout. Offsets are bytes into the structure named; -1 = absent in this version. */
 struct tp_ustack_config {
 	__u64 runtime;		/* &_PyRuntime; 0: no Python (native frames only) */
+	__u64 code_gen;		/* code objects freed since setup: counted by a probe on the
+				 * code type's deallocator (ustack_code_free) and part of every
+				 * stack's hash, so a freed code object's address reused by
+				 * another cannot give an old stack's id (and its resolution) */
 	__s16 rt_interp_head;	/* _PyRuntime.interpreters.head */
 	__s16 is_next;		/* PyInterpreterState.next */
 	__s16 is_threads_head;	/* PyInterpreterState.threads.head */

@@ -126,6 +126,11 @@ static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 		return ret;
 	if (py->code_type && u64_at(co, L->ob_type) != py->code_type)
 		return -EMEDIUMTYPE;
+	/* a freed object keeps its type but not its reference count: pymalloc and the C heap put
+	 * a free-list pointer there (or 0). Live counts are small; 3.12+ immortal ones are
+	 * UINT32_MAX. A freed code object's strings may be another's by now: never read them. */
+	if (!u64_at(co, 0) || u64_at(co, 0) > 0xffffffffULL)
+		return -ESTALE;
 	filename = u64_at(co, L->co_filename);
 	name = u64_at(co, L->co_name);
 	if (L->co_qualname >= 0)
@@ -511,6 +516,23 @@ int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, uint64_t
 	if (firstlineno)
 		*firstlineno = ci->firstlineno;
 	return 1;
+}
+
+int pyframes__code_dealloc(const struct pyproc *py, uint64_t *addr)
+{
+	uint64_t fn;
+	int ret;
+
+	if (!py->code_type)
+		return -ENOENT;
+	/* PyTypeObject: ob_refcnt, ob_type, ob_size, tp_name, tp_basicsize, tp_itemsize,
+	 * tp_dealloc: 48 in every 3.9-3.13 release build */
+	if ((ret = rd(py, py->code_type + 48, &fn, sizeof(fn))))
+		return ret;
+	if (!fn)
+		return -ENOENT;
+	*addr = fn;
+	return 0;
 }
 
 void pyframes__recheck(struct pyproc *py)

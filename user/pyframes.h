@@ -49,5 +49,8 @@ int pyframes__bpf_config(const struct pyproc *py, struct tp_ustack_config *c);
 int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, uint64_t stamp,
 		      struct py_frame *out, int *firstlineno);
 void pyframes__recheck(struct pyproc *py);
+/* The address of the code type's deallocator (PyCode_Type.tp_dealloc) in the target: found
+ * through the exported type object, so stripped interpreters have it too. 0 or -errno. */
+int pyframes__code_dealloc(const struct pyproc *py, uint64_t *addr);
 
 #endif

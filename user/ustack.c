@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "hashmap.h"
+#include "log.h"
+#include "procmaps.h"
 #include "pyframes.h"
 #include "session.h"
 #include "ustack.h"
@@ -18,12 +21,14 @@ struct ustack_proc {
 	struct pyproc *py;	/* NULL: no Python frames (why says why) */
 	char python[32];
 	char why[200];
+	struct bpf_link *code_free;	/* on the code type's deallocator; NULL: not attached */
 	struct u64map stacks;	/* id -> struct ustack * */
 };
 
 struct ustacks {
 	int stacks_fd, procs_fd, counters_fd;
 	bool native;
+	struct bpf_program *code_free_prog;
 	struct native_resolver *nr;	/* native frames: module, symbol, where the chain stops */
 	struct u64map procs;	/* pid -> struct ustack_proc * */
 	struct ustack_stats stats;
@@ -64,6 +69,7 @@ static void proc_free(struct ustack_proc *p)
 	for (size_t it = 0; u64map__next(&p->stacks, &it, NULL, &v);)
 		free_stack((struct ustack *)(uintptr_t)v);
 	u64map__clear(&p->stacks);
+	bpf_link__destroy(p->code_free);
 	pyframes__free(p->py);
 	free(p);
 }
@@ -102,6 +108,39 @@ void ustacks__free(struct ustacks *u)
 	u64map__clear(&u->procs);
 	native_resolver__free(u->nr);
 	free(u);
+}
+
+void ustacks__set_code_free_prog(struct ustacks *u, struct bpf_program *prog)
+{
+	if (u)
+		u->code_free_prog = prog;
+}
+
+/* Probes the code type's deallocator of p (see ustacks__set_code_free_prog). */
+static void watch_code_frees(struct ustacks *u, struct ustack_proc *p)
+{
+	struct procmaps *maps;
+	const struct vma *v;
+	char path[4096];
+	uint64_t addr;
+	int err;
+
+	if (!u->code_free_prog || !p->py)
+		return;
+	if ((err = pyframes__code_dealloc(p->py, &addr))) {
+		log_verbose("pid %d: code deallocator not found (%s): stack ids do not see code "
+			    "objects freed\n", p->pid, strerror(-err));
+		return;
+	}
+	maps = procmaps__load(p->pid);
+	v = maps ? procmaps__find(maps, addr) : NULL;
+	if (v && v->path && procmaps__target_path(path, sizeof(path), p->pid, v->path) >= 0)
+		p->code_free = bpf_program__attach_uprobe(u->code_free_prog, false, p->pid, path,
+							  addr - v->start + v->offset);
+	if (!p->code_free)
+		log_verbose("pid %d: cannot probe the code deallocator at 0x%llx: %s\n", p->pid,
+			    (unsigned long long)addr, strerror(errno));
+	procmaps__free(maps);
 }
 
 int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why, size_t whysz)
@@ -148,6 +187,8 @@ int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why,
 
 		snprintf(p->why, sizeof(p->why), "cannot set up stack capture: %s", strerror(-e));
 		ret = e;
+	} else {
+		watch_code_frees(u, p);
 	}
 out:
 	if (why)

@@ -6,7 +6,7 @@
  *   {"python":"3.11.7"} or {"python":null,"why":"..."}      (first line, after setup)
  *   READY                                                   (attached)
  *   {"tid":T,"arg0":A,"id":ID,"status":"...","flags":F,"py":[[func,file,line,firstlineno],...],
- *    "native":[pc,...]}                                      (per call, innermost first;
+ *    "native":[[func,module,pc],...],"native_stop":"..."}   (per call, innermost first;
  *                                                             unresolved frames: [null,null,0,0])
  *   {"counters":{"captured":N,...},"resolved":N,"map_misses":N,"resolve_ns":X}   (at the end)
  * It ends after SECONDS, at SIGINT/SIGTERM, or when PID exits. --bench: no per-call lines, only the summary
@@ -85,6 +85,8 @@ static int on_rec(void *ctx, void *data, size_t size)
 	cJSON_AddStringToObject(o, "status", ustacks__status_name(r->ustack));
 	if (s) {
 		cJSON_AddNumberToObject(o, "flags", s->flags);
+		if (s->nr_py)	/* the innermost code object's address */
+			cJSON_AddNumberToObject(o, "code", (double)s->py[0].code);
 		py = cJSON_AddArrayToObject(o, "py");
 		for (int i = 0; i < s->nr_py; i++) {
 			const struct ustack_frame *f = &s->py[i];
@@ -97,8 +99,15 @@ static int on_rec(void *ctx, void *data, size_t size)
 			cJSON_AddItemToArray(py, a);
 		}
 		nat = cJSON_AddArrayToObject(o, "native");
-		for (int i = 0; i < s->nr_native; i++)
-			cJSON_AddItemToArray(nat, cJSON_CreateNumber((double)s->native[i].pc));
+		for (int i = 0; i < s->nr_native; i++) {
+			const struct ustack_frame *f = &s->native[i];
+			cJSON *a = cJSON_CreateArray();
+
+			cJSON_AddItemToArray(a, f->func ? cJSON_CreateString(f->func) : cJSON_CreateNull());
+			cJSON_AddItemToArray(a, f->file ? cJSON_CreateString(f->file) : cJSON_CreateNull());
+			cJSON_AddItemToArray(a, cJSON_CreateNumber((double)f->pc));
+			cJSON_AddItemToArray(nat, a);
+		}
 		if (s->native_stop)
 			cJSON_AddStringToObject(o, "native_stop", s->native_stop);
 	}

@@ -13,6 +13,7 @@ At the end EXPECT.json gets {"calls": {K: frames}, "cthread": [K...]} and it pri
 
 Scenarios (default: all but deep and spin): nested, method, lambda, generator, threads,
 cthread (a thread started in C, with no Python thread state), deep (a 100-frame recursion),
+churn / slowchurn (code objects made, called and freed, 300 at once / 20 slowly),
 spin N (N cudaLaunchKernel calls from a deep stack as fast as it can; no marks), bench (serves the
 benchmark: each stdin line "RUN N" runs spin N and prints "NS <ns per call>"; "QUIT" ends).
 """
@@ -118,7 +119,12 @@ class Runner:
             raise SystemExit("pthread_create failed")
         libc.pthread_join(tid, None)
 
-    def churn(self, n=300):
+    def slowchurn(self):
+        # the same, slowly: each generation's stack is read while its code object lives,
+        # then the next one takes the freed address
+        self.churn(20, 0.1)
+
+    def churn(self, n=300, pause=0.0):
         # code objects made, called once and freed: their addresses are reused by the next
         # ones, each from its own file name, so a frame resolved late (ustack_dump --late)
         # must come out either right or unresolved, never as another generation's function
@@ -129,6 +135,8 @@ class Runner:
             ns = {}
             exec(compile(src, f"<gen{i}>", "exec"), ns)
             ns["f"](self.mark_at(k, f"<gen{i}>", 2 + i % 7), self.sync, k)
+            if pause:
+                time.sleep(pause)  # alive while the tracer reads it
             del ns
             gc.collect()
 
