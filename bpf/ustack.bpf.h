@@ -140,6 +140,7 @@ struct ustack_walk {
 	__u32 n, fsize;
 	__u64 frame;
 	__u64 page;	/* address of the page in s->page; 0 none */
+	__u64 page_len;	/* bytes of it read */
 	/* native frames */
 	__u64 sp, top, fp;
 };
@@ -207,15 +208,24 @@ static __always_inline const __u8 *ustack_frame_bytes(struct ustack_walk *w, __u
 {
 	struct ustack_scratch *s = w->s;
 	__u64 page = w->frame & ~(__u64)(TP_USTACK_PAGE - 1);
-	__u64 off = w->frame - page;
+	__u64 off = w->frame - page, len;
 
 	if (off <= TP_USTACK_PAGE - TP_PY_FRAME_READ) {
-		if (page != w->page) {
-			if (bpf_probe_read_user(s->page, TP_USTACK_PAGE, (void *)page)) {
+		if (page != w->page || off + TP_PY_FRAME_READ > w->page_len) {
+			/* from the page start to this frame's end: 3.11+ callers sit below their
+			 * callees on the data stack, so the rest of the walk is mostly in it */
+			len = (off + TP_PY_FRAME_READ + 63) & ~63ULL;
+			if (len > TP_USTACK_PAGE)
+				len = TP_USTACK_PAGE;
+			asm volatile("" : "+r"(len));
+			if (len > TP_USTACK_PAGE || len < TP_PY_FRAME_READ)
+				goto single;
+			if (bpf_probe_read_user(s->page, len, (void *)page)) {
 				w->page = 0;
 				goto single;
 			}
 			w->page = page;
+			w->page_len = len;
 		}
 		asm volatile("" : "+r"(off));
 		if (off > TP_USTACK_PAGE - TP_PY_FRAME_READ)

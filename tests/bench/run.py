@@ -1003,7 +1003,7 @@ def section_pystacks(a):
     loop0.close()
     loop = PyLoop(syms)
     try:
-        calls = max(2000, a.calls // 4)
+        calls = a.calls
         configs = ["none", "empty", "nostacks", "stacks"]
         res = {c: [] for c in configs}
         resolve = []
