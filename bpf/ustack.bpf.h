@@ -238,9 +238,9 @@ single:	/* near the page end: this frame alone */
 	return s->f;
 }
 
-static long ustack_py_cb(__u32 i, void *ctx)
+/* One frame; 1 when the walk ends. */
+static __always_inline long ustack_py_step(struct ustack_walk *w)
 {
-	struct ustack_walk *w = ctx;
 	struct ustack_scratch *s = w->s;
 	const struct tp_ustack_config *c = w->c;
 	__u64 code, lasti, owner = 0;
@@ -276,9 +276,19 @@ static long ustack_py_cb(__u32 i, void *ctx)
 		lasti = (__u32)ustack_u64(f, c->f_lasti, TP_PY_FRAME_READ);
 	s->st.py[n][0] = code;
 	s->st.py[n][1] = lasti;
-	s->st.py[n][2] = 0;
 	w->h = ustack_mix(ustack_mix(w->h, code), lasti);
 	w->n = n + 1;
+	return 0;
+}
+
+/* Frames a few at a time: a bpf_loop turn costs about as much as a frame. */
+#define TP_USTACK_FRAMES_PER_TURN 4
+
+static long ustack_py_cb(__u32 i, void *ctx)
+{
+	for (int k = 0; k < TP_USTACK_FRAMES_PER_TURN; k++)
+		if (ustack_py_step(ctx))
+			return 1;
 	return 0;
 }
 
@@ -298,7 +308,7 @@ static __always_inline void ustack_py(struct ustack_walk *w)
 		w->frame = 0;
 	}
 	/* C-stack shim frames (3.12+) take a turn without a slot: a few more turns */
-	bpf_loop(TP_PY_MAX_FRAMES + 16, ustack_py_cb, w, 0);
+	bpf_loop((TP_PY_MAX_FRAMES + 16) / TP_USTACK_FRAMES_PER_TURN, ustack_py_cb, w, 0);
 	if (w->frame && !(s->st.flags & TP_USTACK_PY_FAULT))
 		s->st.flags |= TP_USTACK_PY_TRUNCATED;	/* deeper, or a chain that loops */
 	s->st.nr_py = w->n;

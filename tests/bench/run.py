@@ -1032,8 +1032,33 @@ def section_pystacks(a):
             emit("pystack_resolve_ns_per_event", f"{med(resolve):.0f}")
         else:
             na("pystack_resolve_ns_per_event", "ustack_dump printed no summary")
+        pystack_bpf_ns(loop, calls)
     finally:
         loop.close()
+
+
+def pystack_bpf_ns(loop, calls):
+    """The entry program's own run time with and without stack capture (bpf_stats)."""
+    knob = "/proc/sys/kernel/bpf_stats_enabled"
+    try:
+        old = open(knob).read().strip()
+        open(knob, "w").write("1")
+    except OSError as e:
+        na("bpf_ns_per_run.entry_pystack20", f"cannot enable {knob}: {e.strerror}")
+        return
+    try:
+        for stacks, key in ((False, "entry_pystack20_off"), (True, "entry_pystack20")):
+            h = UstackDump(loop.pid, stacks)
+            loop.run("launch", calls)
+            p = next((p for p in bpftool_progs(h.p.pid) if p.get("name", "").startswith("cuda_entry")
+                      and p.get("run_cnt")), None)
+            h.close()
+            if p:
+                emit(f"bpf_ns_per_run.{key}", f"{p['run_time_ns'] / p['run_cnt']:.0f}")
+            else:
+                na(f"bpf_ns_per_run.{key}", "no cuda_entry program with runs")
+    finally:
+        open(knob, "w").write(old)
 
 
 SECTIONS = [("probe", section_probe), ("ladder", section_ladder), ("bpfstats", section_bpfstats),
