@@ -924,9 +924,9 @@ PY_STACKS = os.path.join(ROOT, "tests", "workloads", "py_stacks.py")
 USTACK_DUMP = os.path.join(OUT, "e2e", "ustack_dump")
 
 
-class PyLoop:
+class PyLoop(Loop):
     """tests/workloads/py_stacks.py bench: cudaLaunchKernel of the real libcudart from a
-    20-frame Python stack, RUN N -> ns per call."""
+    20-frame Python stack, RUN N -> ns per call (QUIT as Loop)."""
 
     def __init__(self, syms):
         cpu = ["taskset", "-c", str(os.cpu_count() - 1)] if TRACER_CPU else []
@@ -950,18 +950,6 @@ class PyLoop:
         if not w or w[0] != "NS":
             raise RuntimeError(f"py_stacks.py: RUN: {' '.join(w)}")
         return float(w[1])
-
-    def close(self):
-        try:
-            self.p.stdin.write("QUIT\n")
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 class UstackDump:

@@ -23,6 +23,17 @@ class Skip(Exception):
     pass
 
 
+def python_for(path, tool):
+    """An interpreter of the machine for a test that drives it with the test binary tool:
+    the test is skipped (with the reason) where the interpreter is absent."""
+    need_root()
+    if not os.path.exists(tool):
+        raise AssertionError(f"{tool} not built (make test)")
+    if not os.access(path, os.X_OK):
+        raise Skip(f"{path} absent (pyenv versions lists what this machine has)")
+    return path
+
+
 def need_root():
     if os.geteuid() != 0:
         raise Skip("needs root for BPF")

@@ -9,7 +9,7 @@ import os
 import subprocess
 import time
 
-from lib import E2E_BIN, OUT, ROOT, SIM_LIB, Skip, Workload, need_root
+from lib import E2E_BIN, OUT, ROOT, SIM_LIB, Skip, Workload, python_for
 
 DUMP = os.path.join(E2E_BIN, "ustack_dump")
 PY_STACKS = os.path.join(ROOT, "tests", "workloads", "py_stacks.py")
@@ -20,12 +20,7 @@ DEBIAN_PY = "/usr/bin/python3"
 
 
 def interpreter(path):
-    need_root()
-    if not os.path.exists(DUMP):
-        raise AssertionError(f"{DUMP} not built (make test)")
-    if not os.access(path, os.X_OK):
-        raise Skip(f"{path} absent (pyenv versions lists what this machine has)")
-    return path
+    return python_for(path, DUMP)
 
 
 def pyenv(version):
