@@ -55,18 +55,23 @@ struct ustack_thread {
 	__u64 checked_ns;
 };
 
+/* per thread (task local storage: freed with the thread, so a reused tid starts afresh) */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);	/* tid */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct ustack_thread);
 } ustack_threads SEC(".maps");
 
-/* Per-CPU scratch: the stack being built and the bytes of one thread state / frame. */
+#define TP_USTACK_PAGE 4096
+
+/* Per-CPU scratch: the stack being built, the bytes of one thread state, of one frame that
+ * straddles a page end, and of the page that holds the last frames read. */
 struct ustack_scratch {
 	struct tp_ustack st;
 	__u8 ts[TP_PY_TSTATE_READ];
 	__u8 f[TP_PY_FRAME_READ];
+	__u8 page[TP_USTACK_PAGE];
 };
 
 struct {
@@ -134,6 +139,8 @@ struct ustack_walk {
 	/* Python frames */
 	__u32 n, fsize;
 	__u64 frame;
+	__u64 page;	/* address of the page in s->page; 0 none */
+	__u64 page_len;	/* bytes of it read */
 	/* native frames */
 	__u64 sp, top, fp;
 };
@@ -163,16 +170,22 @@ static long ustack_ts_cb(__u32 i, void *ctx)
 }
 
 /* The thread state of the calling thread, left in s->ts; 0 when it has none. */
-static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, __u32 tid, __u64 now)
+static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, struct task_struct *task)
 {
-	struct ustack_thread *t = bpf_map_lookup_elem(&ustack_threads, &tid);
-	struct ustack_thread nt = { .fsbase = w->fsbase, .checked_ns = now };
+	struct ustack_thread *t;
+	__u64 now;
 
-	if (t && t->fsbase == w->fsbase) {
+	t = bpf_task_storage_get(&ustack_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	if (t->fsbase == w->fsbase) {
 		if (t->tstate && ustack_read_ts(w->s, w->c, t->tstate, w->fsbase))
 			return t->tstate;
-		if (!t->tstate && now - t->checked_ns < TP_USTACK_NOPY_RECHECK_NS)
-			return 0;
+		if (!t->tstate) {
+			now = bpf_ktime_get_ns();
+			if (now - t->checked_ns < TP_USTACK_NOPY_RECHECK_NS)
+				return 0;
+		}
 	}
 	ustack_count(TP_USTACK_CNT_WALKS);
 	w->interp = w->ts = w->found = 0;
@@ -181,34 +194,74 @@ static __always_inline __u64 ustack_find_ts(struct ustack_walk *w, __u32 tid, __
 				(void *)(w->c->runtime + w->c->rt_interp_head)))
 		w->interp = 0;
 	bpf_loop(TP_USTACK_MAX_TSTATES, ustack_ts_cb, w, 0);
-	nt.tstate = w->found;
-	bpf_map_update_elem(&ustack_threads, &tid, &nt, BPF_ANY);
-	return nt.tstate;
+	t->tstate = w->found;
+	t->fsbase = w->fsbase;
+	t->checked_ns = bpf_ktime_get_ns();
+	return t->tstate;
 }
 
-static long ustack_py_cb(__u32 i, void *ctx)
+/* One frame's bytes: frames are read a page at a time, since the frames of one call chain
+ * sit next to each other (3.11+: the thread's data stack; 3.9/3.10: pymalloc pools), and one
+ * read of a page costs far less than a read per frame. A page that holds a frame is mapped
+ * whole, so the page read cannot fault where the frame read would not. */
+static __always_inline const __u8 *ustack_frame_bytes(struct ustack_walk *w, __u32 fsize)
 {
-	struct ustack_walk *w = ctx;
+	struct ustack_scratch *s = w->s;
+	__u64 page = w->frame & ~(__u64)(TP_USTACK_PAGE - 1);
+	__u64 off = w->frame - page, len;
+
+	if (off <= TP_USTACK_PAGE - TP_PY_FRAME_READ) {
+		if (page != w->page || off + TP_PY_FRAME_READ > w->page_len) {
+			/* from the page start to this frame's end: 3.11+ callers sit below their
+			 * callees on the data stack, so the rest of the walk is mostly in it */
+			len = (off + TP_PY_FRAME_READ + 63) & ~63ULL;
+			if (len > TP_USTACK_PAGE)
+				len = TP_USTACK_PAGE;
+			asm volatile("" : "+r"(len));
+			if (len > TP_USTACK_PAGE || len < TP_PY_FRAME_READ)
+				goto single;
+			if (bpf_probe_read_user(s->page, len, (void *)page)) {
+				w->page = 0;
+				goto single;
+			}
+			w->page = page;
+			w->page_len = len;
+		}
+		asm volatile("" : "+r"(off));
+		if (off > TP_USTACK_PAGE - TP_PY_FRAME_READ)
+			return NULL;
+		return s->page + off;
+	}
+single:	/* near the page end: this frame alone */
+	if (bpf_probe_read_user(s->f, fsize, (void *)w->frame))
+		return NULL;
+	return s->f;
+}
+
+/* One frame; 1 when the walk ends. */
+static __always_inline long ustack_py_step(struct ustack_walk *w)
+{
 	struct ustack_scratch *s = w->s;
 	const struct tp_ustack_config *c = w->c;
 	__u64 code, lasti, owner = 0;
 	__u32 n = w->n, fsize = w->fsize;
+	const __u8 *f;
 
 	if (!w->frame)
 		return 1;
 	if (fsize > TP_PY_FRAME_READ)
 		fsize = TP_PY_FRAME_READ;
-	if (!fsize || bpf_probe_read_user(s->f, fsize, (void *)w->frame)) {
+	if (!fsize || !(f = ustack_frame_bytes(w, fsize))) {
 		s->st.flags |= TP_USTACK_PY_FAULT;
 		return 1;
 	}
-	code = ustack_u64(s->f, c->f_code, sizeof(s->f));
-	w->frame = ustack_u64(s->f, c->f_back, sizeof(s->f));
+	code = ustack_u64(f, c->f_code, TP_PY_FRAME_READ);
+	w->frame = ustack_u64(f, c->f_back, TP_PY_FRAME_READ);
 	if (c->f_owner >= 0) {
 		__u32 o = c->f_owner;
 
 		if (o < TP_PY_FRAME_READ)
-			owner = s->f[o];
+			owner = f[o];
 	}
 	if (c->skip_owner && owner == c->skip_owner)
 		return 0;
@@ -217,14 +270,25 @@ static long ustack_py_cb(__u32 i, void *ctx)
 		return 1;
 	}
 	if (c->lasti_is_ptr)
-		lasti = (ustack_u64(s->f, c->f_lasti, sizeof(s->f)) & TP_PY_LASTI_MASK) |
+		lasti = (ustack_u64(f, c->f_lasti, TP_PY_FRAME_READ) & TP_PY_LASTI_MASK) |
 			owner << TP_PY_OWNER_SHIFT;
 	else
-		lasti = (__u32)ustack_u64(s->f, c->f_lasti, sizeof(s->f));
+		lasti = (__u32)ustack_u64(f, c->f_lasti, TP_PY_FRAME_READ);
 	s->st.py[n][0] = code;
 	s->st.py[n][1] = lasti;
 	w->h = ustack_mix(ustack_mix(w->h, code), lasti);
 	w->n = n + 1;
+	return 0;
+}
+
+/* Frames a few at a time: a bpf_loop turn costs about as much as a frame. */
+#define TP_USTACK_FRAMES_PER_TURN 4
+
+static long ustack_py_cb(__u32 i, void *ctx)
+{
+	for (int k = 0; k < TP_USTACK_FRAMES_PER_TURN; k++)
+		if (ustack_py_step(ctx))
+			return 1;
 	return 0;
 }
 
@@ -236,6 +300,7 @@ static __always_inline void ustack_py(struct ustack_walk *w)
 
 	w->frame = ustack_u64(s->ts, c->ts_frame, sizeof(s->ts));
 	w->n = 0;
+	w->page = 0;
 	w->fsize = c->f_size > TP_PY_FRAME_READ ? TP_PY_FRAME_READ : c->f_size;
 	if (w->frame && c->cf_current >= 0 &&
 	    bpf_probe_read_user(&w->frame, sizeof(w->frame), (void *)(w->frame + c->cf_current))) {
@@ -243,7 +308,7 @@ static __always_inline void ustack_py(struct ustack_walk *w)
 		w->frame = 0;
 	}
 	/* C-stack shim frames (3.12+) take a turn without a slot: a few more turns */
-	bpf_loop(TP_PY_MAX_FRAMES + 16, ustack_py_cb, w, 0);
+	bpf_loop((TP_PY_MAX_FRAMES + 16) / TP_USTACK_FRAMES_PER_TURN, ustack_py_cb, w, 0);
 	if (w->frame && !(s->st.flags & TP_USTACK_PY_FAULT))
 		s->st.flags |= TP_USTACK_PY_TRUNCATED;	/* deeper, or a chain that loops */
 	s->st.nr_py = w->n;
@@ -280,6 +345,31 @@ static long ustack_native_cb(__u32 i, void *ctx)
 		return 1;
 	}
 	w->fp = pair[0];
+	return 0;
+}
+
+/* The stamps of a new stack's code objects (bpf/ustacks.h): read once per distinct stack. */
+static long ustack_stamp_cb(__u32 i, void *ctx)
+{
+	struct ustack_walk *w = ctx;
+	struct ustack_scratch *s = w->s;
+	const struct tp_ustack_config *c = w->c;
+	__u64 code, filename = 0;
+	__s32 line = 0;
+
+	__u64 j = i;
+
+	/* one 64-bit register for the check and the index, or the verifier loses the bound */
+	asm volatile("" : "+r"(j));
+	if (j >= TP_PY_MAX_FRAMES || j >= s->st.nr_py)
+		return 1;
+	code = s->st.py[j][0];
+	if (c->co_filename < 0 || c->co_firstlineno < 0 ||
+	    bpf_probe_read_user(&filename, sizeof(filename), (void *)(code + c->co_filename)) ||
+	    bpf_probe_read_user(&line, sizeof(line), (void *)(code + c->co_firstlineno)))
+		s->st.py[j][2] = 0;
+	else
+		s->st.py[j][2] = TP_PY_STAMP(filename, line);
 	return 0;
 }
 
@@ -338,9 +428,9 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 	s->st.nr_py = 0;
 	s->st.nr_native = 0;
 	s->st.pad = 0;
-	w.h = ustack_mix(0xcbf29ce484222325ULL, pid);
+	w.h = ustack_mix(0xcbf29ce484222325ULL, pid ^ (w.c->code_gen << 32));
 	if (w.c->runtime)
-		ts = ustack_find_ts(&w, tid, bpf_ktime_get_ns());
+		ts = ustack_find_ts(&w, task);
 	if (ts) {
 		ustack_py(&w);
 	} else {
@@ -359,7 +449,11 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 		h += TP_USTACK_FIRST_ID;
 	ustack_count(TP_USTACK_CNT_CAPTURED);
 	if (!bpf_map_lookup_elem(&ustacks, &h)) {
-		long err = bpf_map_update_elem(&ustacks, &h, &s->st, BPF_NOEXIST);
+		long err;
+
+		if (s->st.nr_py)
+			bpf_loop(TP_PY_MAX_FRAMES, ustack_stamp_cb, &w, 0);
+		err = bpf_map_update_elem(&ustacks, &h, &s->st, BPF_NOEXIST);
 
 		if (!err) {
 			ustack_count(TP_USTACK_CNT_NEW);
@@ -369,6 +463,19 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 		}
 	}
 	return h;
+}
+
+/* At the entry of the code type's deallocator (PyCode_Type.tp_dealloc) of a set-up process:
+ * one more code object freed (user/ustack.c attaches it per process). */
+SEC("uprobe")
+int ustack_code_free(struct pt_regs *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct tp_ustack_config *c = bpf_map_lookup_elem(&ustack_procs, &pid);
+
+	if (c)
+		__sync_fetch_and_add(&c->code_gen, 1);
+	return 0;
 }
 
 #endif

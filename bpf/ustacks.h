@@ -33,6 +33,10 @@ enum tp_ustack_status {
  * layout. Offsets are bytes into the structure named; -1 = absent in this version. */
 struct tp_ustack_config {
 	__u64 runtime;		/* &_PyRuntime; 0: no Python (native frames only) */
+	__u64 code_gen;		/* code objects freed since setup: counted by a probe on the
+				 * code type's deallocator (ustack_code_free) and part of every
+				 * stack's hash, so a freed code object's address reused by
+				 * another cannot give an old stack's id (and its resolution) */
 	__s16 rt_interp_head;	/* _PyRuntime.interpreters.head */
 	__s16 is_next;		/* PyInterpreterState.next */
 	__s16 is_threads_head;	/* PyInterpreterState.threads.head */
@@ -45,21 +49,30 @@ struct tp_ustack_config {
 	__s16 f_lasti;		/* f_lasti (int, 3.9/3.10) / prev_instr / instr_ptr (pointer) */
 	__s16 f_owner;		/* _PyInterpreterFrame.owner (char); -1 before 3.11 */
 	__s16 f_size;		/* bytes to read per frame, <= TP_PY_FRAME_READ */
+	__s16 co_filename;	/* PyCodeObject.co_filename, co_firstlineno: the stamp below */
+	__s16 co_firstlineno;
 	__u8 lasti_is_ptr;	/* f_lasti holds a pointer (3.11+), else an int */
 	__u8 skip_owner;	/* frames with this owner are not recorded (3.12+: 3, the C-stack
 				 * shim of each eval-loop activation); 0 none */
 	__u8 native;		/* also walk native frames through frame pointers */
-	__u8 pad[3];
+	__u8 pad[7];
 };
 
-/* The value of the "ustacks" map. py[i] is innermost first: code object address, and the
- * raw instruction position with the frame's owner in the top byte:
+/* The value of the "ustacks" map. py[i] is innermost first: code object address, the raw
+ * instruction position with the frame's owner in the top byte:
  *   lasti_is_ptr: (prev_instr or instr_ptr) & TP_PY_LASTI_MASK | owner << 56
  *   else: (__u32)f_lasti (may be -1 = 0xffffffff: not started)
+ * and the code object's stamp, read when the stack was first stored:
+ *   TP_PY_STAMP(co_filename pointer, co_firstlineno)
+ * User space resolves a code object only if it still has that stamp: one freed and replaced
+ * by another code object before user space read it gives an unresolved frame, not the other
+ * function's name and line. (0: the stamp could not be read.)
  * native[i] innermost first: native[0] is the probed function's address (the uprobe's ip),
  * native[1] the return address at [rsp], then the frame-pointer chain's return addresses. */
 #define TP_PY_LASTI_MASK	0x00ffffffffffffffULL
 #define TP_PY_OWNER_SHIFT	56
+#define TP_PY_STAMP(filename, firstlineno) \
+	((__u64)(filename) ^ ((__u64)(__u32)(firstlineno) << 40) ^ 0x5bd1e995ULL)
 
 enum tp_ustack_flags {
 	TP_USTACK_PY_TRUNCATED = 1,	/* more than TP_PY_MAX_FRAMES Python frames (or a loop) */
@@ -77,7 +90,7 @@ struct tp_ustack {
 	__u16 nr_native;
 	__u32 flags;		/* enum tp_ustack_flags */
 	__u32 pad;
-	__u64 py[TP_PY_MAX_FRAMES][2];
+	__u64 py[TP_PY_MAX_FRAMES][3];
 	__u64 native[TP_NATIVE_MAX_FRAMES];
 };
 

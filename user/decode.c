@@ -18,6 +18,7 @@
 #include "procmaps.h"
 #include "target.h"
 #include "trace_json.h"
+#include "ustack.h"
 
 /* --gpu: a call the join (gpu_join.c) holds until it is decided, handed back to emit_host. */
 struct gpu_payload {
@@ -43,7 +44,45 @@ struct decoder {
 
 	struct gpu_trace *gpu;		/* --gpu: the GPU tracks; NULL without */
 	struct gpu_join *join;		/* --gpu: host calls <-> CUPTI API records */
+
+	/* --py-stacks */
+	ustack_lookup_fn ustack_lookup;	/* NULL: stack ids are ignored */
+	void *ustack_ctx;
+	struct u64map py_threads;	/* pid << 32 | tid -> struct py_thread * */
+	uint64_t next_py_id;		/* Kineto's "Python id" of the next slice */
+	char *stack_buf;		/* the compact stack of the event being written */
 };
+
+/* What the decoder keeps in a call_frame's user[] slots. */
+enum {
+	USER_CORRELATION,
+	USER_PY_DEPTH,		/* Python frames of the call's stack when it entered */
+	USER_PY_INNER_ID,	/* the "Python id" of the innermost of them */
+};
+
+/* --py-stacks: one Python frame drawn as a python_function slice on its thread, open while
+ * the thread's calls keep showing it. It stands for one activation of the function as far as
+ * the probes can tell: the same code object at the same depth, called from the same line of
+ * its parent. (Two calls from one line with no probed call between them in which the frame is
+ * missing are one slice: nothing in the records tells them apart.) */
+struct py_slice {
+	uint64_t code;
+	int call_line;		/* the parent frame's line at the call; 0 for the outermost */
+	uint64_t id;
+	uint64_t start, end;
+	/* the last call in it has no return probe and is drawn by the --gpu join with CUPTI's
+	 * times, later than its probe: the slice then lasts until the thread's next call */
+	bool end_open;
+	char *name;		/* "<co_filename>(<co_firstlineno>): <func>", as torch.profiler */
+};
+
+struct py_thread {
+	int pid, tid;
+	int depth;
+	struct py_slice open[TP_PY_MAX_FRAMES];	/* outermost first */
+};
+
+#define STACK_BUF_SIZE	32768
 
 
 static void dec_entry(void *ctx, struct call_frame *f);
@@ -77,10 +116,20 @@ struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 
 void decoder__free(struct decoder *d)
 {
+	uint64_t v;
+
 	if (!d)
 		return;
 	calls__free(d->calls);
 	u64map__clear(&d->named_threads);
+	for (size_t it = 0; u64map__next(&d->py_threads, &it, NULL, &v);) {
+		struct py_thread *th = (struct py_thread *)(uintptr_t)v;
+
+		for (int i = 0; i < th->depth; i++)
+			free(th->open[i].name);
+	}
+	u64map__free_values(&d->py_threads);
+	free(d->stack_buf);
 	gpu_join__free(d->join);
 	free(d->targets);
 	gpu_trace__free(d->gpu);
@@ -95,6 +144,18 @@ int decoder__add_target(struct decoder *d, struct target *t)
 		return -ENOMEM;
 	d->targets = n;
 	d->targets[d->nr_targets++] = t;
+	return 0;
+}
+
+int decoder__set_ustacks(struct decoder *d, ustack_lookup_fn lookup, void *ctx)
+{
+	if (!d->stack_buf)
+		d->stack_buf = malloc(STACK_BUF_SIZE);
+	if (!d->stack_buf)
+		return -ENOMEM;
+	d->ustack_lookup = lookup;
+	d->ustack_ctx = ctx;
+	d->next_py_id = 1;
 	return 0;
 }
 
@@ -276,6 +337,41 @@ static void arg_int_list(struct trace_json *tj, const char *key, const int32_t *
 	trace_json__arg_str(tj, key, list);
 }
 
+/* --py-stacks: the event's "stack" arg, from its record's stack id. A status id or an id the
+ * lookup does not know is written as what it is, never left out silently. */
+static void stack_args(struct decoder *d, const struct tp_rec_call *c)
+{
+	struct trace_json *tj = d->tj;
+	const struct ustack *s;
+	char status[64];
+
+	if (!d->ustack_lookup || c->ustack == TP_USTACK_NONE)
+		return;
+	if (c->ustack < TP_USTACK_FIRST_ID) {
+		snprintf(status, sizeof(status), "<%s>", ustacks__status_name(c->ustack));
+		trace_json__arg_str(tj, "stack", status);
+		d->stats.stacks_status++;
+		return;
+	}
+	s = d->ustack_lookup(d->ustack_ctx, c->pid, c->ustack);
+	if (!s) {
+		trace_json__arg_str(tj, "stack", "<stack not found>");
+		d->stats.stacks_missing++;
+		return;
+	}
+	ustack__compact(s, d->stack_buf, STACK_BUF_SIZE);
+	trace_json__arg_str(tj, "stack", d->stack_buf);
+	/* the walk stops innermost-out: what is missing is the outer end */
+	if (s->flags & TP_USTACK_PY_TRUNCATED)
+		trace_json__arg_str(tj, "stack truncated", "more Python frames than recorded (" 
+				    "depth limit or a looping frame chain)");
+	else if (s->flags & TP_USTACK_PY_FAULT)
+		trace_json__arg_str(tj, "stack truncated", "a Python frame could not be read");
+	if (s->native_stop)
+		trace_json__arg_str(tj, "native stack end", s->native_stop);
+	d->stats.stacks++;
+}
+
 /* NCCL calls on the CPU timeline: cat "nccl", the collective's arguments decoded per the
  * NCCL 2.28 ABI (nccl_api.c), rc and duration from the return probe. */
 static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
@@ -394,6 +490,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_i64(tj, "rc", (int32_t)r->rc);
 	else if (end_ns)
 		trace_json__arg_bool(tj, "unfinished", true);
+	stack_args(d, c);
 	trace_json__event_end(tj);
 	d->stats.calls++;
 }
@@ -634,6 +731,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_i64(tj, "rc", (int32_t)r->rc);
 	else if (end_ns)
 		trace_json__arg_bool(tj, "unfinished", true);
+	stack_args(d, c);
 	trace_json__event_end(tj);
 	d->stats.calls++;
 }
@@ -729,6 +827,158 @@ int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out)
 	return 0;
 }
 
+/* ---- --py-stacks: python_function slices ----
+ * Built from the sequence of stacks each thread's calls carry, in the order the calls entered
+ * (the calls core hands entries over in order; completions come innermost first). At an
+ * entry, the frames of the thread's open slices that the new stack does not share are closed
+ * and the new stack's other frames opened at the entry's time; when a call completes, the
+ * slices it entered under are stretched to its end. So every slice covers the calls made
+ * under it, and a parent covers its children. */
+
+static struct py_thread *py_thread(struct decoder *d, int pid, int tid, bool create)
+{
+	uint64_t key = (uint64_t)(uint32_t)pid << 32 | (uint32_t)tid, v;
+	struct py_thread *th;
+	bool created;
+
+	if (!create)
+		return u64map__get(&d->py_threads, key ? key : 1, &v) ?
+		       (struct py_thread *)(uintptr_t)v : NULL;
+	th = u64map__get_or_alloc(&d->py_threads, key ? key : 1, sizeof(*th), &created);
+	if (th && created) {
+		th->pid = pid;
+		th->tid = tid;
+	}
+	return th;
+}
+
+/* Writes the slices at depth >= keep, innermost first; next_ts: when the thread's next call
+ * entered (what an open end stretches to). */
+static void py_close(struct decoder *d, struct py_thread *th, int keep, uint64_t next_ts)
+{
+	while (th->depth > keep) {
+		struct py_slice *o = &th->open[--th->depth];
+		uint64_t end = o->end_open && next_ts > o->end ? next_ts : o->end;
+
+		trace_json__event(d->tj, "X", "python_function", o->name, th->pid, th->tid,
+				  o->start, end - o->start);
+		trace_json__arg_u64(d->tj, "Python id", o->id);
+		if (th->depth)
+			trace_json__arg_u64(d->tj, "Python parent id", th->open[th->depth - 1].id);
+		trace_json__event_end(d->tj);
+		free(o->name);
+		o->name = NULL;
+		d->stats.python_slices++;
+	}
+}
+
+static char *py_slice_name(const struct ustack_frame *f)
+{
+	char *name = NULL;
+	int n;
+
+	/* a code object that could not be read has no name, file or line to show */
+	if (f->unresolved || !f->func)
+		n = asprintf(&name, "<unresolved code 0x%llx>", (unsigned long long)f->code);
+	else
+		n = asprintf(&name, "%s(%d): %s", f->file ? f->file : "?", f->firstlineno, f->func);
+	return n < 0 ? NULL : name;
+}
+
+/* A call entered with its stack: the thread's slices follow it. f->user gets the number of
+ * Python frames it entered under and the innermost one's id, for py_call_end. */
+static void py_entry(struct decoder *d, struct call_frame *f)
+{
+	const struct tp_rec_call *c = &f->rec;
+	const struct ustack *s = NULL;
+	struct py_thread *th;
+	int n, same = 0;
+
+	f->user[USER_PY_DEPTH] = 0;
+	if (!d->ustack_lookup || c->ustack == TP_USTACK_NONE)
+		return;
+	if (c->ustack >= TP_USTACK_FIRST_ID) {
+		s = d->ustack_lookup(d->ustack_ctx, c->pid, c->ustack);
+		if (!s)
+			return;
+	} else if (c->ustack != TP_USTACK_NOPY) {
+		/* lost or unreadable: the stack is unknown, the open slices stay as they are */
+		return;
+	}
+	/* no Python thread state: this thread runs no Python now */
+	n = s ? s->nr_py : 0;
+	if (n > TP_PY_MAX_FRAMES)
+		n = TP_PY_MAX_FRAMES;
+	th = py_thread(d, c->pid, c->tid, n > 0);
+	if (!th)
+		return;
+	/* s->py is innermost first: outermost-first position i is s->py[n - 1 - i] */
+	for (; same < th->depth && same < n; same++) {
+		const struct ustack_frame *fr = &s->py[n - 1 - same];
+		int call_line = same ? s->py[n - same].line : 0;
+
+		if (th->open[same].code != fr->code || th->open[same].call_line != call_line)
+			break;
+	}
+	py_close(d, th, same, c->ts);
+	for (int i = 0; i < same; i++)
+		if (c->ts < th->open[i].start)
+			th->open[i].start = c->ts;
+	for (int i = same; i < n; i++) {
+		const struct ustack_frame *fr = &s->py[n - 1 - i];
+		struct py_slice *o = &th->open[i];
+		char *name = py_slice_name(fr);
+
+		if (!name)
+			break;
+		*o = (struct py_slice){ .code = fr->code, .call_line = i ? s->py[n - i].line : 0,
+					.id = d->next_py_id++, .start = c->ts, .end = c->ts,
+					.name = name };
+		th->depth = i + 1;
+	}
+	f->user[USER_PY_DEPTH] = th->depth;
+	f->user[USER_PY_INNER_ID] = th->depth ? th->open[th->depth - 1].id : 0;
+}
+
+/* A call completed (end: its slice's end; end_open: it may be drawn later than that): the
+ * slices it entered under, when still open, last at least as long. */
+static void py_call_end(struct decoder *d, const struct call_frame *f, uint64_t end, bool end_open)
+{
+	int n = (int)f->user[USER_PY_DEPTH];
+	struct py_thread *th;
+
+	if (!n)
+		return;
+	th = py_thread(d, f->rec.pid, f->rec.tid, false);
+	/* closed since by an entry with another stack: only a Python callback inside the call
+	 * can do that */
+	if (!th || th->depth < n || th->open[n - 1].id != f->user[USER_PY_INNER_ID])
+		return;
+	for (int i = 0; i < n; i++) {
+		struct py_slice *o = &th->open[i];
+
+		if (end > o->end) {
+			o->end = end;
+			o->end_open = end_open;
+		} else if (end == o->end) {
+			o->end_open |= end_open;
+		}
+	}
+}
+
+/* Closes the slices of pid's threads (0: all) at the end of their last calls. */
+static void py_close_all(struct decoder *d, int pid, uint64_t end_ns)
+{
+	uint64_t v;
+
+	for (size_t it = 0; u64map__next(&d->py_threads, &it, NULL, &v);) {
+		struct py_thread *th = (struct py_thread *)(uintptr_t)v;
+
+		if (!pid || th->pid == pid)
+			py_close(d, th, 0, end_ns);
+	}
+}
+
 /* ---- the calls core's sink ---- */
 
 static void dec_entry(void *ctx, struct call_frame *f)
@@ -736,7 +986,11 @@ static void dec_entry(void *ctx, struct call_frame *f)
 	struct decoder *d = ctx;
 
 	name_thread(d, f->rec.pid, f->rec.tid);
-	f->user[0] = d->next_correlation++;
+	f->user[USER_CORRELATION] = d->next_correlation++;
+	/* a driver call a runtime call made runs under the runtime call's stack; it is not
+	 * written */
+	if (d->ustack_lookup && !(f->rec.api < NCCL_API_BASE && nested_driver_call(d, &f->rec)))
+		py_entry(d, f);
 }
 
 static bool dec_has_return(void *ctx, uint32_t api)
@@ -752,7 +1006,7 @@ static void dec_call(void *ctx, const struct call *c)
 {
 	struct decoder *d = ctx;
 	const struct tp_rec_call *rec = &c->frame->rec;
-	uint64_t correlation = c->frame->user[0];
+	uint64_t correlation = c->frame->user[USER_CORRELATION];
 
 	if (rec->api < NCCL_API_BASE && nested_driver_call(d, rec)) {
 		d->stats.nested_driver_calls++;
@@ -760,6 +1014,14 @@ static void dec_call(void *ctx, const struct call *c)
 		if (c->end == CALL_EXITED || c->end == CALL_UNFINISHED)
 			d->nested_open++;
 		return;
+	}
+	if (d->ustack_lookup) {
+		/* entry-only calls are drawn at their entry, or by the --gpu join with CUPTI's
+		 * times: those end before the thread's next call, not at the entry */
+		bool no_ret = c->end == CALL_NO_RETURN || c->end == CALL_OVERFLOW;
+
+		py_call_end(d, c->frame, c->ret ? c->ret->ts : no_ret ? rec->ts : c->end_ns,
+			    no_ret && d->join);
 	}
 	switch (c->end) {
 	case CALL_RETURNED:
@@ -796,6 +1058,9 @@ static void dec_exit(void *ctx, const struct tp_rec_exit *x)
 	struct decoder *d = ctx;
 	struct target *t = find_target(d, x->pid);
 
+	/* its open calls were delivered (ended at the exit) before this */
+	if (d->ustack_lookup)
+		py_close_all(d, x->pid, x->ts);
 	if (t) {
 		/* the main loop notices the exit itself (pidfd) and says so */
 		t->exit_code = (int)x->exit_code;
@@ -813,4 +1078,6 @@ int decoder__ring_cb(void *ctx, void *data, size_t size)
 void decoder__finish(struct decoder *d, uint64_t end_ns)
 {
 	calls__finish(d->calls, end_ns);
+	if (d->ustack_lookup)
+		py_close_all(d, 0, end_ns);
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "ustack.h"
 
 struct decoder;
 struct target;
@@ -29,12 +30,24 @@ struct decoder_stats {
 	/* driver calls made by a CUDA runtime (cudaLaunchKernel -> cuLaunchKernel): not
 	 * written, the runtime call shows the launch or copy once */
 	uint64_t nested_driver_calls;
+	/* --py-stacks (decoder__set_ustacks) */
+	uint64_t stacks;		/* events given a stack arg (resolved stacks) */
+	uint64_t stacks_status;		/* events whose stack is a status (no Python thread
+					 * state, lost, unreadable): marked, no frames */
+	uint64_t stacks_missing;	/* stack ids the lookup did not find: marked */
+	uint64_t python_slices;		/* python_function slices written */
 };
 
 struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
 			     const struct target_probes *probes);
 void decoder__free(struct decoder *d);
 int decoder__add_target(struct decoder *d, struct target *t);
+
+/* --py-stacks: the records' ustack ids are looked up with lookup(ctx, pid, id) (ustacks__get
+ * with the session's struct ustacks; a table in tests). Every CUDA/NCCL event then carries a
+ * compact "stack" arg, and its thread gets Kineto with_stack-style python_function slices
+ * around its calls. Without it, ids are ignored. */
+int decoder__set_ustacks(struct decoder *d, ustack_lookup_fn lookup, void *ctx);	/* 0 or -ENOMEM */
 
 /* --gpu: host calls joined with CUPTI records by gpu_join.c (see gpu_join.h). */
 struct agent_record;

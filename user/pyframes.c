@@ -126,6 +126,11 @@ static int code_info(struct pyproc *py, uint64_t addr, struct code_info **out)
 		return ret;
 	if (py->code_type && u64_at(co, L->ob_type) != py->code_type)
 		return -EMEDIUMTYPE;
+	/* a freed object keeps its type but not its reference count: pymalloc and the C heap put
+	 * a free-list pointer there (or 0). Live counts are small; 3.12+ immortal ones are
+	 * UINT32_MAX. A freed code object's strings may be another's by now: never read them. */
+	if (!u64_at(co, 0) || u64_at(co, 0) > 0xffffffffULL)
+		return -ESTALE;
 	filename = u64_at(co, L->co_filename);
 	name = u64_at(co, L->co_name);
 	if (L->co_qualname >= 0)
@@ -482,8 +487,8 @@ static int frame_addr(const struct pyproc *py, const struct code_info *ci, uint6
 	}
 }
 
-int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct py_frame *out,
-		      int *firstlineno)
+int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, uint64_t stamp,
+		      struct py_frame *out, int *firstlineno)
 {
 	struct code_info *ci;
 	bool skip = false;
@@ -498,6 +503,8 @@ int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct p
 		return 0;	/* not a code object: 3.13 allows other executables */
 	if (ret)
 		return ret;
+	if (stamp != TP_PY_STAMP(ci->filename, ci->firstlineno))
+		return -ESTALE;	/* another code object now: never its name and line */
 	addr = frame_addr(py, ci, code, lasti, owner, &skip);
 	if (skip)
 		return 0;
@@ -509,6 +516,23 @@ int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct p
 	if (firstlineno)
 		*firstlineno = ci->firstlineno;
 	return 1;
+}
+
+int pyframes__code_dealloc(const struct pyproc *py, uint64_t *addr)
+{
+	uint64_t fn;
+	int ret;
+
+	if (!py->code_type)
+		return -ENOENT;
+	/* PyTypeObject: ob_refcnt, ob_type, ob_size, tp_name, tp_basicsize, tp_itemsize,
+	 * tp_dealloc: 48 in every 3.9-3.13 release build */
+	if ((ret = rd(py, py->code_type + 48, &fn, sizeof(fn))))
+		return ret;
+	if (!fn)
+		return -ENOENT;
+	*addr = fn;
+	return 0;
 }
 
 void pyframes__recheck(struct pyproc *py)
@@ -539,6 +563,8 @@ int pyframes__bpf_config(const struct pyproc *py, struct tp_ustack_config *c)
 	c->f_lasti = L->f_lasti;
 	c->f_owner = L->f_owner;
 	c->f_size = L->f_size;
+	c->co_filename = L->co_filename;
+	c->co_firstlineno = L->co_firstlineno;
 	c->lasti_is_ptr = L->lasti != LASTI_BYTES && L->lasti != LASTI_UNITS;
 	c->skip_owner = py->minor >= 12 ? OWNED_BY_CSTACK : 0;
 	return 0;

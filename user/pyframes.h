@@ -40,13 +40,17 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 struct tp_ustack_config;
 /* The layout for the walker: 0, or -EINVAL when it does not fit the walker's reads. */
 int pyframes__bpf_config(const struct pyproc *py, struct tp_ustack_config *c);
-/* One captured frame: its code object's address and raw instruction position as
+/* One captured frame: its code object's address, raw instruction position and stamp as
  * tp_ustack.py[] holds them. 1: *out filled (firstlineno too, when not NULL); 0: a frame
  * CPython does not show (incomplete, a non-code executable); -EMEDIUMTYPE / -EFAULT: the
- * code object cannot be read now (freed): unresolved; -ESRCH: the process is gone. Code
- * objects are cached and checked again once after each pyframes__recheck(). */
-int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, struct py_frame *out,
-		      int *firstlineno);
+ * code object cannot be read now (freed), -ESTALE: another code object is there now (its
+ * stamp differs): unresolved; -ESRCH: the process is gone. Code objects are cached and
+ * checked again once after each pyframes__recheck(). */
+int pyframes__resolve(struct pyproc *py, uint64_t code, uint64_t lasti, uint64_t stamp,
+		      struct py_frame *out, int *firstlineno);
 void pyframes__recheck(struct pyproc *py);
+/* The address of the code type's deallocator (PyCode_Type.tp_dealloc) in the target: found
+ * through the exported type object, so stripped interpreters have it too. 0 or -errno. */
+int pyframes__code_dealloc(const struct pyproc *py, uint64_t *addr);
 
 #endif

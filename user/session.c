@@ -142,6 +142,7 @@ static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts 
 	if (!b->exit_tp)
 		bpf_program__set_autoload(skel->progs.proc_exit, false);
 	bpf_program__set_autoload(skel->progs.fr_map, fr_exec);
+	bpf_program__set_autoload(skel->progs.ustack_code_free, o->ustacks || o->ustacks_native);
 	bpf_program__set_autoload(skel->progs.fr_exec, fr_exec);
 	skel->rodata->fr_filter = fr_exec;
 	skel->rodata->ustacks_on = o->ustacks || o->ustacks_native;
@@ -168,6 +169,7 @@ static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts 
 			log_error("out of memory\n");
 			goto err;
 		}
+		ustacks__set_code_free_prog(b->ustacks, skel->progs.ustack_code_free);
 	}
 	if (b->exit_tp) {
 		skel->links.proc_exit = bpf_program__attach(skel->progs.proc_exit);

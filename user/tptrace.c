@@ -23,6 +23,7 @@
 #include "session.h"
 #include "target.h"
 #include "trace_json.h"
+#include "ustack.h"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
@@ -40,6 +41,8 @@ static struct env {
 	bool mem;
 	bool gpu;
 	const char *cupti;
+	bool py_stacks;		/* each call's Python stack (python_function slices, stack arg) */
+	bool native_stacks;	/* ... and its native frames */
 	int ring_mb;
 } env = {
 	.output = "tptrace.json.gz",
@@ -52,7 +55,7 @@ static const char doc[] =
 "tptrace: trace CUDA runtime and NCCL calls of running processes,\n"
 "with no restart, environment variable or preload.\n"
 "\n"
-"USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem]\n"
+"USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem] [--py-stacks]\n"
 "       tptrace fr ...    NCCL flight recorder (tptrace fr --help)\n"
 "       tptrace mem ...   GPU memory snapshot, leaks (tptrace mem --help)\n"
 "       tptrace stacks ...  what a hung job's threads are doing (tptrace stacks --help)\n"
@@ -68,11 +71,13 @@ static const char doc[] =
 "  sudo tptrace -p 4242 --wait -o run.json      # wait for CUDA to load\n"
 "  sudo tptrace -p 4242 --gpu -o gpu.json.gz    # plus the GPU timeline\n"
 "  sudo tptrace -p 4242 --mem -o mem.json.gz    # plus GPU memory counters\n"
+"  sudo tptrace -p 4242 --py-stacks -o py.json.gz  # which Python line made each call\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace  # flight recorder\n"
 "  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n"
 "  sudo tptrace stacks -a                       # who is stuck where, by rank\n";
 
-enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM };
+enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_PY_STACKS,
+       OPT_NATIVE_STACKS };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
@@ -88,6 +93,11 @@ static const struct argp_option opts[] = {
 	  "process's libcudart, then by name)", 0 },
 	{ "mem", OPT_MEM, NULL, 0, "Also trace GPU memory (allocator USDT, cudaMalloc & co, cuMem*): "
 	  "counters, OOM events", 0 },
+	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python stack of every CUDA/NCCL call (CPython "
+	  "3.9-3.13): python_function slices above the calls, as torch.profiler's with_stack, "
+	  "and a \"stack\" arg on each call", 0 },
+	{ "native-stacks", OPT_NATIVE_STACKS, NULL, 0, "--py-stacks plus the native frames "
+	  "(through frame pointers, where the code keeps them)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{},
 };
@@ -126,6 +136,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_MEM:
 		env.mem = true;
+		break;
+	case OPT_NATIVE_STACKS:
+		env.native_stacks = true;
+		/* fall through */
+	case OPT_PY_STACKS:
+		env.py_stacks = true;
 		break;
 	case OPT_RING_MB:
 		if (session__parse_ring_mb(arg, &env.ring_mb))
@@ -234,6 +250,64 @@ static cJSON *gpu_join_json(const struct decoder *dec)
 	return o;
 }
 
+/* --py-stacks: the process's Python version, or why its calls carry no Python frames. */
+static void python_json(cJSON *o, const struct trace_session *s, int pid)
+{
+	const struct ustacks *u = s->bpf->ustacks;
+	const char *python = u ? ustacks__python(u, pid) : NULL;
+	const char *why = u ? ustacks__why(u, pid) : "stack capture was not set up";
+
+	if (python)
+		cJSON_AddStringToObject(o, "python", python);
+	else
+		cJSON_AddNullToObject(o, "python");
+	if (why)
+		cJSON_AddStringToObject(o, "python_frames_missing", why);
+}
+
+/* --py-stacks: the BPF side's stack counters (a count that cannot be read is null with the
+ * reason, never 0), and what the trace writer made of the stacks. */
+static cJSON *ustacks_json(const struct trace_session *s, const struct decoder_stats *st)
+{
+	static const struct { int idx; const char *key; } counters[] = {
+		{ TP_USTACK_CNT_CAPTURED, "captured" },	/* calls given a stack id */
+		{ TP_USTACK_CNT_NEW, "new" },		/* distinct stacks stored */
+		{ TP_USTACK_CNT_LOST, "lost" },		/* stack map full */
+		{ TP_USTACK_CNT_NOPY, "nopy" },		/* calls on threads without Python */
+	};
+	const struct ustacks *u = s->bpf->ustacks;
+	cJSON *o = cJSON_CreateObject();
+	char key[48];
+
+	cJSON_AddBoolToObject(o, "native_frames", env.native_stacks);
+	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+		uint64_t v;
+		int err = u ? ustacks__counter(u, counters[i].idx, &v) : -ENOENT;
+
+		if (err) {
+			cJSON_AddNullToObject(o, counters[i].key);
+			snprintf(key, sizeof(key), "%s_unknown", counters[i].key);
+			cJSON_AddStringToObject(o, key, strerror(-err));
+		} else {
+			cJSON_AddNumberToObject(o, counters[i].key, (double)v);
+		}
+	}
+	if (u) {
+		const struct ustack_stats *us = ustacks__stats(u);
+
+		cJSON_AddNumberToObject(o, "stacks_resolved", (double)us->resolved);
+		cJSON_AddNumberToObject(o, "stacks_not_in_map", (double)us->map_misses);
+		cJSON_AddNumberToObject(o, "unresolved_frames", (double)us->unresolved_frames);
+	}
+	/* calls written with a stack arg: frames, a status (no Python thread state, lost...),
+	 * or an id no longer found */
+	cJSON_AddNumberToObject(o, "calls_with_stack", (double)st->stacks);
+	cJSON_AddNumberToObject(o, "calls_with_stack_status", (double)st->stacks_status);
+	cJSON_AddNumberToObject(o, "calls_stack_not_found", (double)st->stacks_missing);
+	cJSON_AddNumberToObject(o, "python_function_slices", (double)st->python_slices);
+	return o;
+}
+
 /* A u64 as a JSON number without the double's rounding (ns since the epoch need 61 bits). */
 static void add_u64_raw(cJSON *o, const char *key, uint64_t v)
 {
@@ -266,6 +340,8 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 	cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
 	if (env.gpu)
 		cJSON_AddItemToObject(o, "gpu", gpu_json(p));
+	if (env.py_stacks)
+		python_json(o, s, t->pid);
 	cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
 	cJSON_AddBoolToObject(o, "exited", t->exited);
 	/* exit_code is the kernel's wait status (task->exit_code) */
@@ -328,6 +404,8 @@ static char *metadata_json(const struct trace_session *s)
 	/* without --gpu there is no join: no counts at all */
 	if (env.gpu)
 		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->dec));
+	if (env.py_stacks)
+		cJSON_AddItemToObject(root, "python_stacks", ustacks_json(s, st));
 	out = cJSON_Print(root);
 	cJSON_Delete(root);
 	return out;
@@ -371,12 +449,18 @@ static int open_targets(struct trace_session *s)
 	return 0;
 }
 
+static const struct ustack *lookup_ustack(void *ctx, int pid, uint64_t id)
+{
+	return ustacks__get(ctx, pid, id);
+}
+
 /* The BPF object, the output file, the decoder and the ring that feeds it. */
 static int open_pipeline(struct trace_session *s)
 {
 	struct stat st;
 
-	s->bpf = session__load_bpf(env.ring_mb);
+	s->bpf = session__load_bpf_opts(env.ring_mb, &(struct session_load_opts){
+		.ustacks = env.py_stacks, .ustacks_native = env.native_stacks });
 	if (!s->bpf)
 		return -EINVAL;
 	session__probes(s->bpf, &s->probes);
@@ -398,7 +482,8 @@ static int open_pipeline(struct trace_session *s)
 	s->cache = elfsym_cache__new();
 	if (s->cache)
 		s->dec = decoder__new(s->tj, s->cache, &s->probes);
-	if (!s->cache || !s->dec) {
+	if (!s->cache || !s->dec ||
+	    (s->bpf->ustacks && decoder__set_ustacks(s->dec, lookup_ustack, s->bpf->ustacks))) {
 		log_error("out of memory\n");
 		return -ENOMEM;
 	}
@@ -432,6 +517,14 @@ static int attach_targets(struct trace_session *s)
 		err = decoder__add_target(s->dec, t);
 		if (err) {
 			log_error("pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
+			return err;
+		}
+		/* before the probes, so the first call has its stack; a process whose Python
+		 * cannot be read is traced all the same (its notice line is out, the reason
+		 * goes in the metadata) */
+		err = session__ustacks_add(s->bpf, t->pid);
+		if (err == -ENOMEM) {
+			log_error("out of memory\n");
 			return err;
 		}
 		err = target__scan(t, s->cache, &s->probes);

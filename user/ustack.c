@@ -6,23 +6,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "hashmap.h"
+#include "log.h"
+#include "procmaps.h"
 #include "pyframes.h"
 #include "session.h"
 #include "ustack.h"
+#include "ustack_native.h"
 
 struct ustack_proc {
 	int pid;
 	struct pyproc *py;	/* NULL: no Python frames (why says why) */
 	char python[32];
 	char why[200];
+	struct bpf_link *code_free;	/* on the code type's deallocator; NULL: not attached */
 	struct u64map stacks;	/* id -> struct ustack * */
 };
 
 struct ustacks {
 	int stacks_fd, procs_fd, counters_fd;
 	bool native;
+	struct bpf_program *code_free_prog;
+	struct native_resolver *nr;	/* native frames: module, symbol, where the chain stops */
 	struct u64map procs;	/* pid -> struct ustack_proc * */
 	struct ustack_stats stats;
 };
@@ -37,6 +44,10 @@ struct ustacks *ustacks__new(int stacks_fd, int procs_fd, int counters_fd, bool 
 	u->procs_fd = procs_fd;
 	u->counters_fd = counters_fd;
 	u->native = native;
+	if (native && !(u->nr = native_resolver__new(NULL))) {
+		free(u);
+		return NULL;
+	}
 	return u;
 }
 
@@ -58,6 +69,7 @@ static void proc_free(struct ustack_proc *p)
 	for (size_t it = 0; u64map__next(&p->stacks, &it, NULL, &v);)
 		free_stack((struct ustack *)(uintptr_t)v);
 	u64map__clear(&p->stacks);
+	bpf_link__destroy(p->code_free);
 	pyframes__free(p->py);
 	free(p);
 }
@@ -79,6 +91,8 @@ void ustacks__remove_pid(struct ustacks *u, int pid)
 	if (!p)
 		return;
 	bpf_map_delete_elem(u->procs_fd, &key);
+	if (u->nr)
+		native_resolver__forget(u->nr, pid);
 	proc_free(p);
 	u64map__set(&u->procs, (uint64_t)pid, 0);
 }
@@ -92,7 +106,41 @@ void ustacks__free(struct ustacks *u)
 	for (size_t it = 0; u64map__next(&u->procs, &it, NULL, &v);)
 		proc_free((struct ustack_proc *)(uintptr_t)v);
 	u64map__clear(&u->procs);
+	native_resolver__free(u->nr);
 	free(u);
+}
+
+void ustacks__set_code_free_prog(struct ustacks *u, struct bpf_program *prog)
+{
+	if (u)
+		u->code_free_prog = prog;
+}
+
+/* Probes the code type's deallocator of p (see ustacks__set_code_free_prog). */
+static void watch_code_frees(struct ustacks *u, struct ustack_proc *p)
+{
+	struct procmaps *maps;
+	const struct vma *v;
+	char path[4096];
+	uint64_t addr;
+	int err;
+
+	if (!u->code_free_prog || !p->py)
+		return;
+	if ((err = pyframes__code_dealloc(p->py, &addr))) {
+		log_verbose("pid %d: code deallocator not found (%s): stack ids do not see code "
+			    "objects freed\n", p->pid, strerror(-err));
+		return;
+	}
+	maps = procmaps__load(p->pid);
+	v = maps ? procmaps__find(maps, addr) : NULL;
+	if (v && v->path && procmaps__target_path(path, sizeof(path), p->pid, v->path) >= 0)
+		p->code_free = bpf_program__attach_uprobe(u->code_free_prog, false, p->pid, path,
+							  addr - v->start + v->offset);
+	if (!p->code_free)
+		log_verbose("pid %d: cannot probe the code deallocator at 0x%llx: %s\n", p->pid,
+			    (unsigned long long)addr, strerror(errno));
+	procmaps__free(maps);
 }
 
 int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why, size_t whysz)
@@ -139,6 +187,8 @@ int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why,
 
 		snprintf(p->why, sizeof(p->why), "cannot set up stack capture: %s", strerror(-e));
 		ret = e;
+	} else {
+		watch_code_frees(u, p);
 	}
 out:
 	if (why)
@@ -175,15 +225,12 @@ static int resolve_py(struct ustacks *u, struct ustack_proc *p, const struct tp_
 	for (i = 0; i < n; i++) {
 		struct ustack_frame *f = &s->py[s->nr_py];
 		struct py_frame pf;
-		int ret = pyframes__resolve(p->py, raw->py[i][0], raw->py[i][1], &pf,
+		int ret = pyframes__resolve(p->py, raw->py[i][0], raw->py[i][1], raw->py[i][2], &pf,
 					    &f->firstlineno);
 
 		if (ret == 0)
 			continue;	/* a frame CPython does not show */
 		f->code = raw->py[i][0];
-		if (getenv("USTACK_DEBUG"))
-			fprintf(stderr, "resolve %llx %llx -> %d\n", (unsigned long long)raw->py[i][0],
-				(unsigned long long)raw->py[i][1], ret);
 		if (ret < 0) {
 			f->unresolved = true;	/* never a guessed name or line */
 			u->stats.unresolved_frames++;
@@ -197,19 +244,28 @@ static int resolve_py(struct ustacks *u, struct ustack_proc *p, const struct tp_
 	return 0;
 }
 
-static int resolve_native(struct ustack_proc *p, const struct tp_ustack *raw, struct ustack *s)
+static int resolve_native(struct ustacks *u, struct ustack_proc *p, const struct tp_ustack *raw,
+			  struct ustack *s)
 {
-	int i, n = raw->nr_native < TP_NATIVE_MAX_FRAMES ? raw->nr_native : TP_NATIVE_MAX_FRAMES;
+	int n = raw->nr_native < TP_NATIVE_MAX_FRAMES ? raw->nr_native : TP_NATIVE_MAX_FRAMES;
+	int kept;
 
-	(void)p;
-	if (!n)
+	if (!n || !u->nr)
 		return 0;
 	s->native = calloc(n, sizeof(*s->native));
 	if (!s->native)
 		return -ENOMEM;
-	for (i = 0; i < n; i++)
-		s->native[i].pc = raw->native[i];
-	s->nr_native = n;
+	kept = native_resolver__resolve(u->nr, p->pid, (const uint64_t *)raw->native, n,
+					raw->flags, s->native, &s->native_stop);
+	if (kept < 0) {	/* the maps cannot be read (gone): addresses only */
+		for (int i = 0; i < n; i++) {
+			memset(&s->native[i], 0, sizeof(s->native[i]));
+			s->native[i].pc = raw->native[i];
+		}
+		s->native_stop = "the process's mappings could not be read: addresses only";
+		kept = n;
+	}
+	s->nr_native = kept;
 	return 0;
 }
 
@@ -234,7 +290,7 @@ const struct ustack *ustacks__get(struct ustacks *u, int pid, uint64_t id)
 	s->id = id;
 	s->pid = pid;
 	s->flags = raw.flags;
-	if (resolve_py(u, p, &raw, s) || resolve_native(p, &raw, s) ||
+	if (resolve_py(u, p, &raw, s) || resolve_native(u, p, &raw, s) ||
 	    u64map__set(&p->stacks, id, (uintptr_t)s)) {
 		free_stack(s);
 		return NULL;
@@ -316,7 +372,9 @@ int ustack__compact(const struct ustack *s, char *buf, size_t size)
 
 const struct ustack_stats *ustacks__stats(const struct ustacks *u)
 {
-	return &u->stats;
+	static const struct ustack_stats none;
+
+	return u ? &u->stats : &none;
 }
 
 int ustacks__counter(const struct ustacks *u, int idx, uint64_t *out)

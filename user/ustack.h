@@ -54,11 +54,17 @@ struct ustack_stats {
  * "ustack_counters" maps. native: capture native frames too (tp_ustack_config.native). */
 struct ustacks *ustacks__new(int stacks_fd, int procs_fd, int counters_fd, bool native);
 void ustacks__free(struct ustacks *u);
+/* The object's ustack_code_free program: add_pid attaches it to each process's code object
+ * deallocator, so that stacks made after a code object was freed get new ids (bpf/ustacks.h
+ * code_gen). Without it, a code object freed and another made at its address while the same
+ * stack ids repeat could be named by the old one's resolution. */
+struct bpf_program;
+void ustacks__set_code_free_prog(struct ustacks *u, struct bpf_program *prog);
 
 /* Sets up capture for pid. 0: its Python was found (version in *python, owned by u);
  * otherwise a negative errno and one line in why (e.g. "no CPython in the process",
  * "Python 3.8.18: unsupported (3.9-3.13)"); native frames are still captured when asked,
- * and its events carry TP_USTACK_NOPY. Calling it again for the same pid (after an exec)
+ * and its events carry TP_USTACK_NONE (traced as without --py-stacks). Calling it again for the same pid (after an exec)
  * reads the interpreter anew and forgets the pid's cached stacks. */
 int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why, size_t whysz);
 void ustacks__remove_pid(struct ustacks *u, int pid);

@@ -48,4 +48,5 @@ BENCH_BINS := $(addprefix $(BENCH_OUT)/,bench_probe bench_loop bench_pipeline)
 
 .PHONY: bench-bins
 bench-bins: all $(WL_DIR)/sim_train $(WL_DIR)/nccl_rank $(SIM_CUDART) $(OUTPUT)/tptrace-fr-gen \
-	    $(BENCH_BPF_OBJS) $(BENCH_BINS) $(WL_DIR)/stack_app $(OUTPUT)/e2e/stacks_dump
+	    $(BENCH_BPF_OBJS) $(BENCH_BINS) $(WL_DIR)/stack_app $(OUTPUT)/e2e/stacks_dump \
+	    $(OUTPUT)/e2e/ustack_dump

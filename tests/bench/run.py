@@ -920,10 +920,139 @@ def section_frfoot(a):
             shutil.rmtree(iddir, ignore_errors=True)
 
 
+PY_STACKS = os.path.join(ROOT, "tests", "workloads", "py_stacks.py")
+USTACK_DUMP = os.path.join(OUT, "e2e", "ustack_dump")
+
+
+class PyLoop(Loop):
+    """tests/workloads/py_stacks.py bench: cudaLaunchKernel of the real libcudart from a
+    20-frame Python stack, RUN N -> ns per call (QUIT as Loop)."""
+
+    def __init__(self, syms):
+        cpu = ["taskset", "-c", str(os.cpu_count() - 1)] if TRACER_CPU else []
+        self.p = subprocess.Popen(cpu + ["/usr/bin/python3", PY_STACKS, REAL_CUDART, "/dev/null",
+                                         "bench"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        w = self.p.stdout.readline().split()
+        if not w or w[0] != "READY":
+            raise RuntimeError("py_stacks.py died before READY")
+        self.pid = int(w[1])
+        self.p.stdin.write("GO\n")
+        self.p.stdin.flush()
+        if self.p.stdout.readline().strip() != "BENCH":
+            raise RuntimeError("py_stacks.py did not start its bench loop")
+        self.syms = syms
+
+    def run(self, op, calls):
+        self.p.stdin.write(f"RUN {calls}\n")
+        self.p.stdin.flush()
+        w = self.p.stdout.readline().split()
+        if not w or w[0] != "NS":
+            raise RuntimeError(f"py_stacks.py: RUN: {' '.join(w)}")
+        return float(w[1])
+
+
+class UstackDump:
+    """tests/e2e/ustack_dump.c --bench: tptrace's own BPF object and entry program on
+    cudaLaunchKernel with --py-stacks capture (or without: --no-stacks), and user/ustack.c
+    resolving every event's stack in the reader, as tptrace's sinks do."""
+
+    def __init__(self, pid, stacks):
+        argv = [USTACK_DUMP, str(pid), REAL_CUDART, "cudaLaunchKernel", "3600", "--bench"]
+        if not stacks:
+            argv.append("--no-stacks")
+        self.p = subprocess.Popen(TRACER_CPU + argv, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.out = Lines(self.p.stdout)
+        if not self.out.wait_for(lambda l: l == "READY", 60):
+            self.p.kill()
+            raise RuntimeError(f"ustack_dump did not attach: {self.p.stderr.read()}")
+        self.summary = None
+
+    def close(self):
+        self.p.send_signal(signal.SIGINT)
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        last = self.out.wait_for(lambda l: l.startswith("{\"counters\""), 5)
+        self.summary = json.loads(last) if last else None
+
+
+def section_pystacks(a):
+    """--py-stacks: a launch from a 20-frame Python stack, traced with stack capture, over the
+    empty probe on the same function in the same run; and the user-space resolution cost."""
+    if not os.path.exists(USTACK_DUMP):
+        na("probe_cost_ratio.launch_pystack20", f"{USTACK_DUMP} not built (make test-bins)")
+        return
+    loop0 = Loop()
+    syms = dict(loop0.syms)
+    loop0.close()
+    loop = PyLoop(syms)
+    try:
+        calls = a.calls
+        configs = ["none", "empty", "nostacks", "stacks"]
+        res = {c: [] for c in configs}
+        resolve = []
+        for rep in range(a.reps):
+            for c in configs[rep % len(configs):] + configs[:rep % len(configs)]:
+                h = None
+                if c == "empty":
+                    h = EmptyProbe(loop, [("launch", False)])
+                elif c in ("nostacks", "stacks"):
+                    h = UstackDump(loop.pid, c == "stacks")
+                loop.run("launch", calls)  # settle after attach
+                res[c].append(loop.run("launch", calls))
+                if h:
+                    h.close()
+                    if c == "stacks" and isinstance(h, UstackDump) and h.summary:
+                        resolve.append(h.summary["resolve_ns"])
+            log(f"pystacks: rep {rep + 1}/{a.reps} done")
+        m = {c: med(res[c]) for c in configs}
+        for c in configs:
+            emit(f"ns_per_call.pystack20.{c}", f"{m[c]:.0f}")
+        base = m["empty"] - m["none"]
+        emit("trap_ns.pystack20", f"{base:.0f}")
+        emit("probe_cost_ratio.launch_pystack20", f"{(m['stacks'] - m['none']) / base:.2f}")
+        emit("probe_cost_ratio.launch_pystack20_off", f"{(m['nostacks'] - m['none']) / base:.2f}")
+        if resolve:
+            emit("pystack_resolve_ns_per_event", f"{med(resolve):.0f}")
+        else:
+            na("pystack_resolve_ns_per_event", "ustack_dump printed no summary")
+        pystack_bpf_ns(loop, calls)
+    finally:
+        loop.close()
+
+
+def pystack_bpf_ns(loop, calls):
+    """The entry program's own run time with and without stack capture (bpf_stats)."""
+    knob = "/proc/sys/kernel/bpf_stats_enabled"
+    try:
+        old = open(knob).read().strip()
+        open(knob, "w").write("1")
+    except OSError as e:
+        na("bpf_ns_per_run.entry_pystack20", f"cannot enable {knob}: {e.strerror}")
+        return
+    try:
+        for stacks, key in ((False, "entry_pystack20_off"), (True, "entry_pystack20")):
+            h = UstackDump(loop.pid, stacks)
+            loop.run("launch", calls)
+            p = next((p for p in bpftool_progs(h.p.pid) if p.get("name", "").startswith("cuda_entry")
+                      and p.get("run_cnt")), None)
+            h.close()
+            if p:
+                emit(f"bpf_ns_per_run.{key}", f"{p['run_time_ns'] / p['run_cnt']:.0f}")
+            else:
+                na(f"bpf_ns_per_run.{key}", "no cuda_entry program with runs")
+    finally:
+        open(knob, "w").write(old)
+
+
 SECTIONS = [("probe", section_probe), ("ladder", section_ladder), ("bpfstats", section_bpfstats),
             ("pipeline", section_pipeline), ("attach", section_attach),
             ("analyzer", section_analyzer), ("fr", section_fr), ("frfoot", section_frfoot),
-            ("stacks", section_stacks)]
+            ("stacks", section_stacks), ("pystacks", section_pystacks)]
 
 
 def main():

@@ -14,7 +14,8 @@ def one_line(stderr):
 def test_help_and_version():
     rc, out, err = run_tptrace(["--help"])
     assert rc == 0
-    for s in ("-p, --pid=PID", "-d, --duration=SEC", "-o, --output=FILE", "--wait", "EXAMPLES"):
+    for s in ("-p, --pid=PID", "-d, --duration=SEC", "-o, --output=FILE", "--wait", "--py-stacks",
+              "--native-stacks", "EXAMPLES"):
         assert s in out, s
     rc, out, err = run_tptrace(["--version"])
     assert rc == 0 and out.startswith("tptrace 0."), out

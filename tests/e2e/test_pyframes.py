@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import time
 
-from lib import E2E_BIN, ROOT, Skip, Workload, need_root, tmp_path
+from lib import E2E_BIN, ROOT, Skip, Workload, need_root, python_for, tmp_path
 
 DUMP = os.path.join(E2E_BIN, "pyframes_dump")
 HANG = os.path.join(ROOT, "tests", "workloads", "py_hang.py")
@@ -50,12 +50,7 @@ def entries(thread):
 
 
 def interpreter(path):
-    need_root()
-    if not os.path.exists(DUMP):
-        raise AssertionError(f"{DUMP} not built (make test)")
-    if not os.access(path, os.X_OK):
-        raise Skip(f"{path} absent")
-    return path
+    return python_for(path, DUMP)
 
 
 def version_of(py):

@@ -2,15 +2,18 @@
 /* Test driver for the BPF stack walker (bpf/ustack.bpf.h) and user/ustack.c, without the
  * decoder: loads tptrace's own BPF object with stack capture on, attaches its entry program
  * to LIB:SYMBOL of PID with tptrace's cookie for that API, and prints one JSON line per call:
- *   ustack_dump PID LIB SYMBOL SECONDS [--native] [--bench]
+ *   ustack_dump PID LIB SYMBOL SECONDS [--native] [--bench] [--late] [--no-stacks]
  *   {"python":"3.11.7"} or {"python":null,"why":"..."}      (first line, after setup)
  *   READY                                                   (attached)
  *   {"tid":T,"arg0":A,"id":ID,"status":"...","flags":F,"py":[[func,file,line,firstlineno],...],
- *    "native":[pc,...]}                                      (per call, innermost first;
+ *    "native":[[func,module,pc],...],"native_stop":"..."}   (per call, innermost first;
  *                                                             unresolved frames: [null,null,0,0])
  *   {"counters":{"captured":N,...},"resolved":N,"map_misses":N,"resolve_ns":X}   (at the end)
- * It ends after SECONDS or when PID exits. --bench: no per-call lines, only the summary
- * (resolve_ns: mean user-space cost of ustacks__get per event, stacks cached). */
+ * It ends after SECONDS, at SIGINT/SIGTERM, or when PID exits. --bench: no per-call lines, only the summary
+ * (resolve_ns: mean user-space cost of ustacks__get per event, stacks cached).
+ * --late: records are kept and resolved only at the end (the target must still run): code
+ * objects freed meanwhile must come out unresolved, never wrong. --no-stacks: the same probe
+ * with stack capture off (the benchmark's baseline). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +33,16 @@ static struct ustacks *g_u;
 static int g_pid;
 static bool g_bench;
 static uint64_t g_events, g_resolve_ns;
+static bool g_late, g_flushing;
+static volatile sig_atomic_t g_stop;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	g_stop = 1;
+}
+static struct tp_rec_call *g_kept;
+static size_t g_nr_kept, g_cap_kept;
 
 static uint64_t mono_ns(void)
 {
@@ -49,6 +62,16 @@ static int on_rec(void *ctx, void *data, size_t size)
 	(void)ctx;
 	if (size < TP_REC_CALL_SHORT_SIZE || r->type != TP_REC_CALL)
 		return 0;
+	if (g_late && !g_flushing) {
+		if (g_nr_kept == g_cap_kept) {
+			g_cap_kept = g_cap_kept ? 2 * g_cap_kept : 1024;
+			g_kept = realloc(g_kept, g_cap_kept * sizeof(*g_kept));
+			if (!g_kept)
+				exit(1);
+		}
+		memcpy(&g_kept[g_nr_kept++], r, TP_REC_CALL_SHORT_SIZE);
+		return 0;
+	}
 	t0 = mono_ns();
 	s = ustacks__get(g_u, r->pid, r->ustack);
 	g_resolve_ns += mono_ns() - t0;
@@ -62,6 +85,8 @@ static int on_rec(void *ctx, void *data, size_t size)
 	cJSON_AddStringToObject(o, "status", ustacks__status_name(r->ustack));
 	if (s) {
 		cJSON_AddNumberToObject(o, "flags", s->flags);
+		if (s->nr_py)	/* the innermost code object's address */
+			cJSON_AddNumberToObject(o, "code", (double)s->py[0].code);
 		py = cJSON_AddArrayToObject(o, "py");
 		for (int i = 0; i < s->nr_py; i++) {
 			const struct ustack_frame *f = &s->py[i];
@@ -74,8 +99,15 @@ static int on_rec(void *ctx, void *data, size_t size)
 			cJSON_AddItemToArray(py, a);
 		}
 		nat = cJSON_AddArrayToObject(o, "native");
-		for (int i = 0; i < s->nr_native; i++)
-			cJSON_AddItemToArray(nat, cJSON_CreateNumber((double)s->native[i].pc));
+		for (int i = 0; i < s->nr_native; i++) {
+			const struct ustack_frame *f = &s->native[i];
+			cJSON *a = cJSON_CreateArray();
+
+			cJSON_AddItemToArray(a, f->func ? cJSON_CreateString(f->func) : cJSON_CreateNull());
+			cJSON_AddItemToArray(a, f->file ? cJSON_CreateString(f->file) : cJSON_CreateNull());
+			cJSON_AddItemToArray(a, cJSON_CreateNumber((double)f->pc));
+			cJSON_AddItemToArray(nat, a);
+		}
 		if (s->native_stop)
 			cJSON_AddStringToObject(o, "native_stop", s->native_stop);
 	}
@@ -113,6 +145,10 @@ int main(int argc, char **argv)
 			lo.ustacks_native = true;
 		else if (!strcmp(argv[i], "--bench"))
 			g_bench = true;
+		else if (!strcmp(argv[i], "--late"))
+			g_late = true;
+		else if (!strcmp(argv[i], "--no-stacks"))
+			lo.ustacks = false;
 	}
 	for (id = 0; id < cuda_api_count; id++)
 		if (!strcmp(cuda_apis[id].symbol, argv[3]))
@@ -126,7 +162,9 @@ int main(int argc, char **argv)
 	if (!b)
 		return 1;
 	g_u = b->ustacks;
-	ret = ustacks__add_pid(g_u, g_pid, &python, why, sizeof(why));
+	ret = g_u ? ustacks__add_pid(g_u, g_pid, &python, why, sizeof(why)) : -ENOTSUP;
+	if (!g_u)
+		snprintf(why, sizeof(why), "stack capture off");
 	o = cJSON_CreateObject();
 	if (python)
 		cJSON_AddStringToObject(o, "python", python);
@@ -157,7 +195,9 @@ int main(int argc, char **argv)
 	printf("READY\n");
 	fflush(stdout);
 	end = mono_ns() + (uint64_t)(secs * 1e9);
-	while (mono_ns() < end) {
+	signal(SIGINT, on_sigint);
+	signal(SIGTERM, on_sigint);
+	while (!g_stop && mono_ns() < end) {
 		ring_buffer__poll(rb, 20);
 		ring_buffer__consume(rb);	/* records are submitted without wake-ups */
 		fflush(stdout);
@@ -165,6 +205,9 @@ int main(int argc, char **argv)
 			break;
 	}
 	ring_buffer__consume(rb);
+	g_flushing = true;
+	for (size_t i = 0; i < g_nr_kept; i++)
+		on_rec(NULL, &g_kept[i], TP_REC_CALL_SHORT_SIZE);
 	o = cJSON_CreateObject();
 	c = cJSON_AddObjectToObject(o, "counters");
 	{

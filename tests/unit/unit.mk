@@ -103,6 +103,14 @@ $(UNIT_DIR)/test_decode: tests/unit/test_decode.c tests/unit/check.h \
 
 TEST_BINS += $(UNIT_DIR)/test_decode
 
+# --py-stacks in the trace writer: python_function slices and stack args from a fake lookup
+$(UNIT_DIR)/test_decode_pystacks: tests/unit/test_decode_pystacks.c tests/unit/check.h \
+				  $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_decode_pystacks
+
 # the driver API rows: decoding, nesting against a dlopen'ed libcudart, handle naming, the
 # flight recorder's progress from driver calls; struct layouts checked against cuda.h
 $(UNIT_DIR)/test_driver: tests/unit/test_driver.c tests/unit/check.h \
@@ -193,3 +201,14 @@ TEST_BINS += $(UNIT_DIR)/test_fr_trigger_fuzz
 ifneq ($(FUZZ_LIBFUZZER),)
 TEST_BINS += $(UNIT_DIR)/fr_trigger_fuzz
 endif
+
+# native frames through frame pointers (user/ustack_native.c) on the live fixture of
+# tests/workloads/native_fp_*.c
+$(UNIT_DIR)/test_ustack_native: tests/unit/test_ustack_native.c tests/unit/check.h \
+				$(OUTPUT)/user/ustack_native.o $(OUTPUT)/user/elfsym.o \
+				$(OUTPUT)/user/procmaps.o $(OUTPUT)/user/demangle.o \
+				$(OUTPUT)/user/hashmap.o $(NFP_LIBS) $(NFP_DIR)/native_fp_app | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -ldw $(UNIT_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_ustack_native

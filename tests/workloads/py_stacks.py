@@ -13,13 +13,16 @@ At the end EXPECT.json gets {"calls": {K: frames}, "cthread": [K...]} and it pri
 
 Scenarios (default: all but deep and spin): nested, method, lambda, generator, threads,
 cthread (a thread started in C, with no Python thread state), deep (a 100-frame recursion),
-spin N (N calls from a 20-frame stack as fast as it can, for the benchmark; no marks).
+churn / slowchurn (code objects made, called and freed, 300 at once / 20 slowly),
+spin N (N cudaLaunchKernel calls from a deep stack as fast as it can; no marks), bench (serves the
+benchmark: each stdin line "RUN N" runs spin N and prints "NS <ns per call>"; "QUIT" ends).
 """
 import ctypes
 import json
 import os
 import sys
 import threading
+import time
 
 CALLS = {}
 CTHREAD = []
@@ -51,6 +54,7 @@ def key():
 
 class Runner:
     def __init__(self, lib):
+        self.lib = lib
         self.sync = lib.cudaStreamSynchronize
         self.sync.argtypes = [ctypes.c_void_p]
         self.sync.restype = ctypes.c_int
@@ -115,6 +119,34 @@ class Runner:
             raise SystemExit("pthread_create failed")
         libc.pthread_join(tid, None)
 
+    def slowchurn(self):
+        # the same, slowly: each generation's stack is read while its code object lives,
+        # then the next one takes the freed address
+        self.churn(20, 0.1)
+
+    def churn(self, n=300, pause=0.0):
+        # code objects made, called once and freed: their addresses are reused by the next
+        # ones, each from its own file name, so a frame resolved late (ustack_dump --late)
+        # must come out either right or unresolved, never as another generation's function
+        import gc
+        for i in range(n):
+            k = key()
+            src = "\n" * (i % 7) + "def f(mark, sync, k):\n    mark(k); sync(k)\n"
+            ns = {}
+            exec(compile(src, f"<gen{i}>", "exec"), ns)
+            ns["f"](self.mark_at(k, f"<gen{i}>", 2 + i % 7), self.sync, k)
+            if pause:
+                time.sleep(pause)  # alive while the tracer reads it
+            del ns
+            gc.collect()
+
+    def mark_at(self, k, file, line):
+        # the innermost frame the call above makes, by construction
+        def m(kk):
+            with LOCK:
+                CALLS[kk] = [["f", file, line, line - 1]]
+        return m
+
     def deep(self, n=100):
         if n:
             return self.deep(n - 1)
@@ -122,14 +154,32 @@ class Runner:
         mark(k); self.sync(k)  # AT:deep
 
     def spin(self, n):
+        # cudaLaunchKernel(func, grid, block, args, shmem, stream): the launch path of tptrace's
+        # entry program (its cookie copies stack slots); fails fast without a driver
+        class Dim3(ctypes.Structure):
+            _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+        launch = self.lib.cudaLaunchKernel
+        launch.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t,
+                           ctypes.c_void_p]
+        one = Dim3(1, 1, 1)
+
         def level(d):
             if d:
                 return level(d - 1)
-            s = self.sync
+            t0 = time.perf_counter_ns()
             for _ in range(n):
-                s(7)
-        # 20 Python frames at the call: <module>, main, spin, 17 x level
-        level(16)
+                launch(7, one, one, None, 0, None)
+            return (time.perf_counter_ns() - t0) / n
+        # under bench, 20 Python frames at the call: <module>, main, bench, spin, 16 x level
+        return level(15)
+
+    def bench(self):
+        print("BENCH", flush=True)
+        for line in sys.stdin:
+            w = line.split()
+            if not w or w[0] == "QUIT":
+                return
+            print("NS", self.spin(int(w[1])), flush=True)
 
 
 def main():

@@ -177,3 +177,41 @@ $(WL_DIR)/launch_storm: tests/workloads/launch_storm.c tests/workloads/handshake
 
 TEST_BINS += $(WL_DIR)/launch_storm
 -include $(WL_DIR)/launch_storm.d
+
+# Native frames through frame pointers (tests/unit/test_ustack_native.c): an executable with
+# frame pointers (and endbr64), libnfp_fp.so with, libnfp_nofp.so without, and libnfp_strip.so
+# with frame pointers but no .symtab, libnfp_bare.so neither .symtab nor .eh_frame. The
+# libraries call each other, resolved at run time.
+NFP_DIR    := $(WL_DIR)/nfp
+NFP_CFLAGS := -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -Itests/workloads -fno-optimize-sibling-calls
+NFP_LIBS   := $(addprefix $(NFP_DIR)/,libnfp_fp.so libnfp_nofp.so libnfp_strip.so libnfp_bare.so)
+
+$(NFP_DIR):
+	$(Q)mkdir -p $@
+
+$(NFP_DIR)/libnfp_fp.so: tests/workloads/native_fp_lib.c tests/workloads/native_fp.h | $(NFP_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(NFP_CFLAGS) -fPIC -shared -fno-omit-frame-pointer $< -o $@
+
+$(NFP_DIR)/libnfp_nofp.so: tests/workloads/native_nofp_lib.c tests/workloads/native_fp.h | $(NFP_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(NFP_CFLAGS) -fPIC -shared -fomit-frame-pointer $< -o $@
+
+$(NFP_DIR)/libnfp_strip.so: tests/workloads/native_strip_lib.c tests/workloads/native_fp.h | $(NFP_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(NFP_CFLAGS) -fPIC -shared -fno-omit-frame-pointer $< -o $@.full
+	$(Q)strip -s -o $@ $@.full && rm -f $@.full
+
+$(NFP_DIR)/libnfp_bare.so: tests/workloads/native_strip_lib.c tests/workloads/native_fp.h | $(NFP_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(NFP_CFLAGS) -fPIC -shared -fno-omit-frame-pointer -DNFP_BARE \
+		-fno-asynchronous-unwind-tables -fno-unwind-tables $< -o $@.full
+	$(Q)strip -s -o $@ $@.full && rm -f $@.full
+
+$(NFP_DIR)/native_fp_app: tests/workloads/native_fp_app.c tests/workloads/native_fp.h \
+			  tests/workloads/handshake.h $(NFP_LIBS)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(NFP_CFLAGS) -fno-omit-frame-pointer -fcf-protection $< -L$(NFP_DIR) \
+		-l:libnfp_fp.so -l:libnfp_nofp.so -l:libnfp_strip.so -l:libnfp_bare.so -Wl,-rpath,'$$ORIGIN' -o $@
+
+TEST_BINS += $(NFP_LIBS) $(NFP_DIR)/native_fp_app
