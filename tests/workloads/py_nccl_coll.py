@@ -50,7 +50,8 @@ def unique_id(nccl, rank, path):
         if nccl.ncclGetUniqueId(ctypes.byref(uid)) != 0:
             sys.exit("py_nccl_coll: ncclGetUniqueId failed")
         with open(path + ".tmp", "w") as f:
-            f.write(bytes(uid.internal).ljust(128, b"\0").hex() + "\n")
+            # all 128 bytes: uid.internal (a c_char array) would stop at the first NUL
+            f.write(ctypes.string_at(ctypes.addressof(uid), 128).hex() + "\n")
         os.rename(path + ".tmp", path)
         return uid
     for _ in range(12000):
@@ -58,7 +59,8 @@ def unique_id(nccl, rank, path):
             with open(path) as f:
                 hexid = f.readline().strip()
             if len(hexid) >= 256:
-                return UniqueId(bytes.fromhex(hexid[:256]))
+                # from_buffer_copy: UniqueId(b) (a c_char array) would stop at the first NUL
+                return UniqueId.from_buffer_copy(bytes.fromhex(hexid[:256]))
         except FileNotFoundError:
             pass
         time.sleep(0.01)
