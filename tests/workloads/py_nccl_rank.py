@@ -22,7 +22,8 @@ def read_id(path):
             with open(path) as f:
                 hexid = f.readline().strip()
             if len(hexid) >= 256:
-                return UniqueId(bytes.fromhex(hexid[:256]))
+                # from_buffer_copy: UniqueId(b) (a c_char array) would stop at the first NUL
+                return UniqueId.from_buffer_copy(bytes.fromhex(hexid[:256]))
         except FileNotFoundError:
             pass
         time.sleep(0.01)
