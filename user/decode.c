@@ -50,7 +50,6 @@ struct decoder {
 	void *ustack_ctx;
 	struct u64map py_threads;	/* pid << 32 | tid -> struct py_thread * */
 	uint64_t next_py_id;		/* Kineto's "Python id" of the next slice */
-	char *stack_buf;		/* the compact stack of the event being written */
 };
 
 /* What the decoder keeps in a call_frame's user[] slots. */
@@ -81,9 +80,6 @@ struct py_thread {
 	int depth;
 	struct py_slice open[TP_PY_MAX_FRAMES];	/* outermost first */
 };
-
-#define STACK_BUF_SIZE	32768
-
 
 static void dec_entry(void *ctx, struct call_frame *f);
 static void dec_call(void *ctx, const struct call *c);
@@ -129,7 +125,6 @@ void decoder__free(struct decoder *d)
 			free(th->open[i].name);
 	}
 	u64map__free_values(&d->py_threads);
-	free(d->stack_buf);
 	gpu_join__free(d->join);
 	free(d->targets);
 	gpu_trace__free(d->gpu);
@@ -149,10 +144,6 @@ int decoder__add_target(struct decoder *d, struct target *t)
 
 int decoder__set_ustacks(struct decoder *d, ustack_lookup_fn lookup, void *ctx)
 {
-	if (!d->stack_buf)
-		d->stack_buf = malloc(STACK_BUF_SIZE);
-	if (!d->stack_buf)
-		return -ENOMEM;
 	d->ustack_lookup = lookup;
 	d->ustack_ctx = ctx;
 	d->next_py_id = 1;
@@ -337,39 +328,24 @@ static void arg_int_list(struct trace_json *tj, const char *key, const int32_t *
 	trace_json__arg_str(tj, key, list);
 }
 
-/* --py-stacks: the event's "stack" arg, from its record's stack id. A status id or an id the
- * lookup does not know is written as what it is, never left out silently. */
+/* --py-stacks: the event's "stack" arg (ustack__write_args), counted. */
 static void stack_args(struct decoder *d, const struct tp_rec_call *c)
 {
-	struct trace_json *tj = d->tj;
-	const struct ustack *s;
-	char status[64];
-
-	if (!d->ustack_lookup || c->ustack == TP_USTACK_NONE)
+	if (!d->ustack_lookup)
 		return;
-	if (c->ustack < TP_USTACK_FIRST_ID) {
-		snprintf(status, sizeof(status), "<%s>", ustacks__status_name(c->ustack));
-		trace_json__arg_str(tj, "stack", status);
+	switch (ustack__write_args(d->tj, d->ustack_lookup, d->ustack_ctx, c->pid, c->ustack)) {
+	case USTACK_ARG_STACK:
+		d->stats.stacks++;
+		break;
+	case USTACK_ARG_STATUS:
 		d->stats.stacks_status++;
-		return;
-	}
-	s = d->ustack_lookup(d->ustack_ctx, c->pid, c->ustack);
-	if (!s) {
-		trace_json__arg_str(tj, "stack", "<stack not found>");
+		break;
+	case USTACK_ARG_MISSING:
 		d->stats.stacks_missing++;
-		return;
+		break;
+	default:
+		break;
 	}
-	ustack__compact(s, d->stack_buf, STACK_BUF_SIZE);
-	trace_json__arg_str(tj, "stack", d->stack_buf);
-	/* the walk stops innermost-out: what is missing is the outer end */
-	if (s->flags & TP_USTACK_PY_TRUNCATED)
-		trace_json__arg_str(tj, "stack truncated", "more Python frames than recorded (" 
-				    "depth limit or a looping frame chain)");
-	else if (s->flags & TP_USTACK_PY_FAULT)
-		trace_json__arg_str(tj, "stack truncated", "a Python frame could not be read");
-	if (s->native_stop)
-		trace_json__arg_str(tj, "native stack end", s->native_stop);
-	d->stats.stacks++;
 }
 
 /* NCCL calls on the CPU timeline: cat "nccl", the collective's arguments decoded per the

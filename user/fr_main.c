@@ -296,12 +296,6 @@ struct fr_session {
 	struct fr_exec *exec;		/* -a: libraries probed per file, for every process */
 };
 
-/* flightrec's ustack_lookup_fn: the session's stack resolver */
-static const struct ustack *lookup_ustack(void *ctx, int pid, uint64_t id)
-{
-	return ustacks__get(ctx, pid, id);
-}
-
 static void set_drops(struct fr_session *s)
 {
 	uint64_t drops = 0;
@@ -718,7 +712,7 @@ int fr_main(int argc, char **argv)
 	fo.rescan_ctx = &s;
 	fo.no_stacks = env.no_stacks;
 	if (s.bpf->ustacks) {
-		fo.ustack_lookup = lookup_ustack;
+		fo.ustack_lookup = ustacks__lookup;
 		fo.ustack_ctx = s.bpf->ustacks;
 	}
 	fo.stack_samples = env.stack_samples;

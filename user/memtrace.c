@@ -374,11 +374,6 @@ static uint64_t py_resolve(struct memtrace *mt, uint32_t pid, uint64_t ustack)
 	return mt->ustacks ? ustack : 0;
 }
 
-static const struct ustack *lookup_ustack(void *ctx, int pid, uint64_t id)
-{
-	return ustacks__get(ctx, pid, id);
-}
-
 /* ---- decoding ------------------------------------------------------------------------------ */
 
 static int cur_device(struct memtrace *mt, uint32_t tid)
@@ -427,9 +422,10 @@ static void write_host_counters(struct memtrace *mt, uint64_t ts)
 	}
 }
 
-/* Kineto's memory event: one per state change, with the totals after it. */
+/* Kineto's memory event: one per state change, with the totals after it; with --py-stacks
+ * the allocating call's stack as the calls' `stack` arg. */
 static void write_memory_event(struct memtrace *mt, uint32_t tid, uint64_t ts, const char *action,
-			       int device, uint64_t addr, int64_t bytes)
+			       int device, uint64_t addr, int64_t bytes, uint64_t ustack)
 {
 	const struct mem_device_bytes *d = memsnap__device(mt->snap, device);
 
@@ -444,6 +440,8 @@ static void write_memory_event(struct memtrace *mt, uint32_t tid, uint64_t ts, c
 	trace_json__arg_i64(mt->tj, "Bytes", bytes);
 	trace_json__arg_u64(mt->tj, "Total Allocated", d->allocated);
 	trace_json__arg_u64(mt->tj, "Total Reserved", d->reserved);
+	if (mt->ustacks)
+		ustack__write_args(mt->tj, ustacks__lookup, mt->ustacks, (int)mt->t->pid, ustack);
 	trace_json__event_end(mt->tj);
 }
 
@@ -464,6 +462,8 @@ static void write_oom(struct memtrace *mt, const struct mem_rec_call *rec, const
 		trace_json__arg_u64(mt->tj, "bytes allocated", d->allocated);
 		trace_json__arg_u64(mt->tj, "bytes reserved", d->reserved);
 	}
+	if (mt->ustacks)	/* which line ran out of memory */
+		ustack__write_args(mt->tj, ustacks__lookup, mt->ustacks, (int)mt->t->pid, rec->ustack);
 	trace_json__event_end(mt->tj);
 }
 
@@ -494,6 +494,8 @@ static void write_call(struct memtrace *mt, const struct mem_rec_call *rec, cons
 		trace_json__arg_i64(tj, "device", device);
 	trace_json__arg_i64(tj, "rc", (int32_t)rec->rc);
 	trace_json__arg_f64(tj, "duration_us", (rec->ts_return - rec->ts_entry) / 1e3);
+	if (mt->ustacks)
+		ustack__write_args(tj, ustacks__lookup, mt->ustacks, (int)mt->t->pid, rec->ustack);
 	trace_json__event_end(tj);
 }
 
@@ -593,7 +595,7 @@ static void handle_call(void *ctx, const void *data)
 	}
 	if (changed < 0 || !action)
 		return;
-	write_memory_event(mt, rec->tid, rec->ts_return, action, changed, addr, bytes);
+	write_memory_event(mt, rec->tid, rec->ts_return, action, changed, addr, bytes, rec->ustack);
 	if (a->kind != K_VMM_MAP && a->kind != K_VMM_UNMAP)
 		write_counters(mt, changed, rec->ts_return, false, true);
 }
@@ -616,7 +618,8 @@ static void handle_usdt(void *ctx, const void *data)
 						      py_resolve(mt, rec->pid, rec->ustack)));
 		if (device < 0)
 			return;
-		write_memory_event(mt, rec->tid, rec->ts, "alloc", device, rec->ptr, rec->size);
+		write_memory_event(mt, rec->tid, rec->ts, "alloc", device, rec->ptr, rec->size,
+				   rec->ustack);
 		write_counters(mt, device, rec->ts, true, false);
 		return;
 	}
@@ -624,7 +627,7 @@ static void handle_usdt(void *ctx, const void *data)
 	device = memsnap__block_free(mt->snap, rec->ts, rec->ptr);
 	if (device < 0)
 		return;
-	write_memory_event(mt, rec->tid, rec->ts, "free", device, rec->ptr, -(int64_t)size);
+	write_memory_event(mt, rec->tid, rec->ts, "free", device, rec->ptr, -(int64_t)size, 0);
 	write_counters(mt, device, rec->ts, true, false);
 }
 
@@ -682,10 +685,12 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 				 (uint32_t)(opts->ring_mb ? opts->ring_mb : 4) << 20);
 	if (opts->no_stacks)
 		bpf_map__set_max_entries(mt->skel->maps.mem_stacks, 1);
-	/* Python frames are taken where the native stack is (mem.bpf.c: stack cookie) */
-	mt->skel->rodata->ustacks_on = opts->py_stacks && !opts->no_stacks;
+	/* Python frames are taken where the native stack would be (mem.bpf.c: stack cookie),
+	 * with or without the native stack (tptrace -p --mem --py-stacks has none) */
+	mt->skel->rodata->ustacks_on = opts->py_stacks;
 	if (!mt->skel->rodata->ustacks_on)
 		bpf_map__set_max_entries(mt->skel->maps.ustacks, 1);
+	bpf_program__set_autoload(mt->skel->progs.ustack_code_free, opts->py_stacks);
 	err = mem_bpf__load(mt->skel);
 	if (err) {
 		if (err == -EPERM || err == -EACCES)
@@ -705,6 +710,7 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 			log_error("out of memory\n");
 			goto err;
 		}
+		ustacks__set_code_free_prog(mt->ustacks, mt->skel->progs.ustack_code_free);
 		if (ustacks__add_pid(mt->ustacks, t->pid, &python, mt->py_why, sizeof(mt->py_why)))
 			log_info("pid %d: no Python frames in the snapshot: %s\n", t->pid, mt->py_why);
 		else
@@ -870,7 +876,7 @@ void memtrace__info(struct memtrace *mt, struct memsnap_info *info)
 	info->stack_fn = stack_frames;
 	info->stack_ctx = mt;
 	if (mt->ustacks) {
-		info->ustack_lookup = lookup_ustack;
+		info->ustack_lookup = ustacks__lookup;
 		info->ustack_ctx = mt->ustacks;
 	}
 }

@@ -449,11 +449,6 @@ static int open_targets(struct trace_session *s)
 	return 0;
 }
 
-static const struct ustack *lookup_ustack(void *ctx, int pid, uint64_t id)
-{
-	return ustacks__get(ctx, pid, id);
-}
-
 /* The BPF object, the output file, the decoder and the ring that feeds it. */
 static int open_pipeline(struct trace_session *s)
 {
@@ -483,7 +478,7 @@ static int open_pipeline(struct trace_session *s)
 	if (s->cache)
 		s->dec = decoder__new(s->tj, s->cache, &s->probes);
 	if (!s->cache || !s->dec ||
-	    (s->bpf->ustacks && decoder__set_ustacks(s->dec, lookup_ustack, s->bpf->ustacks))) {
+	    (s->bpf->ustacks && decoder__set_ustacks(s->dec, ustacks__lookup, s->bpf->ustacks))) {
 		log_error("out of memory\n");
 		return -ENOMEM;
 	}
@@ -549,10 +544,11 @@ static int attach_targets(struct trace_session *s)
 			p->waiting = true;
 		}
 		write_process_meta(s->tj, t);
-		/* the trace shows counters and events, not call sites: no user stacks (their
-		 * frame walk is most of an allocation probe's cost; tptrace mem keeps them) */
+		/* the trace shows counters and events, not native call sites: no native user
+		 * stacks (their frame walk is most of an allocation probe's cost; tptrace mem
+		 * keeps them); --py-stacks gives the events their Python stack */
 		if (env.mem) {
-			struct memtrace_opts mo = { .no_stacks = true,
+			struct memtrace_opts mo = { .no_stacks = true, .py_stacks = env.py_stacks,
 						    .uprobe_multi = s->bpf->uprobe_multi };
 
 			p->mt = memtrace__attach(t, s->tj, &mo);

@@ -83,6 +83,8 @@ const struct ustack *ustacks__get(struct ustacks *u, int pid, uint64_t id);
 /* How sinks look stacks up (decode.c, flightrec.c, memtrace.c): ustacks__get with ctx = the
  * struct ustacks, or a test's own table. */
 typedef const struct ustack *(*ustack_lookup_fn)(void *ctx, int pid, uint64_t id);
+/* ustacks__get as a ustack_lookup_fn (ctx: the struct ustacks). */
+const struct ustack *ustacks__lookup(void *ctx, int pid, uint64_t id);
 
 /* What a status id means, for the trace's metadata: "no Python thread state", ... */
 const char *ustacks__status_name(uint64_t id);
@@ -96,5 +98,13 @@ const char *ustacks__status_name(uint64_t id);
 int ustack__compact(const struct ustack *s, char *buf, size_t size);
 
 const struct ustack_stats *ustacks__stats(const struct ustacks *u);
+
+/* The `stack` arg (and `stack truncated`, `native stack end`) of one trace event from its
+ * record's stack id: a status id or an id the lookup does not know is written as what it is
+ * ("<no Python thread state>", "<stack not found>"), never left out. Says which it wrote. */
+struct trace_json;
+enum ustack_arg { USTACK_ARG_NONE, USTACK_ARG_STACK, USTACK_ARG_STATUS, USTACK_ARG_MISSING };
+enum ustack_arg ustack__write_args(struct trace_json *tj, ustack_lookup_fn lookup, void *ctx,
+				   int pid, uint64_t id);
 
 #endif

@@ -21,7 +21,7 @@ import time
 
 from lib import ROOT, SIM_LIB, WL, Skip, Workload, need_root, tmp_path
 from ncclib import FR_TOOL
-from lib import Tracer
+from lib import Tracer, load_trace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_mem import MemTracer, check_viz_fields, infos  # noqa: E402
@@ -302,3 +302,38 @@ def test_mem_py_frames_snapshot_and_leaks():
                       for i, f in enumerate(calls[0]))
     assert chain in report, report
     assert "grouped by Python call site" in report, report
+
+
+def test_trace_mem_events_carry_python_stacks():
+    """tptrace -p PID --mem --py-stacks: every allocation's [memory] event in the trace (and
+    the allocation call's) carries the stack of its Python line, innermost first"""
+    need_root()
+    expect = tmp_path("pyalloc-trace.expect.json")
+    out = tmp_path("pyalloc-trace.json")
+    for p in (expect, out):
+        if os.path.exists(p):
+            os.unlink(p)
+    wl = Workload([DEBIAN_PY, PY_ALLOC, SIM_LIB, expect])
+    try:
+        tr = Tracer(["-p", str(wl.pid), "--mem", "--py-stacks", "-o", out])
+        wl.go()
+        wl.wait_done()
+        time.sleep(0.3)  # the reader reads code objects while the process lives
+        assert tr.stop() == 0, tr.err.text()
+        wl.finish()
+    finally:
+        wl.kill()
+    with open(expect) as f:
+        calls = json.load(f)["calls"]
+    blocks = {int(x[1], 16): int(x[3]) for x in infos(wl) if x[0] == "malloc"}
+    assert len(blocks) == 5, blocks
+    trace = load_trace(out)
+    mem = [e for e in trace["traceEvents"] if e.get("name") == "[memory]" and
+           e["args"].get("action") == "alloc" and int(e["args"]["Addr"], 16) in blocks]
+    assert len(mem) == 5, mem
+    for e in mem:
+        func, file, line = calls[blocks[int(e["args"]["Addr"], 16)]][0]
+        assert e["args"]["stack"].startswith(f"{os.path.basename(file)}:{line} {func}"), e
+    frees = [e for e in trace["traceEvents"] if e.get("name") == "[memory]" and
+             e["args"].get("action") == "free"]
+    assert frees and all("stack" not in e["args"] for e in frees), frees  # frees: no stack
