@@ -96,3 +96,5 @@ $(OUTPUT)/report_html_render: tests/tools/report_html_render.c $(REPORT_HTML_OBJ
 	$(Q)$(CC) $(TOOLS_CFLAGS) $^ -lcjson -o $@
 
 TEST_BINS += $(OUTPUT)/report_html_render
+# the browser tests/tools/test_report_html.py loads the page in (headless; it skips without)
+DEB_PKGS += chromium
