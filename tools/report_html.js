@@ -619,36 +619,37 @@
 				'the traces carry no rank (one process, or ranks not recorded)'));
 			return;
 		}
+		/* two panels, each on its own scale: a step's mean and a whole trace's wait are
+		 * not the same kind of number */
 		var keys = [['step_wall_ns_mean', 'mean step wall time', '#2e86c1'],
-			    ['collective_wait_ns', 'waiting in collectives', '#c0392b']];
-		var max = 1;
-		list.forEach(function (r) {
-			keys.forEach(function (k) { if (isNum(r[k[0]])) max = Math.max(max, r[k[0]]); });
-		});
-		max *= 1.1;
+			    ['collective_wait_ns', 'time waiting in collectives', '#c0392b']];
 		var p = svgBox(220, 60, { 'data-plot': 'ranks', 'data-bars': list.length });
-		var box = p.box, gw = (box.r - box.l) / list.length, bw = Math.min(40, gw / 3);
-		box.y = function (v) { return box.b - v / max * (box.b - box.t); };
-		yAxis(p.svg, box, max, fmtNs);
-		list.forEach(function (r, i) {
-			var gx = box.l + i * gw + gw / 2 - bw;
-			keys.forEach(function (k, ki) {
-				var x = gx + ki * bw;
+		var full = p.box, half = (full.r - full.l) / 2;
+		keys.forEach(function (k, ki) {
+			var max = 1;
+			list.forEach(function (r) { if (isNum(r[k[0]])) max = Math.max(max, r[k[0]]); });
+			max *= 1.1;
+			var box = { l: full.l + ki * half + (ki ? 40 : 0), r: full.l + (ki + 1) * half - 20,
+				    t: full.t, b: full.b };
+			box.y = function (v) { return box.b - v / max * (box.b - box.t); };
+			yAxis(p.svg, box, max, fmtNs);
+			p.svg.appendChild(s('text', { class: 'label', x: (box.l + box.r) / 2, y: box.t - 6,
+						      'text-anchor': 'middle' }, k[1]));
+			var gw = (box.r - box.l) / list.length, bw = Math.min(40, gw * 0.6);
+			list.forEach(function (r, i) {
+				var x = box.l + i * gw + (gw - bw) / 2;
 				if (isNum(r[k[0]]))
-					p.svg.appendChild(s('rect', { class: 'bar', x: x + 1, y: box.y(r[k[0]]), width: bw - 2,
+					p.svg.appendChild(s('rect', { class: 'bar', x: x, y: box.y(r[k[0]]), width: bw,
 						height: box.b - box.y(r[k[0]]), fill: k[2], 'data-rank': label(r.rank),
 						'data-key': k[0], 'data-ns': r[k[0]] },
 						tip('rank ' + label(r.rank) + ' ' + k[1] + ': ' + fmtNs(r[k[0]]))));
 				else
 					p.svg.appendChild(s('text', { x: x + bw / 2, y: box.b - 4, 'text-anchor': 'middle',
 						'data-unknown': k[0] }, ['?', tip(unknownText(r, k[0]))]));
+				p.svg.appendChild(s('text', { x: x + bw / 2, y: box.b + 16, 'text-anchor': 'middle' },
+						    'rank ' + label(r.rank)));
 			});
-			p.svg.appendChild(s('text', { x: box.l + i * gw + gw / 2, y: box.b + 16, 'text-anchor': 'middle' },
-					    'rank ' + label(r.rank)));
 		});
-		sec.appendChild(h('div', { class: 'legend' }, keys.map(function (k) {
-			return h('span', {}, [h('i', { style: 'background:' + k[2] }), k[1]]);
-		})));
 		sec.appendChild(p.svg);
 		sec.appendChild(table([['rank', 'rank', null, true], ['pid', 'pid', null, true],
 				       ['mean step', 'step_wall_ns_mean', fmtNs, true],

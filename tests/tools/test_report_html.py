@@ -224,6 +224,13 @@ def check_plots(root, r):
         n = sum(1 for x in ranks for k in ("step_wall_ns_mean", "collective_wait_ns")
                 if x.get(k) is not None)
         assert len(bars(svg)) == n, f"{len(bars(svg))} rank bars, expected {n}"
+        for k in ("step_wall_ns_mean", "collective_wait_ns"):   # each on its own scale
+            bs = [b for b in bars(svg) if b.attrs["data-key"] == k]
+            want = [x[k] for x in ranks if x.get(k) is not None]
+            assert [int(float(b.attrs["data-ns"])) for b in bs] == want, f"{k} bars"
+            hs = [float(b.attrs["height"]) for b in bs]
+            for v, hgt in zip(want, hs):
+                assert abs(hgt / max(hs) - v / max(want)) < 0.01, f"{k}: height {hgt} for {v}"
     else:
         one(root, "p", data_absent="ranks")
 
