@@ -210,6 +210,10 @@
 	function label(d) {
 		return d === null || d === undefined ? '?' : String(d);
 	}
+	/* "rank 3", or the pid where the rank is unknown */
+	function who(r) {
+		return isNum(r.rank) ? 'rank ' + r.rank : 'pid ' + label(r.pid);
+	}
 
 	/* ---- axes */
 	function niceStep(max, n) {
@@ -519,14 +523,14 @@
 					pts.push(x(st.index).toFixed(1) + ',' + box.y(st.wall_ns).toFixed(1));
 					g.appendChild(s('circle', { class: 'point', cx: x(st.index), cy: box.y(st.wall_ns),
 						r: 3, fill: color, 'data-step': st.index, 'data-wall-ns': st.wall_ns },
-						tip('rank ' + label(r.rank) + ' step ' + st.index + ': ' + fmtNs(st.wall_ns))));
+						tip(who(r) + ' step ' + st.index + ': ' + fmtNs(st.wall_ns))));
 				});
 				npts += pts.length;
 				g.insertBefore(s('polyline', { points: pts.join(' '), fill: 'none', stroke: color,
 							       'stroke-width': 1.5 }), g.firstChild);
 				p.svg.appendChild(g);
 				legend.appendChild(h('span', {}, [h('i', { style: 'background:' + color }),
-					'rank ' + label(r.rank) + ' (pid ' + label(r.pid) + ')']));
+					who(r) + (isNum(r.rank) ? ' (pid ' + label(r.pid) + ')' : '')]));
 			});
 			p.svg.setAttribute('data-points', npts);
 			sec.appendChild(h('h3', {}, 'Wall time of each step'));
@@ -538,7 +542,7 @@
 		series.forEach(function (r) {
 			var sw = obj(r.step_wall_ns) || {};
 			sec.appendChild(h('details', { 'data-steps-of': label(r.rank) }, [
-				h('summary', {}, 'Rank ' + label(r.rank) + ': ' + arr(r.steps).length + ' steps, wall mean ' +
+				h('summary', {}, who(r) + ': ' + arr(r.steps).length + ' steps, wall mean ' +
 				  (isNum(sw.mean) ? fmtNs(sw.mean) : unknownText(sw, 'mean')) + ', p50 ' +
 				  (isNum(sw.p50) ? fmtNs(sw.p50) : unknownText(sw, 'p50')) + ', p99 ' +
 				  (isNum(sw.p99) ? fmtNs(sw.p99) : unknownText(sw, 'p99'))),
@@ -566,7 +570,7 @@
 						unknown = unknown || whyUnknown(st, kd[0]) || 'unknown';
 				});
 			});
-			return { rank: r.rank, sums: sums, n: n, unknown: unknown };
+			return { rank: r.rank, pid: r.pid, sums: sums, n: n, unknown: unknown };
 		});
 		var known = rows.filter(function (r) { return !r.unknown && Object.keys(r.sums).length; });
 		sec.appendChild(h('h3', {}, 'GPU time of the mean step, by kind'));
@@ -587,14 +591,14 @@
 		known.forEach(function (r, i) {
 			var y = 6 + i * rowH, xx = left;
 			p.svg.appendChild(s('text', { class: 'label', x: left - 8, y: y + 15, 'text-anchor': 'end' },
-					    'rank ' + label(r.rank)));
+					    who(r)));
 			KINDS.forEach(function (kd) {
 				var v = (r.sums[kd[0]] || 0) / r.n, wd = v / max * (box.r - left);
 				if (wd <= 0)
 					return;
 				p.svg.appendChild(s('rect', { class: 'bar', x: xx, y: y + 3, width: wd, height: rowH - 6,
 					fill: kd[2], 'data-kind': kd[1], 'data-ns': Math.round(v) },
-					tip('rank ' + label(r.rank) + ' ' + kd[1] + ': ' + fmtNs(v) + ' per step')));
+					tip(who(r) + ' ' + kd[1] + ': ' + fmtNs(v) + ' per step')));
 				xx += wd;
 			});
 		});
@@ -642,12 +646,12 @@
 					p.svg.appendChild(s('rect', { class: 'bar', x: x, y: box.y(r[k[0]]), width: bw,
 						height: box.b - box.y(r[k[0]]), fill: k[2], 'data-rank': label(r.rank),
 						'data-key': k[0], 'data-ns': r[k[0]] },
-						tip('rank ' + label(r.rank) + ' ' + k[1] + ': ' + fmtNs(r[k[0]]))));
+						tip(who(r) + ' ' + k[1] + ': ' + fmtNs(r[k[0]]))));
 				else
 					p.svg.appendChild(s('text', { x: x + bw / 2, y: box.b - 4, 'text-anchor': 'middle',
 						'data-unknown': k[0] }, ['?', tip(unknownText(r, k[0]))]));
 				p.svg.appendChild(s('text', { x: x + bw / 2, y: box.b + 16, 'text-anchor': 'middle' },
-						    'rank ' + label(r.rank)));
+						    who(r)));
 			});
 		});
 		sec.appendChild(p.svg);

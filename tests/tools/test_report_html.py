@@ -142,6 +142,10 @@ def load_page(name, report):
              "--screenshot=" + os.path.abspath(os.path.join(ARTIFACTS, name + ".png")))
     with open(page, encoding="utf-8") as f:
         raw = f.read()
+    # nothing fetched at view time: no URL but the SVG namespace, no element that loads one
+    urls = set(re.findall(r"[a-z]+://[^\s\"')]*", raw)) - {"http://www.w3.org/2000/svg"}
+    assert not urls, f"the page names URLs: {sorted(urls)[:5]}"
+    assert not re.search(r"\b(src|href)\s*=|url\(|@import", raw), "the page loads something"
     shutil.rmtree(tmp)
     return parse(dom), console, raw
 
