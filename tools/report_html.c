@@ -134,6 +134,10 @@ int report_html__write(const cJSON *report, const char *path, char *err, size_t 
 	char *json = NULL;
 	int ret;
 
+	if (!path || !*path) {
+		snprintf(err, errsz, "no path to write the HTML report to");
+		return -EINVAL;
+	}
 	ret = check_report(report, err, errsz);
 	if (ret)
 		return ret;

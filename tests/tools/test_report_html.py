@@ -325,7 +325,8 @@ def test_script_in_names():
               "</script><!--<script>")
     r["kernels"]["top"][0]["name"] = "k" + attack
     r["findings"][0]["title"] += " " + attack
-    r["findings"][1]["evidence"][0]["where"] = "<!-- x.py:1 f"
+    # U+2028 is a line terminator to a JS parser that evals the text
+    r["findings"][1]["evidence"][0]["where"] = "<!-- x.py:1 f\u2028g & h"
     root, console, raw = load_page("script_in_names", r)
     check_loaded(root, console)
     assert "data-pwned" not in root.find("html")[0].attrs, "the name ran as script"
@@ -335,6 +336,8 @@ def test_script_in_names():
     m = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', raw, re.S)
     assert m and "<" not in m.group(1), "a '<' in the embedded JSON"
     assert json.loads(m.group(1)) == r, "the embedded JSON is not the report"
+    assert "\u2028" not in m.group(1) and "\\u2028" in m.group(1), "U+2028 not escaped"
+    assert "\u2028g & h" in one(root, "article", data_finding="tiny_kernels").all_text()
 
 
 def test_bad_reports():
@@ -353,6 +356,8 @@ def test_bad_reports():
         rc, err = render(os.path.join(DATA, "healthy.json"), os.path.join(tmp, "no/such/dir/r.html"))
         assert rc == 1 and err == (f"report_html_render: cannot write {tmp}/no/such/dir/r.html: "
                                    "No such file or directory\n"), err
+        rc, err = render(os.path.join(DATA, "healthy.json"), "")
+        assert rc == 1 and err == "report_html_render: no path to write the HTML report to\n", err
         # nothing but the page is left behind: the temp file was renamed over the name
         rc, err = render(os.path.join(DATA, "healthy.json"), os.path.join(tmp, "r.html"))
         assert rc == 0 and sorted(os.listdir(tmp)) == ["r.html", "r.json"], os.listdir(tmp)
