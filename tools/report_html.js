@@ -122,6 +122,10 @@
 			return v ? 'yes' : 'no';
 		if (!isNum(v))
 			return String(v);
+		if (/^(pid|tid|rank|device|stream|slow_rank)$/.test(key))
+			return String(v);
+		if (/(^|_)gbps$/.test(key))
+			return fix(v) + ' GB/s';
 		if (/(^|_)ns($|_)/.test(key))
 			return fmtNs(v);
 		if (/bytes_per_s$|_bps$|bandwidth/.test(key))
@@ -135,6 +139,9 @@
 		if (/per_s$/.test(key))
 			return fix(v) + '/s';
 		return fmtCount(v);
+	}
+	function plain(v) {
+		return String(v);
 	}
 	function fmtAny(v) {
 		if (typeof v === 'boolean')
@@ -209,6 +216,11 @@
 	}
 	function label(d) {
 		return d === null || d === undefined ? '?' : String(d);
+	}
+	/* "rank 0, device 1": devices are numbered per process, so the process says whose */
+	function devName(d) {
+		var whose = isNum(d.rank) ? 'rank ' + d.rank + ', ' : isNum(d.pid) ? 'pid ' + d.pid + ', ' : '';
+		return (whose ? whose + 'device ' : 'Device ') + label(d.device);
 	}
 	/* "rank 3", or the pid where the rank is unknown */
 	function who(r) {
@@ -291,7 +303,7 @@
 			}
 			var ev = arr(f.evidence);
 			if (ev.length) {
-				var cols = [['pid', 'pid', null, true], ['tid', 'tid', null, true],
+				var cols = [['pid', 'pid', plain, true], ['tid', 'tid', plain, true],
 					    ['at (from start)', 'ts_ns', fmtAt, true], ['duration', 'dur_ns', fmtNs, true],
 					    ['event', 'name'], ['where in the code', 'where', null, false,
 					    'no Python stack']];
@@ -343,13 +355,14 @@
 		devs.forEach(function (d, di) {
 			var frac = arr(d.busy_frac);
 			if (!isNum(d.start_ns) || !isNum(d.bin_ns) || d.bin_ns <= 0 || !frac.length) {
-				absent(sec, 'utilization', 'Device ' + label(d.device) + ': no bins' +
+				absent(sec, 'utilization', devName(d) + ': no bins' +
 				       (whyUnknown(d, 'busy_frac') ? ' (' + whyUnknown(d, 'busy_frac') + ')' : ''));
 				return;
 			}
 			var known = frac.filter(isNum), mean = known.reduce(function (a, b) { return a + b; }, 0) /
 				(known.length || 1);
 			var p = svgBox(150, 48, { 'data-plot': 'utilization', 'data-device': label(d.device),
+						  'data-rank': d.rank, 'data-pid': d.pid,
 						  'data-points': known.length,
 						  'data-unknown-bins': frac.length - known.length });
 			var box = p.box, span = t1 - t0 || 1;
@@ -384,7 +397,7 @@
 			for (var t = 0; t <= span; t += tstep)
 				p.svg.appendChild(s('text', { x: x(t0 + t), y: box.b + 16, 'text-anchor': 'middle' },
 						    fmtNs(t)));
-			sec.appendChild(h('h3', {}, 'Device ' + label(d.device) + ': busy ' + fmtPct(mean) +
+			sec.appendChild(h('h3', {}, devName(d) + ': busy ' + fmtPct(mean) +
 				' of the time on average' + (known.length < frac.length ? ' (of the known bins)' : '') +
 				', bins of ' + fmtNs(d.bin_ns)));
 			sec.appendChild(p.svg);
@@ -402,9 +415,11 @@
 			       (gpuWhy(tl, 'idle_gaps') || whyUnknown(ig, 'counts') || 'the report has none'));
 			return;
 		}
-		if (edges.length !== counts.length + 1) {
+		/* edges are either every bin's bounds (one more than the counts) or their lower
+		 * bounds, the last bin open-ended */
+		if (edges.length !== counts.length + 1 && edges.length !== counts.length) {
 			absent(sec, 'idle_gaps', 'The idle-gap histogram is malformed: ' + counts.length +
-			       ' counts need ' + (counts.length + 1) + ' edges, the report has ' + edges.length);
+			       ' counts and ' + edges.length + ' edges');
 			return;
 		}
 		var max = Math.max.apply(null, counts.filter(isNum).concat([1]));
@@ -427,7 +442,8 @@
 		});
 		var total = counts.filter(isNum).reduce(function (a, b) { return a + b; }, 0);
 		sec.appendChild(h('h3', {}, fmtCount(total) + ' idle gaps, by length (each bar from its ' +
-			'left edge to the next)'));
+			'edge to the next one\'s; the last ' + (isNum(edges[counts.length]) ? 'up to ' +
+			fmtNs(edges[counts.length]) : 'open-ended') + ')'));
 		sec.appendChild(p.svg);
 	}
 
@@ -469,7 +485,7 @@
 		var streams = K ? arr(K.by_stream).filter(obj) : [];
 		if (streams.length) {
 			sec.appendChild(h('h3', {}, 'By stream'));
-			sec.appendChild(table([['device', 'device', null, true], ['stream', 'stream', null, true],
+			sec.appendChild(table([['device', 'device', plain, true], ['stream', 'stream', plain, true],
 					       ['kernels', 'kernels', fmtCount, true], ['busy', 'busy_ns', fmtNs, true]],
 					      streams, { 'data-table': 'streams' }));
 		}
@@ -655,14 +671,14 @@
 			});
 		});
 		sec.appendChild(p.svg);
-		sec.appendChild(table([['rank', 'rank', null, true], ['pid', 'pid', null, true],
+		sec.appendChild(table([['rank', 'rank', plain, true], ['pid', 'pid', plain, true],
 				       ['mean step', 'step_wall_ns_mean', fmtNs, true],
 				       ['collective wait', 'collective_wait_ns', fmtNs, true]], list,
 				      { 'data-table': 'ranks' }));
 	}
 
 	function inputs(sec) {
-		sec.appendChild(table([['trace', 'path'], ['rank', 'rank', null, true], ['pid', 'pid', null, true],
+		sec.appendChild(table([['trace', 'path'], ['rank', 'rank', plain, true], ['pid', 'pid', plain, true],
 				       ['host', 'hostname'], ['events', 'events', fmtCount, true],
 				       ['span', 'span_ns', fmtNs, true], ['--gpu', 'gpu'], ['--mem', 'mem'],
 				       ['--py-stacks', 'py_stacks']], arr(report.inputs).filter(obj),

@@ -175,8 +175,11 @@ def check_plots(root, r):
     """Every plot against the report's own numbers."""
     tl = r.get("timeline") or {}
     util = tl.get("utilization") or []
-    for d in util:
-        svg = one(root, "svg", data_plot="utilization", data_device=d["device"])
+    svgs = root.find("svg", data_plot="utilization")
+    assert len(svgs) == len(util), f"{len(svgs)} utilization plots for {len(util)} devices"
+    for d, svg in zip(util, svgs):
+        assert svg.attrs["data-device"] == str(d["device"]) and \
+            svg.attrs.get("data-rank") == (str(d["rank"]) if "rank" in d else None)
         known = [v for v in d["busy_frac"] if v is not None]
         unknown = len(d["busy_frac"]) - len(known)
         assert svg.attrs["data-points"] == str(len(known))
@@ -192,8 +195,15 @@ def check_plots(root, r):
     gaps = tl.get("idle_gaps") or {}
     if gaps.get("counts"):
         svg = one(root, "svg", data_plot="idle_gaps")
-        got = [int(float(b.attrs["data-count"])) for b in bars(svg)]
+        got = [float(b.attrs["data-count"]) for b in bars(svg)]
         assert got == [c for c in gaps["counts"] if c is not None], f"idle gap bars {got}"
+        # bounds: every bin's (one edge more than counts) or lower ones (the last bin open)
+        edges = gaps["edges_ns"]
+        num = lambda v: None if v is None else float(v)
+        assert [num(b.attrs.get("data-lo")) for b in bars(svg)] == [num(e) for e in edges[:len(got)]]
+        his = [num(b.attrs.get("data-hi")) for b in bars(svg)]
+        assert his == [None if k + 1 >= len(edges) else num(edges[k + 1])
+                       for k in range(len(got))], f"idle gap upper bounds {his}"
         hs = [float(b.attrs["height"]) for b in bars(svg)]
         top = max(gaps["counts"])
         for c, hgt in zip(gaps["counts"], hs):
@@ -220,7 +230,8 @@ def check_plots(root, r):
             g = one(svg, "g", data_rank="?" if x["rank"] is None else x["rank"])
             pts = [n for n in g.find("circle") if n.has_class("point")]
             want = [s["wall_ns"] for s in x["steps"] if s.get("wall_ns") is not None]
-            assert [int(float(p.attrs["data-wall-ns"])) for p in pts] == want, "step points"
+            assert [float(p.attrs["data-wall-ns"]) for p in pts] == [float(v) for v in want], \
+                "step points"
             assert len(g.find("polyline")[0].attrs["points"].split()) == len(want)
     ranks = r.get("ranks") or []
     if ranks:
@@ -231,7 +242,7 @@ def check_plots(root, r):
         for k in ("step_wall_ns_mean", "collective_wait_ns"):   # each on its own scale
             bs = [b for b in bars(svg) if b.attrs["data-key"] == k]
             want = [x[k] for x in ranks if x.get(k) is not None]
-            assert [int(float(b.attrs["data-ns"])) for b in bs] == want, f"{k} bars"
+            assert [float(b.attrs["data-ns"]) for b in bs] == [float(v) for v in want], f"{k} bars"
             hs = [float(b.attrs["height"]) for b in bs]
             for v, hgt in zip(want, hs):
                 assert abs(hgt / max(hs) - v / max(want)) < 0.01, f"{k}: height {hgt} for {v}"
