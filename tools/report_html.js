@@ -287,9 +287,16 @@
 				(arr(report.cannot_judge).length ? ' (but see what could not be judged below).' : '.')));
 			return;
 		}
-		list.forEach(function (f) {
+		/* a long list starts with its titles, each a link to its card */
+		if (list.length > 3)
+			sec.appendChild(h('ul', { class: 'toc' }, list.map(function (f, i) {
+				return h('li', {}, [h('span', { class: 'sev-dot sev-' + f.severity }, '●'), ' ',
+						    h('a', { href: '#finding-' + i }, f.title || f.id || '')]);
+			})));
+		list.forEach(function (f, i) {
 			var sev = ['high', 'medium', 'low'].indexOf(f.severity) >= 0 ? f.severity : 'low';
-			var card = h('article', { class: 'finding sev-' + sev, 'data-finding': f.id || '' }, [
+			var card = h('article', { class: 'finding sev-' + sev, 'data-finding': f.id || '',
+						  id: 'finding-' + i }, [
 				h('h3', {}, [h('span', { class: 'badge' }, f.severity || '?'), f.title || f.id || '']),
 			]);
 			var nums = obj(f.numbers);
@@ -297,7 +304,7 @@
 				var keys = Object.keys(nums).filter(function (k) { return !/_unknown$/.test(k); });
 				if (keys.length)
 					card.appendChild(h('table', { class: 'numbers' }, h('tbody', {}, keys.map(function (k) {
-						return h('tr', {}, [h('th', {}, k.replace(/_/g, ' ')),
+						return h('tr', {}, [h('th', { title: k }, k.replace(/_ns$/, '').replace(/_/g, ' ')),
 								   cell(nums, k, function (v) { return fmtByKey(k, v); }, true)]);
 					}))));
 			}
