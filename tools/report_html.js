@@ -417,7 +417,9 @@
 			'work and the next: many short gaps point at launch overhead, a few long ones at ' +
 			'host syncs or waiting on data.'));
 		var edges = ig ? arr(ig.edges_ns) : [], counts = ig ? arr(ig.counts) : [];
-		if (!counts.length) {
+		/* all zero where the report says it has no GPU data: nothing measured, not "no gaps" */
+		var none = !counts.some(function (c) { return isNum(c) && c > 0; });
+		if (!counts.length || (none && gpuWhy(tl, 'idle_gaps'))) {
 			absent(sec, 'idle_gaps', 'No idle-gap histogram: ' +
 			       (gpuWhy(tl, 'idle_gaps') || whyUnknown(ig, 'counts') || 'the report has none'));
 			return;

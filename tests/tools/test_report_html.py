@@ -197,7 +197,7 @@ def check_plots(root, r):
     if not util:
         one(root, "p", data_absent="utilization")
     gaps = tl.get("idle_gaps") or {}
-    if gaps.get("counts"):
+    if gaps.get("counts") and any(gaps["counts"]):
         svg = one(root, "svg", data_plot="idle_gaps")
         got = [float(b.attrs["data-count"]) for b in bars(svg)]
         assert got == [c for c in gaps["counts"] if c is not None], f"idle gap bars {got}"
@@ -329,6 +329,17 @@ def test_no_gpu():
     cells = root.find("td", data_unknown="gpu_busy_ns")
     assert len(cells) == len(steps), f"{len(cells)} unknown gpu_busy cells for {len(steps)} steps"
     assert all(c.all_text() == f"unknown ({why})" for c in cells)
+    # a histogram of zeros from traces without GPU records is no histogram
+    r["timeline"]["idle_gaps"] = {"edges_ns": [0, 1000, 10000], "counts": [0, 0, 0]}
+    r["timeline"]["utilization"] = []
+    del r["timeline"]["utilization_unknown"], r["timeline"]["idle_gaps_unknown"]
+    zeros, console, _ = load_page("no_gpu_zeros", r)
+    check_loaded(zeros, console)
+    for plot in ("utilization", "idle_gaps"):
+        p = one(zeros, "p", data_absent=plot)
+        assert "GPU idle time and its causes" not in p.all_text() and why in p.all_text(), \
+            f"{plot}: {p.all_text()!r}"
+    assert not zeros.find("svg", data_plot="idle_gaps")
     launch = one(root, "table", data_table="launch")
     assert f"unknown ({why})" in launch.all_text()
     inputs = one(root, "table", data_table="inputs")
