@@ -128,6 +128,13 @@ def render(report_path, out_path):
 def load_page(name, report):
     """Renders report, loads it, screenshots it; the DOM tree and its console lines."""
     tmp = tempfile.mkdtemp(prefix="tptrace-report-html-")
+    try:
+        return _load_page(tmp, name, report)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def _load_page(tmp, name, report):
     src = os.path.join(tmp, name + ".json")
     page = os.path.join(tmp, name + ".html")
     with open(src, "w") as f:
@@ -146,7 +153,6 @@ def load_page(name, report):
     urls = set(re.findall(r"[a-z]+://[^\s\"')]*", raw)) - {"http://www.w3.org/2000/svg"}
     assert not urls, f"the page names URLs: {sorted(urls)[:5]}"
     assert not re.search(r"\bsrc\s*=|url\(|@import", raw), "the page loads something"
-    shutil.rmtree(tmp)
     return parse(dom), console, raw
 
 
