@@ -77,3 +77,24 @@ TEST_BINS += tptrace-fr $(OUTPUT)/tptrace-fr-gen
 ifneq ($(FUZZ_LIBFUZZER),)
 TEST_BINS += $(OUTPUT)/fr_fuzz
 endif
+
+# `tptrace report -o report.html`: the page writer. Its script and style are compiled in as
+# C string literals made from tools/report_html.{js,css}, so the page needs nothing but
+# itself. The ./tptrace link takes $(REPORT_HTML_OBJ) (atomic_file.o is in libtptrace.a);
+# another binary also needs $(TOOLS_OUT)/atomic_file.o and -lcjson.
+REPORT_HTML_OBJ := $(TOOLS_OUT)/report_html.o
+# a "</script" (or "</style", "<!--") in them would end their element in the page early
+$(TOOLS_OUT)/report_html_%.h: tools/report_html.% | $(TOOLS_OUT)
+	$(call msg,GEN,$@)
+	$(Q)! grep -qiE '</script|</style|<!--' $< || { echo "$<: holds </script, </style or <!--"; exit 1; }
+	$(Q)sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
+$(REPORT_HTML_OBJ): $(TOOLS_OUT)/report_html_js.h $(TOOLS_OUT)/report_html_css.h
+
+# renders a saved report JSON to HTML for tests/tools/test_report_html.py
+$(OUTPUT)/report_html_render: tests/tools/report_html_render.c $(REPORT_HTML_OBJ) $(TOOLS_OUT)/atomic_file.o
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) $^ -lcjson -o $@
+
+TEST_BINS += $(OUTPUT)/report_html_render
+# the browser tests/tools/test_report_html.py loads the page in (headless; it skips without)
+DEB_PKGS += chromium
