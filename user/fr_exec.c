@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
 /* tptrace fr -a: library files probed for every process, learnt from the kernel (fr_exec.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "cuda.h"
@@ -24,6 +27,9 @@ struct fr_file {
 	char *path;			/* as the first process to map it saw it */
 	uint64_t attached;		/* CLOCK_MONOTONIC ns its probes were in place (or failed) */
 	bool covered;			/* probed for every process (or nothing to probe) */
+	int fd;				/* the file, open: probes are attached through
+					 * /proc/self/fd/N, which stays valid when the process
+					 * that mapped it exits; -1 none */
 };
 
 struct fr_exec {
@@ -103,10 +109,43 @@ void fr_exec__free(struct fr_exec *x)
 	if (!x)
 		return;
 	target__free(x->global);	/* detaches the system-wide probes */
-	for (int i = 0; i < x->nr_files; i++)
+	for (int i = 0; i < x->nr_files; i++) {
 		free(x->files[i].path);
+		if (x->files[i].fd >= 0)
+			close(x->files[i].fd);
+	}
 	free(x->files);
 	free(x);
+}
+
+/* The file v maps in pid, opened: through the process's root (its mount namespace), or by the
+ * mapping itself when the file was replaced or deleted, or, once the process has exited (a
+ * short-lived process: the kernel's record outlives it), by the same path in ours if that is
+ * the same inode. -1 when none of these is it. */
+static int open_mapped(int pid, const struct vma *v)
+{
+	char path[PATH_MAX + 64], rel[64];
+	struct stat st;
+	int fd = -1;
+
+	if (!v->deleted && !procmaps__target_path(path, sizeof(path), pid, v->path))
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		/* replaced or deleted since it was mapped: the mapping still names the inode */
+		snprintf(rel, sizeof(rel), "map_files/%llx-%llx", (unsigned long long)v->start,
+			 (unsigned long long)v->end);
+		if (!procmaps__path(path, sizeof(path), pid, rel))
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	if (fd < 0 && !v->deleted && v->path && v->path[0] == '/') {
+		fd = open(v->path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && (fstat(fd, &st) || st.st_ino != v->inode ||
+				major(st.st_dev) != v->dev_major || minor(st.st_dev) != v->dev_minor)) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	return fd;
 }
 
 /* The file behind v (mapped by pid): known, or probed for every process now. mapped_ns: when
@@ -118,25 +157,25 @@ static struct fr_file *learn_file(struct fr_exec *x, int pid, const struct vma *
 	char open_path[PATH_MAX + 64];
 	const char *fail;
 	uint64_t now;
-	int r;
+	int r, fd;
 
 	if (f)
 		return f;
-	procmaps__target_path(open_path, sizeof(open_path), pid, v->path);
-	if (v->deleted || access(open_path, R_OK)) {
-		char rel[64];
-
-		/* replaced or deleted since it was mapped: the mapping still names the inode */
-		snprintf(rel, sizeof(rel), "map_files/%llx-%llx", (unsigned long long)v->start,
-			 (unsigned long long)v->end);
-		procmaps__path(open_path, sizeof(open_path), pid, rel);
-	}
+	fd = open_mapped(pid, v);
+	if (fd >= 0)
+		snprintf(open_path, sizeof(open_path), "/proc/self/fd/%d", fd);
+	else	/* gone: the attach below fails and says so */
+		procmaps__target_path(open_path, sizeof(open_path), pid, v->path);
 	n = realloc(x->files, (x->nr_files + 1) * sizeof(*n));
-	if (!n)
+	if (!n) {
+		if (fd >= 0)
+			close(fd);
 		return NULL;
+	}
 	x->files = n;
 	f = &x->files[x->nr_files];
 	memset(f, 0, sizeof(*f));
+	f->fd = fd;
 	f->dev = dev;
 	f->ino = v->inode;
 	f->path = strdup(v->path);

@@ -623,8 +623,9 @@ int pyframes__thread(struct pyproc *py, int tid, uint64_t fs_base, struct py_fra
 			frame = next;
 			continue;	/* not a code object: 3.13 allows other executables */
 		}
-		if (ret == -EMEDIUMTYPE)
-			ret = -EFAULT;	/* before 3.13 f_code is always code: torn */
+		if (ret == -EMEDIUMTYPE || ret == -ESTALE)
+			ret = -EFAULT;	/* before 3.13 f_code is always code, and a frame's code
+					 * object is alive while it runs: torn */
 		if (ret)
 			return ret;
 		if (L->lasti == LASTI_BYTES || L->lasti == LASTI_UNITS)
