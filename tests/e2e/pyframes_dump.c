@@ -127,8 +127,8 @@ int main(int argc, char **argv)
 					enoent++;
 				else if (n == -ESRCH)
 					esrch++;
-				else
-					other++;
+				else if (++other <= 3)
+					fprintf(stderr, "pyframes_dump: tid %d: %s\n", tids[i], strerror(-n));
 				for (k = 0; k < n; k++)
 					if (!frames[k].func || !frames[k].file || frames[k].line < 0)
 						bad++;

@@ -333,7 +333,8 @@ def test_torn_reads_running_target():
                                stderr=subprocess.PIPE, text=True, timeout=120)
             assert p.returncode == 0, (py, p.returncode, p.stderr)
             stats = json.loads(p.stdout.splitlines()[-1])
-            assert stats["other"] == 0 and stats["esrch"] == 0 and stats["bad_frames"] == 0, stats
+            assert stats["other"] == 0 and stats["esrch"] == 0 and stats["bad_frames"] == 0, \
+                (stats, p.stderr)
             assert stats["ok"] > stats["calls"] // 10, (py, stats)
             print(f"{head['version']} running: {stats}")
         finally:
