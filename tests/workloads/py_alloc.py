@@ -16,17 +16,9 @@ import json
 import os
 import sys
 
+from py_truth import frames_of
+
 CALLS = []
-
-
-def frames_of(frame):
-    out = []
-    while frame is not None:
-        code = frame.f_code
-        func = code.co_qualname if sys.version_info >= (3, 11) else code.co_name
-        out.append([func, code.co_filename, frame.f_lineno])
-        frame = frame.f_back
-    return out
 
 
 def mark(v):

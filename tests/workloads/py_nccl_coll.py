@@ -21,21 +21,9 @@ import os
 import sys
 import time
 
+from py_truth import UniqueId, frames_of, read_unique_id
+
 CALLS = []
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
-
-def frames_of(frame):
-    out = []
-    while frame is not None:
-        code = frame.f_code
-        func = code.co_qualname if sys.version_info >= (3, 11) else code.co_name
-        out.append([func, code.co_filename, frame.f_lineno])
-        frame = frame.f_back
-    return out
 
 
 def mark(v):
@@ -54,17 +42,7 @@ def unique_id(nccl, rank, path):
             f.write(ctypes.string_at(ctypes.addressof(uid), 128).hex() + "\n")
         os.rename(path + ".tmp", path)
         return uid
-    for _ in range(12000):
-        try:
-            with open(path) as f:
-                hexid = f.readline().strip()
-            if len(hexid) >= 256:
-                # from_buffer_copy: UniqueId(b) (a c_char array) would stop at the first NUL
-                return UniqueId.from_buffer_copy(bytes.fromhex(hexid[:256]))
-        except FileNotFoundError:
-            pass
-        time.sleep(0.01)
-    sys.exit(f"py_nccl_coll: no id file {path}")
+    return read_unique_id(path, "py_nccl_coll")
 
 
 class Trainer:

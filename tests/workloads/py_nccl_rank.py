@@ -11,23 +11,11 @@ import os
 import sys
 import time
 
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
+from py_truth import read_unique_id
 
 
 def read_id(path):
-    for _ in range(12000):
-        try:
-            with open(path) as f:
-                hexid = f.readline().strip()
-            if len(hexid) >= 256:
-                # from_buffer_copy: UniqueId(b) (a c_char array) would stop at the first NUL
-                return UniqueId.from_buffer_copy(bytes.fromhex(hexid[:256]))
-        except FileNotFoundError:
-            pass
-        time.sleep(0.01)
-    sys.exit(f"py_nccl_rank: no id file {path}")
+    return read_unique_id(path, "py_nccl_rank")
 
 
 def spin():

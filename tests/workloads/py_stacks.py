@@ -24,25 +24,17 @@ import sys
 import threading
 import time
 
+from py_truth import frames_of
+
 CALLS = {}
 CTHREAD = []
 LOCK = threading.Lock()
 NEXT = [1000]
 
 
-def frames_of(frame):
-    out = []
-    while frame is not None:
-        code = frame.f_code
-        func = code.co_qualname if sys.version_info >= (3, 11) else code.co_name
-        out.append([func, code.co_filename, frame.f_lineno, code.co_firstlineno])
-        frame = frame.f_back
-    return out
-
-
 def mark(k):
     with LOCK:
-        CALLS[k] = frames_of(sys._getframe(1))
+        CALLS[k] = frames_of(sys._getframe(1), firstlineno=True)
     return k
 
 
