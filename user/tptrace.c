@@ -892,6 +892,7 @@ static void trace_session__free(struct trace_session *s)
 int fr_main(int argc, char **argv);
 int mem_main(int argc, char **argv);
 int stacks_main(int argc, char **argv);
+int report_main(int argc, char **argv);	/* tools/report.c */
 
 int main(int argc, char **argv)
 {
@@ -907,6 +908,8 @@ int main(int argc, char **argv)
 		return mem_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "stacks"))
 		return stacks_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "report"))
+		return report_main(argc - 1, argv + 1);
 	argp_err_exit_status = 2;
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
