@@ -564,10 +564,12 @@ static int cmp_gap_len(const void *x, const void *y)
 
 /* Idle gaps inside the window, each with its cause:
  *   sync   a blocking host call (sync, blocking copy) returned during the gap, having started
- *          before it: the host waited for the GPU to drain, then had to refill the queue;
+ *          before it, and the work ending the gap was launched after it returned: the host
+ *          waited for the GPU to drain, then had to refill the queue;
  *   data   the work that ends the gap is a host-to-device copy: the GPU waited for input;
- *   launch the call that launched the work ending the gap came after the gap began: the
- *          host was too slow to keep the queue filled (CPU/launch bound);
+ *   launch the call that launched the work ending the gap came after the work before it had
+ *          started: the host was not ahead of the GPU, too slow to keep the queue filled
+ *          (CPU/launch bound);
  *   other  the work was queued in time but started late (waits on events, other streams,
  *          other ranks). */
 static struct gap *idle_gaps(struct ctx *c, struct proc *p, size_t *nr)
@@ -603,12 +605,15 @@ static struct gap *idle_gaps(struct ctx *c, struct proc *p, size_t *nr)
 		 * item and the sync's return are stamped by two clocks) */
 		while (kb < p->nr_blk && ev[p->blk[kb]].ts + ev[p->blk[kb]].dur + 2000 < a)
 			kb++;
+		l = launch_of(p, next);
 		for (size_t k = kb; k < p->nr_blk; k++) {
 			const struct rev *h = &ev[p->blk[k]];
 
 			if (h->ts + h->dur >= b)
 				break;
-			if (h->ts < a) {
+			/* and the work ending the gap was launched only after it returned: the
+			 * queue was empty because the host was blocked */
+			if (h->ts < a && l && l->ts + 2000 >= h->ts + h->dur) {
 				x->cause = 0;
 				x->by = h;
 			}
@@ -620,8 +625,9 @@ static struct gap *idle_gaps(struct ctx *c, struct proc *p, size_t *nr)
 			x->by = launch_of(p, next);
 			continue;
 		}
-		l = launch_of(p, next);
-		if (l && l->ts > a) {
+		/* launched after the previous item had started on the GPU: the host was not ahead
+		 * of the GPU, the queue ran dry (the GPU's own launch latency included) */
+		if (l && p->busy[i].first && l->ts >= ev[p->gpu[p->busy[i].first - 1]].ts) {
 			x->cause = 1;
 			x->by = l;
 		}
@@ -815,8 +821,9 @@ static void rule_idle(struct ctx *c, struct proc *p)
 				 "the GPU waits on dependencies (events, other streams or ranks): see the "
 				 "straggler and communication findings";
 		snprintf(title, sizeof(title), "GPU idle %.1f%% of the time (%s): %.1f%% after host "
-			 "syncs, %.1f%% launch-bound, %.1f%% waiting on data", 100 * frac, rl,
-			 100.0 * by[0] / win, 100.0 * by[1] / win, 100.0 * by[2] / win);
+			 "syncs, %.1f%% launch-bound, %.1f%% waiting on data, %.1f%% other",
+			 100 * frac, rl, 100.0 * by[0] / win, 100.0 * by[1] / win, 100.0 * by[2] / win,
+			 100.0 * p->idle_other_ns / win);
 		f = finding(c, "gpu_idle", frac, title, fix);
 		nums = cJSON_GetObjectItem(f, "numbers");
 		num(nums, "rank", p->rank);
@@ -855,7 +862,7 @@ static void rule_idle(struct ctx *c, struct proc *p)
 			const struct rev *e = &ev[p->host[i]];
 
 			if (e->ts >= p->win_a && e->ts < p->win_b && is_blocking(e))
-				blocked += e->dur, syncs++;
+				blocked += e->dur, syncs += e->kind == RK_SYNC;
 		}
 		snprintf(title, sizeof(title), "%zu host syncs (%.1f per step) leave the GPU idle "
 			 "%.1f%% of the time (%s)", syncs, p->nr_steps ? (double)syncs / p->nr_steps : 0,

@@ -92,7 +92,7 @@ static void wrap(FILE *f, const char *indent, const char *s)
 static void inputs(FILE *f, const cJSON *r)
 {
 	const cJSON *in;
-	char path[72];
+	char path[48];
 
 	fprintf(f, "tptrace report: %d trace%s\n", cJSON_GetArraySize(get(r, "inputs")),
 		cJSON_GetArraySize(get(r, "inputs")) == 1 ? "" : "s");
@@ -102,12 +102,12 @@ static void inputs(FILE *f, const cJSON *r)
 		double events = numv(in, "events", &ok2);
 		char span[24], who[24];
 
-		cut(path, sizeof(path), cJSON_GetStringValue(get(in, "path")), 48);
+		cut(path, sizeof(path), cJSON_GetStringValue(get(in, "path")), 36);
 		if (ok)
 			snprintf(who, sizeof(who), "rank %.0f", rank);
 		else
 			snprintf(who, sizeof(who), "rank ?");
-		fprintf(f, "  %-48s %-9s %8.0f events %12s  gpu:%s mem:%s py:%s\n", path, who, events,
+		fprintf(f, "  %-36s %-9s %8.0f events %12s  gpu:%s mem:%s py:%s\n", path, who, events,
 			dur(span, sizeof(span), in, "span_ns"),
 			cJSON_IsTrue(get(in, "gpu")) ? "yes" : "no",
 			cJSON_IsTrue(get(in, "mem")) ? "yes" : "no",
@@ -123,7 +123,7 @@ static void steps(FILE *f, const cJSON *r)
 	fprintf(f, "\nSteps (%s)\n", cJSON_GetStringValue(get(s, "method")));
 	cut(line, sizeof(line), cJSON_GetStringValue(get(s, "method_detail")), WIDTH - 2);
 	fprintf(f, "  %s\n", line);
-	fprintf(f, "  %-10s %5s %12s %12s %12s %7s %11s %11s %9s %5s\n", "rank", "steps", "wall mean",
+	fprintf(f, "  %-10s %5s %10s %10s %10s %7s %10s %10s %8s %5s\n", "rank", "steps", "wall mean",
 		"wall p50", "wall p99", "GPU idle", "compute", "comm", "launches", "syncs");
 	cJSON_ArrayForEach(pr, get(s, "per_rank")) {
 		const cJSON *st, *sw = get(pr, "step_wall_ns");
@@ -156,7 +156,7 @@ static void steps(FILE *f, const cJSON *r)
 			snprintf(comp_s, sizeof(comp_s), "%s", n ? "unknown" : "-");
 			snprintf(comm_s, sizeof(comm_s), "%s", n ? "unknown" : "-");
 		}
-		fprintf(f, "  %-10s %5d %12s %12s %12s %7s %11s %11s %9.1f %5.1f\n", who, n,
+		fprintf(f, "  %-10s %5d %10s %10s %10s %7s %10s %10s %8.1f %5.1f\n", who, n,
 			dur(a, sizeof(a), sw, "mean"), dur(b, sizeof(b), sw, "p50"),
 			dur(c, sizeof(c), sw, "p99"), idle_s, comp_s, comm_s, n ? la / n : 0,
 			n ? sy / n : 0);
@@ -214,16 +214,16 @@ static void findings(FILE *f, const cJSON *r)
 static void kernels(FILE *f, const cJSON *r)
 {
 	const cJSON *k = get(r, "kernels"), *t, *l = get(k, "launch");
-	char name[48], a[24], b[24], c[24], d[24];
+	char name[40], a[24], b[24], c[24], d[24];
 	bool ok;
 
 	if (cJSON_GetArraySize(get(k, "top"))) {
 		fprintf(f, "\nTop kernels by GPU time\n");
-		fprintf(f, "  %-44s %8s %12s %10s %10s %10s %6s\n", "kernel", "count", "total", "mean",
+		fprintf(f, "  %-38s %7s %10s %10s %10s %10s %6s\n", "kernel", "count", "total", "mean",
 			"p50", "p99", "share");
 		cJSON_ArrayForEach(t, get(k, "top")) {
-			cut(name, sizeof(name), cJSON_GetStringValue(get(t, "name")), 44);
-			fprintf(f, "  %-44s %8.0f %12s %10s %10s %10s %5.1f%%\n", name,
+			cut(name, sizeof(name), cJSON_GetStringValue(get(t, "name")), 38);
+			fprintf(f, "  %-38s %7.0f %10s %10s %10s %10s %5.1f%%\n", name,
 				numv(t, "count", &ok), dur(a, sizeof(a), t, "total_ns"),
 				dur(b, sizeof(b), t, "mean_ns"), dur(c, sizeof(c), t, "p50_ns"),
 				dur(d, sizeof(d), t, "p99_ns"), 100 * numv(t, "share", &ok));
