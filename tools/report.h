@@ -91,6 +91,7 @@ struct rinput {
 	int dist_rank;		/* distributedInfo.rank, -1 none */
 	bool gpu, mem, py_stacks;	/* what the trace was made with (metadata, else events) */
 	uint64_t span_ns;
+	size_t events_read;	/* every element of traceEvents (ev keeps what the analysis uses) */
 	long long events_dropped;	/* -1 unknown */
 };
 

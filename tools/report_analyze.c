@@ -1654,7 +1654,7 @@ static void inputs(struct ctx *c)
 			cJSON_AddStringToObject(o, "hostname", in->hostname);
 		else
 			unknown(o, "hostname", "tptrace traces do not record the host name");
-		num(o, "events", (double)in->nr);
+		num(o, "events", (double)in->events_read);
 		num(o, "span_ns", (double)in->span_ns);
 		cJSON_AddBoolToObject(o, "gpu", in->gpu);
 		cJSON_AddBoolToObject(o, "mem", in->mem);

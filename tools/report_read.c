@@ -817,6 +817,7 @@ static int read_top(struct rd *r, struct rinput *in, struct rstrings *strs, bool
 					rd_fail(r, "malformed event");
 					goto cleanup;
 				}
+				in->events_read++;
 				if (take_event(in, strs, f)) {
 					snprintf(r->err, r->errsz, "out of memory");
 					goto cleanup;
