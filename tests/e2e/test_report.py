@@ -9,7 +9,8 @@ import os
 import shutil
 import subprocess
 from gpulib import need_ptrace
-from lib import TPTRACE, WL, Tracer, Workload, load_trace, need_root, tmp_path, trace_workload
+from lib import (ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, load_trace, need_root, tmp_path,
+                 trace_workload)
 from ncclib import Job
 
 SIM_JOB = os.path.join(WL, "sim_job")
@@ -293,3 +294,31 @@ def test_report_json_and_gzip_agree():
     a, b = report_json([good]), report_json([gz])
     b["inputs"][0]["path"] = a["inputs"][0]["path"]
     assert a == b
+
+
+def test_report_step_python_function():
+    """--step train_step on a --py-stacks trace: each python_function slice of train_step is a
+    step; the findings' evidence names the Python line"""
+    need_root()
+    steps = 10
+    trace, wl, tr = trace_workload(
+        ["/usr/bin/python3", os.path.join(ROOT, "tests", "workloads", "py_train.py"),
+         os.path.join(SIM_LIB, "libcudart.so.13"), str(steps)],
+        tracer_args=["--py-stacks"], out_name="report-pytrain.json")
+    path = tmp_path("report-pytrain.json")
+    r = json.loads(report([path], "--json", "--step", "train_step").stdout)
+    assert r["steps"]["method"] == "python:train_step", r["steps"]
+    assert r["inputs"][0]["py_stacks"] is True
+    st = steps_of(r)
+    assert len(st) == steps, r["steps"]
+    slices = sorted((e for e in trace["traceEvents"] if e.get("cat") == "python_function"
+                     and e["name"].endswith(": train_step")), key=lambda e: e["ts"])
+    base = trace["tptrace"]["base_mono_ns"]
+    for s, e in zip(st, slices):
+        assert s["start_ns"] == base + round(e["ts"] * 1000), (s, e)
+        assert abs(s["wall_ns"] - round(e["dur"] * 1000)) <= 1, (s, e)
+        assert s["syncs"] == 1 and s["launches"] == 0, s
+    # a name no slice has: no steps, and said why
+    r = json.loads(report([path], "--json", "--step", "no_such_fn").stdout)
+    assert r["steps"]["method"] == "python:no_such_fn" and steps_of(r) == [], r["steps"]
+    assert "no python_function slice named no_such_fn" in r["steps"]["method_detail"]
