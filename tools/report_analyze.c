@@ -123,6 +123,14 @@ static bool is_busy_kind(int k)
 	return k == RK_KERNEL || k == RK_GPU_COPY || k == RK_GPU_SET;
 }
 
+static void rank_num(cJSON *o, const struct proc *p)
+{
+	if (p->rank >= 0)
+		num(o, "rank", p->rank);
+	else
+		unknown(o, "rank", "no rank in the trace (no RANK in the process's environment)");
+}
+
 static const char *rank_label(const struct proc *p, char *buf, size_t n)
 {
 	if (p->rank >= 0)
@@ -826,7 +834,7 @@ static void rule_idle(struct ctx *c, struct proc *p)
 			 100.0 * p->idle_other_ns / win);
 		f = finding(c, "gpu_idle", frac, title, fix);
 		nums = cJSON_GetObjectItem(f, "numbers");
-		num(nums, "rank", p->rank);
+		rank_num(nums, p);
 		num(nums, "pid", p->rp->pid);
 		num(nums, "window_ns", (double)win);
 		num(nums, "idle_ns", (double)p->idle_ns);
@@ -873,7 +881,7 @@ static void rule_idle(struct ctx *c, struct proc *p)
 			    "torch.cuda.synchronize(); accumulate metrics on the GPU and read them every "
 			    "N steps; copy with non_blocking=True into pinned memory and wait on an event");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		num(nums, "rank", p->rank);
+		rank_num(nums, p);
 		num(nums, "syncs", (double)syncs);
 		if (p->nr_steps)
 			num(nums, "syncs_per_step", (double)syncs / p->nr_steps);
@@ -913,7 +921,7 @@ static void rule_idle(struct ctx *c, struct proc *p)
 			    "(torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs) replay a "
 			    "step with one launch; a larger batch gives each kernel more work");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		num(nums, "rank", p->rank);
+		rank_num(nums, p);
 		num(nums, "launches", (double)p->nr_launches);
 		num(nums, "launches_per_s", p->nr_launches / (win / 1e9));
 		num_or_unknown(nums, "cpu_ns_per_launch", with_dur, with_dur ? (double)cpu / with_dur : 0,
@@ -983,7 +991,7 @@ static void rule_dtoh(struct ctx *c, struct proc *p)
 			    "N steps, or copy with .to(\"cpu\", non_blocking=True) into pinned memory and "
 			    "synchronize on an event when the value is needed");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		num(nums, "rank", p->rank);
+		rank_num(nums, p);
 		num(nums, "copies", (double)n);
 		if (p->nr_steps)
 			num(nums, "per_step", (double)n / p->nr_steps);
@@ -1178,7 +1186,7 @@ static void rule_comm(struct ctx *c, struct proc *p)
 		    "backward_prefetch), async_op=True collectives waited for later; a long NCCL "
 		    "kernel can also be a wait for a slower rank (see straggler_rank)");
 	nums = cJSON_GetObjectItem(f, "numbers");
-	num(nums, "rank", p->rank);
+	rank_num(nums, p);
 	num(nums, "comm_ns", (double)p->comm_ns);
 	num(nums, "comm_overlapped_ns", (double)p->comm_overlap_ns);
 	num(nums, "comm_exposed_ns", (double)exposed);
@@ -1276,7 +1284,7 @@ static void rule_straggler(struct ctx *c)
 			    "work only on that rank (logging, checkpointing on rank 0), CPU contention "
 			    "or a slower GPU; balance the work or move it off the critical path");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		num(nums, "rank", rp[slow]->rank);
+		rank_num(nums, rp[slow]);
 		num(nums, "pid", rp[slow]->rp->pid);
 		num(nums, "collective_wait_ns", wait[slow]);
 		num(nums, "others_collective_wait_ns_median", sorted_med);
@@ -1336,7 +1344,7 @@ static void rule_memory(struct ctx *c, struct proc *p)
 			    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory is "
 			    "much larger than allocated");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		num(nums, "rank", p->rank);
+		rank_num(nums, p);
 		num(nums, "ooms", (double)ooms);
 		num(nums, "first_request_bytes", (double)first_oom->bytes);
 		num(nums, "peak_allocated_bytes", (double)peak_alloc[first_oom->device < 0 ? 0 : first_oom->device]);
@@ -1358,7 +1366,7 @@ static void rule_memory(struct ctx *c, struct proc *p)
 			    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or allocate the "
 			    "largest tensors first and keep their shapes fixed");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		num(nums, "rank", p->rank);
+		rank_num(nums, p);
 		num(nums, "device", d);
 		num(nums, "peak_reserved_bytes", (double)peak_resv[d]);
 		num(nums, "peak_allocated_bytes", (double)peak_alloc[d]);

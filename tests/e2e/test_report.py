@@ -322,3 +322,21 @@ def test_report_step_python_function():
     r = json.loads(report([path], "--json", "--step", "no_such_fn").stdout)
     assert r["steps"]["method"] == "python:no_such_fn" and steps_of(r) == [], r["steps"]
     assert "no python_function slice named no_such_fn" in r["steps"]["method_detail"]
+
+
+def test_report_oom_with_mem():
+    """alloc_app's OOM scenario traced with --mem under a 64 MiB device limit: two failed
+    cudaMalloc (48 MiB, then 32 MiB)"""
+    need_root()
+    trace_workload([os.path.join(WL, "alloc_app"), "--scenario", "oom"], tracer_args=["--mem"],
+                   env={"TPSIM_MEM_LIMIT_BYTES": str(64 << 20)}, out_name="report-oom.json")
+    r = report_json([tmp_path("report-oom.json")])
+    assert r["inputs"][0]["mem"] is True and r["inputs"][0]["gpu"] is False
+    f = one(r, "oom")
+    n = f["numbers"]
+    assert n["ooms"] == 2 and n["first_request_bytes"] == 48 << 20, n
+    assert n["peak_reserved_bytes"] == 48 << 20 and n["peak_allocated_bytes"] == 48 << 20, n
+    assert n["rank"] is None and n["rank_unknown"], n
+    assert f["severity"] == "high" and [e["name"] for e in f["evidence"]] == ["OOM"], f
+    assert "memory peak and out-of-memory allocations" not in \
+        [c["what"] for c in r["cannot_judge"]], r["cannot_judge"]
