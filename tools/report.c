@@ -40,9 +40,9 @@ static const char doc[] =
 	"no --mem) is listed, not guessed.\n\n"
 	"Usage: tptrace report TRACE [TRACE...] [--json] [-o report.html] [--step FUNC]\n\n"
 	"Examples:\n"
-	"  tptrace report step.json.gz                    # the summary in the terminal\n"
-	"  tptrace report rank*.json.gz -o report.html    # all ranks, and a page with plots\n"
-	"  tptrace report py.json.gz --step train_step    # steps = calls of train_step()\n"
+	"  tptrace report step.json.gz                  # the summary\n"
+	"  tptrace report rank*.json.gz -o report.html  # all ranks, and plots\n"
+	"  tptrace report py.json.gz --step train_step  # a step = train_step()\n"
 	"  tptrace report t.json --json | jq .findings\v"
 	"Exit status: 0 report written, 1 an input could not be read (one line says which and "
 	"why), 2 usage.";
@@ -93,6 +93,7 @@ int report_main(int argc, char **argv)
 	if (!a.traces)
 		return 1;
 	argp_err_exit_status = 2;
+	argv[0] = (char *)"tptrace report";	/* argp's "Usage:" and error lines */
 	if (argp_parse(&argp, argc, argv, 0, NULL, &a)) {
 		free(a.traces);
 		return 2;

@@ -940,18 +940,24 @@ static void rule_idle(struct ctx *c, struct proc *p)
 	free(g);
 }
 
+struct dtoh {
+	const struct rev *copy, *sync;	/* sync: the wait right after an async copy, or NULL */
+	uint64_t wait;
+};
+
 static int cmp_dtoh(const void *x, const void *y)
 {
-	const struct rev *a = *(const struct rev *const *)x, *b = *(const struct rev *const *)y;
+	const struct dtoh *a = x, *b = y;
 
-	return a->dur > b->dur ? -1 : a->dur < b->dur;
+	return a->wait > b->wait ? -1 : a->wait < b->wait;
 }
 
 /* DtoH copies the host waits for: a synchronous copy API, or an async one followed by a sync
  * as the thread's next call (`.item()`, `.cpu()`, `.tolist()`). */
 static void rule_dtoh(struct ctx *c, struct proc *p)
 {
-	const struct rev *ev = p->in->ev, **hits;
+	const struct rev *ev = p->in->ev;
+	struct dtoh *hits;
 	size_t n = 0;
 	uint64_t blocked = 0, bytes = 0;
 	char title[200], rl[32];
@@ -976,7 +982,7 @@ static void rule_dtoh(struct ctx *c, struct proc *p)
 				continue;
 			wait += next->dur;
 		}
-		hits[n++] = e;
+		hits[n++] = (struct dtoh){ e, next, wait };
 		blocked += wait;
 		bytes += e->bytes;
 	}
@@ -1001,9 +1007,15 @@ static void rule_dtoh(struct ctx *c, struct proc *p)
 		num(nums, "host_blocked_ns", (double)blocked);
 		evs = cJSON_GetObjectItem(f, "evidence");
 		qsort(hits, n, sizeof(*hits), cmp_dtoh);
-		for (size_t i = 0; i < n && i < MAX_EVIDENCE; i++)
-			cJSON_AddItemToArray(evs, evidence(c, p, hits[i], hits[i]->ts, hits[i]->dur,
-							   NULL));
+		for (size_t i = 0; i < n && i < MAX_EVIDENCE; i++) {
+			char name[128];
+
+			snprintf(name, sizeof(name), "%s DtoH %llu B%s%s", S(c, hits[i].copy->name),
+				 (unsigned long long)hits[i].copy->bytes, hits[i].sync ? " + " : "",
+				 hits[i].sync ? S(c, hits[i].sync->name) : "");
+			cJSON_AddItemToArray(evs, evidence(c, p, hits[i].copy, hits[i].copy->ts,
+							   hits[i].wait, name));
+		}
 	}
 	free(hits);
 }
