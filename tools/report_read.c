@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include "report.h"
 
@@ -98,6 +99,7 @@ uint32_t rstrings__intern(struct rstrings *s, const char *str, size_t len)
 
 struct rd {
 	gzFile gz;
+	const char *path;
 	char *buf;
 	size_t len, cap, p;	/* valid bytes [0, len); cursor p */
 	size_t consumed;	/* bytes dropped before buf[0]: for error offsets */
@@ -111,6 +113,19 @@ static int rd_fail(struct rd *r, const char *what)
 	if (!r->err[0])
 		snprintf(r->err, r->errsz, "%s at byte %zu", what, r->consumed + r->p);
 	return -1;
+}
+
+/* zlib's message without the "path: " it puts first */
+static const char *zmsg(struct rd *r, int *zerr)
+{
+	const char *m = gzerror(r->gz, zerr);
+	size_t n = strlen(r->path);
+
+	if (!m || !*m)
+		return "unexpected end of file";
+	if (!strncmp(m, r->path, n) && !strncmp(m + n, ": ", 2))
+		m += n + 2;
+	return m;
 }
 
 /* Drops what is before p, reads more. 1 read something, 0 at the end, -1 error (err set). */
@@ -145,19 +160,23 @@ static int rd_more(struct rd *r)
 	}
 	n = gzread(r->gz, r->buf + r->len, (unsigned)(r->cap - r->len));
 	if (n < 0) {
-		const char *m = gzerror(r->gz, &zerr);
+		const char *m = zmsg(r, &zerr);
 
-		snprintf(r->err, r->errsz, "%s after %zu bytes (a damaged or truncated .gz file)",
-			 m && *m ? m : "read error", r->consumed + r->len);
+		if (zerr == Z_ERRNO)
+			snprintf(r->err, r->errsz, "read error after %zu bytes: %s",
+				 r->consumed + r->len, strerror(errno));
+		else
+			snprintf(r->err, r->errsz, "damaged compressed input after %zu bytes (%s)",
+				 r->consumed + r->len, m);
 		return -1;
 	}
 	if (n == 0) {
 		/* gzread returns 0 and sets Z_BUF_ERROR when the gzip stream ends early */
-		const char *m = gzerror(r->gz, &zerr);
+		const char *m = zmsg(r, &zerr);
 
 		if (zerr == Z_BUF_ERROR || (zerr != Z_OK && zerr != Z_STREAM_END)) {
 			snprintf(r->err, r->errsz, "truncated compressed input after %zu bytes (%s)",
-				 r->consumed + r->len, m && *m ? m : "unexpected end of file");
+				 r->consumed + r->len, m);
 			return -1;
 		}
 		r->eof = true;
@@ -876,7 +895,8 @@ void rinput__free(struct rinput *in)
 int report_read(struct rinput *in, struct rstrings *strs, const char *path, char *err,
 		size_t errsz)
 {
-	struct rd r = { .err = err, .errsz = errsz };
+	struct rd r = { .err = err, .errsz = errsz, .path = path };
+	struct stat st;
 	bool have_meta = false, have_events = false;
 	uint64_t lo = UINT64_MAX, hi = 0;
 	int ret = -1;
@@ -886,6 +906,10 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 	in->dist_rank = -1;
 	in->events_dropped = -1;
 	err[0] = 0;
+	if (!stat(path, &st) && S_ISDIR(st.st_mode)) {
+		snprintf(err, errsz, "a directory, not a trace file");
+		return -1;
+	}
 	r.gz = gzopen(path, "rb");
 	if (!r.gz) {
 		snprintf(err, errsz, "cannot open: %s", strerror(errno ? errno : ENOMEM));
