@@ -209,6 +209,14 @@ def test_report_straggler_rank():
     waits = {k["rank"]: k["collective_wait_ns"] for k in r["ranks"]}
     assert waits[2] == n["collective_wait_ns"] and min(waits[0], waits[1]) > 4 * waits[2], waits
     assert len(r["steps"]["per_rank"]) == 3
+    # the sim runs NCCL on the compute stream: nothing overlaps, and the waiting ranks' NCCL
+    # kernels are most of their time
+    comm = {f["numbers"]["rank"]: f["numbers"] for f in findings(r, "comm_not_overlapped")}
+    assert {0, 1} <= set(comm), [f["title"] for f in r["findings"]]
+    for k in (0, 1):
+        c = comm[k]
+        assert c["comm_overlapped_ns"] == 0 and c["overlap_frac"] == 0, c
+        assert c["comm_exposed_ns"] == c["comm_ns"] and c["comm_frac"] > 0.2, c
 
 
 def test_report_terminal_fits_100_columns():
@@ -340,3 +348,18 @@ def test_report_oom_with_mem():
     assert f["severity"] == "high" and [e["name"] for e in f["evidence"]] == ["OOM"], f
     assert "memory peak and out-of-memory allocations" not in \
         [c["what"] for c in r["cannot_judge"]], r["cannot_judge"]
+
+
+def test_report_launch_bound():
+    """20 us kernels, each launched after 200 us of host work: the GPU waits for launches"""
+    r = report_json([job_trace("launch", ["--kernels", "10", "--kernel-us", "20",
+                                          "--launch-gap-us", "200"])])
+    check_steps(r)
+    idle = one(r, "gpu_idle")["numbers"]
+    assert idle["idle_frac"] > 0.5 and idle["idle_launch_bound_ns"] > 0.8 * idle["idle_ns"], idle
+    n = one(r, "launch_bound")["numbers"]
+    assert n["launches"] == 10 * (STEPS - 1), n
+    assert n["gpu_idle_launch_bound_ns"] == idle["idle_launch_bound_ns"], (n, idle)
+    # at most one launch per 200 us sleep
+    assert n["launches_per_s"] <= 5000 and n["cpu_ns_per_launch"] is not None, n
+    assert 15000 <= n["kernel_ns_mean"] <= 60000, n

@@ -5,7 +5,7 @@
  *
  * Usage: sim_job [--steps N (12)] [--kernels K (4)] [--kernel-us US (200)]
  *                [--sync lag|step (lag)] [--host-us H (0)] [--copy pinned|pageable (pinned)]
- *                [--copy-bytes B (1048576)]
+ *                [--copy-bytes B (1048576)] [--launch-gap-us G (0)]
  *
  * After GO, EXACTLY these calls per step k, in this order:
  *   0. [--host-us H] H µs of host work (a sleep, no call)
@@ -13,6 +13,8 @@
  *      (pinned) or malloc (pageable: the sim then blocks the call until the copy is done, at a
  *      quarter of the bandwidth, as the real runtime stages pageable memory)
  *   2. K x cudaLaunchKernel(fake_step, grid (64,1,1), block (256,1,1), shmem 0, s), US µs each
+ *      ([--launch-gap-us G] G µs of host work (a sleep) before each: a host slower than its
+ *      kernels, launch-bound)
  *   then with --sync lag (healthy: the host runs at most one step ahead):
  *   3. cudaEventRecord(ev[k % 2], s)
  *   4. cudaEventSynchronize(ev[(k + 1) % 2])   (step k-1's event; at k = 0 never recorded:
@@ -57,14 +59,15 @@ static void host_work_us(long us)
 static void usage(void)
 {
 	fprintf(stderr, "usage: sim_job [--steps N] [--kernels K] [--kernel-us US] "
-		"[--sync lag|step] [--host-us H] [--copy pinned|pageable] [--copy-bytes B]\n");
+		"[--sync lag|step] [--host-us H] [--copy pinned|pageable] [--copy-bytes B] "
+		"[--launch-gap-us G]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	int steps = 12, kernels = 4;
-	long kernel_us = 200, host_us = 0;
+	long kernel_us = 200, host_us = 0, launch_gap_us = 0;
 	size_t copy_bytes = 1 << 20;
 	bool sync_step = false, pageable = false;
 	cudaStream_t s;
@@ -85,6 +88,8 @@ int main(int argc, char **argv)
 			kernel_us = hs_parse_long(a, v);
 		else if (!strcmp(a, "--host-us"))
 			host_us = hs_parse_long(a, v);
+		else if (!strcmp(a, "--launch-gap-us"))
+			launch_gap_us = hs_parse_long(a, v);
 		else if (!strcmp(a, "--copy-bytes"))
 			copy_bytes = (size_t)hs_parse_long(a, v);
 		else if (!strcmp(a, "--sync") && (!strcmp(v, "lag") || !strcmp(v, "step")))
@@ -122,9 +127,12 @@ int main(int argc, char **argv)
 			host_work_us(host_us);
 		check(cudaMemcpyAsync(dev_in, host_in, copy_bytes, cudaMemcpyHostToDevice, s),
 		      "cudaMemcpyAsync(HtoD)");
-		for (int i = 0; i < kernels; i++)
+		for (int i = 0; i < kernels; i++) {
+			if (launch_gap_us)
+				host_work_us(launch_gap_us);
 			check(cudaLaunchKernel((const void *)fake_step, grid, block, args, 0, s),
 			      "cudaLaunchKernel");
+		}
 		if (sync_step) {
 			check(cudaMemcpyAsync(host_loss, dev_in, 4, cudaMemcpyDeviceToHost, s),
 			      "cudaMemcpyAsync(DtoH)");
