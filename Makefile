@@ -12,7 +12,7 @@ CFLAGS    ?= -O2 -g -Wall -Wextra -Wno-unused-parameter
 # -idirafter: the API table (user/cuda_api.c) takes CUPTI's callback ids from the toolkit's
 # cupti_*_cbid.h (plain enums), searched last so "cuda.h" stays bpf/cuda.h
 ALL_CFLAGS := $(CFLAGS) -I$(OUTPUT) -Iuser -Ibpf -D_GNU_SOURCE -MMD -MP -idirafter $(CUDA_HOME)/include
-LDLIBS    := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread -lmicrohttpd
+LDLIBS    := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread -lmicrohttpd -lm
 VERSION   := 0.1.0
 # what `make test` builds besides `all` (tools/tools.mk and tests/*.mk add to it)
 TEST_BINS :=
@@ -72,9 +72,10 @@ $(OUTPUT)/libtptrace.a: $(LIB_OBJS)
 	$(call msg,AR,$@)
 	$(Q)$(AR) rcs $@ $^
 
+# objects first, then the library: tools/report.mk adds objects that use libtptrace.a
 tptrace: $(OUTPUT)/user/tptrace.o $(OUTPUT)/libtptrace.a
 	$(call msg,LINK,$@)
-	$(Q)$(CC) $(ALL_CFLAGS) $^ $(LDLIBS) -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS) -o $@
 
 -include $(USER_OBJS:.o=.d)
 -include $(wildcard $(OUTPUT)/*.bpf.d)
@@ -82,6 +83,7 @@ tptrace: $(OUTPUT)/user/tptrace.o $(OUTPUT)/libtptrace.a
 # The in-process CUPTI agent behind --gpu (AGENT_SO), and the offline tools (tptrace-fr).
 include user/agent/agent.mk
 include tools/tools.mk
+include tools/report.mk
 all: tptrace tptrace-fr $(AGENT_SO)
 
 # Tests: simulated CUDA stack, workloads, unit tests (tests/*.mk add to TEST_BINS).

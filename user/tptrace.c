@@ -59,6 +59,7 @@ static const char doc[] =
 "       tptrace fr ...    NCCL flight recorder (tptrace fr --help)\n"
 "       tptrace mem ...   GPU memory snapshot, leaks (tptrace mem --help)\n"
 "       tptrace stacks ...  what a hung job's threads are doing (tptrace stacks --help)\n"
+"       tptrace report TRACE...  what to fix, from traces (tptrace report --help)\n"
 "\n"
 "Probes the CUDA runtime each process uses (libcudart.so.* anywhere, or\n"
 "linked statically), follows libraries loaded later, and writes a\n"
@@ -74,7 +75,8 @@ static const char doc[] =
 "  sudo tptrace -p 4242 --py-stacks -o py.json.gz  # which Python line made each call\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace  # flight recorder\n"
 "  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n"
-"  sudo tptrace stacks -a                       # who is stuck where, by rank\n";
+"  sudo tptrace stacks -a                       # who is stuck where, by rank\n"
+"  tptrace report step.json.gz -o report.html   # what to fix, with plots\n";
 
 enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_PY_STACKS,
        OPT_NATIVE_STACKS };
@@ -888,6 +890,7 @@ static void trace_session__free(struct trace_session *s)
 int fr_main(int argc, char **argv);
 int mem_main(int argc, char **argv);
 int stacks_main(int argc, char **argv);
+int report_main(int argc, char **argv);	/* tools/report.c */
 
 int main(int argc, char **argv)
 {
@@ -903,6 +906,8 @@ int main(int argc, char **argv)
 		return mem_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "stacks"))
 		return stacks_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "report"))
+		return report_main(argc - 1, argv + 1);
 	argp_err_exit_status = 2;
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;

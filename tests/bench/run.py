@@ -5,7 +5,8 @@ Every figure is a median over repetitions measured in ONE run, configurations al
 VM noise hits all of them alike. See docs/benchmarks.md for what each key means.
 
 Usage: tests/bench/run.py [--reps N] [--calls N] [--only SECTION[,SECTION]] [--quick]
-Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, frfoot, stacks"""
+Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, frfoot, stacks, pystacks,
+report"""
 import argparse
 import gzip
 import json
@@ -1049,10 +1050,95 @@ def pystack_bpf_ns(loop, calls):
         open(knob, "w").write(old)
 
 
+def gen_report_trace(path, events):
+    """A trace in the exact shape tptrace --gpu writes (one event per line, metadata last):
+    per step 100 launches, each its host call, its kernel and the ac2g arrow pair, then a
+    cudaStreamSynchronize. Kernels of 5 us and 50 us alternate; the host is ahead."""
+    per_step = 100 * 4 + 1
+    steps = max(2, events // per_step)
+    pid, tid = 4242, 4243
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        f.write('{\n  "schemaVersion": 1,\n  "displayTimeUnit": "ms",\n'
+                '  "baseTimeNanoseconds": 1700000000000000000,\n  "traceEvents": [\n')
+        f.write('    {"ph":"M","name":"process_name","pid":%d,"tid":0,"args":{"name":"train"}}' % pid)
+        t, gpu_t, corr = 1000.0, 1000.0, 1
+        for s in range(steps):
+            lines = []
+            for k in range(100):
+                dur = 5.0 if k % 2 else 50.0
+                gpu_t = max(gpu_t, t + 5.0)
+                lines.append('{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":%d,'
+                             '"tid":%d,"ts":%.3f,"dur":2.000,"args":{"kernel":"gemm_%d",'
+                             '"kernel source":"symbol","grid":[64,1,1],"block":[256,1,1],'
+                             '"shared memory":0,"stream":7,"correlation":%d}}'
+                             % (pid, tid, t, k % 8, corr))
+                lines.append('{"ph":"s","cat":"ac2g","name":"ac2g","pid":%d,"tid":%d,"ts":%.3f,'
+                             '"id":%d}' % (pid, tid, t, corr))
+                lines.append('{"ph":"X","cat":"kernel","name":"gemm_%d","pid":0,"tid":7,'
+                             '"ts":%.3f,"dur":%.3f,"args":{"device":0,"context":1,"stream":7,'
+                             '"correlation":%d,"registers per thread":32,"shared memory":0,'
+                             '"grid":[64,1,1],"block":[256,1,1]}}' % (k % 8, gpu_t, dur, corr))
+                lines.append('{"ph":"f","cat":"ac2g","name":"ac2g","pid":0,"tid":7,"ts":%.3f,'
+                             '"id":%d,"bp":"e"}' % (gpu_t, corr))
+                gpu_t += dur + 1.0
+                t += 3.0
+                corr += 1
+            lines.append('{"ph":"X","cat":"cuda_runtime","name":"cudaStreamSynchronize",'
+                         '"pid":%d,"tid":%d,"ts":%.3f,"dur":%.3f,"args":{"stream":7,'
+                         '"correlation":%d,"rc":0}}' % (pid, tid, t, gpu_t - t, corr))
+            corr += 1
+            t = gpu_t + 10.0
+            f.write(",\n    " + ",\n    ".join(lines))
+        f.write('\n  ],\n  "deviceProperties": [],\n  "tptrace": {"version": "bench", '
+                '"base_mono_ns": 1000000000, "targets": [{"pid": %d, "comm": "train", '
+                '"gpu": {"attached": true}}], "events_dropped": 0}\n}\n' % pid)
+    return steps * per_step + 1, steps
+
+
+def section_report(a):
+    """tptrace report on a 1 M-event trace (.json.gz): wall time and peak RSS"""
+    n = 100000 if a.quick else 1000000
+    key = "report_1m_events" if n == 1000000 else f"report_{n // 1000}k_events"
+    os.makedirs(CACHE, exist_ok=True)
+    path = os.path.join(CACHE, f"report-{n}.json.gz")
+    if not os.path.exists(path + ".stamp"):
+        t0 = time.monotonic()
+        events, steps = gen_report_trace(path + ".tmp", n)
+        os.rename(path + ".tmp", path)
+        open(path + ".stamp", "w").write(f"{events} {steps}\n")
+        log(f"report: generated {events} events in {time.monotonic() - t0:.0f}s ({path})")
+    events, steps = map(int, open(path + ".stamp").read().split())
+    walls, peaks = [], []
+    for _ in range(1 if a.quick else 3):
+        out_path = tmp("report.json")
+        with open(out_path, "w") as out, tempfile.TemporaryFile() as err:
+            t0 = time.monotonic()
+            p = subprocess.Popen([TPTRACE, "report", "--json", path], stdout=out, stderr=err)
+            _, status, ru = os.wait4(p.pid, 0)
+            walls.append(time.monotonic() - t0)
+            peaks.append(ru.ru_maxrss / 1024)
+            rc = os.waitstatus_to_exitcode(status)
+            err.seek(0)
+            if rc:
+                na(f"{key}_s", f"tptrace report exited {rc}: {err.read().decode()[:200]}")
+                na(f"{key}_rss_mib", "report failed")
+                return
+        with open(out_path) as f:
+            r = json.load(f)
+        got = len(r["steps"]["per_rank"][0]["steps"])
+        if got != steps - 1:
+            na(f"{key}_s", f"found {got} steps, want {steps - 1}")
+            na(f"{key}_rss_mib", "report wrong")
+            return
+    emit(f"{key}_s", f"{med(walls):.2f}")
+    emit(f"{key}_rss_mib", f"{max(peaks):.0f}")
+
+
 SECTIONS = [("probe", section_probe), ("ladder", section_ladder), ("bpfstats", section_bpfstats),
             ("pipeline", section_pipeline), ("attach", section_attach),
             ("analyzer", section_analyzer), ("fr", section_fr), ("frfoot", section_frfoot),
-            ("stacks", section_stacks), ("pystacks", section_pystacks)]
+            ("stacks", section_stacks), ("pystacks", section_pystacks),
+            ("report", section_report)]
 
 
 def main():

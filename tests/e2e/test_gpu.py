@@ -86,8 +86,9 @@ def check_records_match_sim(trace, items, complete=True):
             assert e["args"]["shared memory"] == int(it["shmem"]), (e, it)
         elif it["kind"] == "memcpy":
             assert e["args"]["bytes"] == int(it["bytes"]), (e, it)
-            want_name = {"HtoD": "Memcpy HtoD (Pinned -> Device)",
-                         "DtoH": "Memcpy DtoH (Device -> Pinned)"}[it["dir"]]
+            host = it["host"].capitalize()
+            want_name = {"HtoD": f"Memcpy HtoD ({host} -> Device)",
+                         "DtoH": f"Memcpy DtoH (Device -> {host})"}[it["dir"]]
             assert e["name"] == want_name, (e, it)
         else:
             assert e["name"] == "Stream Wait Event", e

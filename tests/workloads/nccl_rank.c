@@ -55,6 +55,8 @@
  * Benchmark shape (not used by the fault tests): --kernels K --compute-us US launches K
  * kernels of US µs each (cudaLaunchKernel of fake_compute on s) before call 1 of every step;
  * --poll-ms P makes the watchdog poll every P ms instead of 1 ms (PyTorch's sleeps 100 ms).
+ * --slow-us US (tptrace report's straggler test): the culprit alone sleeps US µs on the host
+ * before the compute launches of every step, so the others wait for it in the allreduce.
  *
  * Scenarios: only the culprit (default rank 1) misbehaves, only at step K (default S-1).
  * Outcomes are for the sim's default TPSIM_NCCL_HANG_ON=kind.
@@ -131,6 +133,7 @@ static const char *scenario_names[] = {
 struct opts {
 	int rank, nranks, steps, culprit, fault_step, late_ms;
 	int kernels, compute_us, poll_ms;	/* benchmark shape: compute before the collectives */
+	int slow_us;		/* the culprit sleeps this long on the host before each step's work */
 	int start_delay_ms;	/* sleep at the start of main: init this long after exec */
 	const char *id_file;
 	enum scenario scenario;
@@ -317,7 +320,7 @@ static void usage(void)
 		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error|"
 		"idle|spin] [--announce] "
 		"[--culprit C] [--fault-step K] [--late-ms MS] [--split] [--init-before-ready|"
-		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P] [--start-delay-ms MS]\n");
+		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P] [--slow-us US] [--start-delay-ms MS]\n");
 	exit(2);
 }
 
@@ -363,6 +366,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->kernels = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--compute-us"))
 			o->compute_us = (int)hs_parse_long(a, v), i++;
+		else if (!strcmp(a, "--slow-us"))
+			o->slow_us = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--poll-ms"))
 			o->poll_ms = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--start-delay-ms"))
@@ -478,6 +483,13 @@ int main(int argc, char **argv)
 			break;
 		default:
 			break;
+		}
+		if (o.slow_us > 0 && o.rank == o.culprit) {
+			/* a sleep, not a spin: on a 2-CPU test host a spinning rank would starve
+			 * the others' simulated GPUs and stretch their kernels */
+			struct timespec d = { o.slow_us / 1000000, (o.slow_us % 1000000) * 1000L };
+
+			nanosleep(&d, NULL);
 		}
 		for (int k = 0; k < o.kernels; k++) {
 			dim3 grid = { 108, 1, 1 }, block = { 256, 1, 1 };

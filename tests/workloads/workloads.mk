@@ -6,7 +6,7 @@ WL_CFLAGS   := -O2 -g -Wall -Wextra -Wno-unused-parameter -pthread -D_GNU_SOURCE
 # Host code only matters; one small arch keeps nvcc fast.
 WL_NVFLAGS  := -g -arch=sm_75 -Itests/workloads
 SIM_RPATH   := $(abspath $(SIM_LIB_DIR))
-WL_BINS     := $(addprefix $(WL_DIR)/,sim_train nvcc_shared nvcc_static nvcc_shared_pt \
+WL_BINS     := $(addprefix $(WL_DIR)/,sim_train sim_job nvcc_shared nvcc_static nvcc_shared_pt \
 	       nvcc_static_pt dlopen_app nocuda)
 
 $(WL_DIR):
@@ -14,6 +14,11 @@ $(WL_DIR):
 
 # Linked against the simulated runtime; the rpath makes it load the sim, not the real one.
 $(WL_DIR)/sim_train: tests/workloads/sim_train.c tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+# tptrace report's fault-to-order training loop
+$(WL_DIR)/sim_job: tests/workloads/sim_job.c tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
 

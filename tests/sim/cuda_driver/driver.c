@@ -507,6 +507,13 @@ static CUresult copy(void *dst, const void *src, size_t bytes, int kind, CUstrea
 	it->dpitch = it->spitch = it->width = bytes;
 	it->rec.bytes = bytes;
 	it->rec.copy_kind = kind == KIND_INFER ? infer_kind(dst, src) : kind;
+	/* the host side of an HtoD/DtoH copy: pinned when the driver allocated it, else pageable;
+	 * the real driver stages pageable memory, so even an async copy returns only when done */
+	if (it->rec.copy_kind == cudaMemcpyHostToDevice || it->rec.copy_kind == cudaMemcpyDeviceToHost)
+		it->rec.host_pageable = alloc_kind_of(it->rec.copy_kind == cudaMemcpyHostToDevice ?
+						      src : dst) != ALLOC_HOST;
+	if (it->rec.host_pageable)
+		sync = true;
 	seq = sim_submit_or_capture(s, it);
 	if (sync && seq)
 		sim_stream_wait_seq(s, seq);

@@ -524,8 +524,8 @@ static void log_item(const struct tpsim_record *r)
 			 r->block[0], r->block[1], r->block[2], r->shmem);
 		break;
 	case TPSIM_MEMCPY:
-		snprintf(what, sizeof(what), " dir=%s bytes=%zu", copy_kind_name(r->copy_kind),
-			 r->bytes);
+		snprintf(what, sizeof(what), " dir=%s bytes=%zu host=%s", copy_kind_name(r->copy_kind),
+			 r->bytes, r->host_pageable ? "pageable" : "pinned");
 		break;
 	case TPSIM_MEMSET:
 		snprintf(what, sizeof(what), " bytes=%zu", r->bytes);
@@ -558,7 +558,8 @@ static void execute(struct sim_item *it)
 		for (row = 0; row < it->height; row++)
 			memmove((char *)it->dst + row * it->dpitch,
 				(const char *)it->src + row * it->spitch, it->width);
-		sleep_until(start + (uint64_t)(it->rec.bytes / sim_cfg.copy_gbps));
+		sleep_until(start + (uint64_t)(it->rec.bytes / sim_cfg.copy_gbps *
+					       (it->rec.host_pageable ? 4 : 1)));
 		break;
 	case TPSIM_MEMSET:
 		for (row = 0; row < it->height; row++) {

@@ -20,6 +20,7 @@
  *   TPSIM_KERNEL_TIMES=a=500,b=2 per-kernel µs, first pattern that is a substring of the
  *                               kernel's name (registered device name, else its ELF symbol)
  *   TPSIM_COPY_GBPS=10          copy bandwidth: a copy lasts bytes / (GBPS * 1e9) s
+ *                               (a copy to or from pageable host memory a quarter of that)
  *   TPSIM_DEVICES=1             cudaGetDeviceCount
  *   TPSIM_VERBOSE=1             one stderr line per executed item (kind, name, grid, block,
  *                               stream, correlation, start/end ns)
@@ -63,6 +64,9 @@ struct tpsim_record {
 	size_t shmem;
 	size_t bytes;			/* memcpy/memset */
 	int copy_kind;			/* enum cudaMemcpyKind */
+	int host_pageable;		/* memcpy: its host side is pageable (not from
+					 * cuMemAllocHost/cuMemHostAlloc): 1/4 of the bandwidth, and
+					 * an async copy blocks its caller, as the real one does */
 	uint64_t start_ns, end_ns;
 	uint32_t host_tid;		/* gettid() of the thread that enqueued it */
 	uint64_t api_start_ns;		/* inside the API call: when the item was made */

@@ -29,7 +29,8 @@
  *  - no SYNCHRONIZATION records for host-side syncs (stream, event, context synchronize).
  *  - NCCL's sim kernels (tpsim_enqueue_kernel) are not API calls: their kernel records carry a
  *    fresh correlationId that no API record has.
- *  - host memory in copies is reported PINNED (the sim does not export its allocation table);
+ *  - host memory in copies is PAGEABLE when the driver did not allocate it (tpsim_record's
+ *    host_pageable), else PINNED;
  *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;
  *    contextId = device + 1; streamId = the sim's stream id (0 = legacy default stream).
  *  - timestamps: the sim's CLOCK_MONOTONIC times are mapped into the registered timestamp
@@ -191,14 +192,16 @@ static void deliver(CUpti_BuffersCallbackCompleteFunc done, struct full_buf *ful
 			done(NULL, 0, full[i].buf, full[i].size, full[i].used);
 }
 
-static uint8_t host_kind(int cuda_kind, bool src)
+static uint8_t host_kind(int cuda_kind, bool src, bool pageable)
 {
 	/* cudaMemcpyKind: 0 HtoH, 1 HtoD, 2 DtoH, 3 DtoD, 4 default */
 	bool host = cuda_kind == 0 || (src ? cuda_kind == 1 : cuda_kind == 2);
 
 	if (cuda_kind == 4)
 		return CUPTI_ACTIVITY_MEMORY_KIND_UNKNOWN;
-	return host ? CUPTI_ACTIVITY_MEMORY_KIND_PINNED : CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+	if (!host)
+		return CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+	return pageable ? CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE : CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
 }
 
 static uint8_t copy_kind(int cuda_kind)
@@ -263,8 +266,8 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 				break;
 			r->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
 			r->copyKind = copy_kind(rec->copy_kind);
-			r->srcKind = host_kind(rec->copy_kind, true);
-			r->dstKind = host_kind(rec->copy_kind, false);
+			r->srcKind = host_kind(rec->copy_kind, true, rec->host_pageable);
+			r->dstKind = host_kind(rec->copy_kind, false, rec->host_pageable);
 			r->bytes = rec->bytes;
 			r->start = start;
 			r->end = end;
