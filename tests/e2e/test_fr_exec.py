@@ -23,6 +23,11 @@ def start_recorder(name, extra=(), env=None):
 def run_job(tr, job):
     pids = job.pids()
     try:
+        # a 1-step job can map libnccl, run and exit within the 12-20 ms the recorder takes
+        # to probe a new library file: a process gone by then cannot be recorded (add_target
+        # gets ESRCH). Let it go only once the recorder has it.
+        for p in pids:
+            assert tr.err.wait_for(lambda l, p=p: f"recording pid {p} " in l, 15), tr.err.text()
         job.go()
         job.wait_done()
         for w in job.ranks:
