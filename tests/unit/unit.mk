@@ -65,7 +65,7 @@ unit-test: $(UNIT_BINS)
 	$(Q)set -e; for t in $(UNIT_BINS); do printf '%s: ' $$t; $$t; done
 
 # modules over the whole user-side library (no BPF needed: records are synthetic)
-UNIT_LIB_LIBS := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
+UNIT_LIB_LIBS := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lstdc++ -lpthread
 $(UNIT_DIR)/test_flightrec: tests/unit/test_flightrec.c tests/unit/check.h \
 			    $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
