@@ -83,6 +83,8 @@ struct trace_pf {
 	size_t nargs, nstrs;
 	uint8_t *scratch;
 	size_t scratch_cap;
+	uint8_t *te_buf;	/* the event's TrackEvents, encoded */
+	size_t te_cap;
 };
 
 bool trace_pf__path(const char *path)
@@ -238,6 +240,7 @@ void trace_pf__free(struct trace_pf *pf)
 	}
 	free(pf->counters);
 	free(pf->scratch);
+	free(pf->te_buf);
 	free(pf);
 }
 
@@ -261,6 +264,56 @@ static void write_packets(struct trace_pf *pf, Perfetto__Protos__TracePacket **p
 	}
 	perfetto__protos__trace__pack(&trace, pf->scratch);
 	trace_json__put_bytes(pf->out, pf->scratch, len);
+}
+
+static bool reserve(uint8_t **buf, size_t *cap, size_t len)
+{
+	if (len > *cap) {
+		size_t c = len < 4096 ? 4096 : len * 2;
+		uint8_t *p = realloc(*buf, c);
+
+		if (!p)
+			return false;
+		*buf = p;
+		*cap = c;
+	}
+	return true;
+}
+
+/* TrackEvent packets: each event encoded on its own, then the packets around the bytes. */
+static void write_events(struct trace_pf *pf, Perfetto__Protos__TrackEvent **evs,
+			 const uint64_t *ts, const uint32_t *flags,
+			 Perfetto__Protos__InternedData *in, size_t n)
+{
+	Perfetto__Protos__TraceW trace = PERFETTO__PROTOS__TRACE_W__INIT;
+	Perfetto__Protos__TracePacketW p[2], *pp[2] = { &p[0], &p[1] };
+	size_t len[2], total = 0, off = 0;
+
+	for (size_t i = 0; i < n; i++)
+		total += len[i] = perfetto__protos__track_event__get_packed_size(evs[i]);
+	if (!reserve(&pf->te_buf, &pf->te_cap, total))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		perfetto__protos__track_event__pack(evs[i], pf->te_buf + off);
+		perfetto__protos__trace_packet_w__init(&p[i]);
+		p[i].has_timestamp = p[i].has_trusted_packet_sequence_id = true;
+		p[i].timestamp = ts[i];
+		p[i].trusted_packet_sequence_id = SEQ_ID;
+		p[i].has_sequence_flags = flags[i] != 0;
+		p[i].sequence_flags = flags[i];
+		p[i].has_track_event = true;
+		p[i].track_event.data = pf->te_buf + off;
+		p[i].track_event.len = len[i];
+		off += len[i];
+	}
+	p[0].interned_data = in;
+	trace.n_packet = n;
+	trace.packet = pp;
+	total = perfetto__protos__trace_w__get_packed_size(&trace);
+	if (!reserve(&pf->scratch, &pf->scratch_cap, total))
+		return;
+	perfetto__protos__trace_w__pack(&trace, pf->scratch);
+	trace_json__put_bytes(pf->out, pf->scratch, total);
 }
 
 static void packet_init(struct trace_pf *pf, Perfetto__Protos__TracePacket *p,
@@ -642,8 +695,8 @@ static struct track *counter_track(struct trace_pf *pf, const char *key)
 
 static void counter_events(struct trace_pf *pf)
 {
-	Perfetto__Protos__TracePacket p, *pp = &p;
-	Perfetto__Protos__TrackEvent ev;
+	Perfetto__Protos__TrackEvent ev, *evp;
+	uint32_t noflags = 0;
 
 	for (size_t i = 0; i < pf->nargs; i++) {
 		Perfetto__Protos__DebugAnnotation *a = &pf->args[i];
@@ -667,20 +720,18 @@ static void counter_events(struct trace_pf *pf)
 		} else {
 			continue;	/* not a number: not a counter value */
 		}
-		packet_init(pf, &p, NULL);
-		p.has_sequence_flags = false;	/* nothing interned */
-		p.has_timestamp = true;
-		p.timestamp = pf->ts;
-		p.track_event = &ev;
-		write_packets(pf, &pp, 1);
+		evp = &ev;
+		write_events(pf, &evp, &pf->ts, &noflags, NULL, 1);	/* nothing interned */
 	}
 }
 
 void trace_pf__event_end(struct trace_pf *pf)
 {
-	Perfetto__Protos__TracePacket p[2], *pp[2] = { &p[0], &p[1] };
+	Perfetto__Protos__TracePacket p0;
 	Perfetto__Protos__InternedData in;
-	Perfetto__Protos__TrackEvent ev, end;
+	Perfetto__Protos__TrackEvent ev, end, *evs[2] = { &ev, &end };
+	uint64_t ts[2] = { pf->ts, pf->ts + pf->dur };
+	uint32_t flags[2] = { SEQ_NEEDS, 0 };
 	struct track *t;
 	uint64_t flow = pf->flow_id;
 	size_t n = 1;
@@ -713,10 +764,7 @@ void trace_pf__event_end(struct trace_pf *pf)
 	}
 	ev.n_debug_annotations = pf->nargs;
 	ev.debug_annotations = pf->argp;
-	packet_init(pf, &p[0], &in);
-	p[0].has_timestamp = true;
-	p[0].timestamp = pf->ts;
-	p[0].track_event = &ev;
+	packet_init(pf, &p0, &in);	/* takes the interned data queued */
 	switch (pf->ph) {
 	case 'X':
 		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
@@ -724,11 +772,6 @@ void trace_pf__event_end(struct trace_pf *pf)
 		end.has_type = end.has_track_uuid = true;
 		end.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END;
 		end.track_uuid = t->uuid;
-		packet_init(pf, &p[1], NULL);
-		p[1].has_sequence_flags = false;
-		p[1].has_timestamp = true;
-		p[1].timestamp = pf->ts + pf->dur;
-		p[1].track_event = &end;
 		n = 2;
 		break;
 	case 's':
@@ -745,7 +788,7 @@ void trace_pf__event_end(struct trace_pf *pf)
 	default:
 		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT;
 	}
-	write_packets(pf, pp, n);
+	write_events(pf, evs, ts, flags, p0.interned_data, n);
 out:
 	free_strs(pf);
 }
