@@ -77,7 +77,6 @@ struct trace_pf {
 	bool has_flow;
 	const char *name;	/* for counters: copied into the intern table */
 	Perfetto__Protos__DebugAnnotation args[MAX_ARGS];
-	Perfetto__Protos__DebugAnnotation *argp[MAX_ARGS];
 	const char *arg_keys[MAX_ARGS];
 	char *strs[MAX_ARGS];
 	size_t nargs, nstrs;
@@ -85,6 +84,9 @@ struct trace_pf {
 	size_t scratch_cap;
 	uint8_t *te_buf;	/* the event's TrackEvents, encoded */
 	size_t te_cap;
+	uint8_t *da_buf;	/* its debug annotations, encoded */
+	size_t da_cap;
+	ProtobufCBinaryData das[MAX_ARGS];
 };
 
 bool trace_pf__path(const char *path)
@@ -202,8 +204,6 @@ struct trace_pf *trace_pf__new(struct trace_json *out)
 		pf->p_keys[i] = &pf->new_keys[i];
 		pf->p_istrs[i] = &pf->istrs[i];
 	}
-	for (int i = 0; i < MAX_ARGS; i++)
-		pf->argp[i] = &pf->args[i];
 	return pf;
 }
 
@@ -241,6 +241,7 @@ void trace_pf__free(struct trace_pf *pf)
 	free(pf->counters);
 	free(pf->scratch);
 	free(pf->te_buf);
+	free(pf->da_buf);
 	free(pf);
 }
 
@@ -280,21 +281,62 @@ static bool reserve(uint8_t **buf, size_t *cap, size_t len)
 	return true;
 }
 
-/* TrackEvent packets: each event encoded on its own, then the packets around the bytes. */
-static void write_events(struct trace_pf *pf, Perfetto__Protos__TrackEvent **evs,
+/* Room a packed message can take at most: every varint 10 bytes, every tag 3 (field numbers
+ * below 2048), every length prefix 5. protobuf-c packs into a buffer of at least that much
+ * and returns what it wrote, so no message is sized before it is packed. */
+#define FIELD_MAX 13
+static size_t str_bound(const char *s)
+{
+	return s ? 3 + 5 + strlen(s) : 0;
+}
+
+static size_t da_bound(const Perfetto__Protos__DebugAnnotation *a)
+{
+	return 4 * FIELD_MAX + str_bound(a->name) + str_bound(a->string_value);
+}
+
+static size_t te_bound(const Perfetto__Protos__TrackEventW *e)
+{
+	size_t n = 8 * FIELD_MAX + str_bound(e->name) +
+		   FIELD_MAX * (e->n_category_iids + e->n_flow_ids + e->n_terminating_flow_ids);
+
+	for (size_t i = 0; i < e->n_debug_annotations; i++)
+		n += 8 + e->debug_annotations[i].len;
+	return n;
+}
+
+/* The event's annotations, each packed once into da_buf; das[] point there. */
+static bool pack_args(struct trace_pf *pf)
+{
+	size_t bound = 0, off = 0;
+
+	for (size_t i = 0; i < pf->nargs; i++)
+		bound += da_bound(&pf->args[i]);
+	if (!reserve(&pf->da_buf, &pf->da_cap, bound))
+		return false;
+	for (size_t i = 0; i < pf->nargs; i++) {
+		pf->das[i].data = pf->da_buf + off;
+		pf->das[i].len = perfetto__protos__debug_annotation__pack(&pf->args[i], pf->da_buf + off);
+		off += pf->das[i].len;
+	}
+	return true;
+}
+
+/* TrackEvent packets: each event packed on its own, then the packets around the bytes. */
+static void write_events(struct trace_pf *pf, Perfetto__Protos__TrackEventW **evs,
 			 const uint64_t *ts, const uint32_t *flags,
 			 Perfetto__Protos__InternedData *in, size_t n)
 {
 	Perfetto__Protos__TraceW trace = PERFETTO__PROTOS__TRACE_W__INIT;
 	Perfetto__Protos__TracePacketW p[2], *pp[2] = { &p[0], &p[1] };
-	size_t len[2], total = 0, off = 0;
+	size_t bound = 0, off = 0, len;
 
 	for (size_t i = 0; i < n; i++)
-		total += len[i] = perfetto__protos__track_event__get_packed_size(evs[i]);
-	if (!reserve(&pf->te_buf, &pf->te_cap, total))
+		bound += te_bound(evs[i]);
+	if (!reserve(&pf->te_buf, &pf->te_cap, bound))
 		return;
 	for (size_t i = 0; i < n; i++) {
-		perfetto__protos__track_event__pack(evs[i], pf->te_buf + off);
+		len = perfetto__protos__track_event_w__pack(evs[i], pf->te_buf + off);
 		perfetto__protos__trace_packet_w__init(&p[i]);
 		p[i].has_timestamp = p[i].has_trusted_packet_sequence_id = true;
 		p[i].timestamp = ts[i];
@@ -303,17 +345,18 @@ static void write_events(struct trace_pf *pf, Perfetto__Protos__TrackEvent **evs
 		p[i].sequence_flags = flags[i];
 		p[i].has_track_event = true;
 		p[i].track_event.data = pf->te_buf + off;
-		p[i].track_event.len = len[i];
-		off += len[i];
+		p[i].track_event.len = len;
+		off += len;
 	}
 	p[0].interned_data = in;
 	trace.n_packet = n;
 	trace.packet = pp;
-	total = perfetto__protos__trace_w__get_packed_size(&trace);
-	if (!reserve(&pf->scratch, &pf->scratch_cap, total))
+	/* a packet is 4 fields around its event, a Trace a tag and a length per packet */
+	bound = in ? perfetto__protos__trace_w__get_packed_size(&trace) : off + n * 8 * FIELD_MAX;
+	if (!reserve(&pf->scratch, &pf->scratch_cap, bound))
 		return;
-	perfetto__protos__trace_w__pack(&trace, pf->scratch);
-	trace_json__put_bytes(pf->out, pf->scratch, total);
+	len = perfetto__protos__trace_w__pack(&trace, pf->scratch);
+	trace_json__put_bytes(pf->out, pf->scratch, len);
 }
 
 static void packet_init(struct trace_pf *pf, Perfetto__Protos__TracePacket *p,
@@ -695,7 +738,7 @@ static struct track *counter_track(struct trace_pf *pf, const char *key)
 
 static void counter_events(struct trace_pf *pf)
 {
-	Perfetto__Protos__TrackEvent ev, *evp;
+	Perfetto__Protos__TrackEventW ev, *evp;
 	uint32_t noflags = 0;
 
 	for (size_t i = 0; i < pf->nargs; i++) {
@@ -706,7 +749,7 @@ static void counter_events(struct trace_pf *pf)
 			continue;
 		if (!t->emitted)
 			emit_track(pf, t);
-		perfetto__protos__track_event__init(&ev);
+		perfetto__protos__track_event_w__init(&ev);
 		ev.has_type = true;
 		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_COUNTER;
 		ev.has_track_uuid = true;
@@ -729,7 +772,7 @@ void trace_pf__event_end(struct trace_pf *pf)
 {
 	Perfetto__Protos__TracePacket p0;
 	Perfetto__Protos__InternedData in;
-	Perfetto__Protos__TrackEvent ev, end, *evs[2] = { &ev, &end };
+	Perfetto__Protos__TrackEventW ev, end, *evs[2] = { &ev, &end };
 	uint64_t ts[2] = { pf->ts, pf->ts + pf->dur };
 	uint32_t flags[2] = { SEQ_NEEDS, 0 };
 	struct track *t;
@@ -750,7 +793,9 @@ void trace_pf__event_end(struct trace_pf *pf)
 		goto out;
 	if (!t->emitted)
 		emit_track(pf, t);
-	perfetto__protos__track_event__init(&ev);
+	if (!pack_args(pf))
+		goto out;
+	perfetto__protos__track_event_w__init(&ev);
 	ev.has_type = true;
 	ev.has_track_uuid = true;
 	ev.track_uuid = t->uuid;
@@ -763,12 +808,12 @@ void trace_pf__event_end(struct trace_pf *pf)
 		ev.category_iids = &pf->cat_iid;
 	}
 	ev.n_debug_annotations = pf->nargs;
-	ev.debug_annotations = pf->argp;
+	ev.debug_annotations = pf->das;
 	packet_init(pf, &p0, &in);	/* takes the interned data queued */
 	switch (pf->ph) {
 	case 'X':
 		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
-		perfetto__protos__track_event__init(&end);
+		perfetto__protos__track_event_w__init(&end);
 		end.has_type = end.has_track_uuid = true;
 		end.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END;
 		end.track_uuid = t->uuid;
