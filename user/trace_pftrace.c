@@ -16,7 +16,6 @@
  * Each Trace message packed holds the event's packets; concatenated Trace messages are one
  * Trace on the wire, so protobuf-c does all the encoding. */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -198,6 +197,8 @@ struct trace_pf *trace_pf__new(struct trace_json *out)
 	if (!pf)
 		return NULL;
 	pf->out = out;
+	for (int i = 0; i < MAX_ARGS; i++)
+		perfetto__protos__debug_annotation__init(&pf->args[i]);
 	for (int i = 0; i < MAX_NEW; i++) {
 		pf->p_names[i] = &pf->new_names[i];
 		pf->p_cats[i] = &pf->new_cats[i];
@@ -592,7 +593,11 @@ static Perfetto__Protos__DebugAnnotation *arg(struct trace_pf *pf, const char *k
 	if (!pf->in_event || pf->nargs >= MAX_ARGS)
 		return NULL;
 	a = &pf->args[pf->nargs];
-	perfetto__protos__debug_annotation__init(a);
+	/* initialized once (trace_pf__new); clearing what an earlier event set is cheaper */
+	a->has_bool_value = a->has_uint_value = a->has_int_value = false;
+	a->has_double_value = a->has_pointer_value = a->has_string_value_iid = false;
+	a->string_value = NULL;
+	a->name = NULL;
 	a->name_iid = intern(&pf->keys, key, pf->new_keys, &pf->n_new_keys);
 	a->has_name_iid = a->name_iid != 0;
 	if (!a->has_name_iid)
@@ -681,11 +686,34 @@ void trace_pf__arg_ptr(struct trace_pf *pf, const char *key, uint64_t v)
 
 /* As the JSON's text ("[64, 2, 1]"), interned: a nested array of three annotations would cost
  * protobuf-c two more levels of size computation on every launch, and grids repeat. */
+static char *put_u32(char *p, uint32_t v)
+{
+	char tmp[10];
+	int n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*p++ = tmp[--n];
+	return p;
+}
+
 void trace_pf__arg_dim3(struct trace_pf *pf, const char *key, uint32_t x, uint32_t y, uint32_t z)
 {
-	char buf[48];
+	char buf[48], *p = buf;	/* "[x, y, z]" without printf: a launch has two */
 
-	snprintf(buf, sizeof(buf), "[%u, %u, %u]", x, y, z);
+	*p++ = '[';
+	p = put_u32(p, x);
+	*p++ = ',';
+	*p++ = ' ';
+	p = put_u32(p, y);
+	*p++ = ',';
+	*p++ = ' ';
+	p = put_u32(p, z);
+	*p++ = ']';
+	*p = '\0';
 	trace_pf__arg_str(pf, key, buf);
 }
 
