@@ -45,6 +45,15 @@ struct intern {
 
 typedef Perfetto__Protos__EventName intern_entry;	/* {iid, name}: same shape for all three */
 
+/* An annotation's encoding by (key, kind, value): most repeat (interned strings, streams,
+ * sizes, flags), and a lookup is cheaper than protobuf-c walking the message's fields. */
+#define DA_MEMO 1024
+struct da_memo {
+	uint64_t name_iid, value;
+	uint8_t kind, len;
+	uint8_t bytes[30];
+};
+
 struct track {
 	uint64_t uuid, parent;
 	int pid, tid;
@@ -86,6 +95,7 @@ struct trace_pf {
 	uint8_t *da_buf;	/* its debug annotations, encoded */
 	size_t da_cap;
 	ProtobufCBinaryData das[MAX_ARGS];
+	struct da_memo memo[DA_MEMO];
 };
 
 bool trace_pf__path(const char *path)
@@ -306,7 +316,29 @@ static size_t te_bound(const Perfetto__Protos__TrackEventW *e)
 	return n;
 }
 
-/* The event's annotations, each packed once into da_buf; das[] point there. */
+/* kind and value of an annotation the memo can hold (0: it cannot) */
+static int da_kind(const Perfetto__Protos__DebugAnnotation *a, uint64_t *v)
+{
+	if (a->name || !a->has_name_iid)
+		return 0;
+	if (a->has_string_value_iid)
+		return *v = a->string_value_iid, 1;
+	if (a->has_uint_value)
+		return *v = a->uint_value, 2;
+	if (a->has_int_value)
+		return *v = (uint64_t)a->int_value, 3;
+	if (a->has_pointer_value)
+		return *v = a->pointer_value, 4;
+	if (a->has_bool_value)
+		return *v = a->bool_value, 5;
+	if (a->has_double_value) {
+		memcpy(v, &a->double_value, sizeof(*v));
+		return 6;
+	}
+	return 0;
+}
+
+/* The event's annotations, each packed (or found in the memo) into da_buf; das[] point there. */
 static bool pack_args(struct trace_pf *pf)
 {
 	size_t bound = 0, off = 0;
@@ -316,9 +348,33 @@ static bool pack_args(struct trace_pf *pf)
 	if (!reserve(&pf->da_buf, &pf->da_cap, bound))
 		return false;
 	for (size_t i = 0; i < pf->nargs; i++) {
-		pf->das[i].data = pf->da_buf + off;
-		pf->das[i].len = perfetto__protos__debug_annotation__pack(&pf->args[i], pf->da_buf + off);
+		const Perfetto__Protos__DebugAnnotation *a = &pf->args[i];
+		uint8_t *out = pf->da_buf + off;
+		struct da_memo *m = NULL;
+		uint64_t v = 0;
+		int kind = da_kind(a, &v);
+
+		if (kind) {
+			m = &pf->memo[u64_mix((a->name_iid * 8 + kind) ^ v * 0x9e3779b97f4a7c15ull) &
+				      (DA_MEMO - 1)];
+			if (m->kind == kind && m->name_iid == a->name_iid && m->value == v) {
+				memcpy(out, m->bytes, m->len);
+				pf->das[i].data = out;
+				pf->das[i].len = m->len;
+				off += m->len;
+				continue;
+			}
+		}
+		pf->das[i].data = out;
+		pf->das[i].len = perfetto__protos__debug_annotation__pack(a, out);
 		off += pf->das[i].len;
+		if (m && pf->das[i].len <= sizeof(m->bytes)) {
+			m->kind = (uint8_t)kind;
+			m->name_iid = a->name_iid;
+			m->value = v;
+			m->len = (uint8_t)pf->das[i].len;
+			memcpy(m->bytes, out, m->len);
+		}
 	}
 	return true;
 }
