@@ -71,7 +71,7 @@ static const struct argp_option opts[] = {
 	{ "output", 'o', "FILE", 0, "memory_viz snapshot (JSON; see --pickle)", 0 },
 	{ "pickle", OPT_PICKLE, NULL, 0, "Write the snapshot as a Python pickle (protocol 2)", 0 },
 	{ "leaks", OPT_LEAKS, NULL, 0, "Print live allocations by size and call site on stdout", 0 },
-	{ "trace", OPT_TRACE, "FILE", 0, "Also write a trace with memory counters (.json, .json.gz)", 0 },
+	{ "trace", OPT_TRACE, "FILE", 0, "Also write a trace with memory counters (.json, .json.gz, .pftrace[.gz])", 0 },
 	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No user stack per allocation (cheaper; no call sites)", 0 },
 	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python frames of each allocation, before the native ones", 0 },
 	{ "max-entries", OPT_HISTORY, "N", 0, "Snapshot history entries kept (default 200000)", 0 },

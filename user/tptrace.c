@@ -84,7 +84,7 @@ enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_PY_ST
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
 	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (default: until Ctrl-C or exit)", 0 },
-	{ "output", 'o', "FILE", 0, "Trace file; .json plain, .json.gz gzip (default tptrace.json.gz)", 0 },
+	{ "output", 'o', "FILE", 0, "Trace file; .json plain, .json.gz gzip, .pftrace[.gz] Perfetto protobuf (default tptrace.json.gz)", 0 },
 	{ "wait", 'w', NULL, 0, "Wait for a target to load a CUDA runtime instead of failing", 0 },
 	{ "durations", OPT_DURATIONS, NULL, 0,
 	  "Also probe returns of async calls (launch durations; one more trap per call)", 0 },

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "trace_json.h"
+#include "trace_pftrace.h"
 
 #define BUF_SIZE (256 * 1024)
 
@@ -22,6 +23,8 @@ struct trace_json {
 	bool in_args;
 	bool events_ended;
 	bool first_top;
+	struct trace_pf *pf;	/* ".pftrace[.gz]": the Perfetto protobuf backend writes instead */
+	struct trace_json *tee;	/* a second output fed the same calls (TPTRACE_TRACE_TEE) */
 };
 
 static void flush(struct trace_json *tj)
@@ -175,11 +178,30 @@ struct trace_json *trace_json__open(const char *path)
 	}
 	tj->first_event = true;
 	tj->first_top = true;
+	if (trace_pf__path(path)) {
+		tj->pf = trace_pf__new(tj);
+		if (!tj->pf) {
+			errno = ENOMEM;
+			goto err;
+		}
+	}
+	/* Tests only: one run writes a second trace (e.g. .json and .pftrace of the same
+	 * events), so the two formats can be compared event by event. */
+	const char *tee = getenv("TPTRACE_TRACE_TEE");
+
+	if (tee && *tee && strcmp(tee, path)) {
+		tj->tee = trace_json__open(tee);
+		if (!tj->tee)
+			goto err;
+	}
 	return tj;
 err:
 	{
 		int saved = errno;
 
+		trace_pf__free(tj->pf);
+		if (tj->gz)
+			gzclose(tj->gz);
 		if (tj->file)
 			fclose(tj->file);
 		free(tj->buf);
@@ -191,6 +213,12 @@ err:
 
 int trace_json__begin(struct trace_json *tj, uint64_t base_mono_ns, uint64_t base_real_ns)
 {
+	if (tj->tee)
+		trace_json__begin(tj->tee, base_mono_ns, base_real_ns);
+	if (tj->pf) {
+		trace_pf__begin(tj->pf, base_mono_ns, base_real_ns);
+		return trace_json__error(tj);
+	}
 	tj->base_mono_ns = base_mono_ns;
 	putf(tj, "{\n  \"schemaVersion\": 1,\n  \"displayTimeUnit\": \"ms\",\n"
 		 "  \"baseTimeNanoseconds\": %" PRIu64 ",\n  \"traceEvents\": [\n", base_real_ns);
@@ -246,6 +274,12 @@ void trace_json__event(struct trace_json *tj, const char *ph, const char *cat, c
 {
 	uint64_t rel = ts_mono_ns > tj->base_mono_ns ? ts_mono_ns - tj->base_mono_ns : 0;
 
+	if (tj->tee)
+		trace_json__event(tj->tee, ph, cat, name, pid, tid, ts_mono_ns, dur_ns);
+	if (tj->pf) {
+		trace_pf__event(tj->pf, ph, cat, name, pid, tid, ts_mono_ns, dur_ns);
+		return;
+	}
 	puts_(tj, tj->first_event ? "    {\"ph\":\"" : ",\n    {\"ph\":\"");
 	tj->first_event = false;
 	puts_(tj, ph);
@@ -284,30 +318,60 @@ static void arg_key(struct trace_json *tj, const char *key)
 
 void trace_json__arg_u64(struct trace_json *tj, const char *key, uint64_t v)
 {
+	if (tj->tee)
+		trace_json__arg_u64(tj->tee, key, v);
+	if (tj->pf) {
+		trace_pf__arg_u64(tj->pf, key, v);
+		return;
+	}
 	arg_key(tj, key);
 	put_u64(tj, v);
 }
 
 void trace_json__arg_i64(struct trace_json *tj, const char *key, int64_t v)
 {
+	if (tj->tee)
+		trace_json__arg_i64(tj->tee, key, v);
+	if (tj->pf) {
+		trace_pf__arg_i64(tj->pf, key, v);
+		return;
+	}
 	arg_key(tj, key);
 	put_i64(tj, v);
 }
 
 void trace_json__arg_f64(struct trace_json *tj, const char *key, double v)
 {
+	if (tj->tee)
+		trace_json__arg_f64(tj->tee, key, v);
+	if (tj->pf) {
+		trace_pf__arg_f64(tj->pf, key, v);
+		return;
+	}
 	arg_key(tj, key);
 	putf(tj, "%.3f", v);
 }
 
 void trace_json__arg_str(struct trace_json *tj, const char *key, const char *v)
 {
+	if (tj->tee)
+		trace_json__arg_str(tj->tee, key, v);
+	if (tj->pf) {
+		trace_pf__arg_str(tj->pf, key, v);
+		return;
+	}
 	arg_key(tj, key);
 	put_str(tj, v);
 }
 
 void trace_json__arg_bool(struct trace_json *tj, const char *key, bool v)
 {
+	if (tj->tee)
+		trace_json__arg_bool(tj->tee, key, v);
+	if (tj->pf) {
+		trace_pf__arg_bool(tj->pf, key, v);
+		return;
+	}
 	arg_key(tj, key);
 	puts_(tj, v ? "true" : "false");
 }
@@ -317,6 +381,12 @@ void trace_json__arg_hex(struct trace_json *tj, const char *key, uint64_t v)
 	static const char digits[] = "0123456789abcdef";
 	char buf[24], *end = buf + sizeof(buf), *p = end;
 
+	if (tj->tee)
+		trace_json__arg_hex(tj->tee, key, v);
+	if (tj->pf) {
+		trace_pf__arg_ptr(tj->pf, key, v);
+		return;
+	}
 	arg_key(tj, key);
 	*--p = '"';
 	do {
@@ -331,6 +401,12 @@ void trace_json__arg_hex(struct trace_json *tj, const char *key, uint64_t v)
 
 void trace_json__arg_dim3(struct trace_json *tj, const char *key, uint32_t x, uint32_t y, uint32_t z)
 {
+	if (tj->tee)
+		trace_json__arg_dim3(tj->tee, key, x, y, z);
+	if (tj->pf) {
+		trace_pf__arg_dim3(tj->pf, key, x, y, z);
+		return;
+	}
 	arg_key(tj, key);
 	put(tj, "[", 1);
 	put_u64(tj, x);
@@ -343,6 +419,12 @@ void trace_json__arg_dim3(struct trace_json *tj, const char *key, uint32_t x, ui
 
 void trace_json__field_raw(struct trace_json *tj, const char *key, const char *json)
 {
+	if (tj->tee)
+		trace_json__field_raw(tj->tee, key, json);
+	if (tj->pf) {
+		trace_pf__field_raw(tj->pf, key, json);
+		return;
+	}
 	if (tj->in_args) {
 		puts_(tj, "}");
 		tj->in_args = false;
@@ -356,6 +438,12 @@ void trace_json__field_raw(struct trace_json *tj, const char *key, const char *j
 
 void trace_json__event_end(struct trace_json *tj)
 {
+	if (tj->tee)
+		trace_json__event_end(tj->tee);
+	if (tj->pf) {
+		trace_pf__event_end(tj->pf);
+		return;
+	}
 	if (tj->in_args)
 		puts_(tj, "}");
 	puts_(tj, "}");
@@ -367,41 +455,81 @@ void trace_json__event_end(struct trace_json *tj)
 static void meta(struct trace_json *tj, const char *what, int pid, int tid, const char *key,
 		 const char *sval, int64_t ival, bool is_int)
 {
+	struct trace_json *tee = tj->tee;
+
+	tj->tee = NULL;		/* the public caller fed the tee already */
 	trace_json__event(tj, "M", NULL, what, pid, tid, 0, 0);
 	if (is_int)
 		trace_json__arg_i64(tj, key, ival);
 	else
 		trace_json__arg_str(tj, key, sval);
 	trace_json__event_end(tj);
+	tj->tee = tee;
 }
 
 void trace_json__process_name(struct trace_json *tj, int pid, const char *name)
 {
+	if (tj->tee)
+		trace_json__process_name(tj->tee, pid, name);
+	if (tj->pf) {
+		trace_pf__meta(tj->pf, PF_META_PROCESS_NAME, pid, 0, name, 0);
+		return;
+	}
 	meta(tj, "process_name", pid, 0, "name", name, 0, false);
 }
 
 void trace_json__process_label(struct trace_json *tj, int pid, const char *label)
 {
+	if (tj->tee)
+		trace_json__process_label(tj->tee, pid, label);
+	if (tj->pf) {
+		trace_pf__meta(tj->pf, PF_META_PROCESS_LABEL, pid, 0, label, 0);
+		return;
+	}
 	meta(tj, "process_labels", pid, 0, "labels", label, 0, false);
 }
 
 void trace_json__process_sort(struct trace_json *tj, int pid, int64_t index)
 {
+	if (tj->tee)
+		trace_json__process_sort(tj->tee, pid, index);
+	if (tj->pf) {
+		trace_pf__meta(tj->pf, PF_META_PROCESS_SORT, pid, 0, NULL, index);
+		return;
+	}
 	meta(tj, "process_sort_index", pid, 0, "sort_index", NULL, index, true);
 }
 
 void trace_json__thread_name(struct trace_json *tj, int pid, int tid, const char *name)
 {
+	if (tj->tee)
+		trace_json__thread_name(tj->tee, pid, tid, name);
+	if (tj->pf) {
+		trace_pf__meta(tj->pf, PF_META_THREAD_NAME, pid, tid, name, 0);
+		return;
+	}
 	meta(tj, "thread_name", pid, tid, "name", name, 0, false);
 }
 
 void trace_json__thread_sort(struct trace_json *tj, int pid, int tid, int64_t index)
 {
+	if (tj->tee)
+		trace_json__thread_sort(tj->tee, pid, tid, index);
+	if (tj->pf) {
+		trace_pf__meta(tj->pf, PF_META_THREAD_SORT, pid, tid, NULL, index);
+		return;
+	}
 	meta(tj, "thread_sort_index", pid, tid, "sort_index", NULL, index, true);
 }
 
 void trace_json__end_events(struct trace_json *tj)
 {
+	if (tj->tee)
+		trace_json__end_events(tj->tee);
+	if (tj->pf) {
+		(void)0;
+		return;
+	}
 	if (tj->events_ended)
 		return;
 	puts_(tj, "\n  ]");
@@ -410,6 +538,12 @@ void trace_json__end_events(struct trace_json *tj)
 
 void trace_json__top_raw(struct trace_json *tj, const char *key, const char *json)
 {
+	if (tj->tee)
+		trace_json__top_raw(tj->tee, key, json);
+	if (tj->pf) {
+		(void)0	/* JSON document members: no Perfetto equivalent */;
+		return;
+	}
 	trace_json__end_events(tj);
 	puts_(tj, ",\n  ");
 	put_str(tj, key);
@@ -419,7 +553,12 @@ void trace_json__top_raw(struct trace_json *tj, const char *key, const char *jso
 
 int trace_json__error(const struct trace_json *tj)
 {
-	return tj->err;
+	return tj->err ?: tj->tee ? trace_json__error(tj->tee) : 0;
+}
+
+void trace_json__put_bytes(struct trace_json *tj, const void *p, size_t n)
+{
+	put(tj, p, n);
 }
 
 
@@ -429,8 +568,20 @@ int trace_json__close(struct trace_json *tj)
 
 	if (!tj)
 		return 0;
-	trace_json__end_events(tj);
-	puts_(tj, "\n}\n");
+	if (tj->tee) {
+		int terr = trace_json__close(tj->tee);
+
+		tj->tee = NULL;
+		tj->err = tj->err ?: terr;
+	}
+	if (tj->pf) {
+		trace_pf__finish(tj->pf);
+		trace_pf__free(tj->pf);
+		tj->pf = NULL;
+	} else {
+		trace_json__end_events(tj);
+		puts_(tj, "\n}\n");
+	}
 	flush(tj);
 	if (tj->gz) {
 		int zr = gzclose(tj->gz);
@@ -456,6 +607,8 @@ void trace_json__free(struct trace_json *tj)
 {
 	if (!tj)
 		return;
+	trace_json__free(tj->tee);
+	trace_pf__free(tj->pf);
 	if (tj->gz)
 		gzclose(tj->gz);
 	if (tj->file)

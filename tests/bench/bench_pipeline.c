@@ -26,7 +26,7 @@
 #include "target.h"
 #include "trace_json.h"
 
-int tptrace_verbosity = -1;
+/* tptrace_verbosity: user/session.c's (the library defines it since the ustack work) */
 
 __attribute__((noinline)) void fake_gemm(float *a, int n)
 {

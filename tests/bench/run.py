@@ -493,6 +493,16 @@ def section_pipeline(a):
         raise RuntimeError(f"bench_pipeline rc={p.returncode}: {p.stderr.strip()}")
     sys.stdout.write(p.stdout)
     sys.stdout.flush()
+    # the same records into Perfetto's protobuf format (user/trace_pftrace.c), plain and gzip
+    for suffix, key in ((".pftrace", "pftrace"), (".pftrace.gz", "pftrace_gz")):
+        p = subprocess.run([os.path.join(BENCH, "bench_pipeline"), "--cudart", SIM_CUDART,
+                            "--steps", str(steps), "--reps", str(a.reps), "-o",
+                            tmp("pipeline" + suffix)], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"bench_pipeline {suffix} rc={p.returncode}: {p.stderr.strip()}")
+        got = dict(l.split(": ", 1) for l in p.stdout.splitlines() if ": " in l)
+        for k in ("pipeline_ns_per_event", "pipeline_events_per_s", "trace_bytes_per_event"):
+            emit(f"{k}.{key}", got[k])
     # end to end: a sim job launching as fast as it can, tptrace for a few seconds
     wl = subprocess.Popen([os.path.join(OUT, "tests", "sim_train"), "--threads", "2", "--steps",
                            "100000000", "--kernel-us", "0"], stdin=subprocess.PIPE,

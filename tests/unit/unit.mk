@@ -65,7 +65,7 @@ unit-test: $(UNIT_BINS)
 	$(Q)set -e; for t in $(UNIT_BINS); do printf '%s: ' $$t; $$t; done
 
 # modules over the whole user-side library (no BPF needed: records are synthetic)
-UNIT_LIB_LIBS := -lbpf -ldw -lelf -lz -lcjson -lstdc++ -lpthread
+UNIT_LIB_LIBS := -lbpf -ldw -lelf -lz -lcjson -lprotobuf-c -lstdc++ -lpthread
 $(UNIT_DIR)/test_flightrec: tests/unit/test_flightrec.c tests/unit/check.h \
 			    $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
@@ -212,3 +212,11 @@ $(UNIT_DIR)/test_ustack_native: tests/unit/test_ustack_native.c tests/unit/check
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -ldw $(UNIT_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_ustack_native
+
+# -o FILE.pftrace: the Perfetto protobuf backend of trace_json, read back with protobuf-c
+$(UNIT_DIR)/test_trace_pftrace: tests/unit/test_trace_pftrace.c tests/unit/check.h \
+				$(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_trace_pftrace
