@@ -26,7 +26,8 @@
 #include "target.h"
 #include "trace_json.h"
 
-int tptrace_verbosity = -1;
+/* session.c owns tptrace_verbosity (decode.o pulls it in through ustack.o); quiet here */
+extern int tptrace_verbosity;
 
 __attribute__((noinline)) void fake_gemm(float *a, int n)
 {
@@ -127,6 +128,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "-o"))
 			out = argv[i + 1];
 	}
+	tptrace_verbosity = -1;
 	if (reps < 1 || reps > 64 || steps < 1) {
 		fprintf(stderr, "usage: bench_pipeline --cudart LIB [--steps N] [--reps R] [-o FILE]\n");
 		return 2;
