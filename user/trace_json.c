@@ -422,29 +422,50 @@ static void put_str_escaped(struct trace_json *tj, const char *s)
 	free(big);
 }
 
+/* 1: the byte ends a string or needs escaping (JSON: '"', '\\', and below 0x20) */
+static const unsigned char str_stop[256] = {
+	[0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1,
+};
+
+#define STR_FAST_MAX 256
+
 static void put_str(struct trace_json *tj, const char *s)
 {
 	const unsigned char *p;
-	size_t n;
+	char *o;
+	size_t i;
 
 	if (!s)
 		s = "";
-	/* names and keys almost never need escaping: find the length and check in one pass,
-	 * then copy them as they are */
-	for (p = (const unsigned char *)s; *p; p++)
-		if (*p < 0x20 || *p == '"' || *p == '\\') {
+	p = (const unsigned char *)s;
+	/* names and keys almost never need escaping: copy them while checking, in one pass,
+	 * into the buffer itself; anything else (escapes, long strings, a full buffer) goes the
+	 * slow way */
+	if (__builtin_expect(tj->len + STR_FAST_MAX + 2 <= BUF_SIZE, 1)) {
+		o = tj->buf + tj->len;
+		*o++ = '"';
+		for (i = 0; i < STR_FAST_MAX && !str_stop[p[i]]; i++)
+			o[i] = p[i];
+		if (i < STR_FAST_MAX && !p[i]) {
+			o[i] = '"';
+			tj->len += i + 2;
+			return;
+		}
+	}
+	for (; *p; p++)
+		if (str_stop[*p]) {
 			put_str_escaped(tj, s);
 			return;
 		}
-	n = p - (const unsigned char *)s;
-	if (__builtin_expect(tj->len + n + 2 > BUF_SIZE, 0)) {
+	i = p - (const unsigned char *)s;
+	if (tj->len + i + 2 > BUF_SIZE) {
 		put_str_escaped(tj, s);
 		return;
 	}
 	tj->buf[tj->len] = '"';
-	memcpy(tj->buf + tj->len + 1, s, n);
-	tj->buf[tj->len + 1 + n] = '"';
-	tj->len += n + 2;
+	memcpy(tj->buf + tj->len + 1, s, i);
+	tj->buf[tj->len + 1 + i] = '"';
+	tj->len += i + 2;
 }
 
 struct trace_json *trace_json__open(const char *path)
@@ -498,12 +519,27 @@ int trace_json__begin(struct trace_json *tj, uint64_t base_mono_ns, uint64_t bas
 }
 
 /* Integers without printf: formatting is most of the writer's time otherwise. */
+static const char digits2[201] =
+	"00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+	"40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+	"8081828384858687888990919293949596979899";
+
 static char *fmt_u64(char *end, uint64_t v)
 {
-	do {
-		*--end = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
+	/* two digits a division: addresses and stream handles have 14-15 */
+	while (v >= 100) {
+		unsigned d = v % 100;
+
+		v /= 100;
+		*--end = digits2[2 * d + 1];
+		*--end = digits2[2 * d];
+	}
+	if (v >= 10) {
+		*--end = digits2[2 * v + 1];
+		*--end = digits2[2 * v];
+	} else {
+		*--end = (char)('0' + v);
+	}
 	return end;
 }
 
