@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,12 +198,20 @@ static void gz_submit(struct trace_json *tj, bool last)
 		memcpy(gz->dict + keep, j->in, len);
 		gz->dict_len = keep + len;
 	}
-	/* workers start with the first chunk, not at open: tptrace may fork before that */
-	while (gz->nworkers < gz->want_workers &&
-	       !pthread_create(&gz->workers[gz->nworkers], NULL, gz_worker, gz))
-		gz->nworkers++;
-	if (gz->nworkers < gz->want_workers)
+	/* workers start with the first chunk, not at open: tptrace may fork before that. They
+	 * block every signal, so that SIGINT and friends still reach (and interrupt) the
+	 * thread that polls the rings. */
+	if (gz->nworkers < gz->want_workers) {
+		sigset_t all, old;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		while (gz->nworkers < gz->want_workers &&
+		       !pthread_create(&gz->workers[gz->nworkers], NULL, gz_worker, gz))
+			gz->nworkers++;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		gz->want_workers = gz->nworkers;	/* could not start more: do with these */
+	}
 	if (!gz->nworkers) {
 		if (!gz->inline_z_ok) {
 			j->err = gz_z_init(&gz->inline_z);
