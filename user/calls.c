@@ -103,31 +103,42 @@ static void deliver(struct calls *c, struct call_frame *f, const struct tp_rec_r
 		c->sink.call(c->sink.ctx, &call);
 }
 
+/* Short records carry no deref[]: a frame is the record, zeroed past what came, and zeroed
+ * user[]. Filled in place (not built on the stack and copied): 520 bytes a call, twice, were
+ * a tenth of the pipeline's time. */
+static void frame_fill(struct call_frame *f, const void *data, size_t size)
+{
+	size_t n = size < sizeof(f->rec) ? size : sizeof(f->rec);
+
+	memcpy(&f->rec, data, n);
+	memset((char *)f + n, 0, sizeof(*f) - n);
+}
+
 static void on_entry(struct calls *c, const void *data, size_t size)
 {
+	const struct tp_rec_call *rec = data;
 	struct calls_thread *th;
 	struct call_frame frame, *f;
 
-	/* short records carry no deref[]: the frame is a zeroed full record */
-	memset(&frame, 0, sizeof(frame));
-	memcpy(&frame.rec, data, size < sizeof(frame.rec) ? size : sizeof(frame.rec));
-	if (!api_has_return(c, frame.rec.api)) {
+	if (!api_has_return(c, rec->api)) {
+		frame_fill(&frame, data, size);
 		if (c->sink.entry)
 			c->sink.entry(c->sink.ctx, &frame);
 		deliver(c, &frame, NULL, CALL_NO_RETURN, 0);
 		return;
 	}
-	th = get_thread(c, frame.rec.pid, frame.rec.tid, true);
+	th = get_thread(c, rec->pid, rec->tid, true);
 	if (!th || th->depth == CALLS_MAX_DEPTH) {
 		if (th)
 			th->overflowed++;
+		frame_fill(&frame, data, size);
 		if (c->sink.entry)
 			c->sink.entry(c->sink.ctx, &frame);
 		deliver(c, &frame, NULL, CALL_OVERFLOW, 0);
 		return;
 	}
 	f = &th->stack[th->depth++];
-	*f = frame;
+	frame_fill(f, data, size);
 	if (c->sink.entry)
 		c->sink.entry(c->sink.ctx, f);
 }

@@ -9,7 +9,10 @@
  *
  * Usage: bench_pipeline --cudart LIB [--steps N (100000)] [--reps R (5)] [-o FILE]
  * Prints: pipeline_ns_per_event, pipeline_events_per_s, trace_bytes_per_event,
- *         pipeline_records_per_event (one "event" = one traced API call = one trace slice).
+ *         pipeline_records_per_event (one "event" = one traced API call = one trace slice),
+ *         pipeline_cpu_ns_per_event (CPU time of every thread, the gzip workers included),
+ *         pipeline_reader_cpu_ns_per_event (CPU time of the thread that decodes and formats:
+ *         the one that must keep up with the rings).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -26,7 +29,8 @@
 #include "target.h"
 #include "trace_json.h"
 
-/* tptrace_verbosity: user/session.c's (the library defines it since the ustack work) */
+/* tptrace_verbosity: user/session.c's (the library defines it since the ustack work); quiet here */
+extern int tptrace_verbosity;
 
 __attribute__((noinline)) void fake_gemm(float *a, int n)
 {
@@ -55,6 +59,18 @@ static int api_id(const char *symbol)
 			return i;
 	fprintf(stderr, "bench_pipeline: %s not in the API table\n", symbol);
 	exit(1);
+}
+
+static void sort_doubles(double *v, long n)
+{
+	for (long i = 0; i < n; i++)
+		for (long j = i + 1; j < n; j++)
+			if (v[j] < v[i]) {
+				double x = v[i];
+
+				v[i] = v[j];
+				v[j] = x;
+			}
 }
 
 struct gen {
@@ -114,7 +130,7 @@ int main(int argc, char **argv)
 	struct target_probes probes = {};	/* no programs: resolve only */
 	struct elfsym_cache *cache;
 	struct target *t;
-	double best_ns[64];
+	double best_ns[64], cpu_ns[64], reader_ns[64];
 	uint64_t calls = 0, records = 0, bytes = 0;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -127,6 +143,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "-o"))
 			out = argv[i + 1];
 	}
+	tptrace_verbosity = -1;
 	if (reps < 1 || reps > 64 || steps < 1) {
 		fprintf(stderr, "usage: bench_pipeline --cudart LIB [--steps N] [--reps R] [-o FILE]\n");
 		return 2;
@@ -152,13 +169,15 @@ int main(int argc, char **argv)
 		struct trace_json *tj = trace_json__open(out);
 		struct decoder *dec;
 		struct gen g = { .pid = getpid(), .tid = gettid(), .rng = 42 };
-		uint64_t t0, t1;
+		uint64_t t0, t1, c0, c1, r0, r1;
 		struct stat st;
 
 		if (!tj) {
 			fprintf(stderr, "bench_pipeline: %s: %s\n", out, strerror(errno));
 			return 1;
 		}
+		c0 = now_ns(CLOCK_PROCESS_CPUTIME_ID);
+		r0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
 		t0 = now_ns(CLOCK_MONOTONIC);
 		trace_json__begin(tj, t0, now_ns(CLOCK_REALTIME));
 		g.ts = t0;
@@ -186,6 +205,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		t1 = now_ns(CLOCK_MONOTONIC);
+		r1 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+		c1 = now_ns(CLOCK_PROCESS_CPUTIME_ID);
 		calls = decoder__stats(dec)->calls;
 		if (decoder__stats(dec)->launches_named != (uint64_t)steps * 4) {
 			fprintf(stderr, "bench_pipeline: %llu of %ld launches named\n",
@@ -195,22 +216,20 @@ int main(int argc, char **argv)
 		records = g.records;
 		decoder__free(dec);
 		best_ns[rep] = (double)(t1 - t0) / calls;
+		cpu_ns[rep] = (double)(c1 - c0) / calls;
+		reader_ns[rep] = (double)(r1 - r0) / calls;
 		if (!stat(out, &st))
 			bytes = st.st_size;
 	}
-	/* median */
-	for (long i = 0; i < reps; i++)
-		for (long j = i + 1; j < reps; j++)
-			if (best_ns[j] < best_ns[i]) {
-				double x = best_ns[i];
-
-				best_ns[i] = best_ns[j];
-				best_ns[j] = x;
-			}
+	sort_doubles(best_ns, reps);
+	sort_doubles(cpu_ns, reps);
+	sort_doubles(reader_ns, reps);
 	printf("pipeline_ns_per_event: %.1f\n", best_ns[reps / 2]);
 	printf("pipeline_events_per_s: %.0f\n", 1e9 / best_ns[reps / 2]);
 	printf("trace_bytes_per_event: %.1f\n", (double)bytes / calls);
 	printf("pipeline_records_per_event: %.2f\n", (double)records / calls);
+	printf("pipeline_cpu_ns_per_event: %.1f\n", cpu_ns[reps / 2]);
+	printf("pipeline_reader_cpu_ns_per_event: %.1f\n", reader_ns[reps / 2]);
 	target__free(t);
 	elfsym_cache__free(cache);
 	return 0;

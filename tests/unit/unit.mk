@@ -220,3 +220,11 @@ $(UNIT_DIR)/test_trace_pftrace: tests/unit/test_trace_pftrace.c tests/unit/check
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_trace_pftrace
+
+# the trace writer's .gz (chunks compressed by worker threads) against its plain output
+$(UNIT_DIR)/test_trace_json: tests/unit/test_trace_json.c tests/unit/check.h \
+			     $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_trace_json
