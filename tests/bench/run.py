@@ -423,6 +423,8 @@ LADDER = [
     ("full_caller2", PROD_OBJ, LAUNCH + ["--caller2"]),
     ("full_wake_every_record", PROD_OBJ, LAUNCH + ["--wake-bytes", "0"]),
     ("full_no_wakeup", PROD_OBJ, LAUNCH + ["--wake-bytes", str(1 << 62)]),
+    # a reader that spends what tptrace's decoding does per record, on the other CPU
+    ("full_busy_reader", PROD_OBJ, LAUNCH + ["--record-ns", "900"]),
 ]
 
 
