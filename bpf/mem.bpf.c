@@ -43,17 +43,21 @@ struct mem_inflight {
 	__u64 ustack;
 };
 
-/* (tid << 16 | api) -> the entry of a call not returned yet */
+/* (tid << 16 | api) -> the entry of a call not returned yet (ts 0: returned). Entries stay
+ * and are rewritten in place by the thread's next call: an update that allocates a hash
+ * element at entry and a delete at return cost ~3x a lookup each, per allocation call
+ * (docs/benchmarks.md, "alloc"). LRU: the entries of threads that are gone make room. Only
+ * the thread of the key writes its entry, so writing in place is safe. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
 	__type(value, struct mem_inflight);
 } mem_inflight SEC(".maps");
 
-/* tid -> runtime-level allocation calls open on that thread */
+/* tid -> runtime-level allocation calls open on that thread (0 kept, not deleted: as above) */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, __u32);
@@ -141,7 +145,7 @@ static __always_inline int do_mem_entry(struct pt_regs *ctx)
 	__u32 tid = (__u32)pid_tgid;
 	__u64 key = ((__u64)tid << 16) | MEM_COOKIE_API(cookie);
 	__u32 deref_arg = MEM_COOKIE_DEREF_ARG(cookie);
-	struct mem_inflight in = {};
+	struct mem_inflight in = {}, *slot;
 
 	if (cookie & MEM_COOKIE_DRIVER) {
 		__u32 *depth = bpf_map_lookup_elem(&mem_rt_depth, &tid);
@@ -174,7 +178,11 @@ static __always_inline int do_mem_entry(struct pt_regs *ctx)
 		if (!bpf_probe_read_user(&in.deref_val, sizeof(in.deref_val), (void *)src))
 			in.flags |= MEM_CALL_DEREF_OK;
 	}
-	bpf_map_update_elem(&mem_inflight, &key, &in, BPF_ANY);
+	slot = bpf_map_lookup_elem(&mem_inflight, &key);
+	if (slot)
+		*slot = in;
+	else
+		bpf_map_update_elem(&mem_inflight, &key, &in, BPF_ANY);
 	if (cookie & MEM_COOKIE_RUNTIME) {
 		__u32 *depth = bpf_map_lookup_elem(&mem_rt_depth, &tid);
 		__u32 one = 1;
@@ -198,7 +206,7 @@ static __always_inline int do_mem_return(struct pt_regs *ctx)
 	struct mem_rec_call *rec;
 
 	in = bpf_map_lookup_elem(&mem_inflight, &key);
-	if (!in) {
+	if (!in || !in->ts) {
 		/* a driver call skipped at entry (nested), or attached while inside the call */
 		if (!(cookie & MEM_COOKIE_DRIVER))
 			count(MEM_CNT_ORPHAN);
@@ -207,15 +215,13 @@ static __always_inline int do_mem_return(struct pt_regs *ctx)
 	if (cookie & MEM_COOKIE_RUNTIME) {
 		__u32 *depth = bpf_map_lookup_elem(&mem_rt_depth, &tid);
 
-		if (depth && *depth > 1)
+		if (depth && *depth)
 			*depth -= 1;	/* per-thread key: no other writer */
-		else if (depth)
-			bpf_map_delete_elem(&mem_rt_depth, &tid);
 	}
 	rec = bpf_ringbuf_reserve(&mem_events, sizeof(*rec), 0);
 	if (!rec) {
 		count(MEM_CNT_DROPPED);
-		bpf_map_delete_elem(&mem_inflight, &key);
+		in->ts = 0;
 		return 0;
 	}
 	rec->type = MEM_REC_CALL;
@@ -247,7 +253,7 @@ static __always_inline int do_mem_return(struct pt_regs *ctx)
 			rec->flags |= MEM_CALL_OUT_OK;
 		rec->out_val = val;
 	}
-	bpf_map_delete_elem(&mem_inflight, &key);
+	in->ts = 0;	/* returned: a return without a new entry is an orphan */
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 	return 0;
 }

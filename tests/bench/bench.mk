@@ -37,7 +37,7 @@ $(BENCH_OUT)/bench_probe: tests/bench/bench_probe.c $(OUTPUT)/libtptrace.a | $(B
 
 $(BENCH_OUT)/bench_loop: tests/bench/bench_loop.c | $(BENCH_OUT)
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(CFLAGS) -D_GNU_SOURCE $< -ldl -o $@
+	$(Q)$(CC) $(CFLAGS) -D_GNU_SOURCE $< -ldl -lpthread -o $@
 
 # -rdynamic: the fabricated launches name fake_gemm/fake_relu from this binary's symbols
 $(BENCH_OUT)/bench_pipeline: tests/bench/bench_pipeline.c $(OUTPUT)/libtptrace.a | $(BENCH_OUT)

@@ -17,12 +17,16 @@
  *      alloc   cudaMalloc(&ptr, 1 MiB)
  *      nccl    ncclAllReduce(...) from --nccl LIB (NULL comm: fails fast, entry observable)
  *      syscall getppid(2) through syscall(): what a host-wide syscall hook costs every process
+ *      launch_2threads  launch from two threads at once, the second pinned to the CPU below
+ *              --cpu's (or CPU 0): each runs <calls>; NS is the mean of the two threads' ns
+ *              per call (what a ring shared by CPUs costs when both write at once)
  *
  * Usage: bench_loop [--cudart LIB] [--nccl LIB] [--cpu N] [--dlopen-list FILE]
  *   --dlopen-list  dlopen every path listed in FILE (one per line) before READY: the
  *                  attach-latency benchmark's "process with hundreds of libraries"
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <stdint.h>
@@ -39,6 +43,7 @@ typedef int (*sync_fn)(void *);
 typedef int (*malloc_fn)(void **, size_t);
 typedef int (*allreduce_fn)(const void *, void *, size_t, int, int, void *, void *);
 
+static int loop_cpu = -1;	/* --cpu: the main thread's; launch_2threads' second one runs beside it */
 static launch_fn launch;
 static sync_fn stream_sync;
 static malloc_fn dev_malloc;
@@ -134,6 +139,56 @@ static int run(const char *op, long calls, double *ns)
 	return 0;
 }
 
+struct launcher {
+	pthread_barrier_t *start;
+	long calls;
+	double ns;
+};
+
+static void *launcher_main(void *arg)
+{
+	struct launcher *l = arg;
+
+	pthread_barrier_wait(l->start);
+	run("launch", l->calls, &l->ns);
+	return NULL;
+}
+
+/* Both threads cross the barrier, then each times its own loop: the figure is per call of
+ * one thread while the other launches too (threads created outside the timed part). */
+static int run_2threads(long calls, double *ns)
+{
+	struct launcher mine = { .calls = calls }, other = { .calls = calls };
+	pthread_barrier_t start;
+	pthread_attr_t attr;
+	pthread_t th;
+	int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN), r;
+
+	if (!launch || ncpu < 2)
+		return -1;
+	pthread_barrier_init(&start, NULL, 2);
+	mine.start = other.start = &start;
+	pthread_attr_init(&attr);
+	if (loop_cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(loop_cpu > 0 ? loop_cpu - 1 : 1, &set);
+		pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	}
+	r = pthread_create(&th, &attr, launcher_main, &other);
+	pthread_attr_destroy(&attr);
+	if (r) {
+		pthread_barrier_destroy(&start);
+		return -1;
+	}
+	launcher_main(&mine);
+	pthread_join(th, NULL);
+	pthread_barrier_destroy(&start);
+	*ns = (mine.ns + other.ns) / 2;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cudart = "/usr/local/cuda/lib/libcudart.so.13", *nccl = NULL;
@@ -162,7 +217,8 @@ int main(int argc, char **argv)
 			cpu_set_t set;
 
 			CPU_ZERO(&set);
-			CPU_SET(atoi(argv[++i]), &set);
+			loop_cpu = atoi(argv[++i]);
+			CPU_SET(loop_cpu, &set);
 			if (sched_setaffinity(0, sizeof(set), &set))
 				perror("bench_loop: sched_setaffinity");
 		} else {
@@ -209,7 +265,8 @@ int main(int argc, char **argv)
 			break;
 		if (sscanf(line, "RUN %31s %ld", op, &calls) != 2 || calls <= 0) {
 			printf("ERR bad command\n");
-		} else if (run(op, calls, &ns)) {
+		} else if (!strcmp(op, "launch_2threads") ? run_2threads(calls, &ns) :
+			   run(op, calls, &ns)) {
 			printf("ERR %s unavailable\n", op);
 		} else {
 			printf("NS %s %.3f\n", op, ns);

@@ -8,11 +8,14 @@
  *
  *   bench_probe --obj FILE --pid P --path LIB --off 0xOFF --entry PROG [--return PROG]
  *               [--api SYMBOL [--caller2] | --cookie N] [--ring-mb N] [--wake-bytes N]
+ *               [--record-ns N]
  *
  * --api gives the program the attach cookie tptrace itself computes for that CUDA runtime
  * symbol (user/cuda_api.c). --ring-mb and --wake-bytes set the ring's size and the
  * wakeup_bytes constant where the object has them; the defaults are tptrace's (4 MiB, an
- * eighth of the ring: user/session.c).
+ * eighth of the ring: user/session.c). --record-ns spins that long per record in the reader,
+ * as tptrace's decoding does: a reader that keeps up record by record keeps writing the
+ * ring's consumer position, which the producing CPU then reads back.
  * Prints "ATTACHED" once the probes are live; at exit "RECORDS n" and, per program,
  * "STATS <prog> <run_cnt> <run_time_ns>" (non-zero only with kernel.bpf_stats_enabled=1).
  */
@@ -21,17 +24,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "cuda_api.h"
 
-static unsigned long long records;
+static unsigned long long records, record_ns;
+
+static unsigned long long mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
 
 static int on_record(void *ctx, void *data, size_t size)
 {
 	records++;
+	if (record_ns) {
+		unsigned long long end = mono_ns() + record_ns;
+
+		while (mono_ns() < end)
+			;
+	}
 	return 0;
 }
 
@@ -144,6 +162,8 @@ int main(int argc, char **argv)
 			cookie = strtoull(v, NULL, 0);
 		else if (!strcmp(argv[i], "--ring-mb"))
 			ring_mb = strtoull(v, NULL, 0);
+		else if (!strcmp(argv[i], "--record-ns"))
+			record_ns = strtoull(v, NULL, 0);
 		else if (!strcmp(argv[i], "--wake-bytes")) {
 			wake_bytes = strtoull(v, NULL, 0);
 			wake_given = true;
@@ -157,7 +177,7 @@ int main(int argc, char **argv)
 	if (!obj_path || pid <= 0 || !path || !off || !entry || !ring_mb) {
 		fprintf(stderr, "usage: bench_probe --obj FILE --pid P --path LIB --off 0xOFF --entry PROG "
 			"[--return PROG] [--api SYMBOL [--caller2] | --cookie N] [--ring-mb N] "
-			"[--wake-bytes N]\n");
+			"[--wake-bytes N] [--record-ns N]\n");
 		return 2;
 	}
 	if (api && api_cookie(api, caller2, &cookie)) {

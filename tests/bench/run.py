@@ -314,8 +314,50 @@ def section_probe(a):
             na("probe_cost_ratio.alloc", f"tptrace --mem recorded no cudaMalloc calls: {sorted(seen)}")
         # `tptrace fr` -p and -a on NCCL; probe_cost_ratio.nccl is fr's where tptrace has none
         probe_nccl_fr(a, loop, main_key="nccl" not in ops)
+        probe_launch_2threads(a, loop)
     finally:
         loop.close()
+
+
+def probe_launch_2threads(a, loop):
+    """Two threads launching at once on two CPUs: both write the one ring (its reservation
+    takes a lock) and the same counters. Measured with tptrace's own entry program and cookie
+    through bench_probe (the product's .output/cuda.bpf.o, tptrace's ring settings), whose
+    reader only counts records: tptrace's reader would decode on the second loop thread's CPU
+    of this 2-vCPU machine and measure itself, not the probe. 1 and 2 threads alternate under
+    the same attach."""
+    key = "probe_cost_ratio.launch_2threads"
+    if (os.cpu_count() or 1) < 2:
+        return na(key, "one CPU")
+    configs = ["none", "empty", "tptrace"]
+    res = {(c, n): [] for c in configs for n in (1, 2)}
+    for rep in range(a.reps):
+        for c in configs[rep % 3:] + configs[:rep % 3]:
+            h = None
+            if c == "empty":
+                h = EmptyProbe(loop, [("launch", False)])
+            elif c == "tptrace":
+                h = ladder_probe(loop, "full")
+            loop.run("launch", a.warmup)
+            for n in ((1, 2) if rep % 2 == 0 else (2, 1)):
+                op = "launch" if n == 1 else "launch_2threads"
+                loop.run(op, 500)
+                res[(c, n)].append(loop.run(op, a.calls))
+            if h:
+                h.close()
+    m = {k: med(v) for k, v in res.items()}
+    log("probe: launch 1/2 threads ns/call medians: " +
+        ", ".join(f"{c}/{n} {m[(c, n)]:.0f}" for c, n in res))
+    for c in configs:
+        emit(f"ns_per_call.launch_2threads.{c}", f"{m[(c, 2)]:.0f}")
+        emit(f"ns_per_call.launch_1thread_bpf.{c}", f"{m[(c, 1)]:.0f}")
+    over = {(c, n): m[(c, n)] - m[("none", n)] for c in ("empty", "tptrace") for n in (1, 2)}
+    # per call over the bare call: two threads at once against one thread alone
+    emit(key, f"{over[('tptrace', 2)] / over[('tptrace', 1)]:.2f}")
+    emit("probe_cost_ratio.launch_2threads.empty", f"{over[('empty', 2)] / over[('empty', 1)]:.2f}")
+    # and against the empty probe with two threads, as probe_cost_ratio.launch
+    emit("probe_cost_ratio.launch_2threads.vs_empty", f"{over[('tptrace', 2)] / over[('empty', 2)]:.2f}")
+    emit("probe_cost_ratio.launch_1thread_bpf", f"{over[('tptrace', 1)] / over[('empty', 1)]:.2f}")
 
 
 def probe_nccl_fr(a, loop, main_key=True):
@@ -381,6 +423,8 @@ LADDER = [
     ("full_caller2", PROD_OBJ, LAUNCH + ["--caller2"]),
     ("full_wake_every_record", PROD_OBJ, LAUNCH + ["--wake-bytes", "0"]),
     ("full_no_wakeup", PROD_OBJ, LAUNCH + ["--wake-bytes", str(1 << 62)]),
+    # a reader that spends what tptrace's decoding does per record, on the other CPU
+    ("full_busy_reader", PROD_OBJ, LAUNCH + ["--record-ns", "900"]),
 ]
 
 
