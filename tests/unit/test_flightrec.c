@@ -12,6 +12,7 @@
 #include "cuda.h"
 #include "cuda_api.h"
 #include "flightrec.h"
+#include "fr_records.h"
 #include "nccl_api.h"
 #include "target.h"
 
@@ -22,27 +23,13 @@ static void call(struct flightrec *fr, const char *sym, uint64_t a0, uint64_t a1
 		 uint64_t a3, uint64_t a4, uint64_t a5, uint64_t s1, uint64_t s2, const void *deref,
 		 size_t dlen)
 {
-	struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = tid, .ts = ts += 1000 };
-
-	c.api = api_id(sym);
-	c.args[0] = a0; c.args[1] = a1; c.args[2] = a2; c.args[3] = a3; c.args[4] = a4; c.args[5] = a5;
-	c.stack[0] = 0x401000;
-	c.stack[1] = s1;
-	c.stack[2] = s2;
-	if (deref)
-		memcpy(c.deref, deref, dlen);
-	flightrec__ring_cb(fr, &c, sizeof(c));
+	fr_rec_call(fr, pid, tid, &ts, sym, (uint64_t[6]){ a0, a1, a2, a3, a4, a5 }, s1, s2, deref,
+		    dlen, 0);
 }
 
 static void ret(struct flightrec *fr, const char *sym, int64_t rc, bool has_out, uint64_t out)
 {
-	struct tp_rec_ret r = { .type = TP_REC_RET, .pid = pid, .tid = tid, .ts = ts += 1000 };
-
-	r.api = api_id(sym);
-	r.rc = (uint64_t)rc;
-	r.flags = has_out;
-	r.out_val = out;
-	flightrec__ring_cb(fr, &r, sizeof(r));
+	fr_rec_ret(fr, pid, tid, &ts, sym, rc, has_out, out);
 }
 
 static cJSON *load_dump(const char *dir, const char *host)

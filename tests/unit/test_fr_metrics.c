@@ -14,6 +14,7 @@
 #include "cuda.h"
 #include "flightrec.h"
 #include "fr_metrics.h"
+#include "fr_records.h"
 #include "nccl_api.h"
 #include "target.h"
 
@@ -23,26 +24,13 @@ static uint64_t ts = 1000000;
 static void call(struct flightrec *fr, const char *sym, uint64_t a0, uint64_t a1, uint64_t a2,
 		 uint64_t a3, uint64_t a4, uint64_t a5, uint64_t s1, const void *deref, size_t dlen)
 {
-	struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid, .ts = ts += 1000 };
-
-	c.api = api_id(sym);
-	c.args[0] = a0; c.args[1] = a1; c.args[2] = a2; c.args[3] = a3; c.args[4] = a4; c.args[5] = a5;
-	c.stack[0] = 0x401000;
-	c.stack[1] = s1;
-	if (deref)
-		memcpy(c.deref, deref, dlen);
-	flightrec__ring_cb(fr, &c, sizeof(c));
+	fr_rec_call(fr, pid, pid, &ts, sym, (uint64_t[6]){ a0, a1, a2, a3, a4, a5 }, s1, 0, deref,
+		    dlen, 0);
 }
 
 static void ret(struct flightrec *fr, const char *sym, int64_t rc, bool has_out, uint64_t out)
 {
-	struct tp_rec_ret r = { .type = TP_REC_RET, .pid = pid, .tid = pid, .ts = ts += 1000 };
-
-	r.api = api_id(sym);
-	r.rc = (uint64_t)rc;
-	r.flags = has_out;
-	r.out_val = out;
-	flightrec__ring_cb(fr, &r, sizeof(r));
+	fr_rec_ret(fr, pid, pid, &ts, sym, rc, has_out, out);
 }
 
 /* the value of the one sample whose line starts with prefix; -1 when absent */

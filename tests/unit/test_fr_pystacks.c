@@ -12,6 +12,7 @@
 #include "json_file.h"
 #include "cuda.h"
 #include "flightrec.h"
+#include "fr_records.h"
 #include "target.h"
 #include "ustack.h"
 
@@ -50,20 +51,10 @@ static const struct ustack *fake_lookup(void *ctx, int p, uint64_t id)
 
 static void coll(struct flightrec *fr, const char *sym, uint64_t comm, uint64_t ustack)
 {
-	struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid, .ts = ts += 1000 };
-	struct tp_rec_ret r = { .type = TP_REC_RET, .pid = pid, .tid = pid };
-
 	/* ncclAllReduce(send, recv, 1024, float32, sum, comm, stream 0x5100) */
-	c.api = api_id(sym);
-	c.args[0] = 0x1000; c.args[1] = 0x2000; c.args[2] = 1024; c.args[3] = 7; c.args[4] = 0;
-	c.args[5] = comm;
-	c.stack[0] = 0x401000;
-	c.stack[1] = 0x5100;
-	c.ustack = ustack;
-	flightrec__ring_cb(fr, &c, sizeof(c));
-	r.api = c.api;
-	r.ts = ts += 1000;
-	flightrec__ring_cb(fr, &r, sizeof(r));
+	fr_rec_call(fr, pid, pid, &ts, sym, (uint64_t[6]){ 0x1000, 0x2000, 1024, 7, 0, comm },
+		    0x5100, 0, NULL, 0, ustack);
+	fr_rec_ret(fr, pid, pid, &ts, sym, 0, false, 0);
 }
 
 static cJSON *get(cJSON *o, const char *k)
