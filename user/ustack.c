@@ -138,6 +138,8 @@ static void watch_code_frees(struct ustacks *u, struct ustack_proc *p)
 	if (v && v->path && procmaps__target_path(path, sizeof(path), p->pid, v->path) >= 0)
 		p->code_free = bpf_program__attach_uprobe(u->code_free_prog, false, p->pid, path,
 							  addr - v->start + v->offset);
+	else if (maps)
+		errno = ENOENT;	/* not in a mapped file: the line below must not name a stale errno */
 	if (!p->code_free)
 		log_verbose("pid %d: cannot probe the code deallocator at 0x%llx: %s\n", p->pid,
 			    (unsigned long long)addr, strerror(errno));
