@@ -411,7 +411,7 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 	struct ustack_walk w = {};
 	struct task_struct *task;
 	struct ustack_scratch *s;
-	__u64 ts = 0, h;
+	__u64 ts = 0, h, gen;
 
 	if (!ustacks_on)
 		return TP_USTACK_NONE;
@@ -427,8 +427,9 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 	s->st.flags = 0;
 	s->st.nr_py = 0;
 	s->st.nr_native = 0;
-	s->st.pad = 0;
-	w.h = ustack_mix(0xcbf29ce484222325ULL, pid ^ (w.c->code_gen << 32));
+	gen = w.c->code_gen;	/* one read: the stored stack and its id agree */
+	s->st.code_gen = (__u32)gen;
+	w.h = ustack_mix(0xcbf29ce484222325ULL, pid ^ (gen << 32));
 	if (w.c->runtime)
 		ts = ustack_find_ts(&w, task);
 	if (ts) {

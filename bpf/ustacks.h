@@ -89,7 +89,9 @@ struct tp_ustack {
 	__u16 nr_py;
 	__u16 nr_native;
 	__u32 flags;		/* enum tp_ustack_flags */
-	__u32 pad;
+	__u32 code_gen;		/* the process's code_gen (low bits) when the stack was stored: user
+				 * space reads code objects only while it has not moved since, as
+				 * none of them can have been freed and replaced then */
 	__u64 py[TP_PY_MAX_FRAMES][3];
 	__u64 native[TP_NATIVE_MAX_FRAMES];
 };

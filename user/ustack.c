@@ -214,8 +214,11 @@ const char *ustacks__why(const struct ustacks *u, int pid)
 }
 
 /* Python frames of a captured stack, innermost first. */
+/* stale: a code object was freed since the stack was stored (the process's code_gen moved):
+ * any of its code objects may be another by now, with the same stamp even (its file name
+ * string freed and reused too), so none is read. */
 static int resolve_py(struct ustacks *u, struct ustack_proc *p, const struct tp_ustack *raw,
-		      struct ustack *s)
+		      struct ustack *s, bool stale)
 {
 	int i, n = raw->nr_py < TP_PY_MAX_FRAMES ? raw->nr_py : TP_PY_MAX_FRAMES;
 
@@ -228,7 +231,8 @@ static int resolve_py(struct ustacks *u, struct ustack_proc *p, const struct tp_
 	for (i = 0; i < n; i++) {
 		struct ustack_frame *f = &s->py[s->nr_py];
 		struct py_frame pf;
-		int ret = pyframes__resolve(p->py, raw->py[i][0], raw->py[i][1], raw->py[i][2], &pf,
+		int ret = stale ? -ESTALE :
+			  pyframes__resolve(p->py, raw->py[i][0], raw->py[i][1], raw->py[i][2], &pf,
 					    &f->firstlineno);
 
 		if (ret == 0)
@@ -272,6 +276,19 @@ static int resolve_native(struct ustacks *u, struct ustack_proc *p, const struct
 	return 0;
 }
 
+/* Whether a code object of p was freed since raw was stored. Known only while the
+ * deallocator is probed; without the probe the stamps alone guard. */
+static bool code_freed_since(const struct ustacks *u, const struct ustack_proc *p,
+			     const struct tp_ustack *raw)
+{
+	struct tp_ustack_config cfg;
+	uint32_t key = p->pid;
+
+	if (!p->code_free)
+		return false;
+	return bpf_map_lookup_elem(u->procs_fd, &key, &cfg) || (uint32_t)cfg.code_gen != raw->code_gen;
+}
+
 const struct ustack *ustacks__get(struct ustacks *u, int pid, uint64_t id)
 {
 	struct ustack_proc *p = proc_of(u, pid);
@@ -293,7 +310,7 @@ const struct ustack *ustacks__get(struct ustacks *u, int pid, uint64_t id)
 	s->id = id;
 	s->pid = pid;
 	s->flags = raw.flags;
-	if (resolve_py(u, p, &raw, s) || resolve_native(u, p, &raw, s) ||
+	if (resolve_py(u, p, &raw, s, code_freed_since(u, p, &raw)) || resolve_native(u, p, &raw, s) ||
 	    u64map__set(&p->stacks, id, (uintptr_t)s)) {
 		free_stack(s);
 		return NULL;
