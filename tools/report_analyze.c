@@ -44,6 +44,7 @@ struct proc {
 	uint64_t idle_ns, idle_sync_ns, idle_launch_ns, idle_data_ns, idle_other_ns;
 	size_t nr_launches, nr_syncs;
 	struct u64map corr;	/* correlation -> index + 1 of the host call carrying it */
+	struct u64map pinned_calls;	/* ev index of host copy calls whose GPU copy was pinned */
 	size_t *blk, nr_blk;	/* blocking host calls (is_blocking), by end time */
 	double collective_wait_ns;	/* NAN unknown */
 	uint64_t comm_ns, comm_overlap_ns;
@@ -312,6 +313,7 @@ static int build_procs(struct ctx *c)
 		free(c->procs[k].host);
 		free(c->procs[k].gpu);
 		u64map__clear(&c->procs[k].corr);
+		u64map__clear(&c->procs[k].pinned_calls);
 		memmove(&c->procs[k], &c->procs[k + 1], (c->nr_procs - k - 1) * sizeof(*c->procs));
 		c->nr_procs--;
 	}
@@ -549,11 +551,19 @@ static const struct rev *launch_of(const struct proc *p, const struct rev *g)
 	return &p->in->ev[i - 1];
 }
 
-/* A host call that blocked until the GPU drained: a sync, or a copy that is not async */
-static bool is_blocking(const struct rev *e)
+/* A host call that blocked until the GPU drained: a sync, or a copy that is not async. An
+ * async copy that took long is taken as staged through pageable memory, unless its GPU copy
+ * says the host side was pinned: then the call was only slow (a busy host), it waited for
+ * nothing. */
+static bool is_blocking(const struct proc *p, const struct rev *e)
 {
-	return e->kind == RK_SYNC || (e->kind == RK_COPY && (e->flags & RF_HAS_DUR) &&
-				      (!(e->flags & RF_ASYNC) || e->dur > 20000));
+	if (e->kind == RK_SYNC)
+		return true;
+	if (e->kind != RK_COPY || !(e->flags & RF_HAS_DUR))
+		return false;
+	if (!(e->flags & RF_ASYNC))
+		return true;
+	return e->dur > 20000 && !u64map__get(&p->pinned_calls, (uint64_t)(e - p->in->ev) + 1, NULL);
 }
 
 struct gap {
@@ -657,8 +667,15 @@ static int build_blocking(struct proc *p)
 	p->blk = calloc(p->nr_host + 1, sizeof(*p->blk));
 	if (!p->blk)
 		return -ENOMEM;
+	for (size_t i = 0; i < p->nr_gpu; i++) {
+		const struct rev *g = &p->in->ev[p->gpu[i]], *l;
+
+		if (g->kind == RK_GPU_COPY && (g->flags & RF_PINNED) && (l = launch_of(p, g)) &&
+		    u64map__set(&p->pinned_calls, (uint64_t)(l - p->in->ev) + 1, 1))
+			return -ENOMEM;
+	}
 	for (size_t i = 0; i < p->nr_host; i++)
-		if (is_blocking(&p->in->ev[p->host[i]]))
+		if (is_blocking(p, &p->in->ev[p->host[i]]))
 			p->blk[p->nr_blk++] = p->host[i];
 	sort_blk_ev = p->in->ev;
 	qsort(p->blk, p->nr_blk, sizeof(*p->blk), cmp_end);
@@ -869,7 +886,7 @@ static void rule_idle(struct ctx *c, struct proc *p)
 		for (size_t i = 0; i < p->nr_host; i++) {
 			const struct rev *e = &ev[p->host[i]];
 
-			if (e->ts >= p->win_a && e->ts < p->win_b && is_blocking(e))
+			if (e->ts >= p->win_a && e->ts < p->win_b && is_blocking(p, e))
 				blocked += e->dur, syncs += e->kind == RK_SYNC;
 		}
 		snprintf(title, sizeof(title), "%zu host syncs (%.1f per step) leave the GPU idle "
@@ -1826,6 +1843,7 @@ cJSON *report_analyze(struct rinput *in, size_t nr_in, struct rstrings *strs,
 		free(c.procs[k].steps);
 		free(c.procs[k].blk);
 		u64map__clear(&c.procs[k].corr);
+		u64map__clear(&c.procs[k].pinned_calls);
 	}
 	free(c.procs);
 	return c.report;

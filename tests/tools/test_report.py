@@ -131,6 +131,53 @@ def case_sync():
     assert d["copies"] == len(dtoh) and d["bytes"] == sum(e["args"]["bytes"] for e in dtoh), d
 
 
+def case_sync_slow_pinned_copy():
+    """a busy host: one step's pinned cudaMemcpyAsync(HtoD) returns only after its GPU copy
+    ended and the step's first kernel is launched 100 us late. An async copy from pinned memory waits for nothing,
+    so the GPU's wait for that kernel is launch-bound, not one more gap after a host sync"""
+    import os
+    import tempfile
+    t, base = load("sync"), report("sync")
+    ev = t["traceEvents"]
+    by_corr = {}
+    for e in ev:
+        c = e.get("args", {}).get("correlation") if e.get("ph") == "X" else None
+        if c is not None:
+            by_corr.setdefault(c, {})[e["cat"]] = e
+    copies = sorted((e for e in ev if e.get("cat") == "gpu_memcpy" and "HtoD" in e["name"]),
+                    key=lambda e: e["ts"])
+    gpu_copy = copies[len(copies) // 2]
+    call = by_corr[gpu_copy["args"]["correlation"]]["cuda_runtime"]
+    kernels = sorted((e for e in ev if e.get("cat") == "kernel" and e["ts"] > gpu_copy["ts"]),
+                     key=lambda e: e["ts"])
+    k1 = kernels[0]
+    launch = by_corr[k1["args"]["correlation"]]["cuda_runtime"]
+    # preempted: it returns 20 us after its GPU copy ended
+    call["dur"] = gpu_copy["ts"] + gpu_copy["dur"] + 20 - call["ts"]
+    delta = 100.0
+    launch["ts"] = max(call["ts"] + call["dur"], gpu_copy["ts"]) + 1
+    k1["ts"] = max(k1["ts"] + delta, launch["ts"] + 5)
+    k1["dur"] = kernels[1]["ts"] - 7 - k1["ts"]
+    gap = k1["ts"] - (gpu_copy["ts"] + gpu_copy["dur"])
+    fd, path = tempfile.mkstemp(suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(t, f)
+        p = subprocess.run([TPTRACE, "report", "--json", path], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        r = json.loads(p.stdout)
+    finally:
+        os.unlink(path)
+    hs0, hs = one(base, "host_sync")["numbers"], one(r, "host_sync")["numbers"]
+    assert hs["gaps_after_sync"] == hs0["gaps_after_sync"], (hs0, hs)
+    assert hs["host_blocked_ns"] == hs0["host_blocked_ns"], (hs0, hs)
+    i0, i = one(base, "gpu_idle")["numbers"], one(r, "gpu_idle")["numbers"]
+    assert i["idle_after_sync_ns"] == i0["idle_after_sync_ns"], (i0, i)
+    assert i["idle_launch_bound_ns"] >= i0["idle_launch_bound_ns"] + round(gap * 1000) - 1, \
+        (i0, i, gap)
+
+
 def case_tiny():
     t, r = load("tiny"), report("tiny")
     n = one(r, "tiny_kernels")["numbers"]
