@@ -643,8 +643,14 @@ cJSON *torchprof__meta(const struct torchprof *tp)
 
 void torchprof__free(struct torchprof *tp)
 {
+	char err[256];
+
 	if (!tp)
 		return;
+	/* started and never stopped (tptrace failed in between): the profiler goes off all the
+	 * same, its events unread */
+	if (tp->start_res && !tp->stopped && tp->door)
+		torchprof__stop(tp, err, sizeof(err));
 	pyrun__close(tp->door);	/* removes the events file with its directory */
 	cJSON_Delete(tp->start_res);
 	cJSON_Delete(tp->stop_res);
@@ -680,6 +686,7 @@ struct torch_instr_run {
 	int timeout_ms;
 	char out_host[4096], out_target[4096];
 	cJSON *logs;
+	bool on;			/* started, not stopped yet */
 };
 
 static const char *const instr_name[] = {
@@ -781,6 +788,7 @@ struct torch_instr_run *torch_instr__start(int pid, enum torch_instr what, const
 	e = -instr_call(r, "start", timeout_ms, err, errlen);
 	if (e)
 		goto fail;
+	r->on = what != TORCH_FR_DUMP;	/* the dump switches nothing on */
 	return r;
 fail:
 	torch_instr__free(r);
@@ -831,6 +839,7 @@ int torch_instr__stop(struct torch_instr_run *r, const char *out_path, char *err
 	int timeout = r->timeout_ms > STOP_TIMEOUT_MIN_MS ? r->timeout_ms : STOP_TIMEOUT_MIN_MS;
 	int e = instr_call(r, "stop", timeout, err, errlen);
 
+	r->on = false;
 	if (e)
 		return e;
 	return out_path ? copy_out(r->out_host, out_path, err, errlen) : 0;
@@ -838,8 +847,13 @@ int torch_instr__stop(struct torch_instr_run *r, const char *out_path, char *err
 
 void torch_instr__free(struct torch_instr_run *r)
 {
+	char err[256];
+
 	if (!r)
 		return;
+	/* switched on and never off (tptrace failed in between): off it goes, output unread */
+	if (r->on)
+		instr_call(r, "stop", r->timeout_ms, err, sizeof(err));
 	pyrun__close(r->door);
 	cJSON_Delete(r->logs);
 	free(r);

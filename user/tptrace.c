@@ -574,14 +574,20 @@ static int attach_targets(struct trace_session *s)
 			return err;
 		}
 		/* a program may use the driver alone (cuLaunchKernel, as Triton does) */
-		if (!t->nr_cudart && !t->nr_driver && !env.wait) {
+		/* --torch: a CPU-only PyTorch job still has its ops to show */
+		if (!t->nr_cudart && !t->nr_driver && !env.wait && !env.torch) {
 			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.*, "
 				  "no static cudart, no libcuda.so.1); use --wait to wait for it\n",
 				  t->pid, t->comm);
 			return -ENOENT;
 		}
 		if (!t->nr_cudart && !t->nr_driver) {
-			log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
+			if (env.wait)
+				log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid,
+					 t->comm);
+			else
+				log_info("pid %d (%s) has no CUDA runtime loaded (yet): --torch "
+					 "events only until it does\n", t->pid, t->comm);
 			p->waiting = true;
 		}
 		write_process_meta(s->tj, t);

@@ -6,7 +6,9 @@ optimizer.step(); with LIBCUDART, inside record_function("launch_phase") it call
 runtime's cudaLaunchKernel through ctypes (the simulated runtime in the tests), so tptrace's
 probe of it must land inside that span. Prints "READY <pid>", waits for a line on stdin, then
 every 10 steps a deterministic line (the step number and the loss, from the seeded model), and
-appends each step's duration in ns to TIMES_FILE (one line a step, flushed per step). Ends
+appends to TIMES_FILE one line a step (flushed): its start (CLOCK_MONOTONIC ns), its wall time
+and the main thread's CPU time in it (ns; the CPU time leaves out the sleep and other
+processes, so it shows what a profiler left running would add). Ends
 with "DONE"."""
 import ctypes
 import os
@@ -42,7 +44,7 @@ def main(steps, times_path, libcudart):
 	print("READY", os.getpid(), flush=True)
 	sys.stdin.readline()
 	for step in range(steps):
-		t0 = time.monotonic_ns()
+		t0, c0 = time.monotonic_ns(), time.thread_time_ns()
 		with record_function("custom_phase"):
 			loss = torch.nn.functional.mse_loss(model(x), y)
 		opt.zero_grad()
@@ -53,7 +55,7 @@ def main(steps, times_path, libcudart):
 				launch()
 		# a step of a few ms, as a real job's: the profiler's cost is then a ratio
 		time.sleep(0.002)
-		times.write("%d\n" % (time.monotonic_ns() - t0))
+		times.write("%d %d %d\n" % (t0, time.monotonic_ns() - t0, time.thread_time_ns() - c0))
 		times.flush()
 		if step % 10 == 0:
 			print("step %d loss %.6f" % (step, loss.item()), flush=True)
