@@ -9,7 +9,8 @@ every 10 steps a deterministic line (the step number and the loss, from the seed
 appends to TIMES_FILE one line a step (flushed): its start (CLOCK_MONOTONIC ns), its wall time
 and the main thread's CPU time in it (ns; the CPU time leaves out the sleep and other
 processes, so it shows what a profiler left running would add). Ends
-with "DONE"."""
+with "DONE".
+TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after that line."""
 import ctypes
 import os
 import sys
@@ -43,6 +44,8 @@ def main(steps, times_path, libcudart):
 	times = open(times_path, "w")
 	print("READY", os.getpid(), flush=True)
 	sys.stdin.readline()
+	# TORCH_TRAIN_SLEEP=SEC: the main thread first sleeps in C (blocked for tptrace's door)
+	time.sleep(float(os.environ.get("TORCH_TRAIN_SLEEP", "0")))
 	for step in range(steps):
 		t0, c0 = time.monotonic_ns(), time.thread_time_ns()
 		with record_function("custom_phase"):
