@@ -304,7 +304,13 @@ int torchprof__stop(struct torchprof *tp, char *err, size_t errlen)
 	e = pyrun__exec(tp->door, py_torch_profile, args, timeout, &tp->stop_res, err, errlen);
 	cJSON_Delete(args);
 	if (e) {
-		snprintf(tp->error, sizeof(tp->error), "stopping the profiler: %s", err);
+		char why[512];
+
+		/* the withdrawn request never runs: say what that leaves in the process */
+		snprintf(why, sizeof(why), "%s", err);
+		set_err(err, errlen, "stopping the profiler: %s%s", why, e == -ETIMEDOUT ?
+			"; torch.profiler stays on in the process" : "");
+		snprintf(tp->error, sizeof(tp->error), "%s", err);
 		return e;
 	}
 	why = snippet_error(tp->stop_res);
