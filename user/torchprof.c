@@ -2,7 +2,6 @@
 /* PyTorch's own instruments through user/pyrun.h (see torchprof.h). */
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +60,17 @@ struct torchprof {
 	bool written;
 };
 
+/* nearest integer, as llround, without libm */
+static int64_t round_i64(double x)
+{
+	return (int64_t)(x < 0 ? x - 0.5 : x + 0.5);
+}
+
+static bool whole(double x)
+{
+	return x == (double)(int64_t)x;
+}
+
 static void set_err(char *err, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t len, const char *fmt, ...)
@@ -113,7 +123,7 @@ static int read_brackets(const cJSON *res, struct marker *mark)
 
 			if (!cJSON_IsNumber(v))
 				return -EINVAL;
-			mark[i].m[j] = (int64_t)llround(v->valuedouble);
+			mark[i].m[j] = round_i64(v->valuedouble);
 			if (j && mark[i].m[j] < mark[i].m[j - 1])
 				return -EINVAL;
 		}
@@ -133,10 +143,10 @@ static struct bound phase_bound(const struct marker *mk)
 
 	for (int i = 0; i < MARKERS; i++) {
 		const struct marker *m = &mk[i];
-		double res = (m->start_us == floor(m->start_us) && m->end_us == floor(m->end_us)) ?
+		double res = (whole(m->start_us) && whole(m->end_us)) ?
 			     1000.0 : 1.0;
-		int64_t s = (int64_t)llround(m->start_us * 1000.0);
-		int64_t e = (int64_t)llround(m->end_us * 1000.0);
+		int64_t s = round_i64(m->start_us * 1000.0);
+		int64_t e = round_i64(m->end_us * 1000.0);
 		int64_t lo[2] = { m->m[0] - s - (int64_t)res, m->m[2] - e - (int64_t)res };
 		int64_t hi[2] = { m->m[1] - s, m->m[3] - e };
 
@@ -392,7 +402,7 @@ static void stacks_free(struct stacks *s)
 
 static int64_t to_mono(const struct torchprof *tp, double us)
 {
-	return (int64_t)llround(us * 1000.0) + tp->offset_ns;
+	return round_i64(us * 1000.0) + tp->offset_ns;
 }
 
 /* The trace tid of a profiler thread: the main thread's OS tid for the markers' thread, else
