@@ -256,3 +256,37 @@ def test_process_exits_while_waiting():
             lines[-1], lines
     finally:
         w.kill()
+
+
+def test_target_of_another_user():
+    """files and directory belong to the target's user: a process running as nobody can claim
+    the request and write its result"""
+    python_for("/usr/bin/python3", EXEC)
+
+    def drop():
+        os.setgid(65534)
+        os.setuid(65534)
+    w = Workload(["/usr/bin/python3", TARGET, "spin"], preexec_fn=drop)
+    try:
+        rc, lines, err = door(w.pid, {"echo": 5})
+        assert rc == 0 and json.loads(lines[1])["echo"] == 5, (lines, err)
+        check_clean(w)
+    finally:
+        w.kill()
+
+
+def test_target_with_its_own_tmp():
+    """a target in its own mount namespace (a private /tmp, as in a container): the private
+    directory is made in the target's /tmp, through /proc/PID/root"""
+    python_for("/usr/bin/python3", EXEC)
+    before = {d for d in os.listdir("/tmp") if d.startswith("tptrace-py-")}
+    w = Workload(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                  f"mount -t tmpfs tptrace-test /tmp && exec /usr/bin/python3 {TARGET} spin"])
+    try:
+        rc, lines, err = door(w.pid, {"echo": 6}, env={"TPTRACE_PYRUN_DEBUG": "1"})
+        assert rc == 0 and json.loads(lines[1])["echo"] == 6, (lines, err)
+        after = {d for d in os.listdir("/tmp") if d.startswith("tptrace-py-")}
+        assert after == before, after - before
+        check_clean(w)
+    finally:
+        w.kill()
