@@ -24,6 +24,7 @@
 #include "procmaps.h"
 #include "pyframes.h"
 #include "pyrun.h"
+#include "util.h"
 
 #define MAX_PAGES	16		/* code pages waiting to be unmapped */
 #define PICK_MS		1000		/* how long to look for a thread safe to stop */
@@ -44,33 +45,6 @@ struct pyrun {
 	int nr_pages;
 	struct elfsym_cache *syms;
 };
-
-__attribute__((format(printf, 3, 4)))
-static void set_err(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-	nanosleep(&ts, NULL);
-}
 
 static bool alive(int pid)
 {
