@@ -125,6 +125,22 @@ def test_pyenv_3_13():
     check_version(pyenv("3.13.0"))
 
 
+def test_single_threaded_python_loop():
+    """the only thread runs Python: it is borrowed (running in the eval loop is safe; named
+    interpreter code such as _PyEval_EvalFrameDefault is not on the unsafe list)"""
+    for python in ("/usr/bin/python3", pyenv("3.12.1")):
+        if not os.access(python, os.X_OK):
+            continue
+        w = target(python, "solo")
+        try:
+            assert os.listdir(f"/proc/{w.pid}/task") == [str(w.pid)]
+            rc, lines, err = door(w.pid, {"echo": 3}, env={"TPTRACE_PYRUN_DEBUG": "1"})
+            assert rc == 0 and json.loads(lines[1])["echo"] == 3, (lines, err)
+            assert f"pyrun: borrowed thread {w.pid} " in err, err
+        finally:
+            w.kill()
+
+
 def test_state_is_removed():
     """a snippet whose state empties leaves no attribute on sys"""
     w = target("/usr/bin/python3", "spin")

@@ -5,6 +5,7 @@ then, by mode (argv[1]):
   malloc SEC     the main thread is in C doing malloc/free for SEC s (libbusy_c.so, argv[3]);
                  a second thread sleeps in Python; then "AWAKE" and spins
   cspin SEC      the main thread computes in C (no calls) for SEC s, then "AWAKE" and spins
+  solo           one thread only (no stdin watcher): the main thread runs Python for 20 s
 It stops after 60 s or when stdin closes. Its only output is those lines."""
 import ctypes
 import os
@@ -13,9 +14,9 @@ import threading
 import time
 
 
-def spin():
+def spin(secs=60):
     i = 0
-    end = time.monotonic() + 60
+    end = time.monotonic() + secs
     while time.monotonic() < end:
         i += 1
         if i % 200000 == 0:
@@ -29,6 +30,10 @@ def watch_stdin():
 
 def main():
     mode = sys.argv[1]
+    if mode == "solo":
+        print("READY", os.getpid(), flush=True)
+        spin(20)
+        return
     threading.Thread(target=watch_stdin, daemon=True).start()
     if mode == "malloc":
         threading.Thread(target=lambda: time.sleep(3600), daemon=True).start()
