@@ -272,6 +272,14 @@ static const char *const unsafe_prefix[] = {
 	"pymalloc", "_PyObject_GC_", "PyObject_GC_", "gc_collect", "_PyGC_",
 };
 
+bool pyrun__unsafe_function(const char *name)
+{
+	for (size_t i = 0; i < sizeof(unsafe_prefix) / sizeof(unsafe_prefix[0]); i++)
+		if (!strncmp(name, unsafe_prefix[i], strlen(unsafe_prefix[i])))
+			return true;
+	return false;
+}
+
 /* "func (file)" for addr in pid, or why not; *unsafe set by the list above. */
 static void place_of(struct pyrun *r, uint64_t addr, bool in_syscall, char *buf, size_t len,
 		     bool *unsafe)
@@ -310,12 +318,7 @@ static void place_of(struct pyrun *r, uint64_t addr, bool in_syscall, char *buf,
 		goto out;
 	}
 	snprintf(buf, len, "%s (%s)", sym->name, base);
-	*unsafe = false;
-	for (size_t i = 0; i < sizeof(unsafe_prefix) / sizeof(unsafe_prefix[0]); i++)
-		if (!strncmp(sym->name, unsafe_prefix[i], strlen(unsafe_prefix[i]))) {
-			*unsafe = true;
-			break;
-		}
+	*unsafe = pyrun__unsafe_function(sym->name);
 out:
 	procmaps__free(maps);
 }
