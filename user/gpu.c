@@ -17,6 +17,7 @@
 #include "gpu.h"
 #include "inject.h"
 #include "procmaps.h"
+#include "util.h"
 
 #define AGENT_SO_NAME "libtptrace_agent.so"
 #define RTLD_NOW_ 2
@@ -42,35 +43,6 @@ struct gpu_record_ext {
 	const char *long_name;
 };
 
-__attribute__((format(printf, 3, 4)))
-static void set_err(char *buf, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(buf, len, fmt, ap);
-	va_end(ap);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static uint64_t now_ms(void)
-{
-	return now_ns() / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
 
 /* ---- target inspection --------------------------------------------------------------- */
 

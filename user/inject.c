@@ -39,6 +39,7 @@ struct injector {
 	uint8_t scratch_saved[SCRATCH];
 	bool scratch_dirty;
 	uint64_t dlopen_fn, dlsym_fn, dlclose_fn, dlerror_fn;
+	int call_timeout_ms;
 	char err[256];
 };
 
@@ -123,9 +124,7 @@ static bool base_has_prefix(const char *path, const char *prefix)
 	return !strncmp(base, prefix, strlen(prefix));
 }
 
-/* Address of a function exported by a library mapped in pid (lib: base-name prefix such as
- * "libc.so.6"). 0 or -ENOENT. */
-static int inject_find_func(int pid, const char *lib, const char *name, uint64_t *addr)
+int injector__find_func(int pid, const char *lib, const char *name, uint64_t *addr)
 {
 	struct procmaps *maps = procmaps__load(pid);
 	const struct elfsym_sym *sym;
@@ -177,7 +176,7 @@ static int find_dl_funcs(struct injector *inj)
 
 	for (size_t f = 0; f < sizeof(fns) / sizeof(fns[0]); f++)
 		for (size_t l = 0; l < 2 && !*fns[f].addr; l++)
-			inject_find_func(inj->tid, libs[l], fns[f].name, fns[f].addr);
+			injector__find_func(inj->tid, libs[l], fns[f].name, fns[f].addr);
 	if (!inj->dlopen_fn || !inj->dlsym_fn || !inj->dlclose_fn)
 		return fail(inj, "no dlopen/dlsym/dlclose in libc.so.6 or libdl.so.2 of process %d "
 			    "(statically linked?)", inj->tid), -ENOENT;
@@ -248,6 +247,7 @@ struct injector *injector__attach(int tid, char *err, size_t errlen)
 	}
 	inj->tid = tid;
 	inj->mem_fd = -1;
+	inj->call_timeout_ms = CALL_TIMEOUT_MS;
 	if (scope == 3) {
 		snprintf(err, errlen, "ptrace_scope=3 forbids attaching to any process "
 			 "(/proc/sys/kernel/yama/ptrace_scope; only a reboot lowers it)");
@@ -386,13 +386,13 @@ static int run_call(struct injector *inj, uint64_t func, const uint64_t a[6], ui
 		if (ptrace(PTRACE_CONT, inj->tid, NULL, (void *)(long)sig))
 			return fail(inj, "PTRACE_CONT: %s", strerror(errno)), -errno;
 		sig = 0;
-		err = wait_stop(inj->tid, &status, CALL_TIMEOUT_MS);
+		err = wait_stop(inj->tid, &status, inj->call_timeout_ms);
 		if (err == -ETIMEDOUT) {
 			/* cannot safely unwind a call in progress: stop it where it is */
 			ptrace(PTRACE_INTERRUPT, inj->tid, NULL, NULL);
 			wait_stop(inj->tid, &status, 5000);
-			return fail(inj, "call at 0x%" PRIx64 " in %d did not return in %d s", func,
-				    inj->tid, CALL_TIMEOUT_MS / 1000), -ETIMEDOUT;
+			return fail(inj, "call at 0x%" PRIx64 " in %d did not return in %.1f s", func,
+				    inj->tid, inj->call_timeout_ms / 1000.0), -ETIMEDOUT;
 		}
 		if (err)
 			return fail(inj, "waitpid(%d): %s", inj->tid, strerror(-err)), err;
@@ -463,6 +463,29 @@ int injector__call_out(struct injector *inj, uint64_t func, const uint64_t args[
 		return err;
 	err = mem_read(inj, top, out, out_len);
 	return err ? (fail(inj, "reading the result: %s", strerror(-err)), err) : 0;
+}
+
+int injector__write(struct injector *inj, uint64_t addr, const void *buf, size_t len)
+{
+	int err = mem_write(inj, addr, buf, len);
+
+	return err ? (fail(inj, "writing 0x%" PRIx64 " in %d: %s", addr, inj->tid,
+			   strerror(-err)), err) : 0;
+}
+
+uint64_t injector__pc(const struct injector *inj)
+{
+	return inj->saved.rip;
+}
+
+long injector__syscall(const struct injector *inj)
+{
+	return (long)inj->saved.orig_rax;
+}
+
+void injector__set_call_timeout(struct injector *inj, int ms)
+{
+	inj->call_timeout_ms = ms > 0 ? ms : CALL_TIMEOUT_MS;
 }
 
 int injector__call(struct injector *inj, uint64_t func, const uint64_t args[6], uint64_t *ret)

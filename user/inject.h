@@ -40,6 +40,18 @@ int injector__call_str(struct injector *inj, uint64_t func, const char *s0, cons
  * target's stack, copied back into out after the call (a function's out-parameter). */
 int injector__call_out(struct injector *inj, uint64_t func, const uint64_t args[6], int out_arg,
 		       void *out, size_t out_len, uint64_t *ret);
+/* Write len bytes at addr in the target (memory the caller owns there). 0 or -errno. */
+int injector__write(struct injector *inj, uint64_t addr, const void *buf, size_t len);
+/* Where the stopped thread was when seized (its saved rip), and the syscall it was in
+ * (orig_rax; -1 when it was running user code). */
+uint64_t injector__pc(const struct injector *inj);
+long injector__syscall(const struct injector *inj);
+/* How long one call may run before it is stopped where it is (default 30 s). */
+void injector__set_call_timeout(struct injector *inj, int ms);
+/* Address of a function exported by a file mapped in pid whose base name starts with lib
+ * (e.g. "libc.so.6", "libpython3", "python3.11"). 0 or -ENOENT; no ptrace needed. */
+int injector__find_func(int pid, const char *lib, const char *name, uint64_t *addr);
+
 /* dlopen(path, flags) in the target; on failure the target's dlerror() text is the error. */
 int injector__dlopen(struct injector *inj, const char *path, int flags, uint64_t *handle);
 int injector__dlsym(struct injector *inj, uint64_t handle, const char *name, uint64_t *addr);

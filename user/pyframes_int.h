@@ -13,6 +13,7 @@
 
 #include "hashmap.h"
 #include "pyframes.h"
+#include "util.h"
 
 #define MAX_FRAMES_WALKED	4096	/* a longer chain is a loop or garbage */
 #define MAX_THREADS_WALKED	4096
@@ -79,25 +80,6 @@ struct pyproc {
 	uint64_t walk_gen;	/* counts walks: one per burst of calls while the target is stopped */
 	uint64_t rewalked_gen;	/* the walk made after a miss: at most one per burst */
 };
-
-static inline void set_err(char *err, size_t errsz, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errsz)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errsz, fmt, ap);
-	va_end(ap);
-}
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 /* 0, -EFAULT on a short or failed read (unmapped, torn), -ESRCH when the process is gone,
  * -EPERM when we may not read it (ptrace access mode check). */

@@ -33,6 +33,7 @@
 #ifndef TPTRACE_PYRUN_H
 #define TPTRACE_PYRUN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct pyrun;
@@ -61,5 +62,9 @@ int pyrun__file(struct pyrun *r, const char *name, char *host_path, size_t hlen,
  * thread could be stopped outside the allocator/loader/locks in time), -EPERM. */
 int pyrun__exec(struct pyrun *r, const char *snippet, const struct cJSON *args, int timeout_ms,
 		struct cJSON **result, char *err, size_t errlen);
+
+/* Whether a thread stopped in the function NAME may not be borrowed (allocator, loader, locks,
+ * the interpreter's GIL, pending-call and lifecycle code). For tests/unit/test_pyrun. */
+bool pyrun__unsafe_function(const char *name);
 
 #endif

@@ -25,6 +25,7 @@
 
 #include "pyframes.h"
 #include "stacks_int.h"
+#include "util.h"
 
 struct snap {
 	struct stack_proc pub;	/* first: stacks__free() gets it back */
@@ -74,7 +75,7 @@ struct tacc {
 	bool changed;
 };
 
-static uint64_t now_ns(clockid_t clk)
+static uint64_t clock_ns(clockid_t clk)
 {
 	struct timespec ts;
 
@@ -82,13 +83,6 @@ static uint64_t now_ns(clockid_t clk)
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
 
 static void copy_str(char *dst, size_t size, const char *src)
 {
@@ -308,7 +302,7 @@ static void seize(struct sample *s, struct tsample *t)
 /* Waits (bounded) until every interrupted thread reports its stop. */
 static void wait_stops(struct sample *s)
 {
-	uint64_t deadline = now_ns(CLOCK_MONOTONIC) + s->opts->stop_timeout_ms * 1000000ULL;
+	uint64_t deadline = clock_ns(CLOCK_MONOTONIC) + s->opts->stop_timeout_ms * 1000000ULL;
 	int spins = 0;
 
 	for (;;) {
@@ -334,7 +328,7 @@ static void wait_stops(struct sample *s)
 					t->stop_sig = WSTOPSIG(st);
 			}
 		}
-		if (!pending || now_ns(CLOCK_MONOTONIC) > deadline)
+		if (!pending || clock_ns(CLOCK_MONOTONIC) > deadline)
 			break;
 		if (++spins > 20)
 			usleep(50);
@@ -411,7 +405,7 @@ static void *stop_and_read(void *arg)
 		}
 		seize(s, t);
 	}
-	t0 = now_ns(CLOCK_MONOTONIC);
+	t0 = clock_ns(CLOCK_MONOTONIC);
 	for (int i = 0; i < s->nr; i++) {
 		struct tsample *t = &s->ts[i];
 
@@ -440,7 +434,7 @@ static void *stop_and_read(void *arg)
 		if (t->stopped)
 			ptrace(PTRACE_DETACH, t->tid, 0, (void *)(long)t->stop_sig);
 	}
-	t1 = now_ns(CLOCK_MONOTONIC);
+	t1 = clock_ns(CLOCK_MONOTONIC);
 	s->stopped_ns = t1 - t0;
 	free(pybuf);
 	return NULL;
@@ -644,8 +638,8 @@ struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *er
 		if (i)
 			sleep_ms(o.interval_ms);
 		if (!i) {
-			sp->mono_ns = now_ns(CLOCK_MONOTONIC);
-			sp->real_ns = now_ns(CLOCK_REALTIME);
+			sp->mono_ns = clock_ns(CLOCK_MONOTONIC);
+			sp->real_ns = clock_ns(CLOCK_REALTIME);
 		}
 		ret = take_sample(sp, &s, &acc, &nr_acc);
 		if (ret == -ENOMEM)

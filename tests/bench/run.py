@@ -220,10 +220,22 @@ class Bpftrace:
         end = time.monotonic() + 60
         while time.monotonic() < end:
             if os.path.exists(self.out) and "Attaching" in open(self.out).read(4096):
-                return
+                break
             if self.p.poll() is not None:
                 break
             time.sleep(0.05)
+        # "Attaching" is printed before the uprobes are armed (hundreds of ms on a busy VM):
+        # wait until every op's calls show up in the output, else the measured calls would
+        # run untraced
+        for op, _ in ops:
+            while self.p.poll() is None and time.monotonic() < end:
+                size = os.path.getsize(self.out) if os.path.exists(self.out) else 0
+                loop.run(op, 100)
+                time.sleep(0.1)
+                if os.path.exists(self.out) and os.path.getsize(self.out) > size:
+                    break
+        if self.p.poll() is None and time.monotonic() < end:
+            return
         self.close()
         raise RuntimeError(f"bpftrace did not attach: {self.err.text()}")
 

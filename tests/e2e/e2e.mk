@@ -46,6 +46,20 @@ $(E2E_DIR)/pyframes_dump: tests/e2e/pyframes_dump.c $(OUTPUT)/libtptrace.a | $(E
 
 TEST_BINS += $(E2E_DIR)/pyframes_dump
 
+# The Python door (user/pyrun.c) alone: run a snippet in a process (tests/e2e/test_pyrun.py).
+$(E2E_DIR)/pyrun_exec: tests/e2e/pyrun_exec.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
+
+TEST_BINS += $(E2E_DIR)/pyrun_exec
+
+# C loops for the door's target processes, loaded with ctypes.
+$(E2E_DIR)/libbusy_c.so: tests/workloads/busy_c.c | $(E2E_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) -O1 -g -shared -fPIC -Wall $< -o $@
+
+TEST_BINS += $(E2E_DIR)/libbusy_c.so
+
 # Snapshots of processes as JSON lines, the engine alone (tests/e2e/test_stacks.py, bench).
 $(E2E_DIR)/stacks_dump: tests/e2e/stacks_dump.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
 	$(call msg,CC,$@)

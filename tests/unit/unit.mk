@@ -111,6 +111,14 @@ $(UNIT_DIR)/test_decode_pystacks: tests/unit/test_decode_pystacks.c tests/unit/c
 
 TEST_BINS += $(UNIT_DIR)/test_decode_pystacks
 
+# the Python door's rule of which threads it may borrow
+$(UNIT_DIR)/test_pyrun: tests/unit/test_pyrun.c tests/unit/check.h \
+			$(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_pyrun
+
 # the driver API rows: decoding, nesting against a dlopen'ed libcudart, handle naming, the
 # flight recorder's progress from driver calls; struct layouts checked against cuda.h
 $(UNIT_DIR)/test_driver: tests/unit/test_driver.c tests/unit/check.h \
