@@ -46,6 +46,11 @@ def start(torch, args, state):
 	prof.start()
 	state["prof"] = prof
 	state["steps"] = 0
+	# a job that ends inside the window must not end with the profiler on: 1.13's Python
+	# tracer then hangs the interpreter's exit. Stopped first thing at exit (its events are
+	# lost with the process); tptrace's stop unregisters it.
+	state["atexit"] = prof.stop
+	sys.modules["atexit"].register(prof.stop)
 	if hook_api is not None:
 		def on_step(opt, a, k):
 			state["steps"] += 1
@@ -72,6 +77,7 @@ def stop(torch, args, state):
 	hook = state.pop("hook", None)
 	if hook is not None:
 		hook.remove()
+	sys.modules["atexit"].unregister(state.pop("atexit"))
 	try:
 		prof.stop()
 		events = prof.events()
