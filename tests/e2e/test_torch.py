@@ -351,8 +351,9 @@ def test_torch_target_exits_in_window():
     assert not [e for e in x_events(trace, wl.pid) if e["cat"] == "cpu_op"]
 
 
-def test_torch_pftrace():
-    """-o FILE.pftrace: the torch events go through the same writer (names, Input Dims)."""
+def test_torch_pftrace_ctrl_c():
+    """-o FILE.pftrace, window ended by Ctrl-C: the torch events go through the same writer
+    (names, Input Dims)."""
     need_torch()
     out = tmp_path("torch.pftrace")
     if os.path.exists(out):
@@ -361,10 +362,15 @@ def test_torch_pftrace():
     try:
         wl.go()
         assert wl.out.wait_for(lambda l: l.startswith("step 10 "), 60)
-        rc, _, err = run_tptrace(["-p", str(wl.pid), "--torch", "-d", "1", "-o", out], 120)
+        tr = Tracer(["-p", str(wl.pid), "--torch", "-o", out])
+        time.sleep(1)
+        rc = tr.stop(timeout=120)
+        err = tr.err.text()
+        assert wl.p.poll() is None and wl.err.text() == "", wl.err.text()
     finally:
         wl.kill()
     assert rc == 0, err
+    assert f"tptrace: --torch: pid {wl.pid}: " in err, err
     p = subprocess.run(["protoc", "--proto_path=" + os.path.join(ROOT, "proto"),
                         "--decode=perfetto.protos.Trace", "perfetto_trace.proto"],
                        input=open(out, "rb").read(), capture_output=True)
