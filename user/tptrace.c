@@ -847,6 +847,7 @@ static int stop_torch(struct trace_session *s)
 			continue;
 		}
 		if (p->torch && torchprof__stop(p->torch, err, sizeof(err))) {
+			snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
 			log_error("--torch: pid %d: %s\n", p->t->pid, err);
 			ret = -1;
 		}
@@ -863,6 +864,20 @@ static int stop_torch(struct trace_session *s)
 	return ret;
 }
 
+/* --torch: one line on what was merged, from the metadata. */
+static void log_torch_merged(const struct traced *p)
+{
+	cJSON *m = torchprof__meta(p->torch);
+	const cJSON *c = cJSON_GetObjectItem(m, "clock");
+
+	log_info("--torch: pid %d: %.0f torch.profiler events merged, %.0f steps, clock residual "
+		 "%.0f ns\n", p->t->pid,
+		 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "events_merged")),
+		 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "steps")),
+		 cJSON_GetNumberValue(cJSON_GetObjectItem(c, "residual_ns")));
+	cJSON_Delete(m);
+}
+
 /* --torch: the profiler's events into the trace, after tptrace's own. 0 or -1 (one line). */
 static int merge_torch(struct trace_session *s)
 {
@@ -876,22 +891,12 @@ static int merge_torch(struct trace_session *s)
 			continue;
 		if (torchprof__write(p->torch, s->tj, s->start_mono, err, sizeof(err))) {
 			/* stop's failure already has its line */
-			if (strcmp(err, p->torch_err))
+			if (!p->torch_err[0])
 				log_error("--torch: pid %d: %s\n", p->t->pid, err);
 			ret = -1;
 			continue;
 		}
-		{
-			cJSON *m = torchprof__meta(p->torch);
-			const cJSON *c = cJSON_GetObjectItem(m, "clock");
-
-			log_info("--torch: pid %d: %.0f torch.profiler events merged, %.0f steps, "
-				 "clock residual %.0f ns\n", p->t->pid,
-				 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "events_merged")),
-				 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "steps")),
-				 cJSON_GetNumberValue(cJSON_GetObjectItem(c, "residual_ns")));
-			cJSON_Delete(m);
-		}
+		log_torch_merged(p);
 	}
 	return ret;
 }
