@@ -291,6 +291,7 @@ struct torchprof *torchprof__start(int pid, const struct torchprof_opts *o, char
 	return tp;
 fail:
 	cJSON_Delete(args);
+	tp->stopped = true;	/* nothing was started */
 	torchprof__free(tp);
 	errno = e;
 	return NULL;

@@ -46,17 +46,27 @@ def start(torch, args, state):
 	prof.start()
 	state["prof"] = prof
 	state["steps"] = 0
-	# a job that ends inside the window must not end with the profiler on: 1.13's Python
-	# tracer then hangs the interpreter's exit. Stopped first thing at exit (its events are
-	# lost with the process); tptrace's stop unregisters it.
-	state["atexit"] = prof.stop
-	sys.modules["atexit"].register(prof.stop)
-	if hook_api is not None:
-		def on_step(opt, a, k):
-			state["steps"] += 1
-			prof.step()
-		state["hook"] = hook_api(on_step)
-	return {"clock": marker(torch, time), "tid": threading.get_native_id(),
+	try:
+		# a job that ends inside the window must not end with the profiler on: 1.13's
+		# Python tracer then hangs the interpreter's exit. Stopped first thing at exit (its
+		# events are lost with the process); tptrace's stop unregisters it.
+		state["atexit"] = prof.stop
+		sys.modules["atexit"].register(prof.stop)
+		if hook_api is not None:
+			def on_step(opt, a, k):
+				state["steps"] += 1
+				prof.step()
+			state["hook"] = hook_api(on_step)
+		clock = marker(torch, time)
+	except BaseException:
+		# nothing of ours stays on when the start fails half-way
+		if "hook" in state:
+			state["hook"].remove()
+		sys.modules["atexit"].unregister(prof.stop)
+		state.clear()
+		prof.stop()
+		raise
+	return {"clock": clock, "tid": threading.get_native_id(),
 		"snippet_file": marker.__code__.co_filename,
 		"torch": torch.__version__, "cuda": cuda,
 		"kineto": bool(torch.autograd.kineto_available()),
