@@ -50,8 +50,10 @@ def start(torch, args, state):
 		# a job that ends inside the window must not end with the profiler on: 1.13's
 		# Python tracer then hangs the interpreter's exit. Stopped first thing at exit (its
 		# events are lost with the process); tptrace's stop unregisters it.
+		# (atexit is built into CPython: importing it reads no file; torch has it loaded)
+		import atexit
 		state["atexit"] = prof.stop
-		sys.modules["atexit"].register(prof.stop)
+		atexit.register(prof.stop)
 		if hook_api is not None:
 			def on_step(opt, a, k):
 				state["steps"] += 1
