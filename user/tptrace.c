@@ -79,7 +79,7 @@ static const char doc[] =
 "  sudo tptrace -p 4242 --gpu -o gpu.json.gz    # plus the GPU timeline\n"
 "  sudo tptrace -p 4242 --mem -o mem.json.gz    # plus GPU memory counters\n"
 "  sudo tptrace -p 4242 --py-stacks -o py.json.gz  # which Python line made each call\n"
-"  sudo tptrace -p 4242 --torch -d 5 -o step.json.gz  # plus torch.profiler's ops\n"
+"  sudo tptrace -p 4242 --torch -d 5 -o step.json.gz  # + torch.profiler ops\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace  # flight recorder\n"
 "  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n"
 "  sudo tptrace stacks -a                       # who is stuck where, by rank\n"
