@@ -33,6 +33,8 @@ DEB_PKGS := shellcheck clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libcj
 DEB_PKGS  += libmicrohttpd-dev prometheus
 # -o FILE.pftrace (protobuf-c, its code generator) and its tests (protoc --decode)
 DEB_PKGS  += libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+# --torch and its tests: Debian's PyTorch (1.13, CPU-only) for Debian's python3
+DEB_PKGS  += python3-torch
 
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(OUTPUT)/%.bpf.o,$(BPF_SRCS))
@@ -79,6 +81,19 @@ $(OUTPUT)/perfetto_trace.pb-c.o: $(OUTPUT)/perfetto_trace.pb-c.c
 $(OUTPUT)/user/%.o: user/%.c | $(OUTPUT)/user $(SKELS) $(PB_GEN)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) -DTPTRACE_VERSION='"$(VERSION)"' -c $< -o $@
+
+# The Python snippets tptrace runs inside targets (user/py/*.py, through user/pyrun.h), as C
+# strings: user/py/NAME.py becomes `static const char py_NAME[]` in $(OUTPUT)/py_snippets.h.
+PY_SNIPPETS := $(wildcard user/py/*.py)
+$(OUTPUT)/py_snippets.h: $(PY_SNIPPETS) Makefile | $(OUTPUT)
+	$(call msg,GEN,$@)
+	$(Q)for f in $(PY_SNIPPETS); do \
+		n=$$(basename $$f .py); \
+		printf 'static const char py_%s[] =\n' "$$n"; \
+		sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/\t"/' -e 's/$$/\\n"/' $$f; \
+		printf ';\n'; \
+	done > $@.tmp && mv $@.tmp $@
+$(OUTPUT)/user/torchprof.o: $(OUTPUT)/py_snippets.h
 
 $(OUTPUT)/libtptrace.a: $(LIB_OBJS)
 	$(call msg,AR,$@)

@@ -28,6 +28,7 @@
 #include "procmaps.h"
 #include "session.h"
 #include "target.h"
+#include "torchprof.h"
 
 #define MAX_TARGETS 1024
 
@@ -50,7 +51,10 @@ static struct fr_env {
 	const char *host_id;
 	const char *trigger_dir;	/* --trigger: write one and exit */
 	const char *job;
+	bool torch_dump;	/* -p: PyTorch's own flight recorder dump at the final dump */
+	double torch_timeout;
 } env = {
+	.torch_timeout = 5,
 	.dump_dir = "/var/lib/tptrace",
 	.ring = 2000,
 	.stall_timeout = 60,
@@ -66,7 +70,7 @@ static const char doc[] =
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
 "                  [--stack-samples N] [--stack-interval MS] [--no-stacks]\n"
 "                  [--metrics ADDR:PORT] [--metrics-file PATH]\n"
-"                  [--host-id ID] [--py-stacks]\n"
+"                  [--host-id ID] [--py-stacks] [--torch-dump [--torch-timeout SEC]]\n"
 "       tptrace fr --trigger DIR (--job ID | -p PID) [--host-id ID]\n"
 "\n"
 "Records every NCCL collective and p2p call (and the CUDA event and sync\n"
@@ -108,7 +112,7 @@ static const char doc[] =
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
        OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE,
-       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB, OPT_PY_STACKS };
+       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB, OPT_PY_STACKS, OPT_TORCH_DUMP, OPT_TORCH_TIMEOUT };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
@@ -134,6 +138,11 @@ static const struct argp_option opts[] = {
 	{ "host-id", OPT_HOST_ID, "ID", 0, "Names this recorder in dumps and triggers (default: the hostname)", 0 },
 	{ "trigger", OPT_TRIGGER, "DIR", 0, "Write a dump trigger for the job into DIR and exit", 0 },
 	{ "job", OPT_JOB, "ID", 0, "--trigger: the job id (default: that of the -p processes)", 0 },
+	{ "torch-dump", OPT_TORCH_DUMP, NULL, 0, "-p: at the final dump, also PyTorch's own NCCL "
+	  "flight recorder dump (torch._C._distributed_c10d._dump_nccl_trace, where enabled) to "
+	  "DIR/torch_fr.PID.pickle", 0 },
+	{ "torch-timeout", OPT_TORCH_TIMEOUT, "SEC", 0, "How long a process's main thread has to "
+	  "reach a safe point for --torch-dump (default 5)", 0 },
 	{},
 };
 
@@ -218,7 +227,17 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
 		break;
+	case OPT_TORCH_DUMP:
+		env.torch_dump = true;
+		break;
+	case OPT_TORCH_TIMEOUT:
+		if (session__parse_seconds(arg, &env.torch_timeout) || env.torch_timeout > 3600)
+			argp_error(state, "invalid --torch-timeout '%s' (seconds > 0, at most 3600)",
+				   arg);
+		break;
 	case ARGP_KEY_END:
+		if (env.torch_dump && (env.all || !env.nr_pids))
+			argp_error(state, "--torch-dump needs -p PID (not -a)");
 		if (env.job && !env.trigger_dir)
 			argp_error(state, "--job goes with --trigger");
 		if (env.trigger_dir) {
@@ -642,6 +661,7 @@ int fr_main(int argc, char **argv)
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
 	struct fr_session s = {};
+	struct torch_instr_run *torch[64] = {};
 	struct fr_metrics *metrics = NULL;
 	struct ring_buffer *rb = NULL;
 	struct flightrec_opts fo = {};
@@ -665,14 +685,26 @@ int fr_main(int argc, char **argv)
 			return 1;
 		target__free(t);
 	}
+	/* --torch-dump: each process's PyTorch is asked now whether it can, so a refusal comes
+	 * before anything is attached */
+	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
+		char terr[512];
+
+		torch[i] = torch_instr__start(env.pids[i], TORCH_FR_DUMP, NULL,
+					      (int)(env.torch_timeout * 1000), terr, sizeof(terr));
+		if (!torch[i]) {
+			log_error("--torch-dump: pid %d: %s\n", env.pids[i], terr);
+			goto cleanup;
+		}
+	}
 	/* checked (and created) now, so a refused directory stops tptrace before it attaches */
 	err = flightrec__open_dump_dir(env.dump_dir);
 	if (err < 0)
-		return 1;
+		goto cleanup;
 	if (faccessat(err, ".", W_OK, AT_EACCESS)) {
 		log_error("cannot write dumps to %s: %s\n", env.dump_dir, strerror(errno));
 		close(err);
-		return 1;
+		goto cleanup;
 	}
 	close(err);
 	if (env.dump_on) {
@@ -680,13 +712,13 @@ int fr_main(int argc, char **argv)
 
 		if (stat(env.dump_on, &st) && mkfifo(env.dump_on, 0600)) {
 			log_error("cannot create fifo %s: %s\n", env.dump_on, strerror(errno));
-			return 1;
+			goto cleanup;
 		}
 		/* read-write: the fifo never reports hang-up between writers */
 		fifo_fd = open(env.dump_on, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 		if (fifo_fd < 0) {
 			log_error("cannot open %s: %s\n", env.dump_on, strerror(errno));
-			return 1;
+			goto cleanup;
 		}
 	}
 
@@ -848,9 +880,22 @@ int fr_main(int argc, char **argv)
 	}
 	/* a final dump that could not be written is a failed run (each said why) */
 	ret = flightrec__dump_all(s.fr, "final") < 0 ? 1 : 0;
+	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
+		char terr[512], path[4200];
+
+		snprintf(path, sizeof(path), "%s/torch_fr.%d.pickle", env.dump_dir, env.pids[i]);
+		if (torch_instr__stop(torch[i], path, terr, sizeof(terr))) {
+			log_error("--torch-dump: pid %d: %s\n", env.pids[i], terr);
+			ret = 1;
+		} else {
+			log_info("--torch-dump: pid %d: wrote %s\n", env.pids[i], path);
+		}
+	}
 	if (metrics)	/* the file keeps the final state (final dumps counted) */
 		fr_metrics__update(metrics, s.fr, session__clock_ns(CLOCK_MONOTONIC));
 cleanup:
+	for (int i = 0; i < env.nr_pids; i++)
+		torch_instr__free(torch[i]);
 	fr_metrics__free(metrics);
 	ring_buffer__free(rb);
 	for (int i = 0; i < s.nr_targets; i++)

@@ -20,6 +20,7 @@
 #include "memtrace.h"
 #include "session.h"
 #include "target.h"
+#include "torchprof.h"
 #include "trace_json.h"
 
 static struct mem_env {
@@ -33,8 +34,10 @@ static struct mem_env {
 	bool py_stacks;
 	bool wait;
 	long history;
+	bool torch_history;	/* PyTorch's own _record_memory_history for the window */
+	double torch_timeout;
 	int ring_mb;
-} env;
+} env = { .torch_timeout = 5 };
 
 static const char doc[] =
 "tptrace mem: what holds GPU memory in a running process, over time, from\n"
@@ -42,6 +45,7 @@ static const char doc[] =
 "\n"
 "USAGE: tptrace mem -p PID [-d SEC] [-o SNAPSHOT] [--pickle] [--leaks]\n"
 "                   [--trace FILE] [--no-stacks | --py-stacks] [--wait]\n"
+"                   [--torch-history [--torch-timeout SEC]]\n"
 "\n"
 "Probes PyTorch's caching allocator (USDT pytorch:malloc/free, tensor level)\n"
 "and the CUDA runtime and driver allocation calls (cudaMalloc & co,\n"
@@ -63,7 +67,7 @@ static const char doc[] =
 "  sudo tptrace mem -p 4242 -d 10 --trace mem.json.gz  # counters, Perfetto\n";
 
 enum { OPT_PICKLE = 1000, OPT_LEAKS, OPT_TRACE, OPT_NO_STACKS, OPT_HISTORY, OPT_RING_MB,
-       OPT_PY_STACKS };
+       OPT_PY_STACKS, OPT_TORCH_HISTORY, OPT_TORCH_TIMEOUT };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to watch", 0 },
@@ -76,6 +80,11 @@ static const struct argp_option opts[] = {
 	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python frames of each allocation, before the native ones", 0 },
 	{ "max-entries", OPT_HISTORY, "N", 0, "Snapshot history entries kept (default 200000)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
+	{ "torch-history", OPT_TORCH_HISTORY, NULL, 0, "Also PyTorch's own memory history for the "
+	  "window (torch.cuda.memory._record_memory_history, CUDA builds): its _snapshot() "
+	  "pickled to SNAPSHOT.torch.pickle", 0 },
+	{ "torch-timeout", OPT_TORCH_TIMEOUT, "SEC", 0, "How long the process's main thread has "
+	  "to reach a safe point for --torch-history (default 5)", 0 },
 	{ "wait", 'w', NULL, 0, "Wait for the process to load CUDA or PyTorch instead of failing", 0 },
 	{},
 };
@@ -119,6 +128,14 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (*end || v < 1 || v > 100000000)
 			argp_error(state, "invalid --max-entries '%s' (1..100000000)", arg);
 		env.history = v;
+		break;
+	case OPT_TORCH_HISTORY:
+		env.torch_history = true;
+		break;
+	case OPT_TORCH_TIMEOUT:
+		if (session__parse_seconds(arg, &env.torch_timeout) || env.torch_timeout > 3600)
+			argp_error(state, "invalid --torch-timeout '%s' (seconds > 0, at most 3600)",
+				   arg);
 		break;
 	case OPT_RING_MB:
 		if (session__parse_ring_mb(arg, &env.ring_mb))
@@ -203,6 +220,8 @@ int mem_main(int argc, char **argv)
 	struct memtrace *mt = NULL;
 	struct target *t = NULL;
 	struct memsnap_info info;
+	struct torch_instr_run *torch = NULL;
+	char torch_err[512], torch_path[4200];
 	uint64_t start_mono, start_real, deadline = 0, last_scan;
 	bool trace_created = false, waiting;
 	int err, ret = 1;
@@ -226,6 +245,17 @@ int mem_main(int argc, char **argv)
 	if (err < 0) {
 		log_error("reading pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
 		goto cleanup;
+	}
+	/* --torch-history: asked first, so a process whose PyTorch cannot is refused before
+	 * anything is attached */
+	if (env.torch_history) {
+		torch = torch_instr__start(t->pid, TORCH_MEM_HISTORY, NULL,
+					   (int)(env.torch_timeout * 1000), torch_err,
+					   sizeof(torch_err));
+		if (!torch) {
+			log_error("--torch-history: pid %d: %s\n", t->pid, torch_err);
+			goto cleanup;
+		}
 	}
 	if (env.trace) {
 		struct stat st;
@@ -304,6 +334,20 @@ int mem_main(int argc, char **argv)
 		}
 	}
 	memtrace__poll(mt);
+	if (torch) {
+		snprintf(torch_path, sizeof(torch_path), "%s.torch.pickle",
+			 env.output ? env.output : env.trace ? env.trace : "tptrace-mem");
+		if (target__gone(t)) {
+			log_error("--torch-history: pid %d exited before PyTorch's snapshot was "
+				  "taken\n", t->pid);
+			goto cleanup;
+		}
+		if (torch_instr__stop(torch, torch_path, torch_err, sizeof(torch_err))) {
+			log_error("--torch-history: pid %d: %s\n", t->pid, torch_err);
+			goto cleanup;
+		}
+		log_info("--torch-history: wrote PyTorch's own snapshot to %s\n", torch_path);
+	}
 	{
 		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
 		const struct memtrace_stats *st;
@@ -372,6 +416,7 @@ cleanup:
 			unlink(env.trace);
 	}
 	memtrace__free(mt);
+	torch_instr__free(torch);	/* a history left on by a failed run is switched off */
 	target__free(t);
 	elfsym_cache__free(cache);
 	return ret;

@@ -22,6 +22,7 @@
 #include "memtrace.h"
 #include "session.h"
 #include "target.h"
+#include "torchprof.h"
 #include "trace_json.h"
 #include "ustack.h"
 
@@ -43,10 +44,14 @@ static struct env {
 	const char *cupti;
 	bool py_stacks;		/* each call's Python stack (python_function slices, stack arg) */
 	bool native_stacks;	/* ... and its native frames */
+	bool torch;		/* torch.profiler in the target for the window (torchprof.h) */
+	const char *torch_logs;	/* torch._logging.set_logs for the window: "recompiles,..." */
+	double torch_timeout;	/* seconds the main thread has to reach a safe point */
 	int ring_mb;
 } env = {
 	.output = "tptrace.json.gz",
 	.ring_mb = 4,
+	.torch_timeout = 5,
 };
 
 const char *argp_program_version = "tptrace " TPTRACE_VERSION;
@@ -56,6 +61,7 @@ static const char doc[] =
 "with no restart, environment variable or preload.\n"
 "\n"
 "USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem] [--py-stacks]\n"
+"               [--torch] [--torch-logs LIST] [--torch-timeout SEC]\n"
 "       tptrace fr ...    NCCL flight recorder (tptrace fr --help)\n"
 "       tptrace mem ...   GPU memory snapshot, leaks (tptrace mem --help)\n"
 "       tptrace stacks ...  what a hung job's threads are doing (tptrace stacks --help)\n"
@@ -73,13 +79,14 @@ static const char doc[] =
 "  sudo tptrace -p 4242 --gpu -o gpu.json.gz    # plus the GPU timeline\n"
 "  sudo tptrace -p 4242 --mem -o mem.json.gz    # plus GPU memory counters\n"
 "  sudo tptrace -p 4242 --py-stacks -o py.json.gz  # which Python line made each call\n"
+"  sudo tptrace -p 4242 --torch -d 5 -o step.json.gz  # + torch.profiler ops\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace  # flight recorder\n"
 "  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n"
 "  sudo tptrace stacks -a                       # who is stuck where, by rank\n"
 "  tptrace report step.json.gz -o report.html   # what to fix, with plots\n";
 
 enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_PY_STACKS,
-       OPT_NATIVE_STACKS };
+       OPT_NATIVE_STACKS, OPT_TORCH, OPT_TORCH_LOGS, OPT_TORCH_TIMEOUT };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
@@ -100,6 +107,13 @@ static const struct argp_option opts[] = {
 	  "and a \"stack\" arg on each call", 0 },
 	{ "native-stacks", OPT_NATIVE_STACKS, NULL, 0, "--py-stacks plus the native frames "
 	  "(through frame pointers, where the code keeps them)", 0 },
+	{ "torch", OPT_TORCH, NULL, 0, "torch.profiler inside the process for the window "
+	  "(CPython 3.9-3.13 with torch imported): aten ops with input shapes and stacks, "
+	  "record_function spans, ProfilerStep#N, merged on tptrace's clock and threads", 0 },
+	{ "torch-logs", OPT_TORCH_LOGS, "LIST", 0, "torch._logging (PyTorch 2.1+) for the window: "
+	  "recompiles,graph_breaks; written to FILE.PID.torch_logs.txt next to -o", 0 },
+	{ "torch-timeout", OPT_TORCH_TIMEOUT, "SEC", 0, "How long the process's main thread has "
+	  "to reach a safe point for --torch/--torch-logs (default 5)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{},
 };
@@ -149,6 +163,19 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (session__parse_ring_mb(arg, &env.ring_mb))
 			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
 		break;
+	case OPT_TORCH:
+		env.torch = true;
+		break;
+	case OPT_TORCH_LOGS:
+		if (torch_logs__check(arg))
+			argp_error(state, "invalid --torch-logs '%s' (recompiles, graph_breaks, "
+				   "comma separated)", arg);
+		env.torch_logs = arg;
+		break;
+	case OPT_TORCH_TIMEOUT:
+		if (session__parse_seconds(arg, &env.torch_timeout) || env.torch_timeout > 3600)
+			argp_error(state, "invalid --torch-timeout '%s' (seconds > 0, at most 3600)", arg);
+		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
 		break;
@@ -176,6 +203,9 @@ struct traced {
 	struct gpu_session *gpu;	/* --gpu */
 	struct gpu_stats gstats;	/* taken when the agent is detached */
 	int watch_err;			/* session__watch_exit failed: exit code unknown */
+	struct torchprof *torch;	/* --torch: the profiler started in it */
+	char torch_err[512];		/* --torch: why it has no torch events ("" if none) */
+	struct torch_instr_run *torch_logs;	/* --torch-logs */
 	bool waiting;			/* --wait: no CUDA runtime yet, "tracing" not said yet */
 };
 
@@ -344,6 +374,15 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 		cJSON_AddItemToObject(o, "gpu", gpu_json(p));
 	if (env.py_stacks)
 		python_json(o, s, t->pid);
+	if (env.torch) {
+		cJSON *tm = p->torch ? torchprof__meta(p->torch) : cJSON_CreateObject();
+
+		if (tm && !p->torch)
+			cJSON_AddStringToObject(tm, "error", p->torch_err[0] ? p->torch_err :
+						"not started");
+		if (tm)
+			cJSON_AddItemToObject(o, "torch", tm);
+	}
 	cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
 	cJSON_AddBoolToObject(o, "exited", t->exited);
 	/* exit_code is the kernel's wait status (task->exit_code) */
@@ -535,14 +574,20 @@ static int attach_targets(struct trace_session *s)
 			return err;
 		}
 		/* a program may use the driver alone (cuLaunchKernel, as Triton does) */
-		if (!t->nr_cudart && !t->nr_driver && !env.wait) {
+		/* --torch: a CPU-only PyTorch job still has its ops to show */
+		if (!t->nr_cudart && !t->nr_driver && !env.wait && !env.torch) {
 			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.*, "
 				  "no static cudart, no libcuda.so.1); use --wait to wait for it\n",
 				  t->pid, t->comm);
 			return -ENOENT;
 		}
 		if (!t->nr_cudart && !t->nr_driver) {
-			log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid, t->comm);
+			if (env.wait)
+				log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid,
+					 t->comm);
+			else
+				log_info("pid %d (%s) has no CUDA runtime loaded (yet): --torch "
+					 "events only until it does\n", t->pid, t->comm);
 			p->waiting = true;
 		}
 		write_process_meta(s->tj, t);
@@ -737,6 +782,125 @@ static void run_loop(struct trace_session *s)
 	}
 }
 
+/* --torch-logs: FILE.PID.torch_logs.txt next to the trace. */
+static void torch_logs_path(char *buf, size_t len, int pid)
+{
+	snprintf(buf, len, "%s.%d.torch_logs.txt", env.output, pid);
+}
+
+/* --torch, --torch-logs: PyTorch's instruments on in every target, once tptrace's probes are
+ * live. 0, or a negative errno after one line: the window is then not run (the processes
+ * already switched on are switched off again by stop_torch). */
+static int start_torch(struct trace_session *s)
+{
+	int timeout_ms = (int)(env.torch_timeout * 1000);
+
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+		int pid = p->t->pid;
+		char err[512] = "";
+
+		if (env.torch) {
+			struct torchprof_opts o = { .cuda = !env.gpu, .timeout_ms = timeout_ms };
+
+			p->torch = torchprof__start(pid, &o, err, sizeof(err));
+			if (!p->torch) {
+				int e = errno ? -errno : -EINVAL;
+
+				snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
+				log_error("--torch: pid %d: %s\n", pid, err);
+				return e;
+			}
+		}
+		if (env.torch_logs) {
+			p->torch_logs = torch_instr__start(pid, TORCH_LOGS, env.torch_logs,
+							  timeout_ms, err, sizeof(err));
+			if (!p->torch_logs) {
+				log_error("--torch-logs: pid %d: %s\n", pid, err);
+				return errno ? -errno : -EINVAL;
+			}
+		}
+	}
+	return 0;
+}
+
+/* The end of the window in every target that has an instrument on, while it still runs.
+ * 0, or -1 when one of them gave no result (its line is out). */
+static int stop_torch(struct trace_session *s)
+{
+	int ret = 0;
+
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+		char err[512] = "", path[4200];
+
+		if (!p->torch && !p->torch_logs)
+			continue;
+		if (p->t->exited || target__gone(p->t)) {
+			snprintf(p->torch_err, sizeof(p->torch_err), "the process exited before "
+				 "the profiler was stopped: its events are lost");
+			log_error("--torch: pid %d exited before PyTorch's instruments were "
+				  "stopped: their output is lost\n", p->t->pid);
+			torchprof__free(p->torch);
+			p->torch = NULL;
+			ret = -1;
+			continue;
+		}
+		if (p->torch && torchprof__stop(p->torch, err, sizeof(err))) {
+			snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
+			log_error("--torch: pid %d: %s\n", p->t->pid, err);
+			ret = -1;
+		}
+		if (p->torch_logs) {
+			torch_logs_path(path, sizeof(path), p->t->pid);
+			if (torch_instr__stop(p->torch_logs, path, err, sizeof(err))) {
+				log_error("--torch-logs: pid %d: %s\n", p->t->pid, err);
+				ret = -1;
+			} else {
+				log_info("--torch-logs: pid %d: wrote %s\n", p->t->pid, path);
+			}
+		}
+	}
+	return ret;
+}
+
+/* --torch: one line on what was merged, from the metadata. */
+static void log_torch_merged(const struct traced *p)
+{
+	cJSON *m = torchprof__meta(p->torch);
+	const cJSON *c = cJSON_GetObjectItem(m, "clock");
+
+	log_info("--torch: pid %d: %.0f torch.profiler events merged, %.0f steps, clock residual "
+		 "%.0f ns\n", p->t->pid,
+		 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "events_merged")),
+		 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "steps")),
+		 cJSON_GetNumberValue(cJSON_GetObjectItem(c, "residual_ns")));
+	cJSON_Delete(m);
+}
+
+/* --torch: the profiler's events into the trace, after tptrace's own. 0 or -1 (one line). */
+static int merge_torch(struct trace_session *s)
+{
+	int ret = 0;
+
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+		char err[512] = "";
+
+		if (!p->torch)
+			continue;
+		if (torchprof__write(p->torch, s->tj, s->start_mono, err, sizeof(err))) {
+			/* stop's failure already has its line */
+			if (!p->torch_err[0])
+				log_error("--torch: pid %d: %s\n", p->t->pid, err);
+			ret = -1;
+			continue;
+		}
+		log_torch_merged(p);
+	}
+	return ret;
+}
+
 /* Takes the agents out (their last records into the trace) and drains the rings. */
 static void drain(struct trace_session *s)
 {
@@ -880,6 +1044,10 @@ static void trace_session__free(struct trace_session *s)
 		memtrace__free(s->procs[i].mt);	/* before its target */
 	for (int i = 0; i < s->nr_procs; i++)
 		gpu__free(s->procs[i].gpu);	/* detaches the agent if still there */
+	for (int i = 0; i < s->nr_procs; i++) {
+		torchprof__free(s->procs[i].torch);
+		torch_instr__free(s->procs[i].torch_logs);
+	}
 	for (int i = 0; i < s->nr_procs; i++)
 		target__free(s->procs[i].t);	/* detaches the uprobes */
 	decoder__free(s->dec);
@@ -898,6 +1066,7 @@ int main(int argc, char **argv)
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
 	struct trace_session s = { .argc = argc, .argv = argv };
+	bool torch_ok = true;
 	int ret = 1;
 
 	if (argc > 1 && !strcmp(argv[1], "fr"))
@@ -920,9 +1089,17 @@ int main(int argc, char **argv)
 		goto cleanup;
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	run_loop(&s);
+	/* a refusal ends the window before it starts; the trace of what is there is written */
+	if ((env.torch || env.torch_logs) && start_torch(&s))
+		torch_ok = false;
+	else
+		run_loop(&s);
+	if ((env.torch || env.torch_logs) && stop_torch(&s))
+		torch_ok = false;
 	drain(&s);
-	if (!write_trace_end(&s))
+	if (env.torch && merge_torch(&s))
+		torch_ok = false;
+	if (!write_trace_end(&s) && torch_ok)
 		ret = 0;
 cleanup:
 	trace_session__free(&s);

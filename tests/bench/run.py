@@ -6,7 +6,7 @@ VM noise hits all of them alike. See docs/benchmarks.md for what each key means.
 
 Usage: tests/bench/run.py [--reps N] [--calls N] [--only SECTION[,SECTION]] [--quick]
 Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, frfoot, stacks, pystacks,
-report"""
+report, torch"""
 import argparse
 import gzip
 import json
@@ -1200,11 +1200,79 @@ def section_report(a):
     emit(f"{key}_rss_mib", f"{max(peaks):.0f}")
 
 
+def section_torch(a):
+    """tptrace --torch: the cost of the window on tests/workloads/torch_train.py (Debian's
+    python3 + python3-torch 1.13): step time of a traced copy inside the window over an
+    untraced copy's steps at the same time"""
+    py = "/usr/bin/python3"
+    train = os.path.join(ROOT, "tests", "workloads", "torch_train.py")
+    keys = ("torch_window_step_ratio", "torch_window_cpu_ratio", "torch_after_step_ratio",
+            "torch_stop_pause_ms")
+    if subprocess.run([py, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode:
+        for k in keys:
+            na(k, "Debian's python3-torch is not installed")
+        return
+    # the untraced copy must still run when tptrace is gone: 1 s, attach, the 3 s window and
+    # the stop snippet's pause (~8 s here) at ~2.8 ms a step
+    steps = 6000
+    wall, cpu, after, pause = [], [], [], []
+    for rep in range(1 if a.quick else 3):
+        times = [tmp(f"torch{i}.times") for i in range(2)]
+        procs = [subprocess.Popen([py, train, str(steps), t, SIM_CUDART], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                 for t in times]
+        try:
+            for p in procs:
+                p.stdout.readline()  # READY
+            for p in procs:
+                p.stdin.write("GO\n")
+                p.stdin.flush()
+            time.sleep(1)
+            out = tmp("torch.json")
+            r = subprocess.run([TPTRACE, "-p", str(procs[0].pid), "--torch", "-d", "3", "-o",
+                                out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+            t_gone = time.monotonic_ns()
+            for p in procs:
+                p.communicate(timeout=300)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        if r.returncode:
+            for k in keys:
+                na(k, f"tptrace --torch exited {r.returncode}: {r.stderr.strip()[:200]}")
+            return
+        with open(out) as f:
+            w0, w1 = json.load(f)["tptrace"]["targets"][0]["torch"]["window_mono_ns"]
+        rows = [[tuple(int(x) for x in line.split()) for line in open(t)] for t in times]
+        end = min(rows[0][-1][0], rows[1][-1][0])
+
+        def pick(rs, lo, hi, col):
+            return [r[col] for r in rs if lo <= r[0] and r[0] + r[1] <= hi]
+
+        wall.append(med(pick(rows[0], w0, w1, 1)) / med(pick(rows[1], w0, w1, 1)))
+        cpu.append(med(pick(rows[0], w0, w1, 2)) / med(pick(rows[1], w0, w1, 2)))
+        if not pick(rows[1], t_gone, end, 1):
+            na("torch_after_step_ratio", "the untraced copy ended before tptrace did")
+        else:
+            after.append(med(pick(rows[0], t_gone, end, 1)) /
+                         med(pick(rows[1], t_gone, end, 1)))
+        pause.append(max(r[1] for r in rows[0]) / 1e6)
+    emit("torch_window_step_ratio", f"{med(wall):.2f}")
+    emit("torch_window_cpu_ratio", f"{med(cpu):.2f}")
+    if after:
+        emit("torch_after_step_ratio", f"{med(after):.2f}")
+    emit("torch_stop_pause_ms", f"{med(pause):.0f}")
+
+
 SECTIONS = [("probe", section_probe), ("ladder", section_ladder), ("bpfstats", section_bpfstats),
             ("pipeline", section_pipeline), ("attach", section_attach),
             ("analyzer", section_analyzer), ("fr", section_fr), ("frfoot", section_frfoot),
             ("stacks", section_stacks), ("pystacks", section_pystacks),
-            ("report", section_report)]
+            ("report", section_report), ("torch", section_torch)]
 
 
 def main():

@@ -1,0 +1,68 @@
+"""A PyTorch training loop for `tptrace --torch` (tests/e2e/test_torch.py, tests/bench).
+
+torch_train.py STEPS TIMES_FILE [LIBCUDART]: nn.Linear + ReLU + nn.Linear, SGD, seeded. Each
+step runs forward+loss inside record_function("custom_phase"), then backward and
+optimizer.step(); with LIBCUDART, inside record_function("launch_phase") it calls that
+runtime's cudaLaunchKernel through ctypes (the simulated runtime in the tests), so tptrace's
+probe of it must land inside that span. Prints "READY <pid>", waits for a line on stdin, then
+every 10 steps a deterministic line (the step number and the loss, from the seeded model), and
+appends to TIMES_FILE one line a step (flushed): its start (CLOCK_MONOTONIC ns), its wall time
+and the main thread's CPU time in it (ns; the CPU time leaves out the sleep and other
+processes, so it shows what a profiler left running would add). Ends
+with "DONE".
+TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after that line."""
+import ctypes
+import os
+import sys
+import time
+
+import torch
+from torch.autograd.profiler import record_function
+
+
+def launcher(path):
+	"""cudaLaunchKernel(func, grid, block, args, shmem, stream) of the runtime at path; dim3 by
+	value is two registers (x|y<<32, z) on x86-64 SysV."""
+	rt = ctypes.CDLL(path)
+	fn = rt.cudaLaunchKernel
+	fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64,
+		       ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+	fn.restype = ctypes.c_int
+	args = (ctypes.c_void_p * 1)()
+	return lambda: fn(ctypes.cast(fn, ctypes.c_void_p), 1 | (1 << 32), 1, 32 | (1 << 32), 1,
+			  args, 0, None)
+
+
+def main(steps, times_path, libcudart):
+	torch.manual_seed(0)
+	model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+				    torch.nn.Linear(128, 10))
+	opt = torch.optim.SGD(model.parameters(), lr=0.01)
+	x = torch.randn(32, 64)
+	y = torch.randn(32, 10)
+	launch = launcher(libcudart) if libcudart else None
+	times = open(times_path, "w")
+	print("READY", os.getpid(), flush=True)
+	sys.stdin.readline()
+	# TORCH_TRAIN_SLEEP=SEC: the main thread first sleeps in C (blocked for tptrace's door)
+	time.sleep(float(os.environ.get("TORCH_TRAIN_SLEEP", "0")))
+	for step in range(steps):
+		t0, c0 = time.monotonic_ns(), time.thread_time_ns()
+		with record_function("custom_phase"):
+			loss = torch.nn.functional.mse_loss(model(x), y)
+		opt.zero_grad()
+		loss.backward()
+		opt.step()
+		if launch is not None:
+			with record_function("launch_phase"):
+				launch()
+		# a step of a few ms, as a real job's: the profiler's cost is then a ratio
+		time.sleep(0.002)
+		times.write("%d %d %d\n" % (t0, time.monotonic_ns() - t0, time.thread_time_ns() - c0))
+		times.flush()
+		if step % 10 == 0:
+			print("step %d loss %.6f" % (step, loss.item()), flush=True)
+	print("DONE", flush=True)
+
+
+main(int(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

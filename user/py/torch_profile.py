@@ -1,0 +1,130 @@
+# tptrace --torch: torch.profiler inside the target for the trace window (user/torchprof.c).
+# Run on the target's main thread by user/pyrun.c: `run(args, state)` with args["op"] "start" or
+# "stop"; `state` is the only storage between the two calls. Never prints, imports only modules
+# torch itself has loaded, and leaves nothing behind: stop removes the hook and clears state.
+# Tested on torch 1.13 (legacy profiler, no Kineto); the 2.x paths follow its documented API.
+
+
+def marker(torch, time):
+	# record_function spans bracketed by CLOCK_MONOTONIC reads: tptrace maps the profiler's
+	# clock onto its own with them (a span starts inside [m0, ma] and ends inside [mb, m1]);
+	# a few of them, as the first call of a cold path is slow and its bracket wide
+	out = []
+	for _ in range(4):
+		rf = torch.autograd.profiler.record_function("tptrace#clock")
+		m0 = time.monotonic_ns()
+		rf.__enter__()
+		ma = time.monotonic_ns()
+		mb = time.monotonic_ns()
+		rf.__exit__(None, None, None)
+		m1 = time.monotonic_ns()
+		out.append([m0, ma, mb, m1])
+	return out
+
+
+def start(torch, args, state):
+	import sys
+	import time
+	import threading
+
+	if state.get("prof") is not None:
+		return {"error": "tptrace's profiler is already running in this process"}
+	if torch._C._autograd._profiler_enabled():
+		return {"error": "a torch profiler is already running in this process"}
+	acts = [torch.profiler.ProfilerActivity.CPU]
+	# CUDA activity means a CUPTI subscriber: only one at a time, and tptrace --gpu has one
+	cuda = bool(args.get("cuda")) and torch.cuda.is_available()
+	if cuda:
+		acts.append(torch.profiler.ProfilerActivity.CUDA)
+	optim = sys.modules.get("torch.optim.optimizer")
+	hook_api = getattr(optim, "register_optimizer_step_post_hook", None)
+	kw = {}
+	if hook_api is not None:
+		# 2.x: steps come from prof.step(), which records ProfilerStep#N only with a schedule
+		kw["schedule"] = lambda step: torch.profiler.ProfilerAction.RECORD
+	prof = torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True, **kw)
+	prof.start()
+	state["prof"] = prof
+	state["steps"] = 0
+	try:
+		# a job that ends inside the window must not end with the profiler on: 1.13's
+		# Python tracer then hangs the interpreter's exit. Stopped first thing at exit (its
+		# events are lost with the process); tptrace's stop unregisters it.
+		# (atexit is built into CPython: importing it reads no file; torch has it loaded)
+		import atexit
+		state["atexit"] = prof.stop
+		atexit.register(prof.stop)
+		if hook_api is not None:
+			def on_step(opt, a, k):
+				state["steps"] += 1
+				prof.step()
+			state["hook"] = hook_api(on_step)
+		clock = marker(torch, time)
+	except BaseException:
+		# nothing of ours stays on when the start fails half-way
+		if "hook" in state:
+			state["hook"].remove()
+		sys.modules["atexit"].unregister(prof.stop)
+		state.clear()
+		prof.stop()
+		raise
+	return {"clock": clock, "tid": threading.get_native_id(),
+		"snippet_file": marker.__code__.co_filename,
+		"torch": torch.__version__, "cuda": cuda,
+		"kineto": bool(torch.autograd.kineto_available()),
+		"steps": "optimizer_step_post_hook" if hook_api is not None else
+			 "Optimizer.step spans"}
+
+
+def stop(torch, args, state):
+	import sys
+	import time
+	import json
+
+	prof = state.get("prof")
+	if prof is None:
+		return {"error": "tptrace's profiler is not running in this process"}
+	clock = marker(torch, time)
+	steps = state.get("steps")
+	hook = state.pop("hook", None)
+	if hook is not None:
+		hook.remove()
+	sys.modules["atexit"].unregister(state.pop("atexit"))
+	try:
+		prof.stop()
+		events = prof.events()
+	finally:
+		state.clear()
+	stacks = {}
+	n = 0
+	marks = []
+	with open(args["path"], "w") as f:
+		for e in events:
+			if getattr(e, "device_type", None) is not None and e.device_type.name != "CPU":
+				continue
+			stack = tuple(e.stack or ())
+			sid = stacks.get(stack)
+			if sid is None:
+				sid = stacks[stack] = len(stacks)
+				f.write(json.dumps(["s", sid, list(stack)]) + "\n")
+			user = getattr(e, "is_user_annotation", None)
+			if user is None:
+				user = e.scope == 7	# at::RecordScope::USER_SCOPE: record_function
+			if e.name == "tptrace#clock":
+				marks.append([e.time_range.start, e.time_range.end, e.thread])
+			f.write(json.dumps(["e", e.name, e.thread, e.time_range.start, e.time_range.end,
+					    bool(user), sid, e.input_shapes or []]) + "\n")
+			n += 1
+	marks.sort()
+	return {"clock": clock, "events": n, "markers": marks, "steps": steps}
+
+
+def run(args, state):
+	import sys
+
+	torch = sys.modules.get("torch")
+	if torch is None or not hasattr(torch, "profiler"):
+		return {"error": "torch is not imported in this process"}
+	if args.get("op") == "start":
+		return start(torch, args, state)
+	return stop(torch, args, state)
