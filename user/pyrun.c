@@ -576,7 +576,8 @@ static const char wrapper_body[] =
 "    try:\n"
 "        os.rename(_tp_req, _tp_req + '.run')\n"
 "    except OSError:\n"
-"        return\n"
+"        if not _tp_keep:\n"
+"            return\n"
 "    try:\n"
 "        ns = {'__name__': '__tptrace__'}\n"
 "        exec(compile(_tp_src, '<tptrace snippet>', 'exec'), ns)\n"
@@ -614,7 +615,7 @@ static const char wrapper_body[] =
 "    pass\n";
 
 static char *build_text(struct pyrun *r, const char *snippet, const cJSON *args,
-			const char *req, const char *res)
+			const char *req, const char *res, bool keep)
 {
 	struct sbuf b = {};
 	char key[64];
@@ -626,6 +627,7 @@ static char *build_text(struct pyrun *r, const char *snippet, const cJSON *args,
 	sb_pystr(&b, req);
 	sb_str(&b, ", '_tp_res': ");
 	sb_pystr(&b, res);
+	sb_str(&b, keep ? ", '_tp_keep': True" : ", '_tp_keep': False");
 	sb_str(&b, ", '_tp_key': ");
 	sb_pystr(&b, key);
 	sb_str(&b, ", '_tp_src': ");
@@ -710,7 +712,7 @@ static int read_result(const char *path, cJSON **result)
 }
 
 int pyrun__exec(struct pyrun *r, const char *snippet, const cJSON *args, int timeout_ms,
-		cJSON **result, char *err, size_t errlen)
+		unsigned int flags, cJSON **result, char *err, size_t errlen)
 {
 	char req_h[PATH_MAX], req_t[PATH_MAX], res_h[PATH_MAX], res_t[PATH_MAX], name[32];
 	char run_h[PATH_MAX + 8];
@@ -733,7 +735,7 @@ int pyrun__exec(struct pyrun *r, const char *snippet, const cJSON *args, int tim
 		return e;
 	}
 	snprintf(run_h, sizeof(run_h), "%s.run", req_h);
-	text = build_text(r, snippet, args, req_t, res_t);
+	text = build_text(r, snippet, args, req_t, res_t, flags & PYRUN_KEEP_QUEUED);
 	if (!text) {
 		e = -errno;
 		set_err(err, errlen, "building the snippet's text: %s", strerror(-e));
@@ -811,6 +813,15 @@ int pyrun__exec(struct pyrun *r, const char *snippet, const cJSON *args, int tim
 				e = -ETIMEDOUT;
 				set_err(err, errlen, "process %d: the snippet started but did not finish "
 					"in %d s", r->pid, RUN_MAX_MS / 1000);
+				break;
+			}
+			if (flags & PYRUN_KEEP_QUEUED) {
+				main_thread_place(r, where, sizeof(where));
+				e = -ETIMEDOUT;
+				set_err(err, errlen, "process %d: the main thread reached no safe point "
+					"of the Python eval loop in %.1f s (it is in %s): the request "
+					"stays queued and runs when it returns to Python", r->pid,
+					(now_ms() - t0) / 1000.0, where);
 				break;
 			}
 			/* withdraw; a failed unlink means the snippet claimed it just now */

@@ -57,11 +57,15 @@ int pyrun__file(struct pyrun *r, const char *name, char *host_path, size_t hlen,
  * objects; may be NULL) on the main thread; wait up to timeout_ms for its result. 0 and
  * *result (the returned dict as a cJSON object, the caller frees it; "error" holds the
  * exception's type and message when the snippet raised); or -errno and one line in err:
- * -ETIMEDOUT (the main thread reached no safe point in time: "the main thread is blocked in
- * C (…) and did not reach a safe point in 5.0 s"), -ESRCH (the process exited), -EBUSY (no
+ * -ETIMEDOUT (the main thread reached no safe point in time; the request is withdrawn, or
+ * with PYRUN_KEEP_QUEUED left queued), -ESRCH (the process exited), -EBUSY (no
  * thread could be stopped outside the allocator/loader/locks in time), -EPERM. */
 int pyrun__exec(struct pyrun *r, const char *snippet, const struct cJSON *args, int timeout_ms,
-		struct cJSON **result, char *err, size_t errlen);
+		unsigned int flags, struct cJSON **result, char *err, size_t errlen);
+/* flags: a request that must run some day (a cleanup: stopping a profiler tptrace started) is
+ * not withdrawn at the timeout; it stays queued and runs when the main thread next reaches
+ * the eval loop, after tptrace has gone (its result then has nowhere to go, and is dropped). */
+#define PYRUN_KEEP_QUEUED	1u
 
 /* Whether a thread stopped in the function NAME may not be borrowed (allocator, loader, locks,
  * the interpreter's GIL, pending-call and lifecycle code). For tests/unit/test_pyrun. */

@@ -277,7 +277,7 @@ struct torchprof *torchprof__start(int pid, const struct torchprof_opts *o, char
 		set_err(err, errlen, "out of memory");
 		goto fail;
 	}
-	e = -pyrun__exec(tp->door, py_torch_profile, args, o->timeout_ms, &tp->start_res, err,
+	e = -pyrun__exec(tp->door, py_torch_profile, args, o->timeout_ms, 0, &tp->start_res, err,
 			 errlen);
 	if (e)
 		goto fail;
@@ -312,15 +312,16 @@ int torchprof__stop(struct torchprof *tp, char *err, size_t errlen)
 		snprintf(tp->error, sizeof(tp->error), "out of memory");
 		return -ENOMEM;
 	}
-	e = pyrun__exec(tp->door, py_torch_profile, args, timeout, &tp->stop_res, err, errlen);
+	e = pyrun__exec(tp->door, py_torch_profile, args, timeout, PYRUN_KEEP_QUEUED,
+			&tp->stop_res, err, errlen);
 	cJSON_Delete(args);
 	if (e) {
 		char why[512];
 
-		/* the withdrawn request never runs: say what that leaves in the process */
+		/* the stop stays queued: say what that leaves in the process meanwhile */
 		snprintf(why, sizeof(why), "%s", err);
 		set_err(err, errlen, "stopping the profiler: %s%s", why, e == -ETIMEDOUT ?
-			"; torch.profiler stays on in the process" : "");
+			"; torch.profiler records until then" : "");
 		snprintf(tp->error, sizeof(tp->error), "%s", err);
 		return e;
 	}
@@ -481,7 +482,7 @@ static int write_event(struct torchprof *tp, struct trace_json *tj, const cJSON 
 		char *d = cJSON_PrintUnformatted(dims);
 
 		if (d)
-			trace_json__arg_str(tj, "Input Dims", d);
+			trace_json__arg_raw(tj, "Input Dims", d);	/* a list, as Kineto's */
 		free(d);
 	}
 	if (st->joined[sid][0])
@@ -756,7 +757,8 @@ static int instr_call(struct torch_instr_run *r, const char *op, int timeout_ms,
 		set_err(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	e = pyrun__exec(r->door, py_torch_instr, args, timeout_ms, &res, err, errlen);
+	e = pyrun__exec(r->door, py_torch_instr, args, timeout_ms,
+			!strcmp(op, "stop") ? PYRUN_KEEP_QUEUED : 0, &res, err, errlen);
 	cJSON_Delete(args);
 	if (e)
 		return e;

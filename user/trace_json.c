@@ -707,6 +707,19 @@ void trace_json__arg_str(struct trace_json *tj, const char *key, const char *v)
 	put_str(tj, v);
 }
 
+void trace_json__arg_raw(struct trace_json *tj, const char *key, const char *json)
+{
+	if (tj->tee)
+		trace_json__arg_raw(tj->tee, key, json);
+	if (tj->pf) {
+		/* Perfetto's annotations have no JSON value of their own: the text */
+		trace_pf__arg_str(tj->pf, key, json);
+		return;
+	}
+	arg_key(tj, key);
+	puts_(tj, json);
+}
+
 void trace_json__arg_bool(struct trace_json *tj, const char *key, bool v)
 {
 	if (tj->tee)

@@ -26,6 +26,9 @@ void trace_json__arg_i64(struct trace_json *tj, const char *key, int64_t v);
 void trace_json__arg_f64(struct trace_json *tj, const char *key, double v);
 void trace_json__arg_str(struct trace_json *tj, const char *key, const char *v);
 void trace_json__arg_bool(struct trace_json *tj, const char *key, bool v);
+/* json: a complete JSON value the caller made (e.g. by cJSON), written as is; .pftrace gets
+ * it as text */
+void trace_json__arg_raw(struct trace_json *tj, const char *key, const char *json);
 void trace_json__arg_hex(struct trace_json *tj, const char *key, uint64_t v);
 void trace_json__arg_dim3(struct trace_json *tj, const char *key, uint32_t x, uint32_t y, uint32_t z);
 /* Extra top-level member of the event itself (e.g. "id", "bp"), raw JSON value. */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The pyrun door alone (tests/e2e/test_pyrun.py):
- *   pyrun_exec PID SNIPPET.py ARGS_JSON TIMEOUT_MS [COUNT]
- * runs the snippet COUNT times (default 1) in PID through user/pyrun.c and prints each result
+ *   pyrun_exec PID SNIPPET.py ARGS_JSON TIMEOUT_MS [COUNT [keep]]
+ * runs the snippet COUNT times (default 1; "keep": PYRUN_KEEP_QUEUED) in PID through user/pyrun.c and prints each result
  * as one JSON line, or "error: <errno name>: <line>" and exits 1. */
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +39,7 @@ int main(int argc, char **argv)
 	cJSON *args, *res;
 	char *src;
 	int count = argc > 5 ? atoi(argv[5]) : 1, rc = 0;
+	unsigned int flags = argc > 6 && !strcmp(argv[6], "keep") ? PYRUN_KEEP_QUEUED : 0;
 
 	if (argc < 5) {
 		fprintf(stderr, "usage: pyrun_exec PID SNIPPET.py ARGS_JSON TIMEOUT_MS [COUNT]\n");
@@ -57,7 +58,8 @@ int main(int argc, char **argv)
 	}
 	printf("version %s\n", pyrun__version(r));
 	for (int i = 0; i < count && !rc; i++) {
-		int e = pyrun__exec(r, src, args, atoi(argv[4]), &res, err, sizeof(err));
+		int e = pyrun__exec(r, src, args, atoi(argv[4]), flags, &res, err,
+				    sizeof(err));
 		char *s;
 
 		if (e) {

@@ -43,10 +43,11 @@ def snippet():
     return path
 
 
-def door(pid, args, timeout_ms=5000, count=1, env=None):
+def door(pid, args, timeout_ms=5000, count=1, env=None, keep=False):
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run([EXEC, str(pid), snippet(), json.dumps(args), str(timeout_ms), str(count)],
+    p = subprocess.run([EXEC, str(pid), snippet(), json.dumps(args), str(timeout_ms), str(count)]
+                       + (["keep"] if keep else []),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
                        env=e)
     lines = p.stdout.splitlines()
@@ -178,6 +179,26 @@ def test_blocked_in_sleep_is_refused_and_withdrawn():
         assert not os.path.exists(marker), "the withdrawn request ran"
         rc, lines, err = door(w.pid, {"echo": 7})
         assert rc == 0 and json.loads(lines[1])["echo"] == 7, (lines, err)
+        check_clean(w)
+    finally:
+        w.kill()
+
+
+def test_keep_queued_runs_later():
+    """a cleanup request (PYRUN_KEEP_QUEUED) is not withdrawn: it runs when the main thread is
+    back in Python, after the door has gone"""
+    w = target("/usr/bin/python3", "sleep", 3)
+    marker = tmp_path("pyrun_kept")
+    if os.path.exists(marker):
+        os.unlink(marker)
+    try:
+        rc, lines, err = door(w.pid, {"echo": 0, "marker": marker}, timeout_ms=500, keep=True)
+        assert rc == 1 and "ETIMEDOUT" in lines[1] and "stays queued" in lines[1], (lines, err)
+        assert w.out.wait_for(lambda l: l == "AWAKE", 10), w.out.text()
+        end = time.monotonic() + 5
+        while not os.path.exists(marker) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert os.path.exists(marker), "the kept request did not run"
         check_clean(w)
     finally:
         w.kill()

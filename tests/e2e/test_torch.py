@@ -17,6 +17,7 @@ simulated runtime's cudaLaunchKernel through ctypes. Traced with `--torch -d 3` 
 Refusals, each one line and a non-zero exit: a Python without torch, Python 3.8, a main thread
 blocked in C (which runs on unharmed), and 1.13's missing APIs."""
 import bisect
+import json
 import os
 import statistics
 import subprocess
@@ -179,9 +180,11 @@ def test_torch_profile_merged():
     addmm = [e for e in torch_ev if e["name"] == "aten::addmm"]
     relu = [e for e in torch_ev if e["name"] == "aten::relu"]
     assert addmm and relu and all(e["cat"] == "cpu_op" for e in addmm + relu)
-    dims = {e["args"]["Input Dims"] for e in addmm}
-    assert dims == {"[[128],[32,64],[64,128],[],[]]", "[[10],[32,128],[128,10],[],[]]"}, dims
-    assert {e["args"]["Input Dims"] for e in relu} == {"[[32,128]]"}
+    # lists, as Kineto writes them (HTA reads them as such)
+    dims = {json.dumps(e["args"]["Input Dims"]) for e in addmm}
+    assert dims == {"[[128], [32, 64], [64, 128], [], []]",
+                    "[[10], [32, 128], [128, 10], [], []]"}, dims
+    assert {json.dumps(e["args"]["Input Dims"]) for e in relu} == {"[[32, 128]]"}
     assert "torch/nn/modules/linear.py" in addmm[0]["args"]["Call stack"]
     assert "torch_train.py" in addmm[0]["args"]["Call stack"]
     # the forward's ops sit in the user's span (tptrace's own snippet events are not there);
