@@ -34,6 +34,23 @@ def python_for(path, tool):
     return path
 
 
+PYENV = "/root/.pyenv/versions"
+
+
+def pyenv_python(minor):
+    """The newest pyenv 3.<minor>.x interpreter; Skip saying so when there is none."""
+    try:
+        versions = [v for v in os.listdir(PYENV) if v.startswith(f"3.{minor}.")]
+    except OSError:
+        versions = []
+    versions.sort(key=lambda v: [int(x) for x in v.split(".") if x.isdigit()])
+    for v in reversed(versions):
+        path = os.path.join(PYENV, v, "bin", "python3")
+        if os.access(path, os.X_OK):
+            return path
+    raise Skip(f"no CPython 3.{minor} under {PYENV}")
+
+
 def need_root():
     if os.geteuid() != 0:
         raise Skip("needs root for BPF")

@@ -19,29 +19,14 @@ import subprocess
 import time
 
 from lib import (CUDA_LIB, E2E_BIN, ROOT, SIM_LIB, Skip, Tracer, Workload, check_valid_trace,
-                 load_trace, need_root, tmp_path, trace_workload)
+                 load_trace, need_root, pyenv_python, tmp_path, trace_workload)
 
 PY_STACKS = os.path.join(ROOT, "tests", "workloads", "py_stacks.py")
 REAL_CUDART = os.path.join(CUDA_LIB, "libcudart.so.13")
 SIM_CUDART = os.path.join(SIM_LIB, "libcudart.so.13")
 DEBIAN_PY = "/usr/bin/python3"
-PYENV = "/root/.pyenv/versions"
 EPS = 0.0005  # µs: trace times are ns written with 3 decimals
 KNOB = "TPTRACE_TEST_COUNTERS_UNREADABLE"
-
-
-def pyenv_python(minor):
-    """The newest pyenv 3.<minor>.x interpreter; Skip saying so when there is none."""
-    try:
-        versions = [v for v in os.listdir(PYENV) if v.startswith(f"3.{minor}.")]
-    except OSError:
-        versions = []
-    versions.sort(key=lambda v: [int(x) for x in v.split(".") if x.isdigit()])
-    for v in reversed(versions):
-        path = os.path.join(PYENV, v, "bin", "python3")
-        if os.access(path, os.X_OK):
-            return path
-    raise Skip(f"no CPython 3.{minor} under {PYENV}")
 
 
 def version_of(python):

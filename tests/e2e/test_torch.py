@@ -23,14 +23,13 @@ import statistics
 import subprocess
 import time
 
-from lib import (ROOT, SIM_LIB, Skip, Tracer, Workload, load_trace, need_root, run_tptrace,
-                 tmp_path)
+from lib import (ROOT, SIM_LIB, Skip, Tracer, Workload, load_trace, need_root, pyenv_python,
+                 run_tptrace, tmp_path)
 
 TRAIN = os.path.join(ROOT, "tests", "workloads", "torch_train.py")
 PY_CUDART = os.path.join(ROOT, "tests", "workloads", "py_cudart.py")
 SIM_CUDART = os.path.join(SIM_LIB, "libcudart.so.13")
 DEBIAN_PY = "/usr/bin/python3"
-PYENV = "/root/.pyenv/versions"
 # the main thread's CPU time per step after the window over an untraced copy's at the same
 # time (medians): a profiler left on makes it ~1.6 (torch 1.13 here: 0.60 ms -> 0.98 ms)
 STEP_FACTOR = 1.25
@@ -47,19 +46,6 @@ def need_torch():
         raise Skip("Debian's python3-torch is not installed (make deps installs it)")
     if not os.path.exists(SIM_CUDART):
         raise AssertionError(f"{SIM_CUDART} not built (make test)")
-
-
-def pyenv_python(minor):
-    try:
-        versions = [v for v in os.listdir(PYENV) if v.startswith(f"3.{minor}.")]
-    except OSError:
-        versions = []
-    versions.sort(key=lambda v: [int(x) for x in v.split(".") if x.isdigit()])
-    for v in reversed(versions):
-        path = os.path.join(PYENV, v, "bin", "python3")
-        if os.access(path, os.X_OK):
-            return path
-    raise Skip(f"no CPython 3.{minor} under {PYENV}")
 
 
 def train(steps, times, env=None, lib=SIM_CUDART):
