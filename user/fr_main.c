@@ -693,7 +693,7 @@ int fr_main(int argc, char **argv)
 		torch[i] = torch_instr__start(env.pids[i], TORCH_FR_DUMP, NULL,
 					      (int)(env.torch_timeout * 1000), terr, sizeof(terr));
 		if (!torch[i]) {
-			log_error("--torch-dump: pid %d: %s\n", env.pids[i], terr);
+			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
 			goto cleanup;
 		}
 	}
@@ -885,7 +885,7 @@ int fr_main(int argc, char **argv)
 
 		snprintf(path, sizeof(path), "%s/torch_fr.%d.pickle", env.dump_dir, env.pids[i]);
 		if (torch_instr__stop(torch[i], path, terr, sizeof(terr))) {
-			log_error("--torch-dump: pid %d: %s\n", env.pids[i], terr);
+			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
 			ret = 1;
 		} else {
 			log_info("--torch-dump: pid %d: wrote %s\n", env.pids[i], path);

@@ -253,7 +253,7 @@ int mem_main(int argc, char **argv)
 					   (int)(env.torch_timeout * 1000), torch_err,
 					   sizeof(torch_err));
 		if (!torch) {
-			log_error("--torch-history: pid %d: %s\n", t->pid, torch_err);
+			log_error("--torch-history: %s\n", torch__err_line(t->pid, torch_err));
 			goto cleanup;
 		}
 	}
@@ -343,7 +343,7 @@ int mem_main(int argc, char **argv)
 			goto cleanup;
 		}
 		if (torch_instr__stop(torch, torch_path, torch_err, sizeof(torch_err))) {
-			log_error("--torch-history: pid %d: %s\n", t->pid, torch_err);
+			log_error("--torch-history: %s\n", torch__err_line(t->pid, torch_err));
 			goto cleanup;
 		}
 		log_info("--torch-history: wrote PyTorch's own snapshot to %s\n", torch_path);

@@ -877,3 +877,16 @@ void torch_instr__free(struct torch_instr_run *r)
 	cJSON_Delete(r->logs);
 	free(r);
 }
+
+const char *torch__err_line(int pid, const char *err)
+{
+	static __thread char buf[1024];
+	char own[32];
+
+	snprintf(own, sizeof(own), "process %d", pid);
+	if (strstr(err, own))
+		snprintf(buf, sizeof(buf), "%s", err);
+	else
+		snprintf(buf, sizeof(buf), "pid %d: %s", pid, err);
+	return buf;
+}

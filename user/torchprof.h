@@ -77,4 +77,9 @@ void torch_instr__free(struct torch_instr_run *r);
 /* --torch-logs LIST: "recompiles", "graph_breaks", comma separated. 0 or -EINVAL. */
 int torch_logs__check(const char *list);
 
+/* "pid N: ERR", or ERR alone where it already names the process (the door's lines do):
+ * what the callers' one error line carries after the flag's name. In a per-thread buffer,
+ * valid until the next call. */
+const char *torch__err_line(int pid, const char *err);
+
 #endif

@@ -808,7 +808,7 @@ static int start_torch(struct trace_session *s)
 				int e = errno ? -errno : -EINVAL;
 
 				snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
-				log_error("--torch: pid %d: %s\n", pid, err);
+				log_error("--torch: %s\n", torch__err_line(pid, err));
 				return e;
 			}
 		}
@@ -816,7 +816,7 @@ static int start_torch(struct trace_session *s)
 			p->torch_logs = torch_instr__start(pid, TORCH_LOGS, env.torch_logs,
 							  timeout_ms, err, sizeof(err));
 			if (!p->torch_logs) {
-				log_error("--torch-logs: pid %d: %s\n", pid, err);
+				log_error("--torch-logs: %s\n", torch__err_line(pid, err));
 				return errno ? -errno : -EINVAL;
 			}
 		}
@@ -848,13 +848,13 @@ static int stop_torch(struct trace_session *s)
 		}
 		if (p->torch && torchprof__stop(p->torch, err, sizeof(err))) {
 			snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
-			log_error("--torch: pid %d: %s\n", p->t->pid, err);
+			log_error("--torch: %s\n", torch__err_line(p->t->pid, err));
 			ret = -1;
 		}
 		if (p->torch_logs) {
 			torch_logs_path(path, sizeof(path), p->t->pid);
 			if (torch_instr__stop(p->torch_logs, path, err, sizeof(err))) {
-				log_error("--torch-logs: pid %d: %s\n", p->t->pid, err);
+				log_error("--torch-logs: %s\n", torch__err_line(p->t->pid, err));
 				ret = -1;
 			} else {
 				log_info("--torch-logs: pid %d: wrote %s\n", p->t->pid, path);
@@ -892,7 +892,7 @@ static int merge_torch(struct trace_session *s)
 		if (torchprof__write(p->torch, s->tj, s->start_mono, err, sizeof(err))) {
 			/* stop's failure already has its line */
 			if (!p->torch_err[0])
-				log_error("--torch: pid %d: %s\n", p->t->pid, err);
+				log_error("--torch: %s\n", torch__err_line(p->t->pid, err));
 			ret = -1;
 			continue;
 		}
