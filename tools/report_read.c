@@ -928,7 +928,9 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 		goto cleanup;
 	}
 	if (!in->nr) {
-		snprintf(err, errsz, "empty trace: no CUDA, NCCL or GPU events recorded");
+		/* say what it does hold: a --torch trace of a CPU-only job has only torch's ops */
+		snprintf(err, errsz, "no CUDA, NCCL or GPU events recorded (%zu other events: "
+			 "the report judges GPU work)", in->events_read);
 		goto cleanup;
 	}
 	for (size_t i = 0; i < in->nr; i++) {
