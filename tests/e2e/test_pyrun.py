@@ -317,8 +317,10 @@ def test_target_with_its_own_tmp():
     directory is made in the target's /tmp, through /proc/PID/root"""
     python_for("/usr/bin/python3", EXEC)
     before = {d for d in os.listdir("/tmp") if d.startswith("tptrace-py-")}
+    # the script is read before the mount: the checkout itself may live under /tmp
     w = Workload(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                  f"mount -t tmpfs tptrace-test /tmp && exec /usr/bin/python3 {TARGET} spin"])
+                  'src=$(cat "$0") && mount -t tmpfs tptrace-test /tmp && '
+                  'exec /usr/bin/python3 -c "$src" spin', TARGET])
     try:
         rc, lines, err = door(w.pid, {"echo": 6}, env={"TPTRACE_PYRUN_DEBUG": "1"})
         assert rc == 0 and json.loads(lines[1])["echo"] == 6, (lines, err)
