@@ -31,8 +31,11 @@ PY_CUDART = os.path.join(ROOT, "tests", "workloads", "py_cudart.py")
 SIM_CUDART = os.path.join(SIM_LIB, "libcudart.so.13")
 DEBIAN_PY = "/usr/bin/python3"
 # the main thread's CPU time per step after the window over an untraced copy's at the same
-# time (medians): a profiler left on makes it ~1.6 (torch 1.13 here: 0.60 ms -> 0.98 ms)
-STEP_FACTOR = 1.25
+# time (medians): a profiler left on makes it 1.34-1.6 (torch 1.13 here: 0.60 ms -> 0.98 ms);
+# a clean stop gave 1.01-1.15 and, in a CI run on the loaded VM, ~1.2. A profiler left on is
+# caught exactly by the job's own flag (the times file's 4th column); this bound is for any
+# other slowdown that outlives the window
+STEP_FACTOR = 1.5
 # ... and over the job's own steps before the window, in other seconds of a shared machine
 BEFORE_FACTOR = 2.0
 
@@ -126,9 +129,16 @@ def test_torch_profile_merged():
         # loosely against the job's own steps before tptrace came
         rows, ref = read_times(times), read_times(ref_times)
         end = min(rows[-1][0], ref[-1][0])
-        after = [c for t0, dt, c in rows if t_gone < t0 <= end]
-        same_time = [c for t0, dt, c in ref if t_gone < t0 <= end]
-        before = [c for t0, dt, c in rows if t0 + dt < t_attach]
+        # only while both run steps: the copy's start (importing torch, its first steps)
+        # loads the 2 CPUs and would weigh on the traced job's steps alone (1.34 seen in CI)
+        start = max(t_gone, ref[min(20, len(ref) - 1)][0])
+        after = [c for t0, dt, c, on in rows if start < t0 <= end]
+        same_time = [c for t0, dt, c, on in ref if start < t0 <= end]
+        before = [c for t0, dt, c, on in rows if t0 + dt < t_attach]
+        # the job's own view of the profiler: on during the window, off before and after it
+        assert not [r for r in rows if r[3] and (r[0] + r[1] < t_attach or r[0] > t_gone)], \
+            "torch.profiler on outside the window"
+        assert sum(r[3] for r in rows) > 50, "the profiler never seen on in the job"
         assert min(len(after), len(same_time), len(before)) > 50, \
             (len(after), len(same_time), len(before))
         ratio = statistics.median(after) / statistics.median(same_time)
@@ -190,8 +200,8 @@ def test_torch_profile_merged():
     opt = [e for e in torch_ev if e["name"] == "Optimizer.step#SGD.step"]
     assert len(psteps) == len(opt) == meta["steps"], (len(psteps), len(opt), meta["steps"])
     assert sorted(int(e["name"].split("#")[1]) for e in psteps) == list(range(len(psteps)))
-    within = sum(1 for t0, dt, _ in rows if w0 <= t0 and t0 + dt <= w1)
-    overlap = sum(1 for t0, dt, _ in rows if t0 < w1 and t0 + dt > w0)
+    within = sum(1 for t0, dt, *_ in rows if w0 <= t0 and t0 + dt <= w1)
+    overlap = sum(1 for t0, dt, *_ in rows if t0 < w1 and t0 + dt > w0)
     assert within <= len(psteps) <= overlap and within > 100, (within, len(psteps), overlap)
 
     # a launch sits under the op that issued it

@@ -6,9 +6,10 @@ optimizer.step(); with LIBCUDART, inside record_function("launch_phase") it call
 runtime's cudaLaunchKernel through ctypes (the simulated runtime in the tests), so tptrace's
 probe of it must land inside that span. Prints "READY <pid>", waits for a line on stdin, then
 every 10 steps a deterministic line (the step number and the loss, from the seeded model), and
-appends to TIMES_FILE one line a step (flushed): its start (CLOCK_MONOTONIC ns), its wall time
-and the main thread's CPU time in it (ns; the CPU time leaves out the sleep and other
-processes, so it shows what a profiler left running would add). Ends
+appends to TIMES_FILE one line a step (flushed): its start (CLOCK_MONOTONIC ns), its wall time,
+the main thread's CPU time in it (ns; the CPU time leaves out the sleep and other
+processes, so it shows what a profiler left running would add), and 1 when a torch profiler
+was on at the step's end (torch._C._autograd._profiler_enabled()), else 0. Ends
 with "DONE".
 TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after that line."""
 import ctypes
@@ -58,7 +59,8 @@ def main(steps, times_path, libcudart):
 				launch()
 		# a step of a few ms, as a real job's: the profiler's cost is then a ratio
 		time.sleep(0.002)
-		times.write("%d %d %d\n" % (t0, time.monotonic_ns() - t0, time.thread_time_ns() - c0))
+		times.write("%d %d %d %d\n" % (t0, time.monotonic_ns() - t0, time.thread_time_ns() - c0,
+						 torch._C._autograd._profiler_enabled()))
 		times.flush()
 		if step % 10 == 0:
 			print("step %d loss %.6f" % (step, loss.item()), flush=True)
