@@ -369,6 +369,8 @@ int ustack__compact(const struct ustack *s, char *buf, size_t size)
 
 		if (f->unresolved)
 			PUT("%s<unresolved code 0x%llx>", i ? " < " : "", (unsigned long long)f->code);
+		else if (f->line <= 0)	/* line unknown: never printed as a line number */
+			PUT("%s%s:? %s", i ? " < " : "", base_name(f->file), f->func ? f->func : "?");
 		else
 			PUT("%s%s:%d %s", i ? " < " : "", base_name(f->file), f->line,
 			    f->func ? f->func : "?");

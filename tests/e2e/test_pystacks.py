@@ -135,7 +135,7 @@ def check_churn(late, scenario="churn", n=300):
     py = interpreter(DEBIAN_PY)
     head, recs, summary, exp = run(py, scenarios=[scenario],
                                    dump_args=["--late"] if late else [])
-    right = unresolved = 0
+    right = unresolved = line_unknown = 0
     wrong = []
     for k, frames in exp["calls"].items():
         got = recs[int(k)]["py"][0]
@@ -143,10 +143,15 @@ def check_churn(late, scenario="churn", n=300):
             unresolved += 1
         elif got == frames[0]:
             right += 1
+        elif got[2] == 0 and got[:2] == frames[0][:2] and got[3:] == frames[0][3:]:
+            # the right function whose line could not be computed (0: unknown, never
+            # printed as a line; seen once in ~300 in a CI run): not wrong
+            line_unknown += 1
         else:
             wrong.append((k, got, frames[0]))
     assert not wrong, wrong[:5]
-    assert right + unresolved == n
+    assert line_unknown <= n // 50, line_unknown
+    assert right + unresolved + line_unknown == n
     codes = {recs[int(k)]["code"] for k in exp["calls"]}
     assert len(codes) < n, "no code object address was reused: the case was not exercised"
     return right, unresolved

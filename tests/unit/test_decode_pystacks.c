@@ -385,9 +385,22 @@ static void test_off(const char *path)
 	cJSON_Delete(trace);
 }
 
+/* a frame whose line could not be computed (0) never shows a line number */
+static void test_line_unknown(void)
+{
+	struct ustack_frame fr[] = { FWD(0), STEP(22) };
+	struct ustack st = { .id = 0x301, .pid = 4000, .nr_py = 2, .py = fr };
+	char buf[256];
+
+	ustack__compact(&st, buf, sizeof(buf));
+	CHECK_STR(buf, "model.py:? forward < train.py:22 Model.step");
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/tptrace-pystacks.XXXXXX", path[128];
+
+	test_line_unknown();
 
 	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
 	snprintf(path, sizeof(path), "%s/slices.json", dir);
