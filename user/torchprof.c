@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include "pyrun.h"
 #include "torchprof.h"
+#include "util.h"
 #include "trace_json.h"
 #include "py_snippets.h"	/* py_torch_profile, py_torch_instr: from user/py, generated */
 
@@ -69,19 +70,6 @@ static int64_t round_i64(double x)
 static bool whole(double x)
 {
 	return x == (double)(int64_t)x;
-}
-
-static void set_err(char *err, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
 }
 
 static double num(const cJSON *o, const char *key, double dflt)
