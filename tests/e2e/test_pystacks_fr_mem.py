@@ -58,7 +58,8 @@ class PyJob:
     """nranks rank processes of py_nccl_coll.py under one interpreter, recorded by
     `tptrace fr --py-stacks`"""
 
-    def __init__(self, python, nranks, steps, culprit=-1, name="pyfr", all_procs=False):
+    def __init__(self, python, nranks, steps, culprit=-1, name="pyfr", all_procs=False,
+                 step_gap_ms=0):
         """all_procs: `tptrace fr -a` started first; the ranks are recorded from their exec"""
         self.dir = tmp_path(name)
         subprocess.run(["rm", "-rf", self.dir], check=True)
@@ -74,17 +75,18 @@ class PyJob:
                                       "--dump-dir", self.dump_dir], ready=False)
                 assert self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 30), \
                     self.tracer.err.text()
-            self._start(python, nranks, steps, culprit, id_file, all_procs)
+            self._start(python, nranks, steps, culprit, id_file, all_procs, step_gap_ms)
         except BaseException:
             self.kill()     # never leave a recorder or a rank behind
             raise
 
-    def _start(self, python, nranks, steps, culprit, id_file, all_procs):
+    def _start(self, python, nranks, steps, culprit, id_file, all_procs, step_gap_ms):
         for r in range(nranks):
             self.ranks.append(Workload([python, PY_COLL, "--rank", str(r), "--nranks",
                                         str(nranks), "--id-file", id_file, "--lib-dir",
                                         SIM_LIB, "--steps", str(steps), "--culprit",
-                                        str(culprit), "--expect", self.expect[r]],
+                                        str(culprit), "--expect", self.expect[r],
+                                        "--step-gap-ms", str(step_gap_ms)],
                                        env={"RANK": str(r), "WORLD_SIZE": str(nranks),
                                             "LOCAL_RANK": str(r)}, wait_ready=False))
         for w in self.ranks:     # they rendezvous in ncclCommInitRank before READY
@@ -203,7 +205,10 @@ def test_fr_py_frames_culprit_in_verdict():
     rank 1's last collective call site (the all_gather line of step 1, completed) and the
     line ranks 0 and 2 called the all_reduce they wait in, in --json and in the text"""
     need_root()
-    job = PyJob(interpreter(DEBIAN_PY), 3, 3, culprit=1, name="pyfr-culprit")
+    # steps 30 ms apart: the comm was created before attach, so tptrace-fr aligns the ranks'
+    # seqs by their order and creation times; with 1 ms steps (the ranks' skew under load) a
+    # shift by one step matched as well and CI once read rank 1 as having completed seq 5
+    job = PyJob(interpreter(DEBIAN_PY), 3, 3, culprit=1, name="pyfr-culprit", step_gap_ms=30)
     try:
         for w in job.ranks:
             w.go()

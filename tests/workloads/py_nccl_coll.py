@@ -104,6 +104,8 @@ def main():
     for k in ("--rank", "--nranks", "--steps"):
         ap.add_argument(k, type=int, required=True)
     ap.add_argument("--culprit", type=int, default=-1)
+    # host work between steps: real steps are tens of ms, far apart next to the ranks' skew
+    ap.add_argument("--step-gap-ms", type=float, default=0)
     for k in ("--id-file", "--lib-dir", "--expect"):
         ap.add_argument(k, required=True)
     a = ap.parse_args()
@@ -112,6 +114,8 @@ def main():
     if not sys.stdin.readline().startswith("GO"):
         sys.exit("py_nccl_coll: stdin closed before GO")
     for s in range(a.steps):
+        if s and a.step_gap_ms:
+            time.sleep(a.step_gap_ms / 1000)
         print(f"# step {s}", flush=True)
         t.step(s == a.steps - 1)
     write_expect(a.expect)
