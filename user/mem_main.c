@@ -133,9 +133,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.torch_history = true;
 		break;
 	case OPT_TORCH_TIMEOUT:
-		if (session__parse_seconds(arg, &env.torch_timeout) || env.torch_timeout > 3600)
-			argp_error(state, "invalid --torch-timeout '%s' (seconds > 0, at most 3600)",
-				   arg);
+		if (torch__parse_timeout(arg, &env.torch_timeout))
+			argp_error(state, TORCH_TIMEOUT_INVALID, arg);
 		break;
 	case OPT_RING_MB:
 		if (session__parse_ring_mb(arg, &env.ring_mb))

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "pyrun.h"
+#include "session.h"
 #include "torchprof.h"
 #include "util.h"
 #include "trace_json.h"
@@ -877,4 +878,14 @@ const char *torch__err_line(int pid, const char *err)
 	else
 		snprintf(buf, sizeof(buf), "pid %d: %s", pid, err);
 	return buf;
+}
+
+int torch__parse_timeout(const char *arg, double *sec)
+{
+	double v;
+
+	if (session__parse_seconds(arg, &v) || v > 3600)
+		return -EINVAL;
+	*sec = v;
+	return 0;
 }

@@ -82,4 +82,8 @@ int torch_logs__check(const char *list);
  * valid until the next call. */
 const char *torch__err_line(int pid, const char *err);
 
+/* --torch-timeout SEC of every command: seconds > 0, at most an hour. 0 or -EINVAL. */
+int torch__parse_timeout(const char *arg, double *sec);
+#define TORCH_TIMEOUT_INVALID "invalid --torch-timeout '%s' (seconds > 0, at most 3600)"
+
 #endif

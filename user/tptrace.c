@@ -173,8 +173,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.torch_logs = arg;
 		break;
 	case OPT_TORCH_TIMEOUT:
-		if (session__parse_seconds(arg, &env.torch_timeout) || env.torch_timeout > 3600)
-			argp_error(state, "invalid --torch-timeout '%s' (seconds > 0, at most 3600)", arg);
+		if (torch__parse_timeout(arg, &env.torch_timeout))
+			argp_error(state, TORCH_TIMEOUT_INVALID, arg);
 		break;
 	case ARGP_KEY_ARG:
 		argp_error(state, "unexpected argument '%s'", arg);
