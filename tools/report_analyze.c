@@ -33,6 +33,7 @@ struct proc {
 	const struct rproc *rp;
 	int rank;
 	size_t *host, nr_host;	/* indices into in->ev, by ts */
+	bool mem;		/* it has memory counters (--mem) */
 	size_t *gpu, nr_gpu;	/* GPU work (kernels, copies, memsets, syncs), by ts */
 	struct ival *busy;	/* merged busy intervals (kernels, copies, memsets) */
 	size_t nr_busy;
@@ -247,8 +248,12 @@ static int build_procs(struct ctx *c)
 
 			if (ev->kind >= RK_KERNEL && ev->kind <= RK_GPU_SYNC)
 				continue;
-			if (ev->kind == RK_MEM_COUNTER)
+			if (ev->kind == RK_MEM_COUNTER) {
+				for (size_t k = first; k < c->nr_procs; k++)
+					if (c->procs[k].rp->pid == ev->pid)
+						c->procs[k].mem = true;
 				continue;
+			}
 			for (size_t k = first; k < c->nr_procs; k++)
 				if (c->procs[k].rp->pid == ev->pid) {
 					c->procs[k].host[c->procs[k].nr_host++] = e;
@@ -304,9 +309,10 @@ static int build_procs(struct ctx *c)
 			qsort(p->gpu, p->nr_gpu, sizeof(size_t), cmp_ev_ts);
 		}
 	}
-	/* drop processes with no host call (a pid named in metadata only) */
+	/* drop processes with no host call and no memory counter (a pid named in metadata only;
+	 * a --mem trace of a process whose calls were all made before attach has counters only) */
 	for (size_t k = 0; k < c->nr_procs;) {
-		if (c->procs[k].nr_host) {
+		if (c->procs[k].nr_host || c->procs[k].mem) {
 			k++;
 			continue;
 		}
@@ -447,6 +453,11 @@ static void steps_markers(struct ctx *c, struct proc *p)
 			best = v, tid = e->tid;
 	}
 	u64map__clear(&per_tid);
+	if (!best) {
+		snprintf(p->method_detail, sizeof(p->method_detail), "no CUDA or NCCL calls in the "
+			 "trace of pid %u (memory events only)", p->rp->pid);
+		return;
+	}
 	tok = calloc(p->nr_host + 1, sizeof(*tok));
 	idx = calloc(p->nr_host + 1, sizeof(*idx));
 	if (!tok || !idx)
@@ -1336,6 +1347,8 @@ static void rule_memory(struct ctx *c, struct proc *p)
 	const struct rev *ev = p->in->ev;
 	uint64_t alloc[128] = {}, peak_resv[128] = {}, alloc_at_peak[128] = {},
 		 peak_alloc[128] = {};
+	const struct rev *peak_ev[128] = {};
+	bool in_peak[128] = {};
 	size_t ooms = 0;
 	const struct rev *first_oom = NULL;
 	char title[200], rl[32];
@@ -1349,13 +1362,25 @@ static void rule_memory(struct ctx *c, struct proc *p)
 		if (e->pid != p->rp->pid)
 			continue;
 		if (e->kind == RK_MEM_COUNTER) {
+			/* Allocated at the peak: the most allocated while reserved stays at its
+			 * peak. The allocator reserves a segment before it hands out the block
+			 * that needed it (the reserved counter moves first), and the smallest
+			 * unused share is the one the finding may claim. */
 			if (e->flags & RF_RESERVED) {
-				if (e->bytes > peak_resv[d])
-					peak_resv[d] = e->bytes, alloc_at_peak[d] = alloc[d];
+				if (e->bytes > peak_resv[d]) {
+					peak_resv[d] = e->bytes;
+					alloc_at_peak[d] = alloc[d];
+					peak_ev[d] = e;
+				} else if (e->bytes == peak_resv[d] && alloc[d] > alloc_at_peak[d]) {
+					alloc_at_peak[d] = alloc[d];
+				}
+				in_peak[d] = e->bytes == peak_resv[d];
 			} else {
 				alloc[d] = e->bytes;
 				if (e->bytes > peak_alloc[d])
 					peak_alloc[d] = e->bytes;
+				if (in_peak[d] && e->bytes > alloc_at_peak[d])
+					alloc_at_peak[d] = e->bytes;
 			}
 		} else if (e->kind == RK_OOM) {
 			ooms++;
@@ -1399,7 +1424,13 @@ static void rule_memory(struct ctx *c, struct proc *p)
 		num(nums, "device", d);
 		num(nums, "peak_reserved_bytes", (double)peak_resv[d]);
 		num(nums, "peak_allocated_bytes", (double)peak_alloc[d]);
+		num(nums, "allocated_at_peak_bytes", (double)(peak_resv[d] - unused));
 		num(nums, "unused_at_peak_bytes", (double)unused);
+		snprintf(title, sizeof(title), "reserved reaches %.1f MiB (at most %.1f MiB of it "
+			 "allocated while it stays there)", peak_resv[d] / 1048576.0,
+			 (peak_resv[d] - unused) / 1048576.0);
+		cJSON_AddItemToArray(cJSON_GetObjectItem(f, "evidence"),
+				     evidence(c, p, peak_ev[d], peak_ev[d]->ts, 0, title));
 	}
 }
 

@@ -130,7 +130,8 @@ static void steps(FILE *f, const cJSON *r)
 		double busy = 0, idle = 0, comp = 0, comm = 0, la = 0, sy = 0;
 		bool known = true, ok;
 		int n = cJSON_GetArraySize(get(pr, "steps"));
-		char who[16], a[24], b[24], c[24], idle_s[16], comp_s[24], comm_s[24];
+		char who[16], a[24], b[24], c[24], idle_s[16], comp_s[24], comm_s[24], la_s[16],
+		     sy_s[16];
 		double rank = numv(pr, "rank", &ok);
 
 		if (ok)
@@ -156,10 +157,17 @@ static void steps(FILE *f, const cJSON *r)
 			snprintf(comp_s, sizeof(comp_s), "%s", n ? "unknown" : "-");
 			snprintf(comm_s, sizeof(comm_s), "%s", n ? "unknown" : "-");
 		}
-		fprintf(f, "  %-10s %5d %10s %10s %10s %7s %10s %10s %8.1f %5.1f\n", who, n,
+		/* per step: no steps, no numbers ("-", as the columns before) */
+		if (n) {
+			snprintf(la_s, sizeof(la_s), "%.1f", la / n);
+			snprintf(sy_s, sizeof(sy_s), "%.1f", sy / n);
+		} else {
+			snprintf(la_s, sizeof(la_s), "-");
+			snprintf(sy_s, sizeof(sy_s), "-");
+		}
+		fprintf(f, "  %-10s %5d %10s %10s %10s %7s %10s %10s %8s %5s\n", who, n,
 			dur(a, sizeof(a), sw, "mean"), dur(b, sizeof(b), sw, "p50"),
-			dur(c, sizeof(c), sw, "p99"), idle_s, comp_s, comm_s, n ? la / n : 0,
-			n ? sy / n : 0);
+			dur(c, sizeof(c), sw, "p99"), idle_s, comp_s, comm_s, la_s, sy_s);
 	}
 	fprintf(f, "  (compute, comm, launches and syncs are per step)\n");
 }

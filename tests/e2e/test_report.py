@@ -366,3 +366,42 @@ def test_report_launch_bound():
     # at most one launch per 200 us sleep
     assert n["launches_per_s"] <= 5000 and n["cpu_ns_per_launch"] is not None, n
     assert 15000 <= n["kernel_ns_mean"] <= 60000, n
+
+
+def test_report_memory_peak():
+    """alloc_app's fragment scenario traced with --mem: 32 x 16 MiB blocks, 24 of them freed
+    (cached), then 2 x 20 MiB that fit no cached block: 552 MiB reserved at the peak, 168 MiB
+    of it allocated. The packed scenario makes the same segments and keeps every block: the
+    same peak, all of it used, no finding."""
+    need_root()
+    mib = 1 << 20
+    trace_workload([os.path.join(WL, "alloc_app"), "--scenario", "fragment"],
+                   tracer_args=["--mem"], out_name="report-fragment.json")
+    r = report_json([tmp_path("report-fragment.json")])
+    f = one(r, "memory_peak")
+    n = f["numbers"]
+    assert n["device"] == 0 and n["peak_reserved_bytes"] == 552 * mib, n
+    # the reserved counter moves before the block that needed the segment is counted as
+    # allocated: at the peak, allocated is the most it reaches while reserved stays there
+    assert n["peak_allocated_bytes"] == 512 * mib and n["allocated_at_peak_bytes"] == 168 * mib \
+        and n["unused_at_peak_bytes"] == 384 * mib, n
+    assert f["severity"] == "high", f  # 384 / 552 of the reserved memory
+    assert "552.0 MiB reserved on cuda:0 with 384.0 MiB of it unused" in f["title"], f
+    assert "expandable_segments" in f["fix"], f
+    (ev,) = f["evidence"]
+    assert ev["name"] == ("reserved reaches 552.0 MiB (at most 168.0 MiB of it allocated "
+                          "while it stays there)") and ev["ts_ns"] > 0, ev
+    text = report([tmp_path("report-fragment.json")]).stdout
+    assert "memory peak 552.0 MiB reserved on cuda:0" in text, text
+    # a trace of memory events only is still a process, without steps
+    (pr,) = r["steps"]["per_rank"]
+    assert pr["steps"] == [] and "memory events only" in r["steps"]["method_detail"], r["steps"]
+    trace_workload([os.path.join(WL, "alloc_app"), "--scenario", "packed"],
+                   tracer_args=["--mem"], out_name="report-packed.json")
+    counters = [e for e in load_trace(tmp_path("report-packed.json"))["traceEvents"]
+                if e.get("ph") == "C" and e["name"] == "bytes reserved (cuda:0)"]
+    assert max(e["args"]["bytes"] for e in counters) == 552 * mib, counters
+    r = report_json([tmp_path("report-packed.json")])
+    assert not findings(r, "memory_peak"), [x["title"] for x in r["findings"]]
+    assert "memory peak and out-of-memory allocations" not in \
+        [c["what"] for c in r["cannot_judge"]], r["cannot_judge"]

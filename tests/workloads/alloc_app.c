@@ -4,7 +4,7 @@
  * libtpsim_alloc.so, USDT pytorch:malloc/free) and the simulated runtime (tests/sim/cudart).
  * Built with frame pointers so user stacks walk through the call sites.
  *
- * Usage: alloc_app [--scenario normal|leak|oom|preattach] [--hold]
+ * Usage: alloc_app [--scenario normal|leak|oom|preattach|fragment|packed] [--hold]
  *
  * Before READY: cudaStreamCreate(&S) (S printed as "# stream 0x..."). Nothing is allocated.
  * Every block handed out is printed as "# malloc 0x<ptr> <size>", every direct runtime
@@ -49,7 +49,19 @@
  *   5. y = malloc 33554432 (x's segment, at its start); free y
  *   6. tpsim_alloc_empty_cache()   -> cudaFree of the 32 MiB segment, never seen allocated
  *   Live at DONE and seen: e, g. USDT malloc 5 / free 3 seen (+2 unknown); cudaFree 1 unknown.
+ *
+ * fragment: the caching allocator holds memory no tensor uses (after GO):
+ *   1. 32 x malloc 16777216 -> 32 x cudaMalloc(16777216)  (each its own segment: 512 MiB)
+ *   2. free 24 of them, every one but each 4th (cached: 128 MiB allocated, 512 reserved)
+ *   3. 2 x malloc 20971520 -> 2 x cudaMalloc(20971520)    (no 16 MiB block fits)
+ *      peak reserved 552 MiB with 128 + 40 = 168 MiB allocated: 384 MiB unused at the peak;
+ *      peak allocated 512 MiB (step 1)
+ *   4. free the rest; tpsim_alloc_empty_cache() -> cudaFree of the 34 segments
+ * packed: the same allocations without step 2's frees (steps 1, 3, 4): peak reserved 552 MiB,
+ *   all of it allocated at the peak.
+ * (The sim's device memory is not touched beyond a few MiB: the RAM is not committed.)
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +168,26 @@ static void preattach_after(void)
 	hs_info("released %d", tpsim_alloc_empty_cache());
 }
 
+static void fragment(bool free_some)
+{
+	void *p[34];
+
+	for (int i = 0; i < 32; i++)
+		p[i] = block(16777216);
+	if (free_some)
+		for (int i = 0; i < 32; i++)
+			if (i % 4) {
+				tpsim_alloc_free(p[i]);
+				p[i] = NULL;
+			}
+	for (int i = 32; i < 34; i++)
+		p[i] = block(20971520);
+	for (int i = 0; i < 34; i++)
+		if (p[i])
+			tpsim_alloc_free(p[i]);
+	hs_info("released %d", tpsim_alloc_empty_cache());
+}
+
 static void oom(void)
 {
 	void *p1, *p2;
@@ -179,12 +211,14 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--hold"))
 			hold = 1;
 		else {
-			fprintf(stderr, "usage: alloc_app [--scenario normal|leak|oom|preattach] [--hold]\n");
+			fprintf(stderr, "usage: alloc_app [--scenario normal|leak|oom|preattach|"
+				"fragment|packed] [--hold]\n");
 			return 2;
 		}
 	}
 	if (strcmp(scenario, "normal") && strcmp(scenario, "leak") && strcmp(scenario, "oom") &&
-	    strcmp(scenario, "preattach")) {
+	    strcmp(scenario, "preattach") && strcmp(scenario, "fragment") &&
+	    strcmp(scenario, "packed")) {
 		fprintf(stderr, "alloc_app: unknown scenario '%s'\n", scenario);
 		return 2;
 	}
@@ -201,6 +235,8 @@ int main(int argc, char **argv)
 		leak_site_a();
 		leak_site_b();
 		transient();
+	} else if (!strcmp(scenario, "fragment") || !strcmp(scenario, "packed")) {
+		fragment(!strcmp(scenario, "fragment"));
 	} else {
 		oom();
 	}
