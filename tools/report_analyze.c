@@ -1426,8 +1426,8 @@ static void rule_memory(struct ctx *c, struct proc *p)
 		num(nums, "peak_allocated_bytes", (double)peak_alloc[d]);
 		num(nums, "allocated_at_peak_bytes", (double)(peak_resv[d] - unused));
 		num(nums, "unused_at_peak_bytes", (double)unused);
-		snprintf(title, sizeof(title), "reserved reaches %.1f MiB (at most %.1f MiB of it "
-			 "allocated while it stays there)", peak_resv[d] / 1048576.0,
+		snprintf(title, sizeof(title), "reserved %.1f MiB, at most %.1f MiB allocated while "
+			 "it stays there", peak_resv[d] / 1048576.0,
 			 (peak_resv[d] - unused) / 1048576.0);
 		cJSON_AddItemToArray(cJSON_GetObjectItem(f, "evidence"),
 				     evidence(c, p, peak_ev[d], peak_ev[d]->ts, 0, title));

@@ -190,13 +190,17 @@ static void findings(FILE *f, const cJSON *r)
 		fprintf(f, "\n");
 		wrap(f, "  ", title);
 		cJSON_ArrayForEach(ev, get(fi, "evidence")) {
-			char d[24], what[WIDTH * 2];
+			char d[24], dd[32] = "", tid[32] = "", what[WIDTH * 2];
 			const char *where = cJSON_GetStringValue(get(ev, "where"));
 			bool ok;
 
-			snprintf(what, sizeof(what), "%s (%s) tid %.0f%s%s",
-				 cJSON_GetStringValue(get(ev, "name")), dur(d, sizeof(d), ev, "dur_ns"),
-				 numv(ev, "tid", &ok), where ? " at " : "", where ? where : "");
+			/* an instant (an OOM, a counter) has no duration; a counter no thread */
+			if (numv(ev, "dur_ns", &ok) > 0)
+				snprintf(dd, sizeof(dd), " (%s)", dur(d, sizeof(d), ev, "dur_ns"));
+			if (numv(ev, "tid", &ok) > 0)
+				snprintf(tid, sizeof(tid), " tid %.0f", numv(ev, "tid", &ok));
+			snprintf(what, sizeof(what), "%s%s%s%s%s", cJSON_GetStringValue(get(ev, "name")),
+				 dd, tid, where ? " at " : "", where ? where : "");
 			cut(line, sizeof(line), what, WIDTH - 8);
 			fprintf(f, "       - %s\n", line);
 		}

@@ -389,10 +389,13 @@ def test_report_memory_peak():
     assert "552.0 MiB reserved on cuda:0 with 384.0 MiB of it unused" in f["title"], f
     assert "expandable_segments" in f["fix"], f
     (ev,) = f["evidence"]
-    assert ev["name"] == ("reserved reaches 552.0 MiB (at most 168.0 MiB of it allocated "
-                          "while it stays there)") and ev["ts_ns"] > 0, ev
+    assert ev["name"] == "reserved 552.0 MiB, at most 168.0 MiB allocated while it stays there" \
+        and ev["ts_ns"] > 0 and ev["dur_ns"] == 0, ev
     text = report([tmp_path("report-fragment.json")]).stdout
     assert "memory peak 552.0 MiB reserved on cuda:0" in text, text
+    # an instant without a thread: neither "(0 ns)" nor "tid 0"
+    assert "       - reserved 552.0 MiB, at most 168.0 MiB allocated while it stays there\n" \
+        in text, text
     # a trace of memory events only is still a process, without steps
     (pr,) = r["steps"]["per_rank"]
     assert pr["steps"] == [] and "memory events only" in r["steps"]["method_detail"], r["steps"]
