@@ -334,23 +334,6 @@ static struct fr_stream *get_stream(struct fr_proc *p, uint64_t handle, int *ind
 	return &p->streams[p->nr_streams++];
 }
 
-/* Why an entry has no Python frames, from its stack id's status (bpf/ustack.h) */
-static const char *ustack_status_why(uint64_t id)
-{
-	switch (id) {
-	case TP_USTACK_NONE:
-		return "not captured (the process was not set up for Python stacks)";
-	case TP_USTACK_NOPY:
-		return "no Python thread state on the calling thread";
-	case TP_USTACK_LOST:
-		return "stack lost: the BPF stack map was full";
-	case TP_USTACK_FAULT:
-		return "the thread state or first frame could not be read";
-	default:
-		return "unknown stack status";
-	}
-}
-
 /* The Python frames of stack id in p, resolved now and kept per (process, id): the id may
  * leave the BPF map later, and entries of one call site share one copy. NULL: out of memory
  * (the entry then has no "frames"). */
@@ -365,7 +348,7 @@ struct fr_pystack *fr_pystack_get(struct flightrec *fr, struct fr_proc *p, uint6
 	if (id < TP_USTACK_FIRST_ID) {
 		static struct fr_pystack statuses[TP_USTACK_FIRST_ID];
 
-		statuses[id].missing = ustack_status_why(id);
+		statuses[id].missing = ustacks__status_why(id);
 		return &statuses[id];
 	}
 	if (u64map__get(&p->pystacks, id, &val))

@@ -324,20 +324,33 @@ const struct ustack *ustacks__lookup(void *ctx, int pid, uint64_t id)
 	return ustacks__get(ctx, pid, id);
 }
 
+/* The statuses' two wordings, one table: the short name (the trace's `stack` arg, its
+ * metadata) and why frames are missing (the flight recorder's "frames_missing"). */
+static const struct {
+	const char *name, *why;
+} statuses[] = {
+	[TP_USTACK_NONE] = { "not captured",
+			     "not captured (the process was not set up for Python stacks)" },
+	[TP_USTACK_NOPY] = { "no Python thread state",
+			     "no Python thread state on the calling thread" },
+	[TP_USTACK_LOST] = { "lost: the stack map was full",
+			     "stack lost: the BPF stack map was full" },
+	[TP_USTACK_FAULT] = { "unreadable: the thread state or first frame could not be read",
+			      "the thread state or first frame could not be read" },
+};
+
 const char *ustacks__status_name(uint64_t id)
 {
-	switch (id) {
-	case TP_USTACK_NONE:
-		return "not captured";
-	case TP_USTACK_NOPY:
-		return "no Python thread state";
-	case TP_USTACK_LOST:
-		return "lost: the stack map was full";
-	case TP_USTACK_FAULT:
-		return "unreadable: the thread state or first frame could not be read";
-	default:
-		return id < TP_USTACK_FIRST_ID ? "unknown status" : "stack";
-	}
+	if (id < sizeof(statuses) / sizeof(statuses[0]))
+		return statuses[id].name;
+	return id < TP_USTACK_FIRST_ID ? "unknown status" : "stack";
+}
+
+const char *ustacks__status_why(uint64_t id)
+{
+	if (id < sizeof(statuses) / sizeof(statuses[0]))
+		return statuses[id].why;
+	return "unknown stack status";
 }
 
 static const char *base_name(const char *path)

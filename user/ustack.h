@@ -88,6 +88,8 @@ const struct ustack *ustacks__lookup(void *ctx, int pid, uint64_t id);
 
 /* What a status id means, for the trace's metadata: "no Python thread state", ... */
 const char *ustacks__status_name(uint64_t id);
+/* Why a status id has no frames, as a sentence ("frames_missing" of flight-recorder entries). */
+const char *ustacks__status_why(uint64_t id);
 
 /* The `stack` arg of an event, one line: the innermost USTACK_COMPACT_FRAMES Python frames,
  * innermost first, as "basename:line func < basename:line func < ...(N more)" (unresolved:
