@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "growbuf.h"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
@@ -333,34 +334,25 @@ static int build_schedule(void)
 
 /* ------------------------------------------------------------------ JSON writer */
 
-struct out {
-	char *buf;
-	size_t len, cap;
-};
-
-static void need(struct out *o, size_t n)
+/* out of memory ends the generator: a corpus with a hole would be a wrong corpus */
+static void need(struct growbuf *o, size_t n)
 {
-	if (o->len + n <= o->cap)
-		return;
-	while (o->len + n > o->cap)
-		o->cap = o->cap ? o->cap * 2 : 1 << 20;
-	o->buf = realloc(o->buf, o->cap);
-	if (!o->buf) {
+	if (!growbuf__reserve(o, n)) {
 		fprintf(stderr, "tptrace-fr-gen: out of memory\n");
 		exit(1);
 	}
 }
 
-static void put(struct out *o, const char *s)
+static void put(struct growbuf *o, const char *s)
 {
 	size_t n = strlen(s);
 
 	need(o, n);
-	memcpy(o->buf + o->len, s, n);
+	memcpy(o->p + o->len, s, n);
 	o->len += n;
 }
 
-static void put_i(struct out *o, int64_t v)
+static void put_i(struct growbuf *o, int64_t v)
 {
 	char tmp[24];
 	int n = 0;
@@ -372,18 +364,18 @@ static void put_i(struct out *o, int64_t v)
 	} while (u);
 	need(o, n + 1);
 	if (v < 0)
-		o->buf[o->len++] = '-';
+		o->p[o->len++] = '-';
 	while (n)
-		o->buf[o->len++] = tmp[--n];
+		o->p[o->len++] = tmp[--n];
 }
 
-static void put_kv_i(struct out *o, const char *key, int64_t v)
+static void put_kv_i(struct growbuf *o, const char *key, int64_t v)
 {
 	put(o, key);
 	put_i(o, v);
 }
 
-static void put_kv_s(struct out *o, const char *key, const char *v)
+static void put_kv_s(struct growbuf *o, const char *key, const char *v)
 {
 	put(o, key);
 	put(o, "\"");
@@ -406,7 +398,7 @@ struct ent {
 };
 
 /* The entry of a failed communicator init, as the recorder writes it. */
-static void put_init_entry(struct out *o, const struct ent *e, int64_t tid)
+static void put_init_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 {
 	put_kv_i(o, "{\"record_id\":", e->record_id);
 	put_kv_s(o, ",\"comm_id\":", e->comm);
@@ -429,7 +421,7 @@ static void put_init_entry(struct out *o, const struct ent *e, int64_t tid)
  * the module's loop; one line per op so each op has its own call site */
 static bool py_none_now;	/* the dump being written is of env.py_none's rank */
 
-static void put_py_frames(struct out *o, const struct ent *e)
+static void put_py_frames(struct growbuf *o, const struct ent *e)
 {
 	static const char *const ops[] = { "all_reduce", "all_gather", "reduce_scatter", "broadcast",
 					   "reduce", "all_to_all", "gather", "scatter", "send",
@@ -453,7 +445,7 @@ static void put_py_frames(struct out *o, const struct ent *e)
 	put(o, "},{\"name\":\"<module>\",\"filename\":\"/job/train.py\",\"line\":90}]");
 }
 
-static void put_entry(struct out *o, const struct ent *e, int64_t tid)
+static void put_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 {
 	static const char *const states[] = { "enqueued", "started", "completed" };
 
@@ -793,7 +785,7 @@ static const struct gframe f_poll[] = {
 	{ 0 },
 };
 
-static void put_frames(struct out *o, const struct gframe *fr)
+static void put_frames(struct growbuf *o, const struct gframe *fr)
 {
 	char buf[64];
 
@@ -845,7 +837,7 @@ static enum doing rank_doing(int r, bool at_attach)
 	return r % 2 ? DO_NCCL_BUSY : DO_PY;
 }
 
-static void put_snapshot(struct out *o, int r, int64_t pid, bool attach, int64_t time_ns)
+static void put_snapshot(struct growbuf *o, int r, int64_t pid, bool attach, int64_t time_ns)
 {
 	static const struct {
 		const char *where, *api, *progress, *state, *wchan;
@@ -912,7 +904,7 @@ static void put_snapshot(struct out *o, int r, int64_t pid, bool attach, int64_t
 	put(o, "]}");
 }
 
-static void put_stacks(struct out *o, int r, int64_t pid, int64_t dump_time)
+static void put_stacks(struct growbuf *o, int r, int64_t pid, int64_t dump_time)
 {
 	/* hung before attach: tptrace came 8 s before the dump; else before the first entry */
 	int64_t attach = hung_before_attach() ? dump_time - 8000000000LL : t0 - 1000000000LL;
@@ -929,7 +921,7 @@ static void put_stacks(struct out *o, int r, int64_t pid, int64_t dump_time)
 	put(o, "],\"stacks_error\":null");
 }
 
-static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *hdr)
+static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hdr *hdr)
 {
 	int64_t dump_time, n = rank_entries(r, ents, hdr, &dump_time), first = 0;
 	int64_t pid = 10000 + r, ring = 2000;
@@ -1069,7 +1061,7 @@ static int write_rank(int r, struct out *o, struct ent *ents, struct comm_hdr *h
 	if (fd < 0)
 		goto fail;
 	for (size_t off = 0; off < o->len;) {
-		ssize_t w = write(fd, o->buf + off, o->len - off);
+		ssize_t w = write(fd, o->p + off, o->len - off);
 
 		if (w < 0) {
 			if (errno == EINTR)
@@ -1093,7 +1085,7 @@ static int failed;
 
 static void *writer(void *arg)
 {
-	struct out o = { 0 };
+	struct growbuf o = { 0 };
 	struct ent *ents = malloc(((size_t)env.entries + 4) * sizeof(*ents));
 	struct comm_hdr hdr[16];
 
@@ -1112,7 +1104,7 @@ static void *writer(void *arg)
 		if (write_rank(r, &o, ents, hdr))
 			failed = 1;
 	}
-	free(o.buf);
+	growbuf__free(&o);
 	free(ents);
 	return NULL;
 }

@@ -650,24 +650,7 @@ const struct pk_val *pk_item(const struct pk_doc *doc, const struct pk_val *seq,
 /* ---- writer ---- */
 static void out_bytes(struct pk_out *o, const void *p, size_t n)
 {
-	if (o->failed)
-		return;
-	if (o->len + n > o->cap) {
-		size_t ncap = o->cap ? o->cap : 1 << 16;
-		char *q;
-
-		while (ncap < o->len + n)
-			ncap *= 2;
-		q = realloc(o->buf, ncap);
-		if (!q) {
-			o->failed = true;
-			return;
-		}
-		o->buf = q;
-		o->cap = ncap;
-	}
-	memcpy(o->buf + o->len, p, n);
-	o->len += n;
+	growbuf__add(&o->b, p, n);
 }
 
 static void out_op(struct pk_out *o, uint8_t op)
@@ -745,6 +728,6 @@ void pk_out_str(struct pk_out *o, const char *s)
 
 void pk_out_free(struct pk_out *o)
 {
-	free(o->buf);
+	growbuf__free(&o->b);
 	memset(o, 0, sizeof(*o));
 }

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "growbuf.h"
 
 enum pk_type { PK_NONE, PK_BOOL, PK_INT, PK_FLOAT, PK_STR, PK_BYTES, PK_LIST, PK_TUPLE, PK_DICT };
 
@@ -76,9 +77,7 @@ bool pk_str_copy(const struct pk_val *v, char *out, size_t cap);
 
 /* ---- writer: protocol 2, what Python's pickle.load and PyTorch's readers take ---- */
 struct pk_out {
-	char *buf;
-	size_t len, cap;
-	bool failed;		/* out of memory: the buffer is incomplete */
+	struct growbuf b;	/* b.failed: out of memory, the pickle is incomplete */
 };
 
 void pk_out_begin(struct pk_out *o);	/* PROTO 2 */

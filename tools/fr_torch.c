@@ -760,7 +760,7 @@ static void dump_out(struct pk_out *o, const struct fr_torch_export *x, const st
 			continue;	/* size unknown: PyTorch's ranks cannot be written */
 		ranks_string(c, d->world_size, &ranks);
 		if (!ranks) {
-			o->failed = true;
+			o->b.failed = true;
 			return;
 		}
 		pk_out_str(o, ci->id);
@@ -823,13 +823,13 @@ int fr_torch_export__write(struct fr_torch_export *x, const struct fr_dump *d,
 		return -EINVAL;
 	snprintf(path, path_cap, "%s/" FR_TORCH_PREFIX "%" PRId64, outdir, d->global_rank);
 	dump_out(&o, x, d);
-	if (o.failed) {
+	if (o.b.failed) {
 		pk_out_free(&o);
 		return -ENOMEM;
 	}
 	/* a fresh temp file, never one found there (a link planted in a shared OUT), renamed
 	 * over the name; 0600 like tptrace's own dumps */
-	err = atomic_file__write_path(path, o.buf, o.len, 0600, false);
+	err = atomic_file__write_path(path, o.b.p, o.b.len, 0600, false);
 	pk_out_free(&o);
 	return err;
 }

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "atomic_file.h"
+#include "growbuf.h"
 #include "report_html.h"
 
 static const char report_css[] =
@@ -37,36 +38,6 @@ static const char error_hook_js[] =
 	"if(b){b.hidden=false;b.textContent='This page failed to render: '+"
 	"window.__tptraceErrors.join('; ');}});";
 
-struct buf {
-	char *data;
-	size_t len, cap;
-};
-
-static int buf_add(struct buf *b, const char *s, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 65536;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->data, cap);
-		if (!p)
-			return -ENOMEM;
-		b->data = p;
-		b->cap = cap;
-	}
-	memcpy(b->data + b->len, s, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return 0;
-}
-
-static int buf_puts(struct buf *b, const char *s)
-{
-	return buf_add(b, s, strlen(s));
-}
-
 /* The JSON as the text of a <script type="application/json">. Inside a script element the
  * HTML parser ends the element at the first "</script" and treats "<!--" specially, whatever
  * the JSON means; a kernel or file name can hold either. In JSON '<', '>' and '&' occur only
@@ -74,10 +45,9 @@ static int buf_puts(struct buf *b, const char *s)
  * one of them escaped leaves no '<' in the element at all and JSON.parse reads back the
  * same object. U+2028/U+2029 are escaped too: valid in JSON strings but line terminators
  * to an older JS parser, should anyone eval the text. */
-static int buf_add_json_for_script(struct buf *b, const char *json)
+static void add_json_for_script(struct growbuf *b, const char *json)
 {
 	const char *run = json, *p;
-	int err;
 
 	for (p = json; *p; p++) {
 		const char *esc = NULL;
@@ -96,15 +66,12 @@ static int buf_add_json_for_script(struct buf *b, const char *json)
 		}
 		if (!esc)
 			continue;
-		err = buf_add(b, run, p - run);
-		if (!err)
-			err = buf_puts(b, esc);
-		if (err)
-			return err;
+		growbuf__add(b, run, p - run);
+		growbuf__puts(b, esc);
 		p += skip - 1;
 		run = p + 1;
 	}
-	return buf_add(b, run, p - run);
+	growbuf__add(b, run, p - run);
 }
 
 static int check_report(const cJSON *report, char *err, size_t errsz)
@@ -130,7 +97,7 @@ static int check_report(const cJSON *report, char *err, size_t errsz)
 
 int report_html__write(const cJSON *report, const char *path, char *err, size_t errsz)
 {
-	struct buf page = {};
+	struct growbuf page = {};
 	char *json = NULL;
 	int ret;
 
@@ -146,31 +113,32 @@ int report_html__write(const cJSON *report, const char *path, char *err, size_t 
 		ret = -ENOMEM;
 		goto cleanup;
 	}
-	ret = buf_puts(&page, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-			      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-			      "<title>tptrace report</title>\n<style>\n");
-	ret = ret ?: buf_puts(&page, report_css);
-	ret = ret ?: buf_puts(&page, "</style>\n</head>\n<body>\n<script>");
-	ret = ret ?: buf_puts(&page, error_hook_js);
-	ret = ret ?: buf_puts(&page, "</script>\n<div id=\"js-error\" class=\"js-error\" hidden></div>\n"
-				     "<noscript><p class=\"js-error\">This report draws its tables and "
-				     "plots with JavaScript; enable it for this file, or read the same "
-				     "numbers with <code>tptrace report --json</code>.</p></noscript>\n"
-				     "<main id=\"app\"></main>\n"
-				     "<script type=\"application/json\" id=\"report-data\">");
-	ret = ret ?: buf_add_json_for_script(&page, json);
-	ret = ret ?: buf_puts(&page, "</script>\n<script>\n");
-	ret = ret ?: buf_puts(&page, report_js);
-	ret = ret ?: buf_puts(&page, "</script>\n</body>\n</html>\n");
+	growbuf__puts(&page, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+			     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+			     "<title>tptrace report</title>\n<style>\n");
+	growbuf__puts(&page, report_css);
+	growbuf__puts(&page, "</style>\n</head>\n<body>\n<script>");
+	growbuf__puts(&page, error_hook_js);
+	growbuf__puts(&page, "</script>\n<div id=\"js-error\" class=\"js-error\" hidden></div>\n"
+			     "<noscript><p class=\"js-error\">This report draws its tables and "
+			     "plots with JavaScript; enable it for this file, or read the same "
+			     "numbers with <code>tptrace report --json</code>.</p></noscript>\n"
+			     "<main id=\"app\"></main>\n"
+			     "<script type=\"application/json\" id=\"report-data\">");
+	add_json_for_script(&page, json);
+	growbuf__puts(&page, "</script>\n<script>\n");
+	growbuf__puts(&page, report_js);
+	growbuf__puts(&page, "</script>\n</body>\n</html>\n");
+	ret = growbuf__error(&page);
 	if (ret)
 		goto cleanup;
-	ret = atomic_file__write_path(path, page.data, page.len, 0644, true);
+	ret = atomic_file__write_path(path, page.p, page.len, 0644, true);
 	if (ret)
 		snprintf(err, errsz, "cannot write %s: %s", path, strerror(-ret));
 cleanup:
 	if (ret == -ENOMEM)
 		snprintf(err, errsz, "out of memory writing %s", path);
 	free(json);
-	free(page.data);
+	growbuf__free(&page);
 	return ret;
 }

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "elfsym.h"
+#include "growbuf.h"
 #include "inject.h"
 #include "procmaps.h"
 #include "pyframes.h"
@@ -439,61 +440,27 @@ void pyrun__close(struct pyrun *r)
 
 /* ---- the text run in the target ---------------------------------------------------- */
 
-struct sbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void sb_add(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void sb_str(struct sbuf *b, const char *s)
-{
-	sb_add(b, s, strlen(s));
-}
-
 /* A Python expression for the exact UTF-8 text s: b'...'.decode(), every byte that is not a
  * plain printable character escaped, so no text can end the literal. */
-static void sb_pystr(struct sbuf *b, const char *s)
+static void sb_pystr(struct growbuf *b, const char *s)
 {
 	static const char hex[] = "0123456789abcdef";
 
-	sb_str(b, "b'");
+	growbuf__puts(b, "b'");
 	for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
 		if (*c >= 0x20 && *c < 0x7f && *c != '\'' && *c != '\\') {
-			sb_add(b, (const char *)c, 1);
+			growbuf__add(b, (const char *)c, 1);
 		} else {
 			char e[4] = { '\\', 'x', hex[*c >> 4], hex[*c & 15] };
 
-			sb_add(b, e, 4);
+			growbuf__add(b, e, 4);
 		}
 	}
-	sb_str(b, "'.decode('utf-8')");
+	growbuf__puts(b, "'.decode('utf-8')");
 }
 
 /* A Python literal of a cJSON value (the snippet's args). */
-static int sb_pyval(struct sbuf *b, const cJSON *v, int depth)
+static int sb_pyval(struct growbuf *b, const cJSON *v, int depth)
 {
 	char num[64];
 	const cJSON *c;
@@ -501,9 +468,9 @@ static int sb_pyval(struct sbuf *b, const cJSON *v, int depth)
 	if (depth > 16)
 		return -EINVAL;
 	if (!v || cJSON_IsNull(v)) {
-		sb_str(b, "None");
+		growbuf__puts(b, "None");
 	} else if (cJSON_IsBool(v)) {
-		sb_str(b, cJSON_IsTrue(v) ? "True" : "False");
+		growbuf__puts(b, cJSON_IsTrue(v) ? "True" : "False");
 	} else if (cJSON_IsNumber(v)) {
 		double d = v->valuedouble;
 
@@ -513,27 +480,27 @@ static int sb_pyval(struct sbuf *b, const cJSON *v, int depth)
 			snprintf(num, sizeof(num), "%lld", (long long)d);
 		else
 			snprintf(num, sizeof(num), "%.17g", d);
-		sb_str(b, num);
+		growbuf__puts(b, num);
 	} else if (cJSON_IsString(v)) {
 		sb_pystr(b, v->valuestring);
 	} else if (cJSON_IsArray(v)) {
-		sb_str(b, "[");
+		growbuf__puts(b, "[");
 		cJSON_ArrayForEach(c, v) {
 			if (sb_pyval(b, c, depth + 1))
 				return -EINVAL;
-			sb_str(b, ",");
+			growbuf__puts(b, ",");
 		}
-		sb_str(b, "]");
+		growbuf__puts(b, "]");
 	} else if (cJSON_IsObject(v)) {
-		sb_str(b, "{");
+		growbuf__puts(b, "{");
 		cJSON_ArrayForEach(c, v) {
 			sb_pystr(b, c->string);
-			sb_str(b, ":");
+			growbuf__puts(b, ":");
 			if (sb_pyval(b, c, depth + 1))
 				return -EINVAL;
-			sb_str(b, ",");
+			growbuf__puts(b, ",");
 		}
-		sb_str(b, "}");
+		growbuf__puts(b, "}");
 	} else {
 		return -EINVAL;
 	}
@@ -617,30 +584,30 @@ static const char wrapper_body[] =
 static char *build_text(struct pyrun *r, const char *snippet, const cJSON *args,
 			const char *req, const char *res, bool keep)
 {
-	struct sbuf b = {};
+	struct growbuf b = {};
 	char key[64];
 
 	snprintf(key, sizeof(key), "%d-%p", (int)getpid(), (void *)r);
-	sb_str(&b, "exec(compile(");
+	growbuf__puts(&b, "exec(compile(");
 	sb_pystr(&b, wrapper_body);
-	sb_str(&b, ", '<tptrace>', 'exec'), {'__builtins__': __builtins__, '_tp_req': ");
+	growbuf__puts(&b, ", '<tptrace>', 'exec'), {'__builtins__': __builtins__, '_tp_req': ");
 	sb_pystr(&b, req);
-	sb_str(&b, ", '_tp_res': ");
+	growbuf__puts(&b, ", '_tp_res': ");
 	sb_pystr(&b, res);
-	sb_str(&b, keep ? ", '_tp_keep': True" : ", '_tp_keep': False");
-	sb_str(&b, ", '_tp_key': ");
+	growbuf__puts(&b, keep ? ", '_tp_keep': True" : ", '_tp_keep': False");
+	growbuf__puts(&b, ", '_tp_key': ");
 	sb_pystr(&b, key);
-	sb_str(&b, ", '_tp_src': ");
+	growbuf__puts(&b, ", '_tp_src': ");
 	sb_pystr(&b, snippet);
-	sb_str(&b, ", '_tp_args': ");
+	growbuf__puts(&b, ", '_tp_args': ");
 	if (sb_pyval(&b, args, 0)) {
-		free(b.p);
+		growbuf__free(&b);
 		errno = EINVAL;
 		return NULL;
 	}
-	sb_str(&b, "})\n");
-	if (b.oom) {
-		free(b.p);
+	growbuf__puts(&b, "})\n");
+	if (b.failed) {
+		growbuf__free(&b);
 		errno = ENOMEM;
 		return NULL;
 	}

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/* A growable byte buffer whose failure is sticky: after an allocation fails every later add
+ * is dropped and `failed` stays set, so a writer adds freely and checks once at the end. The
+ * bytes are always NUL-terminated (p[len] == 0 once anything was added), so text built in it
+ * is a C string. Header-only: tools/ link it without pulling libtptrace.a. Used by the
+ * snippet text of user/pyrun.c, the HTML page of tools/report_html.c, the pickles of
+ * tools/fr_pickle.c and the corpora of tools/fr_gen.c. */
+#ifndef TPTRACE_GROWBUF_H
+#define TPTRACE_GROWBUF_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct growbuf {
+	char *p;
+	size_t len, cap;
+	bool failed;		/* out of memory: the contents are incomplete */
+};
+
+/* Room for n more bytes (and the NUL) at p + len; NULL (and failed set) when there is none.
+ * The caller writes them and adds n to len itself. */
+static inline char *growbuf__reserve(struct growbuf *b, size_t n)
+{
+	if (b->failed)
+		return NULL;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->failed = true;
+			return NULL;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	return b->p + b->len;
+}
+
+static inline void growbuf__add(struct growbuf *b, const void *s, size_t n)
+{
+	char *d = growbuf__reserve(b, n);
+
+	if (!d)
+		return;
+	memcpy(d, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static inline void growbuf__puts(struct growbuf *b, const char *s)
+{
+	growbuf__add(b, s, strlen(s));
+}
+
+/* 0, or -ENOMEM when some add was dropped */
+static inline int growbuf__error(const struct growbuf *b)
+{
+	return b->failed ? -ENOMEM : 0;
+}
+
+static inline void growbuf__free(struct growbuf *b)
+{
+	free(b->p);
+	*b = (struct growbuf){};
+}
+
+#endif
