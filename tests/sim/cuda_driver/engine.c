@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Engine of the simulated CUDA driver (libcuda.so.1): a GPU is a set of streams, each a FIFO drained in order
- * by its own worker thread. A kernel sleeps for its duration, a copy memcpy's and then sleeps
- * bytes/bandwidth, an event record stamps CLOCK_MONOTONIC, a wait blocks the worker. Enqueueing
+ * by its own worker thread, on the device's own clock (see execute()): a kernel lasts its
+ * duration, a copy memcpy's and lasts bytes/bandwidth, an event record stamps the time the
+ * stream's earlier work ended, a wait blocks the worker. Enqueueing
  * never blocks the caller; syncs wait for a stream's completed seq to reach a target.
  *
  * One mutex (sim_lock) guards all state and one condition (sim_progress) is broadcast on every
@@ -539,29 +540,59 @@ static void log_item(const struct tpsim_record *r)
 		(r->end_ns - r->start_ns) / 1000.0);
 }
 
-/* Runs one item on the worker, sim_lock not held. */
-static void execute(struct sim_item *it)
+/* The device's own clock. A GPU runs its queue whatever the host's CPUs do, so the times an
+ * item reports are the device's: it starts when its stream is free and its launch has
+ * reached the device (LAUNCH_LATENCY_NS after the API call returned, as a real GPU's launch
+ * takes a few microseconds), and a kernel or copy ends its modelled duration later. The
+ * worker sleeps until that end before it completes the item, so a sync never returns before
+ * the work it waits for has ended; a worker that the host scheduler runs late completes late
+ * but reports the same times (it used to stretch the item instead, and a loaded test host
+ * read as a slow GPU). Work whose time is real stays real: a kernel body
+ * (tpsim_enqueue_kernel: NCCL's collectives, which wait for their peers), a host function,
+ * and the waits for other streams and events. */
+#define LAUNCH_LATENCY_NS 2000ULL
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
 {
-	uint64_t start = sim_now_ns();
+	return a > b ? a : b;
+}
+
+/* Runs one item on the worker, sim_lock not held. free_ns: when the stream's previous item
+ * ended on the device clock. */
+static void execute(struct sim_item *it, uint64_t free_ns)
+{
+	uint64_t ready = max_u64(it->rec.api_end_ns + LAUNCH_LATENCY_NS, free_ns);
+	uint64_t start, real;
 	size_t row;
 
-	it->rec.start_ns = start;
 	switch (it->kind) {
 	case TPSIM_KERNEL:
 	case TPSIM_GRAPH:
-		if (it->fn)
+		if (it->fn) {
+			start = max_u64(ready, sim_now_ns());
+			sleep_until(start);
+			it->rec.start_ns = start;
 			it->fn(it->arg);
-		else
-			sleep_until(start + it->dur_ns);
-		break;
+			it->rec.end_ns = sim_now_ns();
+		} else {
+			it->rec.start_ns = ready;
+			it->rec.end_ns = ready + it->dur_ns;
+			sleep_until(it->rec.end_ns);
+		}
+		return;
 	case TPSIM_MEMCPY:
+		sleep_until(ready);
 		for (row = 0; row < it->height; row++)
 			memmove((char *)it->dst + row * it->dpitch,
 				(const char *)it->src + row * it->spitch, it->width);
-		sleep_until(start + (uint64_t)(it->rec.bytes / sim_cfg.copy_gbps *
-					       (it->rec.host_pageable ? 4 : 1)));
-		break;
+		it->rec.start_ns = ready;
+		it->rec.end_ns = ready + (uint64_t)(it->rec.bytes / sim_cfg.copy_gbps *
+						    (it->rec.host_pageable ? 4 : 1));
+		sleep_until(it->rec.end_ns);
+		return;
 	case TPSIM_MEMSET:
+		sleep_until(ready);
+		real = sim_now_ns();
 		for (row = 0; row < it->height; row++) {
 			char *d = (char *)it->dst + row * it->dpitch;
 
@@ -572,29 +603,42 @@ static void execute(struct sim_item *it)
 			for (size_t i = 0; i + it->elem <= it->width; i += it->elem)
 				memcpy(d + i, &it->value, it->elem);	/* little-endian low bytes */
 		}
-		break;
+		it->rec.start_ns = ready;
+		it->rec.end_ns = ready + (sim_now_ns() - real);
+		sleep_until(it->rec.end_ns);
+		return;
 	case TPSIM_EVENT_RECORD:
-		break;	/* completion is stamped under the lock by the worker */
+	case TPSIM_FREE:
+		/* the event's time: when all earlier work of the stream ended */
+		sleep_until(ready);
+		if (it->kind == TPSIM_FREE)
+			free(it->dst);
+		it->rec.start_ns = it->rec.end_ns = ready;
+		return;
 	case TPSIM_WAIT_EVENT:
+		it->rec.start_ns = ready;
 		pthread_mutex_lock(&sim_lock);
 		while (it->event->done_gen < it->event_gen)
 			pthread_cond_wait(&sim_progress, &sim_lock);
+		it->rec.end_ns = max_u64(ready, it->event->time_ns);
 		pthread_mutex_unlock(&sim_lock);
-		break;
+		return;
 	case SIM_WAIT_STREAM:
+		it->rec.start_ns = ready;
 		pthread_mutex_lock(&sim_lock);
 		while (it->wait_stream->completed < it->wait_seq)
 			pthread_cond_wait(&sim_progress, &sim_lock);
+		it->rec.end_ns = max_u64(ready, it->wait_stream->free_ns);
 		pthread_mutex_unlock(&sim_lock);
-		break;
+		return;
 	case TPSIM_HOST_FN:
+		start = max_u64(ready, sim_now_ns());
+		sleep_until(start);
+		it->rec.start_ns = start;
 		it->fn(it->arg);
-		break;
-	case TPSIM_FREE:
-		free(it->dst);
-		break;
+		it->rec.end_ns = sim_now_ns();
+		return;
 	}
-	it->rec.end_ns = sim_now_ns();
 }
 
 static void *worker_main(void *arg)
@@ -617,7 +661,7 @@ static void *worker_main(void *arg)
 			break;
 		pthread_mutex_unlock(&sim_lock);
 
-		execute(it);
+		execute(it, s->free_ns);
 		obs = __atomic_load_n(&observer, __ATOMIC_ACQUIRE);
 		obs_ctx = observer_ctx;
 		/* Report before completing, so a sync that returns has its records delivered. */
@@ -636,6 +680,7 @@ static void *worker_main(void *arg)
 		if (it->event)
 			sim_event_put(it->event);
 		s->completed = it->seq;
+		s->free_ns = it->rec.end_ns;
 		pthread_cond_broadcast(&sim_progress);
 		free(it);
 	}

@@ -58,6 +58,7 @@ struct sim_stream {
 	bool legacy, per_thread, destroyed;
 	struct sim_item *head, *tail;
 	uint64_t submitted, completed;	/* seq of last enqueued / finished item */
+	uint64_t free_ns;		/* device clock: when the last finished item ended */
 	pthread_cond_t has_work;
 	struct sim_stream *next_live;
 	struct sim_graph *capture;	/* cuStreamBeginCapture: work goes here, not to the FIFO */

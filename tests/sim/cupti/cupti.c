@@ -126,6 +126,28 @@ static uint64_t cupti_now(void)
 	return cb ? cb() : clock_ns(CLOCK_REALTIME);
 }
 
+/* Sim times are CLOCK_MONOTONIC; CUPTI reports them in its own clock (the timestamp
+ * callback's, else CLOCK_REALTIME). Like CUPTI's own GPU-to-CPU conversion, the offset is
+ * calibrated once per clock, not per record: two clock reads per record would move each
+ * record by their jitter, and back-to-back items on a stream would overlap by it. */
+static int64_t clock_offset(void)
+{
+	static CUpti_TimestampCallbackFunc calibrated_for;
+	static bool calibrated;
+	static int64_t offset;
+	CUpti_TimestampCallbackFunc cb = __atomic_load_n(&ts_callback, __ATOMIC_ACQUIRE);
+
+	if (!calibrated || cb != calibrated_for) {
+		uint64_t m1 = clock_ns(CLOCK_MONOTONIC), c = cupti_now();
+		uint64_t m2 = clock_ns(CLOCK_MONOTONIC);
+
+		offset = (int64_t)(c - (m1 + (m2 - m1) / 2));
+		calibrated_for = cb;
+		calibrated = true;
+	}
+	return offset;
+}
+
 static bool env_is(const char *name, const char *val)
 {
 	const char *v = getenv(name);
@@ -229,8 +251,7 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 		return;
 	}
 	in_flight++;
-	/* sim times are CLOCK_MONOTONIC; CUPTI reports them in its own clock */
-	offset = (int64_t)(cupti_now() - clock_ns(CLOCK_MONOTONIC));
+	offset = clock_offset();
 	start = rec->start_ns + offset;
 	end = rec->end_ns + offset;
 	switch (rec->kind) {
