@@ -108,10 +108,8 @@ void rule_idle(struct ctx *c, struct proc *p)
 		nums = cJSON_GetObjectItem(f, "numbers");
 		rank_num(nums, p);
 		num(nums, "syncs", (double)syncs);
-		if (p->nr_steps)
-			num(nums, "syncs_per_step", (double)syncs / p->nr_steps);
-		else
-			unknown(nums, "syncs_per_step", "no steps found");
+		num_or_unknown(nums, "syncs_per_step", p->nr_steps,
+			       p->nr_steps ? (double)syncs / p->nr_steps : 0, "no steps found");
 		num(nums, "host_blocked_ns", (double)blocked);
 		num(nums, "gpu_idle_after_sync_ns", (double)by[0]);
 		num(nums, "gpu_idle_after_sync_frac", (double)by[0] / win);
@@ -224,10 +222,8 @@ void rule_dtoh(struct ctx *c, struct proc *p)
 		nums = cJSON_GetObjectItem(f, "numbers");
 		rank_num(nums, p);
 		num(nums, "copies", (double)n);
-		if (p->nr_steps)
-			num(nums, "per_step", (double)n / p->nr_steps);
-		else
-			unknown(nums, "per_step", "no steps found");
+		num_or_unknown(nums, "per_step", p->nr_steps, p->nr_steps ? (double)n / p->nr_steps : 0,
+			       "no steps found");
 		num(nums, "bytes", (double)bytes);
 		num(nums, "host_blocked_ns", (double)blocked);
 		evs = cJSON_GetObjectItem(f, "evidence");
