@@ -10,6 +10,21 @@
 #include <string.h>
 #include "report_analyze_int.h"
 
+/* The finding's evidence: the calls behind the first MAX_EVIDENCE gaps (longest first) of
+ * one cause. */
+static void gap_evidence(const struct ctx *c, const struct proc *p, cJSON *f,
+			 const struct gap *g, size_t n, int cause)
+{
+	cJSON *evs = cJSON_GetObjectItem(f, "evidence");
+
+	for (size_t i = 0, k = 0; i < n && k < MAX_EVIDENCE; i++)
+		if (g[i].cause == cause && g[i].by) {
+			cJSON_AddItemToArray(evs, evidence(c, p, g[i].by, g[i].by->ts, g[i].by->dur,
+							   NULL));
+			k++;
+		}
+}
+
 void rule_idle(struct ctx *c, struct proc *p)
 {
 	char title[256], rl[32];
@@ -114,13 +129,7 @@ void rule_idle(struct ctx *c, struct proc *p)
 		num(nums, "gpu_idle_after_sync_ns", (double)by[0]);
 		num(nums, "gpu_idle_after_sync_frac", (double)by[0] / win);
 		num(nums, "gaps_after_sync", (double)count[0]);
-		evs = cJSON_GetObjectItem(f, "evidence");
-		for (size_t i = 0, k = 0; i < n && k < MAX_EVIDENCE; i++)
-			if (g[i].cause == 0 && g[i].by) {
-				cJSON_AddItemToArray(evs, evidence(c, p, g[i].by, g[i].by->ts,
-								   g[i].by->dur, NULL));
-				k++;
-			}
+		gap_evidence(c, p, f, g, n, 0);
 	}
 	if ((double)by[1] / win >= 0.1) {
 		const struct rev *ev = p->in->ev;
@@ -152,13 +161,7 @@ void rule_idle(struct ctx *c, struct proc *p)
 		num_or_unknown(nums, "kernel_ns_mean", kernels, kernels ? (double)kns / kernels : 0,
 			       "no kernels");
 		num(nums, "gpu_idle_launch_bound_ns", (double)by[1]);
-		evs = cJSON_GetObjectItem(f, "evidence");
-		for (size_t i = 0, k = 0; i < n && k < MAX_EVIDENCE; i++)
-			if (g[i].cause == 1 && g[i].by) {
-				cJSON_AddItemToArray(evs, evidence(c, p, g[i].by, g[i].by->ts,
-								   g[i].by->dur, NULL));
-				k++;
-			}
+		gap_evidence(c, p, f, g, n, 1);
 	}
 	free(g);
 }
