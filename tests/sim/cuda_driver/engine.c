@@ -568,17 +568,11 @@ static void execute(struct sim_item *it, uint64_t free_ns)
 	switch (it->kind) {
 	case TPSIM_KERNEL:
 	case TPSIM_GRAPH:
-		if (it->fn) {
-			start = max_u64(ready, sim_now_ns());
-			sleep_until(start);
-			it->rec.start_ns = start;
-			it->fn(it->arg);
-			it->rec.end_ns = sim_now_ns();
-		} else {
-			it->rec.start_ns = ready;
-			it->rec.end_ns = ready + it->dur_ns;
-			sleep_until(it->rec.end_ns);
-		}
+		if (it->fn)
+			break;	/* a body: real time, as a host function */
+		it->rec.start_ns = ready;
+		it->rec.end_ns = ready + it->dur_ns;
+		sleep_until(it->rec.end_ns);
 		return;
 	case TPSIM_MEMCPY:
 		sleep_until(ready);
@@ -632,13 +626,17 @@ static void execute(struct sim_item *it, uint64_t free_ns)
 		pthread_mutex_unlock(&sim_lock);
 		return;
 	case TPSIM_HOST_FN:
-		start = max_u64(ready, sim_now_ns());
-		sleep_until(start);
-		it->rec.start_ns = start;
-		it->fn(it->arg);
-		it->rec.end_ns = sim_now_ns();
+		break;
+	default:
 		return;
 	}
+	/* a kernel body or a host function: it runs when the stream reaches it, for as long
+	 * as it takes */
+	start = max_u64(ready, sim_now_ns());
+	sleep_until(start);
+	it->rec.start_ns = start;
+	it->fn(it->arg);
+	it->rec.end_ns = sim_now_ns();
 }
 
 static void *worker_main(void *arg)
