@@ -77,7 +77,7 @@ bool is_busy_kind(int k)
 	return k == RK_KERNEL || k == RK_GPU_COPY || k == RK_GPU_SET;
 }
 
-void rank_num(cJSON *o, const struct proc *p)
+static void rank_num(cJSON *o, const struct proc *p)
 {
 	if (p->rank >= 0)
 		num(o, "rank", p->rank);
@@ -142,15 +142,17 @@ cJSON *evidence(const struct ctx *c, const struct proc *p, const struct rev *e,
 	return o;
 }
 
-cJSON *finding(struct ctx *c, const char *id, double share, const char *title,
-	       const char *fix)
+cJSON *finding(struct ctx *c, const struct proc *p, const char *id, double share,
+	       const char *title, const char *fix)
 {
-	cJSON *f = cJSON_CreateObject();
+	cJSON *f = cJSON_CreateObject(), *numbers;
 
 	cJSON_AddStringToObject(f, "id", id);
 	cJSON_AddStringToObject(f, "severity", share >= 0.3 ? "high" : share >= 0.1 ? "medium" : "low");
 	cJSON_AddStringToObject(f, "title", title);
-	cJSON_AddObjectToObject(f, "numbers");
+	numbers = cJSON_AddObjectToObject(f, "numbers");
+	if (p)
+		rank_num(numbers, p);
 	cJSON_AddArrayToObject(f, "evidence");
 	cJSON_AddStringToObject(f, "fix", fix);
 	cJSON_AddItemToArray(c->findings, f);

@@ -80,13 +80,14 @@ void unknown(cJSON *o, const char *k, const char *why);
 void num_or_unknown(cJSON *o, const char *k, bool known, double v, const char *why);
 const char *S(const struct ctx *c, uint32_t id);
 bool is_busy_kind(int k);
-void rank_num(cJSON *o, const struct proc *p);
 const char *rank_label(const struct proc *p, char *buf, size_t n);
 uint64_t busy_in(const struct proc *p, uint64_t a, uint64_t b);
 cJSON *evidence(const struct ctx *c, const struct proc *p, const struct rev *e,
 		uint64_t ts, uint64_t dur, const char *name);
-cJSON *finding(struct ctx *c, const char *id, double share, const char *title,
-	       const char *fix);
+/* a new finding in the report; p: the process it is about (its rank, or why the rank is
+ * unknown, comes first in its numbers), NULL for one about the whole job */
+cJSON *finding(struct ctx *c, const struct proc *p, const char *id, double share,
+	       const char *title, const char *fix);
 const struct rev *launch_of(const struct proc *p, const struct rev *g);
 bool is_blocking(const struct proc *p, const struct rev *e);
 int cmp_gap_len(const void *x, const void *y);

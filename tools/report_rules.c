@@ -72,9 +72,8 @@ void rule_idle(struct ctx *c, struct proc *p)
 			 "syncs, %.1f%% launch-bound, %.1f%% waiting on data, %.1f%% other",
 			 100 * frac, rl, 100.0 * by[0] / win, 100.0 * by[1] / win, 100.0 * by[2] / win,
 			 100.0 * p->idle_other_ns / win);
-		f = finding(c, "gpu_idle", frac, title, fix);
+		f = finding(c, p, "gpu_idle", frac, title, fix);
 		nums = cJSON_GetObjectItem(f, "numbers");
-		rank_num(nums, p);
 		num(nums, "pid", p->rp->pid);
 		num(nums, "window_ns", (double)win);
 		num(nums, "idle_ns", (double)p->idle_ns);
@@ -115,13 +114,12 @@ void rule_idle(struct ctx *c, struct proc *p)
 		snprintf(title, sizeof(title), "%zu host syncs (%.1f per step) leave the GPU idle "
 			 "%.1f%% of the time (%s)", syncs, p->nr_steps ? (double)syncs / p->nr_steps : 0,
 			 100.0 * by[0] / win, rl);
-		f = finding(c, "host_sync", (double)by[0] / win, title,
+		f = finding(c, p, "host_sync", (double)by[0] / win, title,
 			    "each sync waits for all queued GPU work, then the GPU waits for the host: "
 			    "drop per-step .item()/.cpu()/.numpy()/print(tensor)/"
 			    "torch.cuda.synchronize(); accumulate metrics on the GPU and read them every "
 			    "N steps; copy with non_blocking=True into pinned memory and wait on an event");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		rank_num(nums, p);
 		num(nums, "syncs", (double)syncs);
 		num_or_unknown(nums, "syncs_per_step", p->nr_steps,
 			       p->nr_steps ? (double)syncs / p->nr_steps : 0, "no steps found");
@@ -148,12 +146,11 @@ void rule_idle(struct ctx *c, struct proc *p)
 		snprintf(title, sizeof(title), "launch-bound: the GPU waits for kernel launches "
 			 "%.1f%% of the time, %.0f launches/s (%s)", 100.0 * by[1] / win,
 			 p->nr_launches / (win / 1e9), rl);
-		f = finding(c, "launch_bound", (double)by[1] / win, title,
+		f = finding(c, p, "launch_bound", (double)by[1] / win, title,
 			    "fewer, larger kernels: torch.compile fuses elementwise ops, CUDA graphs "
 			    "(torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs) replay a "
 			    "step with one launch; a larger batch gives each kernel more work");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		rank_num(nums, p);
 		num(nums, "launches", (double)p->nr_launches);
 		num(nums, "launches_per_s", p->nr_launches / (win / 1e9));
 		num_or_unknown(nums, "cpu_ns_per_launch", with_dur, with_dur ? (double)cpu / with_dur : 0,
@@ -217,13 +214,12 @@ void rule_dtoh(struct ctx *c, struct proc *p)
 		snprintf(title, sizeof(title), "%zu blocking device-to-host copies (%.1f per step), "
 			 "host blocked %.3f ms (%s)", n, p->nr_steps ? (double)n / p->nr_steps : 0,
 			 blocked / 1e6, rl);
-		f = finding(c, "blocking_dtoh", (double)blocked / (p->win_b - p->win_a + 1), title,
+		f = finding(c, p, "blocking_dtoh", (double)blocked / (p->win_b - p->win_a + 1), title,
 			    "a blocking copy to the host (.item(), .cpu(), .tolist(), bool(tensor) in an "
 			    "if) waits for every queued kernel: keep values on the GPU, read them every "
 			    "N steps, or copy with .to(\"cpu\", non_blocking=True) into pinned memory and "
 			    "synchronize on an event when the value is needed");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		rank_num(nums, p);
 		num(nums, "copies", (double)n);
 		num_or_unknown(nums, "per_step", p->nr_steps, p->nr_steps ? (double)n / p->nr_steps : 0,
 			       "no steps found");
@@ -280,7 +276,7 @@ void rule_copies(struct ctx *c)
 		snprintf(title + l, sizeof(title) - l, " (pinned: %.2f GB/s)",
 			 (double)pin_bytes / pin_ns);
 	}
-	f = finding(c, "pageable_copies", pg_n ? 0.3 : 0, title,
+	f = finding(c, NULL, "pageable_copies", pg_n ? 0.3 : 0, title,
 		    "copies from pageable memory are staged and synchronous: DataLoader(pin_memory="
 		    "True), tensor.pin_memory(), then .to(device, non_blocking=True)");
 	nums = cJSON_GetObjectItem(f, "numbers");
@@ -341,7 +337,7 @@ void rule_tiny(struct ctx *c)
 	snprintf(title, sizeof(title), "%llu of %llu kernels (%.0f%%) run under 10 us, mean "
 		 "%.1f us", (unsigned long long)tiny, (unsigned long long)n, 100.0 * tiny / n,
 		 tiny_ns / 1e3 / tiny);
-	f = finding(c, "tiny_kernels", (double)tiny / n, title,
+	f = finding(c, NULL, "tiny_kernels", (double)tiny / n, title,
 		    "each launch costs microseconds of CPU: fuse small ops (torch.compile), use "
 		    "fused optimizers (foreach=True / fused=True), larger batches, CUDA graphs");
 	nums = cJSON_GetObjectItem(f, "numbers");
@@ -415,14 +411,13 @@ void rule_comm(struct ctx *c, struct proc *p)
 	snprintf(title, sizeof(title), "NCCL kernels %.1f%% of the time, %.0f%% of it overlapped "
 		 "with compute (%s)", 100.0 * p->comm_ns / win, 100.0 * p->comm_overlap_ns / p->comm_ns,
 		 rl);
-	f = finding(c, "comm_not_overlapped", (double)exposed / win, title,
+	f = finding(c, p, "comm_not_overlapped", (double)exposed / win, title,
 		    "communication that does not overlap compute adds to every step: let DDP "
 		    "overlap gradient all-reduce with backward (no sync between backward and the "
 		    "all-reduce; tune bucket_cap_mb), FSDP prefetching (forward_prefetch, "
 		    "backward_prefetch), async_op=True collectives waited for later; a long NCCL "
 		    "kernel can also be a wait for a slower rank (see straggler_rank)");
 	nums = cJSON_GetObjectItem(f, "numbers");
-	rank_num(nums, p);
 	num(nums, "comm_ns", (double)p->comm_ns);
 	num(nums, "comm_overlapped_ns", (double)p->comm_overlap_ns);
 	num(nums, "comm_exposed_ns", (double)exposed);
@@ -514,13 +509,12 @@ void rule_straggler(struct ctx *c)
 		snprintf(title, sizeof(title), "%s is a straggler: the other ranks wait %.3f ms for "
 			 "it in collectives (%.1f%% of the time), it waits %.3f ms", rl,
 			 sorted_med / 1e6, 100.0 * sorted_med / win, wait[slow] / 1e6);
-		f = finding(c, "straggler_rank", sorted_med / win, title,
+		f = finding(c, rp[slow], "straggler_rank", sorted_med / win, title,
 			    "find what the slow rank does that the others do not: more data per step "
 			    "(uneven shards, variable sequence lengths), a slower input pipeline, host "
 			    "work only on that rank (logging, checkpointing on rank 0), CPU contention "
 			    "or a slower GPU; balance the work or move it off the critical path");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		rank_num(nums, rp[slow]);
 		num(nums, "pid", rp[slow]->rp->pid);
 		num(nums, "collective_wait_ns", wait[slow]);
 		num(nums, "others_collective_wait_ns_median", sorted_med);
@@ -587,14 +581,13 @@ void rule_memory(struct ctx *c, struct proc *p)
 	if (ooms) {
 		snprintf(title, sizeof(title), "%zu out-of-memory allocations (%s), the first "
 			 "asking %.1f MiB", ooms, rl, first_oom->bytes / 1048576.0);
-		f = finding(c, "oom", 1, title,
+		f = finding(c, p, "oom", 1, title,
 			    "lower the peak: a smaller batch or activation checkpointing "
 			    "(torch.utils.checkpoint), mixed precision, free references to tensors "
 			    "kept across steps (losses appended to a list without .item()); "
 			    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved memory is "
 			    "much larger than allocated");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		rank_num(nums, p);
 		num(nums, "ooms", (double)ooms);
 		num(nums, "first_request_bytes", (double)first_oom->bytes);
 		num(nums, "peak_allocated_bytes", (double)peak_alloc[first_oom->device < 0 ? 0 : first_oom->device]);
@@ -611,12 +604,11 @@ void rule_memory(struct ctx *c, struct proc *p)
 		snprintf(title, sizeof(title), "memory peak %.1f MiB reserved on cuda:%d with %.1f "
 			 "MiB of it unused by tensors (%s)", peak_resv[d] / 1048576.0, d,
 			 unused / 1048576.0, rl);
-		f = finding(c, "memory_peak", (double)unused / peak_resv[d], title,
+		f = finding(c, p, "memory_peak", (double)unused / peak_resv[d], title,
 			    "the caching allocator holds memory no tensor uses (fragmentation): "
 			    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or allocate the "
 			    "largest tensors first and keep their shapes fixed");
 		nums = cJSON_GetObjectItem(f, "numbers");
-		rank_num(nums, p);
 		num(nums, "device", d);
 		num(nums, "peak_reserved_bytes", (double)peak_resv[d]);
 		num(nums, "peak_allocated_bytes", (double)peak_alloc[d]);
