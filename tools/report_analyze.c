@@ -393,12 +393,14 @@ static void steps_markers(struct ctx *c, struct proc *p)
 	size_t *idx = NULL, n = 0, period = 0, nb = 0;
 	int chosen_class = 9;
 	uint64_t chosen_dur = 0;
+	bool py = false;
 
 	snprintf(p->method, sizeof(p->method), "none");
 	for (size_t i = 0; i < p->nr_host; i++) {
 		const struct rev *e = &ev[p->host[i]];
 		uint64_t v = 0;
 
+		py |= e->kind == RK_PYFUNC;
 		if (e->kind == RK_PYFUNC || e->kind == RK_OOM)
 			continue;
 		u64map__get(&per_tid, (uint64_t)e->tid + 1, &v);
@@ -408,8 +410,9 @@ static void steps_markers(struct ctx *c, struct proc *p)
 	}
 	u64map__clear(&per_tid);
 	if (!best) {
+		/* kept for its memory counters or OOMs (build_procs), maybe Python slices too */
 		snprintf(p->method_detail, sizeof(p->method_detail), "no CUDA or NCCL calls in the "
-			 "trace of pid %u (memory events only)", p->rp->pid);
+			 "trace of pid %u%s", p->rp->pid, py ? "" : " (memory events only)");
 		return;
 	}
 	tok = calloc(p->nr_host + 1, sizeof(*tok));
