@@ -61,6 +61,14 @@ def tmp_path(name):
     return os.path.join(TMP, name)
 
 
+def fresh_tmp_path(name):
+    """tmp_path(name) with no file of an earlier run left there."""
+    path = tmp_path(name)
+    if os.path.exists(path):
+        os.unlink(path)
+    return path
+
+
 class Lines:
     """Collects a pipe's lines in a thread so neither side blocks."""
 
@@ -243,9 +251,7 @@ def counts(events):
 def trace_workload(argv, tracer_args=(), env=None, out_name="t.json", done_timeout=60,
                    tracer_env=None):
     """Start workload, attach, GO, wait DONE, let it exit, stop tracer; returns (trace, wl)."""
-    out = tmp_path(out_name)
-    if os.path.exists(out):
-        os.unlink(out)
+    out = fresh_tmp_path(out_name)
     wl = Workload(argv, env=env)
     try:
         tr = Tracer(["-p", str(wl.pid), "-o", out] + list(tracer_args), env=tracer_env)

@@ -1,7 +1,8 @@
 """Tier 3: help, version, and every bad input gets one clear error line and no stray file."""
 import os
 import subprocess
-from lib import (TPTRACE, WL, Tracer, Workload, load_trace, need_root, run_tptrace, tmp_path)
+from lib import (TPTRACE, WL, Tracer, Workload, fresh_tmp_path, load_trace, need_root, run_tptrace,
+                 tmp_path)
 
 
 def one_line(stderr):
@@ -40,9 +41,7 @@ def free_pid():
 
 
 def test_nonexistent_pid():
-    out = tmp_path("nopid.json")
-    if os.path.exists(out):
-        os.unlink(out)
+    out = fresh_tmp_path("nopid.json")
     pid = free_pid()
     rc, _, err = run_tptrace(["-p", str(pid), "-o", out])
     assert rc == 1
@@ -52,9 +51,7 @@ def test_nonexistent_pid():
 
 def test_pid_without_cuda():
     need_root()
-    out = tmp_path("nocuda.json")
-    if os.path.exists(out):
-        os.unlink(out)
+    out = fresh_tmp_path("nocuda.json")
     wl = Workload([os.path.join(WL, "nocuda")])
     try:
         rc, _, err = run_tptrace(["-p", str(wl.pid), "-o", out])

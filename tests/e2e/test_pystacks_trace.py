@@ -19,7 +19,7 @@ import subprocess
 import time
 
 from lib import (CUDA_LIB, E2E_BIN, ROOT, SIM_LIB, Skip, Tracer, Workload, check_valid_trace,
-                 load_trace, need_root, pyenv_python, tmp_path, trace_workload)
+                 fresh_tmp_path, load_trace, need_root, pyenv_python, tmp_path, trace_workload)
 
 PY_STACKS = os.path.join(ROOT, "tests", "workloads", "py_stacks.py")
 REAL_CUDART = os.path.join(CUDA_LIB, "libcudart.so.13")
@@ -38,9 +38,7 @@ def run(python, lib, name, tracer_args=("--py-stacks",), scenarios=(), tracer_en
     need_root()
     if not os.path.exists(lib):
         raise Skip(f"{lib} absent")
-    expect, out = tmp_path(name + ".expect.json"), tmp_path(name + ".json")
-    if os.path.exists(out):
-        os.unlink(out)
+    expect, out = tmp_path(name + ".expect.json"), fresh_tmp_path(name + ".json")
     wl = Workload([python, PY_STACKS, lib, expect, *scenarios])
     try:
         tr = Tracer(["-p", str(wl.pid), "-o", out, *tracer_args], env=tracer_env)

@@ -9,8 +9,8 @@ import os
 import shutil
 import subprocess
 from gpulib import need_ptrace
-from lib import (ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, load_trace, need_root, tmp_path,
-                 trace_workload)
+from lib import (ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, fresh_tmp_path, load_trace, need_root,
+                 tmp_path, trace_workload)
 from ncclib import Job
 
 SIM_JOB = os.path.join(WL, "sim_job")
@@ -182,12 +182,10 @@ def test_report_straggler_rank():
     steps, slow_us = 8, 3000
     job = Job(3, steps=steps, culprit=2, name="report-straggler",
               extra=["--kernels", "2", "--compute-us", "300", "--slow-us", str(slow_us)])
-    outs = [tmp_path(f"report-straggler-{r}.json") for r in range(3)]
+    outs = [fresh_tmp_path(f"report-straggler-{r}.json") for r in range(3)]
     tracers = []
     try:
         for pid, out in zip(job.pids(), outs):
-            if os.path.exists(out):
-                os.unlink(out)
             tracers.append(Tracer(["-p", str(pid), "--gpu", "-o", out]))
         job.go()
         job.wait_done()

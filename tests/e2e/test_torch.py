@@ -23,8 +23,8 @@ import statistics
 import subprocess
 import time
 
-from lib import (ROOT, SIM_LIB, Skip, Tracer, Workload, load_trace, need_root, pyenv_python,
-                 run_tptrace, tmp_path)
+from lib import (ROOT, SIM_LIB, Skip, Tracer, Workload, fresh_tmp_path, load_trace, need_root,
+                 pyenv_python, run_tptrace, tmp_path)
 
 TRAIN = os.path.join(ROOT, "tests", "workloads", "torch_train.py")
 PY_CUDART = os.path.join(ROOT, "tests", "workloads", "py_cudart.py")
@@ -105,9 +105,7 @@ def covered(events, spans):
 def test_torch_profile_merged():
     need_torch()
     steps, name = 2500, "torch_merged"
-    out, times = tmp_path(name + ".json"), tmp_path(name + ".times")
-    if os.path.exists(out):
-        os.unlink(out)
+    out, times = fresh_tmp_path(name + ".json"), tmp_path(name + ".times")
     wl = train(steps, times)
     try:
         wl.go()
@@ -221,9 +219,7 @@ def test_torch_profile_merged():
 
 
 def refusal(args, pid, timeout=60):
-    out = tmp_path("torch_refusal.json")
-    if os.path.exists(out):
-        os.unlink(out)
+    out = fresh_tmp_path("torch_refusal.json")
     rc, _, err = run_tptrace(args + ["-o", out] if "-p" == args[0] else args, timeout)
     return rc, err, out
 
@@ -329,9 +325,7 @@ def test_torch_target_exits_in_window():
     """The job ends inside the window: one line, the trace of tptrace's own events is still
     written (its launches), exit status 1."""
     need_torch()
-    out = tmp_path("torch_exit.json")
-    if os.path.exists(out):
-        os.unlink(out)
+    out = fresh_tmp_path("torch_exit.json")
     wl = train(1500, tmp_path("torch_exit.times"))
     try:
         wl.go()  # (before GO its main thread waits in read(): no safe point)
@@ -361,9 +355,7 @@ def test_torch_pftrace_ctrl_c():
     """-o FILE.pftrace, window ended by Ctrl-C: the torch events go through the same writer
     (names, Input Dims)."""
     need_torch()
-    out = tmp_path("torch.pftrace")
-    if os.path.exists(out):
-        os.unlink(out)
+    out = fresh_tmp_path("torch.pftrace")
     wl = train(100000, tmp_path("torch_pf.times"))
     try:
         wl.go()
