@@ -314,6 +314,13 @@ int torchprof__stop(struct torchprof *tp, char *err, size_t errlen)
 		snprintf(tp->error, sizeof(tp->error), "%s", err);
 		return e;
 	}
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tp->stop_res, "exiting"))) {
+		/* the stop ran during the job's exit, after the profiler's exit hook */
+		set_err(err, errlen, "the process exited before the profiler was stopped: its "
+			"events are lost");
+		snprintf(tp->error, sizeof(tp->error), "%s", err);
+		return -ESRCH;
+	}
 	why = snippet_error(tp->stop_res);
 	if (why) {
 		set_err(err, errlen, "stopping the profiler: %s", why);

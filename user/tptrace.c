@@ -836,7 +836,11 @@ static int stop_torch(struct trace_session *s)
 
 		if (!p->torch && !p->torch_logs)
 			continue;
-		if (p->t->exited || target__gone(p->t)) {
+		int e = 0;
+
+		if (p->t->exited || target__gone(p->t) ||
+		    (p->torch && (e = torchprof__stop(p->torch, err, sizeof(err))) == -ESRCH)) {
+			/* gone, or exiting: the stop found the profiler stopped by the job's exit */
 			snprintf(p->torch_err, sizeof(p->torch_err), "the process exited before "
 				 "the profiler was stopped: its events are lost");
 			log_error("--torch: pid %d exited before PyTorch's instruments were "
@@ -846,7 +850,7 @@ static int stop_torch(struct trace_session *s)
 			ret = -1;
 			continue;
 		}
-		if (p->torch && torchprof__stop(p->torch, err, sizeof(err))) {
+		if (e) {
 			snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
 			log_error("--torch: %s\n", torch__err_line(p->t->pid, err));
 			ret = -1;

@@ -351,6 +351,34 @@ def test_torch_target_exits_in_window():
     assert not [e for e in x_events(trace, wl.pid) if e["cat"] == "cpu_op"]
 
 
+def test_torch_stop_during_exit():
+    """The stop reaches the job while it exits, after the profiler's own exit hook stopped
+    the profiler (CI met it on a loaded machine): the same one line as a job already gone,
+    never torch's "Can't disable Kineto profiler"."""
+    need_torch()
+    out = fresh_tmp_path("torch_exiting.json")
+    env = dict(os.environ, TORCH_TRAIN_LINGER="1")
+    # the job ends after its first step with the profiler on, then lingers in an atexit
+    # handler that runs after the profiler's own (registered later, run first)
+    wl = train(100000, tmp_path("torch_exiting.times"), env=env)
+    try:
+        wl.go()
+        tr = Tracer(["-p", str(wl.pid), "--torch", "-o", out])
+        assert wl.out.wait_for(lambda l: l == "LINGER", 120), wl.out.lines
+        rc = tr.stop(timeout=120)
+        code = wl.finish(120)
+    finally:
+        wl.kill()
+    assert rc == 1, tr.err.text()
+    lines = error_lines(tr.err.text())
+    assert lines[-1] == f"tptrace: --torch: pid {wl.pid} exited before PyTorch's instruments " \
+        "were stopped: their output is lost", lines
+    assert not [l for l in lines if "Kineto" in l or "stopping the profiler" in l], lines
+    assert code == 0 and wl.err.text() == "", wl.err.text()
+    meta = load_trace(out)["tptrace"]["targets"][0]
+    assert "exited" in meta["torch"]["error"], meta
+
+
 def test_torch_pftrace_ctrl_c():
     """-o FILE.pftrace, window ended by Ctrl-C: the torch events go through the same writer
     (names, Input Dims)."""

@@ -11,7 +11,12 @@ the main thread's CPU time in it (ns; the CPU time leaves out the sleep and othe
 processes, so it shows what a profiler left running would add), and 1 when a torch profiler
 was on at the step's end (torch._C._autograd._profiler_enabled()), else 0. Ends
 with "DONE".
-TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after that line."""
+TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after that line.
+TORCH_TRAIN_LINGER=1: at exit (an atexit handler registered before READY, so it runs after
+any a tracer registers later), print "LINGER" and keep running Python until tptrace's state
+(sys._tptrace_state) is gone, at most 120 s: a tracer's request then runs during the exit.
+With it the loop also ends after the first step that ends with a profiler on."""
+import atexit
 import ctypes
 import os
 import sys
@@ -43,6 +48,13 @@ def main(steps, times_path, libcudart):
 	y = torch.randn(32, 10)
 	launch = launcher(libcudart) if libcudart else None
 	times = open(times_path, "w")
+	if os.environ.get("TORCH_TRAIN_LINGER"):
+		def linger():
+			print("LINGER", flush=True)
+			end = time.monotonic() + 120
+			while hasattr(sys, "_tptrace_state") and time.monotonic() < end:
+				time.sleep(0.001)
+		atexit.register(linger)
 	print("READY", os.getpid(), flush=True)
 	sys.stdin.readline()
 	# TORCH_TRAIN_SLEEP=SEC: the main thread first sleeps in C (blocked for tptrace's door)
@@ -64,6 +76,8 @@ def main(steps, times_path, libcudart):
 		times.flush()
 		if step % 10 == 0:
 			print("step %d loss %.6f" % (step, loss.item()), flush=True)
+		if os.environ.get("TORCH_TRAIN_LINGER") and torch._C._autograd._profiler_enabled():
+			break
 	print("DONE", flush=True)
 
 

@@ -52,8 +52,14 @@ def start(torch, args, state):
 		# events are lost with the process); tptrace's stop unregisters it.
 		# (atexit is built into CPython: importing it reads no file; torch has it loaded)
 		import atexit
-		state["atexit"] = prof.stop
-		atexit.register(prof.stop)
+
+		def at_exit():
+			# a stop of tptrace's may still run after this, during finalization: it
+			# must find the profile gone with the process, not a profiler to stop
+			state["stopped_at_exit"] = True
+			prof.stop()
+		state["atexit"] = at_exit
+		atexit.register(at_exit)
 		if hook_api is not None:
 			def on_step(opt, a, k):
 				state["steps"] += 1
@@ -64,7 +70,8 @@ def start(torch, args, state):
 		# nothing of ours stays on when the start fails half-way
 		if "hook" in state:
 			state["hook"].remove()
-		sys.modules["atexit"].unregister(prof.stop)
+		if "atexit" in state:
+			sys.modules["atexit"].unregister(state["atexit"])
 		state.clear()
 		prof.stop()
 		raise
@@ -84,6 +91,10 @@ def stop(torch, args, state):
 	prof = state.get("prof")
 	if prof is None:
 		return {"error": "tptrace's profiler is not running in this process"}
+	if state.get("stopped_at_exit"):
+		# the job is exiting: its own exit stopped the profiler and the events go with it
+		state.clear()
+		return {"exiting": True}
 	clock = marker(torch, time)
 	steps = state.get("steps")
 	hook = state.pop("hook", None)
