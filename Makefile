@@ -35,6 +35,8 @@ DEB_PKGS  += libmicrohttpd-dev prometheus
 DEB_PKGS  += libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
 # --torch and its tests: Debian's PyTorch (1.13, CPU-only) for Debian's python3
 DEB_PKGS  += python3-torch
+# the test-only venv of PyPI packages (tests/venv/setup.sh: torch 2.x, HTA, py-spy, pystack)
+DEB_PKGS  += python3-venv
 
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(OUTPUT)/%.bpf.o,$(BPF_SRCS))
@@ -56,6 +58,7 @@ deps:
 		echo "installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
 	fi
+	@tests/venv/setup.sh
 
 $(OUTPUT) $(OUTPUT)/user:
 	$(Q)mkdir -p $@

@@ -51,6 +51,26 @@ def pyenv_python(minor):
     raise Skip(f"no CPython 3.{minor} under {PYENV}")
 
 
+VENV_SETUP = os.path.join(ROOT, "tests", "venv", "setup.sh")
+
+
+def venv_python():
+    """The test-only venv's interpreter (torch 2.x, HTA, py-spy, pystack: tests/venv/), made by
+    make deps. Skip only where PyPI could not be reached when it ran; a venv that is simply
+    absent is a failure (make deps was not run, or failed)."""
+    venv = subprocess.run([VENV_SETUP, "--path"], stdout=subprocess.PIPE, text=True,
+                          check=True).stdout.strip()
+    py = os.path.join(venv, "bin", "python")
+    if os.path.exists(os.path.join(venv, ".tptrace-stamp")) and os.access(py, os.X_OK):
+        return py
+    try:
+        with open(venv + ".unreachable") as f:
+            raise Skip(f"no test venv: {f.read().strip()}")
+    except FileNotFoundError:
+        pass
+    raise AssertionError(f"test venv {venv} absent or incomplete: run make deps")
+
+
 def need_root():
     if os.geteuid() != 0:
         raise Skip("needs root for BPF")
