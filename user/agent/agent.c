@@ -460,8 +460,8 @@ static bool resolve_cupti(void)
 	do {											\
 		CUptiResult _r = (call);							\
 		if (_r != CUPTI_SUCCESS) {							\
-			set_status(AGENT_ST_ERROR, AGENT_E_CUPTI, _r, "%s failed: %s (%d)",	\
-				   what, result_str(_r), (int)_r);				\
+			set_status(AGENT_ST_ERROR, AGENT_E_CUPTI, _r, "%s failed: %s (%d) in %s",	\
+				   what, result_str(_r), (int)_r, ag.ctl->cupti_loaded);	\
 			goto fail;								\
 		}										\
 	} while (0)
