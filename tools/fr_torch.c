@@ -366,6 +366,16 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 		}
 		if (idx < 0)
 			continue;	/* not attributable to a pg: nothing to align */
+		if (d->comms[idx].rank == FR_UNK && grank != FR_UNK) {
+			char desc[32] = "";
+
+			/* the default group is the world, in global-rank order: its rank is the
+			 * global rank even where pg_config does not say (2.13's gloo recorder
+			 * writes pg_config under the name "" with "[]" for a rank's other groups) */
+			if (pk_str_copy(pk_item(doc, pgv, 1), desc, sizeof(desc)) &&
+			    !strcmp(desc, "default_pg"))
+				d->comms[idx].rank = grank;
+		}
 		if (pg_id != FR_UNK) {
 			bool known = false;
 

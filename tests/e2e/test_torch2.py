@@ -3,9 +3,12 @@ process finds the CUDA runtime of torch's wheel under site-packages/nvidia/ and 
 calls' arguments exactly (ctypes calls into that very library, tests/workloads/torch2_cudart.py)."""
 import json
 import os
+import pickle
 import shutil
+import socket
+import subprocess
 
-from lib import (ROOT, Skip, Tracer, Workload, calls, check_valid_trace, fresh_tmp_path,
+from lib import (OUT, ROOT, Skip, Tracer, Workload, calls, check_valid_trace, fresh_tmp_path,
                  need_root, run_tptrace, tmp_path, trace_workload, venv_python)
 
 WORKLOAD = os.path.join(ROOT, "tests", "workloads", "torch2_cudart.py")
@@ -117,3 +120,136 @@ def test_torch2_gpu_wheel_cupti_without_driver():
         assert wl.finish(60) == 0, wl.err.text()
     finally:
         wl.kill()
+
+
+GLOO_HANG = os.path.join(ROOT, "tests", "workloads", "torch2_gloo_hang.py")
+FR = os.path.join(ROOT, "tptrace-fr")
+FR_DATA = os.path.join(ROOT, "tests", "tools", "data")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gloo_hang(name, world, culprit, steps, extra=()):
+    """A gloo job with PyTorch's flight recorder on, hung because rank culprit skipped the
+    last all_reduce; every rank's own dump (pickle) in a fresh directory, returned."""
+    py = venv_python()
+    out = tmp_path(name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE=str(world), TORCH_FR_BUFFER_SIZE="200")
+    ranks = []
+    try:
+        for r in range(world):
+            ranks.append(Workload([py, GLOO_HANG, out, str(culprit), str(steps)] + list(extra),
+                                  env=dict(env, RANK=str(r)), wait_ready=False))
+        for w in ranks:
+            w.wait_ready(180)
+        for w in ranks:
+            w.go()
+        # each rank is where the hang leaves it: in the last all_reduce, or past it (culprit)
+        for r, w in enumerate(ranks):
+            want = "SKIPPED" if r == culprit else "SENT"
+            assert w.out.wait_for(lambda l: l == want, 180), (r, w.out.text(), w.err.text())
+        for w in ranks:
+            w.go()
+        for r, w in enumerate(ranks):
+            assert w.out.wait_for(lambda l: l == "DUMPED", 120), (r, w.err.text())
+    finally:
+        for w in ranks:
+            w.kill()
+    return out
+
+
+def torch_analyzer(dump_dir, prefix):
+    """PyTorch's own analyzer (torch.distributed.flight_recorder.fr_trace): (rc, output)."""
+    p = subprocess.run([venv_python(), "-m", "torch.distributed.flight_recorder.fr_trace",
+                        dump_dir, "-p", prefix], capture_output=True, text=True, timeout=300,
+                       cwd=OUT)
+    return p.returncode, p.stdout + p.stderr
+
+
+def torch_missing(output):
+    """{seq: missing ranks} from fr_trace's "Not all ranks joining collective" blocks."""
+    found, seq = {}, None
+    for line in output.splitlines():
+        if line.startswith("Not all ranks joining collective, sequence number:"):
+            seq = int(line.rsplit(":", 1)[1])
+        elif line.startswith("missing ranks:") and seq is not None:
+            found[seq] = sorted(int(x) for x in line.split(":", 1)[1].strip(" {}").split(","))
+            seq = None
+    return found
+
+
+def fr_first(dump_dir):
+    p = subprocess.run([FR, "--json", dump_dir], capture_output=True, text=True, timeout=120)
+    return json.loads(p.stdout)["verdicts"]
+
+
+def test_torch2_gloo_fr_dumps_tptrace_fr():
+    """PyTorch's own flight-recorder dumps of a real gloo job (torch 2.13 records gloo
+    collectives, state always "scheduled") that hangs because rank 2 of 4 skipped the last
+    all_reduce: tptrace-fr names rank 2 missing from that all_reduce (seq 5 of the default
+    group), with the ranks that wait in it. Its pg_config is unusable (the name "" for every
+    group, "[]" for ranks in a second group), so the default group's ranks come from the
+    entries' "default_pg". PyTorch's own analyzer cannot read these dumps at all (KeyError on
+    the pg name): the README says so."""
+    d = gloo_hang("torch2-gloo-fr", 4, 2, 5)
+    with open(os.path.join(d, "rank_0"), "rb") as f:
+        raw = pickle.load(f)
+    assert list(raw["pg_config"]) == [""], raw["pg_config"]
+    assert {e["state"] for e in raw["entries"]} == {"scheduled"}
+    v = fr_first(d)
+    assert [(x["rule"], x["ranks"], x["comm"], x["seq"], x["op"]) for x in v[:1]] == \
+        [("missing_rank", [2], "0", 5, "all_reduce")], v
+    assert "ranks 0,1,3 are waiting in it" in v[0]["detail"], v[0]["detail"]
+    rc, out = torch_analyzer(d, "rank_")
+    assert rc != 0 and "KeyError" in out, (rc, out[-2000:])
+
+
+def test_torch2_gloo_fr_both_analyzers_agree():
+    """The same hang on the default group only, with pg_config given the name its entries use
+    ("" -> "0", the one repair PyTorch's analyzer needs): PyTorch's analyzer and tptrace-fr
+    both name rank 2 as missing from all_reduce seq 5, and nothing else."""
+    d = gloo_hang("torch2-gloo-fr1", 4, 2, 5, ["--no-subgroup"])
+    fixed = d + "-named"
+    shutil.rmtree(fixed, ignore_errors=True)
+    os.makedirs(fixed)
+    for name in os.listdir(d):
+        with open(os.path.join(d, name), "rb") as f:
+            dump = pickle.load(f)
+        assert list(dump["pg_config"]) == [""], dump["pg_config"]
+        dump["pg_config"] = {"0": dict(dump["pg_config"][""], name="0")}
+        with open(os.path.join(fixed, name), "wb") as f:
+            pickle.dump(dump, f)
+    rc, out = torch_analyzer(fixed, "rank_")
+    assert rc == 0, out[-2000:]
+    assert torch_missing(out) == {5: [2]}, out[-3000:]
+    v = fr_first(fixed)
+    assert [(x["rule"], x["ranks"], x["seq"]) for x in v] == [("missing_rank", [2], 5)], v
+    assert [(x["rule"], x["ranks"], x["seq"]) for x in fr_first(d)] == \
+        [("missing_rank", [2], 5)]
+
+
+def test_torch2_export_read_by_pytorch_analyzer():
+    """tptrace dumps exported with --export-torch: PyTorch's analyzer finds the culprit
+    tptrace-fr names (a skipped all_reduce; a size mismatch)."""
+    for name, rule, rank, seq in (("skip", "missing_rank", 5, 16),
+                                  ("size", "size_mismatch", 2, 16)):
+        out = tmp_path("torch2-export-" + name)
+        shutil.rmtree(out, ignore_errors=True)
+        subprocess.run([FR, "--export-torch", out, os.path.join(FR_DATA, name)], check=True,
+                       capture_output=True)
+        v = fr_first(os.path.join(FR_DATA, name))
+        assert (v[0]["rule"], v[0]["ranks"], v[0]["seq"]) == (rule, [rank], seq), v[0]
+        rc, text = torch_analyzer(out, "nccl_trace_rank_")
+        assert rc == 0, text[-2000:]
+        if rule == "missing_rank":
+            assert torch_missing(text) == {seq: [rank]}, text[-3000:]
+        else:
+            assert f"Collective sequence number: {seq} has errors" in text, text[-3000:]
+            assert f"Culprit rank {rank}; Error type: SIZE_OR_SYNTAX_MISMATCH" in text, text
