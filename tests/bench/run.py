@@ -5,8 +5,8 @@ Every figure is a median over repetitions measured in ONE run, configurations al
 VM noise hits all of them alike. See docs/benchmarks.md for what each key means.
 
 Usage: tests/bench/run.py [--reps N] [--calls N] [--only SECTION[,SECTION]] [--quick]
-Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, frfoot, stacks, pystacks,
-report, torch"""
+Sections: probe, ladder, bpfstats, pipeline, attach, analyzer, fr, frfoot, stacks, peers,
+pystacks, report, torch"""
 import argparse
 import gzip
 import json
@@ -863,6 +863,66 @@ def section_stacks(a):
             p.wait()
 
 
+def section_peers(a):
+    """tptrace stacks beside py-spy and pystack on one hung Python process (py_peers.py,
+    Debian's python3, 6 threads): wall time to a snapshot, and how long the target was
+    stopped (the longest gap of a ticker thread in it that sleeps 0.2 ms at a time; the
+    same without any tool is the floor). Tools alternated, one run."""
+    venv_bin = os.path.expanduser("~/.cache/tptrace/venv/bin")
+    if not os.path.exists(os.path.join(venv_bin, "py-spy")):
+        for k in ("peers_snapshot_ms", "peers_stop_ms"):
+            na(k, "no test venv: make deps")
+        return
+    env = dict(os.environ, PEERS_TICK="1")
+    p = subprocess.Popen(["/usr/bin/python3", os.path.join(ROOT, "tests", "workloads",
+                                                           "py_peers.py")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().startswith("READY")
+        pid = str(p.pid)
+        tools = {
+            "tptrace": [TPTRACE, "stacks", "-p", pid, "--samples", "1"],
+            "py-spy": [os.path.join(venv_bin, "py-spy"), "dump", "--native", "--pid", pid],
+            "pystack": [os.path.join(venv_bin, "pystack"), "remote", pid],
+            "none": None,
+        }
+
+        def gap(reset):
+            p.stdin.write("reset\n" if reset else "get\n")
+            p.stdin.flush()
+            if not reset:
+                line = p.stdout.readline().split()
+                assert line[0] == "GAP", line
+                return int(line[1]) / 1e6
+
+        walls = {k: [] for k in tools}
+        stops = {k: [] for k in tools}
+        for name, argv in tools.items():  # warm every tool's file cache once
+            if argv:
+                subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+        for _ in range(max(a.reps, 5)):
+            for name, argv in tools.items():
+                gap(True)
+                t0 = time.monotonic()
+                if argv:
+                    subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+                else:
+                    time.sleep(0.3)
+                walls[name].append((time.monotonic() - t0) * 1e3)
+                time.sleep(0.05)  # the ticker notes the gap after the tool let go
+                stops[name].append(gap(False))
+        for name in ("tptrace", "py-spy", "pystack"):
+            log(f"peers: {name} wall ms {sorted(round(x, 1) for x in walls[name])}, "
+                f"stop ms {sorted(round(x, 2) for x in stops[name])}")
+            key = name.replace("-", "")
+            emit(f"peers_snapshot_ms.{key}", f"{med(walls[name]):.1f}")
+            emit(f"peers_stop_ms.{key}", f"{med(stops[name]):.2f}")
+        emit("peers_stop_ms.floor", f"{med(stops['none']):.2f}")
+    finally:
+        p.kill()
+        p.wait()
+
+
 # ---- the daemon's own footprint (frfoot) ----
 FOOT_WINDOW_S = 8.0
 
@@ -1271,7 +1331,7 @@ def section_torch(a):
 SECTIONS = [("probe", section_probe), ("ladder", section_ladder), ("bpfstats", section_bpfstats),
             ("pipeline", section_pipeline), ("attach", section_attach),
             ("analyzer", section_analyzer), ("fr", section_fr), ("frfoot", section_frfoot),
-            ("stacks", section_stacks), ("pystacks", section_pystacks),
+            ("stacks", section_stacks), ("peers", section_peers), ("pystacks", section_pystacks),
             ("report", section_report), ("torch", section_torch)]
 
 
