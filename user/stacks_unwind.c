@@ -359,6 +359,10 @@ struct unwinder *unwinder__new(int pid, struct strpool *pool, char *err, size_t 
 	}
 	uw->attached = true;
 	dwfl_getmodules(uw->dwfl, warm_module, uw, 0);
+	/* return probes on the process: the iterator is loaded now, not inside a stop (a failed
+	 * load is said again, per frame, when a trampoline is met) */
+	if (uw->uprobes_end)
+		uretinst__prepare();
 	return uw;
 fail:
 	unwinder__free(uw);

@@ -174,6 +174,11 @@ fail:
 	return NULL;
 }
 
+int uretinst__prepare(void)
+{
+	return prog_get() ? 0 : -errno;
+}
+
 struct uretinst *uretinst__read(int pid, char *err, size_t errsz)
 {
 	struct uretinst_bpf *skel = prog_get();

@@ -21,6 +21,10 @@
 
 struct uretinst;
 
+/* Loads the iterator program once per tptrace process (the verifier's work: ~20 ms), so a
+ * read while the threads are stopped pays only for the walk. 0 or a negative errno. */
+int uretinst__prepare(void);
+
 /* The pending instances of every thread of pid, read now through the iterator. NULL with
  * errno set and one line in err when they cannot be read (no BPF privilege, a kernel
  * without task iterators or BTF). */
