@@ -1,0 +1,243 @@
+"""Stacks through uretprobe trampolines (issue 22 point 3): while any tool has return probes on
+a process, a thread blocked inside a probed call has its return address replaced by the
+[uprobes] trampoline. The same hung job (simulated NCCL, 4 ranks, rank 1 late, the others
+blocked in cudaStreamSynchronize) is snapshotted with no probes, under `tptrace fr` (return
+probes on the CUDA/NCCL APIs, attached before the ranks enter them), and under the recorder
+plus bpftrace's own uretprobes on the same functions and on the caller: `tptrace stacks` gives
+the same classes, frames and outlier, and the recorder's own dump snapshots the full frames.
+Without BPF rights the lost frame is marked unrecoverable, never symbolized."""
+import json
+import os
+import re
+import subprocess
+import time
+from lib import SIM_LIB, TPTRACE, WL, OUT, Lines, need_root
+from ncclib import Job
+from test_stacks_cli import pid_args, stacks
+
+CUDART = os.path.join(SIM_LIB, "libcudart.so.13")
+LIBCUDA = os.path.join(OUT, "sim", "driver", "libcuda.so.1")
+RANK_BIN = os.path.join(WL, "nccl_rank")
+
+OUTLIER = ("outlier: rank 1: idle in clock_nanosleep (libc.so.6), the others in "
+           "cudaStreamSynchronize (no progress)")
+CLASSES = ["equivalence classes (issuing thread: same frames, where, api, progress): 2",
+           "  1. ranks 0,2-3: in cudaStreamSynchronize (no progress)",
+           "  2. rank 1: idle in clock_nanosleep (libc.so.6) (no progress)"]
+# the issuing thread of a waiting rank, outermost part: what the trampolines hid
+WAITING_TAIL = ["cuStreamSynchronize", "cudaStreamSynchronize", "step_sync", "main",
+                "__libc_start_call_main", "__libc_start_main", "_start"]
+
+
+class Bpftrace:
+    """bpftrace 0.17 with uretprobes of its own: a second tool's pending returns on the same
+    functions (and on step_sync, which only it probes)."""
+
+    def __init__(self):
+        # BEGIN runs once every probe is attached: the handshake
+        prog = ('BEGIN { printf("ATTACHED\\n"); } '
+                f"uretprobe:{CUDART}:cudaStreamSynchronize, "
+                f"uretprobe:{LIBCUDA}:cuStreamSynchronize, "
+                f"uretprobe:{RANK_BIN}:step_sync {{ @[probe] = count(); }}")
+        self.p = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.out = Lines(self.p.stdout)
+        self.err = Lines(self.p.stderr)
+        ok = self.out.wait_for(lambda l: l.strip() == "ATTACHED", 60)
+        assert ok, (self.out.text(), self.err.text())
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def hung_job(name, record=False, bpftrace=False, fr_stacks=False):
+    """The late job, its ranks blocked at step 0; the tools attached before GO, so their
+    return probes are pending in the blocked calls. The recorder takes no snapshots of its own
+    unless fr_stacks (one would hold ptrace while `tptrace stacks` runs)."""
+    job = Job(4, "late", steps=2, culprit=1,
+              extra=["--fault-step", "0", "--late-ms", "60000", "--announce"], name=name)
+    bt = None
+    try:
+        if record:
+            job.record([] if fr_stacks else ["--no-stacks"])
+        if bpftrace:
+            bt = Bpftrace()
+        job.go()
+        for w in job.ranks:
+            assert w.out.wait_for(lambda l: l.startswith("# step 0"), 30), w.out.text()
+    except BaseException:
+        job.kill()
+        if bt:
+            bt.stop()
+        raise
+    return job, bt
+
+
+def settled_text(job, tries=20):
+    """`tptrace stacks` until the classes and the outlier are there (the ranks reach their
+    waits a few ms after announcing step 0); the last output."""
+    for _ in range(tries):
+        rc, out, err = stacks(pid_args(job.pids()))
+        lines = out.splitlines()
+        if rc == 0 and OUTLIER in lines and all(c in lines for c in CLASSES):
+            break
+        time.sleep(0.5)
+    return rc, out, err
+
+
+def frames_key(t):
+    """A thread's frames as the classification compares them: function, module, offset."""
+    return [(f["func"], os.path.basename(f["module"] or "?"), f["module_off"],
+             f.get("unrecoverable")) for f in t["frames"]]
+
+
+def issuing(snap):
+    return [t for t in snap["threads"] if t["issuing"]][0]
+
+
+def json_snaps(job):
+    rc, out, err = stacks(pid_args(job.pids()) + ["--json"])
+    assert rc == 0 and err == "", (rc, err)
+    return json.loads(out)["processes"]
+
+
+def check_waiting(t, where="cuda", api="cudaStreamSynchronize"):
+    names = [f["func"] for f in t["frames"]]
+    assert names[-len(WAITING_TAIL):] == WAITING_TAIL, names
+    assert (t["where"], t["api"]) == (where, api), t
+    assert not t["truncated"] and t["unwind_error"] is None, t
+    assert not any(f.get("unrecoverable") for f in t["frames"]), t["frames"]
+    assert not any(f["module"] is None for f in t["frames"]), t["frames"]
+
+
+def snapshot_case(name, record, bpftrace):
+    job, bt = hung_job(name, record, bpftrace)
+    try:
+        rc, out, err = settled_text(job)
+        assert rc == 0 and err == "", (rc, err)
+        lines = out.splitlines()
+        assert OUTLIER in lines, out
+        for c in CLASSES:
+            assert c in lines, (c, out)
+        assert not any("unrecoverable: " in l or "(truncated" in l for l in lines), out
+        snaps = json_snaps(job)
+        keys = [frames_key(issuing(s)) for s in snaps]
+        for r, s in enumerate(snaps):
+            if r != 1:
+                check_waiting(issuing(s))
+        return job, bt, snaps, keys, out
+    except BaseException:
+        job.kill()
+        if bt:
+            bt.stop()
+        raise
+
+
+def test_stacks_same_with_return_probes():
+    """(a) no probes, (b) `tptrace fr` recording since before GO, (c) the recorder and
+    bpftrace's uretprobes on the same functions and on step_sync: the same classes and
+    outlier, and every rank's issuing thread has the same frames (function, module, offset)
+    in all three; in (b) and (c) return addresses were recovered from pending instances (the
+    trampolines were really there), none left unrecoverable."""
+    need_root()
+    job, bt, snaps, base, _ = snapshot_case("uret-none", False, False)
+    job.kill()
+    for s in snaps:
+        assert s["uretprobe_frames"]["recovered"] == 0, s["uretprobe_frames"]
+    for name, record, bpftrace, per_rank in (("uret-fr", True, False, 2),
+                                             ("uret-fr-bt", True, True, 3)):
+        job, bt, snaps, keys, out = snapshot_case(name, record, bpftrace)
+        try:
+            assert keys == base, (name, keys, base)
+            for r, s in enumerate(snaps):
+                u = s["uretprobe_frames"]
+                if r == 1:
+                    # the late rank is in no probed call: nothing pending, nothing read
+                    assert u["recovered"] == 0 and u["unrecoverable"] == 0, (name, u)
+                    continue
+                # cudaStreamSynchronize and cuStreamSynchronize (and step_sync under
+                # bpftrace) pending in the main thread, each sample
+                assert u["unrecoverable"] == 0, (name, u)
+                assert u["recovered"] == per_rank * s["samples"], (name, r, u)
+                assert 1 <= u["instance_reads"] <= s["samples"], (name, u)
+            assert re.search(r"^  return probes: \d+ return addresses recovered, 0 unrecoverable",
+                             out, re.M), out
+        finally:
+            job.kill()
+            if bt:
+                bt.stop()
+            if job.tracer:
+                job.tracer.stop()
+
+
+def test_fr_dump_snapshots_through_return_probes():
+    """The recorder's own dump snapshots (SIGUSR2) of ranks blocked in its probed calls show
+    the full frames of the waiting ranks and the verdict's stacks agree: the late rank is the
+    only one outside cudaStreamSynchronize."""
+    need_root()
+    job, bt = hung_job("uret-fr-dump", record=True, fr_stacks=True)
+    try:
+        settled_text(job)
+        job.dump_now()
+        dumps = job.dumps()
+        assert sorted(dumps) == [0, 1, 2, 3], sorted(dumps)
+        for r, d in dumps.items():
+            snap = [s for s in d["stacks"] if s["taken"] == "dump"]
+            assert len(snap) == 1, [s["taken"] for s in d["stacks"]]
+            t = issuing(snap[0])
+            if r == 1:
+                assert t["where"] == "idle", t
+                continue
+            check_waiting(t)
+            assert snap[0]["uretprobe_frames"]["recovered"] >= 2, snap[0]["uretprobe_frames"]
+    finally:
+        job.kill()
+        if job.tracer:
+            job.tracer.stop()
+
+
+def test_stacks_unrecoverable_without_bpf_rights():
+    """Without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN (ptrace still allowed) the pending instances
+    cannot be read: the trampoline frame is marked `unrecoverable: uretprobe trampoline`, in
+    text and JSON, the stack ends there and says why; no frame is an offset into a module it
+    is not in."""
+    need_root()
+    job, bt = hung_job("uret-nocap", record=True)
+    try:
+        settled_text(job)
+        drop = ["setpriv", "--inh-caps=-bpf,-perfmon,-sys_admin",
+                "--bounding-set=-bpf,-perfmon,-sys_admin", "--"]
+        pid = job.pids()[0]
+        p = subprocess.run(drop + [TPTRACE, "stacks", "-p", str(pid), "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        s = json.loads(p.stdout)["processes"][0]
+        t = issuing(s)
+        assert s["ptrace_error"] is None, s["ptrace_error"]
+        last = t["frames"][-1]
+        assert last.get("unrecoverable") == "uretprobe trampoline", t["frames"]
+        assert last["module"] is None and last["func"] is None and last["module_off"] is None
+        assert not any(f.get("unrecoverable") for f in t["frames"][:-1]), t["frames"]
+        # the innermost probed call is the last frame read: its caller is what was lost
+        assert t["frames"][-2]["func"] == "cuStreamSynchronize", t["frames"]
+        assert t["truncated"], t
+        assert t["unwind_error"].startswith("unwind stopped at a uretprobe trampoline: return "
+                                            "instances unreadable: loading the task iterator: "), t
+        assert s["uretprobe_frames"]["unrecoverable"] == s["samples"], s["uretprobe_frames"]
+        p = subprocess.run(drop + [TPTRACE, "stacks", "-p", str(pid)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        lines = p.stdout.splitlines()
+        i = [k for k, l in enumerate(lines) if l.startswith(f"  thread {pid} ")][0]
+        j = i + 1 + len(t["frames"])
+        assert re.match(r"^      0x[0-9a-f]+ unrecoverable: uretprobe trampoline$", lines[j - 1]), lines[i:j + 1]
+        assert lines[j].startswith("      ... (truncated: unwind stopped at a uretprobe trampoline"), lines[j]
+    finally:
+        job.kill()
+        if job.tracer:
+            job.tracer.stop()
