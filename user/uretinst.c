@@ -100,7 +100,7 @@ struct uretinst *uretinst__parse(const void *buf, size_t len, int pid, char *err
 	struct ui_thread *cur = NULL;	/* the thread the instances belong to; NULL: skip */
 	bool cur_other = false;		/* the current thread is another process's */
 	const char *p = buf;
-	size_t off = 0;
+	size_t off = 0, rec_off = 0;	/* rec_off: where the record being read starts */
 	int ret = 0;
 
 	if (!ui) {
@@ -113,6 +113,7 @@ struct uretinst *uretinst__parse(const void *buf, size_t len, int pid, char *err
 		struct uretinst_inst ri;
 		uint32_t type;
 
+		rec_off = off;
 		if (len - off < sizeof(type))
 			goto bad;
 		memcpy(&type, p + off, sizeof(type));
@@ -164,7 +165,7 @@ struct uretinst *uretinst__parse(const void *buf, size_t len, int pid, char *err
 	}
 	return ui;
 bad:
-	snprintf(err, errsz, "malformed return-instance record at byte %zu of %zu", off, len);
+	snprintf(err, errsz, "malformed return-instance record at byte %zu of %zu", rec_off, len);
 	ret = -EINVAL;
 fail:
 	if (ret == -ENOMEM)
