@@ -162,9 +162,10 @@ def test_stacks_same_with_return_probes():
                     assert u["recovered"] == 0 and u["unrecoverable"] == 0, (name, u)
                     continue
                 # cudaStreamSynchronize and cuStreamSynchronize (and step_sync under
-                # bpftrace) pending in the main thread, each sample
+                # bpftrace) pending in the main thread, each sample (more when the
+                # watchdog thread is caught inside its cudaEventQuery)
                 assert u["unrecoverable"] == 0, (name, u)
-                assert u["recovered"] == per_rank * s["samples"], (name, r, u)
+                assert u["recovered"] >= per_rank * s["samples"], (name, r, u)
                 assert 1 <= u["instance_reads"] <= s["samples"], (name, u)
             assert re.search(r"^  return probes: \d+ return addresses recovered, 0 unrecoverable",
                              out, re.M), out
