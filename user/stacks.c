@@ -663,6 +663,7 @@ struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *er
 		sp->uret_resolved = st.resolved;
 		sp->uret_unrecoverable = st.unrecoverable;
 		sp->uret_reads = st.uret_reads;
+		sp->uret_instances = st.instances;
 		sp->uret_read_ns = st.uret_ns;
 	}
 	unwinder__free(s.uw);

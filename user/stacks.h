@@ -102,6 +102,8 @@ struct stack_proc {
 	int uret_resolved;	/* put back from the threads' pending return instances */
 	int uret_unrecoverable;	/* frames marked unrecoverable */
 	int uret_reads;		/* reads of the pending return instances, one per sample at most */
+	int uret_instances;	/* instances those reads held, summed (a chained run is several
+				 * instances for one slot) */
 	uint64_t uret_read_ns;	/* their time, added to the stops */
 	const char *ptrace_err;	/* degraded to /proc only: why (NULL: frames were read) */
 	const char *python;	/* "3.11.7"; NULL when the process runs no Python */

@@ -420,6 +420,7 @@ static cJSON *uret_json(const struct stack_proc *sp)
 	if (!add(o, "recovered", cJSON_CreateNumber(sp->uret_resolved)) ||
 	    !add(o, "unrecoverable", cJSON_CreateNumber(sp->uret_unrecoverable)) ||
 	    !add(o, "instance_reads", cJSON_CreateNumber(sp->uret_reads)) ||
+	    !add(o, "instances", cJSON_CreateNumber(sp->uret_instances)) ||
 	    !add(o, "instance_read_ms", cJSON_CreateNumber((double)sp->uret_read_ns / 1e6))) {
 		cJSON_Delete(o);
 		return NULL;

@@ -62,6 +62,7 @@ void unwinder__sample_begin(struct unwinder *uw);
 struct unwind_stats {
 	int uret_reads;		/* reads of the pending return instances (one per sample at most) */
 	uint64_t uret_ns;	/* time spent in them, the threads stopped */
+	int instances;		/* pending return instances they held, summed */
 	int resolved;		/* trampolines replaced by the original return address */
 	int unrecoverable;	/* frames marked unrecoverable */
 };

@@ -222,6 +222,7 @@ static void read_uret(struct unwinder *uw)
 	uw->stats.uret_ns += now_ns() - t0;
 	if (!uw->uret)
 		uw->uret_err = strpool__add(uw->pool, err);
+	uw->stats.instances += uretinst__nr_instances(uw->uret);
 }
 
 static bool uw_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *dwfl_arg)
