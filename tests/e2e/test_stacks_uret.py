@@ -11,8 +11,9 @@ import os
 import re
 import subprocess
 import time
-from lib import SIM_LIB, TPTRACE, WL, OUT, Lines, need_root
+from lib import SIM_LIB, TPTRACE, WL, OUT, Lines, Workload, need_root
 from ncclib import Job
+from test_stacks import snapshot, stop_app
 from test_stacks_cli import pid_args, stacks
 
 CUDART = os.path.join(SIM_LIB, "libcudart.so.13")
@@ -33,12 +34,12 @@ class Bpftrace:
     """bpftrace 0.17 with uretprobes of its own: a second tool's pending returns on the same
     functions (and on step_sync, which only it probes)."""
 
-    def __init__(self):
+    def __init__(self, prog=None):
         # BEGIN runs once every probe is attached: the handshake
-        prog = ('BEGIN { printf("ATTACHED\\n"); } '
-                f"uretprobe:{CUDART}:cudaStreamSynchronize, "
-                f"uretprobe:{LIBCUDA}:cuStreamSynchronize, "
-                f"uretprobe:{RANK_BIN}:step_sync {{ @[probe] = count(); }}")
+        prog = prog or ('BEGIN { printf("ATTACHED\\n"); } '
+                        f"uretprobe:{CUDART}:cudaStreamSynchronize, "
+                        f"uretprobe:{LIBCUDA}:cuStreamSynchronize, "
+                        f"uretprobe:{RANK_BIN}:step_sync {{ @[probe] = count(); }}")
         self.p = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         self.out = Lines(self.p.stdout)
@@ -242,3 +243,70 @@ def test_stacks_unrecoverable_without_bpf_rights():
         job.kill()
         if job.tracer:
             job.tracer.stop()
+
+
+APP = os.path.join(WL, "stack_app")
+
+
+def tail_app(probes):
+    """stack_app --tail in tail_leaf's read, bpftrace's uretprobes on `probes` (stack_app's
+    functions) attached before it got there; (workload, bpftrace or None)."""
+    w = Workload([APP, "--tail"])
+    bt = None
+    try:
+        if probes:
+            prog = 'BEGIN { printf("ATTACHED\\n"); } ' + ", ".join(
+                f"uretprobe:{APP}:{p}" for p in probes) + " { @[probe] = count(); }"
+            bt = Bpftrace(prog)
+        w.p.stdin.write("ATTACHED\n")
+        w.p.stdin.flush()
+        assert w.out.wait_for(lambda l: l == "# tail", 30), w.out.text()
+    except BaseException:
+        w.kill()
+        if bt:
+            bt.stop()
+        raise
+    return w, bt
+
+
+def tail_snapshot(w):
+    """stack_dump until the main thread is in read under tail_leaf (it prints "# tail" just
+    before the read)."""
+    for _ in range(40):
+        s = snapshot(w.pid, "--samples", "2", "--interval", "50")
+        main = [t for t in s["threads"] if t["main"]][0]
+        names = [f["func"] for f in main["frames"]]
+        if "tail_leaf" in names and names.index("tail_leaf") > 0:
+            return s, main
+        time.sleep(0.1)
+    raise AssertionError(f"never in tail_leaf's read: {names}")
+
+
+def test_stacks_chained_tail_call():
+    """A tail call between two probed functions (tail_jump jmps to tail_leaf): the kernel
+    chains tail_leaf's instance to tail_jump's on one slot. With uretprobes on tail_leaf,
+    tail_jump and tail_mid, three instances are pending for two slots; both slots are put back
+    (the chained run consumed as one return: an order-only fixer would give tail_mid's slot
+    tail_jump's address), and the frames are those of the same program unprobed."""
+    need_root()
+    w, _ = tail_app([])
+    try:
+        s, main = tail_snapshot(w)
+        base = frames_key(main)
+        assert s["uretprobe_frames"]["instances"] == 0, s["uretprobe_frames"]
+    finally:
+        stop_app(w)
+    names = [f[0] for f in base]
+    i = names.index("tail_leaf")
+    assert names[i:i + 3] == ["tail_leaf", "tail_mid", "main"], names
+    w, bt = tail_app(["tail_leaf", "tail_jump", "tail_mid"])
+    try:
+        s, main = tail_snapshot(w)
+        u = s["uretprobe_frames"]
+        assert frames_key(main) == base, (frames_key(main), base)
+        assert not main["truncated"] and main["unwind_error"] is None, main
+        assert u["unrecoverable"] == 0 and u["instance_reads"] == s["samples"], u
+        assert u["instances"] == 3 * s["samples"] and u["recovered"] == 2 * s["samples"], u
+    finally:
+        stop_app(w)
+        bt.stop()
