@@ -65,6 +65,7 @@ struct unwind_stats {
 	int instances;		/* pending return instances they held, summed */
 	int resolved;		/* trampolines replaced by the original return address */
 	int unrecoverable;	/* frames marked unrecoverable */
+	int maps_rescans;	/* maps read again for a [uprobes] area created since */
 };
 void unwinder__stats(const struct unwinder *uw, struct unwind_stats *st);
 

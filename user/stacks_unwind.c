@@ -75,6 +75,12 @@ struct unwinder {
 	bool uret_tried;	/* read (or failed) in this sample */
 	const char *uret_err;	/* interned: why they could not be read */
 	uint64_t unresolved_slot;	/* the last slot holding the trampoline with no instance */
+	/* executable mappings when the maps were read: a pc outside all of them, with no
+	 * [uprobes] area known, may be a trampoline of an area created since (the first uprobe
+	 * hit of the process came after unwinder__new): the maps are read again, once a sample */
+	struct maprange *xmaps;	/* path unused */
+	int nr_xmaps;
+	bool maps_rescanned;	/* in this sample */
 	struct unwind_stats stats;
 };
 
@@ -103,13 +109,29 @@ static int read_maps(struct unwinder *uw)
 		int name_at = 0;
 		char *name;
 
-		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &name_at) < 2 || !name_at)
+		char perms[8] = "";
+		bool perms_x;
+
+		if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %n", &start, &end, perms, &name_at) < 3 ||
+		    !name_at)
 			continue;
+		perms_x = perms[2] == 'x';
 		name = line + name_at;
 		name[strcspn(name, "\n")] = 0;
 		if (!strcmp(name, "[uprobes]")) {
+			/* tests: as if the area came after this read */
+			if (getenv("TPTRACE_TEST_UPROBES_UNSEEN"))
+				continue;
 			uw->uprobes_start = start;
 			uw->uprobes_end = end;
+		}
+		if (perms_x) {
+			struct maprange *x = realloc(uw->xmaps, (uw->nr_xmaps + 1) * sizeof(*x));
+
+			if (x) {
+				uw->xmaps = x;
+				x[uw->nr_xmaps++] = (struct maprange){ .start = start, .end = end };
+			}
 		}
 		if (name[0] != '/')
 			continue;
@@ -382,6 +404,7 @@ void unwinder__free(struct unwinder *uw)
 	u64map__free_values(&uw->mods);
 	u64map__clear(&uw->names);
 	uretinst__free(uw->uret);
+	free(uw->xmaps);
 	free(uw->debuginfo_path);
 	free(uw);
 }
@@ -591,7 +614,46 @@ struct walk {
 	struct native_stack *ns;
 	int max;
 	bool stopped;		/* ended on purpose (an unrecoverable frame), err set */
+	bool rescan;		/* a pc outside every executable mapping known */
 };
+
+static bool in_xmaps(const struct unwinder *uw, uint64_t pc)
+{
+	for (int i = 0; i < uw->nr_xmaps; i++)
+		if (pc >= uw->xmaps[i].start && pc < uw->xmaps[i].end)
+			return true;
+	return false;
+}
+
+/* Looks for a [uprobes] area created since the maps were read (threads stopped: the maps
+ * read now are the ones the stacks were built with). 0 found, -ENOENT none. */
+static int rescan_uprobes(struct unwinder *uw)
+{
+	char path[64], line[PATH_MAX + 128];
+	FILE *f;
+	int ret = -ENOENT;
+
+	uw->maps_rescanned = true;
+	uw->stats.maps_rescans++;
+	snprintf(path, sizeof(path), "/proc/%d/maps", uw->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long start, end;
+		int name_at = 0;
+
+		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &name_at) < 2 ||
+		    !name_at || strncmp(line + name_at, "[uprobes]", 9))
+			continue;
+		uw->uprobes_start = start;
+		uw->uprobes_end = end;
+		ret = 0;
+		break;
+	}
+	fclose(f);
+	return ret;
+}
 
 /* A return address the memory callback could not put back (or the thread executing the
  * trampoline itself): one frame says so, and the stack ends there, since every frame past it
@@ -634,6 +696,10 @@ static int frame_cb(Dwfl_Frame *state, void *arg)
 	}
 	if (!dwfl_frame_pc(state, &pc, &activation))
 		return DWARF_CB_ABORT;
+	if (!w->uw->uprobes_end && !w->uw->maps_rescanned && !in_xmaps(w->uw, pc)) {
+		w->rescan = true;	/* unwinder__thread looks and starts again */
+		return DWARF_CB_ABORT;
+	}
 	if (w->uw->uprobes_end && pc >= w->uw->uprobes_start && pc < w->uw->uprobes_end) {
 		unrecoverable_frame(w, pc, activation);
 		return DWARF_CB_ABORT;
@@ -661,6 +727,20 @@ int unwinder__thread(struct unwinder *uw, int tid, int max, struct native_stack 
 	uw->cur_tid = tid;
 	uw->unresolved_slot = 0;
 	ret = dwfl_getthread_frames(uw->dwfl, tid, frame_cb, &w);
+	if (w.rescan) {
+		/* a trampoline of a [uprobes] area newer than our maps, or just a bad pc: either
+		 * way the thread is unwound again, through the area if there is one now */
+		if (!rescan_uprobes(uw))
+			uretinst__prepare();
+		memset(ns->frames, 0, max * sizeof(*ns->frames));
+		memset(ns->api, 0, max);
+		ns->nr = 0;
+		ns->truncated = false;
+		ns->err = NULL;
+		w = (struct walk){ .uw = uw, .ns = ns, .max = max };
+		uw->unresolved_slot = 0;
+		ret = dwfl_getthread_frames(uw->dwfl, tid, frame_cb, &w);
+	}
 	if (ret == -1 && !ns->truncated && !w.stopped) {
 		/* 0 is the end of the stack (the CFI of _start / clone marks no caller); -1 after
 		 * some frames means the unwind could not find a caller: cut short */
@@ -686,6 +766,7 @@ void unwinder__sample_begin(struct unwinder *uw)
 	uw->uret = NULL;
 	uw->uret_tried = false;
 	uw->uret_err = NULL;
+	uw->maps_rescanned = false;
 }
 
 void unwinder__stats(const struct unwinder *uw, struct unwind_stats *st)

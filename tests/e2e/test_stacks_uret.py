@@ -310,3 +310,29 @@ def test_stacks_chained_tail_call():
     finally:
         stop_app(w)
         bt.stop()
+
+
+def test_stacks_uprobes_area_newer_than_the_maps():
+    """The [uprobes] area appears with the process's first uprobe hit, which may come after
+    the snapshot read the maps (a recorder attaching meanwhile): a pc outside every executable
+    mapping known makes the unwinder read the maps again and unwind the thread once more,
+    through the trampolines. TPTRACE_TEST_UPROBES_UNSEEN hides the area from the first read."""
+    need_root()
+    job, bt = hung_job("uret-unseen", record=True)
+    try:
+        settled_text(job)
+        env = dict(os.environ, TPTRACE_TEST_UPROBES_UNSEEN="1")
+        p = subprocess.run([TPTRACE, "stacks", "--json"] + pid_args(job.pids()),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=60, env=env)
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+        snaps = json.loads(p.stdout)["processes"]
+        for r, s in enumerate(snaps):
+            if r == 1:
+                continue
+            check_waiting(issuing(s))
+            assert s["uretprobe_frames"]["recovered"] >= 2 * s["samples"], s["uretprobe_frames"]
+    finally:
+        job.kill()
+        if job.tracer:
+            job.tracer.stop()
