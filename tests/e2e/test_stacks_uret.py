@@ -9,9 +9,10 @@ Without BPF rights the lost frame is marked unrecoverable, never symbolized."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
-from lib import SIM_LIB, TPTRACE, WL, OUT, Lines, Workload, need_root
+from lib import SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root
 from ncclib import Job
 from test_stacks import snapshot, stop_app
 from test_stacks_cli import pid_args, stacks
@@ -35,6 +36,8 @@ class Bpftrace:
     functions (and on step_sync, which only it probes)."""
 
     def __init__(self, prog=None):
+        if not shutil.which("bpftrace"):
+            raise Skip("bpftrace is not installed (Makefile DEB_PKGS has it)")
         # BEGIN runs once every probe is attached: the handshake
         prog = prog or ('BEGIN { printf("ATTACHED\\n"); } '
                         f"uretprobe:{CUDART}:cudaStreamSynchronize, "
@@ -213,6 +216,8 @@ def test_stacks_unrecoverable_without_bpf_rights():
     job, bt = hung_job("uret-nocap", record=True)
     try:
         settled_text(job)
+        if not shutil.which("setpriv"):
+            raise Skip("setpriv (util-linux) is not installed")
         drop = ["setpriv", "--inh-caps=-bpf,-perfmon,-sys_admin",
                 "--bounding-set=-bpf,-perfmon,-sys_admin", "--"]
         pid = job.pids()[0]
