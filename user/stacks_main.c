@@ -488,6 +488,9 @@ int stacks_main(int argc, char **argv)
 	argv[0] = (char *)"tptrace stacks";	/* "Usage: tptrace stacks ..." in argp's messages */
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
+	/* the return-instance iterator (stacks through uretprobes) is loaded when a process has
+	 * return probes: libbpf says why a load failed only with -v, the frames say it anyway */
+	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
