@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import time
-from lib import SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root
+from lib import E2E_BIN, SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root
 from ncclib import Job
 from test_stacks import snapshot, stop_app
 from test_stacks_cli import pid_args, stacks
@@ -342,3 +342,52 @@ def test_stacks_uprobes_area_newer_than_the_maps():
         job.kill()
         if job.tracer:
             job.tracer.stop()
+
+
+FP_APP = os.path.join(WL, "uret_fp_app")
+USTACK_DUMP = os.path.join(E2E_BIN, "ustack_dump")
+
+
+def fp_native(probe_mid):
+    """uret_fp_app under ustack_dump --native (the BPF frame-pointer walker at
+    cudaStreamSynchronize's entry), with bpftrace's uretprobe on fp_mid when probe_mid; the
+    native frames of the one call and where the walk stopped."""
+    w = Workload([FP_APP])
+    bt = dump = None
+    try:
+        if probe_mid:
+            bt = Bpftrace('BEGIN { printf("ATTACHED\\n"); } '
+                          f"uretprobe:{FP_APP}:fp_mid {{ @[probe] = count(); }}")
+        dump = subprocess.Popen([USTACK_DUMP, str(w.pid), CUDART, "cudaStreamSynchronize", "60",
+                                 "--native"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        dump.stdout.readline()
+        ready = dump.stdout.readline().strip()
+        assert ready == "READY", (ready, dump.stderr.read())
+        w.go()
+        assert w.out.wait_for(lambda l: l == "DONE", 30), w.out.text()
+        # the workload stays mapped (it holds until stdin closes) while the dumper drains
+        dump.send_signal(2)
+        out, err = dump.communicate(timeout=60)
+        assert dump.returncode == 0, err
+    finally:
+        if dump and dump.poll() is None:
+            dump.kill()
+        w.kill()
+        if bt:
+            bt.stop()
+    recs = [json.loads(l) for l in out.splitlines()[:-1]]
+    calls = [r for r in recs if "native" in r]
+    assert len(calls) == 1, out
+    return [f[0] for f in calls[0]["native"]], calls[0].get("native_stop")
+
+
+def test_bpf_native_frames_through_return_probes():
+    """--native-stacks' frame-pointer walk (bpf/ustack.bpf.h) at a probed call whose caller
+    has a pending uretprobe: the caller's return address is put back from the thread's own
+    pending instances in BPF, so the frames past it are the same as without the probe."""
+    need_root()
+    base, base_stop = fp_native(False)
+    assert base[:4] == ["cudaStreamSynchronize", "fp_mid", "fp_outer", "main"], (base, base_stop)
+    got, stop = fp_native(True)
+    assert (got, stop) == (base, base_stop), (got, stop, base, base_stop)
