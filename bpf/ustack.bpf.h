@@ -320,7 +320,7 @@ static __always_inline void ustack_py(struct ustack_walk *w)
  * from the calling thread's own pending return instances, the newest whose slot is `slot`
  * (a chained run shares its slot and address). 0 when none matches. The probe runs in the
  * thread itself: its list cannot change under the read. */
-#define TP_URET_SCAN	16	/* instances looked at: the nearest calls are the newest */
+#define TP_URET_SCAN	64	/* the kernel pushes no instance past depth 64 (MAX_URETPROBE_DEPTH) */
 static __always_inline __u64 ustack_uret_orig(struct ustack_walk *w, __u64 slot)
 {
 	struct task_struct *task = (struct task_struct *)w->task;
