@@ -320,10 +320,31 @@ static const Dwfl_Thread_Callbacks thread_callbacks = {
 };
 #endif
 
+/* A 64-bit process: our register mapping is x86-64's (a 32-bit one has i386's numbering,
+ * which libdwfl's own reader knows). */
+static bool is_elf64(int pid)
+{
+	unsigned char ident[EI_NIDENT];
+	char path[64];
+	int fd;
+	bool yes;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;	/* unreadable: the attach fails later and says why */
+	yes = read(fd, ident, sizeof(ident)) != (ssize_t)sizeof(ident) ||
+	      ident[EI_CLASS] != ELFCLASS32;
+	close(fd);
+	return yes;
+}
+
 /* The threads are stopped by stacks.c, not by libdwfl. */
 static int attach_state(struct unwinder *uw)
 {
 #if defined(__x86_64__)
+	if (!is_elf64(uw->pid))
+		return dwfl_linux_proc_attach(uw->dwfl, uw->pid, true);
 	if (!dwfl_attach_state(uw->dwfl, NULL, uw->pid, &thread_callbacks, uw))
 		return -1;
 	return 0;
