@@ -332,7 +332,7 @@ static bool is_elf64(int pid)
 	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return true;	/* unreadable: the attach fails later and says why */
+		return true;	/* unreadable: taken as x86-64, the common case */
 	yes = read(fd, ident, sizeof(ident)) != (ssize_t)sizeof(ident) ||
 	      ident[EI_CLASS] != ELFCLASS32;
 	close(fd);
