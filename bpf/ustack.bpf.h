@@ -143,6 +143,8 @@ struct ustack_walk {
 	__u64 page_len;	/* bytes of it read */
 	/* native frames */
 	__u64 sp, top, fp;
+	__u64 tramp;		/* the [uprobes] trampoline of the mm; 0 none */
+	__u64 task;		/* struct task_struct * of the calling thread */
 };
 
 static long ustack_ts_cb(__u32 i, void *ctx)
@@ -314,6 +316,27 @@ static __always_inline void ustack_py(struct ustack_walk *w)
 	s->st.nr_py = w->n;
 }
 
+/* A return address a pending uretprobe (any tool's) replaced by the trampoline: the original
+ * from the calling thread's own pending return instances, the newest whose slot is `slot`
+ * (a chained run shares its slot and address). 0 when none matches. The probe runs in the
+ * thread itself: its list cannot change under the read. */
+#define TP_URET_SCAN	64	/* the kernel pushes no instance past depth 64 (MAX_URETPROBE_DEPTH) */
+static __always_inline __u64 ustack_uret_orig(struct ustack_walk *w, __u64 slot)
+{
+	struct task_struct *task = (struct task_struct *)w->task;
+	struct return_instance *ri = BPF_CORE_READ(task, utask, return_instances);
+
+	for (int i = 0; i < TP_URET_SCAN && ri; i++) {
+		if (BPF_CORE_READ(ri, stack) == slot) {
+			__u64 orig = BPF_CORE_READ(ri, orig_ret_vaddr);
+
+			return orig == w->tramp ? 0 : orig;
+		}
+		ri = BPF_CORE_READ(ri, next);
+	}
+	return 0;
+}
+
 static long ustack_native_cb(__u32 i, void *ctx)
 {
 	struct ustack_walk *w = ctx;
@@ -334,6 +357,12 @@ static long ustack_native_cb(__u32 i, void *ctx)
 	if (bpf_probe_read_user(pair, sizeof(pair), (void *)w->fp)) {
 		s->st.flags |= TP_USTACK_NATIVE_FAULT;
 		return 1;
+	}
+	if (w->tramp && pair[1] == w->tramp) {
+		__u64 orig = ustack_uret_orig(w, w->fp + 8);
+
+		if (orig)
+			pair[1] = orig;	/* else kept: user space says it is the trampoline */
 	}
 	if (!pair[1])
 		return 1;
@@ -384,6 +413,8 @@ static __always_inline void ustack_native(struct ustack_walk *w, struct pt_regs 
 
 	w->sp = PT_REGS_SP(ctx);
 	w->fp = PT_REGS_FP(ctx);
+	w->task = (__u64)task;
+	w->tramp = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
 	if (pid == tid)
 		w->top = BPF_CORE_READ(task, mm, start_stack) + 4096;
 	else
@@ -395,6 +426,13 @@ static __always_inline void ustack_native(struct ustack_walk *w, struct pt_regs 
 	    bpf_probe_read_user(&ret, sizeof(ret), (void *)w->sp)) {
 		s->st.flags |= TP_USTACK_NATIVE_FAULT;
 	} else {
+		/* a tail call from a probed function: its return probe already holds [sp] */
+		if (w->tramp && ret == w->tramp) {
+			__u64 orig = ustack_uret_orig(w, w->sp);
+
+			if (orig)
+				ret = orig;
+		}
 		s->st.native[1] = ret;
 		w->h = ustack_mix(w->h, ret);
 		w->n = 2;

@@ -64,6 +64,7 @@ struct kframe {
 	int32_t line;
 	int64_t module_off;
 	uint8_t kind;
+	bool unrecoverable;	/* fr_frame's */
 };
 
 /* An entry's Python frames ("frames", --py-stacks) as the analysis keeps them: one per

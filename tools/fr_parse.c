@@ -1184,6 +1184,9 @@ static bool frame_obj(struct jp *j, struct fr_frame *f)
 			ok = str_field(j, f->module, sizeof(f->module));
 		} else if (KEY("module_off")) {
 			ok = hex_field(j, &f->module_off);
+		} else if (KEY("unrecoverable")) {
+			f->unrecoverable = !is_null(j);
+			ok = skip_value(j, 0);
 		} else if (KEY("line")) {
 			ok = num(j, &v);
 			f->line = v > 0 && v < INT32_MAX ? (int32_t)v : 0;

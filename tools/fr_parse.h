@@ -132,6 +132,8 @@ struct fr_frame {
 	char func[FR_FUNC_LEN];	/* "" unknown (no symbol: never invented) */
 	char file[FR_PATH_LEN];	/* Python co_filename */
 	char module[FR_PATH_LEN];	/* native module path */
+	bool unrecoverable;	/* native: a return address a uretprobe trampoline had replaced
+				 * and nothing gave back (module and func empty) */
 };
 
 struct fr_stack_thread {

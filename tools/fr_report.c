@@ -60,6 +60,8 @@ static void add_stack(cJSON *o, const struct fr_analysis *a, const struct verdic
 		} else {
 			cJSON_AddNullToObject(fo, "module_off");
 		}
+		if (k->unrecoverable)
+			cJSON_AddStringToObject(fo, "unrecoverable", "uretprobe trampoline");
 	}
 }
 

@@ -129,6 +129,7 @@ int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d)
 		k->kind = f->kind;
 		k->line = f->line;
 		k->module_off = f->module_off;
+		k->unrecoverable = f->unrecoverable;
 		if ((err = intern(a, f->func, &k->func)) || (err = intern(a, f->file, &k->file)) ||
 		    (err = intern(a, f->module, &k->module)))
 			return err;

@@ -71,6 +71,12 @@ static void print_frames(FILE *f, const struct fr_analysis *a, const struct psna
 
 		if (k->kind != FR_FRAME_NATIVE)
 			continue;
+		if (k->unrecoverable) {
+			fprintf(f, "%sunrecoverable: uretprobe trampoline", nn ? " < " :
+				np ? "; native frames: " : "native frames: ");
+			nn++;
+			continue;
+		}
 		fprintf(f, "%s%s (%s", nn ? " < " : np ? "; native frames: " : "native frames: ",
 			k->func ? kstr(a, k->func) : "??",
 			k->module ? base_name(kstr(a, k->module)) : "?");

@@ -415,6 +415,7 @@ static void *stop_and_read(void *arg)
 		}
 	}
 	wait_stops(s);
+	unwinder__sample_begin(s->uw);
 	for (int i = 0; i < s->nr; i++) {
 		struct tsample *t = &s->ts[i];
 
@@ -655,6 +656,16 @@ struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *er
 			break;
 	}
 	sp->ptrace_err = s.ptrace_err;
+	if (s.uw) {
+		struct unwind_stats st;
+
+		unwinder__stats(s.uw, &st);
+		sp->uret_resolved = st.resolved;
+		sp->uret_unrecoverable = st.unrecoverable;
+		sp->uret_reads = st.uret_reads;
+		sp->uret_instances = st.instances;
+		sp->uret_read_ns = st.uret_ns;
+	}
 	unwinder__free(s.uw);
 	pyframes__free(s.py);
 	if (ret == -ENOMEM) {

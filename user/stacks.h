@@ -40,6 +40,10 @@ struct stack_frame {
 	/* Python */
 	const char *file;	/* co_filename */
 	int line;		/* 0 unknown */
+	/* native: NULL, or why this return address could not be recovered ("uretprobe
+	 * trampoline": a return probe replaced it and no pending return instance of the thread
+	 * gave it back); pc is the address read, module/func NULL, and the stack ends here */
+	const char *unrecoverable;
 };
 
 /* What a thread is doing, from its frames (outermost matching frame wins, in this order). */
@@ -94,6 +98,13 @@ struct stack_proc {
 	int samples;		/* samples taken (may be fewer than asked when it exited) */
 	int interval_ms;
 	uint64_t stopped_ns_max;	/* longest stop of the process for one sample */
+	/* return addresses replaced by uretprobe trampolines (any tool's return probes) */
+	int uret_resolved;	/* put back from the threads' pending return instances */
+	int uret_unrecoverable;	/* frames marked unrecoverable */
+	int uret_reads;		/* reads of the pending return instances, one per sample at most */
+	int uret_instances;	/* instances those reads held, summed (a chained run is several
+				 * instances for one slot) */
+	uint64_t uret_read_ns;	/* their time, added to the stops */
 	const char *ptrace_err;	/* degraded to /proc only: why (NULL: frames were read) */
 	const char *python;	/* "3.11.7"; NULL when the process runs no Python */
 	const char *python_err;	/* Python found but its frames not read: why */

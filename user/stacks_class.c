@@ -399,8 +399,29 @@ static cJSON *frame_json(const struct stack_frame *f)
 		     add(o, "module_off", f->module && f->build_id ? hex(f->module_off)
 							       : cJSON_CreateNull()) &&
 		     add(o, "pc", hex(f->pc));
+		if (ok && f->unrecoverable)
+			ok = add(o, "unrecoverable", cJSON_CreateString(f->unrecoverable));
 	}
 	if (!ok) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* Return addresses a return probe had replaced: how many were put back, how many not, and
+ * what reading the pending instances cost (the threads stopped meanwhile). */
+static cJSON *uret_json(const struct stack_proc *sp)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	if (!o)
+		return NULL;
+	if (!add(o, "recovered", cJSON_CreateNumber(sp->uret_resolved)) ||
+	    !add(o, "unrecoverable", cJSON_CreateNumber(sp->uret_unrecoverable)) ||
+	    !add(o, "instance_reads", cJSON_CreateNumber(sp->uret_reads)) ||
+	    !add(o, "instances", cJSON_CreateNumber(sp->uret_instances)) ||
+	    !add(o, "instance_read_ms", cJSON_CreateNumber((double)sp->uret_read_ns / 1e6))) {
 		cJSON_Delete(o);
 		return NULL;
 	}
@@ -496,6 +517,7 @@ cJSON *stacks__json(const struct stack_proc *sp)
 	     add(o, "interval_ms", cJSON_CreateNumber(sp->interval_ms)) &&
 	     add(o, "stopped_ms_max", cJSON_CreateNumber((double)sp->stopped_ns_max / 1e6)) &&
 	     add(o, "ptrace_error", str_or_null(sp->ptrace_err)) &&
+	     add(o, "uretprobe_frames", uret_json(sp)) &&
 	     add(o, "python", str_or_null(sp->python)) &&
 	     add(o, "python_error", str_or_null(sp->python_err)) &&
 	     add(o, "exited", cJSON_CreateBool(sp->exited));

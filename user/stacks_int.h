@@ -54,6 +54,20 @@ void unwinder__free(struct unwinder *uw);
  * and ns->api are allocated here and owned by the caller). 0, or a negative errno with
  * ns->err set; ns->nr frames are valid either way. */
 int unwinder__thread(struct unwinder *uw, int tid, int max, struct native_stack *ns);
+/* A new sample: the threads were stopped again, so the pending uretprobe returns read for
+ * the last one are stale (they are read again when a trampoline is met). */
+void unwinder__sample_begin(struct unwinder *uw);
+
+/* Return addresses replaced by uretprobe trampolines, over every sample so far. */
+struct unwind_stats {
+	int uret_reads;		/* reads of the pending return instances (one per sample at most) */
+	uint64_t uret_ns;	/* time spent in them, the threads stopped */
+	int instances;		/* pending return instances they held, summed */
+	int resolved;		/* trampolines replaced by the original return address */
+	int unrecoverable;	/* frames marked unrecoverable */
+	int maps_rescans;	/* maps read again for a [uprobes] area created since */
+};
+void unwinder__stats(const struct unwinder *uw, struct unwind_stats *st);
 
 /* Merges py[0..npy) (innermost first, `entry` closing each eval-loop activation) into the
  * native frames: each group goes just inside (before) the next _PyEval_EvalFrame* native

@@ -249,6 +249,9 @@ static void print_frame(FILE *f, const struct stack_frame *fr)
 		else
 			fprintf(f, "?");
 		fprintf(f, " %s\n", fr->func ? fr->func : "?");
+	} else if (fr->unrecoverable) {
+		fprintf(f, "      0x%llx unrecoverable: %s\n", (unsigned long long)fr->pc,
+			fr->unrecoverable);
 	} else if (fr->func) {
 		fprintf(f, "      %s+0x%llx (%s)\n", fr->func, (unsigned long long)fr->func_off,
 			fr->module ? fr->module : "?");
@@ -318,6 +321,11 @@ static void print_proc(FILE *f, const struct stack_proc *sp)
 	else
 		fprintf(f, ": %d samples %d ms apart", sp->samples, sp->interval_ms);
 	fprintf(f, ", stopped %.1f ms at most\n", sp->stopped_ns_max / 1e6);
+	if (sp->uret_resolved || sp->uret_unrecoverable)
+		fprintf(f, "  return probes: %d return address%s recovered, %d unrecoverable "
+			"(pending returns read in %.2f ms)\n", sp->uret_resolved,
+			sp->uret_resolved == 1 ? "" : "es", sp->uret_unrecoverable,
+			sp->uret_read_ns / 1e6);
 	if (sp->cmdline)
 		fprintf(f, "  cmdline: %s\n", sp->cmdline);
 	if (sp->python)
@@ -480,6 +488,9 @@ int stacks_main(int argc, char **argv)
 	argv[0] = (char *)"tptrace stacks";	/* "Usage: tptrace stacks ..." in argp's messages */
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
+	/* the return-instance iterator (stacks through uretprobes) is loaded when a process has
+	 * return probes: libbpf says why a load failed only with -v, the frames say it anyway */
+	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);

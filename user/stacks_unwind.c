@@ -7,8 +7,17 @@
  * One Dwfl per snapshot: dwfl_linux_proc_report() reads /proc/PID/maps once, the ELF files
  * are opened lazily (our find_elf: through /proc/PID/root so a container's files are found,
  * else /proc/PID/map_files for deleted ones) and stay open for every sample. We attach with
- * assume_ptrace_stopped = true: stacks.c stops every thread itself, so libdwfl neither
- * attaches nor detaches, and reads registers/memory as the tracer thread. */
+ * our own thread callbacks (not dwfl_linux_proc_attach): stacks.c stops every thread itself,
+ * we read registers (PTRACE_GETREGS) and memory as the tracer thread, and the memory
+ * callback is where a return address replaced by a uretprobe trampoline is put back.
+ *
+ * Return probes (any tool's) replace the word at a probed function's entry SP with the
+ * address of the [uprobes] trampoline while the call is pending: every return address
+ * libdwfl reads goes through uw_memory_read, which, for a word that is the trampoline,
+ * substitutes the original from the thread's pending return instances (uretinst.h, read
+ * once per sample while the threads are stopped, and only when a trampoline is met), keyed
+ * by the slot's address. A trampoline that cannot be resolved ends the stack with a frame
+ * marked unrecoverable; it is never symbolized as an offset into whatever module is near. */
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -17,6 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+#include <sys/user.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <elfutils/libdwfl.h>
@@ -24,6 +37,7 @@
 #include "demangle.h"
 #include "elfsym.h"
 #include "stacks_int.h"
+#include "uretinst.h"
 
 struct maprange {
 	char *path;
@@ -54,6 +68,20 @@ struct unwinder {
 	struct u64map names;	/* Dwfl_Module * ^ vaddr of symbol -> interned demangled name */
 	bool attached;
 	const char *attach_err;
+	/* return probes: the [uprobes] area (its slot 0 is the trampoline); 0 0 none mapped */
+	uint64_t uprobes_start, uprobes_end;
+	int cur_tid;		/* the thread being unwound, for the memory callback */
+	struct uretinst *uret;	/* this sample's pending instances; read when first needed */
+	bool uret_tried;	/* read (or failed) in this sample */
+	const char *uret_err;	/* interned: why they could not be read */
+	uint64_t unresolved_slot;	/* the last slot holding the trampoline with no instance */
+	/* executable mappings when the maps were read: a pc outside all of them, with no
+	 * [uprobes] area known, may be a trampoline of an area created since (the first uprobe
+	 * hit of the process came after unwinder__new): the maps are read again, once a sample */
+	struct maprange *xmaps;	/* path unused */
+	int nr_xmaps;
+	bool maps_rescanned;	/* in this sample */
+	struct unwind_stats stats;
 };
 
 static void cut_deleted(char *path)
@@ -81,10 +109,30 @@ static int read_maps(struct unwinder *uw)
 		int name_at = 0;
 		char *name;
 
-		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &name_at) < 2 || !name_at)
+		char perms[8] = "";
+		bool perms_x;
+
+		if (sscanf(line, "%llx-%llx %7s %*s %*s %*s %n", &start, &end, perms, &name_at) < 3 ||
+		    !name_at)
 			continue;
+		perms_x = perms[2] == 'x';
 		name = line + name_at;
 		name[strcspn(name, "\n")] = 0;
+		if (!strcmp(name, "[uprobes]")) {
+			/* tests: as if the area came after this read */
+			if (getenv("TPTRACE_TEST_UPROBES_UNSEEN"))
+				continue;
+			uw->uprobes_start = start;
+			uw->uprobes_end = end;
+		}
+		if (perms_x) {
+			struct maprange *x = realloc(uw->xmaps, (uw->nr_xmaps + 1) * sizeof(*x));
+
+			if (x) {
+				uw->xmaps = x;
+				x[uw->nr_xmaps++] = (struct maprange){ .start = start, .end = end };
+			}
+		}
 		if (name[0] != '/')
 			continue;
 		cut_deleted(name);
@@ -161,6 +209,151 @@ static void no_debuginfod(void)
 	unsetenv("DEBUGINFOD_URLS");
 }
 
+/* ---- thread callbacks: registers and memory of the ptrace-stopped threads ---- */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static pid_t uw_next_thread(Dwfl *dwfl, void *dwfl_arg, void **thread_argp)
+{
+	/* only dwfl_getthread_frames is used, through uw_get_thread */
+	return 0;
+}
+
+static bool uw_get_thread(Dwfl *dwfl, pid_t tid, void *dwfl_arg, void **thread_argp)
+{
+	*thread_argp = (void *)(intptr_t)tid;
+	return true;
+}
+
+/* The pending return instances of the process, read at most once per sample, while its
+ * threads are stopped: their lists cannot change under the read. */
+static void read_uret(struct unwinder *uw)
+{
+	char err[256];
+	uint64_t t0 = now_ns();
+
+	uw->uret_tried = true;
+	uw->uret = uretinst__read(uw->pid, err, sizeof(err));
+	uw->stats.uret_reads++;
+	uw->stats.uret_ns += now_ns() - t0;
+	if (!uw->uret)
+		uw->uret_err = strpool__add(uw->pool, err);
+	uw->stats.instances += uretinst__nr_instances(uw->uret);
+}
+
+static bool uw_memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *dwfl_arg)
+{
+	struct unwinder *uw = dwfl_arg;
+	uint64_t word, orig;
+	struct iovec local = { &word, sizeof(word) };
+	struct iovec remote = { (void *)(uintptr_t)addr, sizeof(word) };
+
+	if (process_vm_readv(uw->pid, &local, 1, &remote, 1, 0) != sizeof(word)) {
+		long v;
+
+		errno = 0;
+		v = ptrace(PTRACE_PEEKDATA, uw->cur_tid, (void *)(uintptr_t)addr, NULL);
+		if (errno)
+			return false;
+		word = (uint64_t)v;
+	}
+	/* read now, from a stopped thread: the slot still holds the trampoline */
+	if (uw->uprobes_end && word == uw->uprobes_start) {
+		if (!uw->uret_tried)
+			read_uret(uw);
+		if (uw->uret && !uretinst__resolve(uw->uret, uw->cur_tid, addr, &orig)) {
+			uw->stats.resolved++;
+			word = orig;
+		} else {
+			uw->unresolved_slot = addr;
+		}
+	}
+	*result = word;
+	return true;
+}
+
+#if defined(__x86_64__)
+static bool uw_set_initial_registers(Dwfl_Thread *thread, void *thread_arg)
+{
+	struct user_regs_struct r;
+	Dwarf_Word regs[17];
+	pid_t tid = (pid_t)(intptr_t)thread_arg;
+
+	if (ptrace(PTRACE_GETREGS, tid, NULL, &r))
+		return false;
+	/* the x86-64 DWARF numbering: rax rdx rcx rbx rsi rdi rbp rsp r8-r15, 16 = the return
+	 * address column, which holds the pc of the innermost frame */
+	regs[0] = r.rax;
+	regs[1] = r.rdx;
+	regs[2] = r.rcx;
+	regs[3] = r.rbx;
+	regs[4] = r.rsi;
+	regs[5] = r.rdi;
+	regs[6] = r.rbp;
+	regs[7] = r.rsp;
+	regs[8] = r.r8;
+	regs[9] = r.r9;
+	regs[10] = r.r10;
+	regs[11] = r.r11;
+	regs[12] = r.r12;
+	regs[13] = r.r13;
+	regs[14] = r.r14;
+	regs[15] = r.r15;
+	regs[16] = r.rip;
+	if (!dwfl_thread_state_registers(thread, 0, 17, regs))
+		return false;
+	dwfl_thread_state_register_pc(thread, r.rip);
+	return true;
+}
+
+static const Dwfl_Thread_Callbacks thread_callbacks = {
+	.next_thread = uw_next_thread,
+	.get_thread = uw_get_thread,
+	.memory_read = uw_memory_read,
+	.set_initial_registers = uw_set_initial_registers,
+};
+#endif
+
+/* A 64-bit process: our register mapping is x86-64's (a 32-bit one has i386's numbering,
+ * which libdwfl's own reader knows). */
+static bool is_elf64(int pid)
+{
+	unsigned char ident[EI_NIDENT];
+	char path[64];
+	int fd;
+	bool yes;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;	/* unreadable: taken as x86-64, the common case */
+	yes = read(fd, ident, sizeof(ident)) != (ssize_t)sizeof(ident) ||
+	      ident[EI_CLASS] != ELFCLASS32;
+	close(fd);
+	return yes;
+}
+
+/* The threads are stopped by stacks.c, not by libdwfl. */
+static int attach_state(struct unwinder *uw)
+{
+#if defined(__x86_64__)
+	if (!is_elf64(uw->pid))
+		return dwfl_linux_proc_attach(uw->dwfl, uw->pid, true);
+	if (!dwfl_attach_state(uw->dwfl, NULL, uw->pid, &thread_callbacks, uw))
+		return -1;
+	return 0;
+#else
+	/* no register mapping of ours: libdwfl's own reader, without trampoline recovery */
+	return dwfl_linux_proc_attach(uw->dwfl, uw->pid, true);
+#endif
+}
+
 struct unwinder *unwinder__new(int pid, struct strpool *pool, char *err, size_t errsz)
 {
 	struct unwinder *uw = calloc(1, sizeof(*uw));
@@ -203,14 +396,17 @@ struct unwinder *unwinder__new(int pid, struct strpool *pool, char *err, size_t 
 		goto fail;
 	}
 	dwfl_getmodules(uw->dwfl, set_userdata, uw, 0);
-	/* the threads are stopped by stacks.c, not by libdwfl */
-	ret = dwfl_linux_proc_attach(uw->dwfl, pid, true);
+	ret = attach_state(uw);
 	if (ret) {
 		snprintf(err, errsz, "libdwfl attach: %s", ret > 0 ? strerror(ret) : dwfl_errmsg(-1));
 		goto fail;
 	}
 	uw->attached = true;
 	dwfl_getmodules(uw->dwfl, warm_module, uw, 0);
+	/* return probes on the process: the iterator is loaded now, not inside a stop (a failed
+	 * load is said again, per frame, when a trampoline is met) */
+	if (uw->uprobes_end)
+		uretinst__prepare();
 	return uw;
 fail:
 	unwinder__free(uw);
@@ -228,6 +424,8 @@ void unwinder__free(struct unwinder *uw)
 	free(uw->maps);
 	u64map__free_values(&uw->mods);
 	u64map__clear(&uw->names);
+	uretinst__free(uw->uret);
+	free(uw->xmaps);
 	free(uw->debuginfo_path);
 	free(uw);
 }
@@ -436,7 +634,76 @@ struct walk {
 	struct unwinder *uw;
 	struct native_stack *ns;
 	int max;
+	bool stopped;		/* ended on purpose (an unrecoverable frame), err set */
+	bool rescan;		/* a pc outside every executable mapping known */
 };
+
+static bool in_xmaps(const struct unwinder *uw, uint64_t pc)
+{
+	for (int i = 0; i < uw->nr_xmaps; i++)
+		if (pc >= uw->xmaps[i].start && pc < uw->xmaps[i].end)
+			return true;
+	return false;
+}
+
+/* Looks for a [uprobes] area created since the maps were read (threads stopped: the maps
+ * read now are the ones the stacks were built with). 0 found, -ENOENT none. */
+static int rescan_uprobes(struct unwinder *uw)
+{
+	char path[64], line[PATH_MAX + 128];
+	FILE *f;
+	int ret = -ENOENT;
+
+	uw->maps_rescanned = true;
+	uw->stats.maps_rescans++;
+	snprintf(path, sizeof(path), "/proc/%d/maps", uw->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long start, end;
+		int name_at = 0;
+
+		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %n", &start, &end, &name_at) < 2 ||
+		    !name_at || strncmp(line + name_at, "[uprobes]", 9))
+			continue;
+		uw->uprobes_start = start;
+		uw->uprobes_end = end;
+		ret = 0;
+		break;
+	}
+	fclose(f);
+	return ret;
+}
+
+/* A return address the memory callback could not put back (or the thread executing the
+ * trampoline itself): one frame says so, and the stack ends there, since every frame past it
+ * would be unwound from the wrong code. */
+static void unrecoverable_frame(struct walk *w, uint64_t pc, bool activation)
+{
+	struct unwinder *uw = w->uw;
+	struct stack_frame *f = &w->ns->frames[w->ns->nr];
+
+	memset(f, 0, sizeof(*f));
+	f->kind = STACK_NATIVE;
+	f->pc = pc;
+	f->unrecoverable = "uretprobe trampoline";
+	w->ns->api[w->ns->nr] = FRAME_API_NONE;
+	w->ns->nr++;
+	w->ns->truncated = true;
+	w->stopped = true;
+	uw->stats.unrecoverable++;
+	if (activation)
+		w->ns->err = strpool__add(uw->pool, "unwind stopped: the thread is in the uretprobe "
+					  "trampoline");
+	else if (uw->uret_err)
+		w->ns->err = strpool__addf(uw->pool, "unwind stopped at a uretprobe trampoline: %s",
+					   uw->uret_err);
+	else
+		w->ns->err = strpool__addf(uw->pool, "unwind stopped at a uretprobe trampoline: no "
+					   "pending return instance of thread %d for slot 0x%llx",
+					   uw->cur_tid, (unsigned long long)uw->unresolved_slot);
+}
 
 static int frame_cb(Dwfl_Frame *state, void *arg)
 {
@@ -450,6 +717,14 @@ static int frame_cb(Dwfl_Frame *state, void *arg)
 	}
 	if (!dwfl_frame_pc(state, &pc, &activation))
 		return DWARF_CB_ABORT;
+	if (!w->uw->uprobes_end && !w->uw->maps_rescanned && !in_xmaps(w->uw, pc)) {
+		w->rescan = true;	/* unwinder__thread looks and starts again */
+		return DWARF_CB_ABORT;
+	}
+	if (w->uw->uprobes_end && pc >= w->uw->uprobes_start && pc < w->uw->uprobes_end) {
+		unrecoverable_frame(w, pc, activation);
+		return DWARF_CB_ABORT;
+	}
 	/* a return address points after the call: look up the call itself, as eu-stack does */
 	if (!activation && pc)
 		pc--;
@@ -470,8 +745,24 @@ int unwinder__thread(struct unwinder *uw, int tid, int max, struct native_stack 
 		ns->err = strpool__add(uw->pool, "out of memory");
 		return -ENOMEM;
 	}
+	uw->cur_tid = tid;
+	uw->unresolved_slot = 0;
 	ret = dwfl_getthread_frames(uw->dwfl, tid, frame_cb, &w);
-	if (ret == -1 && !ns->truncated) {
+	if (w.rescan) {
+		/* a trampoline of a [uprobes] area newer than our maps, or just a bad pc: either
+		 * way the thread is unwound again, through the area if there is one now */
+		if (!rescan_uprobes(uw))
+			uretinst__prepare();
+		memset(ns->frames, 0, max * sizeof(*ns->frames));
+		memset(ns->api, 0, max);
+		ns->nr = 0;
+		ns->truncated = false;
+		ns->err = NULL;
+		w = (struct walk){ .uw = uw, .ns = ns, .max = max };
+		uw->unresolved_slot = 0;
+		ret = dwfl_getthread_frames(uw->dwfl, tid, frame_cb, &w);
+	}
+	if (ret == -1 && !ns->truncated && !w.stopped) {
 		/* 0 is the end of the stack (the CFI of _start / clone marks no caller); -1 after
 		 * some frames means the unwind could not find a caller: cut short */
 		const char *msg = dwfl_errmsg(-1);
@@ -486,4 +777,23 @@ int unwinder__thread(struct unwinder *uw, int tid, int max, struct native_stack 
 	if (ns->truncated && !ns->err)
 		ns->err = strpool__addf(uw->pool, "cut at %d frames", max);
 	return 0;
+}
+
+void unwinder__sample_begin(struct unwinder *uw)
+{
+	if (!uw)
+		return;
+	uretinst__free(uw->uret);
+	uw->uret = NULL;
+	uw->uret_tried = false;
+	uw->uret_err = NULL;
+	uw->maps_rescanned = false;
+}
+
+void unwinder__stats(const struct unwinder *uw, struct unwind_stats *st)
+{
+	if (uw)
+		*st = uw->stats;
+	else
+		memset(st, 0, sizeof(*st));
 }

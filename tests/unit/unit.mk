@@ -245,3 +245,11 @@ $(UNIT_DIR)/test_torchprof: tests/unit/test_torchprof.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_torchprof
+
+# the pending-return substitution on saved iterator records (links the loader, never loads it)
+$(UNIT_DIR)/test_uretinst: tests/unit/test_uretinst.c tests/unit/check.h \
+			   $(OUTPUT)/user/uretinst.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lbpf -lelf -lz -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_uretinst

@@ -13,6 +13,11 @@
  *                  vanish mid-snapshot)
  *   --zombie       a child that exits at once and is never reaped (prints "# zombie PID")
  *   --exit-after MS  exits (status 0) MS after READY without waiting for GO
+ *   --tail         after READY the main thread first waits for one line on stdin (the test's
+ *                  tools attach meanwhile), then runs main -> tail_mid -> tail_jump, which
+ *                  tail-calls (jmp) tail_leaf -> read(stdin), printing "# tail" before the
+ *                  read: a return probe on tail_jump and tail_leaf chains two instances on one
+ *                  slot
  * Prints "READY <pid>" when every thread is in place; exits after a line on stdin ("GO"). */
 #include <pthread.h>
 #include <signal.h>
@@ -64,6 +69,33 @@ NOINLINE int level_b(void)
 NOINLINE int level_a(void)
 {
 	int r = level_b();
+
+	KEEP_FRAME();
+	return r + 1;
+}
+
+NOINLINE int tail_leaf(void)
+{
+	char buf[64];
+	ssize_t n;
+
+	printf("# tail\n");
+	fflush(stdout);
+	n = read(0, buf, sizeof(buf));
+	KEEP_FRAME();
+	return (int)n + 2;
+}
+
+/* no frame of its own on the stack while tail_leaf runs: -O2 makes the call a jmp */
+NOINLINE int tail_jump(int x)
+{
+	sink += x;
+	return tail_leaf();
+}
+
+NOINLINE int tail_mid(void)
+{
+	int r = tail_jump(1);
 
 	KEEP_FRAME();
 	return r + 1;
@@ -165,13 +197,15 @@ static void start(void *(*fn)(void *))
 int main(int argc, char **argv)
 {
 	long threads = 0, exit_after = -1;
-	int want = 0, spin = 0, zombie = 0, churning = 0;
+	int want = 0, spin = 0, zombie = 0, churning = 0, tail = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads"))
 			threads = hs_parse_long(argv[i], argv[i + 1]), i++;
 		else if (!strcmp(argv[i], "--spin"))
 			spin = 1;
+		else if (!strcmp(argv[i], "--tail"))
+			tail = 1;
 		else if (!strcmp(argv[i], "--dstate"))
 			dstate_secs = hs_parse_long(argv[i], argv[i + 1]), i++;
 		else if (!strcmp(argv[i], "--work"))
@@ -217,7 +251,15 @@ int main(int argc, char **argv)
 		usleep(exit_after * 1000);
 		_exit(0);
 	}
-	level_a();
+	if (tail) {
+		char line[64];
+
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+		tail_mid();
+	} else {
+		level_a();
+	}
 	if (work_lines)
 		pthread_join(work_thread, NULL);
 	printf("DONE\n");

@@ -85,6 +85,13 @@ $(WL_DIR)/cudart_uninit: tests/workloads/cudart_uninit.c tests/workloads/handsha
 	$(Q)$(CC) $(WL_CFLAGS) $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
 
 TEST_BINS += $(WL_DIR)/cudart_uninit
+
+# Frame pointers through a pending return probe (tests/e2e/test_stacks_uret.py).
+$(WL_DIR)/uret_fp_app: tests/workloads/uret_fp_app.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -fno-omit-frame-pointer $< -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/uret_fp_app
 -include $(WL_DIR)/gpu_names.d
 
 # GPU memory scenarios on the simulated caching allocator (tests/e2e/test_mem.py).
