@@ -48,8 +48,8 @@
 enum rule {
 	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ODD_STACK,
 	RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
-	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STATE, RULE_ATTACHED_AFTER, RULE_CORRUPT,
-	RULE__COUNT
+	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STATE, RULE_NOT_ONE_MOMENT,
+	RULE_ATTACHED_AFTER, RULE_CORRUPT, RULE__COUNT
 };
 extern const char *const rule_names[RULE__COUNT];
 
@@ -119,6 +119,7 @@ struct proc {
 	bool py_stacks;		/* recorded with --py-stacks; py_why: why it has no frames */
 	char py_why[128];
 	char torch_version[16];
+	int host_id;		/* finish: procs of one host (one clock) share it */
 	/* filled by finish */
 	bool dead;
 	struct ivec missed;	/* missing_rank findings folded into dead_rank: agg-less triples */
@@ -163,6 +164,13 @@ struct member {
 	uint32_t py_newest, py_stuck;
 	int64_t py_newest_seq, py_stuck_seq;
 	uint8_t py_newest_op, py_stuck_op;
+	/* times on its host's clock (FR_UNK: unknown) for what the dumps' own times prove
+	 * (fr_timing.c): the collective folded before the current one; the newest completed one
+	 * (lc_prev_created: its predecessor's creation when that is seq lc_seq - 1); the oldest
+	 * one not completed (st_prev_*: its predecessor's, when that is seq st_seq - 1) */
+	int64_t prev_seq, prev_created, prev_done;
+	int64_t lc_seq, lc_created, lc_done, lc_prev_created;
+	int64_t st_seq, st_created, st_prev_created, st_prev_done;
 };
 
 /* a split child whose rank and size come from all its members */
@@ -296,7 +304,9 @@ struct verdict {
 	int agg;		/* the (comm, seq) aggregate, -1 */
 	struct ivec culprits, waiting, behind, dead;
 	union {
-		struct { bool hole; int64_t newest; int unknown; } missing;
+		/* lag: how long after others entered seq its dump is proven to have come (the
+		 * smallest over the culprits; FR_UNK: the times do not say), how: which bound */
+		struct { bool hole; int64_t newest; int unknown; int64_t lag; int how; } missing;
 		struct { int proc; } dead_rank;
 		struct { bool world; bool identity; } missing_dump;
 		struct { int64_t err; bool aborted; } async;
@@ -313,7 +323,7 @@ struct verdict {
 		} p2p;
 		struct { struct stuck_call *calls; int n, nprocs; int64_t mind, maxd; } stuck;
 		struct { int64_t skew; bool stuck; int nr_over; } late;
-		struct { int completed, incomplete; } state;
+		struct { int completed, incomplete; int64_t before; int how; } state;
 		struct { int idx; } corrupt;
 		struct { int64_t rc; char api[48]; bool all_failed; } init;
 		/* odd_stack: the wait the majority is in; no_progress: the call (api "" when the
@@ -331,6 +341,20 @@ struct verdict {
 	bool stacks_only;
 	struct ivec others;	/* procs: odd_stack the majority; attached_after_hang unused */
 };
+
+/* a dump older than the moment the others show (fr_timing.c) */
+struct redump {
+	int proc, comm;
+	int64_t seq;		/* the collective it had not entered (or completed) */
+	bool completed;		/* others completed it: proven older */
+};
+
+/* fr_timing.c: a comm's waiting members, sorted for the lag bounds */
+struct timing_comm {
+	struct wrow *rows;
+	int n;
+};
+enum { TIMING_SAME_HOST = 1, TIMING_CAUSAL };
 
 struct corrupt {
 	char *path;
@@ -388,6 +412,10 @@ struct fr_analysis {
 	int py_map_cap;
 	int nr_with_pyframes;	/* dumps whose entries carry frames */
 	struct fr_trigger_sel trigger;
+	int nr_hosts;		/* distinct host ids (timing_hosts) */
+	struct redump *redumps;
+	int nr_redumps, cap_redumps;
+	bool hang_seen;		/* some rank waited past the threshold at its own dump */
 
 	struct verdict *verdicts;
 	int nr_verdicts, cap_verdicts;
@@ -439,6 +467,16 @@ int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d);
 const char *kstr(const struct fr_analysis *a, uint32_t off);
 int rule_stacks(struct fr_analysis *a);
 int rule_attached_after(struct fr_analysis *a);
+
+/* fr_timing.c */
+int timing_hosts(struct fr_analysis *a);
+int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
+void timing_comm_free(struct timing_comm *t);
+int64_t timing_lag(const struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s,
+		   int64_t *waited, int *how);
+int64_t timing_done_before(const struct fr_analysis *a, int cid, int mi, int64_t s, int *how);
+int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool completed);
+int rule_not_one_moment(struct fr_analysis *a);
 
 /* fr_rules.c */
 int run_rules(struct fr_analysis *a);

@@ -53,6 +53,12 @@ static struct env {
 	int py_none;		/* with py_frames: this rank's Python is unsupported (no frames) */
 	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
 	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
+	int per_host;		/* ranks per host: host h holds ranks h*per_host.. */
+	/* dumps taken at different instants while the job runs on (0: every rank's dump holds
+	 * the whole schedule): hosts dump up to spread apart, a host's ranks 3 ms one after
+	 * another; a step takes step_ns (a collective of 0.9 ms, then the rank sleeps) */
+	int64_t spread_ns, step_ns;
+	int stale_host;		/* this host dumped 5 s before the hang (-1: none) */
 	int64_t at;
 	int init_rc;		/* ncclResult_t of a failed comm init */
 	const char *init_api;	/* the API whose init failed (default by slot) */
@@ -63,7 +69,7 @@ static struct env {
 	.py_none = -1,
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
-	.stack_unknown = -1,
+	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1,
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
@@ -93,7 +99,8 @@ static const char doc[] =
 
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
-       OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE };
+       OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
+       OPT_STALE };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -126,6 +133,13 @@ static const struct argp_option opts[] = {
 	  "c10d's wrapper, then train.py's line per op, then <module>", 0 },
 	{ "py-unsupported", OPT_PY_NONE, "R", 0, "With --py-frames: rank R's Python is not "
 	  "supported (entries: frames [], frames_missing; py_stacks says why)", 0 },
+	{ "per-host", OPT_PER_HOST, "H", 0, "Ranks per host (default 8)", 0 },
+	{ "dump-spread-ms", OPT_SPREAD, "MS", 0, "Hosts dump up to MS ms apart while the job "
+	  "runs on, a host's ranks 3 ms one after another (default 0: all at the end)", 0 },
+	{ "step-ms", OPT_STEP, "MS", 0, "A step takes MS ms: a 0.9 ms collective, then the "
+	  "rank sleeps (default 1)", 0 },
+	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped 5 s before the hang (its dumps are "
+	  "from an older moment)", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -168,6 +182,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_STACK_UNKNOWN:
 		env.stack_unknown = num_arg(state, "stack-unknown", arg, 0, 1 << 20);
 		break;
+	case OPT_PER_HOST: env.per_host = num_arg(state, "per-host", arg, 1, 1 << 20); break;
+	case OPT_SPREAD:
+		env.spread_ns = num_arg(state, "dump-spread-ms", arg, 0, 3600000) * 1000000LL;
+		break;
+	case OPT_STEP: env.step_ns = num_arg(state, "step-ms", arg, 1, 600000) * 1000000LL; break;
+	case OPT_STALE: env.stale_host = num_arg(state, "stale-host", arg, 0, 1 << 20); break;
 	case OPT_ATTACH: env.attach_skew = num_arg(state, "attach-skew", arg, 0, 1 << 20); break;
 	case OPT_HOSTOFF:
 		env.host_offset_ns = num_arg(state, "host-offset-us", arg, 0, 1 << 30) * 1000LL;
@@ -546,6 +566,32 @@ static const char *init_api(int slot)
 	return slot ? "ncclCommSplit" : "ncclCommInitRank";
 }
 
+/* dumps taken at different instants (--dump-spread-ms, --stale-host) */
+static bool timed(void)
+{
+	return env.spread_ns > 0 || env.stale_host >= 0;
+}
+
+/* When rank r's dump was taken, on the true clock. Hosts in a scrambled order up to the
+ * spread apart, a host's ranks 3 ms one after another. A healthy job's newest dump is at the
+ * end of the schedule (the job runs on past it); a hang's dumps come 60 s after it, but for
+ * --stale-host's, taken 5 s before it. */
+static int64_t dump_instant(int r)
+{
+	int h = r / env.per_host, lr = r % env.per_host;
+	int nhosts = (env.ranks + env.per_host - 1) / env.per_host;
+	int64_t off = nhosts > 1 ? env.spread_ns * ((h * 7919LL) % nhosts) / (nhosts - 1) : 0;
+	int64_t hang = t0 + target_step * env.step_ns;
+	int64_t mine = lr * 3000000LL;
+
+	if (h == env.stale_host)
+		return hang - 5000000000LL + mine;
+	if (hang_at_end() || init_fail())
+		return hang + 60000000000LL + off + mine;
+	return t0 + (int64_t)nr_steps * env.step_ns - env.spread_ns - 3000000LL * env.per_host +
+	       off + mine;
+}
+
 struct comm_hdr {
 	char id[64];
 	int64_t last_enq, last_started, last_done, last_p2p;
@@ -559,7 +605,9 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	int stop = nr_steps;	/* steps this rank reached */
 	int start = env.preexisting ? (r * 7) % (env.attach_skew + 1) : 0;
 	int64_t base[16] = { 0 }, pbase = 0;	/* seqs before attach, per slot / p2p */
-	int64_t clock = env.host_offset_ns * (r / 8) * ((r / 8) % 2 ? -1 : 1);
+	int h = r / env.per_host, lr = r % env.per_host;
+	int64_t clock = env.host_offset_ns * h * (h % 2 ? -1 : 1);
+	int64_t dump_true = timed() ? dump_instant(r) : INT64_MAX;
 
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
 		stop = nr_steps - 1;
@@ -570,7 +618,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	}
 	for (int j = 0; j < env.comms; j++) {
 		if (env.preexisting)
-			snprintf(hdr[j].id, sizeof(hdr[j].id), "local:node%d:%d:55d0c0ff%04x", r / 8,
+			snprintf(hdr[j].id, sizeof(hdr[j].id), "local:node%d:%d:55d0c0ff%04x", h,
 				 10000 + r, 0xee00 + j * 0x100);
 		else
 			comm_id(j, r, hdr[j].id);
@@ -581,7 +629,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 
 		e.init_failed = true;
 		e.comm = hdr[env.comm_slot].id;
-		e.created = t0 - 300000000 + (r % 8) * 10000 + clock;
+		e.created = t0 - 300000000 + lr * 10000 + clock;
 		e.record_id = n;
 		ents[n++] = e;
 	}
@@ -596,13 +644,20 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		int g = group_size(s->slot), crank = comm_rank(s->slot, r);
 		bool target = t == target_step && in_target_group(r);
 		int64_t skipped = 0;
-		int64_t created = t0 + (int64_t)t * 1000000 + (r % 8) * 10000 + clock;
+		int64_t created = t0 + (int64_t)t * env.step_ns + lr * 10000 + clock;
 		int state = 2;
 		struct ent e = { 0 };
+
+		/* its dump was taken before it entered this step */
+		if (created - clock > dump_true)
+			break;
 
 		e.comm = hdr[s->slot].id;
 		e.created = created;
 		if (target && (hang_at_end() || init_fail()))
+			state = 1;
+		/* completed 0.9 ms after the step began: not yet at its dump */
+		if (created - lr * 10000 - clock + 900000 > dump_true)
 			state = 1;
 		if (env.sc == SC_SKIP_ON && t >= target_step) {
 			/* everything from the skipped collective on waits */
@@ -700,6 +755,10 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		hdr[s->slot].last_started = e.coll_seq;
 		if (state == 2)
 			hdr[s->slot].last_done = e.coll_seq;
+	}
+	if (timed()) {
+		*dump_time = dump_true + clock;
+		return n;
 	}
 	*dump_time = t0 + (int64_t)nr_steps * 1000000 +
 		     (hang_at_end() || init_fail() || env.sc == SC_STUCK ? 60000000000LL :
@@ -943,7 +1002,7 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	} else if (n > ring) {
 		first = n - ring;
 	}
-	snprintf(host, sizeof(host), "node%d", r / 8);
+	snprintf(host, sizeof(host), "node%d", r / env.per_host);
 	o->len = 0;
 	put(o, env.stacks ? "{\"schema\":\"tptrace-fr\",\"version\":2" :
 	       "{\"schema\":\"tptrace-fr\",\"version\":1");
@@ -952,7 +1011,7 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	put(o, ",\"comm\":\"python3\",\"cmdline\":\"python3 train.py\"");
 	put_kv_i(o, ",\"global_rank\":", r);
 	put_kv_i(o, ",\"world_size\":", env.ranks);
-	put_kv_i(o, ",\"local_rank\":", r % 8);
+	put_kv_i(o, ",\"local_rank\":", r % env.per_host);
 	put(o, ",\"nccl_version\":\"2.28.9\",\"nccl_library\":\"/usr/lib/x86_64-linux-gnu/libnccl.so.2\"");
 	put_kv_s(o, ",\"dump_reason\":", killed ? "exit" : env.sc == SC_HEALTHY ? "request" :
 		 hung_before_attach() ? "signal" : "stall");
@@ -986,7 +1045,7 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 			put(o, ",\"comm_handle\":null");
 			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
 			put_kv_i(o, ",\"nranks\":", g);
-			put_kv_i(o, ",\"device\":", r % 8);
+			put_kv_i(o, ",\"device\":", r % env.per_host);
 			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null");
 			put_kv_s(o, ",\"created_by\":", init_api(j));
 			put(o, ",\"learned\":{\"comm_id\":\"init_call\",\"rank\":\"init_call\","
@@ -1005,7 +1064,7 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
 			put_kv_i(o, ",\"nranks\":", g);
 		}
-		put_kv_i(o, ",\"device\":", r % 8);
+		put_kv_i(o, ",\"device\":", r % env.per_host);
 		if (env.preexisting) {
 			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
 			       "\"created_by\":\"before attach\",\"learned\":{\"comm_id\":\"unknown\","

@@ -10,7 +10,7 @@ const char *const rule_names[RULE__COUNT] = {
 	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
 	"nccl_async_error", "type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch",
 	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival",
-	"state_divergence", "attached_after_hang", "corrupt_dump",
+	"state_divergence", "dumps_not_simultaneous", "attached_after_hang", "corrupt_dump",
 };
 
 static int cmp_placed(const void *x, const void *y)
@@ -227,14 +227,18 @@ static int missing_hole(struct fr_analysis *a, int cid)
 	return 1;
 }
 
-/* The lowest last-entered seq among the members behind the newest one: who never entered
- * the next collective while the others did. */
+/* Members behind the newest one: a rank that never entered the next collective is missing
+ * only when the dumps' own times prove it had not entered it well after others had
+ * (fr_timing.c); a rank whose dump is older than what the others show is never blamed. The
+ * lowest such collective is the verdict's. */
 static int missing_rank(struct fr_analysis *a, int cid)
 {
 	struct comm *c = &a->comms[cid];
-	int64_t maxeff = FR_UNK, mineff = FR_UNK, s;
+	int64_t maxeff = FR_UNK, s = FR_UNK, minlag = FR_UNK;
 	struct ivec culprits = { 0 }, behind = { 0 }, waiting = { 0 }, dead = { 0 };
-	int unknown = -1, ai, err = -ENOMEM;
+	struct timing_comm t = { 0 };
+	int unknown = -1, ai, err = -ENOMEM, how = 0;
+	int8_t *proven = NULL;
 	struct verdict *v;
 
 	for (int i = 0; i < c->members.n; i++) {
@@ -259,26 +263,77 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	}
 	if (maxeff == FR_UNK || maxeff <= 0)
 		return 0;
-	for (int i = 0; i < c->members.n; i++) {
-		struct member *m = &a->members[c->members.v[i]];
-
-		if (m->placed && !m->init_failed && m->eff_last != FR_UNK && m->eff_last < maxeff &&
-		    (mineff == FR_UNK || m->eff_last < mineff))
-			mineff = m->eff_last;
-	}
-	if (mineff == FR_UNK)
-		return 0;
-	s = mineff + 1;
+	if (timing_comm_build(a, cid, &t) ||
+	    !(proven = calloc(c->members.n + 1, sizeof(*proven))))
+		goto out;
+	/* each member behind: proven missing (1), dead (2), or not evidence against it (0) */
 	for (int i = 0; i < c->members.n; i++) {
 		int mi = c->members.v[i];
 		struct member *m = &a->members[mi];
+		int64_t next, lag, waited;
+		int k, gi;
+
+		if (!m->placed || m->init_failed || m->eff_last == FR_UNK || m->eff_last >= maxeff)
+			continue;
+		next = m->eff_last + 1;
+		if (a->procs[m->proc].dead) {
+			proven[i] = 2;
+		} else if ((gi = agg_find(a, cid, next)) >= 0 && a->aggs[gi].completed > 0) {
+			/* a rank completed it: every rank had entered it, this dump is older */
+			if (timing_redump(a, m->proc, cid, next, true))
+				goto out;
+			continue;
+		} else {
+			lag = timing_lag(a, &t, mi, next, &waited, &k);
+			if (waited != FR_UNK && waited > a->opts.skew_ns)
+				a->hang_seen = true;
+			if (lag != FR_UNK && lag > a->opts.skew_ns) {
+				proven[i] = 1;
+				if (s == FR_UNK || next < s || (next == s && (minlag == FR_UNK ||
+								  lag < minlag))) {
+					minlag = lag;
+					how = k;
+				}
+			} else if (lag == FR_UNK && waited == FR_UNK) {
+				/* dumps without times (PyTorch's): the sequences alone, as ever */
+				proven[i] = 1;
+			} else {
+				/* not behind for long enough to tell: in flight, or its dump older
+				 * than the others' wait */
+				if (waited != FR_UNK && waited > a->opts.skew_ns &&
+				    timing_redump(a, m->proc, cid, next, false))
+					goto out;
+				continue;
+			}
+		}
+		if (s == FR_UNK || next < s)
+			s = next;
+	}
+	if (s == FR_UNK) {
+		err = 0;
+		goto out;
+	}
+	/* the lag of the culprits at s only */
+	minlag = FR_UNK;
+	for (int i = 0; i < c->members.n; i++) {
+		int mi = c->members.v[i];
+		struct member *m = &a->members[mi];
+		int64_t lag, waited;
+		int k;
 
 		if (!m->placed || m->init_failed || m->eff_last == FR_UNK)
 			continue;
-		if (m->eff_last == mineff) {
-			if (ivec_push(a->procs[m->proc].dead ? &dead : &culprits, mi))
+		if (proven[i] && m->eff_last == s - 1) {
+			if (ivec_push(proven[i] == 2 ? &dead : &culprits, mi))
 				goto out;
-		} else if (m->eff_last < maxeff) {
+			if (proven[i] == 1) {
+				lag = timing_lag(a, &t, mi, s, &waited, &k);
+				if (lag != FR_UNK && (minlag == FR_UNK || lag < minlag)) {
+					minlag = lag;
+					how = k;
+				}
+			}
+		} else if (m->eff_last < maxeff && proven[i]) {
 			if (ivec_push(&behind, mi))
 				goto out;
 		}
@@ -298,6 +353,7 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	err = 0;
 	if (!culprits.n)
 		goto out;
+	a->hang_seen = true;
 	if (!(v = verdict_new(a, RULE_MISSING_RANK, cid, s, agg_op(a, ai)))) {
 		err = -ENOMEM;
 		goto out;
@@ -305,6 +361,8 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	v->agg = ai;
 	v->ev.missing.newest = maxeff;
 	v->ev.missing.unknown = unknown;
+	v->ev.missing.lag = minlag;
+	v->ev.missing.how = how;
 	for (int i = 0; i < culprits.n; i++)
 		who_member(a, v, culprits.v[i]);
 	who_sort(v);
@@ -315,8 +373,12 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	check_dropped(a, v);
 	if (unknown >= 0)
 		set_low(v, LOW_POSITION_UNKNOWN, a->members[unknown].proc, FR_UNK);
+	timing_comm_free(&t);
+	free(proven);
 	return 0;
 out:
+	timing_comm_free(&t);
+	free(proven);
 	free(culprits.v);
 	free(behind.v);
 	free(waiting.v);
@@ -713,6 +775,8 @@ static int rule_stuck(struct fr_analysis *a)
 			calls[n++] = (struct stuck_call){ ic->api, pi, i, dur };
 		}
 	}
+	if (n)
+		a->hang_seen = true;
 	if (n > 1)
 		qsort(calls, n, sizeof(*calls), cmp_stuck);
 	for (int i = 0; i < n;) {
@@ -863,7 +927,8 @@ static int rule_state(struct fr_analysis *a)
 			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
 			struct agg_extra *x;
 			struct ivec stuck = { 0 };
-			int incomplete = g->entered - g->completed, alive = 0;
+			int incomplete = g->entered - g->completed, alive = 0, best_how = 0;
+			int64_t best_before;
 
 			if (!g->completed || !incomplete || g->extra < 0)
 				continue;
@@ -889,10 +954,39 @@ static int rule_state(struct fr_analysis *a)
 						goto nomem;
 				}
 			}
-			/* a dead process never completes anything: dead_rank says it */
-			for (int i = 0; i < stuck.n; i++)
-				if (!a->procs[a->members[stuck.v[i]].proc].dead)
-					stuck.v[alive++] = stuck.v[i];
+			/* a dead process never completes anything: dead_rank says it. The others
+			 * only when the times prove the completion came before their dump
+			 * (fr_timing.c); a dump that may be older is to be taken again */
+			best_before = FR_UNK;
+			for (int i = 0; i < stuck.n; i++) {
+				int mi = stuck.v[i], how = 0;
+				struct member *m = &a->members[mi];
+				struct proc *p = &a->procs[m->proc];
+				int64_t before;
+
+				if (p->dead)
+					continue;
+				before = timing_done_before(a, cid, mi, g->seq, &how);
+				/* no times at all (PyTorch's dumps): the states alone, as ever */
+				if ((before == FR_UNK && p->dump_time_ns != FR_UNK) ||
+				    (before != FR_UNK && before <= a->opts.skew_ns)) {
+					int64_t w = m->st_seq == g->seq && m->st_created != FR_UNK &&
+						    p->dump_time_ns != FR_UNK ?
+						    ns_diff(p->dump_time_ns, m->st_created) : FR_UNK;
+
+					if (w != FR_UNK && w > a->opts.skew_ns) {
+						a->hang_seen = true;
+						if (timing_redump(a, m->proc, cid, g->seq, false))
+							goto nomem;
+					}
+					continue;
+				}
+				if (before != FR_UNK && (best_before == FR_UNK || before < best_before)) {
+					best_before = before;
+					best_how = how;
+				}
+				stuck.v[alive++] = mi;
+			}
 			stuck.n = alive;
 			if (!stuck.n) {
 				free(stuck.v);
@@ -903,6 +997,9 @@ static int rule_state(struct fr_analysis *a)
 			v->agg = c->aggs.v[k];
 			v->ev.state.completed = g->completed;
 			v->ev.state.incomplete = incomplete;
+			v->ev.state.before = best_before;
+			v->ev.state.how = best_how;
+			a->hang_seen = true;
 			for (int i = 0; i < stuck.n; i++)
 				who_member(a, v, stuck.v[i]);
 			who_sort(v);
@@ -970,14 +1067,15 @@ int fr_analysis__finish(struct fr_analysis *a)
 			any_running = true;
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		a->procs[pi].dead = proc_is_dead(&a->procs[pi], any_running);
-	if ((err = place_members(a)))
+	if ((err = place_members(a)) || (err = timing_hosts(a)))
 		return err;
 
 	if ((err = rule_init_failed(a)) || (err = rule_missing_rank(a)) ||
 	    (err = rule_dead_rank(a)) || (err = rule_missing_dump(a)) ||
 	    (err = rule_async_error(a)) || (err = rule_signatures(a)) || (err = rule_p2p(a)) ||
 	    (err = rule_stuck(a)) || (err = rule_late(a)) || (err = rule_state(a)) ||
-	    (err = rule_stacks(a)) || (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
+	    (err = rule_not_one_moment(a)) || (err = rule_stacks(a)) ||
+	    (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
 		return err;
 	mark_inferred(a);
 	sort_verdicts(a);

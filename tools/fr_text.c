@@ -330,6 +330,18 @@ static void detail_init_failed(FILE *f, const struct fr_analysis *a, const struc
 		fprintf(f, "no other rank is waiting in a collective on this comm\n");
 }
 
+/* what the dumps' times prove (fr_timing.c): "its dump came at least 60.0 s after others
+ * had entered it (same host's clock)" */
+static void print_lag(FILE *f, int64_t lag, int how, const char *whose, const char *what)
+{
+	if (lag == FR_UNK)
+		return;
+	fprintf(f, "%s came at least %.1f s after others %s (%s)\n", whose, lag / 1e9, what,
+		how == TIMING_SAME_HOST ? "one host's clock" :
+		"from each rank's own clock and the order a collective imposes, whatever the "
+		"hosts' clocks");
+}
+
 static void headline_missing(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	const struct comm *c = &a->comms[v->comm];
@@ -381,6 +393,8 @@ static void detail_missing(FILE *f, const struct fr_analysis *a, const struct ve
 	if (v->culprits.n > 8 && !v->ev.missing.hole)
 		fprintf(f, "... and %d more ranks that never entered it\n", v->culprits.n - 8);
 	print_entered(f, a, v->agg);
+	print_lag(f, v->ev.missing.lag, v->ev.missing.how, v->nr_who == 1 ? "its dump" :
+		  "their dumps", "had entered it");
 	if (v->behind.n) {
 		fprintf(f, "also behind the newest seq %" PRId64 ": ", v->ev.missing.newest);
 		print_members(f, a, v->behind.v, v->behind.n);
@@ -672,6 +686,8 @@ static void detail_state(FILE *f, const struct fr_analysis *a, const struct verd
 {
 	fprintf(f, "the GPU side of the collective never finished on %s\n",
 		v->nr_who == 1 ? "that rank" : "those ranks");
+	print_lag(f, v->ev.state.before, v->ev.state.how, v->nr_who == 1 ? "its dump" :
+		  "their dumps", "had completed it");
 	for (int i = 0; i < v->nr_who && i < 4; i++) {
 		const struct proc *p = &a->procs[v->who[i][2]];
 
@@ -680,6 +696,70 @@ static void detail_state(FILE *f, const struct fr_analysis *a, const struct verd
 		print_proc_state(f, a, p);
 		fprintf(f, "\n");
 	}
+}
+
+/* the hosts of the redump list, "node1,node3" (each once) */
+static void print_redump_hosts(FILE *f, const struct fr_analysis *a)
+{
+	int shown = 0, n = 0;
+
+	for (int i = 0; i < a->nr_redumps; i++) {
+		const struct proc *p = &a->procs[a->redumps[i].proc];
+		bool seen = false;
+
+		for (int k = 0; k < i && !seen; k++)
+			seen = a->procs[a->redumps[k].proc].host_id == p->host_id;
+		if (seen)
+			continue;
+		if (shown < 16)
+			fprintf(f, "%s%s", shown++ ? "," : "", p->host[0] ? p->host : "?");
+		n++;
+	}
+	if (n > shown)
+		fprintf(f, " and %d more hosts", n - shown);
+}
+
+static void headline_not_one_moment(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	struct verdict tmp = { 0 };
+
+	for (int i = 0; i < a->nr_redumps; i++)
+		who_proc((struct fr_analysis *)a, &tmp, a->redumps[i].proc);
+	who_sort(&tmp);
+	fprintf(f, "the dumps are not from one moment: ");
+	print_who(f, a, &tmp, false);
+	free(tmp.who);
+	fprintf(f, " may have been dumped before the others waited; dump host%s ",
+		a->nr_redumps > 1 ? "s" : "");
+	print_redump_hosts(f, a);
+	fprintf(f, " again");
+}
+
+static void detail_not_one_moment(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	(void)v;
+	for (int i = 0; i < a->nr_redumps && i < 8; i++) {
+		const struct redump *r = &a->redumps[i];
+		const struct proc *p = &a->procs[r->proc];
+
+		print_proc_label(f, p);
+		fprintf(f, " (host %s): ", p->host[0] ? p->host : "?");
+		if (r->completed)
+			fprintf(f, "never entered seq %" PRId64 " on comm %s, which others completed: "
+				   "every rank had entered it, so its dump is older", r->seq,
+				short_id(a->comms[r->comm].id));
+		else
+			fprintf(f, "its dump does not show seq %" PRId64 " on comm %s as others do, "
+				   "and its times cannot show it was taken after they waited in it",
+				r->seq, short_id(a->comms[r->comm].id));
+		fprintf(f, "; ");
+		print_last_entry(f, a, p);
+		fprintf(f, "\n");
+	}
+	if (a->nr_redumps > 8)
+		fprintf(f, "... and %d more dumps\n", a->nr_redumps - 8);
+	fprintf(f, "no rank is blamed: a rank is missing only when its own dump shows it had not "
+		   "entered a collective well after the others had");
 }
 
 static void headline_corrupt(FILE *f, const struct fr_analysis *a, const struct verdict *v)
@@ -722,6 +802,7 @@ static const struct {
 	[RULE_STUCK] = { headline_stuck, detail_stuck },
 	[RULE_LATE] = { headline_late, detail_late },
 	[RULE_STATE] = { headline_state, detail_state },
+	[RULE_NOT_ONE_MOMENT] = { headline_not_one_moment, detail_not_one_moment },
 	[RULE_CORRUPT] = { headline_corrupt, detail_corrupt },
 };
 
