@@ -48,7 +48,7 @@
 enum rule {
 	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ODD_STACK,
 	RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
-	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STATE, RULE_NOT_ONE_MOMENT,
+	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STRAGGLER, RULE_STATE, RULE_NOT_ONE_MOMENT,
 	RULE_ATTACHED_AFTER, RULE_CORRUPT, RULE__COUNT
 };
 extern const char *const rule_names[RULE__COUNT];
@@ -171,6 +171,8 @@ struct member {
 	int64_t prev_seq, prev_created, prev_done;
 	int64_t lc_seq, lc_created, lc_done, lc_prev_created;
 	int64_t st_seq, st_created, st_prev_created, st_prev_done;
+	int64_t first_created;	/* its oldest collective's, for its step length */
+	int nr_last;		/* straggler: collectives it entered last by the margin */
 };
 
 /* a split child whose rank and size come from all its members */
@@ -225,6 +227,11 @@ struct agg_extra {
 struct seq_agg {
 	int64_t seq;
 	int64_t min_created, max_created;
+	/* completed entries' own waits, completion - creation on their host's clock (FR_UNK):
+	 * the last to enter waits least (late_arrival, straggler across hosts) */
+	int64_t min_wait, min2_wait, max_wait;
+	int32_t minw_m;
+	int32_t nr_waits;
 	int32_t comm;
 	int32_t entered, completed;
 	int32_t min_m, max_m;
@@ -235,7 +242,7 @@ struct seq_agg {
 };
 
 struct p2p_op {
-	int64_t k, seq, count;
+	int64_t k, seq, count, created;
 	uint8_t dtype, state;
 };
 
@@ -322,7 +329,10 @@ struct verdict {
 			int64_t max_s, max_r;
 		} p2p;
 		struct { struct stuck_call *calls; int n, nprocs; int64_t mind, maxd; } stuck;
-		struct { int64_t skew; bool stuck; int nr_over; } late;
+		struct { int64_t skew; bool stuck; int nr_over; bool waits; } late;
+		/* lag: median margin by which it entered last; step: its median interval
+		 * between collectives on the comm; last/of: collectives it was last in */
+		struct { int64_t lag, step; int last, of; } straggler;
 		struct { int completed, incomplete; int64_t before; int how; } state;
 		struct { int idx; } corrupt;
 		struct { int64_t rc; char api[48]; bool all_failed; } init;
@@ -339,6 +349,7 @@ struct verdict {
 	} ev;
 	/* the stack rules found it from stacks alone (no ring entry shows it) */
 	bool stacks_only;
+	int caused_by;		/* link_roles: the cause's index in a->verdicts, -1: a cause */
 	struct ivec others;	/* procs: odd_stack the majority; attached_after_hang unused */
 };
 
@@ -458,6 +469,14 @@ void check_wrap(struct fr_analysis *a, struct verdict *v, int comm, int64_t seq)
 void check_dropped(struct fr_analysis *a, struct verdict *v);
 void mark_inferred(struct fr_analysis *a);
 void sort_verdicts(struct fr_analysis *a);
+/* after sort_verdicts: ties each consequence to its cause and orders every cause before its
+ * consequences; -ENOMEM */
+int link_roles(struct fr_analysis *a);
+/* the ranks that wait on cause v (members), with the shortest and longest own wait (ns,
+ * FR_UNK unknown); malloc'ed list in *out, its length returned, -ENOMEM */
+int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **out,
+		    int64_t *minw, int64_t *maxw);
+int nr_causes(const struct fr_analysis *a);
 void verdict_free(struct verdict *v);
 
 /* fr_stacks.c: stack snapshots folded per proc, and the stack rules */

@@ -56,6 +56,7 @@ int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_i
 	m->prev_seq = m->prev_created = m->prev_done = FR_UNK;
 	m->lc_seq = m->lc_created = m->lc_done = m->lc_prev_created = FR_UNK;
 	m->st_seq = m->st_created = m->st_prev_created = m->st_prev_done = FR_UNK;
+	m->first_created = FR_UNK;
 	m->partial = ci->seq_attach;
 	m->split = -1;
 	m->init_failed = !strcmp(ci->state, "init_failed");
@@ -115,6 +116,8 @@ static void fold_times(struct member *m, const struct fr_entry *e)
 		m->st_prev_created = adjacent ? m->prev_created : FR_UNK;
 		m->st_prev_done = adjacent ? m->prev_done : FR_UNK;
 	}
+	if (m->prev_seq == FR_UNK)
+		m->first_created = e->created_ns;
 	m->prev_seq = e->coll_seq;
 	m->prev_created = e->created_ns;
 	m->prev_done = e->state == FR_ST_COMPLETED ? e->completed_ns : FR_UNK;
@@ -163,6 +166,23 @@ int fold_collective(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	if (gi < 0)
 		return 0;
 	g = &a->aggs[gi];
+	if (g->entered == 0)
+		g->min_wait = g->min2_wait = g->max_wait = FR_UNK;
+	if (e->state == FR_ST_COMPLETED && e->created_ns != FR_UNK && e->completed_ns != FR_UNK &&
+	    e->completed_ns >= e->created_ns) {
+		int64_t w = e->completed_ns - e->created_ns;
+
+		if (g->min_wait == FR_UNK || w < g->min_wait) {
+			g->min2_wait = g->min_wait;
+			g->min_wait = w;
+			g->minw_m = mi;
+		} else if (g->min2_wait == FR_UNK || w < g->min2_wait) {
+			g->min2_wait = w;
+		}
+		if (g->max_wait == FR_UNK || w > g->max_wait)
+			g->max_wait = w;
+		g->nr_waits++;
+	}
 	if (g->entered == 0) {
 		g->sig0 = s;
 		g->min_created = g->max_created = e->created_ns;
@@ -243,6 +263,7 @@ int fold_p2p(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	op->k = side->total;
 	op->seq = e->p2p_seq;
 	op->count = e->count;
+	op->created = e->created_ns;
 	op->dtype = e->dtype;
 	op->state = e->state;
 	if (side->nr_kept < P2P_KEEP)

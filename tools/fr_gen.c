@@ -35,13 +35,13 @@ enum scenario {
 	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC_SKIP_ON,
 	SC_INIT_FAIL, SC_INIT_FAIL_ALL,
 	/* hung before tptrace attached: empty rings, the stacks tell (imply --stacks) */
-	SC_HUNG_MISSING, SC_HUNG_SPIN, SC_STUCK_SYNC, SC_NO_PROGRESS, SC__COUNT
+	SC_HUNG_MISSING, SC_HUNG_SPIN, SC_STUCK_SYNC, SC_NO_PROGRESS, SC_STRAGGLER, SC__COUNT
 };
 static const char *const scenario_names[SC__COUNT] = {
 	"healthy", "skip", "late", "size", "dtype", "op", "root", "type", "p2p", "p2p_count",
 	"stuck", "killed", "missing_dump", "corrupt", "async", "skip_on", "init_fail",
 	"init_fail_all", "hung_before_attach_missing", "hung_before_attach_spin", "stuck_sync",
-	"no_progress",
+	"no_progress", "straggler",
 };
 
 static struct env {
@@ -59,6 +59,7 @@ static struct env {
 	 * another; a step takes step_ns (a collective of 0.9 ms, then the rank sleeps) */
 	int64_t spread_ns, step_ns;
 	int stale_host;		/* this host dumped 5 s before the hang (-1: none) */
+	int64_t jitter_ns;	/* each rank enters each step up to this late (pseudo-random) */
 	int64_t at;
 	int init_rc;		/* ncclResult_t of a failed comm init */
 	const char *init_api;	/* the API whose init failed (default by slot) */
@@ -88,7 +89,8 @@ static const char doc[] =
 "Hung before tptrace attached (empty rings; stacks only): hung_before_attach_missing (the\n"
 "culprit sleeps in Python, the others wait in ncclAllReduce), hung_before_attach_spin (it\n"
 "spins in Python), stuck_sync (it waits in cudaStreamSynchronize), no_progress (every rank\n"
-"waits in ncclAllReduce). --stacks adds snapshots to any scenario: healthy ranks progress,\n"
+"waits in ncclAllReduce). straggler: the culprit enters every step 30 % of --step-ms after\n"
+"the others (a collective completes 0.9 ms after its last rank). --stacks adds snapshots to any scenario: healthy ranks progress,\n"
 "the culprit of a hang sleeps in Python while the others wait in the collective.\n"
 "\n"
 "EXAMPLES:\n"
@@ -100,7 +102,7 @@ static const char doc[] =
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
-       OPT_STALE };
+       OPT_STALE, OPT_JITTER };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -140,9 +142,13 @@ static const struct argp_option opts[] = {
 	  "rank sleeps (default 1)", 0 },
 	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped 5 s before the hang (its dumps are "
 	  "from an older moment)", 0 },
+	{ "jitter-us", OPT_JITTER, "US", 0, "Each rank enters each step up to US us late, "
+	  "pseudo-randomly; a collective completes 0.9 ms after its last rank entered", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
+
+static bool hung_before_attach(void);
 
 static long num_arg(struct argp_state *state, const char *name, const char *arg, long lo, long hi)
 {
@@ -187,6 +193,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.spread_ns = num_arg(state, "dump-spread-ms", arg, 0, 3600000) * 1000000LL;
 		break;
 	case OPT_STEP: env.step_ns = num_arg(state, "step-ms", arg, 1, 600000) * 1000000LL; break;
+	case OPT_JITTER: env.jitter_ns = num_arg(state, "jitter-us", arg, 0, 1 << 30) * 1000LL; break;
 	case OPT_STALE: env.stale_host = num_arg(state, "stale-host", arg, 0, 1 << 20); break;
 	case OPT_ATTACH: env.attach_skew = num_arg(state, "attach-skew", arg, 0, 1 << 20); break;
 	case OPT_HOSTOFF:
@@ -212,7 +219,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--culprit %d is not below --ranks %d", env.culprit, env.ranks);
 		if (env.comm_slot >= env.comms)
 			argp_error(state, "--comm %d is not below --comms %d", env.comm_slot, env.comms);
-		if (env.sc >= SC_HUNG_MISSING)
+		if (hung_before_attach())
 			env.stacks = true;
 		if ((env.sc == SC_P2P || env.sc == SC_P2P_COUNT) && env.ranks < 2)
 			argp_error(state, "p2p scenarios need 2 ranks or more");
@@ -408,6 +415,7 @@ static const char *const torch_dtypes[] = { "Float", "BFloat16", "Half" };
 static const char *const redop_names[] = { "sum", "avg", "max", "min" };
 
 struct ent {
+	int64_t done;		/* completion on its host's clock; 0: created + 0.9 ms */
 	int64_t record_id, coll_seq, p2p_seq, count, in, out, created;
 	const char *comm;
 	const char *op;
@@ -524,7 +532,8 @@ static void put_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 	else
 		put(o, ",\"time_discovered_started_ns\":null");
 	if (e->state == 2) {
-		put_kv_i(o, ",\"time_discovered_completed_ns\":", e->created + 900000);
+		put_kv_i(o, ",\"time_discovered_completed_ns\":",
+			 e->done ? e->done : e->created + 900000);
 		put(o, ",\"duration_ms\":0.8");
 	} else {
 		put(o, ",\"time_discovered_completed_ns\":null,\"duration_ms\":null");
@@ -564,6 +573,35 @@ static const char *init_api(int slot)
 	if (env.init_api)
 		return env.init_api;
 	return slot ? "ncclCommSplit" : "ncclCommInitRank";
+}
+
+/* how late rank r enters step t after the step began (true clock): its place on the host,
+ * --jitter-us, and a straggler's 30 % of the step */
+static int64_t entry_delay(int r, int t)
+{
+	int64_t d = (r % env.per_host) * 10000LL;
+
+	if (env.jitter_ns)
+		d += (int64_t)(splitmix(env.seed * 7777ULL + (uint64_t)t * 1000003ULL + r) %
+			       (uint64_t)env.jitter_ns);
+	if (env.sc == SC_STRAGGLER && r == env.culprit)
+		d += env.step_ns * 3 / 10;
+	return d;
+}
+
+/* the latest entry into step t of the ranks of r's group (its collective completes 0.9 ms
+ * after it) */
+static int64_t last_entry_delay(int r, int t)
+{
+	int g = group_size(steps[t].slot), first = r / g * g;
+	int64_t m = 0;
+
+	if (!env.jitter_ns && env.sc != SC_STRAGGLER)
+		return 0;
+	for (int q = first; q < first + g && q < env.ranks; q++)
+		if (entry_delay(q, t) > m)
+			m = entry_delay(q, t);
+	return m;
 }
 
 /* dumps taken at different instants (--dump-spread-ms, --stale-host) */
@@ -644,7 +682,8 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		int g = group_size(s->slot), crank = comm_rank(s->slot, r);
 		bool target = t == target_step && in_target_group(r);
 		int64_t skipped = 0;
-		int64_t created = t0 + (int64_t)t * env.step_ns + lr * 10000 + clock;
+		int64_t created = t0 + (int64_t)t * env.step_ns + entry_delay(r, t) + clock;
+		int64_t done = t0 + (int64_t)t * env.step_ns + last_entry_delay(r, t) + 900000 + clock;
 		int state = 2;
 		struct ent e = { 0 };
 
@@ -654,10 +693,12 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 
 		e.comm = hdr[s->slot].id;
 		e.created = created;
+		if (env.jitter_ns || env.sc == SC_STRAGGLER)
+			e.done = done;
 		if (target && (hang_at_end() || init_fail()))
 			state = 1;
 		/* completed 0.9 ms after the step began: not yet at its dump */
-		if (created - lr * 10000 - clock + 900000 > dump_true)
+		if (done - clock > dump_true)
 			state = 1;
 		if (env.sc == SC_SKIP_ON && t >= target_step) {
 			/* everything from the skipped collective on waits */
@@ -741,6 +782,10 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			default: break;
 			}
 		}
+		/* everyone's completion waits for the late rank */
+		if (env.sc == SC_LATE && target && e.state == 2)
+			e.done = t0 + (int64_t)t * env.step_ns + 5000000000LL +
+				 entry_delay(env.culprit, t) + 900000 + clock;
 		e.in = e.out = e.count;
 		/* the recorder writes -1 for sizes it cannot know: nranks of a comm created
 		 * before attach */
@@ -773,7 +818,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 
 static bool hung_before_attach(void)
 {
-	return env.sc >= SC_HUNG_MISSING;
+	return env.sc >= SC_HUNG_MISSING && env.sc <= SC_NO_PROGRESS;
 }
 
 /* what a rank's issuing thread is doing in a snapshot */
@@ -1095,7 +1140,8 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 		put(o, "}");
 	}
 	put(o, "],\n\"in_call\":[");
-	if (culprit && (env.sc == SC_SKIP || env.sc == SC_STUCK)) {
+	if (culprit && (env.sc == SC_SKIP || env.sc == SC_STUCK) &&
+	    r / env.per_host != env.stale_host) {
 		put_kv_i(o, "\n{\"tid\":", pid + 1);
 		put(o, ",\"thread_name\":\"pt_main_thread\"");
 		put_kv_s(o, ",\"api\":", env.sc == SC_SKIP ? "cudaMemcpy" : "cudaStreamSynchronize");

@@ -9,7 +9,7 @@
 const char *const rule_names[RULE__COUNT] = {
 	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
 	"nccl_async_error", "type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch",
-	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival",
+	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival", "straggler",
 	"state_divergence", "dumps_not_simultaneous", "attached_after_hang", "corrupt_dump",
 };
 
@@ -701,6 +701,21 @@ static int rule_p2p(struct fr_analysis *a)
 		}
 		if (!bad_s && maxS == maxR)
 			continue;
+		/* an unmatched op its peer's dump does not show: completed, the peer had posted
+		 * the match (its dump is older); waiting no longer than the threshold on its own
+		 * clock, in flight */
+		if (!bad_s && !lone && absolute &&
+		    (maxS > maxR ? S->done > R->total : R->done > S->total))
+			continue;
+		if (!bad_s && lone) {
+			const struct proc *lp = &a->procs[a->members[lone_send ? sm : rm].proc];
+
+			if (lone->state == FR_ST_COMPLETED)
+				continue;
+			if (lone->created != FR_UNK && lp->dump_time_ns != FR_UNK &&
+			    ns_diff(lp->dump_time_ns, lone->created) <= a->opts.skew_ns)
+				continue;
+		}
 		if (++per_comm > MAX_P2P_VERDICTS_PER_COMM) {
 			suppressed++;
 			continue;
@@ -865,13 +880,36 @@ static int placed_count(const struct fr_analysis *a, const struct comm *c)
 	return n;
 }
 
+/* An arrival skew of collective g: from the ranks' own waits (completion - creation, each on
+ * its host's clock) when every rank completed it — the last to enter waited least; from
+ * creation times only when the first and the last rank share a host (one clock): hosts'
+ * clocks are not comparable. FR_UNK when neither tells; *late the member that came last. */
+static int64_t agg_skew(const struct fr_analysis *a, const struct seq_agg *g, int placed,
+			int *late, bool *waits)
+{
+	if (g->entered < placed)
+		return FR_UNK;
+	if (g->completed == g->entered && g->nr_waits == g->entered && g->min_wait != FR_UNK) {
+		*late = g->minw_m;
+		*waits = true;
+		return g->max_wait - g->min_wait;
+	}
+	if (g->min_created == FR_UNK || g->max_created == FR_UNK || g->min_m < 0 || g->max_m < 0 ||
+	    a->procs[a->members[g->min_m].proc].host_id !=
+	    a->procs[a->members[g->max_m].proc].host_id)
+		return FR_UNK;
+	*late = g->max_m;
+	*waits = false;
+	return ns_diff(g->max_created, g->min_created);
+}
+
 static int rule_late(struct fr_analysis *a)
 {
 	for (int ci = 0; ci < a->nr_comms; ci++) {
 		int cid = a->comm_order[ci];
 		struct comm *c = &a->comms[cid];
-		int placed = placed_count(a, c), best = -1, nr_over = 0;
-		bool best_stuck = false;
+		int placed = placed_count(a, c), best = -1, nr_over = 0, best_m = -1;
+		bool best_stuck = false, best_waits = false;
 		int64_t best_skew = 0;
 		struct seq_agg *g;
 		struct verdict *v;
@@ -880,13 +918,12 @@ static int rule_late(struct fr_analysis *a)
 			continue;
 		for (int k = 0; k < c->aggs.n; k++) {
 			int64_t skew;
-			bool stuck;
+			bool stuck, waits = false;
+			int late = -1;
 
 			g = &a->aggs[c->aggs.v[k]];
-			if (g->entered < placed || g->min_created == FR_UNK || g->max_created == FR_UNK)
-				continue;
-			skew = ns_diff(g->max_created, g->min_created);
-			if (skew <= a->opts.skew_ns)
+			skew = agg_skew(a, g, placed, &late, &waits);
+			if (skew == FR_UNK || skew <= a->opts.skew_ns)
 				continue;
 			nr_over++;
 			stuck = g->completed < g->entered;
@@ -897,6 +934,8 @@ static int rule_late(struct fr_analysis *a)
 				best = c->aggs.v[k];
 				best_skew = skew;
 				best_stuck = stuck;
+				best_m = late;
+				best_waits = waits;
 			}
 		}
 		if (best < 0)
@@ -908,7 +947,98 @@ static int rule_late(struct fr_analysis *a)
 		v->ev.late.skew = best_skew;
 		v->ev.late.stuck = best_stuck;
 		v->ev.late.nr_over = nr_over;
-		who_member(a, v, g->max_m);
+		v->ev.late.waits = best_waits;
+		who_member(a, v, best_m);
+		check_dropped(a, v);
+	}
+	return 0;
+}
+
+static int cmp_i64(const void *x, const void *y)
+{
+	int64_t p = *(const int64_t *)x, q = *(const int64_t *)y;
+
+	return p < q ? -1 : p > q;
+}
+
+#define STRAGGLER_MIN_SEQS	8	/* collectives every rank completed, at least */
+#define STRAGGLER_SHARE		80	/* % of them it entered last */
+#define STRAGGLER_MIN_LAG	1000000	/* ns: its median margin over the next-last rank */
+#define STRAGGLER_MIN_STEP_PCT	5	/* ... and that share of its step */
+
+/* A rank that enters last collective after collective by a stable margin: from the ranks'
+ * own waits (completion - creation on each one's clock), never comparing hosts' clocks. The
+ * margin over the next-last rank is what it costs every peer per collective at least. */
+static int rule_straggler(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		int placed = placed_count(a, c), of = 0, top = -1;
+		int64_t *margins = NULL, *steps = NULL, lag, step = FR_UNK;
+		int nm = 0, ns = 0;
+		struct member *tm;
+		struct verdict *v;
+
+		if (placed < 2)
+			continue;
+		for (int i = 0; i < c->members.n; i++)
+			a->members[c->members.v[i]].nr_last = 0;
+		for (int k = 0; k < c->aggs.n; k++) {
+			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+
+			if (g->entered < placed || g->completed != g->entered ||
+			    g->nr_waits != g->entered || g->min2_wait == FR_UNK)
+				continue;
+			of++;
+			a->members[g->minw_m].nr_last++;
+		}
+		if (of < STRAGGLER_MIN_SEQS)
+			continue;
+		for (int i = 0; i < c->members.n; i++) {
+			int mi = c->members.v[i];
+
+			if (top < 0 || a->members[mi].nr_last > a->members[top].nr_last)
+				top = mi;
+		}
+		tm = &a->members[top];
+		if (tm->nr_last * 100 < of * STRAGGLER_SHARE)
+			continue;
+		margins = malloc(of * sizeof(*margins));
+		steps = malloc(of * sizeof(*steps));
+		if (!margins || !steps) {
+			free(margins);
+			free(steps);
+			return -ENOMEM;
+		}
+		for (int k = 0; k < c->aggs.n; k++) {
+			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+
+			if (g->entered < placed || g->completed != g->entered ||
+			    g->nr_waits != g->entered || g->min2_wait == FR_UNK || g->minw_m != top)
+				continue;
+			margins[nm++] = g->min2_wait - g->min_wait;
+		}
+		qsort(margins, nm, sizeof(*margins), cmp_i64);
+		lag = margins[nm / 2];
+		/* its step on this comm: its own interval between collectives */
+		if (tm->first_created != FR_UNK && tm->prev_created != FR_UNK &&
+		    tm->prev_seq != FR_UNK && tm->oldest_seq != FR_UNK && tm->prev_seq > tm->oldest_seq)
+			step = ns_diff(tm->prev_created, tm->first_created) /
+			       (tm->prev_seq - tm->oldest_seq);
+		(void)ns;
+		free(steps);
+		free(margins);
+		if (lag < STRAGGLER_MIN_LAG || step == FR_UNK || step <= 0 ||
+		    lag * 100 < step * STRAGGLER_MIN_STEP_PCT)
+			continue;
+		if (!(v = verdict_new(a, RULE_STRAGGLER, cid, FR_UNK, NULL)))
+			return -ENOMEM;
+		v->ev.straggler.lag = lag;
+		v->ev.straggler.step = step;
+		v->ev.straggler.last = tm->nr_last;
+		v->ev.straggler.of = of;
+		who_member(a, v, top);
 		check_dropped(a, v);
 	}
 	return 0;
@@ -1073,13 +1203,14 @@ int fr_analysis__finish(struct fr_analysis *a)
 	if ((err = rule_init_failed(a)) || (err = rule_missing_rank(a)) ||
 	    (err = rule_dead_rank(a)) || (err = rule_missing_dump(a)) ||
 	    (err = rule_async_error(a)) || (err = rule_signatures(a)) || (err = rule_p2p(a)) ||
-	    (err = rule_stuck(a)) || (err = rule_late(a)) || (err = rule_state(a)) ||
+	    (err = rule_stuck(a)) || (err = rule_late(a)) ||
+	    (err = rule_straggler(a)) || (err = rule_state(a)) ||
 	    (err = rule_not_one_moment(a)) || (err = rule_stacks(a)) ||
 	    (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
 		return err;
 	mark_inferred(a);
 	sort_verdicts(a);
-	return 0;
+	return link_roles(a);
 }
 
 int fr_analysis__nr_verdicts(const struct fr_analysis *a)

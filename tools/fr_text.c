@@ -257,7 +257,10 @@ static void print_entered(FILE *f, const struct fr_analysis *a, int ai)
 	g = &a->aggs[ai];
 	fprintf(f, "%d ranks entered seq %" PRId64 ", %d completed it", g->entered, g->seq,
 		g->completed);
-	if (g->min_created != FR_UNK && g->max_created != FR_UNK)
+	/* creation times compare on one host's clock only */
+	if (g->min_created != FR_UNK && g->max_created != FR_UNK && g->min_m >= 0 &&
+	    g->max_m >= 0 && a->procs[a->members[g->min_m].proc].host_id ==
+	    a->procs[a->members[g->max_m].proc].host_id)
 		fprintf(f, "; they entered within %.3f s of each other",
 			ns_diff(g->max_created, g->min_created) / 1e9);
 	fprintf(f, "\n");
@@ -648,28 +651,50 @@ static void detail_stuck(FILE *f, const struct fr_analysis *a, const struct verd
 static void headline_late(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	print_who(f, a, v, true);
-	fprintf(f, " entered %s seq %" PRId64 " on comm %s %.3f s after the first rank "
+	fprintf(f, " entered %s seq %" PRId64 " on comm %s %.3f s after the %s rank "
 		   "(threshold %.3f s)", v->op, v->seq, short_id(a->comms[v->comm].id),
-		v->ev.late.skew / 1e9, a->opts.skew_ns / 1e9);
+		v->ev.late.skew / 1e9, v->ev.late.waits ? "earliest" : "first",
+		a->opts.skew_ns / 1e9);
 }
 
 static void detail_late(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	const struct seq_agg *g = &a->aggs[v->agg];
-	const struct proc *first = &a->procs[a->members[g->min_m].proc];
-	const struct proc *last = &a->procs[a->members[g->max_m].proc];
 
-	fprintf(f, "first to enter: ");
-	print_proc_label(f, first);
-	fprintf(f, "; %d of %d ranks completed it", g->completed, g->entered);
-	if (v->ev.late.stuck)
-		fprintf(f, "; the others are still waiting in it");
-	fprintf(f, "\n");
+	if (v->ev.late.waits) {
+		fprintf(f, "from each rank's own wait in it (completion - entry on its clock): it "
+			   "waited %.3f s, another rank %.3f s; %d of %d ranks completed it\n",
+			g->min_wait / 1e9, g->max_wait / 1e9, g->completed, g->entered);
+	} else {
+		fprintf(f, "first to enter: ");
+		print_proc_label(f, &a->procs[a->members[g->min_m].proc]);
+		fprintf(f, " on the same host; %d of %d ranks completed it", g->completed,
+			g->entered);
+		if (v->ev.late.stuck)
+			fprintf(f, "; the others are still waiting in it");
+		fprintf(f, "\n");
+	}
 	if (v->ev.late.nr_over > 1)
 		fprintf(f, "%d seqs on this comm have an arrival skew above the threshold\n",
 			v->ev.late.nr_over);
-	if (strcmp(first->host, last->host))
-		fprintf(f, "the ranks are on different hosts: clock offsets add to the skew\n");
+}
+
+static void headline_straggler(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	print_who(f, a, v, true);
+	fprintf(f, " is a straggler on comm %s: last to enter %d of %d collectives, %.1f ms after "
+		   "the next-last rank (median)", short_id(a->comms[v->comm].id),
+		v->ev.straggler.last, v->ev.straggler.of, v->ev.straggler.lag / 1e6);
+}
+
+static void detail_straggler(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	(void)a;
+	fprintf(f, "every peer waits for it at least %.1f ms per collective: %.0f %% of its step "
+		   "of %.1f ms between collectives on this comm\n", v->ev.straggler.lag / 1e6,
+		100.0 * v->ev.straggler.lag / v->ev.straggler.step, v->ev.straggler.step / 1e6);
+	fprintf(f, "from each rank's own wait (completion - entry on its clock): the last to "
+		   "enter waits least; no clocks of different hosts compared");
 }
 
 static void headline_state(FILE *f, const struct fr_analysis *a, const struct verdict *v)
@@ -701,8 +726,17 @@ static void detail_state(FILE *f, const struct fr_analysis *a, const struct verd
 /* the hosts of the redump list, "node1,node3" (each once) */
 static void print_redump_hosts(FILE *f, const struct fr_analysis *a)
 {
-	int shown = 0, n = 0;
+	int shown = 0, n = 0, nh = 0;
 
+	for (int i = 0; i < a->nr_redumps; i++) {
+		bool seen = false;
+
+		for (int k = 0; k < i && !seen; k++)
+			seen = a->procs[a->redumps[k].proc].host_id ==
+			       a->procs[a->redumps[i].proc].host_id;
+		nh += !seen;
+	}
+	fprintf(f, "host%s ", nh == 1 ? "" : "s");
 	for (int i = 0; i < a->nr_redumps; i++) {
 		const struct proc *p = &a->procs[a->redumps[i].proc];
 		bool seen = false;
@@ -729,8 +763,7 @@ static void headline_not_one_moment(FILE *f, const struct fr_analysis *a, const 
 	fprintf(f, "the dumps are not from one moment: ");
 	print_who(f, a, &tmp, false);
 	free(tmp.who);
-	fprintf(f, " may have been dumped before the others waited; dump host%s ",
-		a->nr_redumps > 1 ? "s" : "");
+	fprintf(f, " may have been dumped before the others waited; dump ");
 	print_redump_hosts(f, a);
 	fprintf(f, " again");
 }
@@ -802,6 +835,7 @@ static const struct {
 	[RULE_STUCK] = { headline_stuck, detail_stuck },
 	[RULE_LATE] = { headline_late, detail_late },
 	[RULE_STATE] = { headline_state, detail_state },
+	[RULE_STRAGGLER] = { headline_straggler, detail_straggler },
 	[RULE_NOT_ONE_MOMENT] = { headline_not_one_moment, detail_not_one_moment },
 	[RULE_CORRUPT] = { headline_corrupt, detail_corrupt },
 };
