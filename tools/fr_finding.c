@@ -229,52 +229,52 @@ static bool explained_by(const struct fr_analysis *a, const struct verdict *v,
 	return true;
 }
 
+/* The cause of verdict vi: a corrupt dump for the missing dump it makes; else an earlier
+ * cause that blames every rank of vi or has them wait on it (a cause that may itself follow
+ * from one — stuck_in_call, state_divergence, no_progress — only by blaming them);
+ * attached_after_hang follows from the first hang cause. -1: vi is a cause. */
 static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 {
 	struct verdict *v = &a->verdicts[vi];
 
-	for (int ci = 0; ci < a->nr_verdicts; ci++) {
+	if (v->rule == RULE_MISSING_DUMP) {
+		/* the dump that is there but could not be read */
+		for (int ci = 0; ci < a->nr_verdicts; ci++) {
+			const struct verdict *c = &a->verdicts[ci];
+			bool hit = c->rule == RULE_CORRUPT && v->nr_who > 0 &&
+				   a->corrupt[c->ev.corrupt.idx].global_rank != FR_UNK;
+
+			for (int k = 0; k < v->nr_who && hit; k++)
+				hit = v->who[k][0] == a->corrupt[c->ev.corrupt.idx].global_rank;
+			if (hit)
+				return ci;
+		}
+		return -1;
+	}
+	for (int ci = 0; ci < vi; ci++) {
 		struct verdict *c = &a->verdicts[ci];
 		int *w = NULL, n;
 		int64_t lo, hi;
-		bool hit;
 
-		if (ci == vi || c->caused_by >= 0 || (may_follow(c->rule) && c->rule != RULE_MISSING_DUMP) ||
-		    c->rule == RULE_NOT_ONE_MOMENT || c->rule == RULE_STRAGGLER)
+		if (c->caused_by >= 0 || c->rule == RULE_CORRUPT || c->rule == RULE_MISSING_DUMP ||
+		    c->rule == RULE_NOT_ONE_MOMENT || c->rule == RULE_STRAGGLER ||
+		    c->rule == RULE_LATE)
 			continue;
 		if (v->rule == RULE_ATTACHED_AFTER)
-			return c->rule == RULE_CORRUPT || c->rule == RULE_MISSING_DUMP ? -1 : ci;
-		if (v->rule == RULE_MISSING_DUMP) {
-			/* the dump that is there but could not be read */
-			if (c->rule != RULE_CORRUPT)
-				continue;
-			hit = v->nr_who > 0;
-			for (int k = 0; k < v->nr_who && hit; k++)
-				hit = v->who[k][0] >= 0 &&
-				      v->who[k][0] == a->corrupt[c->ev.corrupt.idx].global_rank;
-			if (hit)
-				return ci;
-			continue;
-		}
-		if (c->rule == RULE_CORRUPT || c->rule == RULE_MISSING_DUMP)
-			continue;
+			return ci;
 		memset(mark, 0, a->nr_procs + 1);
 		for (int k = 0; k < c->nr_who; k++)
 			if (c->who[k][2] >= 0)
 				mark[c->who[k][2]] = 1;
-		if (v->rule == RULE_LATE) {
-			/* late into the collective the cause's culprit never completes: the same */
-			if (explained_by(a, v, c, mark))
-				return ci;
-			continue;
+		if (!may_follow(c->rule) && v->rule != RULE_LATE) {
+			for (int k = 0; k < c->waiting.n; k++)
+				mark[a->members[c->waiting.v[k]].proc] = 1;
+			if ((n = verdict_waiters(a, c, &w, &lo, &hi)) < 0)
+				return n;
+			for (int k = 0; k < n; k++)
+				mark[a->members[w[k]].proc] = 1;
+			free(w);
 		}
-		for (int k = 0; k < c->waiting.n; k++)
-			mark[a->members[c->waiting.v[k]].proc] = 1;
-		if ((n = verdict_waiters(a, c, &w, &lo, &hi)) < 0)
-			return n;
-		for (int k = 0; k < n; k++)
-			mark[a->members[w[k]].proc] = 1;
-		free(w);
 		if (explained_by(a, v, c, mark))
 			return ci;
 	}

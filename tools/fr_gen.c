@@ -783,7 +783,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			}
 		}
 		/* everyone's completion waits for the late rank */
-		if (env.sc == SC_LATE && target && e.state == 2)
+		if (env.sc == SC_LATE && target && state == 2)
 			e.done = t0 + (int64_t)t * env.step_ns + 5000000000LL +
 				 entry_delay(env.culprit, t) + 900000 + clock;
 		e.in = e.out = e.count;

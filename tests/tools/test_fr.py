@@ -28,7 +28,8 @@ CASES = {
         ("missing_rank", WORLD, 16, [5], [5]),
         ("stuck_in_call", None, None, [5], []),
     ], {"human": "rank 5 (host node0 pid 10005) never entered all_reduce seq 16 on comm "
-                 "5a0052b9 (8 ranks); ranks 0-4,6,7 are waiting in it"}),
+                 "5a0052b9 (8 ranks); ranks 0-4,6,7 are waiting in it",
+        "roles": [None, 0], "waiting": [0, 1, 2, 3, 4, 6, 7]}),
     "late": ("--ranks 4 --entries 16 --scenario late --culprit 2", 1, [
         ("late_arrival", WORLD, 16, [2], [2]),
     ], {}),
@@ -60,17 +61,19 @@ CASES = {
     "stuck": ("--ranks 4 --entries 16 --scenario stuck --culprit 2", 1, [
         ("stuck_in_call", None, None, [2], []),
         ("state_divergence", WORLD, 16, [2], [2]),
-    ], {}),
+    ], {"roles": [None, 0]}),
     "killed": ("--ranks 4 --entries 16 --scenario killed --culprit 2", 1, [
         ("dead_rank", WORLD, 16, [2], []),
     ], {"human": "rank 2 (host node0 pid 10002) was killed by SIGKILL (9)"}),
     "missing_dump": ("--ranks 4 --entries 16 --comms 2 --scenario missing_dump --culprit 2", 1, [
         ("missing_dump", None, None, [2], []),
     ], {}),
+    # the corrupt dump is the cause, the missing dump of its rank follows from it
     "corrupt": ("--ranks 4 --entries 16 --scenario corrupt --culprit 2", 1, [
-        ("missing_dump", None, None, [2], []),
         ("corrupt_dump", None, None, [2], []),
-    ], {"stderr": "tptrace-fr.node0.10002.json: unexpected end of input"}),
+        ("missing_dump", None, None, [2], []),
+    ], {"stderr": "tptrace-fr.node0.10002.json: unexpected end of input", "roles": [None, 0],
+        "human": "1 problem found (3 ranks, 1 comm, 4 dumps)"}),
     "async": ("--ranks 4 --entries 16 --scenario async --culprit 2", 1, [
         ("nccl_async_error", WORLD, None, [2], [2]),
     ], {}),
@@ -256,9 +259,10 @@ CASES = {
                       [("all_reduce", C10D, 2500), ("Trainer.step", "/job/train.py", 40),
                        ("<module>", "/job/train.py", 90)]),
         "py_waiting": (1, None),
-        "human": "    rank 2 is in all_reduce seq 16 (not completed), called from:\n"
-                 f"      {C10D}:2500 all_reduce\n"
-                 "      /job/train.py:40 Trainer.step\n"}),
+        # state_divergence follows from stuck_in_call: indented under it
+        "human": "        rank 2 is in all_reduce seq 16 (not completed), called from:\n"
+                 f"          {C10D}:2500 all_reduce\n"
+                 "          /job/train.py:40 Trainer.step\n"}),
     # the culprit's Python is not supported: the verdict says why it has no frames, and still
     # shows where the others wait
     "skip_pyframes_unsupported": ("--ranks 4 --entries 16 --scenario skip --culprit 2 "
@@ -399,6 +403,9 @@ def check_case(name, failures):
                 return f"verdict {i} py_frames_waiting {got!r}, want {want_w!r}"
         elif v["py_frames_waiting"] is not None:
             return f"verdict {i} py_frames_waiting {v['py_frames_waiting']!r}, want null"
+    err = check_roles(out["verdicts"], extra)
+    if err:
+        return err
     if "stderr" in extra:
         lines = p.stderr.strip().splitlines()
         if len(lines) != 1 or extra["stderr"] not in lines[0]:
@@ -414,6 +421,28 @@ def check_case(name, failures):
         return f"human output: {h.stdout!r}"
     if "human" in extra and extra["human"] not in h.stdout:
         return f"human output lacks {extra['human']!r}: {h.stdout!r}"
+    return None
+
+
+def check_roles(verdicts, extra):
+    """caused_by: null for a cause, else an earlier cause's index; a cause never blames the
+    ranks that wait on it"""
+    for i, v in enumerate(verdicts):
+        if "caused_by" not in v or "waiting" not in v:
+            return f"verdict {i} ({v['rule']}) lacks caused_by/waiting"
+        c = v["caused_by"]
+        if c is not None and not (0 <= c < i and verdicts[c]["caused_by"] is None):
+            return f"verdict {i} ({v['rule']}) caused_by {c}: not an earlier cause"
+        if v["waiting"] is not None:
+            if c is not None:
+                return f"verdict {i} ({v['rule']}) is a consequence with waiting ranks"
+            both = set(v["waiting"]["ranks"]) & set(v["ranks"])
+            if both:
+                return f"verdict {i} ({v['rule']}) blames waiting ranks {sorted(both)}"
+    if "roles" in extra and [v["caused_by"] for v in verdicts] != extra["roles"]:
+        return f"caused_by {[v['caused_by'] for v in verdicts]}, want {extra['roles']}"
+    if "waiting" in extra and (verdicts[0]["waiting"] or {}).get("ranks") != extra["waiting"]:
+        return f"waiting {verdicts[0]['waiting']}, want ranks {extra['waiting']}"
     return None
 
 
@@ -480,7 +509,7 @@ def check_generated():
         p = run([FR, "--json", d])
         got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
         res.append(("garbage_entry", None if p.returncode == 1 and got == [
-            ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
+            ("corrupt_dump", None, None, [1], []), ("missing_dump", None, None, [1], [])]
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         # a rank late at seq 10 (by 5 s) stays late for what it enqueues next (seq 11-12,
@@ -533,7 +562,7 @@ def check_generated():
         p = run([FR, "--json", d])
         got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
         res.append(("init_entry_garbage", None if p.returncode == 1 and got == [
-            ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
+            ("corrupt_dump", None, None, [1], []), ("missing_dump", None, None, [1], [])]
             and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         res += check_generated_stacks(t)
