@@ -313,6 +313,13 @@ static void torch_human(FILE *out, const struct fr_analysis *a)
 	fprintf(out, "\n");
 }
 
+static int cmp_int(const void *x, const void *y)
+{
+	int p = *(const int *)x, q = *(const int *)y;
+
+	return p < q ? -1 : p > q;
+}
+
 /* "waiting": the ranks that wait on a cause (never blamed) and their own waits */
 static void add_waiting(cJSON *o, const struct fr_analysis *a, const struct verdict *v)
 {
@@ -328,11 +335,16 @@ static void add_waiting(cJSON *o, const struct fr_analysis *a, const struct verd
 	}
 	free(w);
 	n = verdict_waiters(a, v, &w, &lo, &hi);
+	if (n < 0)
+		return;
+	/* by rank, as "ranks" */
+	for (int i = 0; i < n; i++)
+		w[i] = (int)a->procs[a->members[w[i]].proc].global_rank;
+	qsort(w, n, sizeof(*w), cmp_int);
 	wo = cJSON_AddObjectToObject(o, "waiting");
 	arr = wo ? cJSON_AddArrayToObject(wo, "ranks") : NULL;
 	for (int i = 0; arr && i < n; i++)
-		cJSON_AddItemToArray(arr, cJSON_CreateNumber(
-			(double)a->procs[a->members[w[i]].proc].global_rank));
+		cJSON_AddItemToArray(arr, cJSON_CreateNumber(w[i]));
 	if (wo && lo != FR_UNK) {
 		cJSON_AddNumberToObject(wo, "min_s", lo / 1e9);
 		cJSON_AddNumberToObject(wo, "max_s", hi / 1e9);

@@ -110,6 +110,9 @@ int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t)
 			  FR_UNK;
 		r->waited = p->dump_time_ns != FR_UNK ? ns_diff(p->dump_time_ns, m->st_created) :
 			    FR_UNK;
+		/* waiting past the threshold at its own dump: the job looks hung here */
+		if (r->waited != FR_UNK && r->waited > a->opts.skew_ns)
+			a->hang_seen = true;
 	}
 	qsort(t->rows, t->n, sizeof(*t->rows), cmp_wrow);
 	return 0;

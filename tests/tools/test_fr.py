@@ -445,6 +445,103 @@ def check_roles(verdicts, extra):
         return f"waiting {verdicts[0]['waiting']}, want ranks {extra['waiting']}"
     return None
 
+# Fleets whose dumps were taken at different instants (tptrace-fr-gen --dump-spread-ms: hosts
+# up to 2 s apart, a host's ranks 3 ms one after another, the job running on; --host-offset-us:
+# unsynchronised clocks, host h off by +-h x that). name: (generator args, exit, verdicts
+# (rule, comm, seq, ranks, comm_ranks), caused_by per verdict, extra checks)
+SPREAD = "--step-ms 20 --dump-spread-ms 2000"
+FLEET = {
+    # healthy: the hosts dumped first look as if they never entered what the later ones ran
+    "fleet_healthy_2x4": (f"--ranks 8 --per-host 4 --entries 200 {SPREAD}", 0, [], [],
+                          {"human": "the dumps are from different moments (4 older than others"}),
+    "fleet_healthy_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us "
+                          "700000 --jitter-us 3000", 0, [], [], {}),
+    "fleet_healthy_16x8": (f"--ranks 128 --per-host 8 --entries 150 --comms 2 {SPREAD} "
+                           "--host-offset-us 900000 --jitter-us 2000", 0, [], [], {}),
+    # one recorder dumping its 4 processes 3 ms apart while 1 ms steps run on: rank 0's
+    # collective is in flight in its dump and completed in the others'
+    "one_recorder_healthy": ("--ranks 4 --per-host 4 --entries 100 --step-ms 1 "
+                             "--dump-spread-ms 1", 0, [], [], {}),
+    # real hangs dumped 2 s apart: the culprit stands, proven by the dumps' own times
+    "fleet_skip_2x4": (f"--ranks 8 --per-host 4 --entries 200 {SPREAD} --scenario skip "
+                       "--culprit 5", 1, [("missing_rank", WORLD, 178, [5], [5]),
+                                          ("stuck_in_call", None, None, [5], [])], [None, 0],
+                       {"detail": "its dump came at least 6",
+                        "waiting": [0, 1, 2, 3, 4, 6, 7],
+                        "human": "    follows: ranks 0-4,6,7 wait for it in all_reduce seq 178 "
+                                 "for 60.0-62.0 s\n"}),
+    "fleet_skip_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us "
+                       "700000 --scenario skip --culprit 13", 1,
+                       [("missing_rank", WORLD, 178, [13], [13]),
+                        ("stuck_in_call", None, None, [13], [])], [None, 0],
+                       {"waiting": [r for r in range(32) if r != 13]}),
+    "fleet_skip_16x8": (f"--ranks 128 --per-host 8 --entries 150 --comms 2 {SPREAD} "
+                        "--host-offset-us 900000 --jitter-us 2000 --scenario skip --culprit 77",
+                        1, [("missing_rank", WORLD, 70, [77], [77]),
+                            ("stuck_in_call", None, None, [77], [])], [None, 0],
+                        {"waiting": [r for r in range(128) if r != 77]}),
+    # host node5 answered 5 s before the hang: the culprit still stands; node5 to dump again
+    "fleet_stale_host": (f"--ranks 32 --per-host 4 --entries 400 {SPREAD} --host-offset-us "
+                         "700000 --scenario skip --culprit 13 --stale-host 5", 1,
+                         [("missing_rank", WORLD, 354, [13], [13]),
+                          ("stuck_in_call", None, None, [13], []),
+                          ("dumps_not_simultaneous", WORLD, 121, [], [])], [None, 0, None],
+                         {"hosts": ["node5"]}),
+    # the culprit's own host answered before the hang: no culprit can be named; dump node3
+    "fleet_stale_culprit_host": (f"--ranks 32 --per-host 4 --entries 400 {SPREAD} "
+                                 "--host-offset-us 700000 --scenario skip --culprit 13 "
+                                 "--stale-host 3", 1,
+                                 [("dumps_not_simultaneous", WORLD, 121, [], [])], [None],
+                                 {"hosts": ["node3"],
+                                  "human": "ranks 12-15 may have been dumped before the others "
+                                           "waited; dump host node3 again\n"}),
+    # rank 5 enters every 20 ms step 6 ms late (jitter 0-3 ms on every rank), clocks apart
+    "straggler_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us 700000 "
+                      "--jitter-us 3000 --scenario straggler --culprit 5", 1,
+                      [("straggler", WORLD, None, [5], [5])], [None],
+                      {"human": "[straggler] rank 5 (host node1 pid 10005) is a straggler on comm "
+                                "5a0052b9: last to enter"}),
+    "straggler_2x4": ("--ranks 8 --per-host 4 --entries 100 --step-ms 20 --jitter-us 3000 "
+                      "--scenario straggler --culprit 2", 1,
+                      [("straggler", WORLD, None, [2], [2])], [None], {}),
+}
+
+
+def check_fleet():
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        for name, (args, want_rc, want, roles, extra) in FLEET.items():
+            d = os.path.join(t, name)
+            gen(args, d)
+            p = run([FR, "--json", d])
+            err = None
+            try:
+                out = json.loads(p.stdout)
+            except ValueError:
+                out = {"verdicts": []}
+            vs = out["verdicts"]
+            got = [verdict_key(v) for v in vs]
+            if p.returncode != want_rc:
+                err = f"exit {p.returncode}, want {want_rc}: {p.stderr.strip()}"
+            elif got != want:
+                err = f"verdicts {got}, want {want}"
+            elif any(v["confidence"] != "high" for v in vs):
+                err = f"confidence {[v['confidence'] for v in vs]}, want high"
+            else:
+                err = check_roles(vs, {"roles": roles, **({"waiting": extra["waiting"]}
+                                                         if "waiting" in extra else {})})
+            if not err and "detail" in extra and extra["detail"] not in vs[0]["detail"]:
+                err = f"detail {vs[0]['detail']!r} lacks {extra['detail']!r}"
+            if not err and "hosts" in extra and vs[-1].get("hosts") != extra["hosts"]:
+                err = f"hosts {vs[-1].get('hosts')}, want {extra['hosts']}"
+            if not err and "human" in extra:
+                h = run([FR, d])
+                if extra["human"] not in h.stdout:
+                    err = f"human output lacks {extra['human']!r}: {h.stdout[:600]!r}"
+            res.append((name, err))
+    return res
+
+
 
 def check_smoke():
     res = []
@@ -914,6 +1011,7 @@ def main():
     failed = 0
     results = [(name, check_case(name, None)) for name in CASES]
     results += check_smoke()
+    results += check_fleet()
     results += check_generated()
     results += check_tail_parity()
     results += check_default_reads_all()
