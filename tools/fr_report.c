@@ -339,7 +339,8 @@ static void add_waiting(cJSON *o, const struct fr_analysis *a, const struct verd
 		return;
 	/* by rank, as "ranks" */
 	for (int i = 0; i < n; i++)
-		w[i] = (int)a->procs[a->members[w[i]].proc].global_rank;
+		w[i] = a->procs[a->members[w[i]].proc].global_rank == FR_UNK ? -1 :
+		       (int)a->procs[a->members[w[i]].proc].global_rank;
 	qsort(w, n, sizeof(*w), cmp_int);
 	wo = cJSON_AddObjectToObject(o, "waiting");
 	arr = wo ? cJSON_AddArrayToObject(wo, "ranks") : NULL;
