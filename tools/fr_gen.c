@@ -58,7 +58,8 @@ static struct env {
 	 * the whole schedule): hosts dump up to spread apart, a host's ranks 3 ms one after
 	 * another; a step takes step_ns (a collective of 0.9 ms, then the rank sleeps) */
 	int64_t spread_ns, step_ns;
-	int stale_host;		/* this host dumped 5 s before the hang (-1: none) */
+	int stale_host;		/* this host dumped stale_ns before the hang (-1: none) */
+	int64_t stale_ns;
 	int64_t jitter_ns;	/* each rank enters each step up to this late (pseudo-random) */
 	int64_t at;
 	int init_rc;		/* ncclResult_t of a failed comm init */
@@ -70,7 +71,7 @@ static struct env {
 	.py_none = -1,
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
-	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1,
+	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .stale_ns = 5000000000LL,
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
@@ -102,7 +103,7 @@ static const char doc[] =
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
-       OPT_STALE, OPT_JITTER };
+       OPT_STALE, OPT_JITTER, OPT_STALE_MS };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -140,8 +141,10 @@ static const struct argp_option opts[] = {
 	  "runs on, a host's ranks 3 ms one after another (default 0: all at the end)", 0 },
 	{ "step-ms", OPT_STEP, "MS", 0, "A step takes MS ms: a 0.9 ms collective, then the "
 	  "rank sleeps (default 1)", 0 },
-	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped 5 s before the hang (its dumps are "
-	  "from an older moment)", 0 },
+	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped --stale-ms before the hang (its dumps "
+	  "are from an older moment)", 0 },
+	{ "stale-ms", OPT_STALE_MS, "MS", 0, "--stale-host dumped MS ms before the hang "
+	  "(default 5000)", 0 },
 	{ "jitter-us", OPT_JITTER, "US", 0, "Each rank enters each step up to US us late, "
 	  "pseudo-randomly; a collective completes 0.9 ms after its last rank entered", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
@@ -194,6 +197,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_STEP: env.step_ns = num_arg(state, "step-ms", arg, 1, 600000) * 1000000LL; break;
 	case OPT_JITTER: env.jitter_ns = num_arg(state, "jitter-us", arg, 0, 1 << 30) * 1000LL; break;
+	case OPT_STALE_MS:
+		env.stale_ns = num_arg(state, "stale-ms", arg, 0, 3600000) * 1000000LL;
+		break;
 	case OPT_STALE: env.stale_host = num_arg(state, "stale-host", arg, 0, 1 << 20); break;
 	case OPT_ATTACH: env.attach_skew = num_arg(state, "attach-skew", arg, 0, 1 << 20); break;
 	case OPT_HOSTOFF:
@@ -623,7 +629,7 @@ static int64_t dump_instant(int r)
 	int64_t mine = lr * 3000000LL;
 
 	if (h == env.stale_host)
-		return hang - 5000000000LL + mine;
+		return hang - env.stale_ns + mine;
 	if (hang_at_end() || init_fail())
 		return hang + 60000000000LL + off + mine;
 	return t0 + (int64_t)nr_steps * env.step_ns - env.spread_ns - 3000000LL * env.per_host +

@@ -495,6 +495,25 @@ FLEET = {
                                  {"hosts": ["node3"],
                                   "human": "ranks 12-15 may have been dumped before the others "
                                            "waited; dump host node3 again\n"}),
+    # node3 answered 10 ms before the hang: its ranks' dumps cannot show they were behind
+    "fleet_stale_just_before": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} "
+                                "--host-offset-us 700000 --scenario skip --culprit 13 "
+                                "--stale-host 3 --stale-ms 10", 1,
+                                [("dumps_not_simultaneous", WORLD, 178, [], [])], [None],
+                                {"hosts": ["node3"]}),
+    # every rank its own host, clocks 0.7 s apart: only the order a collective imposes
+    # relates the dumps, and it proves the culprit
+    "fleet_skip_one_rank_hosts": (f"--ranks 8 --per-host 1 --entries 200 {SPREAD} "
+                                  "--host-offset-us 700000 --scenario skip --culprit 3", 1,
+                                  [("missing_rank", WORLD, 178, [3], [3]),
+                                   ("stuck_in_call", None, None, [3], [])], [None, 0],
+                                  {"detail": "whatever the hosts' clocks"}),
+    # one recorder on one host, dumps 3 ms apart: one clock proves it
+    "one_recorder_skip": ("--ranks 4 --per-host 4 --entries 100 --step-ms 1 --dump-spread-ms 1 "
+                          "--scenario skip --culprit 2", 1,
+                          [("missing_rank", WORLD, 90, [2], [2]),
+                           ("stuck_in_call", None, None, [2], [])], [None, 0],
+                          {"detail": "(one host's clock)"}),
     # rank 5 enters every 20 ms step 6 ms late (jitter 0-3 ms on every rank), clocks apart
     "straggler_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us 700000 "
                       "--jitter-us 3000 --scenario straggler --culprit 5", 1,
