@@ -4,7 +4,8 @@
  *   fr_fold.c    folding each parsed dump into procs, comms, members, aggregates
  *   fr_infer.c   identity inference: comms created before attach, split children
  *   fr_rules.c   the rules: structured findings (rule, ranks, comm, seq, op, evidence)
- *   fr_finding.c building findings: culprits, confidence, order
+ *   fr_finding.c building findings: culprits, confidence, order, roles (caused_by)
+ *   fr_timing.c  what the dumps' own times prove when they are not from one moment
  *   fr_stacks.c  stack snapshots (dump version 2) per proc; odd_stack, no_progress,
  *                attached_after_hang
  *   fr_text.c    the one place that words a finding (text report and --json alike);
