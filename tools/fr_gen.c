@@ -58,6 +58,7 @@ static struct env {
 	 * the whole schedule): hosts dump up to spread apart, a host's ranks 3 ms one after
 	 * another; a step takes step_ns (a collective of 0.9 ms, then the rank sleeps) */
 	int64_t spread_ns, step_ns;
+	int pre_from;		/* ranks from this one on attached after init (-1: none) */
 	int stale_host;		/* this host dumped stale_ns before the hang (-1: none) */
 	int64_t stale_ns;
 	int64_t jitter_ns;	/* each rank enters each step up to this late (pseudo-random) */
@@ -71,7 +72,7 @@ static struct env {
 	.py_none = -1,
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
-	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .stale_ns = 5000000000LL,
+	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .stale_ns = 5000000000LL,
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
@@ -103,7 +104,7 @@ static const char doc[] =
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
-       OPT_STALE, OPT_JITTER, OPT_STALE_MS };
+       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -121,6 +122,8 @@ static const struct argp_option opts[] = {
 	{ "jobs", 'j', "J", 0, "Writer threads (default 2)", 0 },
 	{ "preexisting", OPT_PRE, NULL, 0, "Comms created before attach: local ids, null "
 	  "rank/nranks, seqs from attach", 0 },
+	{ "preexisting-from", OPT_PRE_FROM, "R", 0, "Like --preexisting for ranks R and up only: "
+	  "their recorders attached after the comms were made, the others' saw the init", 0 },
 	{ "attach-skew", OPT_ATTACH, "K", 0, "With --preexisting: rank r attached (r*7)%(K+1) "
 	  "steps late", 0 },
 	{ "host-offset-us", OPT_HOSTOFF, "US", 0, "Clock of host h off by +-h*US microseconds", 0 },
@@ -184,6 +187,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_INIT_RC: env.init_rc = num_arg(state, "init-rc", arg, 1, 1 << 20); break;
 	case OPT_INIT_API: env.init_api = arg; break;
 	case OPT_PRE: env.preexisting = true; break;
+	case OPT_PRE_FROM: env.pre_from = num_arg(state, "preexisting-from", arg, 0, 1 << 20); break;
 	case OPT_SPLITNULL: env.split_null = true; break;
 	case OPT_STACKS: env.stacks = true; break;
 	case OPT_PY_FRAMES: env.py_frames = true; break;
@@ -610,6 +614,12 @@ static int64_t last_entry_delay(int r, int t)
 	return m;
 }
 
+/* rank r's recorder attached after its comms were made */
+static bool pre(int r)
+{
+	return env.preexisting || (env.pre_from >= 0 && r >= env.pre_from);
+}
+
 /* dumps taken at different instants (--dump-spread-ms, --stale-host) */
 static bool timed(void)
 {
@@ -647,7 +657,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	int64_t n = 0;
 	bool culprit = r == env.culprit;
 	int stop = nr_steps;	/* steps this rank reached */
-	int start = env.preexisting ? (r * 7) % (env.attach_skew + 1) : 0;
+	int start = pre(r) ? (r * 7) % (env.attach_skew + 1) : 0;
 	int64_t base[16] = { 0 }, pbase = 0;	/* seqs before attach, per slot / p2p */
 	int h = r / env.per_host, lr = r % env.per_host;
 	int64_t clock = env.host_offset_ns * h * (h % 2 ? -1 : 1);
@@ -661,7 +671,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		stop = init_failed_on(r) ? (int)target_step : (int)target_step + 1;
 	}
 	for (int j = 0; j < env.comms; j++) {
-		if (env.preexisting)
+		if (pre(r))
 			snprintf(hdr[j].id, sizeof(hdr[j].id), "local:node%d:%d:55d0c0ff%04x", h,
 				 10000 + r, 0xee00 + j * 0x100);
 		else
@@ -796,9 +806,9 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		/* the recorder writes -1 for sizes it cannot know: nranks of a comm created
 		 * before attach */
 		if (!strcmp(e.op, "all_gather"))
-			e.out = env.preexisting ? -1 : e.count * g;
+			e.out = pre(r) ? -1 : e.count * g;
 		else if (!strcmp(e.op, "reduce_scatter"))
-			e.in = env.preexisting ? -1 : e.count * g;
+			e.in = pre(r) ? -1 : e.count * g;
 		e.state = state;
 		e.record_id = n;
 		ents[n++] = e;
@@ -1090,7 +1100,7 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 		bool failed = j == env.comm_slot && init_failed_on(r);
 
 		put_kv_s(o, "{\"comm_id\":", hdr[j].id);
-		put(o, env.preexisting ? ",\"cross_rank_id\":false" : ",\"cross_rank_id\":true");
+		put(o, pre(r) ? ",\"cross_rank_id\":false" : ",\"cross_rank_id\":true");
 		if (failed) {
 			/* the agreed schema of a failed init: no handle, rank/nranks from the call */
 			put(o, ",\"comm_handle\":null");
@@ -1109,14 +1119,14 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 			continue;
 		}
 		put(o, ",\"comm_handle\":\"0x55d0c0ffee00\"");
-		if (env.preexisting || (env.split_null && j > 0)) {
+		if (pre(r) || (env.split_null && j > 0)) {
 			put(o, ",\"rank\":null,\"nranks\":null");
 		} else {
 			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
 			put_kv_i(o, ",\"nranks\":", g);
 		}
 		put_kv_i(o, ",\"device\":", r % env.per_host);
-		if (env.preexisting) {
+		if (pre(r)) {
 			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
 			       "\"created_by\":\"before attach\",\"learned\":{\"comm_id\":\"unknown\","
 			       "\"rank\":\"unknown\",\"nranks\":\"unknown\",\"seq_origin\":\"attach\"},"

@@ -687,7 +687,11 @@ static int rule_p2p(struct fr_analysis *a)
 		p2p_side_idx(S, absolute, &maxS);
 		p2p_side_idx(R, absolute, &maxR);
 		common = maxS < maxR ? maxS : maxR;
-		for (int64_t idx = common; idx > common - P2P_KEEP && !bad_s; idx--) {
+		/* relative pairing holds for the ops still pending on both sides only: completed
+		 * ones pair by their newest only when both dumps are of one moment, and they are
+		 * not (fr_timing.c) */
+		for (int64_t idx = common; idx > common - P2P_KEEP && !bad_s &&
+		     (absolute || idx >= 0); idx--) {
 			const struct p2p_op *s = p2p_at(S, absolute, idx), *r = p2p_at(R, absolute, idx);
 
 			if (s && r && (s->count != r->count || s->dtype != r->dtype)) {
