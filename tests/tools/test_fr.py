@@ -514,6 +514,26 @@ FLEET = {
                           [("missing_rank", WORLD, 90, [2], [2]),
                            ("stuck_in_call", None, None, [2], [])], [None, 0],
                           {"detail": "(one host's clock)"}),
+    # 16 hosts x 8: 45 recorders saw ncclCommInitRank (exact id), 83 attached after it (local
+    # ids, seqs from attach, 0-3 steps late): one comm, the culprit first (medium: inferred)
+    "exact_and_inferred_16x8": ("--ranks 128 --per-host 8 --entries 120 --preexisting-from 45 "
+                                "--attach-skew 3 --scenario skip --culprit 77", 1,
+                                [("missing_rank", WORLD, 106, [77], [77]),
+                                 ("stuck_in_call", None, None, [77], [])], [None, 0],
+                                {"confidence": ["medium", "high"]}),
+    "exact_and_inferred_spread": (f"--ranks 128 --per-host 8 --entries 200 {SPREAD} "
+                                  "--preexisting-from 45 --attach-skew 3 --scenario skip "
+                                  "--culprit 77", 1,
+                                  [("missing_rank", WORLD, 178, [77], [77]),
+                                   ("stuck_in_call", None, None, [77], [])], [None, 0],
+                                  {"confidence": ["medium", "high"]}),
+    # every recorder attached after init (relative p2p pairing), dumps 2 s apart: healthy
+    "pre_attach_spread_healthy": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} "
+                                  "--preexisting --attach-skew 3", 0, [], [], {}),
+    "exact_and_inferred_healthy": ("--ranks 128 --per-host 8 --entries 120 --preexisting-from "
+                                   "45 --attach-skew 3", 0, [], [],
+                                   {"human": "no problem found: 128 ranks, 1 comm, all "
+                                             "completed seq 106"}),
     # rank 5 enters every 20 ms step 6 ms late (jitter 0-3 ms on every rank), clocks apart
     "straggler_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us 700000 "
                       "--jitter-us 3000 --scenario straggler --culprit 5", 1,
@@ -544,8 +564,9 @@ def check_fleet():
                 err = f"exit {p.returncode}, want {want_rc}: {p.stderr.strip()}"
             elif got != want:
                 err = f"verdicts {got}, want {want}"
-            elif any(v["confidence"] != "high" for v in vs):
-                err = f"confidence {[v['confidence'] for v in vs]}, want high"
+            elif [v["confidence"] for v in vs] != extra.get("confidence",
+                                                            ["high"] * len(vs)):
+                err = f"confidence {[v['confidence'] for v in vs]}"
             else:
                 err = check_roles(vs, {"roles": roles, **({"waiting": extra["waiting"]}
                                                          if "waiting" in extra else {})})
