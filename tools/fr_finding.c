@@ -323,7 +323,8 @@ int link_roles(struct fr_analysis *a)
 	for (int i = 0; i < n; i++)
 		if (out[i].caused_by >= 0)
 			out[i].caused_by = pos[out[i].caused_by];
-	memcpy(a->verdicts, out, n * sizeof(*out));
+	if (n)
+		memcpy(a->verdicts, out, n * sizeof(*out));
 	free(out);
 	free(pos);
 	return 0;
