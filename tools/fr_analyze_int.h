@@ -102,7 +102,7 @@ struct psnap {
 struct proc {
 	char host[FR_NAME_LEN];
 	char *path;
-	int64_t pid, global_rank, world_size, dump_time_ns, exit_code, signal;
+	int64_t pid, global_rank, world_size, dump_time_ns, dump_mono_ns, exit_code, signal;
 	int64_t entries_overwritten, events_dropped;
 	int state;
 	bool wrapped;
@@ -425,6 +425,12 @@ struct fr_analysis {
 	int nr_with_pyframes;	/* dumps whose entries carry frames */
 	struct fr_trigger_sel trigger;
 	int nr_hosts;		/* distinct host ids (timing_hosts) */
+	/* bad input said in one line each (fr_timing.c): a host name held by machines of
+	 * different boots; a host clock far from the others'; dumps of several jobs */
+	char *notes[8];
+	int nr_notes;
+	bool host_split;
+	char *bad_input;	/* why nothing can be judged (dumps of several jobs); NULL */	/* a host name held by machines of different boots */
 	struct redump *redumps;
 	int nr_redumps, cap_redumps;
 	bool hang_seen;		/* some rank waited past the threshold at its own dump */
@@ -490,6 +496,7 @@ int rule_attached_after(struct fr_analysis *a);
 
 /* fr_timing.c */
 int timing_hosts(struct fr_analysis *a);
+int timing_notes(struct fr_analysis *a);
 int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
 void timing_comm_free(struct timing_comm *t);
 int64_t timing_lag(const struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s,

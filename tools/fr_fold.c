@@ -295,6 +295,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 	p->global_rank = d->global_rank;
 	p->world_size = d->world_size;
 	p->dump_time_ns = d->dump_time_ns;
+	p->dump_mono_ns = d->dump_mono_ns;
 	p->exit_code = d->exit_code;
 	p->signal = d->signal;
 	p->entries_overwritten = d->entries_overwritten;
@@ -483,6 +484,9 @@ void fr_analysis__free(struct fr_analysis *a)
 	free(a->splits);
 	free(a->verdicts);
 	free(a->redumps);
+	free(a->bad_input);
+	for (int i = 0; i < a->nr_notes; i++)
+		free(a->notes[i]);
 	free(a->comm_order);
 	free(a->frames);
 	free(a->strs);

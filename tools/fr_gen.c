@@ -59,6 +59,8 @@ static struct env {
 	 * another; a step takes step_ns (a collective of 0.9 ms, then the rank sleeps) */
 	int64_t spread_ns, step_ns;
 	int pre_from;		/* ranks from this one on attached after init (-1: none) */
+	int clock_off_host;	/* this host's clock is 3 years behind (-1: none) */
+	int alias_host;		/* host alias_host + 1 dumps under host alias_host's name */
 	int stale_host;		/* this host dumped stale_ns before the hang (-1: none) */
 	int64_t stale_ns;
 	int64_t jitter_ns;	/* each rank enters each step up to this late (pseudo-random) */
@@ -72,7 +74,7 @@ static struct env {
 	.py_none = -1,
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
-	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .stale_ns = 5000000000LL,
+	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .clock_off_host = -1, .alias_host = -2, .stale_ns = 5000000000LL,
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
@@ -104,7 +106,7 @@ static const char doc[] =
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
-       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM };
+       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -146,6 +148,9 @@ static const struct argp_option opts[] = {
 	  "rank sleeps (default 1)", 0 },
 	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped --stale-ms before the hang (its dumps "
 	  "are from an older moment)", 0 },
+	{ "clock-off-host", OPT_CLOCK_OFF, "H", 0, "Host H's clock is 3 years behind", 0 },
+	{ "alias-host", OPT_ALIAS, "H", 0, "Host H+1's recorder was given host H's --host-id "
+	  "(another machine, another boot, one name)", 0 },
 	{ "stale-ms", OPT_STALE_MS, "MS", 0, "--stale-host dumped MS ms before the hang "
 	  "(default 5000)", 0 },
 	{ "jitter-us", OPT_JITTER, "US", 0, "Each rank enters each step up to US us late, "
@@ -201,6 +206,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_STEP: env.step_ns = num_arg(state, "step-ms", arg, 1, 600000) * 1000000LL; break;
 	case OPT_JITTER: env.jitter_ns = num_arg(state, "jitter-us", arg, 0, 1 << 30) * 1000LL; break;
+	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
+	case OPT_ALIAS: env.alias_host = num_arg(state, "alias-host", arg, 0, 1 << 20); break;
 	case OPT_STALE_MS:
 		env.stale_ns = num_arg(state, "stale-ms", arg, 0, 3600000) * 1000000LL;
 		break;
@@ -614,6 +621,13 @@ static int64_t last_entry_delay(int r, int t)
 	return m;
 }
 
+/* host h's clock minus the true time: --host-offset-us, and --clock-off-host's years */
+static int64_t host_clock(int h)
+{
+	return env.host_offset_ns * h * (h % 2 ? -1 : 1) -
+	       (h == env.clock_off_host ? 3 * 365 * 86400LL * 1000000000LL : 0);
+}
+
 /* rank r's recorder attached after its comms were made */
 static bool pre(int r)
 {
@@ -660,7 +674,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	int start = pre(r) ? (r * 7) % (env.attach_skew + 1) : 0;
 	int64_t base[16] = { 0 }, pbase = 0;	/* seqs before attach, per slot / p2p */
 	int h = r / env.per_host, lr = r % env.per_host;
-	int64_t clock = env.host_offset_ns * h * (h % 2 ? -1 : 1);
+	int64_t clock = host_clock(h);
 	int64_t dump_true = timed() ? dump_instant(r) : INT64_MAX;
 
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
@@ -1063,7 +1077,9 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	} else if (n > ring) {
 		first = n - ring;
 	}
-	snprintf(host, sizeof(host), "node%d", r / env.per_host);
+	/* --alias-host H: host H+1's recorder was given host H's --host-id */
+	snprintf(host, sizeof(host), "node%d", r / env.per_host == env.alias_host + 1 ?
+		 env.alias_host : r / env.per_host);
 	o->len = 0;
 	put(o, env.stacks ? "{\"schema\":\"tptrace-fr\",\"version\":2" :
 	       "{\"schema\":\"tptrace-fr\",\"version\":1");
@@ -1077,7 +1093,9 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	put_kv_s(o, ",\"dump_reason\":", killed ? "exit" : env.sc == SC_HEALTHY ? "request" :
 		 hung_before_attach() ? "signal" : "stall");
 	put_kv_i(o, ",\"dump_time_ns\":", dump_time);
-	put_kv_i(o, ",\"dump_mono_ns\":", dump_time - t0 + 941645312);
+	/* since the host's boot, host h booted h hours before host 0 */
+	put_kv_i(o, ",\"dump_mono_ns\":", dump_time - host_clock(r / env.per_host) - t0 + 941645312 +
+		 (int64_t)(r / env.per_host) * 3600000000000LL);
 	if (killed)
 		put(o, ",\"process\":{\"state\":\"killed\",\"exit_code\":null,\"signal\":9}");
 	else

@@ -389,6 +389,9 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	add_read(root, a);
 	trigger_json(root, a);
 	torch_json(root, a);
+	arr = cJSON_AddArrayToObject(root, "input_notes");
+	for (int i = 0; arr && i < a->nr_notes; i++)
+		cJSON_AddItemToArray(arr, cJSON_CreateString(a->notes[i]));
 	arr = cJSON_AddArrayToObject(root, "verdicts");
 	for (int i = 0; arr && i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
@@ -533,6 +536,8 @@ static int print_human(const struct fr_analysis *a, FILE *out)
 {
 	trigger_human(out, a);
 	torch_human(out, a);
+	for (int i = 0; i < a->nr_notes; i++)
+		fprintf(out, "note: %s\n", a->notes[i]);
 	if (!a->nr_verdicts) {
 		int64_t common = FR_UNK;
 		bool same = true;

@@ -2,6 +2,8 @@
 /* fr_rules: the rules. Each one turns the folded state into findings — rule, culprit ranks,
  * comm, seq, op, the evidence and the confidence — and words nothing (fr_text does). */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
@@ -1165,6 +1167,61 @@ static int rule_corrupt(struct fr_analysis *a)
 	return 0;
 }
 
+static int cmp_proc_rank(const void *x, const void *y, void *arg)
+{
+	const struct fr_analysis *a = arg;
+	int64_t p = a->procs[*(const int *)x].global_rank, q = a->procs[*(const int *)y].global_rank;
+
+	return p < q ? -1 : p > q;
+}
+
+/* Dumps of more than one job in one directory: they disagree on the world size, or two
+ * processes (host, pid) claim one global rank. Their rules would compare unrelated
+ * collectives: said in one line, and no verdict. */
+static int several_jobs(struct fr_analysis *a)
+{
+	int64_t ws = FR_UNK;
+	int *order, ws_p = -1;
+
+	for (int pi = 0; pi < a->nr_procs; pi++) {
+		const struct proc *p = &a->procs[pi];
+
+		/* PyTorch's dumps of the job sit next to tptrace's: the same ranks */
+		if (p->world_size == FR_UNK || p->torch)
+			continue;
+		if (ws != FR_UNK && p->world_size != ws)
+			return asprintf(&a->bad_input, "the dumps are of more than one job: %s says "
+					"world size %" PRId64 ", %s says %" PRId64 "; give tptrace-fr "
+					"one job's dumps", a->procs[ws_p].path, ws, p->path,
+					p->world_size) < 0 ? -ENOMEM : 0;
+		ws = p->world_size;
+		ws_p = pi;
+	}
+	if (!(order = malloc((a->nr_procs + 1) * sizeof(int))))
+		return -ENOMEM;
+	for (int i = 0; i < a->nr_procs; i++)
+		order[i] = i;
+	qsort_r(order, a->nr_procs, sizeof(int), cmp_proc_rank, a);
+	for (int i = 0, last = -1; i < a->nr_procs; i++) {
+		const struct proc *p, *q = &a->procs[order[i]];
+
+		/* against the previous tptrace dump (PyTorch's have no host or pid) */
+		if (q->torch || q->global_rank == FR_UNK)
+			continue;
+		p = last >= 0 ? &a->procs[last] : NULL;
+		last = order[i];
+		if (!p || p->global_rank != q->global_rank ||
+		    (p->pid == q->pid && !strcmp(p->host, q->host)))
+			continue;
+		free(order);
+		return asprintf(&a->bad_input, "the dumps are of more than one job (or of a "
+				"restarted one): rank %" PRId64 " is %s and %s; give tptrace-fr one "
+				"job's dumps", p->global_rank, p->path, q->path) < 0 ? -ENOMEM : 0;
+	}
+	free(order);
+	return 0;
+}
+
 static int order_comms(struct fr_analysis *a)
 {
 	free(a->comm_order);
@@ -1201,8 +1258,11 @@ int fr_analysis__finish(struct fr_analysis *a)
 			any_running = true;
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		a->procs[pi].dead = proc_is_dead(&a->procs[pi], any_running);
-	if ((err = place_members(a)) || (err = timing_hosts(a)))
+	if ((err = place_members(a)) || (err = timing_hosts(a)) || (err = several_jobs(a)))
 		return err;
+	/* dumps of several jobs: nothing is judged (fr_analysis__bad_input says why) */
+	if (a->bad_input)
+		return 0;
 
 	if ((err = rule_init_failed(a)) || (err = rule_missing_rank(a)) ||
 	    (err = rule_dead_rank(a)) || (err = rule_missing_dump(a)) ||
@@ -1215,6 +1275,11 @@ int fr_analysis__finish(struct fr_analysis *a)
 	mark_inferred(a);
 	sort_verdicts(a);
 	return link_roles(a);
+}
+
+const char *fr_analysis__bad_input(const struct fr_analysis *a)
+{
+	return a->bad_input;
 }
 
 int fr_analysis__nr_verdicts(const struct fr_analysis *a)

@@ -26,39 +26,152 @@
  * (done_B(s) - created_B(s - 1)) on any hosts, dump_A - done_B(s) on one host.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
 
-/* gives the procs of one host one id; a dump without a host name has a clock of its own */
+static int64_t i64_abs(int64_t v) { return v < 0 ? (v == INT64_MIN ? INT64_MAX : -v) : v; }
+
+/* A dump's boot, on its host's wall clock: dump_time_ns - dump_mono_ns. Dumps of one machine
+ * agree on it (within clock slews); two machines under one --host-id do not. */
+#define BOOT_SLACK	2000000000LL
+static int64_t boot_of(const struct proc *p)
+{
+	if (p->dump_time_ns == FR_UNK || p->dump_mono_ns == FR_UNK)
+		return FR_UNK;
+	return ns_diff(p->dump_time_ns, p->dump_mono_ns);
+}
+
+static int add_note(struct fr_analysis *a, char *line)
+{
+	if (!line)
+		return -ENOMEM;
+	if (a->nr_notes >= (int)(sizeof(a->notes) / sizeof(a->notes[0]))) {
+		free(line);
+		return 0;
+	}
+	a->notes[a->nr_notes++] = line;
+	return 0;
+}
+
+/* Gives the procs of one clock one host id: one host name and one boot. A dump without a host
+ * name has a clock of its own; a host name whose dumps disagree on the boot is several
+ * machines (one --host-id given twice): said in a note, and their clocks kept apart. */
 int timing_hosts(struct fr_analysis *a)
 {
-	struct u64map seen = { 0 };
-	int next = 0;
+	struct u64map seen = { 0 };	/* host name hash -> first proc of that name + 1 */
+	int next = 0, *first_of_id = malloc((a->nr_procs + 1) * sizeof(int));
 
+	if (!first_of_id)
+		return -ENOMEM;
 	for (int pi = 0; pi < a->nr_procs; pi++) {
 		struct proc *p = &a->procs[pi];
+		int64_t boot = boot_of(p);
 		uint64_t h, v = 0;
+		int id = -1;
 
 		if (!p->host[0]) {
+			first_of_id[next] = pi;
 			p->host_id = next++;
 			continue;
 		}
 		h = str_hash(p->host);
-		/* a collision of two host names would merge their clocks: compare the names */
 		u64map__get(&seen, h, &v);
-		if (v && !strcmp(a->procs[v - 1].host, p->host)) {
-			p->host_id = a->procs[v - 1].host_id;
-			continue;
+		/* the ids of this name are those of procs named alike: scan them */
+		for (int k = v ? a->procs[v - 1].host_id : next; k < next && id < 0; k++) {
+			const struct proc *q = &a->procs[first_of_id[k]];
+			int64_t qb = boot_of(q);
+
+			if (strcmp(q->host, p->host))
+				continue;
+			if (boot == FR_UNK || qb == FR_UNK || i64_abs(ns_diff(boot, qb)) <= BOOT_SLACK)
+				id = k;
 		}
-		p->host_id = next++;
-		if (!v && u64map__set(&seen, h, (uint64_t)pi + 1)) {
-			u64map__clear(&seen);
-			return -ENOMEM;
+		if (id < 0) {
+			if (v && !a->host_split) {
+				const struct proc *q = &a->procs[v - 1];
+				char *line = NULL;
+
+				a->host_split = true;
+				if (asprintf(&line, "host %s: dumps from machines booted %.1f s apart "
+					     "(pids %" PRId64 " and %" PRId64 "): one --host-id on two "
+					     "machines; their times are kept apart", p->host,
+					     i64_abs(ns_diff(boot, boot_of(q))) / 1e9, q->pid,
+					     p->pid) < 0)
+					line = NULL;
+				if (add_note(a, line))
+					goto nomem;
+			}
+			first_of_id[next] = pi;
+			id = next++;
 		}
+		p->host_id = id;
+		if (!v && u64map__set(&seen, h, (uint64_t)pi + 1))
+			goto nomem;
 	}
 	u64map__clear(&seen);
+	free(first_of_id);
 	a->nr_hosts = next;
+	return timing_notes(a);
+nomem:
+	u64map__clear(&seen);
+	free(first_of_id);
+	return -ENOMEM;
+}
+
+/* A host whose clock is more than a day from the median host's: said once. Nothing compares
+ * clocks of different hosts, so the verdicts stand. */
+#define CLOCK_FAR	(86400LL * 1000000000LL)
+static int cmp_i64(const void *x, const void *y)
+{
+	int64_t p = *(const int64_t *)x, q = *(const int64_t *)y;
+
+	return p < q ? -1 : p > q;
+}
+
+int timing_notes(struct fr_analysis *a)
+{
+	int64_t *t = malloc((a->nr_hosts + 1) * sizeof(*t)), med, far = 0;
+	int n = 0, far_p = -1;
+
+	if (!t)
+		return -ENOMEM;
+	for (int i = 0; i < a->nr_hosts; i++)
+		t[i] = FR_UNK;
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		if (a->procs[pi].dump_time_ns != FR_UNK && t[a->procs[pi].host_id] == FR_UNK)
+			t[a->procs[pi].host_id] = a->procs[pi].dump_time_ns;
+	for (int i = 0; i < a->nr_hosts; i++)
+		if (t[i] != FR_UNK)
+			t[n++] = t[i];
+	if (n < 3) {
+		free(t);
+		return 0;
+	}
+	qsort(t, n, sizeof(*t), cmp_i64);
+	med = t[n / 2];
+	free(t);
+	for (int pi = 0; pi < a->nr_procs; pi++) {
+		const struct proc *p = &a->procs[pi];
+		int64_t d = p->dump_time_ns == FR_UNK ? 0 : i64_abs(ns_diff(p->dump_time_ns, med));
+
+		if (d > far) {
+			far = d;
+			far_p = pi;
+		}
+	}
+	if (far > CLOCK_FAR) {
+		const struct proc *p = &a->procs[far_p];
+		char *line = NULL;
+
+		if (asprintf(&line, "host %s's clock is %.1f days %s the other hosts' (its dump_time_ns): "
+			     "no verdict compares clocks of different hosts", p->host,
+			     far / 86400e9, p->dump_time_ns < med ? "behind" : "ahead of") < 0)
+			line = NULL;
+		return add_note(a, line);
+	}
 	return 0;
 }
 

@@ -583,6 +583,54 @@ def check_fleet():
 
 
 
+def check_bad_input():
+    """bad input said in one line each, never a culprit made up"""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        # two jobs in one directory: world sizes differ; then equal sizes, two pids per rank
+        for name, other, edit in (("several_jobs_sizes", "--ranks 4 --entries 16 --seed 7", None),
+                                  ("several_jobs_ranks", "--ranks 8 --entries 16 --seed 7",
+                                   lambda dump: dump.update(pid=dump["pid"] + 1000))):
+            d, o = os.path.join(t, name), os.path.join(t, name + "-other")
+            gen("--ranks 8 --entries 16 --scenario skip --culprit 5", d)
+            gen(other, o)
+            for f in sorted(os.listdir(o)):
+                with open(os.path.join(o, f)) as fh:
+                    dump = json.load(fh)
+                if edit:
+                    edit(dump)
+                with open(os.path.join(d, f.replace("node0", "nodeB")), "w") as fh:
+                    json.dump(dump, fh)
+            p = run([FR, "--json", d])
+            lines = p.stderr.strip().splitlines()
+            res.append((name, None if p.returncode == 2 and not p.stdout and len(lines) == 1
+                        and "the dumps are of more than one job" in lines[0]
+                        else f"exit {p.returncode}, stdout {p.stdout[:200]!r}, stderr {p.stderr!r}"))
+        # host node2's clock 3 years behind; host node3's recorder given node2's --host-id
+        for name, args, note in (("clock_years_off", "--clock-off-host 2",
+                                  "host node2's clock is 1095.0 days behind the other hosts'"),
+                                 ("one_host_id_two_machines", "--alias-host 2",
+                                  "host node2: dumps from machines booted 3600.0 s apart")):
+            d = os.path.join(t, name)
+            gen(f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --scenario skip --culprit 13 "
+                f"{args}", d)
+            p = run([FR, "--json", d])
+            out = json.loads(p.stdout) if p.stdout else {"verdicts": []}
+            got = [verdict_key(v) for v in out["verdicts"]]
+            notes = out.get("input_notes", [])
+            h = run([FR, d])
+            err = None
+            if p.returncode != 1 or got != [("missing_rank", WORLD, 178, [13], [13]),
+                                             ("stuck_in_call", None, None, [13], [])]:
+                err = f"exit {p.returncode}, verdicts {got}"
+            elif len(notes) != 1 or note not in notes[0]:
+                err = f"input_notes {notes}"
+            elif f"note: {notes[0]}\n" not in h.stdout:
+                err = f"human output lacks the note: {h.stdout[:300]!r}"
+            res.append((name, err))
+    return res
+
+
 def check_smoke():
     res = []
     p = run([FR, "--help"])
@@ -1052,6 +1100,7 @@ def main():
     results = [(name, check_case(name, None)) for name in CASES]
     results += check_smoke()
     results += check_fleet()
+    results += check_bad_input()
     results += check_generated()
     results += check_tail_parity()
     results += check_default_reads_all()
