@@ -475,6 +475,42 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	return 0;
 }
 
+/* One report line under 100 columns: words wrapped at spaces, each continuation indented by
+ * 4 more than the line; a word longer than the room (a path) is never cut. */
+#define REPORT_COLS 100
+static void print_wrapped(FILE *out, const char *indent, const char *s, size_t len)
+{
+	size_t in = strlen(indent), col, room;
+	bool first = true;
+
+	while (len) {
+		size_t take = len, lead = first ? in : in + 4;
+
+		room = REPORT_COLS > lead ? REPORT_COLS - lead : 1;
+		if (take > room) {
+			size_t k = room;
+
+			while (k > 0 && s[k] != ' ')
+				k--;
+			if (k == 0) {	/* one long word: up to its end */
+				k = room;
+				while (k < len && s[k] != ' ')
+					k++;
+			}
+			take = k;
+		}
+		col = fprintf(out, "%s%s%.*s\n", indent, first ? "" : "    ", (int)take, s);
+		(void)col;
+		s += take;
+		len -= take;
+		while (len && *s == ' ') {
+			s++;
+			len--;
+		}
+		first = false;
+	}
+}
+
 /* one verdict: "[rule] headline", its detail indented; a consequence under its cause */
 static void print_verdict(FILE *out, const struct fr_analysis *a, const struct verdict *v,
 			  const char *in)
@@ -483,20 +519,33 @@ static void print_verdict(FILE *out, const struct fr_analysis *a, const struct v
 	char *reason = v->low || v->medium ? verdict_confidence_reason(a, v) : NULL;
 	const char *d = detail ? detail : "";
 
-	fprintf(out, "%s%s[%s] %s\n", in, in[0] ? "follows: " : "", rule_names[v->rule],
-		headline ? headline : "");
+	char *head = NULL, ind[32];
+
+	if (asprintf(&head, "%s[%s] %s", in[0] ? "follows: " : "", rule_names[v->rule],
+		     headline ? headline : "") < 0)
+		head = NULL;
+	if (head)
+		print_wrapped(out, in, head, strlen(head));
+	free(head);
+	snprintf(ind, sizeof(ind), "%s    ", in);
 	while (*d) {
 		size_t len = strcspn(d, "\n");
 
-		fprintf(out, "%s    %.*s\n", in, (int)len, d);
+		print_wrapped(out, ind, d, len);
 		d += len + (d[len] == '\n');
 	}
 	if (v->also_seqs)
 		fprintf(out, "%s    also at %" PRId64 " later seq%s on this comm (up to seq %" PRId64
 			")\n", in, v->also_seqs, v->also_seqs == 1 ? "" : "s", v->also_last);
-	if (v->low || v->medium)
-		fprintf(out, "%s    confidence: %s (%s)\n", in, v->low ? "low" : "medium",
-			reason ? reason : "");
+	if (v->low || v->medium) {
+		char *c = NULL;
+
+		if (asprintf(&c, "confidence: %s (%s)", v->low ? "low" : "medium",
+			     reason ? reason : "") >= 0) {
+			print_wrapped(out, ind, c, strlen(c));
+			free(c);
+		}
+	}
 	free(headline);
 	free(detail);
 	free(reason);
@@ -532,6 +581,54 @@ static void print_waiters(FILE *out, const struct fr_analysis *a, const struct v
 	free(w);
 }
 
+/* the one line of a report without a problem (wrapped by the caller) */
+static int print_healthy(const struct fr_analysis *a, FILE *out)
+{
+	int64_t common = FR_UNK;
+	bool same = true;
+	int shown = 0;
+
+	/* no collective and no stack: nothing says the job is healthy */
+	if (!a->nr_comms && !a->nr_with_stacks) {
+		fprintf(out, "nothing to judge: %d rank%s, no collectives recorded and no stacks "
+			"in the dumps (recorded with --no-stacks, or by a tptrace before dump "
+			"version 2)\n", a->nr_procs, a->nr_procs == 1 ? "" : "s");
+		return 0;
+	}
+	fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,
+		a->nr_procs == 1 ? "" : "s", a->nr_comms, a->nr_comms == 1 ? "" : "s");
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		const struct comm *c = &a->comms[a->comm_order[ci]];
+		int64_t last = c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0;
+
+		if (ci && last != common)
+			same = false;
+		common = last;
+	}
+	if (!a->nr_comms) {
+		fprintf(out, "no collectives recorded");
+	} else if (a->nr_redumps) {
+		/* healthy, but the dumps show different seqs: say so, not "all completed" */
+		fprintf(out, "the dumps are from different moments (%d older than others, the "
+			"job ran on) and no rank waited past %.1f s at its own dump; newest "
+			"seq %" PRId64, a->nr_redumps, a->opts.skew_ns / 1e9, common);
+	} else if (same) {
+		fprintf(out, "all completed seq %" PRId64, common);
+	} else {
+		fprintf(out, "all completed the same seqs (last seq per comm:");
+		for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
+			const struct comm *c = &a->comms[a->comm_order[ci]];
+
+			fprintf(out, " %s %" PRId64, short_id(c->id),
+				c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0);
+		}
+		fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
+	}
+	print_stacks_health(out, a);
+	fprintf(out, "\n");
+	return 0;
+}
+
 static int print_human(const struct fr_analysis *a, FILE *out)
 {
 	trigger_human(out, a);
@@ -539,49 +636,18 @@ static int print_human(const struct fr_analysis *a, FILE *out)
 	for (int i = 0; i < a->nr_notes; i++)
 		fprintf(out, "note: %s\n", a->notes[i]);
 	if (!a->nr_verdicts) {
-		int64_t common = FR_UNK;
-		bool same = true;
-		int shown = 0;
+		struct text t;
+		FILE *real = out;
+		int err;
 
-		/* no collective and no stack: nothing says the job is healthy */
-		if (!a->nr_comms && !a->nr_with_stacks) {
-			fprintf(out, "nothing to judge: %d rank%s, no collectives recorded and no stacks "
-				"in the dumps (recorded with --no-stacks, or by a tptrace before dump "
-				"version 2)\n", a->nr_procs, a->nr_procs == 1 ? "" : "s");
-			return 0;
-		}
-		fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,
-			a->nr_procs == 1 ? "" : "s", a->nr_comms, a->nr_comms == 1 ? "" : "s");
-		for (int ci = 0; ci < a->nr_comms; ci++) {
-			const struct comm *c = &a->comms[a->comm_order[ci]];
-			int64_t last = c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0;
-
-			if (ci && last != common)
-				same = false;
-			common = last;
-		}
-		if (!a->nr_comms) {
-			fprintf(out, "no collectives recorded");
-		} else if (a->nr_redumps) {
-			/* healthy, but the dumps show different seqs: say so, not "all completed" */
-			fprintf(out, "the dumps are from different moments (%d older than others, the "
-				"job ran on) and no rank waited past %.1f s at its own dump; newest "
-				"seq %" PRId64, a->nr_redumps, a->opts.skew_ns / 1e9, common);
-		} else if (same) {
-			fprintf(out, "all completed seq %" PRId64, common);
-		} else {
-			fprintf(out, "all completed the same seqs (last seq per comm:");
-			for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
-				const struct comm *c = &a->comms[a->comm_order[ci]];
-
-				fprintf(out, " %s %" PRId64, short_id(c->id),
-					c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0);
-			}
-			fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
-		}
-		print_stacks_health(out, a);
-		fprintf(out, "\n");
-		return 0;
+		if (!(out = text_open(&t)))
+			return -ENOMEM;
+		err = print_healthy(a, out);
+		text_close(&t);
+		if (t.buf)
+			print_wrapped(real, "", t.buf, t.len);
+		free(t.buf);
+		return err;
 	}
 	fprintf(out, "%d problem%s found (%d ranks, %d comm%s, %d dumps), most causal first:\n\n",
 		nr_causes(a), nr_causes(a) == 1 ? "" : "s", a->nr_procs, a->nr_comms,

@@ -28,7 +28,7 @@ CASES = {
         ("missing_rank", WORLD, 16, [5], [5]),
         ("stuck_in_call", None, None, [5], []),
     ], {"human": "rank 5 (host node0 pid 10005) never entered all_reduce seq 16 on comm "
-                 "5a0052b9 (8 ranks); ranks 0-4,6,7 are waiting in it",
+                 "5a0052b9 (8\n    ranks); ranks 0-4,6,7 are waiting in it\n",
         "roles": [None, 0], "waiting": [0, 1, 2, 3, 4, 6, 7]}),
     "late": ("--ranks 4 --entries 16 --scenario late --culprit 2", 1, [
         ("late_arrival", WORLD, 16, [2], [2]),
@@ -140,10 +140,10 @@ CASES = {
     "init_failed": ("--ranks 4 --entries 16 --scenario init_fail --culprit 2", 1, [
         ("comm_init_failed", WORLD, 1, [2], [2]),
     ], {"human": "[comm_init_failed] rank 2 (host node0 pid 10002) failed ncclCommInitRank on "
-                 "comm 5a0052b9 (4 ranks): rc 2 ncclSystemError; ranks 0,1,3 are waiting on it "
-                 "in all_reduce seq 1\n    rank 2 (comm rank 2): ncclCommInitRank returned 2 "
-                 "(ncclSystemError); the communicator does not exist on it; its newest entry "
-                 "is comm_init seq 0 on comm 5a0052b9 (failed)\n",
+                 "comm 5a0052b9 (4 ranks):\n    rc 2 ncclSystemError; ranks 0,1,3 are waiting "
+                 "on it in all_reduce seq 1\n    rank 2 (comm rank 2): ncclCommInitRank "
+                 "returned 2 (ncclSystemError); the communicator does not\n        exist on it; "
+                 "its newest entry is comm_init seq 0 on comm 5a0052b9 (failed)\n",
         "op": "comm_init"}),
     # every rank's init failed (ncclInvalidUsage): nobody waits, still a problem
     "init_failed_all": ("--ranks 4 --entries 16 --scenario init_fail_all --culprit 2 "
@@ -163,8 +163,8 @@ CASES = {
     "init_failed_all_api": ("--ranks 2 --entries 8 --scenario init_fail_all --culprit 0 "
                             "--init-rc 1 --init-api ncclCommInitAll", 1, [
         ("comm_init_failed", WORLD, None, [0, 1], [0, 1]),
-    ], {"human": "ranks 0,1 failed ncclCommInitAll on comm 5a0052b9 (2 ranks): rc 1 "
-                 "ncclUnhandledCudaError\n"}),
+    ], {"human": "ranks 0,1 failed ncclCommInitAll on comm 5a0052b9 (2 ranks): rc 1\n"
+                 "    ncclUnhandledCudaError\n"}),
     # Version 2 dumps with stack snapshots (attach + dump). Hung before tptrace attached: the
     # rings are empty (0 comms), the verdict comes from the stacks alone.
     # rank 1 sleeps in Python (load_batch) while 0,2,3 wait in ncclAllReduce
@@ -176,11 +176,12 @@ CASES = {
                   ("python", "load_batch", "/opt/app/data.py", 17),
                   ("python", "Trainer.step", "/opt/app/train.py", 40)],
         "human": "[odd_stack] rank 1 (host node0 pid 10001) is not where 3 of 4 ranks wait: "
-                 "inside ncclAllReduce from all_reduce (distributed_c10d.py:2050)\n    rank 1: thread \"python3\" tid 10001 (main) is idle in "
-                 "a wait outside NCCL/CUDA, no progress over 3 samples; Python frames: load_batch "
-                 "(/opt/app/data.py:17) < Trainer.step (/opt/app/train.py:40) < main "
-                 "(/opt/app/train.py:88); native frames: clock_nanosleep (libc.so.6+0xe5f1a) < "
-                 "pysleep (python3.11+0x2a1b3c)",
+                 "inside ncclAllReduce from\n    all_reduce (distributed_c10d.py:2050)\n    rank "
+                 "1: thread \"python3\" tid 10001 (main) is idle in a wait outside NCCL/CUDA, "
+                 "no progress over\n        3 samples; Python frames: load_batch "
+                 "(/opt/app/data.py:17) < Trainer.step\n        (/opt/app/train.py:40) < main "
+                 "(/opt/app/train.py:88); native frames: clock_nanosleep\n        "
+                 "(libc.so.6+0xe5f1a) < pysleep (python3.11+0x2a1b3c)",
         "second": ("high", None)}),
     # rank 1 spins in Python (progressing) while the others wait
     "hung_spin": ("--ranks 4 --entries 8 --scenario hung_before_attach_spin --culprit 1", 1, [
@@ -208,7 +209,7 @@ CASES = {
     ], {"confidence": "medium", "reason": "from stacks only", "op": "ncclAllReduce",
         "stack": [("native", "__futex_abstimed_wait_common"), ("native", "ncclAllReduce")],
         "human": "[no_progress] ranks 0-3 are all inside ncclAllReduce and none progressed over "
-                 "3 samples: a hang inside NCCL or the network\n"}),
+                 "3 samples: a hang\n    inside NCCL or the network\n"}),
     # rank 3's frames could not be read: the others' verdict stands, with low confidence
     "no_progress_unknown": ("--ranks 4 --entries 8 --scenario no_progress --stack-unknown 3", 1, [
         ("no_progress", None, None, [0, 1, 2], []),
@@ -218,7 +219,7 @@ CASES = {
     # stacks on a healthy job: progressing; the healthy line says what the stacks show
     "healthy_stacks": ("--ranks 4 --entries 16 --stacks", 0, [], {
         "human": "no problem found: 4 ranks, 1 comm, all completed seq 16; stacks of 4 ranks: "
-                 "4 progressing, 0 blocked in NCCL/CUDA without progress\n"}),
+                 "4 progressing, 0 blocked\n    in NCCL/CUDA without progress\n"}),
     # rings and stacks agree: missing_rank stands (high), its culprit's stack in the detail;
     # no separate odd_stack
     "skip_stacks": ("--ranks 8 --entries 16 --scenario skip --culprit 5 --stacks", 1, [
@@ -421,6 +422,14 @@ def check_case(name, failures):
         return f"human output: {h.stdout!r}"
     if "human" in extra and extra["human"] not in h.stdout:
         return f"human output lacks {extra['human']!r}: {h.stdout!r}"
+    return check_width(h.stdout)
+
+
+def check_width(text):
+    """the text report's lines fit 100 columns, but for one word longer than that (a path)"""
+    for line in text.splitlines():
+        if len(line) > 100 and " " in line.strip():
+            return f"line over 100 columns: {line!r}"
     return None
 
 
@@ -493,8 +502,8 @@ FLEET = {
                                  "--stale-host 3", 1,
                                  [("dumps_not_simultaneous", WORLD, 121, [], [])], [None],
                                  {"hosts": ["node3"],
-                                  "human": "ranks 12-15 may have been dumped before the others "
-                                           "waited; dump host node3 again\n"}),
+                                  "human": "ranks 12-15 may have been dumped before\n    the "
+                                           "others waited; dump host node3 again\n"}),
     # node3 answered 10 ms before the hang: its ranks' dumps cannot show they were behind
     "fleet_stale_just_before": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} "
                                 "--host-offset-us 700000 --scenario skip --culprit 13 "
@@ -574,9 +583,10 @@ def check_fleet():
                 err = f"detail {vs[0]['detail']!r} lacks {extra['detail']!r}"
             if not err and "hosts" in extra and vs[-1].get("hosts") != extra["hosts"]:
                 err = f"hosts {vs[-1].get('hosts')}, want {extra['hosts']}"
-            if not err and "human" in extra:
+            if not err:
                 h = run([FR, d])
-                if extra["human"] not in h.stdout:
+                err = check_width(h.stdout)
+                if not err and extra.get("human", "") not in h.stdout:
                     err = f"human output lacks {extra['human']!r}: {h.stdout[:600]!r}"
             res.append((name, err))
     return res
@@ -724,8 +734,8 @@ def check_generated():
             d = os.path.join(t, f"init_rc{rc}")
             gen(f"--ranks 2 --entries 8 --scenario init_fail --culprit 1 --init-rc {rc}", d)
             p = run([FR, d])
-            if p.returncode != 1 or f"failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc " \
-                    f"{rc} {name}; rank 0 is waiting on it in all_reduce seq 1\n" not in p.stdout:
+            if p.returncode != 1 or f"failed ncclCommInitRank on comm 5a0052b9 (2 ranks):\n    " \
+                    f"rc {rc} {name}; rank 0 is waiting on it in all_reduce seq 1\n" not in p.stdout:
                 bad.append((rc, p.returncode, p.stdout[:300]))
         res.append(("init_rc_names", f"{bad}" if bad else None))
         # a failed-init comm whose init_rc is not a number: the rc is unknown (said so,
@@ -739,7 +749,7 @@ def check_generated():
             fh.write(text.replace('"init_rc":2', '"init_rc":"two"', 1))
         p = run([FR, d])
         res.append(("init_rc_string", None if p.returncode == 1 and
-                    "failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc unknown; " in p.stdout
+                    "failed ncclCommInitRank on comm 5a0052b9 (2 ranks):\n    rc unknown; " in p.stdout
                     and "ncclCommInitRank failed (rc unknown);" in p.stdout
                     else f"exit {p.returncode}: {p.stdout!r}"))
         with open(victim, "w") as fh:
@@ -844,7 +854,7 @@ def check_generated_stacks(t):
     res.append(("stacks_other_call_site", None if [verdict_key(x) for x in v] == [
         ("odd_stack", None, None, [2], []), ("attached_after_hang", None, None, [0, 1, 2, 3], [])]
         and "ranks 0,1,3 are inside ncclAllReduce from all_reduce (distributed_c10d.py:2050), no "
-        "progress over 3 samples" in h.stdout and "Trainer.step (/opt/app/train.py:47)" in
+        "progress\n        over 3 samples" in h.stdout and "Trainer.step\n        (/opt/app/train.py:47)" in
         h.stdout else f"exit {p.returncode}: {[verdict_key(x) for x in v]} {h.stdout}"))
 
     # rings and stacks agree: every rank entered the last all_reduce and none completed it
