@@ -278,6 +278,7 @@ enum low_why {
 	LOW_POSITION_UNKNOWN,	/* proc low_proc's position on the comm is unknown */
 	LOW_STACK_UNKNOWN,	/* proc low_proc's stack could not be read (or it has none) */
 	LOW_ONE_SAMPLE,		/* one stack sample: a busy moment looks like a hang */
+	LOW_STACK_DISAGREES,	/* proc low_proc's stack is in the NCCL call its ring lacks */
 };
 
 /* a signature group as a finding keeps it (copied: the aggregate's lists are not stable) */

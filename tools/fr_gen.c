@@ -59,6 +59,7 @@ static struct env {
 	 * another; a step takes step_ns (a collective of 0.9 ms, then the rank sleeps) */
 	int64_t spread_ns, step_ns;
 	int pre_from;		/* ranks from this one on attached after init (-1: none) */
+	bool culprit_in_nccl;	/* skip: the culprit's stack waits in NCCL too (its ring lost it) */
 	int clock_off_host;	/* this host's clock is 3 years behind (-1: none) */
 	int alias_host;		/* host alias_host + 1 dumps under host alias_host's name */
 	int stale_host;		/* this host dumped stale_ns before the hang (-1: none) */
@@ -106,7 +107,8 @@ static const char doc[] =
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
-       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS };
+       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
+       OPT_CULPRIT_NCCL };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -148,6 +150,8 @@ static const struct argp_option opts[] = {
 	  "rank sleeps (default 1)", 0 },
 	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped --stale-ms before the hang (its dumps "
 	  "are from an older moment)", 0 },
+	{ "culprit-in-nccl", OPT_CULPRIT_NCCL, NULL, 0, "skip with --stacks: the culprit's stack "
+	  "waits in ncclAllReduce like the others' (its ring does not show the call)", 0 },
 	{ "clock-off-host", OPT_CLOCK_OFF, "H", 0, "Host H's clock is 3 years behind", 0 },
 	{ "alias-host", OPT_ALIAS, "H", 0, "Host H+1's recorder was given host H's --host-id "
 	  "(another machine, another boot, one name)", 0 },
@@ -206,6 +210,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_STEP: env.step_ns = num_arg(state, "step-ms", arg, 1, 600000) * 1000000LL; break;
 	case OPT_JITTER: env.jitter_ns = num_arg(state, "jitter-us", arg, 0, 1 << 30) * 1000LL; break;
+	case OPT_CULPRIT_NCCL: env.culprit_in_nccl = true; break;
 	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
 	case OPT_ALIAS: env.alias_host = num_arg(state, "alias-host", arg, 0, 1 << 20); break;
 	case OPT_STALE_MS:
@@ -965,7 +970,8 @@ static enum doing rank_doing(int r, bool at_attach)
 		return r % 2 ? DO_NCCL_BUSY : DO_PY;
 	/* a skipping culprit is elsewhere; any other fault leaves it in the collective too */
 	if (hang_at_end() && !init_fail())
-		return culprit && env.sc == SC_SKIP ? DO_SLEEP_PY : DO_NCCL_WAIT;
+		return culprit && env.sc == SC_SKIP && !env.culprit_in_nccl ? DO_SLEEP_PY :
+		       DO_NCCL_WAIT;
 	if (env.sc == SC_STUCK && culprit)
 		return DO_SYNC_WAIT;
 	return r % 2 ? DO_NCCL_BUSY : DO_PY;

@@ -990,6 +990,14 @@ static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct
 {
 	const struct comm *c;
 
+	if (v->low == LOW_STACK_DISAGREES) {
+		print_proc_label(f, &a->procs[v->low_proc]);
+		fprintf(f, "'s own stack shows it blocked in %s like the waiting ranks: its ring "
+			   "does not show that call (older than the stack, or lost)",
+			a->procs[v->low_proc].snap.api[0] ? a->procs[v->low_proc].snap.api :
+			"an NCCL call");
+		return;
+	}
 	if (v->low == LOW_ONE_SAMPLE) {
 		fprintf(f, "one stack sample: a busy moment looks like a hang (take more with "
 			   "--stack-samples)");

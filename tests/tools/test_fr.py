@@ -543,6 +543,14 @@ FLEET = {
                                    "45 --attach-skew 3", 0, [], [],
                                    {"human": "no problem found: 128 ranks, 1 comm, all "
                                              "completed seq 106"}),
+    # the rings say rank 5 never entered seq 16, but its own stack waits in ncclAllReduce like
+    # the others': the stacks disagree, so the verdict is doubtful (low, with the reason)
+    "skip_stack_disagrees": ("--ranks 8 --entries 16 --scenario skip --culprit 5 --stacks "
+                             "--culprit-in-nccl", 1, [("missing_rank", WORLD, 16, [5], [5]),
+                                                      ("stuck_in_call", None, None, [5], [])],
+                             [None, 0], {"confidence": ["low", "high"],
+                                         "reason": "rank 5's own stack shows it blocked in "
+                                                   "ncclAllReduce like the waiting ranks"}),
     # rank 5 enters every 20 ms step 6 ms late (jitter 0-3 ms on every rank), clocks apart
     "straggler_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us 700000 "
                       "--jitter-us 3000 --scenario straggler --culprit 5", 1,
@@ -581,6 +589,9 @@ def check_fleet():
                                                          if "waiting" in extra else {})})
             if not err and "detail" in extra and extra["detail"] not in vs[0]["detail"]:
                 err = f"detail {vs[0]['detail']!r} lacks {extra['detail']!r}"
+            if not err and "reason" in extra and \
+                    extra["reason"] not in vs[0].get("confidence_reason", ""):
+                err = f"confidence_reason {vs[0].get('confidence_reason')!r}"
             if not err and "hosts" in extra and vs[-1].get("hosts") != extra["hosts"]:
                 err = f"hosts {vs[-1].get('hosts')}, want {extra['hosts']}"
             if not err:
