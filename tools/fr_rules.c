@@ -375,6 +375,17 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	check_dropped(a, v);
 	if (unknown >= 0)
 		set_low(v, LOW_POSITION_UNKNOWN, a->members[unknown].proc, FR_UNK);
+	/* its own stack must not show it blocked in an NCCL call like the waiting ranks: then
+	 * its ring is older than its stack (or lost the entry), and the verdict is doubtful */
+	for (int i = 0; i < v->culprits.n; i++) {
+		const struct proc *p = &a->procs[a->members[v->culprits.v[i]].proc];
+
+		if (p->snap.present && !p->snap.exited && p->snap.tid != FR_UNK &&
+		    p->snap.where == FR_WHERE_NCCL && p->snap.progress != FR_PROG_YES) {
+			set_low(v, LOW_STACK_DISAGREES, a->members[v->culprits.v[i]].proc, FR_UNK);
+			break;
+		}
+	}
 	timing_comm_free(&t);
 	free(proven);
 	return 0;
