@@ -60,6 +60,8 @@ static struct env {
 	int64_t spread_ns, step_ns;
 	int pre_from;		/* ranks from this one on attached after init (-1: none) */
 	bool culprit_in_nccl;	/* skip: the culprit's stack waits in NCCL too (its ring lost it) */
+	bool sleep_between;	/* healthy ranks sleep between steps: their dump stacks sleep or
+				 * wait in the step's collective, neither progressing */
 	int clock_off_host;	/* this host's clock is 3 years behind (-1: none) */
 	int alias_host;		/* host alias_host + 1 dumps under host alias_host's name */
 	int stale_host;		/* this host dumped stale_ns before the hang (-1: none) */
@@ -108,7 +110,7 @@ enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
        OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
-       OPT_CULPRIT_NCCL };
+       OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -150,6 +152,8 @@ static const struct argp_option opts[] = {
 	  "rank sleeps (default 1)", 0 },
 	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped --stale-ms before the hang (its dumps "
 	  "are from an older moment)", 0 },
+	{ "sleep-between", OPT_SLEEP_BETWEEN, NULL, 0, "With --stacks: a healthy rank's dump "
+	  "snapshot sleeps in Python (its step done) or waits in the step's collective", 0 },
 	{ "culprit-in-nccl", OPT_CULPRIT_NCCL, NULL, 0, "skip with --stacks: the culprit's stack "
 	  "waits in ncclAllReduce like the others' (its ring does not show the call)", 0 },
 	{ "clock-off-host", OPT_CLOCK_OFF, "H", 0, "Host H's clock is 3 years behind", 0 },
@@ -211,6 +215,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_STEP: env.step_ns = num_arg(state, "step-ms", arg, 1, 600000) * 1000000LL; break;
 	case OPT_JITTER: env.jitter_ns = num_arg(state, "jitter-us", arg, 0, 1 << 30) * 1000LL; break;
 	case OPT_CULPRIT_NCCL: env.culprit_in_nccl = true; break;
+	case OPT_SLEEP_BETWEEN: env.sleep_between = true; break;
 	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
 	case OPT_ALIAS: env.alias_host = num_arg(state, "alias-host", arg, 0, 1 << 20); break;
 	case OPT_STALE_MS:
@@ -633,6 +638,9 @@ static int64_t host_clock(int h)
 	       (h == env.clock_off_host ? 3 * 365 * 86400LL * 1000000000LL : 0);
 }
 
+/* the dump being written: its rank's newest collective had completed (--sleep-between) */
+static __thread bool last_done;
+
 /* rank r's recorder attached after its comms were made */
 static bool pre(int r)
 {
@@ -836,6 +844,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		if (state == 2)
 			hdr[s->slot].last_done = e.coll_seq;
 	}
+	last_done = !n || ents[n - 1].state == 2;
 	if (timed()) {
 		*dump_time = dump_true + clock;
 		return n;
@@ -974,6 +983,9 @@ static enum doing rank_doing(int r, bool at_attach)
 		       DO_NCCL_WAIT;
 	if (env.sc == SC_STUCK && culprit)
 		return DO_SYNC_WAIT;
+	/* --sleep-between: asleep in Python after a completed step, else waiting in it */
+	if (env.sleep_between)
+		return last_done ? DO_SLEEP_PY : DO_NCCL_WAIT;
 	return r % 2 ? DO_NCCL_BUSY : DO_PY;
 }
 

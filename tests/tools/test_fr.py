@@ -543,6 +543,13 @@ FLEET = {
                                    "45 --attach-skew 3", 0, [], [],
                                    {"human": "no problem found: 128 ranks, 1 comm, all "
                                              "completed seq 106"}),
+    # ranks asleep between 1-2 ms steps, the others caught inside the step's all_reduce,
+    # dumped 3 ms apart: the stacks show a running job, no odd_stack / no_progress
+    "sleepers_healthy_1x8": ("--ranks 8 --per-host 8 --entries 100 --step-ms 1 --dump-spread-ms "
+                             "1 --jitter-us 700 --stacks --sleep-between", 0, [], [],
+                             {"human": "no rank waited past 1.0 s at its own dump"}),
+    "sleepers_healthy_2x8": ("--ranks 16 --per-host 8 --entries 100 --step-ms 2 --dump-spread-ms "
+                             "5 --jitter-us 1500 --stacks --sleep-between", 0, [], [], {}),
     # the rings say rank 5 never entered seq 16, but its own stack waits in ncclAllReduce like
     # the others': the stacks disagree, so the verdict is doubtful (low, with the reason)
     "skip_stack_disagrees": ("--ranks 8 --entries 16 --scenario skip --culprit 5 --stacks "
