@@ -838,6 +838,11 @@ int main(int argc, char **argv)
 			sh.nr_corrupt);
 	if (fr_analysis__finish(sh.an))
 		goto nomem;
+	if (fr_analysis__bad_input(sh.an)) {
+		fprintf(stderr, "tptrace-fr: %s\n", fr_analysis__bad_input(sh.an));
+		ret = 2;
+		goto cleanup;
+	}
 	if (env.json)
 		err = fr_analysis__print_json(sh.an, stdout);
 	else

@@ -53,6 +53,8 @@ void fr_analysis__note_skipped(struct fr_analysis *a, int64_t skipped);
 /* Derives the verdicts; call once, after the last add. */
 int fr_analysis__finish(struct fr_analysis *a);
 int fr_analysis__nr_verdicts(const struct fr_analysis *a);
+/* Why the dumps cannot be judged together (one line), NULL when they can: after finish. */
+const char *fr_analysis__bad_input(const struct fr_analysis *a);
 int fr_analysis__print_json(const struct fr_analysis *a, FILE *out);
 int fr_analysis__print_human(const struct fr_analysis *a, FILE *out);
 void fr_analysis__set_trigger(struct fr_analysis *a, const struct fr_trigger_sel *t);

@@ -4,7 +4,8 @@
  *   fr_fold.c    folding each parsed dump into procs, comms, members, aggregates
  *   fr_infer.c   identity inference: comms created before attach, split children
  *   fr_rules.c   the rules: structured findings (rule, ranks, comm, seq, op, evidence)
- *   fr_finding.c building findings: culprits, confidence, order
+ *   fr_finding.c building findings: culprits, confidence, order, roles (caused_by)
+ *   fr_timing.c  what the dumps' own times prove when they are not from one moment
  *   fr_stacks.c  stack snapshots (dump version 2) per proc; odd_stack, no_progress,
  *                attached_after_hang
  *   fr_text.c    the one place that words a finding (text report and --json alike);
@@ -48,8 +49,8 @@
 enum rule {
 	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ODD_STACK,
 	RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
-	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STATE, RULE_ATTACHED_AFTER, RULE_CORRUPT,
-	RULE__COUNT
+	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STRAGGLER, RULE_STATE, RULE_NOT_ONE_MOMENT,
+	RULE_ATTACHED_AFTER, RULE_CORRUPT, RULE__COUNT
 };
 extern const char *const rule_names[RULE__COUNT];
 
@@ -102,7 +103,7 @@ struct psnap {
 struct proc {
 	char host[FR_NAME_LEN];
 	char *path;
-	int64_t pid, global_rank, world_size, dump_time_ns, exit_code, signal;
+	int64_t pid, global_rank, world_size, dump_time_ns, dump_mono_ns, exit_code, signal;
 	int64_t entries_overwritten, events_dropped;
 	int state;
 	bool wrapped;
@@ -120,6 +121,7 @@ struct proc {
 	bool py_stacks;		/* recorded with --py-stacks; py_why: why it has no frames */
 	char py_why[128];
 	char torch_version[16];
+	int host_id;		/* finish: procs of one host (one clock) share it */
 	/* filled by finish */
 	bool dead;
 	struct ivec missed;	/* missing_rank findings folded into dead_rank: agg-less triples */
@@ -164,6 +166,15 @@ struct member {
 	uint32_t py_newest, py_stuck;
 	int64_t py_newest_seq, py_stuck_seq;
 	uint8_t py_newest_op, py_stuck_op;
+	/* times on its host's clock (FR_UNK: unknown) for what the dumps' own times prove
+	 * (fr_timing.c): the collective folded before the current one; the newest completed one
+	 * (lc_prev_created: its predecessor's creation when that is seq lc_seq - 1); the oldest
+	 * one not completed (st_prev_*: its predecessor's, when that is seq st_seq - 1) */
+	int64_t prev_seq, prev_created, prev_done;
+	int64_t lc_seq, lc_created, lc_done, lc_prev_created;
+	int64_t st_seq, st_created, st_prev_created, st_prev_done;
+	int64_t first_created;	/* its oldest collective's, for its step length */
+	int nr_last;		/* straggler: collectives it entered last by the margin */
 };
 
 /* a split child whose rank and size come from all its members */
@@ -218,6 +229,11 @@ struct agg_extra {
 struct seq_agg {
 	int64_t seq;
 	int64_t min_created, max_created;
+	/* completed entries' own waits, completion - creation on their host's clock (FR_UNK):
+	 * the last to enter waits least (late_arrival, straggler across hosts) */
+	int64_t min_wait, min2_wait, max_wait;
+	int32_t minw_m;
+	int32_t nr_waits;
 	int32_t comm;
 	int32_t entered, completed;
 	int32_t min_m, max_m;
@@ -228,7 +244,7 @@ struct seq_agg {
 };
 
 struct p2p_op {
-	int64_t k, seq, count;
+	int64_t k, seq, count, created;
 	uint8_t dtype, state;
 };
 
@@ -263,6 +279,7 @@ enum low_why {
 	LOW_POSITION_UNKNOWN,	/* proc low_proc's position on the comm is unknown */
 	LOW_STACK_UNKNOWN,	/* proc low_proc's stack could not be read (or it has none) */
 	LOW_ONE_SAMPLE,		/* one stack sample: a busy moment looks like a hang */
+	LOW_STACK_DISAGREES,	/* proc low_proc's stack is in the NCCL call its ring lacks */
 };
 
 /* a signature group as a finding keeps it (copied: the aggregate's lists are not stable) */
@@ -297,7 +314,9 @@ struct verdict {
 	int agg;		/* the (comm, seq) aggregate, -1 */
 	struct ivec culprits, waiting, behind, dead;
 	union {
-		struct { bool hole; int64_t newest; int unknown; } missing;
+		/* lag: how long after others entered seq its dump is proven to have come (the
+		 * smallest over the culprits; FR_UNK: the times do not say), how: which bound */
+		struct { bool hole; int64_t newest; int unknown; int64_t lag; int how; } missing;
 		struct { int proc; } dead_rank;
 		struct { bool world; bool identity; } missing_dump;
 		struct { int64_t err; bool aborted; } async;
@@ -313,8 +332,11 @@ struct verdict {
 			int64_t max_s, max_r;
 		} p2p;
 		struct { struct stuck_call *calls; int n, nprocs; int64_t mind, maxd; } stuck;
-		struct { int64_t skew; bool stuck; int nr_over; } late;
-		struct { int completed, incomplete; } state;
+		struct { int64_t skew; bool stuck; int nr_over; bool waits; } late;
+		/* lag: median margin by which it entered last; step: its median interval
+		 * between collectives on the comm; last/of: collectives it was last in */
+		struct { int64_t lag, step; int last, of; } straggler;
+		struct { int completed, incomplete; int64_t before; int how; } state;
 		struct { int idx; } corrupt;
 		struct { int64_t rc; char api[48]; bool all_failed; } init;
 		/* odd_stack: the wait the majority is in; no_progress: the call (api "" when the
@@ -330,8 +352,23 @@ struct verdict {
 	} ev;
 	/* the stack rules found it from stacks alone (no ring entry shows it) */
 	bool stacks_only;
+	int caused_by;		/* link_roles: the cause's index in a->verdicts, -1: a cause */
 	struct ivec others;	/* procs: odd_stack the majority; attached_after_hang unused */
 };
+
+/* a dump older than the moment the others show (fr_timing.c) */
+struct redump {
+	int proc, comm;
+	int64_t seq;		/* the collective it had not entered (or completed) */
+	bool completed;		/* others completed it: proven older */
+};
+
+/* fr_timing.c: a comm's waiting members, sorted for the lag bounds */
+struct timing_comm {
+	struct wrow *rows;
+	int n;
+};
+enum { TIMING_SAME_HOST = 1, TIMING_CAUSAL };
 
 struct corrupt {
 	char *path;
@@ -389,6 +426,16 @@ struct fr_analysis {
 	int py_map_cap;
 	int nr_with_pyframes;	/* dumps whose entries carry frames */
 	struct fr_trigger_sel trigger;
+	int nr_hosts;		/* distinct host ids (timing_hosts) */
+	/* bad input said in one line each (fr_timing.c): a host name held by machines of
+	 * different boots; a host clock far from the others'; dumps of several jobs */
+	char *notes[8];
+	int nr_notes;
+	bool host_split;
+	char *bad_input;	/* why nothing can be judged (dumps of several jobs); NULL */	/* a host name held by machines of different boots */
+	struct redump *redumps;
+	int nr_redumps, cap_redumps;
+	bool hang_seen;		/* some rank waited past the threshold at its own dump */
 
 	struct verdict *verdicts;
 	int nr_verdicts, cap_verdicts;
@@ -431,6 +478,14 @@ void check_wrap(struct fr_analysis *a, struct verdict *v, int comm, int64_t seq)
 void check_dropped(struct fr_analysis *a, struct verdict *v);
 void mark_inferred(struct fr_analysis *a);
 void sort_verdicts(struct fr_analysis *a);
+/* after sort_verdicts: ties each consequence to its cause and orders every cause before its
+ * consequences; -ENOMEM */
+int link_roles(struct fr_analysis *a);
+/* the ranks that wait on cause v (members), with the shortest and longest own wait (ns,
+ * FR_UNK unknown); malloc'ed list in *out, its length returned, -ENOMEM */
+int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **out,
+		    int64_t *minw, int64_t *maxw);
+int nr_causes(const struct fr_analysis *a);
 void verdict_free(struct verdict *v);
 
 /* fr_stacks.c: stack snapshots folded per proc, and the stack rules */
@@ -440,6 +495,17 @@ int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d);
 const char *kstr(const struct fr_analysis *a, uint32_t off);
 int rule_stacks(struct fr_analysis *a);
 int rule_attached_after(struct fr_analysis *a);
+
+/* fr_timing.c */
+int timing_hosts(struct fr_analysis *a);
+int timing_notes(struct fr_analysis *a);
+int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
+void timing_comm_free(struct timing_comm *t);
+int64_t timing_lag(const struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s,
+		   int64_t *waited, int *how);
+int64_t timing_done_before(const struct fr_analysis *a, int cid, int mi, int64_t s, int *how);
+int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool completed);
+int rule_not_one_moment(struct fr_analysis *a);
 
 /* fr_rules.c */
 int run_rules(struct fr_analysis *a);

@@ -20,6 +20,7 @@ struct verdict *verdict_new(struct fr_analysis *a, int rule, int comm, int64_t s
 	v->comm = comm;
 	v->seq = seq;
 	v->agg = -1;
+	v->caused_by = -1;
 	v->order = a->nr_verdicts++;
 	snprintf(v->op, sizeof(v->op), "%s", op ? op : "");
 	return v;
@@ -164,4 +165,176 @@ void sort_verdicts(struct fr_analysis *a)
 {
 	if (a->nr_verdicts > 1)
 		qsort(a->verdicts, a->nr_verdicts, sizeof(*a->verdicts), cmp_verdict);
+}
+
+/* ------------------------------------------------------------------ roles */
+
+int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **out,
+		    int64_t *minw, int64_t *maxw)
+{
+	const struct comm *c;
+	int n = 0;
+
+	*out = NULL;
+	*minw = *maxw = FR_UNK;
+	if (v->comm < 0 || v->seq == FR_UNK || v->rule == RULE_NOT_ONE_MOMENT)
+		return 0;
+	c = &a->comms[v->comm];
+	if (!(*out = malloc((c->members.n + 1) * sizeof(int))))
+		return -ENOMEM;
+	for (int i = 0; i < c->members.n; i++) {
+		int mi = c->members.v[i];
+		const struct member *m = &a->members[mi];
+		const struct proc *p = &a->procs[m->proc];
+		bool blamed = false;
+
+		if (!m->placed || m->init_failed || p->dead || m->st_seq != v->seq)
+			continue;
+		for (int k = 0; k < v->nr_who && !blamed; k++)
+			blamed = v->who[k][2] == m->proc;
+		if (blamed)
+			continue;
+		(*out)[n++] = mi;
+		if (m->st_created != FR_UNK && p->dump_time_ns != FR_UNK) {
+			int64_t w = ns_diff(p->dump_time_ns, m->st_created);
+
+			if (*minw == FR_UNK || w < *minw)
+				*minw = w;
+			if (*maxw == FR_UNK || w > *maxw)
+				*maxw = w;
+		}
+	}
+	return n;
+}
+
+/* rules whose findings may follow from another one */
+static bool may_follow(int rule)
+{
+	return rule == RULE_STUCK || rule == RULE_P2P || rule == RULE_STATE ||
+	       rule == RULE_NO_PROGRESS || rule == RULE_ATTACHED_AFTER ||
+	       rule == RULE_MISSING_DUMP || rule == RULE_LATE;
+}
+
+/* every proc of v is blamed by cause c or waits on it */
+static bool explained_by(const struct fr_analysis *a, const struct verdict *v,
+			 const struct verdict *c, const uint8_t *mark)
+{
+	(void)a;
+	(void)c;
+	if (!v->nr_who)
+		return false;
+	for (int k = 0; k < v->nr_who; k++)
+		if (v->who[k][2] < 0 || !mark[v->who[k][2]])
+			return false;
+	return true;
+}
+
+/* The cause of verdict vi: a corrupt dump for the missing dump it makes; else an earlier
+ * cause that blames every rank of vi or has them wait on it (a cause that may itself follow
+ * from one — stuck_in_call, state_divergence, no_progress — only by blaming them);
+ * attached_after_hang follows from the first hang cause. -1: vi is a cause. */
+static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
+{
+	struct verdict *v = &a->verdicts[vi];
+
+	if (v->rule == RULE_MISSING_DUMP) {
+		/* the dump that is there but could not be read */
+		for (int ci = 0; ci < a->nr_verdicts; ci++) {
+			const struct verdict *c = &a->verdicts[ci];
+			bool hit = c->rule == RULE_CORRUPT && v->nr_who > 0 &&
+				   a->corrupt[c->ev.corrupt.idx].global_rank != FR_UNK;
+
+			for (int k = 0; k < v->nr_who && hit; k++)
+				hit = v->who[k][0] == a->corrupt[c->ev.corrupt.idx].global_rank;
+			if (hit)
+				return ci;
+		}
+		return -1;
+	}
+	for (int ci = 0; ci < vi; ci++) {
+		struct verdict *c = &a->verdicts[ci];
+		int *w = NULL, n;
+		int64_t lo, hi;
+
+		if (c->caused_by >= 0 || c->rule == RULE_CORRUPT || c->rule == RULE_MISSING_DUMP ||
+		    c->rule == RULE_NOT_ONE_MOMENT || c->rule == RULE_STRAGGLER ||
+		    c->rule == RULE_LATE)
+			continue;
+		if (v->rule == RULE_ATTACHED_AFTER)
+			return ci;
+		memset(mark, 0, a->nr_procs + 1);
+		for (int k = 0; k < c->nr_who; k++)
+			if (c->who[k][2] >= 0)
+				mark[c->who[k][2]] = 1;
+		if (!may_follow(c->rule) && v->rule != RULE_LATE) {
+			for (int k = 0; k < c->waiting.n; k++)
+				mark[a->members[c->waiting.v[k]].proc] = 1;
+			if ((n = verdict_waiters(a, c, &w, &lo, &hi)) < 0)
+				return n;
+			for (int k = 0; k < n; k++)
+				mark[a->members[w[k]].proc] = 1;
+			free(w);
+		}
+		if (explained_by(a, v, c, mark))
+			return ci;
+	}
+	return -1;
+}
+
+int link_roles(struct fr_analysis *a)
+{
+	uint8_t *mark = malloc(a->nr_procs + 1);
+	struct verdict *out;
+	int *pos, n = 0;
+
+	if (!mark)
+		return -ENOMEM;
+	for (int i = 0; i < a->nr_verdicts; i++) {
+		int c;
+
+		if (!may_follow(a->verdicts[i].rule))
+			continue;
+		if ((c = find_cause(a, i, mark)) < -1) {
+			free(mark);
+			return c;
+		}
+		a->verdicts[i].caused_by = c;
+	}
+	free(mark);
+	/* each cause, then what follows from it */
+	out = malloc((a->nr_verdicts + 1) * sizeof(*out));
+	pos = malloc((a->nr_verdicts + 1) * sizeof(*pos));
+	if (!out || !pos) {
+		free(out);
+		free(pos);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < a->nr_verdicts; i++) {
+		if (a->verdicts[i].caused_by >= 0)
+			continue;
+		pos[i] = n;
+		out[n++] = a->verdicts[i];
+		for (int k = 0; k < a->nr_verdicts; k++)
+			if (a->verdicts[k].caused_by == i) {
+				pos[k] = n;
+				out[n++] = a->verdicts[k];
+			}
+	}
+	for (int i = 0; i < n; i++)
+		if (out[i].caused_by >= 0)
+			out[i].caused_by = pos[out[i].caused_by];
+	if (n)
+		memcpy(a->verdicts, out, n * sizeof(*out));
+	free(out);
+	free(pos);
+	return 0;
+}
+
+int nr_causes(const struct fr_analysis *a)
+{
+	int n = 0;
+
+	for (int i = 0; i < a->nr_verdicts; i++)
+		n += a->verdicts[i].caused_by < 0;
+	return n;
 }

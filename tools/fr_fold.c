@@ -53,6 +53,10 @@ int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_i
 	m->py_newest_seq = m->py_stuck_seq = FR_UNK;
 	m->eff_last = FR_UNK;
 	m->hole_seq = m->hole_next_seq = FR_UNK;
+	m->prev_seq = m->prev_created = m->prev_done = FR_UNK;
+	m->lc_seq = m->lc_created = m->lc_done = m->lc_prev_created = FR_UNK;
+	m->st_seq = m->st_created = m->st_prev_created = m->st_prev_done = FR_UNK;
+	m->first_created = FR_UNK;
 	m->partial = ci->seq_attach;
 	m->split = -1;
 	m->init_failed = !strcmp(ci->state, "init_failed");
@@ -95,6 +99,30 @@ static bool sig_eq(const struct sig *x, const struct sig *y)
 	       size_eq(x->out_size, y->out_size);
 }
 
+/* The times fr_timing.c reasons with: a collective's creation and completion, and its
+ * predecessor's when that is the seq right before it (entries come in seq order). */
+static void fold_times(struct member *m, const struct fr_entry *e)
+{
+	bool adjacent = m->prev_seq != FR_UNK && m->prev_seq == e->coll_seq - 1;
+
+	if (e->state == FR_ST_COMPLETED) {
+		m->lc_seq = e->coll_seq;
+		m->lc_created = e->created_ns;
+		m->lc_done = e->completed_ns;
+		m->lc_prev_created = adjacent ? m->prev_created : FR_UNK;
+	} else if (m->st_seq == FR_UNK) {
+		m->st_seq = e->coll_seq;
+		m->st_created = e->created_ns;
+		m->st_prev_created = adjacent ? m->prev_created : FR_UNK;
+		m->st_prev_done = adjacent ? m->prev_done : FR_UNK;
+	}
+	if (m->prev_seq == FR_UNK)
+		m->first_created = e->created_ns;
+	m->prev_seq = e->coll_seq;
+	m->prev_created = e->created_ns;
+	m->prev_done = e->state == FR_ST_COMPLETED ? e->completed_ns : FR_UNK;
+}
+
 int fold_collective(struct fr_analysis *a, int mi, const struct fr_entry *e)
 {
 	struct member *m = &a->members[mi];
@@ -134,9 +162,27 @@ int fold_collective(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	}
 	if (e->state == FR_ST_COMPLETED)
 		m->newest_completed = e->coll_seq;
+	fold_times(m, e);
 	if (gi < 0)
 		return 0;
 	g = &a->aggs[gi];
+	if (g->entered == 0)
+		g->min_wait = g->min2_wait = g->max_wait = FR_UNK;
+	if (e->state == FR_ST_COMPLETED && e->created_ns != FR_UNK && e->completed_ns != FR_UNK &&
+	    e->completed_ns >= e->created_ns) {
+		int64_t w = e->completed_ns - e->created_ns;
+
+		if (g->min_wait == FR_UNK || w < g->min_wait) {
+			g->min2_wait = g->min_wait;
+			g->min_wait = w;
+			g->minw_m = mi;
+		} else if (g->min2_wait == FR_UNK || w < g->min2_wait) {
+			g->min2_wait = w;
+		}
+		if (g->max_wait == FR_UNK || w > g->max_wait)
+			g->max_wait = w;
+		g->nr_waits++;
+	}
 	if (g->entered == 0) {
 		g->sig0 = s;
 		g->min_created = g->max_created = e->created_ns;
@@ -217,6 +263,7 @@ int fold_p2p(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	op->k = side->total;
 	op->seq = e->p2p_seq;
 	op->count = e->count;
+	op->created = e->created_ns;
 	op->dtype = e->dtype;
 	op->state = e->state;
 	if (side->nr_kept < P2P_KEEP)
@@ -248,6 +295,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 	p->global_rank = d->global_rank;
 	p->world_size = d->world_size;
 	p->dump_time_ns = d->dump_time_ns;
+	p->dump_mono_ns = d->dump_mono_ns;
 	p->exit_code = d->exit_code;
 	p->signal = d->signal;
 	p->entries_overwritten = d->entries_overwritten;
@@ -435,6 +483,10 @@ void fr_analysis__free(struct fr_analysis *a)
 	free(a->clusters);
 	free(a->splits);
 	free(a->verdicts);
+	free(a->redumps);
+	free(a->bad_input);
+	for (int i = 0; i < a->nr_notes; i++)
+		free(a->notes[i]);
 	free(a->comm_order);
 	free(a->frames);
 	free(a->strs);

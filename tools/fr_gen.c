@@ -35,13 +35,13 @@ enum scenario {
 	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC_SKIP_ON,
 	SC_INIT_FAIL, SC_INIT_FAIL_ALL,
 	/* hung before tptrace attached: empty rings, the stacks tell (imply --stacks) */
-	SC_HUNG_MISSING, SC_HUNG_SPIN, SC_STUCK_SYNC, SC_NO_PROGRESS, SC__COUNT
+	SC_HUNG_MISSING, SC_HUNG_SPIN, SC_STUCK_SYNC, SC_NO_PROGRESS, SC_STRAGGLER, SC__COUNT
 };
 static const char *const scenario_names[SC__COUNT] = {
 	"healthy", "skip", "late", "size", "dtype", "op", "root", "type", "p2p", "p2p_count",
 	"stuck", "killed", "missing_dump", "corrupt", "async", "skip_on", "init_fail",
 	"init_fail_all", "hung_before_attach_missing", "hung_before_attach_spin", "stuck_sync",
-	"no_progress",
+	"no_progress", "straggler",
 };
 
 static struct env {
@@ -53,6 +53,20 @@ static struct env {
 	int py_none;		/* with py_frames: this rank's Python is unsupported (no frames) */
 	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
 	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
+	int per_host;		/* ranks per host: host h holds ranks h*per_host.. */
+	/* dumps taken at different instants while the job runs on (0: every rank's dump holds
+	 * the whole schedule): hosts dump up to spread apart, a host's ranks 3 ms one after
+	 * another; a step takes step_ns (a collective of 0.9 ms, then the rank sleeps) */
+	int64_t spread_ns, step_ns;
+	int pre_from;		/* ranks from this one on attached after init (-1: none) */
+	bool culprit_in_nccl;	/* skip: the culprit's stack waits in NCCL too (its ring lost it) */
+	bool sleep_between;	/* healthy ranks sleep between steps: their dump stacks sleep or
+				 * wait in the step's collective, neither progressing */
+	int clock_off_host;	/* this host's clock is 3 years behind (-1: none) */
+	int alias_host;		/* host alias_host + 1 dumps under host alias_host's name */
+	int stale_host;		/* this host dumped stale_ns before the hang (-1: none) */
+	int64_t stale_ns;
+	int64_t jitter_ns;	/* each rank enters each step up to this late (pseudo-random) */
 	int64_t at;
 	int init_rc;		/* ncclResult_t of a failed comm init */
 	const char *init_api;	/* the API whose init failed (default by slot) */
@@ -63,7 +77,7 @@ static struct env {
 	.py_none = -1,
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
-	.stack_unknown = -1,
+	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .clock_off_host = -1, .alias_host = -2, .stale_ns = 5000000000LL,
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
@@ -82,7 +96,8 @@ static const char doc[] =
 "Hung before tptrace attached (empty rings; stacks only): hung_before_attach_missing (the\n"
 "culprit sleeps in Python, the others wait in ncclAllReduce), hung_before_attach_spin (it\n"
 "spins in Python), stuck_sync (it waits in cudaStreamSynchronize), no_progress (every rank\n"
-"waits in ncclAllReduce). --stacks adds snapshots to any scenario: healthy ranks progress,\n"
+"waits in ncclAllReduce). straggler: the culprit enters every step 30 % of --step-ms after\n"
+"the others (a collective completes 0.9 ms after its last rank). --stacks adds snapshots to any scenario: healthy ranks progress,\n"
 "the culprit of a hang sleeps in Python while the others wait in the collective.\n"
 "\n"
 "EXAMPLES:\n"
@@ -93,7 +108,9 @@ static const char doc[] =
 
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
-       OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE };
+       OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
+       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
+       OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -111,6 +128,8 @@ static const struct argp_option opts[] = {
 	{ "jobs", 'j', "J", 0, "Writer threads (default 2)", 0 },
 	{ "preexisting", OPT_PRE, NULL, 0, "Comms created before attach: local ids, null "
 	  "rank/nranks, seqs from attach", 0 },
+	{ "preexisting-from", OPT_PRE_FROM, "R", 0, "Like --preexisting for ranks R and up only: "
+	  "their recorders attached after the comms were made, the others' saw the init", 0 },
 	{ "attach-skew", OPT_ATTACH, "K", 0, "With --preexisting: rank r attached (r*7)%(K+1) "
 	  "steps late", 0 },
 	{ "host-offset-us", OPT_HOSTOFF, "US", 0, "Clock of host h off by +-h*US microseconds", 0 },
@@ -126,9 +145,29 @@ static const struct argp_option opts[] = {
 	  "c10d's wrapper, then train.py's line per op, then <module>", 0 },
 	{ "py-unsupported", OPT_PY_NONE, "R", 0, "With --py-frames: rank R's Python is not "
 	  "supported (entries: frames [], frames_missing; py_stacks says why)", 0 },
+	{ "per-host", OPT_PER_HOST, "H", 0, "Ranks per host (default 8)", 0 },
+	{ "dump-spread-ms", OPT_SPREAD, "MS", 0, "Hosts dump up to MS ms apart while the job "
+	  "runs on, a host's ranks 3 ms one after another (default 0: all at the end)", 0 },
+	{ "step-ms", OPT_STEP, "MS", 0, "A step takes MS ms: a 0.9 ms collective, then the "
+	  "rank sleeps (default 1)", 0 },
+	{ "stale-host", OPT_STALE, "H", 0, "Host H dumped --stale-ms before the hang (its dumps "
+	  "are from an older moment)", 0 },
+	{ "sleep-between", OPT_SLEEP_BETWEEN, NULL, 0, "With --stacks: a healthy rank's dump "
+	  "snapshot sleeps in Python (its step done) or waits in the step's collective", 0 },
+	{ "culprit-in-nccl", OPT_CULPRIT_NCCL, NULL, 0, "skip with --stacks: the culprit's stack "
+	  "waits in ncclAllReduce like the others' (its ring does not show the call)", 0 },
+	{ "clock-off-host", OPT_CLOCK_OFF, "H", 0, "Host H's clock is 3 years behind", 0 },
+	{ "alias-host", OPT_ALIAS, "H", 0, "Host H+1's recorder was given host H's --host-id "
+	  "(another machine, another boot, one name)", 0 },
+	{ "stale-ms", OPT_STALE_MS, "MS", 0, "--stale-host dumped MS ms before the hang "
+	  "(default 5000)", 0 },
+	{ "jitter-us", OPT_JITTER, "US", 0, "Each rank enters each step up to US us late, "
+	  "pseudo-randomly; a collective completes 0.9 ms after its last rank entered", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
+
+static bool hung_before_attach(void);
 
 static long num_arg(struct argp_state *state, const char *name, const char *arg, long lo, long hi)
 {
@@ -161,6 +200,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_INIT_RC: env.init_rc = num_arg(state, "init-rc", arg, 1, 1 << 20); break;
 	case OPT_INIT_API: env.init_api = arg; break;
 	case OPT_PRE: env.preexisting = true; break;
+	case OPT_PRE_FROM: env.pre_from = num_arg(state, "preexisting-from", arg, 0, 1 << 20); break;
 	case OPT_SPLITNULL: env.split_null = true; break;
 	case OPT_STACKS: env.stacks = true; break;
 	case OPT_PY_FRAMES: env.py_frames = true; break;
@@ -168,6 +208,20 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_STACK_UNKNOWN:
 		env.stack_unknown = num_arg(state, "stack-unknown", arg, 0, 1 << 20);
 		break;
+	case OPT_PER_HOST: env.per_host = num_arg(state, "per-host", arg, 1, 1 << 20); break;
+	case OPT_SPREAD:
+		env.spread_ns = num_arg(state, "dump-spread-ms", arg, 0, 3600000) * 1000000LL;
+		break;
+	case OPT_STEP: env.step_ns = num_arg(state, "step-ms", arg, 1, 600000) * 1000000LL; break;
+	case OPT_JITTER: env.jitter_ns = num_arg(state, "jitter-us", arg, 0, 1 << 30) * 1000LL; break;
+	case OPT_CULPRIT_NCCL: env.culprit_in_nccl = true; break;
+	case OPT_SLEEP_BETWEEN: env.sleep_between = true; break;
+	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
+	case OPT_ALIAS: env.alias_host = num_arg(state, "alias-host", arg, 0, 1 << 20); break;
+	case OPT_STALE_MS:
+		env.stale_ns = num_arg(state, "stale-ms", arg, 0, 3600000) * 1000000LL;
+		break;
+	case OPT_STALE: env.stale_host = num_arg(state, "stale-host", arg, 0, 1 << 20); break;
 	case OPT_ATTACH: env.attach_skew = num_arg(state, "attach-skew", arg, 0, 1 << 20); break;
 	case OPT_HOSTOFF:
 		env.host_offset_ns = num_arg(state, "host-offset-us", arg, 0, 1 << 30) * 1000LL;
@@ -192,7 +246,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "--culprit %d is not below --ranks %d", env.culprit, env.ranks);
 		if (env.comm_slot >= env.comms)
 			argp_error(state, "--comm %d is not below --comms %d", env.comm_slot, env.comms);
-		if (env.sc >= SC_HUNG_MISSING)
+		if (hung_before_attach())
 			env.stacks = true;
 		if ((env.sc == SC_P2P || env.sc == SC_P2P_COUNT) && env.ranks < 2)
 			argp_error(state, "p2p scenarios need 2 ranks or more");
@@ -388,6 +442,7 @@ static const char *const torch_dtypes[] = { "Float", "BFloat16", "Half" };
 static const char *const redop_names[] = { "sum", "avg", "max", "min" };
 
 struct ent {
+	int64_t done;		/* completion on its host's clock; 0: created + 0.9 ms */
 	int64_t record_id, coll_seq, p2p_seq, count, in, out, created;
 	const char *comm;
 	const char *op;
@@ -504,7 +559,8 @@ static void put_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 	else
 		put(o, ",\"time_discovered_started_ns\":null");
 	if (e->state == 2) {
-		put_kv_i(o, ",\"time_discovered_completed_ns\":", e->created + 900000);
+		put_kv_i(o, ",\"time_discovered_completed_ns\":",
+			 e->done ? e->done : e->created + 900000);
 		put(o, ",\"duration_ms\":0.8");
 	} else {
 		put(o, ",\"time_discovered_completed_ns\":null,\"duration_ms\":null");
@@ -546,6 +602,77 @@ static const char *init_api(int slot)
 	return slot ? "ncclCommSplit" : "ncclCommInitRank";
 }
 
+/* how late rank r enters step t after the step began (true clock): its place on the host,
+ * --jitter-us, and a straggler's 30 % of the step */
+static int64_t entry_delay(int r, int t)
+{
+	int64_t d = (r % env.per_host) * 10000LL;
+
+	if (env.jitter_ns)
+		d += (int64_t)(splitmix(env.seed * 7777ULL + (uint64_t)t * 1000003ULL + r) %
+			       (uint64_t)env.jitter_ns);
+	if (env.sc == SC_STRAGGLER && r == env.culprit)
+		d += env.step_ns * 3 / 10;
+	return d;
+}
+
+/* the latest entry into step t of the ranks of r's group (its collective completes 0.9 ms
+ * after it) */
+static int64_t last_entry_delay(int r, int t)
+{
+	int g = group_size(steps[t].slot), first = r / g * g;
+	int64_t m = 0;
+
+	if (!env.jitter_ns && env.sc != SC_STRAGGLER)
+		return 0;
+	for (int q = first; q < first + g && q < env.ranks; q++)
+		if (entry_delay(q, t) > m)
+			m = entry_delay(q, t);
+	return m;
+}
+
+/* host h's clock minus the true time: --host-offset-us, and --clock-off-host's years */
+static int64_t host_clock(int h)
+{
+	return env.host_offset_ns * h * (h % 2 ? -1 : 1) -
+	       (h == env.clock_off_host ? 3 * 365 * 86400LL * 1000000000LL : 0);
+}
+
+/* the dump being written: its rank's newest collective had completed (--sleep-between) */
+static __thread bool last_done;
+
+/* rank r's recorder attached after its comms were made */
+static bool pre(int r)
+{
+	return env.preexisting || (env.pre_from >= 0 && r >= env.pre_from);
+}
+
+/* dumps taken at different instants (--dump-spread-ms, --stale-host) */
+static bool timed(void)
+{
+	return env.spread_ns > 0 || env.stale_host >= 0;
+}
+
+/* When rank r's dump was taken, on the true clock. Hosts in a scrambled order up to the
+ * spread apart, a host's ranks 3 ms one after another. A healthy job's newest dump is at the
+ * end of the schedule (the job runs on past it); a hang's dumps come 60 s after it, but for
+ * --stale-host's, taken 5 s before it. */
+static int64_t dump_instant(int r)
+{
+	int h = r / env.per_host, lr = r % env.per_host;
+	int nhosts = (env.ranks + env.per_host - 1) / env.per_host;
+	int64_t off = nhosts > 1 ? env.spread_ns * ((h * 7919LL) % nhosts) / (nhosts - 1) : 0;
+	int64_t hang = t0 + target_step * env.step_ns;
+	int64_t mine = lr * 3000000LL;
+
+	if (h == env.stale_host)
+		return hang - env.stale_ns + mine;
+	if (hang_at_end() || init_fail())
+		return hang + 60000000000LL + off + mine;
+	return t0 + (int64_t)nr_steps * env.step_ns - env.spread_ns - 3000000LL * env.per_host +
+	       off + mine;
+}
+
 struct comm_hdr {
 	char id[64];
 	int64_t last_enq, last_started, last_done, last_p2p;
@@ -557,9 +684,11 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	int64_t n = 0;
 	bool culprit = r == env.culprit;
 	int stop = nr_steps;	/* steps this rank reached */
-	int start = env.preexisting ? (r * 7) % (env.attach_skew + 1) : 0;
+	int start = pre(r) ? (r * 7) % (env.attach_skew + 1) : 0;
 	int64_t base[16] = { 0 }, pbase = 0;	/* seqs before attach, per slot / p2p */
-	int64_t clock = env.host_offset_ns * (r / 8) * ((r / 8) % 2 ? -1 : 1);
+	int h = r / env.per_host, lr = r % env.per_host;
+	int64_t clock = host_clock(h);
+	int64_t dump_true = timed() ? dump_instant(r) : INT64_MAX;
 
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
 		stop = nr_steps - 1;
@@ -569,8 +698,8 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		stop = init_failed_on(r) ? (int)target_step : (int)target_step + 1;
 	}
 	for (int j = 0; j < env.comms; j++) {
-		if (env.preexisting)
-			snprintf(hdr[j].id, sizeof(hdr[j].id), "local:node%d:%d:55d0c0ff%04x", r / 8,
+		if (pre(r))
+			snprintf(hdr[j].id, sizeof(hdr[j].id), "local:node%d:%d:55d0c0ff%04x", h,
 				 10000 + r, 0xee00 + j * 0x100);
 		else
 			comm_id(j, r, hdr[j].id);
@@ -581,7 +710,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 
 		e.init_failed = true;
 		e.comm = hdr[env.comm_slot].id;
-		e.created = t0 - 300000000 + (r % 8) * 10000 + clock;
+		e.created = t0 - 300000000 + lr * 10000 + clock;
 		e.record_id = n;
 		ents[n++] = e;
 	}
@@ -596,13 +725,23 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		int g = group_size(s->slot), crank = comm_rank(s->slot, r);
 		bool target = t == target_step && in_target_group(r);
 		int64_t skipped = 0;
-		int64_t created = t0 + (int64_t)t * 1000000 + (r % 8) * 10000 + clock;
+		int64_t created = t0 + (int64_t)t * env.step_ns + entry_delay(r, t) + clock;
+		int64_t done = t0 + (int64_t)t * env.step_ns + last_entry_delay(r, t) + 900000 + clock;
 		int state = 2;
 		struct ent e = { 0 };
 
+		/* its dump was taken before it entered this step */
+		if (created - clock > dump_true)
+			break;
+
 		e.comm = hdr[s->slot].id;
 		e.created = created;
+		if (env.jitter_ns || env.sc == SC_STRAGGLER)
+			e.done = done;
 		if (target && (hang_at_end() || init_fail()))
+			state = 1;
+		/* completed 0.9 ms after the step began: not yet at its dump */
+		if (done - clock > dump_true)
 			state = 1;
 		if (env.sc == SC_SKIP_ON && t >= target_step) {
 			/* everything from the skipped collective on waits */
@@ -686,13 +825,17 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			default: break;
 			}
 		}
+		/* everyone's completion waits for the late rank */
+		if (env.sc == SC_LATE && target && state == 2)
+			e.done = t0 + (int64_t)t * env.step_ns + 5000000000LL +
+				 entry_delay(env.culprit, t) + 900000 + clock;
 		e.in = e.out = e.count;
 		/* the recorder writes -1 for sizes it cannot know: nranks of a comm created
 		 * before attach */
 		if (!strcmp(e.op, "all_gather"))
-			e.out = env.preexisting ? -1 : e.count * g;
+			e.out = pre(r) ? -1 : e.count * g;
 		else if (!strcmp(e.op, "reduce_scatter"))
-			e.in = env.preexisting ? -1 : e.count * g;
+			e.in = pre(r) ? -1 : e.count * g;
 		e.state = state;
 		e.record_id = n;
 		ents[n++] = e;
@@ -700,6 +843,11 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		hdr[s->slot].last_started = e.coll_seq;
 		if (state == 2)
 			hdr[s->slot].last_done = e.coll_seq;
+	}
+	last_done = !n || ents[n - 1].state == 2;
+	if (timed()) {
+		*dump_time = dump_true + clock;
+		return n;
 	}
 	*dump_time = t0 + (int64_t)nr_steps * 1000000 +
 		     (hang_at_end() || init_fail() || env.sc == SC_STUCK ? 60000000000LL :
@@ -714,7 +862,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 
 static bool hung_before_attach(void)
 {
-	return env.sc >= SC_HUNG_MISSING;
+	return env.sc >= SC_HUNG_MISSING && env.sc <= SC_NO_PROGRESS;
 }
 
 /* what a rank's issuing thread is doing in a snapshot */
@@ -831,9 +979,13 @@ static enum doing rank_doing(int r, bool at_attach)
 		return r % 2 ? DO_NCCL_BUSY : DO_PY;
 	/* a skipping culprit is elsewhere; any other fault leaves it in the collective too */
 	if (hang_at_end() && !init_fail())
-		return culprit && env.sc == SC_SKIP ? DO_SLEEP_PY : DO_NCCL_WAIT;
+		return culprit && env.sc == SC_SKIP && !env.culprit_in_nccl ? DO_SLEEP_PY :
+		       DO_NCCL_WAIT;
 	if (env.sc == SC_STUCK && culprit)
 		return DO_SYNC_WAIT;
+	/* --sleep-between: asleep in Python after a completed step, else waiting in it */
+	if (env.sleep_between)
+		return last_done ? DO_SLEEP_PY : DO_NCCL_WAIT;
 	return r % 2 ? DO_NCCL_BUSY : DO_PY;
 }
 
@@ -943,7 +1095,9 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	} else if (n > ring) {
 		first = n - ring;
 	}
-	snprintf(host, sizeof(host), "node%d", r / 8);
+	/* --alias-host H: host H+1's recorder was given host H's --host-id */
+	snprintf(host, sizeof(host), "node%d", r / env.per_host == env.alias_host + 1 ?
+		 env.alias_host : r / env.per_host);
 	o->len = 0;
 	put(o, env.stacks ? "{\"schema\":\"tptrace-fr\",\"version\":2" :
 	       "{\"schema\":\"tptrace-fr\",\"version\":1");
@@ -952,12 +1106,14 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	put(o, ",\"comm\":\"python3\",\"cmdline\":\"python3 train.py\"");
 	put_kv_i(o, ",\"global_rank\":", r);
 	put_kv_i(o, ",\"world_size\":", env.ranks);
-	put_kv_i(o, ",\"local_rank\":", r % 8);
+	put_kv_i(o, ",\"local_rank\":", r % env.per_host);
 	put(o, ",\"nccl_version\":\"2.28.9\",\"nccl_library\":\"/usr/lib/x86_64-linux-gnu/libnccl.so.2\"");
 	put_kv_s(o, ",\"dump_reason\":", killed ? "exit" : env.sc == SC_HEALTHY ? "request" :
 		 hung_before_attach() ? "signal" : "stall");
 	put_kv_i(o, ",\"dump_time_ns\":", dump_time);
-	put_kv_i(o, ",\"dump_mono_ns\":", dump_time - t0 + 941645312);
+	/* since the host's boot, host h booted h hours before host 0 */
+	put_kv_i(o, ",\"dump_mono_ns\":", dump_time - host_clock(r / env.per_host) - t0 + 941645312 +
+		 (int64_t)(r / env.per_host) * 3600000000000LL);
 	if (killed)
 		put(o, ",\"process\":{\"state\":\"killed\",\"exit_code\":null,\"signal\":9}");
 	else
@@ -980,13 +1136,13 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 		bool failed = j == env.comm_slot && init_failed_on(r);
 
 		put_kv_s(o, "{\"comm_id\":", hdr[j].id);
-		put(o, env.preexisting ? ",\"cross_rank_id\":false" : ",\"cross_rank_id\":true");
+		put(o, pre(r) ? ",\"cross_rank_id\":false" : ",\"cross_rank_id\":true");
 		if (failed) {
 			/* the agreed schema of a failed init: no handle, rank/nranks from the call */
 			put(o, ",\"comm_handle\":null");
 			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
 			put_kv_i(o, ",\"nranks\":", g);
-			put_kv_i(o, ",\"device\":", r % 8);
+			put_kv_i(o, ",\"device\":", r % env.per_host);
 			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null");
 			put_kv_s(o, ",\"created_by\":", init_api(j));
 			put(o, ",\"learned\":{\"comm_id\":\"init_call\",\"rank\":\"init_call\","
@@ -999,14 +1155,14 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 			continue;
 		}
 		put(o, ",\"comm_handle\":\"0x55d0c0ffee00\"");
-		if (env.preexisting || (env.split_null && j > 0)) {
+		if (pre(r) || (env.split_null && j > 0)) {
 			put(o, ",\"rank\":null,\"nranks\":null");
 		} else {
 			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
 			put_kv_i(o, ",\"nranks\":", g);
 		}
-		put_kv_i(o, ",\"device\":", r % 8);
-		if (env.preexisting) {
+		put_kv_i(o, ",\"device\":", r % env.per_host);
+		if (pre(r)) {
 			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
 			       "\"created_by\":\"before attach\",\"learned\":{\"comm_id\":\"unknown\","
 			       "\"rank\":\"unknown\",\"nranks\":\"unknown\",\"seq_origin\":\"attach\"},"
@@ -1036,7 +1192,8 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 		put(o, "}");
 	}
 	put(o, "],\n\"in_call\":[");
-	if (culprit && (env.sc == SC_SKIP || env.sc == SC_STUCK)) {
+	if (culprit && (env.sc == SC_SKIP || env.sc == SC_STUCK) &&
+	    r / env.per_host != env.stale_host) {
 		put_kv_i(o, "\n{\"tid\":", pid + 1);
 		put(o, ",\"thread_name\":\"pt_main_thread\"");
 		put_kv_s(o, ",\"api\":", env.sc == SC_SKIP ? "cudaMemcpy" : "cudaStreamSynchronize");

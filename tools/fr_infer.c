@@ -389,9 +389,88 @@ static int cmp_str_ptr(const void *x, const void *y)
 
 /* Comms created before attach: cluster the local comms of different dumps that are the same
  * communicator, rebase their seqs to a common origin, infer ranks, then fold them. */
+/* Some recorders saw a communicator's init (its exact id, rank and size), others attached
+ * after it (a local id, seqs from attach): the cluster of the latter is the same comm when
+ * an exact comm of known size has room for it (no shared process, enough absent ranks) and
+ * exactly one offset D makes the reference's collectives (rebased seq + D) match the exact
+ * comm's signatures, the best by where its newest collective falls against the exact
+ * members' newest (a periodic schedule matches at several offsets: a tie is no match).
+ * The exact comm's index, D in *off; -1 when none. */
+#define EXACT_CHECK	64	/* newest collectives of the reference compared */
+#define EXACT_MIN	4	/* ... at least this many must land on known seqs */
+static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_exact,
+		       int64_t *off)
+{
+	const struct pend *r = &a->pends[cl->ref];
+	int best_c = -1;
+	int64_t best_d = 0, best_score = INT64_MAX;
+	bool tie = false;
+
+	if (!r->nc)
+		return -1;
+	for (int ci = 0; ci < nr_exact; ci++) {
+		const struct comm *c = &a->comms[ci];
+		int64_t enewest = FR_UNK, emax = 0, rnewest = rebase_coll(r, pcoll(r, r->nc - 1)->coll_seq);
+		bool overlap = false;
+
+		if (c->inferred || c->nranks == FR_UNK || !c->members.n ||
+		    c->members.n + cl->pends.n > c->nranks || !strncmp(c->id, "local:", 6))
+			continue;
+		for (int i = 0; i < c->members.n && !overlap; i++) {
+			const struct member *m = &a->members[c->members.v[i]];
+
+			if (m->rank == FR_UNK)
+				overlap = true;	/* an exact member without a rank: not this */
+			for (int k = 0; k < cl->pends.n && !overlap; k++)
+				overlap = a->pends[cl->pends.v[k]].proc == m->proc;
+			if (m->newest_seq != FR_UNK && (enewest == FR_UNK || m->newest_seq > enewest))
+				enewest = m->newest_seq;
+		}
+		for (int i = 0; i < a->nr_aggs; i++)
+			if (a->aggs[i].comm == ci && a->aggs[i].seq > emax)
+				emax = a->aggs[i].seq;
+		if (overlap || enewest == FR_UNK)
+			continue;
+		for (int64_t d = 0; d <= emax; d++) {
+			int hit = 0;
+			bool bad = false;
+			int64_t score;
+
+			for (int k = r->nc - 1; k >= 0 && k >= r->nc - EXACT_CHECK && !bad; k--) {
+				const struct fr_entry *e = pcoll(r, k);
+				int ai = agg_find(a, ci, rebase_coll(r, e->coll_seq) + d);
+				const struct sig *g;
+
+				if (ai < 0)
+					continue;
+				g = &a->aggs[ai].sig0;
+				bad = g->op != e->op || g->count != e->count || g->dtype != e->dtype ||
+				      g->redop != (fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE) ||
+				      g->root != (fr_op_has_root(e->op) ? e->root : -1);
+				hit++;
+			}
+			if (bad || hit < EXACT_MIN)
+				continue;
+			score = i64_abs(rnewest + d - enewest);
+			if (score < best_score) {
+				best_score = score;
+				best_c = ci;
+				best_d = d;
+				tie = false;
+			} else if (score == best_score) {
+				tie = true;
+			}
+		}
+	}
+	if (best_c < 0 || tie)
+		return -1;
+	*off = best_d;
+	return best_c;
+}
+
 int unify_local(struct fr_analysis *a)
 {
-	int err = 0;
+	int err = 0, nr_exact = a->nr_comms;
 
 	for (int i = 0; i < a->nr_pends; i++) {
 		struct pend *p = &a->pends[i];
@@ -472,9 +551,9 @@ int unify_local(struct fr_analysis *a)
 		uint64_t h = 0x6a09e667f3bcc909ULL;
 		char **ids = malloc(cl->pends.n * sizeof(char *)), id[FR_ID_LEN];
 		int *order = malloc(cl->pends.n * sizeof(int));
-		int64_t nranks = FR_UNK;
+		int64_t nranks = FR_UNK, exoff = 0, *absent = NULL;
 		bool any_attach = false;
-		int ci;
+		int ci, ex, nabsent = 0;
 
 		if (!ids || !order) {
 			free(ids);
@@ -531,15 +610,45 @@ int unify_local(struct fr_analysis *a)
 		else
 			snprintf(id, sizeof(id), "inferred:%016" PRIx64, h);
 		free(ids);
-		ci = comm_get(a, id);
-		if (ci < 0) {
-			free(order);
-			return ci;
+		ex = exact_match(a, cl, nr_exact, &exoff);
+		if (ex >= 0) {
+			/* one comm, seen exactly by some recorders: the ranks they do not hold */
+			struct comm *c = &a->comms[ex];
+			uint8_t *held = calloc(c->nranks + 1, 1);
+
+			if (!held) {
+				free(order);
+				return -ENOMEM;
+			}
+			for (int i = 0; i < c->members.n; i++)
+				held[a->members[c->members.v[i]].rank] = 1;
+			free(absent);
+			absent = malloc((c->nranks + 1) * sizeof(*absent));
+			nabsent = 0;
+			for (int64_t rk = 0; absent && rk < c->nranks; rk++)
+				if (!held[rk])
+					absent[nabsent++] = rk;
+			free(held);
+			if (!absent) {
+				free(order);
+				return -ENOMEM;
+			}
+			ci = ex;
+			nranks = c->nranks;
+			a->comms[ci].inferred = true;
+			a->comms[ci].nr_expected = (int)c->nranks;
+		} else {
+			exoff = 0;
+			ci = comm_get(a, id);
+			if (ci < 0) {
+				free(order);
+				return ci;
+			}
+			a->comms[ci].inferred = cl->pends.n > 1;
+			a->comms[ci].nr_expected = (int)(nranks != FR_UNK ? nranks :
+							 a->world_size != FR_UNK ? a->world_size : 0);
 		}
 		cl->comm = ci;
-		a->comms[ci].inferred = cl->pends.n > 1;
-		a->comms[ci].nr_expected = (int)(nranks != FR_UNK ? nranks : a->world_size != FR_UNK ?
-						 a->world_size : 0);
 		/* PyTorch orders a process group's ranks by global rank */
 		qsort_r(order, cl->pends.n, sizeof(int), cmp_pend_rank, a);
 		for (int k = 0; k < cl->pends.n; k++) {
@@ -548,7 +657,11 @@ int unify_local(struct fr_analysis *a)
 			struct member *m;
 			int mi;
 
-			if (cl->pends.n > 1 || info.nranks == FR_UNK) {
+			if (ex >= 0) {
+				if (info.rank == FR_UNK)
+					info.rank = k < nabsent ? absent[k] : FR_UNK;
+				info.nranks = nranks;
+			} else if (cl->pends.n > 1 || info.nranks == FR_UNK) {
 				if (info.rank == FR_UNK)
 					info.rank = k;
 				if (info.nranks == FR_UNK)
@@ -557,9 +670,9 @@ int unify_local(struct fr_analysis *a)
 			if (info.rank != FR_UNK && info.nranks != FR_UNK && info.rank >= info.nranks)
 				info.rank = FR_UNK;
 			if (info.last_enqueued != FR_UNK && info.last_enqueued > 0)
-				info.last_enqueued = rebase_coll(p, info.last_enqueued);
+				info.last_enqueued = rebase_coll(p, info.last_enqueued) + exoff;
 			if (info.last_completed != FR_UNK && info.last_completed > 0)
-				info.last_completed = rebase_coll(p, info.last_completed);
+				info.last_completed = rebase_coll(p, info.last_completed) + exoff;
 			mi = member_new(a, ci, p->proc, &info);
 			if (mi < 0) {
 				free(order);
@@ -568,7 +681,7 @@ int unify_local(struct fr_analysis *a)
 			m = &a->members[mi];
 			m->partial = any_attach;
 			if (p->hole_len) {
-				m->hole_seq = p->hole_seq;
+				m->hole_seq = p->hole_seq + exoff;
 				m->hole_len = p->hole_len;
 			}
 			for (int e = 0; e < p->n; e++) {
@@ -579,7 +692,7 @@ int unify_local(struct fr_analysis *a)
 						x.p2p_seq += p->dp;
 					err = fold_p2p(a, mi, &x);
 				} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
-					x.coll_seq = rebase_coll(p, x.coll_seq);
+					x.coll_seq = rebase_coll(p, x.coll_seq) + exoff;
 					m = &a->members[mi];
 					if (m->hole_len && m->hole_next_seq == FR_UNK &&
 					    x.coll_seq >= m->hole_seq + m->hole_len) {
@@ -591,6 +704,7 @@ int unify_local(struct fr_analysis *a)
 				}
 				if (err) {
 					free(order);
+					free(absent);
 					return err;
 				}
 			}
@@ -602,10 +716,11 @@ int unify_local(struct fr_analysis *a)
 				if (fr_op_is_p2p(pr->last_op))
 					pr->last_seq = pr->last_seq == FR_UNK ? FR_UNK : pr->last_seq + p->dp;
 				else if (pr->last_seq != FR_UNK)
-					pr->last_seq = rebase_coll(p, pr->last_seq);
+					pr->last_seq = rebase_coll(p, pr->last_seq) + exoff;
 			}
 		}
 		free(order);
+		free(absent);
 	}
 	return 0;
 }

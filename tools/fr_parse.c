@@ -1507,7 +1507,7 @@ static void reset(struct fr_dump *d)
 {
 	d->schema[0] = d->host[0] = d->dump_reason[0] = d->err[0] = 0;
 	d->version = d->pid = d->global_rank = d->world_size = d->local_rank = FR_UNK;
-	d->dump_time_ns = d->exit_code = d->signal = FR_UNK;
+	d->dump_time_ns = d->dump_mono_ns = d->exit_code = d->signal = FR_UNK;
 	d->ring_size = d->entries_recorded = d->entries_overwritten = d->events_dropped = FR_UNK;
 	d->proc_state = FR_PROC_UNKNOWN;
 	d->nr_comms = d->nr_in_calls = d->nr_entries = 0;
@@ -1558,6 +1558,8 @@ static bool top_level(struct jp *j, bool first, bool stop_at_entries, bool *at_e
 			ok = str_field(j, d->dump_reason, sizeof(d->dump_reason));
 		else if (KEY("dump_time_ns"))
 			ok = num(j, &d->dump_time_ns);
+		else if (KEY("dump_mono_ns"))
+			ok = num(j, &d->dump_mono_ns);
 		else if (KEY("process"))
 			ok = process_obj(j);
 		else if (KEY("trigger"))

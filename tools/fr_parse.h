@@ -165,6 +165,7 @@ struct fr_dump {
 	char dump_reason[16];
 	int64_t version, pid, global_rank, world_size, local_rank;
 	int64_t dump_time_ns;
+	int64_t dump_mono_ns;	/* CLOCK_MONOTONIC at the dump: dump_time_ns - this is the boot */
 	int proc_state;		/* enum fr_proc_state */
 	int64_t exit_code, signal;
 	int64_t ring_size, entries_recorded, entries_overwritten, events_dropped;

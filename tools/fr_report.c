@@ -315,6 +315,68 @@ static void torch_human(FILE *out, const struct fr_analysis *a)
 	fprintf(out, "\n");
 }
 
+static int cmp_int(const void *x, const void *y)
+{
+	int p = *(const int *)x, q = *(const int *)y;
+
+	return p < q ? -1 : p > q;
+}
+
+/* "waiting": the ranks that wait on a cause (never blamed) and their own waits */
+static void add_waiting(cJSON *o, const struct fr_analysis *a, const struct verdict *v)
+{
+	int *w = NULL, n = v->caused_by < 0 ? verdict_waiters(a, v, &w, &(int64_t){ 0 },
+							     &(int64_t){ 0 }) : 0;
+	int64_t lo, hi;
+	cJSON *wo, *arr;
+
+	if (n <= 0) {
+		free(w);
+		cJSON_AddNullToObject(o, "waiting");
+		return;
+	}
+	free(w);
+	n = verdict_waiters(a, v, &w, &lo, &hi);
+	if (n < 0)
+		return;
+	/* by rank, as "ranks" */
+	for (int i = 0; i < n; i++)
+		w[i] = a->procs[a->members[w[i]].proc].global_rank == FR_UNK ? -1 :
+		       (int)a->procs[a->members[w[i]].proc].global_rank;
+	qsort(w, n, sizeof(*w), cmp_int);
+	wo = cJSON_AddObjectToObject(o, "waiting");
+	arr = wo ? cJSON_AddArrayToObject(wo, "ranks") : NULL;
+	for (int i = 0; arr && i < n; i++)
+		cJSON_AddItemToArray(arr, cJSON_CreateNumber(w[i]));
+	if (wo && lo != FR_UNK) {
+		cJSON_AddNumberToObject(wo, "min_s", lo / 1e9);
+		cJSON_AddNumberToObject(wo, "max_s", hi / 1e9);
+	} else if (wo) {
+		cJSON_AddNullToObject(wo, "min_s");
+		cJSON_AddNullToObject(wo, "max_s");
+	}
+	free(w);
+}
+
+/* dumps_not_simultaneous: the hosts to dump again */
+static void add_hosts(cJSON *o, const struct fr_analysis *a, const struct verdict *v)
+{
+	cJSON *arr;
+
+	if (v->rule != RULE_NOT_ONE_MOMENT)
+		return;
+	arr = cJSON_AddArrayToObject(o, "hosts");
+	for (int i = 0; arr && i < a->nr_redumps; i++) {
+		const struct proc *p = &a->procs[a->redumps[i].proc];
+		bool seen = false;
+
+		for (int k = 0; k < i && !seen; k++)
+			seen = a->procs[a->redumps[k].proc].host_id == p->host_id;
+		if (!seen)
+			cJSON_AddItemToArray(arr, cJSON_CreateString(p->host));
+	}
+}
+
 int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 {
 	cJSON *root = cJSON_CreateObject(), *arr;
@@ -329,6 +391,9 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	add_read(root, a);
 	trigger_json(root, a);
 	torch_json(root, a);
+	arr = cJSON_AddArrayToObject(root, "input_notes");
+	for (int i = 0; arr && i < a->nr_notes; i++)
+		cJSON_AddItemToArray(arr, cJSON_CreateString(a->notes[i]));
 	arr = cJSON_AddArrayToObject(root, "verdicts");
 	for (int i = 0; arr && i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
@@ -360,6 +425,12 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 			cJSON_AddStringToObject(o, "op", v->op);
 		else
 			cJSON_AddNullToObject(o, "op");
+		if (v->caused_by >= 0)
+			cJSON_AddNumberToObject(o, "caused_by", v->caused_by);
+		else
+			cJSON_AddNullToObject(o, "caused_by");
+		add_waiting(o, a, v);
+		add_hosts(o, a, v);
 		cJSON_AddStringToObject(o, "confidence", v->low ? "low" : v->medium ? "medium" :
 					"high");
 		if (v->low || v->medium) {
@@ -406,76 +477,193 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	return 0;
 }
 
+/* One report line under 100 columns: words wrapped at spaces, each continuation indented by
+ * 4 more than the line; a word longer than the room (a path) is never cut. */
+#define REPORT_COLS 100
+static void print_wrapped(FILE *out, const char *indent, const char *s, size_t len)
+{
+	size_t in = strlen(indent), col, room;
+	bool first = true;
+
+	while (len) {
+		size_t take = len, lead = first ? in : in + 4;
+
+		room = REPORT_COLS > lead ? REPORT_COLS - lead : 1;
+		if (take > room) {
+			size_t k = room;
+
+			while (k > 0 && s[k] != ' ')
+				k--;
+			if (k == 0) {	/* one long word: up to its end */
+				k = room;
+				while (k < len && s[k] != ' ')
+					k++;
+			}
+			take = k;
+		}
+		col = fprintf(out, "%s%s%.*s\n", indent, first ? "" : "    ", (int)take, s);
+		(void)col;
+		s += take;
+		len -= take;
+		while (len && *s == ' ') {
+			s++;
+			len--;
+		}
+		first = false;
+	}
+}
+
+/* one verdict: "[rule] headline", its detail indented; a consequence under its cause */
+static void print_verdict(FILE *out, const struct fr_analysis *a, const struct verdict *v,
+			  const char *in)
+{
+	char *headline = verdict_headline(a, v), *detail = verdict_detail(a, v);
+	char *reason = v->low || v->medium ? verdict_confidence_reason(a, v) : NULL;
+	const char *d = detail ? detail : "";
+
+	char *head = NULL, ind[32];
+
+	if (asprintf(&head, "%s[%s] %s", in[0] ? "follows: " : "", rule_names[v->rule],
+		     headline ? headline : "") < 0)
+		head = NULL;
+	if (head)
+		print_wrapped(out, in, head, strlen(head));
+	free(head);
+	snprintf(ind, sizeof(ind), "%s    ", in);
+	while (*d) {
+		size_t len = strcspn(d, "\n");
+
+		print_wrapped(out, ind, d, len);
+		d += len + (d[len] == '\n');
+	}
+	if (v->also_seqs)
+		fprintf(out, "%s    also at %" PRId64 " later seq%s on this comm (up to seq %" PRId64
+			")\n", in, v->also_seqs, v->also_seqs == 1 ? "" : "s", v->also_last);
+	if (v->low || v->medium) {
+		char *c = NULL;
+
+		if (asprintf(&c, "confidence: %s (%s)", v->low ? "low" : "medium",
+			     reason ? reason : "") >= 0) {
+			print_wrapped(out, ind, c, strlen(c));
+			free(c);
+		}
+	}
+	free(headline);
+	free(detail);
+	free(reason);
+}
+
+/* "    ranks 0-12,14-31 wait for it in all_reduce seq 40 for 13.6-13.9 s" */
+static void print_waiters(FILE *out, const struct fr_analysis *a, const struct verdict *v)
+{
+	struct verdict tmp = { 0 };
+	int *w = NULL, n;
+	int64_t lo, hi;
+
+	n = verdict_waiters(a, v, &w, &lo, &hi);
+	if (n <= 0) {
+		free(w);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		who_add(&tmp, a->procs[a->members[w[i]].proc].global_rank, a->members[w[i]].rank,
+			a->members[w[i]].proc);
+	who_sort(&tmp);
+	fprintf(out, "    follows: ");
+	print_who(out, a, &tmp, false);
+	fprintf(out, " wait%s for it in %s seq %" PRId64, n == 1 ? "s" : "",
+		v->agg >= 0 ? fr_op_name(a->aggs[v->agg].sig0.op) : v->op[0] ? v->op : "collective",
+		v->seq);
+	if (lo != FR_UNK && hi - lo >= 50000000)
+		fprintf(out, " for %.1f-%.1f s", lo / 1e9, hi / 1e9);
+	else if (lo != FR_UNK)
+		fprintf(out, " for %.1f s", hi / 1e9);
+	fprintf(out, "\n");
+	free(tmp.who);
+	free(w);
+}
+
+/* the one line of a report without a problem (wrapped by the caller) */
+static int print_healthy(const struct fr_analysis *a, FILE *out)
+{
+	int64_t common = FR_UNK;
+	bool same = true;
+	int shown = 0;
+
+	/* no collective and no stack: nothing says the job is healthy */
+	if (!a->nr_comms && !a->nr_with_stacks) {
+		fprintf(out, "nothing to judge: %d rank%s, no collectives recorded and no stacks "
+			"in the dumps (recorded with --no-stacks, or by a tptrace before dump "
+			"version 2)\n", a->nr_procs, a->nr_procs == 1 ? "" : "s");
+		return 0;
+	}
+	fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,
+		a->nr_procs == 1 ? "" : "s", a->nr_comms, a->nr_comms == 1 ? "" : "s");
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		const struct comm *c = &a->comms[a->comm_order[ci]];
+		int64_t last = c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0;
+
+		if (ci && last != common)
+			same = false;
+		common = last;
+	}
+	if (!a->nr_comms) {
+		fprintf(out, "no collectives recorded");
+	} else if (a->nr_redumps) {
+		/* healthy, but the dumps show different seqs: say so, not "all completed" */
+		fprintf(out, "the dumps are from different moments (%d older than others, the "
+			"job ran on) and no rank waited past %.1f s at its own dump; newest "
+			"seq %" PRId64, a->nr_redumps, a->opts.skew_ns / 1e9, common);
+	} else if (same) {
+		fprintf(out, "all completed seq %" PRId64, common);
+	} else {
+		fprintf(out, "all completed the same seqs (last seq per comm:");
+		for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
+			const struct comm *c = &a->comms[a->comm_order[ci]];
+
+			fprintf(out, " %s %" PRId64, short_id(c->id),
+				c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0);
+		}
+		fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
+	}
+	print_stacks_health(out, a);
+	fprintf(out, "\n");
+	return 0;
+}
+
 static int print_human(const struct fr_analysis *a, FILE *out)
 {
 	trigger_human(out, a);
 	torch_human(out, a);
+	for (int i = 0; i < a->nr_notes; i++)
+		fprintf(out, "note: %s\n", a->notes[i]);
 	if (!a->nr_verdicts) {
-		int64_t common = FR_UNK;
-		bool same = true;
-		int shown = 0;
+		struct text t;
+		FILE *real = out;
+		int err;
 
-		/* no collective and no stack: nothing says the job is healthy */
-		if (!a->nr_comms && !a->nr_with_stacks) {
-			fprintf(out, "nothing to judge: %d rank%s, no collectives recorded and no stacks "
-				"in the dumps (recorded with --no-stacks, or by a tptrace before dump "
-				"version 2)\n", a->nr_procs, a->nr_procs == 1 ? "" : "s");
-			return 0;
-		}
-		fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,
-			a->nr_procs == 1 ? "" : "s", a->nr_comms, a->nr_comms == 1 ? "" : "s");
-		for (int ci = 0; ci < a->nr_comms; ci++) {
-			const struct comm *c = &a->comms[a->comm_order[ci]];
-			int64_t last = c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0;
-
-			if (ci && last != common)
-				same = false;
-			common = last;
-		}
-		if (!a->nr_comms) {
-			fprintf(out, "no collectives recorded");
-		} else if (same) {
-			fprintf(out, "all completed seq %" PRId64, common);
-		} else {
-			fprintf(out, "all completed the same seqs (last seq per comm:");
-			for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
-				const struct comm *c = &a->comms[a->comm_order[ci]];
-
-				fprintf(out, " %s %" PRId64, short_id(c->id),
-					c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0);
-			}
-			fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
-		}
-		print_stacks_health(out, a);
-		fprintf(out, "\n");
-		return 0;
+		if (!(out = text_open(&t)))
+			return -ENOMEM;
+		err = print_healthy(a, out);
+		text_close(&t);
+		if (t.buf)
+			print_wrapped(real, "", t.buf, t.len);
+		free(t.buf);
+		return err;
 	}
 	fprintf(out, "%d problem%s found (%d ranks, %d comm%s, %d dumps), most causal first:\n\n",
-		a->nr_verdicts, a->nr_verdicts == 1 ? "" : "s", a->nr_procs, a->nr_comms,
+		nr_causes(a), nr_causes(a) == 1 ? "" : "s", a->nr_procs, a->nr_comms,
 		a->nr_comms == 1 ? "" : "s", a->nr_procs + a->nr_corrupt);
 	for (int i = 0; i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
-		char *headline = verdict_headline(a, v), *detail = verdict_detail(a, v);
-		char *reason = v->low || v->medium ? verdict_confidence_reason(a, v) : NULL;
-		const char *d = detail ? detail : "";
 
-		fprintf(out, "[%s] %s\n", rule_names[v->rule], headline ? headline : "");
-		while (*d) {
-			size_t len = strcspn(d, "\n");
-
-			fprintf(out, "    %.*s\n", (int)len, d);
-			d += len + (d[len] == '\n');
-		}
-		if (v->also_seqs)
-			fprintf(out, "    also at %" PRId64 " later seq%s on this comm (up to seq %" PRId64
-				")\n", v->also_seqs, v->also_seqs == 1 ? "" : "s", v->also_last);
-		if (v->low || v->medium)
-			fprintf(out, "    confidence: %s (%s)\n", v->low ? "low" : "medium",
-				reason ? reason : "");
+		if (v->caused_by >= 0)
+			continue;
+		print_verdict(out, a, v, "");
+		print_waiters(out, a, v);
+		for (int k = i + 1; k < a->nr_verdicts && a->verdicts[k].caused_by == i; k++)
+			print_verdict(out, a, &a->verdicts[k], "    ");
 		fprintf(out, "\n");
-		free(headline);
-		free(detail);
-		free(reason);
 	}
 	return 0;
 }

@@ -2,6 +2,8 @@
 /* fr_rules: the rules. Each one turns the folded state into findings — rule, culprit ranks,
  * comm, seq, op, the evidence and the confidence — and words nothing (fr_text does). */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
@@ -9,8 +11,8 @@
 const char *const rule_names[RULE__COUNT] = {
 	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
 	"nccl_async_error", "type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch",
-	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival",
-	"state_divergence", "attached_after_hang", "corrupt_dump",
+	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival", "straggler",
+	"state_divergence", "dumps_not_simultaneous", "attached_after_hang", "corrupt_dump",
 };
 
 static int cmp_placed(const void *x, const void *y)
@@ -227,14 +229,18 @@ static int missing_hole(struct fr_analysis *a, int cid)
 	return 1;
 }
 
-/* The lowest last-entered seq among the members behind the newest one: who never entered
- * the next collective while the others did. */
+/* Members behind the newest one: a rank that never entered the next collective is missing
+ * only when the dumps' own times prove it had not entered it well after others had
+ * (fr_timing.c); a rank whose dump is older than what the others show is never blamed. The
+ * lowest such collective is the verdict's. */
 static int missing_rank(struct fr_analysis *a, int cid)
 {
 	struct comm *c = &a->comms[cid];
-	int64_t maxeff = FR_UNK, mineff = FR_UNK, s;
+	int64_t maxeff = FR_UNK, s = FR_UNK, minlag = FR_UNK;
 	struct ivec culprits = { 0 }, behind = { 0 }, waiting = { 0 }, dead = { 0 };
-	int unknown = -1, ai, err = -ENOMEM;
+	struct timing_comm t = { 0 };
+	int unknown = -1, ai, err = -ENOMEM, how = 0;
+	int8_t *proven = NULL;
 	struct verdict *v;
 
 	for (int i = 0; i < c->members.n; i++) {
@@ -259,26 +265,77 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	}
 	if (maxeff == FR_UNK || maxeff <= 0)
 		return 0;
-	for (int i = 0; i < c->members.n; i++) {
-		struct member *m = &a->members[c->members.v[i]];
-
-		if (m->placed && !m->init_failed && m->eff_last != FR_UNK && m->eff_last < maxeff &&
-		    (mineff == FR_UNK || m->eff_last < mineff))
-			mineff = m->eff_last;
-	}
-	if (mineff == FR_UNK)
-		return 0;
-	s = mineff + 1;
+	if (timing_comm_build(a, cid, &t) ||
+	    !(proven = calloc(c->members.n + 1, sizeof(*proven))))
+		goto out;
+	/* each member behind: proven missing (1), dead (2), or not evidence against it (0) */
 	for (int i = 0; i < c->members.n; i++) {
 		int mi = c->members.v[i];
 		struct member *m = &a->members[mi];
+		int64_t next, lag, waited;
+		int k, gi;
+
+		if (!m->placed || m->init_failed || m->eff_last == FR_UNK || m->eff_last >= maxeff)
+			continue;
+		next = m->eff_last + 1;
+		if (a->procs[m->proc].dead) {
+			proven[i] = 2;
+		} else if ((gi = agg_find(a, cid, next)) >= 0 && a->aggs[gi].completed > 0) {
+			/* a rank completed it: every rank had entered it, this dump is older */
+			if (timing_redump(a, m->proc, cid, next, true))
+				goto out;
+			continue;
+		} else {
+			lag = timing_lag(a, &t, mi, next, &waited, &k);
+			if (waited != FR_UNK && waited > a->opts.skew_ns)
+				a->hang_seen = true;
+			if (lag != FR_UNK && lag > a->opts.skew_ns) {
+				proven[i] = 1;
+				if (s == FR_UNK || next < s || (next == s && (minlag == FR_UNK ||
+								  lag < minlag))) {
+					minlag = lag;
+					how = k;
+				}
+			} else if (lag == FR_UNK && waited == FR_UNK) {
+				/* dumps without times (PyTorch's): the sequences alone, as ever */
+				proven[i] = 1;
+			} else {
+				/* not behind for long enough to tell: in flight, or its dump older
+				 * than the others' wait */
+				if (waited != FR_UNK && waited > a->opts.skew_ns &&
+				    timing_redump(a, m->proc, cid, next, false))
+					goto out;
+				continue;
+			}
+		}
+		if (s == FR_UNK || next < s)
+			s = next;
+	}
+	if (s == FR_UNK) {
+		err = 0;
+		goto out;
+	}
+	/* the lag of the culprits at s only */
+	minlag = FR_UNK;
+	for (int i = 0; i < c->members.n; i++) {
+		int mi = c->members.v[i];
+		struct member *m = &a->members[mi];
+		int64_t lag, waited;
+		int k;
 
 		if (!m->placed || m->init_failed || m->eff_last == FR_UNK)
 			continue;
-		if (m->eff_last == mineff) {
-			if (ivec_push(a->procs[m->proc].dead ? &dead : &culprits, mi))
+		if (proven[i] && m->eff_last == s - 1) {
+			if (ivec_push(proven[i] == 2 ? &dead : &culprits, mi))
 				goto out;
-		} else if (m->eff_last < maxeff) {
+			if (proven[i] == 1) {
+				lag = timing_lag(a, &t, mi, s, &waited, &k);
+				if (lag != FR_UNK && (minlag == FR_UNK || lag < minlag)) {
+					minlag = lag;
+					how = k;
+				}
+			}
+		} else if (m->eff_last < maxeff && proven[i]) {
 			if (ivec_push(&behind, mi))
 				goto out;
 		}
@@ -298,6 +355,7 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	err = 0;
 	if (!culprits.n)
 		goto out;
+	a->hang_seen = true;
 	if (!(v = verdict_new(a, RULE_MISSING_RANK, cid, s, agg_op(a, ai)))) {
 		err = -ENOMEM;
 		goto out;
@@ -305,6 +363,8 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	v->agg = ai;
 	v->ev.missing.newest = maxeff;
 	v->ev.missing.unknown = unknown;
+	v->ev.missing.lag = minlag;
+	v->ev.missing.how = how;
 	for (int i = 0; i < culprits.n; i++)
 		who_member(a, v, culprits.v[i]);
 	who_sort(v);
@@ -315,8 +375,23 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	check_dropped(a, v);
 	if (unknown >= 0)
 		set_low(v, LOW_POSITION_UNKNOWN, a->members[unknown].proc, FR_UNK);
+	/* its own stack must not show it blocked in an NCCL call like the waiting ranks: then
+	 * its ring is older than its stack (or lost the entry), and the verdict is doubtful */
+	for (int i = 0; i < v->culprits.n; i++) {
+		const struct proc *p = &a->procs[a->members[v->culprits.v[i]].proc];
+
+		if (p->snap.present && !p->snap.exited && p->snap.tid != FR_UNK &&
+		    p->snap.where == FR_WHERE_NCCL && p->snap.progress != FR_PROG_YES) {
+			set_low(v, LOW_STACK_DISAGREES, a->members[v->culprits.v[i]].proc, FR_UNK);
+			break;
+		}
+	}
+	timing_comm_free(&t);
+	free(proven);
 	return 0;
 out:
+	timing_comm_free(&t);
+	free(proven);
 	free(culprits.v);
 	free(behind.v);
 	free(waiting.v);
@@ -625,7 +700,11 @@ static int rule_p2p(struct fr_analysis *a)
 		p2p_side_idx(S, absolute, &maxS);
 		p2p_side_idx(R, absolute, &maxR);
 		common = maxS < maxR ? maxS : maxR;
-		for (int64_t idx = common; idx > common - P2P_KEEP && !bad_s; idx--) {
+		/* relative pairing holds for the ops still pending on both sides only: completed
+		 * ones pair by their newest only when both dumps are of one moment, and they are
+		 * not (fr_timing.c) */
+		for (int64_t idx = common; idx > common - P2P_KEEP && !bad_s &&
+		     (absolute || idx >= 0); idx--) {
 			const struct p2p_op *s = p2p_at(S, absolute, idx), *r = p2p_at(R, absolute, idx);
 
 			if (s && r && (s->count != r->count || s->dtype != r->dtype)) {
@@ -639,6 +718,21 @@ static int rule_p2p(struct fr_analysis *a)
 		}
 		if (!bad_s && maxS == maxR)
 			continue;
+		/* an unmatched op its peer's dump does not show: completed, the peer had posted
+		 * the match (its dump is older); waiting no longer than the threshold on its own
+		 * clock, in flight */
+		if (!bad_s && !lone && absolute &&
+		    (maxS > maxR ? S->done > R->total : R->done > S->total))
+			continue;
+		if (!bad_s && lone) {
+			const struct proc *lp = &a->procs[a->members[lone_send ? sm : rm].proc];
+
+			if (lone->state == FR_ST_COMPLETED)
+				continue;
+			if (lone->created != FR_UNK && lp->dump_time_ns != FR_UNK &&
+			    ns_diff(lp->dump_time_ns, lone->created) <= a->opts.skew_ns)
+				continue;
+		}
 		if (++per_comm > MAX_P2P_VERDICTS_PER_COMM) {
 			suppressed++;
 			continue;
@@ -713,6 +807,8 @@ static int rule_stuck(struct fr_analysis *a)
 			calls[n++] = (struct stuck_call){ ic->api, pi, i, dur };
 		}
 	}
+	if (n)
+		a->hang_seen = true;
 	if (n > 1)
 		qsort(calls, n, sizeof(*calls), cmp_stuck);
 	for (int i = 0; i < n;) {
@@ -801,13 +897,36 @@ static int placed_count(const struct fr_analysis *a, const struct comm *c)
 	return n;
 }
 
+/* An arrival skew of collective g: from the ranks' own waits (completion - creation, each on
+ * its host's clock) when every rank completed it — the last to enter waited least; from
+ * creation times only when the first and the last rank share a host (one clock): hosts'
+ * clocks are not comparable. FR_UNK when neither tells; *late the member that came last. */
+static int64_t agg_skew(const struct fr_analysis *a, const struct seq_agg *g, int placed,
+			int *late, bool *waits)
+{
+	if (g->entered < placed)
+		return FR_UNK;
+	if (g->completed == g->entered && g->nr_waits == g->entered && g->min_wait != FR_UNK) {
+		*late = g->minw_m;
+		*waits = true;
+		return g->max_wait - g->min_wait;
+	}
+	if (g->min_created == FR_UNK || g->max_created == FR_UNK || g->min_m < 0 || g->max_m < 0 ||
+	    a->procs[a->members[g->min_m].proc].host_id !=
+	    a->procs[a->members[g->max_m].proc].host_id)
+		return FR_UNK;
+	*late = g->max_m;
+	*waits = false;
+	return ns_diff(g->max_created, g->min_created);
+}
+
 static int rule_late(struct fr_analysis *a)
 {
 	for (int ci = 0; ci < a->nr_comms; ci++) {
 		int cid = a->comm_order[ci];
 		struct comm *c = &a->comms[cid];
-		int placed = placed_count(a, c), best = -1, nr_over = 0;
-		bool best_stuck = false;
+		int placed = placed_count(a, c), best = -1, nr_over = 0, best_m = -1;
+		bool best_stuck = false, best_waits = false;
 		int64_t best_skew = 0;
 		struct seq_agg *g;
 		struct verdict *v;
@@ -816,13 +935,12 @@ static int rule_late(struct fr_analysis *a)
 			continue;
 		for (int k = 0; k < c->aggs.n; k++) {
 			int64_t skew;
-			bool stuck;
+			bool stuck, waits = false;
+			int late = -1;
 
 			g = &a->aggs[c->aggs.v[k]];
-			if (g->entered < placed || g->min_created == FR_UNK || g->max_created == FR_UNK)
-				continue;
-			skew = ns_diff(g->max_created, g->min_created);
-			if (skew <= a->opts.skew_ns)
+			skew = agg_skew(a, g, placed, &late, &waits);
+			if (skew == FR_UNK || skew <= a->opts.skew_ns)
 				continue;
 			nr_over++;
 			stuck = g->completed < g->entered;
@@ -833,6 +951,8 @@ static int rule_late(struct fr_analysis *a)
 				best = c->aggs.v[k];
 				best_skew = skew;
 				best_stuck = stuck;
+				best_m = late;
+				best_waits = waits;
 			}
 		}
 		if (best < 0)
@@ -844,7 +964,98 @@ static int rule_late(struct fr_analysis *a)
 		v->ev.late.skew = best_skew;
 		v->ev.late.stuck = best_stuck;
 		v->ev.late.nr_over = nr_over;
-		who_member(a, v, g->max_m);
+		v->ev.late.waits = best_waits;
+		who_member(a, v, best_m);
+		check_dropped(a, v);
+	}
+	return 0;
+}
+
+static int cmp_i64(const void *x, const void *y)
+{
+	int64_t p = *(const int64_t *)x, q = *(const int64_t *)y;
+
+	return p < q ? -1 : p > q;
+}
+
+#define STRAGGLER_MIN_SEQS	8	/* collectives every rank completed, at least */
+#define STRAGGLER_SHARE		80	/* % of them it entered last */
+#define STRAGGLER_MIN_LAG	1000000	/* ns: its median margin over the next-last rank */
+#define STRAGGLER_MIN_STEP_PCT	5	/* ... and that share of its step */
+
+/* A rank that enters last collective after collective by a stable margin: from the ranks'
+ * own waits (completion - creation on each one's clock), never comparing hosts' clocks. The
+ * margin over the next-last rank is what it costs every peer per collective at least. */
+static int rule_straggler(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci];
+		struct comm *c = &a->comms[cid];
+		int placed = placed_count(a, c), of = 0, top = -1;
+		int64_t *margins = NULL, *steps = NULL, lag, step = FR_UNK;
+		int nm = 0, ns = 0;
+		struct member *tm;
+		struct verdict *v;
+
+		if (placed < 2)
+			continue;
+		for (int i = 0; i < c->members.n; i++)
+			a->members[c->members.v[i]].nr_last = 0;
+		for (int k = 0; k < c->aggs.n; k++) {
+			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+
+			if (g->entered < placed || g->completed != g->entered ||
+			    g->nr_waits != g->entered || g->min2_wait == FR_UNK)
+				continue;
+			of++;
+			a->members[g->minw_m].nr_last++;
+		}
+		if (of < STRAGGLER_MIN_SEQS)
+			continue;
+		for (int i = 0; i < c->members.n; i++) {
+			int mi = c->members.v[i];
+
+			if (top < 0 || a->members[mi].nr_last > a->members[top].nr_last)
+				top = mi;
+		}
+		tm = &a->members[top];
+		if (tm->nr_last * 100 < of * STRAGGLER_SHARE)
+			continue;
+		margins = malloc(of * sizeof(*margins));
+		steps = malloc(of * sizeof(*steps));
+		if (!margins || !steps) {
+			free(margins);
+			free(steps);
+			return -ENOMEM;
+		}
+		for (int k = 0; k < c->aggs.n; k++) {
+			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+
+			if (g->entered < placed || g->completed != g->entered ||
+			    g->nr_waits != g->entered || g->min2_wait == FR_UNK || g->minw_m != top)
+				continue;
+			margins[nm++] = g->min2_wait - g->min_wait;
+		}
+		qsort(margins, nm, sizeof(*margins), cmp_i64);
+		lag = margins[nm / 2];
+		/* its step on this comm: its own interval between collectives */
+		if (tm->first_created != FR_UNK && tm->prev_created != FR_UNK &&
+		    tm->prev_seq != FR_UNK && tm->oldest_seq != FR_UNK && tm->prev_seq > tm->oldest_seq)
+			step = ns_diff(tm->prev_created, tm->first_created) /
+			       (tm->prev_seq - tm->oldest_seq);
+		(void)ns;
+		free(steps);
+		free(margins);
+		if (lag < STRAGGLER_MIN_LAG || step == FR_UNK || step <= 0 ||
+		    lag * 100 < step * STRAGGLER_MIN_STEP_PCT)
+			continue;
+		if (!(v = verdict_new(a, RULE_STRAGGLER, cid, FR_UNK, NULL)))
+			return -ENOMEM;
+		v->ev.straggler.lag = lag;
+		v->ev.straggler.step = step;
+		v->ev.straggler.last = tm->nr_last;
+		v->ev.straggler.of = of;
+		who_member(a, v, top);
 		check_dropped(a, v);
 	}
 	return 0;
@@ -863,7 +1074,8 @@ static int rule_state(struct fr_analysis *a)
 			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
 			struct agg_extra *x;
 			struct ivec stuck = { 0 };
-			int incomplete = g->entered - g->completed, alive = 0;
+			int incomplete = g->entered - g->completed, alive = 0, best_how = 0;
+			int64_t best_before;
 
 			if (!g->completed || !incomplete || g->extra < 0)
 				continue;
@@ -889,10 +1101,39 @@ static int rule_state(struct fr_analysis *a)
 						goto nomem;
 				}
 			}
-			/* a dead process never completes anything: dead_rank says it */
-			for (int i = 0; i < stuck.n; i++)
-				if (!a->procs[a->members[stuck.v[i]].proc].dead)
-					stuck.v[alive++] = stuck.v[i];
+			/* a dead process never completes anything: dead_rank says it. The others
+			 * only when the times prove the completion came before their dump
+			 * (fr_timing.c); a dump that may be older is to be taken again */
+			best_before = FR_UNK;
+			for (int i = 0; i < stuck.n; i++) {
+				int mi = stuck.v[i], how = 0;
+				struct member *m = &a->members[mi];
+				struct proc *p = &a->procs[m->proc];
+				int64_t before;
+
+				if (p->dead)
+					continue;
+				before = timing_done_before(a, cid, mi, g->seq, &how);
+				/* no times at all (PyTorch's dumps): the states alone, as ever */
+				if ((before == FR_UNK && p->dump_time_ns != FR_UNK) ||
+				    (before != FR_UNK && before <= a->opts.skew_ns)) {
+					int64_t w = m->st_seq == g->seq && m->st_created != FR_UNK &&
+						    p->dump_time_ns != FR_UNK ?
+						    ns_diff(p->dump_time_ns, m->st_created) : FR_UNK;
+
+					if (w != FR_UNK && w > a->opts.skew_ns) {
+						a->hang_seen = true;
+						if (timing_redump(a, m->proc, cid, g->seq, false))
+							goto nomem;
+					}
+					continue;
+				}
+				if (before != FR_UNK && (best_before == FR_UNK || before < best_before)) {
+					best_before = before;
+					best_how = how;
+				}
+				stuck.v[alive++] = mi;
+			}
 			stuck.n = alive;
 			if (!stuck.n) {
 				free(stuck.v);
@@ -903,6 +1144,9 @@ static int rule_state(struct fr_analysis *a)
 			v->agg = c->aggs.v[k];
 			v->ev.state.completed = g->completed;
 			v->ev.state.incomplete = incomplete;
+			v->ev.state.before = best_before;
+			v->ev.state.how = best_how;
+			a->hang_seen = true;
 			for (int i = 0; i < stuck.n; i++)
 				who_member(a, v, stuck.v[i]);
 			who_sort(v);
@@ -931,6 +1175,61 @@ static int rule_corrupt(struct fr_analysis *a)
 		v->ev.corrupt.idx = i;
 		who_add(v, a->corrupt[i].global_rank, FR_UNK, -1);
 	}
+	return 0;
+}
+
+static int cmp_proc_rank(const void *x, const void *y, void *arg)
+{
+	const struct fr_analysis *a = arg;
+	int64_t p = a->procs[*(const int *)x].global_rank, q = a->procs[*(const int *)y].global_rank;
+
+	return p < q ? -1 : p > q;
+}
+
+/* Dumps of more than one job in one directory: they disagree on the world size, or two
+ * processes (host, pid) claim one global rank. Their rules would compare unrelated
+ * collectives: said in one line, and no verdict. */
+static int several_jobs(struct fr_analysis *a)
+{
+	int64_t ws = FR_UNK;
+	int *order, ws_p = -1;
+
+	for (int pi = 0; pi < a->nr_procs; pi++) {
+		const struct proc *p = &a->procs[pi];
+
+		/* PyTorch's dumps of the job sit next to tptrace's: the same ranks */
+		if (p->world_size == FR_UNK || p->torch)
+			continue;
+		if (ws != FR_UNK && p->world_size != ws)
+			return asprintf(&a->bad_input, "the dumps are of more than one job: %s says "
+					"world size %" PRId64 ", %s says %" PRId64 "; give tptrace-fr "
+					"one job's dumps", a->procs[ws_p].path, ws, p->path,
+					p->world_size) < 0 ? -ENOMEM : 0;
+		ws = p->world_size;
+		ws_p = pi;
+	}
+	if (!(order = malloc((a->nr_procs + 1) * sizeof(int))))
+		return -ENOMEM;
+	for (int i = 0; i < a->nr_procs; i++)
+		order[i] = i;
+	qsort_r(order, a->nr_procs, sizeof(int), cmp_proc_rank, a);
+	for (int i = 0, last = -1; i < a->nr_procs; i++) {
+		const struct proc *p, *q = &a->procs[order[i]];
+
+		/* against the previous tptrace dump (PyTorch's have no host or pid) */
+		if (q->torch || q->global_rank == FR_UNK)
+			continue;
+		p = last >= 0 ? &a->procs[last] : NULL;
+		last = order[i];
+		if (!p || p->global_rank != q->global_rank ||
+		    (p->pid == q->pid && !strcmp(p->host, q->host)))
+			continue;
+		free(order);
+		return asprintf(&a->bad_input, "the dumps are of more than one job (or of a "
+				"restarted one): rank %" PRId64 " is %s and %s; give tptrace-fr one "
+				"job's dumps", p->global_rank, p->path, q->path) < 0 ? -ENOMEM : 0;
+	}
+	free(order);
 	return 0;
 }
 
@@ -970,18 +1269,28 @@ int fr_analysis__finish(struct fr_analysis *a)
 			any_running = true;
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		a->procs[pi].dead = proc_is_dead(&a->procs[pi], any_running);
-	if ((err = place_members(a)))
+	if ((err = place_members(a)) || (err = timing_hosts(a)) || (err = several_jobs(a)))
 		return err;
+	/* dumps of several jobs: nothing is judged (fr_analysis__bad_input says why) */
+	if (a->bad_input)
+		return 0;
 
 	if ((err = rule_init_failed(a)) || (err = rule_missing_rank(a)) ||
 	    (err = rule_dead_rank(a)) || (err = rule_missing_dump(a)) ||
 	    (err = rule_async_error(a)) || (err = rule_signatures(a)) || (err = rule_p2p(a)) ||
-	    (err = rule_stuck(a)) || (err = rule_late(a)) || (err = rule_state(a)) ||
-	    (err = rule_stacks(a)) || (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
+	    (err = rule_stuck(a)) || (err = rule_late(a)) ||
+	    (err = rule_straggler(a)) || (err = rule_state(a)) ||
+	    (err = rule_not_one_moment(a)) || (err = rule_stacks(a)) ||
+	    (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
 		return err;
 	mark_inferred(a);
 	sort_verdicts(a);
-	return 0;
+	return link_roles(a);
+}
+
+const char *fr_analysis__bad_input(const struct fr_analysis *a)
+{
+	return a->bad_input;
 }
 
 int fr_analysis__nr_verdicts(const struct fr_analysis *a)

@@ -270,6 +270,14 @@ static bool rings_show_unfinished(const struct fr_analysis *a)
 	return false;
 }
 
+static bool rings_show_stuck_call(const struct fr_analysis *a)
+{
+	for (int i = 0; i < a->nr_verdicts; i++)
+		if (a->verdicts[i].rule == RULE_STUCK)
+			return true;
+	return false;
+}
+
 /* The most common call (where, api) among the non-progressing waits: the representative proc,
  * its count; ties go to the smaller api name so the verdict does not depend on file order. */
 static int majority_wait(const struct fr_analysis *a, int *count)
@@ -453,6 +461,11 @@ int rule_stacks(struct fr_analysis *a)
 	int err;
 
 	if (!a->nr_with_stacks)
+		return 0;
+	/* rings with collectives whose own times show nobody waiting past the threshold: the
+	 * stacks caught a running job (ranks asleep between steps, others briefly in the step's
+	 * collective), whatever the moment of each dump */
+	if (a->nr_aggs && !a->hang_seen && !rings_show_stuck_call(a))
 		return 0;
 	if ((err = rule_odd_stack(a)))
 		return err;

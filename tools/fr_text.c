@@ -257,7 +257,10 @@ static void print_entered(FILE *f, const struct fr_analysis *a, int ai)
 	g = &a->aggs[ai];
 	fprintf(f, "%d ranks entered seq %" PRId64 ", %d completed it", g->entered, g->seq,
 		g->completed);
-	if (g->min_created != FR_UNK && g->max_created != FR_UNK)
+	/* creation times compare on one host's clock only */
+	if (g->min_created != FR_UNK && g->max_created != FR_UNK && g->min_m >= 0 &&
+	    g->max_m >= 0 && a->procs[a->members[g->min_m].proc].host_id ==
+	    a->procs[a->members[g->max_m].proc].host_id)
 		fprintf(f, "; they entered within %.3f s of each other",
 			ns_diff(g->max_created, g->min_created) / 1e9);
 	fprintf(f, "\n");
@@ -330,6 +333,18 @@ static void detail_init_failed(FILE *f, const struct fr_analysis *a, const struc
 		fprintf(f, "no other rank is waiting in a collective on this comm\n");
 }
 
+/* what the dumps' times prove (fr_timing.c): "its dump came at least 60.0 s after others
+ * had entered it (same host's clock)" */
+static void print_lag(FILE *f, int64_t lag, int how, const char *whose, const char *what)
+{
+	if (lag == FR_UNK)
+		return;
+	fprintf(f, "%s came at least %.1f s after others %s (%s)\n", whose, lag / 1e9, what,
+		how == TIMING_SAME_HOST ? "one host's clock" :
+		"from each rank's own clock and the order a collective imposes, whatever the "
+		"hosts' clocks");
+}
+
 static void headline_missing(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	const struct comm *c = &a->comms[v->comm];
@@ -381,6 +396,8 @@ static void detail_missing(FILE *f, const struct fr_analysis *a, const struct ve
 	if (v->culprits.n > 8 && !v->ev.missing.hole)
 		fprintf(f, "... and %d more ranks that never entered it\n", v->culprits.n - 8);
 	print_entered(f, a, v->agg);
+	print_lag(f, v->ev.missing.lag, v->ev.missing.how, v->nr_who == 1 ? "its dump" :
+		  "their dumps", "had entered it");
 	if (v->behind.n) {
 		fprintf(f, "also behind the newest seq %" PRId64 ": ", v->ev.missing.newest);
 		print_members(f, a, v->behind.v, v->behind.n);
@@ -634,28 +651,50 @@ static void detail_stuck(FILE *f, const struct fr_analysis *a, const struct verd
 static void headline_late(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	print_who(f, a, v, true);
-	fprintf(f, " entered %s seq %" PRId64 " on comm %s %.3f s after the first rank "
+	fprintf(f, " entered %s seq %" PRId64 " on comm %s %.3f s after the %s rank "
 		   "(threshold %.3f s)", v->op, v->seq, short_id(a->comms[v->comm].id),
-		v->ev.late.skew / 1e9, a->opts.skew_ns / 1e9);
+		v->ev.late.skew / 1e9, v->ev.late.waits ? "earliest" : "first",
+		a->opts.skew_ns / 1e9);
 }
 
 static void detail_late(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	const struct seq_agg *g = &a->aggs[v->agg];
-	const struct proc *first = &a->procs[a->members[g->min_m].proc];
-	const struct proc *last = &a->procs[a->members[g->max_m].proc];
 
-	fprintf(f, "first to enter: ");
-	print_proc_label(f, first);
-	fprintf(f, "; %d of %d ranks completed it", g->completed, g->entered);
-	if (v->ev.late.stuck)
-		fprintf(f, "; the others are still waiting in it");
-	fprintf(f, "\n");
+	if (v->ev.late.waits) {
+		fprintf(f, "from each rank's own wait in it (completion - entry on its clock): it "
+			   "waited %.3f s, another rank %.3f s; %d of %d ranks completed it\n",
+			g->min_wait / 1e9, g->max_wait / 1e9, g->completed, g->entered);
+	} else {
+		fprintf(f, "first to enter: ");
+		print_proc_label(f, &a->procs[a->members[g->min_m].proc]);
+		fprintf(f, " on the same host; %d of %d ranks completed it", g->completed,
+			g->entered);
+		if (v->ev.late.stuck)
+			fprintf(f, "; the others are still waiting in it");
+		fprintf(f, "\n");
+	}
 	if (v->ev.late.nr_over > 1)
 		fprintf(f, "%d seqs on this comm have an arrival skew above the threshold\n",
 			v->ev.late.nr_over);
-	if (strcmp(first->host, last->host))
-		fprintf(f, "the ranks are on different hosts: clock offsets add to the skew\n");
+}
+
+static void headline_straggler(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	print_who(f, a, v, true);
+	fprintf(f, " is a straggler on comm %s: last to enter %d of %d collectives, %.1f ms after "
+		   "the next-last rank (median)", short_id(a->comms[v->comm].id),
+		v->ev.straggler.last, v->ev.straggler.of, v->ev.straggler.lag / 1e6);
+}
+
+static void detail_straggler(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	(void)a;
+	fprintf(f, "every peer waits for it at least %.1f ms per collective: %.0f %% of its step "
+		   "of %.1f ms between collectives on this comm\n", v->ev.straggler.lag / 1e6,
+		100.0 * v->ev.straggler.lag / v->ev.straggler.step, v->ev.straggler.step / 1e6);
+	fprintf(f, "from each rank's own wait (completion - entry on its clock): the last to "
+		   "enter waits least; no clocks of different hosts compared");
 }
 
 static void headline_state(FILE *f, const struct fr_analysis *a, const struct verdict *v)
@@ -672,6 +711,8 @@ static void detail_state(FILE *f, const struct fr_analysis *a, const struct verd
 {
 	fprintf(f, "the GPU side of the collective never finished on %s\n",
 		v->nr_who == 1 ? "that rank" : "those ranks");
+	print_lag(f, v->ev.state.before, v->ev.state.how, v->nr_who == 1 ? "its dump" :
+		  "their dumps", "had completed it");
 	for (int i = 0; i < v->nr_who && i < 4; i++) {
 		const struct proc *p = &a->procs[v->who[i][2]];
 
@@ -680,6 +721,78 @@ static void detail_state(FILE *f, const struct fr_analysis *a, const struct verd
 		print_proc_state(f, a, p);
 		fprintf(f, "\n");
 	}
+}
+
+/* the hosts of the redump list, "node1,node3" (each once) */
+static void print_redump_hosts(FILE *f, const struct fr_analysis *a)
+{
+	int shown = 0, n = 0, nh = 0;
+
+	for (int i = 0; i < a->nr_redumps; i++) {
+		bool seen = false;
+
+		for (int k = 0; k < i && !seen; k++)
+			seen = a->procs[a->redumps[k].proc].host_id ==
+			       a->procs[a->redumps[i].proc].host_id;
+		nh += !seen;
+	}
+	fprintf(f, "host%s ", nh == 1 ? "" : "s");
+	for (int i = 0; i < a->nr_redumps; i++) {
+		const struct proc *p = &a->procs[a->redumps[i].proc];
+		bool seen = false;
+
+		for (int k = 0; k < i && !seen; k++)
+			seen = a->procs[a->redumps[k].proc].host_id == p->host_id;
+		if (seen)
+			continue;
+		if (shown < 16)
+			fprintf(f, "%s%s", shown++ ? "," : "", p->host[0] ? p->host : "?");
+		n++;
+	}
+	if (n > shown)
+		fprintf(f, " and %d more hosts", n - shown);
+}
+
+static void headline_not_one_moment(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	struct verdict tmp = { 0 };
+
+	for (int i = 0; i < a->nr_redumps; i++)
+		who_proc((struct fr_analysis *)a, &tmp, a->redumps[i].proc);
+	who_sort(&tmp);
+	fprintf(f, "the dumps are not from one moment: ");
+	print_who(f, a, &tmp, false);
+	free(tmp.who);
+	fprintf(f, " may have been dumped before the others waited; dump ");
+	print_redump_hosts(f, a);
+	fprintf(f, " again");
+}
+
+static void detail_not_one_moment(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	(void)v;
+	for (int i = 0; i < a->nr_redumps && i < 8; i++) {
+		const struct redump *r = &a->redumps[i];
+		const struct proc *p = &a->procs[r->proc];
+
+		print_proc_label(f, p);
+		fprintf(f, " (host %s): ", p->host[0] ? p->host : "?");
+		if (r->completed)
+			fprintf(f, "never entered seq %" PRId64 " on comm %s, which others completed: "
+				   "every rank had entered it, so its dump is older", r->seq,
+				short_id(a->comms[r->comm].id));
+		else
+			fprintf(f, "its dump does not show seq %" PRId64 " on comm %s as others do, "
+				   "and its times cannot show it was taken after they waited in it",
+				r->seq, short_id(a->comms[r->comm].id));
+		fprintf(f, "; ");
+		print_last_entry(f, a, p);
+		fprintf(f, "\n");
+	}
+	if (a->nr_redumps > 8)
+		fprintf(f, "... and %d more dumps\n", a->nr_redumps - 8);
+	fprintf(f, "no rank is blamed: a rank is missing only when its own dump shows it had not "
+		   "entered a collective well after the others had");
 }
 
 static void headline_corrupt(FILE *f, const struct fr_analysis *a, const struct verdict *v)
@@ -722,6 +835,8 @@ static const struct {
 	[RULE_STUCK] = { headline_stuck, detail_stuck },
 	[RULE_LATE] = { headline_late, detail_late },
 	[RULE_STATE] = { headline_state, detail_state },
+	[RULE_STRAGGLER] = { headline_straggler, detail_straggler },
+	[RULE_NOT_ONE_MOMENT] = { headline_not_one_moment, detail_not_one_moment },
 	[RULE_CORRUPT] = { headline_corrupt, detail_corrupt },
 };
 
@@ -875,6 +990,14 @@ static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct
 {
 	const struct comm *c;
 
+	if (v->low == LOW_STACK_DISAGREES) {
+		print_proc_label(f, &a->procs[v->low_proc]);
+		fprintf(f, "'s own stack shows it blocked in %s like the waiting ranks: its ring "
+			   "does not show that call (older than the stack, or lost)",
+			a->procs[v->low_proc].snap.api[0] ? a->procs[v->low_proc].snap.api :
+			"an NCCL call");
+		return;
+	}
 	if (v->low == LOW_ONE_SAMPLE) {
 		fprintf(f, "one stack sample: a busy moment looks like a hang (take more with "
 			   "--stack-samples)");

@@ -11,7 +11,7 @@ TOOLS_OUT   := $(OUTPUT)/tools
 TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_VERSION='"$(VERSION)"'
 # the analyzer, one module per seam (see tools/fr_analyze_int.h)
 FR_ANALYZE_SRCS := $(addprefix tools/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
-		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c) user/hashmap.c
+		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c) user/hashmap.c
 FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o \
 	       $(TOOLS_OUT)/atomic_file.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
 FR_LIBS     := -lcjson -lz -lpthread

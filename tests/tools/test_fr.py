@@ -28,7 +28,8 @@ CASES = {
         ("missing_rank", WORLD, 16, [5], [5]),
         ("stuck_in_call", None, None, [5], []),
     ], {"human": "rank 5 (host node0 pid 10005) never entered all_reduce seq 16 on comm "
-                 "5a0052b9 (8 ranks); ranks 0-4,6,7 are waiting in it"}),
+                 "5a0052b9 (8\n    ranks); ranks 0-4,6,7 are waiting in it\n",
+        "roles": [None, 0], "waiting": [0, 1, 2, 3, 4, 6, 7]}),
     "late": ("--ranks 4 --entries 16 --scenario late --culprit 2", 1, [
         ("late_arrival", WORLD, 16, [2], [2]),
     ], {}),
@@ -60,17 +61,19 @@ CASES = {
     "stuck": ("--ranks 4 --entries 16 --scenario stuck --culprit 2", 1, [
         ("stuck_in_call", None, None, [2], []),
         ("state_divergence", WORLD, 16, [2], [2]),
-    ], {}),
+    ], {"roles": [None, 0]}),
     "killed": ("--ranks 4 --entries 16 --scenario killed --culprit 2", 1, [
         ("dead_rank", WORLD, 16, [2], []),
     ], {"human": "rank 2 (host node0 pid 10002) was killed by SIGKILL (9)"}),
     "missing_dump": ("--ranks 4 --entries 16 --comms 2 --scenario missing_dump --culprit 2", 1, [
         ("missing_dump", None, None, [2], []),
     ], {}),
+    # the corrupt dump is the cause, the missing dump of its rank follows from it
     "corrupt": ("--ranks 4 --entries 16 --scenario corrupt --culprit 2", 1, [
-        ("missing_dump", None, None, [2], []),
         ("corrupt_dump", None, None, [2], []),
-    ], {"stderr": "tptrace-fr.node0.10002.json: unexpected end of input"}),
+        ("missing_dump", None, None, [2], []),
+    ], {"stderr": "tptrace-fr.node0.10002.json: unexpected end of input", "roles": [None, 0],
+        "human": "1 problem found (3 ranks, 1 comm, 4 dumps)"}),
     "async": ("--ranks 4 --entries 16 --scenario async --culprit 2", 1, [
         ("nccl_async_error", WORLD, None, [2], [2]),
     ], {}),
@@ -137,10 +140,10 @@ CASES = {
     "init_failed": ("--ranks 4 --entries 16 --scenario init_fail --culprit 2", 1, [
         ("comm_init_failed", WORLD, 1, [2], [2]),
     ], {"human": "[comm_init_failed] rank 2 (host node0 pid 10002) failed ncclCommInitRank on "
-                 "comm 5a0052b9 (4 ranks): rc 2 ncclSystemError; ranks 0,1,3 are waiting on it "
-                 "in all_reduce seq 1\n    rank 2 (comm rank 2): ncclCommInitRank returned 2 "
-                 "(ncclSystemError); the communicator does not exist on it; its newest entry "
-                 "is comm_init seq 0 on comm 5a0052b9 (failed)\n",
+                 "comm 5a0052b9 (4 ranks):\n    rc 2 ncclSystemError; ranks 0,1,3 are waiting "
+                 "on it in all_reduce seq 1\n    rank 2 (comm rank 2): ncclCommInitRank "
+                 "returned 2 (ncclSystemError); the communicator does not\n        exist on it; "
+                 "its newest entry is comm_init seq 0 on comm 5a0052b9 (failed)\n",
         "op": "comm_init"}),
     # every rank's init failed (ncclInvalidUsage): nobody waits, still a problem
     "init_failed_all": ("--ranks 4 --entries 16 --scenario init_fail_all --culprit 2 "
@@ -160,8 +163,8 @@ CASES = {
     "init_failed_all_api": ("--ranks 2 --entries 8 --scenario init_fail_all --culprit 0 "
                             "--init-rc 1 --init-api ncclCommInitAll", 1, [
         ("comm_init_failed", WORLD, None, [0, 1], [0, 1]),
-    ], {"human": "ranks 0,1 failed ncclCommInitAll on comm 5a0052b9 (2 ranks): rc 1 "
-                 "ncclUnhandledCudaError\n"}),
+    ], {"human": "ranks 0,1 failed ncclCommInitAll on comm 5a0052b9 (2 ranks): rc 1\n"
+                 "    ncclUnhandledCudaError\n"}),
     # Version 2 dumps with stack snapshots (attach + dump). Hung before tptrace attached: the
     # rings are empty (0 comms), the verdict comes from the stacks alone.
     # rank 1 sleeps in Python (load_batch) while 0,2,3 wait in ncclAllReduce
@@ -173,11 +176,12 @@ CASES = {
                   ("python", "load_batch", "/opt/app/data.py", 17),
                   ("python", "Trainer.step", "/opt/app/train.py", 40)],
         "human": "[odd_stack] rank 1 (host node0 pid 10001) is not where 3 of 4 ranks wait: "
-                 "inside ncclAllReduce from all_reduce (distributed_c10d.py:2050)\n    rank 1: thread \"python3\" tid 10001 (main) is idle in "
-                 "a wait outside NCCL/CUDA, no progress over 3 samples; Python frames: load_batch "
-                 "(/opt/app/data.py:17) < Trainer.step (/opt/app/train.py:40) < main "
-                 "(/opt/app/train.py:88); native frames: clock_nanosleep (libc.so.6+0xe5f1a) < "
-                 "pysleep (python3.11+0x2a1b3c)",
+                 "inside ncclAllReduce from\n    all_reduce (distributed_c10d.py:2050)\n    rank "
+                 "1: thread \"python3\" tid 10001 (main) is idle in a wait outside NCCL/CUDA, "
+                 "no progress over\n        3 samples; Python frames: load_batch "
+                 "(/opt/app/data.py:17) < Trainer.step\n        (/opt/app/train.py:40) < main "
+                 "(/opt/app/train.py:88); native frames: clock_nanosleep\n        "
+                 "(libc.so.6+0xe5f1a) < pysleep (python3.11+0x2a1b3c)",
         "second": ("high", None)}),
     # rank 1 spins in Python (progressing) while the others wait
     "hung_spin": ("--ranks 4 --entries 8 --scenario hung_before_attach_spin --culprit 1", 1, [
@@ -205,7 +209,7 @@ CASES = {
     ], {"confidence": "medium", "reason": "from stacks only", "op": "ncclAllReduce",
         "stack": [("native", "__futex_abstimed_wait_common"), ("native", "ncclAllReduce")],
         "human": "[no_progress] ranks 0-3 are all inside ncclAllReduce and none progressed over "
-                 "3 samples: a hang inside NCCL or the network\n"}),
+                 "3 samples: a hang\n    inside NCCL or the network\n"}),
     # rank 3's frames could not be read: the others' verdict stands, with low confidence
     "no_progress_unknown": ("--ranks 4 --entries 8 --scenario no_progress --stack-unknown 3", 1, [
         ("no_progress", None, None, [0, 1, 2], []),
@@ -215,7 +219,7 @@ CASES = {
     # stacks on a healthy job: progressing; the healthy line says what the stacks show
     "healthy_stacks": ("--ranks 4 --entries 16 --stacks", 0, [], {
         "human": "no problem found: 4 ranks, 1 comm, all completed seq 16; stacks of 4 ranks: "
-                 "4 progressing, 0 blocked in NCCL/CUDA without progress\n"}),
+                 "4 progressing, 0 blocked\n    in NCCL/CUDA without progress\n"}),
     # rings and stacks agree: missing_rank stands (high), its culprit's stack in the detail;
     # no separate odd_stack
     "skip_stacks": ("--ranks 8 --entries 16 --scenario skip --culprit 5 --stacks", 1, [
@@ -256,9 +260,10 @@ CASES = {
                       [("all_reduce", C10D, 2500), ("Trainer.step", "/job/train.py", 40),
                        ("<module>", "/job/train.py", 90)]),
         "py_waiting": (1, None),
-        "human": "    rank 2 is in all_reduce seq 16 (not completed), called from:\n"
-                 f"      {C10D}:2500 all_reduce\n"
-                 "      /job/train.py:40 Trainer.step\n"}),
+        # state_divergence follows from stuck_in_call: indented under it
+        "human": "        rank 2 is in all_reduce seq 16 (not completed), called from:\n"
+                 f"          {C10D}:2500 all_reduce\n"
+                 "          /job/train.py:40 Trainer.step\n"}),
     # the culprit's Python is not supported: the verdict says why it has no frames, and still
     # shows where the others wait
     "skip_pyframes_unsupported": ("--ranks 4 --entries 16 --scenario skip --culprit 2 "
@@ -399,6 +404,9 @@ def check_case(name, failures):
                 return f"verdict {i} py_frames_waiting {got!r}, want {want_w!r}"
         elif v["py_frames_waiting"] is not None:
             return f"verdict {i} py_frames_waiting {v['py_frames_waiting']!r}, want null"
+    err = check_roles(out["verdicts"], extra)
+    if err:
+        return err
     if "stderr" in extra:
         lines = p.stderr.strip().splitlines()
         if len(lines) != 1 or extra["stderr"] not in lines[0]:
@@ -414,7 +422,241 @@ def check_case(name, failures):
         return f"human output: {h.stdout!r}"
     if "human" in extra and extra["human"] not in h.stdout:
         return f"human output lacks {extra['human']!r}: {h.stdout!r}"
+    return check_width(h.stdout)
+
+
+def check_width(text):
+    """the text report's lines fit 100 columns, but for one word longer than that (a path)"""
+    for line in text.splitlines():
+        if len(line) > 100 and " " in line.strip():
+            return f"line over 100 columns: {line!r}"
     return None
+
+
+def check_roles(verdicts, extra):
+    """caused_by: null for a cause, else an earlier cause's index; a cause never blames the
+    ranks that wait on it"""
+    for i, v in enumerate(verdicts):
+        if "caused_by" not in v or "waiting" not in v:
+            return f"verdict {i} ({v['rule']}) lacks caused_by/waiting"
+        c = v["caused_by"]
+        if c is not None and not (0 <= c < i and verdicts[c]["caused_by"] is None):
+            return f"verdict {i} ({v['rule']}) caused_by {c}: not an earlier cause"
+        if v["waiting"] is not None:
+            if c is not None:
+                return f"verdict {i} ({v['rule']}) is a consequence with waiting ranks"
+            both = set(v["waiting"]["ranks"]) & set(v["ranks"])
+            if both:
+                return f"verdict {i} ({v['rule']}) blames waiting ranks {sorted(both)}"
+    if "roles" in extra and [v["caused_by"] for v in verdicts] != extra["roles"]:
+        return f"caused_by {[v['caused_by'] for v in verdicts]}, want {extra['roles']}"
+    if "waiting" in extra and (verdicts[0]["waiting"] or {}).get("ranks") != extra["waiting"]:
+        return f"waiting {verdicts[0]['waiting']}, want ranks {extra['waiting']}"
+    return None
+
+# Fleets whose dumps were taken at different instants (tptrace-fr-gen --dump-spread-ms: hosts
+# up to 2 s apart, a host's ranks 3 ms one after another, the job running on; --host-offset-us:
+# unsynchronised clocks, host h off by +-h x that). name: (generator args, exit, verdicts
+# (rule, comm, seq, ranks, comm_ranks), caused_by per verdict, extra checks)
+SPREAD = "--step-ms 20 --dump-spread-ms 2000"
+FLEET = {
+    # healthy: the hosts dumped first look as if they never entered what the later ones ran
+    "fleet_healthy_2x4": (f"--ranks 8 --per-host 4 --entries 200 {SPREAD}", 0, [], [],
+                          {"human": "the dumps are from different moments (4 older than others"}),
+    "fleet_healthy_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us "
+                          "700000 --jitter-us 3000", 0, [], [], {}),
+    "fleet_healthy_16x8": (f"--ranks 128 --per-host 8 --entries 150 --comms 2 {SPREAD} "
+                           "--host-offset-us 900000 --jitter-us 2000", 0, [], [], {}),
+    # one recorder dumping its 4 processes 3 ms apart while 1 ms steps run on: rank 0's
+    # collective is in flight in its dump and completed in the others'
+    "one_recorder_healthy": ("--ranks 4 --per-host 4 --entries 100 --step-ms 1 "
+                             "--dump-spread-ms 1", 0, [], [], {}),
+    # real hangs dumped 2 s apart: the culprit stands, proven by the dumps' own times
+    "fleet_skip_2x4": (f"--ranks 8 --per-host 4 --entries 200 {SPREAD} --scenario skip "
+                       "--culprit 5", 1, [("missing_rank", WORLD, 178, [5], [5]),
+                                          ("stuck_in_call", None, None, [5], [])], [None, 0],
+                       {"detail": "its dump came at least 6",
+                        "waiting": [0, 1, 2, 3, 4, 6, 7],
+                        "human": "    follows: ranks 0-4,6,7 wait for it in all_reduce seq 178 "
+                                 "for 60.0-62.0 s\n"}),
+    "fleet_skip_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us "
+                       "700000 --scenario skip --culprit 13", 1,
+                       [("missing_rank", WORLD, 178, [13], [13]),
+                        ("stuck_in_call", None, None, [13], [])], [None, 0],
+                       {"waiting": [r for r in range(32) if r != 13]}),
+    "fleet_skip_16x8": (f"--ranks 128 --per-host 8 --entries 150 --comms 2 {SPREAD} "
+                        "--host-offset-us 900000 --jitter-us 2000 --scenario skip --culprit 77",
+                        1, [("missing_rank", WORLD, 70, [77], [77]),
+                            ("stuck_in_call", None, None, [77], [])], [None, 0],
+                        {"waiting": [r for r in range(128) if r != 77]}),
+    # host node5 answered 5 s before the hang: the culprit still stands; node5 to dump again
+    "fleet_stale_host": (f"--ranks 32 --per-host 4 --entries 400 {SPREAD} --host-offset-us "
+                         "700000 --scenario skip --culprit 13 --stale-host 5", 1,
+                         [("missing_rank", WORLD, 354, [13], [13]),
+                          ("stuck_in_call", None, None, [13], []),
+                          ("dumps_not_simultaneous", WORLD, 121, [], [])], [None, 0, None],
+                         {"hosts": ["node5"]}),
+    # the culprit's own host answered before the hang: no culprit can be named; dump node3
+    "fleet_stale_culprit_host": (f"--ranks 32 --per-host 4 --entries 400 {SPREAD} "
+                                 "--host-offset-us 700000 --scenario skip --culprit 13 "
+                                 "--stale-host 3", 1,
+                                 [("dumps_not_simultaneous", WORLD, 121, [], [])], [None],
+                                 {"hosts": ["node3"],
+                                  "human": "ranks 12-15 may have been dumped before\n    the "
+                                           "others waited; dump host node3 again\n"}),
+    # node3 answered 10 ms before the hang: its ranks' dumps cannot show they were behind
+    "fleet_stale_just_before": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} "
+                                "--host-offset-us 700000 --scenario skip --culprit 13 "
+                                "--stale-host 3 --stale-ms 10", 1,
+                                [("dumps_not_simultaneous", WORLD, 178, [], [])], [None],
+                                {"hosts": ["node3"]}),
+    # every rank its own host, clocks 0.7 s apart: only the order a collective imposes
+    # relates the dumps, and it proves the culprit
+    "fleet_skip_one_rank_hosts": (f"--ranks 8 --per-host 1 --entries 200 {SPREAD} "
+                                  "--host-offset-us 700000 --scenario skip --culprit 3", 1,
+                                  [("missing_rank", WORLD, 178, [3], [3]),
+                                   ("stuck_in_call", None, None, [3], [])], [None, 0],
+                                  {"detail": "whatever the hosts' clocks"}),
+    # one recorder on one host, dumps 3 ms apart: one clock proves it
+    "one_recorder_skip": ("--ranks 4 --per-host 4 --entries 100 --step-ms 1 --dump-spread-ms 1 "
+                          "--scenario skip --culprit 2", 1,
+                          [("missing_rank", WORLD, 90, [2], [2]),
+                           ("stuck_in_call", None, None, [2], [])], [None, 0],
+                          {"detail": "(one host's clock)"}),
+    # 16 hosts x 8: 45 recorders saw ncclCommInitRank (exact id), 83 attached after it (local
+    # ids, seqs from attach, 0-3 steps late): one comm, the culprit first (medium: inferred)
+    "exact_and_inferred_16x8": ("--ranks 128 --per-host 8 --entries 120 --preexisting-from 45 "
+                                "--attach-skew 3 --scenario skip --culprit 77", 1,
+                                [("missing_rank", WORLD, 106, [77], [77]),
+                                 ("stuck_in_call", None, None, [77], [])], [None, 0],
+                                {"confidence": ["medium", "high"]}),
+    "exact_and_inferred_spread": (f"--ranks 128 --per-host 8 --entries 200 {SPREAD} "
+                                  "--preexisting-from 45 --attach-skew 3 --scenario skip "
+                                  "--culprit 77", 1,
+                                  [("missing_rank", WORLD, 178, [77], [77]),
+                                   ("stuck_in_call", None, None, [77], [])], [None, 0],
+                                  {"confidence": ["medium", "high"]}),
+    # every recorder attached after init (relative p2p pairing), dumps 2 s apart: healthy
+    "pre_attach_spread_healthy": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} "
+                                  "--preexisting --attach-skew 3", 0, [], [], {}),
+    "exact_and_inferred_healthy": ("--ranks 128 --per-host 8 --entries 120 --preexisting-from "
+                                   "45 --attach-skew 3", 0, [], [],
+                                   {"human": "no problem found: 128 ranks, 1 comm, all "
+                                             "completed seq 106"}),
+    # ranks asleep between 1-2 ms steps, the others caught inside the step's all_reduce,
+    # dumped 3 ms apart: the stacks show a running job, no odd_stack / no_progress
+    "sleepers_healthy_1x8": ("--ranks 8 --per-host 8 --entries 100 --step-ms 1 --dump-spread-ms "
+                             "1 --jitter-us 700 --stacks --sleep-between", 0, [], [],
+                             {"human": "no rank waited past 1.0 s at its own dump"}),
+    "sleepers_healthy_2x8": ("--ranks 16 --per-host 8 --entries 100 --step-ms 2 --dump-spread-ms "
+                             "5 --jitter-us 1500 --stacks --sleep-between", 0, [], [], {}),
+    # the rings say rank 5 never entered seq 16, but its own stack waits in ncclAllReduce like
+    # the others': the stacks disagree, so the verdict is doubtful (low, with the reason)
+    "skip_stack_disagrees": ("--ranks 8 --entries 16 --scenario skip --culprit 5 --stacks "
+                             "--culprit-in-nccl", 1, [("missing_rank", WORLD, 16, [5], [5]),
+                                                      ("stuck_in_call", None, None, [5], [])],
+                             [None, 0], {"confidence": ["low", "high"],
+                                         "reason": "rank 5's own stack shows it blocked in "
+                                                   "ncclAllReduce like the waiting ranks"}),
+    # rank 5 enters every 20 ms step 6 ms late (jitter 0-3 ms on every rank), clocks apart
+    "straggler_8x4": (f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --host-offset-us 700000 "
+                      "--jitter-us 3000 --scenario straggler --culprit 5", 1,
+                      [("straggler", WORLD, None, [5], [5])], [None],
+                      {"human": "[straggler] rank 5 (host node1 pid 10005) is a straggler on comm "
+                                "5a0052b9: last to enter"}),
+    "straggler_2x4": ("--ranks 8 --per-host 4 --entries 100 --step-ms 20 --jitter-us 3000 "
+                      "--scenario straggler --culprit 2", 1,
+                      [("straggler", WORLD, None, [2], [2])], [None], {}),
+}
+
+
+def check_fleet():
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        for name, (args, want_rc, want, roles, extra) in FLEET.items():
+            d = os.path.join(t, name)
+            gen(args, d)
+            p = run([FR, "--json", d])
+            err = None
+            try:
+                out = json.loads(p.stdout)
+            except ValueError:
+                out = {"verdicts": []}
+            vs = out["verdicts"]
+            got = [verdict_key(v) for v in vs]
+            if p.returncode != want_rc:
+                err = f"exit {p.returncode}, want {want_rc}: {p.stderr.strip()}"
+            elif got != want:
+                err = f"verdicts {got}, want {want}"
+            elif [v["confidence"] for v in vs] != extra.get("confidence",
+                                                            ["high"] * len(vs)):
+                err = f"confidence {[v['confidence'] for v in vs]}"
+            else:
+                err = check_roles(vs, {"roles": roles, **({"waiting": extra["waiting"]}
+                                                         if "waiting" in extra else {})})
+            if not err and "detail" in extra and extra["detail"] not in vs[0]["detail"]:
+                err = f"detail {vs[0]['detail']!r} lacks {extra['detail']!r}"
+            if not err and "reason" in extra and \
+                    extra["reason"] not in vs[0].get("confidence_reason", ""):
+                err = f"confidence_reason {vs[0].get('confidence_reason')!r}"
+            if not err and "hosts" in extra and vs[-1].get("hosts") != extra["hosts"]:
+                err = f"hosts {vs[-1].get('hosts')}, want {extra['hosts']}"
+            if not err:
+                h = run([FR, d])
+                err = check_width(h.stdout)
+                if not err and extra.get("human", "") not in h.stdout:
+                    err = f"human output lacks {extra['human']!r}: {h.stdout[:600]!r}"
+            res.append((name, err))
+    return res
+
+
+
+def check_bad_input():
+    """bad input said in one line each, never a culprit made up"""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        # two jobs in one directory: world sizes differ; then equal sizes, two pids per rank
+        for name, other, edit in (("several_jobs_sizes", "--ranks 4 --entries 16 --seed 7", None),
+                                  ("several_jobs_ranks", "--ranks 8 --entries 16 --seed 7",
+                                   lambda dump: dump.update(pid=dump["pid"] + 1000))):
+            d, o = os.path.join(t, name), os.path.join(t, name + "-other")
+            gen("--ranks 8 --entries 16 --scenario skip --culprit 5", d)
+            gen(other, o)
+            for f in sorted(os.listdir(o)):
+                with open(os.path.join(o, f)) as fh:
+                    dump = json.load(fh)
+                if edit:
+                    edit(dump)
+                with open(os.path.join(d, f.replace("node0", "nodeB")), "w") as fh:
+                    json.dump(dump, fh)
+            p = run([FR, "--json", d])
+            lines = p.stderr.strip().splitlines()
+            res.append((name, None if p.returncode == 2 and not p.stdout and len(lines) == 1
+                        and "the dumps are of more than one job" in lines[0]
+                        else f"exit {p.returncode}, stdout {p.stdout[:200]!r}, stderr {p.stderr!r}"))
+        # host node2's clock 3 years behind; host node3's recorder given node2's --host-id
+        for name, args, note in (("clock_years_off", "--clock-off-host 2",
+                                  "host node2's clock is 1095.0 days behind the other hosts'"),
+                                 ("one_host_id_two_machines", "--alias-host 2",
+                                  "host node2: dumps from machines booted 3600.0 s apart")):
+            d = os.path.join(t, name)
+            gen(f"--ranks 32 --per-host 4 --entries 200 {SPREAD} --scenario skip --culprit 13 "
+                f"{args}", d)
+            p = run([FR, "--json", d])
+            out = json.loads(p.stdout) if p.stdout else {"verdicts": []}
+            got = [verdict_key(v) for v in out["verdicts"]]
+            notes = out.get("input_notes", [])
+            h = run([FR, d])
+            err = None
+            if p.returncode != 1 or got != [("missing_rank", WORLD, 178, [13], [13]),
+                                             ("stuck_in_call", None, None, [13], [])]:
+                err = f"exit {p.returncode}, verdicts {got}"
+            elif len(notes) != 1 or note not in notes[0]:
+                err = f"input_notes {notes}"
+            elif f"note: {notes[0]}\n" not in h.stdout:
+                err = f"human output lacks the note: {h.stdout[:300]!r}"
+            res.append((name, err))
+    return res
 
 
 def check_smoke():
@@ -480,7 +722,7 @@ def check_generated():
         p = run([FR, "--json", d])
         got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
         res.append(("garbage_entry", None if p.returncode == 1 and got == [
-            ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
+            ("corrupt_dump", None, None, [1], []), ("missing_dump", None, None, [1], [])]
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         # a rank late at seq 10 (by 5 s) stays late for what it enqueues next (seq 11-12,
@@ -510,8 +752,8 @@ def check_generated():
             d = os.path.join(t, f"init_rc{rc}")
             gen(f"--ranks 2 --entries 8 --scenario init_fail --culprit 1 --init-rc {rc}", d)
             p = run([FR, d])
-            if p.returncode != 1 or f"failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc " \
-                    f"{rc} {name}; rank 0 is waiting on it in all_reduce seq 1\n" not in p.stdout:
+            if p.returncode != 1 or f"failed ncclCommInitRank on comm 5a0052b9 (2 ranks):\n    " \
+                    f"rc {rc} {name}; rank 0 is waiting on it in all_reduce seq 1\n" not in p.stdout:
                 bad.append((rc, p.returncode, p.stdout[:300]))
         res.append(("init_rc_names", f"{bad}" if bad else None))
         # a failed-init comm whose init_rc is not a number: the rc is unknown (said so,
@@ -525,7 +767,7 @@ def check_generated():
             fh.write(text.replace('"init_rc":2', '"init_rc":"two"', 1))
         p = run([FR, d])
         res.append(("init_rc_string", None if p.returncode == 1 and
-                    "failed ncclCommInitRank on comm 5a0052b9 (2 ranks): rc unknown; " in p.stdout
+                    "failed ncclCommInitRank on comm 5a0052b9 (2 ranks):\n    rc unknown; " in p.stdout
                     and "ncclCommInitRank failed (rc unknown);" in p.stdout
                     else f"exit {p.returncode}: {p.stdout!r}"))
         with open(victim, "w") as fh:
@@ -533,7 +775,7 @@ def check_generated():
         p = run([FR, "--json", d])
         got = [verdict_key(v) for v in json.loads(p.stdout)["verdicts"]] if p.stdout else []
         res.append(("init_entry_garbage", None if p.returncode == 1 and got == [
-            ("missing_dump", None, None, [1], []), ("corrupt_dump", None, None, [1], [])]
+            ("corrupt_dump", None, None, [1], []), ("missing_dump", None, None, [1], [])]
             and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         res += check_generated_stacks(t)
@@ -630,7 +872,7 @@ def check_generated_stacks(t):
     res.append(("stacks_other_call_site", None if [verdict_key(x) for x in v] == [
         ("odd_stack", None, None, [2], []), ("attached_after_hang", None, None, [0, 1, 2, 3], [])]
         and "ranks 0,1,3 are inside ncclAllReduce from all_reduce (distributed_c10d.py:2050), no "
-        "progress over 3 samples" in h.stdout and "Trainer.step (/opt/app/train.py:47)" in
+        "progress\n        over 3 samples" in h.stdout and "Trainer.step\n        (/opt/app/train.py:47)" in
         h.stdout else f"exit {p.returncode}: {[verdict_key(x) for x in v]} {h.stdout}"))
 
     # rings and stacks agree: every rank entered the last all_reduce and none completed it
@@ -885,6 +1127,8 @@ def main():
     failed = 0
     results = [(name, check_case(name, None)) for name in CASES]
     results += check_smoke()
+    results += check_fleet()
+    results += check_bad_input()
     results += check_generated()
     results += check_tail_parity()
     results += check_default_reads_all()
