@@ -50,6 +50,7 @@ enum rule {
 	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ODD_STACK,
 	RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
 	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STRAGGLER, RULE_STATE, RULE_NOT_ONE_MOMENT,
+	RULE_RANKS_UNKNOWN,
 	RULE_ATTACHED_AFTER, RULE_CORRUPT, RULE__COUNT
 };
 extern const char *const rule_names[RULE__COUNT];
@@ -279,6 +280,7 @@ enum low_why {
 	LOW_POSITION_UNKNOWN,	/* proc low_proc's position on the comm is unknown */
 	LOW_STACK_UNKNOWN,	/* proc low_proc's stack could not be read (or it has none) */
 	LOW_ONE_SAMPLE,		/* one stack sample: a busy moment looks like a hang */
+	LOW_RANKS_UNKNOWN,	/* the dumps do not give the comm's members' ranks */
 	LOW_STACK_DISAGREES,	/* proc low_proc's stack is in the NCCL call its ring lacks */
 };
 

@@ -177,7 +177,8 @@ int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **
 
 	*out = NULL;
 	*minw = *maxw = FR_UNK;
-	if (v->comm < 0 || v->seq == FR_UNK || v->rule == RULE_NOT_ONE_MOMENT)
+	if (v->comm < 0 || v->seq == FR_UNK || v->rule == RULE_NOT_ONE_MOMENT ||
+	    v->rule == RULE_RANKS_UNKNOWN)
 		return 0;
 	c = &a->comms[v->comm];
 	if (!(*out = malloc((c->members.n + 1) * sizeof(int))))
@@ -257,7 +258,8 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 		int64_t lo, hi;
 
 		if (c->caused_by >= 0 || c->rule == RULE_CORRUPT || c->rule == RULE_MISSING_DUMP ||
-		    c->rule == RULE_NOT_ONE_MOMENT || c->rule == RULE_STRAGGLER ||
+		    c->rule == RULE_NOT_ONE_MOMENT || c->rule == RULE_RANKS_UNKNOWN ||
+		    c->rule == RULE_STRAGGLER ||
 		    c->rule == RULE_LATE)
 			continue;
 		if (v->rule == RULE_ATTACHED_AFTER)

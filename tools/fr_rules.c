@@ -12,7 +12,8 @@ const char *const rule_names[RULE__COUNT] = {
 	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
 	"nccl_async_error", "type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch",
 	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival", "straggler",
-	"state_divergence", "dumps_not_simultaneous", "attached_after_hang", "corrupt_dump",
+	"state_divergence", "dumps_not_simultaneous", "comm_ranks_unknown", "attached_after_hang",
+	"corrupt_dump",
 };
 
 static int cmp_placed(const void *x, const void *y)
@@ -408,6 +409,59 @@ static int rule_missing_rank(struct fr_analysis *a)
 			return r;
 		if (!r && (r = missing_rank(a, cid)) < 0)
 			return r;
+	}
+	return 0;
+}
+
+/* A comm whose members' ranks the dumps do not give (PyTorch 2.13's gloo dumps: pg_config
+ * under the name "") cannot be judged by the rules above, which place each member by its
+ * rank. When its members stopped at different seqs and none completed the newest one, the
+ * job may be hung there: say so, and that who is missing cannot be told, rather than let the
+ * summary call it healthy. Blames no rank; the members behind are named as evidence. */
+static int rule_ranks_unknown(struct fr_analysis *a)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		int cid = a->comm_order[ci], unplaced = 0, ai;
+		struct comm *c = &a->comms[cid];
+		int64_t newest = FR_UNK, oldest = FR_UNK;
+		struct verdict *v;
+
+		for (int i = 0; i < c->members.n; i++) {
+			struct member *m = &a->members[c->members.v[i]];
+
+			if (m->init_failed)
+				continue;
+			if (!m->placed)
+				unplaced++;
+			if (m->newest_seq == FR_UNK)
+				continue;
+			if (newest == FR_UNK || m->newest_seq > newest)
+				newest = m->newest_seq;
+			if (oldest == FR_UNK || m->newest_seq < oldest)
+				oldest = m->newest_seq;
+		}
+		if (!unplaced || newest == FR_UNK || oldest == newest)
+			continue;
+		ai = agg_find(a, cid, newest);
+		if (ai < 0 || a->aggs[ai].completed > 0)
+			continue;	/* someone completed it: every member had entered it */
+		for (int i = 0; i < a->nr_verdicts; i++)
+			if (a->verdicts[i].comm == cid)
+				goto next;
+		if (!(v = verdict_new(a, RULE_RANKS_UNKNOWN, cid, newest, agg_op(a, ai))))
+			return -ENOMEM;
+		v->agg = ai;
+		set_low(v, LOW_RANKS_UNKNOWN, -1, FR_UNK);
+		for (int i = 0; i < c->members.n; i++) {
+			struct member *m = &a->members[c->members.v[i]];
+
+			if (m->init_failed || m->newest_seq == FR_UNK)
+				continue;
+			if (ivec_push(m->newest_seq < newest ? &v->behind : &v->waiting,
+				      c->members.v[i]))
+				return -ENOMEM;
+		}
+next:;
 	}
 	return 0;
 }
@@ -1280,7 +1334,8 @@ int fr_analysis__finish(struct fr_analysis *a)
 	    (err = rule_async_error(a)) || (err = rule_signatures(a)) || (err = rule_p2p(a)) ||
 	    (err = rule_stuck(a)) || (err = rule_late(a)) ||
 	    (err = rule_straggler(a)) || (err = rule_state(a)) ||
-	    (err = rule_not_one_moment(a)) || (err = rule_stacks(a)) ||
+	    (err = rule_not_one_moment(a)) || (err = rule_ranks_unknown(a)) ||
+	    (err = rule_stacks(a)) ||
 	    (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
 		return err;
 	mark_inferred(a);

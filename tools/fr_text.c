@@ -795,6 +795,36 @@ static void detail_not_one_moment(FILE *f, const struct fr_analysis *a, const st
 		   "entered a collective well after the others had");
 }
 
+static void procs_of(FILE *f, const struct fr_analysis *a, const struct ivec *members)
+{
+	struct verdict tmp = { 0 };
+
+	for (int i = 0; i < members->n; i++)
+		who_proc((struct fr_analysis *)a, &tmp, a->members[members->v[i]].proc);
+	who_sort(&tmp);
+	print_who(f, a, &tmp, false);
+	free(tmp.who);
+}
+
+static void headline_ranks_unknown(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	fprintf(f, "comm %s: %s seq %" PRId64 " was entered by %d dump%s and completed by none, "
+		   "%d dump%s stopped before it; the dumps do not give the comm's ranks, so who is "
+		   "missing cannot be judged", short_id(a->comms[v->comm].id),
+		v->op[0] ? v->op : "collective", v->seq, v->waiting.n, v->waiting.n == 1 ? "" : "s",
+		v->behind.n, v->behind.n == 1 ? "" : "s");
+}
+
+static void detail_ranks_unknown(FILE *f, const struct fr_analysis *a, const struct verdict *v)
+{
+	fprintf(f, "entered seq %" PRId64 ": ", v->seq);
+	procs_of(f, a, &v->waiting);
+	fprintf(f, "\nstopped before it: ");
+	procs_of(f, a, &v->behind);
+	fprintf(f, "\nno rank is blamed: the rules place each dump on the comm by its rank there "
+		   "(PyTorch: pg_config, which PyTorch 2.13's gloo recorder writes under the name \"\")");
+}
+
 static void headline_corrupt(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	const struct corrupt *c = &a->corrupt[v->ev.corrupt.idx];
@@ -837,6 +867,7 @@ static const struct {
 	[RULE_STATE] = { headline_state, detail_state },
 	[RULE_STRAGGLER] = { headline_straggler, detail_straggler },
 	[RULE_NOT_ONE_MOMENT] = { headline_not_one_moment, detail_not_one_moment },
+	[RULE_RANKS_UNKNOWN] = { headline_ranks_unknown, detail_ranks_unknown },
 	[RULE_CORRUPT] = { headline_corrupt, detail_corrupt },
 };
 
@@ -996,6 +1027,11 @@ static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct
 			   "does not show that call (older than the stack, or lost)",
 			a->procs[v->low_proc].snap.api[0] ? a->procs[v->low_proc].snap.api :
 			"an NCCL call");
+		return;
+	}
+	if (v->low == LOW_RANKS_UNKNOWN) {
+		fprintf(f, "the dumps do not give this comm's ranks, so neither who is missing nor "
+			   "whether a member left no dump can be told");
 		return;
 	}
 	if (v->low == LOW_ONE_SAMPLE) {

@@ -187,6 +187,45 @@ def case_scenarios(tmp):
     return res
 
 
+def gloo_job(ranks=4, n=5, culprit=None, desc="default_pg", subgroup=False):
+    """{global rank: dump} as PyTorch 2.13's gloo recorder writes them (seen on a real job,
+    tests/e2e/test_torch2.py): every entry "scheduled", pg_config under the name "" (with
+    "[]" for ranks that are also in a second group), the entries' pg named ("0", desc)."""
+    dumps = {}
+    for r in range(ranks):
+        last = n - 1 if r == culprit else n
+        ents = [entry(s - 1, ("0", desc, 0), s, state="scheduled") for s in range(1, last + 1)]
+        for e in ents:
+            e["profiling_name"] = "gloo:all_reduce"
+            e["time_discovered_started_ns"] = e["time_discovered_completed_ns"] = None
+        in_sub = subgroup and r % 2 == 0
+        d = torch_dump({}, ents, {0: (last, -1, n - 1 if r != culprit else n - 1)})
+        d["pg_config"] = {"": {"name": "", "desc": "",
+                               "ranks": "[]" if in_sub else str(list(range(ranks)))}}
+        dumps[r] = d
+    return dumps
+
+
+def case_gloo(tmp):
+    """PyTorch 2.13's gloo dumps: the default group is placed by the global rank; a group
+    whose ranks no dump gives is never called healthy when its members stopped at different
+    seqs and none completed the newest one, and nobody is blamed for it."""
+    res = []
+    cases = {
+        "gloo_missing_rank": (gloo_job(culprit=2, subgroup=True), 1,
+                              [("missing_rank", "0", 5, [2], [2])]),
+        "gloo_healthy": (gloo_job(), 0, []),
+        "gloo_ranks_unknown": (gloo_job(culprit=2, desc="undefined"), 1,
+                               [("comm_ranks_unknown", "0", 5, [], [])]),
+        "gloo_ranks_unknown_healthy": (gloo_job(desc="undefined"), 0, []),
+    }
+    for name, (dumps, rc, want) in cases.items():
+        d = os.path.join(tmp, name)
+        write(d, dumps, prefix="rank_")
+        res.append((f"torch_{name}", expect(d, rc, want, torch_ranks=sorted(dumps))))
+    return res
+
+
 def case_mixed(tmp):
     """tptrace dumps of one job next to PyTorch dumps of it (its pgs): both judged, the
     report says which were PyTorch's."""
@@ -438,7 +477,7 @@ def main():
         return 1
     tmp = tempfile.mkdtemp(prefix="fr_torch.")
     try:
-        results = case_scenarios(tmp) + case_mixed(tmp) + case_round_trip(tmp) + case_pyframes(tmp) + \
+        results = case_scenarios(tmp) + case_gloo(tmp) + case_mixed(tmp) + case_round_trip(tmp) + case_pyframes(tmp) + \
             case_hostile(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
