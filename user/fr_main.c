@@ -312,7 +312,20 @@ struct fr_session {
 	struct fr_watch *watch;		/* trigger files in the dump directory */
 	char host[FR_HOST_MAX + 1];
 	struct fr_exec *exec;		/* -a: libraries probed per file, for every process */
+	struct ring_buffer *rb;		/* the drain of a round of dumps */
 };
+
+/* A round of dumps starts here: every record written so far is taken in first. */
+static int drain_ring(void *ctx)
+{
+	struct fr_session *s = ctx;
+	int err;
+
+	if (!s->rb)
+		return 0;
+	err = ring_buffer__consume(s->rb);
+	return err < 0 ? err : 0;
+}
 
 static void set_drops(struct fr_session *s)
 {
@@ -753,6 +766,8 @@ int fr_main(int argc, char **argv)
 	fo.host_id = s.host;
 	fo.stall_trigger = stall_trigger;
 	fo.stall_trigger_ctx = &s;
+	fo.drain = drain_ring;
+	fo.drain_ctx = &s;
 	if (env.all) {
 		fo.new_proc = exec_new_proc;
 		fo.new_proc_ctx = &s;
@@ -778,6 +793,7 @@ int fr_main(int argc, char **argv)
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;
 	}
+	s.rb = rb;
 	for (int i = 0; i < env.nr_pids; i++) {
 		err = add_target(&s, env.pids[i], false);
 		if (err < 0)
