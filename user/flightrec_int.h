@@ -74,6 +74,19 @@ struct fr_comm {
 	uint64_t splits;		/* splits/shrinks of this comm so far: child identity */
 	bool pre_existing;		/* created before attach: seqs count from attach */
 	bool queried;			/* handed out to ask NCCL's getters */
+	/* each completed collective's wait, the call's entry to its completion as the process
+	 * learnt it, on this host's clock (fr_metrics.c: straggler series); never compared
+	 * across hosts, only as durations */
+	uint64_t waits, waits_sum_ns;	/* every completed collective so far */
+	struct fr_wait *recent;		/* the newest FR_WAITS_RECENT, a ring; NULL: none yet */
+	uint64_t recent_next;		/* waits recorded into it so far */
+};
+
+#define FR_WAITS_RECENT 128
+
+struct fr_wait {
+	uint64_t seq;
+	uint64_t entered, completed;	/* CLOCK_MONOTONIC ns */
 };
 
 struct fr_stream {
