@@ -31,9 +31,10 @@
 #include "torchprof.h"
 
 #define MAX_TARGETS 1024
+#define MAX_PIDS 256		/* -p given on the command line */
 
 static struct fr_env {
-	int pids[64];
+	int pids[MAX_PIDS];
 	int nr_pids;
 	bool all;
 	const char *dump_dir;
@@ -155,8 +156,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'p':
 		if (session__parse_pid(arg, &pid))
 			argp_error(state, "invalid pid '%s'", arg);
-		if (env.nr_pids == 64)
-			argp_error(state, "at most 64 pids; use -a");
+		if (env.nr_pids == MAX_PIDS)
+			argp_error(state, "at most %d pids; use -a", MAX_PIDS);
 		env.pids[env.nr_pids++] = pid;
 		break;
 	case 'a':
@@ -673,7 +674,7 @@ int fr_main(int argc, char **argv)
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
 	struct fr_session s = {};
-	struct torch_instr_run *torch[64] = {};
+	struct torch_instr_run *torch[MAX_PIDS] = {};
 	struct fr_metrics *metrics = NULL;
 	struct ring_buffer *rb = NULL;
 	struct flightrec_opts fo = {};
