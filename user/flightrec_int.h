@@ -82,7 +82,7 @@ struct fr_comm {
 	uint64_t recent_next;		/* waits recorded into it so far */
 };
 
-#define FR_WAITS_RECENT 128
+#define FR_WAITS_RECENT 512
 
 struct fr_wait {
 	uint64_t seq;

@@ -363,7 +363,7 @@ static void straggler_series(FILE *f, struct flightrec *fr, struct fr_proc **pro
 
 	family(f, "tptrace_fr_collective_wait_seconds", "summary",
 	       "How long this rank waited in a collective, from its call to its completion (its own "
-	       "clock); quantiles over its recent ones (30 s, at most 128). The rank the others wait "
+	       "clock); quantiles over its recent ones (30 s, at most 512). The rank the others wait "
 	       "for waits least.");
 	for (int i = 0; i < n; i++) {
 		struct fr_proc *p = procs[i];
@@ -393,7 +393,7 @@ static void straggler_series(FILE *f, struct flightrec *fr, struct fr_proc **pro
 		}
 	}
 	family(f, "tptrace_fr_collective_waits_recent", "gauge",
-	       "Collectives in the wait quantiles' window (completed in the last 30 s, at most 128).");
+	       "Collectives in the wait quantiles' window (completed in the last 30 s, at most 512).");
 	for (int i = 0; i < n; i++) {
 		struct fr_proc *p = procs[i];
 
