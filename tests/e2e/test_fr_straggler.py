@@ -64,6 +64,7 @@ def test_fr_straggler_alert_fires_for_slow_rank_only():
             pport, f'ALERTS{{alertname="TptraceFrStraggler",alertstate="firing",job="{strag_id}"}}')],
             60, "straggler alert")
         took = time.monotonic() - t0
+        print(f"straggler alert firing {took:.1f} s after the start", flush=True)
         assert [a["metric"]["rank"] for a in fired] == [str(SLOW)], fired
         assert took <= 30, f"straggler alert after {took:.1f} s"
         # the metrics behind it: rank 2 waits least and entered last nearly every time
