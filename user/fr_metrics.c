@@ -255,8 +255,20 @@ static double quantile(const uint64_t *v, int n, double q)
 static const struct fr_wait *wait_of_seq(const struct fr_comm *cm, uint64_t seq)
 {
 	uint64_t have = cm->recent_next < FR_WAITS_RECENT ? cm->recent_next : FR_WAITS_RECENT;
+	const struct fr_wait *newest;
 
-	for (uint64_t i = 0; cm->recent && i < have; i++)
+	if (!cm->recent || !have)
+		return NULL;
+	/* collectives complete in seq order, one wait each: where seq should be, else a scan */
+	newest = &cm->recent[(cm->recent_next - 1) % FR_WAITS_RECENT];
+	if (newest->seq >= seq && newest->seq - seq < have) {
+		const struct fr_wait *w = &cm->recent[(cm->recent_next - 1 - (newest->seq - seq)) %
+						      FR_WAITS_RECENT];
+
+		if (w->seq == seq)
+			return w;
+	}
+	for (uint64_t i = 0; i < have; i++)
 		if (cm->recent[i].seq == seq)
 			return &cm->recent[i];
 	return NULL;
@@ -276,7 +288,8 @@ struct comm_member {
 };
 
 /* tptrace_fr_last_to_enter_ratio: among this host's members of one communicator (one clock),
- * the share of recent collectives that each one entered last. Needs two members here. */
+ * the share of recent collectives that each one entered last. Needs two members here; the
+ * first 64 comms of each process are looked at. */
 static void last_to_enter(FILE *f, struct flightrec *fr, struct fr_proc **procs,
 			  struct proc_labels *pl, int n, uint64_t now)
 {
