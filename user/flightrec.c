@@ -186,10 +186,27 @@ void flightrec__set_job(struct flightrec *fr, int pid, const char *job)
 			snprintf(fr->procs[i]->job, sizeof(fr->procs[i]->job), "%s", job ? job : "");
 }
 
+bool fr_proc_in_job(const struct fr_proc *p, const char *job)
+{
+	const char *hex = job + sizeof(FR_COMM_JOB) - 1;
+	uint64_t id;
+	char *end;
+
+	if (p->job[0] && !strcmp(p->job, job))
+		return true;
+	if (strncmp(job, FR_COMM_JOB, sizeof(FR_COMM_JOB) - 1) || strlen(hex) != 16)
+		return false;
+	id = strtoull(hex, &end, 16);
+	for (int i = 0; id && !*end && i < p->nr_comms; i++)
+		if (p->comms[i].id == id)
+			return true;
+	return false;
+}
+
 bool flightrec__has_job(const struct flightrec *fr, const char *job)
 {
 	for (int i = 0; i < fr->nr_procs; i++)
-		if (fr->procs[i]->job[0] && !strcmp(fr->procs[i]->job, job))
+		if (fr_proc_in_job(fr->procs[i], job))
 			return true;
 	return false;
 }

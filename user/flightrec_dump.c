@@ -923,7 +923,7 @@ int flightrec__dump_all(struct flightrec *fr, const char *reason)
 /* job NULL: the processes whose job is unknown */
 static bool same_job(const struct fr_proc *p, const void *job)
 {
-	return job ? p->job[0] && !strcmp(p->job, job) : !p->job[0];
+	return job ? fr_proc_in_job(p, job) : !p->job[0];
 }
 
 int flightrec__dump_job(struct flightrec *fr, const char *job, const struct fr_trigger_rec *t)
@@ -979,6 +979,31 @@ static bool job_peer(const struct fr_proc *q, const void *ctx)
 	return !p->job[0] && !p_ids && !q->job[0];
 }
 
+/* The job a stall of p triggers dumps for: its environment's, else the identity of the
+ * communicator of its oldest pending collective (FR_COMM_JOB), so the recorders of the other
+ * hosts, whose processes have a communicator of that identity, answer even without a job id.
+ * False: neither is known (the stall dumps this host only). */
+static bool stall_job(struct flightrec *fr, const struct fr_proc *p, char *job, size_t size)
+{
+	uint64_t first = p->next_record_id > fr->opts.ring_size ? p->next_record_id - fr->opts.ring_size : 1;
+
+	if (p->job[0]) {
+		snprintf(job, size, "%s", p->job);
+		return true;
+	}
+	for (uint64_t id = first; id < p->next_record_id; id++) {
+		const struct fr_entry *e = &p->ring[id % fr->opts.ring_size];
+
+		if (e->record_id != id || e->state == FR_COMPLETED || e->kind != FR_ENTRY_COLL)
+			continue;
+		if (!p->comms[e->comm].id)
+			return false;
+		snprintf(job, size, FR_COMM_JOB "%016" PRIx64, p->comms[e->comm].id);
+		return true;
+	}
+	return false;
+}
+
 /* A stalled process: every process of its job recorded here is dumped in one set, the
  * culprit too (it often has nothing pending: it stopped calling NCCL). A known job goes
  * through a trigger (opts.stall_trigger) so every other recorder of the job dumps as well. */
@@ -990,6 +1015,7 @@ int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 		return 0;
 	for (int i = 0; i < fr->nr_procs; i++) {
 		struct fr_proc *p = fr->procs[i], **procs;
+		char job[FR_JOB_MAX + 1];
 		struct fr_round r;
 		int nr, ret;
 
@@ -999,8 +1025,8 @@ int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 			continue;
 		p->stall_dumped = true;	/* once per stall; progress re-arms it */
 		/* a known job: every recorder of it dumps, through a trigger */
-		if (p->job[0] && fr->opts.stall_trigger &&
-		    fr->opts.stall_trigger(fr->opts.stall_trigger_ctx, p->job)) {
+		if (fr->opts.stall_trigger && stall_job(fr, p, job, sizeof(job)) &&
+		    fr->opts.stall_trigger(fr->opts.stall_trigger_ctx, job)) {
 			n++;
 			continue;
 		}

@@ -184,6 +184,12 @@ struct flightrec {
 
 uint64_t fr_mono_now(void);
 
+/* The job id a stall of a process whose environment names no job writes its trigger for:
+ * "nccl-comm:<16 hex>", the cross-rank identity of the communicator it waits on; a process
+ * with a communicator of that identity is of that job (flightrec__has_job, dump_job). */
+#define FR_COMM_JOB "nccl-comm:"
+bool fr_proc_in_job(const struct fr_proc *p, const char *job);
+
 /* flightrec_dump.c: a comm's id as dumps write it (cross-rank id or local:host:pid:handle) */
 void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,
 		 char *buf, size_t size);

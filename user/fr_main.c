@@ -364,7 +364,7 @@ static void learn_job(struct fr_session *s, int pid)
 	int err = fr_job_of_pid(pid, job, sizeof(job));
 
 	if (err) {
-		log_verbose("pid %d: no job id (%s): its stalls dump only itself\n", pid,
+		log_verbose("pid %d: no job id (%s): its stalls trigger by communicator identity\n", pid,
 			    err == -ENOENT ? "none of TORCHELASTIC_RUN_ID, SLURM_JOB_ID, "
 			    "MASTER_ADDR:MASTER_PORT" : strerror(-err));
 		return;

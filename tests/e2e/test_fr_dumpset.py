@@ -7,7 +7,7 @@ trigger file the other hosts answer)."""
 import glob
 import json
 import os
-from lib import Skip, need_root
+from lib import Skip, Tracer, need_root
 from ncclib import Job
 
 NRANKS = 4
@@ -137,3 +137,48 @@ def test_fr_dumpset_stall_with_job_id_writes_trigger():
     finally:
         job.kill()
         job.stop()
+
+
+def test_fr_dumpset_stall_without_job_id_triggers_other_host():
+    """no job id, two recorders (hosts A: ranks 0-1, watching for stalls; B: ranks 2-3, not):
+    A's stall writes a trigger for the communicator rank 0 waits on (job
+    "nccl-comm:<its id>") and B, whose ranks have that communicator, answers it: the idle
+    culprit (rank 3, on B) is dumped for A's stall"""
+    need_root()
+    if any(v in os.environ for v in JOB_VARS):
+        raise Skip("a job id variable is set in the test's environment")
+    job = Job(NRANKS, "idle", steps=2, culprit=3, name="dumpset-comm-trig",
+              extra=["--init-after-go"])
+    tracers = {}
+    try:
+        for host, ranks, stall in (("hostA", (0, 1), "1"), ("hostB", (2, 3), "0")):
+            args = ["fr", "-v", "--dump-dir", job.dump_dir, "--host-id", host,
+                    "--stack-samples", "1", "--stall-timeout", stall]
+            for r in ranks:
+                args += ["-p", str(job.ranks[r].pid)]
+            tracers[host] = Tracer(args, ready=False)
+        for t in tracers.values():
+            assert t.err.wait_for(lambda l: "flight recorder on" in l, 30), t.err.text()
+        job.go()
+        a, b = tracers["hostA"], tracers["hostB"]
+        line = a.err.wait_for(lambda l: l.startswith("tptrace: trigger ") and " written to " in l, 30)
+        assert line and " for job nccl-comm:" in line and "(stall)" in line, a.err.text()
+        tid = line.split()[2]
+        comm_job = line.split(" for job ")[1].split()[0]
+        for t in (a, b):
+            assert t.err.wait_for(lambda l: sum(1 for x in t.err.lines
+                                                if f"(trigger {tid} " in x) >= 2, 30), t.err.text()
+        assert any(f"trigger {tid} for job {comm_job} from hostA (stall)" in l for l in b.err.lines)
+        ds = all_dumps(job)
+        assert sorted(d["global_rank"] for d in ds) == list(range(NRANKS)), ds
+        comm_id = comm_job.split(":")[1]
+        for d in ds:
+            assert d["trigger"]["id"] == tid and d["job"] is None, (d["trigger"], d["job"])
+            assert comm_id in [c["comm_id"] for c in d["comms"]], d["comms"]
+        # one set per recorder
+        for host in tracers:
+            check_one_set([d for d in ds if d["host"] == host], 2)
+    finally:
+        job.kill()
+        for t in tracers.values():
+            t.stop()
