@@ -72,11 +72,11 @@ def test_fr_dumpset_sigint_one_moment():
         job.kill()
 
 
-def stalled_job(name, env):
+def stalled_job(name, env, init_after_go=True):
     """idle: rank 1 stops calling NCCL (nothing pending), ranks 0, 2, 3 wait for it in the
     allreduce of step 1; one recorder of all four with a 1 s stall timeout"""
     job = Job(NRANKS, "idle", steps=2, culprit=CULPRIT, name=name, env=env,
-              extra=["--init-after-go"])
+              extra=["--init-after-go"] if init_after_go else [])
     job.record(["--stall-timeout", "1", "--stack-samples", "1", "-v"])
     job.go()
     assert job.ranks[CULPRIT].out.wait_for(lambda l: l.startswith("# culprit idle"), 30)
@@ -84,12 +84,13 @@ def stalled_job(name, env):
 
 
 def test_fr_dumpset_stall_holds_culprit_without_job_id():
-    """no job id in the environment (no trigger possible): the stall dumps all four ranks as
-    one set, rank 1 (idle, nothing pending) among them"""
+    """no job id in the environment and the communicator made before the recorder attached
+    (no identity): no trigger is possible, the stall dumps all four ranks as one set, rank 1
+    (idle, nothing pending) among them"""
     need_root()
     if any(v in os.environ for v in JOB_VARS):
         raise Skip("a job id variable is set in the test's environment")
-    job = stalled_job("dumpset-stall", None)
+    job = stalled_job("dumpset-stall", None, init_after_go=False)
     try:
         tr = job.tracer
         assert tr.err.wait_for(lambda l: sum(1 for x in tr.err.lines
