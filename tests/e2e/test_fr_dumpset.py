@@ -96,7 +96,7 @@ def test_fr_dumpset_stall_holds_culprit_without_job_id():
         assert tr.err.wait_for(lambda l: sum(1 for x in tr.err.lines
                                              if "dumped pid" in x and "(stall)" in x) >= NRANKS,
                                30), tr.err.text()
-        assert not [l for l in tr.err.lines if "trigger" in l], tr.err.text()
+        assert not [l for l in tr.err.lines if l.startswith("tptrace: trigger ")], tr.err.text()
         ds = all_dumps(job)
         assert sorted(d["global_rank"] for d in ds) == list(range(NRANKS)), ds
         assert {d["dump_reason"] for d in ds} == {"stall"}
