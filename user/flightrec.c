@@ -88,6 +88,8 @@ static void proc_free(struct fr_proc *p)
 	fr_stacks__free(p);
 	u64map__free_values(&p->threads);
 	u64map__clear(&p->events);
+	for (int i = 0; i < p->nr_comms; i++)
+		free(p->comms[i].recent);
 	free(p->ring);
 	free(p->comms);
 	free(p->streams);
@@ -184,10 +186,27 @@ void flightrec__set_job(struct flightrec *fr, int pid, const char *job)
 			snprintf(fr->procs[i]->job, sizeof(fr->procs[i]->job), "%s", job ? job : "");
 }
 
+bool fr_proc_in_job(const struct fr_proc *p, const char *job)
+{
+	const char *hex = job + sizeof(FR_COMM_JOB) - 1;
+	uint64_t id;
+	char *end;
+
+	if (p->job[0] && !strcmp(p->job, job))
+		return true;
+	if (strncmp(job, FR_COMM_JOB, sizeof(FR_COMM_JOB) - 1) || strlen(hex) != 16)
+		return false;
+	id = strtoull(hex, &end, 16);
+	for (int i = 0; id && !*end && i < p->nr_comms; i++)
+		if (p->comms[i].id == id)
+			return true;
+	return false;
+}
+
 bool flightrec__has_job(const struct flightrec *fr, const char *job)
 {
 	for (int i = 0; i < fr->nr_procs; i++)
-		if (fr->procs[i]->job[0] && !strcmp(fr->procs[i]->job, job))
+		if (fr_proc_in_job(fr->procs[i], job))
 			return true;
 	return false;
 }
@@ -397,6 +416,24 @@ struct fr_entry *fr_entry_by_id(struct flightrec *fr, struct fr_proc *p, uint64_
 	return e->record_id == id ? e : NULL;
 }
 
+/* A collective completed: how long this rank waited in it (entry to completion). A rank
+ * the others wait for enters last and waits least: the straggler metrics compare these. */
+static void record_wait(struct fr_comm *c, const struct fr_entry *e, uint64_t ts)
+{
+	struct fr_wait *w;
+
+	if (e->kind != FR_ENTRY_COLL || nccl_op_is_p2p(e->c.op) || !e->created || ts < e->created)
+		return;
+	c->waits++;
+	c->waits_sum_ns += ts - e->created;
+	if (!c->recent && !(c->recent = calloc(FR_WAITS_RECENT, sizeof(*c->recent))))
+		return;		/* no memory: the cumulative counts stay right */
+	w = &c->recent[c->recent_next++ % FR_WAITS_RECENT];
+	w->seq = e->coll_seq;
+	w->entered = e->created;
+	w->completed = ts;
+}
+
 /* Everything on `stream` up to position `pos` has finished on the GPU; the entry right after
  * it is now at the head of the stream: started. */
 static void complete_upto(struct flightrec *fr, struct fr_proc *p, int stream_idx, uint64_t pos,
@@ -416,6 +453,7 @@ static void complete_upto(struct flightrec *fr, struct fr_proc *p, int stream_id
 		if (e->stream_pos <= pos && e->state != FR_COMPLETED) {
 			e->state = FR_COMPLETED;
 			e->completed = ts;
+			record_wait(c, e, ts);
 			if (!nccl_op_is_p2p(e->c.op)) {
 				if (e->coll_seq > c->last_completed_seq)
 					c->last_completed_seq = e->coll_seq;

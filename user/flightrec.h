@@ -44,6 +44,12 @@ struct flightrec_opts {
 	 * or a test's table). Entries then carry "frames" (docs/fr-schema.md); NULL: none. */
 	ustack_lookup_fn ustack_lookup;
 	void *ustack_ctx;
+	/* consumes every record the BPF side has written so far (ring_buffer__consume), called
+	 * at the start of each round of dumps: a round shows the state of all its processes at
+	 * one instant, as fresh as it can be (docs/fr-schema.md "dump_set"). < 0: failed (the
+	 * state is the one of the last consumption). NULL: the state as it is. */
+	int (*drain)(void *ctx);
+	void *drain_ctx;
 };
 
 struct flightrec *flightrec__new(const struct flightrec_opts *opts);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,16 @@
 #include "target.h"
 
 #define FR_SCHEMA_VERSION 2	/* 2: "stacks" (docs/fr-schema.md) */
+
+/* A round of dumps: one set of processes whose state was captured at one instant. */
+struct fr_round {
+	int dirfd;			/* the dump directory, < 0: refused (said) */
+	uint64_t drain_start;		/* CLOCK_MONOTONIC: the ring's drain began */
+	uint64_t captured;		/* ... and ended: the instant every dump of the set shows */
+	bool drained;			/* opts.drain ran and succeeded */
+	char id[17];			/* "dump_set" id */
+	int index, count;
+};
 
 static cJSON *num_or_null(int64_t v, bool known)
 {
@@ -316,12 +327,27 @@ static void trigger_fields(cJSON *root, const struct fr_proc *p, const struct fr
 	}
 }
 
+/* "dump_set": the dumps of one round, whose state was captured at one instant (see
+ * round_capture); index/count tell a reader which of them it has. */
+static void dump_set_json(cJSON *root, struct flightrec *fr, const struct fr_round *r)
+{
+	cJSON *o = cJSON_AddObjectToObject(root, "dump_set");
+
+	cJSON_AddStringToObject(o, "id", r->id);
+	cJSON_AddNumberToObject(o, "index", r->index);
+	cJSON_AddNumberToObject(o, "count", r->count);
+	add_ns(o, "captured_ns", fr, r->captured);
+	cJSON_AddNumberToObject(o, "captured_mono_ns", (double)r->captured);
+	cJSON_AddNumberToObject(o, "capture_spread_ns", (double)(r->captured - r->drain_start));
+	cJSON_AddBoolToObject(o, "ring_drained", r->drained);
+}
+
 static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason,
-			const struct fr_trigger_rec *trig)
+			const struct fr_trigger_rec *trig, const struct fr_round *r)
 {
 	struct target *t = p->t;
 	cJSON *root = cJSON_CreateObject(), *arr, *proc;
-	uint64_t now = fr_mono_now(), first, v;
+	uint64_t now = r->captured, first, v;
 	struct calls_iter it = {};
 	struct call_frame *f;
 
@@ -344,8 +370,11 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 		cJSON_AddNullToObject(root, "nccl_library");
 	cJSON_AddStringToObject(root, "dump_reason", reason);
 	trigger_fields(root, p, trig);
+	/* the instant the state below describes (not when the file was written: the stack
+	 * snapshots and the other dumps of the round come between) */
 	add_ns(root, "dump_time_ns", fr, now);
 	cJSON_AddNumberToObject(root, "dump_mono_ns", (double)now);
+	dump_set_json(root, fr, r);
 	proc = cJSON_AddObjectToObject(root, "process");
 	if (!p->exited) {
 		cJSON_AddStringToObject(proc, "state", "running");
@@ -718,9 +747,10 @@ out:
 	closedir(d);
 }
 
-static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const char *reason,
-		     const struct fr_trigger_rec *trig)
+static int dump_proc(struct flightrec *fr, struct fr_round *r, struct fr_proc *p,
+		     const char *reason, const struct fr_trigger_rec *trig)
 {
+	int dirfd = r->dirfd;
 	char path[PATH_MAX], other[NAME_MAX + 1];
 	unsigned char *gz = NULL;
 	const char *name;
@@ -737,7 +767,8 @@ static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const c
 	name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (dirfd < 0)
 		return dirfd;	/* the directory was refused: said once per round */
-	root = dump_json(fr, p, reason, trig);
+	root = dump_json(fr, p, reason, trig, r);
+	r->index++;
 	text = root ? cJSON_PrintUnformatted(root) : NULL;
 	cJSON_Delete(root);
 	if (!text)
@@ -767,7 +798,7 @@ static int dump_proc(struct flightrec *fr, int dirfd, struct fr_proc *p, const c
 
 /* A round of dumps: the directory is opened (and checked) afresh, so one removed or swapped
  * while recording is found again or refused, never written through a stale handle. */
-static int round_begin(struct flightrec *fr)
+static int open_round_dir(struct flightrec *fr)
 {
 	struct stat st;
 	int fd;
@@ -783,80 +814,133 @@ static int round_begin(struct flightrec *fr)
 	return fd;
 }
 
-static void round_end(struct flightrec *fr, int dirfd, int written)
+/* The capture of a round: every record the BPF side wrote so far is consumed (opts.drain),
+ * and from then until round_end nothing consumes the ring, so the state of every process of
+ * the round stays the state at r->captured while the slow parts (stack snapshots, JSON,
+ * gzip, writing) run. A process's state holds every record written before drain_start and
+ * none written after captured: captured - drain_start bounds how far apart two processes'
+ * states of the round can be (the set's capture spread). Called before the round's
+ * process list is made: the drain may start recording new processes (-a). */
+static void round_capture(struct flightrec *fr, struct fr_round *r)
 {
-	if (dirfd < 0)
+	uint64_t rnd[2];
+
+	memset(r, 0, sizeof(*r));
+	r->dirfd = -1;
+	r->drain_start = fr_mono_now();
+	if (fr->opts.drain)
+		r->drained = fr->opts.drain(fr->opts.drain_ctx) >= 0;
+	r->captured = fr_mono_now();
+	/* unique across this host's rounds and hosts: the analyzer groups dumps by it */
+	if (getrandom(rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd)) {
+		rnd[0] = r->captured ^ ((uint64_t)getpid() << 32);
+		rnd[1] = (uint64_t)(uintptr_t)fr;
+	}
+	snprintf(r->id, sizeof(r->id), "%016" PRIx64, (uint64_t)(rnd[0] ^ (rnd[1] * 0x9e3779b97f4a7c15ULL)));
+}
+
+static void round_begin(struct flightrec *fr, struct fr_round *r, int count)
+{
+	r->count = count;
+	r->dirfd = open_round_dir(fr);
+}
+
+static void round_end(struct flightrec *fr, struct fr_round *r, int written)
+{
+	if (r->dirfd < 0)
 		return;
 	if (written > 0)
-		enforce_retention(fr, dirfd, written);
-	close(dirfd);
+		enforce_retention(fr, r->dirfd, written);
+	close(r->dirfd);
+	r->dirfd = -1;
+}
+
+/* Dumps procs[0..n) as one set captured at r: their stack snapshots in parallel, then the
+ * files one after another (the state they write is the capture's). reason NULL: "exit" or
+ * "exec" per process. Returns dumps written or the first negative errno. */
+static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **procs, int n,
+		    const char *reason, const struct fr_trigger_rec *t)
+{
+	int written = 0, first_err = 0;
+
+	/* every process's dump snapshot at once, not one after the other */
+	fr_stacks__take_dumps(fr, procs, n);
+	round_begin(fr, r, n);
+	for (int i = 0; i < n; i++) {
+		struct fr_proc *p = procs[i];
+		int err = dump_proc(fr, r, p, reason ? reason : p->execd ? "exec" : "exit", t);
+
+		if (err && !first_err)
+			first_err = err;
+		else if (!err)
+			written++;
+	}
+	round_end(fr, r, written);
+	return first_err ? first_err : written;
+}
+
+/* The processes a round dumps: match(p, ctx) true and not already final (an exit dump is a
+ * process's last). NULL (said) when out of memory. */
+static struct fr_proc **select_procs(struct flightrec *fr, bool (*match)(const struct fr_proc *,
+				     const void *), const void *ctx, int *n)
+{
+	struct fr_proc **procs = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*procs));
+
+	*n = 0;
+	if (!procs) {
+		log_error("dump: out of memory\n");
+		return NULL;
+	}
+	for (int i = 0; i < fr->nr_procs; i++) {
+		struct fr_proc *p = fr->procs[i];
+
+		if (!(p->exited && p->exit_dumped) && match(p, ctx))
+			procs[(*n)++] = p;
+	}
+	return procs;
+}
+
+static bool match_any(const struct fr_proc *p, const void *ctx)
+{
+	return true;
 }
 
 int flightrec__dump_all(struct flightrec *fr, const char *reason)
 {
-	int n = 0, first_err = 0;
+	struct fr_round r;
+	struct fr_proc **procs;
+	int n, ret;
 
-	int dirfd;
-
-	/* every process's dump snapshot at once, not one after the other */
-	fr_stacks__take_dumps(fr, fr->procs, fr->nr_procs);
-
-	dirfd = round_begin(fr);
-	for (int i = 0; i < fr->nr_procs; i++) {
-		struct fr_proc *p = fr->procs[i];
-		int err;
-
-		if (p->exited && p->exit_dumped)
-			continue;	/* its exit dump is final */
-		err = dump_proc(fr, dirfd, p, reason, NULL);
-		if (err && !first_err)
-			first_err = err;
-		else if (!err)
-			n++;
-	}
-	round_end(fr, dirfd, n);
-	return first_err ? first_err : n;
+	round_capture(fr, &r);
+	procs = select_procs(fr, match_any, NULL, &n);
+	if (!procs)
+		return -ENOMEM;
+	ret = dump_set(fr, &r, procs, n, reason, NULL);
+	free(procs);
+	return ret;
 }
 
 /* job NULL: the processes whose job is unknown */
-static bool same_job(const struct fr_proc *p, const char *job)
+static bool same_job(const struct fr_proc *p, const void *job)
 {
-	return job ? p->job[0] && !strcmp(p->job, job) : !p->job[0];
+	return job ? fr_proc_in_job(p, job) : !p->job[0];
 }
 
 int flightrec__dump_job(struct flightrec *fr, const char *job, const struct fr_trigger_rec *t)
 {
-	struct fr_proc **procs = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*procs));
-	int n = 0, nr = 0, first_err = 0, dirfd;
+	struct fr_round r;
+	struct fr_proc **procs;
+	int n, ret;
 
-	for (int i = 0; i < fr->nr_procs; i++) {
-		struct fr_proc *p = fr->procs[i];
-
-		if (!same_job(p, job) || (p->exited && p->exit_dumped))
-			continue;
-		if (procs)
-			procs[nr++] = p;
-	}
-	/* every process's dump snapshot at once, as dump_all */
-	fr_stacks__take_dumps(fr, procs, nr);
+	round_capture(fr, &r);
+	procs = select_procs(fr, same_job, job, &n);
+	if (!procs)
+		return -ENOMEM;
+	for (int i = 0; t && i < n; i++)
+		procs[i]->stall_dumped = true;	/* this stall is dumped: no second trigger for it */
+	ret = dump_set(fr, &r, procs, n, t ? "trigger" : "signal", t);
 	free(procs);
-	dirfd = round_begin(fr);
-	for (int i = 0; i < fr->nr_procs; i++) {
-		struct fr_proc *p = fr->procs[i];
-		int err;
-
-		if (!same_job(p, job) || (p->exited && p->exit_dumped))
-			continue;
-		if (t)
-			p->stall_dumped = true;	/* this stall is dumped: no second trigger for it */
-		err = dump_proc(fr, dirfd, p, t ? "trigger" : "signal", t);
-		if (err && !first_err)
-			first_err = err;
-		else if (!err)
-			n++;
-	}
-	round_end(fr, dirfd, n);
-	return first_err ? first_err : n;
+	return ret;
 }
 
 static bool has_pending(struct flightrec *fr, struct fr_proc *p)
@@ -872,15 +956,68 @@ static bool has_pending(struct flightrec *fr, struct fr_proc *p)
 	return false;
 }
 
+/* Whether q belongs to the job of the stalled process p: the same job id, or a communicator
+ * of the same cross-rank identity (a rank whose environment names no job, or another
+ * spelling of it). When neither p's job nor any of its comms' identities is known (comms
+ * made before attach), every process of no known job: nothing tells them apart, and
+ * leaving the culprit out is worse than one dump too many. */
+static bool job_peer(const struct fr_proc *q, const void *ctx)
+{
+	const struct fr_proc *p = ctx;
+	bool p_ids = false;
+
+	if (q == p || (p->job[0] && !strcmp(p->job, q->job)))
+		return true;
+	for (int i = 0; i < p->nr_comms; i++) {
+		if (!p->comms[i].id)
+			continue;
+		p_ids = true;
+		for (int k = 0; k < q->nr_comms; k++)
+			if (q->comms[k].id == p->comms[i].id)
+				return true;
+	}
+	return !p->job[0] && !p_ids && !q->job[0];
+}
+
+/* The job a stall of p triggers dumps for: its environment's, else the identity of the
+ * communicator of its oldest pending collective (FR_COMM_JOB), so the recorders of the other
+ * hosts, whose processes have a communicator of that identity, answer even without a job id.
+ * False: neither is known (the stall dumps this host only). */
+static bool stall_job(struct flightrec *fr, const struct fr_proc *p, char *job, size_t size)
+{
+	uint64_t first = p->next_record_id > fr->opts.ring_size ? p->next_record_id - fr->opts.ring_size : 1;
+
+	if (p->job[0]) {
+		snprintf(job, size, "%s", p->job);
+		return true;
+	}
+	for (uint64_t id = first; id < p->next_record_id; id++) {
+		const struct fr_entry *e = &p->ring[id % fr->opts.ring_size];
+
+		if (e->record_id != id || e->state == FR_COMPLETED || e->kind != FR_ENTRY_COLL)
+			continue;
+		if (!p->comms[e->comm].id)
+			return false;
+		snprintf(job, size, FR_COMM_JOB "%016" PRIx64, p->comms[e->comm].id);
+		return true;
+	}
+	return false;
+}
+
+/* A stalled process: every process of its job recorded here is dumped in one set, the
+ * culprit too (it often has nothing pending: it stopped calling NCCL). A known job goes
+ * through a trigger (opts.stall_trigger) so every other recorder of the job dumps as well. */
 int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 {
-	int n = 0, written = 0, dirfd = -1;
-	bool opened = false;
+	int n = 0;
 
 	if (!fr->opts.stall_timeout_ns)
 		return 0;
 	for (int i = 0; i < fr->nr_procs; i++) {
-		struct fr_proc *p = fr->procs[i];
+		struct fr_proc *p = fr->procs[i], **procs;
+		char job[FR_JOB_MAX + 1];
+		struct fr_round r;
+		int nr, ret;
 
 		if (p->exited || p->stall_dumped || now - p->last_progress < fr->opts.stall_timeout_ns)
 			continue;
@@ -888,44 +1025,46 @@ int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 			continue;
 		p->stall_dumped = true;	/* once per stall; progress re-arms it */
 		/* a known job: every recorder of it dumps, through a trigger */
-		if (p->job[0] && fr->opts.stall_trigger &&
-		    fr->opts.stall_trigger(fr->opts.stall_trigger_ctx, p->job)) {
+		if (fr->opts.stall_trigger && stall_job(fr, p, job, sizeof(job)) &&
+		    fr->opts.stall_trigger(fr->opts.stall_trigger_ctx, job)) {
 			n++;
 			continue;
 		}
-		if (!opened) {
-			dirfd = round_begin(fr);
-			opened = true;
-		}
-		if (!dump_proc(fr, dirfd, p, "stall", NULL))
-			written++;
+		round_capture(fr, &r);
+		procs = select_procs(fr, job_peer, p, &nr);
+		if (!procs)
+			continue;
+		for (int k = 0; k < nr; k++)
+			procs[k]->stall_dumped = true;	/* dumped with this stall */
+		ret = dump_set(fr, &r, procs, nr, "stall", NULL);
+		free(procs);
+		if (ret > 0)
+			n += ret;
 	}
-	round_end(fr, dirfd, written);
-	n += written;
 	return n;
+}
+
+static bool match_exited(const struct fr_proc *p, const void *ctx)
+{
+	return p->exited;
 }
 
 int flightrec__take_exits(struct flightrec *fr)
 {
-	int n = 0, dirfd = -1;
-	bool opened = false;
+	struct fr_proc **procs;
+	struct fr_round r;
+	int n, ret;
 
 	if (!fr->pending_exits)
 		return 0;
+	round_capture(fr, &r);
 	fr->pending_exits = 0;
-	for (int i = 0; i < fr->nr_procs; i++) {
-		struct fr_proc *p = fr->procs[i];
-
-		if (!p->exited || p->exit_dumped)
-			continue;
-		if (!opened) {
-			dirfd = round_begin(fr);
-			opened = true;
-		}
-		if (!dump_proc(fr, dirfd, p, p->execd ? "exec" : "exit", NULL))
-			n++;
-		p->exit_dumped = true;
-	}
-	round_end(fr, dirfd, n);
-	return n;
+	procs = select_procs(fr, match_exited, NULL, &n);
+	if (!procs)
+		return 0;
+	ret = n ? dump_set(fr, &r, procs, n, NULL, NULL) : 0;
+	for (int i = 0; i < n; i++)
+		procs[i]->exit_dumped = true;
+	free(procs);
+	return ret > 0 ? ret : 0;
 }

@@ -74,6 +74,19 @@ struct fr_comm {
 	uint64_t splits;		/* splits/shrinks of this comm so far: child identity */
 	bool pre_existing;		/* created before attach: seqs count from attach */
 	bool queried;			/* handed out to ask NCCL's getters */
+	/* each completed collective's wait, the call's entry to its completion as the process
+	 * learnt it, on this host's clock (fr_metrics.c: straggler series); never compared
+	 * across hosts, only as durations */
+	uint64_t waits, waits_sum_ns;	/* every completed collective so far */
+	struct fr_wait *recent;		/* the newest FR_WAITS_RECENT, a ring; NULL: none yet */
+	uint64_t recent_next;		/* waits recorded into it so far */
+};
+
+#define FR_WAITS_RECENT 512
+
+struct fr_wait {
+	uint64_t seq;
+	uint64_t entered, completed;	/* CLOCK_MONOTONIC ns */
 };
 
 struct fr_stream {
@@ -170,6 +183,12 @@ struct flightrec {
 };
 
 uint64_t fr_mono_now(void);
+
+/* The job id a stall of a process whose environment names no job writes its trigger for:
+ * "nccl-comm:<16 hex>", the cross-rank identity of the communicator it waits on; a process
+ * with a communicator of that identity is of that job (flightrec__has_job, dump_job). */
+#define FR_COMM_JOB "nccl-comm:"
+bool fr_proc_in_job(const struct fr_proc *p, const char *job);
 
 /* flightrec_dump.c: a comm's id as dumps write it (cross-rank id or local:host:pid:handle) */
 void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_comm *c,

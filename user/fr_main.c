@@ -31,9 +31,10 @@
 #include "torchprof.h"
 
 #define MAX_TARGETS 1024
+#define MAX_PIDS 256		/* -p given on the command line */
 
 static struct fr_env {
-	int pids[64];
+	int pids[MAX_PIDS];
 	int nr_pids;
 	bool all;
 	const char *dump_dir;
@@ -155,8 +156,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case 'p':
 		if (session__parse_pid(arg, &pid))
 			argp_error(state, "invalid pid '%s'", arg);
-		if (env.nr_pids == 64)
-			argp_error(state, "at most 64 pids; use -a");
+		if (env.nr_pids == MAX_PIDS)
+			argp_error(state, "at most %d pids; use -a", MAX_PIDS);
 		env.pids[env.nr_pids++] = pid;
 		break;
 	case 'a':
@@ -312,7 +313,20 @@ struct fr_session {
 	struct fr_watch *watch;		/* trigger files in the dump directory */
 	char host[FR_HOST_MAX + 1];
 	struct fr_exec *exec;		/* -a: libraries probed per file, for every process */
+	struct ring_buffer *rb;		/* the drain of a round of dumps */
 };
+
+/* A round of dumps starts here: every record written so far is taken in first. */
+static int drain_ring(void *ctx)
+{
+	struct fr_session *s = ctx;
+	int err;
+
+	if (!s->rb)
+		return 0;
+	err = ring_buffer__consume(s->rb);
+	return err < 0 ? err : 0;
+}
 
 static void set_drops(struct fr_session *s)
 {
@@ -350,7 +364,7 @@ static void learn_job(struct fr_session *s, int pid)
 	int err = fr_job_of_pid(pid, job, sizeof(job));
 
 	if (err) {
-		log_verbose("pid %d: no job id (%s): its stalls dump only itself\n", pid,
+		log_verbose("pid %d: no job id (%s): its stalls trigger by communicator identity\n", pid,
 			    err == -ENOENT ? "none of TORCHELASTIC_RUN_ID, SLURM_JOB_ID, "
 			    "MASTER_ADDR:MASTER_PORT" : strerror(-err));
 		return;
@@ -660,7 +674,7 @@ int fr_main(int argc, char **argv)
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
 	struct fr_session s = {};
-	struct torch_instr_run *torch[64] = {};
+	struct torch_instr_run *torch[MAX_PIDS] = {};
 	struct fr_metrics *metrics = NULL;
 	struct ring_buffer *rb = NULL;
 	struct flightrec_opts fo = {};
@@ -753,6 +767,8 @@ int fr_main(int argc, char **argv)
 	fo.host_id = s.host;
 	fo.stall_trigger = stall_trigger;
 	fo.stall_trigger_ctx = &s;
+	fo.drain = drain_ring;
+	fo.drain_ctx = &s;
 	if (env.all) {
 		fo.new_proc = exec_new_proc;
 		fo.new_proc_ctx = &s;
@@ -778,6 +794,7 @@ int fr_main(int argc, char **argv)
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;
 	}
+	s.rb = rb;
 	for (int i = 0; i < env.nr_pids; i++) {
 		err = add_target(&s, env.pids[i], false);
 		if (err < 0)

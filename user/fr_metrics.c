@@ -214,6 +214,222 @@ static bool proc_has_pending(struct flightrec *fr, struct fr_proc *p)
 	return false;
 }
 
+/* ---- stragglers: each rank's own waits (durations on its own clock, never absolute times
+ * of two hosts) ---- */
+
+/* Waits completed this recently make the window of the quantiles and the last-to-enter
+ * share; older ones describe a job that may have changed since. */
+#define WAIT_WINDOW_NS (30ULL * 1000000000ULL)
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* The waits (ns) of cm's recent window into out (FR_WAITS_RECENT), sorted; returns how many. */
+static int recent_waits(const struct fr_comm *cm, uint64_t now, uint64_t *out)
+{
+	uint64_t have = cm->recent_next < FR_WAITS_RECENT ? cm->recent_next : FR_WAITS_RECENT;
+	int n = 0;
+
+	for (uint64_t i = 0; cm->recent && i < have; i++) {
+		const struct fr_wait *w = &cm->recent[i];
+
+		if (now >= w->completed && now - w->completed <= WAIT_WINDOW_NS)
+			out[n++] = w->completed - w->entered;
+	}
+	qsort(out, n, sizeof(*out), cmp_u64);
+	return n;
+}
+
+/* nearest-rank quantile of sorted v[0..n) */
+static double quantile(const uint64_t *v, int n, double q)
+{
+	int i = (int)(q * n + 0.999999) - 1;
+
+	return secs(v[i < 0 ? 0 : i >= n ? n - 1 : i]);
+}
+
+static const struct fr_wait *wait_of_seq(const struct fr_comm *cm, uint64_t seq)
+{
+	uint64_t have = cm->recent_next < FR_WAITS_RECENT ? cm->recent_next : FR_WAITS_RECENT;
+	const struct fr_wait *newest;
+
+	if (!cm->recent || !have)
+		return NULL;
+	/* collectives complete in seq order, one wait each: where seq should be, else a scan */
+	newest = &cm->recent[(cm->recent_next - 1) % FR_WAITS_RECENT];
+	if (newest->seq >= seq && newest->seq - seq < have) {
+		const struct fr_wait *w = &cm->recent[(cm->recent_next - 1 - (newest->seq - seq)) %
+						      FR_WAITS_RECENT];
+
+		if (w->seq == seq)
+			return w;
+	}
+	for (uint64_t i = 0; i < have; i++)
+		if (cm->recent[i].seq == seq)
+			return &cm->recent[i];
+	return NULL;
+}
+
+/* A communicator whose seqs mean the same on every member here: made while recorded (a comm
+ * made before attach counts its seqs from each recorder's attach) with a cross-rank id. */
+static bool seqs_comparable(const struct fr_proc *p, const struct fr_comm *cm)
+{
+	return !p->exited && cm->id && !cm->pre_existing && cm->recent && !strcmp(cm->state, "active");
+}
+
+struct comm_member {
+	int proc;		/* index into render's procs */
+	const struct fr_comm *cm;
+	int common, last;	/* recent seqs every member here completed; ones it entered last */
+};
+
+/* tptrace_fr_last_to_enter_ratio: among this host's members of one communicator (one clock),
+ * the share of recent collectives that each one entered last. Needs two members here; the
+ * first 64 comms of each process are looked at. */
+static void last_to_enter(FILE *f, struct flightrec *fr, struct fr_proc **procs,
+			  struct proc_labels *pl, int n, uint64_t now)
+{
+	struct comm_member *mem = calloc(n ? n : 1, sizeof(*mem));
+	bool *done;
+
+	done = calloc(n ? n : 1, sizeof(*done) * 64);
+	if (!mem || !done) {
+		free(mem);
+		free(done);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		for (int c = 0; c < procs[i]->nr_comms && c < 64; c++) {
+			const struct fr_comm *cm = &procs[i]->comms[c];
+			uint64_t have;
+			int nm = 0;
+
+			if (done[i * 64 + c] || !seqs_comparable(procs[i], cm))
+				continue;
+			/* the members here: one comm of this id per process */
+			for (int k = i; k < n; k++) {
+				for (int d = 0; d < procs[k]->nr_comms && d < 64; d++) {
+					const struct fr_comm *o = &procs[k]->comms[d];
+
+					if (done[k * 64 + d] || o->id != cm->id || !seqs_comparable(procs[k], o))
+						continue;
+					done[k * 64 + d] = true;
+					mem[nm++] = (struct comm_member){ k, o, 0, 0 };
+					break;
+				}
+			}
+			if (nm < 2)
+				continue;
+			have = cm->recent_next < FR_WAITS_RECENT ? cm->recent_next : FR_WAITS_RECENT;
+			for (uint64_t w = 0; w < have; w++) {
+				const struct fr_wait *w0 = &cm->recent[w];
+				uint64_t latest = 0;
+				int last = -1, m;
+
+				if (now < w0->completed || now - w0->completed > WAIT_WINDOW_NS)
+					continue;
+				for (m = 0; m < nm; m++) {
+					const struct fr_wait *x = m ? wait_of_seq(mem[m].cm, w0->seq) : w0;
+
+					if (!x)
+						break;
+					if (x->entered > latest) {
+						latest = x->entered;
+						last = m;
+					} else if (x->entered == latest) {
+						last = -1;	/* a tie: nobody was last */
+					}
+				}
+				if (m < nm)
+					continue;	/* not every member here has it (yet, or any more) */
+				for (m = 0; m < nm; m++)
+					mem[m].common++;
+				if (last >= 0)
+					mem[last].last++;
+			}
+			for (int m = 0; m < nm && mem[0].common; m++) {
+				const struct fr_proc *p = procs[mem[m].proc];
+				char id[160], rank[16];
+
+				comm_id_str(fr, p, mem[m].cm, id, sizeof(id));
+				snprintf(rank, sizeof(rank), "%d", mem[m].cm->rank);
+				fprintf(f, "tptrace_fr_last_to_enter_ratio");
+				labels(f, fr, &pl[mem[m].proc], mem[m].cm->rank >= 0 ? rank : NULL, id,
+				       NULL, NULL);
+				fprintf(f, " %.4f\n", (double)mem[m].last / mem[m].common);
+			}
+		}
+	}
+	free(mem);
+	free(done);
+}
+
+static void straggler_series(FILE *f, struct flightrec *fr, struct fr_proc **procs,
+			     struct proc_labels *pl, int n, uint64_t now)
+{
+	static const double qs[] = { 0.1, 0.5, 0.9 };
+	uint64_t waits[FR_WAITS_RECENT];
+
+	family(f, "tptrace_fr_collective_wait_seconds", "summary",
+	       "How long this rank waited in a collective, from its call to its completion (its own "
+	       "clock); quantiles over its recent ones (30 s, at most 512). The rank the others wait "
+	       "for waits least.");
+	for (int i = 0; i < n; i++) {
+		struct fr_proc *p = procs[i];
+
+		for (int c = 0; c < p->nr_comms; c++) {
+			const struct fr_comm *cm = &p->comms[c];
+			char id[160], rank[16], q[16];
+			int nw;
+
+			if (!cm->handle || !cm->waits)
+				continue;
+			comm_id_str(fr, p, cm, id, sizeof(id));
+			snprintf(rank, sizeof(rank), "%d", cm->rank);
+			nw = p->exited ? 0 : recent_waits(cm, now, waits);
+			for (int k = 0; k < 3 && nw; k++) {
+				snprintf(q, sizeof(q), "%g", qs[k]);
+				fprintf(f, "tptrace_fr_collective_wait_seconds");
+				labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, "quantile", q);
+				fprintf(f, " %.6f\n", quantile(waits, nw, qs[k]));
+			}
+			fprintf(f, "tptrace_fr_collective_wait_seconds_sum");
+			labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
+			fprintf(f, " %.6f\n", secs(cm->waits_sum_ns));
+			fprintf(f, "tptrace_fr_collective_wait_seconds_count");
+			labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
+			fprintf(f, " %" PRIu64 "\n", cm->waits);
+		}
+	}
+	family(f, "tptrace_fr_collective_waits_recent", "gauge",
+	       "Collectives in the wait quantiles' window (completed in the last 30 s, at most 512).");
+	for (int i = 0; i < n; i++) {
+		struct fr_proc *p = procs[i];
+
+		for (int c = 0; c < p->nr_comms; c++) {
+			const struct fr_comm *cm = &p->comms[c];
+			char id[160], rank[16];
+
+			if (!cm->handle || !cm->waits || p->exited)
+				continue;
+			comm_id_str(fr, p, cm, id, sizeof(id));
+			snprintf(rank, sizeof(rank), "%d", cm->rank);
+			fprintf(f, "tptrace_fr_collective_waits_recent");
+			labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
+			fprintf(f, " %d\n", recent_waits(cm, now, waits));
+		}
+	}
+	family(f, "tptrace_fr_last_to_enter_ratio", "gauge",
+	       "Share of the recent collectives (30 s) that every member of the communicator on this "
+	       "host completed which this rank entered last (one clock: only this host's members; "
+	       "absent with fewer than two here).");
+	last_to_enter(f, fr, procs, pl, n, now);
+}
+
 static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 {
 	struct proc_labels *pl = NULL;
@@ -421,6 +637,8 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		put_label(f, &first, "reason", fr->dump_counts[r].reason);
 		fprintf(f, "} %" PRIu64 "\n", fr->dump_counts[r].n);
 	}
+
+	straggler_series(f, fr, procs, pl, n, now);
 
 	/* stall state: what flightrec__check_stalls acts on, without its once-per-stall latch */
 	family(f, "tptrace_fr_stall_timeout_seconds", "gauge",

@@ -283,7 +283,8 @@ def test_fr_comms_created_before_attach():
 
 def test_fr_dump_triggers_fifo_and_stall():
     """A write to --dump-on dumps every process; pending work without progress for
-    --stall-timeout dumps by itself; both keep recording."""
+    --stall-timeout dumps by itself (no job id in the environment: through a trigger for the
+    communicator the ranks wait on, "nccl-comm:<id>"); both keep recording."""
     need_root()
     job = Job(2, "skip", steps=2, culprit=1, extra=["--init-after-go"], name="triggers")
     fifo = os.path.join(job.dir, "dump.fifo")
@@ -292,10 +293,12 @@ def test_fr_dump_triggers_fifo_and_stall():
         assert os.path.exists(fifo)
         job.go()
         # the hang: no progress for 1 s with work pending -> one stall dump per process
-        assert job.tracer.err.wait_for(
-            lambda l: sum(1 for x in job.tracer.err.lines if "(stall)" in x) >= 2, 20), \
-            job.tracer.err.text()
-        assert {d["dump_reason"] for d in job.dumps().values()} == {"stall"}
+        stalled = lambda: sum(1 for x in job.tracer.err.lines if ", stall) to " in x)
+        assert job.tracer.err.wait_for(lambda l: stalled() >= 2, 20), job.tracer.err.text()
+        ds = job.dumps().values()
+        assert {d["dump_reason"] for d in ds} == {"trigger"}
+        assert {d["trigger"]["reason"] for d in ds} == {"stall"}
+        assert len({d["trigger"]["id"] for d in ds}) == 1
         with open(fifo, "w") as f:
             f.write("dump\n")
         assert job.tracer.err.wait_for(
@@ -304,7 +307,7 @@ def test_fr_dump_triggers_fifo_and_stall():
         assert {d["dump_reason"] for d in job.dumps().values()} == {"request"}
         # once per stall: no new stall dumps while nothing changes
         time.sleep(1.5)
-        assert sum(1 for x in job.tracer.err.lines if "(stall)" in x) == 2
+        assert stalled() == 2
         assert job.stop() == 0
         assert {d["dump_reason"] for d in job.dumps().values()} == {"final"}
     finally:

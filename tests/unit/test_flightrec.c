@@ -2,8 +2,11 @@
 /* Tier 1: the flight recorder fed with synthetic ring records (as bpf/cuda.bpf.c emits
  * them), dumped, and the dump read back with cJSON: exact states, seqs, sizes, identity. */
 #include <dirent.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "api_id.h"
@@ -239,6 +242,70 @@ int main(void)
 
 	flightrec__free(fr);
 	target__free(t);
+
+	/* a stall dumps the stalled process's job in one set, the culprit with nothing pending
+	 * too: A (us) and B (a child) share a comm, B stopped calling NCCL; C (another child) is
+	 * in another comm of no known job and stalls on its own */
+	{
+		struct flightrec_opts fo3 = { .ring_size = 6, .stall_timeout_ns = 5000000000ULL,
+					      .dump_dir = dir, .no_stacks = true };
+		struct flightrec *fr3 = flightrec__new(&fo3);
+		int pids[3] = { getpid(), fork(), -1 };
+		struct target *t3[3] = {};
+		uint8_t id2[128];
+		cJSON *dd[3];
+
+		if (pids[1] == 0) {
+			pause();
+			_exit(0);
+		}
+		pids[2] = fork();
+		if (pids[2] == 0) {
+			pause();
+			_exit(0);
+		}
+		memcpy(id2, id, sizeof(id2));
+		id2[0] ^= 0xff;
+		for (int k = 0; k < 3; k++) {
+			t3[k] = target__new(pids[k]);
+			CHECK(fr3 && t3[k] && flightrec__add_process(fr3, t3[k]) == 0, "add %d", k);
+			pid = tid = pids[k];
+			call(fr3, "ncclCommInitRank", 0x7ffd0000, 2, k == 2 ? 0 : k, 0, 0, 0, 0, 0,
+			     k == 2 ? id2 : id, sizeof(id));
+			ret(fr3, "ncclCommInitRank", 0, true, comm);
+			if (k == 1)
+				continue;	/* B: nothing pending */
+			call(fr3, "ncclAllReduce", 0x1000, 0x2000, 1024, 7, 0, comm, stream, 0, NULL, 0);
+			ret(fr3, "ncclAllReduce", 0, false, 0);
+		}
+		CHECK(flightrec__check_stalls(fr3, ts + 6000000000ULL) == 3, "A and B, then C");
+		for (int k = 0; k < 3; k++) {
+			pid = pids[k];
+			dd[k] = load_dump(dir, host);
+		}
+		if (dd[0] && dd[1] && dd[2]) {
+			cJSON *s0 = get(dd[0], "dump_set"), *s1 = get(dd[1], "dump_set"),
+			      *s2 = get(dd[2], "dump_set");
+
+			CHECK_STR(str(dd[1], "dump_reason"), "stall");
+			CHECK_STR(str(s0, "id"), str(s1, "id"));
+			CHECK(num(s0, "count") == 2 && num(s1, "count") == 2, "A and B: one set of 2");
+			CHECK(num(s0, "index") + num(s1, "index") == 1, "indices 0 and 1");
+			CHECK(num(dd[0], "dump_mono_ns") == num(dd[1], "dump_mono_ns"), "one instant");
+			CHECK(num(s2, "count") == 1 && strcmp(str(s2, "id"), str(s0, "id")),
+			      "C: a set of its own");
+		}
+		for (int k = 0; k < 3; k++)
+			cJSON_Delete(dd[k]);
+		CHECK(flightrec__check_stalls(fr3, ts + 7000000000ULL) == 0, "once per stall");
+		kill(pids[1], SIGKILL);
+		kill(pids[2], SIGKILL);
+		waitpid(pids[1], NULL, 0);
+		waitpid(pids[2], NULL, 0);
+		flightrec__free(fr3);
+		for (int k = 0; k < 3; k++)
+			target__free(t3[k]);
+	}
 	{
 		char cmd[600];
 

@@ -7,7 +7,9 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "api_id.h"
 #include "check.h"
@@ -142,6 +144,29 @@ int main(int argc, char **argv)
 	snprintf(pfx, sizeof(pfx), "tptrace_fr_events_dropped_unknown{host=\"%s\"}", host);
 	CHECK(sample(text, pfx) == 0, "drops known");
 	CHECK(!strstr(text, "tptrace_fr_oldest_pending_age_seconds{"), "nothing pending: no age");
+	/* each completed collective's wait, call to completion: allreduce 5 us, allgather 3 us */
+	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"2\",comm=\"%016llx\",job=\"run-1:x@y\"",
+		 host, pid, (unsigned long long)nccl_hash(id, 128, 0));
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds_count{%s}", lbl);
+	CHECK(sample(text, pfx) == 2, "2 waits: %s", text);
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds_sum{%s}", lbl);
+	CHECK(sample(text, pfx) == 0.000008, "8 us in all");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds{%s,quantile=\"0.5\"}", lbl);
+	CHECK(sample(text, pfx) == 0.000003, "median 3 us (nearest rank)");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds{%s,quantile=\"0.9\"}", lbl);
+	CHECK(sample(text, pfx) == 0.000005, "p90 5 us");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_waits_recent{%s}", lbl);
+	CHECK(sample(text, pfx) == 2, "2 recent");
+	CHECK(!strstr(text, "tptrace_fr_last_to_enter_ratio{"), "one member here: no last-to-enter");
+	free(text);
+	/* 31 s later the quantiles' window is empty: no quantile, the counts stay */
+	text = fr_metrics__render(fr, ts + 31000000000ULL);
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds{%s,quantile=\"0.5\"}", lbl);
+	CHECK(sample(text, pfx) == -1, "no recent wait: no quantile");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds_count{%s}", lbl);
+	CHECK(sample(text, pfx) == 2, "count stays");
+	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_waits_recent{%s}", lbl);
+	CHECK(sample(text, pfx) == 0, "0 recent");
 	free(text);
 
 	/* ADDR:PORT: numeric, port 1..65535, an address always given */
@@ -190,5 +215,69 @@ int main(int argc, char **argv)
 
 	flightrec__free(fr);
 	target__free(t);
+
+	/* two members of one comm here (this process and a child): 3 steps in which the child
+	 * enters the allreduce 41 us after us, and both learn its completion 1 us apart. It waits
+	 * 42 us less every step and entered last every time. */
+	{
+		struct flightrec_opts fo2 = { .ring_size = 16, .no_stacks = true, .dump_dir = dir };
+		struct flightrec *fr2 = flightrec__new(&fo2);
+		int child = fork(), me = getpid(), pids[2];
+		struct target *t2[2];
+		uint64_t h[2] = { 0xa000, 0xb000 };
+		char lbl2[2][384];
+
+		if (child == 0) {
+			pause();
+			_exit(0);
+		}
+		pids[0] = me;
+		pids[1] = child;
+		t2[0] = target__new(me);
+		t2[1] = target__new(child);
+		CHECK(fr2 && t2[0] && t2[1] && child > 0, "two processes");
+		if (!fr2 || !t2[0] || !t2[1] || child <= 0)
+			return check_done();
+		for (int k = 0; k < 2; k++) {
+			CHECK(flightrec__add_process(fr2, t2[k]) == 0, "add %d", k);
+			pid = pids[k];
+			call(fr2, "ncclCommInitRank", 0x7ffd0000, 2, k, 0, 0, 0, 0, id, sizeof(id));
+			ret(fr2, "ncclCommInitRank", 0, true, h[k]);
+			snprintf(lbl2[k], sizeof(lbl2[k]),
+				 "host=\"%s\",pid=\"%d\",rank=\"%d\",comm=\"%016llx\",job=\"run-1:x@y\"",
+				 host, pids[k], k, (unsigned long long)nccl_hash(id, 128, 0));
+		}
+		for (int step = 0; step < 3; step++) {
+			pid = me;
+			call(fr2, "ncclAllReduce", 0x1000, 0x2000, 1024, 7, 0, h[0], stream, NULL, 0);
+			ret(fr2, "ncclAllReduce", 0, false, 0);
+			call(fr2, "cudaStreamSynchronize", stream, 0, 0, 0, 0, 0, 0, NULL, 0);
+			ts += 38000;
+			pid = child;
+			call(fr2, "ncclAllReduce", 0x1000, 0x2000, 1024, 7, 0, h[1], stream, NULL, 0);
+			ret(fr2, "ncclAllReduce", 0, false, 0);
+			call(fr2, "cudaStreamSynchronize", stream, 0, 0, 0, 0, 0, 0, NULL, 0);
+			ret(fr2, "cudaStreamSynchronize", 0, false, 0);	/* child: 3 us */
+			pid = me;
+			ret(fr2, "cudaStreamSynchronize", 0, false, 0);	/* us: 45 us */
+		}
+		text = fr_metrics__render(fr2, ts + 1000);
+		snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds{%s,quantile=\"0.5\"}",
+			 lbl2[0]);
+		CHECK(sample(text, pfx) == 0.000045, "rank 0 waits 45 us: %s", text);
+		snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds{%s,quantile=\"0.5\"}",
+			 lbl2[1]);
+		CHECK(sample(text, pfx) == 0.000003, "rank 1 waits 3 us");
+		snprintf(pfx, sizeof(pfx), "tptrace_fr_last_to_enter_ratio{%s}", lbl2[0]);
+		CHECK(sample(text, pfx) == 0, "rank 0 never last");
+		snprintf(pfx, sizeof(pfx), "tptrace_fr_last_to_enter_ratio{%s}", lbl2[1]);
+		CHECK(sample(text, pfx) == 1, "rank 1 always last");
+		free(text);
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		flightrec__free(fr2);
+		target__free(t2[0]);
+		target__free(t2[1]);
+	}
 	return check_done();
 }
