@@ -583,6 +583,23 @@ static void print_waiters(FILE *out, const struct fr_analysis *a, const struct v
 	free(w);
 }
 
+/* Whether comm cid's (every comm's, cid -1) newest collective is not completed by every
+ * dump that entered it. */
+static bool in_flight(const struct fr_analysis *a, int cid)
+{
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		const struct comm *c = &a->comms[a->comm_order[ci]];
+		const struct seq_agg *g;
+
+		if ((cid >= 0 && a->comm_order[ci] != cid) || !c->aggs.n)
+			continue;
+		g = &a->aggs[c->aggs.v[c->aggs.n - 1]];
+		if (g->completed < g->entered)
+			return true;
+	}
+	return false;
+}
+
 /* the one line of a report without a problem (wrapped by the caller) */
 static int print_healthy(const struct fr_analysis *a, FILE *out)
 {
@@ -614,15 +631,27 @@ static int print_healthy(const struct fr_analysis *a, FILE *out)
 		fprintf(out, "the dumps are from different moments (%d older than others, the "
 			"job ran on) and no rank waited past %.1f s at its own dump; newest "
 			"seq %" PRId64, a->nr_redumps, a->opts.skew_ns / 1e9, common);
-	} else if (same) {
+	} else if (!in_flight(a, -1) && same) {
 		fprintf(out, "all completed seq %" PRId64, common);
-	} else {
+	} else if (!in_flight(a, -1)) {
 		fprintf(out, "all completed the same seqs (last seq per comm:");
 		for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
 			const struct comm *c = &a->comms[a->comm_order[ci]];
 
 			fprintf(out, " %s %" PRId64, short_id(c->id),
 				c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0);
+		}
+		fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
+	} else {
+		/* the newest collectives still run somewhere: never "all completed" */
+		fprintf(out, "no rank waited past %.1f s at its own dump (newest seq per comm:",
+			a->opts.skew_ns / 1e9);
+		for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
+			const struct comm *c = &a->comms[a->comm_order[ci]];
+
+			fprintf(out, " %s %" PRId64 "%s", short_id(c->id),
+				c->aggs.n ? a->aggs[c->aggs.v[c->aggs.n - 1]].seq : 0,
+				in_flight(a, a->comm_order[ci]) ? " in flight" : "");
 		}
 		fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
 	}

@@ -186,26 +186,51 @@ static int rule_init_failed(struct fr_analysis *a)
 	return 0;
 }
 
+/* A hole the inference found is blamed only as missing_rank blames: when the dumps' own
+ * times prove the rank had not entered it well after the others had (or the dumps have no
+ * times). A healthy job dumped mid-step can look like a hole on a comm made before attach:
+ * one rank a collective behind, the others in it for a millisecond. */
+static bool hole_proven(struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s)
+{
+	int64_t lag, waited;
+	int how;
+
+	lag = timing_lag(a, t, mi, s, &waited, &how);
+	if (waited != FR_UNK && waited > a->opts.skew_ns)
+		a->hang_seen = true;
+	return (lag != FR_UNK && lag > a->opts.skew_ns) ||
+	       (lag == FR_UNK && waited == FR_UNK &&
+		a->procs[a->members[mi].proc].dump_time_ns == FR_UNK);
+}
+
 /* Ranks of an inferred comm that skipped a collective and went on (find_skips): the
  * earliest such hole is the collective the others wait in. 1 when it made a verdict. */
 static int missing_hole(struct fr_analysis *a, int cid)
 {
 	struct comm *c = &a->comms[cid];
+	struct timing_comm t = { 0 };
 	int64_t s = FR_UNK;
 	struct verdict *v;
 	int ai;
 
+	if (timing_comm_build(a, cid, &t))
+		return -ENOMEM;
 	for (int i = 0; i < c->members.n; i++) {
 		struct member *m = &a->members[c->members.v[i]];
 
-		if (m->placed && m->hole_len && (s == FR_UNK || m->hole_seq < s))
+		if (m->placed && m->hole_len && (s == FR_UNK || m->hole_seq < s) &&
+		    hole_proven(a, &t, c->members.v[i], m->hole_seq))
 			s = m->hole_seq;
 	}
-	if (s == FR_UNK)
+	if (s == FR_UNK) {
+		timing_comm_free(&t);
 		return 0;
+	}
 	ai = agg_find(a, cid, s);
-	if (!(v = verdict_new(a, RULE_MISSING_RANK, cid, s, agg_op(a, ai))))
+	if (!(v = verdict_new(a, RULE_MISSING_RANK, cid, s, agg_op(a, ai)))) {
+		timing_comm_free(&t);
 		return -ENOMEM;
+	}
 	v->agg = ai;
 	v->ev.missing.hole = true;
 	v->ev.missing.unknown = -1;
@@ -215,19 +240,23 @@ static int missing_hole(struct fr_analysis *a, int cid)
 
 		if (!m->placed)
 			continue;
-		if (m->hole_len && m->hole_seq == s) {
+		if (m->hole_len && m->hole_seq == s && hole_proven(a, &t, mi, s)) {
 			if (ivec_push(&v->culprits, mi))
-				return -ENOMEM;
+				goto nomem;
 			who_member(a, v, mi);
 		} else if (m->newest_seq != FR_UNK && m->newest_seq >= s &&
 			   (m->oldest_seq == FR_UNK || m->oldest_seq <= s)) {
 			if (ivec_push(&v->waiting, mi))
-				return -ENOMEM;
+				goto nomem;
 		}
 	}
+	timing_comm_free(&t);
 	who_sort(v);
 	check_dropped(a, v);
 	return 1;
+nomem:
+	timing_comm_free(&t);
+	return -ENOMEM;
 }
 
 /* Members behind the newest one: a rank that never entered the next collective is missing
@@ -297,8 +326,12 @@ static int missing_rank(struct fr_analysis *a, int cid)
 					minlag = lag;
 					how = k;
 				}
-			} else if (lag == FR_UNK && waited == FR_UNK) {
-				/* dumps without times (PyTorch's): the sequences alone, as ever */
+			} else if (lag == FR_UNK && waited == FR_UNK &&
+				   a->procs[m->proc].dump_time_ns == FR_UNK) {
+				/* dumps without times (PyTorch's): the sequences alone, as ever. A
+				 * dump with times and no bound here means no other rank waits in
+				 * `next` as its oldest unfinished collective: they wait in one this
+				 * rank entered too, so it is not missing from theirs */
 				proven[i] = 1;
 			} else {
 				/* not behind for long enough to tell: in flight, or its dump older

@@ -107,6 +107,12 @@ CASES = {
     "real_skip_step_apart": (None, 1, [
         ("missing_rank", "INFERRED", 7, [1], [1]),
     ], {"confidence": "medium", "detail": "went on to all_gather seq 8"}),
+    # A real recording of a healthy 4-rank job stopped with SIGINT (tests/e2e/fr_sigint_loop.py,
+    # rings cut to their newest 40 entries): ranks 0,1,3 had enqueued seqs 232-234, rank 2
+    # only 232, none completed past 231. Rank 2 is behind but missing from nothing the
+    # others wait in (their oldest unfinished collective is one it entered too): no verdict,
+    # and the summary says the newest seq is in flight, never "all completed"
+    "real_healthy_in_flight": (None, 0, [], {"human": "234 in flight"}),
     "pre_healthy": ("--ranks 8 --entries 40 --preexisting", 0, [], {}),
     # ranks attached 0-5 steps apart (their seq 1 is a different collective), hosts' clocks
     # 300 us apart
