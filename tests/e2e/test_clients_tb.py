@@ -18,7 +18,8 @@ from collections import defaultdict
 from gpulib import need_ptrace
 from lib import ROOT, TPTRACE, Tracer, fresh_tmp_path, load_trace, need_root, tmp_path, venv_python
 from test_report import HEALTHY, job_trace
-from test_torch import need_torch, train
+from lib import Workload
+from test_torch import DEBIAN_PY, SIM_CUDART, TRAIN, need_torch
 
 TB_RUN = os.path.join(ROOT, "tests", "clients", "tb_run.py")
 
@@ -65,18 +66,20 @@ def test_tb_gpu_trace_kernel_view():
 
 def test_tb_torch_trace_operator_view():
     """Debian's torch 1.13 job (tests/workloads/torch_train.py on the simulated runtime),
-    traced with --torch: the plugin's operator table is the trace's cpu_op events"""
+    traced with --torch: the plugin's operator table is the trace's cpu_op events, its
+    overview has the trace's steps"""
     need_torch()
     venv_python()
     out = fresh_tmp_path("tb-torch.json")
-    wl = train(400, tmp_path("tb-torch.times"))
+    # outlasts the window (killed after it); importing torch on a loaded host takes a while
+    wl = Workload([DEBIAN_PY, TRAIN, "100000", tmp_path("tb-torch.times"), SIM_CUDART],
+                  wait_ready=False)
     try:
+        wl.wait_ready(300)
         wl.go()
-        assert wl.out.wait_for(lambda l: l.startswith("step 20 "), 60), wl.err.text()
+        assert wl.out.wait_for(lambda l: l.startswith("step 20 "), 120), wl.err.text()
         tr = Tracer(["-p", str(wl.pid), "--torch", "-d", "2", "-o", out])
-        assert tr.wait(120) == 0, tr.err.text()
-        wl.wait_done(180)
-        assert wl.finish() == 0
+        assert tr.wait(180) == 0, tr.err.text()
     finally:
         wl.kill()
     w = tb([out], "torch")["worker0"]
@@ -90,13 +93,35 @@ def test_tb_torch_trace_operator_view():
     assert ops, "the --torch trace has operators"
     theirs = {o["name"]: o for o in w["operators"]}
     assert set(theirs) == set(ops), sorted(set(theirs) ^ set(ops))[:20]
+    # the plugin leaves out of its op tree an op that ends after the op enclosing it (and
+    # with it some of its children); torch 1.13's own times (whole us, start and duration
+    # rounded apart) have such ops, kept as they are in our trace. An operator none of whose
+    # calls crosses its parent is counted exactly; one that has such calls loses at least those
+    crossing = defaultdict(int)
+    stack = []
+    for e in sorted((e for e in trace["traceEvents"] if e.get("ph") == "X" and
+                     e.get("cat") in ("cpu_op", "user_annotation")),
+                    key=lambda e: (e["tid"], e["ts"], -e["dur"])):
+        while stack and (stack[-1]["tid"] != e["tid"] or
+                         stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]):
+            stack.pop()
+        if stack and e["ts"] + e["dur"] > stack[-1]["ts"] + stack[-1]["dur"]:
+            crossing[e["name"]] += 1
+        stack.append(e)
     for name, (calls, total) in ops.items():
-        assert theirs[name]["calls"] == calls, (name, theirs[name], calls)
-    # the top ten by host time, in the same order (ties aside)
+        if crossing[name]:
+            assert theirs[name]["calls"] <= calls - crossing[name], \
+                (name, theirs[name], calls, crossing[name])
+        else:
+            assert theirs[name]["calls"] == calls, (name, theirs[name], calls)
+    assert sum(1 for n in ops if not crossing[n]) > len(ops) // 2, dict(crossing)
+    # the top ten by host time: the same operators, in the same order
     top = sorted(ops, key=lambda n: -ops[n][1])[:10]
-    their_top = sorted(theirs, key=lambda n: -theirs[n]["host_duration"])[:10]
-    assert set(top) == set(their_top), (top, their_top)
-    # steps: ProfilerStep#N is not written by torch 1.13's profile without a schedule; the
-    # overview still covers the operators' span, never the nonsense span of no step at all
+    their_top = sorted(theirs, key=lambda n: -theirs[n]["host_total_duration"])[:10]
+    assert top == their_top, (top, their_top)
+    # steps from the trace's ProfilerStep#N (--torch writes them from the optimizer hook)
+    steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert steps and len(w["overview"]["steps"]["rows"]) == len(steps), \
+        (len(steps), len(w["overview"]["steps"]["rows"]))
     for row in w["overview"]["performance"]:
-        assert row["value"] >= 0, row
+        assert row["value"] > 0, row
