@@ -9,7 +9,7 @@
  * small top-level values (the "tptrace" metadata, "distributedInfo") go through cJSON.
  *
  *   {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":27228,"tid":27233,
- *    "ts":37012.658,"dur":33.06,"args":{"kernel":"fake_gemm",...,"stream":1402...,
+ *    "ts":37012.658,"dur":33.06,"args":{"kernel":"fake_gemm",...,"stream":"0x7f6...",
  *    "correlation":124}}
  *
  * The input is untrusted: every scan is bounded by the buffer, nesting by MAX_DEPTH, strings
@@ -439,6 +439,13 @@ static int jargs(struct jp *j, struct ev_fields *f)
 					f->size = u;
 				else
 					f->device = u, f->has_device = true;
+			} else if (key[0] == 's' && key[1] == 't' && j->p < j->end && *j->p == '"') {
+				/* a host call's cudaStream_t, written as a handle: "0x5100" */
+				char hex[24];
+
+				if (jstr(j, hex, sizeof(hex)) < 0)
+					return -1;
+				f->stream = strtoull(hex, NULL, 16);
 			} else if (jskip(j)) {
 				return -1;
 			}

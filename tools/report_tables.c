@@ -235,6 +235,16 @@ void table_timeline(struct ctx *c)
 			num(o, "device", d);
 			num(o, "bin_ns", (double)bin);
 			num(o, "start_ns", (double)a);
+			/* the window and its busy time exactly (the bins' fractions are rounded):
+			 * HTA's temporal breakdown measures the same window */
+			num(o, "end_ns", (double)b);
+			{
+				double total = 0;
+
+				for (int k = 0; k < UTIL_BINS; k++)
+					total += busy[k];
+				num(o, "busy_ns", total);
+			}
 			arr = cJSON_AddArrayToObject(o, "busy_frac");
 			for (int k = 0; k < UTIL_BINS; k++)
 				cJSON_AddItemToArray(arr, cJSON_CreateNumber(

@@ -188,8 +188,11 @@ static void name_thread(struct decoder *d, int pid, int tid)
 
 static void arg_stream(struct trace_json *tj, uint64_t stream)
 {
-	/* the cudaStream_t value: 0 legacy default, 1 cudaStreamLegacy, 2 cudaStreamPerThread */
-	trace_json__arg_u64(tj, "stream", stream);
+	/* the cudaStream_t value: 0 legacy default, 1 cudaStreamLegacy, 2 cudaStreamPerThread.
+	 * A handle, so hex ("0x5100"), as the memory and NCCL calls write theirs: an integer
+	 * "stream" is a GPU stream id in Kineto's format, and HTA takes every event that has
+	 * one for GPU work (host calls counted as kernels). */
+	trace_json__arg_hex(tj, "stream", stream);
 }
 
 /* The launch config's attributes (cudaLaunchKernelExC, cuLaunchKernelEx), each under its

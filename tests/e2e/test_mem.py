@@ -13,10 +13,12 @@ import subprocess
 import sys
 
 from lib import (E2E_BIN, OUT, ROOT, TPTRACE, WL, Lines, Skip, Workload, load_trace, need_root,
-                 tmp_path)
+                 tmp_path, venv_python)
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 import memsnap_check  # noqa: E402  (tests/tools: memory_viz's replay, every event)
+sys.path.insert(0, os.path.join(ROOT, "tests", "clients"))
+import memviz_torch  # noqa: E402  (PyTorch's own memory_viz command line, torch 2.x)
 
 ALLOC_APP = os.path.join(WL, "alloc_app")
 MIB = 1 << 20
@@ -91,7 +93,24 @@ def stream_of(wl):
     return [int(f[1], 16) for f in infos(wl) if f[0] == "stream"][0]
 
 
-def check_viz_fields(snap):
+_viz_runs = [0]
+
+
+def check_torch_memory_viz(snap, path=None):
+    """PyTorch's memory_viz command line (the test venv's torch 2.x) reads the snapshot and
+    says what it says; `path`: the pickle tptrace wrote, else the snapshot pickled as torch
+    dumps its own. Where PyPI could not be reached there is no venv: said, the rest checked."""
+    try:
+        py = venv_python()
+    except Skip as e:
+        print(f"memory_viz command line not run: {e}")
+        return
+    _viz_runs[0] += 1
+    errors = memviz_torch.check(snap, py, tmp_path(f"memviz-{os.getpid()}-{_viz_runs[0]}"), path)
+    assert not errors, "PyTorch's memory_viz disagrees:\n" + "\n".join(errors)
+
+
+def check_viz_fields(snap, path=None):
     """What memory_viz reads, with the types it expects."""
     assert set(snap) >= {"segments", "device_traces", "allocator_settings"}, snap.keys()
     assert isinstance(snap["device_traces"], list) and len(snap["device_traces"]) >= 1
@@ -124,6 +143,7 @@ def check_viz_fields(snap):
     errors = memsnap_check.check(snap)
     assert not errors, "memory_viz cannot replay the snapshot:\n" + "\n".join(errors[:10])
     assert all(v == 0 for v in snap["tptrace"]["left_out"].values()), snap["tptrace"]["left_out"]
+    check_torch_memory_viz(snap, path)
 
 
 def mem_events(trace, name):
@@ -281,7 +301,7 @@ def test_mem_snapshot_pickle_round_trip():
     raw = open(pkl_path, "rb").read()
     assert raw[:2] == b"\x80\x02" and raw[-1:] == b"."
     snap = pickle.loads(raw)
-    check_viz_fields(snap)
+    check_viz_fields(snap, pkl_path)
     # the pool id as PyTorch pickles it: a tuple, (0, 0) for the default pool
     assert snap["segments"] and all(type(s["segment_pool_id"]) is tuple and s["segment_pool_id"] == (0, 0)
                                     for s in snap["segments"])

@@ -61,7 +61,7 @@ def nvcc_shared_case(binary, per_thread):
     check_per_thread(evs, per_thread)
     if per_thread:
         # late_kernel<<<>>> without a stream: 0, the per-thread default stream in this build
-        assert [l["args"]["stream"] for l in launches[2::3]] == [0] * iters
+        assert [l["args"]["stream"] for l in launches[2::3]] == ["0x0"] * iters
 
 
 def test_nvcc_shared_on_sim():

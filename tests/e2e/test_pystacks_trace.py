@@ -64,8 +64,8 @@ def slices(trace, pid):
 
 
 def syncs(trace, pid):
-    """{stream value: event} of the workload's cudaStreamSynchronize calls."""
-    return {e["args"]["stream"]: e for e in trace["traceEvents"]
+    """{stream value: event} of the workload's cudaStreamSynchronize calls (the handle in hex)."""
+    return {int(e["args"]["stream"], 16): e for e in trace["traceEvents"]
             if e.get("ph") == "X" and e.get("name") == "cudaStreamSynchronize" and e["pid"] == pid}
 
 

@@ -15,9 +15,9 @@ WORKLOAD = os.path.join(ROOT, "tests", "workloads", "torch2_cudart.py")
 
 EXPECTED = [
     ("cudaLaunchKernel", {"grid": [11, 12, 13], "block": [32, 4, 2], "shared memory": 4096,
-                          "stream": 0x5100}),
-    ("cudaMemcpyAsync", {"bytes": 40, "kind": "DtoH", "stream": 0x5100}),
-    ("cudaStreamSynchronize", {"stream": 0x5100}),
+                          "stream": "0x5100"}),
+    ("cudaMemcpyAsync", {"bytes": 40, "kind": "DtoH", "stream": "0x5100"}),
+    ("cudaStreamSynchronize", {"stream": "0x5100"}),
 ]
 
 

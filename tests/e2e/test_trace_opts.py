@@ -52,22 +52,22 @@ def return_codes(wl):
 
 def expected_args(h):
     """The decoded arguments of calls 1..18, from the values the program passed."""
-    s, s2, dev, host = h["stream"], h["stream2"], hex(h["dev"]), hex(h["host"])
+    s, s2, dev, host = hex(h["stream"]), hex(h["stream2"]), hex(h["dev"]), hex(h["host"])
     kernel = {"kernel": "api_kernel"}
     return [
         dict(kernel, grid=[2, 3, 4], block=[32, 2, 1], stream=s, **{"shared memory": 256}),
         dict(kernel, grid=[5, 1, 1], block=[64, 1, 1], stream=s, **{"shared memory": 0}),
         dict(kernel, grid=[6, 1, 1], block=[128, 1, 1], stream=s2, attributes=0,
              **{"shared memory": 512}),
-        {"bytes": 4096, "kind": "HtoD", "dst": dev, "src": host, "stream": 0},
+        {"bytes": 4096, "kind": "HtoD", "dst": dev, "src": host, "stream": "0x0"},
         {"bytes": 2048, "kind": "DtoH", "dst": host, "src": dev, "stream": s},
         {"bytes": 192, "kind": "HtoD", "width": 48, "height": 4, "dpitch": 64, "spitch": 128,
-         "dst": dev, "src": host, "stream": 0},
+         "dst": dev, "src": host, "stream": "0x0"},
         {"bytes": 96, "kind": "DtoH", "width": 32, "height": 3, "dpitch": 128, "spitch": 64,
          "dst": host, "src": dev, "stream": s},
-        {"bytes": 1000, "value": 0x11, "ptr": dev, "stream": 0},
+        {"bytes": 1000, "value": 0x11, "ptr": dev, "stream": "0x0"},
         {"bytes": 500, "value": 0x22, "ptr": dev, "stream": s},
-        {"bytes": 100, "value": 0x33, "ptr": dev, "stream": 2},   # cudaStreamPerThread
+        {"bytes": 100, "value": 0x33, "ptr": dev, "stream": "0x2"},   # cudaStreamPerThread
         {"graph": hex(h["graph"]), "stream": s},
         {"event": hex(h["ev"]), "stream": s},
         {"event": hex(h["ev2"]), "stream": s, "flags": 1},      # cudaEventRecordExternal
