@@ -186,16 +186,44 @@ static int rule_init_failed(struct fr_analysis *a)
 	return 0;
 }
 
+/* timing_lag's rows hold each member's oldest unfinished collective only. Where the others
+ * entered `s` behind an unfinished one (collectives are enqueued ahead of the wait) there is
+ * no row at s; when every member of the comm was dumped on member mi's host (one clock),
+ * the (comm, s) aggregate's newest entry time gives the same bound: mi's dump came at least
+ * that long after every rank that entered s had. FR_UNK otherwise. */
+static int64_t lag_one_clock(const struct fr_analysis *a, int cid, int mi, int64_t s,
+			     int64_t *waited)
+{
+	const struct comm *c = &a->comms[cid];
+	const struct proc *p = &a->procs[a->members[mi].proc];
+	int ai = agg_find((struct fr_analysis *)a, cid, s);
+	const struct seq_agg *g;
+
+	if (ai < 0 || p->dump_time_ns == FR_UNK)
+		return FR_UNK;
+	for (int i = 0; i < c->members.n; i++)
+		if (a->procs[a->members[c->members.v[i]].proc].host_id != p->host_id)
+			return FR_UNK;
+	g = &a->aggs[ai];
+	if (g->max_created == FR_UNK || g->min_created == FR_UNK)
+		return FR_UNK;
+	*waited = ns_diff(p->dump_time_ns, g->min_created);
+	return ns_diff(p->dump_time_ns, g->max_created);
+}
+
 /* A hole the inference found is blamed only as missing_rank blames: when the dumps' own
  * times prove the rank had not entered it well after the others had (or the dumps have no
  * times). A healthy job dumped mid-step can look like a hole on a comm made before attach:
  * one rank a collective behind, the others in it for a millisecond. */
-static bool hole_proven(struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s)
+static bool hole_proven(struct fr_analysis *a, const struct timing_comm *t, int cid, int mi,
+			int64_t s)
 {
 	int64_t lag, waited;
 	int how;
 
 	lag = timing_lag(a, t, mi, s, &waited, &how);
+	if (lag == FR_UNK && waited == FR_UNK)
+		lag = lag_one_clock(a, cid, mi, s, &waited);
 	if (waited != FR_UNK && waited > a->opts.skew_ns)
 		a->hang_seen = true;
 	return (lag != FR_UNK && lag > a->opts.skew_ns) ||
@@ -219,7 +247,7 @@ static int missing_hole(struct fr_analysis *a, int cid)
 		struct member *m = &a->members[c->members.v[i]];
 
 		if (m->placed && m->hole_len && (s == FR_UNK || m->hole_seq < s) &&
-		    hole_proven(a, &t, c->members.v[i], m->hole_seq))
+		    hole_proven(a, &t, cid, c->members.v[i], m->hole_seq))
 			s = m->hole_seq;
 	}
 	if (s == FR_UNK) {
@@ -240,7 +268,7 @@ static int missing_hole(struct fr_analysis *a, int cid)
 
 		if (!m->placed)
 			continue;
-		if (m->hole_len && m->hole_seq == s && hole_proven(a, &t, mi, s)) {
+		if (m->hole_len && m->hole_seq == s && hole_proven(a, &t, cid, mi, s)) {
 			if (ivec_push(&v->culprits, mi))
 				goto nomem;
 			who_member(a, v, mi);
@@ -317,6 +345,9 @@ static int missing_rank(struct fr_analysis *a, int cid)
 			continue;
 		} else {
 			lag = timing_lag(a, &t, mi, next, &waited, &k);
+			if (lag == FR_UNK && waited == FR_UNK &&
+			    (lag = lag_one_clock(a, cid, mi, next, &waited)) != FR_UNK)
+				k = TIMING_SAME_HOST;
 			if (waited != FR_UNK && waited > a->opts.skew_ns)
 				a->hang_seen = true;
 			if (lag != FR_UNK && lag > a->opts.skew_ns) {
@@ -364,6 +395,9 @@ static int missing_rank(struct fr_analysis *a, int cid)
 				goto out;
 			if (proven[i] == 1) {
 				lag = timing_lag(a, &t, mi, s, &waited, &k);
+				if (lag == FR_UNK && waited == FR_UNK &&
+				    (lag = lag_one_clock(a, cid, mi, s, &waited)) != FR_UNK)
+					k = TIMING_SAME_HOST;
 				if (lag != FR_UNK && (minlag == FR_UNK || lag < minlag)) {
 					minlag = lag;
 					how = k;

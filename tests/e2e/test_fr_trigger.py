@@ -128,8 +128,17 @@ def test_fr_trigger_stall_all_hosts_dump():
                               "reason": "stall", "triggers": 1, "hosts": 3,
                               "dumps_skipped": 0}, out["trigger"]
     assert out["dumps"] == 8
+    # rank 5 skipped the all_reduce at seq 4 and went on to the all_gather: three host ids,
+    # so three clocks to tptrace-fr, and nothing completed after the skip, so no bound proves
+    # when rank 5's dump came relative to the others' entry into seq 6 (missing_rank needs
+    # one); the skip itself is in the rings: the type mismatch at seq 4 is the cause, the
+    # waiting ranks follow from it
     v = out["verdicts"][0]
-    assert (v["rule"], v["ranks"]) == ("missing_rank", [5]), out["verdicts"]
+    assert (v["rule"], v["ranks"], v["seq"], v["caused_by"]) == ("type_mismatch", [5], 4, None), \
+        out["verdicts"]
+    assert v["waiting"]["ranks"] == [0, 1, 2, 3, 4, 6, 7], v["waiting"]
+    assert not [x for x in out["verdicts"] if x["caused_by"] is None and x is not v], \
+        out["verdicts"]
     # the final dumps answer no trigger
     rc, out, err = analyze(job.dump_dir)
     assert out["trigger"] is None and rc == 1, out["trigger"]

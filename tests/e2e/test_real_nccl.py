@@ -8,7 +8,7 @@ from lib import WL, Tracer, Workload, calls, check_valid_trace, need_root, tmp_p
 from ncclib import FR_TOOL  # noqa: F401  (same helpers as the fr tests)
 
 C = "0xc0ffee"
-S = 0x5100
+S = "0x5100"  # host calls write streams as hex strings (HTA takes a number for GPU work)
 COLL = [
     ("ncclAllReduce", dict(collective="all_reduce", count=12345, dtype="float16", bytes=24690,
                            reduce_op="max", sendbuff="0x1000", recvbuff="0x2000", comm="0x0",
