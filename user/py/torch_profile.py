@@ -2,7 +2,7 @@
 # Run on the target's main thread by user/pyrun.c: `run(args, state)` with args["op"] "start" or
 # "stop"; `state` is the only storage between the two calls. Never prints, imports only modules
 # torch itself has loaded, and leaves nothing behind: stop removes the hook and clears state.
-# Tested on torch 1.13 (legacy profiler, no Kineto); the 2.x paths follow its documented API.
+# Tested on torch 1.13 (legacy profiler, no Kineto) and 2.13 (Kineto, CPU; tests/e2e/test_torch2_prof.py).
 
 
 def marker(torch, time):
@@ -43,6 +43,8 @@ def start(torch, args, state):
 		# 2.x: steps come from prof.step(), which records ProfilerStep#N only with a schedule
 		kw["schedule"] = lambda step: torch.profiler.ProfilerAction.RECORD
 	prof = torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True, **kw)
+	# (2.x: Kineto writes "profiler_start"/"profiler_stop" lines on the job's stderr, as it
+	# does for any user of torch.profiler; it reads KINETO_LOG_LEVEL at load, before we came)
 	prof.start()
 	state["prof"] = prof
 	state["steps"] = 0
@@ -109,6 +111,7 @@ def stop(torch, args, state):
 	stacks = {}
 	n = 0
 	marks = []
+	own = own_python(events, marker.__code__.co_filename + "(")
 	with open(args["path"], "w") as f:
 		for e in events:
 			if getattr(e, "device_type", None) is not None and e.device_type.name != "CPU":
@@ -121,13 +124,47 @@ def stop(torch, args, state):
 			user = getattr(e, "is_user_annotation", None)
 			if user is None:
 				user = e.scope == 7	# at::RecordScope::USER_SCOPE: record_function
-			if e.name == "tptrace#clock":
+			# 2.x writes "ProfilerStep*" as the name, the step's own in trace_name
+			name = getattr(e, "trace_name", None) or e.name
+			if name == "tptrace#clock":
 				marks.append([e.time_range.start, e.time_range.end, e.thread])
-			f.write(json.dumps(["e", e.name, e.thread, e.time_range.start, e.time_range.end,
-					    bool(user), sid, e.input_shapes or []]) + "\n")
+			line = ["e", name, e.thread, e.time_range.start, e.time_range.end, bool(user), sid,
+				e.input_shapes or []]
+			x = {}
+			if getattr(e, "is_python_function", False):
+				# 2.x, with_stack: the Python tracer's frames (Kineto's python_function)
+				x = {"py": True, "id": e.python_id, "parent": e.python_parent_id,
+				     "own": e.python_id in own}
+			elif getattr(e, "input_dtypes", None):
+				x = {"types": list(e.input_dtypes)}
+			if x:
+				line.append(x)
+			f.write(json.dumps(line) + "\n")
 			n += 1
 	marks.sort()
 	return {"clock": clock, "events": n, "markers": marks, "steps": steps}
+
+
+def own_python(events, prefix):
+	# the Python frames of tptrace's snippets (start, stop, the optimizer hook) and all they
+	# called: their python_ids (2.x; none in 1.13)
+	parent = {}
+	mine = set()
+	for e in events:
+		if getattr(e, "is_python_function", False):
+			parent[e.python_id] = e.python_parent_id
+			if e.name.startswith(prefix):
+				mine.add(e.python_id)
+	own = set(mine)
+	not_own = set()
+	for pid in parent:
+		chain = []
+		p = pid
+		while p in parent and p not in own and p not in not_own and len(chain) < 10000:
+			chain.append(p)
+			p = parent[p]
+		(own if p in own else not_own).update(chain)
+	return own
 
 
 def run(args, state):
