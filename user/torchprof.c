@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 #include "pyrun.h"
 #include "session.h"
@@ -755,6 +756,7 @@ struct torch_instr_run {
 
 static const char *const instr_name[] = {
 	[TORCH_MEM_HISTORY] = "mem", [TORCH_FR_DUMP] = "fr", [TORCH_LOGS] = "logs",
+	[TORCH_TRACE] = "trace",
 };
 
 static const char *const log_names[] = { "recompiles", "graph_breaks", NULL };
@@ -792,8 +794,8 @@ static cJSON *instr_args(const struct torch_instr_run *r, const char *op)
 	return a;
 }
 
-static int instr_call(struct torch_instr_run *r, const char *op, int timeout_ms, char *err,
-		      size_t errlen)
+static int instr_call_res(struct torch_instr_run *r, const char *op, int timeout_ms,
+			  cJSON **out, char *err, size_t errlen)
 {
 	cJSON *args = instr_args(r, op), *res = NULL;
 	const char *why;
@@ -813,8 +815,17 @@ static int instr_call(struct torch_instr_run *r, const char *op, int timeout_ms,
 		set_err(err, errlen, "%s", why);
 		e = -EPERM;
 	}
-	cJSON_Delete(res);
+	if (out && !e)
+		*out = res;
+	else
+		cJSON_Delete(res);
 	return e;
+}
+
+static int instr_call(struct torch_instr_run *r, const char *op, int timeout_ms, char *err,
+		      size_t errlen)
+{
+	return instr_call_res(r, op, timeout_ms, NULL, err, errlen);
 }
 
 struct torch_instr_run *torch_instr__start(int pid, enum torch_instr what, const char *arg,
@@ -908,6 +919,54 @@ int torch_instr__stop(struct torch_instr_run *r, const char *out_path, char *err
 	if (e)
 		return e;
 	return out_path ? copy_out(r->out_host, out_path, err, errlen) : 0;
+}
+
+int torch_trace__stop(struct torch_instr_run *r, const char *dir, char *wrote, size_t wlen,
+		      char *err, size_t errlen)
+{
+	int timeout = r->timeout_ms > STOP_TIMEOUT_MIN_MS ? r->timeout_ms : STOP_TIMEOUT_MIN_MS;
+	char from[4096 + 256], *slash;
+	const char *file;
+	cJSON *res = NULL;
+	int e = instr_call_res(r, "stop", timeout, &res, err, errlen);
+
+	r->on = false;
+	wrote[0] = '\0';
+	if (e)
+		return e;
+	file = str(res, "file");
+	if (!file) {	/* nothing was logged in the window: torch opened no file */
+		cJSON_Delete(res);
+		return 0;
+	}
+	/* torch's name for it, in the directory tptrace gave (the output file's) */
+	if (strncmp(file, "dedicated_log_torch_trace_", 26) || strchr(file, '/') ||
+	    strlen(file) > 200) {
+		set_err(err, errlen, "PyTorch named its trace file '%.200s', not "
+			"dedicated_log_torch_trace_*", file);
+		cJSON_Delete(res);
+		return -EINVAL;
+	}
+	snprintf(from, sizeof(from), "%s", r->out_host);
+	slash = strrchr(from, '/');
+	snprintf(slash + 1, sizeof(from) - (slash + 1 - from), "%s", file);
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		e = -errno;
+		set_err(err, errlen, "cannot make %s: %s", dir, strerror(-e));
+		cJSON_Delete(res);
+		return e;
+	}
+	if (snprintf(wrote, wlen, "%s/%s", dir, file) >= (int)wlen) {
+		set_err(err, errlen, "the path %s/%s is too long", dir, file);
+		cJSON_Delete(res);
+		wrote[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	cJSON_Delete(res);
+	e = copy_out(from, wrote, err, errlen);
+	if (e)
+		wrote[0] = '\0';
+	return e;
 }
 
 void torch_instr__free(struct torch_instr_run *r)

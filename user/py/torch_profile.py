@@ -146,15 +146,24 @@ def stop(torch, args, state):
 
 
 def own_python(events, prefix):
-	# the Python frames of tptrace's snippets (start, stop, the optimizer hook) and all they
-	# called: their python_ids (2.x; none in 1.13)
+	# the Python frames of tptrace's snippets (start, stop, the optimizer hook), all they
+	# called, and above them the door's wrapper (PyRun_SimpleString's "<string>" module and
+	# its exec): their python_ids (2.x; none in 1.13)
 	parent = {}
+	name = {}
 	mine = set()
 	for e in events:
 		if getattr(e, "is_python_function", False):
 			parent[e.python_id] = e.python_parent_id
+			name[e.python_id] = e.name
 			if e.name.startswith(prefix):
 				mine.add(e.python_id)
+	for pid in list(mine):
+		p = parent.get(pid)
+		while p in name and (name[p] == "<built-in function exec>" or
+				     name[p].startswith("<string>(")):
+			mine.add(p)
+			p = parent.get(p)
 	own = set(mine)
 	not_own = set()
 	for pid in parent:
