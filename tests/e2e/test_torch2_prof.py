@@ -56,7 +56,7 @@ def untraced_output(py, steps, name):
 def test_torch2_profile_merged():
     need_root()
     py = venv_python()
-    steps, name = 2500, "torch2_merged"
+    steps, name = 6000, "torch2_merged"
     out, times = fresh_tmp_path(name + ".json"), tmp_path(name + ".times")
     wl = train(py, steps, times)
     try:
