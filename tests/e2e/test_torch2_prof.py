@@ -1,6 +1,6 @@
 """Tier 2: `--torch` on the real PyTorch 2.x of the test venv (tests/venv/; Kineto, CPU only):
 tests/workloads/torch_train.py (as test_torch.py runs it on Debian's 1.13), with the wheel's own
-libcudart as the runtime its launch_phase calls through ctypes. Traced with `--torch -d 10` once
+libcudart as the runtime its launch_phase calls through ctypes. Traced with `--torch -d 6` once
 it runs:
   - python_function slices (2.x's stacks: Kineto's Python tracer) with "Python id" and
     "Python parent id" forming one tree, no frame of tptrace's snippets (nor what they called,
@@ -39,7 +39,10 @@ def wheel_cudart(py):
 
 
 def train(py, steps, times):
-    return Workload([py, TRAIN, str(steps), times, wheel_cudart(py)])
+    # (importing torch 2.x takes a while on a loaded machine)
+    wl = Workload([py, TRAIN, str(steps), times, wheel_cudart(py)], wait_ready=False)
+    wl.wait_ready(180)
+    return wl
 
 
 def untraced_output(py, steps, name):
@@ -63,8 +66,8 @@ def test_torch2_profile_merged():
         wl.go()
         assert wl.out.wait_for(lambda l: l.startswith("step 100 "), 120), wl.err.text()
         t_attach = time.monotonic_ns()
-        tr = Tracer(["-p", str(wl.pid), "--torch", "-d", "10", "-o", out])
-        rc = tr.wait(180)
+        tr = Tracer(["-p", str(wl.pid), "--torch", "-d", "6", "-o", out])
+        rc = tr.wait(300)
         t_gone = time.monotonic_ns()
         assert rc == 0, f"tptrace rc={rc}: {tr.err.text()}"
         wl.wait_done(300)

@@ -33,17 +33,23 @@ def mem(torch, args, state):
 
 def fr(torch, args, state):
 	c10d = getattr(torch._C, "_distributed_c10d", None)
-	dump = getattr(c10d, "_dump_nccl_trace", None)
+	# _dump_fr_trace: the recorder of every backend (gloo's too) where this torch has it;
+	# _dump_nccl_trace: NCCL's (2.2 on)
+	api = "_dump_fr_trace"
+	dump = getattr(c10d, api, None)
+	if dump is None:
+		api = "_dump_nccl_trace"
+		dump = getattr(c10d, api, None)
 	if dump is None:
 		return {"error": "torch._C._distributed_c10d._dump_nccl_trace is absent in PyTorch %s "
-			"(the NCCL flight recorder's dump came with PyTorch 2.2, in builds with NCCL)"
-			% torch.__version__}
+			"(the NCCL flight recorder's dump came with PyTorch 2.2, in builds with NCCL; "
+			"_dump_fr_trace, every backend's, later)" % torch.__version__}
 	if args["op"] == "start":
-		return {"torch": torch.__version__}
+		return {"torch": torch.__version__, "api": api}
 	data = dump()
 	with open(args["path"], "wb") as f:
 		f.write(data)
-	return {"bytes": len(data)}
+	return {"bytes": len(data), "api": api}
 
 
 def logs(torch, args, state):
