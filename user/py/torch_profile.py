@@ -176,8 +176,8 @@ def legacy_rows(events):
 
 def own_python(rows, prefix):
 	# the Python frames of tptrace's snippets (start, stop, the optimizer hook), all they
-	# called, and above them the door's wrapper (PyRun_SimpleString's "<string>" module and
-	# its exec): their python_ids (2.x; none in 1.13)
+	# called, and above them the door's wrapper (PyRun_SimpleString's "<string>" module, the
+	# "<tptrace>" code it compiles, their exec): their python_ids (2.x; none in 1.13)
 	parent = {}
 	names = {}
 	mine = set()
@@ -191,7 +191,8 @@ def own_python(rows, prefix):
 	for pid in list(mine):
 		p = parent.get(pid)
 		while p in names and (names[p] == "<built-in function exec>" or
-				      names[p].startswith("<string>(")):
+				      names[p].startswith("<string>(") or
+				      names[p].startswith("<tptrace>(")):
 			mine.add(p)
 			p = parent.get(p)
 	own = set(mine)
