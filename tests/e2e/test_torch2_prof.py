@@ -8,7 +8,8 @@ it runs:
     torch/nn/modules/linear.py's forward under the workload's main;
   - aten::addmm with Input Dims and Input type, custom_phase as user_annotation around the ops;
   - ProfilerStep#0..N-1 from the optimizer hook: one per optimizer step in the window, each
-    holding its Optimizer.step span, back to back, none left open at the stop;
+    ending inside its Optimizer.step span (the post hook runs in it), one after the other,
+    none left open at the stop;
   - every cudaLaunchKernel tptrace's probe saw inside the window lies inside a launch_phase
     span on the same tid (the clock alignment);
   - the job's stdout is identical to an untraced run's, its stderr holds only the lines
@@ -147,7 +148,14 @@ def test_torch2_profile_merged():
 
     phases = [e for e in torch_ev if e["name"] == "custom_phase"]
     assert len(phases) > 50 and all(e["cat"] == "user_annotation" for e in phases)
-    assert all(covered(addmm + relu, phases)), "an op outside custom_phase"
+    # but for the window's edges: a custom_phase already open when the profiler started is
+    # not recorded (its ops are)
+    first = min(e["ts"] for e in phases)
+    last = max(e["ts"] + e["dur"] for e in phases)
+    ops = [e for e in addmm + relu if first <= e["ts"] and e["ts"] + e["dur"] <= last]
+    assert len(ops) >= len(addmm + relu) - 6, (len(ops), len(addmm + relu))
+    cov = covered(ops, phases)
+    assert all(cov), f"{cov.count(False)} of {len(ops)} ops outside custom_phase"
     assert not [e for e in torch_ev if e["name"] in ("tptrace#clock", "ProfilerStep*")]
 
     # steps: ProfilerStep#0..N-1 back to back, each with its optimizer step, N as counted
@@ -160,8 +168,11 @@ def test_torch2_profile_merged():
     assert len(psteps) == meta["steps"] > 5, (len(psteps), meta["steps"])
     # the last optimizer step may be cut by the stop before its hook ran
     assert len(opt) in (len(psteps), len(psteps) + 1), (len(opt), len(psteps))
-    assert all(inside(o, s) for o, s in zip(opt, psteps))
-    assert all(abs(a["ts"] + a["dur"] - b["ts"]) < 1 for a, b in zip(psteps, psteps[1:]))
+    # (the post hook runs inside the Optimizer.step span: the step ends in it)
+    assert all(s["ts"] <= o["ts"] <= s["ts"] + s["dur"] <= o["ts"] + o["dur"]
+               for o, s in zip(opt, psteps))
+    # one after the other (prof.step() closes one and opens the next)
+    assert all(a["ts"] + a["dur"] <= b["ts"] for a, b in zip(psteps, psteps[1:]))
 
     # a launch into the wheel's runtime sits under the launch_phase that issued it
     launches = [e for e in ev if e["cat"] == "cuda_runtime" and e["name"] == "cudaLaunchKernel"]
