@@ -7,7 +7,6 @@
   - `--torch-trace` refused in one line where TORCH_TRACE already has tracing on, and on
     Debian's torch 1.13 (no trace_structured)."""
 import os
-import pickle
 import subprocess
 
 from lib import (ROOT, Workload, fresh_tmp_path, need_root, run_tptrace, tmp_path, venv_python)
@@ -119,3 +118,8 @@ def test_torch_trace_refused_113():
     assert rc == 1, err
     one_line(err, f"tptrace: --torch-trace: pid {wl.pid}: torch._logging's structured trace "
                   "(trace_structured, TORCH_TRACE) is absent in PyTorch 1.13")
+
+
+def test_torch_trace_bad_input():
+    rc, _, err = run_tptrace(["-p", "1", "--torch-trace", ""])
+    assert rc == 2 and "invalid --torch-trace '' (a directory)" in err, err
