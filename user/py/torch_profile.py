@@ -48,6 +48,23 @@ def start(torch, args, state):
 	prof.start()
 	state["prof"] = prof
 	state["steps"] = 0
+	# how deep the job's own stack is under this snippet (the door's frames and ours above
+	# it): 2.x's Python tracer finds the whole stack open at its start, and by the stop our
+	# frames' code is freed and their names unreliable; the depth tells them apart
+	# (2.x's tracer reads the names of the frames open at its start from their code objects at
+	# the stop: ours are kept alive until then, or it reads freed memory, and torch's own
+	# conversion of a name fails, UnicodeDecodeError)
+	f = sys._getframe()
+	codes = []
+	while f is not None and f.f_code.co_filename in ("<tptrace snippet>", "<tptrace>", "<string>"):
+		codes.append(f.f_code)
+		f = f.f_back
+	state["codes"] = codes
+	depth = 0
+	while f is not None:
+		depth += 1
+		f = f.f_back
+	state["job_depth"] = depth
 	try:
 		# a job that ends inside the window must not end with the profiler on: 1.13's
 		# Python tracer then hangs the interpreter's exit. Stopped first thing at exit (its
@@ -99,6 +116,7 @@ def stop(torch, args, state):
 		return {"exiting": True}
 	clock = marker(torch, time)
 	steps = state.get("steps")
+	job_depth = state.get("job_depth")
 	hook = state.pop("hook", None)
 	if hook is not None:
 		hook.remove()
@@ -113,7 +131,7 @@ def stop(torch, args, state):
 	stacks = {}
 	n = 0
 	marks = []
-	own = own_python(rows, marker.__code__.co_filename + "(")
+	own = own_python(rows, marker.__code__.co_filename + "(", job_depth)
 	with open(args["path"], "w") as f:
 		for name, thread, start, end, user, stack, shapes, types, py in rows:
 			sid = stacks.get(stack)
@@ -146,7 +164,11 @@ def kineto_rows(prof, sys):
 	t0 = res.trace_start_ns()
 	rows = []
 	for e in res.events():
-		name = e.name()
+		try:
+			name = e.name()
+		except UnicodeDecodeError:
+			# a frame whose code was freed before the stop: torch reads its name there
+			name = "<name unreadable: code freed before the profiler stopped>"
 		if skip(name) or getattr(e, "is_hidden_event", lambda: False)():
 			continue
 		if e.device_type().name != "CPU":
@@ -174,7 +196,7 @@ def legacy_rows(events):
 	return rows
 
 
-def own_python(rows, prefix):
+def own_python(rows, prefix, job_depth):
 	# the Python frames of tptrace's snippets (start, stop, the optimizer hook), all they
 	# called, and above them the door's wrapper (PyRun_SimpleString's "<string>" module, the
 	# "<tptrace>" code it compiles, their exec): their python_ids (2.x; none in 1.13)
@@ -188,6 +210,21 @@ def own_python(rows, prefix):
 			names[py[0]] = row[0]
 			if row[0].startswith(prefix):
 				mine.add(py[0])
+	# the frames open when the profiler started (on the main thread, before the start
+	# markers' end): the one just below the job's stack is the door's, and all under it ours
+	clock = sorted((r[2], r[3], r[1]) for r in rows if r[0] == "tptrace#clock")
+	if job_depth and len(clock) >= 4:
+		w0, main = clock[3][1], clock[3][2]
+		for r in rows:
+			if r[8] is None or r[1] != main or r[2] > w0:
+				continue
+			d = 0
+			p = r[8][0]
+			while p in parent and d <= job_depth + 1:
+				d += 1
+				p = parent[p]
+			if d == job_depth + 1:
+				mine.add(r[8][0])
 	for pid in list(mine):
 		p = parent.get(pid)
 		while p in names and (names[p] == "<built-in function exec>" or
