@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 #include "pyrun.h"
 #include "session.h"
@@ -59,6 +60,7 @@ struct torchprof {
 	double threads[MAX_THREADS];
 	int nr_threads;
 	uint64_t events, merged, dropped_own, dropped_early, dropped_threads, steps;
+	uint64_t dropped_open_step, python, profiler_steps;	/* 2.x */
 	bool written;
 };
 
@@ -338,7 +340,11 @@ int torchprof__stop(struct torchprof *tp, char *err, size_t errlen)
 /* The events file, one JSON array a line (user/py/torch_profile.py):
  *   ["s", 0, ["<built-in method addmm ...>", "train.py(12): step", ...]]   a stack, innermost
  *   ["e", "aten::addmm", 1, 1358, 1465, false, 0, [[32], [8, 16], [16, 32], [], []]]
- *        name, profiler thread, start µs, end µs, record_function span, stack id, input dims */
+ *        name, profiler thread, start µs, end µs, record_function span, stack id, input dims
+ * and on 2.x a ninth item: {"types": ["float", ...]} (an op's input types), or
+ * {"py": true, "id": 55, "parent": 53, "own": false} (a frame of the Python tracer; own: one
+ * of tptrace's snippets or called from one). 1.13's stacks are per event; 2.x's are the
+ * python_function events' tree. */
 struct stacks {
 	char **joined;			/* "frame;frame;..." innermost first, by id */
 	bool *own;			/* a frame of tptrace's snippet: the event is ours */
@@ -440,22 +446,27 @@ static int write_event(struct torchprof *tp, struct trace_json *tj, const cJSON 
 		       size_t *nr_steps, size_t *cap_steps)
 {
 	const cJSON *name = cJSON_GetArrayItem(line, 1), *dims = cJSON_GetArrayItem(line, 7);
+	const cJSON *x = cJSON_GetArrayItem(line, 8);	/* 2.x, or NULL */
 	double thread = cJSON_GetArrayItem(line, 2)->valuedouble;
 	double s_us = cJSON_GetArrayItem(line, 3)->valuedouble;
 	double e_us = cJSON_GetArrayItem(line, 4)->valuedouble;
 	bool user = cJSON_IsTrue(cJSON_GetArrayItem(line, 5));
 	int sid = (int)cJSON_GetArrayItem(line, 6)->valuedouble;
 	bool main_thread = thread == tp->mark[0].thread;
-	int64_t ts, te;
+	bool py = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "py"));
+	const cJSON *types = cJSON_GetObjectItemCaseSensitive(x, "types");
+	int64_t ts, te, w0, w1;
 	int tid;
 
-	if (!cJSON_IsString(name) || sid < 0 || sid >= st->nr)
+	if (!cJSON_IsString(name) || sid < 0 || sid >= st->nr || (x && !cJSON_IsObject(x)))
 		return -EINVAL;
 	tp->events++;
 	/* tptrace's own: the markers, and on the main thread whatever the snippets ran (their
-	 * frame is in its stack; before the start marker or after the stop marker there is
-	 * nothing else there, the snippet holds the thread) */
+	 * frame is in its stack, or 2.x's Python tracer has it under one of their frames; before
+	 * the start marker or after the stop marker there is nothing else there, the snippet
+	 * holds the thread) */
 	if (!strcmp(name->valuestring, "tptrace#clock") || st->own[sid] ||
+	    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "own")) ||
 	    (main_thread && (e_us <= tp->mark[MARKERS - 1].end_us ||
 			     s_us >= tp->mark[MARKERS].start_us))) {
 		tp->dropped_own++;
@@ -467,13 +478,27 @@ static int write_event(struct torchprof *tp, struct trace_json *tj, const cJSON 
 		tp->dropped_early++;
 		return 0;
 	}
+	if (main_thread) {
+		/* 2.x: what spans a snippet (the job's frames the Python tracer found open, the
+		 * ProfilerStep prof.start() opened) is cut at the window's edges; the step still
+		 * open at the stop is no step: prof.stop() closed it */
+		w0 = to_mono(tp, tp->mark[MARKERS - 1].end_us);
+		w1 = to_mono(tp, tp->mark[MARKERS].start_us);
+		if (user && !tp->derive_steps && te > w1 &&
+		    !strncmp(name->valuestring, "ProfilerStep#", 13)) {
+			tp->dropped_open_step++;
+			return 0;
+		}
+		ts = ts < w0 ? w0 : ts;
+		te = te > w1 ? w1 : te;
+	}
 	tid = tid_of(tp, tj, thread);
 	if (tid < 0) {
 		tp->dropped_threads++;
 		return 0;
 	}
-	trace_json__event(tj, "X", user ? "user_annotation" : "cpu_op", name->valuestring,
-			  tp->pid, tid, ts, te - ts);
+	trace_json__event(tj, "X", py ? "python_function" : user ? "user_annotation" : "cpu_op",
+			  name->valuestring, tp->pid, tid, ts, te - ts);
 	if (cJSON_GetArraySize(dims) > 0) {
 		char *d = cJSON_PrintUnformatted(dims);
 
@@ -481,10 +506,32 @@ static int write_event(struct torchprof *tp, struct trace_json *tj, const cJSON 
 			trace_json__arg_raw(tj, "Input Dims", d);	/* a list, as Kineto's */
 		free(d);
 	}
+	if (cJSON_GetArraySize(types) > 0) {
+		char *d = cJSON_PrintUnformatted(types);
+
+		if (d)
+			trace_json__arg_raw(tj, "Input type", d);	/* Kineto's name */
+		free(d);
+	}
+	if (py) {
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(x, "id");
+		const cJSON *parent = cJSON_GetObjectItemCaseSensitive(x, "parent");
+
+		/* Kineto's args: the parent null at a root (-1 in the profiler's events) */
+		if (cJSON_IsNumber(id))
+			trace_json__arg_i64(tj, "Python id", (int64_t)id->valuedouble);
+		if (cJSON_IsNumber(parent) && parent->valuedouble >= 0)
+			trace_json__arg_i64(tj, "Python parent id", (int64_t)parent->valuedouble);
+		else
+			trace_json__arg_raw(tj, "Python parent id", "null");
+		tp->python++;
+	}
 	if (st->joined[sid][0])
 		trace_json__arg_str(tj, "Call stack", st->joined[sid]);
 	trace_json__event_end(tj);
 	tp->merged++;
+	if (user && !tp->derive_steps && !strncmp(name->valuestring, "ProfilerStep#", 13))
+		tp->profiler_steps++;
 	if (tp->derive_steps && user && !strncmp(name->valuestring, "Optimizer.step#", 15)) {
 		if (*nr_steps == *cap_steps) {
 			size_t cap = *cap_steps ? *cap_steps * 2 : 64;
@@ -530,7 +577,8 @@ int torchprof__write(struct torchprof *tp, struct trace_json *tj, uint64_t base_
 			e = -EINVAL;
 		} else if (!strcmp(kind->valuestring, "s") && cJSON_GetArraySize(line) == 3) {
 			e = stacks_add(&st, line, tp->snippet_file);
-		} else if (!strcmp(kind->valuestring, "e") && cJSON_GetArraySize(line) == 8) {
+		} else if (!strcmp(kind->valuestring, "e") && (cJSON_GetArraySize(line) == 8 ||
+							       cJSON_GetArraySize(line) == 9)) {
 			e = write_event(tp, tj, line, &st, base_mono_ns, &steps, &nr_steps,
 					&cap_steps);
 		} else {
@@ -559,7 +607,7 @@ int torchprof__write(struct torchprof *tp, struct trace_json *tj, uint64_t base_
 		trace_json__event_end(tj);
 		prev = steps[i].end_ns;
 	}
-	tp->steps = nr_steps;
+	tp->steps = tp->derive_steps ? nr_steps : tp->profiler_steps;
 out:
 	free(buf);
 	free(steps);
@@ -651,6 +699,9 @@ cJSON *torchprof__meta(const struct torchprof *tp)
 		cJSON_AddNumberToObject(d, "tptrace_own", (double)tp->dropped_own);
 		cJSON_AddNumberToObject(d, "before_trace_start", (double)tp->dropped_early);
 		cJSON_AddNumberToObject(d, "too_many_threads", (double)tp->dropped_threads);
+		/* 2.x: the ProfilerStep prof.step() had opened when the window ended */
+		cJSON_AddNumberToObject(d, "step_open_at_stop", (double)tp->dropped_open_step);
+		cJSON_AddNumberToObject(o, "python_functions", (double)tp->python);
 	}
 	return o;
 }
@@ -705,6 +756,7 @@ struct torch_instr_run {
 
 static const char *const instr_name[] = {
 	[TORCH_MEM_HISTORY] = "mem", [TORCH_FR_DUMP] = "fr", [TORCH_LOGS] = "logs",
+	[TORCH_TRACE] = "trace",
 };
 
 static const char *const log_names[] = { "recompiles", "graph_breaks", NULL };
@@ -742,8 +794,8 @@ static cJSON *instr_args(const struct torch_instr_run *r, const char *op)
 	return a;
 }
 
-static int instr_call(struct torch_instr_run *r, const char *op, int timeout_ms, char *err,
-		      size_t errlen)
+static int instr_call_res(struct torch_instr_run *r, const char *op, int timeout_ms,
+			  cJSON **out, char *err, size_t errlen)
 {
 	cJSON *args = instr_args(r, op), *res = NULL;
 	const char *why;
@@ -763,8 +815,17 @@ static int instr_call(struct torch_instr_run *r, const char *op, int timeout_ms,
 		set_err(err, errlen, "%s", why);
 		e = -EPERM;
 	}
-	cJSON_Delete(res);
+	if (out && !e)
+		*out = res;
+	else
+		cJSON_Delete(res);
 	return e;
+}
+
+static int instr_call(struct torch_instr_run *r, const char *op, int timeout_ms, char *err,
+		      size_t errlen)
+{
+	return instr_call_res(r, op, timeout_ms, NULL, err, errlen);
 }
 
 struct torch_instr_run *torch_instr__start(int pid, enum torch_instr what, const char *arg,
@@ -858,6 +919,54 @@ int torch_instr__stop(struct torch_instr_run *r, const char *out_path, char *err
 	if (e)
 		return e;
 	return out_path ? copy_out(r->out_host, out_path, err, errlen) : 0;
+}
+
+int torch_trace__stop(struct torch_instr_run *r, const char *dir, char *wrote, size_t wlen,
+		      char *err, size_t errlen)
+{
+	int timeout = r->timeout_ms > STOP_TIMEOUT_MIN_MS ? r->timeout_ms : STOP_TIMEOUT_MIN_MS;
+	char from[4096 + 256], *slash;
+	const char *file;
+	cJSON *res = NULL;
+	int e = instr_call_res(r, "stop", timeout, &res, err, errlen);
+
+	r->on = false;
+	wrote[0] = '\0';
+	if (e)
+		return e;
+	file = str(res, "file");
+	if (!file) {	/* nothing was logged in the window: torch opened no file */
+		cJSON_Delete(res);
+		return 0;
+	}
+	/* torch's name for it, in the directory tptrace gave (the output file's) */
+	if (strncmp(file, "dedicated_log_torch_trace_", 26) || strchr(file, '/') ||
+	    strlen(file) > 200) {
+		set_err(err, errlen, "PyTorch named its trace file '%.200s', not "
+			"dedicated_log_torch_trace_*", file);
+		cJSON_Delete(res);
+		return -EINVAL;
+	}
+	snprintf(from, sizeof(from), "%s", r->out_host);
+	slash = strrchr(from, '/');
+	snprintf(slash + 1, sizeof(from) - (slash + 1 - from), "%s", file);
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		e = -errno;
+		set_err(err, errlen, "cannot make %s: %s", dir, strerror(-e));
+		cJSON_Delete(res);
+		return e;
+	}
+	if (snprintf(wrote, wlen, "%s/%s", dir, file) >= (int)wlen) {
+		set_err(err, errlen, "the path %s/%s is too long", dir, file);
+		cJSON_Delete(res);
+		wrote[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	cJSON_Delete(res);
+	e = copy_out(from, wrote, err, errlen);
+	if (e)
+		wrote[0] = '\0';
+	return e;
 }
 
 void torch_instr__free(struct torch_instr_run *r)

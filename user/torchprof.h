@@ -63,6 +63,8 @@ enum torch_instr {
 	TORCH_MEM_HISTORY,	/* tptrace mem --torch-history: _record_memory_history + _snapshot */
 	TORCH_FR_DUMP,		/* tptrace fr --torch-dump: _dump_nccl_trace (one call, at the end) */
 	TORCH_LOGS,		/* --torch-logs LIST: torch._logging.set_logs for the window */
+	TORCH_TRACE,		/* --torch-trace DIR: torch's structured trace (TORCH_TRACE's
+				 * trace_structured entries, for tlparse) for the window */
 };
 struct torch_instr_run;
 /* Opens pid's Python and switches the instrument on (TORCH_LOGS: arg is the comma list;
@@ -70,8 +72,13 @@ struct torch_instr_run;
 struct torch_instr_run *torch_instr__start(int pid, enum torch_instr what, const char *arg,
 					   int timeout_ms, char *err, size_t errlen);
 /* Switches it off and writes what it produced to out_path (0600). 0, or a negative errno
- * and one line in err. */
+ * and one line in err. TORCH_TRACE: out_path is a directory (made 0700 if absent) that gets
+ * torch's own file, dedicated_log_torch_trace_<random>.log (rank_<R>_ after the prefix in a
+ * torch.distributed job), as TORCH_TRACE names it; its path in wrote (or "" when torch
+ * logged nothing in the window: no file). */
 int torch_instr__stop(struct torch_instr_run *r, const char *out_path, char *err, size_t errlen);
+int torch_trace__stop(struct torch_instr_run *r, const char *dir, char *wrote, size_t wlen,
+		      char *err, size_t errlen);
 void torch_instr__free(struct torch_instr_run *r);
 
 /* --torch-logs LIST: "recompiles", "graph_breaks", comma separated. 0 or -EINVAL. */

@@ -46,6 +46,7 @@ static struct env {
 	bool native_stacks;	/* ... and its native frames */
 	bool torch;		/* torch.profiler in the target for the window (torchprof.h) */
 	const char *torch_logs;	/* torch._logging.set_logs for the window: "recompiles,..." */
+	const char *torch_trace;	/* torch's structured trace for the window, into this dir */
 	double torch_timeout;	/* seconds the main thread has to reach a safe point */
 	int ring_mb;
 } env = {
@@ -61,7 +62,7 @@ static const char doc[] =
 "with no restart, environment variable or preload.\n"
 "\n"
 "USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem] [--py-stacks]\n"
-"               [--torch] [--torch-logs LIST] [--torch-timeout SEC]\n"
+"               [--torch] [--torch-logs LIST] [--torch-trace DIR] [--torch-timeout SEC]\n"
 "       tptrace fr ...    NCCL flight recorder (tptrace fr --help)\n"
 "       tptrace mem ...   GPU memory snapshot, leaks (tptrace mem --help)\n"
 "       tptrace stacks ...  what a hung job's threads are doing (tptrace stacks --help)\n"
@@ -86,7 +87,8 @@ static const char doc[] =
 "  tptrace report step.json.gz -o report.html   # what to fix, with plots\n";
 
 enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_PY_STACKS,
-       OPT_NATIVE_STACKS, OPT_TORCH, OPT_TORCH_LOGS, OPT_TORCH_TIMEOUT };
+       OPT_NATIVE_STACKS, OPT_TORCH, OPT_TORCH_LOGS, OPT_TORCH_TIMEOUT,
+       OPT_TORCH_TRACE };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
@@ -112,8 +114,11 @@ static const struct argp_option opts[] = {
 	  "record_function spans, ProfilerStep#N, merged on tptrace's clock and threads", 0 },
 	{ "torch-logs", OPT_TORCH_LOGS, "LIST", 0, "torch._logging (PyTorch 2.1+) for the window: "
 	  "recompiles,graph_breaks; written to FILE.PID.torch_logs.txt next to -o", 0 },
+	{ "torch-trace", OPT_TORCH_TRACE, "DIR", 0, "torch's structured trace (what TORCH_TRACE=DIR "
+	  "turns on at start; tlparse reads it) for the window: torch's own "
+	  "dedicated_log_torch_trace_*.log per process, into DIR", 0 },
 	{ "torch-timeout", OPT_TORCH_TIMEOUT, "SEC", 0, "How long the process's main thread has "
-	  "to reach a safe point for --torch/--torch-logs (default 5)", 0 },
+	  "to reach a safe point for --torch/--torch-logs/--torch-trace (default 5)", 0 },
 	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{},
 };
@@ -172,6 +177,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 				   "comma separated)", arg);
 		env.torch_logs = arg;
 		break;
+	case OPT_TORCH_TRACE:
+		if (!arg[0])
+			argp_error(state, "invalid --torch-trace '' (a directory)");
+		env.torch_trace = arg;
+		break;
 	case OPT_TORCH_TIMEOUT:
 		if (torch__parse_timeout(arg, &env.torch_timeout))
 			argp_error(state, TORCH_TIMEOUT_INVALID, arg);
@@ -206,6 +216,7 @@ struct traced {
 	struct torchprof *torch;	/* --torch: the profiler started in it */
 	char torch_err[512];		/* --torch: why it has no torch events ("" if none) */
 	struct torch_instr_run *torch_logs;	/* --torch-logs */
+	struct torch_instr_run *torch_trace;	/* --torch-trace */
 	bool waiting;			/* --wait: no CUDA runtime yet, "tracing" not said yet */
 };
 
@@ -574,8 +585,9 @@ static int attach_targets(struct trace_session *s)
 			return err;
 		}
 		/* a program may use the driver alone (cuLaunchKernel, as Triton does) */
-		/* --torch: a CPU-only PyTorch job still has its ops to show */
-		if (!t->nr_cudart && !t->nr_driver && !env.wait && !env.torch) {
+		/* --torch*: a CPU-only PyTorch job still has its ops, logs, trace to show */
+		if (!t->nr_cudart && !t->nr_driver && !env.wait && !env.torch && !env.torch_logs &&
+		    !env.torch_trace) {
 			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.*, "
 				  "no static cudart, no libcuda.so.1); use --wait to wait for it\n",
 				  t->pid, t->comm);
@@ -820,6 +832,16 @@ static int start_torch(struct trace_session *s)
 				return errno ? -errno : -EINVAL;
 			}
 		}
+		/* after --torch-logs: its set_logs() resets torch.__trace's own handlers */
+		if (env.torch_trace) {
+			p->torch_trace = torch_instr__start(pid, TORCH_TRACE, NULL, timeout_ms, err,
+							   sizeof(err));
+			if (!p->torch_trace) {
+				log_error("--torch-trace: %s\n", torch__err_line(pid, err));
+				return errno ? -errno : -EINVAL;
+			}
+			log_info("--torch-trace: pid %d: torch's structured trace on\n", pid);
+		}
 	}
 	return 0;
 }
@@ -834,7 +856,7 @@ static int stop_torch(struct trace_session *s)
 		struct traced *p = &s->procs[i];
 		char err[512] = "", path[4200];
 
-		if (!p->torch && !p->torch_logs)
+		if (!p->torch && !p->torch_logs && !p->torch_trace)
 			continue;
 		int e = 0;
 
@@ -854,6 +876,19 @@ static int stop_torch(struct trace_session *s)
 			snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
 			log_error("--torch: %s\n", torch__err_line(p->t->pid, err));
 			ret = -1;
+		}
+		if (p->torch_trace) {
+			if (torch_trace__stop(p->torch_trace, env.torch_trace, path, sizeof(path),
+					      err, sizeof(err))) {
+				log_error("--torch-trace: %s\n", torch__err_line(p->t->pid, err));
+				ret = -1;
+			} else if (path[0]) {
+				log_info("--torch-trace: pid %d: wrote %s\n", p->t->pid, path);
+			} else {
+				log_info("--torch-trace: pid %d: torch logged no structured trace "
+					 "entry in the window (nothing compiled): no file\n",
+					 p->t->pid);
+			}
 		}
 		if (p->torch_logs) {
 			torch_logs_path(path, sizeof(path), p->t->pid);
@@ -1051,6 +1086,7 @@ static void trace_session__free(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++) {
 		torchprof__free(s->procs[i].torch);
 		torch_instr__free(s->procs[i].torch_logs);
+		torch_instr__free(s->procs[i].torch_trace);
 	}
 	for (int i = 0; i < s->nr_procs; i++)
 		target__free(s->procs[i].t);	/* detaches the uprobes */
@@ -1094,11 +1130,11 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	/* a refusal ends the window before it starts; the trace of what is there is written */
-	if ((env.torch || env.torch_logs) && start_torch(&s))
+	if ((env.torch || env.torch_logs || env.torch_trace) && start_torch(&s))
 		torch_ok = false;
 	else
 		run_loop(&s);
-	if ((env.torch || env.torch_logs) && stop_torch(&s))
+	if ((env.torch || env.torch_logs || env.torch_trace) && stop_torch(&s))
 		torch_ok = false;
 	drain(&s);
 	if (env.torch && merge_torch(&s))
