@@ -88,17 +88,20 @@ def _rm_cgroup(d):
 class Recorder:
     def __init__(self, fleet, argv, host_id):
         self.host_id = host_id
+        self.bound = fleet.bound
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out = Lines(self.p.stdout)
         self.err = Lines(self.p.stderr)
 
-    def wait_on(self, timeout=60):
+    def wait_on(self, timeout=None):
+        timeout = timeout or self.bound
         line = self.err.wait_for(lambda l: "flight recorder on" in l, timeout)
         if not line:
             self.p.kill()
             raise AssertionError(f"recorder {self.host_id} did not start: {self.err.text()}")
 
-    def stop(self, timeout=60):
+    def stop(self, timeout=None):
+        timeout = timeout or self.bound
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGINT)
         try:
@@ -119,6 +122,9 @@ class Fleet:
         self.nranks = hosts * ranks_per_host
         self.tag = f"tpf{os.getpid()}"
         self.stall_timeout = stall_timeout
+        # bounds that only turn a hang into a failure: attaching -a recorders to hundreds of
+        # processes on 2 shared cores takes minutes (uprobes registered per file, per recorder)
+        self.bound = 60 + 3 * self.nranks
         self.scope = scope
         self.k = os.getpid() % 200 + 20
         self.dir = tmp_path(f"fleet-{name}")
@@ -333,20 +339,20 @@ class Fleet:
         if wait_ready:
             self.wait_ready()
 
-    def wait_ready(self, timeout=300):
+    def wait_ready(self, timeout=None):
         for w in self.ranks:
-            w.wait_ready(timeout)
+            w.wait_ready(timeout or self.bound)
 
     def go(self):
         for w in self.ranks:
             w.go()
 
-    def wait_step(self, k, ranks=None, timeout=120):
+    def wait_step(self, k, ranks=None, timeout=None):
         """Waits until every rank (of ranks) announced step >= k."""
         for r in ranks if ranks is not None else range(self.nranks):
             w = self.ranks[r]
             ok = w.out.wait_for(lambda l: l.startswith("# step ") and
-                                int(l.split()[2]) >= k, timeout)
+                                int(l.split()[2]) >= k, timeout or self.bound)
             assert ok, f"rank {r} never reached step {k}: {w.out.text()[-500:]} " \
                        f"{w.err.text()[-500:]}"
 
@@ -381,8 +387,9 @@ class Fleet:
                 pass
         return out
 
-    def wait_dumps(self, pred, timeout=120, poll=0.05):
+    def wait_dumps(self, pred, timeout=None, poll=0.05):
         """Polls the dump dir until pred(dumps) is true; returns (dumps, time seen)."""
+        timeout = timeout or self.bound
         end = time.time() + timeout
         while True:
             d = self.dumps()

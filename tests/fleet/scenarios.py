@@ -149,11 +149,11 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50):
     res.update(_start(fleet, when, kw))
     w = fleet.ranks[culprit]
     if fault == "missing":
-        assert w.out.wait_for(lambda l: l.startswith("# culprit idle"), 120), w.out.text()
+        assert w.out.wait_for(lambda l: l.startswith("# culprit idle"), fleet.bound), w.out.text()
     elif fault == "dead":
-        w.p.wait(120)
+        w.p.wait(fleet.bound)
     elif fault == "mismatch":
-        assert w.out.wait_for(lambda l: l == f"# step {FAULT_STEP}", 120), w.out.text()
+        assert w.out.wait_for(lambda l: l == f"# step {FAULT_STEP}", fleet.bound), w.out.text()
     else:
         fleet.wait_step(FAULT_STEP)
         fleet.partition(part_host)
@@ -166,8 +166,7 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50):
         got = {d.get("global_rank") for d in dumps if d["_mtime"] >= t_fault and
                d.get("dump_reason") in ("stall", "trigger", "exit", "signal")}
         return got >= set(range(fleet.nranks))
-    dumps, t_all = fleet.wait_dumps(every_rank_dumped,
-                                    timeout=fleet.stall_timeout + 120)
+    dumps, t_all = fleet.wait_dumps(every_rank_dumped, timeout=fleet.stall_timeout + fleet.bound)
     res["fault_to_all_dumps_s"] = round(t_all - t_fault, 2)
     snap = fleet.snapshot(f"{fault}-{fleet.runs}")
     t0 = time.time()
@@ -201,7 +200,7 @@ def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_bef
         assert got >= want, f"Prometheus scraped only {sorted(got)} of {sorted(want)}"
     t0 = time.time()
     tid = _trigger(fleet)
-    dumps, t_all = fleet.wait_dumps(_all_answered(fleet, tid, t0), timeout=120)
+    dumps, t_all = fleet.wait_dumps(_all_answered(fleet, tid, t0))
     res["trigger_to_all_dumps_s"] = round(t_all - t0, 2)
     if not one_recorder:
         check_scope(fleet, dumps)
@@ -250,7 +249,7 @@ def _run_straggler(fleet, culprit=1, step_ms=100, slow=0.3, when="before"):
     fleet.wait_step(5)
     t0 = time.time()
     tid = _trigger(fleet)
-    dumps, _ = fleet.wait_dumps(_all_answered(fleet, tid, t0), timeout=120)
+    dumps, _ = fleet.wait_dumps(_all_answered(fleet, tid, t0))
     analysis, _ = fleet.analyze(fleet.snapshot(f"straggler-{fleet.runs}"))
     res["verdicts"] = describe(analysis.get("verdicts", []))
     fleet.kill_job()
