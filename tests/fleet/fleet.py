@@ -136,6 +136,8 @@ class Fleet:
         self.prom = None
         self.job_id = None
         self.runs = 0
+        self.last = {}
+        self.t0 = time.time()
         self.cg = None
         self._netns = []
         try:

@@ -144,9 +144,11 @@ def _all_answered(fleet, tid, since):
 
 def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50):
     res = {"scenario": fault, "hosts": fleet.nhosts, "ranks": fleet.nranks, "start": when}
+    fleet.last = res       # what was measured, also when a check fails
     kw = dict(scenario=FAULTS[fault], culprit=culprit, steps=FAULT_STEP + 1000,
               fault_step=FAULT_STEP if fault != "partition" else None, step_ms=step_ms)
     res.update(_start(fleet, when, kw))
+    res["go"] = round(res["go"] - fleet.t0, 2)
     w = fleet.ranks[culprit]
     if fault == "missing":
         assert w.out.wait_for(lambda l: l.startswith("# culprit idle"), fleet.bound), w.out.text()
@@ -186,6 +188,7 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50):
 def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_before=3):
     res = {"scenario": "healthy", "hosts": fleet.nhosts, "ranks": fleet.nranks,
            "start": "one" if one_recorder else when}
+    fleet.last = res       # what was measured, also when a check fails
     kw = dict(scenario="healthy", steps=1000000, step_ms=step_ms)
     if one_recorder:
         fleet.start_one_recorder()
@@ -193,6 +196,7 @@ def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_bef
         fleet.go()
     else:
         res.update(_start(fleet, when, kw))
+        res["go"] = round(res["go"] - fleet.t0, 2)
     fleet.wait_step(steps_before)
     if fleet.prom and not one_recorder:
         want = {fleet.addr(h) for h in range(fleet.nhosts)}
@@ -233,10 +237,12 @@ def _run_straggler(fleet, culprit=1, step_ms=100, slow=0.3, when="before"):
     """The culprit sleeps slow x step time before each step: its peers wait for it."""
     res = {"scenario": "straggler", "hosts": fleet.nhosts, "ranks": fleet.nranks,
            "start": when}
+    fleet.last = res       # what was measured, also when a check fails
     kw = dict(scenario="healthy", culprit=culprit, steps=1000000, step_ms=step_ms,
               extra=["--slow-us", str(int(step_ms * 1000 * slow))])
     res.update(_start(fleet, when, kw))
-    t_go = res["go"]
+    res["go"] = round(res["go"] - fleet.t0, 2)
+    t_go = res["go"] + fleet.t0
     alert = None
     while time.time() - t_go < 30 and not alert:
         for a in fleet.prom_alerts():

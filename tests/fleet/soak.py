@@ -67,11 +67,11 @@ def main():
                 r = run()
                 r["ok"] = True
             except AssertionError as e:
-                r = {"scenario": name, "ok": False, "why": str(e)[:2000]}
+                r = dict(f.last, ok=False, why=str(e)[:2000])
             except Exception:
-                r = {"scenario": name, "ok": False, "why": traceback.format_exc()[-2000:]}
+                r = dict(f.last, ok=False, why=traceback.format_exc()[-2000:])
+            f.last = {}
             r["wall_s"] = round(time.time() - t0, 1)
-            r.pop("go", None)
             results.append(r)
             line = json.dumps(r)
             print(line, flush=True)
