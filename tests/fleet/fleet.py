@@ -137,6 +137,7 @@ class Fleet:
         self.job_id = None
         self.runs = 0
         self.last = {}
+        self.down = set()
         self.t0 = time.time()
         self.cg = None
         self._netns = []
@@ -187,6 +188,12 @@ class Fleet:
     def partition(self, h):
         """Takes host h's link down: a real partition (TCP just stops delivering)."""
         sh("ip", "-n", self.ns(h), "link", "set", "eth0", "down")
+        self.down.add(h)
+
+    def heal(self):
+        for h in sorted(self.down):
+            sh("ip", "-n", self.ns(h), "link", "set", "eth0", "up")
+        self.down = set()
 
     # ---- Prometheus ----
 
@@ -310,6 +317,7 @@ class Fleet:
                 self.stop_recorders()
         finally:
             self.kill_job()
+            self.heal()
 
     # ---- the job ----
 
@@ -342,8 +350,33 @@ class Fleet:
             self.wait_ready()
 
     def wait_ready(self, timeout=None):
-        for w in self.ranks:
-            w.wait_ready(timeout or self.bound)
+        end = time.time() + (timeout or self.bound)
+        for r, w in enumerate(self.ranks):
+            line = w.out.wait_for(lambda l: l.startswith("READY"), max(1, end - time.time()))
+            if not line:
+                raise AssertionError(f"rank {r} never got READY: {self._proc_state(w.p.pid)} "
+                                     f"stdout={w.out.text()[-300:]!r} "
+                                     f"stderr={w.err.text()[-300:]!r}")
+            w.pid = int(line.split()[1])
+
+    @staticmethod
+    def _proc_state(pid):
+        """State, wchan and kernel stack of a process's threads, for a failure message."""
+        out = []
+        for tid in sorted(os.listdir(f"/proc/{pid}/task"))[:8] if os.path.exists(
+                f"/proc/{pid}/task") else []:
+            t = f"/proc/{pid}/task/{tid}"
+            try:
+                with open(f"{t}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()[0]
+                with open(f"{t}/wchan") as f:
+                    wchan = f.read()
+                with open(f"{t}/comm") as f:
+                    comm = f.read().strip()
+                out.append(f"{tid} {comm} {st} {wchan}")
+            except OSError:
+                pass
+        return f"pid {pid}: " + ("; ".join(out) or "gone")
 
     def go(self):
         for w in self.ranks:
