@@ -5,6 +5,7 @@ scenarios.py."""
 import os
 import shutil
 import sys
+import time
 
 from lib import ROOT, Skip, need_root
 
@@ -71,3 +72,45 @@ def test_fleet_partitioned_host():
 def test_fleet_straggler_alert_and_verdict():
     with _fleet("straggler", prometheus=True) as f:
         scenarios.run_straggler(f, culprit=3)
+
+
+def test_fleet_tcp_transport_reduces_and_partition_blocks():
+    """The simulated NCCL across hosts: a 2 x 2 job's allreduce really sums over TCP (every
+    rank's check line); a host whose link goes down stops the whole job (no rank errors out
+    or exits: they block in the collective, as real NCCL), and the job goes on once the link
+    is back (TCP retransmits)."""
+    with _fleet("tcp") as f:
+        f.new_run()
+        try:
+            f.start_job(steps=6, step_ms=1)
+            f.go()
+            for w in f.ranks:
+                w.wait_done(f.bound)
+                line = w.out.wait_for(lambda l: l.startswith("# allreduce_check"), 5)
+                got, want = (line.split()[2].split("=")[1], line.split()[3].split("=")[1])
+                assert got == want, line
+                assert w.finish() == 0, w.err.text()
+            f.kill_job()
+            f.start_job(step_ms=20)
+            f.go()
+            f.wait_step(2)
+            f.partition(1)
+            # blocked: no rank announces a step for 3 s (150 steps of 20 ms); a job that
+            # keeps going for 60 s was not partitioned
+            t0 = time.time()
+            last, quiet_since = None, time.time()
+            while time.time() - quiet_since < 3:
+                now = sum(len(w.out.lines) for w in f.ranks)
+                if now != last:
+                    last, quiet_since = now, time.time()
+                assert time.time() - t0 < 60, "the job went on through the partition"
+                time.sleep(0.2)
+            for r, w in enumerate(f.ranks):
+                assert w.p.poll() is None, f"rank {r} exited during the partition: {w.err.text()}"
+                assert "error" not in w.err.text().lower(), w.err.text()
+            top = max(int(l.split()[2]) for w in f.ranks for l in w.out.lines
+                      if l.startswith("# step "))
+            f.heal()
+            f.wait_step(top + 2)
+        finally:
+            f.end_run()
