@@ -164,8 +164,12 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50):
                 if fault == "partition" else [culprit])
     chosts = sorted({fleet.host_of(r) for r in culprits})
 
+    # the culprit's exit dump may be written before the harness sees it die: every dump
+    # of this run's dump dir made after GO counts
+    t_go = res["go"] + fleet.t0
+
     def every_rank_dumped(dumps):
-        got = {d.get("global_rank") for d in dumps if d["_mtime"] >= t_fault and
+        got = {d.get("global_rank") for d in dumps if d["_mtime"] >= t_go and
                d.get("dump_reason") in ("stall", "trigger", "exit", "signal")}
         return got >= set(range(fleet.nranks))
     dumps, t_all = fleet.wait_dumps(every_rank_dumped, timeout=fleet.stall_timeout + fleet.bound)
