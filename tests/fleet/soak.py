@@ -13,6 +13,7 @@ Usage: tests/fleet/soak.py [--hosts 32] [--ranks 8] [--healthy-runs 100] [--stal
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -41,6 +42,8 @@ def main():
     if os.geteuid() != 0:
         print("soak: needs root (namespaces, BPF)", file=sys.stderr)
         return 2
+    # a timeout's SIGTERM unwinds like ^C: the fleet is torn down on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = open(a.out, "a") if a.out else None
     results = []
     t_start = time.time()

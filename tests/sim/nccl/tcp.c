@@ -344,7 +344,8 @@ struct tcp_wait {
 struct tcp_link {
 	int fd;
 	struct ncclComm *comm;
-	pthread_mutex_t lock;		/* waits, closing; also serialises sends */
+	pthread_mutex_t lock;		/* waits, closing */
+	pthread_mutex_t send_lock;	/* one message at a time; never held with lock */
 	pthread_cond_t cond;
 	struct tcp_wait *waits;
 	uint64_t next_tag;
@@ -443,6 +444,7 @@ int tcp_link_open(struct tcp_link **out, struct ncclComm *comm, const ncclUnique
 		return ncclSystemError;
 	l->comm = comm;
 	pthread_mutex_init(&l->lock, NULL);
+	pthread_mutex_init(&l->send_lock, NULL);
 	pthread_cond_init(&l->cond, NULL);
 	/* the root may not listen yet only if its id was copied early; retry like NCCL's
 	 * bootstrap until the init timeout */
@@ -505,9 +507,12 @@ void tcp_op_arrive(struct tcp_link *l, struct op *op)
 	w->op = op;
 	w->next = l->waits;
 	l->waits = w;
-	/* a partition only fills the socket buffer: the send then blocks, as NCCL's proxy */
-	send_msg(l->fd, MSG_OP, w->tag, &m, sizeof(m), op->sendbuff, m.nfloats * 4ull);
 	pthread_mutex_unlock(&l->lock);
+	/* a partition only fills the socket buffer: the send then blocks, as NCCL's proxy;
+	 * the reader goes on delivering answers meanwhile */
+	pthread_mutex_lock(&l->send_lock);
+	send_msg(l->fd, MSG_OP, w->tag, &m, sizeof(m), op->sendbuff, m.nfloats * 4ull);
+	pthread_mutex_unlock(&l->send_lock);
 }
 
 bool tcp_op_wait(struct tcp_link *l, struct op *op)
@@ -566,6 +571,7 @@ void tcp_link_free(struct tcp_link *l)
 	if (l->fd >= 0)
 		close(l->fd);
 	pthread_cond_destroy(&l->cond);
+	pthread_mutex_destroy(&l->send_lock);
 	pthread_mutex_destroy(&l->lock);
 	free(l);
 }
