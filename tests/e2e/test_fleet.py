@@ -114,3 +114,59 @@ def test_fleet_tcp_transport_reduces_and_partition_blocks():
             f.wait_step(top + 2)
         finally:
             f.end_run()
+
+
+def test_fleet_scope_pidns_records_only_that_namespace():
+    """-a --scope pidns=PATH: a 2-rank job inside the pid namespace is recorded, an identical
+    job outside it is not (neither dumped nor named)."""
+    import glob
+    import json
+    import signal
+    import subprocess
+    from lib import TPTRACE, WL, Tracer, Workload, tmp_path
+    need_root()
+    d = tmp_path("fleet-pidns")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sleep", "600"])
+    tracer = None
+    jobs = []
+    try:
+        inner = None
+        for _ in range(100):        # unshare forks sleep: wait for it to exist
+            kids = subprocess.run(["pgrep", "-P", str(ns.pid)], stdout=subprocess.PIPE,
+                                  text=True).stdout.split()
+            if kids:
+                inner = int(kids[0])
+                break
+            time.sleep(0.05)
+        assert inner, "no process in the new pid namespace"
+        tracer = Tracer(["fr", "-a", "--scope", f"pidns=/proc/{inner}/ns/pid", "--dump-dir",
+                         os.path.join(d, "dumps"), "--no-stacks", "-v"], ready=False)
+        assert tracer.err.wait_for(lambda l: "flight recorder on" in l, 60), tracer.err.text()
+        rank = os.path.join(WL, "nccl_rank")
+        for where, enter in (("in", ["nsenter", "-t", str(inner), "-p"]), ("out", [])):
+            ranks = [Workload(enter + [rank, "--rank", str(r), "--nranks", "2", "--id-file",
+                                       os.path.join(d, f"{where}.id"), "--steps", "20"],
+                              wait_ready=False) for r in range(2)]
+            jobs += ranks
+            for w in ranks:
+                w.wait_ready()
+                w.go()
+            for w in ranks:
+                w.wait_done()
+                assert w.finish() == 0, w.err.text()
+        assert tracer.stop() == 0, tracer.err.text()
+        cmds = []
+        for p in glob.glob(os.path.join(d, "dumps", "tptrace-fr.*.json")):
+            with open(p) as f:
+                cmds.append(json.load(f)["cmdline"])
+        assert len(cmds) == 2 and all("in.id" in c for c in cmds), cmds
+    finally:
+        for w in jobs:
+            w.kill()
+        if tracer and tracer.p.poll() is None:
+            tracer.p.send_signal(signal.SIGINT)
+            tracer.wait()
+        ns.kill()
+        ns.wait()
