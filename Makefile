@@ -47,7 +47,7 @@ USER_OBJS := $(patsubst user/%.c,$(OUTPUT)/user/%.o,$(USER_SRCS))
 PB_GEN    := $(OUTPUT)/perfetto_trace.pb-c.c $(OUTPUT)/perfetto_trace.pb-c.h
 LIB_OBJS  := $(filter-out $(OUTPUT)/user/tptrace.o,$(USER_OBJS)) $(OUTPUT)/perfetto_trace.pb-c.o
 
-.PHONY: all deps demo test bench clean install uninstall man
+.PHONY: all deps demo test bench soak clean install uninstall man
 .SECONDARY:
 # the first rule, so the default goal; its prerequisites follow the includes below
 all:
@@ -124,6 +124,10 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all $(WL_DIR)/sim_train $(SIM_CUPTI)
 	$(Q)tests/demo.sh
 bench: deps ; $(Q)tests/bench/run.sh
+# the fleet at scale (tests/fleet/soak.py: 32 hosts x 8 ranks as network namespaces, root)
+soak: deps
+	$(Q)$(MAKE) --no-print-directory all test-bins
+	$(Q)python3 tests/fleet/soak.py $(SOAK_ARGS)
 
 # Install: tptrace needs root (BPF, ptrace), so sbin; the analyzer reads files, so bin. The
 # agent goes where user/gpu.c's find_agent() looks from an installed binary:

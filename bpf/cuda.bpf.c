@@ -86,6 +86,27 @@ struct {
 	__type(value, __u8);
 } fr_pids SEC(".maps");
 
+/* tptrace fr -a --scope (user/fr_scope.h): 0 every process, 1 one pid namespace (dev, ino),
+ * 2 one network namespace (ino), 3 one cgroup v2 subtree (ino: its id, at depth level). */
+const volatile __u32 fr_scope = 0;
+const volatile __u64 fr_scope_dev = 0, fr_scope_ino = 0;
+const volatile __u32 fr_scope_level = 0;
+
+static __always_inline bool fr_in_scope(struct task_struct *task)
+{
+	struct bpf_pidns_info ns;
+
+	switch (fr_scope) {
+	case 1:
+		return bpf_get_ns_current_pid_tgid(fr_scope_dev, fr_scope_ino, &ns, sizeof(ns)) == 0;
+	case 2:
+		return BPF_CORE_READ(task, nsproxy, net_ns, ns.inum) == fr_scope_ino;
+	case 3:
+		return bpf_get_current_ancestor_cgroup_id(fr_scope_level) == fr_scope_ino;
+	}
+	return true;
+}
+
 static __always_inline bool fr_unwanted(__u64 pid_tgid)
 {
 	__u32 tgid = pid_tgid >> 32;
@@ -430,6 +451,9 @@ int BPF_PROG(fr_map, struct pt_regs *regs, long ret)
 		return 0;
 	kind = lib_kind(name);
 	if (!kind)
+		return 0;
+	/* another host's process (--scope): never recorded, its files not learnt from it */
+	if (!fr_in_scope(task))
 		return 0;
 	pid_tgid = bpf_get_current_pid_tgid();
 	tgid = pid_tgid >> 32;

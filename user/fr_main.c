@@ -22,6 +22,7 @@
 #include "ustack.h"
 #include "fr_metrics.h"
 #include "fr_claim.h"
+#include "fr_scope.h"
 #include "fr_trigger.h"
 #include "inject.h"
 #include "log.h"
@@ -50,6 +51,7 @@ static struct fr_env {
 	const char *metrics, *metrics_file;
 	/* cross-host triggers */
 	const char *host_id;
+	struct fr_scope scope;
 	const char *trigger_dir;	/* --trigger: write one and exit */
 	const char *job;
 	bool torch_dump;	/* -p: PyTorch's own flight recorder dump at the final dump */
@@ -113,11 +115,14 @@ static const char doc[] =
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
        OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE,
-       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB, OPT_PY_STACKS, OPT_TORCH_DUMP, OPT_TORCH_TIMEOUT };
+       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB, OPT_PY_STACKS, OPT_TORCH_DUMP, OPT_TORCH_TIMEOUT,
+       OPT_SCOPE };
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
 	{ "all", 'a', NULL, 0, "Every NCCL process on the host, including ones that start later", 0 },
+	{ "scope", OPT_SCOPE, "KIND", 0, "-a: only processes in pidns[=PATH], netns[=PATH] (default: "
+	  "tptrace's own) or cgroup=PATH", 0 },
 	{ "dump-dir", OPT_DUMP_DIR, "DIR", 0, "Where dumps go (default /var/lib/tptrace)", 0 },
 	{ "ring", OPT_RING, "N", 0, "Entries kept per process (default 2000)", 0 },
 	{ "stall-timeout", OPT_STALL, "SEC", 0, "Dump when pending work makes no progress this long (default 60; 0 off)", 0 },
@@ -162,6 +167,10 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case 'a':
 		env.all = true;
+		break;
+	case OPT_SCOPE:
+		if (fr_scope__parse(arg, &env.scope))
+			argp_usage(state);
 		break;
 	case OPT_DUMP_DIR:
 		env.dump_dir = arg;
@@ -249,6 +258,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "no process given: use -p PID or -a");
 		if (env.nr_pids && env.all)
 			argp_error(state, "-p and -a exclude each other");
+		if (env.scope.kind && !env.all)
+			argp_error(state, "--scope needs -a");
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -513,6 +524,9 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 
 	if (s->nr_targets == MAX_TARGETS)
 		return -ENOSPC;
+	/* -a --scope: another host's process is not ours (not an error) */
+	if (env.all && !fr_scope__has(&env.scope, pid))
+		return 0;
 	err = claim_pid(pid);
 	if (err)
 		return err;
@@ -744,7 +758,8 @@ int fr_main(int argc, char **argv)
 	}
 
 	s.bpf = session__load_bpf_opts(env.ring_mb, &(struct session_load_opts){
-		.fr_exec = env.all, .ustacks = env.py_stacks });
+		.fr_exec = env.all, .ustacks = env.py_stacks,
+		.scope = env.scope.kind ? &env.scope : NULL });
 	if (!s.bpf)
 		goto cleanup;
 	session__probes(s.bpf, &s.probes);
@@ -815,6 +830,11 @@ int fr_main(int argc, char **argv)
 	start = session__clock_ns(CLOCK_MONOTONIC);
 	if (env.duration > 0)
 		deadline = start + (uint64_t)(env.duration * 1e9);
+	if (env.scope.kind) {
+		char what[600];
+
+		log_info("-a scoped to %s\n", fr_scope__describe(&env.scope, what, sizeof(what)));
+	}
 	log_info("flight recorder on %s%d process%s, dumps to %s\n",
 		 env.all ? "all NCCL processes, now " : "", s.nr_targets,
 		 s.nr_targets == 1 ? "" : "es", env.dump_dir);

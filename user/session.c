@@ -17,6 +17,7 @@
 #include "cuda.h"
 #include "log.h"
 #include "session.h"
+#include "fr_scope.h"
 #include "target.h"
 
 int tptrace_verbosity;
@@ -145,6 +146,12 @@ static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts 
 	bpf_program__set_autoload(skel->progs.ustack_code_free, o->ustacks || o->ustacks_native);
 	bpf_program__set_autoload(skel->progs.fr_exec, fr_exec);
 	skel->rodata->fr_filter = fr_exec;
+	if (o->scope) {
+		skel->rodata->fr_scope = o->scope->kind;
+		skel->rodata->fr_scope_dev = o->scope->dev;
+		skel->rodata->fr_scope_ino = o->scope->ino;
+		skel->rodata->fr_scope_level = o->scope->level;
+	}
 	skel->rodata->ustacks_on = o->ustacks || o->ustacks_native;
 	if (!skel->rodata->ustacks_on)
 		bpf_map__set_max_entries(skel->maps.ustacks, 1);

@@ -25,6 +25,7 @@ struct session_load_opts {
 	bool fr_exec;		/* as session__load_bpf_fr_exec */
 	bool ustacks;		/* --py-stacks: capture each call's Python stack (bpf/ustacks.h) */
 	bool ustacks_native;	/* ... and its native frames (frame pointers) */
+	const struct fr_scope *scope;	/* fr -a --scope (fr_scope.h); NULL: every process */
 };
 
 /* Opens and loads the BPF object with a ring of ring_mb MiB. NULL after an error line. */

@@ -46,19 +46,8 @@ struct ncclComm {
 	int aborting;			/* atomic: abort or revoke in progress */
 	int async_error;		/* atomic ncclResult_t */
 	bool revoked, handle_closed;
+	struct tcp_link *link;		/* TCP transport: this rank is remote from the root */
 	struct ncclComm *next_live;
-};
-
-/* One operation as the host call saw it. */
-struct op {
-	struct ncclComm *comm;
-	struct op_desc desc;
-	const void *sendbuff;
-	void *recvbuff;
-	int peer;
-	cudaStream_t stream;
-	size_t bytes;
-	bool running;			/* counted in comm->running */
 };
 
 /* One kernel on one stream: the ops of a group on that stream, or a single op. */
@@ -246,6 +235,8 @@ static void comm_unlink_live(struct ncclComm *comm)
 static void comm_release(struct ncclComm *comm)
 {
 	comm->magic = 0;
+	if (comm->link)
+		tcp_link_free(comm->link);
 	free(comm->send_seq);
 	free(comm->recv_seq);
 	free(comm);
@@ -257,6 +248,8 @@ static void comm_close(struct ncclComm *comm)
 	bool release;
 
 	comm_unlink_live(comm);
+	if (comm->link)
+		tcp_link_close(comm->link);
 	seg_leave(&comm->seg);
 	pthread_mutex_lock(&comm->lock);
 	comm->handle_closed = true;
@@ -266,8 +259,8 @@ static void comm_close(struct ncclComm *comm)
 		comm_release(comm);
 }
 
-static ncclResult_t comm_create(struct ncclComm **out, const char *name, int nranks, int rank,
-				int device)
+static ncclResult_t comm_create_id(struct ncclComm **out, const char *name, int nranks,
+				   int rank, int device, const ncclUniqueId *id)
 {
 	struct ncclComm *comm;
 	int err;
@@ -286,7 +279,14 @@ static ncclResult_t comm_create(struct ncclComm **out, const char *name, int nra
 		free(comm);
 		return fail(ncclSystemError, "out of memory");
 	}
-	err = seg_join(&comm->seg, name, nranks, rank, simnccl_cfg.init_timeout_s);
+	if (id) {
+		/* the segment lives on the root's host: joined there by our proxy */
+		snprintf(comm->seg.name, sizeof(comm->seg.name), "%s", name);
+		err = tcp_link_open(&comm->link, comm, id, name, nranks, rank,
+				    simnccl_cfg.init_timeout_s);
+	} else {
+		err = seg_join(&comm->seg, name, nranks, rank, simnccl_cfg.init_timeout_s);
+	}
 	if (err) {
 		free(comm->send_seq);
 		free(comm->recv_seq);
@@ -305,6 +305,17 @@ static ncclResult_t comm_create(struct ncclComm **out, const char *name, int nra
 	pthread_mutex_unlock(&live_lock);
 	*out = comm;
 	return ncclSuccess;
+}
+
+static ncclResult_t comm_create(struct ncclComm **out, const char *name, int nranks, int rank,
+				int device)
+{
+	return comm_create_id(out, name, nranks, rank, device, NULL);
+}
+
+int simnccl_comm_create(struct ncclComm **out, const char *name, int nranks, int rank)
+{
+	return comm_create_id(out, name, nranks, rank, 0, NULL);
 }
 
 static int current_device(void)
@@ -340,9 +351,13 @@ static void comm_stop_pending(struct ncclComm *comm)
 	pthread_mutex_lock(&comm->lock);
 	__atomic_store_n(&comm->aborting, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&comm->lock);
-	seg_lock(&comm->seg);
-	seg_changed(&comm->seg);
-	seg_unlock(&comm->seg);
+	if (comm->link) {
+		tcp_link_wake(comm->link);
+	} else {
+		seg_lock(&comm->seg);
+		seg_changed(&comm->seg);
+		seg_unlock(&comm->seg);
+	}
 	pthread_mutex_lock(&comm->lock);
 	while (comm->running > 0)
 		pthread_cond_wait(&comm->idle, &comm->lock);
@@ -402,7 +417,7 @@ static bool coll_mismatch_hangs(struct ncclComm *comm, struct seg_slot *slot, ui
 /* Elements of a float32-sum allreduce really reduced: the first data_max bytes' worth. */
 static uint64_t allreduce_moved(const struct op *op)
 {
-	uint64_t cap = op->comm->seg.hdr->data_max / 4;
+	uint64_t cap = simnccl_cfg.data_max / 4;
 
 	if (op->desc.kind != OP_ALLREDUCE || op->desc.dtype != ncclFloat32 ||
 	    op->desc.redop != ncclSum)
@@ -547,8 +562,10 @@ static void op_depart(struct op *op)
 	if (allreduce_moved(op) && op->recvbuff && slot->accumulated == slot->arrived) {
 		for (int r = 1; r < op->comm->nranks; r++)
 			same &= desc_equal(&slot->desc[r], &slot->desc[0]);
-		if (same)
+		if (same) {
 			memcpy(op->recvbuff, seg_data(g, op->desc.seq), allreduce_moved(op) * 4);
+			op->moved = true;
+		}
 	}
 	seg_lock(g);
 	if (++slot->departed == (uint32_t)op->comm->nranks)
@@ -595,16 +612,26 @@ static void run_work(void *arg)
 	bool *ok = calloc(w->nops, sizeof(bool));
 	bool all_ok = true;
 
-	for (int i = 0; i < w->nops; i++)
-		if (op_start(&w->ops[i]))
-			op_arrive(&w->ops[i]);
 	for (int i = 0; i < w->nops; i++) {
-		ok[i] = w->ops[i].running && op_wait(&w->ops[i]);
+		struct op *op = &w->ops[i];
+
+		if (op_start(op)) {
+			if (op->comm->link)
+				tcp_op_arrive(op->comm->link, op);
+			else
+				op_arrive(op);
+		}
+	}
+	for (int i = 0; i < w->nops; i++) {
+		struct op *op = &w->ops[i];
+
+		ok[i] = op->running && (op->comm->link ? tcp_op_wait(op->comm->link, op)
+						       : op_wait(op));
 		all_ok &= ok[i];
 	}
 	start = now_ns();
 	for (int i = 0; i < w->nops; i++) {
-		if (ok[i])
+		if (ok[i] && !w->ops[i].comm->link)
 			op_depart(&w->ops[i]);
 		bytes += w->ops[i].bytes;
 	}
@@ -620,6 +647,47 @@ static void run_work(void *arg)
 	}
 	free(ok);
 	free(w);
+}
+
+/* ---- the root's side of the TCP transport (tcp.c) ---- */
+
+bool simnccl_run_proxied(struct op *op)
+{
+	struct ncclComm *comm = op->comm;
+	bool ok = false;
+
+	pthread_mutex_lock(&comm->lock);
+	comm->pending++;
+	pthread_mutex_unlock(&comm->lock);
+	if (op_start(op)) {
+		op_arrive(op);
+		ok = op_wait(op);
+		if (ok)
+			op_depart(op);
+	}
+	op_finished(op);
+	return ok;
+}
+
+void simnccl_comm_abort(struct ncclComm *comm)
+{
+	comm_stop_pending(comm);
+	comm_close(comm);
+}
+
+bool simnccl_comm_aborting(struct ncclComm *comm)
+{
+	return comm_aborting(comm);
+}
+
+void simnccl_comm_set_async(struct ncclComm *comm, int err)
+{
+	__atomic_store_n(&comm->async_error, err, __ATOMIC_RELEASE);
+}
+
+uint64_t simnccl_moved_elems(const struct op *op)
+{
+	return allreduce_moved(op);
 }
 
 static ncclResult_t enqueue_work(struct op *ops, int nops)
@@ -891,6 +959,15 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId)
 	if (!uniqueId)
 		return fail(ncclInvalidArgument, "ncclGetUniqueId: NULL id");
 	memcpy(uniqueId->internal, "TPSN", 4);
+	if (getenv("TPSIM_NCCL_SOCKET_ADDR") && *getenv("TPSIM_NCCL_SOCKET_ADDR")) {
+		ncclResult_t r = tcp_id_new(uniqueId, getenv("TPSIM_NCCL_SOCKET_ADDR"));
+
+		if (r)
+			return fail(r, "ncclGetUniqueId: no listener on %s",
+				    getenv("TPSIM_NCCL_SOCKET_ADDR"));
+		seg_reap_stale();
+		return ncclSuccess;
+	}
 	while (got < NCCL_UNIQUE_ID_BYTES - 4) {
 		n = getrandom(uniqueId->internal + 4 + got, NCCL_UNIQUE_ID_BYTES - 4 - got, 0);
 		if (n < 0 && errno != EINTR)
@@ -911,7 +988,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks,
 	if (!comm)
 		return fail(ncclInvalidArgument, "ncclCommInitRank: NULL comm");
 	seg_name_from_id(&commId, name, sizeof(name));
-	return comm_create(comm, name, nranks, rank, current_device());
+	return comm_create_id(comm, name, nranks, rank, current_device(),
+			      tcp_id_is_tcp(&commId) && tcp_id_remote(&commId) ? &commId : NULL);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId,
@@ -1027,6 +1105,8 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 	simnccl_cfg_init();
 	if (!parent || !newcomm)
 		return fail(ncclInvalidArgument, "ncclCommSplit: invalid comm %p", (void *)comm);
+	if (parent->link)
+		return fail(ncclInvalidUsage, "ncclCommSplit: not simulated over TCP");
 	if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
 		return fail(ncclInvalidArgument, "ncclCommSplit: invalid color %d", color);
 	all = calloc(parent->nranks, sizeof(*all));
@@ -1081,6 +1161,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
 	if (!parent || !newcomm || excludeRanksCount < 0 ||
 	    (excludeRanksCount && !excludeRanksList))
 		return fail(ncclInvalidArgument, "ncclCommShrink: invalid arguments");
+	if (parent->link)
+		return fail(ncclInvalidUsage, "ncclCommShrink: not simulated over TCP");
 	all = calloc(parent->nranks, sizeof(*all));
 	excluded = calloc(parent->nranks, sizeof(*excluded));
 	if (!all || !excluded) {

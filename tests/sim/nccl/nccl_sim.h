@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cuda_runtime_api.h>
 #include "tpsim_nccl.h"
 
 #define SEG_MAGIC	0x4c43434eu	/* "NCCL" */
@@ -139,5 +140,64 @@ void seg_reap_stale(void);
 
 /* Id bytes -> "/tpsim-nccl-<hex>". */
 void seg_name_from_id(const ncclUniqueId *id, char *name, size_t len);
+
+/*
+ * TCP transport (tcp.c), for ranks on other hosts (network namespaces) than the process that
+ * made the id. With TPSIM_NCCL_SOCKET_ADDR=IPv4 set, ncclGetUniqueId starts a listener on
+ * that address (the "root", as NCCL's bootstrap root) and puts it in the id:
+ *   bytes 0-3 "TPST", 4-19 random (the segment name), 20-23 IPv4, 24-25 port (network
+ *   order), 26-33 the root's network namespace inode, 34-127 random.
+ * A rank in the root's network namespace joins the shared segment as usual; a rank elsewhere
+ * connects to the root, where one proxy thread per connection joins the segment as that rank
+ * (a "shadow" comm) and runs each of its operations there, one thread per operation (the
+ * rank's collective blocks until the proxy's does). Nothing ever times out: a rank cut off by
+ * a partition waits forever, as a real NCCL kernel does; a connection that breaks (a peer
+ * process died) sets the comm's async error to ncclRemoteError and leaves its pending
+ * operations hanging. Split/shrink of a remote comm: ncclInvalidUsage (not simulated).
+ */
+#define TCP_ID_MAGIC "TPST"
+
+struct ncclComm;
+struct tcp_link;
+
+/* One operation as the host call saw it (api.c); moved: op_depart copied reduced data. */
+struct op {
+	struct ncclComm *comm;
+	struct op_desc desc;
+	const void *sendbuff;
+	void *recvbuff;
+	int peer;
+	cudaStream_t stream;
+	size_t bytes;
+	bool running;			/* counted in comm->running */
+	bool moved;
+};
+
+/* api.c, for the proxy: create a shadow comm (blocks like init); run one op on it from start
+ * to departure (false: abandoned); abort and close it. */
+int simnccl_comm_create(struct ncclComm **out, const char *name, int nranks, int rank);
+bool simnccl_run_proxied(struct op *op);
+void simnccl_comm_abort(struct ncclComm *comm);
+bool simnccl_comm_aborting(struct ncclComm *comm);
+void simnccl_comm_set_async(struct ncclComm *comm, int err);
+/* Float32 elements of a sum allreduce really reduced for this op (0: none). */
+uint64_t simnccl_moved_elems(const struct op *op);
+
+bool tcp_id_is_tcp(const ncclUniqueId *id);
+/* Fills a TCP id (TPSIM_NCCL_SOCKET_ADDR set): 0, or an ncclResult_t. */
+int tcp_id_new(ncclUniqueId *id, const char *addr);
+/* Whether the id's root is in another network namespace than this process. */
+bool tcp_id_remote(const ncclUniqueId *id);
+/* Connects to the root and joins as rank (blocks until every rank joined): ncclResult_t. */
+int tcp_link_open(struct tcp_link **out, struct ncclComm *comm, const ncclUniqueId *id,
+		  const char *name, int nranks, int rank, int timeout_s);
+void tcp_op_arrive(struct tcp_link *l, struct op *op);
+/* Waits for the op's completion at the root; false when the comm is aborted meanwhile. */
+bool tcp_op_wait(struct tcp_link *l, struct op *op);
+/* Wakes waiters (abort). */
+void tcp_link_wake(struct tcp_link *l);
+/* Closes the connection (the root's proxy leaves the segment); waiters must be gone. */
+void tcp_link_close(struct tcp_link *l);
+void tcp_link_free(struct tcp_link *l);
 
 #endif /* TPSIM_NCCL_SIM_H */

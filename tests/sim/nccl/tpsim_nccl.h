@@ -75,6 +75,12 @@
  *   TPSIM_NCCL_HANG_ON=kind        see above
  *   TPSIM_NCCL_DATA_MAX=65536      bytes of a float32-sum allreduce really reduced (0: none)
  *   TPSIM_NCCL_VERBOSE=1           init/split/abort/mismatch lines on stderr (2: every op)
+ *   TPSIM_NCCL_SOCKET_ADDR=IPv4    ncclGetUniqueId makes a TCP id whose root listens there:
+ *                                  ranks in other network namespaces (hosts) join over TCP
+ *                                  through the root's proxy (nccl_sim.h "TCP transport"); a
+ *                                  partition hangs them, a root that dies gives
+ *                                  ncclRemoteError. Split/shrink of such a rank's comm:
+ *                                  ncclInvalidUsage.
  */
 #ifndef TPSIM_NCCL_H
 #define TPSIM_NCCL_H

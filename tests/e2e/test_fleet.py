@@ -1,0 +1,172 @@
+"""The fleet harness (tests/fleet) small: 2 hosts x 2 ranks as network namespaces, one
+`tptrace fr -a --scope netns` per host, a real Prometheus. `make soak` runs the same scenarios
+at 32 hosts x 8 ranks (tests/fleet/soak.py). What each scenario asserts: tests/fleet/
+scenarios.py."""
+import os
+import shutil
+import sys
+import time
+
+from lib import ROOT, Skip, need_root
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "fleet"))
+import fleet as fleetlib  # noqa: E402
+import scenarios  # noqa: E402
+
+HOSTS, RPH, STALL = 2, 2, 3
+
+
+def _fleet(name, prometheus=False, **kw):
+    need_root()
+    if not shutil.which("ip"):
+        raise Skip("no ip(8)")
+    if prometheus and not shutil.which("prometheus"):
+        raise Skip("no prometheus")
+    return fleetlib.Fleet(HOSTS, RPH, name=name, stall_timeout=STALL, prometheus=prometheus,
+                          **kw)
+
+
+def test_fleet_scope_hosts_record_only_their_ranks():
+    """Each host's recorder (-a --scope netns) dumps exactly its own ranks, never the other
+    host's (check_scope); trigger dumps of a healthy job blame no one."""
+    with _fleet("scope") as f:
+        scenarios.run_healthy(f)
+
+
+def test_fleet_healthy_mixed_start_no_culprit_no_alert():
+    """Recorders started before, during and after the job's start; Prometheus scrapes both;
+    no culprit from a trigger's dumps nor from the final dumps of all recorders stopped at
+    once; no straggler alert."""
+    with _fleet("healthy", prometheus=True) as f:
+        scenarios.run_healthy(f, when="mixed")
+
+
+def test_fleet_healthy_one_recorder_for_all_hosts():
+    """One recorder scoped to the fleet's cgroup records every host's ranks: no culprit."""
+    with _fleet("one") as f:
+        if not f.cg:
+            raise Skip("no cgroup v2 hierarchy")
+        scenarios.run_healthy(f, one_recorder=True)
+
+
+def test_fleet_missing_rank():
+    with _fleet("missing") as f:
+        scenarios.run_fault(f, "missing", culprit=3)
+
+
+def test_fleet_dead_rank():
+    with _fleet("dead") as f:
+        scenarios.run_fault(f, "dead", culprit=2)
+
+
+def test_fleet_mismatched_collective():
+    with _fleet("mismatch") as f:
+        scenarios.run_fault(f, "mismatch", culprit=1)
+
+
+def test_fleet_partitioned_host():
+    with _fleet("partition") as f:
+        scenarios.run_fault(f, "partition", part_host=1)
+
+
+def test_fleet_straggler_alert_and_verdict():
+    with _fleet("straggler", prometheus=True) as f:
+        scenarios.run_straggler(f, culprit=3)
+
+
+def test_fleet_tcp_transport_reduces_and_partition_blocks():
+    """The simulated NCCL across hosts: a 2 x 2 job's allreduce really sums over TCP (every
+    rank's check line); a host whose link goes down stops the whole job (no rank errors out
+    or exits: they block in the collective, as real NCCL), and the job goes on once the link
+    is back (TCP retransmits)."""
+    with _fleet("tcp") as f:
+        f.new_run()
+        try:
+            f.start_job(steps=6, step_ms=1)
+            f.go()
+            for w in f.ranks:
+                w.wait_done(f.bound)
+                line = w.out.wait_for(lambda l: l.startswith("# allreduce_check"), 5)
+                got, want = (line.split()[2].split("=")[1], line.split()[3].split("=")[1])
+                assert got == want, line
+                assert w.finish() == 0, w.err.text()
+            f.kill_job()
+            f.start_job(step_ms=20)
+            f.go()
+            f.wait_step(2)
+            f.partition(1)
+            # blocked: no rank announces a step for 3 s (150 steps of 20 ms); a job that
+            # keeps going for 60 s was not partitioned
+            t0 = time.time()
+            last, quiet_since = None, time.time()
+            while time.time() - quiet_since < 3:
+                now = sum(len(w.out.lines) for w in f.ranks)
+                if now != last:
+                    last, quiet_since = now, time.time()
+                assert time.time() - t0 < 60, "the job went on through the partition"
+                time.sleep(0.2)
+            for r, w in enumerate(f.ranks):
+                assert w.p.poll() is None, f"rank {r} exited during the partition: {w.err.text()}"
+                assert "error" not in w.err.text().lower(), w.err.text()
+            top = max(int(l.split()[2]) for w in f.ranks for l in w.out.lines
+                      if l.startswith("# step "))
+            f.heal()
+            f.wait_step(top + 2)
+        finally:
+            f.end_run()
+
+
+def test_fleet_scope_pidns_records_only_that_namespace():
+    """-a --scope pidns=PATH: a 2-rank job inside the pid namespace is recorded, an identical
+    job outside it is not (neither dumped nor named)."""
+    import glob
+    import json
+    import signal
+    import subprocess
+    from lib import TPTRACE, WL, Tracer, Workload, tmp_path
+    need_root()
+    d = tmp_path("fleet-pidns")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    ns = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sleep", "600"])
+    tracer = None
+    jobs = []
+    try:
+        inner = None
+        for _ in range(100):        # unshare forks sleep: wait for it to exist
+            kids = subprocess.run(["pgrep", "-P", str(ns.pid)], stdout=subprocess.PIPE,
+                                  text=True).stdout.split()
+            if kids:
+                inner = int(kids[0])
+                break
+            time.sleep(0.05)
+        assert inner, "no process in the new pid namespace"
+        tracer = Tracer(["fr", "-a", "--scope", f"pidns=/proc/{inner}/ns/pid", "--dump-dir",
+                         os.path.join(d, "dumps"), "--no-stacks", "-v"], ready=False)
+        assert tracer.err.wait_for(lambda l: "flight recorder on" in l, 60), tracer.err.text()
+        rank = os.path.join(WL, "nccl_rank")
+        for where, enter in (("in", ["nsenter", "-t", str(inner), "-p"]), ("out", [])):
+            ranks = [Workload(enter + [rank, "--rank", str(r), "--nranks", "2", "--id-file",
+                                       os.path.join(d, f"{where}.id"), "--steps", "20"],
+                              wait_ready=False) for r in range(2)]
+            jobs += ranks
+            for w in ranks:
+                w.wait_ready()
+                w.go()
+            for w in ranks:
+                w.wait_done()
+                assert w.finish() == 0, w.err.text()
+        assert tracer.stop() == 0, tracer.err.text()
+        cmds = []
+        for p in glob.glob(os.path.join(d, "dumps", "tptrace-fr.*.json")):
+            with open(p) as f:
+                cmds.append(json.load(f)["cmdline"])
+        assert len(cmds) == 2 and all("in.id" in c for c in cmds), cmds
+    finally:
+        for w in jobs:
+            w.kill()
+        if tracer and tracer.p.poll() is None:
+            tracer.p.send_signal(signal.SIGINT)
+            tracer.wait()
+        ns.kill()
+        ns.wait()
