@@ -327,7 +327,12 @@ class Fleet:
     def start_job(self, scenario="healthy", culprit=1, steps=1000000, fault_step=None,
                   extra=(), step_ms=50, wait_ready=True):
         """Starts every rank (each in its host's namespace and cgroup) up to READY."""
-        id_file = os.path.join(self.dir, f"nccl-{self.runs}.id")
+        # a file per job, never one an earlier job of this run left: ranks that read a stale
+        # id would wait on a root that is gone
+        self.jobs = getattr(self, "jobs", 0) + 1
+        id_file = os.path.join(self.dir, f"nccl-{self.runs}-{self.jobs}.id")
+        if os.path.exists(id_file):
+            os.unlink(id_file)
         self.ranks = []
         for r in range(self.nranks):
             h = self.host_of(r)
