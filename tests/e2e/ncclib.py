@@ -7,7 +7,7 @@ import shutil
 import signal
 import subprocess
 import time
-from lib import ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, tmp_path
+from lib import ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, fresh_tmp_path, tmp_path
 
 FR_TOOL = os.path.join(os.path.dirname(TPTRACE), "tptrace-fr")
 PY_RANK = os.path.join(ROOT, "tests", "workloads", "py_nccl_rank.py")
@@ -104,6 +104,27 @@ class Job:
                 d = json.load(f)
             out[d["global_rank"]] = d
         return out
+
+
+def trace_ranks_gpu(job, name):
+    """Every rank of job traced by its own `tptrace -p PID --gpu` from GO to its end: the
+    traces' paths, rank order."""
+    outs = [fresh_tmp_path(f"{name}-{r}.json") for r in range(len(job.ranks))]
+    tracers = []
+    try:
+        for pid, out in zip(job.pids(), outs):
+            tracers.append(Tracer(["-p", str(pid), "--gpu", "-o", out]))
+        job.go()
+        job.wait_done()
+        for w in job.ranks:
+            assert w.finish() == 0, w.out.text()
+        for t in tracers:
+            assert t.wait(30) == 0, t.err.text()
+    finally:
+        job.kill()
+        for t in tracers:
+            t.stop()
+    return outs
 
 
 def analyze(dump_dir):

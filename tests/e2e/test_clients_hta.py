@@ -15,9 +15,9 @@ import os
 import shutil
 import subprocess
 from gpulib import need_ptrace
-from lib import (ROOT, TPTRACE, Tracer, fresh_tmp_path, load_trace, need_root, tmp_path,
+from lib import (ROOT, TPTRACE, load_trace, need_root, tmp_path,
                  venv_python)
-from ncclib import Job
+from ncclib import Job, trace_ranks_gpu
 from test_report import HEALTHY, job_trace
 
 HTA_RUN = os.path.join(ROOT, "tests", "clients", "hta_run.py")
@@ -188,21 +188,7 @@ def test_hta_three_ranks():
     venv_python()
     job = Job(3, steps=8, culprit=2, name="hta-ranks",
               extra=["--kernels", "2", "--compute-us", "300", "--slow-us", "3000"])
-    outs = [fresh_tmp_path(f"hta-ranks-{r}.json") for r in range(3)]
-    tracers = []
-    try:
-        for pid, out in zip(job.pids(), outs):
-            tracers.append(Tracer(["-p", str(pid), "--gpu", "-o", out]))
-        job.go()
-        job.wait_done()
-        for w in job.ranks:
-            assert w.finish() == 0, w.out.text()
-        for t in tracers:
-            assert t.wait(30) == 0, t.err.text()
-    finally:
-        job.kill()
-        for t in tracers:
-            t.stop()
+    outs = trace_ranks_gpu(job, "hta-ranks")
     h, r = check(layout(outs, "ranks"), 3)
     # the straggler's GPU mostly waits for its host, in HTA's words and ours
     host_wait = {x["rank"]: 0.0 for x in h["idle"]}

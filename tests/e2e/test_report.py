@@ -9,9 +9,9 @@ import os
 import shutil
 import subprocess
 from gpulib import need_ptrace
-from lib import (ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, fresh_tmp_path, load_trace, need_root,
+from lib import (ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, load_trace, need_root,
                  tmp_path, trace_workload)
-from ncclib import Job
+from ncclib import Job, trace_ranks_gpu
 
 SIM_JOB = os.path.join(WL, "sim_job")
 STEPS = 12
@@ -184,21 +184,7 @@ def test_report_straggler_rank():
     steps, slow_us = 8, 3000
     job = Job(3, steps=steps, culprit=2, name="report-straggler",
               extra=["--kernels", "2", "--compute-us", "300", "--slow-us", str(slow_us)])
-    outs = [fresh_tmp_path(f"report-straggler-{r}.json") for r in range(3)]
-    tracers = []
-    try:
-        for pid, out in zip(job.pids(), outs):
-            tracers.append(Tracer(["-p", str(pid), "--gpu", "-o", out]))
-        job.go()
-        job.wait_done()
-        for w in job.ranks:
-            assert w.finish() == 0, w.out.text()
-        for t in tracers:
-            assert t.wait(30) == 0, t.err.text()
-    finally:
-        job.kill()
-        for t in tracers:
-            t.stop()
+    outs = trace_ranks_gpu(job, "report-straggler")
     r = report_json(outs)
     assert sorted(i["rank"] for i in r["inputs"]) == [0, 1, 2], r["inputs"]
     s = one(r, "straggler_rank")

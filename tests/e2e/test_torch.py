@@ -321,6 +321,16 @@ def test_torch_bad_input():
     assert rc == 2 and "--torch-dump needs -p PID" in err, err
 
 
+def exited_in_window_lines(tr, wl, rc):
+    """tptrace's 'tptrace:' lines of a --torch run whose job exited in the window: exit 1,
+    the last line the one that says the instruments' output is lost."""
+    assert rc == 1, tr.err.text()
+    lines = error_lines(tr.err.text())
+    assert lines[-1] == f"tptrace: --torch: pid {wl.pid} exited before PyTorch's instruments " \
+        "were stopped: their output is lost", lines
+    return lines
+
+
 def test_torch_target_exits_in_window():
     """The job ends inside the window: one line, the trace of tptrace's own events is still
     written (its launches), exit status 1."""
@@ -335,10 +345,7 @@ def test_torch_target_exits_in_window():
         rc = tr.wait(60)
     finally:
         wl.kill()
-    assert rc == 1, tr.err.text()
-    lines = error_lines(tr.err.text())
-    assert lines[-1] == f"tptrace: --torch: pid {wl.pid} exited before PyTorch's instruments " \
-        "were stopped: their output is lost", lines
+    lines = exited_in_window_lines(tr, wl, rc)
     assert [l for l in lines if "exited" in l] == [f"tptrace: pid {wl.pid} (python3) exited",
                                                    lines[-1]], lines
     # the profiler, left on by the ending job, was stopped at its exit (1.13 hangs
@@ -369,10 +376,7 @@ def test_torch_stop_during_exit():
         code = wl.finish(120)
     finally:
         wl.kill()
-    assert rc == 1, tr.err.text()
-    lines = error_lines(tr.err.text())
-    assert lines[-1] == f"tptrace: --torch: pid {wl.pid} exited before PyTorch's instruments " \
-        "were stopped: their output is lost", lines
+    lines = exited_in_window_lines(tr, wl, rc)
     assert not [l for l in lines if "Kineto" in l or "stopping the profiler" in l], lines
     assert code == 0 and wl.err.text() == "", wl.err.text()
     meta = load_trace(out)["tptrace"]["targets"][0]
