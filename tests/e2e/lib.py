@@ -3,6 +3,7 @@ to it while it runs, let it go, stop the tracer, read the trace."""
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -79,6 +80,18 @@ def need_root():
 def tmp_path(name):
     os.makedirs(TMP, exist_ok=True)
     return os.path.join(TMP, name)
+
+
+def trace_dir(name, paths, file_name):
+    """A fresh directory laid out as a trace client expects (HTA: rank{i}.pt.trace.json,
+    TensorBoard's plugin: worker{i}.pt.trace.json): a copy of paths[i] named
+    file_name.format(i=i)."""
+    d = tmp_path(name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for i, p in enumerate(paths):
+        shutil.copy(p, os.path.join(d, file_name.format(i=i)))
+    return d
 
 
 def fresh_tmp_path(name):

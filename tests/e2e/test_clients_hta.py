@@ -12,10 +12,9 @@ HTA_DISABLE_NS_ROUNDING=1; the default is checked to differ from ours by that ro
 import json
 import math
 import os
-import shutil
 import subprocess
 from gpulib import need_ptrace
-from lib import (ROOT, TPTRACE, load_trace, need_root, tmp_path,
+from lib import (ROOT, TPTRACE, load_trace, need_root, trace_dir,
                  venv_python)
 from ncclib import Job, trace_ranks_gpu
 from test_report import HEALTHY, job_trace
@@ -26,12 +25,7 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 def layout(paths, name):
     """HTA's trace directory: one file per rank, named as Kineto names its traces"""
-    d = tmp_path(f"hta-{name}")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    for i, p in enumerate(paths):
-        shutil.copy(p, os.path.join(d, f"rank{i}.pt.trace.json"))
-    return d
+    return trace_dir(f"hta-{name}", paths, "rank{i}.pt.trace.json")
 
 
 def hta(trace_dir, exact):

@@ -11,25 +11,20 @@ so a --gpu trace without --torch has no step in its overview (the Kernel view is
 read there)."""
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections import defaultdict
 from gpulib import need_ptrace
-from lib import ROOT, TPTRACE, Tracer, fresh_tmp_path, load_trace, need_root, tmp_path, venv_python
+from lib import (ROOT, TPTRACE, Tracer, Workload, fresh_tmp_path, load_trace, need_root, tmp_path,
+                 trace_dir, venv_python)
 from test_report import HEALTHY, job_trace
-from lib import Workload
 from test_torch import DEBIAN_PY, SIM_CUDART, TRAIN, need_torch
 
 TB_RUN = os.path.join(ROOT, "tests", "clients", "tb_run.py")
 
 
 def tb(paths, name):
-    d = tmp_path(f"tb-{name}")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    for i, p in enumerate(paths):
-        shutil.copy(p, os.path.join(d, f"worker{i}.pt.trace.json"))
+    d = trace_dir(f"tb-{name}", paths, "worker{i}.pt.trace.json")
     p = subprocess.run([venv_python(), TB_RUN, d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
