@@ -109,10 +109,15 @@ def test_tb_torch_trace_operator_view():
                 (name, theirs[name], calls, crossing[name])
         else:
             assert theirs[name]["calls"] == calls, (name, theirs[name], calls)
+            assert abs(theirs[name]["host_total_duration"] - total) < 0.5, \
+                (name, theirs[name], total)
     assert sum(1 for n in ops if not crossing[n]) > len(ops) // 2, dict(crossing)
-    # the top ten by host time: the same operators, in the same order
-    top = sorted(ops, key=lambda n: -ops[n][1])[:10]
-    their_top = sorted(theirs, key=lambda n: -theirs[n]["host_total_duration"])[:10]
+    # the top ten by host time: the same operators, in the same order, among those the plugin
+    # counts whole (an operator that lost calls to the plugin's tree lost their time too, so
+    # next to one of nearly equal time its place depends on the run: div_ and sum seen swapped)
+    exact = [n for n in ops if not crossing[n]]
+    top = sorted(exact, key=lambda n: -ops[n][1])[:10]
+    their_top = sorted(exact, key=lambda n: -theirs[n]["host_total_duration"])[:10]
     assert top == their_top, (top, their_top)
     # steps from the trace's ProfilerStep#N (--torch writes them from the optimizer hook)
     steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
