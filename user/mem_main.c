@@ -15,6 +15,7 @@
 #include <bpf/libbpf.h>
 #include <cjson/cJSON.h>
 #include "elfsym.h"
+#include "atomic_file.h"
 #include "log.h"
 #include "memsnap.h"
 #include "memtrace.h"
@@ -169,18 +170,60 @@ static void on_signal(int sig)
 	stop_signal = sig;
 }
 
-static int write_snapshot(struct memtrace *mt, const struct memsnap_info *info)
+/* -o FILE: its temp file is made before attaching (an unwritable path is refused at once,
+ * not after the whole trace) and renamed over FILE once the snapshot is written. */
+struct snap_out {
+	int dirfd;
+	struct atomic_file af;
+	bool open;
+};
+
+static int snap_out__open(struct snap_out *o, const char *path)
+{
+	const char *base;
+	mode_t mask = umask(0);
+	int err;
+
+	umask(mask);
+	o->dirfd = atomic_file__dir_of(path, &base);
+	if (o->dirfd < 0)
+		return o->dirfd;
+	err = atomic_file__open(&o->af, o->dirfd, base, 0666 & ~mask);
+	if (err) {
+		close(o->dirfd);
+		o->dirfd = -1;
+		return err;
+	}
+	o->open = true;
+	return 0;
+}
+
+static void snap_out__close(struct snap_out *o)
+{
+	if (o->open)
+		atomic_file__abort(&o->af);
+	o->open = false;
+	if (o->dirfd >= 0)
+		close(o->dirfd);
+	o->dirfd = -1;
+}
+
+static int write_snapshot(struct memtrace *mt, const struct memsnap_info *info,
+			  struct snap_out *o)
 {
 	cJSON *root = memsnap__snapshot(memtrace__snap(mt), info);
 	char *text = NULL;
 	FILE *f = NULL;
-	int err = 0;
+	int err = 0, fd;
 
 	if (!root)
 		return -ENOMEM;
-	f = fopen(env.output, "w");
+	fd = dup(o->af.fd);
+	f = fd < 0 ? NULL : fdopen(fd, "w");
 	if (!f) {
 		err = -errno;
+		if (fd >= 0)
+			close(fd);
 		goto out;
 	}
 	if (env.pickle) {
@@ -194,6 +237,10 @@ static int write_snapshot(struct memtrace *mt, const struct memsnap_info *info)
 	}
 	if (fclose(f) && !err)
 		err = -errno;
+	if (!err) {
+		err = atomic_file__commit(&o->af, false);
+		o->open = false;
+	}
 out:
 	free(text);
 	cJSON_Delete(root);
@@ -223,6 +270,7 @@ int mem_main(int argc, char **argv)
 	char torch_err[512], torch_path[4200];
 	uint64_t start_mono, start_real, deadline = 0, last_scan;
 	bool trace_created = false, waiting;
+	struct snap_out out = { .dirfd = -1 };
 	int err, ret = 1;
 
 	argp_err_exit_status = 2;
@@ -253,6 +301,13 @@ int mem_main(int argc, char **argv)
 					   sizeof(torch_err));
 		if (!torch) {
 			log_error("--torch-history: %s\n", torch__err_line(t->pid, torch_err));
+			goto cleanup;
+		}
+	}
+	if (env.output) {
+		err = snap_out__open(&out, env.output);
+		if (err) {
+			log_error("cannot write %s: %s\n", env.output, strerror(-err));
 			goto cleanup;
 		}
 	}
@@ -382,7 +437,7 @@ int mem_main(int argc, char **argv)
 			}
 		}
 		if (env.output) {
-			err = write_snapshot(mt, &info);
+			err = write_snapshot(mt, &info, &out);
 			if (err) {
 				log_error("cannot write %s: %s\n", env.output, strerror(-err));
 				goto cleanup;
@@ -409,6 +464,7 @@ int mem_main(int argc, char **argv)
 	}
 	ret = 0;
 cleanup:
+	snap_out__close(&out);
 	if (tj) {
 		trace_json__free(tj);
 		if (trace_created)

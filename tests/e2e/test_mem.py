@@ -378,6 +378,16 @@ def test_mem_cli_errors():
     assert p.stderr.strip().splitlines()[-1] == (
         f"tptrace: pid {wl.pid} (nocuda) has no CUDA runtime, CUDA driver or PyTorch allocator "
         "probes loaded; use --wait to wait for them"), p.stderr
+    # an output that cannot be written is refused before anything is attached (it used to be
+    # found out at the end, the whole trace lost), as `tptrace -p` and `stacks` refuse it
+    wl = Workload([ALLOC_APP, "--scenario", "normal", "--hold"])
+    try:
+        p = subprocess.run([TPTRACE, "mem", "-p", str(wl.pid), "-d", "1", "-o", "/nonexistent/dir/x.json"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        wl.kill()
+    assert p.returncode == 1 and p.stderr == \
+        "tptrace: cannot write /nonexistent/dir/x.json: No such file or directory\n", p.stderr
 
 
 def test_trace_with_mem_counters():
