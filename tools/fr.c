@@ -52,7 +52,6 @@ static struct env {
 };
 
 const char *argp_program_version = "tptrace-fr " TPTRACE_VERSION;
-const char *argp_program_bug_address = "<tptrace issues>";
 static const char doc[] =
 "tptrace-fr: find the rank that hung a CUDA/NCCL job from tptrace\n"
 "flight-recorder dumps.\n"

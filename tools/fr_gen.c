@@ -81,7 +81,6 @@ static struct env {
 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
-const char *argp_program_bug_address = "<tptrace issues>";
 static const char doc[] =
 "tptrace-fr-gen: write synthetic tptrace flight-recorder dumps, one file per rank.\n"
 "\n"

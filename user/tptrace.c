@@ -56,7 +56,6 @@ static struct env {
 };
 
 const char *argp_program_version = "tptrace " TPTRACE_VERSION;
-const char *argp_program_bug_address = "<tptrace issues>";
 static const char doc[] =
 "tptrace: trace CUDA runtime and NCCL calls of running processes,\n"
 "with no restart, environment variable or preload.\n"
@@ -1100,6 +1099,60 @@ int mem_main(int argc, char **argv);
 int stacks_main(int argc, char **argv);
 int report_main(int argc, char **argv);	/* tools/report.c */
 
+/* The commands of tptrace, beside tracing itself (tptrace -p PID). */
+static const struct {
+	const char *name;
+	int (*main)(int argc, char **argv);
+} commands[] = {
+	{ "fr", fr_main }, { "mem", mem_main }, { "stacks", stacks_main },
+	{ "report", report_main },
+};
+
+/* Edit distance of a and b when at most 2 (a typo), else 3. */
+static int near(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	int d[16][16];
+
+	if (la > 14 || lb > 14)
+		return 3;
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = (int)i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = (int)j;
+	for (size_t i = 1; i <= la; i++)
+		for (size_t j = 1; j <= lb; j++) {
+			int x = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+
+			if (d[i - 1][j] + 1 < x)
+				x = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < x)
+				x = d[i][j - 1] + 1;
+			d[i][j] = x;
+		}
+	return d[la][lb] < 3 ? d[la][lb] : 3;
+}
+
+/* A first argument that is no option and no command: name the real ones (exit 2). */
+static int unknown_command(const char *arg)
+{
+	const char *best = NULL;
+	int best_d = 3;
+
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		int d = near(arg, commands[i].name);
+
+		if (d < best_d) {
+			best_d = d;
+			best = commands[i].name;
+		}
+	}
+	fprintf(stderr, "tptrace: unknown command '%.30s'%s%s%s; commands: fr mem stacks report, or "
+		"-p PID\n", arg, best ? " (did you mean " : "", best ? best : "",
+		best ? "?)" : "");
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
@@ -1109,14 +1162,11 @@ int main(int argc, char **argv)
 	bool torch_ok = true;
 	int ret = 1;
 
-	if (argc > 1 && !strcmp(argv[1], "fr"))
-		return fr_main(argc - 1, argv + 1);
-	if (argc > 1 && !strcmp(argv[1], "mem"))
-		return mem_main(argc - 1, argv + 1);
-	if (argc > 1 && !strcmp(argv[1], "stacks"))
-		return stacks_main(argc - 1, argv + 1);
-	if (argc > 1 && !strcmp(argv[1], "report"))
-		return report_main(argc - 1, argv + 1);
+	for (size_t i = 0; argc > 1 && i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].main(argc - 1, argv + 1);
+	if (argc > 1 && argv[1][0] != '-')
+		return unknown_command(argv[1]);
 	argp_err_exit_status = 2;
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;

@@ -32,6 +32,30 @@ def test_usage_errors():
         assert rc == 2 and err.splitlines() == [error, hint] and out == "", (args, rc, err)
 
 
+def test_unknown_command_names_the_real_ones():
+    """A first argument that is no option and no command: one line naming the commands (and the
+    nearest one for a typo), exit 2; a stray argument after options stays argp's error."""
+    tail = "commands: fr mem stacks report, or -p PID"
+    for arg, near in (("frr", "fr"), ("stcks", "stacks"), ("reprot", "report"), ("bogus", None)):
+        rc, out, err = run_tptrace([arg, "-p", "1"])
+        hint = f" (did you mean {near}?)" if near else ""
+        assert rc == 2 and out == "" and one_line(err) == f"tptrace: unknown command '{arg}'{hint}; {tail}", \
+            (arg, rc, err)
+        assert len(err.rstrip("\n")) <= 100, err
+    rc, out, err = run_tptrace(["-p", "1", "extra"])
+    assert rc == 2 and err.splitlines()[0] == "tptrace: unexpected argument 'extra'", err
+
+
+def test_help_has_no_placeholder_bug_address():
+    """argp printed "Report bugs to <tptrace issues>." under every help: no address at all."""
+    fr = os.path.join(os.path.dirname(TPTRACE), "tptrace-fr")
+    for argv in ([TPTRACE, "--help"], [TPTRACE, "fr", "--help"], [TPTRACE, "mem", "--help"],
+                 [TPTRACE, "stacks", "--help"], [TPTRACE, "report", "--help"], [fr, "--help"]):
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0 and "Usage:" in p.stdout, (argv, p.returncode, p.stderr)
+        assert "Report bugs" not in p.stdout and "<tptrace issues>" not in p.stdout, (argv, p.stdout[-200:])
+
+
 def free_pid():
     used = {int(d) for d in os.listdir("/proc") if d.isdigit()}
     for pid in range(30000, 1, -1):
