@@ -1039,11 +1039,25 @@ int memsnap__leak_groups(const struct memsnap *ms, const struct memsnap_info *in
 	return n;
 }
 
+/* A size as people read it: "512 B", "12.0 KiB", "20.0 MiB", "1.50 GiB". */
+static const char *size_str(char *buf, size_t len, uint64_t bytes)
+{
+	if (bytes < 1024)
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+	else if (bytes < (1ULL << 20))
+		snprintf(buf, len, "%.1f KiB", bytes / 1024.0);
+	else if (bytes < (1ULL << 30))
+		snprintf(buf, len, "%.1f MiB", bytes / (double)(1ULL << 20));
+	else
+		snprintf(buf, len, "%.2f GiB", bytes / (double)(1ULL << 30));
+	return buf;
+}
+
 static void print_group(const struct memsnap *ms, const struct mem_leak_group *g,
 			const struct memsnap_info *info, FILE *f)
 {
 	struct mem_frame frames[64 + TP_PY_MAX_FRAMES];
-	char site[512], dev[16];
+	char site[512], dev[16], total[24], size[24];
 	int n = 0;
 
 	if (g->device >= 0)
@@ -1051,8 +1065,8 @@ static void print_group(const struct memsnap *ms, const struct mem_leak_group *g
 	else
 		snprintf(dev, sizeof(dev), "host");
 	memsnap__call_site(ms, info, g->stack_id, site, sizeof(site));
-	fprintf(f, "  %llu bytes: %llu x %llu bytes  %s  %s  at %s\n", (unsigned long long)g->total,
-		(unsigned long long)g->count, (unsigned long long)g->size, dev, g->what,
+	fprintf(f, "  %s: %llu x %s  %s  %s  at %s\n", size_str(total, sizeof(total), g->total),
+		(unsigned long long)g->count, size_str(size, sizeof(size), g->size), dev, g->what,
 		site[0] ? site : "[no stack]");
 	if (g->py_site && g->nr_stacks > 1)
 		fprintf(f, "    (from more than one path; the first one:)\n");
@@ -1072,6 +1086,7 @@ void memsnap__leak_report(const struct memsnap *ms, const struct memsnap_info *i
 	struct mem_leak_group *g = NULL;
 	uint64_t blocks = 0, block_bytes = 0, segs = 0, seg_bytes = 0;
 	int n = memsnap__leak_groups(ms, info, &g);
+	char sz[24];
 
 	for (int i = 0; i < n; i++) {
 		if (!strcmp(g[i].what, "pytorch:malloc")) {
@@ -1088,13 +1103,13 @@ void memsnap__leak_report(const struct memsnap *ms, const struct memsnap_info *i
 		info && info->ustack_lookup ? "grouped by Python call site where the allocating "
 		"thread ran Python, else by native stack" : "native stacks only: Python stacks "
 		"with --py-stacks");
-	fprintf(f, "tensor blocks (pytorch:malloc): %llu live, %llu bytes\n",
-		(unsigned long long)blocks, (unsigned long long)block_bytes);
+	fprintf(f, "tensor blocks (pytorch:malloc): %llu live, %s\n", (unsigned long long)blocks,
+		size_str(sz, sizeof(sz), block_bytes));
 	for (int i = 0; i < n; i++)
 		if (!strcmp(g[i].what, "pytorch:malloc"))
 			print_group(ms, &g[i], info, f);
-	fprintf(f, "segments and direct allocations (cudaMalloc & co): %llu live, %llu bytes\n",
-		(unsigned long long)segs, (unsigned long long)seg_bytes);
+	fprintf(f, "segments and direct allocations (cudaMalloc & co): %llu live, %s\n",
+		(unsigned long long)segs, size_str(sz, sizeof(sz), seg_bytes));
 	for (int i = 0; i < n; i++)
 		if (strcmp(g[i].what, "pytorch:malloc"))
 			print_group(ms, &g[i], info, f);

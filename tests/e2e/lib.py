@@ -314,3 +314,4 @@ def check_valid_trace(trace):
     meta = trace["tptrace"]
     for k in ("version", "probes_attached", "events_recorded", "events_dropped"):
         assert k in meta, k
+

@@ -231,7 +231,8 @@ def test_mem_normal_trace_and_snapshot():
     assert snap["tptrace"]["counts"]["allocs"] == 6 and snap["tptrace"]["pid"] == wl.pid
 
 
-LEAK_LINE = re.compile(r"^  (\d+) bytes: (\d+) x (\d+) bytes  cuda:(\d+)  (\S+)  at (\S+) \((\S+)\)$")
+SIZE = r"(\d+ B|\d+\.\d KiB|\d+\.\d MiB|\d+\.\d\d GiB)"
+LEAK_LINE = re.compile(rf"^  {SIZE}: (\d+) x {SIZE}  cuda:(\d+)  (\S+)  at (\S+) \((\S+)\)$")
 
 
 def test_mem_leaks_by_call_site():
@@ -243,11 +244,12 @@ def test_mem_leaks_by_call_site():
     tensor = [g for g in groups if g[4] == "pytorch:malloc"]
     assert len(tensor) == 2, report
     (t1, n1, s1, d1, _, site1, obj1), (t2, n2, s2, d2, _, site2, obj2) = tensor
-    assert (int(t1), int(n1), int(s1), d1) == (4194304, 2, 2097152, "0"), report
+    assert (t1, int(n1), s1, d1) == ("4.0 MiB", 2, "2.0 MiB", "0"), report
     assert site1.startswith("leak_site_b+") and obj1 == "alloc_app", report
-    assert (int(t2), int(n2), int(s2), d2) == (12288, 3, 4096, "0"), report
+    assert (t2, int(n2), s2, d2) == ("12.0 KiB", 3, "4.0 KiB", "0"), report
     assert site2.startswith("leak_site_a+") and obj2 == "alloc_app", report
-    assert "tensor blocks (pytorch:malloc): 5 live, 4206592 bytes" in report, report
+    assert "tensor blocks (pytorch:malloc): 5 live, 4.0 MiB" in report, report
+    assert "segments and direct allocations (cudaMalloc & co): 2 live, 22.0 MiB" in report, report
     assert "native stacks only: Python stacks with --py-stacks" in report
 
     snap = json.load(open(snap_path))

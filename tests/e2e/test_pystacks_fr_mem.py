@@ -245,7 +245,8 @@ def test_fr_py_frames_culprit_in_verdict():
         job.kill()
 
 
-LEAK_PY = re.compile(r"^  (\d+) bytes: (\d+) x (\d+) bytes  cuda:(\d+)  (\S+)  at (\S+) "
+LEAK_PY = re.compile(r"^  (\d+ B|\d+\.\d KiB|\d+\.\d MiB|\d+\.\d\d GiB): (\d+) x "
+                     r"(\d+ B|\d+\.\d KiB|\d+\.\d MiB|\d+\.\d\d GiB)  cuda:(\d+)  (\S+)  at (\S+) "
                      r"\((\S+):(\d+)\)$")
 
 
@@ -298,10 +299,10 @@ def test_mem_py_frames_snapshot_and_leaks():
     groups = [LEAK_PY.match(l).groups() for l in report.splitlines() if LEAK_PY.match(l)]
     tensor = [g for g in groups if g[4] == "pytorch:malloc"]
     layer, cache = calls[0][0], calls[3][0]
-    assert [(int(t), int(n), int(s), site, file, int(line))
+    assert [(t, int(n), s, site, file, int(line))
             for t, n, s, _, _, site, file, line in tensor] == [
-        (2097152, 1, 2097152, cache["name"], cache["filename"], cache["line"]),
-        (3 * 4096, 3, 4096, layer["name"], layer["filename"], layer["line"]),
+        ("2.0 MiB", 1, "2.0 MiB", cache["name"], cache["filename"], cache["line"]),
+        ("12.0 KiB", 3, "4.0 KiB", layer["name"], layer["filename"], layer["line"]),
     ], report
     chain = "\n".join(f"      #{i:<2d} {f['filename']}:{f['line']} {f['name']}"
                       for i, f in enumerate(calls[0]))
