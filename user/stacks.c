@@ -50,6 +50,8 @@ struct tsample {
 	int nr_frames;
 	bool truncated;
 	bool python;
+	uint64_t wake_by;	/* its timed wait ends by then (CLOCK_MONOTONIC ns); 0: none */
+	uint64_t read_ns;	/* when /proc was read for it (CLOCK_MONOTONIC) */
 };
 
 struct sample {
@@ -73,6 +75,7 @@ struct tacc {
 	int seen;		/* samples it was in */
 	int compared;		/* samples whose frames were compared with the first */
 	bool changed;
+	uint64_t wake_by;	/* a timed call it was seen in ended by then; 0: none */
 };
 
 static uint64_t clock_ns(clockid_t clk)
@@ -147,6 +150,103 @@ static int parse_kstack(char *text, struct strpool *pool, const char ***out)
 	return n;
 }
 
+static bool read_mem(int pid, uint64_t addr, void *buf, size_t len)
+{
+	char path[64];
+	int fd;
+	bool ok;
+
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ok = pread(fd, buf, len, (off_t)addr) == (ssize_t)len;
+	close(fd);
+	return ok;
+}
+
+/* A timeout of the thread's blocking call as an end time on clk: relative ones from now (the
+ * call began before now, so it ends no later), absolute ones as given. 0: none or unreadable. */
+static uint64_t ts_end(int pid, uint64_t addr, bool absolute, clockid_t clk, bool timeval)
+{
+	struct timespec t;
+	uint64_t now = clock_ns(CLOCK_MONOTONIC), ns;
+
+	if (!addr)
+		return 0;
+	if (timeval) {
+		struct { int64_t sec, usec; } tv;
+
+		if (!read_mem(pid, addr, &tv, sizeof(tv)) || tv.sec < 0 || tv.usec < 0)
+			return 0;
+		t.tv_sec = tv.sec;
+		t.tv_nsec = tv.usec * 1000;
+	} else if (!read_mem(pid, addr, &t, sizeof(t)) || t.tv_sec < 0 || t.tv_nsec < 0) {
+		return 0;
+	}
+	if (t.tv_sec > 100000000)
+		t.tv_sec = 100000000;	/* no overflow; ends "never" as far as samples go */
+	ns = (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+	if (!absolute)
+		return now + ns;
+	if (clk != CLOCK_MONOTONIC) {
+		uint64_t c = clock_ns(clk);
+
+		return ns > c ? now + (ns - c) : now;
+	}
+	return ns;
+}
+
+/*
+ * When the thread sleeps in a call with a timeout (/proc/PID/task/TID/syscall, read before
+ * the stop), the time by which that call returns: time.sleep (clock_nanosleep, or select in
+ * CPython < 3.11), Event.wait(t) and Condition waits (futex with a timeout), poll/epoll. A
+ * thread seen in such a call, and in the same place after the call's end, returned and called
+ * again: a loop, not a hang. x86-64 syscall numbers.
+ */
+static uint64_t timed_wait_end(int pid, int tid)
+{
+	char path[96], buf[256];
+	unsigned long long a[7] = {};
+	long nr;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", pid, tid);
+	if (read_file(path, buf, sizeof(buf)) <= 0 || buf[0] < '0' || buf[0] > '9')
+		return 0;
+	if (sscanf(buf, "%ld %llx %llx %llx %llx %llx %llx", &nr, &a[1], &a[2], &a[3], &a[4],
+		   &a[5], &a[6]) != 7)
+		return 0;
+	switch (nr) {
+	case 35:	/* nanosleep(req, rem) */
+		return ts_end(pid, a[1], false, CLOCK_MONOTONIC, false);
+	case 230:	/* clock_nanosleep(clk, flags, req, rem) */
+		return ts_end(pid, a[3], a[2] & 1, (clockid_t)a[1], false);
+	case 23:	/* select(n, r, w, e, timeval) */
+		return ts_end(pid, a[5], false, CLOCK_MONOTONIC, true);
+	case 270:	/* pselect6(n, r, w, e, timespec, sig) */
+	case 271:	/* ppoll(fds, n, timespec, sig) */
+		return ts_end(pid, nr == 270 ? a[5] : a[3], false, CLOCK_MONOTONIC, false);
+	case 7:		/* poll(fds, n, ms) */
+	case 232:	/* epoll_wait(fd, ev, n, ms) */
+	case 281: {	/* epoll_pwait(fd, ev, n, ms, sig) */
+		int ms = (int)(nr == 7 ? a[3] : a[4]);
+
+		return ms >= 0 ? clock_ns(CLOCK_MONOTONIC) + (uint64_t)ms * 1000000ULL : 0;
+	}
+	case 202: {	/* futex(uaddr, op, val, timeout, ...) */
+		int op = (int)a[2] & 127, rt = (int)a[2] & 256;
+
+		if (op == 0)		/* FUTEX_WAIT: relative */
+			return ts_end(pid, a[4], false, CLOCK_MONOTONIC, false);
+		if (op == 9)		/* FUTEX_WAIT_BITSET: absolute */
+			return ts_end(pid, a[4], true, rt ? CLOCK_REALTIME : CLOCK_MONOTONIC, false);
+		return 0;
+	}
+	default:
+		return 0;
+	}
+}
+
 static void read_thread_proc(int pid, struct tsample *ts, struct strpool *pool)
 {
 	char path[96], buf[8192];
@@ -157,6 +257,11 @@ static void read_thread_proc(int pid, struct tsample *ts, struct strpool *pool)
 		ts->state = parse_stat_state(buf);
 	else
 		ts->gone = true;
+	ts->read_ns = clock_ns(CLOCK_MONOTONIC);
+	/* stopped by someone else (SIGSTOP, a debugger): its timeouts do not run out for it;
+	 * a running one reads "running", a runnable one still shows its call */
+	if (ts->state == 'S' || ts->state == 'D' || ts->state == 'R')
+		ts->wake_by = timed_wait_end(pid, ts->tid);
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, ts->tid);
 	if (read_file(path, buf, sizeof(buf)) > 0) {
 		buf[strcspn(buf, "\n")] = 0;
@@ -507,7 +612,13 @@ static int fold_sample(struct stack_proc *sp, struct tacc **accp, int *nr_acc, s
 			if (!stacks__same_stack(a->t.frames, a->t.nr_frames, a->t.api,
 						cur.frames, cur.nr_frames, cur.api))
 				a->changed = true;
+			/* the same place, but a timed call it was seen in has ended since: it
+			 * returned and called again (time.sleep(0.01) in a loop), not stuck */
+			else if (a->wake_by && a->wake_by < t->read_ns)
+				a->changed = true;
 		}
+		if (t->wake_by && (!a->wake_by || t->wake_by < a->wake_by))
+			a->wake_by = t->wake_by;
 		tsample_free(t);
 		return 0;
 	}
@@ -528,6 +639,7 @@ static int fold_sample(struct stack_proc *sp, struct tacc **accp, int *nr_acc, s
 	a->t.python = t->python;
 	a->first_api = t->api;
 	a->seen = 1;
+	a->wake_by = t->wake_by;
 	a->compared = t->stopped && t->nr_frames ? 1 : 0;
 	return 0;
 }

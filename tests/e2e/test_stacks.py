@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
-from lib import E2E_BIN, WL, Workload, need_root, tmp_path
+from lib import E2E_BIN, ROOT, WL, Workload, need_root, tmp_path
 
 DUMP = os.path.join(E2E_BIN, "stacks_dump")
 APP = os.path.join(WL, "stack_app")
@@ -416,6 +416,55 @@ def python_merged(py):
                 assert side["frames"][k + 1]["func"].startswith("_PyEval_EvalFrame"), side
     finally:
         w.kill()
+
+
+PY_POLL = os.path.join(ROOT, "tests", "workloads", "py_poll.py")
+# x86-64: nanosleep, clock_nanosleep, select, pselect6 (glibc's select), futex
+WAIT_SYSCALLS = {"35", "230", "23", "270", "202"}
+
+
+def in_wait(pid, tid, timed):
+    """tid sits in a wait syscall (with a timeout when timed) right now"""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+            v = f.read().split()
+    except OSError:
+        return False
+    if not v or v[0] not in WAIT_SYSCALLS:
+        return False
+    return not timed or v[0] != "202" or v[4] != "0x0"
+
+
+def python_polling(py):
+    need_ptrace()
+    if not os.path.exists(py):
+        from lib import Skip
+        raise Skip(f"{py} not installed")
+    w = Workload([py, PY_POLL])
+    try:
+        tids = {l.split()[1]: int(l.split()[2]) for l in w.out.text().splitlines()
+                if l.startswith("TID ")}
+        assert set(tids) == {"MainThread", "poller", "ticker", "sleeper"}, tids
+        # the sleeper and the main thread in their one wait for good, before the first sample
+        deadline = time.monotonic() + 60
+        while not (in_wait(w.pid, tids["sleeper"], True) and in_wait(w.pid, tids["MainThread"], False)):
+            assert time.monotonic() < deadline, "threads never reached their waits"
+            time.sleep(0.01)
+        s = snapshot(w.pid, "--samples", "3", "--interval", "100")
+        prog = {name: thread(s, tid)["progress"] for name, tid in tids.items()}
+        # a loop of 10 ms waits returns and calls again between samples; a wait for good
+        # stays the one call
+        assert prog == {"poller": "yes", "ticker": "yes", "sleeper": "none", "MainThread": "none"}, prog
+    finally:
+        w.kill()
+
+
+def test_python_polling_loop_progresses():
+    """a thread looping on time.sleep(0.01) (or Event.wait(0.01)) shows the same stack at every
+    sample, yet it is not stuck: progress "yes"; a thread in time.sleep(100000) stays "none"
+    (Debian's 3.11: clock_nanosleep with an absolute deadline; 3.9: select)"""
+    python_polling("/usr/bin/python3")
+    python_polling("/root/.pyenv/versions/3.9.18/bin/python")
 
 
 def test_python_debian_static():
