@@ -594,6 +594,12 @@ static struct tacc *find_acc(struct tacc *acc, int nr, int tid)
 	return NULL;
 }
 
+static bool loop_can_progress(const struct stack_thread *t)
+{
+	return t->where == WHERE_PYTHON || t->where == WHERE_IDLE || t->where == WHERE_RUNNING ||
+	       t->where == WHERE_UNKNOWN;
+}
+
 /* Folds one sample into the threads seen so far: a new thread takes this sample's record; a
  * known one compares its frames with its first sample. Takes what it keeps from t. */
 static int fold_sample(struct stack_proc *sp, struct tacc **accp, int *nr_acc, struct tsample *t)
@@ -613,8 +619,10 @@ static int fold_sample(struct stack_proc *sp, struct tacc **accp, int *nr_acc, s
 						cur.frames, cur.nr_frames, cur.api))
 				a->changed = true;
 			/* the same place, but a timed call it was seen in has ended since: it
-			 * returned and called again (time.sleep(0.01) in a loop), not stuck */
-			else if (a->wake_by && a->wake_by < t->read_ns)
+			 * returned and called again (time.sleep(0.01) in a loop), not stuck. Not
+			 * inside a CUDA, driver, NCCL or allocator call: one that never returns
+			 * makes no progress, whatever it polls on inside */
+			else if (a->wake_by && a->wake_by < t->read_ns && loop_can_progress(&cur))
 				a->changed = true;
 		}
 		if (t->wake_by && (!a->wake_by || t->wake_by < a->wake_by))

@@ -167,7 +167,7 @@ __attribute__((noinline)) void fake_stuck(int *flag)
 /* The hang scenarios' host functions: a stack names them. */
 __attribute__((noinline)) void culprit_idle(void)
 {
-	struct timespec ts = { 1, 0 };
+	struct timespec ts = { 1000000, 0 };	/* one call: it never returns */
 
 	for (;;)
 		clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
