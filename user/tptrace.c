@@ -91,7 +91,7 @@ enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_PY_ST
 
 static const struct argp_option opts[] = {
 	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
-	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (default: until Ctrl-C or exit)", 0 },
+	{ "duration", 'd', "SEC", 0, "Trace SEC seconds once attached (default: until Ctrl-C or exit)", 0 },
 	{ "output", 'o', "FILE", 0, "Trace file; .json plain, .json.gz gzip, .pftrace[.gz] Perfetto protobuf (default tptrace.json.gz)", 0 },
 	{ "wait", 'w', NULL, 0, "Wait for a target to load a CUDA runtime instead of failing", 0 },
 	{ "durations", OPT_DURATIONS, NULL, 0,
@@ -574,6 +574,8 @@ static int attach_targets(struct trace_session *s)
 			return err;
 		}
 		err = target__scan(t, s->cache, &s->probes);
+		if (getenv("TPTRACE_TEST_ATTACH_HOLD_MS"))	/* a slow scan, for tests */
+			usleep(atoi(getenv("TPTRACE_TEST_ATTACH_HOLD_MS")) * 1000);
 		if (err == -ESRCH) {
 			log_error("pid %d exited before it could be traced\n", t->pid);
 			return err;
@@ -751,8 +753,10 @@ static void run_loop(struct trace_session *s)
 	uint64_t deadline = 0, last_rescan = s->start_mono;
 	int err;
 
+	/* -d counts from here: attaching (reading the symbols of a 500 MiB libtorch, starting
+	 * torch.profiler) may take seconds, and the user asked for SEC seconds of tracing */
 	if (env.duration > 0)
-		deadline = s->start_mono + (uint64_t)(env.duration * 1e9);
+		deadline = session__clock_ns(CLOCK_MONOTONIC) + (uint64_t)(env.duration * 1e9);
 	log_info("tracing %d process%s to %s%s\n", s->nr_procs, s->nr_procs > 1 ? "es" : "",
 		 env.output, deadline ? "" : "; Ctrl-C to stop");
 	while (!stop_signal) {

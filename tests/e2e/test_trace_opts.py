@@ -350,3 +350,22 @@ def test_no_exit_tracepoint_killed():
     assert -0.1 < end_wall - killed < 1.0, (end_wall, killed)
     assert trace["tptrace"]["unfinished_calls"] == 1
     check_exit_unknown(trace["tptrace"]["targets"][0])
+
+
+def test_duration_counts_from_tracing():
+    """-d SEC is SEC seconds of tracing after everything is attached: reading a 500 MiB
+    libtorch's symbols took 3 s of `--torch -d 2`, which then traced for 20 ms. A test hook
+    holds the attach 1.5 s; the trace (duration_s, attach to end, on the tracer's clock)
+    then lasts the hold plus the 2 s asked for, by construction."""
+    need_root()
+    out = tmp_path("duration-hold.json")
+    wl = Workload([os.path.join(WL, "sim_train"), "--steps", "100000", "--kernel-us", "200"])
+    try:
+        tr = Tracer(["-p", str(wl.pid), "-d", "2", "-o", out], ready=False,
+                    env={"TPTRACE_TEST_ATTACH_HOLD_MS": "1500"})
+        wl.go()
+        assert tr.wait() == 0, tr.err.text()
+    finally:
+        wl.kill()
+    t = load_trace(out)
+    assert t["tptrace"]["duration_s"] >= 3.5, t["tptrace"]["duration_s"]
