@@ -346,8 +346,8 @@ static void add_waiting(cJSON *o, const struct fr_analysis *a, const struct verd
 	qsort(w, n, sizeof(*w), cmp_int);
 	wo = cJSON_AddObjectToObject(o, "waiting");
 	arr = wo ? cJSON_AddArrayToObject(wo, "ranks") : NULL;
-	for (int i = 0; arr && i < n; i++)
-		cJSON_AddItemToArray(arr, cJSON_CreateNumber(w[i]));
+	for (int i = 0; arr && i < n; i++)	/* null: a dump that says no rank */
+		cJSON_AddItemToArray(arr, w[i] < 0 ? cJSON_CreateNull() : cJSON_CreateNumber(w[i]));
 	if (wo && lo != FR_UNK) {
 		cJSON_AddNumberToObject(wo, "min_s", lo / 1e9);
 		cJSON_AddNumberToObject(wo, "max_s", hi / 1e9);
@@ -397,7 +397,7 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 	arr = cJSON_AddArrayToObject(root, "verdicts");
 	for (int i = 0; arr && i < a->nr_verdicts; i++) {
 		const struct verdict *v = &a->verdicts[i];
-		cJSON *o = cJSON_CreateObject(), *ranks, *cranks;
+		cJSON *o = cJSON_CreateObject(), *ranks, *cranks, *procs;
 		char *headline, *detail, *reason;
 		struct text t;
 		FILE *f;
@@ -416,10 +416,30 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 			cJSON_AddNullToObject(o, "seq");
 		ranks = cJSON_AddArrayToObject(o, "ranks");
 		cranks = cJSON_AddArrayToObject(o, "comm_ranks");
+		procs = cJSON_AddArrayToObject(o, "processes");
 		for (int k = 0; k < v->nr_who; k++) {
-			cJSON_AddItemToArray(ranks, cJSON_CreateNumber((double)v->who[k][0]));
+			/* null: a dump that says no rank; "processes" still names it */
+			cJSON_AddItemToArray(ranks, v->who[k][0] < 0 ? cJSON_CreateNull() :
+					     cJSON_CreateNumber((double)v->who[k][0]));
 			if (v->who[k][1] >= 0)
 				cJSON_AddItemToArray(cranks, cJSON_CreateNumber((double)v->who[k][1]));
+			if (v->who[k][2] >= 0 && procs) {
+				const struct proc *p = &a->procs[v->who[k][2]];
+				cJSON *po = cJSON_CreateObject();
+
+				if (!po)
+					continue;
+				cJSON_AddItemToArray(procs, po);
+				cJSON_AddStringToObject(po, "host", p->host);
+				if (p->pid == FR_UNK)
+					cJSON_AddNullToObject(po, "pid");
+				else
+					cJSON_AddNumberToObject(po, "pid", (double)p->pid);
+				if (p->global_rank == FR_UNK)
+					cJSON_AddNullToObject(po, "rank");
+				else
+					cJSON_AddNumberToObject(po, "rank", (double)p->global_rank);
+			}
 		}
 		if (v->op[0])
 			cJSON_AddStringToObject(o, "op", v->op);
@@ -574,8 +594,8 @@ static void print_waiters(FILE *out, const struct fr_analysis *a, const struct v
 	fprintf(out, " wait%s for it in %s seq %" PRId64, n == 1 ? "s" : "",
 		v->agg >= 0 ? fr_op_name(a->aggs[v->agg].sig0.op) : v->op[0] ? v->op : "collective",
 		v->seq);
-	if (lo != FR_UNK && hi - lo >= 50000000)
-		fprintf(out, " for %.1f-%.1f s", lo / 1e9, hi / 1e9);
+	if (lo != FR_UNK && (int64_t)(lo / 1e8 + 0.5) != (int64_t)(hi / 1e8 + 0.5))
+		fprintf(out, " for %.1f-%.1f s", lo / 1e9, hi / 1e9);	/* distinct once rounded */
 	else if (lo != FR_UNK)
 		fprintf(out, " for %.1f s", hi / 1e9);
 	fprintf(out, "\n");

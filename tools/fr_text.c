@@ -616,7 +616,8 @@ static void headline_stuck(FILE *f, const struct fr_analysis *a, const struct ve
 	int64_t mind = v->ev.stuck.mind, maxd = v->ev.stuck.maxd;
 
 	print_who(f, a, v, true);
-	if (mind == maxd || v->nr_who == 1)
+	/* one figure when the two read the same at 0.1 s ("for 13.5-13.5 s" said nothing) */
+	if ((int64_t)(mind / 1e8 + 0.5) == (int64_t)(maxd / 1e8 + 0.5) || v->nr_who == 1)
 		fprintf(f, " %s been inside %s for %.1f s", v->nr_who == 1 ? "has" : "have",
 			v->op, maxd / 1e9);
 	else
@@ -632,8 +633,10 @@ static void detail_stuck(FILE *f, const struct fr_analysis *a, const struct verd
 		const struct fr_in_call *ic = &p->in_calls[sc->call];
 
 		print_proc_label(f, p);
-		fprintf(f, " (host %s pid %" PRId64 "): tid %" PRId64 "%s%s%s for %.1f s",
-			p->host, p->pid == FR_UNK ? -1 : p->pid, ic->tid == FR_UNK ? -1 : ic->tid,
+		/* a rank-less label already is "pid N on HOST" */
+		if (p->global_rank != FR_UNK)
+			fprintf(f, " (host %s pid %" PRId64 ")", p->host, p->pid == FR_UNK ? -1 : p->pid);
+		fprintf(f, ": tid %" PRId64 "%s%s%s for %.1f s", ic->tid == FR_UNK ? -1 : ic->tid,
 			ic->thread_name[0] ? " \"" : "", ic->thread_name,
 			ic->thread_name[0] ? "\"" : "", sc->dur / 1e9);
 		if (ic->comm_id[0]) {

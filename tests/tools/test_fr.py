@@ -817,6 +817,45 @@ def issuing(snap):
     return next(t for t in snap["threads"] if t["issuing"])
 
 
+def check_wording():
+    """issue 26: an unknown rank is null in the JSON (never -1) and its process is named in
+    "processes"; a rank-less process is not named twice ("pid N on H (host H pid N)"); a
+    range that reads the same at 0.1 s is one figure ("for 13.5-13.5 s")."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "norank")
+        gen("--ranks 4 --entries 8 --scenario stuck --culprit 2", d)
+        edit_dumps(d, lambda dump: dump.update(global_rank=None) if dump["global_rank"] == 2 else None)
+        out = json.loads(run([FR, "--json", d]).stdout)
+        stuck = [v for v in out["verdicts"] if v["rule"] == "stuck_in_call"]
+        err = None
+        if not stuck or stuck[0]["ranks"] != [None] or \
+                stuck[0]["processes"] != [{"host": "node0", "pid": 10002, "rank": None}]:
+            err = f"unknown rank: {[(v['rule'], v['ranks'], v.get('processes')) for v in out['verdicts']]}"
+        text = run([FR, d]).stdout
+        if "(host node0 pid 10002)" in text:
+            err = err or f"rank-less process named twice: {text}"
+        res.append(("wording: unknown rank", err))
+
+        d = os.path.join(t, "range")
+        gen("--ranks 4 --entries 8 --scenario stuck --culprit 2", d)
+
+        def two_stuck(dump):
+            if dump["global_rank"] in (1, 2):
+                lag = 13_460_000_000 if dump["global_rank"] == 1 else 13_540_000_000
+                dump["in_call"] = [{"tid": dump["pid"] + 1, "thread_name": "pt_main_thread",
+                                    "api": "cudaStreamSynchronize",
+                                    "entered_ns": dump["dump_time_ns"] - lag,
+                                    "comm_id": None, "seq": None}]
+        edit_dumps(d, two_stuck)
+        text = run([FR, d]).stdout
+        err = None
+        if "13.5-13.5 s" in text or "for 13.5 s" not in text:
+            err = f"range: {text}"
+        res.append(("wording: one figure for a range that rounds the same", err))
+    return res
+
+
 def check_generated_stacks(t):
     res = []
     # two ranks in ncclAllReduce, two in cudaStreamSynchronize, none progressing: no majority
@@ -1138,6 +1177,7 @@ def main():
     results += check_generated()
     results += check_tail_parity()
     results += check_default_reads_all()
+    results += check_wording()
     for name, err in results:
         if err:
             failed += 1
