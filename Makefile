@@ -153,6 +153,7 @@ $(OUTPUT)/man/tptrace.h2m: tptrace Makefile | $(OUTPUT)/man
 	$(Q){ printf '[FLIGHT RECORDER: tptrace fr]\n.nf\n'; ./tptrace fr --help 2>&1 | $(H2M_VERBATIM); \
 	  printf '.fi\n\n[GPU MEMORY: tptrace mem]\n.nf\n'; ./tptrace mem --help 2>&1 | $(H2M_VERBATIM); \
 	  printf '.fi\n\n[HANG SNAPSHOT: tptrace stacks]\n.nf\n'; ./tptrace stacks --help 2>&1 | $(H2M_VERBATIM); \
+	  printf '.fi\n\n[WHAT TO FIX: tptrace report]\n.nf\n'; ./tptrace report --help 2>&1 | $(H2M_VERBATIM); \
 	  printf '.fi\n\n[SEE ALSO]\n.BR tptrace-fr (1)\n'; } > $@
 
 $(OUTPUT)/man/tptrace.8: tptrace $(OUTPUT)/man/tptrace.h2m Makefile

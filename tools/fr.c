@@ -21,6 +21,7 @@
 #include "fr_analyze.h"
 #include "fr_parse.h"
 #include "fr_torch.h"
+#include "util.h"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
@@ -56,7 +57,7 @@ static const char doc[] =
 "tptrace-fr: find the rank that hung a CUDA/NCCL job from tptrace\n"
 "flight-recorder dumps.\n"
 "\n"
-"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail auto|all|N] DIR\n"
+"USAGE: tptrace-fr [--json] [--skew-ms MS] [--stuck-ms MS] [--tail N] DIR\n"
 "       tptrace-fr --export-torch OUT DIR\n"
 "\n"
 "Reads every tptrace-fr.<host>.<pid>.json in DIR (all ranks, all hosts),\n"
@@ -64,12 +65,11 @@ static const char doc[] =
 "<prefix><rank>, e.g. nccl_trace_rank_0) alone or mixed with them,\n"
 "aligns the ranks of each communicator by collective/p2p sequence number,\n"
 "and reports, most causal first: failed communicator inits, dead ranks,\n"
-"missing dumps, ranks that never\n"
-"entered a collective the others wait in, mismatched collectives (type,\n"
-"count, dtype, reduce op, root; the minority is the culprit), unmatched\n"
-"send/recv, threads stuck in a CUDA/NCCL call, late arrivals and ranks whose\n"
-"GPU never finished a collective. Exit status: 0 no problem found,\n"
-"1 problems found, 2 bad input.\n"
+"missing dumps, ranks that never entered a collective the others wait in,\n"
+"mismatched collectives (type, count, dtype, reduce op, root; the minority\n"
+"is the culprit), unmatched send/recv, threads stuck in a CUDA/NCCL call,\n"
+"late arrivals and ranks whose GPU never finished a collective. Exit status:\n"
+"0 no problem found, 1 problems found, 2 bad input.\n"
 "\n"
 "Communicators created before tptrace attached have no cross-rank id in the\n"
 "dumps: they are matched across ranks by their collective sequences\n"
@@ -84,7 +84,7 @@ static const char doc[] =
 "  tptrace-fr --json /var/lib/tptrace        # machine-readable verdicts\n"
 "  tptrace-fr --skew-ms 200 --stuck-ms 60000 /var/lib/tptrace\n"
 "  tptrace-fr --tail all /var/lib/tptrace    # every entry, however large\n"
-"  tptrace-fr --export-torch /tmp/fr /var/lib/tptrace   # for PyTorch's fr_trace\n";
+"  tptrace-fr --export-torch /tmp/fr /var/lib/tptrace   # for torch's fr_trace\n";
 
 enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL, OPT_FULL_MAX, OPT_EXPORT_TORCH };
 
@@ -765,6 +765,7 @@ int main(int argc, char **argv)
 	DIR *dir;
 
 	argp_err_exit_status = 2;	/* usage errors share the bad-input status */
+	argp_help_width();
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
 		return 2;

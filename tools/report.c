@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "report.h"
+#include "util.h"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "dev"
@@ -94,6 +95,7 @@ int report_main(int argc, char **argv)
 		return 1;
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace report";	/* argp's "Usage:" and error lines */
+	argp_help_width();
 	if (argp_parse(&argp, argc, argv, 0, NULL, &a)) {
 		free(a.traces);
 		return 2;

@@ -26,6 +26,7 @@
 #include "fr_trigger.h"
 #include "inject.h"
 #include "log.h"
+#include "util.h"
 #include "procmaps.h"
 #include "session.h"
 #include "target.h"
@@ -73,7 +74,8 @@ static const char doc[] =
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
 "                  [--stack-samples N] [--stack-interval MS] [--no-stacks]\n"
 "                  [--metrics ADDR:PORT] [--metrics-file PATH]\n"
-"                  [--host-id ID] [--py-stacks] [--torch-dump [--torch-timeout SEC]]\n"
+"                  [--host-id ID] [--py-stacks]\n"
+"                  [--torch-dump [--torch-timeout SEC]]\n"
 "       tptrace fr --trigger DIR (--job ID | -p PID) [--host-id ID]\n"
 "\n"
 "Records every NCCL collective and p2p call (and the CUDA event and sync\n"
@@ -108,9 +110,9 @@ static const char doc[] =
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace       # all NCCL processes\n"
 "  sudo kill -USR2 $(pgrep -f 'tptrace fr')             # dump now\n"
 "  sudo tptrace fr -a --no-stacks                       # never stop a process\n"
-"  sudo tptrace fr -a --py-stacks                       # entries name their Python line\n"
+"  sudo tptrace fr -a --py-stacks                       # + their Python lines\n"
 "  sudo tptrace fr -a --dump-dir /shared/fr --host-id n17  # one of many hosts\n"
-"  tptrace fr --trigger /shared/fr --job 81234          # every host of job 81234 dumps\n"
+"  tptrace fr --trigger /shared/fr --job 81234          # all its hosts dump\n"
 "  tptrace-fr /var/lib/tptrace                          # the verdict\n";
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
@@ -697,6 +699,7 @@ int fr_main(int argc, char **argv)
 
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace fr";	/* "Usage: tptrace fr ..." in argp's messages */
+	argp_help_width();
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();

@@ -17,6 +17,7 @@
 #include "elfsym.h"
 #include "atomic_file.h"
 #include "log.h"
+#include "util.h"
 #include "memsnap.h"
 #include "memtrace.h"
 #include "session.h"
@@ -275,6 +276,7 @@ int mem_main(int argc, char **argv)
 
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace mem";	/* "Usage: tptrace mem ..." in argp's messages */
+	argp_help_width();
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();

@@ -17,6 +17,7 @@
 #include "atomic_file.h"
 #include "elfsym.h"
 #include "log.h"
+#include "util.h"
 #include "procmaps.h"
 #include "session.h"
 #include "stacks.h"
@@ -486,6 +487,7 @@ int stacks_main(int argc, char **argv)
 
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace stacks";	/* "Usage: tptrace stacks ..." in argp's messages */
+	argp_help_width();
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	/* the return-instance iterator (stacks through uretprobes) is loaded when a process has

@@ -19,6 +19,7 @@
 #include "gpu_join.h"
 #include "elfsym.h"
 #include "log.h"
+#include "util.h"
 #include "memtrace.h"
 #include "session.h"
 #include "target.h"
@@ -60,12 +61,13 @@ static const char doc[] =
 "tptrace: trace CUDA runtime and NCCL calls of running processes,\n"
 "with no restart, environment variable or preload.\n"
 "\n"
-"USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem] [--py-stacks]\n"
-"               [--torch] [--torch-logs LIST] [--torch-trace DIR] [--torch-timeout SEC]\n"
-"       tptrace fr ...    NCCL flight recorder (tptrace fr --help)\n"
-"       tptrace mem ...   GPU memory snapshot, leaks (tptrace mem --help)\n"
-"       tptrace stacks ...  what a hung job's threads are doing (tptrace stacks --help)\n"
-"       tptrace report TRACE...  what to fix, from traces (tptrace report --help)\n"
+"USAGE: tptrace -p PID [-p PID ...] [-d SEC] [-o FILE] [--gpu] [--mem]\n"
+"               [--py-stacks] [--torch] [--torch-logs LIST] [--torch-trace DIR]\n"
+"               [--torch-timeout SEC]\n"
+"       tptrace fr ...        NCCL flight recorder (tptrace fr --help)\n"
+"       tptrace mem ...       GPU memory snapshot, leaks (tptrace mem --help)\n"
+"       tptrace stacks ...    where a hung job waits (tptrace stacks --help)\n"
+"       tptrace report ...    what to fix, from traces (tptrace report --help)\n"
 "\n"
 "Probes the CUDA runtime each process uses (libcudart.so.* anywhere, or\n"
 "linked statically), follows libraries loaded later, and writes a\n"
@@ -78,7 +80,7 @@ static const char doc[] =
 "  sudo tptrace -p 4242 --wait -o run.json      # wait for CUDA to load\n"
 "  sudo tptrace -p 4242 --gpu -o gpu.json.gz    # plus the GPU timeline\n"
 "  sudo tptrace -p 4242 --mem -o mem.json.gz    # plus GPU memory counters\n"
-"  sudo tptrace -p 4242 --py-stacks -o py.json.gz  # which Python line made each call\n"
+"  sudo tptrace -p 4242 --py-stacks -o py.json.gz  # each call's Python line\n"
 "  sudo tptrace -p 4242 --torch -d 5 -o step.json.gz  # + torch.profiler ops\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace  # flight recorder\n"
 "  sudo tptrace mem -p 4242 -o snapshot.json    # memory_viz snapshot\n"
@@ -1172,6 +1174,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && argv[1][0] != '-')
 		return unknown_command(argv[1]);
 	argp_err_exit_status = 2;
+	argp_help_width();
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();

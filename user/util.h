@@ -45,4 +45,24 @@ static inline void sleep_ms(int ms)
 		;
 }
 
+/* --help laid out for the terminal it is read on: argp wraps option texts (and flowing
+ * paragraphs) at ARGP_HELP_FMT's rmargin, 79 by default; on a wider terminal, up to 120 columns
+ * are used. Hand-laid doc lines stay within 79 columns, so they are never broken. An
+ * ARGP_HELP_FMT the user set wins. Call before argp_parse. */
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+static inline void argp_help_width(void)
+{
+	struct winsize ws;
+	char fmt[32];
+
+	if (getenv("ARGP_HELP_FMT") || !isatty(STDOUT_FILENO) ||
+	    ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) || ws.ws_col <= 80)
+		return;
+	snprintf(fmt, sizeof(fmt), "rmargin=%d", (ws.ws_col > 120 ? 120 : ws.ws_col) - 1);
+	setenv("ARGP_HELP_FMT", fmt, 0);
+}
+
 #endif

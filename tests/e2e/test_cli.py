@@ -56,6 +56,60 @@ def test_help_has_no_placeholder_bug_address():
         assert "Report bugs" not in p.stdout and "<tptrace issues>" not in p.stdout, (argv, p.stdout[-200:])
 
 
+HELPS = [[TPTRACE], [TPTRACE, "fr"], [TPTRACE, "mem"], [TPTRACE, "stacks"], [TPTRACE, "report"],
+         [os.path.join(os.path.dirname(TPTRACE), "tptrace-fr")]]
+
+
+def doc_lines(text):
+    """--help without the option list and argp's closing note: the hand-laid text"""
+    return [l for l in text.splitlines() if l.strip() and not l.startswith("  -") and
+            not l.startswith("      ") and not l.startswith("Mandatory or optional") and
+            not l.startswith("for any corresponding")]
+
+
+def test_help_hand_laid_lines_never_broken():
+    """argp re-wrapped hand-laid lines longer than its 79 columns mid-phrase (and the man pages
+    kept the broken lines): at the default width the text is the same as with no width limit,
+    flowing paragraphs (report) aside, and every line of it fits 79 columns."""
+    for argv in HELPS:
+        a = subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=30,
+                           env={k: v for k, v in os.environ.items() if k != "ARGP_HELP_FMT"})
+        b = subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, ARGP_HELP_FMT="rmargin=250"))
+        assert a.returncode == 0 and b.returncode == 0, argv
+        for l in a.stdout.splitlines():
+            assert len(l) <= 79, (argv, l)
+        if argv[-1] != "report":     # report's --help is flowing paragraphs, wrapped by argp
+            assert doc_lines(a.stdout) == doc_lines(b.stdout), (argv, set(doc_lines(a.stdout)) ^
+                                                                 set(doc_lines(b.stdout)))
+
+
+def test_help_uses_terminal_width():
+    """on a 110-column terminal --help's option texts use the width (argp wraps at 109)"""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    pid, fd = pty.fork()
+    if pid == 0:    # the terminal's size, set before the exec (no race with the parent)
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 110, 0, 0))
+        os.environ.pop("ARGP_HELP_FMT", None)
+        os.execv(TPTRACE, [TPTRACE, "--help"])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    lines = out.decode().replace("\r", "").splitlines()
+    assert max(len(l) for l in lines) > 79 and max(len(l) for l in lines) <= 109, \
+        sorted(len(l) for l in lines)[-3:]
+
+
 def free_pid():
     used = {int(d) for d in os.listdir("/proc") if d.isdigit()}
     for pid in range(30000, 1, -1):
