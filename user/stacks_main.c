@@ -343,13 +343,71 @@ static void print_proc(FILE *f, const struct stack_proc *sp)
 	fprintf(f, "\n");
 }
 
+#define TEXT_COLS 100
+
+/* A line wider than TEXT_COLS, wrapped at spaces: continuations indented 8 more than the line
+ * (deeper than any frame or tree level below it, so a reader can tell them apart);
+ * a word longer than the room (a path, a build id) is never cut. */
+static void put_wrapped(FILE *f, const char *s, size_t len)
+{
+	size_t lead = strspn(s, " ");
+	bool first = true;
+
+	while (len) {
+		size_t in = first ? 0 : lead + 8, room = TEXT_COLS - in, take = len;
+
+		if (take > room) {
+			size_t k = room;
+
+			while (k > lead && s[k] != ' ')
+				k--;
+			if (k <= lead) {	/* one long word: up to its end */
+				k = room;
+				while (k < len && s[k] != ' ')
+					k++;
+			}
+			take = k;
+		}
+		fprintf(f, "%*s%.*s\n", (int)in, "", (int)take, s);
+		s += take;
+		len -= take;
+		while (len && *s == ' ') {
+			s++;
+			len--;
+		}
+		first = false;
+	}
+}
+
 static int write_text(FILE *f, struct stack_proc **procs, int n)
 {
 	struct stacktree_opts o = { .max_depth = 0, .all_threads = env.all_threads };
+	char *buf = NULL;
+	size_t size = 0;
+	FILE *m = open_memstream(&buf, &size);
+	int err;
 
+	if (!m)
+		return -ENOMEM;
 	for (int i = 0; i < n; i++)
-		print_proc(f, procs[i]);
-	return stacktree__print(f, procs, n, &o);
+		print_proc(m, procs[i]);
+	err = stacktree__print(m, procs, n, &o);
+	if (fclose(m)) {
+		free(buf);
+		return -ENOMEM;
+	}
+	for (char *l = buf, *nl; l && *l; l = nl ? nl + 1 : NULL) {
+		size_t len;
+
+		nl = strchr(l, '\n');
+		len = nl ? (size_t)(nl - l) : strlen(l);
+		if (len <= TEXT_COLS)
+			fprintf(f, "%.*s\n", (int)len, l);
+		else
+			put_wrapped(f, l, len);
+	}
+	free(buf);
+	return err;
 }
 
 static int write_json(FILE *f, struct stack_proc **procs, int n)

@@ -315,3 +315,20 @@ def check_valid_trace(trace):
     for k in ("version", "probes_attached", "events_recorded", "events_dropped"):
         assert k in meta, k
 
+
+
+def text_lines(text, cols=100, step=8):
+    """The logical lines of a human output that wraps at cols (tptrace stacks): a line that
+    went past cols continues on the next ones, indented step more, each starting with the word
+    that did not fit. Joined back, so a test matches what was said, not where it wrapped."""
+    out = []        # [logical line so far, its indent, its last physical line's length]
+    for l in text.splitlines():
+        word = l.strip().split(" ", 1)[0] if l.strip() else ""
+        if out and word:
+            line, ind, last = out[-1]
+            if l.startswith(" " * (ind + step)) and not l.startswith(" " * (ind + step + 1)) and \
+                    last + 1 + len(word) > cols:
+                out[-1] = [line + " " + l.strip(), ind, len(l)]
+                continue
+        out.append([l, len(l) - len(l.lstrip(" ")), len(l)])
+    return [line for line, _, _ in out]

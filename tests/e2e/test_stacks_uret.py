@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import time
-from lib import E2E_BIN, SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root
+from lib import E2E_BIN, SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root, text_lines
 from ncclib import Job
 from test_stacks import snapshot, stop_app
 from test_stacks_cli import pid_args, stacks
@@ -88,7 +88,7 @@ def settled_text(job, tries=20):
     waits a few ms after announcing step 0); the last output."""
     for _ in range(tries):
         rc, out, err = stacks(pid_args(job.pids()))
-        lines = out.splitlines()
+        lines = text_lines(out)
         if rc == 0 and OUTLIER in lines and all(c in lines for c in CLASSES):
             break
         time.sleep(0.5)
@@ -125,7 +125,7 @@ def snapshot_case(name, record, bpftrace):
     try:
         rc, out, err = settled_text(job)
         assert rc == 0 and err == "", (rc, err)
-        lines = out.splitlines()
+        lines = text_lines(out)
         assert OUTLIER in lines, out
         for c in CLASSES:
             assert c in lines, (c, out)
@@ -240,7 +240,7 @@ def test_stacks_unrecoverable_without_bpf_rights():
         assert s["uretprobe_frames"]["unrecoverable"] == s["samples"], s["uretprobe_frames"]
         p = subprocess.run(drop + [TPTRACE, "stacks", "-p", str(pid)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-        lines = p.stdout.splitlines()
+        lines = text_lines(p.stdout)
         i = [k for k, l in enumerate(lines) if l.startswith(f"  thread {pid} ")][0]
         j = i + 1 + len(t["frames"])
         assert re.match(r"^      0x[0-9a-f]+ unrecoverable: uretprobe trampoline$", lines[j - 1]), lines[i:j + 1]
