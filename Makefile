@@ -121,7 +121,8 @@ include tests/tests.mk
 
 # the job runs on the simulated runtime; the agent loads the simulated CUPTI next to it
 demo: deps
-	$(Q)$(MAKE) --no-print-directory all $(WL_DIR)/sim_train $(SIM_CUPTI)
+	$(Q)$(MAKE) --no-print-directory all $(WL_DIR)/sim_train $(WL_DIR)/nccl_rank \
+		$(WL_DIR)/alloc_app $(SIM_CUPTI)
 	$(Q)tests/demo.sh
 bench: deps ; $(Q)tests/bench/run.sh
 # the fleet at scale (tests/fleet/soak.py: 32 hosts x 8 ranks as network namespaces, root)
