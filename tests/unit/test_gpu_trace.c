@@ -67,12 +67,12 @@ static void two_traces(void)
 	k.device = 2, k.context = 9, k.stream = 5;
 	strcpy(k.name, "k");
 	k.name_len = 1;
-	gpu_trace__record(gt[0], &k);
-	gpu_trace__record(gt[1], &k);
-	gpu_trace__record(gt[0], &k);	/* same track of trace a: no metadata again */
+	gpu_trace__record(gt[0], 555, &k);
+	gpu_trace__record(gt[1], 555, &k);
+	gpu_trace__record(gt[0], 555, &k);	/* same track of trace a: no metadata again */
 	s.type = AGENT_REC_SYNC;	/* context 9 was learnt by trace a, on device 2 */
 	s.context = 9, s.stream = 5, s.cbid = 3;
-	gpu_trace__record(gt[0], &s);
+	gpu_trace__record(gt[0], 555, &s);
 	for (int i = 0; i < 2; i++) {
 		cJSON *doc, *ev, *sync;
 
@@ -113,32 +113,32 @@ int main(void)
 	k.registers = 32, k.static_shmem = 1024, k.dynamic_shmem = 4096;
 	strcpy(k.name, "_Z5scalePffi");
 	k.name_len = strlen(k.name);
-	CHECK_U64(gpu_trace__record(gt, &k), 1);
+	CHECK_U64(gpu_trace__record(gt, 555, &k), 1);
 	k.correlation = 43;	/* same track again: no second metadata */
 	k.start_ns += 10000, k.end_ns += 10000;
-	gpu_trace__record(gt, &k);
+	gpu_trace__record(gt, 555, &k);
 
 	m.type = AGENT_REC_MEMCPY;
 	m.start_ns = BASE + 20000;
 	m.end_ns = BASE + 22000;	/* 4000 bytes in 2000 ns = 2 GB/s */
 	m.device = 1, m.context = 7, m.stream = 14, m.correlation = 44;
 	m.copy_kind = 1, m.src_kind = 2, m.dst_kind = 3, m.bytes = 4000;
-	gpu_trace__record(gt, &m);
+	gpu_trace__record(gt, 555, &m);
 
 	s.type = AGENT_REC_SYNC;	/* no device in CUPTI sync records: learnt from context 7 */
 	s.start_ns = BASE + 30000, s.end_ns = BASE + 31000;
 	s.context = 7, s.stream = 14, s.correlation = 45, s.cbid = 2;
-	gpu_trace__record(gt, &s);
+	gpu_trace__record(gt, 555, &s);
 
 	api.type = AGENT_REC_RUNTIME_API;
 	api.cbid = 211, api.tid = 777, api.correlation = 42;
 	api.start_ns = BASE + 1000, api.end_ns = BASE + 1200;
-	CHECK_U64(gpu_trace__record(gt, &api), 0);	/* host side: not a GPU event */
+	CHECK_U64(gpu_trace__record(gt, 555, &api), 0);	/* host side: not a GPU event */
 	CHECK_U64(gpu_trace__api(gt, &api, 555), 1);
 	cont.type = AGENT_REC_KERNEL_NAME;
-	CHECK_U64(gpu_trace__record(gt, &cont), 0);
+	CHECK_U64(gpu_trace__record(gt, 555, &cont), 0);
 
-	gpu_trace__flow(gt, 42, 555, 777, BASE + 1000, 1, 13, BASE + 1500);
+	gpu_trace__flow(gt, 42, 555, 777, BASE + 1000, 1, 7, 13, BASE + 1500);
 	CHECK(trace_json__close(tj) == 0, "close");
 	gpu_trace__free(gt);
 
