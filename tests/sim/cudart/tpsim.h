@@ -60,6 +60,8 @@ struct tpsim_record {
 	uint64_t stream_id;		/* 0 legacy default, 1.. per-thread defaults and created */
 	cudaStream_t stream;		/* the handle as the API saw it after resolving 0/0x1/0x2 */
 	int device;
+	uint32_t context;		/* the CUDA context of its stream (CUPTI's contextId): ids
+					 * from 1 in creation order, the primary contexts first */
 	uint32_t grid[3], block[3];
 	size_t shmem;
 	size_t bytes;			/* memcpy/memset */
