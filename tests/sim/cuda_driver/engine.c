@@ -548,9 +548,9 @@ static void log_item(const struct tpsim_record *r)
 		what[0] = '\0';
 	}
 	fprintf(stderr, "tpsim: %s%s stream=%" PRIu64 " dev=%d corr=%" PRIu64 " tid=%u start=%" PRIu64
-		" end=%" PRIu64 " dur_us=%.1f\n", kind_name(r->kind), what, r->stream_id, r->device,
-		r->correlation, r->host_tid, r->start_ns, r->end_ns,
-		(r->end_ns - r->start_ns) / 1000.0);
+		" end=%" PRIu64 " dur_us=%.1f ctx=%u\n", kind_name(r->kind), what, r->stream_id,
+		r->device, r->correlation, r->host_tid, r->start_ns, r->end_ns,
+		(r->end_ns - r->start_ns) / 1000.0, r->context);
 }
 
 /* The device's own clock. A GPU runs its queue whatever the host's CPUs do, so the times an
