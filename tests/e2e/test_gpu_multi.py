@@ -97,7 +97,7 @@ def target_meta(trace, pid):
     return t
 
 
-def check_processes(trace, wls, launches_want, joined_want):
+def check_processes(trace, wls, launches_want, joined_want, flows_want):
     """What every trace of these processes must show; returns the tracks."""
     check_valid_trace(trace)
     tracks = gpu_tracks(trace)
@@ -139,10 +139,16 @@ def check_processes(trace, wls, launches_want, joined_want):
         launches = host_calls(trace, wl.pid, "cudaLaunchKernel")
         assert len(launches) == launches_want[wl.pid], (wl.pid, len(launches))
         my_arrows = {i: s for i, s in starts.items() if s["pid"] == wl.pid}
+        arrow_at = {(s["tid"], s["ts"]): i for i, s in my_arrows.items()}
         for l in launches:
             assert "cupti" not in l["args"], l
             k = kernels.get(l["args"]["correlation"])
             assert k and k["name"] == l["args"]["kernel"], (l, k)
+            # its arrow, from the launch to that kernel
+            i = arrow_at.get((l["tid"], l["ts"]))
+            assert i is not None, f"launch without its arrow: {l}"
+            assert (ends[i]["pid"], ends[i]["tid"], ends[i]["ts"]) == \
+                (k["pid"], k["tid"], k["ts"]), (l, k, ends[i])
         # every arrow of this process ends on its own work of that correlation
         for i, s in my_arrows.items():
             f = ends[i]
@@ -153,7 +159,7 @@ def check_processes(trace, wls, launches_want, joined_want):
                   and e["args"]["correlation"] < (1 << 40)]
         assert j["joined"] == joined_want[wl.pid] == len(joined), (wl.pid, j, len(joined))
         assert j["calls"] == j["joined"] + sum(j["unjoined"].values()), j
-        assert j["flows"] == len(my_arrows), (j, len(my_arrows))
+        assert j["flows"] == len(my_arrows) == flows_want[wl.pid], (wl.pid, j, len(my_arrows))
         for k in total:
             total[k] += j[k]
     jt = trace["tptrace"]["gpu_join"]
@@ -200,9 +206,12 @@ def sim_train_jobs(n):
 
 def sim_train_expect(wls):
     """sim_train's own counts per S steps: cudaLaunchKernel 4S; the calls that take a CUPTI
-    record: 4S launches + 2S cudaMemcpyAsync + S cudaEventRecord + S cudaStreamWaitEvent."""
+    record: 4S launches + 2S cudaMemcpyAsync + S cudaEventRecord + S cudaStreamWaitEvent;
+    arrows from the launches and copies, 6S."""
     steps = {wl.pid: int(wl.argv[2]) for wl in wls}
-    return ({p: 4 * s for p, s in steps.items()}, {p: 8 * s for p, s in steps.items()})
+    # arrows: from the launches and the copies
+    return ({p: 4 * s for p, s in steps.items()}, {p: 8 * s for p, s in steps.items()},
+            {p: 6 * s for p, s in steps.items()})
 
 
 def test_gpu_multi_two_processes():
@@ -213,8 +222,8 @@ def test_gpu_multi_two_processes():
     pf = fresh("gpu-multi-2.pftrace")
     trace, wls = run_jobs(sim_train_jobs(2), "gpu-multi-2.json", env={"TPSIM_VERBOSE": "1"},
                           tracer_env={"TPTRACE_TRACE_TEE": pf})
-    launches, joined = sim_train_expect(wls)
-    tracks = check_processes(trace, wls, launches, joined)
+    launches, joined, flows = sim_train_expect(wls)
+    tracks = check_processes(trace, wls, launches, joined, flows)
     # both processes ran on device 0: two tracks for it, one per process
     assert sorted(t["host"] for t in tracks.values()) == sorted(wl.pid for wl in wls), tracks
     # the correlation ids really collide: the keying is what keeps them apart
@@ -236,8 +245,8 @@ def test_gpu_multi_eight_processes():
     need_root()
     need_ptrace()
     trace, wls = run_jobs(sim_train_jobs(8), "gpu-multi-8.json", env={"TPSIM_VERBOSE": "1"})
-    launches, joined = sim_train_expect(wls)
-    tracks = check_processes(trace, wls, launches, joined)
+    launches, joined, flows = sim_train_expect(wls)
+    tracks = check_processes(trace, wls, launches, joined, flows)
     assert len({t["host"] for t in tracks.values()}) == 8, tracks
     check_report(tmp_path("gpu-multi-8.json"), trace, tracks, wls)
 
@@ -259,7 +268,8 @@ def test_gpu_multi_devices_and_contexts():
     assert own != prim1
     tracks = check_processes(trace, [wl], {wl.pid: 4 * steps},
                              # launches, copies, event records, stream waits
-                             {wl.pid: 4 * steps + 2 * steps + 2 * steps + 2 * steps})
+                             {wl.pid: 4 * steps + 2 * steps + 2 * steps + 2 * steps},
+                             {wl.pid: 4 * steps + 2 * steps})
     by_ctx = {(e["args"]["device"], t["context"]): pid for pid, t in tracks.items()
               for e in gpu_work(trace, tracks, wl.pid) if e["pid"] == pid}
     ctx0 = {c for (d, c) in by_ctx if d == 0}
