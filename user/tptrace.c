@@ -1029,6 +1029,18 @@ static void log_gpu_join(const struct trace_session *s)
 		 (unsigned long long)j.ambiguous, (unsigned long long)j.flows,
 		 (unsigned long long)j.records_nested, (unsigned long long)j.records_unprobed,
 		 (unsigned long long)j.records_ambiguous, (unsigned long long)j.work_unclaimed);
+	/* several processes: each one's own (their sum is the line above) */
+	for (int i = 0; s->nr_procs > 1 && i < s->nr_procs; i++) {
+		const struct traced *p = &s->procs[i];
+
+		if (!p->gpu || decoder__gpu_stats_pid(s->dec, p->t->pid, &j))
+			continue;
+		log_info("--gpu: pid %d: %llu of %llu host calls joined (%llu before CUPTI was "
+			 "enabled, %llu without a record, %llu ambiguous), %llu arrows\n",
+			 p->t->pid, (unsigned long long)j.joined, (unsigned long long)j.calls,
+			 (unsigned long long)j.before_enable, (unsigned long long)j.no_record,
+			 (unsigned long long)j.ambiguous, (unsigned long long)j.flows);
+	}
 }
 
 /* The end of the trace: metadata, then the file is closed. 0 or a negative errno. */
