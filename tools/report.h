@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <cjson/cJSON.h>
+#include "hashmap.h"
 
 /* What an event is, decided once while reading (cat + name). */
 enum rev_kind {
@@ -85,6 +86,10 @@ struct rinput {
 	size_t nr, cap;
 	struct rproc *procs;	/* host processes (metadata and events) */
 	size_t nr_procs;
+	/* GPU tracks whose labels name their host process ("pid P comm, context C"): trace
+	 * pid + 1 -> host pid. A track's work is that process's, whatever its correlation ids
+	 * (each process's CUPTI counts its own) */
+	struct u64map gpu_host;
 	uint64_t base_mono_ns;	/* tptrace.base_mono_ns: trace ts 0 on CLOCK_MONOTONIC */
 	bool have_base;
 	char hostname[64];

@@ -2,7 +2,8 @@
 /* report_analyze: the inputs' events -> the report object of docs/report-schema.md.
  *
  * The unit is a host process (a rank): its host calls, and the GPU work its calls launched
- * (joined by CUPTI's correlation id; in a trace of one process all GPU work is its own; work no
+ * (a GPU track tptrace labelled with its process is that process's; else joined by CUPTI's
+ * correlation id; in a trace of one process all GPU work is its own; work no
  * call carries, such as NCCL's own kernels, goes to the process that launched most work on
  * that device). Every rule returns numbers; a rule whose data is missing (no --gpu, no --mem)
  * adds a cannot_judge entry instead of a guess. The rules are in report_rules.c, the tables
@@ -181,7 +182,7 @@ static int build_procs(struct ctx *c)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->nr_in; i++) {
 		struct rinput *in = &c->in[i];
-		struct u64map corr_pid = {}, dev_pid_votes = {};
+		struct u64map corr_pid = {}, dev_pid_votes = {}, pid_proc = {};
 		size_t first = c->nr_procs;
 
 		for (size_t k = 0; k < in->nr_procs; k++) {
@@ -195,6 +196,7 @@ static int build_procs(struct ctx *c)
 			p->collective_wait_ns = NAN;
 			if (!p->host || !p->gpu)
 				return -ENOMEM;
+			u64map__set(&pid_proc, (uint64_t)p->rp->pid + 1, c->nr_procs);
 		}
 		/* host calls by pid; the correlation of each call that has one */
 		for (size_t e = 0; e < in->nr; e++) {
@@ -222,11 +224,16 @@ static int build_procs(struct ctx *c)
 		for (int pass = 0; pass < 2; pass++)
 			for (size_t e = 0; e < in->nr; e++) {
 				const struct rev *ev = &in->ev[e];
-				uint64_t k = 0;
+				uint64_t k = 0, host;
 
 				if (ev->kind < RK_KERNEL || ev->kind > RK_GPU_SYNC)
 					continue;
-				if (c->nr_procs - first == 1)
+				/* a track labelled with its process is that process's; else by the
+				 * correlation of the call that launched it (one process per trace
+				 * in Kineto's) */
+				if (u64map__get(&in->gpu_host, (uint64_t)ev->pid + 1, &host))
+					u64map__get(&pid_proc, host + 1, &k);
+				else if (c->nr_procs - first == 1)
 					k = first + 1;
 				else if (ev->corr)
 					u64map__get(&corr_pid, ev->corr, &k);
@@ -255,6 +262,7 @@ static int build_procs(struct ctx *c)
 			}
 		u64map__clear(&corr_pid);
 		u64map__clear(&dev_pid_votes);
+		u64map__clear(&pid_proc);
 		for (size_t k = first; k < c->nr_procs; k++) {
 			struct proc *p = &c->procs[k];
 

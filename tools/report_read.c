@@ -626,14 +626,19 @@ static int64_t us_to_ns(double us)
 	return (int64_t)llround(us * 1000.0);
 }
 
-/* Metadata events: host process names and "rank N" labels. GPU processes (pid = device) are
- * labelled "GPU N" and are not host processes. */
+/* Metadata events: host process names and "rank N" labels. GPU tracks are named "GPU N..."
+ * and are not host processes; tptrace labels each with its host process ("pid P comm,
+ * context C"). */
 static void take_metadata(struct rinput *in, const struct ev_fields *f)
 {
 	struct rproc *p;
+	unsigned int host;
 	int rank;
 
-	if (!strcmp(f->name, "process_labels") && sscanf(f->label, "rank %d", &rank) == 1) {
+	if (!strcmp(f->name, "process_labels") && sscanf(f->label, "pid %u", &host) == 1 &&
+	    f->has_pid) {
+		u64map__set(&in->gpu_host, f->pid + 1, host);
+	} else if (!strcmp(f->name, "process_labels") && sscanf(f->label, "rank %d", &rank) == 1) {
 		p = proc_get(in, (uint32_t)f->pid);
 		if (p)
 			p->rank = rank;
@@ -896,6 +901,7 @@ void rinput__free(struct rinput *in)
 		return;
 	free(in->ev);
 	free(in->procs);
+	u64map__clear(&in->gpu_host);
 	memset(in, 0, sizeof(*in));
 }
 

@@ -44,12 +44,21 @@ struct decoder {
 
 	struct gpu_trace *gpu;		/* --gpu: the GPU tracks; NULL without */
 	struct gpu_join *join;		/* --gpu: host calls <-> CUPTI API records */
+	struct u64map gpu_srcs;		/* --gpu: pid + 1 -> struct decoder_gpu_src * */
+	uint32_t nr_gpu_srcs;
 
 	/* --py-stacks */
 	ustack_lookup_fn ustack_lookup;	/* NULL: stack ids are ignored */
 	void *ustack_ctx;
 	struct u64map py_threads;	/* pid << 32 | tid -> struct py_thread * */
 	uint64_t next_py_id;		/* Kineto's "Python id" of the next slice */
+};
+
+/* --gpu: one traced process's CUPTI records (its own correlation ids, thread ids, clock). */
+struct decoder_gpu_src {
+	struct decoder *d;
+	int pid;
+	uint32_t ordinal;	/* in the order the processes were set up: their arrows' ids */
 };
 
 /* What the decoder keeps in a call_frame's user[] slots. */
@@ -126,6 +135,7 @@ void decoder__free(struct decoder *d)
 	}
 	u64map__free_values(&d->py_threads);
 	gpu_join__free(d->join);
+	u64map__free_values(&d->gpu_srcs);
 	free(d->targets);
 	gpu_trace__free(d->gpu);
 	free(d);
@@ -510,7 +520,7 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 			return;
 	} else if (d->join) {
 		/* not joined itself, but it ends the window of the entry-only call before it */
-		gpu_join__mark(d->join, c->tid, c->ts);
+		gpu_join__mark(d->join, c->pid, c->tid, c->ts);
 	}
 	if (c->api >= NCCL_API_BASE)
 		emit_nccl(d, c, correlation, r, end_ns);
@@ -726,13 +736,42 @@ static void gpu_emit(void *ctx, const struct gpu_join_call *jc, void *payload,
 		  p->has_ret ? &p->ret : NULL, p->end_ns, jr);
 }
 
+/* The arrow's id is unique in the trace: the process's ordinal above its correlation id (the
+ * first process's arrows keep Kineto's id = correlation). */
 static void gpu_flow(void *ctx, uint32_t correlation, const struct gpu_join_call *c,
-		     uint64_t host_ts, uint32_t device, uint32_t stream, uint64_t work_start)
+		     uint64_t host_ts, uint32_t device, uint32_t context, uint32_t stream,
+		     uint64_t work_start)
 {
 	struct decoder *d = ctx;
+	uint64_t v, ordinal = 0;
 
-	gpu_trace__flow(d->gpu, correlation, (int)c->pid, (int)c->tid, host_ts, (int)device,
-			(int)stream, work_start);
+	if (u64map__get(&d->gpu_srcs, (uint64_t)c->pid + 1, &v))
+		ordinal = ((const struct decoder_gpu_src *)(uintptr_t)v)->ordinal;
+	gpu_trace__flow(d->gpu, ordinal << 32 | correlation, (int)c->pid, (int)c->tid, host_ts,
+			(int)device, context, (int)stream, work_start);
+}
+
+struct decoder_gpu_src *decoder__gpu_source(struct decoder *d, int pid, const char *comm)
+{
+	struct decoder_gpu_src *src;
+	bool created;
+
+	if (!d->gpu) {
+		errno = EINVAL;
+		return NULL;
+	}
+	src = u64map__get_or_alloc(&d->gpu_srcs, (uint64_t)(uint32_t)pid + 1, sizeof(*src),
+				   &created);
+	if (!src || gpu_trace__set_process(d->gpu, pid, comm)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (created) {
+		src->d = d;
+		src->pid = pid;
+		src->ordinal = d->nr_gpu_srcs++;
+	}
+	return src;
 }
 
 int decoder__enable_gpu(struct decoder *d)
@@ -758,10 +797,10 @@ void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns
 	gpu_join__flush(d->join, now_ns, max_wait_ns);
 }
 
-void decoder__gpu_clock(struct decoder *d, uint32_t samples, uint64_t residual_ns,
+void decoder__gpu_clock(struct decoder *d, int pid, uint32_t samples, uint64_t residual_ns,
 			uint64_t window_ns)
 {
-	gpu_join__set_clock(d->join, samples, residual_ns, window_ns);
+	gpu_join__set_clock(d->join, (uint32_t)pid, samples, residual_ns, window_ns);
 }
 
 void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns)
@@ -769,31 +808,34 @@ void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns)
 	gpu_join__set_enabled(d->join, (uint32_t)pid, enabled_ns);
 }
 
-/* gpu__poll callback: GPU work goes on its device/stream track right away; API records go to
- * the join, which holds them for the host calls they belong to. */
+/* gpu__poll callback (ctx: the process's decoder__gpu_source): GPU work goes on the process's
+ * device/context/stream track right away; API records go to the join, which holds them for
+ * the host calls they belong to. */
 void decoder__gpu_cb(void *ctx, const struct agent_record *r)
 {
-	struct decoder *d = ctx;
+	const struct decoder_gpu_src *src = ctx;
+	struct decoder *d = src->d;
+	uint32_t pid = (uint32_t)src->pid;
 	char *kernel = NULL;
 
 	switch (r->type) {
 	case AGENT_REC_RUNTIME_API:
 	case AGENT_REC_DRIVER_API:
-		gpu_join__record(d->join, r, NULL);
+		gpu_join__record(d->join, pid, r, NULL);
 		return;
 	case AGENT_REC_KERNEL:
-		gpu_trace__record(d->gpu, r);
+		gpu_trace__record(d->gpu, src->pid, r);
 		kernel = demangle(gpu__record_name(r));
-		gpu_join__record(d->join, r, kernel);
+		gpu_join__record(d->join, pid, r, kernel);
 		free(kernel);
 		return;
 	case AGENT_REC_MEMCPY:
 	case AGENT_REC_MEMSET:
-		gpu_trace__record(d->gpu, r);
-		gpu_join__record(d->join, r, NULL);
+		gpu_trace__record(d->gpu, src->pid, r);
+		gpu_join__record(d->join, pid, r, NULL);
 		return;
 	default:
-		gpu_trace__record(d->gpu, r);
+		gpu_trace__record(d->gpu, src->pid, r);
 		return;
 	}
 }
@@ -804,6 +846,13 @@ int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out)
 		return -ENOENT;
 	gpu_join__stats(d->join, out);
 	return 0;
+}
+
+int decoder__gpu_stats_pid(const struct decoder *d, int pid, struct gpu_join_stats *out)
+{
+	if (!d->join)
+		return -ENOENT;
+	return gpu_join__stats_pid(d->join, (uint32_t)pid, out);
 }
 
 /* ---- --py-stacks: python_function slices ----

@@ -53,16 +53,24 @@ int decoder__set_ustacks(struct decoder *d, ustack_lookup_fn lookup, void *ctx);
 struct agent_record;
 struct gpu_join_stats;
 int decoder__enable_gpu(struct decoder *d);	/* 0 or -ENOMEM */
-void decoder__gpu_cb(void *ctx, const struct agent_record *r);	/* gpu__poll callback */
+/* One traced process's CUPTI records (each process has its own CUPTI: its own correlation
+ * ids, thread ids and clock): the ctx to hand gpu__poll/gpu__detach with decoder__gpu_cb.
+ * Owned by d; the same pid gives the same source. Every process is set up before the first
+ * record (the count names the GPU tracks). NULL and errno on failure. */
+struct decoder_gpu_src;
+struct decoder_gpu_src *decoder__gpu_source(struct decoder *d, int pid, const char *comm);
+void decoder__gpu_cb(void *src, const struct agent_record *r);	/* gpu__poll callback */
 /* Writes the calls the join decided; max_wait_ns 0: all of them (the end of the trace). */
 void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns);
-/* The agent's measured clock residual (gpu_stats), which sets the join's time slack. */
-void decoder__gpu_clock(struct decoder *d, uint32_t samples, uint64_t residual_ns,
+/* pid's agent's measured clock residual (gpu_stats), which sets the slack of its calls. */
+void decoder__gpu_clock(struct decoder *d, int pid, uint32_t samples, uint64_t residual_ns,
 			uint64_t window_ns);
 /* pid's agent had CUPTI enabled at enabled_ns: its calls before that have no record. */
 void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns);
-/* The join's counts; -ENOENT without --gpu (there are none). */
+/* The join's counts, all processes; -ENOENT without --gpu (there are none). */
 int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out);
+/* pid's own counts; -ENOENT without --gpu or when the join never heard of pid. */
+int decoder__gpu_stats_pid(const struct decoder *d, int pid, struct gpu_join_stats *out);
 
 /* libbpf ring_buffer callback: ctx is the decoder (hands records to its calls core). */
 int decoder__ring_cb(void *ctx, void *data, size_t size);

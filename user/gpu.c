@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +220,23 @@ static void request(struct gpu_session *s, uint32_t req)
 }
 
 /* Waits until the agent handled the last request; drains the ring meanwhile when cb is set. */
+/* The process exited (gone, or a zombie not reaped yet): its agent will never answer. */
+static bool process_gone(int pid)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	bool gone = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return errno == ENOENT || errno == ESRCH;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) && p[1] == ' ')
+		gone = p[2] == 'Z' || p[2] == 'X';
+	fclose(f);
+	return gone;
+}
+
 static int wait_ack(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 {
 	uint64_t end = now_ms() + s->timeout_ms;
@@ -234,6 +252,10 @@ static int wait_ack(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 			return 0;
 		if (now_ms() > end)
 			return -ETIMEDOUT;
+		/* waiting for a dead process's agent held every exited target's teardown for
+		 * the whole timeout (8 exited targets: 80 s) */
+		if (process_gone(s->pid))
+			return -ESRCH;
 		sleep_ms(5);
 	}
 }
@@ -535,14 +557,17 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 	if (r || s->ctl->status != AGENT_ST_ENABLED) {
 		uint32_t code = s->ctl->error_code;
 
-		if (r)
+		if (r == -ESRCH)
+			set_err(err, errlen, "process %d exited before its GPU agent answered",
+				pid);
+		else if (r)
 			set_err(err, errlen, "the GPU agent in process %d did not answer in %d ms "
 				"(status %u: %s)", pid, s->timeout_ms, s->ctl->status, s->ctl->message);
 		else
 			set_err(err, errlen, "GPU agent in process %d %s: %s", pid,
 				s->ctl->status == AGENT_ST_REFUSED ? "refused" : "failed",
 				s->ctl->message);
-		e = r ? ETIMEDOUT : code == AGENT_E_NO_CUDA ? ENODEV : code == AGENT_E_NO_CUPTI ?
+		e = r == -ESRCH ? ESRCH : r ? ETIMEDOUT : code == AGENT_E_NO_CUDA ? ENODEV : code == AGENT_E_NO_CUPTI ?
 		    ENOENT : code == AGENT_E_OTHER_SUBSCRIBER ? EBUSY : EPERM;
 		if (s->injected && !r)
 			unload(s);
@@ -661,7 +686,10 @@ int gpu__detach(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 	s->detached = true;
 	request(s, AGENT_REQ_DISABLE);
 	r = wait_ack(s, cb, ctx);
-	if (r)
+	if (r == -ESRCH)
+		set_err(s->err, sizeof(s->err), "process %d exited before its GPU agent "
+			"disabled", s->pid);
+	else if (r)
 		set_err(s->err, sizeof(s->err), "the GPU agent in process %d did not disable in "
 			"%d ms (status %u)", s->pid, s->timeout_ms, s->ctl->status);
 	gpu__poll(s, cb, ctx);

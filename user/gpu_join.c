@@ -20,6 +20,9 @@
 #define SLACK_FLOOR_NS		250ULL
 #define SLACK_DEFAULT_NS	2000ULL
 
+/* Counted for the process and in the total. */
+#define COUNT(j, p, field) do { (j)->st.field++; (p)->st.field++; } while (0)
+
 struct jrec {				/* one CUPTI API record */
 	uint64_t start, end;
 	uint32_t corr, cbid;
@@ -36,8 +39,19 @@ struct jcall {				/* a host call waiting for its record */
 	unsigned char payload[];
 };
 
+/* One process: CUPTI is per process (its own correlation counter, clock alignment and enable
+ * time), so is everything the join keys and counts. */
+struct jproc {
+	uint32_t pid;
+	uint64_t slack;
+	uint64_t enabled;		/* its agent's enable time; 0 not told */
+	uint64_t first_record;		/* its earliest API record start; 0 none yet */
+	struct gpu_join_stats st;
+};
+
 struct jthread {
-	uint32_t tid;
+	uint32_t pid, tid;
+	struct jproc *proc;
 	struct jcall **calls;		/* by entry time */
 	size_t nr_calls, cap_calls;
 	struct jrec *recs;		/* by start */
@@ -45,9 +59,10 @@ struct jthread {
 	uint64_t watermark;		/* latest record start seen on this thread */
 };
 
-struct jwork {				/* GPU work of one correlation */
+struct jwork {				/* GPU work of one (process, correlation) */
+	struct jproc *proc;
 	uint64_t start;			/* the first (earliest) work's start */
-	uint32_t device, stream;
+	uint32_t device, context, stream;
 	char *kernel;			/* name of that first kernel */
 	uint64_t nr_records;
 	uint64_t seen_ns;
@@ -59,11 +74,10 @@ struct jwork {				/* GPU work of one correlation */
 struct gpu_join {
 	struct gpu_join_ops ops;
 	size_t payload_size;
-	struct u64map threads;		/* tid -> struct jthread* */
-	struct u64map work;		/* correlation -> struct jwork* */
-	struct u64map enabled;		/* pid -> enable time */
-	uint64_t first_record;		/* earliest API record start; 0 none yet */
-	uint64_t slack;
+	/* keyed by process: thread ids and CUPTI correlation ids are per process */
+	struct u64map procs;		/* pid + 1 -> struct jproc* */
+	struct u64map threads;		/* pid << 32 | tid, + 1 -> struct jthread* */
+	struct u64map work;		/* pid << 32 | correlation -> struct jwork* */
 	uint64_t now, last_sweep;
 	struct gpu_join_stats st;
 };
@@ -88,7 +102,6 @@ struct gpu_join *gpu_join__new(const struct gpu_join_ops *ops, size_t payload_si
 		return NULL;
 	j->ops = *ops;
 	j->payload_size = payload_size;
-	j->slack = SLACK_DEFAULT_NS;
 	return j;
 }
 
@@ -117,20 +130,37 @@ void gpu_join__free(struct gpu_join *j)
 	for (size_t it = 0; u64map__next(&j->work, &it, NULL, &v);)
 		free_work((struct jwork *)(uintptr_t)v);
 	u64map__clear(&j->work);
-	u64map__clear(&j->enabled);
+	u64map__free_values(&j->procs);
 	free(j);
 }
 
-void gpu_join__set_clock(struct gpu_join *j, uint32_t samples, uint64_t residual_ns,
-			 uint64_t window_ns)
+static struct jproc *proc_get(struct gpu_join *j, uint32_t pid)
 {
-	if (samples)
-		j->slack = residual_ns + window_ns + SLACK_FLOOR_NS;
+	bool created;
+	struct jproc *p = u64map__get_or_alloc(&j->procs, (uint64_t)pid + 1, sizeof(*p), &created);
+
+	if (p && created) {
+		p->pid = pid;
+		p->slack = SLACK_DEFAULT_NS;
+	}
+	return p;
+}
+
+void gpu_join__set_clock(struct gpu_join *j, uint32_t pid, uint32_t samples,
+			 uint64_t residual_ns, uint64_t window_ns)
+{
+	struct jproc *p = proc_get(j, pid);
+
+	if (p && samples)
+		p->slack = residual_ns + window_ns + SLACK_FLOOR_NS;
 }
 
 void gpu_join__set_enabled(struct gpu_join *j, uint32_t pid, uint64_t enabled_ns)
 {
-	u64map__set(&j->enabled, (uint64_t)pid + 1, enabled_ns);
+	struct jproc *p = proc_get(j, pid);
+
+	if (p)
+		p->enabled = enabled_ns;
 }
 
 bool gpu_join__wants(uint32_t api)
@@ -145,27 +175,45 @@ bool gpu_join__wants(uint32_t api)
 	return a->cbid && (a->gpu_work || !a->ret);
 }
 
-static struct jthread *thread_get(struct gpu_join *j, uint32_t tid)
+static inline uint64_t thread_key(uint32_t pid, uint32_t tid)
+{
+	return ((uint64_t)pid << 32 | tid) + 1;
+}
+
+/* correlation 0 is none: the key is never 0 when it is not */
+static inline uint64_t work_key(uint32_t pid, uint32_t corr)
+{
+	return (uint64_t)pid << 32 | corr;
+}
+
+static struct jthread *thread_get(struct gpu_join *j, uint32_t pid, uint32_t tid)
 {
 	bool created;
-	struct jthread *t = u64map__get_or_alloc(&j->threads, (uint64_t)tid + 1, sizeof(*t),
-						 &created);
+	struct jproc *p = proc_get(j, pid);
+	struct jthread *t;
 
-	if (t && created)
+	if (!p)
+		return NULL;
+	t = u64map__get_or_alloc(&j->threads, thread_key(pid, tid), sizeof(*t), &created);
+	if (t && created) {
+		t->pid = pid;
 		t->tid = tid;
+		t->proc = p;
+	}
 	return t;
 }
 
-static struct jwork *work_get(struct gpu_join *j, uint32_t corr)
+static struct jwork *work_get(struct gpu_join *j, uint32_t pid, uint32_t corr)
 {
 	uint64_t v;
 
-	return corr && u64map__get(&j->work, corr, &v) ? (struct jwork *)(uintptr_t)v : NULL;
+	return corr && u64map__get(&j->work, work_key(pid, corr), &v) ?
+	       (struct jwork *)(uintptr_t)v : NULL;
 }
 
 int gpu_join__add_call(struct gpu_join *j, const struct gpu_join_call *c, const void *payload)
 {
-	struct jthread *t = thread_get(j, c->tid);
+	struct jthread *t = thread_get(j, c->pid, c->tid);
 	struct jcall *jc;
 	size_t pos;
 
@@ -203,12 +251,12 @@ int gpu_join__add_call(struct gpu_join *j, const struct gpu_join_call *c, const 
 	return 0;
 }
 
-void gpu_join__mark(struct gpu_join *j, uint32_t tid, uint64_t ts)
+void gpu_join__mark(struct gpu_join *j, uint32_t pid, uint32_t tid, uint64_t ts)
 {
 	uint64_t v;
 	struct jthread *t;
 
-	if (!u64map__get(&j->threads, (uint64_t)tid + 1, &v))
+	if (!u64map__get(&j->threads, thread_key(pid, tid), &v))
 		return;
 	t = (struct jthread *)(uintptr_t)v;
 	for (size_t i = t->nr_calls; i-- > 0;) {
@@ -222,9 +270,9 @@ void gpu_join__mark(struct gpu_join *j, uint32_t tid, uint64_t ts)
 	}
 }
 
-static void add_rec(struct gpu_join *j, const struct agent_record *r)
+static void add_rec(struct gpu_join *j, uint32_t pid, const struct agent_record *r)
 {
-	struct jthread *t = thread_get(j, r->tid);
+	struct jthread *t = thread_get(j, pid, r->tid);
 	struct jrec rec = {
 		.start = r->start_ns, .end = r->end_ns, .corr = r->correlation, .cbid = r->cbid,
 		.domain = r->type == AGENT_REC_DRIVER_API ? CUDA_DOM_DRIVER : CUDA_DOM_RUNTIME,
@@ -251,22 +299,27 @@ static void add_rec(struct gpu_join *j, const struct agent_record *r)
 	t->nr_recs++;
 	if (rec.start > t->watermark)
 		t->watermark = rec.start;
-	if (!j->first_record || rec.start < j->first_record)
-		j->first_record = rec.start;
-	j->st.records++;
+	if (!t->proc->first_record || rec.start < t->proc->first_record)
+		t->proc->first_record = rec.start;
+	COUNT(j, t->proc, records);
 }
 
-static void add_work(struct gpu_join *j, const struct agent_record *r, const char *kernel)
+static void add_work(struct gpu_join *j, uint32_t pid, const struct agent_record *r,
+		     const char *kernel)
 {
+	struct jproc *p = proc_get(j, pid);
 	bool created;
 	struct jwork *w;
 
-	j->st.work_records++;
+	if (!p)
+		return;
+	COUNT(j, p, work_records);
 	if (!r->correlation)
 		return;
-	w = u64map__get_or_alloc(&j->work, r->correlation, sizeof(*w), &created);
+	w = u64map__get_or_alloc(&j->work, work_key(pid, r->correlation), sizeof(*w), &created);
 	if (!w)
 		return;
+	w->proc = p;
 	w->seen_ns = j->now ? j->now : r->start_ns;
 	w->nr_records++;
 	if (w->nr_records == 1 || r->start_ns < w->start) {
@@ -274,6 +327,7 @@ static void add_work(struct gpu_join *j, const struct agent_record *r, const cha
 		 * arrow's end and names the launch */
 		w->start = r->start_ns;
 		w->device = r->device;
+		w->context = r->context;
 		w->stream = r->stream;
 		if (kernel) {
 			free(w->kernel);
@@ -281,47 +335,46 @@ static void add_work(struct gpu_join *j, const struct agent_record *r, const cha
 		}
 	}
 	if (w->claimed && !w->flow_drawn) {
-		j->ops.flow(j->ops.ctx, r->correlation, &w->call, w->host_ts, w->device, w->stream,
-			    w->start);
+		j->ops.flow(j->ops.ctx, r->correlation, &w->call, w->host_ts, w->device,
+			    w->context, w->stream, w->start);
 		w->flow_drawn = true;
-		j->st.flows++;
+		COUNT(j, p, flows);
 	}
 }
 
-void gpu_join__record(struct gpu_join *j, const struct agent_record *r, const char *kernel)
+void gpu_join__record(struct gpu_join *j, uint32_t pid, const struct agent_record *r,
+		      const char *kernel)
 {
 	switch (r->type) {
 	case AGENT_REC_RUNTIME_API:
 	case AGENT_REC_DRIVER_API:
-		add_rec(j, r);
+		add_rec(j, pid, r);
 		break;
 	case AGENT_REC_KERNEL:
 	case AGENT_REC_MEMCPY:
 	case AGENT_REC_MEMSET:
-		add_work(j, r, r->type == AGENT_REC_KERNEL ? kernel : NULL);
+		add_work(j, pid, r, r->type == AGENT_REC_KERNEL ? kernel : NULL);
 		break;
 	default:
 		break;
 	}
 }
 
-static uint64_t enable_bound(const struct gpu_join *j, uint32_t pid)
+static uint64_t enable_bound(const struct jproc *p)
 {
-	uint64_t v;
-
-	if (u64map__get(&j->enabled, (uint64_t)pid + 1, &v))
-		return v;
-	return j->first_record;
+	return p->enabled ? p->enabled : p->first_record;
 }
 
 /* The window's end: the return probe, else the thread's next probed call; UINT64_MAX when
  * neither came (the call waited long enough, or the trace ended). */
-static uint64_t window_end(const struct gpu_join *j, const struct jcall *jc)
+static uint64_t window_end(const struct jthread *t, const struct jcall *jc)
 {
+	uint64_t slack = t->proc->slack;
+
 	if (jc->call.ret_ts)
-		return jc->call.ret_ts + j->slack;
+		return jc->call.ret_ts + slack;
 	if (jc->next_ts)
-		return jc->next_ts > j->slack ? jc->next_ts - j->slack : 0;
+		return jc->next_ts > slack ? jc->next_ts - slack : 0;
 	return UINT64_MAX;
 }
 
@@ -351,7 +404,8 @@ static bool same_api(const struct gpu_join_call *c, const struct jrec *r)
 static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint64_t hi)
 {
 	const struct gpu_join_call *api = &jc->call;
-	uint64_t lo = jc->call.ts > j->slack ? jc->call.ts - j->slack : 0;
+	struct jproc *p = t->proc;
+	uint64_t lo = jc->call.ts > p->slack ? jc->call.ts - p->slack : 0;
 	size_t first = first_at(t, lo);
 	struct jrec *found = NULL;
 	int n = 0;
@@ -372,31 +426,34 @@ static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint
 		jc->res.correlation = found->corr;
 		jc->res.api_start = found->start;
 		jc->res.api_end = found->end;
-		j->st.joined++;
+		COUNT(j, p, joined);
 	} else if (n > 1) {
 		for (size_t i = first; i < t->nr_recs && t->recs[i].start < hi; i++)
 			if (t->recs[i].start >= lo && !t->recs[i].claimed && same_api(api, &t->recs[i]))
 				t->recs[i].ambiguous = true;
 		jc->res.status = GPU_JOIN_AMBIGUOUS;
-		j->st.ambiguous++;
-	} else if (enable_bound(j, jc->call.pid) && jc->call.ts < enable_bound(j, jc->call.pid)) {
+		COUNT(j, p, ambiguous);
+	} else if (enable_bound(p) && jc->call.ts < enable_bound(p)) {
 		jc->res.status = GPU_JOIN_BEFORE_ENABLE;
-		j->st.before_enable++;
+		COUNT(j, p, before_enable);
 	} else {
 		jc->res.status = GPU_JOIN_NO_RECORD;
-		j->st.no_record++;
+		COUNT(j, p, no_record);
 	}
-	j->st.calls++;
+	COUNT(j, p, calls);
 }
 
-static void emit(struct gpu_join *j, struct jcall *jc)
+static void emit(struct gpu_join *j, struct jthread *t, struct jcall *jc)
 {
 	struct jwork *w = NULL;
 	bool created;
 
 	jc->res.kernel = NULL;
 	if (jc->res.status == GPU_JOIN_JOINED) {
-		w = u64map__get_or_alloc(&j->work, jc->res.correlation, sizeof(*w), &created);
+		w = u64map__get_or_alloc(&j->work, work_key(t->pid, jc->res.correlation),
+					 sizeof(*w), &created);
+		if (w && created)
+			w->proc = t->proc;
 		if (w && !w->claimed) {
 			w->claimed = true;
 			w->call = jc->call;
@@ -409,9 +466,9 @@ static void emit(struct gpu_join *j, struct jcall *jc)
 	j->ops.emit(j->ops.ctx, &jc->call, jc->payload, &jc->res);
 	if (w && w->claimed && w->nr_records && !w->flow_drawn) {
 		j->ops.flow(j->ops.ctx, jc->res.correlation, &w->call, w->host_ts, w->device,
-			    w->stream, w->start);
+			    w->context, w->stream, w->start);
 		w->flow_drawn = true;
-		j->st.flows++;
+		COUNT(j, t->proc, flows);
 	}
 }
 
@@ -425,7 +482,7 @@ static void count_unclaimed(struct gpu_join *j, const struct jthread *t, size_t 
 	if (r->claimed)
 		return;
 	if (r->ambiguous) {
-		j->st.records_ambiguous++;
+		COUNT(j, t->proc, records_ambiguous);
 		return;
 	}
 	if (r->domain == CUDA_DOM_DRIVER) {
@@ -435,13 +492,13 @@ static void count_unclaimed(struct gpu_join *j, const struct jthread *t, size_t 
 			if (q->domain != CUDA_DOM_RUNTIME)
 				continue;
 			if (q->start <= r->start && r->end <= q->end) {
-				j->st.records_nested++;
+				COUNT(j, t->proc, records_nested);
 				return;
 			}
 			break;
 		}
 	}
-	j->st.records_unprobed++;
+	COUNT(j, t->proc, records_unprobed);
 }
 
 static bool rec_expired(const struct jrec *r, uint64_t now, uint64_t max_wait)
@@ -459,7 +516,7 @@ static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, ui
 		bool waited = final || (now > jc->arrived_ns && now - jc->arrived_ns > max_wait);
 
 		if (!jc->decided) {
-			uint64_t hi = window_end(j, jc);
+			uint64_t hi = window_end(t, jc);
 
 			/* decided once CUPTI delivered this thread's records past the window */
 			if (waited || (hi != UINT64_MAX && t->watermark >= hi))
@@ -468,9 +525,9 @@ static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, ui
 		/* a joined call that puts work on a stream waits for it: CUPTI names its kernel */
 		if (jc->decided && (waited || jc->res.status != GPU_JOIN_JOINED ||
 				    !jc->call.gpu_work ||
-				    (work_get(j, jc->res.correlation) &&
-				     work_get(j, jc->res.correlation)->nr_records))) {
-			emit(j, jc);
+				    (work_get(j, t->pid, jc->res.correlation) &&
+				     work_get(j, t->pid, jc->res.correlation)->nr_records))) {
+			emit(j, t, jc);
 			free(jc);
 			continue;
 		}
@@ -502,8 +559,11 @@ static void sweep_work(struct gpu_join *j, uint64_t now, uint64_t max_wait)
 			if (!u64map__set(&live, k, v))
 				continue;
 		}
-		if (!w->claimed)
+		if (!w->claimed) {
 			j->st.work_unclaimed += w->nr_records;
+			if (w->proc)
+				w->proc->st.work_unclaimed += w->nr_records;
+		}
 		free_work(w);
 	}
 	u64map__clear(&j->work);
@@ -525,6 +585,30 @@ void gpu_join__flush(struct gpu_join *j, uint64_t now_ns, uint64_t max_wait_ns)
 
 void gpu_join__stats(const struct gpu_join *j, struct gpu_join_stats *out)
 {
+	uint64_t v;
+
 	*out = j->st;
-	out->slack_ns = j->slack;
+	/* the widest slack any process uses */
+	out->slack_ns = 0;
+	for (size_t it = 0; u64map__next(&j->procs, &it, NULL, &v);) {
+		const struct jproc *p = (const struct jproc *)(uintptr_t)v;
+
+		if (p->slack > out->slack_ns)
+			out->slack_ns = p->slack;
+	}
+	if (!j->procs.nr)
+		out->slack_ns = SLACK_DEFAULT_NS;
+}
+
+int gpu_join__stats_pid(const struct gpu_join *j, uint32_t pid, struct gpu_join_stats *out)
+{
+	uint64_t v;
+	const struct jproc *p;
+
+	if (!u64map__get(&j->procs, (uint64_t)pid + 1, &v))
+		return -ENOENT;
+	p = (const struct jproc *)(uintptr_t)v;
+	*out = p->st;
+	out->slack_ns = p->slack;
+	return 0;
 }

@@ -15,6 +15,11 @@
  *
  * The join decides a call once its window is closed and CUPTI has delivered records past it
  * on that thread (or it waited max_wait_ns); records and work are kept a bounded time.
+ *
+ * Everything is per process: each traced process has its own CUPTI, whose correlation ids
+ * come from its own counter, and thread ids are the process's. So calls and API records are
+ * keyed by (pid, tid), GPU work by (pid, correlation), and the clock slack, the enable time
+ * and the counts are each process's (gpu_join__stats_pid; gpu_join__stats sums them).
  */
 #ifndef TPTRACE_GPU_JOIN_H
 #define TPTRACE_GPU_JOIN_H
@@ -63,10 +68,11 @@ struct gpu_join_ops {
 	/* a call decided: write it (payload is what gpu_join__add_call copied) */
 	void (*emit)(void *ctx, const struct gpu_join_call *c, void *payload,
 		     const struct gpu_join_result *r);
-	/* the arrow from a joined call to the first GPU work of its correlation; may come after
-	 * emit when the work arrives later */
+	/* the arrow from a joined call (c->pid's) to the first GPU work of its correlation in
+	 * that process; may come after emit when the work arrives later */
 	void (*flow)(void *ctx, uint32_t correlation, const struct gpu_join_call *c,
-		     uint64_t host_ts, uint32_t device, uint32_t stream, uint64_t work_start);
+		     uint64_t host_ts, uint32_t device, uint32_t context, uint32_t stream,
+		     uint64_t work_start);
 };
 
 struct gpu_join_stats {
@@ -92,12 +98,12 @@ struct gpu_join_stats {
 struct gpu_join *gpu_join__new(const struct gpu_join_ops *ops, size_t payload_size);
 void gpu_join__free(struct gpu_join *j);
 
-/* The measured CUPTI-vs-CLOCK_MONOTONIC residual (gpu_stats.clock_residual_ns and
- * clock_window_ns; samples 0: not measured yet). Sets the window slack. */
-void gpu_join__set_clock(struct gpu_join *j, uint32_t samples, uint64_t residual_ns,
-			 uint64_t window_ns);
+/* pid's measured CUPTI-vs-CLOCK_MONOTONIC residual (gpu_stats.clock_residual_ns and
+ * clock_window_ns; samples 0: not measured yet). Sets the window slack of pid's calls. */
+void gpu_join__set_clock(struct gpu_join *j, uint32_t pid, uint32_t samples,
+			 uint64_t residual_ns, uint64_t window_ns);
 /* pid's agent reported CUPTI enabled at or before enabled_ns: calls before it had no record.
- * Without it, the earliest API record received bounds the enable time. */
+ * Without it, pid's earliest API record received bounds the enable time. */
 void gpu_join__set_enabled(struct gpu_join *j, uint32_t pid, uint64_t enabled_ns);
 
 /* Whether a call of cuda_apis[api] waits for a CUPTI record (it has a cbid and puts work on a
@@ -107,15 +113,19 @@ bool gpu_join__wants(uint32_t api);
 int gpu_join__add_call(struct gpu_join *j, const struct gpu_join_call *c, const void *payload);
 /* A probed call on tid that does not wait for a record (a sync, an NCCL call...): it still
  * ends the window of the entry-only call before it. */
-void gpu_join__mark(struct gpu_join *j, uint32_t tid, uint64_t ts);
-/* CUPTI records (gpu__poll order): API records are kept for calls, work for arrows and names;
- * other types are ignored. */
-void gpu_join__record(struct gpu_join *j, const struct agent_record *r, const char *kernel);
+void gpu_join__mark(struct gpu_join *j, uint32_t pid, uint32_t tid, uint64_t ts);
+/* pid's CUPTI records (gpu__poll order): API records are kept for calls, work for arrows and
+ * names; other types are ignored. */
+void gpu_join__record(struct gpu_join *j, uint32_t pid, const struct agent_record *r,
+		      const char *kernel);
 
 /* Decides what can be decided at now_ns; calls waiting longer than max_wait_ns are decided
  * with what arrived. max_wait_ns 0: the end, everything is decided and counted. */
 void gpu_join__flush(struct gpu_join *j, uint64_t now_ns, uint64_t max_wait_ns);
+/* All processes' counts summed (slack_ns: the widest in use). */
 void gpu_join__stats(const struct gpu_join *j, struct gpu_join_stats *out);
+/* pid's counts; -ENOENT when the join never heard of pid. */
+int gpu_join__stats_pid(const struct gpu_join *j, uint32_t pid, struct gpu_join_stats *out);
 const char *gpu_join__status_str(enum gpu_join_status s);
 
 #endif

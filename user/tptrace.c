@@ -212,6 +212,7 @@ struct traced {
 	struct target *t;
 	struct memtrace *mt;		/* --mem */
 	struct gpu_session *gpu;	/* --gpu */
+	struct decoder_gpu_src *gsrc;	/* --gpu: its records' source in the decoder */
 	struct gpu_stats gstats;	/* taken when the agent is detached */
 	int watch_err;			/* session__watch_exit failed: exit code unknown */
 	struct torchprof *torch;	/* --torch: the profiler started in it */
@@ -265,15 +266,17 @@ static cJSON *gpu_json(const struct traced *p)
 	return o;
 }
 
-/* --gpu: how host calls were joined with CUPTI's API records (gpu_join.h), for all targets. */
-static cJSON *gpu_join_json(const struct decoder *dec)
+/* --gpu: how host calls were joined with CUPTI's API records (gpu_join.h), for all targets
+ * (pid < 0) or one. */
+static cJSON *gpu_join_json(const struct decoder *dec, int pid)
 {
 	struct gpu_join_stats j;
 	cJSON *o = cJSON_CreateObject(), *u;
 
-	if (decoder__gpu_stats(dec, &j)) {
+	if (pid < 0 ? decoder__gpu_stats(dec, &j) : decoder__gpu_stats_pid(dec, pid, &j)) {
 		cJSON_AddNullToObject(o, "calls");
-		cJSON_AddStringToObject(o, "calls_unknown", "the join was not set up");
+		cJSON_AddStringToObject(o, "calls_unknown", pid < 0 ? "the join was not set up" :
+					"no CUPTI agent in this process");
 		return o;
 	}
 	cJSON_AddNumberToObject(o, "calls", (double)j.calls);
@@ -382,8 +385,14 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 		if (t->objs[j].driver)
 			cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
 	cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
-	if (env.gpu)
-		cJSON_AddItemToObject(o, "gpu", gpu_json(p));
+	if (env.gpu) {
+		cJSON *g = gpu_json(p);
+
+		/* the join's counts of this process's calls and CUPTI records */
+		if (g && p->gpu)
+			cJSON_AddItemToObject(g, "join", gpu_join_json(s->dec, t->pid));
+		cJSON_AddItemToObject(o, "gpu", g);
+	}
 	if (env.py_stacks)
 		python_json(o, s, t->pid);
 	if (env.torch) {
@@ -456,7 +465,7 @@ static char *metadata_json(const struct trace_session *s)
 	cJSON_AddNumberToObject(root, "nested_driver_calls", (double)st->nested_driver_calls);
 	/* without --gpu there is no join: no counts at all */
 	if (env.gpu)
-		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->dec));
+		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->dec, -1));
 	if (env.py_stacks)
 		cJSON_AddItemToObject(root, "python_stacks", ustacks_json(s, st));
 	out = cJSON_Print(root);
@@ -633,6 +642,16 @@ static int attach_gpus(struct trace_session *s)
 		log_error("out of memory\n");
 		return err;
 	}
+	/* every process's source first: how many there are names the GPU tracks */
+	for (int i = 0; i < s->nr_procs; i++) {
+		struct traced *p = &s->procs[i];
+
+		p->gsrc = decoder__gpu_source(s->dec, p->t->pid, p->t->comm);
+		if (!p->gsrc) {
+			log_error("out of memory\n");
+			return -ENOMEM;
+		}
+	}
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
 		char msg[512] = "";
@@ -672,25 +691,18 @@ static uint64_t join_clock(struct trace_session *s, uint64_t now)
 	return now - at > JOIN_AGENT_LAG_MAX_NS ? now - JOIN_AGENT_LAG_MAX_NS : at;
 }
 
-/* The join's slack follows the worst clock residual any agent measured. */
+/* Each process's calls get the slack of its own agent's clock alignment. */
 static void gpu_clock_to_join(struct trace_session *s)
 {
-	uint64_t residual = 0, window = 0;
-	uint32_t samples = 0;
-
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct gpu_stats g;
 
 		if (!s->procs[i].gpu)
 			continue;
 		gpu__stats(s->procs[i].gpu, &g);
-		samples += g.clock_samples;
-		if (g.clock_residual_ns > residual)
-			residual = g.clock_residual_ns;
-		if (g.clock_window_ns > window)
-			window = g.clock_window_ns;
+		decoder__gpu_clock(s->dec, s->procs[i].t->pid, g.clock_samples,
+				   g.clock_residual_ns, g.clock_window_ns);
 	}
-	decoder__gpu_clock(s->dec, samples, residual, window);
 }
 
 /* --gpu: refuse before any probe or injection when the agent cannot work in a target (one
@@ -783,7 +795,7 @@ static void run_loop(struct trace_session *s)
 		/* the agent's ring is our memory: it can be drained after the target died */
 		for (int i = 0; i < s->nr_procs; i++)
 			if (s->procs[i].gpu)
-				gpu__poll(s->procs[i].gpu, decoder__gpu_cb, s->dec);
+				gpu__poll(s->procs[i].gpu, decoder__gpu_cb, s->procs[i].gsrc);
 		if (env.gpu) {
 			gpu_clock_to_join(s);
 			decoder__gpu_flush(s->dec, join_clock(s, now), 2000000000ULL);
@@ -957,8 +969,8 @@ static void drain(struct trace_session *s)
 			continue;
 		/* flush, disable and unsubscribe CUPTI, then unload the agent */
 		if (p->t->exited || target__gone(p->t))
-			gpu__poll(p->gpu, decoder__gpu_cb, s->dec);
-		else if (gpu__detach(p->gpu, decoder__gpu_cb, s->dec))
+			gpu__poll(p->gpu, decoder__gpu_cb, p->gsrc);
+		else if (gpu__detach(p->gpu, decoder__gpu_cb, p->gsrc))
 			log_error("--gpu: pid %d: detaching the agent: %s\n", p->t->pid,
 				  gpu__error(p->gpu));
 		gpu__stats(p->gpu, &p->gstats);
@@ -1022,6 +1034,18 @@ static void log_gpu_join(const struct trace_session *s)
 		 (unsigned long long)j.ambiguous, (unsigned long long)j.flows,
 		 (unsigned long long)j.records_nested, (unsigned long long)j.records_unprobed,
 		 (unsigned long long)j.records_ambiguous, (unsigned long long)j.work_unclaimed);
+	/* several processes: each one's own (their sum is the line above) */
+	for (int i = 0; s->nr_procs > 1 && i < s->nr_procs; i++) {
+		const struct traced *p = &s->procs[i];
+
+		if (!p->gpu || decoder__gpu_stats_pid(s->dec, p->t->pid, &j))
+			continue;
+		log_info("--gpu: pid %d: %llu of %llu host calls joined (%llu before CUPTI was "
+			 "enabled, %llu without a record, %llu ambiguous), %llu arrows\n",
+			 p->t->pid, (unsigned long long)j.joined, (unsigned long long)j.calls,
+			 (unsigned long long)j.before_enable, (unsigned long long)j.no_record,
+			 (unsigned long long)j.ambiguous, (unsigned long long)j.flows);
+	}
 }
 
 /* The end of the trace: metadata, then the file is closed. 0 or a negative errno. */

@@ -220,8 +220,10 @@ def compare(json_trace, pf_path):
     assert len(js) == len(pf), (len(js), len(pf))
     diff = [(a, b) for a, b in zip(js, pf) if a != b]
     assert not diff, diff[:5]
+    gpus = {e["pid"] for e in json_trace["traceEvents"] if e["ph"] == "M" and
+            e["name"] == "process_name" and e["args"]["name"].startswith("GPU ")}
     for k, v in js_threads.items():
-        if k[0] not in (0,):       # host threads; GPU streams were mapped by name above
+        if k[0] not in gpus:       # host threads; GPU streams were mapped by name above
             assert pf_threads.get(k) == v, (k, v, pf_threads.get(k))
     return pf_events
 

@@ -3,6 +3,7 @@
  * for the driver call nested in every runtime call, RUNTIME records for calls tptrace does not
  * probe, several threads, late buffers, graph replays. Every case asserts each host call's
  * correlation and the kernel its arrow goes to, not counts alone. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cupti_runtime_cbid.h>
@@ -23,14 +24,14 @@
 #define MAX_WAIT	(2 * SEC)
 
 struct emitted {
-	uint32_t tid, tag;		/* tag: the test's name for the call (its payload) */
+	uint32_t pid, tid, tag;		/* tag: the test's name for the call (its payload) */
 	uint64_t ts;
 	struct gpu_join_result res;
 	char kernel[64];
 };
 
 struct flow {
-	uint32_t corr, tid, stream;
+	uint32_t corr, pid, tid, stream;
 	uint64_t host_ts, work_start;
 };
 
@@ -51,6 +52,7 @@ static void on_emit(void *ctx, const struct gpu_join_call *c, void *payload,
 		return;
 	}
 	e = &emitted[nr_emitted++];
+	e->pid = c->pid;
 	e->tid = c->tid;
 	e->ts = c->ts;
 	memcpy(&e->tag, payload, sizeof(e->tag));
@@ -59,13 +61,15 @@ static void on_emit(void *ctx, const struct gpu_join_call *c, void *payload,
 }
 
 static void on_flow(void *ctx, uint32_t corr, const struct gpu_join_call *c, uint64_t host_ts,
-		    uint32_t device, uint32_t stream, uint64_t work_start)
+		    uint32_t device, uint32_t context, uint32_t stream, uint64_t work_start)
 {
 	(void)ctx;
 	(void)device;
+	(void)context;
 	if (nr_flows == LOG_MAX)
 		return;
-	flows[nr_flows++] = (struct flow){ .corr = corr, .tid = c->tid, .stream = stream,
+	flows[nr_flows++] = (struct flow){ .corr = corr, .pid = c->pid, .tid = c->tid,
+					   .stream = stream,
 					   .host_ts = host_ts, .work_start = work_start };
 }
 
@@ -76,7 +80,8 @@ static struct gpu_join *setup(void)
 
 	nr_emitted = nr_flows = 0;
 	/* a measured residual like the sim's: the slack is 100 + 50 + the floor */
-	gpu_join__set_clock(j, 8, 100, 50);
+	gpu_join__set_clock(j, 1, 8, 100, 50);
+	gpu_join__set_clock(j, 2, 8, 100, 50);
 	return j;
 }
 
@@ -100,7 +105,7 @@ static void api_rec(struct gpu_join *j, uint32_t type, uint32_t tid, uint32_t cb
 	struct agent_record r = { .type = type, .tid = tid, .cbid = cbid, .start_ns = start,
 				  .end_ns = end, .correlation = corr };
 
-	gpu_join__record(j, &r, NULL);
+	gpu_join__record(j, 1, &r, NULL);
 }
 
 static void rt(struct gpu_join *j, uint32_t tid, uint32_t cbid, uint64_t start, uint64_t end,
@@ -121,7 +126,7 @@ static void kernel(struct gpu_join *j, uint32_t corr, uint32_t stream, uint64_t 
 	struct agent_record r = { .type = AGENT_REC_KERNEL, .correlation = corr, .stream = stream,
 				  .start_ns = start, .end_ns = start + 1000 };
 
-	gpu_join__record(j, &r, name);
+	gpu_join__record(j, 1, &r, name);
 }
 
 static const struct emitted *find(uint32_t tag)
@@ -413,7 +418,7 @@ static void test_driver_launches(void)
 		struct agent_record r = { .type = AGENT_REC_MEMCPY, .correlation = 405,
 					  .start_ns = t0 + 50000, .end_ns = t0 + 60000 };
 
-		gpu_join__record(j, &r, NULL);
+		gpu_join__record(j, 1, &r, NULL);
 	}
 	gpu_join__flush(j, t0 + SEC, 0);
 	expect_pair(0, 400, "triton_poi_fused_add_0", t0 + 10000);
@@ -443,7 +448,7 @@ static void test_late_buffers(void)
 	for (int i = 0; i < 6; i++)
 		launch(j, i, 8, t0 + i * 2000);
 	/* a sync (not joined, but probed) ends the last launch's window */
-	gpu_join__mark(j, 8, t0 + 12000);
+	gpu_join__mark(j, 1, 8, t0 + 12000);
 	now += SEC / 5;
 	gpu_join__flush(j, now, MAX_WAIT);
 	CHECK(nr_emitted == 0, "nothing decided before CUPTI delivered, got %d", nr_emitted);
@@ -515,7 +520,7 @@ static void test_graph_replay(void)
 	call_ex(j, 0, 2, CUDA_DOM_RUNTIME, RT_GRAPH, t0, 0);
 	drv(j, 2, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, t0 + 300, t0 + 2000, 701);
 	rt(j, 2, RT_GRAPH, t0 + 100, t0 + 2200, 700);
-	gpu_join__mark(j, 2, t0 + 5000);
+	gpu_join__mark(j, 1, 2, t0 + 5000);
 	rt(j, 2, RT_GETLASTERR, t0 + 5100, t0 + 5200, 702);
 	kernel(j, 700, 5, t0 + 30000, "g_second");
 	kernel(j, 700, 6, t0 + 20000, "g_first");
@@ -592,6 +597,79 @@ static void test_enable_mark(void)
 	gpu_join__free(j);
 }
 
+/* Two processes, each with its own CUPTI: the same correlation ids (each counts from its own
+ * start) and the same thread id (two pid namespaces). Each call joins its own process's
+ * record and its own process's kernel, the counts are each process's, and process 2, whose
+ * agent was enabled later, has its early calls BEFORE_ENABLE even though process 1's records
+ * on "the same" thread fit their windows. */
+static void test_two_processes(void)
+{
+	struct gpu_join *j = setup();
+	struct gpu_join_stats st1, st2, all;
+	uint64_t t0 = 120 * SEC;
+	uint32_t tag = 0;
+
+	gpu_join__set_enabled(j, 1, t0);
+	gpu_join__set_enabled(j, 2, t0 + 20000);
+	for (int i = 0; i < 4; i++) {
+		uint64_t ts = t0 + 1000 + i * 8000;
+
+		for (uint32_t pid = 1; pid <= 2; pid++) {
+			struct gpu_join_call c = { .pid = pid, .tid = 7, .domain = CUDA_DOM_RUNTIME,
+						   .cbid = RT_LAUNCH, .gpu_work = true,
+						   .ts = ts + pid * 10 };
+			struct agent_record r = { .type = AGENT_REC_RUNTIME_API, .tid = 7,
+						  .cbid = RT_LAUNCH, .start_ns = ts + pid * 10 + 200,
+						  .end_ns = ts + pid * 10 + 900,
+						  .correlation = 50 + i };
+			struct agent_record k = { .type = AGENT_REC_KERNEL, .correlation = 50 + i,
+						  .stream = pid, .start_ns = ts + 3000 + pid,
+						  .end_ns = ts + 4000 };
+
+			tag = pid * 100 + i;
+			gpu_join__add_call(j, &c, &tag);
+			/* process 2's CUPTI was not on for its first two calls */
+			if (pid == 2 && ts + 20 < t0 + 20000)
+				continue;
+			gpu_join__record(j, pid, &r, NULL);
+			gpu_join__record(j, pid, &k, pid == 1 ? "k_one" : "k_two");
+		}
+	}
+	gpu_join__flush(j, t0 + SEC, 0);
+	for (int i = 0; i < nr_emitted; i++) {
+		const struct emitted *e = &emitted[i];
+		bool early = e->pid == 2 && e->tag % 100 < 3;
+
+		CHECK(e->pid == e->tag / 100, "call %u written for pid %u", e->tag, e->pid);
+		CHECK(early ? e->res.status == GPU_JOIN_BEFORE_ENABLE :
+		      e->res.status == GPU_JOIN_JOINED && e->res.correlation == 50 + e->tag % 100 &&
+		      !strcmp(e->kernel, e->pid == 1 ? "k_one" : "k_two"),
+		      "call %u: %s corr %u kernel %s", e->tag, gpu_join__status_str(e->res.status),
+		      e->res.correlation, e->kernel);
+	}
+	CHECK(nr_flows == 5, "arrows %d, want 4 + 1", nr_flows);
+	for (int i = 0; i < nr_flows; i++)
+		CHECK(flows[i].stream == flows[i].pid, "arrow of corr %u from pid %u ends on the "
+		      "other process's kernel (stream %u)", flows[i].corr, flows[i].pid,
+		      flows[i].stream);
+	CHECK(gpu_join__stats_pid(j, 1, &st1) == 0 && gpu_join__stats_pid(j, 2, &st2) == 0,
+	      "per-process counts");
+	gpu_join__stats(j, &all);
+	CHECK(st1.calls == 4 && st1.joined == 4 && st1.before_enable == 0 && st1.flows == 4 &&
+	      st1.records == 4 && st1.work_records == 4 && st1.work_unclaimed == 0,
+	      "pid 1: calls %llu joined %llu flows %llu", (unsigned long long)st1.calls,
+	      (unsigned long long)st1.joined, (unsigned long long)st1.flows);
+	CHECK(st2.calls == 4 && st2.joined == 1 && st2.before_enable == 3 && st2.flows == 1 &&
+	      st2.records == 1 && st2.work_records == 1,
+	      "pid 2: calls %llu joined %llu before_enable %llu", (unsigned long long)st2.calls,
+	      (unsigned long long)st2.joined, (unsigned long long)st2.before_enable);
+	CHECK(all.calls == 8 && all.joined == 5 && all.before_enable == 3 && all.flows == 5,
+	      "total: calls %llu joined %llu", (unsigned long long)all.calls,
+	      (unsigned long long)all.joined);
+	CHECK(gpu_join__stats_pid(j, 3, &st1) == -ENOENT, "pid 3 unknown");
+	gpu_join__free(j);
+}
+
 /* A long trace: 4 threads x 25000 launches 2 us apart, records in buffers of 1000 calls
  * delivered 200 ms late, flushed as tptrace does. Every launch joins its own record and the
  * join holds only seconds of state (a per-call walk over everything would not finish). */
@@ -659,6 +737,7 @@ int main(void)
 	test_returned_call();
 	test_domain();
 	test_enable_mark();
+	test_two_processes();
 	test_scale();
 	return check_done();
 }

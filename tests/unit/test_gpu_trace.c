@@ -67,12 +67,12 @@ static void two_traces(void)
 	k.device = 2, k.context = 9, k.stream = 5;
 	strcpy(k.name, "k");
 	k.name_len = 1;
-	gpu_trace__record(gt[0], &k);
-	gpu_trace__record(gt[1], &k);
-	gpu_trace__record(gt[0], &k);	/* same track of trace a: no metadata again */
+	gpu_trace__record(gt[0], 555, &k);
+	gpu_trace__record(gt[1], 555, &k);
+	gpu_trace__record(gt[0], 555, &k);	/* same track of trace a: no metadata again */
 	s.type = AGENT_REC_SYNC;	/* context 9 was learnt by trace a, on device 2 */
 	s.context = 9, s.stream = 5, s.cbid = 3;
-	gpu_trace__record(gt[0], &s);
+	gpu_trace__record(gt[0], 555, &s);
 	for (int i = 0; i < 2; i++) {
 		cJSON *doc, *ev, *sync;
 
@@ -88,6 +88,93 @@ static void two_traces(void)
 		CHECK(i ? !sync : sync && num(sync, "pid") == 2, "trace %d: sync on device 2", i);
 		cJSON_Delete(doc);
 	}
+}
+
+static const char *meta_of(cJSON *ev, const char *what, int pid, const char *key)
+{
+	cJSON *e;
+
+	cJSON_ArrayForEach(e, ev) {
+		const char *nm = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
+
+		if (nm && !strcmp(nm, what) && num(e, "pid") == pid)
+			return cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"),
+									   key));
+	}
+	return NULL;
+}
+
+/* Two processes on device 0 (the same correlation id 9 in both: each CUPTI counts its own),
+ * one of them with a second context there: a track each, named apart, labelled with the
+ * process; a sync finds its context's device in its own process; each arrow ends on its own
+ * process's track. */
+static void processes_and_contexts(void)
+{
+	const char *path = UNIT_OUT_DIR "/gpu_trace_procs.json";
+	struct trace_json *tj = trace_json__open(path);
+	struct gpu_trace *gt = tj ? gpu_trace__new(tj) : NULL;
+	struct agent_record k = { 0 }, s = { 0 };
+	cJSON *doc, *ev, *e;
+	int seen[3] = { 0 };
+
+	CHECK(gt != NULL, "open %s", path);
+	if (!gt)
+		return;
+	trace_json__begin(tj, BASE, 0);
+	CHECK(gpu_trace__set_process(gt, 100, "train") == 0 &&
+	      gpu_trace__set_process(gt, 200, "eval") == 0, "set processes");
+	k.type = AGENT_REC_KERNEL;
+	k.device = 0, k.context = 1, k.stream = 7, k.correlation = 9;
+	k.start_ns = BASE + 1000, k.end_ns = BASE + 2000;
+	strcpy(k.name, "k");
+	k.name_len = 1;
+	gpu_trace__record(gt, 100, &k);
+	gpu_trace__record(gt, 200, &k);
+	k.context = 5;			/* pid 200's second context on device 0 */
+	gpu_trace__record(gt, 200, &k);
+	s.type = AGENT_REC_SYNC;	/* pid 100 never used context 5: a track of unknown device */
+	s.context = 5, s.stream = 7, s.cbid = 2;
+	gpu_trace__record(gt, 100, &s);
+	gpu_trace__flow(gt, 9, 100, 101, BASE + 500, 0, 1, 7, BASE + 1000);
+	gpu_trace__flow(gt, 1ULL << 32 | 9, 200, 201, BASE + 600, 0, 1, 7, BASE + 1000);
+	CHECK(trace_json__close(tj) == 0, "close");
+	gpu_trace__free(gt);
+	doc = check_load_json(path);
+	if (!doc)
+		return;
+	ev = cJSON_GetObjectItem(doc, "traceEvents");
+	/* pid 0 = device 0 for the first track (Kineto's), the others above every host pid */
+	CHECK_STR(meta_of(ev, "process_name", 0, "name"), "GPU 0 (pid 100 train)");
+	CHECK_STR(meta_of(ev, "process_labels", 0, "labels"), "pid 100 train, context 1");
+	CHECK_STR(meta_of(ev, "process_name", GPU_TRACE_PID_EXTRA, "name"), "GPU 0 (pid 200 eval)");
+	CHECK_STR(meta_of(ev, "process_name", GPU_TRACE_PID_EXTRA + 1, "name"),
+		  "GPU 0 (pid 200 eval, context 5)");
+	CHECK_STR(meta_of(ev, "process_labels", GPU_TRACE_PID_EXTRA + 1, "labels"),
+		  "pid 200 eval, context 5");
+	CHECK_STR(meta_of(ev, "process_name", GPU_TRACE_PID_EXTRA + 2, "name"),
+		  "GPU ? (pid 100 train, context 5)");
+	cJSON_ArrayForEach(e, ev) {
+		const char *nm = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
+		const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+
+		if (!strcmp(nm, "k")) {
+			int pid = (int)num(e, "pid");
+
+			seen[pid == 0 ? 0 : pid == GPU_TRACE_PID_EXTRA ? 1 : 2]++;
+		} else if (!strcmp(ph, "f")) {
+			double id = num(e, "id");
+
+			CHECK(id == 9 ? num(e, "pid") == 0 : num(e, "pid") == GPU_TRACE_PID_EXTRA,
+			      "arrow %.0f ends on its own process's track (pid %.0f)", id,
+			      num(e, "pid"));
+		}
+	}
+	CHECK(seen[0] == 1 && seen[1] == 1 && seen[2] == 1, "one kernel per track: %d %d %d",
+	      seen[0], seen[1], seen[2]);
+	e = find(ev, "X", "Stream Wait Event", 0);
+	CHECK(e && num(e, "pid") == GPU_TRACE_PID_EXTRA + 2 && arg(e, "device") == -1,
+	      "a sync on a context its process never showed work on: device unknown");
+	cJSON_Delete(doc);
 }
 
 int main(void)
@@ -113,32 +200,32 @@ int main(void)
 	k.registers = 32, k.static_shmem = 1024, k.dynamic_shmem = 4096;
 	strcpy(k.name, "_Z5scalePffi");
 	k.name_len = strlen(k.name);
-	CHECK_U64(gpu_trace__record(gt, &k), 1);
+	CHECK_U64(gpu_trace__record(gt, 555, &k), 1);
 	k.correlation = 43;	/* same track again: no second metadata */
 	k.start_ns += 10000, k.end_ns += 10000;
-	gpu_trace__record(gt, &k);
+	gpu_trace__record(gt, 555, &k);
 
 	m.type = AGENT_REC_MEMCPY;
 	m.start_ns = BASE + 20000;
 	m.end_ns = BASE + 22000;	/* 4000 bytes in 2000 ns = 2 GB/s */
 	m.device = 1, m.context = 7, m.stream = 14, m.correlation = 44;
 	m.copy_kind = 1, m.src_kind = 2, m.dst_kind = 3, m.bytes = 4000;
-	gpu_trace__record(gt, &m);
+	gpu_trace__record(gt, 555, &m);
 
 	s.type = AGENT_REC_SYNC;	/* no device in CUPTI sync records: learnt from context 7 */
 	s.start_ns = BASE + 30000, s.end_ns = BASE + 31000;
 	s.context = 7, s.stream = 14, s.correlation = 45, s.cbid = 2;
-	gpu_trace__record(gt, &s);
+	gpu_trace__record(gt, 555, &s);
 
 	api.type = AGENT_REC_RUNTIME_API;
 	api.cbid = 211, api.tid = 777, api.correlation = 42;
 	api.start_ns = BASE + 1000, api.end_ns = BASE + 1200;
-	CHECK_U64(gpu_trace__record(gt, &api), 0);	/* host side: not a GPU event */
+	CHECK_U64(gpu_trace__record(gt, 555, &api), 0);	/* host side: not a GPU event */
 	CHECK_U64(gpu_trace__api(gt, &api, 555), 1);
 	cont.type = AGENT_REC_KERNEL_NAME;
-	CHECK_U64(gpu_trace__record(gt, &cont), 0);
+	CHECK_U64(gpu_trace__record(gt, 555, &cont), 0);
 
-	gpu_trace__flow(gt, 42, 555, 777, BASE + 1000, 1, 13, BASE + 1500);
+	gpu_trace__flow(gt, 42, 555, 777, BASE + 1000, 1, 7, 13, BASE + 1500);
 	CHECK(trace_json__close(tj) == 0, "close");
 	gpu_trace__free(gt);
 
@@ -213,5 +300,6 @@ int main(void)
 	CHECK(gpu_trace__runtime_name(99999) == NULL, "unknown cbid");
 	cJSON_Delete(doc);
 	two_traces();
+	processes_and_contexts();
 	return check_done();
 }

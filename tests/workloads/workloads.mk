@@ -227,3 +227,10 @@ $(NFP_DIR)/native_fp_app: tests/workloads/native_fp_app.c tests/workloads/native
 		-l:libnfp_fp.so -l:libnfp_nofp.so -l:libnfp_strip.so -l:libnfp_bare.so -Wl,-rpath,'$$ORIGIN' -o $@
 
 TEST_BINS += $(NFP_LIBS) $(NFP_DIR)/native_fp_app
+
+# Several devices and contexts, or launches from before a tracer attaches (test_gpu_multi.py).
+$(WL_DIR)/gpu_multi: tests/workloads/gpu_multi.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(SIM_LIB_DIR) -lcudart -ldl -Wl,-rpath,$(SIM_RPATH) -o $@
+
+TEST_BINS += $(WL_DIR)/gpu_multi

@@ -44,7 +44,7 @@ static void on_record(void *ctx, const struct agent_record *r)
 {
 	struct sink *k = ctx;
 
-	if (!gpu_trace__record(k->gt, r) && k->api)
+	if (!gpu_trace__record(k->gt, k->pid, r) && k->api)
 		gpu_trace__api(k->gt, r, k->pid);
 }
 
@@ -98,7 +98,8 @@ int main(int argc, char **argv)
 	}
 	base_mono = clock_ns(CLOCK_MONOTONIC);
 	sink.gt = gpu_trace__new(sink.tj);
-	if (!sink.gt || trace_json__begin(sink.tj, base_mono, clock_ns(CLOCK_REALTIME))) {
+	if (!sink.gt || gpu_trace__set_process(sink.gt, sink.pid, NULL) ||
+	    trace_json__begin(sink.tj, base_mono, clock_ns(CLOCK_REALTIME))) {
 		fprintf(stderr, "gpu_attach: %s: cannot start the trace\n", out);
 		trace_json__free(sink.tj);
 		unlink(out);

@@ -33,7 +33,11 @@
  *  - cuMemcpy/cuMemcpyAsync/cuMemcpyPeer infer the direction from the pointers (UVA): memory
  *    from cuMemAlloc_v2 and cuMemAllocManaged is device, cuMemAllocHost/cuMemHostAlloc pinned host,
  *    anything else pageable host.
- * Limits: one context per device (the primary one); memory calls work without cuInit or a
+ * Contexts: each device's primary context (id = device + 1, made by cuInit), and those of
+ * cuCtxCreate (ids from TPSIM_DEVICES + 1, made current as the real one pushes them); a
+ * stream, and the work on it, belongs to the context current when it was made (the default
+ * streams to the current one); cuCtxSynchronize waits for its context's streams only.
+ * Limits: no context stack (cuCtxPush/Pop); memory calls work without cuInit or a
  * context (tests/workloads/vmm_app.c calls them bare); VMM calls are bookkeeping only, a
  * "mapped" range is never touched; device memory is host memory.
  */
@@ -47,8 +51,14 @@
 #define MAX_DYNAMIC_SHMEM (48u << 10)
 
 static bool initialized;
-static int contexts[SIM_MAX_DEVICES];		/* the primary contexts' objects: their device */
-static void *context_handles[SIM_MAX_DEVICES];
+struct sim_ctx {
+	int device;
+	uint32_t id;			/* CUPTI's contextId */
+	bool primary;
+	void *handle;
+};
+static struct sim_ctx contexts[SIM_MAX_CONTEXTS];	/* by id; [0] unused */
+static uint32_t next_ctx_id;		/* the next cuCtxCreate's; 0 before cuInit */
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread void *current_ctx;
 
@@ -105,11 +115,17 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
 		return CUDA_ERROR_NO_DEVICE;
 	pthread_mutex_lock(&ctx_lock);
 	for (int d = 0; d < sim_cfg.devices; d++) {
-		if (context_handles[d])
+		struct sim_ctx *c = &contexts[d + 1];
+
+		if (c->handle)
 			continue;
-		contexts[d] = d;
-		context_handles[d] = sim_handle_new(H_CONTEXT, &contexts[d]);
+		c->device = d;
+		c->id = (uint32_t)d + 1;
+		c->primary = true;
+		c->handle = sim_handle_new(H_CONTEXT, c);
 	}
+	if (!next_ctx_id)
+		next_ctx_id = (uint32_t)sim_cfg.devices + 1;
 	pthread_mutex_unlock(&ctx_lock);
 	__atomic_store_n(&initialized, true, __ATOMIC_RELEASE);
 	return CUDA_SUCCESS;
@@ -157,7 +173,99 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (dev < 0 || dev >= sim_cfg.devices)
 		return CUDA_ERROR_INVALID_DEVICE;
-	*pctx = context_handles[dev];
+	*pctx = contexts[dev + 1].handle;
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	struct sim_ctx *c;
+
+	if (need_init())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev < 0 || dev >= sim_cfg.devices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&ctx_lock);
+	if (next_ctx_id >= SIM_MAX_CONTEXTS) {
+		pthread_mutex_unlock(&ctx_lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	c = &contexts[next_ctx_id];
+	c->device = dev;
+	c->id = next_ctx_id++;
+	c->primary = false;
+	c->handle = sim_handle_new(H_CONTEXT, c);
+	pthread_mutex_unlock(&ctx_lock);
+	*pctx = c->handle;
+	/* the new context is made current */
+	current_ctx = c->handle;
+	sim_set_current_context(c->device, c->id);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	DRV_API(cuCtxCreate_v2);
+	return ctx_create(pctx, flags, dev);
+}
+
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+				CUdevice dev)
+{
+	DRV_API(cuCtxCreate_v4);
+	return ctx_create(pctx, flags, dev);
+}
+
+/* Waits for the context's work, then the handle is gone; a primary context is not the
+ * caller's to destroy. */
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+	struct sim_ctx *c;
+
+	DRV_API(cuCtxDestroy_v2);
+	if (need_init())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	c = sim_handle_get(H_CONTEXT, ctx);
+	if (!c || c->primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	sim_context_sync(c->id);
+	sim_handle_drop(H_CONTEXT, ctx);
+	if (current_ctx == ctx)
+		current_ctx = NULL;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+	const struct sim_ctx *c;
+
+	DRV_API(cuCtxGetDevice);
+	if (need_ctx())
+		return need_ctx();
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = sim_handle_get(H_CONTEXT, current_ctx);
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*device = c->device;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+	const struct sim_ctx *c;
+
+	DRV_API(cuCtxGetId);
+	if (need_init())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!ctxId)
+		return CUDA_ERROR_INVALID_VALUE;
+	c = sim_handle_get(H_CONTEXT, ctx ? ctx : current_ctx);
+	if (!c)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*ctxId = c->id;
 	return CUDA_SUCCESS;
 }
 
@@ -174,7 +282,7 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 {
-	int *dev;
+	const struct sim_ctx *c;
 
 	DRV_API(cuCtxSetCurrent);
 	if (need_init())
@@ -183,11 +291,11 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
 		current_ctx = NULL;
 		return CUDA_SUCCESS;
 	}
-	dev = sim_handle_get(H_CONTEXT, ctx);
-	if (!dev)
+	c = sim_handle_get(H_CONTEXT, ctx);
+	if (!c)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	current_ctx = ctx;
-	sim_set_current_device(*dev);
+	sim_set_current_context(c->device, c->id);
 	return CUDA_SUCCESS;
 }
 
@@ -196,7 +304,7 @@ CUresult CUDAAPI cuCtxSynchronize(void)
 	DRV_API(cuCtxSynchronize);
 	if (need_ctx())
 		return need_ctx();
-	sim_device_sync(sim_current_device());
+	sim_context_sync(sim_current_context());
 	return CUDA_SUCCESS;
 }
 
@@ -826,7 +934,7 @@ static CUresult stream_create(CUstream *ph, unsigned int flags, int priority)
 		return r;
 	if (!ph || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
 		return CUDA_ERROR_INVALID_VALUE;
-	s = sim_stream_new(sim_current_device(), flags, priority);
+	s = sim_stream_new(flags, priority);
 	if (!s)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*ph = (CUstream)sim_stream_handle(s);
@@ -1739,6 +1847,10 @@ static const struct proc {
 	P("cuCtxGetCurrent", 4000, cuCtxGetCurrent, NULL),
 	P("cuCtxSetCurrent", 4000, cuCtxSetCurrent, NULL),
 	P("cuCtxSynchronize", 2000, cuCtxSynchronize, NULL),
+	P("cuCtxCreate", 3020, cuCtxCreate_v2, NULL),
+	P("cuCtxDestroy", 4000, cuCtxDestroy_v2, NULL),
+	P("cuCtxGetDevice", 2000, cuCtxGetDevice, NULL),
+	P("cuCtxGetId", 12000, cuCtxGetId, NULL),
 	P("cuGetProcAddress", 12000, cuGetProcAddress_v2, NULL),
 	P("cuGetExportTable", 3000, cuGetExportTable, NULL),
 	P("cuMemAlloc", 3020, cuMemAlloc_v2, NULL),

@@ -36,7 +36,7 @@ pthread_cond_t sim_progress = PTHREAD_COND_INITIALIZER;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static struct sim_stream *live_streams;		/* includes destroyed ones until drained */
-static struct sim_stream *legacy_streams[SIM_MAX_DEVICES];
+static struct sim_stream *legacy_streams[SIM_MAX_CONTEXTS];	/* per context */
 static uint64_t next_stream_id = 1;
 static uint32_t next_graph_id = 1;
 static uint64_t correlation_counter;
@@ -50,7 +50,8 @@ static __thread struct tpsim_api_call api_stack[API_DEPTH];
 static __thread int api_depth;
 
 static __thread int current_device;
-static __thread struct sim_stream *per_thread_streams[SIM_MAX_DEVICES];
+static __thread uint32_t current_context;	/* 0: the current device's primary context */
+static __thread struct sim_stream *per_thread_streams[SIM_MAX_CONTEXTS];	/* per context */
 
 uint64_t sim_now_ns(void)
 {
@@ -78,6 +79,18 @@ int sim_current_device(void)
 void sim_set_current_device(int device)
 {
 	current_device = device;
+	current_context = 0;
+}
+
+uint32_t sim_current_context(void)
+{
+	return current_context ? current_context : (uint32_t)current_device + 1;
+}
+
+void sim_set_current_context(int device, uint32_t context)
+{
+	current_device = device;
+	current_context = context;
 }
 
 uint64_t sim_next_correlation(void)
@@ -535,9 +548,9 @@ static void log_item(const struct tpsim_record *r)
 		what[0] = '\0';
 	}
 	fprintf(stderr, "tpsim: %s%s stream=%" PRIu64 " dev=%d corr=%" PRIu64 " tid=%u start=%" PRIu64
-		" end=%" PRIu64 " dur_us=%.1f\n", kind_name(r->kind), what, r->stream_id, r->device,
-		r->correlation, r->host_tid, r->start_ns, r->end_ns,
-		(r->end_ns - r->start_ns) / 1000.0);
+		" end=%" PRIu64 " dur_us=%.1f ctx=%u\n", kind_name(r->kind), what, r->stream_id,
+		r->device, r->correlation, r->host_tid, r->start_ns, r->end_ns,
+		(r->end_ns - r->start_ns) / 1000.0, r->context);
 }
 
 /* The device's own clock. A GPU runs its queue whatever the host's CPUs do, so the times an
@@ -699,8 +712,8 @@ static void *worker_main(void *arg)
 }
 
 /* Caller holds sim_lock. */
-static struct sim_stream *stream_new_locked(int device, unsigned int flags, int priority,
-					    bool legacy, bool per_thread)
+static struct sim_stream *stream_new_locked(int device, uint32_t context, unsigned int flags,
+					    int priority, bool legacy, bool per_thread)
 {
 	struct sim_stream *s = calloc(1, sizeof(*s));
 	pthread_attr_t attr;
@@ -714,6 +727,7 @@ static struct sim_stream *stream_new_locked(int device, unsigned int flags, int 
 	s->magic = STREAM_MAGIC;
 	s->id = legacy ? 0 : next_stream_id++;
 	s->device = device;
+	s->context = context;
 	s->flags = flags;
 	s->priority = priority;
 	s->legacy = legacy;
@@ -741,12 +755,13 @@ static struct sim_stream *stream_new_locked(int device, unsigned int flags, int 
 	return s;
 }
 
-struct sim_stream *sim_stream_new(int device, unsigned int flags, int priority)
+struct sim_stream *sim_stream_new(unsigned int flags, int priority)
 {
 	struct sim_stream *s;
 
 	pthread_mutex_lock(&sim_lock);
-	s = stream_new_locked(device, flags, priority, false, false);
+	s = stream_new_locked(current_device, sim_current_context(), flags, priority, false,
+			      false);
 	pthread_mutex_unlock(&sim_lock);
 	return s;
 }
@@ -755,22 +770,26 @@ cudaError_t sim_stream_resolve(cudaStream_t handle, bool ptsz, struct sim_stream
 {
 	struct sim_stream *s = NULL;
 	int dev = current_device;
+	uint32_t ctx = sim_current_context();
 
+	if (ctx >= SIM_MAX_CONTEXTS)
+		return cudaErrorInvalidResourceHandle;
 	if (!handle && ptsz)
 		handle = cudaStreamPerThread;
+	/* the default streams are the current context's */
 	if (!handle || handle == cudaStreamLegacy) {
 		pthread_mutex_lock(&sim_lock);
-		if (!legacy_streams[dev])
-			legacy_streams[dev] = stream_new_locked(dev, 0, 0, true, false);
-		s = legacy_streams[dev];
+		if (!legacy_streams[ctx])
+			legacy_streams[ctx] = stream_new_locked(dev, ctx, 0, 0, true, false);
+		s = legacy_streams[ctx];
 		pthread_mutex_unlock(&sim_lock);
 	} else if (handle == cudaStreamPerThread) {
-		if (!per_thread_streams[dev]) {
+		if (!per_thread_streams[ctx]) {
 			pthread_mutex_lock(&sim_lock);
-			per_thread_streams[dev] = stream_new_locked(dev, 0, 0, false, true);
+			per_thread_streams[ctx] = stream_new_locked(dev, ctx, 0, 0, false, true);
 			pthread_mutex_unlock(&sim_lock);
 		}
-		s = per_thread_streams[dev];
+		s = per_thread_streams[ctx];
 	} else {
 		s = sim_handle_get(H_STREAM, handle);
 		if (!s || s->magic != STREAM_MAGIC || s->destroyed)
@@ -834,12 +853,14 @@ uint64_t sim_submit(struct sim_stream *s, struct sim_item *it)
 	it->rec.stream_id = s->id;
 	it->rec.stream = sim_stream_handle(s);
 	it->rec.device = s->device;
+	it->rec.context = s->context;
+	/* the legacy stream synchronises with its own context's blocking streams */
 	if (s->legacy) {
 		for (o = live_streams; o; o = o->next_live)
-			if (o->device == s->device && !(o->flags & cudaStreamNonBlocking))
+			if (o->context == s->context && !(o->flags & cudaStreamNonBlocking))
 				add_wait_locked(s, o);
-	} else if (!(s->flags & cudaStreamNonBlocking) && legacy_streams[s->device]) {
-		add_wait_locked(s, legacy_streams[s->device]);
+	} else if (!(s->flags & cudaStreamNonBlocking) && legacy_streams[s->context]) {
+		add_wait_locked(s, legacy_streams[s->context]);
 	}
 	append_locked(s, it);
 	seq = it->seq;
@@ -876,8 +897,9 @@ bool sim_stream_idle(struct sim_stream *s)
 	return idle;
 }
 
-/* Waits for everything submitted to the device's streams before the call. */
-void sim_device_sync(int device)
+/* Waits for everything submitted before the call to the streams of a device (context 0) or
+ * of one context. */
+static void sync_streams(int device, uint32_t context)
 {
 	struct { struct sim_stream *s; uint64_t target; } *snap = NULL;
 	struct sim_stream *s;
@@ -885,7 +907,8 @@ void sim_device_sync(int device)
 
 	pthread_mutex_lock(&sim_lock);
 	for (s = live_streams; s; s = s->next_live) {
-		if (s->device != device || s->completed >= s->submitted)
+		if ((context ? s->context != context : s->device != device) ||
+		    s->completed >= s->submitted)
 			continue;
 		snap = realloc(snap, (n + 1) * sizeof(*snap));
 		snap[n].s = s;
@@ -898,6 +921,16 @@ void sim_device_sync(int device)
 			pthread_cond_wait(&sim_progress, &sim_lock);
 	pthread_mutex_unlock(&sim_lock);
 	free(snap);
+}
+
+void sim_device_sync(int device)
+{
+	sync_streams(device, 0);
+}
+
+void sim_context_sync(uint32_t context)
+{
+	sync_streams(-1, context);
 }
 
 void sim_stream_destroy(struct sim_stream *s)

@@ -17,6 +17,9 @@
 #include "tpsim_driver.h"
 
 #define SIM_MAX_DEVICES 16
+/* context ids are 1..SIM_MAX_CONTEXTS - 1: the devices' primary contexts first (id = device
+ * + 1), then cuCtxCreate's */
+#define SIM_MAX_CONTEXTS 64
 
 /* Internal item kinds, never reported. */
 enum {
@@ -53,6 +56,7 @@ struct sim_stream {
 	void *handle;			/* opaque CUstream (sim_handle_new) */
 	uint64_t id;
 	int device;
+	uint32_t context;		/* its context's id (a stream belongs to one context) */
 	unsigned int flags;		/* cudaStreamNonBlocking */
 	int priority;
 	bool legacy, per_thread, destroyed;
@@ -124,10 +128,15 @@ uint64_t sim_now_ns(void);
 uint32_t sim_gettid(void);
 int sim_current_device(void);
 void sim_set_current_device(int device);
+/* The calling thread's current context id: the one cuCtxSetCurrent/cuCtxCreate made current,
+ * else the current device's primary context (device + 1). */
+uint32_t sim_current_context(void);
+void sim_set_current_context(int device, uint32_t context);
 
 /* Streams. sim_stream_resolve maps 0 / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD / a handle. */
 cudaError_t sim_stream_resolve(cudaStream_t handle, bool ptsz, struct sim_stream **out);
-struct sim_stream *sim_stream_new(int device, unsigned int flags, int priority);
+/* A stream of the calling thread's current context (and its device). */
+struct sim_stream *sim_stream_new(unsigned int flags, int priority);
 void sim_stream_destroy(struct sim_stream *s);
 cudaStream_t sim_stream_handle(struct sim_stream *s);
 struct sim_item *sim_item_new(int kind);
@@ -137,6 +146,7 @@ void sim_stream_wait_seq(struct sim_stream *s, uint64_t seq);
 void sim_stream_sync(struct sim_stream *s);
 bool sim_stream_idle(struct sim_stream *s);
 void sim_device_sync(int device);
+void sim_context_sync(uint32_t context);	/* the context's streams only */
 uint64_t sim_next_correlation(void);
 
 /* Events. */

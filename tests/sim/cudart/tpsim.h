@@ -21,9 +21,10 @@
  *                               kernel's name (registered device name, else its ELF symbol)
  *   TPSIM_COPY_GBPS=10          copy bandwidth: a copy lasts bytes / (GBPS * 1e9) s
  *                               (a copy to or from pageable host memory a quarter of that)
- *   TPSIM_DEVICES=1             cudaGetDeviceCount
+ *   TPSIM_DEVICES=1             cudaGetDeviceCount; each device has its primary context
+ *                               (contextId device + 1), cuCtxCreate makes more
  *   TPSIM_VERBOSE=1             one stderr line per executed item (kind, name, grid, block,
- *                               stream, correlation, start/end ns)
+ *                               stream, correlation, start/end ns, ctx=context id last)
  *   TPSIM_SPIN_US=200           most a worker yield-spins to hit a deadline (0: sleep only)
  * Kernel duration precedence: tpsim_set_kernel_us, TPSIM_KERNEL_TIMES, TPSIM_KERNEL_US.
  */
@@ -60,6 +61,8 @@ struct tpsim_record {
 	uint64_t stream_id;		/* 0 legacy default, 1.. per-thread defaults and created */
 	cudaStream_t stream;		/* the handle as the API saw it after resolving 0/0x1/0x2 */
 	int device;
+	uint32_t context;		/* the CUDA context of its stream (CUPTI's contextId): ids
+					 * from 1 in creation order, the primary contexts first */
 	uint32_t grid[3], block[3];
 	size_t shmem;
 	size_t bytes;			/* memcpy/memset */

@@ -32,7 +32,8 @@
  *  - host memory in copies is PAGEABLE when the driver did not allocate it (tpsim_record's
  *    host_pageable), else PINNED;
  *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;
- *    contextId = device + 1; streamId = the sim's stream id (0 = legacy default stream).
+ *    contextId = the sim driver's context id (primary: device + 1); streamId = the sim's
+ *    stream id (0 = legacy default stream).
  *  - timestamps: the sim's CLOCK_MONOTONIC times are mapped into the registered timestamp
  *    callback's clock (default CLOCK_REALTIME, like CUPTI on Linux) by the offset between the
  *    two clocks at conversion time, which is what CUPTI's GPU->CPU interpolation amounts to.
@@ -268,7 +269,7 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->end = end;
 			r->completed = end;
 			r->deviceId = rec->device;
-			r->contextId = rec->device + 1;
+			r->contextId = rec->context;
 			r->streamId = (uint32_t)rec->stream_id;
 			r->gridX = rec->grid[0], r->gridY = rec->grid[1], r->gridZ = rec->grid[2];
 			r->blockX = rec->block[0], r->blockY = rec->block[1], r->blockZ = rec->block[2];
@@ -293,7 +294,7 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->start = start;
 			r->end = end;
 			r->deviceId = rec->device;
-			r->contextId = rec->device + 1;
+			r->contextId = rec->context;
 			r->streamId = (uint32_t)rec->stream_id;
 			r->correlationId = (uint32_t)rec->correlation;
 			r->graphId = rec->graph_id;
@@ -310,7 +311,7 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->start = start;
 			r->end = end;
 			r->deviceId = rec->device;
-			r->contextId = rec->device + 1;
+			r->contextId = rec->context;
 			r->streamId = (uint32_t)rec->stream_id;
 			r->correlationId = (uint32_t)rec->correlation;
 			r->memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
@@ -329,7 +330,7 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 			r->start = start;
 			r->end = end;
 			r->correlationId = (uint32_t)rec->correlation;
-			r->contextId = rec->device + 1;
+			r->contextId = rec->context;
 			r->streamId = (uint32_t)rec->stream_id;
 		}
 		break;
