@@ -691,7 +691,7 @@ static void test_py_stacks(void)
 	f = open_memstream(&text, &len);
 	memsnap__leak_report(ms, &info, f);
 	fclose(f);
-	CHECK(text && strstr(text, "1536 bytes: 3 x 512 bytes  cuda:0  pytorch:malloc  at "
+	CHECK(text && strstr(text, "1.5 KiB: 3 x 512 B  cuda:0  pytorch:malloc  at "
 			     "Linear.forward (/job/model.py:31)"), "report line: %s", text);
 	CHECK(text && strstr(text, "#0  /job/model.py:31 Linear.forward\n"
 			     "      #1  /job/train.py:12 train_step\n"), "Python chain in detail");
