@@ -1018,34 +1018,76 @@ static void write_distributed_info(struct trace_session *s)
 	trace_json__top_raw(s->tj, "distributedInfo", dist);
 }
 
-/* --gpu: one line on how the join went, next to the "wrote" line. */
+/* --gpu: the join's numbers in full (-v), and a line for each real problem. */
 static void log_gpu_join(const struct trace_session *s)
 {
 	struct gpu_join_stats j;
 
 	if (!env.gpu || decoder__gpu_stats(s->dec, &j))
 		return;
-	log_info("--gpu: %llu of %llu host calls joined with CUPTI (%llu before CUPTI was enabled, "
-		 "%llu without a record, %llu ambiguous), %llu arrows; CUPTI API records no call "
-		 "claimed: %llu nested driver calls, %llu unprobed calls, %llu ambiguous; %llu GPU "
-		 "work records no written call carries\n",
-		 (unsigned long long)j.joined, (unsigned long long)j.calls,
-		 (unsigned long long)j.before_enable, (unsigned long long)j.no_record,
-		 (unsigned long long)j.ambiguous, (unsigned long long)j.flows,
-		 (unsigned long long)j.records_nested, (unsigned long long)j.records_unprobed,
-		 (unsigned long long)j.records_ambiguous, (unsigned long long)j.work_unclaimed);
+	log_verbose("--gpu: %llu of %llu host calls joined with CUPTI (%llu before CUPTI was "
+		    "enabled, %llu without a record, %llu ambiguous), %llu arrows; CUPTI API records "
+		    "no call claimed: %llu nested driver calls, %llu unprobed calls, %llu ambiguous; "
+		    "%llu GPU work records no written call carries\n",
+		    (unsigned long long)j.joined, (unsigned long long)j.calls,
+		    (unsigned long long)j.before_enable, (unsigned long long)j.no_record,
+		    (unsigned long long)j.ambiguous, (unsigned long long)j.flows,
+		    (unsigned long long)j.records_nested, (unsigned long long)j.records_unprobed,
+		    (unsigned long long)j.records_ambiguous, (unsigned long long)j.work_unclaimed);
 	/* several processes: each one's own (their sum is the line above) */
 	for (int i = 0; s->nr_procs > 1 && i < s->nr_procs; i++) {
 		const struct traced *p = &s->procs[i];
+		struct gpu_join_stats pj;
 
-		if (!p->gpu || decoder__gpu_stats_pid(s->dec, p->t->pid, &j))
+		if (!p->gpu || decoder__gpu_stats_pid(s->dec, p->t->pid, &pj))
 			continue;
-		log_info("--gpu: pid %d: %llu of %llu host calls joined (%llu before CUPTI was "
-			 "enabled, %llu without a record, %llu ambiguous), %llu arrows\n",
-			 p->t->pid, (unsigned long long)j.joined, (unsigned long long)j.calls,
-			 (unsigned long long)j.before_enable, (unsigned long long)j.no_record,
-			 (unsigned long long)j.ambiguous, (unsigned long long)j.flows);
+		log_verbose("--gpu: pid %d: %llu of %llu host calls joined (%llu before CUPTI was "
+			    "enabled, %llu without a record, %llu ambiguous), %llu arrows\n",
+			    p->t->pid, (unsigned long long)pj.joined, (unsigned long long)pj.calls,
+			    (unsigned long long)pj.before_enable, (unsigned long long)pj.no_record,
+			    (unsigned long long)pj.ambiguous, (unsigned long long)pj.flows);
 	}
+	/* the real problems: calls made while CUPTI was on whose GPU side is missing */
+	if (j.no_record)
+		log_error("--gpu: %llu of %llu calls made with CUPTI on have no CUPTI record: their "
+			  "GPU work has no arrow (records dropped, or CUPTI late)\n",
+			  (unsigned long long)j.no_record,
+			  (unsigned long long)(j.calls - j.before_enable));
+	if (j.ambiguous)
+		log_error("--gpu: %llu calls fit more than one CUPTI record: left unjoined, never "
+			  "guessed\n", (unsigned long long)j.ambiguous);
+}
+
+/* The one line on what was captured: "wrote FILE: 3.0 s of pid 42 (train): 21570 CUDA calls
+ * (8628 launches), 12885 launch->kernel arrows, 0 events dropped". */
+static void log_summary(const struct trace_session *s, const struct decoder_stats *st)
+{
+	char who[96], gpu[64] = "", dropped[32];
+	struct gpu_join_stats j;
+
+	if (s->nr_procs == 1)
+		snprintf(who, sizeof(who), "pid %d (%s)", s->procs[0].t->pid, s->procs[0].t->comm);
+	else
+		snprintf(who, sizeof(who), "%d processes", s->nr_procs);
+	if (env.gpu && !decoder__gpu_stats(s->dec, &j))
+		snprintf(gpu, sizeof(gpu), ", %llu launch->kernel arrows",
+			 (unsigned long long)j.flows);
+	if (s->drops_err)
+		snprintf(dropped, sizeof(dropped), "drops unknown");
+	else
+		snprintf(dropped, sizeof(dropped), "%llu events dropped",
+			 (unsigned long long)s->drops);
+	log_info("wrote %s: %.1f s of %s: %llu CUDA/NCCL calls (%llu launches)%s, %s\n",
+		 env.output, (s->end_mono - s->start_mono) / 1e9, who,
+		 (unsigned long long)st->calls, (unsigned long long)st->launches, gpu, dropped);
+	log_verbose("%llu launches named, %llu driver calls nested in runtime calls (written once, "
+		    "as the runtime call)\n", (unsigned long long)st->launches_named,
+		    (unsigned long long)st->nested_driver_calls);
+	if (st->launches_named < st->launches)
+		log_error("%llu of %llu launches have no kernel name (their function is in no "
+			  "symbol table read)\n",
+			  (unsigned long long)(st->launches - st->launches_named),
+			  (unsigned long long)st->launches);
 }
 
 /* The end of the trace: metadata, then the file is closed. 0 or a negative errno. */
@@ -1078,23 +1120,13 @@ static int write_trace_end(struct trace_session *s)
 			  strerror(-err));
 		return err;
 	}
-	if (s->drops_err) {
+	log_summary(s, st);
+	if (s->drops_err)
 		log_error("the drop counter could not be read (%s): events may be missing\n",
 			  strerror(-s->drops_err));
-		log_info("wrote %s: %llu calls (%llu launches, %llu named), drops unknown\n",
-			 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
-			 (unsigned long long)st->launches_named);
-		log_gpu_join(s);
-		return 0;
-	}
-	if (s->drops)
+	else if (s->drops)
 		log_error("%llu events dropped (ring buffer full); raise --ring-mb\n",
 			  (unsigned long long)s->drops);
-	log_info("wrote %s: %llu calls (%llu launches, %llu named), %llu dropped, "
-		 "%llu driver calls nested in runtime calls\n",
-		 env.output, (unsigned long long)st->calls, (unsigned long long)st->launches,
-		 (unsigned long long)st->launches_named, (unsigned long long)s->drops,
-		 (unsigned long long)st->nested_driver_calls);
 	log_gpu_join(s);
 	return 0;
 }

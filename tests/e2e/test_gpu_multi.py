@@ -380,13 +380,8 @@ def test_gpu_multi_enabled_late_and_ended_early():
     assert ja["unjoined"]["before_enable"] == 0 and ja["joined"] == 40, ja
     assert jb["unjoined"] == {"before_enable": first, "no_record": 0, "ambiguous": 0}, jb
     assert jb["joined"] == len(lb) - first, (jb, len(lb), first)
-    # and tptrace says so per process
-    for pid, j in ((a.pid, ja), (b.pid, jb)):
-        u = j["unjoined"]
-        assert (f"--gpu: pid {pid}: {j['joined']} of {j['calls']} host calls joined "
-                f"({u['before_enable']} before CUPTI was enabled, {u['no_record']} without a "
-                f"record, {u['ambiguous']} ambiguous), {j['flows']} arrows") in tr.err.text(), \
-            tr.err.text()
+    # nothing missing: the summary has no problem line (calls before enable are none)
+    assert "--gpu:" not in tr.err.text(), tr.err.text()
     # no arrow crosses: B's kernels on B's track only, A's on A's
     ends = {e["id"]: e for e in trace["traceEvents"] if e.get("ph") == "f"}
     for s in (e for e in trace["traceEvents"] if e.get("ph") == "s"):

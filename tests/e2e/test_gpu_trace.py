@@ -80,11 +80,9 @@ def test_gpu_kernels_joined_with_launches():
     assert j["joined"] == 8 * steps == j["calls"], j
     assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
     assert j["flows"] == 6 * steps and j["gpu_work_unclaimed"] == 0, j
-    # the end-of-trace summary says the same
-    n = 8 * steps
-    assert (f"--gpu: {n} of {n} host calls joined with CUPTI (0 before CUPTI was enabled, "
-            f"0 without a record, 0 ambiguous), {6 * steps} arrows") in tr.err.text(), \
-        tr.err.text()
+    # the end-of-trace summary says the same: the arrows on its one line, no problem line
+    assert f", {6 * steps} launch->kernel arrows, 0 events dropped" in tr.err.text(), tr.err.text()
+    assert "--gpu:" not in tr.err.text(), tr.err.text()
 
 
 def test_gpu_detach_leaves_target_running_and_unchanged():
