@@ -877,6 +877,12 @@ static int stop_torch(struct trace_session *s)
 			continue;
 		int e = 0;
 
+		/* the main thread stops the profiler at its next safe point, then exports every
+		 * event: seconds on a large window; say what is being waited for */
+		if (p->torch && !p->t->exited)
+			log_info("--torch: pid %d: stopping torch.profiler (the job's main thread "
+				 "exports its events)...\n", p->t->pid);
+
 		if (p->t->exited || target__gone(p->t) ||
 		    (p->torch && (e = torchprof__stop(p->torch, err, sizeof(err))) == -ESRCH)) {
 			/* gone, or exiting: the stop found the profiler stopped by the job's exit */
