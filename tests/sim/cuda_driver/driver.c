@@ -1338,6 +1338,10 @@ static CUresult launch(CUfunction f, const struct launch_geom *g, CUstream h, bo
 	memcpy(it->rec.block, g->block, sizeof(it->rec.block));
 	it->rec.shmem = g->shmem;
 	it->dur_ns = sim_kernel_ns(k);
+	if (k->body) {
+		it->fn = k->body;	/* engine.c execute: real time, as a host function */
+		it->arg = kernelParams ? *(void **)kernelParams[0] : NULL;
+	}
 	sim_submit_or_capture(s, it);
 	return CUDA_SUCCESS;
 }
