@@ -11,7 +11,9 @@
  * After GO, EXACTLY these calls per step, in this order, on the main thread:
  *   1. ncclAllReduce(b0, b0, 1024, ncclFloat32, ncclSum, comm0, sc0)
  *   2. K x cudaLaunchKernel(fake_compute, grid 1, block 1, shmem 0, sp), C us each
- *   3. cudaStreamSynchronize(sp)
+ *   3. cudaEventRecord(ev, sp), then cudaEventQuery(ev) every 50 us until it returns
+ *      cudaSuccess (a poll, not a sync: the step's only syncs are those of 5, so the report's
+ *      step boundaries are NCCL's ends, TPSIM_NCCL_US after the compute at least)
  *   4. ncclAllReduce(b1, b1, 1024, ncclFloat32, ncclSum, comm1, sc1)
  *   5. cudaStreamSynchronize(sc0), cudaStreamSynchronize(sc1)
  * then "DONE". Why every compute kernel lies inside rank 0's NCCL kernel N0 of its step:
@@ -19,14 +21,16 @@
  *     (the sim's launch latency; its internal stream's wait for sc0 is already satisfied); the
  *     first compute kernel starts 2 us after ITS launch returned, later in this thread, and the
  *     others follow it back to back on sp;
- *   - N0 cannot end before rank 1 arrives, and rank 1's allreduce is called after the sync of
- *     sp returned, i.e. after the last compute kernel ended.
+ *   - N0 cannot end before rank 1 arrives, and rank 1's allreduce is called after the event on
+ *     sp completed, i.e. after the last compute kernel ended (the event
+ *     recorded after it completed).
  * So the overlap of NCCL and compute kernels is exactly K * C us per step, whatever the host's
  * load; rank 1's kernel starts after the compute ended and overlaps nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include "tpsim.h"
@@ -60,6 +64,7 @@ int main(int argc, char **argv)
 	static const int devs[2] = { 0, 0 };
 	ncclComm_t comm[2];
 	cudaStream_t sc0, sc1, sp;
+	cudaEvent_t ev;
 	float *b0, *b1;
 
 	for (int i = 1; i < argc; i++) {
@@ -86,6 +91,7 @@ int main(int argc, char **argv)
 	cuda_check(cudaStreamCreateWithFlags(&sp, cudaStreamNonBlocking), "cudaStreamCreate sp");
 	cuda_check(cudaMalloc((void **)&b0, 1024 * sizeof(float)), "cudaMalloc b0");
 	cuda_check(cudaMalloc((void **)&b1, 1024 * sizeof(float)), "cudaMalloc b1");
+	cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
 	tpsim_set_kernel_us((const void *)fake_compute, (unsigned)compute_us);
 	nccl_check(ncclCommInitAll(comm, 2, devs), "ncclCommInitAll");
 
@@ -100,7 +106,17 @@ int main(int argc, char **argv)
 		for (long k = 0; k < kernels; k++)
 			cuda_check(cudaLaunchKernel((const void *)fake_compute, one, one, args, 0, sp),
 				   "cudaLaunchKernel");
-		cuda_check(cudaStreamSynchronize(sp), "cudaStreamSynchronize sp");
+		cuda_check(cudaEventRecord(ev, sp), "cudaEventRecord");
+		for (;;) {
+			struct timespec d = { 0, 50000 };
+			cudaError_t q = cudaEventQuery(ev);
+
+			if (q == cudaSuccess)
+				break;
+			if (q != cudaErrorNotReady)
+				cuda_check(q, "cudaEventQuery");
+			nanosleep(&d, NULL);
+		}
 		nccl_check(ncclAllReduce(b1, b1, 1024, ncclFloat32, ncclSum, comm[1], sc1),
 			   "ncclAllReduce rank 1");
 		cuda_check(cudaStreamSynchronize(sc0), "cudaStreamSynchronize sc0");
