@@ -548,7 +548,8 @@ static void log_item(const struct tpsim_record *r)
  * the work it waits for has ended; a worker that the host scheduler runs late completes late
  * but reports the same times (it used to stretch the item instead, and a loaded test host
  * read as a slow GPU). Work whose time is real stays real: a kernel body
- * (tpsim_enqueue_kernel: NCCL's collectives, which wait for their peers), a host function,
+ * (tpsim_set_function_body: NCCL's collectives, which wait for their peers; its start is
+ * the device's, when the stream was free), a host function,
  * and the waits for other streams and events. */
 #define LAUNCH_LATENCY_NS 2000ULL
 

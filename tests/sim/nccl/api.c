@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * NCCL 2.28.9 host API of the simulated libnccl.so.2: communicators on shared segments
- * (segment.c), operations as kernels on the simulated streams (tpsim_enqueue_kernel).
+ * (segment.c), operations as kernels launched with cuLaunchKernelEx on each comm's own stream,
+ * through the library's static copy of the sim runtime (tests/sim/sim.mk).
  * Behaviour and environment: tpsim_nccl.h.
  *
  * Every API function is defined as pnccl<Name> with nccl<Name> a weak alias, as in the real
