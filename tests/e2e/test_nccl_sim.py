@@ -61,6 +61,10 @@ def test_nccl_sim_launches_nested_in_nccl_calls():
         assert len(in_nccl) == per_call * len(colls), (name, len(in_nccl))
     # the user's step event is the only cudaEventRecord outside NCCL
     assert len(xs(t, "cuda_runtime", "cudaEventRecord")) == 2 * 2 * STEPS + STEPS
+    # the driver calls NCCL's runtime made (cuEventRecord, cuStreamWaitEvent) are those
+    # runtime calls', not written; what NCCL calls in the driver itself is
+    drv = {e["name"] for e in xs(t, "cuda_driver")}
+    assert drv == {"cuLaunchKernelEx", "cuModuleGetFunction"}, drv
     for c in colls:
         mine = [l for l in launches if inside(l, c)]
         assert len(mine) == 1, (c, mine)
