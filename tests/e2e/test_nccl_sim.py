@@ -83,6 +83,21 @@ def test_nccl_sim_launches_nested_in_nccl_calls():
         f, l = flows[corr], by_corr[corr]
         assert f["tid"] == l["tid"] and l["ts"] <= f["ts"] <= l["ts"] + l["dur"], (f, l)
         assert k["args"]["stream"] != user[0]["args"]["stream"], k
+    # the cross-stream events: NCCL's stream waits for the caller's (first cudaStreamWaitEvent
+    # in the call, its GPU record on the kernel's stream, ending before the kernel starts), the
+    # caller's stream for the kernel (the second, on another stream, ending with the kernel)
+    syncs = {e["args"]["correlation"]: e for e in xs(t, "cuda_sync", "Stream Wait Event")}
+    kern = {k["args"]["correlation"]: k for k in nccl_k}
+    for c in colls:
+        w1, w2 = sorted((w for w in xs(t, "cuda_runtime", "cudaStreamWaitEvent") if inside(w, c)),
+                        key=lambda e: e["ts"])
+        [l] = [l for l in launches if inside(l, c)]
+        k = kern[l["args"]["correlation"]]
+        s1, s2 = syncs[w1["args"]["correlation"]], syncs[w2["args"]["correlation"]]
+        assert s1["args"]["stream"] == k["args"]["stream"], (s1, k)
+        assert s1["ts"] + s1["dur"] <= k["ts"], (s1, k)
+        assert s2["args"]["stream"] != k["args"]["stream"], (s2, k)
+        assert abs(s2["ts"] + s2["dur"] - (k["ts"] + k["dur"])) < 0.0015, (s2, k)
     comp = [e for e in xs(t, "kernel") if e["name"] == "fake_compute"]
     assert len(comp) == STEPS * KERNELS
     user_corr = {u["args"]["correlation"] for u in user}
