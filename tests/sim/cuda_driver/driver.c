@@ -96,6 +96,14 @@ static CUresult resolve(CUstream h, bool ptsz, struct sim_stream **s)
 
 /* ---- initialisation, versions, devices, contexts ---------------------------------------- */
 
+/* tpsim_driver.h current_device (not an API call) */
+int sim_ctx_current_device(void)
+{
+	int *dev = current_ctx ? sim_handle_get(H_CONTEXT, current_ctx) : NULL;
+
+	return dev ? *dev : -1;
+}
+
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {
 	DRV_API(cuInit);

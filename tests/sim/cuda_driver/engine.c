@@ -1038,6 +1038,7 @@ static int ops_device_count(void)
 }
 
 size_t sim_device_bytes_live(void);
+int sim_ctx_current_device(void);
 
 const struct tpsim_driver_ops sim_driver_ops = {
 	.size = sizeof(struct tpsim_driver_ops),
@@ -1053,4 +1054,5 @@ const struct tpsim_driver_ops sim_driver_ops = {
 	.device_count = ops_device_count,
 	.device_bytes_live = sim_device_bytes_live,
 	.set_function_body = ops_set_function_body,
+	.current_device = sim_ctx_current_device,
 };

@@ -35,6 +35,8 @@ struct tpsim_driver_ops {
 	size_t (*device_bytes_live)(void);
 	/* tpsim_set_function_body (a module's function that does host work: NCCL's kernels) */
 	int (*set_function_body)(CUfunction f, void (*fn)(void *arg));
+	/* the device of the calling thread's current context, -1 when none is current */
+	int (*current_device)(void);
 };
 
 #endif /* TPSIM_DRIVER_H */

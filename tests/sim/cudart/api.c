@@ -141,7 +141,6 @@ static struct {
 	DRV_FN(cuGraphInstantiateWithFlags);
 	DRV_FN(cuGraphExecDestroy);
 	DRV_FN(cuGraphLaunch);
-	DRV_FN(cuCtxGetCurrent);
 } drv, drv_pt;	/* drv_pt: the per-thread-default-stream forms (_ptsz/_ptds) */
 
 /* Names as cuGetProcAddress_v2 takes them, in the order of the struct above. */
@@ -158,7 +157,7 @@ static const char *const drv_names[] = {
 	"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel",
 	"cuStreamBeginCapture", "cuStreamEndCapture", "cuStreamIsCapturing",
 	"cuStreamGetCaptureInfo", "cuGraphCreate", "cuGraphDestroy",
-	"cuGraphInstantiateWithFlags", "cuGraphExecDestroy", "cuGraphLaunch", "cuCtxGetCurrent",
+	"cuGraphInstantiateWithFlags", "cuGraphExecDestroy", "cuGraphLaunch",
 };
 
 static const struct tpsim_driver_ops *ops;
@@ -254,18 +253,16 @@ static cudaError_t make_current(int device)
 
 /* A thread's first call: the context another runtime in the process (the application's, when
  * this is NCCL's static copy) or the application made current is kept, as the real runtime
- * keeps it; else the device's primary context is made current. */
+ * keeps it (asked through the driver's private table: no API record); else the device's
+ * primary context is made current. */
 static void adopt_or_make_current(void)
 {
-	CUcontext ctx = NULL, primary;
+	int d = ops->current_device();
 
-	if (!drv.cuCtxGetCurrent(&ctx) && ctx) {
-		for (int d = 0; d < nr_devices; d++)
-			if (!drv.cuDevicePrimaryCtxRetain(&primary, d) && primary == ctx) {
-				cur_device = d;
-				ctx_current = true;
-				return;
-			}
+	if (d >= 0) {
+		cur_device = d;
+		ctx_current = true;
+		return;
 	}
 	make_current(cur_device);
 }
