@@ -276,6 +276,12 @@ void table_ranks(struct ctx *c)
 			       p->collective_wait_ns,
 			       !p->in->gpu ? "no --gpu data: NCCL kernel times unknown" :
 			       "no NCCL kernels in two or more ranks' traces");
+		/* rule_comm's sums, finding or not: NCCL kernel time in the window and the part of
+		 * it a compute kernel ran beside */
+		num_or_unknown(o, "comm_ns", p->in->gpu, (double)p->comm_ns,
+			       "no --gpu data: NCCL kernel times unknown");
+		num_or_unknown(o, "comm_overlapped_ns", p->in->gpu, (double)p->comm_overlap_ns,
+			       "no --gpu data: NCCL kernel times unknown");
 		cJSON_AddItemToArray(r, o);
 	}
 }

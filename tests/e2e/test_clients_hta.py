@@ -24,8 +24,20 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def layout(paths, name):
-    """HTA's trace directory: one file per rank, named as Kineto names its traces"""
-    return trace_dir(f"hta-{name}", paths, "rank{i}.pt.trace.json")
+    """HTA's trace directory: one file per rank, named as Kineto names its traces, without our
+    cuda_sync events (Kineto writes none unless enable_cuda_sync_events is set): HTA takes every
+    event on a GPU stream for a kernel, so the user stream's "Stream Wait Event" for NCCL's
+    internal stream (as long as the NCCL kernel it waits for) would count as compute to HTA,
+    in its kernel table and as overlap with that very NCCL kernel"""
+    d = trace_dir(f"hta-{name}", paths, "rank{i}.pt.trace.json")
+    for f in os.listdir(d):
+        t = load_trace(os.path.join(d, f))
+        n = len(t["traceEvents"])
+        t["traceEvents"] = [e for e in t["traceEvents"] if e.get("cat") != "cuda_sync"]
+        assert name == "one" or len(t["traceEvents"]) < n, f   # NCCL's waits were there
+        with open(os.path.join(d, f), "w") as out:
+            json.dump(t, out)
+    return d
 
 
 def hta(trace_dir, exact):

@@ -197,8 +197,9 @@ def test_report_straggler_rank():
     waits = {k["rank"]: k["collective_wait_ns"] for k in r["ranks"]}
     assert waits[2] == n["collective_wait_ns"] and min(waits[0], waits[1]) > 4 * waits[2], waits
     assert len(r["steps"]["per_rank"]) == 3
-    # the sim runs NCCL on the compute stream: nothing overlaps, and the waiting ranks' NCCL
-    # kernels are most of their time
+    # the compute is queued on the stream passed to NCCL, before the collective, and NCCL's
+    # kernel on its own stream waits for it (an event): nothing overlaps (test_nccl_sim has
+    # compute on another stream), and the waiting ranks' NCCL kernels are most of their time
     comm = {f["numbers"]["rank"]: f["numbers"] for f in findings(r, "comm_not_overlapped")}
     assert {0, 1} <= set(comm), [f["title"] for f in r["findings"]]
     for k in (0, 1):

@@ -59,6 +59,14 @@ TEST_BINS += $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so
 
 -include $(SIM_CUDART_OBJS:.o=.d)
 
+# The same runtime as a PIC archive, for libraries that carry their own copy (as real libnccl
+# links cudart statically): its calls never reach the shared libcudart.so.13.
+SIM_CUDART_STATIC := $(OUTPUT)/sim/cudart/libtpsim_cudart_static.a
+
+$(SIM_CUDART_STATIC): $(SIM_CUDART_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
 #   $(SIM_LIB_DIR)/libnccl.so.2  simulated NCCL 2.28.9: real soname and unversioned names, runs
 #   collectives on the sim's streams, ranks rendezvous across processes in /dev/shm
 SIM_NCCL_SRCS := $(wildcard tests/sim/nccl/*.c)
@@ -72,12 +80,15 @@ $(OUTPUT)/sim/nccl/%.o: tests/sim/nccl/%.c | $(OUTPUT)/sim/nccl
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(SIM_CFLAGS) -Itests/sim/nccl -c $< -o $@
 
-# Links the SIM libcudart (through the libcudart.so link in the same dir); $ORIGIN finds it.
-$(SIM_NCCL): $(SIM_NCCL_OBJS) tests/sim/nccl/libnccl.map $(SIM_LIB_DIR)/libcudart.so | $(SIM_LIB_DIR)
+# Carries the sim runtime statically, as real libnccl carries cudart: its cuda* functions are
+# local (in .symtab only, as in the real library), and no DT_NEEDED names libcudart. It reaches
+# the driver like the runtime does (dlopen through this RUNPATH).
+$(SIM_NCCL): $(SIM_NCCL_OBJS) tests/sim/nccl/libnccl.map $(SIM_CUDART_STATIC) $(SIM_DRIVER) | $(SIM_LIB_DIR)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) -shared -pthread -Wl,-soname,libnccl.so.2 \
-		-Wl,--version-script=tests/sim/nccl/libnccl.map -Wl,-z,defs \
-		$(SIM_NCCL_OBJS) -L$(SIM_LIB_DIR) -lcudart -Wl,-rpath,'$$ORIGIN' -lrt -o $@
+		-Wl,--version-script=tests/sim/nccl/libnccl.map -Wl,-z,defs -Wl,--exclude-libs,ALL \
+		-Wl,--enable-new-dtags -Wl,-rpath,'$$ORIGIN/../driver:$(abspath $(SIM_DRIVER_DIR))' \
+		$(SIM_NCCL_OBJS) $(SIM_CUDART_STATIC) -ldl -lrt -o $@
 
 $(SIM_LIB_DIR)/libnccl.so: $(SIM_NCCL)
 	$(call msg,LN,$@)

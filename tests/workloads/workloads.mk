@@ -68,9 +68,15 @@ $(WL_DIR)/nccl_real_args: tests/workloads/nccl_real_args.c tests/workloads/hands
 		-Wl,--no-as-needed -l:libcudart.so.13 -Wl,--as-needed \
 		-Wl,-rpath,$(CUDA_HOME)/lib -o $@
 
-TEST_BINS += $(WL_DIR)/nccl_rank $(WL_DIR)/nccl_real_args
+# Compute beside NCCL with an overlap known by construction (two ranks in one process).
+$(WL_DIR)/nccl_overlap: tests/workloads/nccl_overlap.c tests/workloads/handshake.h tests/workloads/workloads.mk $(SIM_NCCL) $(SIM_LIB_DIR)/libnccl.so $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(WL_CFLAGS) -rdynamic $< -L$(SIM_LIB_DIR) -lnccl -lcudart \
+		-Wl,-rpath,$(SIM_RPATH) -o $@
 
--include $(WL_DIR)/nccl_rank.d $(WL_DIR)/nccl_real_args.d
+TEST_BINS += $(WL_DIR)/nccl_rank $(WL_DIR)/nccl_real_args $(WL_DIR)/nccl_overlap
+
+-include $(WL_DIR)/nccl_rank.d $(WL_DIR)/nccl_real_args.d $(WL_DIR)/nccl_overlap.d
 
 # Long kernel names for the CUPTI agent's name continuation records (tests/e2e/test_gpu.py).
 $(WL_DIR)/gpu_names: tests/workloads/gpu_names.c tests/workloads/workloads.mk $(SIM_CUDART) $(SIM_LIB_DIR)/libcudart.so | $(WL_DIR)

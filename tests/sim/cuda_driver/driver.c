@@ -106,6 +106,14 @@ static CUresult resolve(CUstream h, bool ptsz, struct sim_stream **s)
 
 /* ---- initialisation, versions, devices, contexts ---------------------------------------- */
 
+/* tpsim_driver.h current_device (not an API call) */
+int sim_ctx_current_device(void)
+{
+	int *dev = current_ctx ? sim_handle_get(H_CONTEXT, current_ctx) : NULL;
+
+	return dev ? *dev : -1;
+}
+
 CUresult CUDAAPI cuInit(unsigned int Flags)
 {
 	DRV_API(cuInit);
@@ -1446,6 +1454,10 @@ static CUresult launch(CUfunction f, const struct launch_geom *g, CUstream h, bo
 	memcpy(it->rec.block, g->block, sizeof(it->rec.block));
 	it->rec.shmem = g->shmem;
 	it->dur_ns = sim_kernel_ns(k);
+	if (k->body) {
+		it->fn = k->body;	/* engine.c execute: real time, as a host function */
+		it->arg = kernelParams ? *(void **)kernelParams[0] : NULL;
+	}
 	sim_submit_or_capture(s, it);
 	return CUDA_SUCCESS;
 }

@@ -561,7 +561,8 @@ static void log_item(const struct tpsim_record *r)
  * the work it waits for has ended; a worker that the host scheduler runs late completes late
  * but reports the same times (it used to stretch the item instead, and a loaded test host
  * read as a slow GPU). Work whose time is real stays real: a kernel body
- * (tpsim_enqueue_kernel: NCCL's collectives, which wait for their peers), a host function,
+ * (tpsim_set_function_body: NCCL's collectives, which wait for their peers; its start is
+ * the device's, when the stream was free), a host function,
  * and the waits for other streams and events. */
 #define LAUNCH_LATENCY_NS 2000ULL
 
@@ -644,10 +645,11 @@ static void execute(struct sim_item *it, uint64_t free_ns)
 		return;
 	}
 	/* a kernel body or a host function: it runs when the stream reaches it, for as long
-	 * as it takes */
+	 * as it takes; a kernel started on the device when its stream was free, however late
+	 * the host runs the worker that plays it */
 	start = max_u64(ready, sim_now_ns());
 	sleep_until(start);
-	it->rec.start_ns = start;
+	it->rec.start_ns = it->kind == TPSIM_KERNEL ? ready : start;
 	it->fn(it->arg);
 	it->rec.end_ns = sim_now_ns();
 }
@@ -1048,6 +1050,20 @@ static int ops_set_kernel_us(CUfunction f, unsigned us)
 	return CUDA_SUCCESS;
 }
 
+static int ops_set_function_body(CUfunction f, void (*fn)(void *arg))
+{
+	struct sim_kernel *k;
+
+	sim_init();
+	k = sim_handle_get(H_FUNCTION, f);
+	if (!k)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&sim_lock);
+	k->body = fn;
+	pthread_mutex_unlock(&sim_lock);
+	return CUDA_SUCCESS;
+}
+
 static int ops_device_count(void)
 {
 	sim_init();
@@ -1055,6 +1071,7 @@ static int ops_device_count(void)
 }
 
 size_t sim_device_bytes_live(void);
+int sim_ctx_current_device(void);
 
 const struct tpsim_driver_ops sim_driver_ops = {
 	.size = sizeof(struct tpsim_driver_ops),
@@ -1069,4 +1086,6 @@ const struct tpsim_driver_ops sim_driver_ops = {
 	.now_ns = ops_now_ns,
 	.device_count = ops_device_count,
 	.device_bytes_live = sim_device_bytes_live,
+	.set_function_body = ops_set_function_body,
+	.current_device = sim_ctx_current_device,
 };

@@ -86,6 +86,8 @@ struct sim_kernel {
 	uint64_t magic;
 	char *name;
 	long long us_override;		/* tpsim_set_kernel_us, or -1 */
+	void (*body)(void *arg);	/* tpsim_set_function_body: runs as the kernel, for as long
+					 * as it takes, given the launch's first parameter */
 	void *kernel_handle, *function_handle;
 	struct sim_module *module;
 	struct sim_kernel *next;

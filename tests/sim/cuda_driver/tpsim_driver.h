@@ -33,6 +33,10 @@ struct tpsim_driver_ops {
 	int (*device_count)(void);
 	/* cudaMalloc's TPSIM_MEM_LIMIT_BYTES and cudaFree's kinds: device bytes handed out */
 	size_t (*device_bytes_live)(void);
+	/* tpsim_set_function_body (a module's function that does host work: NCCL's kernels) */
+	int (*set_function_body)(CUfunction f, void (*fn)(void *arg));
+	/* the device of the calling thread's current context, -1 when none is current */
+	int (*current_device)(void);
 };
 
 #endif /* TPSIM_DRIVER_H */

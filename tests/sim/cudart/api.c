@@ -251,6 +251,22 @@ static cudaError_t make_current(int device)
 	return cudaSuccess;
 }
 
+/* A thread's first call: the context another runtime in the process (the application's, when
+ * this is NCCL's static copy) or the application made current is kept, as the real runtime
+ * keeps it (asked through the driver's private table: no API record); else the device's
+ * primary context is made current. */
+static void adopt_or_make_current(void)
+{
+	int d = ops->current_device();
+
+	if (d >= 0) {
+		cur_device = d;
+		ctx_current = true;
+		return;
+	}
+	make_current(cur_device);
+}
+
 /* Opens the call's API record; 1 if one was opened. */
 static int rt_api_enter(uint32_t cbid)
 {
@@ -258,7 +274,7 @@ static int rt_api_enter(uint32_t cbid)
 		return 0;
 	ops->api_enter(TPSIM_DOMAIN_RUNTIME, cbid);
 	if (!ctx_current)
-		make_current(cur_device);
+		adopt_or_make_current();
 	return 1;
 }
 
@@ -1351,6 +1367,11 @@ int tpsim_enqueue_kernel(cudaStream_t s, const char *name, dim3 grid, dim3 block
 int64_t tpsim_stream_id(cudaStream_t s)
 {
 	return rt_load() ? -1 : ops->stream_id(s);
+}
+
+int tpsim_set_function_body(void *function, void (*fn)(void *arg))
+{
+	return rt_load() ? CUDA_ERROR_NOT_INITIALIZED : ops->set_function_body(function, fn);
 }
 
 /* Before the kernel is loaded the duration waits in the runtime's entry (no driver call). */

@@ -111,6 +111,14 @@ int tpsim_enqueue(cudaStream_t s, void (*fn)(void *arg), void *arg);
 int tpsim_enqueue_kernel(cudaStream_t s, const char *name, dim3 grid, dim3 block,
 			 void (*fn)(void *arg), void *arg);
 
+/*
+ * A function of a module (a CUfunction from cuModuleGetFunction) that does host work when it
+ * runs: every launch of it runs fn on the stream's worker, given the launch's first kernel
+ * parameter (a pointer), and lasts as long as fn takes. NCCL's sim kernels (they wait for
+ * their peers). Returns a CUresult.
+ */
+int tpsim_set_function_body(void *function, void (*fn)(void *arg));
+
 /* Kernel duration for a plain function pointer launched with cudaLaunchKernel (C workloads). */
 void tpsim_set_kernel_us(const void *func, unsigned us);
 

@@ -27,8 +27,6 @@
  *
  * Sim limitations (documented, asserted nowhere as real behaviour):
  *  - no SYNCHRONIZATION records for host-side syncs (stream, event, context synchronize).
- *  - NCCL's sim kernels (tpsim_enqueue_kernel) are not API calls: their kernel records carry a
- *    fresh correlationId that no API record has.
  *  - host memory in copies is PAGEABLE when the driver did not allocate it (tpsim_record's
  *    host_pageable), else PINNED;
  *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * NCCL 2.28.9 host API of the simulated libnccl.so.2: communicators on shared segments
- * (segment.c), operations as kernels on the simulated streams (tpsim_enqueue_kernel).
+ * (segment.c), operations as kernels launched with cuLaunchKernelEx on each comm's own stream,
+ * through the library's static copy of the sim runtime (tests/sim/sim.mk).
  * Behaviour and environment: tpsim_nccl.h.
  *
  * Every API function is defined as pnccl<Name> with nccl<Name> a weak alias, as in the real
  * library, so a uprobe on either name hits the same code.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include "tpsim.h"
 #include "nccl_sim.h"
@@ -48,6 +51,11 @@ struct ncclComm {
 	bool revoked, handle_closed;
 	struct tcp_link *link;		/* TCP transport: this rank is remote from the root */
 	struct ncclComm *next_live;
+	/* The device side (none on the root's proxy comms): NCCL's own stream, and the events
+	 * that order it after the user's stream and the user's stream after it. */
+	cudaStream_t stream;
+	cudaEvent_t ev_user, ev_done;
+	pthread_mutex_t launch_lock;	/* one event sequence at a time */
 };
 
 /* One kernel on one stream: the ops of a group on that stream, or a single op. */
@@ -206,6 +214,139 @@ static const char *kernel_name(const struct op_desc *d)
 	return it->name;
 }
 
+/* ---- the device side: NCCL's kernels, launched through the driver ---- */
+
+/*
+ * As real NCCL, the sim gets the driver's entry points itself (cuGetProcAddress) and launches
+ * its kernels with cuLaunchKernelEx; its runtime calls go to its own static copy of the sim
+ * runtime (sim.mk), never through the application's libcudart.so. Its kernels are the entries
+ * of one PTX module loaded at the first communicator's creation; each function's body (the
+ * collective: wait for the peers, reduce, wire time) is given to the sim driver with
+ * tpsim_set_function_body and gets the launch's first parameter, the work.
+ */
+static struct {
+	pthread_once_t once;
+	ncclResult_t err;
+	CUresult (*launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+	CUresult (*module_load)(CUmodule *, const void *);
+	CUresult (*get_function)(CUfunction *, CUmodule, const char *);
+	CUmodule module;
+	pthread_mutex_t lock;
+	struct kfunc { struct kfunc *next; const char *name; CUfunction f; } *funcs;
+} dev = { .once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void run_work(void *arg);
+
+/* Every kernel name kernel_name() can return, as `.entry` lines (names are < 128 bytes). */
+static char *module_ptx(void)
+{
+	static const int kinds[] = { OP_ALLREDUCE, OP_REDUCE, OP_REDUCESCATTER };
+	static const char *entry = ".entry %s(.param .u64 args)\n{\n\tret;\n}\n";
+	size_t cap = (3 * (ncclNumOps + 1) * ncclNumTypes + 4) * 200, len = 0;
+	char *ptx = malloc(cap), name[128];
+
+	if (!ptx)
+		return NULL;
+	len += snprintf(ptx, cap, ".version 8.0\n.target sm_90\n.address_size 64\n");
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+		for (int op = 0; op <= ncclNumOps; op++)	/* ncclNumOps: "PreMulSum" */
+			for (int t = 0; t < ncclNumTypes; t++) {
+				if (op && !strcmp(redop_name(op), redop_name(op - 1)))
+					continue;	/* ncclMax and ncclMin share one */
+				snprintf(name, sizeof(name), "ncclDevKernel_%s_%s_%s_RING_LL",
+					 kind_name(kinds[k]), redop_name(op), dtype_name(t));
+				len += snprintf(ptx + len, cap - len, entry, name);
+			}
+	len += snprintf(ptx + len, cap - len, entry, "ncclDevKernel_AllGather_RING_LL");
+	len += snprintf(ptx + len, cap - len, entry, "ncclDevKernel_Broadcast_RING_LL");
+	snprintf(ptx + len, cap - len, entry, "ncclDevKernel_SendRecv");
+	return ptx;
+}
+
+/* Once per process, with a context current (after the comm's stream was created). */
+static void dev_load(void)
+{
+	__typeof__(&cuGetProcAddress_v2) get;
+	CUdriverProcAddressQueryResult st;
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	char *ptx;
+
+	dev.err = ncclSystemError;
+	if (!lib || !(get = (__typeof__(get))dlsym(lib, "cuGetProcAddress_v2")))
+		return;
+	if (get("cuLaunchKernelEx", (void **)&dev.launch_ex, 12000, CU_GET_PROC_ADDRESS_DEFAULT,
+		&st) ||
+	    get("cuModuleLoadData", (void **)&dev.module_load, 12000,
+		CU_GET_PROC_ADDRESS_DEFAULT, &st) ||
+	    get("cuModuleGetFunction", (void **)&dev.get_function, 12000,
+		CU_GET_PROC_ADDRESS_DEFAULT, &st))
+		return;
+	ptx = module_ptx();
+	dev.err = ptx && !dev.module_load(&dev.module, ptx) ? ncclSuccess : ncclUnhandledCudaError;
+	free(ptx);
+}
+
+/* The CUfunction of a kernel name (looked up at its first launch, as NCCL's lazy loading). */
+static CUfunction dev_function(const char *name)
+{
+	struct kfunc *k;
+
+	pthread_mutex_lock(&dev.lock);
+	for (k = dev.funcs; k; k = k->next)
+		if (k->name == name)
+			break;
+	if (!k && (k = calloc(1, sizeof(*k)))) {
+		k->name = name;
+		if (dev.get_function(&k->f, dev.module, name) ||
+		    tpsim_set_function_body(k->f, run_work)) {
+			free(k);
+			k = NULL;
+		} else {
+			k->next = dev.funcs;
+			dev.funcs = k;
+		}
+	}
+	pthread_mutex_unlock(&dev.lock);
+	return k ? k->f : NULL;
+}
+
+/* Destroying a stream or event with work pending is deferred by the runtime: NCCL's queued
+ * kernels still run (and see `aborting`). */
+static void comm_dev_fini(struct ncclComm *comm)
+{
+	if (comm->ev_user)
+		cudaEventDestroy(comm->ev_user);
+	if (comm->ev_done)
+		cudaEventDestroy(comm->ev_done);
+	if (comm->stream)
+		cudaStreamDestroy(comm->stream);
+	comm->ev_user = comm->ev_done = NULL;
+	comm->stream = NULL;
+}
+
+/* NCCL's stream and events for a comm of this process, on the comm's device. */
+static ncclResult_t comm_dev_init(struct ncclComm *comm)
+{
+	int cur = -1;
+
+	pthread_mutex_init(&comm->launch_lock, NULL);
+	if (cudaGetDevice(&cur) || (cur != comm->device && cudaSetDevice(comm->device)))
+		return fail(ncclUnhandledCudaError, "cannot use device %d", comm->device);
+	if (cudaStreamCreateWithFlags(&comm->stream, cudaStreamNonBlocking))
+		return fail(ncclUnhandledCudaError, "cudaStreamCreateWithFlags failed");
+	if (cudaEventCreateWithFlags(&comm->ev_user, cudaEventDisableTiming) ||
+	    cudaEventCreateWithFlags(&comm->ev_done, cudaEventDisableTiming)) {
+		comm_dev_fini(comm);
+		return fail(ncclUnhandledCudaError, "cudaEventCreateWithFlags failed");
+	}
+	pthread_once(&dev.once, dev_load);
+	if (dev.err) {
+		comm_dev_fini(comm);
+		return fail(dev.err, "cannot load NCCL's kernels into the driver");
+	}
+	return ncclSuccess;
+}
+
 /* ---- communicators ---- */
 
 static struct ncclComm *comm_live(ncclComm_t handle)
@@ -248,6 +389,7 @@ static void comm_close(struct ncclComm *comm)
 	bool release;
 
 	comm_unlink_live(comm);
+	comm_dev_fini(comm);
 	if (comm->link)
 		tcp_link_close(comm->link);
 	seg_leave(&comm->seg);
@@ -259,8 +401,9 @@ static void comm_close(struct ncclComm *comm)
 		comm_release(comm);
 }
 
+/* shadow: the root's proxy for a remote rank (tcp.c), which has no device side. */
 static ncclResult_t comm_create_id(struct ncclComm **out, const char *name, int nranks,
-				   int rank, int device, const ncclUniqueId *id)
+				   int rank, int device, const ncclUniqueId *id, bool shadow)
 {
 	struct ncclComm *comm;
 	int err;
@@ -279,6 +422,16 @@ static ncclResult_t comm_create_id(struct ncclComm **out, const char *name, int 
 		free(comm);
 		return fail(ncclSystemError, "out of memory");
 	}
+	comm->device = device;
+	if (!shadow) {
+		err = comm_dev_init(comm);
+		if (err) {
+			free(comm->send_seq);
+			free(comm->recv_seq);
+			free(comm);
+			return err;
+		}
+	}
 	if (id) {
 		/* the segment lives on the root's host: joined there by our proxy */
 		snprintf(comm->seg.name, sizeof(comm->seg.name), "%s", name);
@@ -288,6 +441,7 @@ static ncclResult_t comm_create_id(struct ncclComm **out, const char *name, int 
 		err = seg_join(&comm->seg, name, nranks, rank, simnccl_cfg.init_timeout_s);
 	}
 	if (err) {
+		comm_dev_fini(comm);
 		free(comm->send_seq);
 		free(comm->recv_seq);
 		free(comm);
@@ -310,12 +464,12 @@ static ncclResult_t comm_create_id(struct ncclComm **out, const char *name, int 
 static ncclResult_t comm_create(struct ncclComm **out, const char *name, int nranks, int rank,
 				int device)
 {
-	return comm_create_id(out, name, nranks, rank, device, NULL);
+	return comm_create_id(out, name, nranks, rank, device, NULL, false);
 }
 
 int simnccl_comm_create(struct ncclComm **out, const char *name, int nranks, int rank)
 {
-	return comm_create_id(out, name, nranks, rank, 0, NULL);
+	return comm_create_id(out, name, nranks, rank, 0, NULL, true);
 }
 
 static int current_device(void)
@@ -690,15 +844,30 @@ uint64_t simnccl_moved_elems(const struct op *op)
 	return allreduce_moved(op);
 }
 
+/*
+ * One kernel for ops (all of one comm, one user stream), on the comm's own stream, ordered as
+ * real NCCL orders it: an event recorded on the user's stream that NCCL's stream waits for,
+ * the kernel (cuLaunchKernelEx), an event recorded on NCCL's stream that the user's stream
+ * waits for. Work the user queues on that stream afterwards waits for the collective; work on
+ * other streams runs beside it.
+ */
 static ncclResult_t enqueue_work(struct op *ops, int nops)
 {
-	static const dim3 grid = { 2, 1, 1 }, block = { 512, 1, 1 };
+	struct ncclComm *comm = ops[0].comm;
+	cudaStream_t user = ops[0].stream;
 	struct work *w = malloc(sizeof(*w) + nops * sizeof(*ops));
-	const char *name = "ncclDevKernel_SendRecv";
-	int err;
+	const char *name = "ncclDevKernel_SendRecv", *what = NULL;
+	CUlaunchConfig cfg = { .gridDimX = 2, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 512,
+			       .blockDimY = 1, .blockDimZ = 1, .hStream = (CUstream)comm->stream };
+	void *params[1] = { &w };
+	CUfunction f;
+	int err = 0;
 
-	if (!w)
+	if (!w) {
+		for (int i = 0; i < nops; i++)
+			op_finished(&ops[i]);
 		return fail(ncclSystemError, "out of memory");
+	}
 	w->nops = nops;
 	memcpy(w->ops, ops, nops * sizeof(*ops));
 	for (int i = 0; i < nops; i++)
@@ -708,14 +877,33 @@ static ncclResult_t enqueue_work(struct op *ops, int nops)
 			name = kernel_name(&ops[i].desc);
 			break;
 		}
-	err = tpsim_enqueue_kernel(ops[0].stream, name, grid, block, run_work, w);
+	f = dev_function(name);
+	pthread_mutex_lock(&comm->launch_lock);
+	if (!f)
+		what = "cuModuleGetFunction", err = CUDA_ERROR_NOT_FOUND;
+	else if ((err = cudaEventRecord(comm->ev_user, user)))
+		what = "cudaEventRecord";
+	else if ((err = cudaStreamWaitEvent(comm->stream, comm->ev_user, 0)))
+		what = "cudaStreamWaitEvent";
+	else if ((err = dev.launch_ex(&cfg, f, params, NULL)))
+		what = "cuLaunchKernelEx";
 	if (err) {
+		pthread_mutex_unlock(&comm->launch_lock);
 		for (int i = 0; i < nops; i++)
 			op_finished(&ops[i]);
 		free(w);
-		return fail(ncclUnhandledCudaError, "enqueue on stream %p: cuda error %d",
-			    (void *)ops[0].stream, err);
+		return fail(ncclUnhandledCudaError, "%s %s on stream %p: cuda error %d", name, what,
+			    (void *)user, err);
 	}
+	/* the kernel owns w from here */
+	if ((err = cudaEventRecord(comm->ev_done, comm->stream)))
+		what = "cudaEventRecord";
+	else if ((err = cudaStreamWaitEvent(user, comm->ev_done, 0)))
+		what = "cudaStreamWaitEvent";
+	pthread_mutex_unlock(&comm->launch_lock);
+	if (err)
+		return fail(ncclUnhandledCudaError, "%s %s on stream %p: cuda error %d", name, what,
+			    (void *)user, err);
 	return ncclSuccess;
 }
 
@@ -888,7 +1076,7 @@ NCCL_API(ncclResult_t, ncclGroupStart, void)
 	return ncclSuccess;
 }
 
-/* One kernel per stream, streams in order of their first op, ops in call order. */
+/* One kernel per (stream, comm), in order of their first op, ops in call order. */
 static ncclResult_t group_flush(void)
 {
 	ncclResult_t ret = ncclSuccess, err;
@@ -907,7 +1095,8 @@ static ncclResult_t group_flush(void)
 			continue;
 		n = 0;
 		for (int j = i; j < nops; j++)
-			if (!taken[j] && ops[j].stream == ops[i].stream) {
+			if (!taken[j] && ops[j].stream == ops[i].stream &&
+			    ops[j].comm == ops[i].comm) {
 				batch[n++] = ops[j];
 				taken[j] = true;
 			}
@@ -989,7 +1178,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks,
 		return fail(ncclInvalidArgument, "ncclCommInitRank: NULL comm");
 	seg_name_from_id(&commId, name, sizeof(name));
 	return comm_create_id(comm, name, nranks, rank, current_device(),
-			      tcp_id_is_tcp(&commId) && tcp_id_remote(&commId) ? &commId : NULL);
+			      tcp_id_is_tcp(&commId) && tcp_id_remote(&commId) ? &commId : NULL,
+			      false);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId,

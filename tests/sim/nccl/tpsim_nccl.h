@@ -3,11 +3,27 @@
  * Sim-only API and behaviour of the simulated libnccl.so.2 (tests/sim/nccl).
  *
  * The simulated library exports the NCCL 2.28.9 host API from <nccl.h> under the real names
- * (unversioned, ncclX a weak alias of pncclX as in the real library), links against the
- * simulated libcudart.so.13 and runs every collective and p2p operation as a "kernel" on the
- * caller's simulated stream (tpsim_enqueue_kernel), so stream order, events and syncs behave as
- * on a GPU. Ranks are separate processes (or threads: ncclCommInitAll) that rendezvous through
- * POSIX shared memory.
+ * (unversioned, ncclX a weak alias of pncclX as in the real library). Like the real library it
+ * carries its own static copy of the (simulated) CUDA runtime, its cuda* functions local
+ * symbols (.symtab only), so its runtime calls never go through the application's
+ * libcudart.so.13, and it reaches the driver itself (dlopen libcuda.so.1, cuGetProcAddress).
+ * Every communicator of a process has a stream of its own (cudaStreamCreateWithFlags,
+ * non-blocking, on the comm's device) and two events. Each operation (or group, below) is one
+ * kernel, launched the way real NCCL launches it:
+ *   cudaEventRecord(ev_user, user stream); cudaStreamWaitEvent(comm stream, ev_user);
+ *   cuLaunchKernelEx(grid (2,1,1), block (512,1,1), comm stream);
+ *   cudaEventRecord(ev_done, comm stream); cudaStreamWaitEvent(user stream, ev_done)
+ * so the kernel starts after the work queued before it on the caller's stream, work queued on
+ * that stream afterwards waits for it, and work on other streams runs beside it (compute
+ * overlapping communication). The kernels are the entries of one PTX module the library loads
+ * into the driver at the first communicator's creation (cuModuleLoadData; cuModuleGetFunction
+ * at each kernel's first launch); their body, the collective below, is given to the simulated
+ * driver with tpsim_set_function_body and runs on the comm stream's worker. CUPTI (the sim's)
+ * thus sees NCCL's runtime calls as RUNTIME records, its cuLaunchKernelEx as a DRIVER record,
+ * and the kernel with that driver record's correlation id, as the real one does. Ranks are
+ * separate processes (or threads: ncclCommInitAll) that rendezvous through POSIX shared
+ * memory. Limits: one module per process (loaded in the context current at the first comm's
+ * creation); a communicator's kernels run in launch order on its one stream.
  *
  * Communicators
  *   ncclGetUniqueId: bytes 0-3 "TPSN", 4-127 random. The shared segment of the communicator is
@@ -32,7 +48,7 @@
  *   cudaStreamSynchronize / cudaEventSynchronize hang and cudaEventQuery returns
  *   cudaErrorNotReady, as on a real hang.
  *   Ops between ncclGroupStart/End (nesting counted per thread) are enqueued at the outermost
- *   ncclGroupEnd as ONE kernel per stream that first posts all its ops and then waits for all,
+ *   ncclGroupEnd as ONE kernel per (stream, comm) that first posts all its ops and then waits for all,
  *   so send+recv to the same peer in one group cannot deadlock. Sends/recvs of one (src,dst)
  *   pair must stay in order (one stream), as in practice.
  *   Bytes: allreduce/broadcast/reduce count*size; allgather, alltoall, gather, scatter
@@ -42,7 +58,7 @@
  *   only when every rank passed the same count/dtype/op. The rest of recvbuff and every other
  *   op move no data (a real 4 MiB reduction across processes costs tens of ms on a small VM
  *   and would swamp the simulated time).
- *   Kernel names reported to the tpsim observer: ncclDevKernel_<Coll>_<Op>_<type>_RING_LL for
+ *   Kernel names (the module's entries): ncclDevKernel_<Coll>_<Op>_<type>_RING_LL for
  *   reductions (Op Sum, Prod, MinMax, SumPostDiv, PreMulSum; type i8 u8 i32 u32 i64 u64 f16
  *   f32 f64 bf16 f8e4m3 f8e5m2), ncclDevKernel_<Coll>_RING_LL for AllGather and Broadcast,
  *   ncclDevKernel_SendRecv for send/recv/alltoall/gather/scatter; grid (2,1,1) block
