@@ -43,6 +43,8 @@ enum rev_dir { RD_NONE, RD_HTOD, RD_DTOH, RD_DTOD, RD_OTHER };
 #define RF_NCCL_KERNEL	0x08	/* GPU kernel named nccl* (HTA's rule for communication) */
 #define RF_HAS_DUR	0x10	/* host call with a measured duration (return probe or CUPTI) */
 #define RF_RESERVED	0x20	/* memory counter: reserved (else allocated) */
+#define RF_UNFINISHED	0x40	/* host call with no end ("unfinished": its return was not seen,
+				 * the trace draws it up to its own end): dur 0, end unknown */
 
 struct rev {
 	uint64_t ts, dur;	/* ns, CLOCK_MONOTONIC (trace base + ts) */

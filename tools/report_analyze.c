@@ -368,8 +368,12 @@ static void steps_python(struct ctx *c, struct proc *p)
 		 (unsigned long)best_tid);
 }
 
+/* a call whose return was never seen (RF_UNFINISHED: a probe attached while it ran, or the
+ * trace ended in it) has no known end: no step can end there */
 static bool is_marker(const struct rev *e)
 {
+	if (e->flags & RF_UNFINISHED)
+		return false;
 	return e->kind == RK_SYNC || e->kind == RK_NCCL ||
 	       (e->kind == RK_COPY && !(e->flags & RF_ASYNC));
 }
@@ -651,7 +655,7 @@ static void measure_proc(struct ctx *c, struct proc *p, cJSON *per_rank)
 	cJSON *pr = cJSON_CreateObject(), *steps = cJSON_CreateArray(), *sw;
 	uint64_t *walls = calloc(p->nr_steps + 1, sizeof(uint64_t));
 	double wall_sum = 0;
-	size_t h0 = 0, g0 = 0;
+	size_t h0 = 0, g0 = 0, nr_walls = 0, nr_bad = 0;
 	uint64_t max_dur = 0;
 
 	for (size_t i = 0; i < p->nr_gpu; i++)
@@ -671,9 +675,22 @@ static void measure_proc(struct ctx *c, struct proc *p, cJSON *per_rank)
 
 		num(o, "index", (double)s);
 		num(o, "start_ns", (double)st->a);
+		if (st->b < st->a) {
+			/* never a wrapped unsigned difference: the step is left out of every
+			 * measure and said to be what it is */
+			char why[160];
+
+			snprintf(why, sizeof(why), "tptrace bug: this step ends %llu ns before it "
+				 "starts; please report it with the trace",
+				 (unsigned long long)(st->a - st->b));
+			unknown(o, "wall_ns", why);
+			cJSON_AddItemToArray(steps, o);
+			nr_bad++;
+			continue;
+		}
 		num(o, "wall_ns", (double)(st->b - st->a));
-		walls[s] = st->b - st->a;
-		wall_sum += (double)walls[s];
+		walls[nr_walls++] = st->b - st->a;
+		wall_sum += (double)(st->b - st->a);
 		while (h0 < p->nr_host && ev[p->host[h0]].ts < st->a)
 			h0++;
 		for (size_t i = h0; i < p->nr_host && ev[p->host[i]].ts < st->b; i++) {
@@ -713,11 +730,13 @@ static void measure_proc(struct ctx *c, struct proc *p, cJSON *per_rank)
 	}
 	cJSON_AddItemToObject(pr, "steps", steps);
 	sw = cJSON_AddObjectToObject(pr, "step_wall_ns");
-	if (p->nr_steps && walls) {
-		qsort(walls, p->nr_steps, sizeof(*walls), cmp_u64);
-		num(sw, "mean", wall_sum / p->nr_steps);
-		num(sw, "p50", (double)pct(walls, p->nr_steps, 0.5));
-		num(sw, "p99", (double)pct(walls, p->nr_steps, 0.99));
+	if (nr_bad)
+		num(pr, "steps_invalid", (double)nr_bad);
+	if (nr_walls && walls) {
+		qsort(walls, nr_walls, sizeof(*walls), cmp_u64);
+		num(sw, "mean", wall_sum / nr_walls);
+		num(sw, "p50", (double)pct(walls, nr_walls, 0.5));
+		num(sw, "p99", (double)pct(walls, nr_walls, 0.99));
 	} else {
 		unknown(sw, "mean", "no steps found");
 		unknown(sw, "p50", "no steps found");

@@ -242,6 +242,14 @@
 		g.appendChild(s('line', { class: 'axis', x1: box.l, x2: box.l, y1: box.t, y2: box.b }));
 		g.appendChild(s('line', { class: 'axis', x1: box.l, x2: box.r, y1: box.b, y2: box.b }));
 	}
+	/* the left margin a y axis from 0 to max needs: its widest label (11px text, under 7px a
+	 * character) right-aligned 6px from the axis; never under min */
+	function axisLeft(max, fmt, min) {
+		var step = niceStep(max, 4), n = 0;
+		for (var v = 0; v <= max * 1.0001; v += step)
+			n = Math.max(n, String(fmt(v)).length);
+		return Math.max(min, 12 + 7 * n);
+	}
 	function svgBox(height, left, attrs) {
 		var box = { l: left, r: W - 12, t: 18, b: height - 26 };
 		var el = s('svg', Object.assign({ class: 'plot', viewBox: '0 0 ' + W + ' ' + height,
@@ -432,7 +440,7 @@
 			return;
 		}
 		var max = Math.max.apply(null, counts.filter(isNum).concat([1]));
-		var p = svgBox(200, 56, { 'data-plot': 'idle_gaps', 'data-bars': counts.length });
+		var p = svgBox(200, axisLeft(max, fmtCount, 56), { 'data-plot': 'idle_gaps', 'data-bars': counts.length });
 		var box = p.box, bw = (box.r - box.l) / counts.length;
 		box.y = function (v) { return box.b - v / max * (box.b - box.t); };
 		yAxis(p.svg, box, max, fmtCount);
@@ -530,9 +538,10 @@
 						maxIdx = Math.max(maxIdx, st.index);
 				});
 			});
-			var p = svgBox(220, 60, { 'data-plot': 'steps', 'data-series': series.length });
-			var box = p.box;
 			maxWall *= 1.1;
+			var p = svgBox(220, axisLeft(maxWall, fmtNs, 60), { 'data-plot': 'steps',
+									    'data-series': series.length });
+			var box = p.box;
 			box.y = function (v) { return box.b - v / maxWall * (box.b - box.t); };
 			function x(i) { return box.l + 10 + i / maxIdx * (box.r - box.l - 20); }
 			yAxis(p.svg, box, maxWall, fmtNs);
@@ -652,13 +661,17 @@
 		 * not the same kind of number */
 		var keys = [['step_wall_ns_mean', 'mean step wall time', '#2e86c1'],
 			    ['collective_wait_ns', 'time waiting in collectives', '#c0392b']];
-		var p = svgBox(220, 60, { 'data-plot': 'ranks', 'data-bars': list.length });
-		var full = p.box, half = (full.r - full.l) / 2;
-		keys.forEach(function (k, ki) {
+		var maxes = keys.map(function (k) {
 			var max = 1;
 			list.forEach(function (r) { if (isNum(r[k[0]])) max = Math.max(max, r[k[0]]); });
-			max *= 1.1;
-			var box = { l: full.l + ki * half + (ki ? 40 : 0), r: full.l + (ki + 1) * half - 20,
+			return max * 1.1;
+		});
+		var lefts = maxes.map(function (m) { return axisLeft(m, fmtNs, 60); });
+		var p = svgBox(220, lefts[0], { 'data-plot': 'ranks', 'data-bars': list.length });
+		var full = p.box, half = (full.r - full.l) / 2;
+		keys.forEach(function (k, ki) {
+			var max = maxes[ki];
+			var box = { l: full.l + ki * half + (ki ? lefts[1] - 20 : 0), r: full.l + (ki + 1) * half - 20,
 				    t: full.t, b: full.b };
 			box.y = function (v) { return box.b - v / max * (box.b - box.t); };
 			yAxis(p.svg, box, max, fmtNs);
@@ -702,5 +715,17 @@
 	section('Kernel breakdown', 'kernels', kernels);
 	section('Steps and ranks', 'steps', steps);
 	section('Traces', 'inputs', inputs);
+	/* laid out now: a plot whose text runs out of its box is marked (data-clipped: how many
+	 * texts), so the tests see what a reader would */
+	Array.prototype.forEach.call(document.querySelectorAll('svg.plot'), function (svg) {
+		var vb = svg.viewBox.baseVal, n = 0;
+		Array.prototype.forEach.call(svg.querySelectorAll('text'), function (t) {
+			var b = t.getBBox();
+			if (b.width && (b.x < 0 || b.x + b.width > vb.width))
+				n++;
+		});
+		if (n)
+			svg.setAttribute('data-clipped', n);
+	});
 	document.documentElement.setAttribute('data-rendered', '1');
 })();

@@ -118,11 +118,9 @@ static void inputs(FILE *f, const cJSON *r)
 static void steps(FILE *f, const cJSON *r)
 {
 	const cJSON *s = get(r, "steps"), *pr;
-	char line[WIDTH + 1];
 
 	fprintf(f, "\nSteps (%s)\n", cJSON_GetStringValue(get(s, "method")));
-	cut(line, sizeof(line), cJSON_GetStringValue(get(s, "method_detail")), WIDTH - 2);
-	fprintf(f, "  %s\n", line);
+	wrap(f, "  ", cJSON_GetStringValue(get(s, "method_detail")));
 	fprintf(f, "  %-10s %5s %10s %10s %10s %7s %10s %10s %8s %5s\n", "rank", "steps", "wall mean",
 		"wall p50", "wall p99", "GPU idle", "compute", "comm", "launches", "syncs");
 	cJSON_ArrayForEach(pr, get(s, "per_rank")) {
@@ -138,7 +136,12 @@ static void steps(FILE *f, const cJSON *r)
 			snprintf(who, sizeof(who), "%.0f", rank);
 		else
 			snprintf(who, sizeof(who), "pid %.0f", numv(pr, "pid", &ok));
+		int bad = (int)numv(pr, "steps_invalid", &ok);
+
+		n -= bad;	/* steps that end before they start: a bug, said below */
 		cJSON_ArrayForEach(st, get(pr, "steps")) {
+			if (!cJSON_IsNumber(get(st, "wall_ns")))
+				continue;
 			busy += numv(st, "gpu_busy_ns", &known);
 			idle += numv(st, "gpu_idle_ns", &ok);
 			comp += numv(st, "compute_ns", &ok);
@@ -168,6 +171,9 @@ static void steps(FILE *f, const cJSON *r)
 		fprintf(f, "  %-10s %5d %10s %10s %10s %7s %10s %10s %8s %5s\n", who, n,
 			dur(a, sizeof(a), sw, "mean"), dur(b, sizeof(b), sw, "p50"),
 			dur(c, sizeof(c), sw, "p99"), idle_s, comp_s, comm_s, la_s, sy_s);
+		if (bad)
+			fprintf(f, "  %-10s %d step%s ends before it starts: a tptrace bug, left out "
+				"(please report it with the trace)\n", who, bad, bad > 1 ? "s" : "");
 	}
 	fprintf(f, "  (compute, comm, launches and syncs are per step)\n");
 }

@@ -169,6 +169,10 @@ def check_loaded(root, console):
     for sec in root.find("section"):
         broken = [n.all_text() for n in sec.find("p") if n.has_class("js-error")]
         assert not broken, f"section {sec.attrs.get('id')}: {broken}"
+    # the page measured each plot's text once laid out: none runs out of its plot
+    clipped = [(svg.attrs.get("data-plot"), svg.attrs["data-clipped"])
+               for svg in root.find("svg", data_clipped=True)]
+    assert not clipped, f"plots with text cut at their edge (plot, texts): {clipped}"
 
 
 def one(root, tag, **attrs):
@@ -374,6 +378,23 @@ def test_script_in_names():
     assert "\u2028g & h" in one(root, "article", data_finding="tiny_kernels").all_text()
 
 
+def test_long_axis_labels():
+    """Step walls of hours and 1e9 s (a wrapped step once read 18446744073 s): the step and
+    rank plots' y-axis labels are laid out whole inside the plot (issue 26)"""
+    r = fixture("findings_2ranks")
+    for k, pr in enumerate(r["steps"]["per_rank"]):
+        for i, st in enumerate(pr["steps"]):
+            st["wall_ns"] = (k + 1) * 3.6e12 * (i + 1)
+    r["steps"]["per_rank"][0]["steps"][0]["wall_ns"] = 737869762.9e9
+    for rk in r["ranks"]:
+        rk["step_wall_ns_mean"] = 737869762.9e9
+    root, console, _ = load_page("long_axis_labels", r)
+    check_loaded(root, console)
+    steps = one(root, "svg", data_plot="steps")
+    labels = [t.all_text() for t in steps.find("text") if t.attrs.get("text-anchor") == "end"]
+    assert "500000000 s" in labels, labels
+
+
 def test_bad_reports():
     tmp = tempfile.mkdtemp(prefix="tptrace-report-html-")
     try:
@@ -414,6 +435,7 @@ def main():
     case("findings_2ranks", test_findings_2ranks)
     case("no_gpu", test_no_gpu)
     case("script_in_names", test_script_in_names)
+    case("long_axis_labels", test_long_axis_labels)
     print(f"screenshots in {ARTIFACTS}/")
     return 1 if failures else 0
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""`tptrace report` on saved traces, no root needed (issue 26): the steps of a --py-stacks
+--gpu trace attached to a running loop (calls "unfinished" at attach, drawn to the trace's
+end), a step that ends before it starts (a bug, said as one), the operator breakdown of
+--torch traces (tests/tools/data/report_traces/torch-*.json.gz) and `--compare`.
+
+Run from the repo root after `make`. Prints `ok <name>` or `FAIL <name>: reason`; exit 1 if
+any failed."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+from test_report import DATA, TPTRACE, load, spans
+
+failures = []
+
+
+def run(*args, rc_want=0):
+    p = subprocess.run([TPTRACE, "report"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == rc_want, (p.returncode, p.stdout[-1500:], p.stderr)
+    return p
+
+
+def rjson(*args):
+    return json.loads(run("--json", *args).stdout)
+
+
+def path(name):
+    return f"{DATA}/{name}.json.gz"
+
+
+def case_pystacks_attach_steps():
+    """py_train.py traced with --py-stacks --gpu, attached after GO: the first syncs' return
+    probes were not attached yet, so they are written "unfinished", drawn to the trace's end.
+    Steps end at the finished syncs only: every step is the span between two consecutive
+    finished syncs' ends, none wraps below zero (it read 1.8e19 ns, mean 1,057,968 s)."""
+    t = load("pystacks-attach")
+    unfinished = [e for e in t["traceEvents"] if e.get("name") == "cudaStreamSynchronize"
+                  and e["args"].get("unfinished")]
+    assert unfinished, "the saved trace lost what it reproduces"
+    ends = [b for a, b, e in spans(t, "cuda_runtime")
+            if e["name"] == "cudaStreamSynchronize" and not e["args"].get("unfinished")]
+    want = list(zip(ends, ends[1:]))
+    r = rjson(path("pystacks-attach"))
+    pr = r["steps"]["per_rank"][0]
+    got = [(s["start_ns"], s["start_ns"] + s["wall_ns"]) for s in pr["steps"]]
+    assert got == want, (got[:3], want[:3])
+    assert all(0 < s["wall_ns"] < 1e6 for s in pr["steps"]), pr["step_wall_ns"]
+    walls = sorted(b - a for a, b in want)
+    assert pr["step_wall_ns"]["mean"] == sum(walls) / len(walls), pr["step_wall_ns"]
+    assert "steps_invalid" not in pr
+    out = run(path("pystacks-attach")).stdout
+    assert " s " not in out.split("Steps")[1].split("Findings")[0], out
+
+
+def case_step_ending_before_start_is_a_bug():
+    """A trace whose same-thread syncs overlap (impossible for real calls): the step between
+    them ends before it starts. It is reported as a tptrace bug, left out of the means; never
+    a wrapped unsigned number."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 7, "tid": 7, "args": {"name": "x"}}]
+    # syncs ending at 100, 300, 250 (the third started inside the second), 400, 500 us
+    for ts, dur in ((90, 10), (200, 100), (240, 10), (390, 10), (490, 10)):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 7,
+                   "tid": 7, "ts": ts, "dur": dur, "args": {"stream": "0x0", "correlation": ts}})
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.json")
+        with open(p, "w") as f:
+            json.dump({"traceEvents": ev, "tptrace": {"base_mono_ns": 0, "version": "t"}}, f)
+        r = rjson(p)
+        pr = r["steps"]["per_rank"][0]
+        walls = [s["wall_ns"] for s in pr["steps"]]
+        assert walls == [200000, None, 150000, 100000], walls
+        bad = pr["steps"][1]
+        assert bad["wall_ns_unknown"].startswith("tptrace bug: this step ends 50000 ns before it "
+                                                 "starts"), bad
+        assert pr["steps_invalid"] == 1
+        assert pr["step_wall_ns"]["mean"] == 150000, pr["step_wall_ns"]
+        assert r["ranks"] == [] or all(k["step_wall_ns_mean"] == 150000 for k in r["ranks"])
+        out = run(p).stdout
+        assert "150.0 us" in out and "1 step ends before it starts" in out, out
+
+
+def main():
+    for name, fn in sorted((k, v) for k, v in globals().items() if k.startswith("case_")):
+        try:
+            fn()
+            print(f"ok {name[5:]}")
+        except Exception as e:
+            failures.append(name)
+            print(f"FAIL {name[5:]}: {e!r}\n{traceback.format_exc(limit=2)}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
