@@ -33,6 +33,8 @@ enum rev_kind {
 	RK_GPU_SYNC,		/* GPU: cat cuda_sync (a stream waiting: not busy) */
 	RK_OOM,			/* cuda_memory OOM instant */
 	RK_MEM_COUNTER,		/* counter "bytes allocated/reserved (cuda:N)": bytes = value */
+	RK_CPU_OP,		/* --torch: torch.profiler's cpu_op slice (aten::addmm, ...) */
+	RK_USER_ANN,		/* --torch: user_annotation (record_function, ProfilerStep#N) */
 };
 
 enum rev_dir { RD_NONE, RD_HTOD, RD_DTOH, RD_DTOD, RD_OTHER };
@@ -92,6 +94,7 @@ struct rinput {
 	char hostname[64];
 	int dist_rank;		/* distributedInfo.rank, -1 none */
 	bool gpu, mem, py_stacks;	/* what the trace was made with (metadata, else events) */
+	bool torch;		/* it has torch.profiler's cpu_op/user_annotation slices (--torch) */
 	uint64_t span_ns;
 	size_t events_read;	/* every element of traceEvents (ev keeps what the analysis uses) */
 	long long events_dropped;	/* -1 unknown */

@@ -368,6 +368,45 @@ static void steps_python(struct ctx *c, struct proc *p)
 		 (unsigned long)best_tid);
 }
 
+/* --torch: torch.profiler's ProfilerStep#N slices (user_annotation; tptrace draws one per
+ * optimizer step of its window) are the steps, on the thread with the most. false if none. */
+static bool steps_profiler(struct ctx *c, struct proc *p)
+{
+	const struct rev *ev = p->in->ev;
+	struct u64map per_tid = {};
+	uint64_t best_tid = 0, best = 0;
+
+	for (size_t i = 0; i < p->nr_host; i++) {
+		const struct rev *e = &ev[p->host[i]];
+		uint64_t v = 0;
+
+		if (e->kind != RK_USER_ANN || strncmp(S(c, e->name), "ProfilerStep#", 13))
+			continue;
+		u64map__get(&per_tid, (uint64_t)e->tid + 1, &v);
+		u64map__set(&per_tid, (uint64_t)e->tid + 1, ++v);
+		if (v > best)
+			best = v, best_tid = e->tid;
+	}
+	u64map__clear(&per_tid);
+	if (!best)
+		return false;
+	p->steps = calloc(best, sizeof(*p->steps));
+	if (!p->steps)
+		return false;
+	for (size_t i = 0; i < p->nr_host; i++) {
+		const struct rev *e = &ev[p->host[i]];
+
+		if (e->kind == RK_USER_ANN && e->tid == best_tid &&
+		    !strncmp(S(c, e->name), "ProfilerStep#", 13))
+			p->steps[p->nr_steps++] = (struct step){ e->ts, e->ts + e->dur };
+	}
+	snprintf(p->method, sizeof(p->method), "profiler_steps");
+	snprintf(p->method_detail, sizeof(p->method_detail),
+		 "each torch.profiler ProfilerStep#N slice on thread %lu is a step (--torch)",
+		 (unsigned long)best_tid);
+	return true;
+}
+
 /* a call whose return was never seen (RF_UNFINISHED: a probe attached while it ran, or the
  * trace ended in it) has no known end: no step can end there */
 static bool is_marker(const struct rev *e)
@@ -405,7 +444,8 @@ static void steps_markers(struct ctx *c, struct proc *p)
 		uint64_t v = 0;
 
 		py |= e->kind == RK_PYFUNC;
-		if (e->kind == RK_PYFUNC || e->kind == RK_OOM)
+		if (e->kind == RK_PYFUNC || e->kind == RK_OOM || e->kind == RK_CPU_OP ||
+		    e->kind == RK_USER_ANN)
 			continue;
 		u64map__get(&per_tid, (uint64_t)e->tid + 1, &v);
 		u64map__set(&per_tid, (uint64_t)e->tid + 1, ++v);
@@ -416,7 +456,8 @@ static void steps_markers(struct ctx *c, struct proc *p)
 	if (!best) {
 		/* kept for its memory counters or OOMs (build_procs), maybe Python slices too */
 		snprintf(p->method_detail, sizeof(p->method_detail), "no CUDA or NCCL calls in the "
-			 "trace of pid %u%s", p->rp->pid, py ? "" : " (memory events only)");
+			 "trace of pid %u%s", p->rp->pid, py || p->in->torch ? "" :
+			 " (memory events only)");
 		return;
 	}
 	tok = calloc(p->nr_host + 1, sizeof(*tok));
@@ -814,7 +855,7 @@ cJSON *report_analyze(struct rinput *in, size_t nr_in, struct rstrings *strs,
 		}
 		if (o->step_func)
 			steps_python(&c, p);
-		else
+		else if (!steps_profiler(&c, p))
 			steps_markers(&c, p);
 		window(p);
 		if (!method || (!strcmp(method, "none") && p->nr_steps)) {
@@ -876,6 +917,7 @@ cJSON *report_analyze(struct rinput *in, size_t nr_in, struct rstrings *strs,
 	}
 	sort_findings(c.findings);
 	table_kernels(&c);
+	table_ops(&c);
 	table_timeline(&c);
 	table_ranks(&c);
 	for (size_t k = 0; k < c.nr_procs; k++) {

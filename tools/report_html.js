@@ -703,7 +703,7 @@
 		sec.appendChild(table([['trace', 'path'], ['rank', 'rank', plain, true], ['pid', 'pid', plain, true],
 				       ['host', 'hostname'], ['events', 'events', fmtCount, true],
 				       ['span', 'span_ns', fmtNs, true], ['--gpu', 'gpu'], ['--mem', 'mem'],
-				       ['--py-stacks', 'py_stacks']], arr(report.inputs).filter(obj),
+				       ['--py-stacks', 'py_stacks'], ['--torch', 'torch']], arr(report.inputs).filter(obj),
 				      { 'data-table': 'inputs' }));
 	}
 

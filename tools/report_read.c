@@ -679,6 +679,10 @@ static int take_event(struct rinput *in, struct rstrings *strs, const struct ev_
 		flags |= f->unfinished ? RF_UNFINISHED : RF_HAS_DUR;
 	} else if (!strcmp(f->cat, "python_function")) {
 		kind = RK_PYFUNC;
+	} else if (!strcmp(f->cat, "cpu_op") || !strcmp(f->cat, "user_annotation")) {
+		if (f->ph[0] != 'X')
+			return 0;
+		kind = f->cat[0] == 'c' ? RK_CPU_OP : RK_USER_ANN;
 	} else if (!strcmp(f->cat, "kernel")) {
 		kind = RK_KERNEL;
 		if (starts(f->name, "nccl"))
@@ -745,7 +749,7 @@ static int take_event(struct rinput *in, struct rstrings *strs, const struct ev_
 	if (dev < 0 && kind >= RK_KERNEL && kind <= RK_GPU_SYNC)
 		dev = (int)f->pid;
 	e->device = (int8_t)(dev > 127 ? 127 : dev);
-	if (kind < RK_KERNEL && kind != RK_PYFUNC && !proc_get(in, e->pid))
+	if (((kind < RK_KERNEL && kind != RK_PYFUNC) || kind >= RK_CPU_OP) && !proc_get(in, e->pid))
 		return -1;
 	return 0;
 }
@@ -944,9 +948,8 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 		goto cleanup;
 	}
 	if (!in->nr) {
-		/* say what it does hold: a --torch trace of a CPU-only job has only torch's ops */
-		snprintf(err, errsz, "no CUDA, NCCL or GPU events recorded (%zu other events: "
-			 "the report judges GPU work)", in->events_read);
+		snprintf(err, errsz, "no CUDA, NCCL, GPU or torch.profiler events recorded (%zu "
+			 "other events)", in->events_read);
 		goto cleanup;
 	}
 	for (size_t i = 0; i < in->nr; i++) {
@@ -963,6 +966,8 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 			in->py_stacks = true;
 		if (e->kind == RK_MEM_COUNTER || e->kind == RK_OOM)
 			in->mem = true;
+		if (e->kind == RK_CPU_OP || e->kind == RK_USER_ANN)
+			in->torch = true;
 	}
 	in->span_ns = hi - lo;
 	if (in->dist_rank >= 0 && in->nr_procs == 1 && in->procs[0].rank < 0)

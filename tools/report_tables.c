@@ -312,6 +312,7 @@ void table_inputs(struct ctx *c)
 		cJSON_AddBoolToObject(o, "gpu", in->gpu);
 		cJSON_AddBoolToObject(o, "mem", in->mem);
 		cJSON_AddBoolToObject(o, "py_stacks", in->py_stacks);
+		cJSON_AddBoolToObject(o, "torch", in->torch);
 		cJSON_AddItemToArray(a, o);
 	}
 }
