@@ -14,9 +14,14 @@ import sys
 import tempfile
 import traceback
 
-from test_report import DATA, TPTRACE, load, spans
+from test_report import DATA, TPTRACE, load, spans, sync_steps
 
 failures = []
+
+
+def near(x, y):
+    """equal but for the JSON's 15-17 significant digits"""
+    return abs(x - y) <= 1e-12 * max(abs(x), abs(y))
 
 
 def run(*args, rc_want=0):
@@ -173,6 +178,36 @@ def case_torch_gpu_ops():
     for k, o in ours.items():
         if k.startswith("aten::"):
             assert o["gpu_total_ns"] == 0 and o["launches"] == 0, o
+
+
+def case_compare_kernel_time_doubled():
+    """--compare of two saved sim_job runs (tests/e2e/test_report_compare.py made them): 4
+    fake_step kernels a step, 500 us before and 1000 us after. Every delta is the raw traces'
+    own; the kernel's mean grows by the 500 us it was built to (the sim's device clock adds
+    under 1 us a kernel)."""
+    tb, ta = load("compare-500"), load("compare-1000")
+    kb = [b - a for a, b, e in spans(tb, "kernel")]
+    ka = [b - a for a, b, e in spans(ta, "kernel")]
+    c = rjson("--compare", path("compare-500"), path("compare-1000"))
+    k = c["kernels"][0]
+    assert k["name"] == "fake_step" and len(c["kernels"]) == 1, c["kernels"]
+    assert k["count"] == {"before": len(kb), "after": len(ka), "delta": 0, "delta_pct": 0}, k
+    assert k["total_ns"]["delta"] == sum(ka) - sum(kb), k
+    d = sum(ka) / len(ka) - sum(kb) / len(kb)
+    assert near(k["mean_ns"]["delta"], d) and 499e3 < d < 501e3, k
+    assert near(k["mean_ns"]["delta_pct"], 100 * d / (sum(kb) / len(kb))), k
+    mb = [b - a for a, b in sync_steps(tb, "cudaEventSynchronize")]
+    ma = [b - a for a, b in sync_steps(ta, "cudaEventSynchronize")]
+    st = c["step_wall_ns"]["mean"]
+    assert near(st["before"], sum(mb) / len(mb)) and near(st["after"], sum(ma) / len(ma)), st
+    assert near(st["delta"], st["after"] - st["before"]) and st["delta"] >= 4 * 500e3 * 0.99, st
+    assert c["ops"] is None and "trace with --torch" in c["ops_unknown"]
+    # a torch run against itself: every op row in both, every delta 0
+    c = rjson("--compare", path("torchgpu"), path("torchgpu"))
+    assert c["ops"] and all(r["status"] == "both" and r["self_cpu_ns"]["delta"] == 0
+                            for r in c["ops"]), c["ops"][:2]
+    out = run("--compare", path("compare-500"), path("compare-1000")).stdout
+    assert not [l for l in out.splitlines() if len(l) > 100], out
 
 
 def main():
