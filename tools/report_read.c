@@ -948,8 +948,8 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 		goto cleanup;
 	}
 	if (!in->nr) {
-		snprintf(err, errsz, "no CUDA, NCCL, GPU or torch.profiler events recorded (%zu "
-			 "other events)", in->events_read);
+		snprintf(err, errsz, "no CUDA, NCCL or GPU events recorded (nor torch.profiler's; "
+			 "%zu other events)", in->events_read);
 		goto cleanup;
 	}
 	for (size_t i = 0; i < in->nr; i++) {
