@@ -82,9 +82,8 @@ static error_t parse(int key, char *arg, struct argp_state *state)
 		if (!a->nr)
 			argp_error(state, "no trace given");
 		if (a->compare && a->nr != 2)
-			argp_error(state, "--compare takes two arguments, BEFORE and AFTER (each a "
-				   "trace, a comma-separated list of traces, or a directory), not %zu",
-				   a->nr);
+			argp_error(state, "--compare takes BEFORE and AFTER (a trace, a comma list, "
+				   "a directory), not %zu", a->nr);
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;

@@ -106,7 +106,9 @@ def test_report_compare_sides_of_ranks():
     assert all(f["status"] == "both" for f in c1["findings"])
     # usage: one side only, an empty directory
     p = compare(a, rc_want=2)
-    assert "--compare takes two arguments, BEFORE and AFTER" in p.stderr, p.stderr
+    assert p.stderr.splitlines()[0] == ("tptrace report: --compare takes BEFORE and AFTER (a "
+                                        "trace, a comma list, a directory), not 1")
+    assert max(len(l) for l in p.stderr.splitlines()) <= 100, p.stderr
     empty = tmp_path("report-compare-empty")
     os.makedirs(empty, exist_ok=True)
     p = compare(a, empty, rc_want=1)
