@@ -34,6 +34,8 @@ enum rev_kind {
 	RK_GPU_SYNC,		/* GPU: cat cuda_sync (a stream waiting: not busy) */
 	RK_OOM,			/* cuda_memory OOM instant */
 	RK_MEM_COUNTER,		/* counter "bytes allocated/reserved (cuda:N)": bytes = value */
+	RK_CPU_OP,		/* --torch: torch.profiler's cpu_op slice (aten::addmm, ...) */
+	RK_USER_ANN,		/* --torch: user_annotation (record_function, ProfilerStep#N) */
 };
 
 enum rev_dir { RD_NONE, RD_HTOD, RD_DTOH, RD_DTOD, RD_OTHER };
@@ -44,6 +46,8 @@ enum rev_dir { RD_NONE, RD_HTOD, RD_DTOH, RD_DTOD, RD_OTHER };
 #define RF_NCCL_KERNEL	0x08	/* GPU kernel named nccl* (HTA's rule for communication) */
 #define RF_HAS_DUR	0x10	/* host call with a measured duration (return probe or CUPTI) */
 #define RF_RESERVED	0x20	/* memory counter: reserved (else allocated) */
+#define RF_UNFINISHED	0x40	/* host call with no end ("unfinished": its return was not seen,
+				 * the trace draws it up to its own end): dur 0, end unknown */
 
 struct rev {
 	uint64_t ts, dur;	/* ns, CLOCK_MONOTONIC (trace base + ts) */
@@ -95,6 +99,7 @@ struct rinput {
 	char hostname[64];
 	int dist_rank;		/* distributedInfo.rank, -1 none */
 	bool gpu, mem, py_stacks;	/* what the trace was made with (metadata, else events) */
+	bool torch;		/* it has torch.profiler's cpu_op/user_annotation slices (--torch) */
 	uint64_t span_ns;
 	size_t events_read;	/* every element of traceEvents (ev keeps what the analysis uses) */
 	long long events_dropped;	/* -1 unknown */
@@ -119,6 +124,12 @@ void report_text(const cJSON *report, FILE *out);
 
 /* tools/report_html.c: the page. 0, or -errno with one line in err. */
 int report_html__write(const cJSON *report, const char *path, char *err, size_t errsz);
+
+/* tools/report_compare.c: two report objects (before, after; each from its own traces) side
+ * by side with their deltas, and that object in the terminal (fits 100 columns). */
+cJSON *report_compare(const cJSON *before, const char *const *bpaths, size_t nb,
+		      const cJSON *after, const char *const *apaths, size_t na);
+void report_compare_text(const cJSON *cmp, FILE *out);
 
 /* `tptrace report ...` (argv[0] = "report"). */
 int report_main(int argc, char **argv);

@@ -376,8 +376,51 @@ static void steps_python(struct ctx *c, struct proc *p)
 		 (unsigned long)best_tid);
 }
 
+/* --torch: torch.profiler's ProfilerStep#N slices (user_annotation; tptrace draws one per
+ * optimizer step of its window) are the steps, on the thread with the most. false if none. */
+static bool steps_profiler(struct ctx *c, struct proc *p)
+{
+	const struct rev *ev = p->in->ev;
+	struct u64map per_tid = {};
+	uint64_t best_tid = 0, best = 0;
+
+	for (size_t i = 0; i < p->nr_host; i++) {
+		const struct rev *e = &ev[p->host[i]];
+		uint64_t v = 0;
+
+		if (e->kind != RK_USER_ANN || strncmp(S(c, e->name), "ProfilerStep#", 13))
+			continue;
+		u64map__get(&per_tid, (uint64_t)e->tid + 1, &v);
+		u64map__set(&per_tid, (uint64_t)e->tid + 1, ++v);
+		if (v > best)
+			best = v, best_tid = e->tid;
+	}
+	u64map__clear(&per_tid);
+	if (!best)
+		return false;
+	p->steps = calloc(best, sizeof(*p->steps));
+	if (!p->steps)
+		return false;
+	for (size_t i = 0; i < p->nr_host; i++) {
+		const struct rev *e = &ev[p->host[i]];
+
+		if (e->kind == RK_USER_ANN && e->tid == best_tid &&
+		    !strncmp(S(c, e->name), "ProfilerStep#", 13))
+			p->steps[p->nr_steps++] = (struct step){ e->ts, e->ts + e->dur };
+	}
+	snprintf(p->method, sizeof(p->method), "profiler_steps");
+	snprintf(p->method_detail, sizeof(p->method_detail),
+		 "each torch.profiler ProfilerStep#N slice on thread %lu is a step (--torch)",
+		 (unsigned long)best_tid);
+	return true;
+}
+
+/* a call whose return was never seen (RF_UNFINISHED: a probe attached while it ran, or the
+ * trace ended in it) has no known end: no step can end there */
 static bool is_marker(const struct rev *e)
 {
+	if (e->flags & RF_UNFINISHED)
+		return false;
 	return e->kind == RK_SYNC || e->kind == RK_NCCL ||
 	       (e->kind == RK_COPY && !(e->flags & RF_ASYNC));
 }
@@ -409,7 +452,8 @@ static void steps_markers(struct ctx *c, struct proc *p)
 		uint64_t v = 0;
 
 		py |= e->kind == RK_PYFUNC;
-		if (e->kind == RK_PYFUNC || e->kind == RK_OOM)
+		if (e->kind == RK_PYFUNC || e->kind == RK_OOM || e->kind == RK_CPU_OP ||
+		    e->kind == RK_USER_ANN)
 			continue;
 		u64map__get(&per_tid, (uint64_t)e->tid + 1, &v);
 		u64map__set(&per_tid, (uint64_t)e->tid + 1, ++v);
@@ -420,7 +464,8 @@ static void steps_markers(struct ctx *c, struct proc *p)
 	if (!best) {
 		/* kept for its memory counters or OOMs (build_procs), maybe Python slices too */
 		snprintf(p->method_detail, sizeof(p->method_detail), "no CUDA or NCCL calls in the "
-			 "trace of pid %u%s", p->rp->pid, py ? "" : " (memory events only)");
+			 "trace of pid %u%s", p->rp->pid, py || p->in->torch ? "" :
+			 " (memory events only)");
 		return;
 	}
 	tok = calloc(p->nr_host + 1, sizeof(*tok));
@@ -659,7 +704,7 @@ static void measure_proc(struct ctx *c, struct proc *p, cJSON *per_rank)
 	cJSON *pr = cJSON_CreateObject(), *steps = cJSON_CreateArray(), *sw;
 	uint64_t *walls = calloc(p->nr_steps + 1, sizeof(uint64_t));
 	double wall_sum = 0;
-	size_t h0 = 0, g0 = 0;
+	size_t h0 = 0, g0 = 0, nr_walls = 0, nr_bad = 0;
 	uint64_t max_dur = 0;
 
 	for (size_t i = 0; i < p->nr_gpu; i++)
@@ -679,9 +724,22 @@ static void measure_proc(struct ctx *c, struct proc *p, cJSON *per_rank)
 
 		num(o, "index", (double)s);
 		num(o, "start_ns", (double)st->a);
+		if (st->b < st->a) {
+			/* never a wrapped unsigned difference: the step is left out of every
+			 * measure and said to be what it is */
+			char why[160];
+
+			snprintf(why, sizeof(why), "tptrace bug: this step ends %llu ns before it "
+				 "starts; please report it with the trace",
+				 (unsigned long long)(st->a - st->b));
+			unknown(o, "wall_ns", why);
+			cJSON_AddItemToArray(steps, o);
+			nr_bad++;
+			continue;
+		}
 		num(o, "wall_ns", (double)(st->b - st->a));
-		walls[s] = st->b - st->a;
-		wall_sum += (double)walls[s];
+		walls[nr_walls++] = st->b - st->a;
+		wall_sum += (double)(st->b - st->a);
 		while (h0 < p->nr_host && ev[p->host[h0]].ts < st->a)
 			h0++;
 		for (size_t i = h0; i < p->nr_host && ev[p->host[i]].ts < st->b; i++) {
@@ -721,11 +779,13 @@ static void measure_proc(struct ctx *c, struct proc *p, cJSON *per_rank)
 	}
 	cJSON_AddItemToObject(pr, "steps", steps);
 	sw = cJSON_AddObjectToObject(pr, "step_wall_ns");
-	if (p->nr_steps && walls) {
-		qsort(walls, p->nr_steps, sizeof(*walls), cmp_u64);
-		num(sw, "mean", wall_sum / p->nr_steps);
-		num(sw, "p50", (double)pct(walls, p->nr_steps, 0.5));
-		num(sw, "p99", (double)pct(walls, p->nr_steps, 0.99));
+	if (nr_bad)
+		num(pr, "steps_invalid", (double)nr_bad);
+	if (nr_walls && walls) {
+		qsort(walls, nr_walls, sizeof(*walls), cmp_u64);
+		num(sw, "mean", wall_sum / nr_walls);
+		num(sw, "p50", (double)pct(walls, nr_walls, 0.5));
+		num(sw, "p99", (double)pct(walls, nr_walls, 0.99));
 	} else {
 		unknown(sw, "mean", "no steps found");
 		unknown(sw, "p50", "no steps found");
@@ -803,7 +863,7 @@ cJSON *report_analyze(struct rinput *in, size_t nr_in, struct rstrings *strs,
 		}
 		if (o->step_func)
 			steps_python(&c, p);
-		else
+		else if (!steps_profiler(&c, p))
 			steps_markers(&c, p);
 		window(p);
 		if (!method || (!strcmp(method, "none") && p->nr_steps)) {
@@ -865,6 +925,7 @@ cJSON *report_analyze(struct rinput *in, size_t nr_in, struct rstrings *strs,
 	}
 	sort_findings(c.findings);
 	table_kernels(&c);
+	table_ops(&c);
 	table_timeline(&c);
 	table_ranks(&c);
 	for (size_t k = 0; k < c.nr_procs; k++) {

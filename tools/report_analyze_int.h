@@ -6,6 +6,7 @@
  *                     adds a cannot_judge entry when its data is missing
  *   report_tables.c   the kernel breakdown, the utilization timeline, the ranks table, the
  *                     inputs, and the findings' order
+ *   report_ops.c      the operator breakdown of --torch traces (torch's key_averages)
  */
 #ifndef TPTRACE_REPORT_ANALYZE_INT_H
 #define TPTRACE_REPORT_ANALYZE_INT_H
@@ -108,5 +109,8 @@ void table_timeline(struct ctx *c);
 void table_ranks(struct ctx *c);
 void table_inputs(struct ctx *c);
 void sort_findings(cJSON *arr);
+
+/* report_ops.c: the operator breakdown of --torch traces */
+void table_ops(struct ctx *c);
 
 #endif

@@ -83,6 +83,8 @@ static int check_report(const cJSON *report, char *err, size_t errsz)
 		return -EINVAL;
 	}
 	version = cJSON_GetObjectItemCaseSensitive(report, "tptrace_report");
+	if (!version)	/* tptrace report --compare's object: the same page draws it */
+		version = cJSON_GetObjectItemCaseSensitive(report, "tptrace_compare");
 	if (!cJSON_IsNumber(version)) {
 		snprintf(err, errsz, "not a tptrace report (no \"tptrace_report\" version)");
 		return -EINVAL;

@@ -242,6 +242,14 @@
 		g.appendChild(s('line', { class: 'axis', x1: box.l, x2: box.l, y1: box.t, y2: box.b }));
 		g.appendChild(s('line', { class: 'axis', x1: box.l, x2: box.r, y1: box.b, y2: box.b }));
 	}
+	/* the left margin a y axis from 0 to max needs: its widest label (11px text, under 7px a
+	 * character) right-aligned 6px from the axis; never under min */
+	function axisLeft(max, fmt, min) {
+		var step = niceStep(max, 4), n = 0;
+		for (var v = 0; v <= max * 1.0001; v += step)
+			n = Math.max(n, String(fmt(v)).length);
+		return Math.max(min, 12 + 7 * n);
+	}
 	function svgBox(height, left, attrs) {
 		var box = { l: left, r: W - 12, t: 18, b: height - 26 };
 		var el = s('svg', Object.assign({ class: 'plot', viewBox: '0 0 ' + W + ' ' + height,
@@ -432,7 +440,7 @@
 			return;
 		}
 		var max = Math.max.apply(null, counts.filter(isNum).concat([1]));
-		var p = svgBox(200, 56, { 'data-plot': 'idle_gaps', 'data-bars': counts.length });
+		var p = svgBox(200, axisLeft(max, fmtCount, 56), { 'data-plot': 'idle_gaps', 'data-bars': counts.length });
 		var box = p.box, bw = (box.r - box.l) / counts.length;
 		box.y = function (v) { return box.b - v / max * (box.b - box.t); };
 		yAxis(p.svg, box, max, fmtCount);
@@ -530,9 +538,10 @@
 						maxIdx = Math.max(maxIdx, st.index);
 				});
 			});
-			var p = svgBox(220, 60, { 'data-plot': 'steps', 'data-series': series.length });
-			var box = p.box;
 			maxWall *= 1.1;
+			var p = svgBox(220, axisLeft(maxWall, fmtNs, 60), { 'data-plot': 'steps',
+									    'data-series': series.length });
+			var box = p.box;
 			box.y = function (v) { return box.b - v / maxWall * (box.b - box.t); };
 			function x(i) { return box.l + 10 + i / maxIdx * (box.r - box.l - 20); }
 			yAxis(p.svg, box, maxWall, fmtNs);
@@ -652,13 +661,17 @@
 		 * not the same kind of number */
 		var keys = [['step_wall_ns_mean', 'mean step wall time', '#2e86c1'],
 			    ['collective_wait_ns', 'time waiting in collectives', '#c0392b']];
-		var p = svgBox(220, 60, { 'data-plot': 'ranks', 'data-bars': list.length });
-		var full = p.box, half = (full.r - full.l) / 2;
-		keys.forEach(function (k, ki) {
+		var maxes = keys.map(function (k) {
 			var max = 1;
 			list.forEach(function (r) { if (isNum(r[k[0]])) max = Math.max(max, r[k[0]]); });
-			max *= 1.1;
-			var box = { l: full.l + ki * half + (ki ? 40 : 0), r: full.l + (ki + 1) * half - 20,
+			return max * 1.1;
+		});
+		var lefts = maxes.map(function (m) { return axisLeft(m, fmtNs, 60); });
+		var p = svgBox(220, lefts[0], { 'data-plot': 'ranks', 'data-bars': list.length });
+		var full = p.box, half = (full.r - full.l) / 2;
+		keys.forEach(function (k, ki) {
+			var max = maxes[ki];
+			var box = { l: full.l + ki * half + (ki ? lefts[1] - 20 : 0), r: full.l + (ki + 1) * half - 20,
 				    t: full.t, b: full.b };
 			box.y = function (v) { return box.b - v / max * (box.b - box.t); };
 			yAxis(p.svg, box, max, fmtNs);
@@ -690,17 +703,175 @@
 		sec.appendChild(table([['trace', 'path'], ['rank', 'rank', plain, true], ['pid', 'pid', plain, true],
 				       ['host', 'hostname'], ['events', 'events', fmtCount, true],
 				       ['span', 'span_ns', fmtNs, true], ['--gpu', 'gpu'], ['--mem', 'mem'],
-				       ['--py-stacks', 'py_stacks']], arr(report.inputs).filter(obj),
+				       ['--py-stacks', 'py_stacks'], ['--torch', 'torch']], arr(report.inputs).filter(obj),
 				      { 'data-table': 'inputs' }));
 	}
 
+	/* --torch: the operator breakdown, as torch.profiler's key_averages().table() */
+	function ops(sec) {
+		var o = obj(report.ops);
+		if (!o) {
+			absent(sec, 'ops', 'No operator breakdown: ' + (whyUnknown(report, 'ops') ||
+				'the report has none'));
+			return;
+		}
+		var top = arr(o.top).filter(obj);
+		sec.appendChild(h('p', { class: 'note' }, 'torch.profiler\'s slices (--torch): ' +
+			fmtCount(o.count) + ' op and record_function slices, ' + fmtNs(o.self_cpu_ns) +
+			' of self CPU time. Self time leaves out the slices nested in each one; GPU time is ' +
+			'the kernels, copies and memsets each op launched (self: the innermost op around ' +
+			'the launch). Sorted by self CPU time' + (top.length > 40 ? '; the first 40 of ' +
+			top.length + ' (all in --json)' : '') + '.'));
+		sec.appendChild(table([['op', 'name'], ['kind', 'kind'], ['count', 'count', fmtCount, true],
+				       ['self CPU', 'self_cpu_ns', fmtNs, true],
+				       ['self %', 'self_cpu_share', fmtPct, true],
+				       ['total CPU', 'total_cpu_ns', fmtNs, true],
+				       ['GPU self', 'gpu_self_ns', fmtNs, true],
+				       ['GPU total', 'gpu_total_ns', fmtNs, true],
+				       ['launches', 'launches', fmtCount, true]], top.slice(0, 40),
+				      { 'data-table': 'ops' }));
+	}
+
+	/* ---- tptrace report --compare: two runs side by side */
+	function fmtDelta(key, d, k) {
+		var v = d[k];
+		if (k === 'delta_pct')
+			return (v > 0 ? '+' : '') + v.toFixed(1) + '%';
+		var t = /_ns$/.test(key) ? fmtNs(v) : fmtByKey(key, v);
+		return k === 'delta' && v > 0 ? '+' + t : t;
+	}
+	function deltaCells(key, d) {
+		return ['before', 'after', 'delta', 'delta_pct'].map(function (k) {
+			if (!obj(d))
+				return h('td', { class: 'num unknown' }, '—');
+			if (!isNum(d[k])) {
+				var why = whyUnknown(d, k) || '';
+				return /^not in the (before|after) traces$/.test(why) ?
+					h('td', { class: 'num', title: why }, '—') :
+					h('td', { class: 'num unknown', 'data-unknown': k }, unknownText(d, k));
+			}
+			var cls = 'num' + (k === 'delta' || k === 'delta_pct' ?
+				(d[k] > 0 ? ' up' : d[k] < 0 ? ' down' : '') : '');
+			return h('td', { class: cls, 'data-key': k, 'data-value': d[k] }, fmtDelta(key, d, k));
+		});
+	}
+	function deltaTable(rows, attrs) {
+		/* rows: [label, key, delta object] */
+		return h('table', attrs, [
+			h('thead', {}, h('tr', {}, ['', 'before', 'after', 'delta', 'delta %'].map(function (t, i) {
+				return h('th', { class: i ? 'num' : '' }, t);
+			}))),
+			h('tbody', {}, rows.map(function (r) {
+				return h('tr', { 'data-row': r[1] }, [h('td', { class: 'name' }, r[0])]
+					 .concat(deltaCells(r[1], r[2])));
+			}))
+		]);
+	}
+	function compare() {
+		var C = report;
+		app.appendChild(h('h1', {}, 'tptrace report --compare'));
+		document.title = 'tptrace report --compare';
+		section('The two runs', 'sides', function (sec) {
+			sec.appendChild(table([['', 'side'], ['traces', 'traces'], ['steps', 'steps', fmtCount, true],
+					       ['found by', 'step_method'], ['findings', 'findings', fmtCount, true]],
+				['before', 'after'].map(function (k) {
+					var s = obj(C[k]) || {};
+					return { side: k, traces: arr(s.inputs).join(', '), steps: s.steps,
+						 step_method: s.step_method, findings: s.findings };
+				}), { 'data-table': 'sides' }));
+		});
+		section('Step time', 'compare-steps', function (sec) {
+			var st = obj(C.step_wall_ns) || {};
+			sec.appendChild(deltaTable([['step wall mean', 'mean_ns', st.mean],
+						    ['step wall p50', 'p50_ns', st.p50]], { 'data-table': 'steps' }));
+			/* the two means as bars, on one scale */
+			var m = obj(st.mean);
+			if (m && isNum(m.before) && isNum(m.after)) {
+				var max = Math.max(m.before, m.after, 1), rowH = 26;
+				var p = svgBox(2 * rowH + 30, 70, { 'data-plot': 'compare_steps', 'data-bars': 2 });
+				var box = p.box;
+				['before', 'after'].forEach(function (k, i) {
+					var w = m[k] / max * (box.r - box.l - 90), y = box.t + i * rowH;
+					p.svg.appendChild(s('text', { x: box.l - 6, y: y + 15, 'text-anchor': 'end' }, k));
+					p.svg.appendChild(s('rect', { class: 'bar', x: box.l, y: y, width: w, height: rowH - 8,
+						fill: i ? '#c0392b' : '#2e86c1', 'data-ns': m[k] }, tip(k + ': ' + fmtNs(m[k]))));
+					p.svg.appendChild(s('text', { x: box.l + w + 6, y: y + 15 }, fmtNs(m[k])));
+				});
+				sec.appendChild(p.svg);
+			}
+		});
+		section('Findings', 'compare-findings', function (sec) {
+			var list = arr(C.findings).filter(obj);
+			sec.setAttribute('data-findings', list.length);
+			if (!list.length) {
+				sec.appendChild(h('p', { class: 'ok' }, 'No finding on either side.'));
+				return;
+			}
+			list.forEach(function (f) {
+				var head = f.id + (isNum(f.rank) ? ' (rank ' + f.rank + ')' : '') + ': ' +
+					(f.severity_before || 'none') + ' → ' + (f.severity_after || 'gone');
+				var card = h('article', { class: 'finding sev-' + (f.severity_after || 'low'),
+							  'data-finding': f.id, 'data-status': f.status },
+					[h('h3', {}, head), h('p', {}, f.title_after || f.title_before)]);
+				var nums = obj(f.numbers) || {};
+				card.appendChild(deltaTable(Object.keys(nums).filter(function (k) {
+					return obj(nums[k]);
+				}).map(function (k) { return [k, k, nums[k]]; }), { 'data-table': 'finding-numbers' }));
+				sec.appendChild(card);
+			});
+		});
+		[['Top kernels', 'compare-kernels', 'kernels', ['count', 'total_ns', 'mean_ns']],
+		 ['Top ops (torch.profiler)', 'compare-ops', 'ops',
+		  ['count', 'self_cpu_ns', 'total_cpu_ns', 'gpu_total_ns']]].forEach(function (t) {
+			section(t[0], t[1], function (sec) {
+				if (!Array.isArray(C[t[2]])) {
+					absent(sec, t[2], 'None: ' + (whyUnknown(C, t[2]) || 'not in the report'));
+					return;
+				}
+				var rows = arr(C[t[2]]).filter(obj);
+				if (!rows.length) {
+					absent(sec, t[2], 'None on either side.');
+					return;
+				}
+				rows.forEach(function (r) {
+					sec.appendChild(h('h3', { 'data-name': r.name }, r.name +
+						(r.status === 'new' ? ' (new)' : r.status === 'gone' ? ' (gone)' : '')));
+					sec.appendChild(deltaTable(t[3].map(function (k) { return [k, k, r[k]]; }),
+								   { 'data-table': t[2], 'data-name': r.name }));
+				});
+			});
+		});
+	}
+
+	if (isNum(report.tptrace_compare)) {
+		compare();
+		finish();
+		return;
+	}
 	header();
 	section('What to fix', 'findings', findings);
 	section('What could not be judged', 'cannot-judge', cannotJudge);
 	section('GPU utilization over time', 'utilization', utilization);
 	section('GPU idle gaps', 'idle-gaps', idleGaps);
 	section('Kernel breakdown', 'kernels', kernels);
+	section('Operators (torch.profiler)', 'ops', ops);
 	section('Steps and ranks', 'steps', steps);
 	section('Traces', 'inputs', inputs);
-	document.documentElement.setAttribute('data-rendered', '1');
+	finish();
+
+	/* laid out now: a plot whose text runs out of its box is marked (data-clipped: how many
+	 * texts), so the tests see what a reader would */
+	function finish() {
+		Array.prototype.forEach.call(document.querySelectorAll('svg.plot'), function (svg) {
+			var vb = svg.viewBox.baseVal, n = 0;
+			Array.prototype.forEach.call(svg.querySelectorAll('text'), function (t) {
+				var b = t.getBBox();
+				if (b.width && (b.x < 0 || b.x + b.width > vb.width))
+					n++;
+			});
+			if (n)
+				svg.setAttribute('data-clipped', n);
+		});
+		document.documentElement.setAttribute('data-rendered', '1');
+	}
 })();

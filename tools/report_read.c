@@ -396,7 +396,7 @@ struct ev_fields {
 	double ts, dur;
 	uint64_t pid, tid, stream, corr, bytes, size, device;
 	long long rc;
-	bool has_ts, has_dur, has_pid, has_rc, has_device, has_bytes;
+	bool has_ts, has_dur, has_pid, has_rc, has_device, has_bytes, unfinished;
 };
 
 static int jargs(struct jp *j, struct ev_fields *f)
@@ -462,6 +462,11 @@ static int jargs(struct jp *j, struct ev_fields *f)
 			} else if (jskip(j)) {
 				return -1;
 			}
+		} else if (!strcmp(key, "unfinished")) {
+			jws(j);
+			f->unfinished = j->end - j->p >= 4 && !memcmp(j->p, "true", 4);
+			if (jskip(j))
+				return -1;
 		} else if (jskip(j)) {
 			return -1;
 		}
@@ -478,6 +483,7 @@ static int parse_event(const char *s, size_t n, struct ev_fields *f)
 
 	memset(f, 0, offsetof(struct ev_fields, ts));
 	f->has_ts = f->has_dur = f->has_pid = f->has_rc = f->has_device = f->has_bytes = false;
+	f->unfinished = false;
 	f->stream = f->corr = f->bytes = f->size = f->device = 0;
 	if (*j.p != '{')
 		return -1;
@@ -667,15 +673,21 @@ static int take_event(struct rinput *in, struct rstrings *strs, const struct ev_
 		if (f->ph[0] != 'X')
 			return 0;
 		kind = api_kind(f->name, &flags);
-		if (f->has_dur && f->dur > 0)
+		if (f->unfinished)
+			flags |= RF_UNFINISHED;
+		else if (f->has_dur && f->dur > 0)
 			flags |= RF_HAS_DUR;
 	} else if (!strcmp(f->cat, "nccl")) {
 		if (f->ph[0] != 'X')
 			return 0;
 		kind = nccl_is_collective(f->name) ? RK_NCCL : RK_NCCL_OTHER;
-		flags |= RF_HAS_DUR;
+		flags |= f->unfinished ? RF_UNFINISHED : RF_HAS_DUR;
 	} else if (!strcmp(f->cat, "python_function")) {
 		kind = RK_PYFUNC;
+	} else if (!strcmp(f->cat, "cpu_op") || !strcmp(f->cat, "user_annotation")) {
+		if (f->ph[0] != 'X')
+			return 0;
+		kind = f->cat[0] == 'c' ? RK_CPU_OP : RK_USER_ANN;
 	} else if (!strcmp(f->cat, "kernel")) {
 		kind = RK_KERNEL;
 		if (starts(f->name, "nccl"))
@@ -719,7 +731,8 @@ static int take_event(struct rinput *in, struct rstrings *strs, const struct ev_
 	e = &in->ev[in->nr++];
 	memset(e, 0, sizeof(*e));
 	e->ts = (uint64_t)us_to_ns(f->ts);
-	e->dur = f->has_dur && f->dur > 0 ? (uint64_t)us_to_ns(f->dur) : 0;
+	/* an unfinished call's slice runs to wherever the trace ended: no end of the call's */
+	e->dur = f->has_dur && f->dur > 0 && !f->unfinished ? (uint64_t)us_to_ns(f->dur) : 0;
 	e->corr = f->corr;
 	e->stream = f->stream;
 	e->bytes = kind == RK_OOM ? f->size : f->bytes;
@@ -741,7 +754,7 @@ static int take_event(struct rinput *in, struct rstrings *strs, const struct ev_
 	if (dev < 0 && kind >= RK_KERNEL && kind <= RK_GPU_SYNC)
 		dev = (int)f->pid;
 	e->device = (int8_t)(dev > 127 ? 127 : dev);
-	if (kind < RK_KERNEL && kind != RK_PYFUNC && !proc_get(in, e->pid))
+	if (((kind < RK_KERNEL && kind != RK_PYFUNC) || kind >= RK_CPU_OP) && !proc_get(in, e->pid))
 		return -1;
 	return 0;
 }
@@ -941,9 +954,8 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 		goto cleanup;
 	}
 	if (!in->nr) {
-		/* say what it does hold: a --torch trace of a CPU-only job has only torch's ops */
-		snprintf(err, errsz, "no CUDA, NCCL or GPU events recorded (%zu other events: "
-			 "the report judges GPU work)", in->events_read);
+		snprintf(err, errsz, "no CUDA, NCCL or GPU events recorded (nor torch.profiler's; "
+			 "%zu other events)", in->events_read);
 		goto cleanup;
 	}
 	for (size_t i = 0; i < in->nr; i++) {
@@ -960,6 +972,8 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 			in->py_stacks = true;
 		if (e->kind == RK_MEM_COUNTER || e->kind == RK_OOM)
 			in->mem = true;
+		if (e->kind == RK_CPU_OP || e->kind == RK_USER_ANN)
+			in->torch = true;
 	}
 	in->span_ns = hi - lo;
 	if (in->dist_rank >= 0 && in->nr_procs == 1 && in->procs[0].rank < 0)

@@ -262,16 +262,18 @@ void table_ranks(struct ctx *c)
 		const struct proc *p = &c->procs[q];
 		cJSON *o = cJSON_CreateObject();
 		double sum = 0;
+		size_t n = 0;
 
 		if (p->rank >= 0)
 			num(o, "rank", p->rank);
 		else
 			unknown(o, "rank", "no rank in the trace");
 		num(o, "pid", p->rp->pid);
+		/* a step that ends before it starts is a bug (measure_proc says so): left out */
 		for (size_t s = 0; s < p->nr_steps; s++)
-			sum += (double)(p->steps[s].b - p->steps[s].a);
-		num_or_unknown(o, "step_wall_ns_mean", p->nr_steps, p->nr_steps ? sum / p->nr_steps : 0,
-			       "no steps found");
+			if (p->steps[s].b >= p->steps[s].a)
+				sum += (double)(p->steps[s].b - p->steps[s].a), n++;
+		num_or_unknown(o, "step_wall_ns_mean", n, n ? sum / n : 0, "no steps found");
 		num_or_unknown(o, "collective_wait_ns", !isnan(p->collective_wait_ns),
 			       p->collective_wait_ns,
 			       !p->in->gpu ? "no --gpu data: NCCL kernel times unknown" :
@@ -316,6 +318,7 @@ void table_inputs(struct ctx *c)
 		cJSON_AddBoolToObject(o, "gpu", in->gpu);
 		cJSON_AddBoolToObject(o, "mem", in->mem);
 		cJSON_AddBoolToObject(o, "py_stacks", in->py_stacks);
+		cJSON_AddBoolToObject(o, "torch", in->torch);
 		cJSON_AddItemToArray(a, o);
 	}
 }

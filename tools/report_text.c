@@ -118,11 +118,9 @@ static void inputs(FILE *f, const cJSON *r)
 static void steps(FILE *f, const cJSON *r)
 {
 	const cJSON *s = get(r, "steps"), *pr;
-	char line[WIDTH + 1];
 
 	fprintf(f, "\nSteps (%s)\n", cJSON_GetStringValue(get(s, "method")));
-	cut(line, sizeof(line), cJSON_GetStringValue(get(s, "method_detail")), WIDTH - 2);
-	fprintf(f, "  %s\n", line);
+	wrap(f, "  ", cJSON_GetStringValue(get(s, "method_detail")));
 	fprintf(f, "  %-10s %5s %10s %10s %10s %7s %10s %10s %8s %5s\n", "rank", "steps", "wall mean",
 		"wall p50", "wall p99", "GPU idle", "compute", "comm", "launches", "syncs");
 	cJSON_ArrayForEach(pr, get(s, "per_rank")) {
@@ -138,7 +136,12 @@ static void steps(FILE *f, const cJSON *r)
 			snprintf(who, sizeof(who), "%.0f", rank);
 		else
 			snprintf(who, sizeof(who), "pid %.0f", numv(pr, "pid", &ok));
+		int bad = (int)numv(pr, "steps_invalid", &ok);
+
+		n -= bad;	/* steps that end before they start: a bug, said below */
 		cJSON_ArrayForEach(st, get(pr, "steps")) {
+			if (!cJSON_IsNumber(get(st, "wall_ns")))
+				continue;
 			busy += numv(st, "gpu_busy_ns", &known);
 			idle += numv(st, "gpu_idle_ns", &ok);
 			comp += numv(st, "compute_ns", &ok);
@@ -168,6 +171,9 @@ static void steps(FILE *f, const cJSON *r)
 		fprintf(f, "  %-10s %5d %10s %10s %10s %7s %10s %10s %8s %5s\n", who, n,
 			dur(a, sizeof(a), sw, "mean"), dur(b, sizeof(b), sw, "p50"),
 			dur(c, sizeof(c), sw, "p99"), idle_s, comp_s, comm_s, la_s, sy_s);
+		if (bad)
+			fprintf(f, "  %-10s %d step%s ends before it starts: a tptrace bug, left out "
+				"(please report it with the trace)\n", who, bad, bad > 1 ? "s" : "");
 	}
 	fprintf(f, "  (compute, comm, launches and syncs are per step)\n");
 }
@@ -275,11 +281,56 @@ static void ranks(FILE *f, const cJSON *r)
 	}
 }
 
+/* --torch: the top ops by self CPU time, as torch's key_averages().table() sorts them */
+#define TEXT_OPS 12
+#define OP_NAME 36
+
+static void ops(FILE *f, const cJSON *r)
+{
+	const cJSON *o = get(r, "ops"), *t;
+	char a[24], b[24], c[24], d[24], why[WIDTH * 2];
+	int i = 0;
+	bool ok;
+
+	if (!cJSON_IsObject(o)) {
+		snprintf(why, sizeof(why), "Operators: unknown (%s)",
+			 cJSON_GetStringValue(get(r, "ops_unknown")) ?: "no operator data");
+		fprintf(f, "\n");
+		wrap(f, "", why);
+		return;
+	}
+	fprintf(f, "\nOperators by self CPU time (torch.profiler, --torch): %.0f slices, self CPU %s\n",
+		numv(o, "count", &ok), dur(a, sizeof(a), o, "self_cpu_ns"));
+	fprintf(f, "  %-*s %6s %10s %6s %10s %10s %10s\n", OP_NAME, "op", "count", "self CPU",
+		"self%", "total CPU", "GPU self", "GPU total");
+	cJSON_ArrayForEach(t, get(o, "top")) {
+		const char *name = cJSON_GetStringValue(get(t, "name"));
+
+		if (i++ == TEXT_OPS)
+			break;
+		/* a long name on its own line, the numbers under it: never cut */
+		if (strlen(name) > OP_NAME) {
+			wrap(f, "  ", name);
+			name = "";
+		}
+		fprintf(f, "  %-*s %6.0f %10s %5.1f%% %10s %10s %10s\n", OP_NAME, name,
+			numv(t, "count", &ok), dur(a, sizeof(a), t, "self_cpu_ns"),
+			100 * numv(t, "self_cpu_share", &ok), dur(b, sizeof(b), t, "total_cpu_ns"),
+			dur(c, sizeof(c), t, "gpu_self_ns"), dur(d, sizeof(d), t, "gpu_total_ns"));
+	}
+	if (cJSON_GetArraySize(get(o, "top")) > TEXT_OPS)
+		fprintf(f, "  (%d more in --json and the HTML page)\n",
+			cJSON_GetArraySize(get(o, "top")) - TEXT_OPS);
+	if (!cJSON_IsTrue(get(o, "gpu")))
+		fprintf(f, "  (GPU time unknown: no --gpu data in the trace)\n");
+}
+
 void report_text(const cJSON *r, FILE *f)
 {
 	inputs(f, r);
 	steps(f, r);
 	findings(f, r);
+	ops(f, r);
 	kernels(f, r);
 	ranks(f, r);
 }

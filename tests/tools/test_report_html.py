@@ -169,6 +169,10 @@ def check_loaded(root, console):
     for sec in root.find("section"):
         broken = [n.all_text() for n in sec.find("p") if n.has_class("js-error")]
         assert not broken, f"section {sec.attrs.get('id')}: {broken}"
+    # the page measured each plot's text once laid out: none runs out of its plot
+    clipped = [(svg.attrs.get("data-plot"), svg.attrs["data-clipped"])
+               for svg in root.find("svg", data_clipped=True)]
+    assert not clipped, f"plots with text cut at their edge (plot, texts): {clipped}"
 
 
 def one(root, tag, **attrs):
@@ -374,6 +378,72 @@ def test_script_in_names():
     assert "\u2028g & h" in one(root, "article", data_finding="tiny_kernels").all_text()
 
 
+def test_long_axis_labels():
+    """Step walls of hours and 1e9 s (a wrapped step once read 18446744073 s): the step and
+    rank plots' y-axis labels are laid out whole inside the plot (issue 26)"""
+    r = fixture("findings_2ranks")
+    for k, pr in enumerate(r["steps"]["per_rank"]):
+        for i, st in enumerate(pr["steps"]):
+            st["wall_ns"] = (k + 1) * 3.6e12 * (i + 1)
+    r["steps"]["per_rank"][0]["steps"][0]["wall_ns"] = 737869762.9e9
+    for rk in r["ranks"]:
+        rk["step_wall_ns_mean"] = 737869762.9e9
+    root, console, _ = load_page("long_axis_labels", r)
+    check_loaded(root, console)
+    steps = one(root, "svg", data_plot="steps")
+    labels = [t.all_text() for t in steps.find("text") if t.attrs.get("text-anchor") == "end"]
+    assert "500000000 s" in labels, labels
+
+
+def tptrace_json(*args):
+    p = subprocess.run(["./tptrace", "report", "--json"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_ops():
+    """The operator table of a --torch --gpu trace: the report's rows, in its order"""
+    r = tptrace_json("tests/tools/data/report_traces/torchgpu.json.gz")
+    root, console, _ = load_page("ops", r)
+    check_loaded(root, console)
+    t = one(root, "table", data_table="ops")
+    rows = t.find("tr")[1:]
+    top = r["ops"]["top"]
+    assert len(rows) == min(40, len(top)), len(rows)
+    names = [tr.find("td")[0].all_text() for tr in rows]
+    assert names == [o["name"] for o in top[:40]], names[:5]
+    lp = rows[names.index("launch_phase")].find("td")
+    assert lp[7].attrs.get("title") == str(r["ops"]["top"][names.index("launch_phase")]["gpu_total_ns"])
+    # without --torch: said why, no table
+    r = tptrace_json("tests/tools/data/report_traces/sync.json.gz")
+    root, console, _ = load_page("no_ops", r)
+    check_loaded(root, console)
+    assert "trace with --torch" in one(root, "p", data_absent="ops").all_text()
+
+
+def test_compare():
+    """tptrace report --compare's object: every delta cell is the object's number"""
+    c = tptrace_json("--compare", "tests/tools/data/report_traces/sync.json.gz",
+                     "tests/tools/data/report_traces/healthy.json.gz")
+    root, console, _ = load_page("compare", c)
+    check_loaded(root, console)
+    steps = one(root, "table", data_table="steps")
+    for k in ("before", "after", "delta", "delta_pct"):
+        cells = steps.find("td", data_key=k)
+        assert [float(x.attrs["data-value"]) for x in cells] == \
+            [c["step_wall_ns"]["mean"][k], c["step_wall_ns"]["p50"][k]], k
+    arts = root.find("article", data_finding=True)
+    assert [(a.attrs["data-finding"], a.attrs["data-status"]) for a in arts] == \
+        [(f["id"], f["status"]) for f in c["findings"]]
+    gone = arts[0].find("td")
+    assert "\u2014" in [x.all_text() for x in gone], "a gone finding's after is not a dash"
+    k = one(root, "table", data_table="kernels", data_name="fake_step")
+    d = k.find("tr", data_row="mean_ns")[0].find("td", data_key="delta")[0]
+    assert float(d.attrs["data-value"]) == c["kernels"][0]["mean_ns"]["delta"]
+    assert one(root, "svg", data_plot="compare_steps")
+
+
 def test_bad_reports():
     tmp = tempfile.mkdtemp(prefix="tptrace-report-html-")
     try:
@@ -414,6 +484,9 @@ def main():
     case("findings_2ranks", test_findings_2ranks)
     case("no_gpu", test_no_gpu)
     case("script_in_names", test_script_in_names)
+    case("long_axis_labels", test_long_axis_labels)
+    case("ops", test_ops)
+    case("compare", test_compare)
     print(f"screenshots in {ARTIFACTS}/")
     return 1 if failures else 0
 

@@ -15,7 +15,12 @@ TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after tha
 TORCH_TRAIN_LINGER=1: at exit (an atexit handler registered before READY, so it runs after
 any a tracer registers later), print "LINGER" and keep running Python until tptrace's state
 (sys._tptrace_state) is gone, at most 120 s: a tracer's request then runs during the exit.
-With it the loop also ends after the first step that ends with a profiler on."""
+With it the loop also ends after the first step that ends with a profiler on.
+TORCH_TRAIN_KEYAVG=PATH: keep a reference to the profiler tptrace --torch starts in the job
+(in sys._tptrace_state); the loop ends at the first step after that profiler stopped, and
+the job writes to PATH torch's own key_averages() of that very profile, as JSON: one object a
+key {"key", "count", "self_cpu_us", "cpu_total_us"} (tests/e2e/test_report_torch.py compares
+`tptrace report`'s operator breakdown with it), then prints "KEYAVG <n keys>"."""
 import atexit
 import ctypes
 import os
@@ -59,7 +64,22 @@ def main(steps, times_path, libcudart):
 	sys.stdin.readline()
 	# TORCH_TRAIN_SLEEP=SEC: the main thread first sleeps in C (blocked for tptrace's door)
 	time.sleep(float(os.environ.get("TORCH_TRAIN_SLEEP", "0")))
+	keyavg = os.environ.get("TORCH_TRAIN_KEYAVG")
+	prof = codes = None
 	for step in range(steps):
+		if keyavg:
+			# tptrace's snippets keep their state in sys._tptrace_state, a dict per snippet
+			states = getattr(sys, "_tptrace_state", None) or {}
+			on = [st for st in states.values()
+			      if isinstance(st, dict) and st.get("prof") is not None]
+			if on:
+				prof = on[0]["prof"]
+				# and the code objects of tptrace's snippets, which the profile names:
+				# torch reads their names when it builds its events (after tptrace let
+				# them go, the names are freed memory: UnicodeDecodeError)
+				codes = on[0].get("codes")
+			elif prof is not None and not torch._C._autograd._profiler_enabled():
+				break
 		t0, c0 = time.monotonic_ns(), time.thread_time_ns()
 		with record_function("custom_phase"):
 			loss = torch.nn.functional.mse_loss(model(x), y)
@@ -78,6 +98,13 @@ def main(steps, times_path, libcudart):
 			print("step %d loss %.6f" % (step, loss.item()), flush=True)
 		if os.environ.get("TORCH_TRAIN_LINGER") and torch._C._autograd._profiler_enabled():
 			break
+	if keyavg and prof is not None:
+		rows = [{"key": e.key, "count": e.count, "self_cpu_us": e.self_cpu_time_total,
+			 "cpu_total_us": e.cpu_time_total} for e in prof.key_averages()]
+		import json
+		with open(keyavg, "w") as f:
+			json.dump(rows, f)
+		print("KEYAVG %d" % len(rows), flush=True)
 	print("DONE", flush=True)
 
 
