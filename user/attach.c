@@ -312,26 +312,32 @@ static int attach_single(const struct probe_plan *plan, int pid, struct bpf_prog
 	return 1;
 }
 
-/* The multi links; false when the kernel refused them and the probes go one by one (entries
- * may already be attached: *entries_done). */
+/* The multi links, returns first; < 0 when the kernel refused them and the probes go one by one
+ * (the returns may already be attached: *rets_done; then not the entries: *entries_done). */
 static int attach_multi(const struct probe_plan *plan, int pid, const struct probe_progs *progs,
-			struct probe_links *links, struct probe_counts *counts, bool *entries_done)
+			struct probe_links *links, struct probe_counts *counts, bool *entries_done,
+			bool *rets_done)
 {
 	struct probe_batch *b = malloc(sizeof(*b));
 	int r;
 
 	if (!b)
 		return -ENOMEM;
-	batch_of(plan, false, b);
-	r = attach_batch(plan, pid, progs->entry_multi, b, false, links);
+	/* returns first: a call entered between the two attaches then has a return and no entry
+	 * (ignored), never an entry whose return is never seen (a call "stuck" forever, which
+	 * the flight recorder would report as a hang) */
+	batch_of(plan, true, b);
+	r = !b->n ? 0 : progs->ret_multi ? attach_batch(plan, pid, progs->ret_multi, b, true, links)
+					 : -ENOTSUP;
 	if (r >= 0) {
-		*entries_done = true;
-		counts->entries += r;
-		batch_of(plan, true, b);
-		r = !b->n ? 0 : progs->ret_multi ? attach_batch(plan, pid, progs->ret_multi, b, true, links)
-						 : -ENOTSUP;
-		if (r >= 0)
-			counts->returns += r;
+		counts->returns += r;
+		*rets_done = true;
+		batch_of(plan, false, b);
+		r = attach_batch(plan, pid, progs->entry_multi, b, false, links);
+		if (r >= 0) {
+			*entries_done = true;
+			counts->entries += r;
+		}
 	}
 	free(b);
 	return r;
@@ -373,10 +379,10 @@ int probe_plan__attach(const struct probe_plan *plan, int pid, const struct prob
 		       struct probe_links *links, struct probe_counts *counts)
 {
 	int before = counts->entries + counts->returns + counts->usdt, r;
-	bool entries_done = false, returns_done = false;
+	bool entries_done = false, returns_done = false, rets_multi = false;
 
 	if (progs->entry_multi && plan->n) {
-		r = attach_multi(plan, pid, progs, links, counts, &entries_done);
+		r = attach_multi(plan, pid, progs, links, counts, &entries_done, &rets_multi);
 		returns_done = r >= 0;
 		if (r == -EPERM || r == -ENOMEM)
 			return r;
@@ -387,16 +393,19 @@ int probe_plan__attach(const struct probe_plan *plan, int pid, const struct prob
 				    plan->obj->path, strerror(-r));
 	}
 	for (int i = 0; i < plan->n && !returns_done; i++) {
+		int rr = 0;
+
+		/* the return probe before the entry probe (attach_multi says why) */
+		if (plan->items[i].ret && !rets_multi) {
+			rr = attach_single(plan, pid, progs->ret, i, true, links, counts);
+			if (rr < 0)
+				return rr;
+			counts->returns += rr;
+		}
 		r = entries_done ? 1 : attach_single(plan, pid, progs->entry, i, false, links, counts);
 		if (r < 0)
 			return r;
 		counts->entries += entries_done ? 0 : r;
-		if (r > 0 && plan->items[i].ret) {
-			r = attach_single(plan, pid, progs->ret, i, true, links, counts);
-			if (r < 0)
-				return r;
-			counts->returns += r;
-		}
 	}
 	r = attach_usdt(plan, pid, links, counts);
 	if (r < 0)
