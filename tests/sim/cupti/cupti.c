@@ -12,9 +12,9 @@
  * cudaGetDevice, __cudaPushCallConfiguration, ...) is a RUNTIME record; every driver call,
  * nested inside a runtime call or made directly, is a DRIVER record. Each has its own
  * correlationId from one process-wide counter, cbid = the CUPTI_*_TRACE_CBID_* of exactly the
- * symbol called, threadId = gettid(), start/end read from the client's timestamp callback
- * inside the call (after entry, before return). A nested record is written before the record
- * of the call around it (it ends first).
+ * symbol called, threadId as cuptiSetThreadIdType says (below), start/end read from the
+ * client's timestamp callback inside the call (after entry, before return). A nested record is
+ * written before the record of the call around it (it ends first).
  *
  * GPU records, one per item a stream worker executes, carrying the correlationId of the
  * OUTERMOST API call that enqueued it (a runtime launch's runtime record; a direct driver
@@ -33,9 +33,37 @@
  *    host_pageable), else PINNED;
  *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;
  *    contextId = device + 1; streamId = the sim's stream id (0 = legacy default stream).
- *  - timestamps: the sim's CLOCK_MONOTONIC times are mapped into the registered timestamp
- *    callback's clock (default CLOCK_REALTIME, like CUPTI on Linux) by the offset between the
- *    two clocks at conversion time, which is what CUPTI's GPU->CPU interpolation amounts to.
+ *
+ * Behaviours of the real CUPTI a client has to cope with, on by default:
+ *  - thread ids: API records carry CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT's id unless the client
+ *    calls cuptiSetThreadIdType(SYSTEM): on Linux that is pthread_self() (cut to the record's
+ *    32 bits), not gettid(). SYSTEM gives gettid().
+ *  - dropped records: a record for which the client's request callback gave no buffer, or one
+ *    too small for it, is dropped and counted. Since CUDA 6.0 every buffer is global, so every
+ *    drop is counted on the global queue: cuptiActivityGetNumDroppedRecords(NULL, 0, &n)
+ *    returns the drops since the last call and resets the count; a non-NULL context's queue
+ *    holds none. maxNumRecords > 0 from the request callback completes a buffer after that many
+ *    records. TPSIM_VERBOSE=1 prints the total at cuptiFinalize and exit
+ *    ("tpsim: cupti dropped N records").
+ *  - a device clock: GPU work is timed on the device, whose clock runs TPSIM_GPU_CLOCK_PPM
+ *    (default 20) parts per million fast against the host's CLOCK_MONOTONIC. CUPTI converts
+ *    it into its own clock (the registered timestamp callback's, else CLOCK_REALTIME) from one
+ *    calibration, taken when the first record needs it (again if the callback changes), off by
+ *    TPSIM_GPU_CLOCK_OFFSET_NS (default 3000; a PCIe read of the GPU clock is not free):
+ *      gpu_record_ts = cb_at_calibration + offset + (host_true - host_at_calibration) * (1+ppm)
+ *    so kernel, copy, memset and (the sim's stream-side) wait records drift against the host. API records are taken on
+ *    the CPU and read the callback directly. cuptiGetTimestamp returns the GPU records' clock
+ *    (the header: "normalized to correspond with the start and end timestamps reported in the
+ *    CUPTI activity records"), so a client that samples it against its own clock can fit
+ *    offset and drift; one that trusts the callback to make GPU times host times is off by
+ *    offset + ppm * elapsed. The sim's own log (TPSIM_VERBOSE=1) has the true host times.
+ *  - buffers late and out of order: a full buffer is not handed back at once; CUPTI's
+ *    completion holds it until TPSIM_CUPTI_REORDER (default 2) are full, then returns them
+ *    newest first; a flush returns the held ones and the buffer in progress, newest first. So
+ *    a buffer filled earlier is delivered after a later one, and a consumer must not take a
+ *    thread's newest record as proof that its older ones have arrived. 0 or 1: in order.
+ *  - records of work still running are not in any buffer: a GPU record is written when its
+ *    work ends, so a flush (forced or not) cannot return it before then.
  *  - TPSIM_CUPTI_OTHER_SUBSCRIBER=1 in the environment: behave as if another tool (nsys,
  *    torch.profiler) had subscribed first: cuptiSubscribe returns
  *    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED.
@@ -73,6 +101,10 @@ static CUpti_ActivityThreadIdType tid_type;
 static uint8_t *cur_buf;
 static size_t cur_size, cur_used, cur_records;
 static size_t buf_records_limit;	/* TPSIM_CUPTI_BUF_RECORDS */
+static size_t cur_max_records;		/* the request callback's maxNumRecords */
+static size_t dropped_global;		/* since the last cuptiActivityGetNumDroppedRecords */
+static size_t dropped_total;		/* for the sim's own log */
+static int reorder = -1;		/* TPSIM_CUPTI_REORDER */
 static int in_flight;			/* observers running client callbacks */
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
 
@@ -110,6 +142,10 @@ struct full_buf {
 	size_t size, used;
 };
 
+/* Full buffers CUPTI's completion has not handed back yet (oldest first). */
+static struct full_buf held[MAX_PENDING];
+static int nr_held;
+
 static uint64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
@@ -118,7 +154,7 @@ static uint64_t clock_ns(clockid_t id)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
-/* CUPTI's clock: the client's callback, else CLOCK_REALTIME as on Linux. */
+/* CUPTI's CPU clock: the client's callback, else CLOCK_REALTIME as on Linux. */
 static uint64_t cupti_now(void)
 {
 	CUpti_TimestampCallbackFunc cb = __atomic_load_n(&ts_callback, __ATOMIC_ACQUIRE);
@@ -126,26 +162,53 @@ static uint64_t cupti_now(void)
 	return cb ? cb() : clock_ns(CLOCK_REALTIME);
 }
 
-/* Sim times are CLOCK_MONOTONIC; CUPTI reports them in its own clock (the timestamp
- * callback's, else CLOCK_REALTIME). Like CUPTI's own GPU-to-CPU conversion, the offset is
- * calibrated once per clock, not per record: two clock reads per record would move each
- * record by their jitter, and back-to-back items on a stream would overlap by it. */
-static int64_t clock_offset(void)
+static int64_t env_i64(const char *name, int64_t def)
 {
-	static CUpti_TimestampCallbackFunc calibrated_for;
-	static bool calibrated;
-	static int64_t offset;
+	const char *v = getenv(name);
+
+	return v && *v ? strtoll(v, NULL, 10) : def;
+}
+
+/* The device clock and CUPTI's conversion of it (header comment): one calibration per
+ * timestamp callback, then offset + drift. Caller holds lock or calls it for reading only
+ * after the first calibration (the fields change only when the callback does). */
+static struct {
+	CUpti_TimestampCallbackFunc cb;
+	bool calibrated;
+	double rate;		/* 1 + ppm / 1e6 */
+	int64_t offset;		/* the calibration's error */
+	uint64_t host_mono;	/* host CLOCK_MONOTONIC at calibration */
+	uint64_t cupti;		/* CUPTI's CPU clock at calibration */
+} gclk;
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void gpu_clock_calibrate(void)
+{
 	CUpti_TimestampCallbackFunc cb = __atomic_load_n(&ts_callback, __ATOMIC_ACQUIRE);
 
-	if (!calibrated || cb != calibrated_for) {
+	pthread_mutex_lock(&clock_lock);
+	if (!gclk.calibrated || gclk.cb != cb) {
 		uint64_t m1 = clock_ns(CLOCK_MONOTONIC), c = cupti_now();
 		uint64_t m2 = clock_ns(CLOCK_MONOTONIC);
 
-		offset = (int64_t)(c - (m1 + (m2 - m1) / 2));
-		calibrated_for = cb;
-		calibrated = true;
+		gclk.rate = 1.0 + (double)env_i64("TPSIM_GPU_CLOCK_PPM", 20) / 1e6;
+		gclk.offset = env_i64("TPSIM_GPU_CLOCK_OFFSET_NS", 3000);
+		gclk.host_mono = m1 + (m2 - m1) / 2;
+		gclk.cupti = c;
+		gclk.cb = cb;
+		__atomic_store_n(&gclk.calibrated, true, __ATOMIC_RELEASE);
 	}
-	return offset;
+	pthread_mutex_unlock(&clock_lock);
+}
+
+/* A device time (the sim's true host CLOCK_MONOTONIC time of it) in CUPTI's GPU records. */
+static uint64_t gpu_to_cupti(uint64_t host_mono)
+{
+	double d;
+
+	gpu_clock_calibrate();
+	d = (double)(int64_t)(host_mono - gclk.host_mono) * gclk.rate;
+	return gclk.cupti + gclk.offset + (int64_t)(d < 0 ? d - 0.5 : d + 0.5);
 }
 
 static bool env_is(const char *name, const char *val)
@@ -177,6 +240,21 @@ static size_t record_size(CUpti_ActivityKind kind)
 	}
 }
 
+/* The buffer in progress is full: CUPTI's completion holds it, and hands back the held ones
+ * newest first once TPSIM_CUPTI_REORDER are full (caller holds lock). */
+static void complete_locked(struct full_buf *full, int *nr_full)
+{
+	if (reorder < 0)
+		reorder = (int)env_i64("TPSIM_CUPTI_REORDER", 2);
+	if (nr_held < MAX_PENDING)
+		held[nr_held++] = (struct full_buf){ cur_buf, cur_size, cur_used };
+	cur_buf = NULL;
+	if (nr_held < reorder && nr_held < MAX_PENDING)
+		return;
+	while (nr_held && *nr_full < MAX_PENDING)
+		full[(*nr_full)++] = held[--nr_held];
+}
+
 /* Room for one record in the current buffer (caller holds lock); a full buffer goes to *full. */
 static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_full)
 {
@@ -184,10 +262,9 @@ static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_ful
 	void *p;
 
 	if (cur_buf && (cur_used + size > cur_size ||
-			(buf_records_limit && cur_records >= buf_records_limit))) {
-		if (*nr_full < MAX_PENDING)
-			full[(*nr_full)++] = (struct full_buf){ cur_buf, cur_size, cur_used };
-		cur_buf = NULL;
+			(buf_records_limit && cur_records >= buf_records_limit) ||
+			(cur_max_records && cur_records >= cur_max_records))) {
+		complete_locked(full, nr_full);
 	}
 	if (!cur_buf) {
 		size_t max_records = 0;
@@ -195,8 +272,16 @@ static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_ful
 		cur_size = 0;
 		buf_request(&cur_buf, &cur_size, &max_records);
 		cur_used = cur_records = 0;
-		if (!cur_buf || cur_size < size) {
+		cur_max_records = max_records;
+		if (cur_buf && cur_size < size) {
+			/* too small for this record: CUPTI hands it back empty and drops the record */
+			if (*nr_full < MAX_PENDING)
+				full[(*nr_full)++] = (struct full_buf){ cur_buf, cur_size, 0 };
 			cur_buf = NULL;
+		}
+		if (!cur_buf) {
+			dropped_global++;
+			dropped_total++;
 			return NULL;
 		}
 	}
@@ -242,7 +327,6 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 	struct full_buf full[MAX_PENDING];
 	int nr_full = 0;
 	CUpti_BuffersCallbackCompleteFunc done;
-	int64_t offset;
 	uint64_t start, end;
 
 	pthread_mutex_lock(&lock);
@@ -251,9 +335,8 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 		return;
 	}
 	in_flight++;
-	offset = clock_offset();
-	start = rec->start_ns + offset;
-	end = rec->end_ns + offset;
+	start = gpu_to_cupti(rec->start_ns);
+	end = gpu_to_cupti(rec->end_ns);
 	switch (rec->kind) {
 	case TPSIM_KERNEL:
 		if (kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] || kind_on[CUPTI_ACTIVITY_KIND_KERNEL]) {
@@ -326,6 +409,7 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 				break;
 			r->kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
 			r->type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
+			/* the sim's waits are stream items, timed on the device like the rest */
 			r->start = start;
 			r->end = end;
 			r->correlationId = (uint32_t)rec->correlation;
@@ -382,8 +466,9 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 		r->start = api_start[c->depth] ? api_start[c->depth] : now;
 		r->end = now;
 		r->processId = pid;
-		/* DEFAULT would be pthread_self-based on Linux; the sim only has gettid */
-		r->threadId = c->tid;
+		/* DEFAULT is pthread_self() on Linux, in 32 bits; SYSTEM is gettid() */
+		r->threadId = tid_type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM ?
+			c->tid : (uint32_t)(uintptr_t)pthread_self();
 		r->correlationId = (uint32_t)c->correlation;
 	}
 	api_start[c->depth] = 0;
@@ -481,7 +566,9 @@ CUptiResult CUPTIAPI cuptiSetThreadIdType(CUpti_ActivityThreadIdType type)
 {
 	if (type != CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT && type != CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)
 		return CUPTI_ERROR_INVALID_PARAMETER;
+	pthread_mutex_lock(&lock);
 	tid_type = type;
+	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;
 }
 
@@ -497,7 +584,8 @@ CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
 {
 	if (!timestamp)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	*timestamp = cupti_now();
+	/* the clock of the GPU records, not the callback's (header comment) */
+	*timestamp = gpu_to_cupti(clock_ns(CLOCK_MONOTONIC));
 	return CUPTI_SUCCESS;
 }
 
@@ -547,7 +635,7 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
 	CUpti_BuffersCallbackCompleteFunc done;
-	struct full_buf full[1];
+	struct full_buf full[MAX_PENDING + 1];
 	const char *delay = getenv("TPSIM_CUPTI_FLUSH_DELAY_MS");
 	int nr_full = 0;
 
@@ -558,10 +646,13 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 		pthread_mutex_unlock(&lock);
 		return CUPTI_ERROR_INVALID_OPERATION;
 	}
+	/* newest first: the buffer in progress, then the held full ones */
 	if (cur_buf && (cur_used || (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))) {
 		full[nr_full++] = (struct full_buf){ cur_buf, cur_size, cur_used };
 		cur_buf = NULL;
 	}
+	while (nr_held)
+		full[nr_full++] = held[--nr_held];
 	in_flight++;
 	done = buf_complete;
 	pthread_mutex_unlock(&lock);
@@ -602,8 +693,36 @@ CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32
 {
 	if (!dropped)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	*dropped = 0;
+	pthread_mutex_lock(&lock);
+	/* every buffer is global since CUDA 6.0: a context's queue holds no drops */
+	*dropped = context ? 0 : dropped_global;
+	if (!context)
+		dropped_global = 0;
+	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;
+}
+
+static bool verbose(void)
+{
+	return env_is("TPSIM_VERBOSE", "1");
+}
+
+static void report_drops_locked(void)
+{
+	static size_t reported = (size_t)-1;
+
+	if (verbose() && reported != dropped_total) {
+		fprintf(stderr, "tpsim: cupti dropped %zu records\n", dropped_total);
+		reported = dropped_total;
+	}
+}
+
+__attribute__((destructor)) static void report_drops_at_exit(void)
+{
+	pthread_mutex_lock(&lock);
+	if (dropped_total)
+		report_drops_locked();
+	pthread_mutex_unlock(&lock);
 }
 
 /* Detach: everything off, pending records discarded (the client flushed first), callbacks
@@ -617,6 +736,9 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
 	nr_kinds_on = 0;
 	free(cur_buf);	/* allocated by the client's callback with malloc-compatible memory */
 	cur_buf = NULL;
+	while (nr_held)
+		free(held[--nr_held].buf);
+	report_drops_locked();
 	buf_request = NULL;
 	buf_complete = NULL;
 	__atomic_store_n(&ts_callback, NULL, __ATOMIC_RELEASE);
