@@ -107,6 +107,8 @@ static size_t dropped_total;		/* for the sim's own log */
 static int reorder = -1;		/* TPSIM_CUPTI_REORDER */
 static int in_flight;			/* observers running client callbacks */
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
+static int delivering;			/* batches of buffers being handed back */
+static pthread_cond_t delivered = PTHREAD_COND_INITIALIZER;
 
 static const struct tpsim_driver_ops *drv_ops;
 
@@ -421,9 +423,12 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 		break;
 	}
 	done = buf_complete;
+	delivering += nr_full > 0;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
 	pthread_mutex_lock(&lock);
+	if (nr_full && --delivering == 0)
+		pthread_cond_broadcast(&delivered);
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
@@ -480,9 +485,12 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 		return;
 	}
 	done = buf_complete;
+	delivering += nr_full > 0;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
 	pthread_mutex_lock(&lock);
+	if (nr_full && --delivering == 0)
+		pthread_cond_broadcast(&delivered);
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
@@ -658,6 +666,10 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
 	pthread_mutex_lock(&lock);
+	/* returns once every buffer completed before it is back with the client, also those
+	 * another thread is handing back */
+	while (delivering)
+		pthread_cond_wait(&delivered, &lock);
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
