@@ -7,7 +7,7 @@
  * device's temperature is followed, a constant one is fitted over many samples. */
 #define FIT_SAMPLES	256
 /* A slope needs samples this far apart; before that the rate is taken as 1 (no drift). */
-#define FIT_MIN_SPAN_NS	10000000ULL
+#define FIT_MIN_SPAN_NS	5000000ULL
 /* A sample whose read window is this much wider than the narrowest one was preempted
  * between the reads: left out. */
 #define WINDOW_OUTLIER	4

@@ -50,7 +50,7 @@
 #define CLOCK_SAMPLE_NS 1000000000ULL
 /* the first samples come faster, so the drift fit (user/gpu.c) has a slope from the start */
 #define CLOCK_FAST_SAMPLES 32
-#define CLOCK_FAST_NS 20000000ULL
+#define CLOCK_FAST_NS 5000000ULL
 #define POLL_NS 10000000ULL
 
 /* CUPTI entry points, typed from cupti.h so a prototype change breaks the build. */

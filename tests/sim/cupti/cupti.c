@@ -43,8 +43,8 @@
  *    drop is counted on the global queue: cuptiActivityGetNumDroppedRecords(NULL, 0, &n)
  *    returns the drops since the last call and resets the count; a non-NULL context's queue
  *    holds none. maxNumRecords > 0 from the request callback completes a buffer after that many
- *    records. TPSIM_VERBOSE=1 prints the total at cuptiFinalize and exit
- *    ("tpsim: cupti dropped N records").
+ *    records. TPSIM_VERBOSE=1 prints the totals at cuptiFinalize and exit ("tpsim: cupti
+ *    dropped N records, returned M buffers before an older one").
  *  - a device clock: GPU work is timed on the device, whose clock runs TPSIM_GPU_CLOCK_PPM
  *    (default 20) parts per million fast against the host's CLOCK_MONOTONIC. CUPTI converts
  *    it into its own clock (the registered timestamp callback's, else CLOCK_REALTIME) from one
@@ -57,11 +57,12 @@
  *    CUPTI activity records"), so a client that samples it against its own clock can fit
  *    offset and drift; one that trusts the callback to make GPU times host times is off by
  *    offset + ppm * elapsed. The sim's own log (TPSIM_VERBOSE=1) has the true host times.
- *  - buffers late and out of order: a full buffer is not handed back at once; CUPTI's
- *    completion holds it until TPSIM_CUPTI_REORDER (default 2) are full, then returns them
- *    newest first; a flush returns the held ones and the buffer in progress, newest first. So
- *    a buffer filled earlier is delivered after a later one, and a consumer must not take a
- *    thread's newest record as proof that its older ones have arrived. 0 or 1: in order.
+ *  - buffers late and out of order: CUPTI's completion hands every other full buffer back
+ *    late, after the buffer filled after it and only when the next one fills (2, 1, 4, 3, ...);
+ *    a flush returns the buffer in progress, then the held one, and returns only once every
+ *    buffer completed before it is back with the client. So a consumer must not take a
+ *    thread's newest record as proof that its older ones have arrived, only a completed
+ *    flush. TPSIM_CUPTI_REORDER=0: in order (default 1).
  *  - records of work still running are not in any buffer: a GPU record is written when its
  *    work ends, so a flush (forced or not) cannot return it before then.
  *  - TPSIM_CUPTI_OTHER_SUBSCRIBER=1 in the environment: behave as if another tool (nsys,
@@ -105,6 +106,8 @@ static size_t cur_max_records;		/* the request callback's maxNumRecords */
 static size_t dropped_global;		/* since the last cuptiActivityGetNumDroppedRecords */
 static size_t dropped_total;		/* for the sim's own log */
 static int reorder = -1;		/* TPSIM_CUPTI_REORDER */
+static size_t reordered;		/* buffers handed back before an older one */
+static bool held_passed;		/* a newer buffer went back before the held one */
 static int in_flight;			/* observers running client callbacks */
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
 static int delivering;			/* batches of buffers being handed back */
@@ -242,19 +245,32 @@ static size_t record_size(CUpti_ActivityKind kind)
 	}
 }
 
-/* The buffer in progress is full: CUPTI's completion holds it, and hands back the held ones
- * newest first once TPSIM_CUPTI_REORDER are full (caller holds lock). */
+/* The buffer in progress is full (caller holds lock). CUPTI's completion returns every other
+ * full buffer late: one is held until the buffer filled after it has been handed back and
+ * the next one fills, so the order is 2, 1, 4, 3, ... (TPSIM_CUPTI_REORDER=0: in order). */
 static void complete_locked(struct full_buf *full, int *nr_full)
 {
+	struct full_buf now = { cur_buf, cur_size, cur_used };
+
 	if (reorder < 0)
-		reorder = (int)env_i64("TPSIM_CUPTI_REORDER", 2);
-	if (nr_held < MAX_PENDING)
-		held[nr_held++] = (struct full_buf){ cur_buf, cur_size, cur_used };
+		reorder = (int)env_i64("TPSIM_CUPTI_REORDER", 1);
 	cur_buf = NULL;
-	if (nr_held < reorder && nr_held < MAX_PENDING)
+	if (!reorder) {
+		full[(*nr_full)++] = now;
 		return;
-	while (nr_held && *nr_full < MAX_PENDING)
-		full[(*nr_full)++] = held[--nr_held];
+	}
+	if (!nr_held) {
+		held[nr_held++] = now;
+		held_passed = false;
+	} else if (!held_passed) {
+		full[(*nr_full)++] = now;	/* overtakes the held one */
+		held_passed = true;
+		reordered++;
+	} else {
+		full[(*nr_full)++] = held[0];
+		held[0] = now;
+		held_passed = false;
+	}
 }
 
 /* Room for one record in the current buffer (caller holds lock); a full buffer goes to *full. */
@@ -723,16 +739,17 @@ static void report_drops_locked(void)
 {
 	static size_t reported = (size_t)-1;
 
-	if (verbose() && reported != dropped_total) {
-		fprintf(stderr, "tpsim: cupti dropped %zu records\n", dropped_total);
-		reported = dropped_total;
+	if (verbose() && reported != dropped_total + reordered) {
+		fprintf(stderr, "tpsim: cupti dropped %zu records, returned %zu buffers before an "
+			"older one\n", dropped_total, reordered);
+		reported = dropped_total + reordered;
 	}
 }
 
 __attribute__((destructor)) static void report_drops_at_exit(void)
 {
 	pthread_mutex_lock(&lock);
-	if (dropped_total)
+	if (dropped_total || reordered)
 		report_drops_locked();
 	pthread_mutex_unlock(&lock);
 }
