@@ -8,8 +8,8 @@
 #define FIT_SAMPLES	256
 /* A slope needs samples this far apart; before that the rate is taken as 1 (no drift). */
 #define FIT_MIN_SPAN_NS	5000000ULL
-/* A sample whose read window is this much wider than the narrowest one was preempted
- * between the reads: left out. */
+/* A sample whose read window is this much wider than the median one was preempted between
+ * the reads: left out. */
 #define WINDOW_OUTLIER	4
 /* The reads' own cost: the floor of a sample's weight. */
 #define WINDOW_FLOOR_NS	50.0
@@ -50,22 +50,31 @@ void clock_fit__free(struct clock_fit *f)
 	free(f);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static void refit(struct clock_fit *f)
 {
 	uint32_t n = f->nr < FIT_SAMPLES ? f->nr : FIT_SAMPLES;
 	const struct sample *ref = &f->s[(f->nr - 1) % FIT_SAMPLES];
-	uint64_t min_window = UINT64_MAX, lo = UINT64_MAX, hi = 0;
+	uint64_t windows[FIT_SAMPLES], median, limit, lo = UINT64_MAX, hi = 0;
 	double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, mx, my, rate = 1.0;
 
 	for (uint32_t i = 0; i < n; i++)
-		if (f->s[i].window < min_window)
-			min_window = f->s[i].window;
+		windows[i] = f->s[i].window;
+	qsort(windows, n, sizeof(*windows), cmp_u64);
+	median = windows[n / 2];
+	limit = WINDOW_OUTLIER * median + 2 * (uint64_t)WINDOW_FLOOR_NS;
 	/* sums relative to the newest sample keep the doubles exact enough */
 	for (uint32_t i = 0; i < n; i++) {
 		const struct sample *p = &f->s[i];
 		double w, x, y;
 
-		if (p->window > WINDOW_OUTLIER * min_window + 2 * (uint64_t)WINDOW_FLOOR_NS)
+		if (p->window > limit)
 			continue;
 		w = 1.0 / ((p->window + WINDOW_FLOOR_NS) * (p->window + WINDOW_FLOOR_NS));
 		x = (double)(int64_t)(p->host - ref->host);
@@ -95,7 +104,7 @@ static void refit(struct clock_fit *f)
 		const struct sample *p = &f->s[i];
 		double pred, d;
 
-		if (p->window > WINDOW_OUTLIER * min_window + 2 * (uint64_t)WINDOW_FLOOR_NS)
+		if (p->window > limit)
 			continue;
 		f->used++;
 		pred = (double)(int64_t)(f->c0 - ref->cupti) +

@@ -353,7 +353,9 @@ def test_gpu_kernel_starts_before_its_launch_returns():
         if k["ts"] < l["ts"] + l["dur"]:
             inside += 1
             assert flows_s[corr]["ts"] == l["ts"], (flows_s[corr], l)
-    # the first launch of each step finds its stream idle
-    assert inside >= steps, inside
+    # each step's first fake_gemm (stream A) and its fake_relu (stream B) find their stream
+    # idle: the step before ended with a sync that waited for both
+    print(f"    {inside} of {4 * steps} kernels start inside their launch")
+    assert inside >= 2 * steps, inside
     j = trace["tptrace"]["gpu_join"]
     assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
