@@ -14,6 +14,26 @@
 /* The reads' own cost: the floor of a sample's weight. */
 #define WINDOW_FLOOR_NS	50.0
 
+/* A fitted drift is taken only when it is this many standard errors from none. */
+#define DRIFT_SIGMAS	5.0
+
+/* sqrt without libm (Newton; the argument is a variance, >= 0) */
+static double sqrt_d(double v)
+{
+	double x = v > 1 ? v : 1;
+
+	if (v <= 0)
+		return 0;
+	for (int i = 0; i < 200; i++) {
+		double nx = 0.5 * (x + v / x);
+
+		if (nx == x)
+			break;
+		x = nx;
+	}
+	return x;
+}
+
 /* llround/fabs without libm (the unit tests link without it) */
 static int64_t round_i64(double d)
 {
@@ -63,6 +83,7 @@ static void refit(struct clock_fit *f)
 	const struct sample *ref = &f->s[(f->nr - 1) % FIT_SAMPLES];
 	uint64_t windows[FIT_SAMPLES], median, limit, lo = UINT64_MAX, hi = 0;
 	double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0, mx, my, rate = 1.0;
+	uint32_t used = 0;
 
 	for (uint32_t i = 0; i < n; i++)
 		windows[i] = f->s[i].window;
@@ -85,14 +106,31 @@ static void refit(struct clock_fit *f)
 			lo = p->host;
 		if (p->host > hi)
 			hi = p->host;
+		used++;
 	}
 	mx = sx / sw;
 	my = sy / sw;
-	if (hi - lo >= FIT_MIN_SPAN_NS) {
-		double vxx = sxx / sw - mx * mx, vxy = sxy / sw - mx * my;
+	if (hi - lo >= FIT_MIN_SPAN_NS && used >= 3) {
+		double vxx = sxx / sw - mx * mx, vxy = sxy / sw - mx * my, rss = 0, se;
 
 		if (vxx > 0)
 			rate = vxy / vxx;
+		/* a drift the samples cannot tell from their jitter is none: a rate fitted to
+		 * noise would stretch every duration by it */
+		for (uint32_t i = 0; vxx > 0 && i < n; i++) {
+			const struct sample *p = &f->s[i];
+			double w, r;
+
+			if (p->window > limit)
+				continue;
+			w = 1.0 / ((p->window + WINDOW_FLOOR_NS) * (p->window + WINDOW_FLOOR_NS));
+			r = (double)(int64_t)(p->cupti - ref->cupti) - my -
+			    rate * ((double)(int64_t)(p->host - ref->host) - mx);
+			rss += w * r * r;
+		}
+		se = vxx > 0 ? sqrt_d(rss / (used - 2) / (sw * vxx)) : 0;
+		if (vxx <= 0 || (rate - 1.0 <= DRIFT_SIGMAS * se && 1.0 - rate <= DRIFT_SIGMAS * se))
+			rate = 1.0;
 	}
 	/* the line through the weighted means */
 	f->rate = rate;

@@ -49,8 +49,8 @@
 #define MAX_NAME_FORWARD 4096	/* longer kernel names are cut (AGENT_RECF_NAME_CUT) */
 #define CLOCK_SAMPLE_NS 1000000000ULL
 /* the first samples come faster, so the drift fit (user/gpu.c) has a slope from the start */
-#define CLOCK_FAST_SAMPLES 32
-#define CLOCK_FAST_NS 5000000ULL
+#define CLOCK_FAST_SAMPLES 48
+#define CLOCK_FAST_NS 1000000ULL
 #define POLL_NS 10000000ULL
 
 /* CUPTI entry points, typed from cupti.h so a prototype change breaks the build. */
@@ -669,7 +669,9 @@ static void *agent_main(void *arg)
 				}
 			}
 		}
-		sleep_ns(POLL_NS);
+		/* the first clock samples come every millisecond */
+		sleep_ns(ag.enabled && ctl->nr_clock_samples < CLOCK_FAST_SAMPLES ? CLOCK_FAST_NS
+									   : POLL_NS);
 	}
 	if (!ag.resident && ag.f.Finalize && ag.cupti_lib && !ag.finalized) {
 		cupti_off();

@@ -45,11 +45,13 @@
  *    holds none. maxNumRecords > 0 from the request callback completes a buffer after that many
  *    records. TPSIM_VERBOSE=1 prints the totals at cuptiFinalize and exit ("tpsim: cupti
  *    dropped N records, returned M buffers before an older one").
- *  - a device clock: GPU work is timed on the device, whose clock runs TPSIM_GPU_CLOCK_PPM
- *    (default 20) parts per million fast against the host's CLOCK_MONOTONIC. CUPTI converts
- *    it into its own clock (the registered timestamp callback's, else CLOCK_REALTIME) from one
- *    calibration, taken when the first record needs it (again if the callback changes), off by
- *    TPSIM_GPU_CLOCK_OFFSET_NS (default 3000; a PCIe read of the GPU clock is not free):
+ *  - a device clock: GPU work is timed on the device, and CUPTI converts its times into its
+ *    own clock (the registered timestamp callback's, else CLOCK_REALTIME) from a calibration
+ *    taken when the first record needs it (again if the callback changes), off by
+ *    TPSIM_GPU_CLOCK_OFFSET_NS (default 3000: a PCIe read of the GPU clock is not free). The
+ *    device clock may run TPSIM_GPU_CLOCK_PPM parts per million fast (default 0: CUPTI's
+ *    header says it interpolates GPU times linearly against the CPU clock, which takes out
+ *    most of a real drift; the knob is the drift a coarser conversion leaves):
  *      gpu_record_ts = cb_at_calibration + offset + (host_true - host_at_calibration) * (1+ppm)
  *    so kernel, copy, memset and (the sim's stream-side) wait records drift against the host. API records are taken on
  *    the CPU and read the callback directly. cuptiGetTimestamp returns the GPU records' clock
@@ -196,7 +198,7 @@ static void gpu_clock_calibrate(void)
 		uint64_t m1 = clock_ns(CLOCK_MONOTONIC), c = cupti_now();
 		uint64_t m2 = clock_ns(CLOCK_MONOTONIC);
 
-		gclk.rate = 1.0 + (double)env_i64("TPSIM_GPU_CLOCK_PPM", 20) / 1e6;
+		gclk.rate = 1.0 + (double)env_i64("TPSIM_GPU_CLOCK_PPM", 0) / 1e6;
 		gclk.offset = env_i64("TPSIM_GPU_CLOCK_OFFSET_NS", 3000);
 		gclk.host_mono = m1 + (m2 - m1) / 2;
 		gclk.cupti = c;
