@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock_fit.h"
 #include "gpu.h"
 #include "inject.h"
 #include "procmaps.h"
@@ -33,6 +34,9 @@ struct gpu_session {
 	int timeout_ms;
 	struct gpu_stats st;
 	uint64_t delivered_ns;		/* activity that ended before this is drained */
+	struct clock_fit *clock;	/* CUPTI's GPU-record clock -> CLOCK_MONOTONIC */
+	uint32_t clock_taken;		/* agent clock samples fed to it */
+	uint32_t clock_lost;		/* overwritten in the agent before they were read */
 	char *long_name;		/* assembled name of the record being delivered */
 	size_t long_cap;
 	char err[512];
@@ -271,10 +275,47 @@ static int map_fd(struct gpu_session *s, int fd, size_t size)
 	return 0;
 }
 
+/* Feeds the agent's new clock samples to the fit. The agent keeps the last
+ * AGENT_CLOCK_SAMPLES: older ones not read in time are lost (counted). */
+static void take_clock(struct gpu_session *s)
+{
+	struct agent_control *ctl = s->ctl;
+	uint32_t n = __atomic_load_n(&ctl->nr_clock_samples, __ATOMIC_ACQUIRE);
+
+	if (n - s->clock_taken > AGENT_CLOCK_SAMPLES) {
+		s->clock_lost += n - s->clock_taken - AGENT_CLOCK_SAMPLES;
+		s->clock_taken = n - AGENT_CLOCK_SAMPLES;
+	}
+	for (; s->clock_taken < n; s->clock_taken++) {
+		struct agent_clock_sample c = ctl->clock[s->clock_taken % AGENT_CLOCK_SAMPLES];
+
+		clock_fit__add(s->clock, c.mono_before_ns, c.mono_after_ns, c.cupti_ns);
+	}
+}
+
+/* GPU work is timed on the device and converted by CUPTI into its own clock: back to
+ * CLOCK_MONOTONIC through the fit; so are stream-wait synchronization records (the sim times
+ * them on the stream, tests/gpu/check.sh asks the real one). API records are taken on the
+ * CPU through the agent's CLOCK_MONOTONIC callback and stay as they are. */
+static void to_host_clock(const struct gpu_session *s, struct agent_record *r)
+{
+	switch (r->type) {
+	case AGENT_REC_KERNEL:
+	case AGENT_REC_MEMCPY:
+	case AGENT_REC_MEMSET:
+	case AGENT_REC_SYNC:
+		r->start_ns = clock_fit__to_host(s->clock, r->start_ns);
+		r->end_ns = clock_fit__to_host(s->clock, r->end_ns);
+		break;
+	default:
+		break;
+	}
+}
+
 static void take_stats(struct gpu_session *s)
 {
 	struct agent_control *ctl = s->ctl;
-	uint32_t n;
+	struct clock_fit_stats f;
 
 	if (!ctl)
 		return;
@@ -283,20 +324,16 @@ static void take_stats(struct gpu_session *s)
 	s->st.buffers = ctl->buffers_completed;
 	s->st.cupti_version = ctl->cupti_api_version;
 	snprintf(s->st.cupti_path, sizeof(s->st.cupti_path), "%s", ctl->cupti_loaded);
-	n = __atomic_load_n(&ctl->nr_clock_samples, __ATOMIC_ACQUIRE);
-	s->st.clock_samples = n;
-	s->st.clock_residual_ns = 0;
-	s->st.clock_window_ns = 0;
-	for (uint32_t i = 0; i < n && i < AGENT_CLOCK_SAMPLES; i++) {
-		const struct agent_clock_sample *c = &ctl->clock[i];
-		uint64_t mid = c->mono_before_ns + (c->mono_after_ns - c->mono_before_ns) / 2;
-		uint64_t d = c->cupti_ns > mid ? c->cupti_ns - mid : mid - c->cupti_ns;
-
-		if (d > s->st.clock_residual_ns)
-			s->st.clock_residual_ns = d;
-		if (c->mono_after_ns - c->mono_before_ns > s->st.clock_window_ns)
-			s->st.clock_window_ns = c->mono_after_ns - c->mono_before_ns;
-	}
+	s->st.records_incomplete = ctl->records_incomplete;
+	take_clock(s);
+	clock_fit__stats(s->clock, &f);
+	s->st.clock_samples = f.samples;
+	s->st.clock_used = f.used;
+	s->st.clock_lost = s->clock_lost;
+	s->st.clock_ppm = f.ppm;
+	s->st.clock_offset_ns = f.offset_ns;
+	s->st.clock_residual_ns = f.residual_ns;
+	s->st.clock_window_ns = f.window_ns;
 }
 
 /* ---- injection ----------------------------------------------------------------------- */
@@ -518,7 +555,10 @@ struct gpu_session *gpu__attach(int pid, const struct gpu_opts *opts, char *err,
 	int r, e;
 
 	s = calloc(1, sizeof(*s));
-	if (!s) {
+	if (s)
+		s->clock = clock_fit__new();
+	if (!s || !s->clock) {
+		free(s);
 		set_err(err, errlen, "out of memory");
 		errno = ENOMEM;
 		return NULL;
@@ -585,6 +625,7 @@ fail:
 	procmaps__free(before);
 	if (s->ctl)
 		munmap(s->ctl, s->map_size);
+	clock_fit__free(s->clock);
 	free(s);
 	errno = e;
 	return NULL;
@@ -629,6 +670,8 @@ int gpu__poll(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 	upto = __atomic_load_n(&ctl->flushed_upto_ns, __ATOMIC_ACQUIRE);
 	if (upto > s->delivered_ns)
 		s->delivered_ns = upto;
+	/* samples first: the records below were converted by CUPTI before they were taken */
+	take_clock(s);
 	ring = agent_ring(ctl);
 	mask = ctl->ring_records - 1;
 	head = __atomic_load_n(&ctl->head, __ATOMIC_ACQUIRE);
@@ -666,6 +709,7 @@ int gpu__poll(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 			s->long_name[len] = '\0';
 			x.long_name = s->long_name;
 		}
+		to_host_clock(s, &x.r);
 		count(s, &x.r);
 		if (cb)
 			cb(ctx, &x.r);
@@ -729,5 +773,6 @@ void gpu__free(struct gpu_session *s)
 	if (s->ctl && !s->detached)
 		gpu__detach(s, NULL, NULL);
 	free(s->long_name);
+	clock_fit__free(s->clock);
 	free(s);
 }

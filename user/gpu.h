@@ -48,8 +48,13 @@ struct gpu_stats {
 	uint64_t dropped_ring;		/* the agent found the ring full */
 	uint64_t dropped_cupti;		/* CUPTI's own drops */
 	uint64_t buffers;		/* CUPTI buffers completed */
-	uint32_t clock_samples;
-	uint64_t clock_residual_ns;	/* max |cupti - (mono_before + mono_after) / 2| */
+	uint64_t records_incomplete;	/* CUPTI handed back before the work ended: skipped */
+	uint32_t clock_samples;		/* cuptiGetTimestamp samples fitted (clock_fit.h) */
+	uint32_t clock_used;		/* in the current fit */
+	uint32_t clock_lost;		/* overwritten in the agent before tptrace read them */
+	double clock_ppm;		/* the GPU-record clock's fitted drift against the host */
+	int64_t clock_offset_ns;	/* ... and its offset at the newest sample */
+	uint64_t clock_residual_ns;	/* max |sample - fit| over the samples in the fit */
 	uint64_t clock_window_ns;	/* max (mono_after - mono_before): the bound of a sample */
 	bool injected;			/* true: ptrace-injected; false: resident agent */
 	bool unloaded;			/* after detach: the agent no longer in /proc/<pid>/maps */

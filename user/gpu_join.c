@@ -56,7 +56,6 @@ struct jthread {
 	size_t nr_calls, cap_calls;
 	struct jrec *recs;		/* by start */
 	size_t nr_recs, cap_recs;
-	uint64_t watermark;		/* latest record start seen on this thread */
 };
 
 struct jwork {				/* GPU work of one (process, correlation) */
@@ -297,8 +296,6 @@ static void add_rec(struct gpu_join *j, uint32_t pid, const struct agent_record 
 	memmove(&t->recs[pos + 1], &t->recs[pos], (t->nr_recs - pos) * sizeof(*t->recs));
 	t->recs[pos] = rec;
 	t->nr_recs++;
-	if (rec.start > t->watermark)
-		t->watermark = rec.start;
 	if (!t->proc->first_record || rec.start < t->proc->first_record)
 		t->proc->first_record = rec.start;
 	COUNT(j, t->proc, records);
@@ -376,6 +373,16 @@ static uint64_t window_end(const struct jthread *t, const struct jcall *jc)
 	if (jc->next_ts)
 		return jc->next_ts > slack ? jc->next_ts - slack : 0;
 	return UINT64_MAX;
+}
+
+/* When CUPTI must have delivered every record the call's window can hold: the call returned
+ * (its records are written before it returns) by its return probe, else by its thread's next
+ * probed call; UINT64_MAX when neither came. */
+static uint64_t delivered_by(const struct jthread *t, const struct jcall *jc)
+{
+	if (jc->call.ret_ts)
+		return jc->call.ret_ts + t->proc->slack;
+	return jc->next_ts ? jc->next_ts : UINT64_MAX;
 }
 
 /* The first record starting at or after lo (records are kept by start): a thread keeps
@@ -518,8 +525,9 @@ static void flush_thread(struct gpu_join *j, struct jthread *t, uint64_t now, ui
 		if (!jc->decided) {
 			uint64_t hi = window_end(t, jc);
 
-			/* decided once CUPTI delivered this thread's records past the window */
-			if (waited || (hi != UINT64_MAX && t->watermark >= hi))
+			/* decided once CUPTI delivered everything up to the window's end: not by
+			 * the thread's newest record, buffers come out of order */
+			if (waited || (hi != UINT64_MAX && delivered_by(t, jc) <= now))
 				decide(j, t, jc, hi);
 		}
 		/* a joined call that puts work on a stream waits for it: CUPTI names its kernel */

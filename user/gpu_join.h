@@ -119,8 +119,12 @@ void gpu_join__mark(struct gpu_join *j, uint32_t pid, uint32_t tid, uint64_t ts)
 void gpu_join__record(struct gpu_join *j, uint32_t pid, const struct agent_record *r,
 		      const char *kernel);
 
-/* Decides what can be decided at now_ns; calls waiting longer than max_wait_ns are decided
- * with what arrived. max_wait_ns 0: the end, everything is decided and counted. */
+/* Decides what can be decided at now_ns, the time up to which CUPTI has delivered every API
+ * record (the agents' last completed flush began then: gpu__delivered_ns): a call that returned
+ * before it has all its records in. Records do not come in order (CUPTI hands back buffers late
+ * and out of order), so a thread's newest record says nothing about its older ones. Calls
+ * waiting longer than max_wait_ns are decided with what arrived. max_wait_ns 0: the end,
+ * everything is decided and counted. */
 void gpu_join__flush(struct gpu_join *j, uint64_t now_ns, uint64_t max_wait_ns);
 /* All processes' counts summed (slack_ns: the widest in use). */
 void gpu_join__stats(const struct gpu_join *j, struct gpu_join_stats *out);

@@ -258,9 +258,15 @@ static cJSON *gpu_json(const struct traced *p)
 	cJSON_AddNumberToObject(o, "memcpys", (double)g->memcpys);
 	cJSON_AddNumberToObject(o, "memsets", (double)g->memsets);
 	cJSON_AddNumberToObject(o, "records_dropped", (double)(g->dropped_ring + g->dropped_cupti));
+	cJSON_AddNumberToObject(o, "records_dropped_cupti", (double)g->dropped_cupti);
+	cJSON_AddNumberToObject(o, "records_dropped_ring", (double)g->dropped_ring);
+	cJSON_AddNumberToObject(o, "records_incomplete", (double)g->records_incomplete);
 	cJSON_AddNumberToObject(o, "clock_samples", g->clock_samples);
-	/* CUPTI timestamps come from our CLOCK_MONOTONIC callback: how far a CUPTI time read
-	 * was from the monotonic clock read around it */
+	cJSON_AddNumberToObject(o, "clock_samples_lost", g->clock_lost);
+	/* GPU records are on CUPTI's clock, fitted to CLOCK_MONOTONIC (user/clock_fit.h): the
+	 * fit's drift and offset, and how far the samples sit from it */
+	cJSON_AddNumberToObject(o, "clock_ppm", g->clock_ppm);
+	cJSON_AddNumberToObject(o, "clock_offset_ns", (double)g->clock_offset_ns);
 	cJSON_AddNumberToObject(o, "clock_residual_ns", (double)g->clock_residual_ns);
 	cJSON_AddNumberToObject(o, "clock_window_ns", (double)g->clock_window_ns);
 	return o;
@@ -963,6 +969,25 @@ static int merge_torch(struct trace_session *s)
 	return ret;
 }
 
+/* --gpu: records lost on the way are said, never left to a count in the metadata. */
+static void gpu_say_losses(const struct traced *p)
+{
+	const struct gpu_stats *g = &p->gstats;
+
+	if (g->dropped_cupti)
+		log_error("--gpu: pid %d: CUPTI dropped %llu activity records (its buffers were "
+			  "full): their kernels, copies or API calls are missing from the trace\n",
+			  p->t->pid, (unsigned long long)g->dropped_cupti);
+	if (g->dropped_ring)
+		log_error("--gpu: pid %d: the agent dropped %llu records (tptrace read its ring too "
+			  "slowly): their kernels, copies or API calls are missing from the trace\n",
+			  p->t->pid, (unsigned long long)g->dropped_ring);
+	if (g->records_incomplete)
+		log_error("--gpu: pid %d: %llu GPU records came back from CUPTI before their work "
+			  "ended (times unknown): left out\n", p->t->pid,
+			  (unsigned long long)g->records_incomplete);
+}
+
 /* Takes the agents out (their last records into the trace) and drains the rings. */
 static void drain(struct trace_session *s)
 {
@@ -980,6 +1005,7 @@ static void drain(struct trace_session *s)
 			log_error("--gpu: pid %d: detaching the agent: %s\n", p->t->pid,
 				  gpu__error(p->gpu));
 		gpu__stats(p->gpu, &p->gstats);
+		gpu_say_losses(p);
 	}
 	ring_buffer__consume(s->rb);
 	s->end_mono = session__clock_ns(CLOCK_MONOTONIC);

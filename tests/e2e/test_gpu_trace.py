@@ -3,10 +3,13 @@ agent is injected into the running workload, CUPTI records come back over shared
 are joined with the uprobe launch events: every kernel on its stream track with the
 simulated duration, the same correlation as its launch, an ac2g arrow between them."""
 import os
+import re
 import time
 from gpulib import agent_mapped, need_ptrace, normalize_output, tpsim_items
-from lib import (WL, Tracer, Workload, calls, check_valid_trace, load_trace, need_root,
-                 run_tptrace, tmp_path, trace_workload)
+from lib import (WL, Tracer, Workload, calls, check_valid_trace, fresh_tmp_path, load_trace,
+                 need_root, run_tptrace, tmp_path, trace_workload)
+
+SIM_TRAIN = os.path.join(WL, "sim_train")
 
 
 def abs_ns(trace, ts_us):
@@ -191,3 +194,163 @@ def test_gpu_join_waits_for_a_late_agent():
                if e.get("ph") == "X" and e.get("cat") == "kernel"}
     for l in launches:
         assert "cupti" not in l["args"] and l["args"]["correlation"] in kernels, l
+
+
+# ---- CUPTI as unkind as the real one (tests/sim/cupti/cupti.c header) ----------------------
+
+def traced_until_stopped(argv, env, out_name, tracer_args=()):
+    """tptrace --gpu over a --hold workload, stopped (SIGINT) after the workload's DONE: the
+    agent is detached with its last forced flush while the process is still there."""
+    out = fresh_tmp_path(out_name)
+    wl = Workload(argv, env=env)
+    try:
+        tr = Tracer(["-p", str(wl.pid), "-o", out, "--gpu"] + list(tracer_args))
+        wl.go()
+        wl.wait_done()
+        rc = tr.stop()
+        assert rc == 0, f"tptrace rc={rc}: {tr.err.text()}"
+        assert wl.finish() == 0, wl.err.text()
+    finally:
+        wl.kill()
+    return load_trace(out), wl, tr
+
+
+def sim_cupti_line(wl):
+    m = re.search(r"^tpsim: cupti dropped (\d+) records, returned (\d+) buffers before an older "
+                  r"one$", wl.err.text(), re.M)
+    assert m, wl.err.text()[-2000:]
+    return int(m[1]), int(m[2])
+
+
+def test_gpu_default_thread_id_does_not_join():
+    """CUPTI's default thread id on Linux is pthread_self(), not the tid the probes see: an
+    agent that does not call cuptiSetThreadIdType(SYSTEM) (TPTRACE_AGENT_DEFAULT_TID=1) gets
+    every record and joins none of them. Ours sets SYSTEM: the same run without the hook joins
+    every call (test_gpu_kernels_joined_with_launches)."""
+    need_root()
+    need_ptrace()
+    steps = 3
+    trace, wl, tr = trace_workload(
+        [SIM_TRAIN, "--steps", str(steps), "--kernel-us", "300"], tracer_args=["--gpu"],
+        env={"TPSIM_VERBOSE": "1", "TPTRACE_AGENT_DEFAULT_TID": "1"}, out_name="gpu-tid.json")
+    check_valid_trace(trace)
+    kernels = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    assert len(kernels) == 4 * steps, len(kernels)
+    j = trace["tptrace"]["gpu_join"]
+    assert j["calls"] == 8 * steps and j["joined"] == 0, j
+    assert j["unjoined"]["no_record"] == 8 * steps and j["flows"] == 0, j
+    # the records came, under thread ids that are no thread of the process
+    assert j["api_records_unclaimed"]["unprobed"] >= 8 * steps, j
+    for l in calls(trace, pid=wl.pid, name="cudaLaunchKernel"):
+        assert l["args"].get("cupti") == "no CUPTI record", l["args"]
+
+
+def test_gpu_cupti_drops_counted_exactly_and_said():
+    """Buffers too small for a kernel record (TPTRACE_AGENT_BUF_BYTES=128; a
+    CUpti_ActivityKernel10 is 216 bytes, an API record 40): CUPTI drops every kernel record
+    and counts it; tptrace reports exactly the sim's count in the metadata and on stderr."""
+    need_root()
+    need_ptrace()
+    steps = 4
+    trace, wl, tr = traced_until_stopped(
+        [SIM_TRAIN, "--steps", str(steps), "--kernel-us", "300", "--hold"],
+        {"TPSIM_VERBOSE": "1", "TPTRACE_AGENT_BUF_BYTES": "128"}, "gpu-drops.json")
+    dropped, _ = sim_cupti_line(wl)
+    sim_kernels = [i for i in tpsim_items(wl.err.text()).values() if i["kind"] == "kernel"]
+    assert dropped == len(sim_kernels) == 4 * steps, (dropped, len(sim_kernels))
+    g = trace["tptrace"]["targets"][0]["gpu"]
+    assert g["records_dropped_cupti"] == dropped and g["records_dropped_ring"] == 0, g
+    assert g["kernels"] == 0 and g["memcpys"] == 2 * steps, g
+    line = (f"tptrace: --gpu: pid {wl.pid}: CUPTI dropped {dropped} activity records (its "
+            f"buffers were full)")
+    assert [l for l in tr.err.text().splitlines() if l.startswith(line)], tr.err.text()
+
+
+def test_gpu_join_with_buffers_out_of_order():
+    """Small buffers (TPSIM_CUPTI_BUF_RECORDS=8) that CUPTI hands back out of order (every
+    other one after the next, the sim's default): 3 threads launching; every launch is still
+    joined to its own kernel. A join that takes a thread's newest record as proof that its
+    older ones are in calls launches of the late buffers "no CUPTI record"."""
+    need_root()
+    need_ptrace()
+    steps, threads = 40, 3
+    trace, wl, tr = traced_until_stopped(
+        [SIM_TRAIN, "--steps", str(steps), "--kernel-us", "100", "--threads", str(threads),
+         "--hold"], {"TPSIM_VERBOSE": "1", "TPSIM_CUPTI_BUF_RECORDS": "8"}, "gpu-ooo.json")
+    check_valid_trace(trace)
+    dropped, reordered = sim_cupti_line(wl)
+    assert dropped == 0 and reordered > 10, (dropped, reordered)
+    items = tpsim_items(wl.err.text())
+    kernels = {e["args"]["correlation"]: e for e in trace["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    launches = calls(trace, pid=wl.pid, name="cudaLaunchKernel")
+    assert len(launches) == 4 * steps * threads, len(launches)
+    for l in launches:
+        corr = l["args"]["correlation"]
+        assert corr in kernels and items[corr]["tid"] == l["tid"], (l, items.get(corr))
+        assert kernels[corr]["name"] == l["args"]["kernel"], (l, kernels[corr])
+    j = trace["tptrace"]["gpu_join"]
+    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    assert j["joined"] == j["calls"], j
+
+
+def test_gpu_clock_drift_fitted():
+    """The device clock runs 50 ppm fast and CUPTI's calibration is 250 µs off
+    (TPSIM_GPU_CLOCK_PPM=50, TPSIM_GPU_CLOCK_OFFSET_NS=250000): every kernel in the trace starts
+    within 1 µs of the sim's true host time (its own log), and the metadata has the drift.
+    Without the fit the kernels are 250 µs off and more."""
+    need_root()
+    need_ptrace()
+    steps = 60
+    trace, wl, tr = traced_until_stopped(
+        [SIM_TRAIN, "--steps", str(steps), "--kernel-us", "10000", "--hold"],
+        {"TPSIM_VERBOSE": "1", "TPSIM_GPU_CLOCK_PPM": "50",
+         "TPSIM_GPU_CLOCK_OFFSET_NS": "250000"}, "gpu-drift.json")
+    items = tpsim_items(wl.err.text())
+    kernels = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    assert len(kernels) == 4 * steps, len(kernels)
+    errs = []
+    for k in kernels:
+        it = items[k["args"]["correlation"]]
+        errs.append(abs(abs_ns(trace, k["ts"]) - it["start"]))
+    span = max(i["end"] for i in items.values()) - min(i["start"] for i in items.values())
+    errs.sort()
+    print(f"    {len(errs)} kernels over {span / 1e9:.2f} s: |start - truth| median {errs[len(errs) // 2]} "
+          f"ns, max {errs[-1]} ns")
+    assert errs[-1] <= 1000, errs[-10:]
+    g = trace["tptrace"]["targets"][0]["gpu"]
+    assert abs(g["clock_ppm"] - 50) < 2, g
+    assert abs(g["clock_offset_ns"] - 250000) < 2000 + 50e-6 * span, g
+
+
+def test_gpu_kernel_starts_before_its_launch_returns():
+    """An idle device starts a kernel about 2 µs after the submission while the launch call
+    returns about 4 µs after it (the sim's driver, as a real one): the kernel starts inside its
+    launch. The launch is still joined, its arrow drawn to that kernel."""
+    need_root()
+    need_ptrace()
+    steps = 5
+    trace, wl, tr = trace_workload(
+        [SIM_TRAIN, "--steps", str(steps), "--kernel-us", "300"], tracer_args=["--gpu"],
+        env={"TPSIM_VERBOSE": "1"}, out_name="gpu-early.json")
+    check_valid_trace(trace)
+    kernels = {e["args"]["correlation"]: e for e in trace["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    flows_s = {e["id"]: e for e in trace["traceEvents"] if e.get("ph") == "s"}
+    flows_f = {e["id"]: e for e in trace["traceEvents"] if e.get("ph") == "f"}
+    inside = 0
+    for l in calls(trace, pid=wl.pid, name="cudaLaunchKernel"):
+        corr = l["args"]["correlation"]
+        k = kernels[corr]
+        assert k["name"] == l["args"]["kernel"], (l, k)
+        assert corr in flows_s and flows_f[corr]["tid"] == k["tid"], corr
+        assert l["ts"] <= k["ts"], (l, k)
+        if k["ts"] < l["ts"] + l["dur"]:
+            inside += 1
+            assert flows_s[corr]["ts"] == l["ts"], (flows_s[corr], l)
+    # each step's first fake_gemm (stream A) and its fake_relu (stream B) find their stream
+    # idle: the step before ended with a sync that waited for both
+    print(f"    {inside} of {4 * steps} kernels start inside their launch")
+    assert inside >= 2 * steps, inside
+    j = trace["tptrace"]["gpu_join"]
+    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j

@@ -253,3 +253,12 @@ $(UNIT_DIR)/test_uretinst: tests/unit/test_uretinst.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lbpf -lelf -lz -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_uretinst
+
+# the fit of CUPTI's GPU-record clock to CLOCK_MONOTONIC on synthetic drifting samples
+$(UNIT_DIR)/test_clock_fit: tests/unit/test_clock_fit.c tests/unit/check.h user/clock_fit.c \
+			    user/clock_fit.h | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
+		$(filter %.c,$^) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_clock_fit

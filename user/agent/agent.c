@@ -48,6 +48,9 @@
 #define BUF_SIZE (1 << 20)
 #define MAX_NAME_FORWARD 4096	/* longer kernel names are cut (AGENT_RECF_NAME_CUT) */
 #define CLOCK_SAMPLE_NS 1000000000ULL
+/* the first samples come faster, so the drift fit (user/gpu.c) has a slope from the start */
+#define CLOCK_FAST_SAMPLES 48
+#define CLOCK_FAST_NS 1000000ULL
 #define POLL_NS 10000000ULL
 
 /* CUPTI entry points, typed from cupti.h so a prototype change breaks the build. */
@@ -79,6 +82,9 @@ static struct {
 	pthread_t thread;
 	bool thread_started;
 	volatile int stop;
+	size_t buf_size;		/* CUPTI buffer size (TPTRACE_AGENT_BUF_BYTES for tests) */
+	bool default_tid;		/* TPTRACE_AGENT_DEFAULT_TID=1 (tests): keep CUPTI's
+					 * default thread id type, which tptrace cannot join */
 	pthread_mutex_t ring_lock;	/* CUPTI may complete buffers on several threads */
 	pthread_mutex_t start_lock;
 } ag = {
@@ -213,6 +219,15 @@ static void push_kernel(struct agent_record *r, const char *name)
 		(r).bytes = (m)->bytes;						\
 	} while (0)
 
+/* A GPU record a forced flush returned before its work ended: its times are unknown. */
+static bool incomplete(const struct agent_record *r)
+{
+	if (r->start_ns != CUPTI_TIMESTAMP_UNKNOWN && r->end_ns != CUPTI_TIMESTAMP_UNKNOWN)
+		return false;
+	__atomic_fetch_add(&ag.ctl->records_incomplete, 1, __ATOMIC_RELAXED);
+	return true;
+}
+
 static void convert(const CUpti_Activity *a)
 {
 	struct agent_record r;
@@ -230,6 +245,8 @@ static void convert(const CUpti_Activity *a)
 		r.registers = k->registersPerThread;
 		r.static_shmem = k->staticSharedMemory;
 		r.dynamic_shmem = k->dynamicSharedMemory;
+		if (incomplete(&r))
+			return;
 		push_kernel(&r, k->name);
 		return;
 	}
@@ -281,19 +298,35 @@ static void convert(const CUpti_Activity *a)
 		r.cbid = api->cbid;
 		r.correlation = api->correlationId;
 		r.return_value = api->returnValue;
-		break;
+		ring_push(&r, 1);
+		return;
 	}
 	default:
 		__atomic_fetch_add(&ag.ctl->records_unknown, 1, __ATOMIC_RELAXED);
 		return;
 	}
+	if (incomplete(&r))
+		return;
 	ring_push(&r, 1);
+}
+
+/* CUPTI's drop count since the last read (the read resets it) into the shared total. */
+static void take_dropped(CUcontext ctx, uint32_t stream_id)
+{
+	size_t dropped = 0;
+
+	if (ag.f.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped)
+		__atomic_fetch_add(&ag.ctl->cupti_dropped, dropped, __ATOMIC_RELAXED);
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
-	*buffer = aligned_alloc(ACTIVITY_RECORD_ALIGNMENT, BUF_SIZE);
-	*size = *buffer ? BUF_SIZE : 0;
+	size_t want = ag.buf_size ?: BUF_SIZE;
+
+	/* aligned_alloc wants a multiple of the alignment */
+	*buffer = aligned_alloc(ACTIVITY_RECORD_ALIGNMENT,
+				(want + ACTIVITY_RECORD_ALIGNMENT - 1) & ~(size_t)(ACTIVITY_RECORD_ALIGNMENT - 1));
+	*size = *buffer ? want : 0;
 	*max_records = 0;
 }
 
@@ -301,12 +334,11 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
 				      size_t size, size_t valid_size)
 {
 	CUpti_Activity *rec = NULL;
-	size_t dropped = 0;
 
 	while (ag.f.ActivityGetNextRecord(buffer, valid_size, &rec) == CUPTI_SUCCESS)
 		convert(rec);
-	if (ag.f.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped)
-		__atomic_fetch_add(&ag.ctl->cupti_dropped, dropped, __ATOMIC_RELAXED);
+	/* ctx and stream_id are always NULL/0 since CUDA 6.0 (global buffers): the global queue */
+	take_dropped(ctx, stream_id);
 	__atomic_fetch_add(&ag.ctl->buffers_completed, 1, __ATOMIC_RELAXED);
 	free(buffer);
 }
@@ -322,11 +354,21 @@ static void clock_sample(void)
 	struct agent_clock_sample s;
 	uint64_t cupti = 0;
 
-	s.mono_before_ns = mono_ns();
-	if (ag.f.GetTimestamp(&cupti) != CUPTI_SUCCESS)
-		return;
-	s.mono_after_ns = mono_ns();
-	s.cupti_ns = cupti;
+	/* the narrowest of a few read pairs: a pair the scheduler split is worth nothing */
+	s.mono_before_ns = 0;
+	s.mono_after_ns = UINT64_MAX;
+	for (int i = 0; i < 3; i++) {
+		uint64_t before = mono_ns(), after;
+
+		if (ag.f.GetTimestamp(&cupti) != CUPTI_SUCCESS)
+			return;
+		after = mono_ns();
+		if (after - before < s.mono_after_ns - s.mono_before_ns) {
+			s.mono_before_ns = before;
+			s.mono_after_ns = after;
+			s.cupti_ns = cupti;
+		}
+	}
 	ctl->clock[ctl->nr_clock_samples % AGENT_CLOCK_SAMPLES] = s;
 	__atomic_store_n(&ctl->nr_clock_samples, ctl->nr_clock_samples + 1, __ATOMIC_RELEASE);
 }
@@ -482,6 +524,8 @@ static void cupti_off(void)
 		for (size_t i = 0; i < sizeof(enabled_kinds) / sizeof(enabled_kinds[0]); i++)
 			ag.f.ActivityDisable(enabled_kinds[i]);
 		ag.f.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		/* records dropped after the last buffer came back */
+		take_dropped(NULL, 0);
 		flushed(ag.ctl, began, 2);
 		clock_sample();
 		ag.enabled = false;
@@ -506,8 +550,11 @@ static bool cupti_on(void)
 	}
 	CUPTI_CALL(r, "cuptiSubscribe");
 	ag.subscribed = true;
-	CUPTI_CALL(ag.f.SetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM),
-		   "cuptiSetThreadIdType(SYSTEM)");
+	/* API records must carry gettid(), the id the probes see: CUPTI's default on Linux is
+	 * pthread_self(), which nothing outside the process can match */
+	if (!ag.default_tid)
+		CUPTI_CALL(ag.f.SetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM),
+			   "cuptiSetThreadIdType(SYSTEM)");
 	/* before any kind is enabled, or early records keep CUPTI's default CLOCK_REALTIME */
 	CUPTI_CALL(ag.f.ActivityRegisterTimestampCallback(cupti_clock),
 		   "cuptiActivityRegisterTimestampCallback");
@@ -544,6 +591,13 @@ static void *agent_main(void *arg)
 	struct agent_control *ctl = ag.ctl;
 	uint64_t last_flush = mono_ns(), last_clock = last_flush, flush_ns;
 	bool exit_after_disable = !ag.resident;
+	const char *v;
+
+	/* test hooks: how a client too careless for CUPTI fares (tests/e2e/test_gpu.py) */
+	v = getenv("TPTRACE_AGENT_BUF_BYTES");
+	ag.buf_size = v ? strtoul(v, NULL, 10) : 0;
+	v = getenv("TPTRACE_AGENT_DEFAULT_TID");
+	ag.default_tid = v && !strcmp(v, "1");
 
 	if (!ag.resident) {
 		if (!mapped_lib_dir("libcudart.so", NULL, 0) && !mapped_lib_dir("libcuda.so", NULL, 0)) {
@@ -599,7 +653,8 @@ static void *agent_main(void *arg)
 				flushed(ctl, now, 1);
 				last_flush = now;
 			}
-			if (now - last_clock >= CLOCK_SAMPLE_NS) {
+			if (now - last_clock >= (ctl->nr_clock_samples < CLOCK_FAST_SAMPLES ?
+						 CLOCK_FAST_NS : CLOCK_SAMPLE_NS)) {
 				clock_sample();
 				last_clock = now;
 				/* a tracer that died without DISABLE must not leave CUPTI running */
@@ -614,7 +669,9 @@ static void *agent_main(void *arg)
 				}
 			}
 		}
-		sleep_ns(POLL_NS);
+		/* the first clock samples come every millisecond */
+		sleep_ns(ag.enabled && ctl->nr_clock_samples < CLOCK_FAST_SAMPLES ? CLOCK_FAST_NS
+									   : POLL_NS);
 	}
 	if (!ag.resident && ag.f.Finalize && ag.cupti_lib && !ag.finalized) {
 		cupti_off();

@@ -25,7 +25,7 @@
 #include <linux/types.h>
 
 #define AGENT_SHM_MAGIC		0x3155504754505454ULL	/* "TTPTGPU1" little endian */
-#define AGENT_SHM_VERSION	2
+#define AGENT_SHM_VERSION	3
 #define AGENT_CTL_SIZE		8192
 #define AGENT_NAME_LEN		128	/* inline kernel name, NUL included */
 #define AGENT_MSG_LEN		256
@@ -149,6 +149,8 @@ struct agent_control {
 	__u64 cupti_dropped;		/* cuptiActivityGetNumDroppedRecords */
 	__u64 buffers_completed;
 	__u64 records_unknown;		/* CUPTI records of kinds the agent skips */
+	__u64 records_incomplete;	/* GPU records a forced flush returned before their work
+					 * ended (a timestamp CUPTI_TIMESTAMP_UNKNOWN): skipped */
 	__u64 flushes;
 	__u64 flushed_upto_ns;		/* CLOCK_MONOTONIC at which the last completed flush began:
 					 * what ended before it is in the ring (written before

@@ -7,7 +7,8 @@
  *   {"rec":"runtime"|"driver","cbid":N,"corr":C,"tid":T,"start":NS,"end":NS}
  *   {"rec":"kernel","name":S,"corr":C,"graph":G,"stream":N,"grid":[..],"block":[..],...}
  *   {"rec":"memcpy"|"memset","corr":C,"bytes":N,"copy_kind":K,"graph":G}
- * The timestamp callback is CLOCK_MONOTONIC, so records and marks share one clock.
+ * The timestamp callback is CLOCK_MONOTONIC, so API records and marks share one clock (GPU
+ * records are on CUPTI's clock of the device, which drifts: compared among themselves only).
  *
  * Phases (each on the main thread unless said):
  *   rt_launch   3x cudaLaunchKernel(k_rt) on a created stream, cudaGetLastError after each
@@ -190,6 +191,8 @@ int main(int argc, char **argv)
 			return 2;
 	}
 	setvbuf(stdout, NULL, _IOFBF, 1 << 20);
+	/* threadId = gettid(), what the marks carry (CUPTI's default is pthread_self()) */
+	CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
 	CHECK(cuptiActivityRegisterTimestampCallback(timestamp));
 	CHECK(cuptiActivityRegisterCallbacks(buf_requested, buf_completed));
 	CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));

@@ -48,6 +48,7 @@ static void *api_observer_ctx;
 #define API_DEPTH 16
 static __thread struct tpsim_api_call api_stack[API_DEPTH];
 static __thread int api_depth;
+static __thread uint64_t submitted_ns;	/* this thread's last submission in its current call */
 
 static __thread int current_device;
 static __thread uint32_t current_context;	/* 0: the current device's primary context */
@@ -263,6 +264,8 @@ void sim_api_enter(int domain, uint32_t cbid)
 		api_depth++;	/* deeper than any real nesting: not reported */
 		return;
 	}
+	if (!api_depth)
+		submitted_ns = 0;	/* work enqueued outside any call (NCCL's) */
 	c = &api_stack[api_depth];
 	c->domain = domain;
 	c->cbid = cbid;
@@ -274,12 +277,37 @@ void sim_api_enter(int domain, uint32_t cbid)
 		obs(c, 0, api_observer_ctx);
 }
 
+/*
+ * A launch does not return the moment its work is queued: the driver still has bookkeeping to
+ * do (TPSIM_LAUNCH_RETURN_NS, default 4000, after the submission), while an idle device starts
+ * the work LAUNCH_LATENCY_NS (2000) after it: so a kernel can start before its launch call
+ * returns, as on a real GPU. The outermost call of the thread waits it out before it returns
+ * (and before CUPTI stamps its end).
+ */
+
+static void launch_return_tail(void)
+{
+	static long long tail_ns = -1;
+	uint64_t until;
+
+	if (!submitted_ns)
+		return;
+	if (tail_ns < 0)
+		tail_ns = (long long)env_ull("TPSIM_LAUNCH_RETURN_NS", 4000);
+	until = submitted_ns + (uint64_t)tail_ns;
+	submitted_ns = 0;
+	while (sim_now_ns() < until)
+		;
+}
+
 void sim_api_exit(void)
 {
 	tpsim_api_observer_fn obs;
 
 	if (api_depth-- > API_DEPTH)
 		return;
+	if (!api_depth)
+		launch_return_tail();
 	obs = __atomic_load_n(&api_observer, __ATOMIC_ACQUIRE);
 	if (obs)
 		obs(&api_stack[api_depth], 1, api_observer_ctx);
@@ -821,6 +849,7 @@ static int64_t ops_stream_id(cudaStream_t handle)
 static void append_locked(struct sim_stream *s, struct sim_item *it)
 {
 	it->rec.api_end_ns = sim_now_ns();
+	submitted_ns = it->rec.api_end_ns;
 	it->seq = ++s->submitted;
 	if (s->tail)
 		s->tail->next = it;

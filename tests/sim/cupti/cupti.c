@@ -12,9 +12,9 @@
  * cudaGetDevice, __cudaPushCallConfiguration, ...) is a RUNTIME record; every driver call,
  * nested inside a runtime call or made directly, is a DRIVER record. Each has its own
  * correlationId from one process-wide counter, cbid = the CUPTI_*_TRACE_CBID_* of exactly the
- * symbol called, threadId = gettid(), start/end read from the client's timestamp callback
- * inside the call (after entry, before return). A nested record is written before the record
- * of the call around it (it ends first).
+ * symbol called, threadId as cuptiSetThreadIdType says (below), start/end read from the
+ * client's timestamp callback inside the call (after entry, before return). A nested record is
+ * written before the record of the call around it (it ends first).
  *
  * GPU records, one per item a stream worker executes, carrying the correlationId of the
  * OUTERMOST API call that enqueued it (a runtime launch's runtime record; a direct driver
@@ -32,9 +32,40 @@
  *    registersPerThread is 0; staticSharedMemory 0 and dynamicSharedMemory the launch's shmem;
  *    contextId = the sim driver's context id (primary: device + 1); streamId = the sim's
  *    stream id (0 = legacy default stream).
- *  - timestamps: the sim's CLOCK_MONOTONIC times are mapped into the registered timestamp
- *    callback's clock (default CLOCK_REALTIME, like CUPTI on Linux) by the offset between the
- *    two clocks at conversion time, which is what CUPTI's GPU->CPU interpolation amounts to.
+ *
+ * Behaviours of the real CUPTI a client has to cope with, on by default:
+ *  - thread ids: API records carry CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT's id unless the client
+ *    calls cuptiSetThreadIdType(SYSTEM): on Linux that is pthread_self() (cut to the record's
+ *    32 bits), not gettid(). SYSTEM gives gettid().
+ *  - dropped records: a record for which the client's request callback gave no buffer, or one
+ *    too small for it, is dropped and counted. Since CUDA 6.0 every buffer is global, so every
+ *    drop is counted on the global queue: cuptiActivityGetNumDroppedRecords(NULL, 0, &n)
+ *    returns the drops since the last call and resets the count; a non-NULL context's queue
+ *    holds none. maxNumRecords > 0 from the request callback completes a buffer after that many
+ *    records. TPSIM_VERBOSE=1 prints the totals at cuptiFinalize and exit ("tpsim: cupti
+ *    dropped N records, returned M buffers before an older one").
+ *  - a device clock: GPU work is timed on the device, and CUPTI converts its times into its
+ *    own clock (the registered timestamp callback's, else CLOCK_REALTIME) from a calibration
+ *    taken when the first record needs it (again if the callback changes), off by
+ *    TPSIM_GPU_CLOCK_OFFSET_NS (default 3000: a PCIe read of the GPU clock is not free). The
+ *    device clock may run TPSIM_GPU_CLOCK_PPM parts per million fast (default 0: CUPTI's
+ *    header says it interpolates GPU times linearly against the CPU clock, which takes out
+ *    most of a real drift; the knob is the drift a coarser conversion leaves):
+ *      gpu_record_ts = cb_at_calibration + offset + (host_true - host_at_calibration) * (1+ppm)
+ *    so kernel, copy, memset and (the sim's stream-side) wait records drift against the host. API records are taken on
+ *    the CPU and read the callback directly. cuptiGetTimestamp returns the GPU records' clock
+ *    (the header: "normalized to correspond with the start and end timestamps reported in the
+ *    CUPTI activity records"), so a client that samples it against its own clock can fit
+ *    offset and drift; one that trusts the callback to make GPU times host times is off by
+ *    offset + ppm * elapsed. The sim's own log (TPSIM_VERBOSE=1) has the true host times.
+ *  - buffers late and out of order: CUPTI's completion hands every other full buffer back
+ *    late, after the buffer filled after it and only when the next one fills (2, 1, 4, 3, ...);
+ *    a flush returns the buffer in progress, then the held one, and returns only once every
+ *    buffer completed before it is back with the client. So a consumer must not take a
+ *    thread's newest record as proof that its older ones have arrived, only a completed
+ *    flush. TPSIM_CUPTI_REORDER=0: in order (default 1).
+ *  - records of work still running are not in any buffer: a GPU record is written when its
+ *    work ends, so a flush (forced or not) cannot return it before then.
  *  - TPSIM_CUPTI_OTHER_SUBSCRIBER=1 in the environment: behave as if another tool (nsys,
  *    torch.profiler) had subscribed first: cuptiSubscribe returns
  *    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED.
@@ -72,8 +103,16 @@ static CUpti_ActivityThreadIdType tid_type;
 static uint8_t *cur_buf;
 static size_t cur_size, cur_used, cur_records;
 static size_t buf_records_limit;	/* TPSIM_CUPTI_BUF_RECORDS */
+static size_t cur_max_records;		/* the request callback's maxNumRecords */
+static size_t dropped_global;		/* since the last cuptiActivityGetNumDroppedRecords */
+static size_t dropped_total;		/* for the sim's own log */
+static int reorder = -1;		/* TPSIM_CUPTI_REORDER */
+static size_t reordered;		/* buffers handed back before an older one */
+static bool held_passed;		/* a newer buffer went back before the held one */
 static int in_flight;			/* observers running client callbacks */
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;
+static int delivering;			/* batches of buffers being handed back */
+static pthread_cond_t delivered = PTHREAD_COND_INITIALIZER;
 
 static const struct tpsim_driver_ops *drv_ops;
 
@@ -109,6 +148,10 @@ struct full_buf {
 	size_t size, used;
 };
 
+/* Full buffers CUPTI's completion has not handed back yet (oldest first). */
+static struct full_buf held[MAX_PENDING];
+static int nr_held;
+
 static uint64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
@@ -117,7 +160,7 @@ static uint64_t clock_ns(clockid_t id)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
-/* CUPTI's clock: the client's callback, else CLOCK_REALTIME as on Linux. */
+/* CUPTI's CPU clock: the client's callback, else CLOCK_REALTIME as on Linux. */
 static uint64_t cupti_now(void)
 {
 	CUpti_TimestampCallbackFunc cb = __atomic_load_n(&ts_callback, __ATOMIC_ACQUIRE);
@@ -125,26 +168,53 @@ static uint64_t cupti_now(void)
 	return cb ? cb() : clock_ns(CLOCK_REALTIME);
 }
 
-/* Sim times are CLOCK_MONOTONIC; CUPTI reports them in its own clock (the timestamp
- * callback's, else CLOCK_REALTIME). Like CUPTI's own GPU-to-CPU conversion, the offset is
- * calibrated once per clock, not per record: two clock reads per record would move each
- * record by their jitter, and back-to-back items on a stream would overlap by it. */
-static int64_t clock_offset(void)
+static int64_t env_i64(const char *name, int64_t def)
 {
-	static CUpti_TimestampCallbackFunc calibrated_for;
-	static bool calibrated;
-	static int64_t offset;
+	const char *v = getenv(name);
+
+	return v && *v ? strtoll(v, NULL, 10) : def;
+}
+
+/* The device clock and CUPTI's conversion of it (header comment): one calibration per
+ * timestamp callback, then offset + drift. Caller holds lock or calls it for reading only
+ * after the first calibration (the fields change only when the callback does). */
+static struct {
+	CUpti_TimestampCallbackFunc cb;
+	bool calibrated;
+	double rate;		/* 1 + ppm / 1e6 */
+	int64_t offset;		/* the calibration's error */
+	uint64_t host_mono;	/* host CLOCK_MONOTONIC at calibration */
+	uint64_t cupti;		/* CUPTI's CPU clock at calibration */
+} gclk;
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void gpu_clock_calibrate(void)
+{
 	CUpti_TimestampCallbackFunc cb = __atomic_load_n(&ts_callback, __ATOMIC_ACQUIRE);
 
-	if (!calibrated || cb != calibrated_for) {
+	pthread_mutex_lock(&clock_lock);
+	if (!gclk.calibrated || gclk.cb != cb) {
 		uint64_t m1 = clock_ns(CLOCK_MONOTONIC), c = cupti_now();
 		uint64_t m2 = clock_ns(CLOCK_MONOTONIC);
 
-		offset = (int64_t)(c - (m1 + (m2 - m1) / 2));
-		calibrated_for = cb;
-		calibrated = true;
+		gclk.rate = 1.0 + (double)env_i64("TPSIM_GPU_CLOCK_PPM", 0) / 1e6;
+		gclk.offset = env_i64("TPSIM_GPU_CLOCK_OFFSET_NS", 3000);
+		gclk.host_mono = m1 + (m2 - m1) / 2;
+		gclk.cupti = c;
+		gclk.cb = cb;
+		__atomic_store_n(&gclk.calibrated, true, __ATOMIC_RELEASE);
 	}
-	return offset;
+	pthread_mutex_unlock(&clock_lock);
+}
+
+/* A device time (the sim's true host CLOCK_MONOTONIC time of it) in CUPTI's GPU records. */
+static uint64_t gpu_to_cupti(uint64_t host_mono)
+{
+	double d;
+
+	gpu_clock_calibrate();
+	d = (double)(int64_t)(host_mono - gclk.host_mono) * gclk.rate;
+	return gclk.cupti + gclk.offset + (int64_t)(d < 0 ? d - 0.5 : d + 0.5);
 }
 
 static bool env_is(const char *name, const char *val)
@@ -176,6 +246,34 @@ static size_t record_size(CUpti_ActivityKind kind)
 	}
 }
 
+/* The buffer in progress is full (caller holds lock). CUPTI's completion returns every other
+ * full buffer late: one is held until the buffer filled after it has been handed back and
+ * the next one fills, so the order is 2, 1, 4, 3, ... (TPSIM_CUPTI_REORDER=0: in order). */
+static void complete_locked(struct full_buf *full, int *nr_full)
+{
+	struct full_buf now = { cur_buf, cur_size, cur_used };
+
+	if (reorder < 0)
+		reorder = (int)env_i64("TPSIM_CUPTI_REORDER", 1);
+	cur_buf = NULL;
+	if (!reorder) {
+		full[(*nr_full)++] = now;
+		return;
+	}
+	if (!nr_held) {
+		held[nr_held++] = now;
+		held_passed = false;
+	} else if (!held_passed) {
+		full[(*nr_full)++] = now;	/* overtakes the held one */
+		held_passed = true;
+		reordered++;
+	} else {
+		full[(*nr_full)++] = held[0];
+		held[0] = now;
+		held_passed = false;
+	}
+}
+
 /* Room for one record in the current buffer (caller holds lock); a full buffer goes to *full. */
 static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_full)
 {
@@ -183,10 +281,9 @@ static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_ful
 	void *p;
 
 	if (cur_buf && (cur_used + size > cur_size ||
-			(buf_records_limit && cur_records >= buf_records_limit))) {
-		if (*nr_full < MAX_PENDING)
-			full[(*nr_full)++] = (struct full_buf){ cur_buf, cur_size, cur_used };
-		cur_buf = NULL;
+			(buf_records_limit && cur_records >= buf_records_limit) ||
+			(cur_max_records && cur_records >= cur_max_records))) {
+		complete_locked(full, nr_full);
 	}
 	if (!cur_buf) {
 		size_t max_records = 0;
@@ -194,8 +291,16 @@ static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_ful
 		cur_size = 0;
 		buf_request(&cur_buf, &cur_size, &max_records);
 		cur_used = cur_records = 0;
-		if (!cur_buf || cur_size < size) {
+		cur_max_records = max_records;
+		if (cur_buf && cur_size < size) {
+			/* too small for this record: CUPTI hands it back empty and drops the record */
+			if (*nr_full < MAX_PENDING)
+				full[(*nr_full)++] = (struct full_buf){ cur_buf, cur_size, 0 };
 			cur_buf = NULL;
+		}
+		if (!cur_buf) {
+			dropped_global++;
+			dropped_total++;
 			return NULL;
 		}
 	}
@@ -241,7 +346,6 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 	struct full_buf full[MAX_PENDING];
 	int nr_full = 0;
 	CUpti_BuffersCallbackCompleteFunc done;
-	int64_t offset;
 	uint64_t start, end;
 
 	pthread_mutex_lock(&lock);
@@ -250,9 +354,8 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 		return;
 	}
 	in_flight++;
-	offset = clock_offset();
-	start = rec->start_ns + offset;
-	end = rec->end_ns + offset;
+	start = gpu_to_cupti(rec->start_ns);
+	end = gpu_to_cupti(rec->end_ns);
 	switch (rec->kind) {
 	case TPSIM_KERNEL:
 		if (kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] || kind_on[CUPTI_ACTIVITY_KIND_KERNEL]) {
@@ -325,6 +428,7 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 				break;
 			r->kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
 			r->type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
+			/* the sim's waits are stream items, timed on the device like the rest */
 			r->start = start;
 			r->end = end;
 			r->correlationId = (uint32_t)rec->correlation;
@@ -336,9 +440,12 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 		break;
 	}
 	done = buf_complete;
+	delivering += nr_full > 0;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
 	pthread_mutex_lock(&lock);
+	if (nr_full && --delivering == 0)
+		pthread_cond_broadcast(&delivered);
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
@@ -381,8 +488,9 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 		r->start = api_start[c->depth] ? api_start[c->depth] : now;
 		r->end = now;
 		r->processId = pid;
-		/* DEFAULT would be pthread_self-based on Linux; the sim only has gettid */
-		r->threadId = c->tid;
+		/* DEFAULT is pthread_self() on Linux, in 32 bits; SYSTEM is gettid() */
+		r->threadId = tid_type == CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM ?
+			c->tid : (uint32_t)(uintptr_t)pthread_self();
 		r->correlationId = (uint32_t)c->correlation;
 	}
 	api_start[c->depth] = 0;
@@ -394,9 +502,12 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 		return;
 	}
 	done = buf_complete;
+	delivering += nr_full > 0;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
 	pthread_mutex_lock(&lock);
+	if (nr_full && --delivering == 0)
+		pthread_cond_broadcast(&delivered);
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
@@ -480,7 +591,9 @@ CUptiResult CUPTIAPI cuptiSetThreadIdType(CUpti_ActivityThreadIdType type)
 {
 	if (type != CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT && type != CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)
 		return CUPTI_ERROR_INVALID_PARAMETER;
+	pthread_mutex_lock(&lock);
 	tid_type = type;
+	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;
 }
 
@@ -496,7 +609,8 @@ CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
 {
 	if (!timestamp)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	*timestamp = cupti_now();
+	/* the clock of the GPU records, not the callback's (header comment) */
+	*timestamp = gpu_to_cupti(clock_ns(CLOCK_MONOTONIC));
 	return CUPTI_SUCCESS;
 }
 
@@ -546,7 +660,7 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
 	CUpti_BuffersCallbackCompleteFunc done;
-	struct full_buf full[1];
+	struct full_buf full[MAX_PENDING + 1];
 	const char *delay = getenv("TPSIM_CUPTI_FLUSH_DELAY_MS");
 	int nr_full = 0;
 
@@ -557,15 +671,22 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 		pthread_mutex_unlock(&lock);
 		return CUPTI_ERROR_INVALID_OPERATION;
 	}
+	/* newest first: the buffer in progress, then the held full ones */
 	if (cur_buf && (cur_used || (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))) {
 		full[nr_full++] = (struct full_buf){ cur_buf, cur_size, cur_used };
 		cur_buf = NULL;
 	}
+	while (nr_held)
+		full[nr_full++] = held[--nr_held];
 	in_flight++;
 	done = buf_complete;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
 	pthread_mutex_lock(&lock);
+	/* returns once every buffer completed before it is back with the client, also those
+	 * another thread is handing back */
+	while (delivering)
+		pthread_cond_wait(&delivered, &lock);
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
@@ -601,8 +722,37 @@ CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32
 {
 	if (!dropped)
 		return CUPTI_ERROR_INVALID_PARAMETER;
-	*dropped = 0;
+	pthread_mutex_lock(&lock);
+	/* every buffer is global since CUDA 6.0: a context's queue holds no drops */
+	*dropped = context ? 0 : dropped_global;
+	if (!context)
+		dropped_global = 0;
+	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;
+}
+
+static bool verbose(void)
+{
+	return env_is("TPSIM_VERBOSE", "1");
+}
+
+static void report_drops_locked(void)
+{
+	static size_t reported = (size_t)-1;
+
+	if (verbose() && reported != dropped_total + reordered) {
+		fprintf(stderr, "tpsim: cupti dropped %zu records, returned %zu buffers before an "
+			"older one\n", dropped_total, reordered);
+		reported = dropped_total + reordered;
+	}
+}
+
+__attribute__((destructor)) static void report_drops_at_exit(void)
+{
+	pthread_mutex_lock(&lock);
+	if (dropped_total || reordered)
+		report_drops_locked();
+	pthread_mutex_unlock(&lock);
 }
 
 /* Detach: everything off, pending records discarded (the client flushed first), callbacks
@@ -616,6 +766,9 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
 	nr_kinds_on = 0;
 	free(cur_buf);	/* allocated by the client's callback with malloc-compatible memory */
 	cur_buf = NULL;
+	while (nr_held)
+		free(held[--nr_held].buf);
+	report_drops_locked();
 	buf_request = NULL;
 	buf_complete = NULL;
 	__atomic_store_n(&ts_callback, NULL, __ATOMIC_RELEASE);
