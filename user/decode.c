@@ -46,6 +46,12 @@ struct decoder {
 	struct gpu_join *join;		/* --gpu: host calls <-> CUPTI API records */
 	struct u64map gpu_srcs;		/* --gpu: pid + 1 -> struct decoder_gpu_src * */
 	uint32_t nr_gpu_srcs;
+	/* --gpu: a host stream handle -> the CUPTI stream id its work ran on (the number its
+	 * GPU track is named by), learned from joined calls; see stream_key */
+	struct u64map stream_ids;
+	/* the host event being written: its process and thread, its join result */
+	int cur_pid, cur_tid;
+	const struct gpu_join_result *cur_jr;
 
 	/* --py-stacks */
 	ustack_lookup_fn ustack_lookup;	/* NULL: stack ids are ignored */
@@ -127,6 +133,7 @@ void decoder__free(struct decoder *d)
 		return;
 	calls__free(d->calls);
 	u64map__clear(&d->named_threads);
+	u64map__clear(&d->stream_ids);
 	for (size_t it = 0; u64map__next(&d->py_threads, &it, NULL, &v);) {
 		struct py_thread *th = (struct py_thread *)(uintptr_t)v;
 
@@ -196,13 +203,41 @@ static void name_thread(struct decoder *d, int pid, int tid)
 	trace_json__thread_name(d->tj, pid, tid, name);
 }
 
-static void arg_stream(struct trace_json *tj, uint64_t stream)
+/* (process, handle) -> key; the default-stream handles (0 legacy, 1 cudaStreamLegacy, 2
+ * cudaStreamPerThread) name another stream in each thread (per-thread) or context: keyed by
+ * thread as well. */
+static uint64_t stream_key(int pid, int tid, uint64_t stream)
 {
+	uint64_t k = (uint64_t)(uint32_t)pid << 32 ^ stream * 0x9e3779b97f4a7c15ULL;
+
+	if (stream <= 2)
+		k ^= (uint64_t)(uint32_t)tid * 0xff51afd7ed558ccdULL;
+	return k ? k : 1;
+}
+
+static void arg_stream(struct decoder *d, struct trace_json *tj, uint64_t stream)
+{
+	const struct gpu_join_result *jr = d->cur_jr;
+	uint64_t id;
+
 	/* the cudaStream_t value: 0 legacy default, 1 cudaStreamLegacy, 2 cudaStreamPerThread.
 	 * A handle, so hex ("0x5100"), as the memory and NCCL calls write theirs: an integer
 	 * "stream" is a GPU stream id in Kineto's format, and HTA takes every event that has
 	 * one for GPU work (host calls counted as kernels). */
 	trace_json__arg_hex(tj, "stream", stream);
+	if (!d->join)
+		return;
+	/* --gpu: the GPU track's name, so the two can be matched by eye ("stream 7"): from this
+	 * call's own work, else from an earlier call on the same handle */
+	if (jr && jr->status == GPU_JOIN_JOINED && jr->has_work)
+		u64map__set(&d->stream_ids, stream_key(d->cur_pid, d->cur_tid, stream),
+			    (uint64_t)jr->stream + 1);
+	if (u64map__get(&d->stream_ids, stream_key(d->cur_pid, d->cur_tid, stream), &id) && id) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "stream %llu", (unsigned long long)(id - 1));
+		trace_json__arg_str(tj, "stream track", name);
+	}
 }
 
 /* The launch config's attributes (cudaLaunchKernelExC, cuLaunchKernelEx), each under its
@@ -325,7 +360,7 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 		trace_json__arg_dim3(tj, "grid", l.grid[0], l.grid[1], l.grid[2]);
 		trace_json__arg_dim3(tj, "block", l.block[0], l.block[1], l.block[2]);
 		trace_json__arg_u64(tj, "shared memory", l.shmem);
-		arg_stream(tj, l.stream);
+		arg_stream(d, tj, l.stream);
 	}
 	d->stats.launches++;
 }
@@ -371,6 +406,9 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	uint64_t dur = r ? r->ts - c->ts : (end_ns > c->ts ? end_ns - c->ts : 0);
 	bool out_ok = r && (r->flags & TP_RET_OUT_VALID);
 
+	d->cur_pid = (int)c->pid;
+	d->cur_tid = (int)c->tid;
+	d->cur_jr = NULL;
 	trace_json__event(tj, "X", "nccl", api->symbol, c->pid, c->tid, c->ts, dur);
 	switch (api->kind) {
 	case NAPI_COLL: {
@@ -393,7 +431,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		if (o.op != NCCL_OP_SEND)
 			trace_json__arg_hex(tj, "recvbuff", o.recvbuff);
 		trace_json__arg_hex(tj, "comm", o.comm);
-		arg_stream(tj, o.stream);
+		arg_stream(d, tj, o.stream);
 		break;
 	}
 	case NAPI_INIT_RANK:
@@ -529,7 +567,7 @@ static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 }
 
 /* cuMemcpy*, cuMemcpy2D*, cuMemsetD*: the arguments cuda_api_decode_copy read */
-static void drv_copy_args(struct trace_json *tj, const struct tp_rec_call *c)
+static void drv_copy_args(struct decoder *d, struct trace_json *tj, const struct tp_rec_call *c)
 {
 	struct cuda_copy cp;
 
@@ -559,7 +597,7 @@ static void drv_copy_args(struct trace_json *tj, const struct tp_rec_call *c)
 		}
 	}
 	/* synchronous driver copies run on the legacy default stream */
-	arg_stream(tj, cp.stream);
+	arg_stream(d, tj, cp.stream);
 }
 
 /* cuModuleGetFunction / cuLibraryGetKernel (out, owner, name) and cuKernelGetFunction
@@ -620,6 +658,9 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	const char *gpu_kernel = jr ? jr->kernel : NULL;
 	uint64_t dur = r ? r->ts - c->ts : (end_ns > c->ts ? end_ns - c->ts : 0), ts = c->ts;
 
+	d->cur_pid = (int)c->pid;
+	d->cur_tid = (int)c->tid;
+	d->cur_jr = jr;
 	if (jr && jr->status == GPU_JOIN_JOINED && !r && !end_ns) {
 		ts = jr->api_start;
 		dur = jr->api_end > jr->api_start ? jr->api_end - jr->api_start : 0;
@@ -637,7 +678,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	case API_DRV_MEMCPY:
 	case API_DRV_MEMCPY2D:
 	case API_DRV_MEMSET:
-		drv_copy_args(tj, c);
+		drv_copy_args(d, tj, c);
 		break;
 	case API_DRV_GET_FUNCTION:
 	case API_DRV_KERNEL_GET_FUNCTION:
@@ -660,7 +701,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	}
 	case API_GRAPH_LAUNCH:
 		trace_json__arg_hex(tj, "graph", c->args[0]);
-		arg_stream(tj, c->args[1]);
+		arg_stream(d, tj, c->args[1]);
 		break;
 	case API_MEMCPY:
 	case API_MEMCPY_ASYNC:
@@ -668,7 +709,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_str(tj, "kind", cuda_memcpy_kind_str(c->args[3]));
 		trace_json__arg_hex(tj, "dst", c->args[0]);
 		trace_json__arg_hex(tj, "src", c->args[1]);
-		arg_stream(tj, api->kind == API_MEMCPY_ASYNC ? c->args[4] : 0);
+		arg_stream(d, tj, api->kind == API_MEMCPY_ASYNC ? c->args[4] : 0);
 		break;
 	case API_MEMCPY2D:
 	case API_MEMCPY2D_ASYNC:
@@ -681,14 +722,14 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_u64(tj, "spitch", c->args[3]);
 		trace_json__arg_hex(tj, "dst", c->args[0]);
 		trace_json__arg_hex(tj, "src", c->args[2]);
-		arg_stream(tj, api->kind == API_MEMCPY2D_ASYNC ? c->stack[2] : 0);
+		arg_stream(d, tj, api->kind == API_MEMCPY2D_ASYNC ? c->stack[2] : 0);
 		break;
 	case API_MEMSET:
 	case API_MEMSET_ASYNC:
 		trace_json__arg_u64(tj, "bytes", c->args[2]);
 		trace_json__arg_i64(tj, "value", (int32_t)c->args[1]);
 		trace_json__arg_hex(tj, "ptr", c->args[0]);
-		arg_stream(tj, api->kind == API_MEMSET_ASYNC ? c->args[3] : 0);
+		arg_stream(d, tj, api->kind == API_MEMSET_ASYNC ? c->args[3] : 0);
 		break;
 	case API_STREAM_SYNC:
 	case API_DEVICE_SYNC:
@@ -701,11 +742,11 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 
 		cuda_api_decode_sync(c, &sy);
 		if (api->kind == API_STREAM_WAIT_EVENT)
-			arg_stream(tj, sy.stream);
+			arg_stream(d, tj, sy.stream);
 		if (api->kind != API_STREAM_SYNC && api->kind != API_DEVICE_SYNC)
 			trace_json__arg_hex(tj, "event", sy.event);
 		if (sy.has_stream && api->kind != API_STREAM_WAIT_EVENT)
-			arg_stream(tj, sy.stream);
+			arg_stream(d, tj, sy.stream);
 		if (sy.has_flags)
 			trace_json__arg_u64(tj, "flags", sy.flags);
 		break;

@@ -456,6 +456,7 @@ static void emit(struct gpu_join *j, struct jthread *t, struct jcall *jc)
 	bool created;
 
 	jc->res.kernel = NULL;
+	jc->res.has_work = false;
 	if (jc->res.status == GPU_JOIN_JOINED) {
 		w = u64map__get_or_alloc(&j->work, work_key(t->pid, jc->res.correlation),
 					 sizeof(*w), &created);
@@ -468,6 +469,12 @@ static void emit(struct gpu_join *j, struct jthread *t, struct jcall *jc)
 			w->host_ts = jc->call.ret_ts ? jc->call.ts : jc->res.api_start;
 			w->seen_ns = j->now;
 			jc->res.kernel = w->kernel;
+			if (w->nr_records) {
+				jc->res.has_work = true;
+				jc->res.device = w->device;
+				jc->res.context = w->context;
+				jc->res.stream = w->stream;
+			}
 		}
 	}
 	j->ops.emit(j->ops.ctx, &jc->call, jc->payload, &jc->res);

@@ -60,6 +60,8 @@ struct gpu_join_result {
 	uint64_t api_start, api_end;
 	const char *kernel;	/* JOINED: the demangled name of its first kernel, NULL if none
 				 * arrived yet; valid during the callback */
+	bool has_work;		/* JOINED: its first GPU work arrived: the three below are set */
+	uint32_t device, context, stream;	/* that work's (CUPTI's ids: the GPU track's) */
 	int candidates;		/* AMBIGUOUS: how many records fitted */
 };
 

@@ -62,6 +62,17 @@ def test_gpu_kernels_joined_with_launches():
         # arrow from that start
         assert l["dur"] > 0 and "cupti" not in l["args"], l
         assert flows_s[corr]["ts"] == l["ts"], (flows_s[corr], l)
+    # streams matchable by eye: a host call's "stream track" is the name of the GPU track its
+    # work ran on; every launch has it (its kernel was in when it was written, or an earlier
+    # launch on the same handle told), and one handle is always one track
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+              if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] == 0}
+    by_handle = {}
+    for l in launches:
+        k = kernels[l["args"]["correlation"]]
+        assert l["args"].get("stream track") == tracks[(0, k["tid"])], (l["args"], k)
+        by_handle.setdefault(l["args"]["stream"], set()).add(l["args"]["stream track"])
+    assert len(by_handle) == 2 and all(len(v) == 1 for v in by_handle.values()), by_handle
     for c in calls(trace, pid=wl.pid, name="cudaMemcpyAsync"):
         item = items.get(c["args"]["correlation"])
         assert item and item["kind"] == "memcpy" and item["tid"] == c["tid"], (c, item)
