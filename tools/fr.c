@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "fr_analyze.h"
@@ -295,6 +296,56 @@ struct shared {
 	int err;
 	int nr_corrupt;
 };
+
+/* Reading thousands of dumps takes seconds: past 2 s, a line on a terminal's stderr says how
+ * far it got (rewritten in place, cleared at the end); never on a pipe or file. */
+struct progress {
+	struct shared *sh;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	bool done, shown;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static void *progress_thread(void *arg)
+{
+	struct progress *pr = arg;
+	uint64_t t0 = mono_ns();
+
+	pthread_mutex_lock(&pr->lock);
+	while (!pr->done) {
+		struct timespec until;
+		uint64_t now = mono_ns();
+		int n;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 250000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&pr->cv, &pr->lock, &until);
+		if (pr->done || now - t0 < 2000000000ULL)
+			continue;
+		pthread_mutex_lock(&pr->sh->lock);
+		n = pr->sh->next_fold;
+		pthread_mutex_unlock(&pr->sh->lock);
+		fprintf(stderr, "\rtptrace-fr: read %d of %d dumps (%.0f s)...", n, pr->sh->nr_paths,
+			(now - t0) / 1e9);
+		pr->shown = true;
+	}
+	if (pr->shown)
+		fprintf(stderr, "\r\033[K");
+	pthread_mutex_unlock(&pr->lock);
+	return NULL;
+}
 
 /* reads a whole file into *buf (grown as needed); 0 or -errno */
 static int slurp(const char *path, char **buf, size_t *cap, size_t *len)
@@ -759,7 +810,10 @@ int main(int argc, char **argv)
 		.lock = PTHREAD_MUTEX_INITIALIZER,
 		.turn = PTHREAD_COND_INITIALIZER,
 	};
-	pthread_t tids[64];
+	pthread_t tids[64], prog_tid;
+	struct progress prog = { .sh = &sh, .lock = PTHREAD_MUTEX_INITIALIZER,
+				 .cv = PTHREAD_COND_INITIALIZER };
+	bool prog_on = false;
 	int nr_threads = 0, cap = 0, ret = 2, err;
 	struct dirent *de;
 	DIR *dir;
@@ -822,6 +876,8 @@ int main(int argc, char **argv)
 		fr_analysis__set_trigger(sh.an, &sel);
 	}
 	choose_read(&sh);
+	if (isatty(STDERR_FILENO) && !pthread_create(&prog_tid, NULL, progress_thread, &prog))
+		prog_on = true;
 	for (int i = 0; i < env.jobs && i < sh.nr_paths; i++) {
 		if (pthread_create(&tids[i], NULL, worker, &sh))
 			break;
@@ -831,6 +887,15 @@ int main(int argc, char **argv)
 		worker(&sh);
 	for (int i = 0; i < nr_threads; i++)
 		pthread_join(tids[i], NULL);
+	if (prog_on) {
+		pthread_mutex_lock(&prog.lock);
+		prog.done = true;
+		pthread_cond_signal(&prog.cv);
+		pthread_mutex_unlock(&prog.lock);
+		pthread_join(prog_tid, NULL);
+		if (prog.shown)
+			fprintf(stderr, "tptrace-fr: analysing %d dumps...\n", sh.nr_paths);
+	}
 	if (sh.err)
 		goto nomem;
 	if (env.verbose)
