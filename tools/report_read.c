@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 #include "report.h"
 
@@ -941,6 +942,10 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 		snprintf(err, errsz, "cannot open: %s", strerror(errno ? errno : ENOMEM));
 		return -1;
 	}
+	/* a large trace takes seconds to read (~100 MiB/s): said on a terminal, not on a pipe */
+	if (st.st_size > (64 << 20) && isatty(STDERR_FILENO))
+		fprintf(stderr, "tptrace report: reading %s (%.0f MiB)...\n", path,
+			st.st_size / 1048576.0);
 	gzbuffer(r.gz, 256 << 10);
 	if (read_top(&r, in, strs, &have_meta, &have_events))
 		goto cleanup;
