@@ -923,7 +923,7 @@ int report_read(struct rinput *in, struct rstrings *strs, const char *path, char
 		size_t errsz)
 {
 	struct rd r = { .err = err, .errsz = errsz, .path = path };
-	struct stat st;
+	struct stat st = { 0 };
 	bool have_meta = false, have_events = false;
 	uint64_t lo = UINT64_MAX, hi = 0;
 	int ret = -1;
