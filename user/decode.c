@@ -1147,6 +1147,7 @@ int decoder__ring_cb(void *ctx, void *data, size_t size)
 void decoder__finish(struct decoder *d, uint64_t end_ns)
 {
 	calls__finish(d->calls, end_ns);
+	gpu_trace__finish(d->gpu);	/* every GPU record is in by now */
 	if (d->ustack_lookup)
 		py_close_all(d, 0, end_ns);
 }

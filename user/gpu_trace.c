@@ -40,6 +40,11 @@ struct gpu_trace {
 					 * records name a context, not a device) */
 	uint64_t device_pid_taken;	/* bit per device < 64: pid = device is used */
 	int next_extra;			/* GPU_TRACE_PID_EXTRA + n for the next extra track */
+	/* sync records of a context whose device no work record told yet (attached mid-run,
+	 * the first record a stream wait): held until one does, or gpu_trace__finish */
+	struct held_sync { int pid; struct agent_record r; } *held;
+	size_t nr_held, cap_held;
+	bool finishing;
 };
 
 struct gpu_trace *gpu_trace__new(struct trace_json *tj)
@@ -60,6 +65,7 @@ void gpu_trace__free(struct gpu_trace *gt)
 	u64map__clear(&gt->devices);
 	u64map__clear(&gt->streams);
 	u64map__clear(&gt->ctx_dev);
+	free(gt->held);
 	free(gt);
 }
 
@@ -153,12 +159,16 @@ static void stream_metadata(struct gpu_trace *gt, const struct gt_track *t, int 
 	trace_json__thread_sort(gt->tj, t->tpid, stream, stream);
 }
 
+static void release_held(struct gpu_trace *gt, int host_pid, uint32_t context);
+
 static void learn_context(struct gpu_trace *gt, int host_pid, uint32_t context, uint32_t device)
 {
 	uint64_t key = ((uint64_t)(uint32_t)host_pid << 32 | context) + 1, v;
 
-	if (!u64map__get(&gt->ctx_dev, key, &v))
+	if (!u64map__get(&gt->ctx_dev, key, &v)) {
 		u64map__set(&gt->ctx_dev, key, (uint64_t)device + 1);
+		release_held(gt, host_pid, context);
+	}
 }
 
 /* The device of a context of host_pid, from its work records; -1 when none came yet. */
@@ -306,9 +316,24 @@ int gpu_trace__record(struct gpu_trace *gt, int host_pid, const struct agent_rec
 		trace_json__event_end(tj);
 		return 1;
 	case AGENT_REC_SYNC:
-		/* CUPTI gives a context, not a device: the device its work showed (-1, a track of
-		 * its own, before any did); a context sync has no stream (~0) */
+		/* CUPTI gives a context, not a device: the device its work showed; before any
+		 * did, the record waits for it (at the end, a track of its own, "GPU ?"); a
+		 * context sync has no stream (~0) */
 		device = device_of_context(gt, host_pid, r->context);
+		if (device < 0 && !gt->finishing) {
+			if (gt->nr_held == gt->cap_held) {
+				size_t cap = gt->cap_held ? 2 * gt->cap_held : 64;
+				struct held_sync *h = realloc(gt->held, cap * sizeof(*h));
+
+				if (!h)
+					return 0;
+				gt->held = h;
+				gt->cap_held = cap;
+			}
+			gt->held[gt->nr_held].pid = host_pid;
+			gt->held[gt->nr_held++].r = *r;
+			return 1;
+		}
 		if (r->stream == UINT32_MAX)
 			stream = 0;
 		t = track_get(gt, host_pid, device, r->context);
@@ -325,6 +350,32 @@ int gpu_trace__record(struct gpu_trace *gt, int host_pid, const struct agent_rec
 	default:
 		return 0;
 	}
+}
+
+/* The held sync records of (host_pid, context), now that its device is known. */
+static void release_held(struct gpu_trace *gt, int host_pid, uint32_t context)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < gt->nr_held; i++) {
+		struct held_sync h = gt->held[i];
+
+		if (h.pid == host_pid && h.r.context == context)
+			gpu_trace__record(gt, h.pid, &h.r);
+		else
+			gt->held[k++] = h;
+	}
+	gt->nr_held = k;
+}
+
+void gpu_trace__finish(struct gpu_trace *gt)
+{
+	if (!gt)
+		return;
+	gt->finishing = true;
+	for (size_t i = 0; i < gt->nr_held; i++)
+		gpu_trace__record(gt, gt->held[i].pid, &gt->held[i].r);
+	gt->nr_held = 0;
 }
 
 int gpu_trace__api(struct gpu_trace *gt, const struct agent_record *r, int host_pid)

@@ -42,6 +42,10 @@ int gpu_trace__set_process(struct gpu_trace *gt, int pid, const char *comm);
  * demangled. */
 int gpu_trace__record(struct gpu_trace *gt, int host_pid, const struct agent_record *r);
 
+/* The end of the trace: sync records still held because no work record told their context's
+ * device go on a track of their own ("GPU ?"). Call before the trace's end. */
+void gpu_trace__finish(struct gpu_trace *gt);
+
 /* A RUNTIME_API/DRIVER_API record as a cuda_runtime/cuda_driver X event on (host_pid, r->tid),
  * for traces without uprobes. Returns 1 if written. */
 int gpu_trace__api(struct gpu_trace *gt, const struct agent_record *r, int host_pid);

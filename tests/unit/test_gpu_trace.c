@@ -137,6 +137,15 @@ static void processes_and_contexts(void)
 	gpu_trace__record(gt, 100, &s);
 	gpu_trace__flow(gt, 9, 100, 101, BASE + 500, 0, 1, 7, BASE + 1000);
 	gpu_trace__flow(gt, 1ULL << 32 | 9, 200, 201, BASE + 600, 0, 1, 7, BASE + 1000);
+	/* attached mid-run: pid 300's first record of context 1 is a stream wait on stream 8,
+	 * before any work of it told its device */
+	CHECK(gpu_trace__set_process(gt, 300, "late") == 0, "set process");
+	s.context = 1, s.stream = 8, s.cbid = 2;
+	s.start_ns = BASE + 3000, s.end_ns = BASE + 3500;
+	gpu_trace__record(gt, 300, &s);		/* held: device not known yet */
+	k.context = 1, k.device = 0, k.stream = 8;
+	gpu_trace__record(gt, 300, &k);		/* tells it: the wait goes on its track */
+	gpu_trace__finish(gt);
 	CHECK(trace_json__close(tj) == 0, "close");
 	gpu_trace__free(gt);
 	doc = check_load_json(path);
@@ -151,7 +160,10 @@ static void processes_and_contexts(void)
 		  "GPU 0 (pid 200 eval, context 5)");
 	CHECK_STR(meta_of(ev, "process_labels", GPU_TRACE_PID_EXTRA + 1, "labels"),
 		  "pid 200 eval, context 5");
+	/* pid 300's track comes before the held sync's, made at the end */
 	CHECK_STR(meta_of(ev, "process_name", GPU_TRACE_PID_EXTRA + 2, "name"),
+		  "GPU 0 (pid 300 late)");
+	CHECK_STR(meta_of(ev, "process_name", GPU_TRACE_PID_EXTRA + 3, "name"),
 		  "GPU ? (pid 100 train, context 5)");
 	cJSON_ArrayForEach(e, ev) {
 		const char *nm = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
@@ -169,11 +181,36 @@ static void processes_and_contexts(void)
 			      num(e, "pid"));
 		}
 	}
-	CHECK(seen[0] == 1 && seen[1] == 1 && seen[2] == 1, "one kernel per track: %d %d %d",
+	CHECK(seen[0] == 1 && seen[1] == 1 && seen[2] == 2, "one kernel per track: %d %d %d",
 	      seen[0], seen[1], seen[2]);
-	e = find(ev, "X", "Stream Wait Event", 0);
-	CHECK(e && num(e, "pid") == GPU_TRACE_PID_EXTRA + 2 && arg(e, "device") == -1,
+	cJSON_ArrayForEach(e, ev) {
+		const char *nm = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
+
+		if (nm && !strcmp(nm, "Stream Wait Event") && num(e, "tid") == 7)
+			break;
+	}
+	CHECK(e && num(e, "pid") == GPU_TRACE_PID_EXTRA + 3 && arg(e, "device") == -1,
 	      "a sync on a context its process never showed work on: device unknown");
+	/* the held wait of pid 300: on the track of the kernel that told its device */
+	{
+		double kpid = -1, wpid = -2;
+
+		cJSON_ArrayForEach(e, ev) {
+			const char *nm = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
+
+			if (num(e, "tid") != 8)
+				continue;
+			if (nm && !strcmp(nm, "k"))
+				kpid = num(e, "pid");
+			else if (nm && !strcmp(nm, "Stream Wait Event")) {
+				wpid = num(e, "pid");
+				CHECK(arg(e, "device") == 0, "device 0");
+			}
+		}
+		CHECK(kpid == wpid && kpid == GPU_TRACE_PID_EXTRA + 2,
+		      "a wait before its context's first work: held, then on that work's track "
+		      "(%.0f, %.0f)", kpid, wpid);
+	}
 	cJSON_Delete(doc);
 }
 
