@@ -102,6 +102,55 @@ def fresh_tmp_path(name):
     return path
 
 
+# x86_64 and aarch64 syscall numbers of the blocking calls tests wait for (/proc/TID/syscall)
+SYSCALLS = {"x86_64": {"clock_nanosleep": 230, "nanosleep": 35, "read": 0, "futex": 202,
+                       "wait4": 61, "pause": 34, "ppoll": 271, "poll": 7},
+            "aarch64": {"clock_nanosleep": 115, "nanosleep": 101, "read": 63, "futex": 98,
+                        "wait4": 260, "ppoll": 73}}
+
+
+def wait_until(pred, timeout=30.0, what="the condition"):
+    """Waits for a state the test cannot be told about by a line or a pipe (/proc, a file):
+    polls pred until it returns something true and returns that. The timeout is a failsafe,
+    never the assertion's point: a test states what it waits for in what."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def task_state(pid, tid=None):
+    """one letter (R, S, D, t, ...) of /proc/PID/task/TID/stat; None when it is gone"""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def in_syscall(pid, tid, name):
+    """True while thread tid of pid is blocked (S/D) in syscall name (/proc/.../syscall)"""
+    nr = SYSCALLS[os.uname().machine][name]
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/syscall") as f:
+            words = f.read().split()
+    except OSError:
+        return False
+    return bool(words) and words[0] == str(nr) and task_state(pid, tid) in ("S", "D")
+
+
+def wait_in_syscall(pid, name, tid=None, timeout=30.0):
+    """Waits until thread tid (default: any thread) of pid sleeps in syscall name; returns the tid"""
+    def blocked():
+        tids = [tid] if tid else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        return next((t for t in tids if in_syscall(pid, t, name)), None)
+    return wait_until(blocked, timeout, f"pid {pid} to block in {name}")
+
+
 class Lines:
     """Collects a pipe's lines in a thread so neither side blocks."""
 
