@@ -331,13 +331,16 @@ def counts(events):
 
 
 def trace_workload(argv, tracer_args=(), env=None, out_name="t.json", done_timeout=60,
-                   tracer_env=None):
-    """Start workload, attach, GO, wait DONE, let it exit, stop tracer; returns (trace, wl)."""
+                   tracer_env=None, after_go=None):
+    """Start workload, attach, GO, wait DONE, let it exit, stop tracer; returns (trace, wl).
+    after_go(wl, tr), when given, runs right after GO (a second handshake)."""
     out = fresh_tmp_path(out_name)
     wl = Workload(argv, env=env)
     try:
         tr = Tracer(["-p", str(wl.pid), "-o", out] + list(tracer_args), env=tracer_env)
         wl.go()
+        if after_go:
+            after_go(wl, tr)
         wl.wait_done(done_timeout)
         wl.finish()
         rc = tr.wait(30)  # ends by itself once the target exits

@@ -11,10 +11,18 @@ from lib import (CUDA_LIB, SIM_LIB, WL, Tracer, Workload, calls, check_valid_tra
 
 def dlopen_case(lib, iters, name, rc):
     need_root()
-    argv = [os.path.join(WL, "dlopen_app"), "--lib", lib, "--iters", str(iters)]
+    argv = [os.path.join(WL, "dlopen_app"), "--lib", lib, "--iters", str(iters), "--wait-line"]
+
+    def attached(wl, tr):
+        """the app loaded the runtime and waits; it calls once tptrace says it traces it"""
+        assert wl.out.wait_for(lambda l: l == "# loaded", 30), wl.out.text()
+        assert tr.err.wait_for(lambda l: l == f"tptrace: pid {wl.pid} loaded a CUDA runtime; "
+                               "tracing", 30), tr.err.text()
+        wl.go()
     # no CUDA at attach time: --wait, then the dynamic linker's notice brings the probes in
     # (-v: the line that says which path attached them)
-    trace, wl, tr = trace_workload(argv, tracer_args=["--wait", "-v"], out_name=name)
+    trace, wl, tr = trace_workload(argv, tracer_args=["--wait", "-v"], out_name=name,
+                                   after_go=attached)
     check_valid_trace(trace)
     evs = calls(trace, pid=wl.pid)
     c = counts(evs)

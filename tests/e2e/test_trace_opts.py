@@ -263,17 +263,16 @@ def deleted_lib_case(src, name, rc):
     out = tmp_path(f"deleted-{name}.json")
     iters = 3
     wl = Workload([os.path.join(WL, "dlopen_app"), "--lib", copy, "--iters", str(iters),
-                   "--settle-ms", "3000"])
+                   "--wait-line"])
     try:
         wl.go()
         assert wl.out.wait_for(lambda l: l == "# loaded", 10), wl.out.text()
         os.unlink(copy)
         with open(f"/proc/{wl.pid}/maps") as f:
             assert f"{copy} (deleted)" in f.read()
-        t0 = time.time()
         tr = Tracer(["-p", str(wl.pid), "-o", out])
-        # the first call comes 3 s after "# loaded": attached in time, or the counts below lie
-        assert time.time() - t0 < 2.5, f"attach took {time.time() - t0:.1f} s: machine too busy"
+        # attached ("tracing"): only now does the app make its calls
+        wl.go()
         wl.wait_done()
         wl.finish()
         assert tr.wait(30) == 0, tr.err.text()
