@@ -132,6 +132,17 @@ def task_state(pid, tid=None):
         return None
 
 
+def ctxt_switches(pid, tid=None):
+    """voluntary + involuntary context switches of a thread (/proc/.../status); None if gone"""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/status") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return sum(int(l.split()[1]) for l in text.splitlines() if l.endswith("ctxt_switches") or
+               "ctxt_switches:" in l)
+
+
 def in_syscall(pid, tid, name):
     """True while thread tid of pid is blocked (S/D) in syscall name (/proc/.../syscall)"""
     nr = SYSCALLS[os.uname().machine][name]
