@@ -162,6 +162,36 @@ def wait_in_syscall(pid, name, tid=None, timeout=30.0):
     return wait_until(blocked, timeout, f"pid {pid} to block in {name}")
 
 
+def thread_named(pid, comm):
+    """tid of pid's first thread whose comm is comm; None when none is"""
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == comm:
+                    return int(tid)
+        except OSError:
+            pass
+    return None
+
+
+def wait_blocked(pid, tid, name, also=lambda: True, timeout=30.0):
+    """Waits until thread tid of pid sleeps in syscall name for good: seen there twice, with no
+    wake-up in between (context switches unchanged), also() true both times. A thread that only
+    passes through a short wait wakes within the second look (or shows R while starved)."""
+    def look():
+        if not (in_syscall(pid, tid, name) and also()):
+            return None
+        return ctxt_switches(pid, tid)
+
+    def settled():
+        a = look()
+        if a is None:
+            return False
+        time.sleep(0.2)     # the second look
+        return look() == a
+    wait_until(settled, timeout, f"thread {tid} of pid {pid} to block in {name}")
+
+
 class Lines:
     """Collects a pipe's lines in a thread so neither side blocks."""
 
