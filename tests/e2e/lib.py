@@ -106,7 +106,7 @@ def fresh_tmp_path(name):
 SYSCALLS = {"x86_64": {"clock_nanosleep": 230, "nanosleep": 35, "read": 0, "futex": 202,
                        "wait4": 61, "pause": 34, "ppoll": 271, "poll": 7},
             "aarch64": {"clock_nanosleep": 115, "nanosleep": 101, "read": 63, "futex": 98,
-                        "wait4": 260, "ppoll": 73}}
+                        "wait4": 260, "ppoll": 73, "pause": 73}}   # glibc's pause(): ppoll
 
 
 def wait_until(pred, timeout=30.0, what="the condition"):
@@ -130,6 +130,24 @@ def task_state(pid, tid=None):
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+def cpu_ticks(pid, tid=None):
+    """user + system clock ticks a thread has run (/proc/.../stat); None if gone. Waiting for
+    it to grow waits for work done, however slowly the machine runs it."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def wait_cpu(pid, tid=None, ticks=2, timeout=60.0):
+    """Waits until thread tid of pid has run ticks more clock ticks (10 ms each) than now"""
+    t0 = cpu_ticks(pid, tid)
+    wait_until(lambda: (cpu_ticks(pid, tid) or 0) >= t0 + ticks, timeout,
+               f"thread {tid or pid} of pid {pid} to run {ticks} ticks")
 
 
 def ctxt_switches(pid, tid=None):
