@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
-from lib import E2E_BIN, WL, Workload, need_root, tmp_path, wait_until
+from lib import E2E_BIN, WL, Workload, need_root, tmp_path, wait_blocked, wait_in_syscall, wait_until
 
 DUMP = os.path.join(E2E_BIN, "stacks_dump")
 APP = os.path.join(WL, "stack_app")
@@ -184,18 +184,13 @@ def test_kill9_mid_snapshot_restores():
     need_ptrace()
     w = start_app("--threads", "3", "--spin")
     try:
-        env = dict(os.environ, TPTRACE_TEST_SNAPSHOT_HOLD_MS="5000")
+        # held until killed (600 s): the kill lands while every thread is stopped
+        env = dict(os.environ, TPTRACE_TEST_SNAPSHOT_HOLD_MS="600000")
         d = subprocess.Popen([DUMP, str(w.pid)], stdout=subprocess.DEVNULL, env=env)
-        end = time.time() + 5
-        while time.time() < end:
-            st = states(w.pid)
-            if st and all(v == "t" for v in st.values()):
-                break
-            time.sleep(0.01)
-        assert all(v == "t" for v in st.values()), f"never all stopped: {st}"
+        wait_until(lambda: (lambda st: st and all(v == "t" for v in st.values()))(states(w.pid)),
+                   60, "every thread stopped by the snapshot")
         d.send_signal(signal.SIGKILL)
-        d.wait()
-        time.sleep(0.2)
+        d.wait()    # reaped: the kernel detached its tracees when it exited
         st = states(w.pid)
         assert not any(v in "tT" for v in st.values()), st
         spin = [tid for tid, v in st.items() if v == "R"]
@@ -216,12 +211,10 @@ def test_other_tracer():
     tr = subprocess.Popen(["strace", "-p", str(w.pid), "-o", "/dev/null"],
                           stderr=subprocess.PIPE, text=True)
     try:
-        end = time.time() + 10
-        while time.time() < end:
+        def traced():
             with open(f"/proc/{w.pid}/status") as f:
-                if re.search(r"TracerPid:\s+[1-9]", f.read()):
-                    break
-            time.sleep(0.02)
+                return re.search(r"TracerPid:\s+[1-9]", f.read())
+        wait_until(traced, 60, "strace to attach")
         s = snapshot(w.pid)
         err = s["ptrace_error"]
         assert err == f"already traced by pid {tr.pid} (strace)", err
@@ -313,7 +306,9 @@ def test_sim_nccl_blocked_in_nccl():
     ws = nccl_ranks(2, [0])
     try:
         ws[0].go()
-        time.sleep(0.5)
+        # after GO its only wait is the init's, for the missing rank (a futex it re-arms
+        # every 100 ms)
+        wait_in_syscall(ws[0].pid, "futex", tid=ws[0].pid)
         s = snapshot(ws[0].pid, "--samples", "2", "--interval", "100")
         main = thread(s, ws[0].pid)
         assert main["where"] == "nccl" and main["api"] == "ncclCommInitRankConfig", main
@@ -334,7 +329,8 @@ def test_sim_cuda_stuck_sync():
     try:
         for w in ws:
             w.go()
-        time.sleep(1.0)
+        for w in ws:    # in the sync that never returns: the same futex, no wake-up
+            wait_blocked(w.pid, w.pid, "futex")
         snaps = snapshot([w.pid for w in ws], "--samples", "3", "--interval", "100")
         for w, s in zip(ws, snaps):
             main = thread(s, w.pid)
@@ -359,13 +355,13 @@ def test_static_cudart_nvcc():
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(WL, "blockcuda"))
     p = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
     try:
-        end = time.time() + 10
+        end = time.time() + 60     # a failsafe: the wait is for the blocked load
         s = None
         while time.time() < end:
-            time.sleep(0.2)
             s = snapshot(p.pid)
             if thread(s, p.pid)["where"] == "cuda":
                 break
+            time.sleep(0.05)
         main = thread(s, p.pid)
         assert main["where"] == "cuda" and main["api"] == "cudaStreamCreate", funcs(main)
         assert any(f["module"] == exe and f["func"] == "cudaStreamCreate" for f in main["frames"])
@@ -443,9 +439,9 @@ def ctypes_case(lib, api, where, frame_func):
     try:
         # the call is a small share of each turn (a failed call returns a cached error at
         # once), and a stop lands where the kernel next returns to the thread: under load
-        # sixty tries all met Python (CI), so try for up to 20 s
+        # sixty tries all met Python (CI), so try until one lands (60 s: a failsafe)
         seen = []
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while time.time() < deadline:
             s = snapshot(w.pid)
             main = thread(s, w.pid)
@@ -550,7 +546,7 @@ def test_threads_come_and_go():
             for t in short:
                 assert t["progress"] == "unknown", t
             assert len(by_name(s, "idle_park")) == 2
-        time.sleep(0.1)
+        # the snapshots' process exited: its tracees were detached by then
         assert not any(v in "tT" for v in states(w.pid).values())
         w.go()
         w.wait_done(10)
