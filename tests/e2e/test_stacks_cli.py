@@ -359,11 +359,8 @@ def test_stacks_bad_input():
             os.unlink(os.path.join(d2, f))
         p = subprocess.Popen([TPTRACE, "stacks", "-p", str(w.pid), "--samples", "50", "--interval",
                               "200", "-o", os.path.join(d2, "out.txt")], stderr=subprocess.PIPE)
-        end = time.time() + 10
-        while not os.listdir(d2) and time.time() < end:
-            time.sleep(0.05)
-        assert os.listdir(d2), "no temp file seen"
-        time.sleep(0.5)
+        # the temp file is there: the 10 s snapshot is under way, whenever the signal lands
+        wait_until(lambda: os.listdir(d2), 60, "the temp file")
         p.send_signal(signal.SIGINT)
         assert p.wait(10) == -signal.SIGINT
         assert os.listdir(d2) == [], os.listdir(d2)

@@ -25,7 +25,8 @@ import subprocess
 import time
 
 from lib import (ROOT, SIM_LIB, Skip, Tracer, Workload, fresh_tmp_path, in_syscall, load_trace,
-                 need_root, pyenv_python, run_tptrace, tmp_path, wait_in_syscall)
+                 need_root, pyenv_python, run_tptrace, tmp_path, wait_in_syscall,
+                 wait_until)
 
 TRAIN = os.path.join(ROOT, "tests", "workloads", "torch_train.py")
 PY_CUDART = os.path.join(ROOT, "tests", "workloads", "py_cudart.py")
@@ -394,12 +395,15 @@ def test_torch_pftrace_ctrl_c():
     (names, Input Dims)."""
     need_torch()
     out = fresh_tmp_path("torch.pftrace")
-    wl = train(100000, tmp_path("torch_pf.times"))
+    times = tmp_path("torch_pf.times")
+    wl = train(100000, times)
     try:
         wl.go()
         assert wl.out.wait_for(lambda l: l.startswith("step 10 "), 60)
         tr = Tracer(["-p", str(wl.pid), "--torch", "-o", out])
-        time.sleep(1)
+        # profiled steps happened: the job's own flag (4th column) says so for two steps
+        wait_until(lambda: sum(r[3] for r in read_times(times)) >= 2, 120,
+                   "two steps ended with the profiler on")
         rc = tr.stop(timeout=120)
         err = tr.err.text()
         assert wl.p.poll() is None and wl.err.text() == "", wl.err.text()
