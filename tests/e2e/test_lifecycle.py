@@ -252,17 +252,20 @@ def test_ring_overflow_counted_and_reported():
     the trace metadata, and the trace stays valid."""
     need_root()
     out = tmp_path("overflow.json")
-    wl = Workload([os.path.join(WL, "sim_train"), "--steps", "1000000", "--kernel-us", "1"])
+    # 5,000 steps of 10 calls: far more records than a 1 MiB ring holds, all made while the
+    # reader is stopped (from before GO to after DONE), so the ring overflows by construction
+    wl = Workload([os.path.join(WL, "sim_train"), "--steps", "5000", "--kernel-us", "1"])
+    tr = None
     try:
         tr = Tracer(["-p", str(wl.pid), "-o", out, "--ring-mb", "1"])
-        wl.go()
-        time.sleep(0.3)
         os.kill(tr.p.pid, signal.SIGSTOP)   # the reader stalls; the probes keep firing
-        time.sleep(2.0)
+        wl.go()
+        wl.wait_done(300)
         os.kill(tr.p.pid, signal.SIGCONT)
-        time.sleep(0.3)
         assert tr.stop() == 0, tr.err.text()
     finally:
+        if tr and tr.p.poll() is None:
+            os.kill(tr.p.pid, signal.SIGCONT)
         wl.kill()
     trace = load_trace(out)
     check_valid_trace(trace)
