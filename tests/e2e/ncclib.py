@@ -49,7 +49,7 @@ class Job:
         for p in self.pids():
             args += ["-p", str(p)]
         self.tracer = Tracer(args + list(extra), ready=False)
-        line = self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 30)
+        line = self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 120)
         assert line, self.tracer.err.text()
 
     def go(self):
@@ -123,7 +123,7 @@ class Job:
             return a == blocked()
         wait_until(settled, timeout, "every rank blocked on its peers")
 
-    def dump_now(self, n=None, timeout=30):
+    def dump_now(self, n=None, timeout=120):
         """SIGUSR2 to the recorder; waits for the signal dumps of n processes"""
         want = n if n is not None else len(self.ranks)
         self.tracer.p.send_signal(signal.SIGUSR2)

@@ -51,7 +51,7 @@ def run_hanging(scenario, nranks=4, dwell=0.0, extra=(), alive=None):
         job.tracer.p.send_signal(signal.SIGUSR2)
         want = alive if alive is not None else nranks
         ok = job.tracer.err.wait_for(
-            lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= want, 20)
+            lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= want, 120)
         assert ok, job.tracer.err.text()
         for w in job.ranks:
             assert w.p.poll() is None or scenario in ("exit", "kill"), "ranks hang, not exit"
@@ -269,7 +269,7 @@ def test_fr_comms_created_before_attach():
             job.tracer.err.text()
         job.tracer.p.send_signal(signal.SIGUSR2)
         assert job.tracer.err.wait_for(
-            lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 20)
+            lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 120)
         # the dumps asked for, not the final ones: the query is done a moment after the
         # attach snapshot, long before anyone asks for a dump
         signal_dumps = job.dumps()
@@ -304,7 +304,7 @@ def test_fr_dump_triggers_fifo_and_stall():
         job.go()
         # the hang: no progress for 1 s with work pending -> one stall dump per process
         stalled = lambda: sum(1 for x in job.tracer.err.lines if ", stall) to " in x)
-        assert job.tracer.err.wait_for(lambda l: stalled() >= 2, 20), job.tracer.err.text()
+        assert job.tracer.err.wait_for(lambda l: stalled() >= 2, 120), job.tracer.err.text()
         ds = job.dumps().values()
         assert {d["dump_reason"] for d in ds} == {"trigger"}
         assert {d["trigger"]["reason"] for d in ds} == {"stall"}
@@ -312,7 +312,7 @@ def test_fr_dump_triggers_fifo_and_stall():
         with open(fifo, "w") as f:
             f.write("dump\n")
         assert job.tracer.err.wait_for(
-            lambda l: sum(1 for x in job.tracer.err.lines if "(request)" in x) >= 2, 20), \
+            lambda l: sum(1 for x in job.tracer.err.lines if "(request)" in x) >= 2, 120), \
             job.tracer.err.text()
         assert {d["dump_reason"] for d in job.dumps().values()} == {"request"}
         # once per stall: no new stall dumps while nothing changes
@@ -448,7 +448,7 @@ def test_fr_no_query_comms():
                     job.tracer.err.text()
             job.tracer.p.send_signal(signal.SIGUSR2)
             assert job.tracer.err.wait_for(
-                lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 20), \
+                lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 4, 120), \
                 job.tracer.err.text()
             assert job.stop() == 0
         finally:
