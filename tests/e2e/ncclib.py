@@ -67,7 +67,7 @@ class Job:
         self.wait_done(timeout=timeout)
         for w in self.ranks:
             assert w.finish() == 0, w.out.text()
-        assert self.tracer.wait(30) == 0, self.tracer.err.text()
+        assert self.tracer.wait(300) == 0, self.tracer.err.text()
 
     def kill(self):
         for w in self.ranks:
@@ -153,7 +153,7 @@ def trace_ranks_gpu(job, name):
         for w in job.ranks:
             assert w.finish() == 0, w.out.text()
         for t in tracers:
-            assert t.wait(30) == 0, t.err.text()
+            assert t.wait(300) == 0, t.err.text()
     finally:
         job.kill()
         for t in tracers:
