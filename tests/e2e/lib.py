@@ -157,8 +157,8 @@ def ctxt_switches(pid, tid=None):
             text = f.read()
     except OSError:
         return None
-    return sum(int(l.split()[1]) for l in text.splitlines() if l.endswith("ctxt_switches") or
-               "ctxt_switches:" in l)
+    return sum(int(l.split()[1]) for l in text.splitlines()
+               if l.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
 
 
 def in_syscall(pid, tid, name):
