@@ -118,8 +118,9 @@ real_check() {
 	grep -q "^[A-Z]* $check: " "$WORK/real.$check.out" || fail "$check: validate.py said nothing"
 }
 
-# start_job NAME MARKER IN_FD OUT_FD [ENV=VALUE...]: a realstack job on fifos, READY within 240 s
-start_job() {
+# spawn_job NAME MARKER IN_FD OUT_FD [ENV=VALUE...]: a realstack job on fifos (its imports and
+# CUDA init overlap what runs meanwhile); ready_job NAME OUT_FD: its READY within 240 s
+spawn_job() {
 	local name=$1 marker=$2 infd=$3 outfd=$4
 	shift 4
 	mkfifo "$WORK/$name.in" "$WORK/$name.out"
@@ -127,8 +128,8 @@ start_job() {
 		>"$WORK/$name.out" 2>"$WORK/$name.err" &
 	echo $! >"$WORK/$name.pid"
 	eval "exec $infd>\"\$WORK/\$name.in\" $outfd<\"\$WORK/\$name.out\""
-	read_fd "$outfd" "$WORK/$name.log" "READY*" 240
 }
+ready_job() { read_fd "$2" "$WORK/$1.log" "READY*" 240; }
 
 real_stack() {
 	local a b c tr rc
@@ -138,8 +139,8 @@ real_stack() {
 	grep -q "^{" "$WORK/clock.json" || echo "{}" >"$WORK/clock.json"
 	grep -q '"pairs"' "$WORK/clock.json" ||
 		info "clock: no cuptiGetTimestamp reads: $(tail -1 "$WORK/clock.err") $(cat "$WORK/clock.json")"
-	start_job a sin 5 6 || { fail "realstack job a did not start: $(tail -2 "$WORK/a.err")"; return; }
-	start_job b cos 7 8 || { fail "realstack job b did not start: $(tail -2 "$WORK/b.err")"; return; }
+	ready_job a 6 || { fail "realstack job a did not start: $(tail -2 "$WORK/a.err")"; return; }
+	ready_job b 8 || { fail "realstack job b did not start: $(tail -2 "$WORK/b.err")"; return; }
 	a=$(cat "$WORK/a.pid")
 	b=$(cat "$WORK/b.pid")
 	tr=$WORK/real.json
@@ -178,8 +179,8 @@ real_stack() {
 		warn "drops: the agent has no TPTRACE_AGENT_BUF_BYTES: dropped records not provoked"
 		return
 	fi
-	start_job c sin 5 6 TPTRACE_AGENT_BUF_BYTES=4096 ||
-		{ fail "realstack job c did not start: $(tail -2 "$WORK/c.err")"; return; }
+	spawn_job c sin 5 6 TPTRACE_AGENT_BUF_BYTES=4096
+	ready_job c 6 || { fail "realstack job c did not start: $(tail -2 "$WORK/c.err")"; return; }
 	c=$(cat "$WORK/c.pid")
 	"$TPTRACE" -p "$c" --gpu -o "$WORK/drops.json" >/dev/null 2>"$WORK/drops.tptrace.err" &
 	rc=$!
@@ -357,6 +358,9 @@ EOF
 	JOB_PID=$!
 	exec 3>"$WORK/job_in" 4<"$WORK/job_out"
 	read_until "READY*" 240 || fatal "job did not start: $(tail -3 "$WORK/job_err")"
+	# the real stack's two jobs start now: their imports overlap the phases below
+	spawn_job a sin 5 6
+	spawn_job b cos 7 8
 	info "job pid $JOB_PID ready (eager, $([ $COMPILE = 1 ] && echo "compiled, ")graph warmed up)"
 
 	# BPF first: tptrace's uprobes on the job for a second
