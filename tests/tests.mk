@@ -16,3 +16,10 @@ test-bins: $(TEST_BINS)
 test: deps
 	$(Q)$(MAKE) --no-print-directory all test-bins
 	$(Q)python3 tests/run.py $(RUN_ARGS)
+
+# the same under load: one busy loop per CPU beside it (tests/busy.sh); a test that fails only
+# here depends on timing. `make test-loaded RUN_ARGS="--repeat 3 -k test_pyrun"`
+.PHONY: test-loaded
+test-loaded: deps
+	$(Q)$(MAKE) --no-print-directory all test-bins
+	$(Q)tests/busy.sh $(RUN_ARGS)

@@ -102,6 +102,116 @@ def fresh_tmp_path(name):
     return path
 
 
+# x86_64 and aarch64 syscall numbers of the blocking calls tests wait for (/proc/TID/syscall)
+SYSCALLS = {"x86_64": {"clock_nanosleep": 230, "nanosleep": 35, "read": 0, "futex": 202,
+                       "wait4": 61, "pause": 34, "ppoll": 271, "poll": 7},
+            "aarch64": {"clock_nanosleep": 115, "nanosleep": 101, "read": 63, "futex": 98,
+                        "wait4": 260, "ppoll": 73, "pause": 73}}   # glibc's pause(): ppoll
+
+
+def wait_until(pred, timeout=120.0, what="the condition"):
+    """Waits for a state the test cannot be told about by a line or a pipe (/proc, a file):
+    polls pred until it returns something true and returns that. The timeout is a failsafe,
+    never the assertion's point: a test states what it waits for in what."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def task_state(pid, tid=None):
+    """one letter (R, S, D, t, ...) of /proc/PID/task/TID/stat; None when it is gone"""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def cpu_ticks(pid, tid=None):
+    """user + system clock ticks a thread has run (/proc/.../stat); None if gone. Waiting for
+    it to grow waits for work done, however slowly the machine runs it."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def wait_cpu(pid, tid=None, ticks=2, timeout=120.0):
+    """Waits until thread tid of pid has run ticks more clock ticks (10 ms each) than now"""
+    t0 = cpu_ticks(pid, tid)
+    wait_until(lambda: (cpu_ticks(pid, tid) or 0) >= t0 + ticks, timeout,
+               f"thread {tid or pid} of pid {pid} to run {ticks} ticks")
+
+
+def ctxt_switches(pid, tid=None):
+    """voluntary + involuntary context switches of a thread (/proc/.../status); None if gone"""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/status") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return sum(int(l.split()[1]) for l in text.splitlines()
+               if l.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
+
+
+def in_syscall(pid, tid, name):
+    """True while thread tid of pid is blocked (S/D) in syscall name (/proc/.../syscall)"""
+    nr = SYSCALLS[os.uname().machine][name]
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/syscall") as f:
+            words = f.read().split()
+    except OSError:
+        return False
+    return bool(words) and words[0] == str(nr) and task_state(pid, tid) in ("S", "D")
+
+
+def wait_in_syscall(pid, name, tid=None, timeout=120.0):
+    """Waits until thread tid (default: any thread) of pid sleeps in syscall name; returns the tid"""
+    def blocked():
+        tids = [tid] if tid else [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        return next((t for t in tids if in_syscall(pid, t, name)), None)
+    return wait_until(blocked, timeout, f"pid {pid} to block in {name}")
+
+
+def thread_named(pid, comm):
+    """tid of pid's first thread whose comm is comm; None when none is"""
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == comm:
+                    return int(tid)
+        except OSError:
+            pass
+    return None
+
+
+def wait_blocked(pid, tid, name, also=lambda: True, timeout=120.0):
+    """Waits until thread tid of pid sleeps in syscall name for good: seen there twice, with no
+    wake-up in between (context switches unchanged), also() true both times. A thread that only
+    passes through a short wait wakes within the second look (or shows R while starved)."""
+    def look():
+        if not (in_syscall(pid, tid, name) and also()):
+            return None
+        return ctxt_switches(pid, tid)
+
+    def settled():
+        a = look()
+        if a is None:
+            return False
+        time.sleep(0.2)     # the second look
+        return look() == a
+    wait_until(settled, timeout, f"thread {tid} of pid {pid} to block in {name}")
+
+
+# Every default timeout in this file is a failsafe for a wait on an event, sized for a machine at a
+# load of 60 (tests/busy.sh beside other work): never the point of a test.
 class Lines:
     """Collects a pipe's lines in a thread so neither side blocks."""
 
@@ -155,7 +265,7 @@ class Workload:
         if wait_ready:
             self.wait_ready()
 
-    def wait_ready(self, timeout=30):
+    def wait_ready(self, timeout=120):
         line = self.out.wait_for(lambda l: l.startswith("READY"), timeout)
         if not line:
             self.kill()
@@ -167,13 +277,13 @@ class Workload:
         self.p.stdin.write("GO\n")
         self.p.stdin.flush()
 
-    def wait_done(self, timeout=60):
+    def wait_done(self, timeout=300):
         line = self.out.wait_for(lambda l: l == "DONE", timeout)
         if not line:
             raise AssertionError(f"{self.argv[0]} did not finish: stdout={self.out.text()!r} "
                                  f"stderr={self.err.text()!r}")
 
-    def finish(self, timeout=30):
+    def finish(self, timeout=120):
         try:
             self.p.stdin.close()
         except OSError:
@@ -189,7 +299,7 @@ class Workload:
 class Tracer:
     """tptrace running in the background until stop()."""
 
-    def __init__(self, args, ready=True, timeout=30, env=None):
+    def __init__(self, args, ready=True, timeout=120, env=None):
         self.args = [TPTRACE] + args
         e = dict(os.environ)
         if env:
@@ -206,12 +316,12 @@ class Tracer:
                 self.p.wait()
                 raise AssertionError(f"tptrace did not start: {self.err.text()}")
 
-    def stop(self, sig=signal.SIGINT, timeout=30):
+    def stop(self, sig=signal.SIGINT, timeout=300):
         if self.p.poll() is None:
             self.p.send_signal(sig)
         return self.wait(timeout)
 
-    def wait(self, timeout=30):
+    def wait(self, timeout=300):
         try:
             rc = self.p.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -244,7 +354,7 @@ def kernel_at_least(major, minor):
     return (int(release[0]), int(release[1])) >= (major, minor)
 
 
-def run_tptrace(args, timeout=30):
+def run_tptrace(args, timeout=300):
     p = subprocess.run([TPTRACE] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
@@ -281,17 +391,20 @@ def counts(events):
     return c
 
 
-def trace_workload(argv, tracer_args=(), env=None, out_name="t.json", done_timeout=60,
-                   tracer_env=None):
-    """Start workload, attach, GO, wait DONE, let it exit, stop tracer; returns (trace, wl)."""
+def trace_workload(argv, tracer_args=(), env=None, out_name="t.json", done_timeout=300,
+                   tracer_env=None, after_go=None):
+    """Start workload, attach, GO, wait DONE, let it exit, stop tracer; returns (trace, wl).
+    after_go(wl, tr), when given, runs right after GO (a second handshake)."""
     out = fresh_tmp_path(out_name)
     wl = Workload(argv, env=env)
     try:
         tr = Tracer(["-p", str(wl.pid), "-o", out] + list(tracer_args), env=tracer_env)
         wl.go()
+        if after_go:
+            after_go(wl, tr)
         wl.wait_done(done_timeout)
         wl.finish()
-        rc = tr.wait(30)  # ends by itself once the target exits
+        rc = tr.wait(300)  # ends by itself once the target exits
         assert rc == 0, f"tptrace rc={rc}: {tr.err.text()}"
     finally:
         wl.kill()

@@ -7,7 +7,8 @@ import shutil
 import signal
 import subprocess
 import time
-from lib import ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, fresh_tmp_path, tmp_path
+from lib import (ROOT, SIM_LIB, TPTRACE, WL, Tracer, Workload, ctxt_switches, fresh_tmp_path,
+                 in_syscall, task_state, tmp_path, wait_until)
 
 FR_TOOL = os.path.join(os.path.dirname(TPTRACE), "tptrace-fr")
 PY_RANK = os.path.join(ROOT, "tests", "workloads", "py_nccl_rank.py")
@@ -48,7 +49,7 @@ class Job:
         for p in self.pids():
             args += ["-p", str(p)]
         self.tracer = Tracer(args + list(extra), ready=False)
-        line = self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 30)
+        line = self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 120)
         assert line, self.tracer.err.text()
 
     def go(self):
@@ -66,7 +67,7 @@ class Job:
         self.wait_done(timeout=timeout)
         for w in self.ranks:
             assert w.finish() == 0, w.out.text()
-        assert self.tracer.wait(30) == 0, self.tracer.err.text()
+        assert self.tracer.wait(300) == 0, self.tracer.err.text()
 
     def kill(self):
         for w in self.ranks:
@@ -76,20 +77,53 @@ class Job:
         rc = self.tracer.stop()
         return rc
 
-    def go_and_hang(self, culprit=None, culprit_line=None, timeout=30, settle=0.5):
+    def go_and_hang(self, culprit=None, culprit_line=None, timeout=30):
         """GO, then wait until every rank announced step 0 ("# step 0", --announce) and the
-        culprit its fault line: the job hangs before anyone attaches"""
+        culprit its fault line, and the others block on it (wait_hung): the job hangs before
+        anyone attaches"""
         self.go()
         for w in self.ranks:
             assert w.out.wait_for(lambda l: l.startswith("# step 0"), timeout), w.out.text()
         if culprit_line:
             w = self.ranks[culprit]
             assert w.out.wait_for(lambda l: l.startswith(culprit_line), timeout), w.out.text()
-        time.sleep(settle)     # a 4-rank step takes ~5 ms: blocked by now
+        self.wait_hung(skip=[culprit] if culprit_line else [])
         for w in self.ranks:
             assert w.p.poll() is None, f"rank exited: {w.out.text()}"
 
-    def dump_now(self, n=None, timeout=30):
+    def wait_hung(self, skip=(), timeout=60):
+        """Waits until every live rank but those in skip is blocked for good: its main thread
+        asleep in a futex (a sync or a collective) and the sim's stream workers asleep, twice,
+        with no wake-up of the main thread in between (its context switches unchanged). A rank
+        still working has a runnable thread (R, however starved) or a main thread that wakes
+        within a step; a rank hung on its peers matches and stays so."""
+        def blocked():
+            seen = {}
+            for r, w in enumerate(self.ranks):
+                if r in skip or w.p.poll() is not None:
+                    continue
+                if not in_syscall(w.pid, w.pid, "futex"):
+                    return None
+                for tid in os.listdir(f"/proc/{w.pid}/task"):
+                    try:
+                        with open(f"/proc/{w.pid}/task/{tid}/comm") as f:
+                            comm = f.read().strip()
+                    except OSError:
+                        continue
+                    if comm.startswith("tpsim-") and task_state(w.pid, tid) not in ("S", "D"):
+                        return None
+                seen[w.pid] = ctxt_switches(w.pid, w.pid)
+            return seen
+
+        def settled():
+            a = blocked()
+            if not a:
+                return False
+            time.sleep(0.2)     # the second look; a thread that wakes in it shows
+            return a == blocked()
+        wait_until(settled, timeout, "every rank blocked on its peers")
+
+    def dump_now(self, n=None, timeout=120):
         """SIGUSR2 to the recorder; waits for the signal dumps of n processes"""
         want = n if n is not None else len(self.ranks)
         self.tracer.p.send_signal(signal.SIGUSR2)
@@ -119,7 +153,7 @@ def trace_ranks_gpu(job, name):
         for w in job.ranks:
             assert w.finish() == 0, w.out.text()
         for t in tracers:
-            assert t.wait(30) == 0, t.err.text()
+            assert t.wait(300) == 0, t.err.text()
     finally:
         job.kill()
         for t in tracers:

@@ -57,6 +57,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("version %s\n", pyrun__version(r));
+	fflush(stdout);		/* a test waits for this line: the door is open */
 	for (int i = 0; i < count && !rc; i++) {
 		int e = pyrun__exec(r, src, args, atoi(argv[4]), flags, &res, err,
 				    sizeof(err));

@@ -132,15 +132,12 @@ def test_fleet_scope_pidns_records_only_that_namespace():
     tracer = None
     jobs = []
     try:
-        inner = None
-        for _ in range(100):        # unshare forks sleep: wait for it to exist
+        def child():    # unshare forks sleep: wait for it to exist
             kids = subprocess.run(["pgrep", "-P", str(ns.pid)], stdout=subprocess.PIPE,
                                   text=True).stdout.split()
-            if kids:
-                inner = int(kids[0])
-                break
-            time.sleep(0.05)
-        assert inner, "no process in the new pid namespace"
+            return int(kids[0]) if kids else None
+        from lib import wait_until
+        inner = wait_until(child, 60, "the process in the new pid namespace")
         tracer = Tracer(["fr", "-a", "--scope", f"pidns=/proc/{inner}/ns/pid", "--dump-dir",
                          os.path.join(d, "dumps"), "--no-stacks", "-v"], ready=False)
         assert tracer.err.wait_for(lambda l: "flight recorder on" in l, 60), tracer.err.text()

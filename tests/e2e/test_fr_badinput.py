@@ -5,8 +5,7 @@ import json
 import os
 import signal
 import socket
-import time
-from lib import need_root
+from lib import need_root, wait_until
 from ncclib import Job
 
 
@@ -25,10 +24,8 @@ def test_fr_dump_dir_gone_mid_run():
         job.tracer.p.send_signal(signal.SIGUSR2)
         want = f"tptrace: dump directory {job.dump_dir} is gone: creating it again (recording goes on)"
         assert job.tracer.err.wait_for(lambda l: l == want, 10), job.tracer.err.text()
-        end = time.time() + 10
-        while sorted(job.dumps()) != [0, 1] and time.time() < end:
-            time.sleep(0.2)
-        assert sorted(job.dumps()) == [0, 1], "nothing lost: this round's dumps written"
+        wait_until(lambda: sorted(job.dumps()) == [0, 1], 60,
+                   "this round's dumps written (nothing lost)")
         assert sorted(os.listdir(away)) == [], "nothing written through the old one"
         st = os.stat(job.dump_dir)
         assert st.st_mode & 0o777 == 0o700 and st.st_uid == 0
@@ -63,13 +60,8 @@ def test_fr_trigger_from_skewed_clock_answered():
                 lambda l: sum(1 for x in job.tracer.err.lines
                               if x.startswith("tptrace: trigger ") and "from far-host" in x) >= want, 10)
             assert ok, job.tracer.err.text()
-            end = time.time() + 10
-            while time.time() < end:
-                ids = {d.get("trigger", {}).get("id") for d in job.dumps().values()}
-                if ids == {tid}:
-                    break
-                time.sleep(0.2)
-            assert ids == {tid}, ids
+            wait_until(lambda: {d.get("trigger", {}).get("id") for d in job.dumps().values()}
+                       == {tid}, 60, f"every dump answering trigger {tid}")
         assert job.stop() == 0
     finally:
         job.kill()

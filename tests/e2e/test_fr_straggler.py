@@ -3,8 +3,9 @@ jobs with 20 ms of GPU compute per step run side by side under one `tptrace fr -
 job "strag" rank 2 sleeps 6 ms on the host before every step (30 % slower, it never hangs), job
 "healthy" has no slow rank. Each rank's recorder measures its own wait in every collective
 (call to completion, its own clock); the real Prometheus server scrapes them with
-deploy/alerts.yml loaded: TptraceFrStraggler fires for rank 2 of "strag" within 30 s of its
-start, and never for any other rank of either job."""
+deploy/alerts.yml loaded: TptraceFrStraggler fires for rank 2 of "strag" within 30 scrapes of
+its series (30 s at the 1 s interval; counted in scrapes, which a loaded machine only makes
+fewer), and never for any other rank of either job."""
 import os
 import time
 from lib import need_root, Tracer
@@ -64,9 +65,17 @@ def test_fr_straggler_alert_fires_for_slow_rank_only():
             pport, f'ALERTS{{alertname="TptraceFrStraggler",alertstate="firing",job="{strag_id}"}}')],
             60, "straggler alert")
         took = time.monotonic() - t0
-        print(f"straggler alert firing {took:.1f} s after the start", flush=True)
         assert [a["metric"]["rank"] for a in fired] == [str(SLOW)], fired
-        assert took <= 30, f"straggler alert after {took:.1f} s"
+        # how soon, in scrapes of the slow rank's series up to the first firing evaluation
+        firing = query(pport, f'ALERTS{{alertname="TptraceFrStraggler",alertstate="firing",'
+                              f'job="{strag_id}"}}[10m]')
+        first_firing = min(float(ts) for x in firing for ts, _ in x["values"])
+        series = query(pport, f'tptrace_fr_collective_wait_seconds{{job="{strag_id}",'
+                              f'rank="{SLOW}",quantile="0.5"}}[10m]')
+        scrapes = sum(1 for x in series for ts, _ in x["values"] if float(ts) <= first_firing)
+        print(f"straggler alert firing {took:.1f} s after the start, after {scrapes} scrapes "
+              "of the slow rank's series", flush=True)
+        assert 0 < scrapes <= 30, f"straggler alert after {scrapes} scrapes ({took:.1f} s)"
         # the metrics behind it: rank 2 waits least and entered last nearly every time
         text = scrape(mport)[1]
         rc, out = promtool_metrics(text)
@@ -84,7 +93,8 @@ def test_fr_straggler_alert_fires_for_slow_rank_only():
         assert med[(True, str(SLOW))] + 0.003 < min(others), med
         assert last[(True, str(SLOW))] >= 0.9, last
         assert max(last[(False, str(r))] for r in range(NRANKS)) < 0.9, last
-        # the healthy job goes on 20 s more: never pending, never firing
+        # the healthy job goes on 20 s more: never pending, never firing (a window for an
+        # absence: load gives it fewer evaluations, so it can miss a bug, never fail a good build)
         time.sleep(20)
         assert ranks_alerted(pport, healthy_id) == [], (ranks_alerted(pport, healthy_id), query(
             pport, f'tptrace_fr_collective_wait_seconds{{job="{healthy_id}",quantile="0.5"}}[5m]'))

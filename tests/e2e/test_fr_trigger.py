@@ -1,8 +1,9 @@
 """Tier 2: cross-host dump triggers (issue 12 item 3, docs/fr-schema.md "Triggers"). Three
 `tptrace fr` instances play three hosts (distinct --host-id), each recording some ranks of one
 8-rank simulated NCCL job, over one shared dump directory: a trigger written by any of them
-(a stall, --trigger, SIGUSR2) makes every recorder of that job dump once, within 2 s, and
-tptrace-fr analyses the dumps of that one trigger."""
+(a stall, --trigger, SIGUSR2) makes every recorder of that job dump once, and
+tptrace-fr analyses the dumps of that one trigger. How soon is measured by `make bench`
+(fr_trigger_dump_s); here only that, and how often."""
 import glob
 import json
 import os
@@ -35,14 +36,21 @@ def trigger_dumps(t, tid):
     return [l for l in t.err.lines if l.startswith("tptrace: dumped pid") and f"(trigger {tid} " in l]
 
 
-def wait_trigger_dumps(tracers, tid, timeout):
-    """waits until every host dumped all its ranks for trigger tid; returns the seconds it took"""
-    t0 = time.monotonic()
+def wait_trigger_dumps(tracers, tid, timeout=60):
+    """waits until every host dumped all its ranks for trigger tid. How soon is a figure of
+    `make bench` (fr_trigger_dump_s, its ratio to the 2 s the docs promise), not asserted here:
+    the timeout is a failsafe."""
     for host, t in tracers.items():
         n = len(HOSTS[host])
         assert t.err.wait_for(lambda l: len(trigger_dumps(t, tid)) >= n, timeout), \
             (host, t.err.text())
-    return time.monotonic() - t0
+
+
+def wait_inited(job):
+    """--init-after-go: every rank said its communicator is up"""
+    for w in job.ranks:
+        assert w.out.wait_for(lambda l: l.startswith("# nccl_rank rank=") and " comm=" in l, 60), \
+            w.out.text()
 
 
 def stop_all(tracers, job):
@@ -82,7 +90,7 @@ def new_job(name):
 
 
 def test_fr_trigger_stall_all_hosts_dump():
-    """hostA alone sees the stall; hostB and hostC dump for its trigger within 2 s, all with
+    """hostA alone sees the stall; hostB and hostC dump for its trigger, all with
     the same trigger id; tptrace-fr names rank 5 from the merged directory"""
     need_root()
     job = new_job("trig-stall")
@@ -95,12 +103,13 @@ def test_fr_trigger_stall_all_hosts_dump():
         assert line, a.err.text()
         assert f"for job {JOB_ID} (stall)" in line, line
         tid = line.split()[2]
-        took = wait_trigger_dumps(tracers, tid, 10)
-        assert took <= 2.0, took
+        wait_trigger_dumps(tracers, tid)
         for host in ("hostB", "hostC"):
             t = tracers[host]
             assert any(f"trigger {tid} for job {JOB_ID} from hostA (stall)" in l
                        for l in t.err.lines), t.err.text()
+        # an absence can only be watched for a while: 1.5 s is a window (a loaded machine
+        # makes it see fewer polls, so miss a repeat, never fail a good build)
         time.sleep(1.5)
         # once per trigger, and the other hosts never fired their own
         for host, t in tracers.items():
@@ -154,7 +163,7 @@ def test_fr_trigger_command_other_job_malformed():
     try:
         start_hosts(job, tracers)
         job.go()
-        time.sleep(0.5)
+        wait_inited(job)
         # another job's trigger: one verbose line per host, no dump
         other = write_trigger(d, "--job", "some-other-job", "--host-id", "elsewhere")
         # malformed ones: garbage, too big, wrong id inside, a symlink
@@ -177,17 +186,17 @@ def test_fr_trigger_command_other_job_malformed():
                 t.err.text()
         # two triggers of the job: by --job, then by -p of a rank (its environment)
         t1 = write_trigger(d, "--job", JOB_ID, "--host-id", "operator")
-        assert wait_trigger_dumps(tracers, t1, 10) <= 2.0
+        wait_trigger_dumps(tracers, t1)
         t2 = write_trigger(d, "-p", str(job.ranks[0].pid))
-        assert wait_trigger_dumps(tracers, t2, 10) <= 2.0
+        wait_trigger_dumps(tracers, t2)
         # SIGUSR2 to one recorder: a trigger for its job, every host dumps
         tracers["hostB"].p.send_signal(signal.SIGUSR2)
         line = tracers["hostB"].err.wait_for(
             lambda l: l.startswith("tptrace: trigger ") and "(signal) written" in l, 10)
         assert line, tracers["hostB"].err.text()
         t3 = line.split()[2]
-        assert wait_trigger_dumps(tracers, t3, 10) <= 2.0
-        time.sleep(2.5)     # two polls later: nothing dumped again
+        wait_trigger_dumps(tracers, t3)
+        time.sleep(2.5)     # a window for an absence: two polls later, nothing dumped again
         for host, t in tracers.items():
             lines = t.err.lines
             assert len(trigger_dumps(t, t1)) == len(HOSTS[host]), t.err.text()

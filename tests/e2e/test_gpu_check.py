@@ -16,7 +16,7 @@ CHECK = os.path.join(ROOT, "tests", "gpu", "check.sh")
 VALIDATE = os.path.join(ROOT, "tests", "gpu", "validate.py")
 
 
-def run_check(env=None, timeout=20):
+def run_check(env=None, timeout=120):
     e = dict(os.environ)
     e.update(env or {})
     t0 = time.monotonic()
@@ -70,9 +70,9 @@ def test_gpu_check_no_gpu():
     p, secs = run_check()
     lines = p.stdout.splitlines()
     assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    # the first check that fails ends the run: nothing else was tried (no other line)
     assert lines == ["FAIL no GPU: nvidia-smi -L failed (no NVIDIA driver or device on this "
                      "machine)", "summary: 0 passed, 1 failed, 0 warnings"], p.stdout
-    assert secs < 10, secs
 
 
 def test_gpu_check_watchdog():
@@ -83,11 +83,13 @@ def test_gpu_check_watchdog():
     assert len(lines) == 3 and lines[0].startswith("INFO selftest pids: "), p.stdout
     assert lines[1:] == ["FAIL check.sh: time limit of 2 s reached: stopping tptrace and the job",
                          "summary: 0 passed, 1 failed, 0 warnings"], p.stdout
-    # the stand-in tracer ignores SIGINT, so the watchdog waited 5 s for it, then SIGTERM
-    assert 2 <= secs < 15, secs
+    # not before its limit (a lower bound); that it was the watchdog and not the harness that
+    # ended it, the FAIL line says
+    assert secs >= 2, secs
     pids = [int(x) for x in lines[0].split(": ", 1)[1].split()]
     assert len(pids) == 4, pids          # script, body, stand-in job, stand-in tracer (timeout)
-    deadline = time.monotonic() + 3
+    # killed before the script exited; gone once their reaper ran (a failsafe, not a bound)
+    deadline = time.monotonic() + 60
     while any(alive(x) for x in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [x for x in pids if alive(x)], [x for x in pids if alive(x)]
@@ -151,3 +153,209 @@ def test_gpu_check_validator_on_sim():
     lines = validate(renamed)
     assert [l for l in lines if l.startswith("FAIL eager: kernel names per stream joined to our "
                                              "launches = Kineto's") and "not_" in l], lines
+
+
+# ---- validate.py --real on synthetic traces: each check passes on a trace that shows the
+# behaviour and fails on one that breaks it (check.sh runs them on a real GPU only) ----
+
+def real_checks():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_validate", VALIDATE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Synth:
+    """A tptrace --gpu trace built by hand: base_mono_ns 0, so ts (us) * 1000 is the
+    CLOCK_MONOTONIC ns a check compares with the job's own windows."""
+
+    def __init__(self):
+        self.evs, self.corr = [], 100
+        self.targets = {}
+
+    def launch(self, pid, tid, ts, dur=5.0, name="cudaLaunchKernel", cat="cuda_runtime",
+               kernel="k", gpu=(0, 7), kstart=None, kdur=2.0, gcat="kernel", args=None,
+               arrow=True):
+        self.corr += 1
+        c = self.corr
+        h = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+             "args": {"correlation": c, "kernel": kernel}}
+        self.evs.append(h)
+        ks = ts + dur + 1.0 if kstart is None else kstart
+        g = {"ph": "X", "cat": gcat, "name": kernel, "pid": gpu[0], "tid": gpu[1], "ts": ks,
+             "dur": kdur, "args": dict({"correlation": c}, **(args or {}))}
+        self.evs.append(g)
+        if arrow:
+            self.evs.append({"ph": "s", "cat": "ac2g", "id": c, "pid": pid, "tid": tid, "ts": ts})
+            self.evs.append({"ph": "f", "cat": "ac2g", "id": c, "pid": gpu[0], "tid": gpu[1],
+                             "ts": ks, "bp": "e"})
+        return h, g
+
+    def host(self, pid, tid, ts, name):
+        self.evs.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": pid, "tid": tid,
+                         "ts": ts, "dur": 1.0, "args": {}})
+
+    def trace(self, **gpu):
+        return {"traceEvents": self.evs,
+                "tptrace": {"base_mono_ns": 0, "gpu_join": {"calls": 1, "joined": 1},
+                            "targets": [{"pid": p, "gpu": dict(g, **gpu)}
+                                        for p, g in (self.targets or {1: {}}).items()]}}
+
+
+def kinds(results):
+    return [k for k, _ in results]
+
+
+def test_gpu_check_real_threads():
+    v = real_checks()
+    s = Synth()
+    for i in range(200):
+        s.launch(1, 11, 1000.0 + i * 20)
+    ctx = {"pid": 1, "tids": [1, 11], "default_thread_id_type": 0}
+    r = v.check_threads(s.trace(), ctx)
+    assert "FAIL" not in kinds(r) and kinds(r).count("PASS") == 2, r
+    # CUPTI's default thread id (pthread_self, not the OS tid): nothing joins
+    s = Synth()
+    for i in range(200):
+        s.launch(1, 11, 1000.0 + i * 20, arrow=i < 150)
+    r = v.check_threads(s.trace(), ctx)
+    assert [m for k, m in r if k == "FAIL" and "75.0% of the job's 200 launches" in m], r
+    # an arrow from a thread that is not the job's
+    s = Synth()
+    s.launch(1, 140737, 1000.0)
+    r = v.check_threads(s.trace(), ctx)
+    assert [m for k, m in r if k == "FAIL" and "140737" in m], r
+
+
+def test_gpu_check_real_drops():
+    v = real_checks()
+    ctx = {"pid": 1, "launches": 10, "window": [0, 10**9], "buf_bytes": "4096"}
+    s = Synth()
+    for i in range(7):
+        s.launch(1, 1, 100.0 + i * 10)
+    assert "FAIL" not in kinds(v.check_drops(s.trace(records_dropped=5), ctx))
+    r = v.check_drops(s.trace(records_dropped=2), ctx)       # 3 lost, 2 counted: silent loss
+    assert [m for k, m in r if k == "FAIL" and "3 missing <= 2" in m], r
+    r = v.check_drops(s.trace(records_dropped=0), ctx)       # lost, none reported
+    assert "FAIL" in kinds(r), r
+    r = v.check_drops(s.trace(), ctx)                         # no count at all: unknown, not 0
+    assert [m for k, m in r if k == "FAIL" and "unknown is not 0" in m], r
+
+
+def test_gpu_check_real_clock():
+    v = real_checks()
+    # 60 s of reads at 50 ppm drift and a 3 ms offset, each bracketed within 200 ns
+    pairs = [[t - 100, int(t + 3_000_000 + t * 50e-6), t + 100]
+             for t in range(10**9, 61 * 10**9, 2 * 10**9)]
+    s = Synth()
+    probes = []
+    for i in range(5):
+        t0 = 10**9 + i * 10**8
+        s.launch(1, 1, t0 / 1000 + 1, kstart=t0 / 1000 + 8)
+        probes.append([t0, t0 + 20_000])
+    ctx = {"pid": 1, "pairs": pairs, "probes": probes}
+    r = v.check_clock(s.trace(clock_residual_ns=300, clock_samples=50), ctx)
+    assert "FAIL" not in kinds(r), r
+    assert [m for k, m in r if k == "INFO" and "drift 50.000 ppm" in m and "offset" in m], r
+    # a clock that jumps by 5 us mid-run: no line fits it
+    bad = [[a, c + (5000 if i > 10 else 0), b] for i, (a, c, b) in enumerate(pairs)]
+    r = v.check_clock(None, dict(ctx, pairs=bad))
+    assert [m for k, m in r if k == "FAIL" and "linear alignment" in m], r
+    # a probe kernel 3 us before the window it was launched in: misaligned
+    s2 = Synth()
+    s2.launch(1, 1, 1_000_001.0, kstart=999_997.0)
+    r = v.check_clock(s2.trace(clock_residual_ns=300), dict(ctx, probes=[[10**9, 10**9 + 20_000]]))
+    assert [m for k, m in r if k == "FAIL" and "3000 ns outside" in m], r
+    r = v.check_clock(s.trace(clock_residual_ns=4000), ctx)
+    assert [m for k, m in r if k == "FAIL" and "clock_residual_ns 4000" in m], r
+
+
+def test_gpu_check_real_delivery_and_early():
+    v = real_checks()
+    s = Synth()
+    s.launch(1, 1, 100.0, dur=10.0, kstart=104.0)     # starts before its launch returns
+    s.launch(1, 1, 200.0)
+    t = s.trace(buffers_out_of_order=3)
+    r = v.check_delivery(t, {"pid": 1})
+    assert "FAIL" not in kinds(r) and [m for k, m in r if "buffers_out_of_order 3" in m], r
+    r = v.check_early(t, {"pid": 1})
+    assert "FAIL" not in kinds(r) and [m for k, m in r if m.startswith("1 of 2 joined")], r
+    s.evs.append(dict(s.evs[1]))                      # the first kernel twice
+    assert "FAIL" in kinds(v.check_delivery(s.trace(), {"pid": 1}))
+    s = Synth()
+    s.launch(1, 1, 100.0, kstart=97.0)                # before the call began: a clock error
+    r = v.check_early(s.trace(), {"pid": 1})
+    assert [m for k, m in r if k == "FAIL" and "(1 do)" in m], r
+
+
+def test_gpu_check_real_nccl():
+    v = real_checks()
+    ctx = {"pid": 1, "window": [0, 10**9], "overlap_expected": True, "nranks": 1}
+    s = Synth()
+    s.host(1, 1, 90.0, "cudaEventRecord")
+    s.host(1, 1, 95.0, "cudaStreamWaitEvent")
+    s.launch(1, 1, 100.0, name="cuLaunchKernelEx", cat="cuda_driver",
+             kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL", gpu=(0, 13), kstart=110.0, kdur=500.0)
+    s.launch(1, 1, 120.0, kernel="ampere_sgemm_128x64_nn", gpu=(0, 7), kstart=130.0, kdur=100.0)
+    r = v.check_nccl(s.trace(), ctx)
+    assert "FAIL" not in kinds(r) and "WARN" not in kinds(r), r
+    # NCCL's kernel on the user's stream, no events, no overlap, launched by the runtime
+    s = Synth()
+    s.launch(1, 1, 100.0, kernel="ncclDevKernel_AllReduce", gpu=(0, 7), kstart=110.0, kdur=5.0)
+    s.launch(1, 1, 120.0, kernel="ampere_sgemm", gpu=(0, 7), kstart=130.0, kdur=5.0)
+    r = v.check_nccl(s.trace(), dict(ctx, nranks=2))
+    assert kinds(r).count("FAIL") == 4, r
+
+
+def test_gpu_check_real_two_procs_and_contexts():
+    v = real_checks()
+    procs = [{"pid": 1, "marker": "sin_kernel", "launches": 2},
+             {"pid": 2, "marker": "cos_kernel", "launches": 2}]
+    s = Synth()
+    for i in range(2):
+        s.launch(1, 1, 100.0 + i, kernel="sin_kernel_cuda", gpu=(1000, 7))
+        s.launch(2, 2, 100.0 + i, kernel="cos_kernel_cuda", gpu=(2000, 7))
+    assert "FAIL" not in kinds(v.check_two_procs(s.trace(), {"procs": procs}))
+    # the bug of issue 24: correlations joined across processes, one set of GPU tracks
+    s = Synth()
+    s.launch(1, 1, 100.0, kernel="cos_kernel_cuda", gpu=(0, 7))
+    s.launch(1, 1, 101.0, kernel="sin_kernel_cuda", gpu=(0, 7))
+    s.launch(2, 2, 200.0, kernel="cos_kernel_cuda", gpu=(0, 7))
+    s.launch(2, 2, 201.0, kernel="cos_kernel_cuda", gpu=(0, 7))
+    r = v.check_two_procs(s.trace(), {"procs": procs})
+    assert [m for k, m in r if k == "FAIL" and "1 arrows to the other" in m], r
+    assert [m for k, m in r if k == "FAIL" and "share 1" in m], r
+    ctx = {"pid": 1, "window": [0, 10**9], "memset_bytes": 1 << 20, "copy_bytes": 4096}
+    s = Synth()
+    s.launch(1, 1, 100.0, name="cuMemsetD32_v2", cat="cuda_driver", kernel="Memset",
+             gcat="gpu_memset", gpu=(1000, 21), args={"bytes": 1 << 20})
+    s.launch(1, 1, 110.0, name="cuMemcpyDtoH_v2", cat="cuda_driver", kernel="Memcpy DtoH",
+             gcat="gpu_memcpy", gpu=(1000, 21), args={"bytes": 4096})
+    s.launch(1, 1, 120.0, kernel="sin_kernel_cuda", gpu=(1000, 7))
+    assert "FAIL" not in kinds(v.check_contexts(s.trace(), ctx))
+    s.evs = [dict(e, tid=7) if e.get("tid") == 21 else e for e in s.evs]   # one track for both
+    r = v.check_contexts(s.trace(), ctx)
+    assert [m for k, m in r if k == "FAIL" and "(1 shared)" in m], r
+
+
+def test_gpu_check_real_cli():
+    """validate.py --real: one line for a bad check name; a check's lines name it"""
+    p = subprocess.run([sys.executable, VALIDATE, "--real", "bogus", "a", "b"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and p.stdout == "" and p.stderr.count("\n") == 1 and \
+        "--real wants one of threads, drops, clock" in p.stderr, p.stderr
+    ctx = tmp_ctx({"pairs": [[1000, 5000, 1200], [2 * 10**9, 2 * 10**9 + 4000, 2 * 10**9 + 200],
+                             [4 * 10**9, 4 * 10**9 + 4000, 4 * 10**9 + 200]]})
+    p = subprocess.run([sys.executable, VALIDATE, "--real", "clock", "-", ctx], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and all(l.split()[1] == "clock:" for l in p.stdout.splitlines()), \
+        p.stdout
+
+
+def tmp_ctx(obj):
+    from lib import tmp_path
+    path = tmp_path("gpucheck-ctx.json")
+    with open(path, "w") as f:
+        json.dump(obj, f)
+    return path

@@ -9,9 +9,9 @@ import os
 import re
 import shutil
 import subprocess
-import time
 
-from lib import E2E_BIN, ROOT, Skip, Workload, need_root, python_for, tmp_path
+from lib import (E2E_BIN, ROOT, Skip, Workload, need_root, python_for, tmp_path, wait_cpu,
+                 wait_in_syscall)
 
 DUMP = os.path.join(E2E_BIN, "pyframes_dump")
 HANG = os.path.join(ROOT, "tests", "workloads", "py_hang.py")
@@ -98,12 +98,9 @@ def check_hang(py, minor, env=None, after_start=None):
         assert side_truth[:2] == [("ticker", HANG, at["ticker"]),
                                   ("side_worker", HANG, at["side_worker"])], side_truth
         assert len(side_truth) == 5 and all(f[1].endswith("threading.py") for f in side_truth[2:])
-        # READY is printed just before pause(): retry until the main thread is in it
-        for _ in range(50):
-            head, threads = dump(wl.pid)
-            if triples(threads.get(wl.pid, {"frames": []})) == want_main:
-                break
-            time.sleep(0.1)
+        # READY is printed just before pause(): wait until the main thread is in it
+        wait_in_syscall(wl.pid, "pause", tid=wl.pid)
+        head, threads = dump(wl.pid)
         assert head["version"] == version, head
         coro_tid = truth["coro_native_id"]
         assert len(threads) == 4 and set(threads) > {wl.pid, side_tid, coro_tid}, threads.keys()
@@ -215,11 +212,8 @@ def test_pid_namespace():
             assert re.search(r"NSpid:\s+%d\s+1\n" % pid, f.read())
         truth = json.loads(wl.out.wait_for(lambda l: l.startswith("TRUTH"), 10)[6:])
         want_main = expected_main(11)
-        for _ in range(50):
-            head, threads = dump(pid)
-            if triples(threads[pid]) == want_main:
-                break
-            time.sleep(0.1)
+        wait_in_syscall(pid, "pause", tid=pid)
+        head, threads = dump(pid)
         assert triples(threads[pid]) == want_main, threads[pid]
         for name in ("side", "coro"):
             (t,) = [t for t in threads.values() if t["frames"] and
@@ -239,11 +233,8 @@ def test_deep_stack_and_speed():
     assert len(want) == 50
     wl = Workload([py, HANG, str(depth)])
     try:
-        for _ in range(50):
-            head, threads = dump(wl.pid, "--bench", "2000")
-            if triples(threads[wl.pid]) == want:
-                break
-            time.sleep(0.1)
+        wait_in_syscall(wl.pid, "pause", tid=wl.pid)
+        head, threads = dump(wl.pid, "--bench", "2000")
         main = threads[wl.pid]
         assert triples(main) == want, main
         assert entries(main) == expected_entries(11, depth)[0]
@@ -268,7 +259,7 @@ def test_not_python():
     need_root()
     p = subprocess.Popen(["sleep", "100"])
     try:
-        time.sleep(0.1)
+        wait_in_syscall(p.pid, "clock_nanosleep", tid=p.pid)     # exec'd and asleep
         head, threads = dump(p.pid)
         assert head == {"pid": p.pid, "version": None, "err": ""}, head
     finally:
@@ -288,7 +279,7 @@ def test_real_cudart_loop():
     try:
         with open(f"/proc/{wl.pid}/maps") as f:
             assert "libcudart.so.13" in f.read()
-        time.sleep(0.2)
+        wait_cpu(wl.pid)    # past READY's print: 20 ms of CPU in the loop
         for _ in range(10):
             head, threads = dump(wl.pid)
             assert triples(threads[wl.pid]) == want, threads[wl.pid]
@@ -327,7 +318,7 @@ def test_torn_reads_running_target():
     for py in pys:
         wl = Workload([py, churn])
         try:
-            time.sleep(0.3)
+            wait_cpu(wl.pid)    # churning
             head, _ = dump(wl.pid)  # a stopped read first: the version
             p = subprocess.run([DUMP, str(wl.pid), "--nostop", "2000"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, timeout=120)

@@ -7,9 +7,11 @@ non-Python processes get one line."""
 import json
 import os
 import re
+import signal
 import subprocess
 import time
-from lib import E2E_BIN, ROOT, Workload, need_root, python_for, tmp_path
+from lib import (E2E_BIN, ROOT, Lines, Workload, in_syscall, need_root, python_for, tmp_path,
+                 wait_in_syscall, wait_until)
 
 PYENV = "/root/.pyenv/versions"
 EXEC = os.path.join(E2E_BIN, "pyrun_exec")
@@ -157,14 +159,21 @@ def test_state_is_removed():
         w.kill()
 
 
+def wake(w):
+    """ends a "sleep" target's sleep (SIGUSR1) once it has been refused"""
+    os.kill(w.pid, signal.SIGUSR1)
+
+
 def test_blocked_in_sleep_is_refused_and_withdrawn():
     """the main thread sleeps in C: refused after the timeout, naming where it is; when it
-    wakes, the withdrawn request does not run; a new one does"""
-    w = target("/usr/bin/python3", "sleep", 4)
+    wakes, the withdrawn request does not run; a new one does. The target sleeps until told
+    (SIGUSR1), so the refusal comes before it wakes however slow the machine is."""
+    w = target("/usr/bin/python3", "sleep", 600)
     marker = tmp_path("pyrun_withdrawn")
     if os.path.exists(marker):
         os.unlink(marker)
     try:
+        wait_in_syscall(w.pid, "clock_nanosleep", tid=w.pid)
         t0 = time.monotonic()
         rc, lines, err = door(w.pid, {"echo": 0, "marker": marker}, timeout_ms=800)
         took = time.monotonic() - t0
@@ -172,10 +181,14 @@ def test_blocked_in_sleep_is_refused_and_withdrawn():
         assert lines[1].startswith("error: exec: ETIMEDOUT: "), lines
         assert "reached no safe point" in lines[1] and "clock_nanosleep" in lines[1] and \
             "withdrawn" in lines[1], lines[1]
-        assert 0.7 < took < 4, took
+        # it waited its whole timeout (a lower bound: load only lengthens it)
+        assert took >= 0.8, took
+        assert "AWAKE" not in w.out.lines, w.out.text()
+        wake(w)
         assert w.out.wait_for(lambda l: l == "AWAKE", 10), w.out.text()
+        # a pending request runs at the first safe point; "tick" comes 200,000 loop turns
+        # after AWAKE, so a withdrawal that failed has written the marker by then
         assert w.out.wait_for(lambda l: l.startswith("tick"), 10)
-        time.sleep(0.3)
         assert not os.path.exists(marker), "the withdrawn request ran"
         rc, lines, err = door(w.pid, {"echo": 7})
         assert rc == 0 and json.loads(lines[1])["echo"] == 7, (lines, err)
@@ -187,17 +200,19 @@ def test_blocked_in_sleep_is_refused_and_withdrawn():
 def test_keep_queued_runs_later():
     """a cleanup request (PYRUN_KEEP_QUEUED) is not withdrawn: it runs when the main thread is
     back in Python, after the door has gone"""
-    w = target("/usr/bin/python3", "sleep", 3)
+    w = target("/usr/bin/python3", "sleep", 600)
     marker = tmp_path("pyrun_kept")
     if os.path.exists(marker):
         os.unlink(marker)
     try:
+        wait_in_syscall(w.pid, "clock_nanosleep", tid=w.pid)
         rc, lines, err = door(w.pid, {"echo": 0, "marker": marker}, timeout_ms=500, keep=True)
         assert rc == 1 and "ETIMEDOUT" in lines[1] and "stays queued" in lines[1], (lines, err)
+        assert "AWAKE" not in w.out.lines, w.out.text()
+        wake(w)
         assert w.out.wait_for(lambda l: l == "AWAKE", 10), w.out.text()
-        end = time.monotonic() + 5
-        while not os.path.exists(marker) and time.monotonic() < end:
-            time.sleep(0.05)
+        # the request runs at the first safe point after AWAKE, before the first "tick"
+        assert w.out.wait_for(lambda l: l.startswith("tick"), 10), w.out.text()
         assert os.path.exists(marker), "the kept request did not run"
         check_clean(w)
     finally:
@@ -280,15 +295,36 @@ def test_unsupported_and_not_python():
     assert rc == 1 and lines == ["error: open: ESRCH: no process 999999999"], lines
 
 
+def traced(pid):
+    """True while a thread of pid has a tracer (the door's injector borrows one)"""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                if re.search(r"TracerPid:\s+[1-9]", f.read()):
+                    return True
+        except OSError:
+            pass
+    return False
+
+
 def test_process_exits_while_waiting():
-    w = target("/usr/bin/python3", "sleep", 30)
+    """the target dies while its request is queued (it sleeps until told): the door says so
+    in one ESRCH line. Queued: the door borrowed a thread (TPTRACE_PYRUN_DEBUG), let it go
+    again and sleeps between its polls for the result."""
+    w = target("/usr/bin/python3", "sleep", 600)
     try:
-        def kill_soon():
-            time.sleep(0.5)
-            w.kill()
-        import threading
-        threading.Thread(target=kill_soon).start()
-        rc, lines, _ = door(w.pid, {"echo": 0}, timeout_ms=5000)
+        wait_in_syscall(w.pid, "clock_nanosleep", tid=w.pid)
+        p = subprocess.Popen([EXEC, str(w.pid), snippet(), json.dumps({"echo": 0}), "60000", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TPTRACE_PYRUN_DEBUG="1"))
+        out, err = Lines(p.stdout), Lines(p.stderr)
+        assert err.wait_for(lambda l: l.startswith("pyrun: borrowed thread"), 30), err.text()
+        wait_until(lambda: not traced(w.pid) and in_syscall(p.pid, p.pid, "clock_nanosleep"),
+                   30, "the door to queue the request and poll for its result")
+        w.kill()
+        rc = p.wait(60)
+        out.t.join(5)
+        lines = out.lines
         assert rc == 1 and "ESRCH" in lines[-1] and "exited before the snippet ran" in \
             lines[-1], lines
     finally:

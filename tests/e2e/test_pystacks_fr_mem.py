@@ -15,11 +15,11 @@ import json
 import os
 import re
 import signal
+import time
 import subprocess
 import sys
-import time
 
-from lib import ROOT, SIM_LIB, WL, Skip, Workload, need_root, tmp_path
+from lib import ROOT, SIM_LIB, WL, Skip, Workload, need_root, tmp_path, wait_blocked
 from ncclib import FR_TOOL
 from lib import Tracer, load_trace
 
@@ -143,8 +143,12 @@ def check_fr_frames(python, minor, all_procs=False):
             w.wait_done(60)
         # alive until tptrace has read their records: the code objects are read from the
         # process when its entries are recorded (one that exited first gives unresolved
-        # frames, never wrong ones)
-        time.sleep(1.0)
+        # frames, never wrong ones). A dump drains the ring first (docs/fr-schema.md
+        # "ring_drained"): once each rank's signal dump is written, all was read
+        job.tracer.p.send_signal(signal.SIGUSR2)
+        assert job.tracer.err.wait_for(
+            lambda l: sum(1 for x in job.tracer.err.lines if "(signal)" in x) >= 3, 60), \
+            job.tracer.err.text()
         for w in job.ranks:
             assert w.finish() == 0, w.err.text()
         if all_procs:
@@ -215,6 +219,10 @@ def test_fr_py_frames_culprit_in_verdict():
         assert job.ranks[1].out.wait_for(lambda l: l.startswith("# culprit waits"), 30)
         for r in (0, 2):
             assert job.ranks[r].out.wait_for(lambda l: l.startswith("# step 2"), 30)
+            # in the all_reduce rank 1 never joins: asleep in the sim's wait for good
+            wait_blocked(job.ranks[r].pid, job.ranks[r].pid, "futex")
+        # a dwell the scenario needs, not a wait for a state: tptrace-fr calls a rank stuck
+        # once it waited past 1.0 s at its dump (load only lengthens it)
         time.sleep(1.0)
         job.tracer.p.send_signal(signal.SIGUSR2)
         assert job.tracer.err.wait_for(
@@ -324,7 +332,8 @@ def test_trace_mem_events_carry_python_stacks():
         tr = Tracer(["-p", str(wl.pid), "--mem", "--py-stacks", "-o", out])
         wl.go()
         wl.wait_done()
-        time.sleep(0.3)  # the reader reads code objects while the process lives
+        # stopped while the process lives (it holds after DONE): the reader drains the ring
+        # and reads the code objects before it exits
         assert tr.stop() == 0, tr.err.text()
         wl.finish()
     finally:

@@ -16,7 +16,6 @@ counters; without --py-stacks nothing of this is written."""
 import json
 import os
 import subprocess
-import time
 
 from lib import (CUDA_LIB, E2E_BIN, ROOT, SIM_LIB, Skip, Tracer, Workload, check_valid_trace,
                  fresh_tmp_path, load_trace, need_root, pyenv_python, tmp_path, trace_workload)
@@ -44,13 +43,12 @@ def run(python, lib, name, tracer_args=("--py-stacks",), scenarios=(), tracer_en
         tr = Tracer(["-p", str(wl.pid), "-o", out, *tracer_args], env=tracer_env)
         wl.go()
         wl.wait_done(60)
-        # code objects are read from the live process: it stays until the tracer has
-        # consumed its calls (a process gone before that leaves its last calls' frames
-        # unresolved, as the unit test checks)
-        time.sleep(0.5)
-        wl.finish()
-        rc = tr.wait(30)
+        # code objects are read from the live process: it holds after DONE while the tracer
+        # is stopped, which drains the ring before it exits (a process gone before that
+        # leaves its last calls' frames unresolved, as the unit test checks)
+        rc = tr.stop()
         assert rc == 0, f"tptrace rc={rc}: {tr.err.text()}"
+        wl.finish()
     finally:
         wl.kill()
     with open(expect) as f:

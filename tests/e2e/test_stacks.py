@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
-from lib import E2E_BIN, ROOT, WL, Workload, need_root, tmp_path
+from lib import E2E_BIN, ROOT, WL, Workload, need_root, tmp_path, wait_blocked, wait_in_syscall, wait_until
 
 DUMP = os.path.join(E2E_BIN, "stacks_dump")
 APP = os.path.join(WL, "stack_app")
@@ -77,11 +77,11 @@ def test_chain_progress_dstate():
     need_ptrace()
     w = start_app("--threads", "4", "--spin", "--dstate", "30")
     try:
-        t0 = time.time()
+        # the D thread stays in D until its vfork child ends (30 s): the snapshot returns
+        # without waiting for it (shown below: the thread is still in D afterwards)
+        wait_until(lambda: "D" in states(w.pid).values(), 30, "the vfork parent in D state")
         s = snapshot(w.pid, "--samples", "3", "--interval", "100", "--timeout", "100")
-        took = time.time() - t0
         assert s["samples"] == 3 and s["ptrace_error"] is None and not s["exited"], s
-        assert took < 5, took
         main = thread(s, w.pid)
         assert main["main"] and main["issuing"], main
         f = funcs(main)
@@ -105,9 +105,10 @@ def test_chain_progress_dstate():
         assert d["kernel_stack"] and any("vfork" in k or "clone" in k for k in d["kernel_stack"]), d
         assert d["frames"] == [] and "did not stop within 100 ms" in d["unwind_error"], d
         assert d["progress"] == "unknown", d
-        # one stop waits at most the timeout for the D thread, never longer
-        assert 90 <= s["stopped_ms_max"] < 1000, s["stopped_ms_max"]
-        time.sleep(0.2)
+        # a stop waits the timeout for the D thread (a lower bound), and not for it to leave D:
+        # the snapshot came back while it is still in D (below). How long a stop lasts is a
+        # figure of make bench (stacks_stop_ms_64threads), not a bound here
+        assert s["stopped_ms_max"] >= 90, s["stopped_ms_max"]
         st = states(w.pid)
         assert not any(v in "tT" for v in st.values()), st
         assert st[d["tid"]] == "D", st
@@ -185,18 +186,13 @@ def test_kill9_mid_snapshot_restores():
     need_ptrace()
     w = start_app("--threads", "3", "--spin")
     try:
-        env = dict(os.environ, TPTRACE_TEST_SNAPSHOT_HOLD_MS="5000")
+        # held until killed (600 s): the kill lands while every thread is stopped
+        env = dict(os.environ, TPTRACE_TEST_SNAPSHOT_HOLD_MS="600000")
         d = subprocess.Popen([DUMP, str(w.pid)], stdout=subprocess.DEVNULL, env=env)
-        end = time.time() + 5
-        while time.time() < end:
-            st = states(w.pid)
-            if st and all(v == "t" for v in st.values()):
-                break
-            time.sleep(0.01)
-        assert all(v == "t" for v in st.values()), f"never all stopped: {st}"
+        wait_until(lambda: (lambda st: st and all(v == "t" for v in st.values()))(states(w.pid)),
+                   60, "every thread stopped by the snapshot")
         d.send_signal(signal.SIGKILL)
-        d.wait()
-        time.sleep(0.2)
+        d.wait()    # reaped: the kernel detached its tracees when it exited
         st = states(w.pid)
         assert not any(v in "tT" for v in st.values()), st
         spin = [tid for tid, v in st.items() if v == "R"]
@@ -217,12 +213,10 @@ def test_other_tracer():
     tr = subprocess.Popen(["strace", "-p", str(w.pid), "-o", "/dev/null"],
                           stderr=subprocess.PIPE, text=True)
     try:
-        end = time.time() + 10
-        while time.time() < end:
+        def traced():
             with open(f"/proc/{w.pid}/status") as f:
-                if re.search(r"TracerPid:\s+[1-9]", f.read()):
-                    break
-            time.sleep(0.02)
+                return re.search(r"TracerPid:\s+[1-9]", f.read())
+        wait_until(traced, 60, "strace to attach")
         s = snapshot(w.pid)
         err = s["ptrace_error"]
         assert err == f"already traced by pid {tr.pid} (strace)", err
@@ -314,7 +308,9 @@ def test_sim_nccl_blocked_in_nccl():
     ws = nccl_ranks(2, [0])
     try:
         ws[0].go()
-        time.sleep(0.5)
+        # after GO its only wait is the init's, for the missing rank (a futex it re-arms
+        # every 100 ms)
+        wait_in_syscall(ws[0].pid, "futex", tid=ws[0].pid)
         s = snapshot(ws[0].pid, "--samples", "2", "--interval", "100")
         main = thread(s, ws[0].pid)
         assert main["where"] == "nccl" and main["api"] == "ncclCommInitRankConfig", main
@@ -335,7 +331,8 @@ def test_sim_cuda_stuck_sync():
     try:
         for w in ws:
             w.go()
-        time.sleep(1.0)
+        for w in ws:    # in the sync that never returns: the same futex, no wake-up
+            wait_blocked(w.pid, w.pid, "futex")
         snaps = snapshot([w.pid for w in ws], "--samples", "3", "--interval", "100")
         for w, s in zip(ws, snaps):
             main = thread(s, w.pid)
@@ -360,13 +357,13 @@ def test_static_cudart_nvcc():
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(WL, "blockcuda"))
     p = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
     try:
-        end = time.time() + 10
+        end = time.time() + 60     # a failsafe: the wait is for the blocked load
         s = None
         while time.time() < end:
-            time.sleep(0.2)
             s = snapshot(p.pid)
             if thread(s, p.pid)["where"] == "cuda":
                 break
+            time.sleep(0.05)
         main = thread(s, p.pid)
         assert main["where"] == "cuda" and main["api"] == "cudaStreamCreate", funcs(main)
         assert any(f["module"] == exe and f["func"] == "cudaStreamCreate" for f in main["frames"])
@@ -446,10 +443,8 @@ def python_polling(py):
                 if l.startswith("TID ")}
         assert set(tids) == {"MainThread", "poller", "ticker", "sleeper"}, tids
         # the sleeper and the main thread in their one wait for good, before the first sample
-        deadline = time.monotonic() + 60
-        while not (in_wait(w.pid, tids["sleeper"], True) and in_wait(w.pid, tids["MainThread"], False)):
-            assert time.monotonic() < deadline, "threads never reached their waits"
-            time.sleep(0.01)
+        wait_until(lambda: in_wait(w.pid, tids["sleeper"], True) and
+                   in_wait(w.pid, tids["MainThread"], False), 60, "threads in their waits")
         s = snapshot(w.pid, "--samples", "3", "--interval", "100")
         prog = {name: thread(s, tid)["progress"] for name, tid in tids.items()}
         # a loop of 10 ms waits returns and calls again between samples; a wait for good
@@ -493,9 +488,9 @@ def ctypes_case(lib, api, where, frame_func):
     try:
         # the call is a small share of each turn (a failed call returns a cached error at
         # once), and a stop lands where the kernel next returns to the thread: under load
-        # sixty tries all met Python (CI), so try for up to 20 s
+        # sixty tries all met Python (CI), so try until one lands (60 s: a failsafe)
         seen = []
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while time.time() < deadline:
             s = snapshot(w.pid)
             main = thread(s, w.pid)
@@ -600,7 +595,7 @@ def test_threads_come_and_go():
             for t in short:
                 assert t["progress"] == "unknown", t
             assert len(by_name(s, "idle_park")) == 2
-        time.sleep(0.1)
+        # the snapshots' process exited: its tracees were detached by then
         assert not any(v in "tT" for v in states(w.pid).values())
         w.go()
         w.wait_done(10)

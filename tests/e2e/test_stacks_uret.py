@@ -12,7 +12,8 @@ import re
 import shutil
 import subprocess
 import time
-from lib import E2E_BIN, SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root, text_lines
+from lib import (E2E_BIN, SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root,
+                 text_lines, wait_in_syscall)
 from ncclib import Job
 from test_stacks import snapshot, stop_app
 from test_stacks_cli import pid_args, stacks
@@ -83,16 +84,17 @@ def hung_job(name, record=False, bpftrace=False, fr_stacks=False):
     return job, bt
 
 
-def settled_text(job, tries=20):
+def settled_text(job, timeout=60):
     """`tptrace stacks` until the classes and the outlier are there (the ranks reach their
-    waits a few ms after announcing step 0); the last output."""
-    for _ in range(tries):
+    waits a few ms after announcing step 0, later under load); the last output. The
+    timeout is a failsafe, not the point."""
+    end = time.monotonic() + timeout
+    while True:
         rc, out, err = stacks(pid_args(job.pids()))
         lines = text_lines(out)
-        if rc == 0 and OUTLIER in lines and all(c in lines for c in CLASSES):
-            break
-        time.sleep(0.5)
-    return rc, out, err
+        if rc == 0 and OUTLIER in lines and all(c in lines for c in CLASSES) or \
+                time.monotonic() >= end:
+            return rc, out, err
 
 
 def frames_key(t):
@@ -276,16 +278,15 @@ def tail_app(probes):
 
 
 def tail_snapshot(w):
-    """stack_dump until the main thread is in read under tail_leaf (it prints "# tail" just
-    before the read)."""
-    for _ in range(40):
-        s = snapshot(w.pid, "--samples", "2", "--interval", "50")
-        main = [t for t in s["threads"] if t["main"]][0]
-        names = [f["func"] for f in main["frames"]]
-        if "tail_leaf" in names and names.index("tail_leaf") > 0:
-            return s, main
-        time.sleep(0.1)
-    raise AssertionError(f"never in tail_leaf's read: {names}")
+    """stack_dump once the main thread is in read under tail_leaf (it prints "# tail" just
+    before the read: that line, then the read in /proc)."""
+    assert w.out.wait_for(lambda l: l.startswith("# tail"), 60), w.out.text()
+    wait_in_syscall(w.pid, "read", tid=w.pid)
+    s = snapshot(w.pid, "--samples", "2", "--interval", "50")
+    main = [t for t in s["threads"] if t["main"]][0]
+    names = [f["func"] for f in main["frames"]]
+    assert "tail_leaf" in names and names.index("tail_leaf") > 0, f"not in tail_leaf's read: {names}"
+    return s, main
 
 
 def test_stacks_chained_tail_call():

@@ -19,12 +19,14 @@ blocked in C (which runs on unharmed), and 1.13's missing APIs."""
 import bisect
 import json
 import os
+import signal
 import statistics
 import subprocess
 import time
 
-from lib import (ROOT, SIM_LIB, Skip, Tracer, Workload, fresh_tmp_path, load_trace, need_root,
-                 pyenv_python, run_tptrace, tmp_path)
+from lib import (ROOT, SIM_LIB, Skip, Tracer, Workload, fresh_tmp_path, in_syscall, load_trace,
+                 need_root, pyenv_python, run_tptrace, tmp_path, wait_in_syscall,
+                 wait_until)
 
 TRAIN = os.path.join(ROOT, "tests", "workloads", "torch_train.py")
 PY_CUDART = os.path.join(ROOT, "tests", "workloads", "py_cudart.py")
@@ -261,19 +263,23 @@ def test_torch_refused_python38():
 
 
 def test_torch_refused_blocked_in_c():
-    """The main thread sleeps in C for 6 s after GO: --torch-timeout 1 refuses in one line, and
-    the job then wakes and runs on unharmed (same output, nothing printed, exit 0)."""
+    """The main thread sleeps in C after GO (until the test wakes it): --torch-timeout 1
+    refuses in one line, and the job then wakes and runs on unharmed (same output, nothing
+    printed, exit 0)."""
     need_torch()
     steps = 40
     ref_out, _ = untraced_output(steps, "torch_blocked")
-    wl = train(steps, tmp_path("torch_blocked.times"), env={"TORCH_TRAIN_SLEEP": "6"})
+    wl = train(steps, tmp_path("torch_blocked.times"), env={"TORCH_TRAIN_SLEEP": "600"})
     try:
         wl.go()
-        time.sleep(0.5)
+        wait_in_syscall(wl.pid, "clock_nanosleep", tid=wl.pid)
         t0 = time.monotonic()
         rc, err, _ = refusal(["-p", str(wl.pid), "--torch", "--torch-timeout", "1", "-d", "2"],
                              wl.pid)
         took = time.monotonic() - t0
+        # refused while the job still slept (it sleeps until told): no race with its wake-up
+        asleep = in_syscall(wl.pid, wl.pid, "clock_nanosleep")
+        os.kill(wl.pid, signal.SIGUSR1)
         wl.wait_done(60)
         code = wl.finish(30)
     finally:
@@ -281,7 +287,8 @@ def test_torch_refused_blocked_in_c():
     assert rc == 1, err
     line = one_line(err, f"tptrace: --torch: process {wl.pid}: ")
     assert "reached no safe point" in line and "withdrawn" in line, line
-    assert took < 5.5, f"tptrace took {took:.1f} s to refuse (still before the job woke)"
+    assert asleep, "the job was not asleep when tptrace returned"
+    assert took >= 1.0, f"tptrace refused after {took:.1f} s, before its --torch-timeout"
     assert code == 0 and job_output(wl) == ref_out and wl.err.text() == "", wl.err.text()
 
 
@@ -388,12 +395,15 @@ def test_torch_pftrace_ctrl_c():
     (names, Input Dims)."""
     need_torch()
     out = fresh_tmp_path("torch.pftrace")
-    wl = train(100000, tmp_path("torch_pf.times"))
+    times = tmp_path("torch_pf.times")
+    wl = train(100000, times)
     try:
         wl.go()
         assert wl.out.wait_for(lambda l: l.startswith("step 10 "), 60)
         tr = Tracer(["-p", str(wl.pid), "--torch", "-o", out])
-        time.sleep(1)
+        # profiled steps happened: the job's own flag (4th column) says so for two steps
+        wait_until(lambda: sum(r[3] for r in read_times(times)) >= 2, 120,
+                   "two steps ended with the profiler on")
         rc = tr.stop(timeout=120)
         err = tr.err.text()
         assert wl.p.poll() is None and wl.err.text() == "", wl.err.text()

@@ -21,6 +21,18 @@
 #      equals the sequence Kineto correlates with its launches, phase by phase; copies (HtoD,
 #      DtoH, bytes); clock_residual_ns; the naming path ("kernel source" counts); Triton names
 #      and arrows on driver launches; graph launches and graph kernels.
+#   7. the real stack (tests/gpu/realstack.py jobs, tests/gpu/validate.py --real), each
+#      behaviour the simulated stack models and only a GPU shows, INFO what was measured:
+#      CUPTI's default thread id type vs gettid, and the join rate the agent's SYSTEM type
+#      gives; the GPU clock's offset and drift against CLOCK_MONOTONIC (cuptiGetTimestamp
+#      between two clock reads) and our alignment's residual (<= 1 us, probe kernels inside
+#      their host windows); delivery (out-of-order/late/incomplete counts where reported, no
+#      record twice); kernels starting before their launch returns; NCCL (a 1-rank
+#      communicator: cuLaunchKernelEx, its own stream, events between the streams, overlap
+#      with compute; a WARN when torch has no NCCL); two processes under one --gpu (no
+#      arrow across them, tracks per process); a second context (a second device if any);
+#      records dropped with tiny CUPTI buffers, every lost kernel counted (when the agent
+#      has TPTRACE_AGENT_BUF_BYTES; a WARN otherwise).
 #
 # Usage: tests/gpu/check.sh [--steps N (10)] [--keep DIR]    (run from the repo, as root)
 # Environment: CHECK_LIMIT_S (450) the whole run's limit; PYTHON (python3);
@@ -65,6 +77,126 @@ read_until() {
 		case "$line" in $1) return 0 ;; esac
 	done
 	return 1
+}
+
+# read_fd FD LOG PATTERN TIMEOUT: a realstack job's lines (on FD) into LOG until one matches
+read_fd() {
+	local line
+	while IFS= read -r -t "$4" line <&"$1"; do
+		echo "$line" >>"$2"
+		# shellcheck disable=SC2254  # $3 is a glob on purpose
+		case "$line" in $3) return 0 ;; esac
+	done
+	return 1
+}
+
+# relay FILE: validate.py's lines as results
+relay() {
+	local line
+	while IFS= read -r line; do
+		case "$line" in
+		"PASS "*) pass "${line#PASS }" ;;
+		"FAIL "*) fail "${line#FAIL }" ;;
+		"WARN "*) warn "${line#WARN }" ;;
+		*) echo "$line" ;;
+		esac
+	done <"$1"
+}
+
+# real_check CHECK TRACE LOG NAME [KEY=JSON...]: validate.py --real on the job's CTX NAME
+real_check() {
+	local check=$1 trace=$2 log=$3 name=$4
+	shift 4
+	if ! "$PY" "$ROOT/tests/gpu/realstack.py" ctx "$log" "$name" "$@" >"$WORK/ctx.$check.json" \
+		2>"$WORK/ctx.$check.err"; then
+		fail "$check: $(cat "$WORK/ctx.$check.err")"
+		return
+	fi
+	"$PY" "$ROOT/tests/gpu/validate.py" --real "$check" "$trace" "$WORK/ctx.$check.json" \
+		>"$WORK/real.$check.out" 2>&1
+	relay "$WORK/real.$check.out"
+	grep -q "^[A-Z]* $check: " "$WORK/real.$check.out" || fail "$check: validate.py said nothing"
+}
+
+# spawn_job NAME MARKER IN_FD OUT_FD [ENV=VALUE...]: a realstack job on fifos (its imports and
+# CUDA init overlap what runs meanwhile); ready_job NAME OUT_FD: its READY within 240 s
+spawn_job() {
+	local name=$1 marker=$2 infd=$3 outfd=$4
+	shift 4
+	mkfifo "$WORK/$name.in" "$WORK/$name.out"
+	env "$@" "$PY" "$ROOT/tests/gpu/realstack.py" job "$marker" <"$WORK/$name.in" \
+		>"$WORK/$name.out" 2>"$WORK/$name.err" &
+	echo $! >"$WORK/$name.pid"
+	eval "exec $infd>\"\$WORK/\$name.in\" $outfd<\"\$WORK/\$name.out\""
+}
+ready_job() { read_fd "$2" "$WORK/$1.log" "READY*" 240; }
+
+real_stack() {
+	local a b c tr rc
+	echo '{}' >"$WORK/clock.json"
+	info "the real stack: behaviours the simulated stack models"
+	"$PY" "$ROOT/tests/gpu/realstack.py" clock 40 250 >"$WORK/clock.json" 2>"$WORK/clock.err" || true
+	grep -q "^{" "$WORK/clock.json" || echo "{}" >"$WORK/clock.json"
+	grep -q '"pairs"' "$WORK/clock.json" ||
+		info "clock: no cuptiGetTimestamp reads: $(tail -1 "$WORK/clock.err") $(cat "$WORK/clock.json")"
+	ready_job a 6 || { fail "realstack job a did not start: $(tail -2 "$WORK/a.err")"; return; }
+	ready_job b 8 || { fail "realstack job b did not start: $(tail -2 "$WORK/b.err")"; return; }
+	a=$(cat "$WORK/a.pid")
+	b=$(cat "$WORK/b.pid")
+	tr=$WORK/real.json
+	"$TPTRACE" -p "$a" -p "$b" --gpu -o "$tr" >"$WORK/real.tptrace.out" 2>"$WORK/real.tptrace.err" &
+	rc=$!
+	echo "$rc" >>"$TRACERS"
+	if ! wait_for_tracing "$rc" "$WORK/real.tptrace.err"; then
+		fail "tptrace -p A -p B --gpu: no \"tracing\" line: $(tail -2 "$WORK/real.tptrace.err" | tr '\n' ' ')"
+		stop_tracer "$rc"
+		return
+	fi
+	printf 'TIDS\nPROBES 20 250\nLAUNCHES 300\nNCCL\nCTX2\n' >&5
+	printf 'LAUNCHES 300\n' >&7
+	read_fd 6 "$WORK/a.log" "CTX contexts *" 240 || fail "job a: $(tail -2 "$WORK/a.err")"
+	read_fd 8 "$WORK/b.log" "CTX launches *" 120 || fail "job b: $(tail -2 "$WORK/b.err")"
+	stop_tracer "$rc" || fail "tptrace -p A -p B --gpu rc $?: $(tail -2 "$WORK/real.tptrace.err")"
+	echo QUIT >&5
+	echo QUIT >&7
+	real_check threads "$tr" "$WORK/a.log" tids "+$WORK/clock.json"
+	real_check clock "$tr" "$WORK/a.log" probes "+$WORK/clock.json"
+	real_check delivery "$tr" "$WORK/a.log" tids
+	real_check early "$tr" "$WORK/a.log" launches
+	if grep -q '^CTX nccl {"skip"' "$WORK/a.log"; then
+		warn "nccl: skipped: $(grep -o '"skip": .*' "$WORK/a.log" | head -1)"
+	else
+		real_check nccl "$tr" "$WORK/a.log" nccl
+	fi
+	real_check procs "$tr" "$WORK/a.log" tids \
+		"procs=[{\"pid\": $a, \"marker\": \"sin_kernel\", \"launches\": 300}, {\"pid\": $b, \"marker\": \"cos_kernel\", \"launches\": 300}]"
+	real_check contexts "$tr" "$WORK/a.log" contexts
+	wait "$a" "$b"
+	exec 5>&- 6<&- 7>&- 8<&-
+
+	# drops: tiny CUPTI buffers, when the agent lets a test choose their size
+	if ! grep -q TPTRACE_AGENT_BUF_BYTES "$AGENT"; then
+		warn "drops: the agent has no TPTRACE_AGENT_BUF_BYTES: dropped records not provoked"
+		return
+	fi
+	spawn_job c sin 5 6 TPTRACE_AGENT_BUF_BYTES=4096
+	ready_job c 6 || { fail "realstack job c did not start: $(tail -2 "$WORK/c.err")"; return; }
+	c=$(cat "$WORK/c.pid")
+	"$TPTRACE" -p "$c" --gpu -o "$WORK/drops.json" >/dev/null 2>"$WORK/drops.tptrace.err" &
+	rc=$!
+	echo "$rc" >>"$TRACERS"
+	if wait_for_tracing "$rc" "$WORK/drops.tptrace.err"; then
+		echo "FLOOD 20000" >&5
+		read_fd 6 "$WORK/c.log" "CTX flood *" 240 || fail "job c: $(tail -2 "$WORK/c.err")"
+		stop_tracer "$rc" || fail "tptrace (drops) rc $?: $(tail -2 "$WORK/drops.tptrace.err")"
+		real_check drops "$WORK/drops.json" "$WORK/c.log" flood
+	else
+		fail "tptrace (drops): no \"tracing\" line: $(tail -2 "$WORK/drops.tptrace.err")"
+		stop_tracer "$rc"
+	fi
+	echo QUIT >&5
+	wait "$c"
+	exec 5>&- 6<&-
 }
 
 # wait_for_tracing PID ERRFILE: tptrace's "tracing N process(es)" line within 10 s
@@ -226,6 +358,9 @@ EOF
 	JOB_PID=$!
 	exec 3>"$WORK/job_in" 4<"$WORK/job_out"
 	read_until "READY*" 240 || fatal "job did not start: $(tail -3 "$WORK/job_err")"
+	# the real stack's two jobs start now: their imports overlap the phases below
+	spawn_job a sin 5 6
+	spawn_job b cos 7 8
 	info "job pid $JOB_PID ready (eager, $([ $COMPILE = 1 ] && echo "compiled, ")graph warmed up)"
 
 	# BPF first: tptrace's uprobes on the job for a second
@@ -306,6 +441,7 @@ EOF
 		esac
 	done <"$WORK/validate.out"
 	[ "$VRC" -eq 0 ] || grep -q "^FAIL " "$WORK/validate.out" || fail "validate.py rc $VRC"
+	real_stack
 	exit 0
 }
 

@@ -3,12 +3,13 @@
  * dlopen_app: links no CUDA library; loads libcudart only after GO, so a tracer attached at
  * READY must notice the new mapping and attach to it while the process runs.
  *
- * Usage: dlopen_app --lib PATH [--iters N (3)] [--settle-ms MS (300)] [--hold]
+ * Usage: dlopen_app --lib PATH [--iters N (3)] [--settle-ms MS (300)] [--wait-line] [--hold]
  *
  * After GO:
  *   dlopen(PATH, RTLD_NOW | RTLD_LOCAL); dlsym cudaLaunchKernel, cudaStreamSynchronize,
  *   cudaDeviceSynchronize; print "# loaded"; sleep MS milliseconds (time for the tracer to
- *   attach to the new library); then EXACTLY, per iteration:
+ *   attach to the new library), or with --wait-line until it reads a line on stdin (the test
+ *   says when the tracer has attached); then EXACTLY, per iteration:
  *     1. cudaLaunchKernel(dl_kernel, grid (7,1,1), block (32,1,1), args, 0, 0)
  *     2. cudaStreamSynchronize(0)
  *   and once after the loop:
@@ -57,7 +58,7 @@ int main(int argc, char **argv)
 {
 	const char *path = NULL;
 	long iters = 3, settle_ms = 300;
-	int hold = 0, value = 0, *ptr = &value;
+	int hold = 0, wait_line = 0, value = 0, *ptr = &value;
 	void *args[] = { &ptr };
 	dim3 grid = { 7, 1, 1 }, block = { 32, 1, 1 };
 	launch_kernel_fn launch_kernel;
@@ -75,11 +76,14 @@ int main(int argc, char **argv)
 			settle_ms = hs_parse_long(argv[i], argv[i + 1]), i++;
 		else if (!strcmp(argv[i], "--hold"))
 			hold = 1;
+		else if (!strcmp(argv[i], "--wait-line"))
+			wait_line = 1;
 		else
 			path = NULL, i = argc;
 	}
 	if (!path) {
-		fprintf(stderr, "usage: dlopen_app --lib PATH [--iters N] [--settle-ms MS] [--hold]\n");
+		fprintf(stderr, "usage: dlopen_app --lib PATH [--iters N] [--settle-ms MS] [--wait-line] "
+			"[--hold]\n");
 		return 2;
 	}
 
@@ -94,10 +98,19 @@ int main(int argc, char **argv)
 	device_sync = (device_sync_fn)must_dlsym(lib, "cudaDeviceSynchronize");
 	hs_info("loaded");
 
-	settle.tv_sec = settle_ms / 1000;
-	settle.tv_nsec = (settle_ms % 1000) * 1000000L;
-	while (nanosleep(&settle, &settle))
-		;
+	if (wait_line) {
+		char line[64];
+
+		if (!fgets(line, sizeof(line), stdin)) {
+			fprintf(stderr, "dlopen_app: stdin closed before the go-on line\n");
+			return 2;
+		}
+	} else {
+		settle.tv_sec = settle_ms / 1000;
+		settle.tv_nsec = (settle_ms % 1000) * 1000000L;
+		while (nanosleep(&settle, &settle))
+			;
+	}
 
 	for (long it = 0; it < iters; it++) {
 		note(launch_kernel((const void *)dl_kernel, grid, block, args, 0, 0));

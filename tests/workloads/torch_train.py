@@ -11,7 +11,8 @@ the main thread's CPU time in it (ns; the CPU time leaves out the sleep and othe
 processes, so it shows what a profiler left running would add), and 1 when a torch profiler
 was on at the step's end (torch._C._autograd._profiler_enabled()), else 0. Ends
 with "DONE".
-TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after that line.
+TORCH_TRAIN_SLEEP=SEC: sleep SEC (in C, the main thread blocked) right after that line, or
+until SIGUSR1 (a test wakes it when it is done with the sleeping process).
 TORCH_TRAIN_LINGER=1: at exit (an atexit handler registered before READY, so it runs after
 any a tracer registers later), print "LINGER" and keep running Python until tptrace's state
 (sys._tptrace_state) is gone, at most 120 s: a tracer's request then runs during the exit.
@@ -24,6 +25,7 @@ key {"key", "count", "self_cpu_us", "cpu_total_us"} (tests/e2e/test_report_torch
 import atexit
 import ctypes
 import os
+import signal
 import sys
 import time
 
@@ -44,6 +46,14 @@ def launcher(path):
 			  args, 0, None)
 
 
+class Wake(Exception):
+	pass
+
+
+def on_usr1(sig, frame):
+	raise Wake()
+
+
 def main(steps, times_path, libcudart):
 	torch.manual_seed(0)
 	model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
@@ -62,8 +72,15 @@ def main(steps, times_path, libcudart):
 		atexit.register(linger)
 	print("READY", os.getpid(), flush=True)
 	sys.stdin.readline()
-	# TORCH_TRAIN_SLEEP=SEC: the main thread first sleeps in C (blocked for tptrace's door)
-	time.sleep(float(os.environ.get("TORCH_TRAIN_SLEEP", "0")))
+	# TORCH_TRAIN_SLEEP=SEC: the main thread first sleeps in C (blocked for tptrace's door),
+	# until SIGUSR1 at the latest
+	if float(os.environ.get("TORCH_TRAIN_SLEEP", "0")) > 0:
+		signal.signal(signal.SIGUSR1, on_usr1)
+		try:
+			time.sleep(float(os.environ["TORCH_TRAIN_SLEEP"]))
+		except Wake:
+			pass
+		signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 	keyavg = os.environ.get("TORCH_TRAIN_KEYAVG")
 	prof = codes = None
 	for step in range(steps):
