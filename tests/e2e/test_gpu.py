@@ -8,7 +8,7 @@ import time
 
 from gpulib import (AGENT_SO, GpuAttach, agent_mapped, abs_ns, gpu_events, maps_mention, need_ptrace,
                     normalize_output, tpsim_items)
-from lib import WL, Skip, Workload, need_root, run_tptrace, tmp_path
+from lib import WL, Skip, Workload, need_root, run_tptrace, tmp_path, wait_in_syscall, wait_until
 
 SIM_TRAIN = os.path.join(WL, "sim_train")
 NOCUDA = os.path.join(WL, "nocuda")
@@ -37,7 +37,9 @@ def run_attached(steps=8, kernel_us=1000, threads=1, attach_after_go=False, extr
     try:
         if attach_after_go:
             wl.go()
-            time.sleep(kernel_us * 4e-6)
+            # mid-run: attach once the job has run a few kernels (the sim says each one)
+            wait_until(lambda: sum(i["kind"] == "kernel" for i in tpsim_items(wl.err.text()).values()) >= 4,
+                       120, "the job's first kernels")
         ga = GpuAttach(wl.pid, name, extra)
         assert ga.attached(), f"attach failed: {ga.stderr.text()}"
         assert agent_mapped(wl.pid), "agent mapped while attached"
@@ -280,7 +282,10 @@ def test_gpu_resident_agent():
             assert ga.attached(), ga.stderr.text()
             if i == 0:
                 wl.go()
-            time.sleep(0.2)
+            # some kernels while attached (the sim says each one), then stop
+            n0 = sum(it["kind"] == "kernel" for it in tpsim_items(wl.err.text()).values())
+            wait_until(lambda: sum(it["kind"] == "kernel" for it in tpsim_items(wl.err.text()).values())
+                       >= n0 + 8, 120, "kernels while attached")
             assert ga.stop() == 0, ga.stderr.text()
             st = ga.stats()
             assert not st["injected"] and not st["unloaded"], st
@@ -349,7 +354,7 @@ def test_gpu_injection_during_nanosleep():
     try:
         t0 = time.monotonic()
         wl.go()
-        time.sleep(0.3)
+        wait_in_syscall(wl.pid, "clock_nanosleep")     # inject into the sleep itself
         ga = GpuAttach(wl.pid, "gpu_sleep.json", ["--no-precheck"])
         assert ga.wait(60) == 3 and "uses no CUDA" in ga.stderr.text(), ga.stderr.text()
         wl.wait_done(30)
