@@ -606,6 +606,26 @@ static int rule_missing_dump(struct fr_analysis *a)
 			if (a->procs[m->proc].global_rank != m->rank)
 				identity = false;
 		}
+		/* comm ranks that are global ranks whose dump is here: that dump holds the comm
+		 * under another id (joined before the recorder attached: a local id), its dump is
+		 * not missing. Never blamed; when none is left, no verdict. */
+		if (identity) {
+			int64_t k = 0;
+
+			for (int64_t i = 0; i < n && i < ABSENT_LIST; i++) {
+				bool here = false;
+
+				for (int pi = 0; pi < a->nr_procs && !here; pi++)
+					here = a->procs[pi].global_rank == absent[i];
+				if (!here)
+					absent[k++] = absent[i];
+			}
+			if (n > ABSENT_LIST)
+				n = ABSENT_LIST;
+			if (!k)
+				continue;
+			n = k;
+		}
 		if (!(v = verdict_new(a, RULE_MISSING_DUMP, cid, FR_UNK, NULL)))
 			return -ENOMEM;
 		v->ev.missing_dump.identity = identity;

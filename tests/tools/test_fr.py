@@ -856,6 +856,36 @@ def check_wording():
     return res
 
 
+def check_local_comm_not_missing():
+    """A rank whose recorder attached after its comm init holds the comm under a local id
+    (the fleet tests under load: the first libnccl mapping probed late). World size unknown,
+    so missing_dump goes per comm: the comm's rank 0 "has no dump", yet global rank 0's dump
+    is right there. It was blamed (missing_dump ranks=[0], and ranks 1-3 for the local comm),
+    high confidence, ahead of the real culprit. Never: the type mismatch of rank 1 comes first
+    and no missing_dump is said."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "local")
+        gen("--ranks 4 --entries 12 --scenario type --culprit 1", d)
+
+        def local_rank0(dump):
+            dump["world_size"] = None
+            if dump["global_rank"] == 0:
+                c = dump["comms"][0]
+                c["comm_id"] = "local:node0:10000:55d0c0ffee00"
+                c["cross_rank_id"] = False
+                c["learned"]["comm_id"] = "local"
+        edit_dumps(d, local_rank0)
+        out = json.loads(run([FR, "--json", d]).stdout)
+        rules = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
+        err = None
+        if not rules or rules[0] != ("type_mismatch", [1]) or \
+                any(r == "missing_dump" for r, _ in rules):
+            err = f"verdicts: {rules}"
+        res.append(("local comm id: no missing_dump for a rank whose dump is here", err))
+    return res
+
+
 def check_generated_stacks(t):
     res = []
     # two ranks in ncclAllReduce, two in cudaStreamSynchronize, none progressing: no majority
@@ -1178,6 +1208,7 @@ def main():
     results += check_tail_parity()
     results += check_default_reads_all()
     results += check_wording()
+    results += check_local_comm_not_missing()
     for name, err in results:
         if err:
             failed += 1
