@@ -67,6 +67,19 @@ static bool alive(int pid)
 	return state != 'Z' && state != 'X';
 }
 
+/* A process inside exit(): its files and root are already released (/proc/PID/root reads
+ * ENOENT) while it is not a zombie yet; what it was to run will never run. */
+static bool exiting(int pid)
+{
+	char path[64], buf[8];
+
+	if (!alive(pid))
+		return true;
+	if (procmaps__path(path, sizeof(path), pid, "root"))
+		return false;
+	return readlink(path, buf, sizeof(buf)) < 0 && errno == ENOENT;
+}
+
 /* ---- the interpreter's entry points ------------------------------------------------- */
 
 static int find_python_funcs(struct pyrun *r, char *err, size_t errlen)
@@ -762,12 +775,12 @@ int pyrun__exec(struct pyrun *r, const char *snippet, const cJSON *args, int tim
 			claimed = true;
 			deadline = now_ms() + RUN_MAX_MS;
 		}
-		if (e != -EAGAIN && e != -EPROTO && alive(r->pid)) {
+		if (e != -EAGAIN && e != -EPROTO && !exiting(r->pid)) {
 			set_err(err, errlen, "process %d: reading the snippet's result %s: %s", r->pid,
 				res_h, strerror(-e));
 			break;
 		}
-		if (!alive(r->pid)) {
+		if (exiting(r->pid)) {
 			e = -ESRCH;
 			set_err(err, errlen, "process %d exited before the snippet %s", r->pid,
 				claimed ? "finished" : "ran");
