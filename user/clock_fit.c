@@ -132,10 +132,21 @@ static void refit(struct clock_fit *f)
 		if (vxx <= 0 || (rate - 1.0 <= DRIFT_SIGMAS * se && 1.0 - rate <= DRIFT_SIGMAS * se))
 			rate = 1.0;
 	}
-	/* the line through the weighted means */
-	f->rate = rate;
-	f->h0 = ref->host + (int64_t)round_i64(mx);
-	f->c0 = ref->cupti + (int64_t)round_i64(my);
+	/* the line through the weighted means; with no drift, an offset that moved by less than
+	 * a sample can tell (half the typical read window) is kept: a mapping that changed by a
+	 * ns or two between two records' conversions would make work that ran back to back
+	 * overlap (or part) by that much */
+	{
+		uint64_t h0 = ref->host + (int64_t)round_i64(mx), c0 = ref->cupti + (int64_t)round_i64(my);
+		int64_t moved = (int64_t)(c0 - h0) - (int64_t)(f->c0 - f->h0);
+		double tol = median / 2.0 + WINDOW_FLOOR_NS;
+
+		if (f->nr > 1 && f->rate == 1.0 && rate == 1.0 && (moved < 0 ? -moved : moved) <= tol)
+			h0 = f->h0, c0 = f->c0;
+		f->rate = rate;
+		f->h0 = h0;
+		f->c0 = c0;
+	}
 	f->used = 0;
 	f->residual = f->window = 0;
 	for (uint32_t i = 0; i < n; i++) {

@@ -122,9 +122,40 @@ static void test_first_samples(void)
 	clock_fit__free(f);
 }
 
+/* No drift (CUPTI's own interpolation took it out), jittered samples: once the offset is
+ * known, more samples of the same offset do not move the mapping by the ns or two of their
+ * jitter, so two records that ran back to back, converted a poll apart, never overlap. */
+static void test_no_drift_stable(void)
+{
+	struct clock_fit *f = clock_fit__new();
+	uint64_t t0 = 500 * SEC, t = t0, probe = 0, first = 0;
+	int moved = 0, off = 0;
+
+	for (int i = 0; i < 48 + 60; i++) {
+		uint64_t w = uniform(40, 400), at = uniform(0, w);
+		uint64_t c = t0 + 3000 + (t + at - t0);
+
+		clock_fit__add(f, t, t + w, c);
+		if (i == 48) {
+			probe = c;
+			first = clock_fit__to_host(f, probe);
+		} else if (i > 48) {
+			uint64_t h = clock_fit__to_host(f, probe);
+
+			moved += h != first;
+			off += absdiff(h, probe - 3000) > BOUND;
+		}
+		t += i < 48 ? MS : SEC;
+	}
+	CHECK(moved == 0, "the mapping moved %d times over 60 s of jittered samples", moved);
+	CHECK(off == 0, "%d conversions off by more than %d ns", off, BOUND);
+	clock_fit__free(f);
+}
+
 int main(void)
 {
 	test_first_samples();
+	test_no_drift_stable();
 	test_drift_60s();
 	return check_done();
 }
