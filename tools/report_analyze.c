@@ -336,7 +336,20 @@ static bool name_is_func(const char *slice, const char *func)
 	return strlen(c) > n && c[strlen(c) - n - 1] == '.' && !strcmp(c + strlen(c) - n, func);
 }
 
-static void steps_python(struct ctx *c, struct proc *p)
+static bool is_step_func(struct ctx *c, const struct rev *e)
+{
+	return e->kind == RK_PYFUNC && name_is_func(S(c, e->name), c->o->step_func);
+}
+
+static bool is_profiler_step(struct ctx *c, const struct rev *e)
+{
+	return e->kind == RK_USER_ANN && !strncmp(S(c, e->name), "ProfilerStep#", 13);
+}
+
+/* Steps are the slices is_step picks, on the thread that has the most of them; that
+ * thread, or false when no slice is one (or out of memory). */
+static bool steps_of_slices(struct ctx *c, struct proc *p,
+			    bool (*is_step)(struct ctx *c, const struct rev *e), uint64_t *tid)
 {
 	const struct rev *ev = p->in->ev;
 	struct u64map per_tid = {};
@@ -346,7 +359,7 @@ static void steps_python(struct ctx *c, struct proc *p)
 		const struct rev *e = &ev[p->host[i]];
 		uint64_t v = 0;
 
-		if (e->kind != RK_PYFUNC || !name_is_func(S(c, e->name), c->o->step_func))
+		if (!is_step(c, e))
 			continue;
 		u64map__get(&per_tid, (uint64_t)e->tid + 1, &v);
 		u64map__set(&per_tid, (uint64_t)e->tid + 1, ++v);
@@ -354,64 +367,46 @@ static void steps_python(struct ctx *c, struct proc *p)
 			best = v, best_tid = e->tid;
 	}
 	u64map__clear(&per_tid);
+	if (!best || !(p->steps = calloc(best, sizeof(*p->steps))))
+		return false;
+	for (size_t i = 0; i < p->nr_host; i++) {
+		const struct rev *e = &ev[p->host[i]];
+
+		if (e->tid == best_tid && is_step(c, e))
+			p->steps[p->nr_steps++] = (struct step){ e->ts, e->ts + e->dur };
+	}
+	*tid = best_tid;
+	return true;
+}
+
+static void steps_python(struct ctx *c, struct proc *p)
+{
+	uint64_t tid;
+
 	snprintf(p->method, sizeof(p->method), "python:%.24s", c->o->step_func);
-	if (!best) {
+	if (!steps_of_slices(c, p, is_step_func, &tid)) {
 		snprintf(p->method_detail, sizeof(p->method_detail),
 			 "no python_function slice named %.80s (traced without --py-stacks, or the "
 			 "function makes no CUDA call)", c->o->step_func);
 		return;
 	}
-	p->steps = calloc(best, sizeof(*p->steps));
-	if (!p->steps)
-		return;
-	for (size_t i = 0; i < p->nr_host; i++) {
-		const struct rev *e = &ev[p->host[i]];
-
-		if (e->kind == RK_PYFUNC && e->tid == best_tid &&
-		    name_is_func(S(c, e->name), c->o->step_func))
-			p->steps[p->nr_steps++] = (struct step){ e->ts, e->ts + e->dur };
-	}
 	snprintf(p->method_detail, sizeof(p->method_detail),
 		 "each python_function slice %.80s on thread %lu is a step", c->o->step_func,
-		 (unsigned long)best_tid);
+		 (unsigned long)tid);
 }
 
 /* --torch: torch.profiler's ProfilerStep#N slices (user_annotation; tptrace draws one per
  * optimizer step of its window) are the steps, on the thread with the most. false if none. */
 static bool steps_profiler(struct ctx *c, struct proc *p)
 {
-	const struct rev *ev = p->in->ev;
-	struct u64map per_tid = {};
-	uint64_t best_tid = 0, best = 0;
+	uint64_t tid;
 
-	for (size_t i = 0; i < p->nr_host; i++) {
-		const struct rev *e = &ev[p->host[i]];
-		uint64_t v = 0;
-
-		if (e->kind != RK_USER_ANN || strncmp(S(c, e->name), "ProfilerStep#", 13))
-			continue;
-		u64map__get(&per_tid, (uint64_t)e->tid + 1, &v);
-		u64map__set(&per_tid, (uint64_t)e->tid + 1, ++v);
-		if (v > best)
-			best = v, best_tid = e->tid;
-	}
-	u64map__clear(&per_tid);
-	if (!best)
+	if (!steps_of_slices(c, p, is_profiler_step, &tid))
 		return false;
-	p->steps = calloc(best, sizeof(*p->steps));
-	if (!p->steps)
-		return false;
-	for (size_t i = 0; i < p->nr_host; i++) {
-		const struct rev *e = &ev[p->host[i]];
-
-		if (e->kind == RK_USER_ANN && e->tid == best_tid &&
-		    !strncmp(S(c, e->name), "ProfilerStep#", 13))
-			p->steps[p->nr_steps++] = (struct step){ e->ts, e->ts + e->dur };
-	}
 	snprintf(p->method, sizeof(p->method), "profiler_steps");
 	snprintf(p->method_detail, sizeof(p->method_detail),
 		 "each torch.profiler ProfilerStep#N slice on thread %lu is a step (--torch)",
-		 (unsigned long)best_tid);
+		 (unsigned long)tid);
 	return true;
 }
 
