@@ -114,7 +114,17 @@ def stop(torch, args, state):
 		# the job is exiting: its own exit stopped the profiler and the events go with it
 		state.clear()
 		return {"exiting": True}
+	# this snippet's frames are in the profile too (the marker's spans run inside them): their
+	# code objects join the start's, kept alive as long as the list is (the profiler object
+	# names them; a job holding both reads no freed memory)
+	f = sys._getframe()
+	codes = state.get("codes")
+	while codes is not None and f is not None and \
+			f.f_code.co_filename in ("<tptrace snippet>", "<tptrace>", "<string>"):
+		codes.append(f.f_code)
+		f = f.f_back
 	clock = marker(torch, time)
+	codes is not None and codes.append(marker.__code__)
 	steps = state.get("steps")
 	job_depth = state.get("job_depth")
 	hook = state.pop("hook", None)
