@@ -849,6 +849,11 @@ void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns)
 	gpu_join__set_enabled(d->join, (uint32_t)pid, enabled_ns);
 }
 
+void decoder__gpu_disabled(struct decoder *d, int pid, uint64_t disabled_ns)
+{
+	gpu_join__set_disabled(d->join, (uint32_t)pid, disabled_ns);
+}
+
 /* gpu__poll callback (ctx: the process's decoder__gpu_source): GPU work goes on the process's
  * device/context/stream track right away; API records go to the join, which holds them for
  * the host calls they belong to. */

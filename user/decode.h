@@ -67,6 +67,8 @@ void decoder__gpu_clock(struct decoder *d, int pid, uint32_t samples, uint64_t r
 			uint64_t window_ns);
 /* pid's agent had CUPTI enabled at enabled_ns: its calls before that have no record. */
 void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns);
+/* tptrace began turning pid's CUPTI off (the end of the trace) */
+void decoder__gpu_disabled(struct decoder *d, int pid, uint64_t disabled_ns);
 /* The join's counts, all processes; -ENOENT without --gpu (there are none). */
 int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out);
 /* pid's own counts; -ENOENT without --gpu or when the join never heard of pid. */

@@ -45,6 +45,7 @@ struct jproc {
 	uint32_t pid;
 	uint64_t slack;
 	uint64_t enabled;		/* its agent's enable time; 0 not told */
+	uint64_t disabled;		/* when tptrace began turning its CUPTI off; 0 not yet */
 	uint64_t first_record;		/* its earliest API record start; 0 none yet */
 	struct gpu_join_stats st;
 };
@@ -84,6 +85,7 @@ struct gpu_join {
 static const char *status_names[] = {
 	[GPU_JOIN_JOINED] = "joined",
 	[GPU_JOIN_BEFORE_ENABLE] = "before CUPTI was enabled",
+	[GPU_JOIN_AFTER_DISABLE] = "after CUPTI was disabled",
 	[GPU_JOIN_NO_RECORD] = "no CUPTI record",
 	[GPU_JOIN_AMBIGUOUS] = "ambiguous",
 };
@@ -160,6 +162,14 @@ void gpu_join__set_enabled(struct gpu_join *j, uint32_t pid, uint64_t enabled_ns
 
 	if (p)
 		p->enabled = enabled_ns;
+}
+
+void gpu_join__set_disabled(struct gpu_join *j, uint32_t pid, uint64_t disabled_ns)
+{
+	struct jproc *p = proc_get(j, pid);
+
+	if (p)
+		p->disabled = disabled_ns;
 }
 
 bool gpu_join__wants(uint32_t api)
@@ -443,6 +453,9 @@ static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint
 	} else if (enable_bound(p) && jc->call.ts < enable_bound(p)) {
 		jc->res.status = GPU_JOIN_BEFORE_ENABLE;
 		COUNT(j, p, before_enable);
+	} else if (p->disabled && (jc->call.ret_ts ? jc->call.ret_ts : jc->call.ts) >= p->disabled) {
+		jc->res.status = GPU_JOIN_AFTER_DISABLE;
+		COUNT(j, p, after_disable);
 	} else {
 		jc->res.status = GPU_JOIN_NO_RECORD;
 		COUNT(j, p, no_record);

@@ -34,6 +34,8 @@ struct agent_record;
 enum gpu_join_status {
 	GPU_JOIN_JOINED,
 	GPU_JOIN_BEFORE_ENABLE,	/* the call came before CUPTI was enabled: no record can exist */
+	GPU_JOIN_AFTER_DISABLE,	/* it ended after tptrace began turning CUPTI off (the end of the
+				 * trace): its record may never be written */
 	GPU_JOIN_NO_RECORD,	/* CUPTI was on, but no record of this API in the window */
 	GPU_JOIN_AMBIGUOUS,	/* more than one record fits: none taken */
 };
@@ -81,6 +83,7 @@ struct gpu_join_stats {
 	uint64_t calls;			/* handed in, decided */
 	uint64_t joined;
 	uint64_t before_enable;
+	uint64_t after_disable;
 	uint64_t no_record;
 	uint64_t ambiguous;
 	uint64_t flows;
@@ -107,6 +110,9 @@ void gpu_join__set_clock(struct gpu_join *j, uint32_t pid, uint32_t samples,
 /* pid's agent reported CUPTI enabled at or before enabled_ns: calls before it had no record.
  * Without it, pid's earliest API record received bounds the enable time. */
 void gpu_join__set_enabled(struct gpu_join *j, uint32_t pid, uint64_t enabled_ns);
+/* tptrace began turning pid's CUPTI off at disabled_ns: calls that ended after it may have
+ * no record (not a loss). */
+void gpu_join__set_disabled(struct gpu_join *j, uint32_t pid, uint64_t disabled_ns);
 
 /* Whether a call of cuda_apis[api] waits for a CUPTI record (it has a cbid and puts work on a
  * stream, or is an event record / stream wait CUPTI also reports). */

@@ -289,6 +289,7 @@ static cJSON *gpu_join_json(const struct decoder *dec, int pid)
 	cJSON_AddNumberToObject(o, "joined", (double)j.joined);
 	u = cJSON_AddObjectToObject(o, "unjoined");
 	cJSON_AddNumberToObject(u, "before_enable", (double)j.before_enable);
+	cJSON_AddNumberToObject(u, "after_disable", (double)j.after_disable);
 	cJSON_AddNumberToObject(u, "no_record", (double)j.no_record);
 	cJSON_AddNumberToObject(u, "ambiguous", (double)j.ambiguous);
 	cJSON_AddNumberToObject(o, "flows", (double)j.flows);
@@ -998,7 +999,9 @@ static void drain(struct trace_session *s)
 
 		if (!p->gpu)
 			continue;
-		/* flush, disable and unsubscribe CUPTI, then unload the agent */
+		/* flush, disable and unsubscribe CUPTI, then unload the agent; calls that end
+		 * from here on may have no record */
+		decoder__gpu_disabled(s->dec, p->t->pid, session__clock_ns(CLOCK_MONOTONIC));
 		if (p->t->exited || target__gone(p->t))
 			gpu__poll(p->gpu, decoder__gpu_cb, p->gsrc);
 		else if (gpu__detach(p->gpu, decoder__gpu_cb, p->gsrc))
@@ -1058,11 +1061,12 @@ static void log_gpu_join(const struct trace_session *s)
 	if (!env.gpu || decoder__gpu_stats(s->dec, &j))
 		return;
 	log_verbose("--gpu: %llu of %llu host calls joined with CUPTI (%llu before CUPTI was "
-		    "enabled, %llu without a record, %llu ambiguous), %llu arrows; CUPTI API records "
-		    "no call claimed: %llu nested driver calls, %llu unprobed calls, %llu ambiguous; "
-		    "%llu GPU work records no written call carries\n",
+		    "enabled, %llu after it was disabled, %llu without a record, %llu ambiguous), "
+		    "%llu arrows; CUPTI API records no call claimed: %llu nested driver calls, %llu "
+		    "unprobed calls, %llu ambiguous; %llu GPU work records no written call carries\n",
 		    (unsigned long long)j.joined, (unsigned long long)j.calls,
-		    (unsigned long long)j.before_enable, (unsigned long long)j.no_record,
+		    (unsigned long long)j.before_enable, (unsigned long long)j.after_disable,
+		    (unsigned long long)j.no_record,
 		    (unsigned long long)j.ambiguous, (unsigned long long)j.flows,
 		    (unsigned long long)j.records_nested, (unsigned long long)j.records_unprobed,
 		    (unsigned long long)j.records_ambiguous, (unsigned long long)j.work_unclaimed);
@@ -1084,7 +1088,7 @@ static void log_gpu_join(const struct trace_session *s)
 		log_error("--gpu: %llu of %llu calls made with CUPTI on have no CUPTI record: their "
 			  "GPU work has no arrow (records dropped, or CUPTI late)\n",
 			  (unsigned long long)j.no_record,
-			  (unsigned long long)(j.calls - j.before_enable));
+			  (unsigned long long)(j.calls - j.before_enable - j.after_disable));
 	if (j.ambiguous)
 		log_error("--gpu: %llu calls fit more than one CUPTI record: left unjoined, never "
 			  "guessed\n", (unsigned long long)j.ambiguous);

@@ -25,6 +25,8 @@ def test_demo_shows_gpu_timeline():
     m = re.search(r"GPU timeline: (\d+) GPU events on their stream tracks, (\d+) launch->kernel arrows", out)
     assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out
     assert "'fake_gemm'" in out and "'fake_relu'" in out, out
+    # the job launches until the end: its calls after CUPTI was turned off are not losses
+    assert "have no CUPTI record" not in out, out
     for cmd in (r"\$ sudo tptrace -p \d+ --gpu -d 3 -o ", r"\$ tptrace report \S+ -o \S+\.html",
                 r"\$ sudo tptrace fr (-p \d+ ){4}--dump-dir \S+ --stall-timeout 3",
                 r"\$ tptrace-fr \S+", r"\$ sudo tptrace stacks( -p \d+){4}$",

@@ -321,7 +321,7 @@ def test_gpu_multi_devices_and_contexts():
         f = ends[l["args"]["correlation"]]
         assert (f["pid"], f["tid"]) == (k["pid"], k["tid"]), (l, k, f)
     j = target_meta(trace, wl.pid)["gpu"]["join"]
-    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    assert j["unjoined"] == {"before_enable": 0, "after_disable": 0, "no_record": 0, "ambiguous": 0}, j
 
 
 def test_gpu_multi_enabled_late_and_ended_early():
@@ -378,7 +378,7 @@ def test_gpu_multi_enabled_late_and_ended_early():
     ja = target_meta(trace, a.pid)["gpu"]["join"]
     jb = target_meta(trace, b.pid)["gpu"]["join"]
     assert ja["unjoined"]["before_enable"] == 0 and ja["joined"] == 40, ja
-    assert jb["unjoined"] == {"before_enable": first, "no_record": 0, "ambiguous": 0}, jb
+    assert jb["unjoined"] == {"before_enable": first, "after_disable": 0, "no_record": 0, "ambiguous": 0}, jb
     assert jb["joined"] == len(lb) - first, (jb, len(lb), first)
     # nothing missing: the summary has no problem line (calls before enable are none)
     assert "--gpu:" not in tr.err.text(), tr.err.text()

@@ -92,7 +92,7 @@ def test_gpu_kernels_joined_with_launches():
     # sim writes a record for each (and nothing for calls tptrace does not probe)
     j = trace["tptrace"]["gpu_join"]
     assert j["joined"] == 8 * steps == j["calls"], j
-    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    assert j["unjoined"] == {"before_enable": 0, "after_disable": 0, "no_record": 0, "ambiguous": 0}, j
     assert j["flows"] == 6 * steps and j["gpu_work_unclaimed"] == 0, j
     # the end-of-trace summary says the same: the arrows on its one line, no problem line
     assert f", {6 * steps} launch->kernel arrows, 0 events dropped" in tr.err.text(), tr.err.text()
@@ -200,7 +200,7 @@ def test_gpu_join_waits_for_a_late_agent():
     # the run outlasted the 2 s a call may wait, counted from the calls' arrival
     assert launches[-1]["ts"] - launches[0]["ts"] > 3e6, (launches[0]["ts"], launches[-1]["ts"])
     j = trace["tptrace"]["gpu_join"]
-    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    assert j["unjoined"] == {"before_enable": 0, "after_disable": 0, "no_record": 0, "ambiguous": 0}, j
     kernels = {e["args"]["correlation"] for e in trace["traceEvents"]
                if e.get("ph") == "X" and e.get("cat") == "kernel"}
     for l in launches:
@@ -301,7 +301,7 @@ def test_gpu_join_with_buffers_out_of_order():
         assert corr in kernels and items[corr]["tid"] == l["tid"], (l, items.get(corr))
         assert kernels[corr]["name"] == l["args"]["kernel"], (l, kernels[corr])
     j = trace["tptrace"]["gpu_join"]
-    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    assert j["unjoined"] == {"before_enable": 0, "after_disable": 0, "no_record": 0, "ambiguous": 0}, j
     assert j["joined"] == j["calls"], j
 
 
@@ -364,4 +364,4 @@ def test_gpu_kernel_starts_before_its_launch_returns():
     print(f"    {inside} of {4 * steps} kernels start inside their launch")
     assert inside >= 2 * steps, inside
     j = trace["tptrace"]["gpu_join"]
-    assert j["unjoined"] == {"before_enable": 0, "no_record": 0, "ambiguous": 0}, j
+    assert j["unjoined"] == {"before_enable": 0, "after_disable": 0, "no_record": 0, "ambiguous": 0}, j
