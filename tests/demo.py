@@ -5,7 +5,8 @@ one command a user would type.
   1. a training-shaped job (tests/workloads/sim_train.c) traced for 3 s with its GPU timeline:
      tptrace -p PID --gpu, then tptrace report of that trace (terminal, and an HTML page);
   2. a 4-rank NCCL job (tests/workloads/nccl_rank.c, scenario "idle": rank 2 stops calling NCCL
-     and the others hang in their allreduce) under the flight recorder, tptrace fr, which dumps
+     and the others hang in their allreduce) under the flight recorder, started before the
+     job's communicators (--init-after-go), tptrace fr, which dumps
      every rank once the job stalls; tptrace-fr names the rank;
   3. tptrace stacks on that hung job: where each rank is;
   4. tptrace mem --leaks on a job that leaks (tests/workloads/alloc_app.c, scenario "leak").
@@ -169,10 +170,12 @@ def hung_job():
     for r in range(4):
         ranks.append(Proc([os.path.join(BIN, "nccl_rank"), "--rank", str(r), "--nranks", "4",
                            "--id-file", id_file, "--steps", "3", "--scenario", "idle",
-                           "--culprit", "2"],
+                           "--culprit", "2", "--init-after-go"],
                           env={"RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r),
                                "TORCHELASTIC_RUN_ID": f"demo-{os.getpid()}"}))
-    for r in ranks:     # they rendezvous in ncclCommInitRank before READY
+    # READY, then (after GO) ncclCommInitRank under the recorder: the recorder, started
+    # before the job's communicators as a fleet deployment runs it, knows their identities
+    for r in ranks:
         r.wait_for(lambda l: l.startswith("READY"), "nccl_rank READY")
     pids = [r.p.pid for r in ranks]
     plist = " ".join(f"-p {p}" for p in pids)
