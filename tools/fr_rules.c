@@ -1221,6 +1221,11 @@ static int rule_state(struct fr_analysis *a)
 			if (!g->completed || !incomplete || g->extra < 0)
 				continue;
 			x = &a->extras[g->extra];
+			/* the ranks do not agree on what seq is (a mismatch, or a seq alignment
+			 * inferred wrong): those that completed it did not complete the same
+			 * collective, so those that did not are no proven laggards */
+			if (x->nr_groups > 0 || x->other_n > 0)
+				continue;
 			if (v) {
 				nr_more++;
 				last_more = g->seq;

@@ -886,6 +886,33 @@ def check_local_comm_not_missing():
     return res
 
 
+def check_state_divergence_needs_agreement():
+    """state_divergence says ranks did not complete a collective others completed; where the
+    ranks hold different collectives at that seq (a seq alignment off by one, as an inferred
+    one of a comm made before attach can be under load), the waiting ranks were blamed
+    (ranks 0,1,3 at seq 12 while rank 2's own, shifted, op completed). Never."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "shift")
+        gen("--ranks 4 --entries 12 --scenario skip --culprit 2", d)
+
+        def shift(dump):
+            if dump["global_rank"] != 2:
+                return
+            for e in dump["entries"]:
+                if e.get("collective_seq_id") is not None and not e.get("is_p2p"):
+                    e["collective_seq_id"] += 1
+            for k in ("last_enqueued_seq", "last_started_seq", "last_completed_seq"):
+                dump["comms"][0][k] += 1
+        edit_dumps(d, shift)
+        out = json.loads(run([FR, "--json", d]).stdout)
+        rules = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
+        bad = [r for r in rules if r[0] == "state_divergence" or set(r[1]) & {0, 1, 3}]
+        res.append(("state_divergence only where the ranks agree on the seq",
+                    f"verdicts: {rules}" if bad or not rules else None))
+    return res
+
+
 def check_generated_stacks(t):
     res = []
     # two ranks in ncclAllReduce, two in cudaStreamSynchronize, none progressing: no majority
@@ -1209,6 +1236,7 @@ def main():
     results += check_default_reads_all()
     results += check_wording()
     results += check_local_comm_not_missing()
+    results += check_state_divergence_needs_agreement()
     for name, err in results:
         if err:
             failed += 1
