@@ -109,13 +109,31 @@ def test_report_healthy_job_has_no_finding():
 def test_report_host_sync_every_step():
     """`loss.item()` every step (DtoH copy + cudaStreamSynchronize) and 400 us of host work
     after it: the GPU idles ~400 us per step, after each sync"""
-    r = report_json([job_trace("sync", ["--sync", "step", "--host-us", "400"])])
+    path = job_trace("sync", ["--sync", "step", "--host-us", "400"])
+    r = report_json([path])
     check_steps(r)
     steps = STEPS - 1
     idle = one(r, "gpu_idle")["numbers"]
     assert idle["idle_frac"] > 0.2, idle
     assert idle["idle_after_sync_ns"] > 0.8 * idle["idle_ns"], idle
-    assert 400e3 * steps <= idle["idle_after_sync_ns"] <= 1000e3 * steps, idle
+    # at least the 400 us of host work a step; at most what the trace itself shows, whatever
+    # the host's load stretched: each gap after a sync (the window's: every sync but the
+    # last) lies between the sync's return and the next GPU work's start (the GPU went idle
+    # no later than the sync returned) and between the GPU work before it and that start
+    t = load_trace(path)
+    ev = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+    gpu = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                 key=lambda e: e["ts"])
+    syncs = sorted((e for e in ev if e["name"] == "cudaStreamSynchronize"), key=lambda e: e["ts"])
+    lo = hi = 0.0
+    for sy in syncs[:-1]:
+        end = sy["ts"] + sy["dur"]
+        nxt = next(g["ts"] for g in gpu if g["ts"] >= end)
+        prev = max(g["ts"] + g["dur"] for g in gpu if g["ts"] + g["dur"] <= end)
+        lo += nxt - end
+        hi += nxt - prev
+    assert 400e3 * steps <= idle["idle_after_sync_ns"], idle
+    assert lo * 1000 - steps <= idle["idle_after_sync_ns"] <= hi * 1000 + steps, (lo, hi, idle)
     hs = one(r, "host_sync")
     n = hs["numbers"]
     assert n["syncs"] == steps and n["syncs_per_step"] == 1 and n["gaps_after_sync"] == steps, n
@@ -153,7 +171,16 @@ def test_report_pageable_copies():
     assert n["pageable_copies"] == STEPS and n["pageable_bytes"] == 4194304 * STEPS, n
     assert 2.2 <= n["pageable_gbps"] <= 2.6, n
     assert n["pinned_copies"] == 0 and n["pinned_gbps"] is None and n["pinned_gbps_unknown"]
-    assert [f["id"] for f in r["findings"]] == ["pageable_copies"], r["findings"]
+    # the finding this job is made for comes first; a host the load kept from waking after
+    # each blocking copy may add host_sync: a true finding of that run; nothing else may appear
+    ids = [f["id"] for f in r["findings"]]
+    assert ids[0] == "pageable_copies" and set(ids) <= {"pageable_copies", "host_sync"}, \
+        r["findings"]
+    # host_sync exactly when its documented threshold is met: >= 5 % of the time idle after
+    # syncs (the README's "Findings")
+    if "host_sync" in ids:
+        n = one(r, "host_sync")["numbers"]
+        assert n["gpu_idle_after_sync_frac"] >= 0.05 and n["gaps_after_sync"] == STEPS - 1, n
 
 
 def test_report_without_gpu_says_what_it_cannot_judge():
