@@ -657,8 +657,15 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 		else
 			added += r;
 	}
-	procmaps__free(t->maps);
-	t->maps = maps;
+	/* a process inside exit() has released its memory: its maps read empty. The last
+	 * snapshot stays: events still in the ring from before are decoded with it (a driver
+	 * call inside libcudart is still nested, a kernel still named) */
+	if (maps->nr || !t->maps) {
+		procmaps__free(t->maps);
+		t->maps = maps;
+	} else {
+		procmaps__free(maps);
+	}
 	target__scan_handle_statics(t, cache, 0);
 	return err ? err : added;
 }
