@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "textwrap.h"
 #include "fr_analyze_int.h"
 
 /* the culprit's frames as the dump has them (the fields the analysis keeps), or null: the
@@ -500,39 +501,6 @@ int fr_analysis__print_json(const struct fr_analysis *a, FILE *out)
 /* One report line under 100 columns: words wrapped at spaces, each continuation indented by
  * 4 more than the line; a word longer than the room (a path) is never cut. */
 #define REPORT_COLS 100
-static void print_wrapped(FILE *out, const char *indent, const char *s, size_t len)
-{
-	size_t in = strlen(indent), col, room;
-	bool first = true;
-
-	while (len) {
-		size_t take = len, lead = first ? in : in + 4;
-
-		room = REPORT_COLS > lead ? REPORT_COLS - lead : 1;
-		if (take > room) {
-			size_t k = room;
-
-			while (k > 0 && s[k] != ' ')
-				k--;
-			if (k == 0) {	/* one long word: up to its end */
-				k = room;
-				while (k < len && s[k] != ' ')
-					k++;
-			}
-			take = k;
-		}
-		col = fprintf(out, "%s%s%.*s\n", indent, first ? "" : "    ", (int)take, s);
-		(void)col;
-		s += take;
-		len -= take;
-		while (len && *s == ' ') {
-			s++;
-			len--;
-		}
-		first = false;
-	}
-}
-
 /* one verdict: "[rule] headline", its detail indented; a consequence under its cause */
 static void print_verdict(FILE *out, const struct fr_analysis *a, const struct verdict *v,
 			  const char *in)
@@ -547,13 +515,13 @@ static void print_verdict(FILE *out, const struct fr_analysis *a, const struct v
 		     headline ? headline : "") < 0)
 		head = NULL;
 	if (head)
-		print_wrapped(out, in, head, strlen(head));
+		text_wrap(out, in, 4, head, strlen(head), REPORT_COLS);
 	free(head);
 	snprintf(ind, sizeof(ind), "%s    ", in);
 	while (*d) {
 		size_t len = strcspn(d, "\n");
 
-		print_wrapped(out, ind, d, len);
+		text_wrap(out, ind, 4, d, len, REPORT_COLS);
 		d += len + (d[len] == '\n');
 	}
 	if (v->also_seqs)
@@ -564,7 +532,7 @@ static void print_verdict(FILE *out, const struct fr_analysis *a, const struct v
 
 		if (asprintf(&c, "confidence: %s (%s)", v->low ? "low" : "medium",
 			     reason ? reason : "") >= 0) {
-			print_wrapped(out, ind, c, strlen(c));
+			text_wrap(out, ind, 4, c, strlen(c), REPORT_COLS);
 			free(c);
 		}
 	}
@@ -696,7 +664,7 @@ static int print_human(const struct fr_analysis *a, FILE *out)
 		err = print_healthy(a, out);
 		text_close(&t);
 		if (t.buf)
-			print_wrapped(real, "", t.buf, t.len);
+			text_wrap(real, "", 4, t.buf, t.len, REPORT_COLS);
 		free(t.buf);
 		return err;
 	}

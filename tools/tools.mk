@@ -4,14 +4,15 @@
 #   $(OUTPUT)/tptrace-fr-gen   synthetic dump directories for tests and benchmarks
 #   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
 #                              compiler ships libFuzzer)
-# Tools read files only; of user/ they link only self-contained helpers (hashmap.c,
+# Tools read files only; of user/ they link only self-contained helpers (hashmap.c, textwrap.c,
 # atomic_file.c for --export-torch), built
 # here into their own object.
 TOOLS_OUT   := $(OUTPUT)/tools
 TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_VERSION='"$(VERSION)"'
 # the analyzer, one module per seam (see tools/fr_analyze_int.h)
 FR_ANALYZE_SRCS := $(addprefix tools/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
-		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c) user/hashmap.c
+		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c) user/hashmap.c \
+		     user/textwrap.c
 FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o \
 	       $(TOOLS_OUT)/atomic_file.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
 FR_LIBS     := -lcjson -lz -lpthread
@@ -24,6 +25,10 @@ $(TOOLS_OUT)/%.o: tools/%.c | $(TOOLS_OUT)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
 $(TOOLS_OUT)/hashmap.o: user/hashmap.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
+$(TOOLS_OUT)/textwrap.o: user/textwrap.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 

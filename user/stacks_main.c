@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "atomic_file.h"
+#include "textwrap.h"
 #include "elfsym.h"
 #include "log.h"
 #include "util.h"
@@ -345,40 +346,6 @@ static void print_proc(FILE *f, const struct stack_proc *sp)
 
 #define TEXT_COLS 100
 
-/* A line wider than TEXT_COLS, wrapped at spaces: continuations indented 8 more than the line
- * (deeper than any frame or tree level below it, so a reader can tell them apart);
- * a word longer than the room (a path, a build id) is never cut. */
-static void put_wrapped(FILE *f, const char *s, size_t len)
-{
-	size_t lead = strspn(s, " ");
-	bool first = true;
-
-	while (len) {
-		size_t in = first ? 0 : lead + 8, room = TEXT_COLS - in, take = len;
-
-		if (take > room) {
-			size_t k = room;
-
-			while (k > lead && s[k] != ' ')
-				k--;
-			if (k <= lead) {	/* one long word: up to its end */
-				k = room;
-				while (k < len && s[k] != ' ')
-					k++;
-			}
-			take = k;
-		}
-		fprintf(f, "%*s%.*s\n", (int)in, "", (int)take, s);
-		s += take;
-		len -= take;
-		while (len && *s == ' ') {
-			s++;
-			len--;
-		}
-		first = false;
-	}
-}
-
 static int write_text(FILE *f, struct stack_proc **procs, int n)
 {
 	struct stacktree_opts o = { .max_depth = 0, .all_threads = env.all_threads };
@@ -404,7 +371,9 @@ static int write_text(FILE *f, struct stack_proc **procs, int n)
 		if (len <= TEXT_COLS)
 			fprintf(f, "%.*s\n", (int)len, l);
 		else
-			put_wrapped(f, l, len);
+			/* continuations 8 deeper than the line: deeper than any frame or
+			 * tree level below it, so a reader can tell them apart */
+			text_wrap(f, "", strspn(l, " ") + 8, l, len, TEXT_COLS);
 	}
 	free(buf);
 	return err;
