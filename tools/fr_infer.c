@@ -85,12 +85,16 @@ static int pend_near_time(const struct pend *p, int64_t t)
 #define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
 #define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
 #define ALIGN_CAUSAL_SLACK 200000LL	/* ns: two recorders' clock conversions on one host */
+#define ALIGN_STATE_MARGIN 500000000LL	/* ns: a completion one host's other ranks must see */
+#define ALIGN_STATE_MARGIN_HOSTS 5000000000LL	/* ... on other hosts (clocks apart) */
 
 struct align {
 	bool ok;
 	int64_t d;		/* m's seq x is r's x + d */
 	int prefix;		/* matching collectives from the start of the overlap */
-	int impossible;		/* matches that one host's clock says cannot be one collective */
+	int impossible;		/* matches that one host's clock says cannot be one collective,
+				 * or completed on one side long before the other's dump without
+				 * completing there (state_conflict) */
 	int64_t dt;		/* median creation-time difference over the first matches */
 };
 
@@ -103,6 +107,30 @@ static bool causal_conflict(const struct fr_entry *e, const struct fr_entry *f)
 		e->created_ns > f->completed_ns + ALIGN_CAUSAL_SLACK) ||
 	       (f->created_ns != FR_UNK && e->completed_ns != FR_UNK &&
 		f->created_ns > e->completed_ns + ALIGN_CAUSAL_SLACK);
+}
+
+/* A collective completes on every rank once all of them have called it: one rank seeing it
+ * completed while the other, which had entered it before that, still has it pending in a dump
+ * taken well after (margin: the other's own discovery of the completion) is two different
+ * collectives, or one rank's GPU side stuck (rare). An alignment shifted by a period of a
+ * hung job's schedule pairs the stuck ranks' pending collectives with one rank's completed
+ * ones of the step before: their creation times cannot tell them apart when that rank ran
+ * late, their states can. */
+static bool state_conflict_one(const struct fr_entry *done, const struct fr_entry *pend,
+			       int64_t pend_dump_ns, int64_t margin)
+{
+	return done->state == FR_ST_COMPLETED && done->completed_ns != FR_UNK &&
+	       (pend->state == FR_ST_ENQUEUED || pend->state == FR_ST_STARTED) &&
+	       pend->created_ns != FR_UNK && pend->created_ns < done->completed_ns &&
+	       pend_dump_ns != FR_UNK && pend_dump_ns > done->completed_ns + margin;
+}
+
+static bool state_conflict(const struct fr_entry *e, int64_t e_dump, const struct fr_entry *f,
+			   int64_t f_dump, bool one_clock)
+{
+	int64_t margin = one_clock ? ALIGN_STATE_MARGIN : ALIGN_STATE_MARGIN_HOSTS;
+
+	return state_conflict_one(e, f, f_dump, margin) || state_conflict_one(f, e, e_dump, margin);
 }
 
 static bool align_better(const struct align *x, const struct align *y)
@@ -126,10 +154,12 @@ static bool align_better(const struct align *x, const struct align *y)
 /* Aligns m's collective sequence to r's: the seq offset with the longest matching history
  * from where the two overlap (so a rank that skipped a collective later is not "fixed" by a
  * shift that matches its tail); ties go to the one with fewer matches that cannot be (one_clock:
- * m and r were recorded on one host, see causal_conflict), then to the one whose matches were
+ * m and r were recorded on one host, see causal_conflict; any hosts: state_conflict, m_dump and
+ * r_dump are the dumps' times), then to the one whose matches were
  * created closest in time (a skew between hosts, or ranks a step apart, blurs this one).
  * Comms whose seqs count from comm init on both sides can only be at offset 0. */
-static struct align align_to(const struct pend *m, const struct pend *r, bool one_clock)
+static struct align align_to(const struct pend *m, int64_t m_dump, const struct pend *r,
+			     int64_t r_dump, bool one_clock)
 {
 	struct align best = { 0 };
 	int64_t cands[ALIGN_CANDS], dts[ALIGN_SAT];
@@ -184,7 +214,8 @@ static struct align align_to(const struct pend *m, const struct pend *r, bool on
 			if (!sig_match(e, f))
 				break;
 			al.prefix++;
-			if (one_clock && causal_conflict(e, f))
+			if ((one_clock && causal_conflict(e, f)) ||
+			    state_conflict(e, m_dump, f, r_dump, one_clock))
 				al.impossible++;
 			if (nd < ALIGN_SAT && e->created_ns != FR_UNK && f->created_ns != FR_UNK)
 				dts[nd++] = ns_diff(e->created_ns, f->created_ns);
@@ -516,7 +547,8 @@ int unify_local(struct fr_analysis *a)
 				compat = false;
 			if (!compat)
 				continue;
-			al = align_to(p, &a->pends[cl->ref],
+			al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[cl->ref],
+				      a->procs[a->pends[cl->ref].proc].dump_time_ns,
 				      a->procs[p->proc].host[0] &&
 				      !strcmp(a->procs[p->proc].host,
 					      a->procs[a->pends[cl->ref].proc].host));
