@@ -325,6 +325,9 @@ static void take_stats(struct gpu_session *s)
 	s->st.cupti_version = ctl->cupti_api_version;
 	snprintf(s->st.cupti_path, sizeof(s->st.cupti_path), "%s", ctl->cupti_loaded);
 	s->st.records_incomplete = ctl->records_incomplete;
+	s->st.buffers_cut = ctl->buffers_cut;
+	s->st.flushes = ctl->flushes;
+	s->st.flushes_partial = ctl->flushes_partial;
 	take_clock(s);
 	clock_fit__stats(s->clock, &f);
 	s->st.clock_samples = f.samples;

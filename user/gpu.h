@@ -49,6 +49,9 @@ struct gpu_stats {
 	uint64_t dropped_cupti;		/* CUPTI's own drops */
 	uint64_t buffers;		/* CUPTI buffers completed */
 	uint64_t records_incomplete;	/* CUPTI handed back before the work ended: skipped */
+	uint64_t buffers_cut;		/* buffers whose walk stopped at an unreadable record */
+	uint64_t flushes;		/* cuptiActivityFlushAll calls completed by the agent */
+	uint64_t flushes_partial;	/* ... after which an older buffer was still with CUPTI */
 	uint32_t clock_samples;		/* cuptiGetTimestamp samples fitted (clock_fit.h) */
 	uint32_t clock_used;		/* in the current fit */
 	uint32_t clock_lost;		/* overwritten in the agent before tptrace read them */

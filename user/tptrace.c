@@ -261,6 +261,11 @@ static cJSON *gpu_json(const struct traced *p)
 	cJSON_AddNumberToObject(o, "records_dropped_cupti", (double)g->dropped_cupti);
 	cJSON_AddNumberToObject(o, "records_dropped_ring", (double)g->dropped_ring);
 	cJSON_AddNumberToObject(o, "records_incomplete", (double)g->records_incomplete);
+	cJSON_AddNumberToObject(o, "buffers_cut", (double)g->buffers_cut);
+	/* flushes that did not get every older buffer back (GPU work still running held one):
+	 * the join waited for a later one before it called a record missing */
+	cJSON_AddNumberToObject(o, "flushes", (double)g->flushes);
+	cJSON_AddNumberToObject(o, "flushes_partial", (double)g->flushes_partial);
 	cJSON_AddNumberToObject(o, "clock_samples", g->clock_samples);
 	cJSON_AddNumberToObject(o, "clock_samples_lost", g->clock_lost);
 	/* GPU records are on CUPTI's clock, fitted to CLOCK_MONOTONIC (user/clock_fit.h): the
@@ -987,6 +992,10 @@ static void gpu_say_losses(const struct traced *p)
 		log_error("--gpu: pid %d: %llu GPU records came back from CUPTI before their work "
 			  "ended (times unknown): left out\n", p->t->pid,
 			  (unsigned long long)g->records_incomplete);
+	if (g->buffers_cut)
+		log_error("--gpu: pid %d: %llu CUPTI buffers had a record that could not be read "
+			  "or stepped over: the records after it in those buffers are missing\n",
+			  p->t->pid, (unsigned long long)g->buffers_cut);
 }
 
 /* Takes the agents out (their last records into the trace) and drains the rings. */

@@ -204,6 +204,15 @@ def test_hta_three_ranks():
         if x["idle_category"] == "host_wait":
             host_wait[x["rank"]] += x["idle_time"]
     assert host_wait[2] > 0.8 * idle[2], (host_wait, idle)
-    g = [f for f in r["findings"] if f["id"] == "gpu_idle"]
-    assert [f["numbers"]["rank"] for f in g] == [2], [f["title"] for f in r["findings"]]
-    assert g[0]["numbers"]["idle_after_sync_ns"] > 0.8 * g[0]["numbers"]["idle_ns"], g[0]
+    # report's gpu_idle finding exactly where HTA's idle share passes report's threshold
+    # (20 %): the straggler always, and it idles most; another rank too when a loaded host
+    # woke it late after its syncs (true idle, HTA counts it as well; seen under make
+    # test-loaded: rank 0 at 20.4 %)
+    frac = {int(k): t["idle_time(us)"] / t["kernel_time(us)"] for k, t in h["temporal"].items()}
+    g = {f["numbers"]["rank"]: f for f in r["findings"] if f["id"] == "gpu_idle"}
+    titles = [f["title"] for f in r["findings"]]
+    assert 2 in g and max(frac, key=frac.get) == 2, (frac, titles)
+    for rank, x in frac.items():
+        if abs(x - 0.20) > 0.002:
+            assert (rank in g) == (x > 0.20), (rank, frac, titles)
+    assert g[2]["numbers"]["idle_after_sync_ns"] > 0.8 * g[2]["numbers"]["idle_ns"], g[2]

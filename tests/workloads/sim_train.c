@@ -5,7 +5,7 @@
  * and fake_relu (real .symtab symbols), launched through cudaLaunchKernel.
  *
  * Usage: sim_train [--steps N (5)] [--threads T (1)] [--kernel-us US (200)] [--hold]
- *                  [--ignore-errors] [--linger-ms MS (0)]
+ *                  [--ignore-errors] [--linger-ms MS (0)] [--tail-kernel-ms MS]
  *
  * Worker thread i is named "train-w<i>" (pthread_setname_np) before READY; with --linger-ms
  * it stays alive MS ms after its last call (a tracer reads thread names while they exist).
@@ -30,6 +30,12 @@
  * Totals for S steps, T threads: cudaLaunchKernel 4*S*T (fake_gemm 3*S*T, fake_relu S*T),
  * cudaMemcpyAsync 2*S*T, cudaEventRecord / cudaStreamWaitEvent / cudaEventQuery /
  * cudaStreamSynchronize S*T each, cudaDeviceSynchronize T.
+ * --tail-kernel-ms MS: then, on main after the workers ended, before DONE:
+ *   cudaLaunchKernel(fake_tail (MS ms), grid (1,1,1), block (32,1,1), args, 0, worker 0's A)
+ *   cudaMemcpyAsync(host_out, dev_out, 4096, cudaMemcpyDeviceToHost, worker 0's B)
+ *   cudaStreamSynchronize(worker 0's B)
+ * and no sync of A: the tail kernel is still running at DONE (a tracer stopped then finds it
+ * in flight), and at exit.
  *
  * GPU time per step on the sim (default 10 GB/s copies): stream A runs 3*US of fake_gemm then
  * the 1 MiB copy (~105 us); B runs fake_relu (US/2), waits for ev, then copies 4096 B (~0.4 us).
@@ -74,6 +80,12 @@ __attribute__((noinline)) void fake_relu(float *a, int n)
 {
 	for (int i = 0; i < n; i++)
 		a[i] = a[i] > 0 ? a[i] : 0;
+}
+
+__attribute__((noinline)) void fake_tail(float *a, int n)
+{
+	for (int i = 0; i < n; i++)
+		a[i] += 1.0f;
 }
 
 static void check(cudaError_t err, const char *what)
@@ -127,7 +139,7 @@ static void *worker_main(void *arg)
 static void usage(void)
 {
 	fprintf(stderr, "usage: sim_train [--steps N] [--threads T] [--kernel-us US] [--hold] "
-		"[--ignore-errors] [--linger-ms MS]\n");
+		"[--ignore-errors] [--linger-ms MS] [--tail-kernel-ms MS]\n");
 	exit(2);
 }
 
@@ -135,6 +147,7 @@ int main(int argc, char **argv)
 {
 	int threads = 1, hold = 0, not_ready = 0;
 	unsigned kernel_us = 200;
+	long tail_ms = 0;
 	struct worker *workers;
 
 	for (int i = 1; i < argc; i++) {
@@ -150,6 +163,8 @@ int main(int argc, char **argv)
 			ignore_errors = true;
 		else if (!strcmp(argv[i], "--linger-ms"))
 			linger_ms = hs_parse_long(argv[i], argv[i + 1]), i++;
+		else if (!strcmp(argv[i], "--tail-kernel-ms"))
+			tail_ms = hs_parse_long(argv[i], argv[i + 1]), i++;
 		else
 			usage();
 	}
@@ -196,6 +211,19 @@ int main(int argc, char **argv)
 		not_ready += workers[t].eventquery_not_ready;
 	}
 	hs_info("eventquery_not_ready=%d of %d", not_ready, steps * threads);
+	if (tail_ms > 0) {
+		struct worker *w = &workers[0];
+		dim3 grid = { 1, 1, 1 }, block = { 32, 1, 1 };
+		int n = 1;
+		void *args[] = { &w->dev_in, &n };
+
+		tpsim_set_kernel_us((const void *)fake_tail, (unsigned)(tail_ms * 1000));
+		check(cudaLaunchKernel((const void *)fake_tail, grid, block, args, 0, w->stream_a),
+		      "cudaLaunchKernel(fake_tail)");
+		check(cudaMemcpyAsync(w->host_out, w->dev_out, D2H_BYTES, cudaMemcpyDeviceToHost,
+				      w->stream_b), "cudaMemcpyAsync(tail)");
+		check(cudaStreamSynchronize(w->stream_b), "cudaStreamSynchronize(tail)");
+	}
 	hs_done(hold);
 	free(workers);
 	return 0;

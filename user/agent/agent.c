@@ -319,28 +319,107 @@ static void take_dropped(CUcontext ctx, uint32_t stream_id)
 		__atomic_fetch_add(&ag.ctl->cupti_dropped, dropped, __ATOMIC_RELAXED);
 }
 
+/* Buffers with CUPTI: each carries its request's sequence number in a header in front of
+ * what CUPTI sees. A flush proves that what ended before it began is delivered only once every
+ * buffer requested before then is back: CUPTI keeps a buffer holding an open GPU record
+ * (work still running) through a default flush, with the API records written beside it. */
+struct buf_hdr {
+	uint64_t seq;
+	struct buf_hdr *prev, *next;	/* outstanding, oldest first */
+} __attribute__((aligned(ACTIVITY_RECORD_ALIGNMENT)));
+
+static pthread_mutex_t bufs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct buf_hdr *bufs_head, *bufs_tail;
+static uint64_t bufs_seq;
+
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
 	size_t want = ag.buf_size ?: BUF_SIZE;
+	struct buf_hdr *h;
 
 	/* aligned_alloc wants a multiple of the alignment */
-	*buffer = aligned_alloc(ACTIVITY_RECORD_ALIGNMENT,
-				(want + ACTIVITY_RECORD_ALIGNMENT - 1) & ~(size_t)(ACTIVITY_RECORD_ALIGNMENT - 1));
-	*size = *buffer ? want : 0;
+	h = aligned_alloc(ACTIVITY_RECORD_ALIGNMENT, sizeof(*h) +
+			  ((want + ACTIVITY_RECORD_ALIGNMENT - 1) &
+			   ~(size_t)(ACTIVITY_RECORD_ALIGNMENT - 1)));
+	*buffer = h ? (uint8_t *)(h + 1) : NULL;
+	*size = h ? want : 0;
 	*max_records = 0;
+	if (!h)
+		return;
+	pthread_mutex_lock(&bufs_lock);
+	h->seq = ++bufs_seq;
+	h->next = NULL;
+	h->prev = bufs_tail;
+	if (bufs_tail)
+		bufs_tail->next = h;
+	else
+		bufs_head = h;
+	bufs_tail = h;
+	pthread_mutex_unlock(&bufs_lock);
+}
+
+/* The request sequence number the next buffer will get. */
+static uint64_t bufs_next_seq(void)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&bufs_lock);
+	v = bufs_seq + 1;
+	pthread_mutex_unlock(&bufs_lock);
+	return v;
+}
+
+/* Every buffer requested before sequence number `before` is back with us. */
+static bool bufs_back_before(uint64_t before)
+{
+	bool back;
+
+	pthread_mutex_lock(&bufs_lock);
+	back = !bufs_head || bufs_head->seq >= before;
+	pthread_mutex_unlock(&bufs_lock);
+	return back;
 }
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
 				      size_t size, size_t valid_size)
 {
-	CUpti_Activity *rec = NULL;
+	struct buf_hdr *h = buffer ? (struct buf_hdr *)buffer - 1 : NULL;
+	CUpti_Activity *rec = NULL, *prev = NULL;
+	CUptiResult r;
 
-	while (ag.f.ActivityGetNextRecord(buffer, valid_size, &rec) == CUPTI_SUCCESS)
-		convert(rec);
+	/* CUPTI_ERROR_INVALID_KIND: "either incomplete or invalid" (a forced flush hands back
+	 * records of work still running); it leaves *record on that record, so the walk goes
+	 * on from it. One it cannot step past ends the walk: the rest of the buffer is lost,
+	 * and counted as such. */
+	while (buffer) {
+		r = ag.f.ActivityGetNextRecord(buffer, valid_size, &rec);
+		if (r == CUPTI_SUCCESS) {
+			convert(rec);
+		} else if (r == CUPTI_ERROR_INVALID_KIND && rec && rec != prev) {
+			__atomic_fetch_add(&ag.ctl->records_incomplete, 1, __ATOMIC_RELAXED);
+		} else {
+			if (r != CUPTI_ERROR_MAX_LIMIT_REACHED)
+				__atomic_fetch_add(&ag.ctl->buffers_cut, 1, __ATOMIC_RELAXED);
+			break;
+		}
+		prev = rec;
+	}
 	/* ctx and stream_id are always NULL/0 since CUDA 6.0 (global buffers): the global queue */
 	take_dropped(ctx, stream_id);
 	__atomic_fetch_add(&ag.ctl->buffers_completed, 1, __ATOMIC_RELAXED);
-	free(buffer);
+	if (!h)
+		return;
+	pthread_mutex_lock(&bufs_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		bufs_head = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	else
+		bufs_tail = h->prev;
+	pthread_mutex_unlock(&bufs_lock);
+	free(h);
 }
 
 static void CUPTIAPI no_callback(void *userdata, CUpti_CallbackDomain domain,
@@ -508,17 +587,22 @@ static bool resolve_cupti(void)
 		}										\
 	} while (0)
 
-/* A flush that began at began is done: what it delivered is in the ring before either store. */
-static void flushed(struct agent_control *ctl, uint64_t began, int n)
+/* A flush that began at began (the next buffer then was number seq) is done: what it
+ * delivered is in the ring before either store. It bounds what has arrived only when it got
+ * back every buffer requested before it began. */
+static void flushed(struct agent_control *ctl, uint64_t began, uint64_t seq, int n)
 {
-	__atomic_store_n(&ctl->flushed_upto_ns, began, __ATOMIC_RELEASE);
+	if (bufs_back_before(seq))
+		__atomic_store_n(&ctl->flushed_upto_ns, began, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_add(&ctl->flushes_partial, 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&ctl->flushes, n, __ATOMIC_RELEASE);
 }
 
 static void cupti_off(void)
 {
 	if (ag.enabled) {
-		uint64_t began = mono_ns();
+		uint64_t began = mono_ns(), seq = bufs_next_seq();
 
 		ag.f.ActivityFlushAll(0);
 		for (size_t i = 0; i < sizeof(enabled_kinds) / sizeof(enabled_kinds[0]); i++)
@@ -526,7 +610,7 @@ static void cupti_off(void)
 		ag.f.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 		/* records dropped after the last buffer came back */
 		take_dropped(NULL, 0);
-		flushed(ag.ctl, began, 2);
+		flushed(ag.ctl, began, seq, 2);
 		clock_sample();
 		ag.enabled = false;
 	}
@@ -649,8 +733,10 @@ static void *agent_main(void *arg)
 
 			flush_ns = (ctl->flush_period_ms ?: 200) * 1000000ULL;
 			if (now - last_flush >= flush_ns) {
+				uint64_t seq = bufs_next_seq();
+
 				ag.f.ActivityFlushAll(0);
-				flushed(ctl, now, 1);
+				flushed(ctl, now, seq, 1);
 				last_flush = now;
 			}
 			if (now - last_clock >= (ctl->nr_clock_samples < CLOCK_FAST_SAMPLES ?

@@ -25,7 +25,7 @@
 #include <linux/types.h>
 
 #define AGENT_SHM_MAGIC		0x3155504754505454ULL	/* "TTPTGPU1" little endian */
-#define AGENT_SHM_VERSION	3
+#define AGENT_SHM_VERSION	4
 #define AGENT_CTL_SIZE		8192
 #define AGENT_NAME_LEN		128	/* inline kernel name, NUL included */
 #define AGENT_MSG_LEN		256
@@ -151,8 +151,13 @@ struct agent_control {
 	__u64 records_unknown;		/* CUPTI records of kinds the agent skips */
 	__u64 records_incomplete;	/* GPU records a forced flush returned before their work
 					 * ended (a timestamp CUPTI_TIMESTAMP_UNKNOWN): skipped */
+	__u64 buffers_cut;		/* buffers CUPTI could not walk to their end (a record
+					 * neither readable nor skippable): the rest is lost */
 	__u64 flushes;
-	__u64 flushed_upto_ns;		/* CLOCK_MONOTONIC at which the last completed flush began:
+	__u64 flushes_partial;		/* flushes after which a buffer older than the flush was
+					 * still with CUPTI (its open GPU records hold it) */
+	__u64 flushed_upto_ns;		/* CLOCK_MONOTONIC at which the last completed flush began
+					 * that got back every buffer handed to CUPTI before it:
 					 * what ended before it is in the ring (written before
 					 * flushes is bumped) */
 	__u32 nr_clock_samples;		/* total taken; sample i at clock[i % AGENT_CLOCK_SAMPLES] */

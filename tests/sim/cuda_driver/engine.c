@@ -44,6 +44,8 @@ static tpsim_observer_fn observer;
 static void *observer_ctx;
 static tpsim_api_observer_fn api_observer;
 static void *api_observer_ctx;
+static tpsim_issue_fn issue_observer;
+static void *issue_observer_ctx;
 
 #define API_DEPTH 16
 static __thread struct tpsim_api_call api_stack[API_DEPTH];
@@ -880,11 +882,16 @@ uint64_t sim_submit(struct sim_stream *s, struct sim_item *it)
 	struct sim_stream *o;
 	uint64_t seq;
 
-	pthread_mutex_lock(&sim_lock);
-	it->rec.stream_id = s->id;
+	tpsim_issue_fn issue = __atomic_load_n(&issue_observer, __ATOMIC_ACQUIRE);
+
+	it->rec.stream_id = s->id;	/* a stream's id, device and context never change */
 	it->rec.stream = sim_stream_handle(s);
 	it->rec.device = s->device;
 	it->rec.context = s->context;
+	/* the item is not queued yet: only this thread sees it */
+	if (issue && it->kind < SIM_WAIT_STREAM)
+		issue(&it->rec, issue_observer_ctx);
+	pthread_mutex_lock(&sim_lock);
 	/* the legacy stream synchronises with its own context's blocking streams */
 	if (s->legacy) {
 		for (o = live_streams; o; o = o->next_live)
@@ -1004,6 +1011,12 @@ static void ops_set_observer(tpsim_observer_fn fn, void *ctx)
 	__atomic_store_n(&observer, fn, __ATOMIC_RELEASE);
 }
 
+static void ops_set_issue_observer(tpsim_issue_fn fn, void *ctx)
+{
+	issue_observer_ctx = ctx;
+	__atomic_store_n(&issue_observer, fn, __ATOMIC_RELEASE);
+}
+
 static void ops_set_api_observer(tpsim_api_observer_fn fn, void *ctx)
 {
 	api_observer_ctx = ctx;
@@ -1117,4 +1130,5 @@ const struct tpsim_driver_ops sim_driver_ops = {
 	.device_bytes_live = sim_device_bytes_live,
 	.set_function_body = ops_set_function_body,
 	.current_device = sim_ctx_current_device,
+	.set_issue_observer = ops_set_issue_observer,
 };

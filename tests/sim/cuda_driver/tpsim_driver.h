@@ -37,6 +37,8 @@ struct tpsim_driver_ops {
 	int (*set_function_body)(CUfunction f, void (*fn)(void *arg));
 	/* the device of the calling thread's current context, -1 when none is current */
 	int (*current_device)(void);
+	/* the issue observer (tpsim.h tpsim_issue_fn) */
+	void (*set_issue_observer)(tpsim_issue_fn fn, void *ctx);
 };
 
 #endif /* TPSIM_DRIVER_H */

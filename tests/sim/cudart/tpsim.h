@@ -74,6 +74,10 @@ struct tpsim_record {
 	uint32_t host_tid;		/* gettid() of the thread that enqueued it */
 	uint64_t api_start_ns;		/* inside the API call: when the item was made */
 	uint64_t api_end_ns;		/* ... and when it was queued (the call returns next) */
+	/* the issue observer's (a CUPTI sim's) own state for this item, from issue to end: where
+	 * its record was reserved, as real CUPTI reserves a kernel's record at the launch */
+	void *tool_buf;
+	size_t tool_off;
 };
 
 /*
@@ -96,6 +100,10 @@ typedef void (*tpsim_api_observer_fn)(const struct tpsim_api_call *call, int pha
 
 /* Called on the worker thread after each item completes; one observer (a CUPTI sim). */
 typedef void (*tpsim_observer_fn)(const struct tpsim_record *rec, void *ctx);
+/* Called on the submitting thread, inside the API call, before the item is queued (its times
+ * are 0): a tool that reserves the record at the launch (the sim CUPTI) keeps its state in
+ * rec->tool_buf/tool_off, which the same item's completion observer sees. */
+typedef void (*tpsim_issue_fn)(struct tpsim_record *rec, void *ctx);
 void tpsim_set_observer(tpsim_observer_fn fn, void *ctx);
 void tpsim_set_api_observer(tpsim_api_observer_fn fn, void *ctx);
 

@@ -64,8 +64,16 @@
  *    buffer completed before it is back with the client. So a consumer must not take a
  *    thread's newest record as proof that its older ones have arrived, only a completed
  *    flush. TPSIM_CUPTI_REORDER=0: in order (default 1).
- *  - records of work still running are not in any buffer: a GPU record is written when its
- *    work ends, so a flush (forced or not) cannot return it before then.
+ *  - a GPU record is reserved at its launch, in launch order among the API records of the
+ *    buffer in progress, and timed when its work ends. A buffer holding an open record is not
+ *    complete: a full one waits for it, a default flush leaves it with CUPTI (the header: "It
+ *    doesn't return buffers which have one or more incomplete records"), so the API records
+ *    beside it arrive late too. A forced flush hands every buffer back, open records with
+ *    both times 0 (CUPTI_TIMESTAMP_UNKNOWN), and cuptiActivityGetNextRecord returns
+ *    CUPTI_ERROR_INVALID_KIND on each ("either incomplete or invalid"; *record is left on
+ *    it, so a client can go on to the next; TPSIM_CUPTI_INCOMPLETE=zero: a success instead).
+ *    The work's end is then written nowhere. Work launched while its kind is off is never
+ *    recorded.
  *  - TPSIM_CUPTI_OTHER_SUBSCRIBER=1 in the environment: behave as if another tool (nsys,
  *    torch.profiler) had subscribed first: cuptiSubscribe returns
  *    CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED.
@@ -77,6 +85,7 @@
  * uses its own thread, so the client must already cope with callbacks on foreign threads.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +111,20 @@ static CUpti_TimestampCallbackFunc ts_callback;
 static CUpti_ActivityThreadIdType tid_type;
 static uint8_t *cur_buf;
 static size_t cur_size, cur_used, cur_records;
+/* A buffer from the client's request callback, while CUPTI holds it or records reserved in
+ * it are still open: records reserved at a launch are open until the work ends. */
+struct sbuf {
+	uint8_t *buf;
+	size_t size, used;
+	int pending;		/* records reserved and not yet timed */
+	bool closed;		/* full, waiting for its open records (on closed_list) */
+	bool gone;		/* handed back with open records (forced flush, finalize):
+				 * their ends are written nowhere; freed at pending 0 */
+	struct sbuf *next;
+};
+static struct sbuf *cur_sb;		/* cur_buf's */
+static struct sbuf *closed_list;	/* oldest first */
+static size_t incomplete_total;		/* records handed back open, for the sim's own log */
 static size_t buf_records_limit;	/* TPSIM_CUPTI_BUF_RECORDS */
 static size_t cur_max_records;		/* the request callback's maxNumRecords */
 static size_t dropped_global;		/* since the last cuptiActivityGetNumDroppedRecords */
@@ -246,16 +269,17 @@ static size_t record_size(CUpti_ActivityKind kind)
 	}
 }
 
-/* The buffer in progress is full (caller holds lock). CUPTI's completion returns every other
- * full buffer late: one is held until the buffer filled after it has been handed back and
- * the next one fills, so the order is 2, 1, 4, 3, ... (TPSIM_CUPTI_REORDER=0: in order). */
-static void complete_locked(struct full_buf *full, int *nr_full)
+/* A buffer whose records are all complete goes back to the client (caller holds lock).
+ * CUPTI's completion returns every other such buffer late: one is held until the buffer
+ * completed after it has been handed back and the next one completes, so the order is 2, 1,
+ * 4, 3, ... (TPSIM_CUPTI_REORDER=0: in order). */
+static void ready_locked(struct sbuf *b, struct full_buf *full, int *nr_full)
 {
-	struct full_buf now = { cur_buf, cur_size, cur_used };
+	struct full_buf now = { b->buf, b->size, b->used };
 
+	free(b);
 	if (reorder < 0)
 		reorder = (int)env_i64("TPSIM_CUPTI_REORDER", 1);
-	cur_buf = NULL;
 	if (!reorder) {
 		full[(*nr_full)++] = now;
 		return;
@@ -272,6 +296,37 @@ static void complete_locked(struct full_buf *full, int *nr_full)
 		held[0] = now;
 		held_passed = false;
 	}
+}
+
+/* The buffer in progress is full (caller holds lock): complete now, or once its open records
+ * are timed. */
+static void complete_locked(struct full_buf *full, int *nr_full)
+{
+	struct sbuf *b = cur_sb, **pp;
+
+	b->size = cur_size;
+	b->used = cur_used;
+	cur_buf = NULL;
+	cur_sb = NULL;
+	if (!b->pending) {
+		ready_locked(b, full, nr_full);
+		return;
+	}
+	b->closed = true;
+	for (pp = &closed_list; *pp; pp = &(*pp)->next)
+		;
+	*pp = b;
+}
+
+/* A closed buffer's last open record was timed (caller holds lock). */
+static void closed_ready_locked(struct sbuf *b, struct full_buf *full, int *nr_full)
+{
+	for (struct sbuf **pp = &closed_list; *pp; pp = &(*pp)->next)
+		if (*pp == b) {
+			*pp = b->next;
+			break;
+		}
+	ready_locked(b, full, nr_full);
 }
 
 /* Room for one record in the current buffer (caller holds lock); a full buffer goes to *full. */
@@ -292,11 +347,19 @@ static void *reserve(CUpti_ActivityKind kind, struct full_buf *full, int *nr_ful
 		buf_request(&cur_buf, &cur_size, &max_records);
 		cur_used = cur_records = 0;
 		cur_max_records = max_records;
+		if (cur_buf && !(cur_sb = calloc(1, sizeof(*cur_sb)))) {
+			free(cur_buf);
+			cur_buf = NULL;
+		}
+		if (cur_sb)
+			cur_sb->buf = cur_buf;
 		if (cur_buf && cur_size < size) {
 			/* too small for this record: CUPTI hands it back empty and drops the record */
 			if (*nr_full < MAX_PENDING)
 				full[(*nr_full)++] = (struct full_buf){ cur_buf, cur_size, 0 };
 			cur_buf = NULL;
+			free(cur_sb);
+			cur_sb = NULL;
 		}
 		if (!cur_buf) {
 			dropped_global++;
@@ -341,105 +404,124 @@ static uint8_t copy_kind(int cuda_kind)
 	}
 }
 
-static void observe(const struct tpsim_record *rec, void *ctx)
+/* The CUPTI kind a driver item is written as, 0 when that kind is off (caller holds lock). */
+static CUpti_ActivityKind item_kind(const struct tpsim_record *rec)
 {
-	struct full_buf full[MAX_PENDING];
-	int nr_full = 0;
-	CUpti_BuffersCallbackCompleteFunc done;
-	uint64_t start, end;
-
-	pthread_mutex_lock(&lock);
-	if (!nr_kinds_on || !buf_request) {
-		pthread_mutex_unlock(&lock);
-		return;
-	}
-	in_flight++;
-	start = gpu_to_cupti(rec->start_ns);
-	end = gpu_to_cupti(rec->end_ns);
 	switch (rec->kind) {
 	case TPSIM_KERNEL:
-		if (kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] || kind_on[CUPTI_ACTIVITY_KIND_KERNEL]) {
-			CUpti_ActivityKind k = kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] ?
-				CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL : CUPTI_ACTIVITY_KIND_KERNEL;
-			CUpti_ActivityKernel10 *r = reserve(k, full, &nr_full);
-
-			if (!r)
-				break;
-			r->kind = k;
-			r->start = start;
-			r->end = end;
-			r->completed = end;
-			r->deviceId = rec->device;
-			r->contextId = rec->context;
-			r->streamId = (uint32_t)rec->stream_id;
-			r->gridX = rec->grid[0], r->gridY = rec->grid[1], r->gridZ = rec->grid[2];
-			r->blockX = rec->block[0], r->blockY = rec->block[1], r->blockZ = rec->block[2];
-			r->dynamicSharedMemory = (int32_t)rec->shmem;
-			r->correlationId = (uint32_t)rec->correlation;
-			r->name = rec->name;	/* sim kernel names live as long as the process */
-			r->gridId = (int64_t)rec->correlation;
-			r->graphId = rec->graph_id;
-		}
-		break;
+		return kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] ?
+		       CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL :
+		       kind_on[CUPTI_ACTIVITY_KIND_KERNEL] ? CUPTI_ACTIVITY_KIND_KERNEL : 0;
 	case TPSIM_MEMCPY:
-		if (kind_on[CUPTI_ACTIVITY_KIND_MEMCPY]) {
-			CUpti_ActivityMemcpy6 *r = reserve(CUPTI_ACTIVITY_KIND_MEMCPY, full, &nr_full);
-
-			if (!r)
-				break;
-			r->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-			r->copyKind = copy_kind(rec->copy_kind);
-			r->srcKind = host_kind(rec->copy_kind, true, rec->host_pageable);
-			r->dstKind = host_kind(rec->copy_kind, false, rec->host_pageable);
-			r->bytes = rec->bytes;
-			r->start = start;
-			r->end = end;
-			r->deviceId = rec->device;
-			r->contextId = rec->context;
-			r->streamId = (uint32_t)rec->stream_id;
-			r->correlationId = (uint32_t)rec->correlation;
-			r->graphId = rec->graph_id;
-		}
-		break;
+		return kind_on[CUPTI_ACTIVITY_KIND_MEMCPY] ? CUPTI_ACTIVITY_KIND_MEMCPY : 0;
 	case TPSIM_MEMSET:
-		if (kind_on[CUPTI_ACTIVITY_KIND_MEMSET]) {
-			CUpti_ActivityMemset4 *r = reserve(CUPTI_ACTIVITY_KIND_MEMSET, full, &nr_full);
-
-			if (!r)
-				break;
-			r->kind = CUPTI_ACTIVITY_KIND_MEMSET;
-			r->bytes = rec->bytes;
-			r->start = start;
-			r->end = end;
-			r->deviceId = rec->device;
-			r->contextId = rec->context;
-			r->streamId = (uint32_t)rec->stream_id;
-			r->correlationId = (uint32_t)rec->correlation;
-			r->memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
-			r->graphId = rec->graph_id;
-		}
-		break;
+		return kind_on[CUPTI_ACTIVITY_KIND_MEMSET] ? CUPTI_ACTIVITY_KIND_MEMSET : 0;
 	case TPSIM_WAIT_EVENT:
-		if (kind_on[CUPTI_ACTIVITY_KIND_SYNCHRONIZATION]) {
-			CUpti_ActivitySynchronization2 *r =
-				reserve(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, full, &nr_full);
+		return kind_on[CUPTI_ACTIVITY_KIND_SYNCHRONIZATION] ?
+		       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION : 0;
+	default:
+		return 0;
+	}
+}
 
-			if (!r)
-				break;
-			r->kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
-			r->type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
-			/* the sim's waits are stream items, timed on the device like the rest */
-			r->start = start;
-			r->end = end;
-			r->correlationId = (uint32_t)rec->correlation;
-			r->contextId = rec->context;
-			r->streamId = (uint32_t)rec->stream_id;
-		}
+/* A GPU record's fields known at the launch; its times (0: CUPTI_TIMESTAMP_UNKNOWN) come when
+ * the work ends (set_times). */
+static void fill_static(void *p, CUpti_ActivityKind kind, const struct tpsim_record *rec)
+{
+	switch (kind) {
+	case CUPTI_ACTIVITY_KIND_KERNEL:
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+		CUpti_ActivityKernel10 *r = p;
+
+		r->kind = kind;
+		r->deviceId = rec->device;
+		r->contextId = rec->context;
+		r->streamId = (uint32_t)rec->stream_id;
+		r->gridX = rec->grid[0], r->gridY = rec->grid[1], r->gridZ = rec->grid[2];
+		r->blockX = rec->block[0], r->blockY = rec->block[1], r->blockZ = rec->block[2];
+		r->dynamicSharedMemory = (int32_t)rec->shmem;
+		r->correlationId = (uint32_t)rec->correlation;
+		r->name = rec->name;	/* sim kernel names live as long as the process */
+		r->gridId = (int64_t)rec->correlation;
+		r->graphId = rec->graph_id;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_MEMCPY: {
+		CUpti_ActivityMemcpy6 *r = p;
+
+		r->kind = kind;
+		r->copyKind = copy_kind(rec->copy_kind);
+		r->srcKind = host_kind(rec->copy_kind, true, rec->host_pageable);
+		r->dstKind = host_kind(rec->copy_kind, false, rec->host_pageable);
+		r->bytes = rec->bytes;
+		r->deviceId = rec->device;
+		r->contextId = rec->context;
+		r->streamId = (uint32_t)rec->stream_id;
+		r->correlationId = (uint32_t)rec->correlation;
+		r->graphId = rec->graph_id;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_MEMSET: {
+		CUpti_ActivityMemset4 *r = p;
+
+		r->kind = kind;
+		r->bytes = rec->bytes;
+		r->deviceId = rec->device;
+		r->contextId = rec->context;
+		r->streamId = (uint32_t)rec->stream_id;
+		r->correlationId = (uint32_t)rec->correlation;
+		r->memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+		r->graphId = rec->graph_id;
+		break;
+	}
+	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+		CUpti_ActivitySynchronization2 *r = p;
+
+		r->kind = kind;
+		r->type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT;
+		r->correlationId = (uint32_t)rec->correlation;
+		r->contextId = rec->context;
+		r->streamId = (uint32_t)rec->stream_id;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+static void set_times(void *p, uint64_t start, uint64_t end)
+{
+	switch (((CUpti_Activity *)p)->kind) {
+	case CUPTI_ACTIVITY_KIND_KERNEL:
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+		((CUpti_ActivityKernel10 *)p)->start = start;
+		((CUpti_ActivityKernel10 *)p)->end = end;
+		((CUpti_ActivityKernel10 *)p)->completed = end;
+		break;
+	case CUPTI_ACTIVITY_KIND_MEMCPY:
+		((CUpti_ActivityMemcpy6 *)p)->start = start;
+		((CUpti_ActivityMemcpy6 *)p)->end = end;
+		break;
+	case CUPTI_ACTIVITY_KIND_MEMSET:
+		((CUpti_ActivityMemset4 *)p)->start = start;
+		((CUpti_ActivityMemset4 *)p)->end = end;
+		break;
+	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+		/* the sim's waits are stream items, timed on the device like the rest */
+		((CUpti_ActivitySynchronization2 *)p)->start = start;
+		((CUpti_ActivitySynchronization2 *)p)->end = end;
 		break;
 	default:
 		break;
 	}
-	done = buf_complete;
+}
+
+/* Hands back the buffers made ready under the lock (outside it), then drops the in-flight
+ * mark taken with the lock. Called with lock held; returns with it released. */
+static void deliver_unlock(struct full_buf *full, int nr_full)
+{
+	CUpti_BuffersCallbackCompleteFunc done = buf_complete;
+
 	delivering += nr_full > 0;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
@@ -449,6 +531,62 @@ static void observe(const struct tpsim_record *rec, void *ctx)
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
+}
+
+/* A launch (any GPU item), on the submitting thread inside its API call: like real CUPTI, the
+ * record is reserved in the buffer in progress now, in launch order among the API records, and
+ * its times are written when the work ends. Until then the buffer cannot be completed: a
+ * default flush leaves it, a forced one hands it back with the record's times 0
+ * (CUPTI_TIMESTAMP_UNKNOWN) and the work's end is then written nowhere. Work launched while
+ * its kind was off is never recorded. */
+static void observe_issue(struct tpsim_record *rec, void *ctx)
+{
+	struct full_buf full[MAX_PENDING];
+	int nr_full = 0;
+	CUpti_ActivityKind kind;
+	void *r;
+
+	rec->tool_buf = NULL;
+	pthread_mutex_lock(&lock);
+	kind = nr_kinds_on && buf_request ? item_kind(rec) : 0;
+	if (!kind) {
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	in_flight++;
+	r = reserve(kind, full, &nr_full);
+	if (r) {
+		fill_static(r, kind, rec);
+		rec->tool_buf = cur_sb;
+		rec->tool_off = (size_t)((uint8_t *)r - cur_buf);
+		cur_sb->pending++;
+	}
+	deliver_unlock(full, nr_full);
+}
+
+/* The work of a launch ended (its stream's worker): its times go into the record reserved at
+ * the launch, if that buffer is still CUPTI's; a full buffer whose last open record this was
+ * is complete. */
+static void observe(const struct tpsim_record *rec, void *ctx)
+{
+	struct full_buf full[MAX_PENDING];
+	int nr_full = 0;
+	struct sbuf *b = rec->tool_buf;
+
+	if (!b)
+		return;		/* launched while its kind was off, or dropped at the launch */
+	pthread_mutex_lock(&lock);
+	in_flight++;
+	if (!b->gone)
+		set_times(b->buf + rec->tool_off, gpu_to_cupti(rec->start_ns),
+			  gpu_to_cupti(rec->end_ns));
+	if (--b->pending == 0) {
+		if (b->gone)
+			free(b);
+		else if (b->closed)
+			closed_ready_locked(b, full, &nr_full);
+	}
+	deliver_unlock(full, nr_full);
 }
 
 /* One CUpti_ActivityAPI per API call: the start is read at entry (phase 0), the record is
@@ -519,6 +657,9 @@ static void observers_set(bool on)
 
 	if (!o)
 		return;
+	if (o->size >= offsetof(struct tpsim_driver_ops, set_issue_observer) +
+		       sizeof(o->set_issue_observer))
+		o->set_issue_observer(on ? observe_issue : NULL, NULL);
 	o->set_observer(on ? observe : NULL, NULL);
 	o->set_api_observer(on ? observe_api : NULL, NULL);
 }
@@ -659,22 +800,49 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
 
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
-	CUpti_BuffersCallbackCompleteFunc done;
-	struct full_buf full[MAX_PENDING + 1];
+	bool forced = flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED;
 	const char *delay = getenv("TPSIM_CUPTI_FLUSH_DELAY_MS");
-	int nr_full = 0;
+	CUpti_BuffersCallbackCompleteFunc done;
+	struct full_buf *full;
+	int nr_full = 0, cap = MAX_PENDING + 1;
 
-	if (delay && !(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))
+	if (delay && !forced)
 		usleep(strtoul(delay, NULL, 10) * 1000);
 	pthread_mutex_lock(&lock);
 	if (!buf_complete) {
 		pthread_mutex_unlock(&lock);
 		return CUPTI_ERROR_INVALID_OPERATION;
 	}
-	/* newest first: the buffer in progress, then the held full ones */
-	if (cur_buf && (cur_used || (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))) {
+	for (struct sbuf *b = closed_list; b; b = b->next)
+		cap++;
+	full = calloc(cap, sizeof(*full));
+	if (!full) {
+		pthread_mutex_unlock(&lock);
+		return CUPTI_ERROR_OUT_OF_MEMORY;
+	}
+	/* newest first: the buffer in progress, the full ones still waiting for their open
+	 * records, then the held complete ones. A default flush returns only buffers whose
+	 * records are all complete (the header); a forced one returns every buffer, open
+	 * records and all (their times 0), and their work's ends are then written nowhere. */
+	if (cur_buf && (forced || (cur_used && !cur_sb->pending))) {
 		full[nr_full++] = (struct full_buf){ cur_buf, cur_size, cur_used };
+		if (cur_sb->pending) {
+			incomplete_total += cur_sb->pending;
+			cur_sb->gone = true;
+		} else {
+			free(cur_sb);
+		}
 		cur_buf = NULL;
+		cur_sb = NULL;
+	}
+	while (forced && closed_list) {
+		struct sbuf *b = closed_list;
+
+		closed_list = b->next;
+		full[nr_full++] = (struct full_buf){ b->buf, b->size, b->used };
+		incomplete_total += b->pending;
+		b->closed = false;
+		b->gone = true;
 	}
 	while (nr_held)
 		full[nr_full++] = held[--nr_held];
@@ -682,6 +850,7 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 	done = buf_complete;
 	pthread_mutex_unlock(&lock);
 	deliver(done, full, nr_full);
+	free(full);
 	pthread_mutex_lock(&lock);
 	/* returns once every buffer completed before it is back with the client, also those
 	 * another thread is handing back */
@@ -691,6 +860,25 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
 	return CUPTI_SUCCESS;
+}
+
+/* An incomplete record (a forced flush handed it back before its work ended): both times
+ * CUPTI_TIMESTAMP_UNKNOWN. */
+static bool record_open(const CUpti_Activity *a)
+{
+	switch (a->kind) {
+	case CUPTI_ACTIVITY_KIND_KERNEL:
+	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+		return !((const CUpti_ActivityKernel10 *)a)->end;
+	case CUPTI_ACTIVITY_KIND_MEMCPY:
+		return !((const CUpti_ActivityMemcpy6 *)a)->end;
+	case CUPTI_ACTIVITY_KIND_MEMSET:
+		return !((const CUpti_ActivityMemset4 *)a)->end;
+	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+		return !((const CUpti_ActivitySynchronization2 *)a)->end;
+	default:
+		return false;
+	}
 }
 
 CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBufferSizeBytes,
@@ -714,6 +902,12 @@ CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBuf
 		return CUPTI_ERROR_MAX_LIMIT_REACHED;
 	}
 	*record = (CUpti_Activity *)p;
+	/* the header: CUPTI_ERROR_INVALID_KIND "if activity record is either incomplete or
+	 * invalid". *record is left on it, so a client that goes on gets the next one; one that
+	 * stops at the first error loses the rest of the buffer. TPSIM_CUPTI_INCOMPLETE=zero:
+	 * returned as a success, times 0, for the client to tell by itself. */
+	if (record_open(*record) && !env_is("TPSIM_CUPTI_INCOMPLETE", "zero"))
+		return CUPTI_ERROR_INVALID_KIND;
 	return CUPTI_SUCCESS;
 }
 
@@ -740,17 +934,20 @@ static void report_drops_locked(void)
 {
 	static size_t reported = (size_t)-1;
 
-	if (verbose() && reported != dropped_total + reordered) {
+	if (verbose() && reported != dropped_total + reordered + incomplete_total) {
 		fprintf(stderr, "tpsim: cupti dropped %zu records, returned %zu buffers before an "
 			"older one\n", dropped_total, reordered);
-		reported = dropped_total + reordered;
+		if (incomplete_total)
+			fprintf(stderr, "tpsim: cupti handed back %zu incomplete records\n",
+				incomplete_total);
+		reported = dropped_total + reordered + incomplete_total;
 	}
 }
 
 __attribute__((destructor)) static void report_drops_at_exit(void)
 {
 	pthread_mutex_lock(&lock);
-	if (dropped_total || reordered)
+	if (dropped_total || reordered || incomplete_total)
 		report_drops_locked();
 	pthread_mutex_unlock(&lock);
 }
@@ -766,6 +963,19 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
 	nr_kinds_on = 0;
 	free(cur_buf);	/* allocated by the client's callback with malloc-compatible memory */
 	cur_buf = NULL;
+	if (cur_sb && cur_sb->pending)
+		cur_sb->gone = true;	/* its open records' ends come later: freed then */
+	else
+		free(cur_sb);
+	cur_sb = NULL;
+	while (closed_list) {
+		struct sbuf *b = closed_list;
+
+		closed_list = b->next;
+		free(b->buf);
+		b->closed = false;
+		b->gone = true;
+	}
 	while (nr_held)
 		free(held[--nr_held].buf);
 	report_drops_locked();
