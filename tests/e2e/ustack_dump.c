@@ -192,11 +192,13 @@ int main(int argc, char **argv)
 	rb = ring_buffer__new(bpf_map__fd(b->skel->maps.events), on_rec, NULL, NULL);
 	if (!rb)
 		return 1;
+	/* before READY: a SIGINT sent right after it (a loaded host can keep this process off
+	 * the CPU until the target has finished) must end the loop, not kill the dumper */
+	signal(SIGINT, on_sigint);
+	signal(SIGTERM, on_sigint);
 	printf("READY\n");
 	fflush(stdout);
 	end = mono_ns() + (uint64_t)(secs * 1e9);
-	signal(SIGINT, on_sigint);
-	signal(SIGTERM, on_sigint);
 	while (!g_stop && mono_ns() < end) {
 		ring_buffer__poll(rb, 20);
 		ring_buffer__consume(rb);	/* records are submitted without wake-ups */
