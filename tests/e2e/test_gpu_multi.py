@@ -12,10 +12,12 @@ account (TPSIM_VERBOSE lines, its documented call counts):
     copies and stream waits of each context on its own track;
   - a process whose CUPTI was enabled later (it ran before its agent came) and one that ended
     earlier: calls before the enable are BEFORE_ENABLE, never joined to another's records."""
+import errno
 import json
 import os
 import re
 import subprocess
+import time
 from gpulib import need_ptrace, tpsim_items
 from lib import (TPTRACE, WL, Tracer, Workload, check_valid_trace, load_trace, need_root,
                  tmp_path)
@@ -333,10 +335,32 @@ def test_gpu_multi_enabled_late_and_ended_early():
     need_ptrace()
     out = fresh("gpu-multi-late.json")
     env = {"TPSIM_VERBOSE": "1"}
+    gate = fresh("gpu-multi-late.gate")
+    os.mkfifo(gate)
     a = Workload([GPU_MULTI, "--steps", "20"], env=env)
     b = Workload([GPU_MULTI, "--free-run"], env=env)
     try:
-        tr = Tracer(["-p", str(a.pid), "-p", str(b.pid), "-o", out, "--gpu"])
+        # tptrace holds between its probes and the agents (TPTRACE_TEST_GPU_GATE) until B
+        # has launched under the probes: two of B's kernels started after tptrace reached
+        # the gate (B syncs each one, so the second was launched after it)
+        tr = Tracer(["-p", str(a.pid), "-p", str(b.pid), "-o", out, "--gpu"],
+                    ready=False, env={"TPTRACE_TEST_GPU_GATE": gate})
+        fd = None
+        while fd is None:
+            try:
+                fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as e:
+                if e.errno != errno.ENXIO or tr.p.poll() is not None:
+                    raise AssertionError(f"tptrace never reached the gate: {tr.err.text()}")
+                time.sleep(0.01)
+        at_gate = time.monotonic_ns()
+        late = lambda _l: sum(1 for i in tpsim_items(b.err.text()).values()
+                              if i["kind"] == "kernel" and i["start"] > at_gate) >= 2
+        assert b.err.wait_for(late, 60), b.err.text()[-2000:]
+        os.write(fd, b"go\n")
+        os.close(fd)
+        # both agents enabled: A waits for GO until then, so all its calls have records
+        assert tr.err.wait_for(lambda l: l.startswith("tptrace: tracing"), 120), tr.err.text()
         a.go()
         a.wait_done(60)
         a.finish()
@@ -363,7 +387,7 @@ def test_gpu_multi_enabled_late_and_ended_early():
     assert 0 < len(lb) <= nb, (len(lb), nb)
     status = ["joined" if "cupti" not in l["args"] else l["args"]["cupti"] for l in lb]
     first = status.index("joined")
-    assert first > 0, "B made no call between tptrace's probes and its own agent's enable"
+    assert first > 0, "B's launches under the gate are not in the trace"
     assert set(status[:first]) == {"before CUPTI was enabled"}, status[:first + 3]
     assert set(status[first:]) == {"joined"}, [s for s in status[first:] if s != "joined"][:5]
     # B's joined launches: exactly its own kernels (its sim's), on its own track
