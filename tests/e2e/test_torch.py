@@ -346,10 +346,12 @@ def test_torch_target_exits_in_window():
     wl = train(1500, tmp_path("torch_exit.times"))
     try:
         wl.go()  # (before GO its main thread waits in read(): no safe point)
-        tr = Tracer(["-p", str(wl.pid), "--torch", "-d", "30", "-o", out])
-        wl.wait_done(60)
-        code = wl.finish(60)
-        rc = tr.wait(60)
+        # a window no job of 1500 steps outlives (30 s did, on a loaded host: the window
+        # then ended first, and the job exited while tptrace stopped the profiler)
+        tr = Tracer(["-p", str(wl.pid), "--torch", "-d", "3600", "-o", out])
+        wl.wait_done(600)
+        code = wl.finish(120)
+        rc = tr.wait(120)
     finally:
         wl.kill()
     lines = exited_in_window_lines(tr, wl, rc)
