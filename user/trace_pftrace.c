@@ -120,6 +120,8 @@ struct pf {
 	uint64_t next_uuid;
 	uint32_t next_seq;
 	struct u64map tracks;		/* key -> struct track * */
+	uint64_t last_key;		/* the last track looked up (events come in runs) */
+	struct track *last_track;
 	struct track **counters;	/* counter tracks, by (pid, name, key), few */
 	size_t nr_counters;
 	/* the event being built */
@@ -137,6 +139,7 @@ struct pf {
 	uint8_t *te, *interned;
 	size_t te_cap, interned_cap, interned_len;
 	uint8_t *pb_scratch;		/* protobuf-c's packets */
+	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[16];	/* grids repeat */
 	size_t pb_scratch_cap;
 };
 
@@ -258,6 +261,16 @@ static int intern_grow(struct intern *t)
 	return 0;
 }
 
+/* The program's read-only image, from its start to its writable data (the linker's
+ * symbols): string literals live there and never change, so a pointer seen before names the
+ * same string. Anything else (stack buffers, heap) is compared. */
+extern const char __executable_start[], __data_start[];
+
+static inline bool immutable(const char *s)
+{
+	return s >= __executable_start && s < __data_start;
+}
+
 /* iid of s (from 1); 0 on ENOMEM */
 static uint64_t intern(struct intern *t, const char *s)
 {
@@ -267,7 +280,7 @@ static uint64_t intern(struct intern *t, const char *s)
 
 	if (t->pc_ptr[pc] == s) {
 		i = t->pc_slot[pc];
-		if (i < t->cap && t->keys[i] && !strcmp(t->keys[i], s))
+		if (immutable(s) || (i < t->cap && t->keys[i] && !strcmp(t->keys[i], s)))
 			return t->iids[i];
 	}
 	h = str_hash(s);
@@ -444,8 +457,15 @@ static struct track *get_track(struct pf *pf, int pid, int tid, bool thread)
 {
 	uint64_t key = track_key(pid, tid, thread);
 	bool created;
-	struct track *t = u64map__get_or_alloc(&pf->tracks, key, sizeof(*t), &created);
+	struct track *t;
 
+	if (pf->last_track && pf->last_key == key)
+		return pf->last_track;
+	t = u64map__get_or_alloc(&pf->tracks, key, sizeof(*t), &created);
+	if (t && !created) {
+		pf->last_key = key;
+		pf->last_track = t;
+	}
 	if (t && created) {
 		/* uuids numbered from 1: short varints in every event */
 		t->uuid = ++pf->next_uuid;
@@ -559,7 +579,7 @@ static void free_track(struct track *t)
 
 /* ---- events ---- */
 
-/* Bytes one annotation can take at most, for sizing the scratch buffer. */
+/* Bytes one annotation can take at most, once its iids are resolved. */
 static size_t arg_bound(const struct arg *a)
 {
 	size_t n = 2 + 5 + 11 + 11;	/* tag, length, name_iid, value */
@@ -571,6 +591,22 @@ static size_t arg_bound(const struct arg *a)
 	return n;
 }
 
+/* The args' iids made usable on s (defined there on first use); where that fails (ENOMEM),
+ * the key or the string is written inline instead. */
+static void resolve_args(struct pf *pf, struct seq *s)
+{
+	for (size_t i = 0; i < pf->nargs; i++) {
+		struct arg *a = &pf->args[i];
+
+		if (a->key_iid && !use_iid(pf, s, IN_KEY, a->key_iid))
+			a->key_iid = 0;
+		if (a->kind == A_STR_IID && !use_iid(pf, s, IN_STR, a->u)) {
+			a->kind = A_STR;
+			a->s = pf->in[IN_STR].by_iid[a->u];
+		}
+	}
+}
+
 /* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. */
 static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t track_uuid,
 			   bool with_args, bool with_name)
@@ -579,9 +615,11 @@ static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t trac
 	uint64_t name_iid = 0, cat_iid = 0;
 	uint8_t *p;
 
-	if (with_args)
+	if (with_args) {
+		resolve_args(pf, s);
 		for (size_t i = 0; i < pf->nargs; i++)
 			bound += arg_bound(&pf->args[i]);
+	}
 	if (!reserve(&pf->te, &pf->te_cap, bound))
 		return 0;
 	p = pf->te;
@@ -595,50 +633,38 @@ static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t trac
 	if (with_args) {
 		for (size_t i = 0; i < pf->nargs; i++) {
 			struct arg *a = &pf->args[i];
-			uint8_t da[64], *q = da;
+			size_t klen = a->key_iid ? 0 : strlen(a->key);
+			size_t slen = a->kind == A_STR ? strlen(a->s) : 0;
+			size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) :
+						    1 + varint_len(klen) + klen;
 
-			if (a->key_iid && !use_iid(pf, s, IN_KEY, a->key_iid))
-				a->key_iid = 0;
-			if (a->kind == A_STR_IID && !use_iid(pf, s, IN_STR, a->u)) {
-				a->kind = A_STR;
-				a->s = pf->in[IN_STR].by_iid[a->u];
+			switch (a->kind) {	/* tags below field 16 take a byte, 17's two */
+			case A_DOUBLE: inner += 1 + 8; break;
+			case A_STR: inner += 1 + varint_len(slen) + slen; break;
+			case A_INT: inner += 1 + varint_len((uint64_t)a->i); break;
+			case A_STR_IID: inner += 2 + varint_len(a->u); break;
+			default: inner += 1 + varint_len(a->u); break;
 			}
+			/* the annotation straight into te: its length first, then its fields */
+			p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
 			if (a->key_iid)
-				q = put_field_varint(q, DA_NAME_IID, a->key_iid);
+				p = put_field_varint(p, DA_NAME_IID, a->key_iid);
+			else
+				p = put_field_bytes(p, DA_NAME, a->key, klen);
 			switch (a->kind) {
-			case A_UINT: q = put_field_varint(q, DA_UINT, a->u); break;
-			case A_INT: q = put_field_varint(q, DA_INT, (uint64_t)a->i); break;
-			case A_BOOL: q = put_field_varint(q, DA_BOOL, a->u); break;
-			case A_PTR: q = put_field_varint(q, DA_POINTER, a->u); break;
-			case A_STR_IID: q = put_field_varint(q, DA_STRING_IID, a->u); break;
+			case A_UINT: p = put_field_varint(p, DA_UINT, a->u); break;
+			case A_INT: p = put_field_varint(p, DA_INT, (uint64_t)a->i); break;
+			case A_BOOL: p = put_field_varint(p, DA_BOOL, a->u); break;
+			case A_PTR: p = put_field_varint(p, DA_POINTER, a->u); break;
+			case A_STR_IID: p = put_field_varint(p, DA_STRING_IID, a->u); break;
+			case A_STR: p = put_field_bytes(p, DA_STRING, a->s, slen); break;
 			case A_DOUBLE: {
 				uint64_t bits;
 
 				memcpy(&bits, &a->d, 8);
-				q = put_field_fixed64(q, DA_DOUBLE, bits);
+				p = put_field_fixed64(p, DA_DOUBLE, bits);
 				break;
 			}
-			case A_STR: break;
-			}
-			if (a->key_iid && a->kind != A_STR) {
-				p = put_field_bytes(p, TE_ANNOTATIONS, da, q - da);
-				continue;
-			}
-			/* a string or a key written inline: the annotation straight into te */
-			{
-				size_t klen = a->key_iid ? 0 : strlen(a->key);
-				size_t slen = a->kind == A_STR ? strlen(a->s) : 0;
-				size_t inner = (q - da) +
-					       (a->key_iid ? 0 : 1 + varint_len(klen) + klen) +
-					       (a->kind == A_STR ? 1 + varint_len(slen) + slen : 0);
-
-				p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
-				memcpy(p, da, q - da);
-				p += q - da;
-				if (!a->key_iid)
-					p = put_field_bytes(p, DA_NAME, a->key, klen);
-				if (a->kind == A_STR)
-					p = put_field_bytes(p, DA_STRING, a->s, slen);
 			}
 		}
 	}
@@ -787,7 +813,18 @@ static char *put_u32(char *p, uint32_t v)
 
 static void pf_arg_dim3(void *ctx, const char *key, uint32_t x, uint32_t y, uint32_t z)
 {
+	struct pf *pf = ctx;
 	char buf[48], *p = buf;	/* "[x, y, z]" without printf: a launch has two */
+	unsigned slot = (x * 31 + y * 7 + z) & 15;
+	struct arg *a;
+
+	if (pf->dim3_memo[slot].iid && pf->dim3_memo[slot].x == x && pf->dim3_memo[slot].y == y &&
+	    pf->dim3_memo[slot].z == z) {
+		a = new_arg(pf, key, A_STR_IID);
+		if (a)
+			a->u = pf->dim3_memo[slot].iid;
+		return;
+	}
 
 	*p++ = '[';
 	p = put_u32(p, x);
@@ -800,6 +837,9 @@ static void pf_arg_dim3(void *ctx, const char *key, uint32_t x, uint32_t y, uint
 	*p++ = ']';
 	*p = '\0';
 	pf_arg_str(ctx, key, buf);
+	a = pf->nargs ? &pf->args[pf->nargs - 1] : NULL;
+	if (a && a->kind == A_STR_IID && a->key == key)
+		pf->dim3_memo[slot] = (typeof(pf->dim3_memo[0])){ x, y, z, a->u };
 }
 
 /* The Chrome-JSON extras the writers use: a flow's "id", an instant's scope "s". */

@@ -171,6 +171,17 @@ static void write_trace(const char *path)
 	trace_json__event(tj, "E", "python_function", "train.py(1): main", 42, 43, BASE + 200000, 90);
 	trace_json__arg_u64(tj, "Python id", 1);
 	trace_json__event_end(tj);
+	/* names and keys from one reused buffer (as memtrace.c's counter names are): each time
+	 * its own string, never the first one's iid */
+	for (int i = 0; i < 3; i++) {
+		char name[32], key[32];
+
+		snprintf(name, sizeof(name), "dyn%d", i);
+		snprintf(key, sizeof(key), "key%d", i);
+		trace_json__event(tj, "i", "dyn", name, 42, 43, BASE + 300000 + i, 0);
+		trace_json__arg_u64(tj, key, i);
+		trace_json__event_end(tj);
+	}
 	trace_json__event(tj, "C", "cuda_memory", "bytes allocated (cuda:0)", 42, 0, BASE + 5000, 0);
 	trace_json__arg_u64(tj, "bytes", 4096);
 	trace_json__event_end(tj);
@@ -194,7 +205,7 @@ static void check_trace(const char *path)
 	uint8_t *data = slurp(path, &len);
 	Perfetto__Protos__Trace *t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
 	size_t slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
-	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0;
+	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0, dyn = 0;
 	uint64_t thread_uuid = 0, stream_uuid = 0, gpu_uuid = 0, proc_uuid = 0, counter_uuid = 0;
 	uint64_t declared[64];
 	size_t ndeclared = 0;
@@ -397,6 +408,15 @@ static void check_trace(const char *path)
 				CHECK(e->n_terminating_flow_ids == 1 &&
 				      e->terminating_flow_ids[0] == 99 + flows_f, "flow end");
 			}
+		} else if (!strncmp(name, "dyn", 3)) {
+			char want[8];
+
+			snprintf(want, sizeof(want), "key%c", name[3]);
+			CHECK(e->n_debug_annotations == 1 &&
+			      !strcmp(iname(sq, 2, e->debug_annotations[0]->name_iid) ?: "", want) &&
+			      e->debug_annotations[0]->uint_value == (uint64_t)(name[3] - '0'),
+			      "%s: its own key %s", name, want);
+			dyn++;
 		} else if (!strcmp(name, "OOM")) {
 			instants++;
 			CHECK_U64(track, proc_uuid);	/* "s":"p" */
@@ -410,6 +430,7 @@ static void check_trace(const char *path)
 	      (unsigned long long)counter_uuid);
 	/* sequences: 1 (clocks, descriptors), the thread, the stream, the process */
 	CHECK_U64(nseqs, 4);
+	CHECK_U64(dyn, 3);
 	CHECK(slices == 2 && kernels == 2 && ends == 5007 && flows_s == 2 && flows_f == 2 &&
 	      counters == 1 && instants == 1 && queries == 5000 && py_ends == 2 && nopen == 0,
 	      "events: %zu slices %zu kernels %zu ends %zu/%zu flows %zu counters %zu instants "
