@@ -934,7 +934,8 @@ static void py_close(struct decoder *d, struct py_thread *th, int keep, uint64_t
 		struct py_slice *o = &th->open[--th->depth];
 		uint64_t end = o->end_open && next_ts > o->end ? next_ts : o->end;
 
-		trace_json__event(d->tj, "X", "python_function", o->name, th->pid, th->tid,
+		/* opened by trace_writer__slice_begin in py_entry */
+		trace_json__event(d->tj, "E", "python_function", o->name, th->pid, th->tid,
 				  o->start, end - o->start);
 		trace_json__arg_u64(d->tj, "Python id", o->id);
 		if (th->depth)
@@ -1009,6 +1010,7 @@ static void py_entry(struct decoder *d, struct call_frame *f)
 					.id = d->next_py_id++, .start = c->ts, .end = c->ts,
 					.name = name };
 		th->depth = i + 1;
+		trace_writer__slice_begin(d->tj, "python_function", name, th->pid, th->tid, c->ts);
 	}
 	f->user[USER_PY_DEPTH] = th->depth;
 	f->user[USER_PY_INNER_ID] = th->depth ? th->open[th->depth - 1].id : 0;

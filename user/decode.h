@@ -11,7 +11,7 @@
 
 struct decoder;
 struct target;
-struct trace_json;
+struct trace_writer;
 struct elfsym_cache;
 struct target_probes;
 
@@ -38,7 +38,7 @@ struct decoder_stats {
 	uint64_t python_slices;		/* python_function slices written */
 };
 
-struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
+struct decoder *decoder__new(struct trace_writer *tj, struct elfsym_cache *cache,
 			     const struct target_probes *probes);
 void decoder__free(struct decoder *d);
 int decoder__add_target(struct decoder *d, struct target *t);

@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include "agent/agent_shm.h"
 
-struct trace_json;
+struct trace_writer;
 struct gpu_trace;
 
 #define GPU_TRACE_SORT_BASE 5000000
@@ -28,7 +28,7 @@ struct gpu_trace;
 #define GPU_TRACE_PID_EXTRA (1 << 22)
 
 /* GPU tracks written into tj (which must outlive it). NULL and errno on ENOMEM. */
-struct gpu_trace *gpu_trace__new(struct trace_json *tj);
+struct gpu_trace *gpu_trace__new(struct trace_writer *tj);
 void gpu_trace__free(struct gpu_trace *gt);	/* NULL is fine */
 
 /* Names the GPU tracks of host process pid (comm: its name, may be NULL). Every process whose

@@ -25,7 +25,7 @@ struct memtrace;
 struct memsnap;
 struct memsnap_info;
 struct target;
-struct trace_json;
+struct trace_writer;
 
 struct memtrace_opts {
 	bool no_stacks;		/* no user stack per allocation (cheaper; no call sites) */
@@ -50,7 +50,7 @@ struct memtrace_stats {
 /* Loads the memory probes for t (after target__scan found its libraries) and attaches them.
  * tj may be NULL (no trace: snapshot and leak report only). opts may be NULL. NULL after an
  * error line on stderr. Finding nothing to probe is not an error: see memtrace__stats(). */
-struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
+struct memtrace *memtrace__attach(struct target *t, struct trace_writer *tj,
 				  const struct memtrace_opts *opts);
 /* Attaches to libraries the target found since (call after target__scan), and drains the
  * ring. Returns records consumed or a negative errno. Call every ~20 ms: probes do not wake

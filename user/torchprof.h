@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 struct torchprof;
-struct trace_json;
+struct trace_writer;
 struct cJSON;
 
 struct torchprof_opts {
@@ -46,7 +46,7 @@ struct torchprof *torchprof__start(int pid, const struct torchprof_opts *o, char
 int torchprof__stop(struct torchprof *tp, char *err, size_t errlen);
 /* Writes the events read by stop into tj (pid's events; times before base_mono_ns, the
  * trace's ts 0, are counted and left out). 0 or a negative errno and one line in err. */
-int torchprof__write(struct torchprof *tp, struct trace_json *tj, uint64_t base_mono_ns,
+int torchprof__write(struct torchprof *tp, struct trace_writer *tj, uint64_t base_mono_ns,
 		     char *err, size_t errlen);
 /* What the trace's metadata says about it ("torch"): clock alignment, versions, counts, or
  * the error. Caller frees. */

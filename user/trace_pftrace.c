@@ -1,35 +1,71 @@
 // SPDX-License-Identifier: MIT
-/* Perfetto protobuf backend: each trace_json event becomes TrackEvent packets on one
- * sequence, encoded by protobuf-c from proto/perfetto_trace.proto (Perfetto's own field
- * numbers). Names, categories and argument keys are interned (InternedData, iids scoped to the
- * sequence); timestamps are CLOCK_MONOTONIC (the probes' clock, made the packets' default
- * clock), and the first packet's ClockSnapshot ties it to BOOTTIME and REALTIME so the UI
- * shows wall time. Mapping from the Chrome-JSON calls:
- *   X -> SLICE_BEGIN (with the args) + SLICE_END at ts + dur, on the (pid, tid) track
+/* The Perfetto protobuf backend of the trace writer (trace_writer.h), written as Perfetto's
+ * own SDK writes track events:
+ * - One trusted packet sequence per track that has events: each thread, each GPU stream, and
+ *   a process's own track (its instants and counters). A sequence starts with a packet that
+ *   sets SEQ_INCREMENTAL_STATE_CLEARED, its TracePacketDefaults (timestamps on clock 64, the
+ *   sequence's track as the events' default track) and a ClockSnapshot that makes clock 64 an
+ *   incremental clock tied to CLOCK_MONOTONIC; every later packet sets
+ *   SEQ_NEEDS_INCREMENTAL_STATE.
+ * - Timestamps are deltas on clock 64 from the sequence's previous delta-coded packet; a
+ *   packet earlier than that (a parent written after its children, GPU records delivered out
+ *   of order) carries its absolute CLOCK_MONOTONIC time and timestamp_clock_id instead, as
+ *   the SDK does when time goes backwards.
+ * - Event names, categories, annotation names and string values are interned: iids are one
+ *   table's for the whole trace, and each sequence defines an iid in the InternedData of the
+ *   first packet that uses it there.
+ * - Track descriptors go on sequence 1 (with the trace's ClockSnapshot of BOOTTIME, MONOTONIC
+ *   and REALTIME) before a track's first event, again when its metadata changes, and at the
+ *   end for tracks that only had metadata.
+ * Mapping from the writer's calls:
+ *   slice_begin ... E: SLICE_BEGIN when the slice opens, SLICE_END (with the args) when it
+ *                       closes: --py-stacks' Python frames, known at the call that enters them
+ *   X -> SLICE_BEGIN (with the args) + SLICE_END at ts + dur, written when the call completed
+ *        (its args, return value and CUPTI join are known only then)
  *   i -> INSTANT on the thread track ("s":"t") or the process track ("s":"p"/"g")
  *   C -> one COUNTER event per arg on a counter track (pid, name, key), child of the process
  *   s/f (flows, "id") -> INSTANT with flow_ids / terminating_flow_ids at the same place
  *   M -> process/thread TrackDescriptors; a pid whose sort index is a GPU's
  *        (>= GPU_TRACE_SORT_BASE) is a GPU: a plain named track with one child per stream.
- * Descriptors are written when a track is first used (metadata comes first for GPU tracks),
- * again when metadata changes afterwards, and at the end for tracks that only had metadata.
- * Each Trace message packed holds the event's packets; concatenated Trace messages are one
- * Trace on the wire, so protobuf-c does all the encoding. */
+ * Events are encoded by hand (the varints and length prefixes of the fields below, as
+ * Perfetto's protozero does); the few descriptor and clock packets by protobuf-c from
+ * proto/perfetto_trace.proto. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "gpu_trace.h"
 #include "hashmap.h"
-#include "trace_pftrace.h"
+#include "trace_sink.h"
+#include "trace_writer.h"
 #include "perfetto_trace.pb-c.h"
 
-#define SEQ_ID		1
-#define SEQ_CLEARED	PERFETTO__PROTOS__TRACE_PACKET__SEQUENCE_FLAGS__SEQ_INCREMENTAL_STATE_CLEARED
-#define SEQ_NEEDS	PERFETTO__PROTOS__TRACE_PACKET__SEQUENCE_FLAGS__SEQ_NEEDS_INCREMENTAL_STATE
+#define GLOBAL_SEQ	1
+#define SEQ_CLEARED	1	/* TracePacket.SequenceFlags */
+#define SEQ_NEEDS	2
+#define CLOCK_MONO	3	/* BuiltinClock */
+#define CLOCK_SEQ	64	/* the first sequence-scoped clock id */
 #define MAX_ARGS	32
-#define MAX_NEW		(2 + MAX_ARGS)	/* interned entries one event can add */
 #define MAX_INTERNED_STRS (1 << 16)
+
+/* TracePacket, TrackEvent, DebugAnnotation, InternedData field numbers (Perfetto's) */
+enum {
+	PKT_TIMESTAMP = 8, PKT_CLOCK_SNAPSHOT = 6, PKT_SEQ_ID = 10, PKT_TRACK_EVENT = 11,
+	PKT_INTERNED = 12, PKT_FLAGS = 13, PKT_CLOCK_ID = 58, PKT_DEFAULTS = 59,
+	TE_CATEGORY_IIDS = 3, TE_ANNOTATIONS = 4, TE_TYPE = 9, TE_NAME_IID = 10,
+	TE_TRACK_UUID = 11, TE_NAME = 23, TE_COUNTER = 30, TE_DOUBLE_COUNTER = 44,
+	TE_FLOW_IDS = 47, TE_TERMINATING_FLOW_IDS = 48,
+	DA_NAME_IID = 1, DA_BOOL = 2, DA_UINT = 3, DA_INT = 4, DA_DOUBLE = 5, DA_STRING = 6,
+	DA_POINTER = 7, DA_NAME = 10, DA_STRING_IID = 17,
+	IN_CATEGORIES = 1, IN_NAMES = 2, IN_ANNOTATION_NAMES = 3, IN_STRING_VALUES = 29,
+};
+enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3, TYPE_COUNTER = 4 };
+enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2 };
+
+/* The interned tables: names, categories, annotation names, annotation string values. */
+enum { IN_NAME, IN_CAT, IN_KEY, IN_STR, IN_KINDS };
+static const uint32_t in_field[IN_KINDS] = { IN_NAMES, IN_CATEGORIES, IN_ANNOTATION_NAMES,
+					      IN_STRING_VALUES };
 
 /* String -> iid, open addressing; strings are copied (callers pass stack buffers). */
 #define PCACHE 256
@@ -40,18 +76,16 @@ struct intern {
 	char **keys;
 	uint64_t *iids;
 	uint32_t *hashes;
-	size_t cap, n;
+	char **by_iid;		/* iid -> its string */
+	size_t cap, n, by_iid_cap;
 };
 
-typedef Perfetto__Protos__EventName intern_entry;	/* {iid, name}: same shape for all three */
-
-/* An annotation's encoding by (key, kind, value): most repeat (interned strings, streams,
- * sizes, flags), and a lookup is cheaper than protobuf-c walking the message's fields. */
-#define DA_MEMO 1024
-struct da_memo {
-	uint64_t name_iid, value;
-	uint8_t kind, len;
-	uint8_t bytes[30];
+/* One trusted packet sequence. */
+struct seq {
+	uint32_t id;
+	uint64_t last_ts;		/* clock 64's value: the last delta-coded packet's time */
+	uint64_t *defined[IN_KINDS];	/* bit per iid: defined on this sequence */
+	size_t defined_words[IN_KINDS];
 };
 
 struct track {
@@ -61,41 +95,52 @@ struct track {
 	char *label;
 	int64_t sort;
 	bool has_sort, is_thread, is_counter, gpu;
-	bool emitted, dirty;
+	bool emitted;
+	struct seq *seq;	/* the sequence of its events (counters: their process's) */
 };
 
-struct trace_pf {
-	struct trace_json *out;
-	struct intern names, cats, keys, strs_in;
+enum arg_kind { A_UINT, A_INT, A_DOUBLE, A_BOOL, A_PTR, A_STR_IID, A_STR };
+
+struct arg {
+	enum arg_kind kind;
+	bool owned;		/* s is a copy of the caller's string: freed after the event */
+	uint64_t key_iid;	/* 0: key inline (not interned) */
+	const char *key;
+	union {
+		uint64_t u;
+		int64_t i;
+		double d;
+		const char *s;	/* A_STR */
+	};
+};
+
+struct pf {
+	struct trace_buf out;
+	struct intern in[IN_KINDS];
 	uint64_t next_uuid;
+	uint32_t next_seq;
 	struct u64map tracks;		/* key -> struct track * */
+	uint64_t last_key;		/* the last track looked up (events come in runs) */
+	struct track *last_track;
 	struct track **counters;	/* counter tracks, by (pid, name, key), few */
 	size_t nr_counters;
-	/* interned entries the next packet carries */
-	intern_entry new_names[MAX_NEW], new_cats[MAX_NEW], new_keys[MAX_NEW], new_strs[MAX_NEW];
-	intern_entry *p_names[MAX_NEW], *p_cats[MAX_NEW], *p_keys[MAX_NEW];
-	Perfetto__Protos__InternedString istrs[MAX_NEW], *p_istrs[MAX_NEW];
-	size_t n_new_names, n_new_cats, n_new_keys, n_new_strs;
 	/* the event being built */
 	bool in_event;
 	char ph;
 	char scope;
 	int pid, tid;
-	uint64_t ts, dur, name_iid, cat_iid, flow_id;
+	uint64_t ts, dur;
+	const char *name, *cat;
+	uint64_t flow_id;
 	bool has_flow;
-	const char *name;	/* for counters: copied into the intern table */
-	Perfetto__Protos__DebugAnnotation args[MAX_ARGS];
-	const char *arg_keys[MAX_ARGS];
-	char *strs[MAX_ARGS];
-	size_t nargs, nstrs;
-	uint8_t *scratch;
-	size_t scratch_cap;
-	uint8_t *te_buf;	/* the event's TrackEvents, encoded */
-	size_t te_cap;
-	uint8_t *da_buf;	/* its debug annotations, encoded */
-	size_t da_cap;
-	ProtobufCBinaryData das[MAX_ARGS];
-	struct da_memo memo[DA_MEMO];
+	struct arg args[MAX_ARGS];
+	size_t nargs;
+	/* encoding scratch: the TrackEvent and the InternedData of one packet */
+	uint8_t *te, *interned;
+	size_t te_cap, interned_cap, interned_len;
+	uint8_t *pb_scratch;		/* protobuf-c's packets */
+	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[16];	/* grids repeat */
+	size_t pb_scratch_cap;
 };
 
 bool trace_pf__path(const char *path)
@@ -105,6 +150,70 @@ bool trace_pf__path(const char *path)
 	return (n > 8 && !strcmp(path + n - 8, ".pftrace")) ||
 	       (n > 11 && !strcmp(path + n - 11, ".pftrace.gz"));
 }
+
+/* ---- wire format ---- */
+
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+	while (v >= 0x80) {
+		*p++ = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	*p++ = (uint8_t)v;
+	return p;
+}
+
+static inline uint8_t *put_tag(uint8_t *p, uint32_t field, int wire_type)
+{
+	return put_varint(p, (uint64_t)field << 3 | wire_type);
+}
+
+static inline uint8_t *put_field_varint(uint8_t *p, uint32_t field, uint64_t v)
+{
+	return put_varint(put_tag(p, field, WT_VARINT), v);
+}
+
+static inline uint8_t *put_field_fixed64(uint8_t *p, uint32_t field, uint64_t v)
+{
+	p = put_tag(p, field, WT_I64);
+	memcpy(p, &v, 8);	/* little-endian hosts (x86-64, arm64) */
+	return p + 8;
+}
+
+static inline uint8_t *put_field_bytes(uint8_t *p, uint32_t field, const void *b, size_t n)
+{
+	p = put_varint(put_tag(p, field, WT_LEN), n);
+	memcpy(p, b, n);
+	return p + n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+/* room for n more bytes in a scratch buffer; false on ENOMEM */
+static bool reserve(uint8_t **buf, size_t *cap, size_t n)
+{
+	if (n > *cap) {
+		size_t c = n < 4096 ? 4096 : n * 2;
+		uint8_t *p = realloc(*buf, c);
+
+		if (!p)
+			return false;
+		*buf = p;
+		*cap = c;
+	}
+	return true;
+}
+
+/* ---- interning ---- */
 
 static uint32_t str_hash(const char *s)
 {
@@ -121,8 +230,11 @@ static int intern_grow(struct intern *t)
 	char **keys = calloc(cap, sizeof(*keys));
 	uint64_t *iids = calloc(cap, sizeof(*iids));
 	uint32_t *hashes = calloc(cap, sizeof(*hashes));
+	char **by_iid = realloc(t->by_iid, (cap / 2 + 1) * sizeof(*by_iid));
 
-	if (!keys || !iids || !hashes) {
+	if (by_iid)
+		t->by_iid = by_iid;
+	if (!keys || !iids || !hashes || !by_iid) {
 		free(keys);
 		free(iids);
 		free(hashes);
@@ -149,8 +261,18 @@ static int intern_grow(struct intern *t)
 	return 0;
 }
 
-/* iid of s; a new one is queued in new[] for the next packet's InternedData. 0 on ENOMEM. */
-static uint64_t intern(struct intern *t, const char *s, intern_entry *new, size_t *n_new)
+/* The program's read-only image, from its start to its writable data (the linker's
+ * symbols): string literals live there and never change, so a pointer seen before names the
+ * same string. Anything else (stack buffers, heap) is compared. */
+extern const char __executable_start[], __data_start[];
+
+static inline bool immutable(const char *s)
+{
+	return s >= __executable_start && s < __data_start;
+}
+
+/* iid of s (from 1); 0 on ENOMEM */
+static uint64_t intern(struct intern *t, const char *s)
 {
 	size_t pc = ((uintptr_t)s >> 3 ^ (uintptr_t)s >> 11) & (PCACHE - 1);
 	uint32_t h;
@@ -158,7 +280,7 @@ static uint64_t intern(struct intern *t, const char *s, intern_entry *new, size_
 
 	if (t->pc_ptr[pc] == s) {
 		i = t->pc_slot[pc];
-		if (i < t->cap && t->keys[i] && !strcmp(t->keys[i], s))
+		if (immutable(s) || (i < t->cap && t->keys[i] && !strcmp(t->keys[i], s)))
 			return t->iids[i];
 	}
 	h = str_hash(s);
@@ -172,8 +294,6 @@ static uint64_t intern(struct intern *t, const char *s, intern_entry *new, size_
 	}
 	if ((t->n + 1) * 2 > t->cap && intern_grow(t))
 		return 0;
-	if (*n_new >= MAX_NEW)
-		return 0;	/* cannot happen: an event adds at most MAX_NEW */
 	for (i = h & (t->cap - 1); t->keys[i]; i = (i + 1) & (t->cap - 1))
 		;
 	t->keys[i] = strdup(s);
@@ -181,13 +301,9 @@ static uint64_t intern(struct intern *t, const char *s, intern_entry *new, size_
 		return 0;
 	t->hashes[i] = h;
 	t->iids[i] = ++t->n;
+	t->by_iid[t->n] = t->keys[i];
 	t->pc_ptr[pc] = s;
 	t->pc_slot[pc] = i;
-	perfetto__protos__event_name__init(&new[*n_new]);
-	new[*n_new].has_iid = true;
-	new[*n_new].iid = t->n;
-	new[*n_new].name = t->keys[i];
-	(*n_new)++;
 	return t->n;
 }
 
@@ -198,298 +314,137 @@ static void intern_free(struct intern *t)
 	free(t->keys);
 	free(t->iids);
 	free(t->hashes);
+	free(t->by_iid);
 }
 
-struct trace_pf *trace_pf__new(struct trace_json *out)
+/* Makes iid (of table kind) usable on seq: the first use there defines it in the packet's
+ * InternedData. false on ENOMEM (the caller then writes the string inline). */
+static bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
 {
-	struct trace_pf *pf = calloc(1, sizeof(*pf));
+	size_t word = iid / 64;
+	uint64_t bit = 1ULL << (iid % 64);
+	const char *str;
+	size_t len, entry;
+	uint8_t *p;
 
-	if (!pf)
-		return NULL;
-	pf->out = out;
-	for (int i = 0; i < MAX_ARGS; i++)
-		perfetto__protos__debug_annotation__init(&pf->args[i]);
-	for (int i = 0; i < MAX_NEW; i++) {
-		pf->p_names[i] = &pf->new_names[i];
-		pf->p_cats[i] = &pf->new_cats[i];
-		pf->p_keys[i] = &pf->new_keys[i];
-		pf->p_istrs[i] = &pf->istrs[i];
+	if (word < s->defined_words[kind] && (s->defined[kind][word] & bit))
+		return true;
+	if (word >= s->defined_words[kind]) {
+		size_t n = (word + 1) * 2;
+		uint64_t *d = realloc(s->defined[kind], n * sizeof(*d));
+
+		if (!d)
+			return false;
+		memset(d + s->defined_words[kind], 0, (n - s->defined_words[kind]) * sizeof(*d));
+		s->defined[kind] = d;
+		s->defined_words[kind] = n;
 	}
-	return pf;
+	str = pf->in[kind].by_iid[iid];
+	len = strlen(str);
+	entry = 1 + varint_len(iid) + 1 + varint_len(len) + len;
+	if (!reserve(&pf->interned, &pf->interned_cap, pf->interned_len + entry + 16))
+		return false;
+	/* {iid = 1, name (str for string values) = 2} */
+	p = pf->interned + pf->interned_len;
+	p = put_varint(put_tag(p, in_field[kind], WT_LEN), entry);
+	p = put_field_varint(p, 1, iid);
+	p = put_field_bytes(p, 2, str, len);
+	pf->interned_len = p - pf->interned;
+	s->defined[kind][word] |= bit;
+	return true;
 }
 
-static void free_strs(struct trace_pf *pf)
-{
-	for (size_t i = 0; i < pf->nstrs; i++)
-		free(pf->strs[i]);
-	pf->nstrs = 0;
-}
+/* ---- packets ---- */
 
-void trace_pf__free(struct trace_pf *pf)
-{
-	size_t it = 0;
-	uint64_t v;
-
-	if (!pf)
-		return;
-	free_strs(pf);
-	intern_free(&pf->names);
-	intern_free(&pf->cats);
-	intern_free(&pf->keys);
-	intern_free(&pf->strs_in);
-	while (u64map__next(&pf->tracks, &it, NULL, &v)) {
-		struct track *t = (struct track *)(uintptr_t)v;
-
-		free(t->name);
-		free(t->label);
-		free(t);
-	}
-	u64map__clear(&pf->tracks);
-	for (size_t i = 0; i < pf->nr_counters; i++) {
-		free(pf->counters[i]->name);
-		free(pf->counters[i]);
-	}
-	free(pf->counters);
-	free(pf->scratch);
-	free(pf->te_buf);
-	free(pf->da_buf);
-	free(pf);
-}
-
-/* Packs the packets as one Trace message into the output. */
-static void write_packets(struct trace_pf *pf, Perfetto__Protos__TracePacket **pkts, size_t n)
+/* A packet made by protobuf-c, on sequence 1 (descriptors, the trace's clocks). */
+static void write_pb_packet(struct pf *pf, Perfetto__Protos__TracePacket *pkt)
 {
 	Perfetto__Protos__Trace trace = PERFETTO__PROTOS__TRACE__INIT;
 	size_t len;
 
-	trace.n_packet = n;
-	trace.packet = pkts;
+	pkt->has_trusted_packet_sequence_id = true;
+	pkt->trusted_packet_sequence_id = GLOBAL_SEQ;
+	trace.n_packet = 1;
+	trace.packet = &pkt;
 	len = perfetto__protos__trace__get_packed_size(&trace);
-	if (len > pf->scratch_cap) {
-		size_t cap = len < 4096 ? 4096 : len * 2;
-		uint8_t *p = realloc(pf->scratch, cap);
-
-		if (!p)
-			return;		/* the trace misses this event; ENOMEM again soon anyway */
-		pf->scratch = p;
-		pf->scratch_cap = cap;
-	}
-	perfetto__protos__trace__pack(&trace, pf->scratch);
-	trace_json__put_bytes(pf->out, pf->scratch, len);
-}
-
-static bool reserve(uint8_t **buf, size_t *cap, size_t len)
-{
-	if (len > *cap) {
-		size_t c = len < 4096 ? 4096 : len * 2;
-		uint8_t *p = realloc(*buf, c);
-
-		if (!p)
-			return false;
-		*buf = p;
-		*cap = c;
-	}
-	return true;
-}
-
-/* Room a packed message can take at most: every varint 10 bytes, every tag 3 (field numbers
- * below 2048), every length prefix 5. protobuf-c packs into a buffer of at least that much
- * and returns what it wrote, so no message is sized before it is packed. */
-#define FIELD_MAX 13
-static size_t str_bound(const char *s)
-{
-	return s ? 3 + 5 + strlen(s) : 0;
-}
-
-static size_t da_bound(const Perfetto__Protos__DebugAnnotation *a)
-{
-	return 4 * FIELD_MAX + str_bound(a->name) + str_bound(a->string_value);
-}
-
-static size_t te_bound(const Perfetto__Protos__TrackEventW *e)
-{
-	size_t n = 8 * FIELD_MAX + str_bound(e->name) +
-		   FIELD_MAX * (e->n_category_iids + e->n_flow_ids + e->n_terminating_flow_ids);
-
-	for (size_t i = 0; i < e->n_debug_annotations; i++)
-		n += 8 + e->debug_annotations[i].len;
-	return n;
-}
-
-/* kind and value of an annotation the memo can hold (0: it cannot) */
-static int da_kind(const Perfetto__Protos__DebugAnnotation *a, uint64_t *v)
-{
-	if (a->name || !a->has_name_iid)
-		return 0;
-	if (a->has_string_value_iid)
-		return *v = a->string_value_iid, 1;
-	if (a->has_uint_value)
-		return *v = a->uint_value, 2;
-	if (a->has_int_value)
-		return *v = (uint64_t)a->int_value, 3;
-	if (a->has_pointer_value)
-		return *v = a->pointer_value, 4;
-	if (a->has_bool_value)
-		return *v = a->bool_value, 5;
-	if (a->has_double_value) {
-		memcpy(v, &a->double_value, sizeof(*v));
-		return 6;
-	}
-	return 0;
-}
-
-/* The event's annotations, each packed (or found in the memo) into da_buf; das[] point there. */
-static bool pack_args(struct trace_pf *pf)
-{
-	size_t bound = 0, off = 0;
-
-	for (size_t i = 0; i < pf->nargs; i++)
-		bound += da_bound(&pf->args[i]);
-	if (!reserve(&pf->da_buf, &pf->da_cap, bound))
-		return false;
-	for (size_t i = 0; i < pf->nargs; i++) {
-		const Perfetto__Protos__DebugAnnotation *a = &pf->args[i];
-		uint8_t *out = pf->da_buf + off;
-		struct da_memo *m = NULL;
-		uint64_t v = 0;
-		int kind = da_kind(a, &v);
-
-		if (kind) {
-			m = &pf->memo[u64_mix((a->name_iid * 8 + kind) ^ v * 0x9e3779b97f4a7c15ull) &
-				      (DA_MEMO - 1)];
-			if (m->kind == kind && m->name_iid == a->name_iid && m->value == v) {
-				memcpy(out, m->bytes, m->len);
-				pf->das[i].data = out;
-				pf->das[i].len = m->len;
-				off += m->len;
-				continue;
-			}
-		}
-		pf->das[i].data = out;
-		pf->das[i].len = perfetto__protos__debug_annotation__pack(a, out);
-		off += pf->das[i].len;
-		if (m && pf->das[i].len <= sizeof(m->bytes)) {
-			m->kind = (uint8_t)kind;
-			m->name_iid = a->name_iid;
-			m->value = v;
-			m->len = (uint8_t)pf->das[i].len;
-			memcpy(m->bytes, out, m->len);
-		}
-	}
-	return true;
-}
-
-/* TrackEvent packets: each event packed on its own, then the packets around the bytes. */
-static void write_events(struct trace_pf *pf, Perfetto__Protos__TrackEventW **evs,
-			 const uint64_t *ts, const uint32_t *flags,
-			 Perfetto__Protos__InternedData *in, size_t n)
-{
-	Perfetto__Protos__TraceW trace = PERFETTO__PROTOS__TRACE_W__INIT;
-	Perfetto__Protos__TracePacketW p[2], *pp[2] = { &p[0], &p[1] };
-	size_t bound = 0, off = 0, len;
-
-	for (size_t i = 0; i < n; i++)
-		bound += te_bound(evs[i]);
-	if (!reserve(&pf->te_buf, &pf->te_cap, bound))
+	if (!reserve(&pf->pb_scratch, &pf->pb_scratch_cap, len)) {
+		trace_sink__set_error(pf->out.sink, -ENOMEM);
 		return;
-	for (size_t i = 0; i < n; i++) {
-		len = perfetto__protos__track_event_w__pack(evs[i], pf->te_buf + off);
-		perfetto__protos__trace_packet_w__init(&p[i]);
-		p[i].has_timestamp = p[i].has_trusted_packet_sequence_id = true;
-		p[i].timestamp = ts[i];
-		p[i].trusted_packet_sequence_id = SEQ_ID;
-		p[i].has_sequence_flags = flags[i] != 0;
-		p[i].sequence_flags = flags[i];
-		p[i].has_track_event = true;
-		p[i].track_event.data = pf->te_buf + off;
-		p[i].track_event.len = len;
-		off += len;
 	}
-	p[0].interned_data = in;
-	trace.n_packet = n;
-	trace.packet = pp;
-	/* a packet is 4 fields around its event, a Trace a tag and a length per packet */
-	bound = in ? perfetto__protos__trace_w__get_packed_size(&trace) : off + n * 8 * FIELD_MAX;
-	if (!reserve(&pf->scratch, &pf->scratch_cap, bound))
+	perfetto__protos__trace__pack(&trace, pf->pb_scratch);
+	trace_buf__put(&pf->out, pf->pb_scratch, len);
+}
+
+/* One TracePacket of the sequence around the TrackEvent in pf->te (te_len bytes) and the
+ * InternedData gathered for it; ts: CLOCK_MONOTONIC. */
+static void write_event_packet(struct pf *pf, struct seq *s, uint64_t ts, size_t te_len)
+{
+	uint8_t hdr[48], *h = hdr, *p;
+	size_t len, total;
+
+	if (ts >= s->last_ts) {
+		h = put_field_varint(h, PKT_TIMESTAMP, ts - s->last_ts);
+		s->last_ts = ts;
+	} else {
+		/* earlier than the sequence's clock: absolute, on the clock itself */
+		h = put_field_varint(h, PKT_TIMESTAMP, ts);
+		h = put_field_varint(h, PKT_CLOCK_ID, CLOCK_MONO);
+	}
+	h = put_field_varint(h, PKT_SEQ_ID, s->id);
+	h = put_field_varint(h, PKT_FLAGS, SEQ_NEEDS);
+	len = (h - hdr) + 1 + varint_len(te_len) + te_len;
+	if (pf->interned_len)
+		len += 1 + varint_len(pf->interned_len) + pf->interned_len;
+	total = 1 + varint_len(len) + len;
+	if (total > TRACE_SINK_CHUNK / 2) {
+		trace_sink__set_error(pf->out.sink, -E2BIG);	/* cannot happen: args bounded */
+		pf->interned_len = 0;
 		return;
-	len = perfetto__protos__trace_w__pack(&trace, pf->scratch);
-	trace_json__put_bytes(pf->out, pf->scratch, len);
-}
-
-static void packet_init(struct trace_pf *pf, Perfetto__Protos__TracePacket *p,
-			Perfetto__Protos__InternedData *in)
-{
-	perfetto__protos__trace_packet__init(p);
-	p->has_trusted_packet_sequence_id = true;
-	p->trusted_packet_sequence_id = SEQ_ID;
-	p->has_sequence_flags = true;
-	p->sequence_flags = SEQ_NEEDS;
-	if (in && pf->n_new_names + pf->n_new_cats + pf->n_new_keys + pf->n_new_strs) {
-		perfetto__protos__interned_data__init(in);
-		in->n_event_names = pf->n_new_names;
-		in->event_names = pf->p_names;
-		in->n_event_categories = pf->n_new_cats;
-		in->event_categories = (Perfetto__Protos__EventCategory **)pf->p_cats;
-		in->n_debug_annotation_names = pf->n_new_keys;
-		in->debug_annotation_names = (Perfetto__Protos__DebugAnnotationName **)pf->p_keys;
-		for (size_t i = 0; i < pf->n_new_strs; i++) {
-			perfetto__protos__interned_string__init(&pf->istrs[i]);
-			pf->istrs[i].has_iid = pf->istrs[i].has_str = true;
-			pf->istrs[i].iid = pf->new_strs[i].iid;
-			pf->istrs[i].str.data = (uint8_t *)pf->new_strs[i].name;
-			pf->istrs[i].str.len = strlen(pf->new_strs[i].name);
-		}
-		in->n_debug_annotation_string_values = pf->n_new_strs;
-		in->debug_annotation_string_values = pf->p_istrs;
-		p->interned_data = in;
-		pf->n_new_names = pf->n_new_cats = pf->n_new_keys = pf->n_new_strs = 0;
 	}
-}
-
-static uint64_t mono_to(clockid_t clk, uint64_t mono_ns)
-{
-	struct timespec a, b;
-
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	clock_gettime(clk, &b);
-	return (uint64_t)b.tv_sec * 1000000000ull + b.tv_nsec -
-	       ((uint64_t)a.tv_sec * 1000000000ull + a.tv_nsec - mono_ns);
-}
-
-void trace_pf__begin(struct trace_pf *pf, uint64_t base_mono_ns, uint64_t base_real_ns)
-{
-	Perfetto__Protos__TracePacket p, *pp = &p;
-	Perfetto__Protos__TracePacketDefaults defs = PERFETTO__PROTOS__TRACE_PACKET_DEFAULTS__INIT;
-	Perfetto__Protos__ClockSnapshot snap = PERFETTO__PROTOS__CLOCK_SNAPSHOT__INIT;
-	Perfetto__Protos__ClockSnapshot__Clock c[3], *cp[3] = { &c[0], &c[1], &c[2] };
-	/* the trace processor's own timeline is BOOTTIME: give it that one too */
-	uint32_t ids[3] = { PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_BOOTTIME,
-			    PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_MONOTONIC,
-			    PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_REALTIME };
-	uint64_t ts[3] = { mono_to(CLOCK_BOOTTIME, base_mono_ns), base_mono_ns, base_real_ns };
-
-	for (int i = 0; i < 3; i++) {
-		perfetto__protos__clock_snapshot__clock__init(&c[i]);
-		c[i].has_clock_id = c[i].has_timestamp = true;
-		c[i].clock_id = ids[i];
-		c[i].timestamp = ts[i];
+	p = (uint8_t *)trace_buf__room(&pf->out, total);
+	p = put_varint(put_tag(p, 1, WT_LEN), len);	/* Trace.packet */
+	memcpy(p, hdr, h - hdr);
+	p += h - hdr;
+	if (pf->interned_len) {
+		p = put_field_bytes(p, PKT_INTERNED, pf->interned, pf->interned_len);
+		pf->interned_len = 0;
 	}
-	snap.n_clocks = 3;
-	snap.clocks = cp;
-	defs.has_timestamp_clock_id = true;
-	defs.timestamp_clock_id = PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_MONOTONIC;
-	packet_init(pf, &p, NULL);
-	p.sequence_flags = SEQ_CLEARED | SEQ_NEEDS;
-	p.has_first_packet_on_sequence = p.first_packet_on_sequence = true;
-	p.trace_packet_defaults = &defs;
-	p.clock_snapshot = &snap;
-	/* the snapshot's own timestamp is in the default clock (BOOTTIME) */
-	p.has_timestamp = true;
-	p.timestamp = ts[0];
-	p.has_timestamp_clock_id = true;
-	p.timestamp_clock_id = ids[0];
-	write_packets(pf, &pp, 1);
+	p = put_field_bytes(p, PKT_TRACK_EVENT, pf->te, te_len);
+	pf->out.len += total;
 }
+
+/* The sequence's first packet: incremental state cleared, its defaults and its clock. */
+static void start_seq(struct pf *pf, struct seq *s, uint64_t default_track, uint64_t ts)
+{
+	uint8_t body[128], defs[32], ted[16], snap[64], clk[32], *p, *d, *t, *c, *k;
+
+	t = put_field_varint(ted, 11, default_track);		/* TrackEventDefaults.track_uuid */
+	d = put_field_varint(defs, 58, CLOCK_SEQ);		/* TracePacketDefaults.clock id */
+	d = put_field_bytes(d, 11, ted, t - ted);		/* .track_event_defaults */
+	k = put_field_varint(clk, 1, CLOCK_SEQ);		/* Clock{clock_id, timestamp, */
+	k = put_field_varint(k, 2, ts);				/*   is_incremental} */
+	k = put_field_varint(k, 3, 1);
+	c = put_field_bytes(snap, 1, clk, k - clk);		/* ClockSnapshot.clocks */
+	k = put_field_varint(clk, 1, CLOCK_MONO);
+	k = put_field_varint(k, 2, ts);
+	c = put_field_bytes(c, 1, clk, k - clk);
+	p = put_field_varint(body, PKT_TIMESTAMP, ts);
+	p = put_field_varint(p, PKT_CLOCK_ID, CLOCK_MONO);
+	p = put_field_varint(p, PKT_SEQ_ID, s->id);
+	p = put_field_varint(p, PKT_FLAGS, SEQ_CLEARED | SEQ_NEEDS);
+	p = put_field_bytes(p, PKT_DEFAULTS, defs, d - defs);
+	p = put_field_bytes(p, PKT_CLOCK_SNAPSHOT, snap, c - snap);
+	p = put_field_varint(p, 87, 1);				/* first_packet_on_sequence */
+	{
+		uint8_t head[8], *e = put_varint(put_tag(head, 1, WT_LEN), p - body);
+
+		trace_buf__put(&pf->out, head, e - head);
+		trace_buf__put(&pf->out, body, p - body);
+	}
+	s->last_ts = ts;
+}
+
+/* ---- tracks ---- */
 
 static uint64_t track_key(int pid, int tid, bool thread)
 {
@@ -498,14 +453,21 @@ static uint64_t track_key(int pid, int tid, bool thread)
 	return 1ULL << 62 | (uint32_t)pid;
 }
 
-static struct track *get_track(struct trace_pf *pf, int pid, int tid, bool thread)
+static struct track *get_track(struct pf *pf, int pid, int tid, bool thread)
 {
 	uint64_t key = track_key(pid, tid, thread);
 	bool created;
-	struct track *t = u64map__get_or_alloc(&pf->tracks, key, sizeof(*t), &created);
+	struct track *t;
 
+	if (pf->last_track && pf->last_key == key)
+		return pf->last_track;
+	t = u64map__get_or_alloc(&pf->tracks, key, sizeof(*t), &created);
+	if (t && !created) {
+		pf->last_key = key;
+		pf->last_track = t;
+	}
 	if (t && created) {
-		/* uuids numbered from 1: one-byte varints in every event */
+		/* uuids numbered from 1: short varints in every event */
 		t->uuid = ++pf->next_uuid;
 		t->pid = pid;
 		t->tid = tid;
@@ -519,9 +481,9 @@ static struct track *get_track(struct trace_pf *pf, int pid, int tid, bool threa
 	return t;
 }
 
-static void emit_track(struct trace_pf *pf, struct track *t)
+static void emit_track(struct pf *pf, struct track *t)
 {
-	Perfetto__Protos__TracePacket p, *pp = &p;
+	Perfetto__Protos__TracePacket p;
 	Perfetto__Protos__TrackDescriptor td = PERFETTO__PROTOS__TRACK_DESCRIPTOR__INIT;
 	Perfetto__Protos__ProcessDescriptor pd = PERFETTO__PROTOS__PROCESS_DESCRIPTOR__INIT;
 	Perfetto__Protos__ThreadDescriptor thd = PERFETTO__PROTOS__THREAD_DESCRIPTOR__INIT;
@@ -574,59 +536,169 @@ static void emit_track(struct trace_pf *pf, struct track *t)
 		td.has_sibling_order_rank = true;
 		td.sibling_order_rank = (int32_t)t->sort;
 	}
-	packet_init(pf, &p, NULL);
-	p.has_sequence_flags = false;	/* descriptors use no interned data */
+	perfetto__protos__trace_packet__init(&p);
 	p.track_descriptor = &td;
-	write_packets(pf, &pp, 1);
+	write_pb_packet(pf, &p);
 	t->emitted = true;
-	t->dirty = false;
 }
 
-static void set_str(char **dst, const char *s)
+/* The sequence of t's events, started (its descriptor written first) at ts. */
+static struct seq *track_seq(struct pf *pf, struct track *t, uint64_t ts)
 {
-	char *c = strdup(s ? s : "");
+	struct track *owner = t;
 
-	if (c) {
-		free(*dst);
-		*dst = c;
-	}
-}
-
-void trace_pf__meta(struct trace_pf *pf, enum trace_pf_meta what, int pid, int tid,
-		    const char *sval, int64_t ival)
-{
-	bool thread = what == PF_META_THREAD_NAME || what == PF_META_THREAD_SORT;
-	struct track *t = get_track(pf, pid, tid, thread);
-
-	if (!t)
-		return;
-	switch (what) {
-	case PF_META_PROCESS_NAME:
-	case PF_META_THREAD_NAME:
-		set_str(&t->name, sval);
-		break;
-	case PF_META_PROCESS_LABEL:
-		set_str(&t->label, sval);
-		break;
-	case PF_META_PROCESS_SORT:
-		t->gpu = ival >= GPU_TRACE_SORT_BASE;
-		if (t->gpu)
-			ival -= GPU_TRACE_SORT_BASE;
-		/* fallthrough */
-	case PF_META_THREAD_SORT:
-		t->has_sort = true;
-		t->sort = ival;
-		break;
-	}
-	t->dirty = true;
-	if (t->emitted)
+	if (!t->emitted)
 		emit_track(pf, t);
+	if (t->is_counter) {
+		owner = get_track(pf, t->pid, 0, false);
+		if (!owner)
+			return NULL;
+		if (!owner->emitted)
+			emit_track(pf, owner);
+	}
+	if (!owner->seq) {
+		owner->seq = calloc(1, sizeof(*owner->seq));
+		if (!owner->seq)
+			return NULL;
+		owner->seq->id = ++pf->next_seq;
+		start_seq(pf, owner->seq, owner->uuid, ts);
+	}
+	return owner->seq;
 }
 
-void trace_pf__event(struct trace_pf *pf, const char *ph, const char *cat, const char *name,
-		     int pid, int tid, uint64_t ts_mono_ns, uint64_t dur_ns)
+static void free_track(struct track *t)
 {
-	free_strs(pf);
+	free(t->name);
+	free(t->label);
+	if (t->seq)
+		for (int k = 0; k < IN_KINDS; k++)
+			free(t->seq->defined[k]);
+	free(t->seq);
+	free(t);
+}
+
+/* ---- events ---- */
+
+/* Bytes one annotation can take at most, once its iids are resolved. */
+static size_t arg_bound(const struct arg *a)
+{
+	size_t n = 2 + 5 + 11 + 11;	/* tag, length, name_iid, value */
+
+	if (!a->key_iid)
+		n += 5 + strlen(a->key);
+	if (a->kind == A_STR)
+		n += 5 + strlen(a->s);
+	return n;
+}
+
+/* The args' iids made usable on s (defined there on first use); where that fails (ENOMEM),
+ * the key or the string is written inline instead. */
+static void resolve_args(struct pf *pf, struct seq *s)
+{
+	for (size_t i = 0; i < pf->nargs; i++) {
+		struct arg *a = &pf->args[i];
+
+		if (a->key_iid && !use_iid(pf, s, IN_KEY, a->key_iid))
+			a->key_iid = 0;
+		if (a->kind == A_STR_IID && !use_iid(pf, s, IN_STR, a->u)) {
+			a->kind = A_STR;
+			a->s = pf->in[IN_STR].by_iid[a->u];
+		}
+	}
+}
+
+/* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. */
+static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t track_uuid,
+			   bool with_args, bool with_name)
+{
+	size_t bound = 64 + (pf->name ? strlen(pf->name) : 0);
+	uint64_t name_iid = 0, cat_iid = 0;
+	uint8_t *p;
+
+	if (with_args) {
+		resolve_args(pf, s);
+		for (size_t i = 0; i < pf->nargs; i++)
+			bound += arg_bound(&pf->args[i]);
+	}
+	if (!reserve(&pf->te, &pf->te_cap, bound))
+		return 0;
+	p = pf->te;
+	if (with_name && pf->cat) {
+		cat_iid = intern(&pf->in[IN_CAT], pf->cat);
+		if (cat_iid && !use_iid(pf, s, IN_CAT, cat_iid))
+			cat_iid = 0;
+		if (cat_iid)
+			p = put_field_varint(p, TE_CATEGORY_IIDS, cat_iid);
+	}
+	if (with_args) {
+		for (size_t i = 0; i < pf->nargs; i++) {
+			struct arg *a = &pf->args[i];
+			size_t klen = a->key_iid ? 0 : strlen(a->key);
+			size_t slen = a->kind == A_STR ? strlen(a->s) : 0;
+			size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) :
+						    1 + varint_len(klen) + klen;
+
+			switch (a->kind) {	/* tags below field 16 take a byte, 17's two */
+			case A_DOUBLE: inner += 1 + 8; break;
+			case A_STR: inner += 1 + varint_len(slen) + slen; break;
+			case A_INT: inner += 1 + varint_len((uint64_t)a->i); break;
+			case A_STR_IID: inner += 2 + varint_len(a->u); break;
+			default: inner += 1 + varint_len(a->u); break;
+			}
+			/* the annotation straight into te: its length first, then its fields */
+			p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
+			if (a->key_iid)
+				p = put_field_varint(p, DA_NAME_IID, a->key_iid);
+			else
+				p = put_field_bytes(p, DA_NAME, a->key, klen);
+			switch (a->kind) {
+			case A_UINT: p = put_field_varint(p, DA_UINT, a->u); break;
+			case A_INT: p = put_field_varint(p, DA_INT, (uint64_t)a->i); break;
+			case A_BOOL: p = put_field_varint(p, DA_BOOL, a->u); break;
+			case A_PTR: p = put_field_varint(p, DA_POINTER, a->u); break;
+			case A_STR_IID: p = put_field_varint(p, DA_STRING_IID, a->u); break;
+			case A_STR: p = put_field_bytes(p, DA_STRING, a->s, slen); break;
+			case A_DOUBLE: {
+				uint64_t bits;
+
+				memcpy(&bits, &a->d, 8);
+				p = put_field_fixed64(p, DA_DOUBLE, bits);
+				break;
+			}
+			}
+		}
+	}
+	p = put_field_varint(p, TE_TYPE, type);
+	if (track_uuid)
+		p = put_field_varint(p, TE_TRACK_UUID, track_uuid);
+	if (with_name) {
+		name_iid = intern(&pf->in[IN_NAME], pf->name ? pf->name : "");
+		if (name_iid && use_iid(pf, s, IN_NAME, name_iid))
+			p = put_field_varint(p, TE_NAME_IID, name_iid);
+		else
+			p = put_field_bytes(p, TE_NAME, pf->name ? pf->name : "",
+					    pf->name ? strlen(pf->name) : 0);
+	}
+	if (pf->has_flow && (pf->ph == 's' || pf->ph == 'f'))
+		p = put_field_fixed64(p, pf->ph == 's' ? TE_FLOW_IDS : TE_TERMINATING_FLOW_IDS,
+				      pf->flow_id);
+	return p - pf->te;
+}
+
+static void free_args(struct pf *pf)
+{
+	for (size_t i = 0; i < pf->nargs; i++)
+		if (pf->args[i].owned)
+			free((char *)pf->args[i].s);
+	pf->nargs = 0;
+}
+
+static void pf_event(void *ctx, const char *ph, const char *cat, const char *name, int pid,
+		     int tid, uint64_t ts_mono_ns, uint64_t dur_ns)
+{
+	struct pf *pf = ctx;
+
+	free_args(pf);
 	pf->in_event = true;
 	pf->ph = ph[0];
 	pf->scope = 't';
@@ -634,114 +706,97 @@ void trace_pf__event(struct trace_pf *pf, const char *ph, const char *cat, const
 	pf->tid = tid;
 	pf->ts = ts_mono_ns;
 	pf->dur = dur_ns;
-	pf->nargs = 0;
 	pf->has_flow = false;
 	pf->name = name;
-	pf->name_iid = pf->ph == 'C' ? 0 : intern(&pf->names, name ? name : "", pf->new_names,
-						   &pf->n_new_names);
-	pf->cat_iid = cat ? intern(&pf->cats, cat, pf->new_cats, &pf->n_new_cats) : 0;
+	pf->cat = cat;
 }
 
-static Perfetto__Protos__DebugAnnotation *arg(struct trace_pf *pf, const char *key)
+static struct arg *new_arg(struct pf *pf, const char *key, enum arg_kind kind)
 {
-	Perfetto__Protos__DebugAnnotation *a;
+	struct arg *a;
 
 	if (!pf->in_event || pf->nargs >= MAX_ARGS)
 		return NULL;
-	a = &pf->args[pf->nargs];
-	/* initialized once (trace_pf__new); clearing what an earlier event set is cheaper */
-	a->has_bool_value = a->has_uint_value = a->has_int_value = false;
-	a->has_double_value = a->has_pointer_value = a->has_string_value_iid = false;
-	a->string_value = NULL;
-	a->name = NULL;
-	a->name_iid = intern(&pf->keys, key, pf->new_keys, &pf->n_new_keys);
-	a->has_name_iid = a->name_iid != 0;
-	if (!a->has_name_iid)
-		a->name = (char *)key;	/* not interned (ENOMEM): inline */
-	/* counters: the key names the series (callers' keys live until event_end) */
-	pf->arg_keys[pf->nargs] = key;
-	pf->nargs++;
+	a = &pf->args[pf->nargs++];
+	a->kind = kind;
+	a->key = key;	/* callers' keys live until event_end */
+	a->key_iid = intern(&pf->in[IN_KEY], key);
+	a->owned = false;
+	a->u = 0;
 	return a;
 }
 
-void trace_pf__arg_u64(struct trace_pf *pf, const char *key, uint64_t v)
+static void pf_arg_u64(void *ctx, const char *key, uint64_t v)
 {
-	Perfetto__Protos__DebugAnnotation *a = arg(pf, key);
+	struct arg *a = new_arg(ctx, key, A_UINT);
 
-	if (a) {
-		a->has_uint_value = true;
-		a->uint_value = v;
-	}
+	if (a)
+		a->u = v;
 }
 
-void trace_pf__arg_i64(struct trace_pf *pf, const char *key, int64_t v)
+static void pf_arg_i64(void *ctx, const char *key, int64_t v)
 {
-	Perfetto__Protos__DebugAnnotation *a = arg(pf, key);
+	struct arg *a = new_arg(ctx, key, A_INT);
 
-	if (a) {
-		a->has_int_value = true;
-		a->int_value = v;
-	}
+	if (a)
+		a->i = v;
 }
 
-void trace_pf__arg_f64(struct trace_pf *pf, const char *key, double v)
+static void pf_arg_f64(void *ctx, const char *key, double v)
 {
-	Perfetto__Protos__DebugAnnotation *a = arg(pf, key);
+	struct arg *a = new_arg(ctx, key, A_DOUBLE);
 
-	if (a) {
-		a->has_double_value = true;
-		a->double_value = v;
-	}
+	if (a)
+		a->d = v;
 }
 
-void trace_pf__arg_str(struct trace_pf *pf, const char *key, const char *v)
+static void pf_arg_bool(void *ctx, const char *key, bool v)
 {
-	Perfetto__Protos__DebugAnnotation *a = arg(pf, key);
+	struct arg *a = new_arg(ctx, key, A_BOOL);
+
+	if (a)
+		a->u = v;
+}
+
+static void pf_arg_hex(void *ctx, const char *key, uint64_t v)
+{
+	struct arg *a = new_arg(ctx, key, A_PTR);
+
+	if (a)
+		a->u = v;
+}
+
+static void pf_arg_str(void *ctx, const char *key, const char *v)
+{
+	struct pf *pf = ctx;
+	struct arg *a = new_arg(pf, key, A_STR_IID);
 
 	if (!a)
 		return;
+	if (!v)
+		v = "";
 	/* Values repeat (kernel names, sources): interned while the table is not huge, so
 	 * a trace of unique strings does not keep them all in memory. */
-	if (pf->strs_in.n < MAX_INTERNED_STRS) {
-		a->string_value_iid = intern(&pf->strs_in, v ? v : "", pf->new_strs,
-					     &pf->n_new_strs);
-		if (a->string_value_iid) {
-			a->has_string_value_iid = true;
+	if (pf->in[IN_STR].n < MAX_INTERNED_STRS) {
+		a->u = intern(&pf->in[IN_STR], v);
+		if (a->u)
 			return;
-		}
 	}
-	{
-		/* copied: callers may pass a buffer they reuse before event_end */
-		a->string_value = strdup(v ? v : "");
-		if (a->string_value)
-			pf->strs[pf->nstrs++] = a->string_value;
-		else
-			a->string_value = "";
-	}
+	/* copied: callers may pass a buffer they reuse before event_end */
+	a->kind = A_STR;
+	a->s = strdup(v);
+	a->owned = a->s != NULL;
+	if (!a->s)
+		a->s = "";
 }
 
-void trace_pf__arg_bool(struct trace_pf *pf, const char *key, bool v)
+/* Perfetto's annotations have no JSON value of their own: the text */
+static void pf_arg_raw(void *ctx, const char *key, const char *json)
 {
-	Perfetto__Protos__DebugAnnotation *a = arg(pf, key);
-
-	if (a) {
-		a->has_bool_value = true;
-		a->bool_value = v;
-	}
+	pf_arg_str(ctx, key, json);
 }
 
-void trace_pf__arg_ptr(struct trace_pf *pf, const char *key, uint64_t v)
-{
-	Perfetto__Protos__DebugAnnotation *a = arg(pf, key);
-
-	if (a) {
-		a->has_pointer_value = true;
-		a->pointer_value = v;
-	}
-}
-
-/* As the JSON's text ("[64, 2, 1]"), interned: a nested array of three annotations would cost
- * protobuf-c two more levels of size computation on every launch, and grids repeat. */
+/* As the JSON's text ("[64, 2, 1]"), interned: grids repeat. */
 static char *put_u32(char *p, uint32_t v)
 {
 	char tmp[10];
@@ -756,9 +811,20 @@ static char *put_u32(char *p, uint32_t v)
 	return p;
 }
 
-void trace_pf__arg_dim3(struct trace_pf *pf, const char *key, uint32_t x, uint32_t y, uint32_t z)
+static void pf_arg_dim3(void *ctx, const char *key, uint32_t x, uint32_t y, uint32_t z)
 {
+	struct pf *pf = ctx;
 	char buf[48], *p = buf;	/* "[x, y, z]" without printf: a launch has two */
+	unsigned slot = (x * 31 + y * 7 + z) & 15;
+	struct arg *a;
+
+	if (pf->dim3_memo[slot].iid && pf->dim3_memo[slot].x == x && pf->dim3_memo[slot].y == y &&
+	    pf->dim3_memo[slot].z == z) {
+		a = new_arg(pf, key, A_STR_IID);
+		if (a)
+			a->u = pf->dim3_memo[slot].iid;
+		return;
+	}
 
 	*p++ = '[';
 	p = put_u32(p, x);
@@ -770,12 +836,17 @@ void trace_pf__arg_dim3(struct trace_pf *pf, const char *key, uint32_t x, uint32
 	p = put_u32(p, z);
 	*p++ = ']';
 	*p = '\0';
-	trace_pf__arg_str(pf, key, buf);
+	pf_arg_str(ctx, key, buf);
+	a = pf->nargs ? &pf->args[pf->nargs - 1] : NULL;
+	if (a && a->kind == A_STR_IID && a->key == key)
+		pf->dim3_memo[slot] = (typeof(pf->dim3_memo[0])){ x, y, z, a->u };
 }
 
 /* The Chrome-JSON extras the writers use: a flow's "id", an instant's scope "s". */
-void trace_pf__field_raw(struct trace_pf *pf, const char *key, const char *json)
+static void pf_field_raw(void *ctx, const char *key, const char *json)
 {
+	struct pf *pf = ctx;
+
 	if (!strcmp(key, "id")) {
 		pf->flow_id = strtoull(json + (json[0] == '"'), NULL, 0);
 		pf->has_flow = true;
@@ -784,13 +855,15 @@ void trace_pf__field_raw(struct trace_pf *pf, const char *key, const char *json)
 	}
 }
 
-static struct track *counter_track(struct trace_pf *pf, const char *key)
+static struct track *counter_track(struct pf *pf, const char *key)
 {
 	struct track *t, **grown;
+	struct track *proc;
 
 	for (size_t i = 0; i < pf->nr_counters; i++) {
 		t = pf->counters[i];
-		if (t->pid == pf->pid && !strcmp(t->name, pf->name) && !strcmp(t->label, key))
+		if (t->pid == pf->pid && !strcmp(t->name, pf->name ? pf->name : "") &&
+		    !strcmp(t->label, key))
 			return t;
 	}
 	grown = realloc(pf->counters, (pf->nr_counters + 1) * sizeof(*grown));
@@ -803,131 +876,249 @@ static struct track *counter_track(struct trace_pf *pf, const char *key)
 	t->name = strdup(pf->name ? pf->name : "");
 	t->label = strdup(key);
 	if (!t->name || !t->label) {
-		free(t->name);
-		free(t->label);
-		free(t);
+		free_track(t);
 		return NULL;
 	}
 	t->pid = pf->pid;
 	t->is_counter = true;
-	{
-		struct track *proc = get_track(pf, pf->pid, 0, false);
-
-		t->parent = proc ? proc->uuid : 0;
-	}
+	proc = get_track(pf, pf->pid, 0, false);
+	t->parent = proc ? proc->uuid : 0;
 	t->uuid = ++pf->next_uuid;
 	pf->counters[pf->nr_counters++] = t;
 	return t;
 }
 
-static void counter_events(struct trace_pf *pf)
+static void counter_events(struct pf *pf)
 {
-	Perfetto__Protos__TrackEventW ev, *evp;
-	uint32_t noflags = 0;
+	size_t nargs = pf->nargs;
 
-	for (size_t i = 0; i < pf->nargs; i++) {
-		Perfetto__Protos__DebugAnnotation *a = &pf->args[i];
-		struct track *t = counter_track(pf, pf->arg_keys[i]);
+	for (size_t i = 0; i < nargs; i++) {
+		struct arg *a = &pf->args[i];
+		struct track *t = counter_track(pf, a->key);
+		struct seq *s;
+		uint8_t *p;
 
-		if (!t)
+		if (!t || !(s = track_seq(pf, t, pf->ts)))
 			continue;
-		if (!t->emitted)
-			emit_track(pf, t);
-		perfetto__protos__track_event_w__init(&ev);
-		ev.has_type = true;
-		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_COUNTER;
-		ev.has_track_uuid = true;
-		ev.track_uuid = t->uuid;
-		if (a->has_double_value) {
-			ev.has_double_counter_value = true;
-			ev.double_counter_value = a->double_value;
-		} else if (a->has_int_value || a->has_uint_value) {
-			ev.has_counter_value = true;
-			ev.counter_value = a->has_int_value ? a->int_value : (int64_t)a->uint_value;
-		} else {
+		if (a->kind != A_DOUBLE && a->kind != A_INT && a->kind != A_UINT)
 			continue;	/* not a number: not a counter value */
+		if (!reserve(&pf->te, &pf->te_cap, 64))
+			continue;
+		p = put_field_varint(pf->te, TE_TYPE, TYPE_COUNTER);
+		p = put_field_varint(p, TE_TRACK_UUID, t->uuid);
+		if (a->kind == A_DOUBLE) {
+			uint64_t bits;
+
+			memcpy(&bits, &a->d, 8);
+			p = put_field_fixed64(p, TE_DOUBLE_COUNTER, bits);
+		} else {
+			p = put_field_varint(p, TE_COUNTER, a->u);
 		}
-		evp = &ev;
-		write_events(pf, &evp, &pf->ts, &noflags, NULL, 1);	/* nothing interned */
+		write_event_packet(pf, s, pf->ts, p - pf->te);
 	}
 }
 
-void trace_pf__event_end(struct trace_pf *pf)
+static void pf_event_end(void *ctx)
 {
-	Perfetto__Protos__TracePacket p0;
-	Perfetto__Protos__InternedData in;
-	Perfetto__Protos__TrackEventW ev, end, *evs[2] = { &ev, &end };
-	uint64_t ts[2] = { pf->ts, pf->ts + pf->dur };
-	uint32_t flags[2] = { SEQ_NEEDS, 0 };
+	struct pf *pf = ctx;
 	struct track *t;
-	uint64_t flow = pf->flow_id;
-	size_t n = 1;
+	struct seq *s;
+	size_t len;
+	int type;
 
 	if (!pf->in_event)
 		return;
 	pf->in_event = false;
 	if (pf->ph == 'M')
-		return;		/* metadata comes through trace_pf__meta */
+		goto out;	/* metadata comes through pf_meta */
 	if (pf->ph == 'C') {
 		counter_events(pf);
 		goto out;
 	}
 	t = get_track(pf, pf->pid, pf->tid, pf->scope == 't');
-	if (!t)
+	if (!t || !(s = track_seq(pf, t, pf->ts)))
 		goto out;
-	if (!t->emitted)
-		emit_track(pf, t);
-	if (!pack_args(pf))
+	if (pf->ph == 'E') {
+		/* the end of a slice pf_slice_begin opened: the args go on the END */
+		len = encode_event(pf, s, TYPE_SLICE_END, 0, true, false);
+		if (len)
+			write_event_packet(pf, s, pf->ts + pf->dur, len);
 		goto out;
-	perfetto__protos__track_event_w__init(&ev);
-	ev.has_type = true;
-	ev.has_track_uuid = true;
-	ev.track_uuid = t->uuid;
-	ev.has_name_iid = pf->name_iid != 0;
-	ev.name_iid = pf->name_iid;
-	if (!ev.has_name_iid)
-		ev.name = (char *)(pf->name ? pf->name : "");	/* not interned (ENOMEM) */
-	if (pf->cat_iid) {
-		ev.n_category_iids = 1;
-		ev.category_iids = &pf->cat_iid;
 	}
-	ev.n_debug_annotations = pf->nargs;
-	ev.debug_annotations = pf->das;
-	packet_init(pf, &p0, &in);	/* takes the interned data queued */
-	switch (pf->ph) {
-	case 'X':
-		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
-		perfetto__protos__track_event_w__init(&end);
-		end.has_type = end.has_track_uuid = true;
-		end.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END;
-		end.track_uuid = t->uuid;
-		n = 2;
-		break;
-	case 's':
-	case 'f':
-		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT;
-		if (pf->has_flow && pf->ph == 's') {
-			ev.n_flow_ids = 1;
-			ev.flow_ids = &flow;
-		} else if (pf->has_flow) {
-			ev.n_terminating_flow_ids = 1;
-			ev.terminating_flow_ids = &flow;
-		}
-		break;
-	default:
-		ev.type = PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT;
+	type = pf->ph == 'X' ? TYPE_SLICE_BEGIN : TYPE_INSTANT;
+	len = encode_event(pf, s, type, 0, true, true);
+	if (!len) {
+		trace_sink__set_error(pf->out.sink, -ENOMEM);
+		goto out;
 	}
-	write_events(pf, evs, ts, flags, p0.interned_data, n);
+	write_event_packet(pf, s, pf->ts, len);
+	if (pf->ph == 'X') {
+		uint8_t *p = put_field_varint(pf->te, TE_TYPE, TYPE_SLICE_END);
+
+		write_event_packet(pf, s, pf->ts + pf->dur, p - pf->te);
+	}
 out:
-	free_strs(pf);
+	free_args(pf);
 }
 
-void trace_pf__finish(struct trace_pf *pf)
+static void pf_slice_begin(void *ctx, const char *cat, const char *name, int pid, int tid,
+			   uint64_t ts_mono_ns)
 {
+	struct pf *pf = ctx;
+	struct track *t;
+	struct seq *s;
+	size_t len;
+
+	pf_event(pf, "B", cat, name, pid, tid, ts_mono_ns, 0);
+	pf->in_event = false;
+	t = get_track(pf, pid, tid, true);
+	if (!t || !(s = track_seq(pf, t, ts_mono_ns)))
+		return;
+	len = encode_event(pf, s, TYPE_SLICE_BEGIN, 0, false, true);
+	if (len)
+		write_event_packet(pf, s, ts_mono_ns, len);
+}
+
+static uint64_t mono_to(clockid_t clk, uint64_t mono_ns)
+{
+	struct timespec a, b;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	clock_gettime(clk, &b);
+	return (uint64_t)b.tv_sec * 1000000000ull + b.tv_nsec -
+	       ((uint64_t)a.tv_sec * 1000000000ull + a.tv_nsec - mono_ns);
+}
+
+/* Sequence 1's first packet: the trace's clocks (BOOTTIME, the trace processor's timeline;
+ * MONOTONIC, the probes'; REALTIME, wall time), its timestamps on MONOTONIC. */
+static int pf_begin(void *ctx, uint64_t base_mono_ns, uint64_t base_real_ns)
+{
+	struct pf *pf = ctx;
+	Perfetto__Protos__TracePacket p;
+	Perfetto__Protos__TracePacketDefaults defs = PERFETTO__PROTOS__TRACE_PACKET_DEFAULTS__INIT;
+	Perfetto__Protos__ClockSnapshot snap = PERFETTO__PROTOS__CLOCK_SNAPSHOT__INIT;
+	Perfetto__Protos__ClockSnapshot__Clock c[3], *cp[3] = { &c[0], &c[1], &c[2] };
+	uint32_t ids[3] = { PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_BOOTTIME,
+			    PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_MONOTONIC,
+			    PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_REALTIME };
+	uint64_t ts[3] = { mono_to(CLOCK_BOOTTIME, base_mono_ns), base_mono_ns, base_real_ns };
+
+	for (int i = 0; i < 3; i++) {
+		perfetto__protos__clock_snapshot__clock__init(&c[i]);
+		c[i].has_clock_id = c[i].has_timestamp = true;
+		c[i].clock_id = ids[i];
+		c[i].timestamp = ts[i];
+	}
+	snap.n_clocks = 3;
+	snap.clocks = cp;
+	defs.has_timestamp_clock_id = true;
+	defs.timestamp_clock_id = PERFETTO__PROTOS__BUILTIN_CLOCK__BUILTIN_CLOCK_MONOTONIC;
+	perfetto__protos__trace_packet__init(&p);
+	p.has_sequence_flags = true;
+	p.sequence_flags = SEQ_CLEARED | SEQ_NEEDS;
+	p.has_first_packet_on_sequence = p.first_packet_on_sequence = true;
+	p.trace_packet_defaults = &defs;
+	p.clock_snapshot = &snap;
+	/* the snapshot's own timestamp, on BOOTTIME */
+	p.has_timestamp = true;
+	p.timestamp = ts[0];
+	p.has_timestamp_clock_id = true;
+	p.timestamp_clock_id = ids[0];
+	write_pb_packet(pf, &p);
+	return trace_sink__error(pf->out.sink);
+}
+
+static void set_str(char **dst, const char *s)
+{
+	char *c = strdup(s ? s : "");
+
+	if (c) {
+		free(*dst);
+		*dst = c;
+	}
+}
+
+static void pf_meta(void *ctx, enum trace_meta what, int pid, int tid, const char *sval,
+		    int64_t ival)
+{
+	struct pf *pf = ctx;
+	bool thread = what == TRACE_META_THREAD_NAME || what == TRACE_META_THREAD_SORT;
+	struct track *t = get_track(pf, pid, tid, thread);
+
+	if (!t)
+		return;
+	switch (what) {
+	case TRACE_META_PROCESS_NAME:
+	case TRACE_META_THREAD_NAME:
+		set_str(&t->name, sval);
+		break;
+	case TRACE_META_PROCESS_LABEL:
+		set_str(&t->label, sval);
+		break;
+	case TRACE_META_PROCESS_SORT:
+		t->gpu = ival >= GPU_TRACE_SORT_BASE;
+		if (t->gpu)
+			ival -= GPU_TRACE_SORT_BASE;
+		/* fallthrough */
+	case TRACE_META_THREAD_SORT:
+		t->has_sort = true;
+		t->sort = ival;
+		break;
+	}
+	if (t->emitted)
+		emit_track(pf, t);	/* the descriptor again, changed */
+}
+
+static void pf_end_events(void *ctx)
+{
+	(void)ctx;
+}
+
+static void pf_top_raw(void *ctx, const char *key, const char *json)
+{
+	(void)ctx, (void)key, (void)json;	/* JSON document members: no Perfetto place */
+}
+
+static int pf_error(const void *ctx)
+{
+	const struct pf *pf = ctx;
+
+	return trace_sink__error(pf->out.sink);
+}
+
+static void pf_free(void *ctx)
+{
+	struct pf *pf = ctx;
 	size_t it = 0;
 	uint64_t v;
 
-	/* process tracks first, so a thread's parent is described before it */
+	if (!pf)
+		return;
+	free_args(pf);
+	for (int k = 0; k < IN_KINDS; k++)
+		intern_free(&pf->in[k]);
+	while (u64map__next(&pf->tracks, &it, NULL, &v))
+		free_track((struct track *)(uintptr_t)v);
+	u64map__clear(&pf->tracks);
+	for (size_t i = 0; i < pf->nr_counters; i++)
+		free_track(pf->counters[i]);
+	free(pf->counters);
+	free(pf->te);
+	free(pf->interned);
+	free(pf->pb_scratch);
+	trace_sink__free(pf->out.sink);
+	free(pf);
+}
+
+static int pf_close(void *ctx)
+{
+	struct pf *pf = ctx;
+	size_t it = 0;
+	uint64_t v;
+	int err;
+
+	/* descriptors of the tracks that only had metadata; processes first, so a thread's
+	 * parent is described before it */
 	while (u64map__next(&pf->tracks, &it, NULL, &v)) {
 		struct track *t = (struct track *)(uintptr_t)v;
 
@@ -941,4 +1132,29 @@ void trace_pf__finish(struct trace_pf *pf)
 		if (!t->emitted)
 			emit_track(pf, t);
 	}
+	err = trace_buf__close(&pf->out);
+	pf->out.sink = NULL;
+	pf_free(pf);
+	return err;
+}
+
+static const struct trace_writer_ops pf_ops = {
+	.begin = pf_begin, .event = pf_event, .arg_u64 = pf_arg_u64, .arg_i64 = pf_arg_i64,
+	.arg_f64 = pf_arg_f64, .arg_str = pf_arg_str, .arg_bool = pf_arg_bool,
+	.arg_raw = pf_arg_raw, .arg_hex = pf_arg_hex, .arg_dim3 = pf_arg_dim3,
+	.field_raw = pf_field_raw, .event_end = pf_event_end, .slice_begin = pf_slice_begin,
+	.meta = pf_meta, .end_events = pf_end_events, .top_raw = pf_top_raw,
+	.error = pf_error, .close = pf_close, .free = pf_free,
+};
+
+void *trace_pf_backend__new(struct trace_sink *sink, const struct trace_writer_ops **ops)
+{
+	struct pf *pf = calloc(1, sizeof(*pf));
+
+	if (!pf)
+		return NULL;
+	trace_buf__init(&pf->out, sink);
+	pf->next_seq = GLOBAL_SEQ;
+	*ops = &pf_ops;
+	return pf;
 }

@@ -549,16 +549,28 @@ def section_pipeline(a):
         raise RuntimeError(f"bench_pipeline rc={p.returncode}: {p.stderr.strip()}")
     sys.stdout.write(p.stdout)
     sys.stdout.flush()
-    # the same records into Perfetto's protobuf format (user/trace_pftrace.c), plain and gzip
-    for suffix, key in ((".pftrace", "pftrace"), (".pftrace.gz", "pftrace_gz")):
+    fig = {"json_gz": dict(l.split(": ", 1) for l in p.stdout.splitlines() if ": " in l)}
+    # the same records as plain JSON, and into Perfetto's protobuf format
+    # (user/trace_pftrace.c), plain and gzip: the two backends of the trace writer side by side
+    for suffix, key in ((".json", "json"), (".pftrace", "pftrace"),
+                        (".pftrace.gz", "pftrace_gz")):
         p = subprocess.run([os.path.join(BENCH, "bench_pipeline"), "--cudart", SIM_CUDART,
                             "--steps", str(steps), "--reps", str(a.reps), "-o",
                             tmp("pipeline" + suffix)], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"bench_pipeline {suffix} rc={p.returncode}: {p.stderr.strip()}")
-        got = dict(l.split(": ", 1) for l in p.stdout.splitlines() if ": " in l)
-        for k in ("pipeline_ns_per_event", "pipeline_events_per_s", "trace_bytes_per_event"):
+        fig[key] = got = dict(l.split(": ", 1) for l in p.stdout.splitlines() if ": " in l)
+        for k in ("pipeline_ns_per_event", "pipeline_events_per_s", "trace_bytes_per_event",
+                  "pipeline_reader_cpu_ns_per_event"):
             emit(f"{k}.{key}", got[k])
+    # ratios: .pftrace against the JSON of the same records (bytes: plain to plain, gzip to
+    # gzip; time: the reader thread's CPU, the part that must keep up with the rings)
+    ratio = lambda a_, b_, k: f"{float(fig[a_][k]) / float(fig[b_][k]):.2f}"
+    emit("pftrace_vs_json.bytes", ratio("pftrace", "json", "trace_bytes_per_event"))
+    emit("pftrace_vs_json.bytes_gz", ratio("pftrace_gz", "json_gz", "trace_bytes_per_event"))
+    emit("pftrace_vs_json.reader_cpu_ns",
+         ratio("pftrace", "json", "pipeline_reader_cpu_ns_per_event"))
+    emit("pftrace_vs_json.ns", ratio("pftrace", "json", "pipeline_ns_per_event"))
     # end to end: a sim job launching as fast as it can, tptrace for a few seconds
     wl = subprocess.Popen([os.path.join(OUT, "tests", "sim_train"), "--threads", "2", "--steps",
                            "100000000", "--kernel-us", "0"], stdin=subprocess.PIPE,

@@ -1,24 +1,33 @@
 """Tier 2: `-o FILE.pftrace` (Perfetto's protobuf format, user/trace_pftrace.c). One tptrace run
 writes both traces of the same events: the JSON through -o, the .pftrace through
-TPTRACE_TRACE_TEE (a test-only knob of trace_json: the same calls fanned out to a second
-output; two runs could not be compared event by event). The .pftrace is decoded with
-`protoc --decode=perfetto.protos.Trace proto/perfetto_trace.proto` (the schema the writer is
-generated from) and rebuilt into Chrome-JSON-like events: interned names, categories and
-argument keys resolved, slices from BEGIN/END pairs, tracks back to (pid, tid) through their
-descriptors (GPU streams by name), flows, counters and timestamps through the ClockSnapshot.
-Then every event of the JSON must be there with the same name, category, track, timestamp,
-duration and args, and nothing else."""
-import codecs
+TPTRACE_TRACE_TEE (a test-only knob of the trace writer: the same calls fanned out to a second
+output; two runs could not be compared event by event). The .pftrace is decoded with Perfetto's
+own published schema (PyPI's `perfetto` package in the test venv: perfetto_trace_pb2, generated
+from upstream's perfetto_trace.proto, not our proto/ subset; tests/e2e/pfdecode.py) and read
+the way the trace processor reads it, checking what it relies on:
+  - each sequence starts with SEQ_INCREMENTAL_STATE_CLEARED (its defaults, clock 64 incremental
+    and tied to MONOTONIC) and every later packet on it sets SEQ_NEEDS_INCREMENTAL_STATE;
+  - timestamps are deltas on clock 64 or absolute with timestamp_clock_id MONOTONIC, only when
+    earlier than the sequence's clock;
+  - every interned id is defined on its own sequence, once, before use;
+  - every track is declared before an event uses it;
+  - with the events sorted by time (the trace processor's sorter: equal times keep file
+    order), BEGIN/END balance on every track, each END closing the innermost open slice;
+  - every flow has both ends; no field Perfetto does not know.
+Then the events are rebuilt into Chrome-JSON-like ones (slices from BEGIN/END pairs, args of
+both, tracks back to (pid, tid), GPU streams by name) and every event of the JSON must be there
+with the same name, category, track, timestamp, duration and args, and nothing else: GPU jobs,
+the memory tracer, Python frames (--py-stacks, opened by slice_begin) and unfinished calls."""
 import gzip
 import json
 import os
-import re
 import subprocess
 from gpulib import need_ptrace
 from lib import (E2E_BIN, ROOT, WL, Tracer, Workload, load_trace, need_root, run_tptrace,
-                 tmp_path, trace_workload)
+                 tmp_path, trace_workload, venv_python)
 
-PROTO_DIR = os.path.join(ROOT, "proto")
+PFDECODE = os.path.join(ROOT, "tests", "e2e", "pfdecode.py")
+CLOCK_MONO, CLOCK_SEQ = 3, 64
 
 
 def one_line(stderr):
@@ -28,35 +37,11 @@ def one_line(stderr):
 
 
 def decode(path):
-    """The .pftrace as protoc's text format, parsed to nested dicts (repeated: lists)."""
-    data = open(path, "rb").read()
-    if path.endswith(".gz"):
-        data = gzip.decompress(data)
-    p = subprocess.run(["protoc", "--proto_path=" + PROTO_DIR, "--decode=perfetto.protos.Trace",
-                        "perfetto_trace.proto"], input=data, capture_output=True)
-    assert p.returncode == 0, p.stderr.decode()
-    stack = [{}]
-    for line in p.stdout.decode().splitlines():
-        line = line.strip()
-        if line == "}":
-            stack.pop()
-        elif line.endswith("{"):
-            child = {}
-            stack[-1].setdefault(line[:-1].strip(), []).append(child)
-            stack.append(child)
-        else:
-            key, val = line.split(": ", 1)
-            if val.startswith('"'):
-                val = codecs.escape_decode(val[1:-1].encode())[0].decode()
-            elif re.fullmatch(r"-?\d+", val):
-                val = int(val)
-            elif re.fullmatch(r"-?[\d.e+-]+|inf|-inf|nan", val):
-                val = float(val)
-            elif val in ("true", "false"):
-                val = val == "true"
-            stack[-1].setdefault(key, []).append(val)
-    assert len(stack) == 1, "unbalanced protoc output"
-    return stack[0].get("packet", [])
+    """The .pftrace's packets through Perfetto's own schema: dicts of field -> [values]."""
+    py = venv_python()
+    p = subprocess.run([py, PFDECODE, path], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
 
 
 def one(d, k, default=None):
@@ -68,10 +53,11 @@ def rebuild(packets, json_trace):
     assert packets, "empty trace"
     first = packets[0]
     assert one(first, "sequence_flags") == 3 and one(first, "first_packet_on_sequence")
+    assert one(first, "trusted_packet_sequence_id") == 1
     clocks = {one(c, "clock_id"): one(c, "timestamp")
               for c in one(first, "clock_snapshot")["clocks"]}
     assert set(clocks) == {1, 3, 6}, clocks       # REALTIME, MONOTONIC, BOOTTIME
-    assert one(one(first, "trace_packet_defaults"), "timestamp_clock_id") == 3
+    assert one(one(first, "trace_packet_defaults"), "timestamp_clock_id") == CLOCK_MONO
     # GPU tracks carry names only: back to the JSON's (device, stream) through its metadata
     gpu_pid, stream_tid = {}, {}
     for e in json_trace["traceEvents"]:
@@ -80,23 +66,37 @@ def rebuild(packets, json_trace):
     for e in json_trace["traceEvents"]:
         if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] in gpu_pid.values():
             stream_tid[(e["pid"], e["args"]["name"])] = e["tid"]
-    names, cats, keys, strs = {}, {}, {}, {}
-    tracks, events, open_slices = {}, [], {}
+    seqs = {}           # id -> {"tables": {...}, "track": default uuid, "clock": last value}
+    tracks, timed = {}, []
     thread_names = {}
-    seen_cleared = False
-    for p in packets:
-        assert one(p, "trusted_packet_sequence_id") == 1, p
-        if one(p, "sequence_flags", 0) & 1:
-            seen_cleared = True
+    for i, p in enumerate(packets):
+        assert "_unknown" not in json.dumps(p), f"fields Perfetto does not know: {p}"
+        sid = one(p, "trusted_packet_sequence_id")
+        assert sid, p
+        flags = one(p, "sequence_flags", 0)
+        if flags & 1:
+            assert sid not in seqs, f"sequence {sid} cleared twice"
+            seqs[sid] = {"tables": {k: {} for k in ("event_names", "event_categories",
+                                                    "debug_annotation_names",
+                                                    "debug_annotation_string_values")}}
+            if sid != 1:
+                defs = one(p, "trace_packet_defaults")
+                assert one(defs, "timestamp_clock_id") == CLOCK_SEQ, p
+                seqs[sid]["track"] = one(one(defs, "track_event_defaults"), "track_uuid")
+                clk = {one(c, "clock_id"): c for c in one(p, "clock_snapshot")["clocks"]}
+                assert one(clk[CLOCK_SEQ], "is_incremental") is True, p
+                assert one(clk[CLOCK_SEQ], "timestamp") == one(clk[CLOCK_MONO], "timestamp")
+                seqs[sid]["clock"] = one(clk[CLOCK_SEQ], "timestamp")
+        seq = seqs.get(sid)
+        assert seq is not None, f"packet on sequence {sid} before it was cleared: {p}"
         idata = one(p, "interned_data")
         if idata:
-            for tab, field in ((names, "event_names"), (cats, "event_categories"),
-                               (keys, "debug_annotation_names")):
+            assert flags & 2, "interned data on a packet that does not need the state"
+            for field, tab in seq["tables"].items():
                 for ent in idata.get(field, []):
-                    assert one(ent, "iid") not in tab, "iid defined twice"
-                    tab[one(ent, "iid")] = one(ent, "name")
-            for ent in idata.get("debug_annotation_string_values", []):
-                strs[one(ent, "iid")] = one(ent, "str")
+                    iid = one(ent, "iid")
+                    assert iid not in tab, f"iid {iid} of {field} defined twice on seq {sid}"
+                    tab[iid] = one(ent, "str" if field.endswith("values") else "name")
         td = one(p, "track_descriptor")
         if td:
             uuid = one(td, "uuid")
@@ -119,13 +119,46 @@ def rebuild(packets, json_trace):
         te = one(p, "track_event")
         if not te:
             continue
-        assert seen_cleared and one(p, "sequence_flags", 2) & 2
-        ts = one(p, "timestamp")
-        kind, pid, tid = tracks[one(te, "track_uuid")]
+        assert sid != 1 and flags == 2, p
+        if "timestamp_clock_id" in p:
+            assert one(p, "timestamp_clock_id") == CLOCK_MONO, p
+            ts = one(p, "timestamp")
+            assert ts < seq["clock"], "absolute although not earlier than the sequence's clock"
+        else:
+            seq["clock"] += one(p, "timestamp")
+            ts = seq["clock"]
+        uuid = one(te, "track_uuid", seq["track"])
+        assert uuid in tracks, f"track {uuid} used before it was declared"
+        tab = seq["tables"]
+        for field, name in (("name_iid", "event_names"), ("category_iids", "event_categories")):
+            if field in te:
+                assert te[field][0] in tab[name], f"{field} {te[field][0]} not defined on seq {sid}"
+        args = {}
+        for a in te.get("debug_annotations", []):
+            k = tab["debug_annotation_names"][one(a, "name_iid")]
+            if "string_value_iid" in a:
+                v = tab["debug_annotation_string_values"][one(a, "string_value_iid")]
+            elif "pointer_value" in a:
+                v = hex(one(a, "pointer_value"))
+            elif "double_value" in a:
+                v = float(one(a, "double_value"))
+            else:
+                v = next(one(a, f) for f in ("uint_value", "int_value", "bool_value",
+                                             "string_value") if f in a)
+            args[k] = v
+        timed.append((ts, i, uuid, te, args, tab))
+    # the trace processor's order: by time, equal times in file order
+    timed.sort(key=lambda x: (x[0], x[1]))
+    events, stacks, flows = [], {}, {}
+    for ts, _, uuid, te, args, tab in timed:
+        kind, pid, tid = tracks[uuid]
         typ = one(te, "type")
         if typ == "TYPE_SLICE_END":
-            b = open_slices.pop(one(te, "track_uuid"))
+            stack = stacks.get(uuid)
+            assert stack, f"END without an open slice on track {uuid} at {ts}"
+            b = stack.pop()
             b["dur"] = ts - b["ts"]
+            b["args"].update(args)
             continue
         if typ == "TYPE_COUNTER":
             v = one(te, "counter_value")
@@ -133,34 +166,25 @@ def rebuild(packets, json_trace):
                 v = float(one(te, "double_counter_value"))
             events.append({"ph": "C", "pid": pid, "name": tid, "ts": ts, "value": v})
             continue
-        args = {}
-        for a in te.get("debug_annotations", []):
-            k = keys[one(a, "name_iid")]
-            if "string_value_iid" in a:
-                v = strs[one(a, "string_value_iid")]
-            elif "pointer_value" in a:
-                v = hex(one(a, "pointer_value"))
-            elif "double_value" in a:       # protoc prints 1269.0 as 1269
-                v = float(one(a, "double_value"))
-            else:
-                v = next(one(a, f) for f in ("uint_value", "int_value", "double_value",
-                                             "bool_value", "string_value") if f in a)
-            args[k] = v
-        ev = {"name": names[one(te, "name_iid")], "cat": cats[one(te, "category_iids")],
+        ev = {"name": tab["event_names"][one(te, "name_iid")],
+              "cat": tab["event_categories"][one(te, "category_iids")],
               "pid": pid, "tid": tid if kind == "thread" else None, "ts": ts, "args": args}
         if typ == "TYPE_SLICE_BEGIN":
-            assert one(te, "track_uuid") not in open_slices, "END must follow its BEGIN"
             ev["ph"] = "X"
-            open_slices[one(te, "track_uuid")] = ev
+            stacks.setdefault(uuid, []).append(ev)
         elif "flow_ids" in te:
             ev["ph"], ev["id"] = "s", one(te, "flow_ids")
+            assert ev["id"] not in flows, "flow started twice"
+            flows[ev["id"]] = ts
         elif "terminating_flow_ids" in te:
             ev["ph"], ev["id"] = "f", one(te, "terminating_flow_ids")
+            assert flows.pop(ev["id"], None) is not None, f"flow {ev['id']} ends, never started"
         else:
             assert typ == "TYPE_INSTANT", te
             ev["ph"] = "i"
         events.append(ev)
-    assert not open_slices, "slices never ended"
+    assert not any(stacks.values()), f"slices never ended: {stacks}"
+    assert not flows, f"flows never ended: {flows}"
     return clocks, events, thread_names
 
 
@@ -306,3 +330,62 @@ def test_pftrace_same_events_as_json_memory():
     assert "bytes allocated (cuda:0)" in names and "bytes reserved (cuda:0)" in names, names
     ooms = [e for e in events if e["ph"] == "i" and e["name"] == "OOM"]
     assert len(ooms) == 2 and all(e["tid"] is None for e in ooms), ooms
+
+
+def test_pftrace_py_stacks_nested():
+    """--py-stacks: Python frames are slices opened when the call that enters them is seen
+    (SLICE_BEGIN then, their args on the SLICE_END), at the same time as that call, which is
+    written when it completes. Sorted as the trace processor sorts, every call must land inside
+    its frames: the JSON's python_function slices and calls, nested the same way."""
+    import test_pystacks_trace as pst
+    pf_path = tmp_path("pftrace-pystacks.pftrace")
+    if os.path.exists(pf_path):
+        os.unlink(pf_path)
+    trace, wl, tr, exp = pst.run(pst.DEBIAN_PY, pst.SIM_CUDART, "pftrace-pystacks",
+                                 tracer_env={"TPTRACE_TRACE_TEE": pf_path})
+    events = compare(trace, pf_path)
+    frames = [e for e in events if e.get("cat") == "python_function"]
+    assert len(frames) >= 10, len(frames)
+    # nesting: on each thread, every call lies inside the frames open at its start, and the
+    # frames chain by "Python parent id" as the JSON's do
+    by_id = {e["args"]["Python id"]: e for e in frames}
+    for f in frames:
+        parent = f["args"].get("Python parent id")
+        if parent is not None:
+            p = by_id[parent]
+            assert (p["pid"], p["tid"]) == (f["pid"], f["tid"])
+            assert p["ts"] <= f["ts"] and f["ts"] + f["dur"] <= p["ts"] + p["dur"], (p, f)
+    calls = [e for e in events if e.get("cat") == "cuda_runtime" and e["ph"] == "X"]
+    inside = [c for c in calls if any(
+        (f["pid"], f["tid"]) == (c["pid"], c["tid"]) and f["ts"] <= c["ts"] and
+        c["ts"] + c["dur"] <= f["ts"] + f["dur"] for f in frames)]
+    assert len(inside) >= len(exp) - 1, (len(inside), len(exp))
+
+
+def test_pftrace_unfinished_call():
+    """-d expires while the target is blocked in a sync: the call is written unfinished up to
+    the trace's end, as in the JSON, and its slice is closed (BEGIN and END balance)."""
+    need_root()
+    import test_lifecycle as lc
+    out, pf_path = tmp_path("pftrace-blocked.json"), tmp_path("pftrace-blocked.pftrace")
+    if os.path.exists(pf_path):
+        os.unlink(pf_path)
+    saved = os.environ.get("TPTRACE_TRACE_TEE")
+    os.environ["TPTRACE_TRACE_TEE"] = pf_path
+    try:
+        wl, tr, _ = lc.blocked_in_sync(out, ["-d", "1.5"])
+    finally:
+        if saved is None:
+            del os.environ["TPTRACE_TRACE_TEE"]
+        else:
+            os.environ["TPTRACE_TRACE_TEE"] = saved
+    try:
+        rc = tr.wait(20)
+    finally:
+        wl.kill()
+    assert rc == 0, tr.err.text()
+    trace = load_trace(out)
+    lc.check_unfinished_sync(trace, wl, 0)
+    events = compare(trace, pf_path)
+    unfinished = [e for e in events if e["args"].get("unfinished") is True]
+    assert [e["name"] for e in unfinished] == ["cudaStreamSynchronize"], unfinished

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: MIT
-/* The Perfetto protobuf backend of trace_json (user/trace_pftrace.c) without BPF: a few
- * events written through the trace_json API under a .pftrace name, read back with the
- * generated perfetto__protos__trace__unpack (the reader's schema, not the writer's twins):
- * clock snapshot and defaults, interning (each string once, iids resolved), slices as
- * BEGIN/END pairs on their track, a GPU stream track under its device, flows, counters,
- * debug annotations of every kind, and the JSON tee written in the same run. */
+/* The Perfetto protobuf backend of the trace writer (user/trace_pftrace.c) without BPF: a
+ * few events written through the writer's API under a .pftrace name, read back with the
+ * generated perfetto__protos__trace__unpack and resolved as the trace processor does, one
+ * sequence at a time: the trace's clock snapshot; each sequence's first packet (incremental
+ * state cleared, its defaults, clock 64 incremental) and every later one needing that state;
+ * timestamps as deltas on clock 64 or absolute on MONOTONIC; interned ids defined on their own
+ * sequence before use (each string once per sequence); descriptors before a track's first
+ * event; slices as BEGIN/END pairs on their track, nested ones opened by slice_begin; a GPU
+ * stream track under its device; flows; counters; debug annotations of every kind; and the
+ * JSON tee written in the same run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +42,36 @@ static uint8_t *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-static const char *iname(Perfetto__Protos__InternedData **ins, size_t n, int table, uint64_t iid)
+#define MAX_SEQ 64
+
+/* A sequence as the reader keeps it: its defaults, clock 64, and interned data. */
+struct seqst {
+	uint32_t id;
+	bool cleared;
+	uint64_t def_track, last;
+	Perfetto__Protos__InternedData **ins;
+	size_t nins;
+};
+
+static struct seqst seqs[MAX_SEQ];
+static size_t nseqs;
+
+static struct seqst *seq_of(uint32_t id)
 {
-	for (size_t i = 0; i < n; i++) {
-		Perfetto__Protos__InternedData *in = ins[i];
+	for (size_t i = 0; i < nseqs; i++)
+		if (seqs[i].id == id)
+			return &seqs[i];
+	if (nseqs == MAX_SEQ)
+		return NULL;
+	seqs[nseqs] = (struct seqst){ .id = id };
+	return &seqs[nseqs++];
+}
+
+/* table: 0 names, 1 categories, 2 annotation names, 3 string values; defined on sq only */
+static const char *iname(const struct seqst *sq, int table, uint64_t iid)
+{
+	for (size_t i = 0; i < sq->nins; i++) {
+		Perfetto__Protos__InternedData *in = sq->ins[i];
 
 		if (table == 0)
 			for (size_t j = 0; j < in->n_event_names; j++)
@@ -67,6 +97,21 @@ static const char *iname(Perfetto__Protos__InternedData **ins, size_t n, int tab
 				}
 	}
 	return NULL;
+}
+
+/* How many times str is defined in table on sq. */
+static int defined(const struct seqst *sq, int table, const char *str)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < sq->nins; i++) {
+		Perfetto__Protos__InternedData *in = sq->ins[i];
+
+		if (table == 0)
+			for (size_t j = 0; j < in->n_event_names; j++)
+				n += !strcmp(in->event_names[j]->name, str);
+	}
+	return n;
 }
 
 static void write_trace(const char *path)
@@ -114,6 +159,29 @@ static void write_trace(const char *path)
 		trace_json__arg_i64(tj, "rc", i % 3);
 		trace_json__event_end(tj);
 	}
+	/* --py-stacks: two frames opened at a call's entry (the same time as the call), the call
+	 * completes, then the frames close innermost first */
+	trace_writer__slice_begin(tj, "python_function", "train.py(1): main", 42, 43, BASE + 200000);
+	trace_writer__slice_begin(tj, "python_function", "train.py(9): step", 42, 43, BASE + 200000);
+	trace_json__event(tj, "X", "cuda_runtime", "cudaDeviceSynchronize", 42, 43, BASE + 200000, 50);
+	trace_json__event_end(tj);
+	trace_json__event(tj, "E", "python_function", "train.py(9): step", 42, 43, BASE + 200000, 70);
+	trace_json__arg_u64(tj, "Python id", 2);
+	trace_json__event_end(tj);
+	trace_json__event(tj, "E", "python_function", "train.py(1): main", 42, 43, BASE + 200000, 90);
+	trace_json__arg_u64(tj, "Python id", 1);
+	trace_json__event_end(tj);
+	/* names and keys from one reused buffer (as memtrace.c's counter names are): each time
+	 * its own string, never the first one's iid */
+	for (int i = 0; i < 3; i++) {
+		char name[32], key[32];
+
+		snprintf(name, sizeof(name), "dyn%d", i);
+		snprintf(key, sizeof(key), "key%d", i);
+		trace_json__event(tj, "i", "dyn", name, 42, 43, BASE + 300000 + i, 0);
+		trace_json__arg_u64(tj, key, i);
+		trace_json__event_end(tj);
+	}
 	trace_json__event(tj, "C", "cuda_memory", "bytes allocated (cuda:0)", 42, 0, BASE + 5000, 0);
 	trace_json__arg_u64(tj, "bytes", 4096);
 	trace_json__event_end(tj);
@@ -125,16 +193,26 @@ static void write_trace(const char *path)
 	CHECK(trace_json__close(tj) == 0, "close %s", path);
 }
 
+/* An open slice on a track, as the reader stacks them. */
+struct open_slice {
+	uint64_t track, ts;
+	const char *name;
+};
+
 static void check_trace(const char *path)
 {
 	size_t len;
 	uint8_t *data = slurp(path, &len);
 	Perfetto__Protos__Trace *t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
-	Perfetto__Protos__InternedData *ins[64];
-	size_t nins = 0, slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
-	size_t names_gemm = 0, instants = 0, queries = 0;
+	size_t slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
+	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0, dyn = 0;
 	uint64_t thread_uuid = 0, stream_uuid = 0, gpu_uuid = 0, proc_uuid = 0, counter_uuid = 0;
+	uint64_t declared[64];
+	size_t ndeclared = 0;
+	struct open_slice open[16];
+	size_t nopen = 0;
 
+	nseqs = 0;
 	CHECK(t != NULL, "%s unpacks as perfetto.protos.Trace", path);
 	if (!t)
 		return;
@@ -150,94 +228,146 @@ static void check_trace(const char *path)
 			CHECK_U64(c->timestamp, 1700000000000000000ull);
 	}
 	CHECK_U64(p0->sequence_flags, 3);
+	CHECK_U64(p0->trusted_packet_sequence_id, 1);
 	CHECK(p0->trace_packet_defaults && p0->trace_packet_defaults->timestamp_clock_id == 3,
-	      "MONOTONIC is the packets' clock");
+	      "MONOTONIC is sequence 1's clock");
 	for (size_t i = 0; i < t->n_packet; i++) {
 		Pkt *p = t->packet[i];
 		Perfetto__Protos__TrackDescriptor *d = p->track_descriptor;
-
-		CHECK_U64(p->trusted_packet_sequence_id, 1);
-		if (p->interned_data && nins < 64)
-			ins[nins++] = p->interned_data;
-		if (!d)
-			continue;
-		if (d->thread && d->thread->tid == 43) {
-			thread_uuid = d->uuid;
-			CHECK_STR(d->thread->thread_name, "worker");
-			CHECK_U64(d->thread->pid, 42);
-		}
-		if (d->process && d->process->pid == 42) {
-			proc_uuid = d->uuid;
-			CHECK_STR(d->process->process_name, "python3");
-			CHECK(d->process->n_process_labels == 1 &&
-			      !strcmp(d->process->process_labels[0], "rank 3"), "rank label");
-		}
-		if (!d->process && !d->thread && !d->counter && d->name && !strcmp(d->name, "GPU 0"))
-			gpu_uuid = d->uuid;
-		if (!d->thread && d->name && !strcmp(d->name, "stream 7")) {
-			stream_uuid = d->uuid;
-			CHECK(d->has_parent_uuid && d->parent_uuid == gpu_uuid && gpu_uuid,
-			      "the stream is under its GPU");
-			CHECK(d->has_sibling_order_rank && d->sibling_order_rank == 7, "stream order");
-		}
-		if (d->counter) {
-			counter_uuid = d->uuid;
-			CHECK_STR(d->name, "bytes allocated (cuda:0)");
-			CHECK(d->parent_uuid == proc_uuid, "counter under its process");
-			CHECK_U64(d->counter->unit, PERFETTO__PROTOS__COUNTER_DESCRIPTOR__UNIT__UNIT_SIZE_BYTES);
-		}
-	}
-	CHECK(thread_uuid && stream_uuid && gpu_uuid && proc_uuid && counter_uuid,
-	      "tracks: thread %llu stream %llu gpu %llu process %llu counter %llu",
-	      (unsigned long long)thread_uuid, (unsigned long long)stream_uuid,
-	      (unsigned long long)gpu_uuid, (unsigned long long)proc_uuid,
-	      (unsigned long long)counter_uuid);
-	for (size_t i = 0; i < nins; i++)
-		for (size_t j = 0; j < ins[i]->n_event_names; j++)
-			names_gemm += !strcmp(ins[i]->event_names[j]->name, "gemm");
-	CHECK_U64(names_gemm, 1);	/* interned once, used four times */
-	for (size_t i = 0; i < t->n_packet; i++) {
-		Pkt *p = t->packet[i];
 		Ev *e = p->track_event;
+		struct seqst *sq = seq_of(p->trusted_packet_sequence_id);
+		uint64_t ts = 0, track;
+		const char *name = NULL;
+		bool known = false;
 
+		CHECK(sq != NULL && p->trusted_packet_sequence_id, "sequence id");
+		if (!sq)
+			break;
+		if (p->sequence_flags & 1) {
+			/* a sequence's first packet: nothing before it on the sequence */
+			CHECK(!sq->cleared && sq->nins == 0, "seq %u cleared once, first", sq->id);
+			sq->cleared = true;
+			if (sq->id != 1) {
+				Perfetto__Protos__TracePacketDefaults *df = p->trace_packet_defaults;
+				Perfetto__Protos__ClockSnapshot *cs = p->clock_snapshot;
+
+				CHECK(df && df->timestamp_clock_id == 64 && df->track_event_defaults &&
+				      df->track_event_defaults->track_uuid, "seq %u defaults", sq->id);
+				CHECK(cs && cs->n_clocks == 2 && cs->clocks[0]->clock_id == 64 &&
+				      cs->clocks[0]->is_incremental && cs->clocks[1]->clock_id == 3 &&
+				      cs->clocks[1]->timestamp == cs->clocks[0]->timestamp,
+				      "seq %u: clock 64 incremental, tied to MONOTONIC", sq->id);
+				if (df && df->track_event_defaults)
+					sq->def_track = df->track_event_defaults->track_uuid;
+				if (cs && cs->n_clocks)
+					sq->last = cs->clocks[0]->timestamp;
+			}
+		}
+		if (p->interned_data) {
+			sq->ins = realloc(sq->ins, (sq->nins + 1) * sizeof(*sq->ins));
+			sq->ins[sq->nins++] = p->interned_data;
+		}
+		if (d) {
+			CHECK_U64(p->trusted_packet_sequence_id, 1);
+			if (ndeclared < 64)
+				declared[ndeclared++] = d->uuid;
+			if (d->thread && d->thread->tid == 43) {
+				thread_uuid = d->uuid;
+				CHECK_STR(d->thread->thread_name, "worker");
+				CHECK_U64(d->thread->pid, 42);
+			}
+			if (d->process && d->process->pid == 42) {
+				proc_uuid = d->uuid;
+				CHECK_STR(d->process->process_name, "python3");
+				CHECK(d->process->n_process_labels == 1 &&
+				      !strcmp(d->process->process_labels[0], "rank 3"), "rank label");
+			}
+			if (!d->process && !d->thread && !d->counter && d->name &&
+			    !strcmp(d->name, "GPU 0"))
+				gpu_uuid = d->uuid;
+			if (!d->thread && d->name && !strcmp(d->name, "stream 7")) {
+				stream_uuid = d->uuid;
+				CHECK(d->has_parent_uuid && d->parent_uuid == gpu_uuid && gpu_uuid,
+				      "the stream is under its GPU");
+				CHECK(d->has_sibling_order_rank && d->sibling_order_rank == 7,
+				      "stream order");
+			}
+			if (d->counter) {
+				counter_uuid = d->uuid;
+				CHECK_STR(d->name, "bytes allocated (cuda:0)");
+				CHECK(d->parent_uuid == proc_uuid, "counter under its process");
+				CHECK_U64(d->counter->unit,
+					  PERFETTO__PROTOS__COUNTER_DESCRIPTOR__UNIT__UNIT_SIZE_BYTES);
+			}
+			continue;
+		}
 		if (!e)
 			continue;
-		CHECK(p->sequence_flags == 0 || p->sequence_flags == 2, "flags %u", p->sequence_flags);
+		CHECK(sq->cleared && sq->id != 1, "event on a started sequence %u", sq->id);
+		CHECK_U64(p->sequence_flags, 2);
+		if (p->has_timestamp_clock_id) {
+			CHECK_U64(p->timestamp_clock_id, 3);	/* earlier than clock 64: absolute */
+			ts = p->timestamp;
+			CHECK(ts < sq->last, "absolute only when time went back");
+			absolute++;
+		} else {
+			ts = sq->last += p->timestamp;
+		}
+		track = e->has_track_uuid ? e->track_uuid : sq->def_track;
+		for (size_t k = 0; k < ndeclared; k++)
+			known |= declared[k] == track;
+		CHECK(known, "track %llu declared before use", (unsigned long long)track);
 		if (e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END) {
 			ends++;
+			CHECK(nopen > 0 && open[nopen - 1].track == track, "END on its open slice");
+			if (!nopen)
+				continue;
+			nopen--;
+			if (!strncmp(open[nopen].name, "train.py", 8)) {
+				/* Python frames: closed innermost first, with their args */
+				py_ends++;
+				CHECK(e->n_debug_annotations == 1 &&
+				      e->debug_annotations[0]->uint_value == 3 - py_ends,
+				      "%s: Python id on its END", open[nopen].name);
+				CHECK_U64(ts - open[nopen].ts, py_ends == 1 ? 70 : 90);
+			} else if (!strcmp(open[nopen].name, "cudaLaunchKernel")) {
+				CHECK_U64(ts - open[nopen].ts, 500);
+			}
 			continue;
 		}
 		if (e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_COUNTER) {
 			counters++;
-			CHECK_U64(e->track_uuid, counter_uuid);
+			CHECK_U64(track, counter_uuid);
 			CHECK(e->has_counter_value && e->counter_value == 4096, "counter value");
-			CHECK_U64(p->timestamp, BASE + 5000);
+			CHECK_U64(ts, BASE + 5000);
 			continue;
 		}
-		const char *name = iname(ins, nins, 0, e->name_iid);
-
-		CHECK(name != NULL, "name iid %llu resolves", (unsigned long long)e->name_iid);
+		name = iname(sq, 0, e->name_iid);
+		CHECK(name != NULL, "name iid %llu defined on seq %u",
+		      (unsigned long long)e->name_iid, sq->id);
 		if (!name)
 			continue;
+		CHECK(defined(sq, 0, name) == 1, "%s interned once on seq %u", name, sq->id);
+		if (e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN) {
+			CHECK(nopen == 0 || open[nopen - 1].track != track ||
+			      open[nopen - 1].ts <= ts, "nested BEGIN after its parent's");
+			if (nopen < 16)
+				open[nopen++] = (struct open_slice){ track, ts, name };
+		}
 		if (!strcmp(name, "cudaLaunchKernel")) {
-			Pkt *end = t->packet[i + 1];
-
 			slices++;
-			CHECK_U64(e->track_uuid, thread_uuid);
-			CHECK_STR(iname(ins, nins, 1, e->category_iids[0]), "cuda_runtime");
-			CHECK(end->track_event && end->track_event->type ==
-			      PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END &&
-			      end->track_event->track_uuid == thread_uuid &&
-			      end->timestamp == p->timestamp + 500, "the slice's END, dur 500");
+			CHECK_U64(track, thread_uuid);
+			CHECK_U64(ts, BASE + 1000 + (slices - 1) * 10000);
+			CHECK_STR(iname(sq, 1, e->category_iids[0]), "cuda_runtime");
 			CHECK_U64(e->n_debug_annotations, 7);
 			for (size_t k = 0; k < e->n_debug_annotations; k++) {
 				Perfetto__Protos__DebugAnnotation *a = e->debug_annotations[k];
-				const char *key = iname(ins, nins, 2, a->name_iid);
+				const char *key = iname(sq, 2, a->name_iid);
 
 				if (!key) {
 					CHECK(0, "annotation name iid %llu", (unsigned long long)a->name_iid);
 				} else if (!strcmp(key, "kernel")) {
-					CHECK_STR(iname(ins, nins, 3, a->string_value_iid), "gemm");
+					CHECK_STR(iname(sq, 3, a->string_value_iid), "gemm");
 				} else if (!strcmp(key, "correlation")) {
 					CHECK(a->has_uint_value && a->uint_value == 100 + slices - 1, "corr");
 				} else if (!strcmp(key, "rc")) {
@@ -249,7 +379,7 @@ static void check_trace(const char *path)
 				} else if (!strcmp(key, "func")) {
 					CHECK(a->has_pointer_value && a->pointer_value == 0xdeadbeef, "ptr");
 				} else if (!strcmp(key, "grid")) {
-					CHECK_STR(iname(ins, nins, 3, a->string_value_iid), "[64, 2, 1]");
+					CHECK_STR(iname(sq, 3, a->string_value_iid), "[64, 2, 1]");
 				} else {
 					CHECK(0, "unexpected annotation %s", key);
 				}
@@ -258,31 +388,59 @@ static void check_trace(const char *path)
 			CHECK(e->n_debug_annotations == 2 && e->debug_annotations[0]->uint_value == queries &&
 			      e->debug_annotations[1]->int_value == (int64_t)(queries % 3),
 			      "query %zu: its own correlation and rc", queries);
+			CHECK_U64(ts, BASE + 100000 + queries * 10);
 			queries++;
 		} else if (!strcmp(name, "gemm")) {
 			kernels++;
-			CHECK_U64(e->track_uuid, stream_uuid);
+			CHECK_U64(track, stream_uuid);
+		} else if (!strcmp(name, "cudaDeviceSynchronize")) {
+			/* under both Python frames, which opened at the same time before it */
+			CHECK(nopen == 3 && !strcmp(open[1].name, "train.py(9): step") &&
+			      !strcmp(open[0].name, "train.py(1): main"), "the call inside its frames");
 		} else if (!strcmp(name, "ac2g")) {
 			if (e->n_flow_ids) {
 				flows_s++;
-				CHECK_U64(e->track_uuid, thread_uuid);
+				CHECK_U64(track, thread_uuid);
 				CHECK_U64(e->flow_ids[0], 99 + flows_s);
 			} else {
 				flows_f++;
-				CHECK_U64(e->track_uuid, stream_uuid);
+				CHECK_U64(track, stream_uuid);
 				CHECK(e->n_terminating_flow_ids == 1 &&
 				      e->terminating_flow_ids[0] == 99 + flows_f, "flow end");
 			}
+		} else if (!strncmp(name, "dyn", 3)) {
+			char want[8];
+
+			snprintf(want, sizeof(want), "key%c", name[3]);
+			CHECK(e->n_debug_annotations == 1 &&
+			      !strcmp(iname(sq, 2, e->debug_annotations[0]->name_iid) ?: "", want) &&
+			      e->debug_annotations[0]->uint_value == (uint64_t)(name[3] - '0'),
+			      "%s: its own key %s", name, want);
+			dyn++;
 		} else if (!strcmp(name, "OOM")) {
 			instants++;
-			CHECK_U64(e->track_uuid, proc_uuid);	/* "s":"p" */
+			CHECK_U64(track, proc_uuid);	/* "s":"p" */
 			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT);
 		}
 	}
-	CHECK(slices == 2 && kernels == 2 && ends == 5004 && flows_s == 2 && flows_f == 2 &&
-	      counters == 1 && instants == 1 && queries == 5000,
-	      "events: %zu slices %zu kernels %zu ends %zu/%zu flows %zu counters %zu instants",
-	      slices, kernels, ends, flows_s, flows_f, counters, instants);
+	CHECK(thread_uuid && stream_uuid && gpu_uuid && proc_uuid && counter_uuid,
+	      "tracks: thread %llu stream %llu gpu %llu process %llu counter %llu",
+	      (unsigned long long)thread_uuid, (unsigned long long)stream_uuid,
+	      (unsigned long long)gpu_uuid, (unsigned long long)proc_uuid,
+	      (unsigned long long)counter_uuid);
+	/* sequences: 1 (clocks, descriptors), the thread, the stream, the process */
+	CHECK_U64(nseqs, 4);
+	CHECK_U64(dyn, 3);
+	CHECK(slices == 2 && kernels == 2 && ends == 5007 && flows_s == 2 && flows_f == 2 &&
+	      counters == 1 && instants == 1 && queries == 5000 && py_ends == 2 && nopen == 0,
+	      "events: %zu slices %zu kernels %zu ends %zu/%zu flows %zu counters %zu instants "
+	      "%zu Python ends %zu open", slices, kernels, ends, flows_s, flows_f, counters,
+	      instants, py_ends, nopen);
+	/* the flows' ends, written after the slices they start or end in (at those slices'
+	 * starts), go back in time: those four, and nothing else, are absolute */
+	CHECK(absolute == 4, "%zu absolute timestamps, want the 4 flow ends", absolute);
+	for (size_t i = 0; i < nseqs; i++)
+		free(seqs[i].ins);
 	perfetto__protos__trace__free_unpacked(t, NULL);
 	free(data);
 }

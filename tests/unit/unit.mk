@@ -237,6 +237,14 @@ $(UNIT_DIR)/test_trace_json: tests/unit/test_trace_json.c tests/unit/check.h \
 
 TEST_BINS += $(UNIT_DIR)/test_trace_json
 
+# the JSON backend against the bytes the writer wrote before the trace_writer interface
+$(UNIT_DIR)/test_trace_golden: tests/unit/test_trace_golden.c tests/unit/check.h \
+			       $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_trace_golden
+
 # --torch's merge on saved snippet results and events (user/torchprof.c): clock, threads,
 # tptrace's own events, derived steps
 $(UNIT_DIR)/test_torchprof: tests/unit/test_torchprof.c tests/unit/check.h \
