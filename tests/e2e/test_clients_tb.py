@@ -213,8 +213,8 @@ def test_tb_http_server():
             workers = tb.get(TB_API + "/workers", run=run, view=views[0])
             assert workers == ["worker0"], workers
             spans = tb.get(TB_API + "/spans", run=run, worker="worker0")
-            assert spans == [], spans   # one file a worker: no span
-            q = {"run": run, "worker": "worker0", "span": ""}
+            assert len(spans) == 1, spans   # one file a worker: one span
+            q = {"run": run, "worker": "worker0", "span": spans[0]}
             got[run] = {"views": views, "overview": tb.get(TB_API + "/overview", **q)}
             assert got[run]["overview"]["environments"][1]["value"] == "GPU", got[run]["overview"]
             if "Operator" in views:
@@ -243,14 +243,17 @@ def test_tb_http_server():
             assert k["Total Duration (us)"] == round(ours[name]["total_ns"] / 1000), \
                 (run, k, ours[name])
     r = report_json(torch)
-    ours = {o["name"]: o for o in r["ops"]["top"]}
+    # the report's operators (its annotations, record_function and ProfilerStep, are not the
+    # plugin's operators)
+    ours = {o["name"]: o for o in r["ops"]["top"] if o["kind"] == "op"}
     theirs = {o["name"]: o for o in got["torch"]["ops"]}
     assert ours and set(ours) <= set(theirs), sorted(set(ours) - set(theirs))
     for name, o in ours.items():
+        # the plugin sums the events' microseconds and shows the total rounded to whole us
         t = theirs[name]
         assert t["calls"] == o["count"], (name, t, o)
-        assert abs(t["host_total_duration"] * 1000 - o["total_cpu_ns"]) <= 1000, (name, t, o)
-        assert abs(t["host_self_duration"] * 1000 - o["self_cpu_ns"]) <= 1000, (name, t, o)
+        assert abs(t["host_total_duration"] * 1000 - o["total_cpu_ns"]) <= 500, (name, t, o)
+        assert abs(t["host_self_duration"] * 1000 - o["self_cpu_ns"]) <= 500, (name, t, o)
     top = sorted(ours, key=lambda n: -ours[n]["total_cpu_ns"])[:10]
     their_top = sorted((n for n in theirs if n in ours),
                        key=lambda n: -theirs[n]["host_total_duration"])[:10]
