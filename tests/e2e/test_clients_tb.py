@@ -8,7 +8,11 @@ The plugin's conventions (README): it knows host calls by the old Kineto categor
 (Kineto and tptrace write "cuda_runtime"), so its Runtime column stays 0 for torch 2.x's own
 traces as for ours; and its steps come from ProfilerStep#N or else the span of the operators,
 so a --gpu trace without --torch has no step in its overview (the Kernel view is the one to
-read there)."""
+read there).
+
+test_tb_http_server runs TensorBoard itself on loopback and reads the same over the plugin's
+HTTP endpoints, every view it lists, for several workers; its Trace view needs traceEvents last
+in the file (README)."""
 import gzip
 import json
 import os
@@ -140,6 +144,8 @@ def test_tb_torch_trace_operator_view():
 
 TB_API = "/data/plugin/pytorch_profiler"
 TB_AT = re.compile(r"^TensorBoard \S+ at http://127\.0\.0\.1:(\d+)/ ")
+# loopback, never through an http_proxy of the environment
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class TensorBoard:
@@ -162,7 +168,7 @@ class TensorBoard:
     def get(self, path, raw=False, **args):
         url = self.url + path + ("?" + urllib.parse.urlencode(args) if args else "")
         try:
-            with urllib.request.urlopen(url, timeout=300) as r:
+            with NO_PROXY.open(url, timeout=300) as r:
                 body = r.read()
                 if r.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
