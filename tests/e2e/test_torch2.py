@@ -253,3 +253,30 @@ def test_torch2_export_read_by_pytorch_analyzer():
         else:
             assert f"Collective sequence number: {seq} has errors" in text, text[-3000:]
             assert f"Culprit rank {rank}; Error type: SIZE_OR_SYNTAX_MISMATCH" in text, text
+
+
+def test_torch2_wheel_ships_no_memoryviz():
+    """README Limits: no torch wheel ships torch/utils/viz/MemoryViz.js (every 2.x release on
+    PyPI checked), so memory_viz snapshots are not drawn in a browser here; torch's plot pages
+    import it from a CDN. Holds for the pinned torch: the day it ships the file (or its pages
+    stop importing it from the CDN), this fails, and the snapshots are to be driven through it
+    in headless Chromium."""
+    py = venv_python()
+    p = subprocess.run([py, "-c", """
+import glob, json, os, torch, torch.cuda._memory_viz as mv
+d = os.path.dirname(torch.__file__)
+rec = glob.glob(os.path.join(os.path.dirname(d), "torch-*.dist-info", "RECORD"))
+src = open(mv.__file__).read()
+print(json.dumps({"version": torch.__version__, "records": len(rec),
+                  "viz": sorted(l.split(",")[0] for l in open(rec[0]) if "/utils/viz/" in l),
+                  "on_disk": os.path.exists(os.path.join(d, "utils", "viz", "MemoryViz.js")),
+                  "cdn": "cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js"
+                         in src}))
+"""], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    assert r["records"] == 1 and r["viz"], r
+    ships = r["on_disk"] or any(v.endswith("/MemoryViz.js") for v in r["viz"])
+    assert not ships and r["cdn"], \
+        f"torch {r['version']} ships MemoryViz.js or its pages no longer load it from the CDN: " \
+        f"drive the snapshots through it in headless Chromium and update README Limits ({r})"

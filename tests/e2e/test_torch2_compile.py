@@ -16,12 +16,14 @@ an entry refers to defined. The logs file holds the graph break and both recompi
 guard failures; the job's output is that of the untraced run and nothing of the logs reached
 its stderr."""
 import collections
+import functools
 import glob
 import hashlib
 import json
 import os
 import re
 import shutil
+import subprocess
 
 from lib import ROOT, Tracer, Workload, fresh_tmp_path, need_root, tmp_path, venv_python
 
@@ -120,7 +122,10 @@ def check_strings(recs):
             assert frame["filename"] in defined, (frame, sorted(defined)[:10])
 
 
-def test_torch2_trace_and_logs():
+@functools.lru_cache(maxsize=None)
+def traced_runs():
+    """Both copies of the model run once for the tests of this file: TORCH_TRACE from the start
+    (REF) and `--torch-trace` from outside (OUT). Returns their files, pids and outputs."""
     need_root()
     py = venv_python()
     ref_dir = fresh_dir("torch2_trace_ref")
@@ -152,6 +157,13 @@ def test_torch2_trace_and_logs():
     files = os.listdir(out_dir)
     assert len(files) == 1 and re.match(r"^dedicated_log_torch_trace_\w+\.log$", files[0]), files
     assert f"tptrace: --torch-trace: pid {wl.pid}: wrote {out_dir}/{files[0]}" in err, err
+    return {"ref": ref, "ref_file": ref_files[0], "wl": wl, "out": out, "err": err,
+            "out_file": os.path.join(out_dir, files[0])}
+
+
+def test_torch2_trace_and_logs():
+    r = traced_runs()
+    ref, wl, out, err = r["ref"], r["wl"], r["out"], r["err"]
     logs = f"{out}.{wl.pid}.torch_logs.txt"
     assert f"tptrace: --torch-logs: pid {wl.pid}: wrote {logs}" in err, err
 
@@ -160,8 +172,8 @@ def test_torch2_trace_and_logs():
         [l for l in ref.out.lines if l.startswith("RAN")]
     assert "[__recompiles]" not in wl.err.text() and "[__graph_breaks]" not in wl.err.text()
 
-    mine = entries(os.path.join(out_dir, files[0]), wl.pid)
-    theirs = entries(ref_files[0], ref.pid)
+    mine = entries(r["out_file"], wl.pid)
+    theirs = entries(r["ref_file"], ref.pid)
     check_strings(mine)
     check_strings(theirs)
     want, got = shape(theirs), shape(mine)
@@ -186,3 +198,90 @@ def test_torch2_trace_and_logs():
     assert any("scale == 1" in l for l in rec), rec
     assert any("[__graph_breaks] Graph break in user code at " + COMPILE in l
                for l in text.splitlines()), text[:3000]
+
+
+# the compiles of torch_compile.py's three calls as tlparse names them: frame 0 (step) restarts
+# once per compile at its graph break ([0/N] the break, [0/N_1] the graph), frame 1 (its resume
+# function) compiles three times; [-/-] holds what has no compile id (torch's version)
+TL_COMPILES = ["[-/-]", "[0/0]", "[0/0_1]", "[0/1]", "[0/1_1]", "[0/2]", "[0/2_1]",
+               "[1/0]", "[1/1]", "[1/2]"]
+TL_STATS = re.compile(r"^Stats \{ (.*) \}$", re.M)
+
+
+def tlparse(log, name):
+    """tlparse (the test venv's) on one TORCH_TRACE file, strict: an unrecognized line or one
+    without a compile id fails it. Returns (its output directory, its stats, unknown fields)."""
+    exe = os.path.join(os.path.dirname(venv_python()), "tlparse")
+    assert os.access(exe, os.X_OK), f"tlparse absent from the test venv ({exe}): run make deps"
+    out = fresh_dir(name)
+    # it reads the file's own directory for other ranks' files: one file alone in its own
+    src = fresh_dir(name + ".in")
+    os.makedirs(src)
+    shutil.copy(log, src)
+    p = subprocess.run([exe, os.path.join(src, os.path.basename(log)), "-o", out, "--overwrite",
+                        "--no-browser", "--strict", "--strict-compile-id"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    m = TL_STATS.findall(p.stderr)
+    assert len(m) == 1, p.stderr[-3000:]
+    stats = {k: int(v) for k, v in (kv.split(": ") for kv in m[0].split(", "))}
+    unknown = re.findall(r"^Unknown fields: (\{.*\})", p.stderr, re.M)
+    return out, stats, unknown
+
+
+def rendered(out):
+    """What tlparse rendered: {compile id: Counter of artifact kinds} (the kind is the name
+    without tlparse's running number and inductor's code hash), after checking that the index,
+    the failures page and every artifact the directory and the index link to are there."""
+    with open(os.path.join(out, "index.html")) as f:
+        index = f.read()
+    assert os.path.exists(os.path.join(out, "failures_and_restarts.html"))
+    with open(os.path.join(out, "compile_directory.json")) as f:
+        directory = json.load(f)
+    kinds = {}
+    for cid, d in directory.items():
+        kinds[cid] = collections.Counter()
+        for a in d["artifacts"]:
+            path = os.path.join(out, a["url"])
+            assert os.path.isfile(path) and os.path.getsize(path) > 0, (cid, a)
+            assert f'href="{a["url"]}"' in index, (cid, a["url"])
+            k = re.sub(r"_[a-z0-9]{52}(?=_\d+\.)", "", a["name"])
+            kinds[cid][re.sub(r"_\d+(\.\w+)$", r"\1", k)] += 1
+    for href in re.findall(r'href="(-_[^"]+)"', index):
+        assert os.path.isfile(os.path.join(out, href)), href
+    return index, kinds
+
+
+def test_torch2_trace_tlparse():
+    """tlparse renders the file `--torch-trace` wrote as it renders TORCH_TRACE's own: no line
+    it fails on or cannot place, the same compiles (ids, frames, restarts) with the same
+    artifacts each, every compile's metrics page and inductor's code."""
+    r = traced_runs()
+    ref_out, ref_stats, ref_unknown = tlparse(r["ref_file"], "torch2_tlparse_ref")
+    out, stats, unknown = tlparse(r["out_file"], "torch2_tlparse_out")
+    for s in (ref_stats, stats):
+        # Stats prints its nonzero counters: ok, unknown (fields it has no renderer for) and
+        # the fail_* ones (glog header, JSON, payload md5, parser...)
+        assert s.get("ok", 0) > 0 and not [k for k in s if k not in ("ok", "unknown")], s
+    assert stats.get("unknown", 0) == ref_stats.get("unknown", 0) and unknown == ref_unknown, \
+        (stats, unknown, ref_stats, ref_unknown)
+
+    ref_index, ref_kinds = rendered(ref_out)
+    index, kinds = rendered(out)
+    assert sorted(kinds) == TL_COMPILES == sorted(ref_kinds), (sorted(kinds), sorted(ref_kinds))
+    assert kinds == ref_kinds, {c: (kinds[c], ref_kinds[c]) for c in kinds
+                                if kinds[c] != ref_kinds[c]}
+    for c in ("[0/0_1]", "[0/1_1]", "[0/2_1]", "[1/0]", "[1/1]", "[1/2]"):
+        for k in ("dynamo_output_graph.txt", "compilation_metrics.html",
+                  "inductor_output_code.html", "dynamo_cpp_guards_str.txt"):
+            assert kinds[c][k] == 1, (c, k, kinds[c])
+    for c in ("[0/1]", "[0/2]", "[1/1]", "[1/2]"):
+        assert kinds[c]["recompile_reasons.json"] == 1, (c, kinds[c])
+    # the stack trie: the same frames compiled, from the same lines of the workload
+    trie = re.compile(r"(\w+\.py):(\d+) in (\w+|&lt;module&gt;)")
+    frames = set(trie.findall(index))
+    assert frames == set(trie.findall(ref_index)), (frames, set(trie.findall(ref_index)))
+    names = {f for p, _, f in frames if p == os.path.basename(COMPILE)}
+    assert {"&lt;module&gt;", "main", "step"} < names and \
+        any(n.startswith("torch_dynamo_resume_in_step_at_") for n in names), frames
+    assert "3 restart(s)" in index and "3 restart(s)" in ref_index

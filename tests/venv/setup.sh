@@ -37,7 +37,8 @@ fi
 
 stamp=$(cat "$req" "$cons" <("$py" -V) | sha256sum | cut -c1-16)
 if [ -f "$venv/.tptrace-stamp" ] && [ "$(cat "$venv/.tptrace-stamp")" = "$stamp" ] &&
-   "$venv/bin/python" -c 'import torch, hta, torch_tb_profiler' 2>/dev/null; then
+   "$venv/bin/python" -c 'import torch, hta, torch_tb_profiler' 2>/dev/null &&
+   [ -x "$venv/bin/tlparse" ]; then
 	echo "test venv: $venv (up to date)"; exit 0
 fi
 
