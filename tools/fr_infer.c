@@ -360,7 +360,9 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			qsort(dds, ndd, sizeof(*dds), cmp_i64);
 			al.spread = ns_diff(dds[ndd - 1 - ndd / 4], dds[ndd / 4]);
 		}
-		if (i64_abs(al.dt) > ALIGN_MAX_DT)
+		/* across hosts: too far apart against the dumps and on the clocks as they are
+		 * (dumps of one job minutes apart on clocks that agree are still one job) */
+		if (i64_abs(al.dt) > ALIGN_MAX_DT && (!hosts || i64_abs(al.clk) > ALIGN_MAX_DT))
 			continue;
 		/* one matching collective of many is chance, not evidence */
 		al.ok = al.prefix >= 2 || m->nc == 1 || r->nc == 1;
