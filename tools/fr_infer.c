@@ -100,7 +100,6 @@ struct align {
 				 * hosts taken against the dumps' times (clocks apart) */
 	int64_t clk;		/* m's clock minus r's: the median creation-time difference */
 	int64_t spread;		/* across hosts: spread of the completion-time differences, -1 */
-	bool hosts;		/* m and r are on different hosts (clocks not comparable) */
 	int later_bad;		/* across hosts: mismatching signatures past the prefix */
 	bool ambiguous;		/* across hosts, another offset was as good but for dt, and dt
 				 * does not tell them apart (dumps not from one moment) */
@@ -123,7 +122,7 @@ static bool causal_conflict(const struct fr_entry *e, const struct fr_entry *f)
  * collectives, or one rank's GPU side stuck (rare). An alignment shifted by a period of a
  * hung job's schedule pairs the stuck ranks' pending collectives with one rank's completed
  * ones of the step before: their creation times cannot tell them apart when that rank ran
- * late, their states can. One host's clock only: see state_conflict_hosts for the others. */
+ * late, their states can. One host's clock only: see state_conflict_hosts_one for the others. */
 static bool state_conflict_one(const struct fr_entry *done, const struct fr_entry *pend,
 			       int64_t pend_dump_ns, int64_t margin)
 {
@@ -304,7 +303,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 		}
 	}
 	for (int c = 0; c < nc; c++) {
-		struct align al = { .d = cands[c], .spread = -1, .hosts = hosts };
+		struct align al = { .d = cands[c], .spread = -1 };
 		const struct fr_entry *mprev = NULL, *rprev_m = NULL;	/* m completed mprev */
 		const struct fr_entry *rprev = NULL, *mprev_r = NULL;	/* r completed rprev */
 		int nd = 0, ndd = 0;
