@@ -614,6 +614,11 @@ FLEET = {
            ("spread_pre_healthy", f"--ranks 16 --entries 200 {SPREAD} --preexisting "
             "--attach-skew 5", 0, [], [],
             {"human": "note: comm 7ea226fd: seq alignment across hosts ambiguous"}),
+           # the same with one odd collective in its history (an eval step's all_reduce at
+           # seq 150): a shift by a step that pairs it with a regular one is not taken (it
+           # once gave a type_mismatch of healthy ranks)
+           ("spread_pre_oneoff_healthy", f"--ranks 16 --entries 400 {SPREAD} --preexisting "
+            "--attach-skew 5 --at 150", 0, [], [], {"human": "no problem found: 16 ranks, 1 comm,"}),
        )},
 }
 
