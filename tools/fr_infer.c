@@ -87,7 +87,9 @@ static int pend_near_time(const struct pend *p, int64_t t)
 #define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
 #define ALIGN_CAUSAL_SLACK 200000LL	/* ns: two recorders' clock conversions on one host */
 #define ALIGN_STATE_MARGIN 500000000LL	/* ns: a completion one host's other ranks must see */
-#define ALIGN_DONE_SLACK 200000LL	/* ns: completion spreads closer than this are equal */
+#define ALIGN_DONE_SLACK 50000LL	/* ns: completion spreads closer than this are equal */
+#define ALIGN_RAW_CLOSE 10000000000LL	/* dumps this close on the clocks as they are: those
+					 * clocks may agree (one trigger, synchronised hosts) */
 
 struct align {
 	bool ok;
@@ -183,15 +185,6 @@ static int align_cmp_evidence(const struct align *x, const struct align *y)
 		return !x->later_bad ? 1 : -1;
 	if (x->impossible != y->impossible)
 		return x->impossible < y->impossible ? 1 : -1;
-	/* across hosts: a collective completes at one instant on every rank, so the right
-	 * offset keeps the completion-time differences constant; a shift by a step does only
-	 * where every step lasts the same */
-	if (x->spread >= 0 && y->spread >= 0) {
-		if (x->spread + ALIGN_DONE_SLACK < y->spread)
-			return 1;
-		if (y->spread + ALIGN_DONE_SLACK < x->spread)
-			return -1;
-	}
 	return 0;
 }
 
@@ -229,6 +222,92 @@ static void add_cand(int64_t *cands, int *nc, int max, int64_t d)
 		cands[(*nc)++] = d;
 }
 
+/* the candidate of e[] (evidence ties) nearest by |key|, whether it is clearly the nearest
+ * (within half the runner-up's distance, or within the slack) */
+static int nearest(const struct align *e, int n, bool raw, bool *decisive)
+{
+	int b = -1, b2 = -1;
+
+	for (int i = 0; i < n; i++) {
+		int64_t k = i64_abs(raw ? e[i].clk : e[i].dt);
+
+		if (b < 0 || k < i64_abs(raw ? e[b].clk : e[b].dt)) {
+			b2 = b;
+			b = i;
+		} else if (b2 < 0 || k < i64_abs(raw ? e[b2].clk : e[b2].dt)) {
+			b2 = i;
+		}
+	}
+	*decisive = b2 < 0 || i64_abs(raw ? e[b].clk : e[b].dt) <= ALIGN_CAUSAL_SLACK ||
+		    2 * i64_abs(raw ? e[b].clk : e[b].dt) < i64_abs(raw ? e[b2].clk : e[b2].dt);
+	return b;
+}
+
+/* Across hosts, among the offsets the evidence cannot tell apart (the best's ties): times
+ * decide. Against the dumps' own times (only as good as the dumps are simultaneous), or on
+ * the clocks as they are (only as good as the hosts' clocks agree, possible when the dumps'
+ * times are seconds apart at most): the one that is clearly the nearest. Where neither is
+ * clear, the completion-time differences that stay the most constant (one collective
+ * completes at one instant on every rank), when clearly so; else the alignment is ambiguous. */
+static struct align align_hosts_pick(struct align *all, int nall, const struct align *best,
+				     bool raw_ok)
+{
+	struct align e[ALIGN_CANDS_HOSTS], pick;
+	int n = 0, d, r, sbest = -1;
+	bool d_dec, r_dec, s_dec = true;
+
+	for (int i = 0; i < nall; i++)
+		if (!align_cmp_evidence(&all[i], best))
+			e[n++] = all[i];
+	if (n < 2)
+		return *best;
+	d = nearest(e, n, false, &d_dec);
+	/* the dumps' times are seconds apart at most, not exactly simultaneous: an offset near
+	 * them by chance is contested by one whose completions agree clearly better */
+	for (int i = 0; i < n && d_dec; i++)
+		if (e[i].spread >= 0 && e[d].spread >= 0 &&
+		    2 * e[i].spread + ALIGN_DONE_SLACK < e[d].spread)
+			d_dec = false;
+	r = raw_ok ? nearest(e, n, true, &r_dec) : -1;
+	if (raw_ok && r == d) {
+		pick = e[d];
+		pick.ambiguous = !d_dec && !r_dec;
+		return pick;
+	}
+	if (d_dec && (!raw_ok || !r_dec)) {
+		pick = e[d];
+		pick.ambiguous = false;
+		return pick;
+	}
+	if (raw_ok && r_dec && !d_dec) {
+		pick = e[r];
+		pick.ambiguous = false;
+		return pick;
+	}
+	if (d_dec) {
+		/* both clear and different: clocks apart with dumps at one moment, or clocks
+		 * that agree with dumps a step apart */
+		pick = e[d];
+		pick.ambiguous = true;
+		return pick;
+	}
+	for (int i = 0; i < n; i++)
+		if (e[i].spread >= 0 && (sbest < 0 || e[i].spread < e[sbest].spread))
+			sbest = i;
+	for (int i = 0; sbest >= 0 && i < n; i++)
+		if (i != sbest && (e[i].spread < 0 ||
+				   2 * e[sbest].spread + ALIGN_DONE_SLACK >= e[i].spread))
+			s_dec = false;
+	if (sbest >= 0 && s_dec) {
+		pick = e[sbest];
+		pick.ambiguous = false;
+		return pick;
+	}
+	pick = e[raw_ok ? r : d];
+	pick.ambiguous = true;
+	return pick;
+}
+
 /* Aligns m's collective sequence to r's: the seq offset with the longest matching history
  * from where the two overlap (so a rank that skipped a collective later is not "fixed" by a
  * shift that matches its tail); ties go to the one with fewer matches that cannot be (one_clock:
@@ -243,7 +322,8 @@ static void add_cand(int64_t *cands, int *nc, int max, int64_t d)
 static struct align align_to(const struct pend *m, int64_t m_dump, const struct pend *r,
 			     int64_t r_dump, bool one_clock)
 {
-	struct align best = { 0 }, second = { 0 };
+	struct align best = { 0 }, all[ALIGN_CANDS_HOSTS];
+	int nall = 0;
 	int64_t cands[ALIGN_CANDS_HOSTS], dts[ALIGN_SAT], dds[4 * ALIGN_SAT];
 	int nc = 0, taken = 0;
 	bool hosts = !one_clock;
@@ -365,19 +445,13 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			continue;
 		/* one matching collective of many is chance, not evidence */
 		al.ok = al.prefix >= 2 || m->nc == 1 || r->nc == 1;
-		if (align_better(&al, &best)) {
-			second = best;
+		if (align_better(&al, &best))
 			best = al;
-		} else if (align_better(&al, &second)) {
-			second = al;
-		}
+		if (al.ok && nall < ALIGN_CANDS_HOSTS)
+			all[nall++] = al;
 	}
-	/* Across hosts, offsets the evidence cannot tell apart were decided by creation times
-	 * against the dumps' own times: only as good as the dumps are simultaneous. Trusted when
-	 * the winner is clearly the nearer (its matches within half the runner-up's distance). */
-	if (hosts && best.ok && second.ok && !align_cmp_evidence(&best, &second) &&
-	    i64_abs(best.dt) > ALIGN_CAUSAL_SLACK && 2 * i64_abs(best.dt) > i64_abs(second.dt))
-		best.ambiguous = true;
+	if (hosts && best.ok)
+		best = align_hosts_pick(all, nall, &best, i64_abs(shift) <= ALIGN_RAW_CLOSE);
 	return best;
 }
 
