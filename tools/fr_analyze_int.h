@@ -138,6 +138,7 @@ struct comm {
 	bool aborted;
 	bool inferred;		/* members matched across dumps by their collective sequences */
 	int nr_expected;	/* inferred: world size, or the nranks a member learned */
+	bool align_ambiguous;	/* inferred across hosts: another seq offset was as likely */
 	struct ivec aggs;	/* filled by finish: its seq aggregates in seq order */
 };
 
@@ -203,6 +204,7 @@ struct cluster {
 	int ref;		/* pend all others were aligned to */
 	struct ivec pends;
 	int comm;
+	bool ambiguous;		/* a member's offset was decided by times that cannot tell */
 };
 
 struct sig {
@@ -282,6 +284,7 @@ enum low_why {
 	LOW_ONE_SAMPLE,		/* one stack sample: a busy moment looks like a hang */
 	LOW_RANKS_UNKNOWN,	/* the dumps do not give the comm's members' ranks */
 	LOW_STACK_DISAGREES,	/* proc low_proc's stack is in the NCCL call its ring lacks */
+	LOW_ALIGN_AMBIGUOUS,	/* an inferred comm's seq alignment across hosts is ambiguous */
 };
 
 /* a signature group as a finding keeps it (copied: the aggregate's lists are not stable) */

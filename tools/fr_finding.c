@@ -149,6 +149,8 @@ void mark_inferred(struct fr_analysis *a)
 
 		if (v->comm >= 0 && a->comms[v->comm].inferred)
 			v->medium = true;
+		if (v->comm >= 0 && a->comms[v->comm].align_ambiguous)
+			set_low(v, LOW_ALIGN_AMBIGUOUS, -1, FR_UNK);
 	}
 }
 

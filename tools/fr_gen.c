@@ -63,6 +63,7 @@ static struct env {
 	bool sleep_between;	/* healthy ranks sleep between steps: their dump stacks sleep or
 				 * wait in the step's collective, neither progressing */
 	int clock_off_host;	/* this host's clock is 3 years behind (-1: none) */
+	int period;		/* signatures repeat every this many collectives (0: off) */
 	int alias_host;		/* host alias_host + 1 dumps under host alias_host's name */
 	int stale_host;		/* this host dumped stale_ns before the hang (-1: none) */
 	int64_t stale_ns;
@@ -109,7 +110,7 @@ enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
        OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
-       OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN };
+       OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -162,6 +163,8 @@ static const struct argp_option opts[] = {
 	  "(default 5000)", 0 },
 	{ "jitter-us", OPT_JITTER, "US", 0, "Each rank enters each step up to US us late, "
 	  "pseudo-randomly; a collective completes 0.9 ms after its last rank entered", 0 },
+	{ "period", OPT_PERIOD, "P", 0, "A training loop: the collectives' signatures repeat "
+	  "every P collectives of a comm, no p2p (default: aperiodic within 120)", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -215,6 +218,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_JITTER: env.jitter_ns = num_arg(state, "jitter-us", arg, 0, 1 << 30) * 1000LL; break;
 	case OPT_CULPRIT_NCCL: env.culprit_in_nccl = true; break;
 	case OPT_SLEEP_BETWEEN: env.sleep_between = true; break;
+	case OPT_PERIOD: env.period = num_arg(state, "period", arg, 1, 1 << 20); break;
 	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
 	case OPT_ALIAS: env.alias_host = num_arg(state, "alias-host", arg, 0, 1 << 20); break;
 	case OPT_STALE_MS:
@@ -337,8 +341,11 @@ static int build_schedule(void)
 		if (last)
 			slot = p2p_final ? 0 : env.comm_slot;
 		k = (int)kstep[slot]++;
+		if (env.period)
+			k %= env.period;
 		s.slot = slot;
-		if ((slot == 0 && env.ranks >= 2 && k % 16 == 15 && !last) || (last && p2p_final)) {
+		if ((slot == 0 && env.ranks >= 2 && k % 16 == 15 && !last && !env.period) ||
+		    (last && p2p_final)) {
 			s.op = OP_P2P;
 			s.seq = p2p_seq + 1;	/* send's seq; the recv is seq + 1 */
 			p2p_seq += 2;
@@ -349,7 +356,8 @@ static int build_schedule(void)
 			s.op = (k + slot) % 6;
 			if (s.op == 5)
 				s.op = OP_ALL_REDUCE;
-			if (last || (env.at > 0 && slot == env.comm_slot && coll_seq[slot] + 1 == env.at)) {
+			if ((last && (!env.period || env.sc == SC_ROOT)) ||
+			    (env.at > 0 && slot == env.comm_slot && coll_seq[slot] + 1 == env.at)) {
 				s.op = env.sc == SC_ROOT ? OP_BROADCAST : OP_ALL_REDUCE;
 			}
 			s.seq = ++coll_seq[slot];
@@ -851,9 +859,9 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	*dump_time = t0 + (int64_t)nr_steps * 1000000 +
 		     (hang_at_end() || init_fail() || env.sc == SC_STUCK ? 60000000000LL :
 		      1000000000LL) +
-		     (env.sc == SC_LATE ? 5000000000LL : 0);
+		     (env.sc == SC_LATE ? 5000000000LL : 0) + clock;
 	if (culprit && env.sc == SC_KILLED)
-		*dump_time = t0 + (int64_t)nr_steps * 1000000;
+		*dump_time = t0 + (int64_t)nr_steps * 1000000 + clock;
 	return n;
 }
 
@@ -1085,7 +1093,7 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	if (hung_before_attach()) {
 		/* tptrace saw no call: no comm, no entry */
 		n = 0;
-		dump_time = t0 + 60000000000LL;
+		dump_time = t0 + 60000000000LL + host_clock(r / env.per_host);
 	}
 	if (env.wrap == -1 || env.wrap == r) {
 		ring = env.ring;

@@ -81,12 +81,15 @@ static int pend_near_time(const struct pend *p, int64_t t)
 }
 
 #define ALIGN_CANDS	64
+#define ALIGN_CANDS_HOSTS 160	/* ... across hosts: time-free candidates added */
 #define ALIGN_NEAR	8	/* candidate offsets: this many collectives either side in time */
 #define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
 #define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
 #define ALIGN_CAUSAL_SLACK 200000LL	/* ns: two recorders' clock conversions on one host */
 #define ALIGN_STATE_MARGIN 500000000LL	/* ns: a completion one host's other ranks must see */
-#define ALIGN_STATE_MARGIN_HOSTS 5000000000LL	/* ... on other hosts (clocks apart) */
+#define ALIGN_DONE_SLACK 50000LL	/* ns: completion spreads closer than this are equal */
+#define ALIGN_RAW_CLOSE 10000000000LL	/* dumps this close on the clocks as they are: those
+					 * clocks may agree (one trigger, synchronised hosts) */
 
 struct align {
 	bool ok;
@@ -95,7 +98,13 @@ struct align {
 	int impossible;		/* matches that one host's clock says cannot be one collective,
 				 * or completed on one side long before the other's dump without
 				 * completing there (state_conflict) */
-	int64_t dt;		/* median creation-time difference over the first matches */
+	int64_t dt;		/* median creation-time difference over the first matches; across
+				 * hosts taken against the dumps' times (clocks apart) */
+	int64_t clk;		/* m's clock minus r's: the median creation-time difference */
+	int64_t spread;		/* across hosts: spread of the completion-time differences, -1 */
+	int later_bad;		/* across hosts: mismatching signatures past the prefix */
+	bool ambiguous;		/* across hosts, another offset was as good but for dt, and dt
+				 * does not tell them apart (dumps not from one moment) */
 };
 
 /* A collective completes on no rank before every rank has called it: on one host (one clock),
@@ -115,7 +124,7 @@ static bool causal_conflict(const struct fr_entry *e, const struct fr_entry *f)
  * collectives, or one rank's GPU side stuck (rare). An alignment shifted by a period of a
  * hung job's schedule pairs the stuck ranks' pending collectives with one rank's completed
  * ones of the step before: their creation times cannot tell them apart when that rank ran
- * late, their states can. */
+ * late, their states can. One host's clock only: see state_conflict_hosts_one for the others. */
 static bool state_conflict_one(const struct fr_entry *done, const struct fr_entry *pend,
 			       int64_t pend_dump_ns, int64_t margin)
 {
@@ -126,44 +135,200 @@ static bool state_conflict_one(const struct fr_entry *done, const struct fr_entr
 }
 
 static bool state_conflict(const struct fr_entry *e, int64_t e_dump, const struct fr_entry *f,
-			   int64_t f_dump, bool one_clock)
+			   int64_t f_dump)
 {
-	int64_t margin = one_clock ? ALIGN_STATE_MARGIN : ALIGN_STATE_MARGIN_HOSTS;
-
-	return state_conflict_one(e, f, f_dump, margin) || state_conflict_one(f, e, e_dump, margin);
+	return state_conflict_one(e, f, f_dump, ALIGN_STATE_MARGIN) ||
+	       state_conflict_one(f, e, e_dump, ALIGN_STATE_MARGIN);
 }
 
-static bool align_better(const struct align *x, const struct align *y)
+/* The same across hosts, whose clocks are not compared (seconds or years apart): pend's rank
+ * completed an earlier matched collective p (pend_prev) and done's rank entered p before that
+ * completion (done_prev); so pend's dump came at least (dump - completion of p, pend's clock)
+ * - (completion of this one - entry into p, done's clock) after done's rank saw this one
+ * complete. Past the margin, pend's rank should have seen it complete too. */
+static bool state_conflict_hosts_one(const struct fr_entry *done, const struct fr_entry *done_prev,
+				     const struct fr_entry *pend, const struct fr_entry *pend_prev,
+				     int64_t pend_dump_ns)
 {
-	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
-	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
-
-	if (!y->ok)
-		return x->ok;
-	if (!x->ok)
+	if (!done_prev || !pend_prev || done->state != FR_ST_COMPLETED ||
+	    done->completed_ns == FR_UNK || done_prev->created_ns == FR_UNK ||
+	    (pend->state != FR_ST_ENQUEUED && pend->state != FR_ST_STARTED) ||
+	    pend_prev->state != FR_ST_COMPLETED || pend_prev->completed_ns == FR_UNK ||
+	    pend_dump_ns == FR_UNK)
 		return false;
-	if (px != py)
-		return px > py;
-	if (x->impossible != y->impossible)
-		return x->impossible < y->impossible;
+	return ns_diff(pend_dump_ns, pend_prev->completed_ns) -
+	       ns_diff(done->completed_ns, done_prev->created_ns) > ALIGN_STATE_MARGIN;
+}
+
+static bool align_better_dt(const struct align *x, const struct align *y)
+{
 	if (i64_abs(x->dt) != i64_abs(y->dt))
 		return i64_abs(x->dt) < i64_abs(y->dt);
 	return x->prefix > y->prefix;
 }
 
+/* x better than y up to the time tie-break (0: equal so far, 1: x, -1: y) */
+static int align_cmp_evidence(const struct align *x, const struct align *y)
+{
+	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
+	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
+
+	if (!y->ok)
+		return x->ok ? 1 : 0;
+	if (!x->ok)
+		return -1;
+	if (px != py)
+		return px > py ? 1 : -1;
+	/* across hosts, a shift by a period matches as long a prefix: one that agrees on the
+	 * whole overlap is the likelier */
+	if (!x->later_bad != !y->later_bad)
+		return !x->later_bad ? 1 : -1;
+	if (x->impossible != y->impossible)
+		return x->impossible < y->impossible ? 1 : -1;
+	return 0;
+}
+
+static bool align_better(const struct align *x, const struct align *y)
+{
+	int c = align_cmp_evidence(x, y);
+
+	if (c)
+		return c > 0;
+	return x->ok && align_better_dt(x, y);
+}
+
+/* index of p's first collective with seq >= seq (p->nc when none) */
+static int pend_lower_seq(const struct pend *p, int64_t seq)
+{
+	int lo = 0, hi = p->nc;
+
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+
+		if (pcoll(p, mid)->coll_seq < seq)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void add_cand(int64_t *cands, int *nc, int max, int64_t d)
+{
+	for (int c = 0; c < *nc; c++)
+		if (cands[c] == d)
+			return;
+	if (*nc < max)
+		cands[(*nc)++] = d;
+}
+
+/* the candidate of e[] (evidence ties) nearest by |key|, whether it is clearly the nearest
+ * (within half the runner-up's distance, or within the slack) */
+static int nearest(const struct align *e, int n, bool raw, bool *decisive)
+{
+	int b = -1, b2 = -1;
+
+	for (int i = 0; i < n; i++) {
+		int64_t k = i64_abs(raw ? e[i].clk : e[i].dt);
+
+		if (b < 0 || k < i64_abs(raw ? e[b].clk : e[b].dt)) {
+			b2 = b;
+			b = i;
+		} else if (b2 < 0 || k < i64_abs(raw ? e[b2].clk : e[b2].dt)) {
+			b2 = i;
+		}
+	}
+	*decisive = b2 < 0 || i64_abs(raw ? e[b].clk : e[b].dt) <= ALIGN_CAUSAL_SLACK ||
+		    2 * i64_abs(raw ? e[b].clk : e[b].dt) < i64_abs(raw ? e[b2].clk : e[b2].dt);
+	return b;
+}
+
+/* Across hosts, among the offsets the evidence cannot tell apart (the best's ties): times
+ * decide. Against the dumps' own times (only as good as the dumps are simultaneous), or on
+ * the clocks as they are (only as good as the hosts' clocks agree, possible when the dumps'
+ * times are seconds apart at most): the one that is clearly the nearest. Where neither is
+ * clear, the completion-time differences that stay the most constant (one collective
+ * completes at one instant on every rank), when clearly so; else the alignment is ambiguous. */
+static struct align align_hosts_pick(struct align *all, int nall, const struct align *best,
+				     bool raw_ok)
+{
+	struct align e[ALIGN_CANDS_HOSTS], pick;
+	int n = 0, d, r, sbest = -1;
+	bool d_dec, r_dec, s_dec = true;
+
+	for (int i = 0; i < nall; i++)
+		if (!align_cmp_evidence(&all[i], best))
+			e[n++] = all[i];
+	if (n < 2)
+		return *best;
+	d = nearest(e, n, false, &d_dec);
+	/* the dumps' times are seconds apart at most, not exactly simultaneous: an offset near
+	 * them by chance is contested by one whose completions agree clearly better */
+	for (int i = 0; i < n && d_dec; i++)
+		if (e[i].spread >= 0 && e[d].spread >= 0 &&
+		    2 * e[i].spread + ALIGN_DONE_SLACK < e[d].spread)
+			d_dec = false;
+	r = raw_ok ? nearest(e, n, true, &r_dec) : -1;
+	if (raw_ok && r == d) {
+		pick = e[d];
+		pick.ambiguous = !d_dec && !r_dec;
+		return pick;
+	}
+	if (d_dec && (!raw_ok || !r_dec)) {
+		pick = e[d];
+		pick.ambiguous = false;
+		return pick;
+	}
+	if (raw_ok && r_dec && !d_dec) {
+		pick = e[r];
+		pick.ambiguous = false;
+		return pick;
+	}
+	if (d_dec) {
+		/* both clear and different: clocks apart with dumps at one moment, or clocks
+		 * that agree with dumps a step apart */
+		pick = e[d];
+		pick.ambiguous = true;
+		return pick;
+	}
+	for (int i = 0; i < n; i++)
+		if (e[i].spread >= 0 && (sbest < 0 || e[i].spread < e[sbest].spread))
+			sbest = i;
+	for (int i = 0; sbest >= 0 && i < n; i++)
+		if (i != sbest && (e[i].spread < 0 ||
+				   2 * e[sbest].spread + ALIGN_DONE_SLACK >= e[i].spread))
+			s_dec = false;
+	if (sbest >= 0 && s_dec) {
+		pick = e[sbest];
+		pick.ambiguous = false;
+		return pick;
+	}
+	pick = e[raw_ok ? r : d];
+	pick.ambiguous = true;
+	return pick;
+}
+
 /* Aligns m's collective sequence to r's: the seq offset with the longest matching history
  * from where the two overlap (so a rank that skipped a collective later is not "fixed" by a
  * shift that matches its tail); ties go to the one with fewer matches that cannot be (one_clock:
- * m and r were recorded on one host, see causal_conflict; any hosts: state_conflict, m_dump and
- * r_dump are the dumps' times), then to the one whose matches were
- * created closest in time (a skew between hosts, or ranks a step apart, blurs this one).
+ * m and r were recorded on one host, see causal_conflict; state_conflict, m_dump and r_dump
+ * are the dumps' times), then, across hosts, to the one whose completion times differ by the
+ * most constant amount, then to the one whose matches were created closest in time (a skew
+ * between hosts, or ranks a step apart, blurs this one). Across hosts the clocks are not
+ * compared: creation times are taken against each dump's own time (the dumps answered one
+ * trigger, seconds apart at most), and when that alone chose between offsets that are
+ * otherwise as good and it cannot tell them apart, the alignment is ambiguous.
  * Comms whose seqs count from comm init on both sides can only be at offset 0. */
 static struct align align_to(const struct pend *m, int64_t m_dump, const struct pend *r,
 			     int64_t r_dump, bool one_clock)
 {
-	struct align best = { 0 };
-	int64_t cands[ALIGN_CANDS], dts[ALIGN_SAT];
+	struct align best = { 0 }, all[ALIGN_CANDS_HOSTS];
+	int nall = 0;
+	int64_t cands[ALIGN_CANDS_HOSTS], dts[ALIGN_SAT], dds[4 * ALIGN_SAT];
 	int nc = 0, taken = 0;
+	bool hosts = !one_clock;
+	/* across hosts, m's times in r's frame: against the dumps' times */
+	int64_t shift = hosts && m_dump != FR_UNK && r_dump != FR_UNK ? ns_diff(m_dump, r_dump) : 0;
 
 	if (!m->nc || !r->nc)
 		return best;
@@ -175,66 +340,118 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 		for (int pass = 0; pass < 2 && !taken; pass++) {
 			for (int i = 0; i < m->nc && taken < 4; i++) {
 				const struct fr_entry *e = pcoll(m, i);
+				int64_t t;
 				int j;
 
 				if (e->created_ns == FR_UNK)
 					continue;
+				t = ns_diff(e->created_ns, shift);
 				/* first pass: m's collectives created while r was recording */
-				if (!pass && (r0 == FR_UNK || r1 == FR_UNK || e->created_ns < r0 ||
-					      e->created_ns > r1))
+				if (!pass && (r0 == FR_UNK || r1 == FR_UNK || t < r0 || t > r1))
 					continue;
 				taken++;
-				j = pend_near_time(r, e->created_ns);
-				for (int k = j - ALIGN_NEAR; k <= j + ALIGN_NEAR; k++) {
-					int64_t d;
-					bool dup = false;
+				j = pend_near_time(r, t);
+				for (int k = j - ALIGN_NEAR; k <= j + ALIGN_NEAR; k++)
+					if (k >= 0 && k < r->nc && sig_match(e, pcoll(r, k)))
+						add_cand(cands, &nc, ALIGN_CANDS,
+							 pcoll(r, k)->coll_seq - e->coll_seq);
+			}
+		}
+		/* across hosts the dumps' times may be seconds apart: every offset that pairs
+		 * one side's first collective with the other's, nearest the time guess first */
+		if (hosts) {
+			const struct fr_entry *m0 = pcoll(m, 0), *r0e = pcoll(r, 0);
+			int jm = m0->created_ns == FR_UNK ? 0 :
+				 pend_near_time(r, ns_diff(m0->created_ns, shift));
+			int jr = r0e->created_ns == FR_UNK ? 0 :
+				 pend_near_time(m, r0e->created_ns + shift);
 
-					if (k < 0 || k >= r->nc || !sig_match(e, pcoll(r, k)))
-						continue;
-					d = pcoll(r, k)->coll_seq - e->coll_seq;
-					for (int c = 0; c < nc; c++)
-						dup |= cands[c] == d;
-					if (!dup && nc < ALIGN_CANDS)
-						cands[nc++] = d;
+			for (int w = 0; w < r->nc || w < m->nc; w++) {
+				for (int sgn = -1; sgn <= 1; sgn += 2) {
+					int k = jm + sgn * w, i = jr + sgn * w;
+
+					if (k >= 0 && k < r->nc && sig_match(m0, pcoll(r, k)))
+						add_cand(cands, &nc, ALIGN_CANDS_HOSTS,
+							 pcoll(r, k)->coll_seq - m0->coll_seq);
+					if (i >= 0 && i < m->nc && sig_match(pcoll(m, i), r0e))
+						add_cand(cands, &nc, ALIGN_CANDS_HOSTS,
+							 r0e->coll_seq - pcoll(m, i)->coll_seq);
 				}
+				if (nc >= ALIGN_CANDS_HOSTS)
+					break;
 			}
 		}
 	}
 	for (int c = 0; c < nc; c++) {
-		struct align al = { .d = cands[c] };
-		int nd = 0;
+		struct align al = { .d = cands[c], .spread = -1 };
+		const struct fr_entry *mprev = NULL, *rprev_m = NULL;	/* m completed mprev */
+		const struct fr_entry *rprev = NULL, *mprev_r = NULL;	/* r completed rprev */
+		int nd = 0, ndd = 0;
 
-		for (int i = 0; i < m->nc; i++) {
+		for (int i = pend_lower_seq(m, pcoll(r, 0)->coll_seq - al.d); i < m->nc; i++) {
 			const struct fr_entry *e = pcoll(m, i), *f;
 			int j = pend_find_seq(r, e->coll_seq + al.d);
 
 			if (j < 0)
 				continue;
 			f = pcoll(r, j);
-			if (!sig_match(e, f))
+			if (al.prefix >= 4 * ALIGN_SAT || !sig_match(e, f)) {
+				if (!hosts)
+					break;
+				/* across hosts: the rest of the overlap, signatures only */
+				for (; i < m->nc; i++) {
+					j = pend_find_seq(r, pcoll(m, i)->coll_seq + al.d);
+					al.later_bad += j >= 0 && !sig_match(pcoll(m, i), pcoll(r, j));
+				}
 				break;
+			}
 			al.prefix++;
-			if ((one_clock && causal_conflict(e, f)) ||
-			    state_conflict(e, m_dump, f, r_dump, one_clock))
+			if ((one_clock && (causal_conflict(e, f) ||
+					   state_conflict(e, m_dump, f, r_dump))) ||
+			    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
+				       state_conflict_hosts_one(f, rprev_m, e, mprev, m_dump))))
 				al.impossible++;
 			if (nd < ALIGN_SAT && e->created_ns != FR_UNK && f->created_ns != FR_UNK)
 				dts[nd++] = ns_diff(e->created_ns, f->created_ns);
-			if (al.prefix >= 4 * ALIGN_SAT)
-				break;
+			if (hosts && ndd < 4 * ALIGN_SAT && e->completed_ns != FR_UNK &&
+			    f->completed_ns != FR_UNK && e->state == FR_ST_COMPLETED &&
+			    f->state == FR_ST_COMPLETED)
+				dds[ndd++] = ns_diff(e->completed_ns, f->completed_ns);
+			if (e->state == FR_ST_COMPLETED && e->completed_ns != FR_UNK) {
+				mprev = e;
+				rprev_m = f;
+			}
+			if (f->state == FR_ST_COMPLETED && f->completed_ns != FR_UNK) {
+				rprev = f;
+				mprev_r = e;
+			}
 		}
 		if (!al.prefix)
 			continue;
 		if (nd) {
 			qsort(dts, nd, sizeof(*dts), cmp_i64);
-			al.dt = dts[nd / 2];
+			al.clk = dts[nd / 2];
+			al.dt = ns_diff(al.clk, shift);
 		}
-		if (i64_abs(al.dt) > ALIGN_MAX_DT)
+		if (ndd >= 4) {
+			/* the middle half's range: a late wake-up on either side is not held
+			 * against the offset */
+			qsort(dds, ndd, sizeof(*dds), cmp_i64);
+			al.spread = ns_diff(dds[ndd - 1 - ndd / 4], dds[ndd / 4]);
+		}
+		/* across hosts: too far apart against the dumps and on the clocks as they are
+		 * (dumps of one job minutes apart on clocks that agree are still one job) */
+		if (i64_abs(al.dt) > ALIGN_MAX_DT && (!hosts || i64_abs(al.clk) > ALIGN_MAX_DT))
 			continue;
 		/* one matching collective of many is chance, not evidence */
 		al.ok = al.prefix >= 2 || m->nc == 1 || r->nc == 1;
 		if (align_better(&al, &best))
 			best = al;
+		if (al.ok && nall < ALIGN_CANDS_HOSTS)
+			all[nall++] = al;
 	}
+	if (hosts && best.ok)
+		best = align_hosts_pick(all, nall, &best, i64_abs(shift) <= ALIGN_RAW_CLOSE);
 	return best;
 }
 
@@ -573,7 +790,9 @@ int unify_local(struct fr_analysis *a)
 		}
 		p->cluster = bc;
 		p->d = best.d;		/* its seq x is the reference's x + d */
-		p->clock = best.dt;
+		p->clock = best.clk;
+		if (best.ambiguous)
+			a->clusters[bc].ambiguous = true;
 		if (ivec_push(&a->clusters[bc].pends, i))
 			return -ENOMEM;
 	}
@@ -681,6 +900,7 @@ int unify_local(struct fr_analysis *a)
 							 a->world_size != FR_UNK ? a->world_size : 0);
 		}
 		cl->comm = ci;
+		a->comms[ci].align_ambiguous |= cl->ambiguous;
 		/* PyTorch orders a process group's ranks by global rank */
 		qsort_r(order, cl->pends.n, sizeof(int), cmp_pend_rank, a);
 		for (int k = 0; k < cl->pends.n; k++) {

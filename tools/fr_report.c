@@ -652,8 +652,15 @@ static int print_human(const struct fr_analysis *a, FILE *out)
 {
 	trigger_human(out, a);
 	torch_human(out, a);
-	for (int i = 0; i < a->nr_notes; i++)
-		fprintf(out, "note: %s\n", a->notes[i]);
+	for (int i = 0; i < a->nr_notes; i++) {
+		char *line = NULL;
+
+		/* under 100 columns, as every report line */
+		if (asprintf(&line, "note: %s", a->notes[i]) < 0)
+			return -ENOMEM;
+		text_wrap(out, "", 4, line, strlen(line), REPORT_COLS);
+		free(line);
+	}
 	if (!a->nr_verdicts) {
 		struct text t;
 		FILE *real = out;

@@ -1037,6 +1037,12 @@ static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct
 			   "whether a member left no dump can be told");
 		return;
 	}
+	if (v->low == LOW_ALIGN_AMBIGUOUS) {
+		fprintf(f, "communicator created before attach, its ranks' seqs aligned across "
+			   "hosts whose clocks differ and whose dumps are not from one moment: "
+			   "another alignment fits as well");
+		return;
+	}
 	if (v->low == LOW_ONE_SAMPLE) {
 		fprintf(f, "one stack sample: a busy moment looks like a hang (take more with "
 			   "--stack-samples)");

@@ -138,6 +138,21 @@ int timing_notes(struct fr_analysis *a)
 
 	if (!t)
 		return -ENOMEM;
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		char *line = NULL;
+
+		if (!a->comms[ci].align_ambiguous)
+			continue;
+		if (asprintf(&line, "comm %.8s: seq alignment across hosts ambiguous (clocks apart, dumps "
+			     "not from one moment)",
+			     a->comms[ci].id + (strncmp(a->comms[ci].id, "inferred:", 9) ? 0 : 9)) < 0)
+			line = NULL;
+		if (add_note(a, line)) {
+			free(t);
+			return -ENOMEM;
+		}
+		break;
+	}
 	for (int i = 0; i < a->nr_hosts; i++)
 		t[i] = FR_UNK;
 	for (int pi = 0; pi < a->nr_procs; pi++)

@@ -151,9 +151,11 @@ struct proc_labels {
 	const char *job;
 };
 
-/* {host,pid,rank[,comm][,job]}: rank is the comm's rank when known, else the process's */
-static void labels(FILE *f, struct flightrec *fr, const struct proc_labels *pl,
-		   const char *rank, const char *comm, const char *extra_name, const char *extra)
+/* {host,pid,rank[,comm][,job][,comm_group]}: rank is the comm's rank when known, else the
+ * process's */
+static void labels_group(FILE *f, struct flightrec *fr, const struct proc_labels *pl,
+			 const char *rank, const char *comm, const char *group,
+			 const char *extra_name, const char *extra)
 {
 	bool first = true;
 
@@ -163,9 +165,30 @@ static void labels(FILE *f, struct flightrec *fr, const struct proc_labels *pl,
 	put_label(f, &first, "rank", rank ? rank : pl->rank);
 	put_label(f, &first, "comm", comm);
 	put_label(f, &first, "job", pl->job);
+	put_label(f, &first, "comm_group", group);
 	if (extra_name)
 		put_label(f, &first, extra_name, extra);
 	fputc('}', f);
+}
+
+static void labels(FILE *f, struct flightrec *fr, const struct proc_labels *pl,
+		   const char *rank, const char *comm, const char *extra_name, const char *extra)
+{
+	labels_group(f, fr, pl, rank, comm, NULL, extra_name, extra);
+}
+
+/* The straggler alert's peer group: the same on every rank of one communicator, whether its
+ * recorder saw the init (the cross-rank id) or attached after it (a local id per rank): within
+ * a job, its size ("size:8", once the rank knows it, from the init or NCCL's own query).
+ * Communicators of one size in one job are one group (a job's groups of one size, TP or DP
+ * groups, run alike). Without a job id or a size: the comm's id. */
+static void comm_group(const struct proc_labels *pl, const struct fr_comm *cm, const char *id,
+		       char *out, size_t size)
+{
+	if (pl->job && *pl->job && cm->nranks > 0)
+		snprintf(out, size, "size:%d", cm->nranks);
+	else
+		snprintf(out, size, "%s", id);
 }
 
 static const char *call_name(uint32_t api)
@@ -383,25 +406,27 @@ static void straggler_series(FILE *f, struct flightrec *fr, struct fr_proc **pro
 
 		for (int c = 0; c < p->nr_comms; c++) {
 			const struct fr_comm *cm = &p->comms[c];
-			char id[160], rank[16], q[16];
+			char id[160], grp[160], rank[16], q[16];
 			int nw;
 
 			if (!cm->handle || !cm->waits)
 				continue;
 			comm_id_str(fr, p, cm, id, sizeof(id));
+			comm_group(&pl[i], cm, id, grp, sizeof(grp));
 			snprintf(rank, sizeof(rank), "%d", cm->rank);
 			nw = p->exited ? 0 : recent_waits(cm, now, waits);
 			for (int k = 0; k < 3 && nw; k++) {
 				snprintf(q, sizeof(q), "%g", qs[k]);
 				fprintf(f, "tptrace_fr_collective_wait_seconds");
-				labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, "quantile", q);
+				labels_group(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, grp,
+					     "quantile", q);
 				fprintf(f, " %.6f\n", quantile(waits, nw, qs[k]));
 			}
 			fprintf(f, "tptrace_fr_collective_wait_seconds_sum");
-			labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
+			labels_group(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, grp, NULL, NULL);
 			fprintf(f, " %.6f\n", secs(cm->waits_sum_ns));
 			fprintf(f, "tptrace_fr_collective_wait_seconds_count");
-			labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
+			labels_group(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, grp, NULL, NULL);
 			fprintf(f, " %" PRIu64 "\n", cm->waits);
 		}
 	}
@@ -412,14 +437,15 @@ static void straggler_series(FILE *f, struct flightrec *fr, struct fr_proc **pro
 
 		for (int c = 0; c < p->nr_comms; c++) {
 			const struct fr_comm *cm = &p->comms[c];
-			char id[160], rank[16];
+			char id[160], grp[160], rank[16];
 
 			if (!cm->handle || !cm->waits || p->exited)
 				continue;
 			comm_id_str(fr, p, cm, id, sizeof(id));
+			comm_group(&pl[i], cm, id, grp, sizeof(grp));
 			snprintf(rank, sizeof(rank), "%d", cm->rank);
 			fprintf(f, "tptrace_fr_collective_waits_recent");
-			labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
+			labels_group(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, grp, NULL, NULL);
 			fprintf(f, " %d\n", recent_waits(cm, now, waits));
 		}
 	}

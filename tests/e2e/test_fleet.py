@@ -74,6 +74,14 @@ def test_fleet_straggler_alert_and_verdict():
         scenarios.run_straggler(f, culprit=3)
 
 
+def test_fleet_straggler_recorder_attached_after_comm_init():
+    """Host 0's recorder starts before the job, host 1's during its start (after comm init):
+    the straggler on host 1 has a local comm id, yet its alert fires (peers by comm_group)
+    and the dumps name it."""
+    with _fleet("straggler-mixed", prometheus=True) as f:
+        scenarios.run_straggler(f, culprit=3, when="mixed")
+
+
 def test_fleet_tcp_transport_reduces_and_partition_blocks():
     """The simulated NCCL across hosts: a 2 x 2 job's allreduce really sums over TCP (every
     rank's check line); a host whose link goes down stops the whole job (no rank errors out

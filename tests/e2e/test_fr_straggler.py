@@ -5,7 +5,10 @@ job "strag" rank 2 sleeps 6 ms on the host before every step (30 % slower, it ne
 (call to completion, its own clock); the real Prometheus server scrapes them with
 deploy/alerts.yml loaded: TptraceFrStraggler fires for rank 2 of "strag" within 30 scrapes of
 its series (30 s at the 1 s interval; counted in scrapes, which a loaded machine only makes
-fewer), and never for any other rank of either job."""
+fewer), and never for any other rank of either job. The same where every rank made its comm
+before the recorder attached: each rank's `comm` label is a local id of its own, and the alert
+compares it with its peers by `comm_group` (the comm's size in the job, learned through NCCL's
+own getters)."""
 import os
 import time
 from lib import need_root, Tracer
@@ -16,13 +19,12 @@ from test_fr_metrics import (free_port, need_prometheus, promtool_metrics, query
 NRANKS = 4
 SLOW = 2
 # --init-after-go: the recorder sees ncclCommInitRank, so every rank's comm label is the one
-# cross-rank id (a comm made before attach has a local id per rank: nothing to compare)
-SHAPE = ["--kernels", "1", "--compute-us", "20000", "--poll-ms", "10", "--steps", "100000",
-         "--init-after-go"]
+# cross-rank id; without it the comm is made before attach, a local id per rank
+SHAPE = ["--kernels", "1", "--compute-us", "20000", "--poll-ms", "10", "--steps", "100000"]
 
 
-def job_of(name, job_id, slow_us):
-    extra = list(SHAPE) + ["--culprit", str(SLOW)]
+def job_of(name, job_id, slow_us, pre_attach=False):
+    extra = list(SHAPE) + ["--culprit", str(SLOW)] + ([] if pre_attach else ["--init-after-go"])
     if slow_us:
         extra += ["--slow-us", str(slow_us)]
     # Job passes --steps/--culprit itself first; ours come later and win
@@ -38,12 +40,20 @@ def ranks_alerted(pport, job_id, window="10m"):
 
 
 def test_fr_straggler_alert_fires_for_slow_rank_only():
+    run_straggler(False)
+
+
+def test_fr_straggler_alert_comm_made_before_attach():
+    run_straggler(True)
+
+
+def run_straggler(pre_attach):
     need_root()
     need_prometheus()
-    tag = os.getpid()
+    tag = f"{os.getpid()}{'-pre' if pre_attach else ''}"
     strag_id, healthy_id = f"strag-{tag}", f"healthy-{tag}"
-    strag = job_of("straggler", strag_id, 6000)
-    healthy = job_of("straggler-ok", healthy_id, 0)
+    strag = job_of("straggler", strag_id, 6000, pre_attach)
+    healthy = job_of("straggler-ok", healthy_id, 0, pre_attach)
     mport = free_port()
     prom = tr = None
     try:
@@ -66,6 +76,10 @@ def test_fr_straggler_alert_fires_for_slow_rank_only():
             60, "straggler alert")
         took = time.monotonic() - t0
         assert [a["metric"]["rank"] for a in fired] == [str(SLOW)], fired
+        # made before attach: the comm label is the rank's own local id, its peers are found
+        # by comm_group; made after: the cross-rank id, and the same comm_group
+        assert fired[0]["metric"]["comm"].startswith("local:") == pre_attach, fired
+        assert fired[0]["metric"].get("comm_group") == f"size:{NRANKS}", fired
         # how soon, in scrapes of the slow rank's series up to the first firing evaluation
         firing = query(pport, f'ALERTS{{alertname="TptraceFrStraggler",alertstate="firing",'
                               f'job="{strag_id}"}}[10m]')
@@ -91,8 +105,12 @@ def test_fr_straggler_alert_fires_for_slow_rank_only():
                 last[(strag_id in l, rank)] = v
         others = [med[(True, str(r))] for r in range(NRANKS) if r != SLOW]
         assert med[(True, str(SLOW))] + 0.003 < min(others), med
-        assert last[(True, str(SLOW))] >= 0.9, last
-        assert max(last[(False, str(r))] for r in range(NRANKS)) < 0.9, last
+        if pre_attach:
+            # seqs counted from attach differ per rank: no last-to-enter ratio (README)
+            assert last == {}, last
+        else:
+            assert last[(True, str(SLOW))] >= 0.9, last
+            assert max(last[(False, str(r))] for r in range(NRANKS)) < 0.9, last
         # the healthy job goes on 20 s more: never pending, never firing (a window for an
         # absence: load gives it fewer evaluations, so it can miss a bug, never fail a good build)
         time.sleep(20)

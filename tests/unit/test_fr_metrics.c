@@ -144,8 +144,10 @@ int main(int argc, char **argv)
 	snprintf(pfx, sizeof(pfx), "tptrace_fr_events_dropped_unknown{host=\"%s\"}", host);
 	CHECK(sample(text, pfx) == 0, "drops known");
 	CHECK(!strstr(text, "tptrace_fr_oldest_pending_age_seconds{"), "nothing pending: no age");
-	/* each completed collective's wait, call to completion: allreduce 5 us, allgather 3 us */
-	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"2\",comm=\"%016llx\",job=\"run-1:x@y\"",
+	/* each completed collective's wait, call to completion: allreduce 5 us, allgather 3 us;
+	 * the straggler alert's peer group: the comm's size within the job */
+	snprintf(lbl, sizeof(lbl), "host=\"%s\",pid=\"%d\",rank=\"2\",comm=\"%016llx\",job=\"run-1:x@y\","
+		 "comm_group=\"size:4\"",
 		 host, pid, (unsigned long long)nccl_hash(id, 128, 0));
 	snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds_count{%s}", lbl);
 	CHECK(sample(text, pfx) == 2, "2 waits: %s", text);
@@ -244,7 +246,8 @@ int main(int argc, char **argv)
 			call(fr2, "ncclCommInitRank", 0x7ffd0000, 2, k, 0, 0, 0, 0, id, sizeof(id));
 			ret(fr2, "ncclCommInitRank", 0, true, h[k]);
 			snprintf(lbl2[k], sizeof(lbl2[k]),
-				 "host=\"%s\",pid=\"%d\",rank=\"%d\",comm=\"%016llx\",job=\"run-1:x@y\"",
+				 "host=\"%s\",pid=\"%d\",rank=\"%d\",comm=\"%016llx\",job=\"run-1:x@y\","
+				 "comm_group=\"size:2\"",
 				 host, pids[k], k, (unsigned long long)nccl_hash(id, 128, 0));
 		}
 		for (int step = 0; step < 3; step++) {
@@ -268,6 +271,9 @@ int main(int argc, char **argv)
 		snprintf(pfx, sizeof(pfx), "tptrace_fr_collective_wait_seconds{%s,quantile=\"0.5\"}",
 			 lbl2[1]);
 		CHECK(sample(text, pfx) == 0.000003, "rank 1 waits 3 us");
+		/* the last-to-enter ratio has no comm_group (one host's members only) */
+		for (int k = 0; k < 2; k++)
+			*strstr(lbl2[k], ",comm_group=") = 0;
 		snprintf(pfx, sizeof(pfx), "tptrace_fr_last_to_enter_ratio{%s}", lbl2[0]);
 		CHECK(sample(text, pfx) == 0, "rank 0 never last");
 		snprintf(pfx, sizeof(pfx), "tptrace_fr_last_to_enter_ratio{%s}", lbl2[1]);
