@@ -184,7 +184,7 @@ const struct decoder_stats *decoder__stats(struct decoder *d)
 static struct target *find_target(struct decoder *d, int pid)
 {
 	for (int i = 0; i < d->nr_targets; i++)
-		if (d->targets[i]->pid == pid)
+		if (target__pid(d->targets[i]) == pid)
 			return d->targets[i];
 	return NULL;
 }
@@ -1124,7 +1124,7 @@ static void dec_dlopen(void *ctx, const struct tp_rec_dlopen *r)
 		return;
 	n = target__scan(t, d->cache, d->probes);
 	if (n > 0)
-		log_verbose("pid %d loaded new code: %d probes attached\n", t->pid, n);
+		log_verbose("pid %d loaded new code: %d probes attached\n", target__pid(t), n);
 }
 
 static void dec_exit(void *ctx, const struct tp_rec_exit *x)
@@ -1137,8 +1137,7 @@ static void dec_exit(void *ctx, const struct tp_rec_exit *x)
 		py_close_all(d, x->pid, x->ts);
 	if (t) {
 		/* the main loop notices the exit itself (pidfd) and says so */
-		t->exit_code = (int)x->exit_code;
-		t->exit_ns = x->ts;
+		target__set_exit(t, (int)x->exit_code, x->ts);
 	}
 }
 

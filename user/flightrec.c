@@ -112,8 +112,8 @@ static void find_nccl_version(struct fr_proc *p)
 {
 	struct target *t = p->t;
 
-	for (int i = 0; i < t->nr_objs; i++) {
-		const struct target_obj *o = &t->objs[i];
+	for (int i = 0; i < target__nr_objs(t); i++) {
+		const struct target_obj *o = target__obj(t, i);
 		struct stat st;
 		const char *hit;
 		void *map;
@@ -154,7 +154,7 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	struct fr_proc *p, **n;
 
 	for (int i = 0; i < fr->nr_procs; i++)
-		if (fr->procs[i]->pid == t->pid)
+		if (fr->procs[i]->pid == target__pid(t))
 			return 0;
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -170,7 +170,7 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	}
 	fr->procs = n;
 	p->t = t;
-	p->pid = t->pid;
+	p->pid = target__pid(t);
 	p->next_record_id = 1;
 	p->last_progress = fr_mono_now();
 	find_nccl_version(p);
@@ -1017,7 +1017,7 @@ static void fr_exit_cb(void *ctx, const struct tp_rec_exit *x)
 		return;
 	p->exited = true;
 	p->exit_code = (int)x->exit_code;
-	p->t->exit_code = (int)x->exit_code;
+	target__set_exit(p->t, (int)x->exit_code, 0);
 	fr->pending_exits++;
 }
 

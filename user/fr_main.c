@@ -419,7 +419,7 @@ static void signal_triggers(struct fr_session *s)
 		char job[FR_JOB_MAX + 1];
 		bool seen = false;
 
-		if (fr_job_of_pid(s->targets[i]->pid, job, sizeof(job)) ||
+		if (fr_job_of_pid(target__pid(s->targets[i]), job, sizeof(job)) ||
 		    !flightrec__has_job(s->fr, job))
 			continue;
 		for (int k = 0; k < nr_done; k++)
@@ -495,7 +495,7 @@ static int trigger_command(void)
 static struct target *live_target(struct fr_session *s, int pid)
 {
 	for (int i = 0; i < s->nr_targets; i++)
-		if (s->targets[i]->pid == pid && !s->targets[i]->exited)
+		if (target__pid(s->targets[i]) == pid && !target__exited(s->targets[i]))
 			return s->targets[i];
 	return NULL;
 }
@@ -521,6 +521,7 @@ static int claim_pid(int pid)
  * NCCL (yet), negative errno on failure. */
 static int add_target(struct fr_session *s, int pid, bool quiet)
 {
+	struct target_counts n;
 	struct target *t;
 	int err;
 
@@ -545,12 +546,13 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	err = target__scan(t, s->cache, &s->probes);
 	if (err < 0) {
 		if (!quiet)
-			log_error("attaching to pid %d (%s): %s\n", pid, t->comm, strerror(-err));
+			log_error("attaching to pid %d (%s): %s\n", pid, target__comm(t), strerror(-err));
 		target__free(t);
 		fr_claim__release(pid);
 		return err;
 	}
-	if (!t->nr_nccl) {
+	target__counts(t, &n);
+	if (!n.nccl) {
 		target__free(t);
 		fr_claim__release(pid);
 		return 0;
@@ -572,11 +574,11 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 		fr_exec__allow_pid(s->exec, pid, true);
 	s->targets[s->nr_targets++] = t;
 	learn_job(s, pid);
-	if (t->rank >= 0)
-		log_info("recording pid %d (%s, rank %d): %d probes\n", pid, t->comm, t->rank,
-			 t->nr_probes);
+	if (target__rank(t) >= 0)
+		log_info("recording pid %d (%s, rank %d): %d probes\n", pid, target__comm(t), target__rank(t),
+			 n.probes);
 	else
-		log_info("recording pid %d (%s): %d probes\n", pid, t->comm, t->nr_probes);
+		log_info("recording pid %d (%s): %d probes\n", pid, target__comm(t), n.probes);
 	return 1;
 }
 
@@ -616,8 +618,7 @@ static void exec_execd(void *ctx, int pid)
 	struct target *t = live_target(ctx, pid);
 
 	if (t) {
-		t->exited = true;
-		t->exit_ns = session__clock_ns(CLOCK_MONOTONIC);
+		target__end(t, session__clock_ns(CLOCK_MONOTONIC));
 	}
 }
 
@@ -651,7 +652,7 @@ static void query_comms(struct fr_session *s)
 		char err[256];
 
 		for (int i = 0; i < s->nr_targets; i++)
-			if (s->targets[i]->pid == pid)
+			if (target__pid(s->targets[i]) == pid)
 				t = s->targets[i];
 		if (!t)
 			continue;
@@ -870,7 +871,7 @@ int fr_main(int argc, char **argv)
 		}
 		for (int i = 0; i < s.nr_targets; i++) {
 			struct target *t = s.targets[i];
-			bool was = t->exited;
+			bool was = target__exited(t);
 
 			if (!target__gone(t)) {
 				alive++;
@@ -879,11 +880,11 @@ int fr_main(int argc, char **argv)
 			if (!was) {
 				/* the exit record may still be in the ring */
 				ring_buffer__consume(rb);
-				flightrec__mark_gone(s.fr, t->pid);
+				flightrec__mark_gone(s.fr, target__pid(t));
 			}
 			/* also after an exec ended this target: the claim is the process's */
-			if (!live_target(&s, t->pid))
-				fr_claim__release(t->pid);
+			if (!live_target(&s, target__pid(t)))
+				fr_claim__release(target__pid(t));
 		}
 		flightrec__take_exits(s.fr);
 		now = session__clock_ns(CLOCK_MONOTONIC);

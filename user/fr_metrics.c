@@ -454,8 +454,8 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		struct fr_proc *p = procs[i];
 
 		snprintf(pl[i].pid, sizeof(pl[i].pid), "%d", p->pid);
-		if (p->t && p->t->rank >= 0)
-			snprintf(pl[i].rank, sizeof(pl[i].rank), "%d", p->t->rank);
+		if (p->t && target__rank(p->t) >= 0)
+			snprintf(pl[i].rank, sizeof(pl[i].rank), "%d", target__rank(p->t));
 		pl[i].job = strdup(job_of(m, p->pid, jobtmp, sizeof(jobtmp)));
 		if (!p->exited)
 			live++;
