@@ -522,17 +522,14 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
-/* A driver call whose return address lies in a CUDA runtime was made by a runtime call
- * (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy -> cuMemcpy...): that call is the one
- * written; the driver call is counted, never written and never counted as a launch. */
+/* A driver call made by a runtime call (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy ->
+ * cuMemcpy...; target__call_nesting): that call is the one written; the driver call is
+ * counted, never written and never counted as a launch. One NCCL made is written. */
 static bool nested_driver_call(struct decoder *d, const struct tp_rec_call *c)
 {
-	struct target *t;
+	struct target *t = find_target(d, c->pid);
 
-	if (!cuda_api_is_driver(c->api) || (c->flags & TP_CALL_STACK_FAULT))
-		return false;
-	t = find_target(d, c->pid);
-	return t && target__addr_in_cudart(t, c->stack[0]);
+	return t && target__call_nesting(t, c) == CALL_IN_RUNTIME;
 }
 
 static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
@@ -1063,7 +1060,7 @@ static void dec_entry(void *ctx, struct call_frame *f)
 	f->user[USER_CORRELATION] = d->next_correlation++;
 	/* a driver call a runtime call made runs under the runtime call's stack; it is not
 	 * written */
-	if (d->ustack_lookup && !(f->rec.api < NCCL_API_BASE && nested_driver_call(d, &f->rec)))
+	if (d->ustack_lookup && !nested_driver_call(d, &f->rec))
 		py_entry(d, f);
 }
 
@@ -1082,7 +1079,7 @@ static void dec_call(void *ctx, const struct call *c)
 	const struct tp_rec_call *rec = &c->frame->rec;
 	uint64_t correlation = c->frame->user[USER_CORRELATION];
 
-	if (rec->api < NCCL_API_BASE && nested_driver_call(d, rec)) {
+	if (nested_driver_call(d, rec)) {
 		d->stats.nested_driver_calls++;
 		/* its runtime call is the one still open, not this one */
 		if (c->end == CALL_EXITED || c->end == CALL_UNFINISHED)

@@ -975,9 +975,7 @@ static void fr_entry_cb(void *ctx, struct call_frame *f)
 		return;		/* call->known stays false: its return is ignored */
 	/* a driver call made by a runtime call (cudaEventQuery -> cuEventQuery) is that call,
 	 * already counted; one made by NCCL is NCCL's own business, as its runtime calls are */
-	if (cuda_api_is_driver(rec->api) && !(rec->flags & TP_CALL_STACK_FAULT) &&
-	    (target__addr_in_cudart(p->t, rec->stack[0]) ||
-	     target__addr_in_nccl(p->t, rec->stack[0])))
+	if (target__call_nesting(p->t, rec) != CALL_OWN)
 		return;
 	call->known = true;
 	call->api = rec->api;

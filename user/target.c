@@ -889,6 +889,18 @@ bool target__addr_in_nccl(struct target *t, uint64_t addr)
 	return obj && obj->nccl;
 }
 
+enum call_nesting target__call_nesting(struct target *t, const struct tp_rec_call *rec)
+{
+	/* a static cudart inside libnccl.so.2 is the runtime: asked first */
+	if (!cuda_api_is_driver(rec->api) || (rec->flags & TP_CALL_STACK_FAULT))
+		return CALL_OWN;
+	if (target__addr_in_cudart(t, rec->stack[0]))
+		return CALL_IN_RUNTIME;
+	if (target__addr_in_nccl(t, rec->stack[0]))
+		return CALL_IN_NCCL;
+	return CALL_OWN;
+}
+
 const char *target__symbolize(struct target *t, uint64_t addr)
 {
 	const struct sym_entry *e = resolve(t, addr);

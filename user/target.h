@@ -130,6 +130,19 @@ int target__nccl_func(struct target *t, const char *name, uint64_t *addr);
 bool target__addr_in_cudart(struct target *t, uint64_t addr);
 /* Whether a code address lies in a library holding NCCL (a call made by NCCL itself). */
 bool target__addr_in_nccl(struct target *t, uint64_t addr);
+/* The nested-call rule, one for every sink of bpf/cuda.h records (the trace writer, the
+ * flight recorder): who made a driver call, as its return address (rec->stack[0]) tells. A
+ * runtime call that made a driver call (cudaLaunchKernel -> cuLaunchKernel) is the call the
+ * program made: the driver call is part of it. Not a driver call, or a return address that
+ * could not be read (TP_CALL_STACK_FAULT): CALL_OWN. bpf/mem.bpf.c decides the same question
+ * in the kernel for the memory APIs (its twin; see there). */
+enum call_nesting {
+	CALL_OWN,		/* made by the program (or by code none of the below) */
+	CALL_IN_RUNTIME,	/* a driver call made by a CUDA runtime (target__addr_in_cudart) */
+	CALL_IN_NCCL,		/* a driver call made by NCCL's own code */
+};
+struct tp_rec_call;
+enum call_nesting target__call_nesting(struct target *t, const struct tp_rec_call *rec);
 /* The kernel whose nvcc device stub contains addr (a return address), NULL otherwise. */
 const char *target__stub_kernel(struct target *t, uint64_t addr);
 /* Name for a CUDA 13 kernel handle, NULL if unknown; *source says how it was learned. */

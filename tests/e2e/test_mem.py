@@ -575,6 +575,31 @@ def mem_calls(trace):
             if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]"]
 
 
+def test_mem_nested_rule_twins_agree():
+    """The nested-call rule has two implementations: target__call_nesting (user space, by the
+    return address) for the trace writer and the recorder, and bpf/mem.bpf.c's (in the kernel,
+    by the runtime calls open on the thread) for the memory tracer. `tptrace --mem` runs both
+    on one process whose runtime calls each make one driver call, as its direct driver calls
+    do not: each writes the runtime calls and the direct driver calls, and counts each runtime
+    call's driver call as nested, once."""
+    need_root()
+    from lib import calls, trace_workload
+    trace, wl, tr = trace_workload([NESTED_APP], tracer_args=["--mem"],
+                                   out_name="nested-twins.json")
+    info = {f[0]: int(f[1], 16) for f in infos(wl)}
+    # the trace writer: cudaMemcpy made cuMemcpyHtoD_v2 (nested), the direct one is written
+    assert [e["name"] for e in calls(trace, pid=wl.pid, name="cudaMemcpy")] == ["cudaMemcpy"]
+    drv = [e["name"] for e in calls(trace, pid=wl.pid, cat="cuda_driver")]
+    assert drv == ["cuMemcpyHtoD"], drv
+    assert trace["tptrace"]["nested_driver_calls"] == 1, trace["tptrace"]
+    # the memory tracer: cudaMalloc and cudaFree made cuMemAlloc_v2 and cuMemFree_v2 (nested)
+    mem = [(n, int(c["ptr"], 16)) for n, c in mem_calls(trace)]
+    assert mem == [("cudaMalloc", info["cudaMalloc"]), ("cuMemAlloc_v2", info["cuMemAlloc"]),
+                   ("cudaFree", info["cudaMalloc"]), ("cuMemFree_v2", info["cuMemAlloc"])], mem
+    m = trace["tptrace_memory"]
+    assert (m["nested_driver_calls"], m["calls"]) == (2, 4), m
+
+
 def test_mem_driver_and_vmm():
     """The driver's calls in the simulated libcuda.so.1: cuMemAlloc_v2/cuMemFree_v2 are segments,
     cuMemCreate counts as reserved on the device of prop->location, cuMemMap/cuMemUnmap are

@@ -167,6 +167,24 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	CHECK(target__addr_in_cudart(t, ret_shared), "shared libcudart: runtime code");
 	CHECK(target__addr_in_cudart(t, ret_static), "libcudart_static_<hash>: runtime code");
 	CHECK(!target__addr_in_cudart(t, ret_app), "the application's code is not the runtime");
+	{
+		/* the nested-call rule every sink of these records uses */
+		struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid };
+
+		c.api = api_id("cuLaunchKernel");
+		c.stack[0] = ret_shared;
+		CHECK(target__call_nesting(t, &c) == CALL_IN_RUNTIME, "made by a shared runtime");
+		c.stack[0] = ret_static;
+		CHECK(target__call_nesting(t, &c) == CALL_IN_RUNTIME, "made by a static cudart");
+		c.stack[0] = ret_app;
+		CHECK(target__call_nesting(t, &c) == CALL_OWN, "made by the application");
+		c.stack[0] = ret_shared;
+		c.flags = TP_CALL_STACK_FAULT;
+		CHECK(target__call_nesting(t, &c) == CALL_OWN, "return address unread: its own");
+		c.flags = 0;
+		c.api = api_id("cudaLaunchKernel");
+		CHECK(target__call_nesting(t, &c) == CALL_OWN, "a runtime call is never nested");
+	}
 	d = decoder__new(tj, cache, &probes);
 	decoder__add_target(d, t);
 
