@@ -429,7 +429,7 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 
 	arr = cJSON_AddArrayToObject(root, "in_call");
 	while (!p->exited && (f = calls__next_open(fr->calls, p->pid, &it))) {
-		const struct fr_call *call = (const struct fr_call *)f->user;
+		const struct fr_call *call = fr_call_of(fr, f);
 		struct fr_thread *th;
 		cJSON *o;
 		struct fr_entry *e;

@@ -36,6 +36,7 @@ struct fr_exec {
 	struct session_bpf *bpf;
 	struct elfsym_cache *cache;
 	struct target_probes *probes;
+	struct session *session;	/* the acquisition core: every other record goes there */
 	struct flightrec *fr;
 	struct fr_exec_ops ops;
 	struct target *global;		/* pid -1: the objects are the files probed system-wide */
@@ -84,7 +85,7 @@ static uint32_t lib_kind(const char *path)
 }
 
 struct fr_exec *fr_exec__new(struct session_bpf *b, struct elfsym_cache *cache,
-			     struct target_probes *p, struct flightrec *fr,
+			     struct target_probes *p, struct session *s, struct flightrec *fr,
 			     const struct fr_exec_ops *ops)
 {
 	struct fr_exec *x = calloc(1, sizeof(*x));
@@ -97,6 +98,7 @@ struct fr_exec *fr_exec__new(struct session_bpf *b, struct elfsym_cache *cache,
 	x->bpf = b;
 	x->cache = cache;
 	x->probes = p;
+	x->session = s;
 	x->fr = fr;
 	x->ops = *ops;
 	p->covered = covered;
@@ -304,7 +306,7 @@ int fr_exec__ring_cb(void *ctx, void *data, size_t size)
 		}
 		return 0;
 	}
-	return flightrec__ring_cb(x->fr, data, size);
+	return session__ring_cb(x->session, data, size);
 }
 
 void fr_exec__stats(const struct fr_exec *x, struct fr_exec_stats *st)

@@ -320,6 +320,7 @@ struct fr_session {
 	struct session_bpf *bpf;
 	struct elfsym_cache *cache;
 	struct target_probes probes;
+	struct session *core;		/* the ring's consumer, library discovery and attach */
 	struct flightrec *fr;
 	struct target *targets[MAX_TARGETS];
 	int nr_targets;
@@ -347,13 +348,6 @@ static void set_drops(struct fr_session *s)
 	int err = session__drops(s->bpf, &drops);
 
 	flightrec__set_drops(s->fr, err, drops);
-}
-
-static void rescan(void *ctx, struct target *t)
-{
-	struct fr_session *s = ctx;
-
-	target__scan(t, s->cache, &s->probes);
 }
 
 /* ---- cross-host triggers (fr_trigger.h) ---- */
@@ -543,7 +537,7 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	 * e.g. one whose mapping record was dropped, is learnt here) */
 	if (s->exec)
 		fr_exec__learn_pid(s->exec, pid);
-	err = target__scan(t, s->cache, &s->probes);
+	err = session__scan(s->core, t);
 	if (err < 0) {
 		if (!quiet)
 			log_error("attaching to pid %d (%s): %s\n", pid, target__comm(t), strerror(-err));
@@ -557,8 +551,11 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 		fr_claim__release(pid);
 		return 0;
 	}
-	err = flightrec__add_process(s->fr, t);
+	err = session__add_target(s->core, t);
+	if (!err)
+		err = flightrec__add_process(s->fr, t);
 	if (err) {
+		session__remove_target(s->core, t);
 		target__free(t);
 		fr_claim__release(pid);
 		return err;
@@ -605,7 +602,7 @@ static void exec_mapped(void *ctx, int pid, uint32_t kind)
 	struct target *t = live_target(s, pid);
 
 	if (t) {
-		target__scan(t, s->cache, &s->probes);
+		session__scan(s->core, t);
 		return;
 	}
 	if (kind == TP_MAP_NCCL && add_target(s, pid, true) != 1)
@@ -772,8 +769,6 @@ int fr_main(int argc, char **argv)
 	fo.ring_size = env.ring;
 	fo.dump_dir = env.dump_dir;
 	fo.stall_timeout_ns = (uint64_t)(env.stall_timeout * 1e9);
-	fo.rescan = rescan;
-	fo.rescan_ctx = &s;
 	fo.no_stacks = env.no_stacks;
 	if (s.bpf->ustacks) {
 		fo.ustack_lookup = ustacks__lookup;
@@ -792,23 +787,24 @@ int fr_main(int argc, char **argv)
 		fo.new_proc = exec_new_proc;
 		fo.new_proc_ctx = &s;
 	}
-	s.fr = flightrec__new(&fo);
+	s.core = s.cache ? session__new(s.cache, &s.probes) : NULL;
+	s.fr = s.core ? flightrec__new(s.core, &fo) : NULL;
 	s.watch = fr_watch__new(env.dump_dir, true);
-	if (!s.cache || !s.fr || !s.watch) {
+	if (!s.cache || !s.core || !s.fr || !s.watch) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
 	if (env.all && s.fr && s.cache) {
 		struct fr_exec_ops ops = { .ctx = &s, .mapped = exec_mapped, .execd = exec_execd };
 
-		s.exec = fr_exec__new(s.bpf, s.cache, &s.probes, s.fr, &ops);
+		s.exec = fr_exec__new(s.bpf, s.cache, &s.probes, s.core, s.fr, &ops);
 		if (!s.exec)
 			goto cleanup;
 	}
 	rb = s.exec ? ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), fr_exec__ring_cb,
 				       s.exec, NULL)
-		    : ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), flightrec__ring_cb,
-				       s.fr, NULL);
+		    : ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), session__ring_cb,
+				       s.core, NULL);
 	if (!rb) {
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;
@@ -942,6 +938,7 @@ cleanup:
 		target__free(s.targets[i]);
 	fr_exec__free(s.exec);
 	flightrec__free(s.fr);
+	session__free(s.core);
 	fr_watch__free(s.watch);
 	session__free_bpf(s.bpf);
 	elfsym_cache__free(s.cache);

@@ -567,7 +567,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		uint32_t last_tid = 0;
 
 		while (!p->exited && (cf = calls__next_open(fr->calls, p->pid, &it))) {
-			const struct fr_call *call = (const struct fr_call *)cf->user;
+			const struct fr_call *call = fr_call_of(fr, cf);
 
 			if (!call->known || (threads && cf->rec.tid == last_tid))
 				continue;
@@ -588,7 +588,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		bool any = false;
 
 		while (!p->exited && (cf = calls__next_open(fr->calls, p->pid, &it))) {
-			const struct fr_call *call = (const struct fr_call *)cf->user;
+			const struct fr_call *call = fr_call_of(fr, cf);
 			char tid[16];
 			bool first = true;
 

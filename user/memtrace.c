@@ -111,7 +111,7 @@ struct memtrace {
 	struct trace_json *tj;
 	struct mem_bpf *skel;
 	struct ring_buffer *rb;
-	struct calls *calls;		/* validates and dispatches ring records (calls.c) */
+	struct session *core;		/* its ring's consumer (session.h), this its one sink */
 	struct memsnap *snap;
 	struct probe_progs progs;	/* mem_entry/mem_return, their multi flavours */
 	struct probe_links links;	/* every memory probe, detached by memtrace__free */
@@ -632,14 +632,18 @@ static void handle_usdt(void *ctx, const void *data)
 	write_counters(mt, device, rec->ts, true, false);
 }
 
-static struct calls *new_calls(struct memtrace *mt)
+static struct session *new_core(struct memtrace *mt)
 {
-	struct calls_sink sink = {
-		.ctx = mt, .mem_call = handle_call, .mem_usdt = handle_usdt,
-		.mem_api_count = NR_MEM_APIS,
+	static const struct session_sink_ops ops = {
+		.on_mem_call = handle_call, .on_mem_usdt = handle_usdt,
 	};
+	struct session *s = session__new_mem(NR_MEM_APIS);
 
-	return calls__new(CALLS_RING_MEM, &sink);
+	if (s && session__add_sink(s, &ops, mt, NULL)) {
+		session__free(s);
+		return NULL;
+	}
+	return s;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
@@ -725,9 +729,9 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		mt->progs.entry_multi = mt->skel->progs.mem_entry_multi;
 		mt->progs.ret_multi = mt->skel->progs.mem_return_multi;
 	}
-	mt->calls = new_calls(mt);
-	mt->rb = mt->calls ? ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events),
-					      calls__ring_cb, mt->calls, NULL) : NULL;
+	mt->core = new_core(mt);
+	mt->rb = mt->core ? ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events),
+					     session__ring_cb, mt->core, NULL) : NULL;
 	if (!mt->rb) {
 		log_error("failed to create the memory ring buffer: %s\n", strerror(errno));
 		goto err;
@@ -782,9 +786,9 @@ const struct memtrace_stats *memtrace__stats(struct memtrace *mt)
 	read_counter(mt, MEM_CNT_NESTED, &mt->st.nested_driver_calls);
 	read_counter(mt, MEM_CNT_ORPHAN, &mt->st.orphan_returns);
 	read_counter(mt, MEM_CNT_STACK_FAIL, &mt->st.stack_failures);
-	if (mt->calls) {
-		mt->st.records = calls__stats(mt->calls)->records;
-		mt->st.bad_records = calls__stats(mt->calls)->bad_records;
+	if (mt->core) {
+		mt->st.records = session__stats(mt->core)->records;
+		mt->st.bad_records = session__stats(mt->core)->bad_records;
 	}
 	return &mt->st;
 }
@@ -888,7 +892,7 @@ void memtrace__free(struct memtrace *mt)
 	if (!mt)
 		return;
 	ring_buffer__free(mt->rb);
-	calls__free(mt->calls);
+	session__free(mt->core);
 	probe_links__destroy(&mt->links);
 	ustacks__free(mt->ustacks);
 	mem_bpf__destroy(mt->skel);

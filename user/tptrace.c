@@ -233,6 +233,7 @@ struct trace_session {
 	struct elfsym_cache *cache;
 	struct trace_json *tj;
 	bool output_created;		/* we created the output file: remove it on failure */
+	struct session *core;		/* the ring's consumer, library discovery and attach */
 	struct decoder *dec;
 	struct ring_buffer *rb;
 	uint64_t start_mono, start_real, end_mono;
@@ -550,13 +551,15 @@ static int open_pipeline(struct trace_session *s)
 	}
 	s->cache = elfsym_cache__new();
 	if (s->cache)
-		s->dec = decoder__new(s->tj, s->cache, &s->probes);
-	if (!s->cache || !s->dec ||
+		s->core = session__new(s->cache, &s->probes);
+	if (s->core)
+		s->dec = decoder__new(s->core, s->tj, s->cache);
+	if (!s->cache || !s->core || !s->dec ||
 	    (s->bpf->ustacks && decoder__set_ustacks(s->dec, ustacks__lookup, s->bpf->ustacks))) {
 		log_error("out of memory\n");
 		return -ENOMEM;
 	}
-	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), decoder__ring_cb, s->dec,
+	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), session__ring_cb, s->core,
 				 NULL);
 	if (!s->rb) {
 		int err = -errno;
@@ -584,7 +587,7 @@ static int attach_targets(struct trace_session *s)
 		struct target *t = p->t;
 		struct target_counts n;
 
-		err = decoder__add_target(s->dec, t);
+		err = session__add_target(s->core, t);
 		if (err) {
 			log_error("pid %d (%s): %s\n", target__pid(t), target__comm(t), strerror(-err));
 			return err;
@@ -597,7 +600,7 @@ static int attach_targets(struct trace_session *s)
 			log_error("out of memory\n");
 			return err;
 		}
-		err = target__scan(t, s->cache, &s->probes);
+		err = session__scan(s->core, t);
 		if (getenv("TPTRACE_TEST_ATTACH_HOLD_MS"))	/* a slow scan, for tests */
 			usleep(atoi(getenv("TPTRACE_TEST_ATTACH_HOLD_MS")) * 1000);
 		if (err == -ESRCH) {
@@ -735,15 +738,6 @@ static int precheck_gpus(struct trace_session *s)
 	return 0;
 }
 
-/* Libraries loaded since the last look; a backstop for objects mapped without the dynamic
- * linker's notice. */
-static void rescan_targets(struct trace_session *s)
-{
-	for (int i = 0; i < s->nr_procs; i++)
-		if (!target__exited(s->procs[i].t))
-			target__scan(s->procs[i].t, s->cache, &s->probes);
-}
-
 /* --wait: says once that a target's runtime is traced, whichever scan found it (a dlopen
  * record's or the periodic one). */
 static void announce_loaded(struct trace_session *s)
@@ -823,7 +817,7 @@ static void run_loop(struct trace_session *s)
 			break;
 		if (now - last_rescan > (uint64_t)(env.wait ? 100 : 1000) * 1000000ULL) {
 			last_rescan = now;
-			rescan_targets(s);
+			session__rescan(s->core);	/* code mapped without the linker's notice */
 		}
 	}
 }
@@ -1199,6 +1193,7 @@ static void trace_session__free(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++)
 		target__free(s->procs[i].t);	/* detaches the uprobes */
 	decoder__free(s->dec);
+	session__free(s->core);
 	session__free_bpf(s->bpf);
 	elfsym_cache__free(s->cache);
 }
