@@ -430,8 +430,13 @@ static void core_dlopen(void *ctx, const struct tp_rec_dlopen *r)
 	struct session *s = ctx;
 	struct target *t = session__target(s, (int)r->pid);
 
-	if (t && !target__exited(t))
-		session__scan(s, t);
+	int n;
+
+	if (!t || target__exited(t))
+		return;
+	n = session__scan(s, t);
+	if (n > 0)
+		log_verbose("pid %d loaded new code: %d probes attached\n", target__pid(t), n);
 }
 
 static void core_exit(void *ctx, const struct tp_rec_exit *x)
@@ -559,8 +564,6 @@ int session__scan(struct session *s, struct target *t)
 {
 	int n = target__scan(t, s->cache, s->probes);
 
-	if (n > 0)
-		log_verbose("pid %d loaded new code: %d probes attached\n", target__pid(t), n);
 	if (n < 0)
 		return n;
 	for (int i = 0; i < s->nr_sinks; i++)
