@@ -48,6 +48,7 @@ struct call {
 struct calls_stats {
 	uint64_t records;		/* valid call and return records (mem rings: all) */
 	uint64_t dlopens, exits;	/* valid dlopen and exit records */
+	uint64_t maps, execs;		/* valid map and exec records (tptrace fr -a) */
 	uint64_t bad_records;		/* sum of the three below */
 	uint64_t bad_type;		/* unknown type tag (or too short to hold one) */
 	uint64_t bad_size;		/* shorter than its type needs */
@@ -70,6 +71,10 @@ struct calls_sink {
 	void (*dlopen)(void *ctx, const struct tp_rec_dlopen *r);
 	/* after the process's open calls were delivered as CALL_EXITED */
 	void (*exit)(void *ctx, const struct tp_rec_exit *r);
+	/* tptrace fr -a (fr_exec.c): a library file mapped, a recorded process's exec; name is
+	 * NUL-terminated here */
+	void (*map)(void *ctx, const struct tp_rec_map *r);
+	void (*exec)(void *ctx, const struct tp_rec_exec *r);
 
 	/* bpf/mem.h rings: a combined call record (api < mem_api_count) or a USDT record. */
 	void (*mem_call)(void *ctx, const void *rec);	/* struct mem_rec_call */

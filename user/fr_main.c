@@ -801,10 +801,7 @@ int fr_main(int argc, char **argv)
 		if (!s.exec)
 			goto cleanup;
 	}
-	rb = s.exec ? ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), fr_exec__ring_cb,
-				       s.exec, NULL)
-		    : ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), session__ring_cb,
-				       s.core, NULL);
+	rb = ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), session__ring_cb, s.core, NULL);
 	if (!rb) {
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;

@@ -448,6 +448,24 @@ static void core_exit(void *ctx, const struct tp_rec_exit *x)
 			s->sinks[i].ops.on_exit(s->sinks[i].ctx, x);
 }
 
+static void core_map(void *ctx, const struct tp_rec_map *m)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_map)
+			s->sinks[i].ops.on_map(s->sinks[i].ctx, m);
+}
+
+static void core_exec(void *ctx, const struct tp_rec_exec *e)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_exec)
+			s->sinks[i].ops.on_exec(s->sinks[i].ctx, e);
+}
+
 static void core_mem_call(void *ctx, const void *rec)
 {
 	struct session *s = ctx;
@@ -472,7 +490,8 @@ static struct session *core_new(enum calls_ring ring, struct elfsym_cache *cache
 	struct session *s = calloc(1, sizeof(*s));
 	struct calls_sink sink = {
 		.entry = core_entry, .call = core_call, .has_return = core_has_return,
-		.dlopen = core_dlopen, .exit = core_exit, .mem_call = core_mem_call,
+		.dlopen = core_dlopen, .exit = core_exit, .map = core_map, .exec = core_exec,
+		.mem_call = core_mem_call,
 		.mem_usdt = core_mem_usdt, .mem_api_count = mem_api_count,
 	};
 

@@ -85,6 +85,9 @@ struct session_sink_ops {
 	void (*on_library)(void *ctx, struct target *t, int new_probes);
 	/* after the process's open calls were delivered as CALL_EXITED */
 	void (*on_exit)(void *ctx, const struct tp_rec_exit *x);
+	/* tptrace fr -a: a process mapped a library file, a recorded process called exec */
+	void (*on_map)(void *ctx, const struct tp_rec_map *m);
+	void (*on_exec)(void *ctx, const struct tp_rec_exec *e);
 	/* bpf/mem.h rings */
 	void (*on_mem_call)(void *ctx, const void *rec);
 	void (*on_mem_usdt)(void *ctx, const void *rec);
