@@ -2,9 +2,11 @@
 /* The one ring consumer (retsnoop's handle_event shape). Every record that crosses a ring
  * passes here first: it is validated (type tag, size for its type, api id range) before any
  * field is read, entries are paired with their returns per (pid, tid) under one depth limit,
- * dlopen and exit records are dispatched, and every record that cannot become a complete call
- * is counted by kind. Sinks (decode.c: the trace writer, flightrec.c: the recorder,
- * memtrace.c: the memory tracer) only ever see valid records and complete calls.
+ * dlopen, exit, map and exec records are dispatched, and every record that cannot become a
+ * complete call is counted by kind. Its one user is the session (session.c, the acquisition
+ * core), which hands what comes out to its sinks (decode.c: the trace writer, flightrec.c:
+ * the recorder, memtrace.c: the memory tracer): they only ever see valid records and
+ * complete calls.
  *
  * Two ring layouts exist: bpf/cuda.h (entry and return records, paired here) and bpf/mem.h
  * (entry and return already combined by the BPF side, plus USDT records). */
