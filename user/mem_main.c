@@ -260,7 +260,9 @@ int mem_main(int argc, char **argv)
 	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
-	struct target_probes resolve_only = {};	/* no programs: target__scan only finds libraries */
+	/* no programs: the session's scans only find libraries (memtrace.c probes them) */
+	struct target_probes resolve_only = {};
+	struct session *core = NULL;	/* library discovery; the records come by memtrace's */
 	struct memtrace_opts mo = {};
 	struct elfsym_cache *cache = NULL;
 	struct trace_json *tj = NULL;
@@ -286,11 +288,12 @@ int mem_main(int argc, char **argv)
 	if (!t)
 		goto cleanup;
 	cache = elfsym_cache__new();
-	if (!cache) {
+	core = cache ? session__new(cache, &resolve_only) : NULL;
+	if (!core || session__add_target(core, t)) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
-	err = target__scan(t, cache, &resolve_only);
+	err = session__scan(core, t);
 	if (err < 0) {
 		log_error("reading pid %d (%s): %s\n", target__pid(t), target__comm(t), strerror(-err));
 		goto cleanup;
@@ -381,7 +384,7 @@ int mem_main(int argc, char **argv)
 		/* libraries loaded since (no dynamic-linker hook here: a rescan is cheap) */
 		if (now - last_scan > (waiting ? 100 : 500) * 1000000ULL) {
 			last_scan = now;
-			target__scan(t, cache, &resolve_only);
+			session__rescan(core);
 			memtrace__poll(mt);
 			if (waiting && !nothing_to_probe(mt)) {
 				waiting = false;
@@ -474,6 +477,7 @@ cleanup:
 	}
 	memtrace__free(mt);
 	torch_instr__free(torch);	/* a history left on by a failed run is switched off */
+	session__free(core);
 	target__free(t);
 	elfsym_cache__free(cache);
 	return ret;
