@@ -575,6 +575,40 @@ def mem_calls(trace):
             if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]"]
 
 
+def test_mem_wait_runtime_loaded_later():
+    """tptrace mem --wait on a process with no CUDA yet: the session's rescans find the runtime
+    it dlopens later, the memory probes go on it, and its allocation is in the snapshot."""
+    need_root()
+    snap_path = tmp_path("mem-wait.json")
+    wl = Workload([os.path.join(WL, "dlopen_app"), "--lib", os.path.join(OUT, "sim", "lib", "libcudart.so.13"),
+                   "--iters", "1", "--wait-line", "--malloc", str(2 * MIB)])
+    p = None
+    try:
+        p = subprocess.Popen([TPTRACE, "mem", "-p", str(wl.pid), "--wait", "-o", snap_path],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        err = Lines(p.stderr)
+        assert err.wait_for(lambda l: l.startswith(f"tptrace: waiting for pid {wl.pid}"), 30), \
+            err.text()
+        wl.go()
+        assert wl.out.wait_for(lambda l: l == "# loaded", 30), wl.out.text()
+        assert err.wait_for(lambda l: l == f"tptrace: pid {wl.pid} loaded CUDA or PyTorch; tracing",
+                            30), err.text()
+        wl.go()     # the go-on line: allocate now
+        wl.wait_done()
+        wl.finish()
+        assert p.wait(60) == 0, err.text()
+    finally:
+        wl.kill()
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+    info = {f[0]: f[1:] for f in infos(wl)}
+    ptr = int(info["malloc"][0], 16)
+    snap = json.load(open(snap_path))
+    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]] == [
+        ("segment_alloc", ptr, 2 * MIB), ("segment_free", ptr, 2 * MIB)], snap["device_traces"]
+
+
 def test_mem_nested_rule_twins_agree():
     """The nested-call rule has two implementations: target__call_nesting (user space, by the
     return address) for the trace writer and the recorder, and bpf/mem.bpf.c's (in the kernel,
