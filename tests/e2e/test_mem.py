@@ -580,8 +580,9 @@ def test_mem_wait_runtime_loaded_later():
     it dlopens later, the memory probes go on it, and its allocation is in the snapshot."""
     need_root()
     snap_path = tmp_path("mem-wait.json")
-    wl = Workload([os.path.join(WL, "dlopen_app"), "--lib", os.path.join(OUT, "sim", "lib", "libcudart.so.13"),
-                   "--iters", "1", "--wait-line", "--malloc", str(2 * MIB)])
+    wl = Workload([os.path.join(WL, "dlopen_app"), "--iters", "1", "--wait-line",
+                   "--lib", os.path.join(OUT, "sim", "lib", "libcudart.so.13"),
+                   "--malloc", str(2 * MIB)])
     p = None
     try:
         p = subprocess.Popen([TPTRACE, "mem", "-p", str(wl.pid), "--wait", "-o", snap_path],
