@@ -147,6 +147,13 @@ static __always_inline int do_mem_entry(struct pt_regs *ctx)
 	__u32 deref_arg = MEM_COOKIE_DEREF_ARG(cookie);
 	struct mem_inflight in = {}, *slot;
 
+	/* The nested-call rule's kernel-side twin (user space: target__call_nesting, for the
+	 * trace writer and the recorder): a driver call made by a runtime call is part of it.
+	 * Here "made by" is "while a probed runtime allocation call is open on this thread",
+	 * decided at entry so a nested call costs no record: the memory APIs' runtime calls all
+	 * have return probes, and a driver allocation the runtime makes outside them (its own
+	 * context setup) is memory no runtime call shows, so it stays a call of its own.
+	 * tests/e2e/test_mem.py test_mem_nested_rule_twins_agree runs both on one process. */
 	if (cookie & MEM_COOKIE_DRIVER) {
 		__u32 *depth = bpf_map_lookup_elem(&mem_rt_depth, &tid);
 

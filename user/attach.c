@@ -18,7 +18,7 @@
 #define PLAN_USDT_MAX	8
 
 struct probe_plan {
-	struct target_obj *obj;
+	const struct target_obj *obj;
 	int n;
 	struct {
 		const char *symbol;
@@ -178,7 +178,7 @@ void probe_links__destroy(struct probe_links *l)
 
 /* ---- plans ------------------------------------------------------------------------------ */
 
-struct probe_plan *probe_plan__new(struct target_obj *obj)
+struct probe_plan *probe_plan__new(const struct target_obj *obj)
 {
 	struct probe_plan *plan = calloc(1, sizeof(*plan));
 

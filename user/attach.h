@@ -46,7 +46,7 @@ struct probe_plan;
 
 /* A plan for obj (its symbols and open path are used; obj must outlive the plan). NULL and
  * errno on ENOMEM. */
-struct probe_plan *probe_plan__new(struct target_obj *obj);
+struct probe_plan *probe_plan__new(const struct target_obj *obj);
 void probe_plan__free(struct probe_plan *plan);
 /* An entry probe on symbol (and a return probe when ret) with cookie. 0; -ENOENT when obj has
  * no such function; -EEXIST when its address is planned already (an alias: probing it twice

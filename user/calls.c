@@ -273,6 +273,29 @@ static void cuda_record(struct calls *c, uint32_t type, void *data, size_t size)
 			c->sink.exit(c->sink.ctx, x);
 		return;
 	}
+	case TP_REC_MAP: {
+		struct tp_rec_map m;
+
+		if (size < sizeof(m)) {
+			bad(c, &c->stats.bad_size);
+			return;
+		}
+		memcpy(&m, data, sizeof(m));
+		m.name[TP_MAP_NAME_MAX - 1] = '\0';
+		c->stats.maps++;
+		if (c->sink.map)
+			c->sink.map(c->sink.ctx, &m);
+		return;
+	}
+	case TP_REC_EXEC:
+		if (size < sizeof(struct tp_rec_exec)) {
+			bad(c, &c->stats.bad_size);
+			return;
+		}
+		c->stats.execs++;
+		if (c->sink.exec)
+			c->sink.exec(c->sink.ctx, data);
+		return;
 	default: {
 		bad(c, &c->stats.bad_type);
 		return;

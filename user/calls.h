@@ -2,9 +2,11 @@
 /* The one ring consumer (retsnoop's handle_event shape). Every record that crosses a ring
  * passes here first: it is validated (type tag, size for its type, api id range) before any
  * field is read, entries are paired with their returns per (pid, tid) under one depth limit,
- * dlopen and exit records are dispatched, and every record that cannot become a complete call
- * is counted by kind. Sinks (decode.c: the trace writer, flightrec.c: the recorder,
- * memtrace.c: the memory tracer) only ever see valid records and complete calls.
+ * dlopen, exit, map and exec records are dispatched, and every record that cannot become a
+ * complete call is counted by kind. Its one user is the session (session.c, the acquisition
+ * core), which hands what comes out to its sinks (decode.c: the trace writer, flightrec.c:
+ * the recorder, memtrace.c: the memory tracer): they only ever see valid records and
+ * complete calls.
  *
  * Two ring layouts exist: bpf/cuda.h (entry and return records, paired here) and bpf/mem.h
  * (entry and return already combined by the BPF side, plus USDT records). */
@@ -48,6 +50,7 @@ struct call {
 struct calls_stats {
 	uint64_t records;		/* valid call and return records (mem rings: all) */
 	uint64_t dlopens, exits;	/* valid dlopen and exit records */
+	uint64_t maps, execs;		/* valid map and exec records (tptrace fr -a) */
 	uint64_t bad_records;		/* sum of the three below */
 	uint64_t bad_type;		/* unknown type tag (or too short to hold one) */
 	uint64_t bad_size;		/* shorter than its type needs */
@@ -70,6 +73,10 @@ struct calls_sink {
 	void (*dlopen)(void *ctx, const struct tp_rec_dlopen *r);
 	/* after the process's open calls were delivered as CALL_EXITED */
 	void (*exit)(void *ctx, const struct tp_rec_exit *r);
+	/* tptrace fr -a (fr_exec.c): a library file mapped, a recorded process's exec; name is
+	 * NUL-terminated here */
+	void (*map)(void *ctx, const struct tp_rec_map *r);
+	void (*exec)(void *ctx, const struct tp_rec_exec *r);
 
 	/* bpf/mem.h rings: a combined call record (api < mem_api_count) or a USDT record. */
 	void (*mem_call)(void *ctx, const void *rec);	/* struct mem_rec_call */

@@ -16,6 +16,7 @@
 #include "gpu_join.h"
 #include "gpu_trace.h"
 #include "procmaps.h"
+#include "session.h"
 #include "target.h"
 #include "trace_json.h"
 #include "ustack.h"
@@ -32,10 +33,7 @@ struct gpu_payload {
 struct decoder {
 	struct trace_json *tj;
 	struct elfsym_cache *cache;
-	const struct target_probes *probes;
-	struct target **targets;
-	int nr_targets;
-	struct calls *calls;		/* validates records and pairs calls (calls.c) */
+	struct session *session;	/* the acquisition core that hands calls over */
 	struct u64map named_threads;	/* pid << 32 | tid -> 1: thread_name written */
 	uint64_t next_correlation;
 	struct decoder_stats stats;
@@ -67,11 +65,12 @@ struct decoder_gpu_src {
 	uint32_t ordinal;	/* in the order the processes were set up: their arrows' ids */
 };
 
-/* What the decoder keeps in a call_frame's user[] slots. */
+/* What the decoder keeps in its user bytes of a call_frame (session.h). */
 enum {
 	USER_CORRELATION,
 	USER_PY_DEPTH,		/* Python frames of the call's stack when it entered */
 	USER_PY_INNER_ID,	/* the "Python id" of the innermost of them */
+	USER_SLOTS
 };
 
 /* --py-stacks: one Python frame drawn as a python_function slice on its thread, open while
@@ -96,30 +95,30 @@ struct py_thread {
 	struct py_slice open[TP_PY_MAX_FRAMES];	/* outermost first */
 };
 
-static void dec_entry(void *ctx, struct call_frame *f);
-static void dec_call(void *ctx, const struct call *c);
-static bool dec_has_return(void *ctx, uint32_t api);
-static void dec_dlopen(void *ctx, const struct tp_rec_dlopen *r);
+static void dec_entry(void *ctx, struct call_frame *f, void *user);
+static void dec_call(void *ctx, const struct call *c, void *user);
 static void dec_exit(void *ctx, const struct tp_rec_exit *x);
 
-struct decoder *decoder__new(struct trace_json *tj, struct elfsym_cache *cache,
-			     const struct target_probes *probes)
+struct decoder *decoder__new(struct session *s, struct trace_json *tj,
+			     struct elfsym_cache *cache)
 {
-	struct decoder *d = calloc(1, sizeof(*d));
-	struct calls_sink sink = {
-		.ctx = d, .entry = dec_entry, .call = dec_call, .has_return = dec_has_return,
-		.dlopen = dec_dlopen, .exit = dec_exit,
+	static const struct session_sink_ops ops = {
+		.user_bytes = USER_SLOTS * sizeof(uint64_t),
+		.on_entry = dec_entry, .on_call = dec_call, .on_exit = dec_exit,
 	};
+	struct decoder *d = calloc(1, sizeof(*d));
+	int err;
 
 	if (!d)
 		return NULL;
 	d->tj = tj;
 	d->cache = cache;
-	d->probes = probes;
+	d->session = s;
 	d->next_correlation = 1;
-	d->calls = calls__new(CALLS_RING_CUDA, &sink);
-	if (!d->calls) {
+	err = session__add_sink(s, &ops, d, NULL);
+	if (err) {
 		free(d);
+		errno = -err;
 		return NULL;
 	}
 	return d;
@@ -131,7 +130,6 @@ void decoder__free(struct decoder *d)
 
 	if (!d)
 		return;
-	calls__free(d->calls);
 	u64map__clear(&d->named_threads);
 	u64map__clear(&d->stream_ids);
 	for (size_t it = 0; u64map__next(&d->py_threads, &it, NULL, &v);) {
@@ -143,20 +141,8 @@ void decoder__free(struct decoder *d)
 	u64map__free_values(&d->py_threads);
 	gpu_join__free(d->join);
 	u64map__free_values(&d->gpu_srcs);
-	free(d->targets);
 	gpu_trace__free(d->gpu);
 	free(d);
-}
-
-int decoder__add_target(struct decoder *d, struct target *t)
-{
-	struct target **n = realloc(d->targets, (d->nr_targets + 1) * sizeof(*n));
-
-	if (!n)
-		return -ENOMEM;
-	d->targets = n;
-	d->targets[d->nr_targets++] = t;
-	return 0;
 }
 
 int decoder__set_ustacks(struct decoder *d, ustack_lookup_fn lookup, void *ctx)
@@ -169,7 +155,7 @@ int decoder__set_ustacks(struct decoder *d, ustack_lookup_fn lookup, void *ctx)
 
 const struct decoder_stats *decoder__stats(struct decoder *d)
 {
-	const struct calls_stats *cs = calls__stats(d->calls);
+	const struct calls_stats *cs = session__stats(d->session);
 
 	d->stats.records = cs->records;
 	d->stats.orphan_returns = cs->orphan_returns;
@@ -183,10 +169,7 @@ const struct decoder_stats *decoder__stats(struct decoder *d)
 
 static struct target *find_target(struct decoder *d, int pid)
 {
-	for (int i = 0; i < d->nr_targets; i++)
-		if (d->targets[i]->pid == pid)
-			return d->targets[i];
-	return NULL;
+	return session__target(d->session, pid);
 }
 
 /* Names a thread the first time it shows up, while it still exists. */
@@ -522,17 +505,14 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
-/* A driver call whose return address lies in a CUDA runtime was made by a runtime call
- * (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy -> cuMemcpy...): that call is the one
- * written; the driver call is counted, never written and never counted as a launch. */
+/* A driver call made by a runtime call (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy ->
+ * cuMemcpy...; target__call_nesting): that call is the one written; the driver call is
+ * counted, never written and never counted as a launch. One NCCL made is written. */
 static bool nested_driver_call(struct decoder *d, const struct tp_rec_call *c)
 {
-	struct target *t;
+	struct target *t = find_target(d, c->pid);
 
-	if (!cuda_api_is_driver(c->api) || (c->flags & TP_CALL_STACK_FAULT))
-		return false;
-	t = find_target(d, c->pid);
-	return t && target__addr_in_cudart(t, c->stack[0]);
+	return t && target__call_nesting(t, c) == CALL_IN_RUNTIME;
 }
 
 static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
@@ -960,16 +940,16 @@ static char *py_slice_name(const struct ustack_frame *f)
 	return n < 0 ? NULL : name;
 }
 
-/* A call entered with its stack: the thread's slices follow it. f->user gets the number of
- * Python frames it entered under and the innermost one's id, for py_call_end. */
-static void py_entry(struct decoder *d, struct call_frame *f)
+/* A call entered with its stack: the thread's slices follow it. Its user slots get the number
+ * of Python frames it entered under and the innermost one's id, for py_call_end. */
+static void py_entry(struct decoder *d, const struct call_frame *f, uint64_t *user)
 {
 	const struct tp_rec_call *c = &f->rec;
 	const struct ustack *s = NULL;
 	struct py_thread *th;
 	int n, same = 0;
 
-	f->user[USER_PY_DEPTH] = 0;
+	user[USER_PY_DEPTH] = 0;
 	if (!d->ustack_lookup || c->ustack == TP_USTACK_NONE)
 		return;
 	if (c->ustack >= TP_USTACK_FIRST_ID) {
@@ -1012,15 +992,16 @@ static void py_entry(struct decoder *d, struct call_frame *f)
 		th->depth = i + 1;
 		trace_writer__slice_begin(d->tj, "python_function", name, th->pid, th->tid, c->ts);
 	}
-	f->user[USER_PY_DEPTH] = th->depth;
-	f->user[USER_PY_INNER_ID] = th->depth ? th->open[th->depth - 1].id : 0;
+	user[USER_PY_DEPTH] = th->depth;
+	user[USER_PY_INNER_ID] = th->depth ? th->open[th->depth - 1].id : 0;
 }
 
 /* A call completed (end: its slice's end; end_open: it may be drawn later than that): the
  * slices it entered under, when still open, last at least as long. */
-static void py_call_end(struct decoder *d, const struct call_frame *f, uint64_t end, bool end_open)
+static void py_call_end(struct decoder *d, const struct call_frame *f, const uint64_t *user,
+			uint64_t end, bool end_open)
 {
-	int n = (int)f->user[USER_PY_DEPTH];
+	int n = (int)user[USER_PY_DEPTH];
 	struct py_thread *th;
 
 	if (!n)
@@ -1028,7 +1009,7 @@ static void py_call_end(struct decoder *d, const struct call_frame *f, uint64_t 
 	th = py_thread(d, f->rec.pid, f->rec.tid, false);
 	/* closed since by an entry with another stack: only a Python callback inside the call
 	 * can do that */
-	if (!th || th->depth < n || th->open[n - 1].id != f->user[USER_PY_INNER_ID])
+	if (!th || th->depth < n || th->open[n - 1].id != user[USER_PY_INNER_ID])
 		return;
 	for (int i = 0; i < n; i++) {
 		struct py_slice *o = &th->open[i];
@@ -1055,36 +1036,29 @@ static void py_close_all(struct decoder *d, int pid, uint64_t end_ns)
 	}
 }
 
-/* ---- the calls core's sink ---- */
+/* ---- the acquisition core's sink (session.h) ---- */
 
-static void dec_entry(void *ctx, struct call_frame *f)
+static void dec_entry(void *ctx, struct call_frame *f, void *user)
 {
 	struct decoder *d = ctx;
+	uint64_t *slot = user;
 
 	name_thread(d, f->rec.pid, f->rec.tid);
-	f->user[USER_CORRELATION] = d->next_correlation++;
+	slot[USER_CORRELATION] = d->next_correlation++;
 	/* a driver call a runtime call made runs under the runtime call's stack; it is not
 	 * written */
-	if (d->ustack_lookup && !(f->rec.api < NCCL_API_BASE && nested_driver_call(d, &f->rec)))
-		py_entry(d, f);
+	if (d->ustack_lookup && !nested_driver_call(d, &f->rec))
+		py_entry(d, f, slot);
 }
 
-static bool dec_has_return(void *ctx, uint32_t api)
-{
-	struct decoder *d = ctx;
-
-	if (api >= NCCL_API_BASE)
-		return nccl_api_has_return(api - NCCL_API_BASE);
-	return cuda_apis[api].ret || d->probes->all_returns;
-}
-
-static void dec_call(void *ctx, const struct call *c)
+static void dec_call(void *ctx, const struct call *c, void *user)
 {
 	struct decoder *d = ctx;
 	const struct tp_rec_call *rec = &c->frame->rec;
-	uint64_t correlation = c->frame->user[USER_CORRELATION];
+	const uint64_t *slot = user;
+	uint64_t correlation = slot[USER_CORRELATION];
 
-	if (rec->api < NCCL_API_BASE && nested_driver_call(d, rec)) {
+	if (nested_driver_call(d, rec)) {
 		d->stats.nested_driver_calls++;
 		/* its runtime call is the one still open, not this one */
 		if (c->end == CALL_EXITED || c->end == CALL_UNFINISHED)
@@ -1096,7 +1070,7 @@ static void dec_call(void *ctx, const struct call *c)
 		 * times: those end before the thread's next call, not at the entry */
 		bool no_ret = c->end == CALL_NO_RETURN || c->end == CALL_OVERFLOW;
 
-		py_call_end(d, c->frame, c->ret ? c->ret->ts : no_ret ? rec->ts : c->end_ns,
+		py_call_end(d, c->frame, slot, c->ret ? c->ret->ts : no_ret ? rec->ts : c->end_ns,
 			    no_ret && d->join);
 	}
 	switch (c->end) {
@@ -1116,19 +1090,6 @@ static void dec_call(void *ctx, const struct call *c)
 	}
 }
 
-static void dec_dlopen(void *ctx, const struct tp_rec_dlopen *r)
-{
-	struct decoder *d = ctx;
-	struct target *t = find_target(d, r->pid);
-	int n;
-
-	if (!t)
-		return;
-	n = target__scan(t, d->cache, d->probes);
-	if (n > 0)
-		log_verbose("pid %d loaded new code: %d probes attached\n", t->pid, n);
-}
-
 static void dec_exit(void *ctx, const struct tp_rec_exit *x)
 {
 	struct decoder *d = ctx;
@@ -1139,21 +1100,13 @@ static void dec_exit(void *ctx, const struct tp_rec_exit *x)
 		py_close_all(d, x->pid, x->ts);
 	if (t) {
 		/* the main loop notices the exit itself (pidfd) and says so */
-		t->exit_code = (int)x->exit_code;
-		t->exit_ns = x->ts;
+		target__set_exit(t, (int)x->exit_code, x->ts);
 	}
-}
-
-int decoder__ring_cb(void *ctx, void *data, size_t size)
-{
-	struct decoder *d = ctx;
-
-	return calls__ring_cb(d->calls, data, size);
 }
 
 void decoder__finish(struct decoder *d, uint64_t end_ns)
 {
-	calls__finish(d->calls, end_ns);
+	session__finish(d->session, end_ns);
 	gpu_trace__finish(d->gpu);	/* every GPU record is in by now */
 	if (d->ustack_lookup)
 		py_close_all(d, 0, end_ns);

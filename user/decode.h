@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The trace writer's sink of the calls core (calls.c): turns complete calls into trace
- * events, decodes arguments per the ABI tables (cuda_api.c, nccl_api.c), names kernels
+/* The trace writer, a sink of the acquisition core (session.h): turns complete calls into
+ * trace events, decodes arguments per the ABI tables (cuda_api.c, nccl_api.c), names kernels
  * (target__kernel_name), and writes Kineto-style host events through trace_json. */
 #ifndef TPTRACE_DECODE_H
 #define TPTRACE_DECODE_H
@@ -10,10 +10,8 @@
 #include "ustack.h"
 
 struct decoder;
-struct target;
 struct trace_writer;
 struct elfsym_cache;
-struct target_probes;
 
 struct decoder_stats {
 	/* from the calls core (calls.c) */
@@ -38,10 +36,12 @@ struct decoder_stats {
 	uint64_t python_slices;		/* python_function slices written */
 };
 
-struct decoder *decoder__new(struct trace_writer *tj, struct elfsym_cache *cache,
-			     const struct target_probes *probes);
+struct session;
+/* Registers with s (which hands it calls and knows the processes: session__add_target). NULL
+ * and errno. */
+struct decoder *decoder__new(struct session *s, struct trace_writer *tj,
+			     struct elfsym_cache *cache);
 void decoder__free(struct decoder *d);
-int decoder__add_target(struct decoder *d, struct target *t);
 
 /* --py-stacks: the records' ustack ids are looked up with lookup(ctx, pid, id) (ustacks__get
  * with the session's struct ustacks; a table in tests). Every CUDA/NCCL event then carries a
@@ -74,10 +74,8 @@ int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out);
 /* pid's own counts; -ENOENT without --gpu or when the join never heard of pid. */
 int decoder__gpu_stats_pid(const struct decoder *d, int pid, struct gpu_join_stats *out);
 
-/* libbpf ring_buffer callback: ctx is the decoder (hands records to its calls core). */
-int decoder__ring_cb(void *ctx, void *data, size_t size);
-/* Writes calls still open (a thread blocked in a sync when the trace ended) as slices
- * ending at end_ns, marked "unfinished". */
+/* Ends the session's open calls (session__finish): calls still open (a thread blocked in a
+ * sync when the trace ended) are written as slices ending at end_ns, marked "unfinished". */
 void decoder__finish(struct decoder *d, uint64_t end_ns);
 const struct decoder_stats *decoder__stats(struct decoder *d);
 

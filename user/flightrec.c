@@ -19,6 +19,7 @@
 #include "ustack.h"
 #include "log.h"
 #include "procmaps.h"
+#include "session.h"
 #include "target.h"
 
 uint64_t fr_mono_now(void)
@@ -30,27 +31,32 @@ uint64_t fr_mono_now(void)
 }
 
 
-static void fr_entry_cb(void *ctx, struct call_frame *f);
-static void fr_call_cb(void *ctx, const struct call *c);
+static void fr_entry_cb(void *ctx, struct call_frame *f, void *user);
+static void fr_call_cb(void *ctx, const struct call *c, void *user);
 static void fr_exit_cb(void *ctx, const struct tp_rec_exit *x);
-static void fr_dlopen_cb(void *ctx, const struct tp_rec_dlopen *d);
+static void fr_library_cb(void *ctx, struct target *t, int new_probes);
 
-struct flightrec *flightrec__new(const struct flightrec_opts *opts)
+struct flightrec *flightrec__new(struct session *s, const struct flightrec_opts *opts)
 {
-	struct flightrec *fr = calloc(1, sizeof(*fr));
-	struct calls_sink sink = {
-		.ctx = fr, .entry = fr_entry_cb, .call = fr_call_cb, .dlopen = fr_dlopen_cb,
-		.exit = fr_exit_cb,
+	static const struct session_sink_ops ops = {
+		.user_bytes = sizeof(struct fr_call),
+		.on_entry = fr_entry_cb, .on_call = fr_call_cb, .on_exit = fr_exit_cb,
+		.on_library = fr_library_cb,
 	};
+	struct flightrec *fr = calloc(1, sizeof(*fr));
 	struct timespec rt, mt;
+	int err;
 
 	if (!fr)
 		return NULL;
-	fr->calls = calls__new(CALLS_RING_CUDA, &sink);
-	if (!fr->calls) {
+	err = session__add_sink(s, &ops, fr, &fr->user_off);
+	if (err) {
 		free(fr);
+		errno = -err;
 		return NULL;
 	}
+	fr->session = s;
+	fr->calls = session__calls(s);
 	fr->opts = *opts;
 	if (!fr->opts.ring_size)
 		fr->opts.ring_size = 2000;
@@ -103,7 +109,6 @@ void flightrec__free(struct flightrec *fr)
 	for (int i = 0; i < fr->nr_procs; i++)
 		proc_free(fr->procs[i]);
 	free(fr->procs);
-	calls__free(fr->calls);
 	free(fr);
 }
 
@@ -112,8 +117,8 @@ static void find_nccl_version(struct fr_proc *p)
 {
 	struct target *t = p->t;
 
-	for (int i = 0; i < t->nr_objs; i++) {
-		const struct target_obj *o = &t->objs[i];
+	for (int i = 0; i < target__nr_objs(t); i++) {
+		const struct target_obj *o = target__obj(t, i);
 		struct stat st;
 		const char *hit;
 		void *map;
@@ -154,7 +159,7 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	struct fr_proc *p, **n;
 
 	for (int i = 0; i < fr->nr_procs; i++)
-		if (fr->procs[i]->pid == t->pid)
+		if (fr->procs[i]->pid == target__pid(t))
 			return 0;
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -170,7 +175,7 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	}
 	fr->procs = n;
 	p->t = t;
-	p->pid = t->pid;
+	p->pid = target__pid(t);
 	p->next_record_id = 1;
 	p->last_progress = fr_mono_now();
 	find_nccl_version(p);
@@ -960,11 +965,11 @@ static void on_cuda_return(struct flightrec *fr, struct fr_proc *p, const struct
 
 /* ---- the calls core's sink ---- */
 
-static void fr_entry_cb(void *ctx, struct call_frame *f)
+static void fr_entry_cb(void *ctx, struct call_frame *f, void *user)
 {
 	struct flightrec *fr = ctx;
 	const struct tp_rec_call *rec = &f->rec;
-	struct fr_call *call = (struct fr_call *)f->user;
+	struct fr_call *call = user;
 	struct fr_proc *p = find_proc(fr, rec->pid);
 	struct fr_thread *th;
 
@@ -975,9 +980,7 @@ static void fr_entry_cb(void *ctx, struct call_frame *f)
 		return;		/* call->known stays false: its return is ignored */
 	/* a driver call made by a runtime call (cudaEventQuery -> cuEventQuery) is that call,
 	 * already counted; one made by NCCL is NCCL's own business, as its runtime calls are */
-	if (cuda_api_is_driver(rec->api) && !(rec->flags & TP_CALL_STACK_FAULT) &&
-	    (target__addr_in_cudart(p->t, rec->stack[0]) ||
-	     target__addr_in_nccl(p->t, rec->stack[0])))
+	if (target__call_nesting(p->t, rec) != CALL_OWN)
 		return;
 	call->known = true;
 	call->api = rec->api;
@@ -990,10 +993,10 @@ static void fr_entry_cb(void *ctx, struct call_frame *f)
 		on_cuda_call(p, rec, call);
 }
 
-static void fr_call_cb(void *ctx, const struct call *c)
+static void fr_call_cb(void *ctx, const struct call *c, void *user)
 {
 	struct flightrec *fr = ctx;
-	struct fr_call *call = (struct fr_call *)c->frame->user;
+	struct fr_call *call = user;
 	struct fr_proc *p;
 
 	/* a call without its return taught nothing (an entry it created stays in the call) */
@@ -1017,28 +1020,19 @@ static void fr_exit_cb(void *ctx, const struct tp_rec_exit *x)
 		return;
 	p->exited = true;
 	p->exit_code = (int)x->exit_code;
-	p->t->exit_code = (int)x->exit_code;
+	target__set_exit(p->t, (int)x->exit_code, 0);
 	fr->pending_exits++;
 }
 
-static void fr_dlopen_cb(void *ctx, const struct tp_rec_dlopen *d)
+/* The core attached what the process loaded: NCCL may be among it. */
+static void fr_library_cb(void *ctx, struct target *t, int new_probes)
 {
 	struct flightrec *fr = ctx;
-	struct fr_proc *p = find_proc(fr, d->pid);
+	struct fr_proc *p = find_proc(fr, target__pid(t));
 
-	if (p && !p->exited) {
-		if (fr->opts.rescan)
-			fr->opts.rescan(fr->opts.rescan_ctx, p->t);
-		if (!p->nccl_library[0])
-			find_nccl_version(p);
-	}
-}
-
-int flightrec__ring_cb(void *ctx, void *data, size_t size)
-{
-	struct flightrec *fr = ctx;
-
-	return calls__ring_cb(fr->calls, data, size);
+	(void)new_probes;
+	if (p && p->t == t && !p->exited && !p->nccl_library[0])
+		find_nccl_version(p);
 }
 
 /* Processes that vanished without an exit record (the tracepoint missed them): mark exited. */

@@ -20,9 +20,6 @@ struct flightrec_opts {
 	size_t ring_size;		/* entries per process (default 2000) */
 	const char *dump_dir;
 	uint64_t stall_timeout_ns;	/* 0: no stall dumps */
-	/* called when the dynamic linker reports new objects in a process (attach probes) */
-	void (*rescan)(void *ctx, struct target *t);
-	void *rescan_ctx;
 	/* hang snapshots (stacks.h) at attach and per dump */
 	bool no_stacks;
 	int stack_samples;		/* 0: stacks.h's default (3) */
@@ -52,14 +49,14 @@ struct flightrec_opts {
 	void *drain_ctx;
 };
 
-struct flightrec *flightrec__new(const struct flightrec_opts *opts);
+/* Registers with s, the acquisition core that hands it calls and attaches what processes
+ * load (session.h). NULL and errno. */
+struct session;
+struct flightrec *flightrec__new(struct session *s, const struct flightrec_opts *opts);
 void flightrec__free(struct flightrec *fr);
 
 /* Starts recording a process (its target holds maps, env, comm). */
 int flightrec__add_process(struct flightrec *fr, struct target *t);
-
-/* libbpf ring_buffer callback: ctx is the flightrec (hands records to its calls core). */
-int flightrec__ring_cb(void *ctx, void *data, size_t size);
 
 /* Dumps every process (reason: "signal", "request", "final", ...). Returns the number of
  * dumps written, or a negative errno of the first failure (reported on stderr). */

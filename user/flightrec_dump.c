@@ -350,16 +350,20 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	uint64_t now = r->captured, first, v;
 	struct calls_iter it = {};
 	struct call_frame *f;
+	int rank, world, local;
 
 	cJSON_AddStringToObject(root, "schema", "tptrace-fr");
 	cJSON_AddNumberToObject(root, "version", FR_SCHEMA_VERSION);
 	cJSON_AddStringToObject(root, "host", fr->host);
 	cJSON_AddNumberToObject(root, "pid", p->pid);
-	cJSON_AddStringToObject(root, "comm", t->comm);
-	cJSON_AddStringToObject(root, "cmdline", t->cmdline ? t->cmdline : "");
-	cJSON_AddItemToObject(root, "global_rank", num_or_null(t->rank, t->rank >= 0));
-	cJSON_AddItemToObject(root, "world_size", num_or_null(t->world_size, t->world_size > 0));
-	cJSON_AddItemToObject(root, "local_rank", num_or_null(t->local_rank, t->local_rank >= 0));
+	cJSON_AddStringToObject(root, "comm", target__comm(t));
+	cJSON_AddStringToObject(root, "cmdline", target__cmdline(t) ? target__cmdline(t) : "");
+	rank = target__rank(t);
+	world = target__world_size(t);
+	local = target__local_rank(t);
+	cJSON_AddItemToObject(root, "global_rank", num_or_null(rank, rank >= 0));
+	cJSON_AddItemToObject(root, "world_size", num_or_null(world, world > 0));
+	cJSON_AddItemToObject(root, "local_rank", num_or_null(local, local >= 0));
 	if (p->nccl_version[0])
 		cJSON_AddStringToObject(root, "nccl_version", p->nccl_version);
 	else
@@ -425,7 +429,7 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 
 	arr = cJSON_AddArrayToObject(root, "in_call");
 	while (!p->exited && (f = calls__next_open(fr->calls, p->pid, &it))) {
-		const struct fr_call *call = (const struct fr_call *)f->user;
+		const struct fr_call *call = fr_call_of(fr, f);
 		struct fr_thread *th;
 		cJSON *o;
 		struct fr_entry *e;

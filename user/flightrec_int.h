@@ -117,6 +117,10 @@ struct fr_call {
 
 _Static_assert(sizeof(struct fr_call) <= CALLS_USER_BYTES, "fr_call fits a call frame");
 
+struct flightrec;
+/* The recorder's bytes of an open call (session__add_sink gave them their place). */
+static inline struct fr_call *fr_call_of(const struct flightrec *fr, const struct call_frame *f);
+
 struct fr_thread {
 	int tid;
 	char name[32];
@@ -164,7 +168,9 @@ struct fr_proc {
 
 struct flightrec {
 	struct flightrec_opts opts;
-	struct calls *calls;		/* validates records and pairs calls (calls.c) */
+	struct session *session;	/* the acquisition core that hands calls over */
+	struct calls *calls;		/* its consumer: the open calls (calls__next_open) */
+	size_t user_off;		/* where struct fr_call lies in a call_frame's user */
 	struct fr_proc **procs;
 	int nr_procs;
 	char host[256];
@@ -208,5 +214,10 @@ void fr_stacks__free(struct fr_proc *p);
 struct fr_pystack *fr_pystack_get(struct flightrec *fr, struct fr_proc *p, uint64_t id);
 /* The ring entry with this record id, NULL when it fell out of the ring. */
 struct fr_entry *fr_entry_by_id(struct flightrec *fr, struct fr_proc *p, uint64_t id);
+
+static inline struct fr_call *fr_call_of(const struct flightrec *fr, const struct call_frame *f)
+{
+	return (struct fr_call *)((char *)f->user + fr->user_off);
+}
 
 #endif

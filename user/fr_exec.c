@@ -83,8 +83,13 @@ static uint32_t lib_kind(const char *path)
 	return 0;
 }
 
+static void on_map_cb(void *ctx, const struct tp_rec_map *m);
+static void on_exec_cb(void *ctx, const struct tp_rec_exec *e);
+
+static const struct session_sink_ops sink_ops = { .on_map = on_map_cb, .on_exec = on_exec_cb };
+
 struct fr_exec *fr_exec__new(struct session_bpf *b, struct elfsym_cache *cache,
-			     struct target_probes *p, struct flightrec *fr,
+			     struct target_probes *p, struct session *s, struct flightrec *fr,
 			     const struct fr_exec_ops *ops)
 {
 	struct fr_exec *x = calloc(1, sizeof(*x));
@@ -99,6 +104,12 @@ struct fr_exec *fr_exec__new(struct session_bpf *b, struct elfsym_cache *cache,
 	x->probes = p;
 	x->fr = fr;
 	x->ops = *ops;
+	if (session__add_sink(s, &sink_ops, x, NULL)) {
+		target__free(x->global);
+		free(x);
+		log_error("out of memory\n");
+		return NULL;
+	}
 	p->covered = covered;
 	p->covered_ctx = x;
 	return x;
@@ -279,32 +290,19 @@ static void on_map(struct fr_exec *x, const struct tp_rec_map *m)
 		flightrec__probes_late(x->fr, m->pid, x->files[fi].path, m->ts, x->files[fi].attached);
 }
 
-int fr_exec__ring_cb(void *ctx, void *data, size_t size)
+static void on_map_cb(void *ctx, const struct tp_rec_map *m)
+{
+	on_map(ctx, m);
+}
+
+static void on_exec_cb(void *ctx, const struct tp_rec_exec *e)
 {
 	struct fr_exec *x = ctx;
-	uint32_t type = 0;
 
-	if (size >= sizeof(type))
-		memcpy(&type, data, sizeof(type));
-	if (type == TP_REC_MAP && size >= sizeof(struct tp_rec_map)) {
-		struct tp_rec_map m;
-
-		memcpy(&m, data, sizeof(m));
-		m.name[TP_MAP_NAME_MAX - 1] = '\0';
-		on_map(x, &m);
-		return 0;
+	if (flightrec__exec(x->fr, e->pid)) {
+		log_info("pid %d called exec: its recording ends here\n", e->pid);
+		x->ops.execd(x->ops.ctx, e->pid);
 	}
-	if (type == TP_REC_EXEC && size >= sizeof(struct tp_rec_exec)) {
-		struct tp_rec_exec e;
-
-		memcpy(&e, data, sizeof(e));
-		if (flightrec__exec(x->fr, e.pid)) {
-			log_info("pid %d called exec: its recording ends here\n", e.pid);
-			x->ops.execd(x->ops.ctx, e.pid);
-		}
-		return 0;
-	}
-	return flightrec__ring_cb(x->fr, data, size);
 }
 
 void fr_exec__stats(const struct fr_exec *x, struct fr_exec_stats *st)

@@ -30,9 +30,11 @@ struct fr_exec_ops {
 struct fr_exec;
 
 /* p: the probe programs (covered is set on it by fr_exec__new to leave the files probed for
- * every process to these). NULL after an error line. */
+ * every process to these). Registers with s, whose consumer hands it the TP_REC_MAP and
+ * TP_REC_EXEC records in ring order. NULL after an error line. */
+struct session;
 struct fr_exec *fr_exec__new(struct session_bpf *b, struct elfsym_cache *cache,
-			     struct target_probes *p, struct flightrec *fr,
+			     struct target_probes *p, struct session *s, struct flightrec *fr,
 			     const struct fr_exec_ops *ops);
 void fr_exec__free(struct fr_exec *x);
 
@@ -42,9 +44,6 @@ int fr_exec__learn_pid(struct fr_exec *x, int pid);
 /* Lets pid's calls through the BPF filter (recorded processes), or drops them. */
 void fr_exec__allow_pid(struct fr_exec *x, int pid, bool allow);
 
-/* libbpf ring_buffer callback (ctx: the fr_exec): TP_REC_MAP and TP_REC_EXEC here, every
- * other record to flightrec__ring_cb, in ring order. */
-int fr_exec__ring_cb(void *ctx, void *data, size_t size);
 
 struct fr_exec_stats {
 	int files;			/* library files probed for every process */

@@ -320,6 +320,7 @@ struct fr_session {
 	struct session_bpf *bpf;
 	struct elfsym_cache *cache;
 	struct target_probes probes;
+	struct session *core;		/* the ring's consumer, library discovery and attach */
 	struct flightrec *fr;
 	struct target *targets[MAX_TARGETS];
 	int nr_targets;
@@ -347,13 +348,6 @@ static void set_drops(struct fr_session *s)
 	int err = session__drops(s->bpf, &drops);
 
 	flightrec__set_drops(s->fr, err, drops);
-}
-
-static void rescan(void *ctx, struct target *t)
-{
-	struct fr_session *s = ctx;
-
-	target__scan(t, s->cache, &s->probes);
 }
 
 /* ---- cross-host triggers (fr_trigger.h) ---- */
@@ -419,7 +413,7 @@ static void signal_triggers(struct fr_session *s)
 		char job[FR_JOB_MAX + 1];
 		bool seen = false;
 
-		if (fr_job_of_pid(s->targets[i]->pid, job, sizeof(job)) ||
+		if (fr_job_of_pid(target__pid(s->targets[i]), job, sizeof(job)) ||
 		    !flightrec__has_job(s->fr, job))
 			continue;
 		for (int k = 0; k < nr_done; k++)
@@ -495,7 +489,7 @@ static int trigger_command(void)
 static struct target *live_target(struct fr_session *s, int pid)
 {
 	for (int i = 0; i < s->nr_targets; i++)
-		if (s->targets[i]->pid == pid && !s->targets[i]->exited)
+		if (target__pid(s->targets[i]) == pid && !target__exited(s->targets[i]))
 			return s->targets[i];
 	return NULL;
 }
@@ -521,6 +515,7 @@ static int claim_pid(int pid)
  * NCCL (yet), negative errno on failure. */
 static int add_target(struct fr_session *s, int pid, bool quiet)
 {
+	struct target_counts n;
 	struct target *t;
 	int err;
 
@@ -542,21 +537,25 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	 * e.g. one whose mapping record was dropped, is learnt here) */
 	if (s->exec)
 		fr_exec__learn_pid(s->exec, pid);
-	err = target__scan(t, s->cache, &s->probes);
+	err = session__scan(s->core, t);
 	if (err < 0) {
 		if (!quiet)
-			log_error("attaching to pid %d (%s): %s\n", pid, t->comm, strerror(-err));
+			log_error("attaching to pid %d (%s): %s\n", pid, target__comm(t), strerror(-err));
 		target__free(t);
 		fr_claim__release(pid);
 		return err;
 	}
-	if (!t->nr_nccl) {
+	target__counts(t, &n);
+	if (!n.nccl) {
 		target__free(t);
 		fr_claim__release(pid);
 		return 0;
 	}
-	err = flightrec__add_process(s->fr, t);
+	err = session__add_target(s->core, t);
+	if (!err)
+		err = flightrec__add_process(s->fr, t);
 	if (err) {
+		session__remove_target(s->core, t);
 		target__free(t);
 		fr_claim__release(pid);
 		return err;
@@ -572,11 +571,11 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 		fr_exec__allow_pid(s->exec, pid, true);
 	s->targets[s->nr_targets++] = t;
 	learn_job(s, pid);
-	if (t->rank >= 0)
-		log_info("recording pid %d (%s, rank %d): %d probes\n", pid, t->comm, t->rank,
-			 t->nr_probes);
+	if (target__rank(t) >= 0)
+		log_info("recording pid %d (%s, rank %d): %d probes\n", pid, target__comm(t), target__rank(t),
+			 n.probes);
 	else
-		log_info("recording pid %d (%s): %d probes\n", pid, t->comm, t->nr_probes);
+		log_info("recording pid %d (%s): %d probes\n", pid, target__comm(t), n.probes);
 	return 1;
 }
 
@@ -603,7 +602,7 @@ static void exec_mapped(void *ctx, int pid, uint32_t kind)
 	struct target *t = live_target(s, pid);
 
 	if (t) {
-		target__scan(t, s->cache, &s->probes);
+		session__scan(s->core, t);
 		return;
 	}
 	if (kind == TP_MAP_NCCL && add_target(s, pid, true) != 1)
@@ -616,8 +615,7 @@ static void exec_execd(void *ctx, int pid)
 	struct target *t = live_target(ctx, pid);
 
 	if (t) {
-		t->exited = true;
-		t->exit_ns = session__clock_ns(CLOCK_MONOTONIC);
+		target__end(t, session__clock_ns(CLOCK_MONOTONIC));
 	}
 }
 
@@ -651,7 +649,7 @@ static void query_comms(struct fr_session *s)
 		char err[256];
 
 		for (int i = 0; i < s->nr_targets; i++)
-			if (s->targets[i]->pid == pid)
+			if (target__pid(s->targets[i]) == pid)
 				t = s->targets[i];
 		if (!t)
 			continue;
@@ -771,8 +769,6 @@ int fr_main(int argc, char **argv)
 	fo.ring_size = env.ring;
 	fo.dump_dir = env.dump_dir;
 	fo.stall_timeout_ns = (uint64_t)(env.stall_timeout * 1e9);
-	fo.rescan = rescan;
-	fo.rescan_ctx = &s;
 	fo.no_stacks = env.no_stacks;
 	if (s.bpf->ustacks) {
 		fo.ustack_lookup = ustacks__lookup;
@@ -791,23 +787,21 @@ int fr_main(int argc, char **argv)
 		fo.new_proc = exec_new_proc;
 		fo.new_proc_ctx = &s;
 	}
-	s.fr = flightrec__new(&fo);
+	s.core = s.cache ? session__new(s.cache, &s.probes) : NULL;
+	s.fr = s.core ? flightrec__new(s.core, &fo) : NULL;
 	s.watch = fr_watch__new(env.dump_dir, true);
-	if (!s.cache || !s.fr || !s.watch) {
+	if (!s.cache || !s.core || !s.fr || !s.watch) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
 	if (env.all && s.fr && s.cache) {
 		struct fr_exec_ops ops = { .ctx = &s, .mapped = exec_mapped, .execd = exec_execd };
 
-		s.exec = fr_exec__new(s.bpf, s.cache, &s.probes, s.fr, &ops);
+		s.exec = fr_exec__new(s.bpf, s.cache, &s.probes, s.core, s.fr, &ops);
 		if (!s.exec)
 			goto cleanup;
 	}
-	rb = s.exec ? ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), fr_exec__ring_cb,
-				       s.exec, NULL)
-		    : ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), flightrec__ring_cb,
-				       s.fr, NULL);
+	rb = ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), session__ring_cb, s.core, NULL);
 	if (!rb) {
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		goto cleanup;
@@ -870,7 +864,7 @@ int fr_main(int argc, char **argv)
 		}
 		for (int i = 0; i < s.nr_targets; i++) {
 			struct target *t = s.targets[i];
-			bool was = t->exited;
+			bool was = target__exited(t);
 
 			if (!target__gone(t)) {
 				alive++;
@@ -879,11 +873,11 @@ int fr_main(int argc, char **argv)
 			if (!was) {
 				/* the exit record may still be in the ring */
 				ring_buffer__consume(rb);
-				flightrec__mark_gone(s.fr, t->pid);
+				flightrec__mark_gone(s.fr, target__pid(t));
 			}
 			/* also after an exec ended this target: the claim is the process's */
-			if (!live_target(&s, t->pid))
-				fr_claim__release(t->pid);
+			if (!live_target(&s, target__pid(t)))
+				fr_claim__release(target__pid(t));
 		}
 		flightrec__take_exits(s.fr);
 		now = session__clock_ns(CLOCK_MONOTONIC);
@@ -941,6 +935,7 @@ cleanup:
 		target__free(s.targets[i]);
 	fr_exec__free(s.exec);
 	flightrec__free(s.fr);
+	session__free(s.core);
 	fr_watch__free(s.watch);
 	session__free_bpf(s.bpf);
 	elfsym_cache__free(s.cache);

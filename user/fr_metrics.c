@@ -480,8 +480,8 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		struct fr_proc *p = procs[i];
 
 		snprintf(pl[i].pid, sizeof(pl[i].pid), "%d", p->pid);
-		if (p->t && p->t->rank >= 0)
-			snprintf(pl[i].rank, sizeof(pl[i].rank), "%d", p->t->rank);
+		if (p->t && target__rank(p->t) >= 0)
+			snprintf(pl[i].rank, sizeof(pl[i].rank), "%d", target__rank(p->t));
 		pl[i].job = strdup(job_of(m, p->pid, jobtmp, sizeof(jobtmp)));
 		if (!p->exited)
 			live++;
@@ -593,7 +593,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		uint32_t last_tid = 0;
 
 		while (!p->exited && (cf = calls__next_open(fr->calls, p->pid, &it))) {
-			const struct fr_call *call = (const struct fr_call *)cf->user;
+			const struct fr_call *call = fr_call_of(fr, cf);
 
 			if (!call->known || (threads && cf->rec.tid == last_tid))
 				continue;
@@ -614,7 +614,7 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		bool any = false;
 
 		while (!p->exited && (cf = calls__next_open(fr->calls, p->pid, &it))) {
-			const struct fr_call *call = (const struct fr_call *)cf->user;
+			const struct fr_call *call = fr_call_of(fr, cf);
 			char tid[16];
 			bool first = true;
 

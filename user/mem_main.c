@@ -260,7 +260,9 @@ int mem_main(int argc, char **argv)
 	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
 	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
 					  .children = children };
-	struct target_probes resolve_only = {};	/* no programs: target__scan only finds libraries */
+	/* no programs: the session's scans only find libraries (memtrace.c probes them) */
+	struct target_probes resolve_only = {};
+	struct session *core = NULL;	/* library discovery; the records come by memtrace's */
 	struct memtrace_opts mo = {};
 	struct elfsym_cache *cache = NULL;
 	struct trace_json *tj = NULL;
@@ -286,23 +288,24 @@ int mem_main(int argc, char **argv)
 	if (!t)
 		goto cleanup;
 	cache = elfsym_cache__new();
-	if (!cache) {
+	core = cache ? session__new(cache, &resolve_only) : NULL;
+	if (!core || session__add_target(core, t)) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
-	err = target__scan(t, cache, &resolve_only);
+	err = session__scan(core, t);
 	if (err < 0) {
-		log_error("reading pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
+		log_error("reading pid %d (%s): %s\n", target__pid(t), target__comm(t), strerror(-err));
 		goto cleanup;
 	}
 	/* --torch-history: asked first, so a process whose PyTorch cannot is refused before
 	 * anything is attached */
 	if (env.torch_history) {
-		torch = torch_instr__start(t->pid, TORCH_MEM_HISTORY, NULL,
+		torch = torch_instr__start(target__pid(t), TORCH_MEM_HISTORY, NULL,
 					   (int)(env.torch_timeout * 1000), torch_err,
 					   sizeof(torch_err));
 		if (!torch) {
-			log_error("--torch-history: %s\n", torch__err_line(t->pid, torch_err));
+			log_error("--torch-history: %s\n", torch__err_line(target__pid(t), torch_err));
 			goto cleanup;
 		}
 	}
@@ -332,7 +335,7 @@ int mem_main(int argc, char **argv)
 			log_error("cannot write %s: %s\n", env.trace, strerror(-err));
 			goto cleanup;
 		}
-		trace_json__process_name(tj, t->pid, t->comm[0] ? t->comm : "process");
+		trace_json__process_name(tj, target__pid(t), target__comm(t)[0] ? target__comm(t) : "process");
 	}
 	mo.uprobe_multi = uprobe_multi__supported();
 	mo.no_stacks = env.no_stacks;
@@ -345,7 +348,7 @@ int mem_main(int argc, char **argv)
 	waiting = nothing_to_probe(mt);
 	if (waiting && !env.wait) {
 		log_error("pid %d (%s) has no CUDA runtime, CUDA driver or PyTorch allocator "
-			  "probes loaded; use --wait to wait for them\n", t->pid, t->comm);
+			  "probes loaded; use --wait to wait for them\n", target__pid(t), target__comm(t));
 		goto cleanup;
 	}
 	signal(SIGINT, on_signal);
@@ -353,10 +356,10 @@ int mem_main(int argc, char **argv)
 	if (env.duration > 0)
 		deadline = start_mono + (uint64_t)(env.duration * 1e9);
 	if (waiting)
-		log_info("waiting for pid %d (%s) to load CUDA or PyTorch\n", t->pid, t->comm);
+		log_info("waiting for pid %d (%s) to load CUDA or PyTorch\n", target__pid(t), target__comm(t));
 	else
 		log_info("tracing GPU memory of pid %d (%s): %d USDT probes, %d runtime and %d driver "
-			 "functions%s\n", t->pid, t->comm, memtrace__stats(mt)->usdt_probes,
+			 "functions%s\n", target__pid(t), target__comm(t), memtrace__stats(mt)->usdt_probes,
 			 memtrace__stats(mt)->runtime_probes, memtrace__stats(mt)->driver_probes,
 			 deadline ? "" : "; Ctrl-C to stop");
 	last_scan = start_mono;
@@ -373,7 +376,7 @@ int mem_main(int argc, char **argv)
 			break;
 		now = session__clock_ns(CLOCK_MONOTONIC);
 		if (target__gone(t)) {
-			log_info("pid %d (%s) exited\n", t->pid, t->comm);
+			log_info("pid %d (%s) exited\n", target__pid(t), target__comm(t));
 			break;
 		}
 		if (deadline && now >= deadline)
@@ -381,11 +384,11 @@ int mem_main(int argc, char **argv)
 		/* libraries loaded since (no dynamic-linker hook here: a rescan is cheap) */
 		if (now - last_scan > (waiting ? 100 : 500) * 1000000ULL) {
 			last_scan = now;
-			target__scan(t, cache, &resolve_only);
+			session__rescan(core);
 			memtrace__poll(mt);
 			if (waiting && !nothing_to_probe(mt)) {
 				waiting = false;
-				log_info("pid %d loaded CUDA or PyTorch; tracing\n", t->pid);
+				log_info("pid %d loaded CUDA or PyTorch; tracing\n", target__pid(t));
 			}
 		}
 	}
@@ -395,11 +398,11 @@ int mem_main(int argc, char **argv)
 			 env.output ? env.output : env.trace ? env.trace : "tptrace-mem");
 		if (target__gone(t)) {
 			log_error("--torch-history: pid %d exited before PyTorch's snapshot was "
-				  "taken\n", t->pid);
+				  "taken\n", target__pid(t));
 			goto cleanup;
 		}
 		if (torch_instr__stop(torch, torch_path, torch_err, sizeof(torch_err))) {
-			log_error("--torch-history: %s\n", torch__err_line(t->pid, torch_err));
+			log_error("--torch-history: %s\n", torch__err_line(target__pid(t), torch_err));
 			goto cleanup;
 		}
 		log_info("--torch-history: wrote PyTorch's own snapshot to %s\n", torch_path);
@@ -458,7 +461,7 @@ int mem_main(int argc, char **argv)
 		snprintf(dropped, sizeof(dropped), st->counters_err ? "unknown" : "%llu",
 			 (unsigned long long)st->dropped);
 		log_info("pid %d: %llu allocator events, %llu allocation calls (%llu OOM), "
-			 "%s dropped%s%s\n", t->pid,
+			 "%s dropped%s%s\n", target__pid(t),
 			 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
 					      memsnap__stats(memtrace__snap(mt))->frees),
 			 (unsigned long long)st->calls, (unsigned long long)st->ooms, dropped,
@@ -474,6 +477,7 @@ cleanup:
 	}
 	memtrace__free(mt);
 	torch_instr__free(torch);	/* a history left on by a failed run is switched off */
+	session__free(core);
 	target__free(t);
 	elfsym_cache__free(cache);
 	return ret;

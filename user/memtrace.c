@@ -107,14 +107,15 @@ struct frame_sym {
 
 struct memtrace {
 	struct target *t;
+	int pid;			/* target__pid(t) */
 	struct trace_json *tj;
 	struct mem_bpf *skel;
 	struct ring_buffer *rb;
-	struct calls *calls;		/* validates and dispatches ring records (calls.c) */
+	struct session *core;		/* its ring's consumer (session.h), this its one sink */
 	struct memsnap *snap;
 	struct probe_progs progs;	/* mem_entry/mem_return, their multi flavours */
 	struct probe_links links;	/* every memory probe, detached by memtrace__free */
-	uint8_t *obj_flags;		/* per t->objs index */
+	uint8_t *obj_flags;		/* per target__obj index */
 	int nr_objs_seen;
 	struct u64map tid_device;	/* tid -> device + 1 (cudaSetDevice) */
 	struct u64map syms;		/* address -> struct frame_sym * */
@@ -168,7 +169,7 @@ static uint64_t api_cookie(int id)
 /* Entry and return probes on every function of the table present in obj (runtime or driver
  * half), as one plan: one uprobe_multi link each way where the kernel has them. Aliases (two
  * names, one address) are probed once. Functions probed, or a negative errno. */
-static int attach_apis(struct memtrace *mt, struct target_obj *obj, bool driver)
+static int attach_apis(struct memtrace *mt, const struct target_obj *obj, bool driver)
 {
 	struct probe_plan *plan = probe_plan__new(obj);
 	struct probe_counts counts = {};
@@ -179,7 +180,7 @@ static int attach_apis(struct memtrace *mt, struct target_obj *obj, bool driver)
 	for (int id = 0; id < NR_MEM_APIS; id++)
 		if (mem_apis[id].driver == driver)
 			probe_plan__add(plan, mem_apis[id].symbol, api_cookie(id), true);
-	r = probe_plan__attach(plan, mt->t->pid, &mt->progs, &mt->links, &counts);
+	r = probe_plan__attach(plan, mt->pid, &mt->progs, &mt->links, &counts);
 	probe_plan__free(plan);
 	mt->st.attach_errors += counts.errors;
 	/* a return probe attaches only where its entry did: returns count whole functions */
@@ -187,7 +188,7 @@ static int attach_apis(struct memtrace *mt, struct target_obj *obj, bool driver)
 }
 
 /* PyTorch's caching-allocator USDT probes in obj. Probes attached or a negative errno. */
-static int attach_usdt(struct memtrace *mt, struct target_obj *obj)
+static int attach_usdt(struct memtrace *mt, const struct target_obj *obj)
 {
 	struct probe_plan *plan = probe_plan__new(obj);
 	struct probe_counts counts = {};
@@ -197,7 +198,7 @@ static int attach_usdt(struct memtrace *mt, struct target_obj *obj)
 		return -ENOMEM;
 	probe_plan__add_usdt(plan, mt->skel->progs.mem_usdt_malloc, "pytorch", "malloc");
 	probe_plan__add_usdt(plan, mt->skel->progs.mem_usdt_free, "pytorch", "free");
-	r = probe_plan__attach(plan, mt->t->pid, &mt->progs, &mt->links, &counts);
+	r = probe_plan__attach(plan, mt->pid, &mt->progs, &mt->links, &counts);
 	probe_plan__free(plan);
 	mt->st.attach_errors += counts.errors;
 	return r;
@@ -209,14 +210,14 @@ static int attach_new_objects(struct memtrace *mt)
 	struct target *t = mt->t;
 	uint8_t *flags;
 
-	if (t->nr_objs <= mt->nr_objs_seen)
+	if (target__nr_objs(t) <= mt->nr_objs_seen)
 		return 0;
-	flags = realloc(mt->obj_flags, t->nr_objs);
+	flags = realloc(mt->obj_flags, target__nr_objs(t));
 	if (!flags)
 		return -ENOMEM;
 	mt->obj_flags = flags;
-	for (int i = mt->nr_objs_seen; i < t->nr_objs; i++) {
-		struct target_obj *obj = &t->objs[i];
+	for (int i = mt->nr_objs_seen; i < target__nr_objs(t); i++) {
+		const struct target_obj *obj = target__obj(t, i);
 		int r;
 
 		flags[i] = OBJ_SEEN;
@@ -253,7 +254,7 @@ static int attach_new_objects(struct memtrace *mt)
 			}
 		}
 	}
-	mt->nr_objs_seen = t->nr_objs;
+	mt->nr_objs_seen = target__nr_objs(t);
 	return 0;
 }
 
@@ -276,8 +277,8 @@ static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, boo
 	if (u64map__get(&mt->syms, addr, &cached))
 		return (const struct frame_sym *)(uintptr_t)cached;
 	if (!target__sym_at(t, lookup, &sym))
-		idx = sym.obj - t->objs;
-	v = t->maps ? procmaps__find(t->maps, addr) : NULL;
+		idx = sym.obj - target__obj(t, 0);
+	v = target__maps(t) ? procmaps__find(target__maps(t), addr) : NULL;
 	if (sym.name) {
 		snprintf(name, sizeof(name), "%s+0x%" PRIx64, sym.name,
 			 sym.offset + (ret_addr ? 1 : 0));
@@ -392,13 +393,13 @@ static void write_counters(struct memtrace *mt, int device, uint64_t ts, bool al
 		return;
 	if (alloc) {
 		snprintf(name, sizeof(name), "bytes allocated (cuda:%d)", device);
-		trace_json__event(mt->tj, "C", "cuda_memory", name, mt->t->pid, 0, ts, 0);
+		trace_json__event(mt->tj, "C", "cuda_memory", name, mt->pid, 0, ts, 0);
 		trace_json__arg_u64(mt->tj, "bytes", d->allocated);
 		trace_json__event_end(mt->tj);
 	}
 	if (reserved) {
 		snprintf(name, sizeof(name), "bytes reserved (cuda:%d)", device);
-		trace_json__event(mt->tj, "C", "cuda_memory", name, mt->t->pid, 0, ts, 0);
+		trace_json__event(mt->tj, "C", "cuda_memory", name, mt->pid, 0, ts, 0);
 		trace_json__arg_u64(mt->tj, "bytes", d->reserved);
 		trace_json__event_end(mt->tj);
 	}
@@ -411,12 +412,12 @@ static void write_host_counters(struct memtrace *mt, uint64_t ts)
 	if (!mt->tj)
 		return;
 	if (mt->any_host) {
-		trace_json__event(mt->tj, "C", "cuda_memory", "bytes pinned host", mt->t->pid, 0, ts, 0);
+		trace_json__event(mt->tj, "C", "cuda_memory", "bytes pinned host", mt->pid, 0, ts, 0);
 		trace_json__arg_u64(mt->tj, "bytes", st->host_bytes);
 		trace_json__event_end(mt->tj);
 	}
 	if (mt->any_managed) {
-		trace_json__event(mt->tj, "C", "cuda_memory", "bytes managed", mt->t->pid, 0, ts, 0);
+		trace_json__event(mt->tj, "C", "cuda_memory", "bytes managed", mt->pid, 0, ts, 0);
 		trace_json__arg_u64(mt->tj, "bytes", st->managed_bytes);
 		trace_json__event_end(mt->tj);
 	}
@@ -431,7 +432,7 @@ static void write_memory_event(struct memtrace *mt, uint32_t tid, uint64_t ts, c
 
 	if (!mt->tj || !d)
 		return;
-	trace_json__event(mt->tj, "i", "cuda_memory", "[memory]", mt->t->pid, tid, ts, 0);
+	trace_json__event(mt->tj, "i", "cuda_memory", "[memory]", mt->pid, tid, ts, 0);
 	trace_json__field_raw(mt->tj, "s", "\"t\"");
 	trace_json__arg_str(mt->tj, "action", action);
 	trace_json__arg_i64(mt->tj, "Device Type", 1);
@@ -441,7 +442,7 @@ static void write_memory_event(struct memtrace *mt, uint32_t tid, uint64_t ts, c
 	trace_json__arg_u64(mt->tj, "Total Allocated", d->allocated);
 	trace_json__arg_u64(mt->tj, "Total Reserved", d->reserved);
 	if (mt->ustacks)
-		ustack__write_args(mt->tj, ustacks__lookup, mt->ustacks, (int)mt->t->pid, ustack);
+		ustack__write_args(mt->tj, ustacks__lookup, mt->ustacks, mt->pid, ustack);
 	trace_json__event_end(mt->tj);
 }
 
@@ -452,7 +453,7 @@ static void write_oom(struct memtrace *mt, const struct mem_rec_call *rec, const
 
 	if (!mt->tj)
 		return;
-	trace_json__event(mt->tj, "i", "cuda_memory", "OOM", mt->t->pid, rec->tid, rec->ts_return, 0);
+	trace_json__event(mt->tj, "i", "cuda_memory", "OOM", mt->pid, rec->tid, rec->ts_return, 0);
 	trace_json__field_raw(mt->tj, "s", "\"p\"");
 	trace_json__arg_str(mt->tj, "api", api);
 	trace_json__arg_i64(mt->tj, "device", device);
@@ -463,7 +464,7 @@ static void write_oom(struct memtrace *mt, const struct mem_rec_call *rec, const
 		trace_json__arg_u64(mt->tj, "bytes reserved", d->reserved);
 	}
 	if (mt->ustacks)	/* which line ran out of memory */
-		ustack__write_args(mt->tj, ustacks__lookup, mt->ustacks, (int)mt->t->pid, rec->ustack);
+		ustack__write_args(mt->tj, ustacks__lookup, mt->ustacks, mt->pid, rec->ustack);
 	trace_json__event_end(mt->tj);
 }
 
@@ -474,7 +475,7 @@ static void write_call(struct memtrace *mt, const struct mem_rec_call *rec, cons
 
 	if (!tj)
 		return;
-	trace_json__event(tj, "i", "cuda_memory", a->symbol, mt->t->pid, rec->tid, rec->ts_entry, 0);
+	trace_json__event(tj, "i", "cuda_memory", a->symbol, mt->pid, rec->tid, rec->ts_entry, 0);
 	trace_json__field_raw(tj, "s", "\"t\"");
 	if (a->size >= 0)
 		trace_json__arg_u64(tj, "size", rec->args[a->size]);
@@ -495,7 +496,7 @@ static void write_call(struct memtrace *mt, const struct mem_rec_call *rec, cons
 	trace_json__arg_i64(tj, "rc", (int32_t)rec->rc);
 	trace_json__arg_f64(tj, "duration_us", (rec->ts_return - rec->ts_entry) / 1e3);
 	if (mt->ustacks)
-		ustack__write_args(tj, ustacks__lookup, mt->ustacks, (int)mt->t->pid, rec->ustack);
+		ustack__write_args(tj, ustacks__lookup, mt->ustacks, mt->pid, rec->ustack);
 	trace_json__event_end(tj);
 }
 
@@ -631,14 +632,18 @@ static void handle_usdt(void *ctx, const void *data)
 	write_counters(mt, device, rec->ts, true, false);
 }
 
-static struct calls *new_calls(struct memtrace *mt)
+static struct session *new_core(struct memtrace *mt)
 {
-	struct calls_sink sink = {
-		.ctx = mt, .mem_call = handle_call, .mem_usdt = handle_usdt,
-		.mem_api_count = NR_MEM_APIS,
+	static const struct session_sink_ops ops = {
+		.on_mem_call = handle_call, .on_mem_usdt = handle_usdt,
 	};
+	struct session *s = session__new_mem(NR_MEM_APIS);
 
-	return calls__new(CALLS_RING_MEM, &sink);
+	if (s && session__add_sink(s, &ops, mt, NULL)) {
+		session__free(s);
+		return NULL;
+	}
+	return s;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
@@ -658,6 +663,7 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		return NULL;
 	}
 	mt->t = t;
+	mt->pid = target__pid(t);
 	mt->tj = tj;
 	mt->snap = memsnap__new(opts->history);
 	if (!mt->snap) {
@@ -711,10 +717,10 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 			goto err;
 		}
 		ustacks__set_code_free_prog(mt->ustacks, mt->skel->progs.ustack_code_free);
-		if (ustacks__add_pid(mt->ustacks, t->pid, &python, mt->py_why, sizeof(mt->py_why)))
-			log_info("pid %d: no Python frames in the snapshot: %s\n", t->pid, mt->py_why);
+		if (ustacks__add_pid(mt->ustacks, target__pid(t), &python, mt->py_why, sizeof(mt->py_why)))
+			log_info("pid %d: no Python frames in the snapshot: %s\n", target__pid(t), mt->py_why);
 		else
-			log_verbose("pid %d: Python %s: allocations carry Python frames\n", t->pid,
+			log_verbose("pid %d: Python %s: allocations carry Python frames\n", target__pid(t),
 				    python);
 	}
 	mt->progs.entry = mt->skel->progs.mem_entry;
@@ -723,20 +729,20 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		mt->progs.entry_multi = mt->skel->progs.mem_entry_multi;
 		mt->progs.ret_multi = mt->skel->progs.mem_return_multi;
 	}
-	mt->calls = new_calls(mt);
-	mt->rb = mt->calls ? ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events),
-					      calls__ring_cb, mt->calls, NULL) : NULL;
+	mt->core = new_core(mt);
+	mt->rb = mt->core ? ring_buffer__new(bpf_map__fd(mt->skel->maps.mem_events),
+					     session__ring_cb, mt->core, NULL) : NULL;
 	if (!mt->rb) {
 		log_error("failed to create the memory ring buffer: %s\n", strerror(errno));
 		goto err;
 	}
 	err = attach_new_objects(mt);
 	if (err) {
-		log_error("attaching memory probes to pid %d (%s): %s\n", t->pid, t->comm,
+		log_error("attaching memory probes to pid %d (%s): %s\n", target__pid(t), target__comm(t),
 			  strerror(-err));
 		goto err;
 	}
-	log_verbose("pid %d: %d USDT, %d runtime, %d driver memory probes\n", t->pid,
+	log_verbose("pid %d: %d USDT, %d runtime, %d driver memory probes\n", target__pid(t),
 		    mt->st.usdt_probes, mt->st.runtime_probes, mt->st.driver_probes);
 	return mt;
 err:
@@ -780,9 +786,9 @@ const struct memtrace_stats *memtrace__stats(struct memtrace *mt)
 	read_counter(mt, MEM_CNT_NESTED, &mt->st.nested_driver_calls);
 	read_counter(mt, MEM_CNT_ORPHAN, &mt->st.orphan_returns);
 	read_counter(mt, MEM_CNT_STACK_FAIL, &mt->st.stack_failures);
-	if (mt->calls) {
-		mt->st.records = calls__stats(mt->calls)->records;
-		mt->st.bad_records = calls__stats(mt->calls)->bad_records;
+	if (mt->core) {
+		mt->st.records = session__stats(mt->core)->records;
+		mt->st.bad_records = session__stats(mt->core)->bad_records;
 	}
 	return &mt->st;
 }
@@ -796,7 +802,7 @@ char *memtrace__meta_json(struct memtrace *mt)
 
 	if (!o)
 		return NULL;
-	cJSON_AddNumberToObject(o, "pid", mt->t->pid);
+	cJSON_AddNumberToObject(o, "pid", mt->pid);
 	arr = cJSON_AddArrayToObject(o, "libraries");
 	for (int i = 0; i < mt->nr_paths; i++)
 		cJSON_AddItemToArray(arr, cJSON_CreateString(mt->paths[i]));
@@ -824,14 +830,14 @@ char *memtrace__meta_json(struct memtrace *mt)
 	}
 	if (mt->ustacks) {	/* --py-stacks */
 		cJSON *py = cJSON_AddObjectToObject(o, "py_stacks");
-		const char *v = ustacks__python(mt->ustacks, mt->t->pid);
+		const char *v = ustacks__python(mt->ustacks, mt->pid);
 		uint64_t n;
 
 		if (v)
 			cJSON_AddStringToObject(py, "python", v);
 		else
 			cJSON_AddNullToObject(py, "python");
-		v = ustacks__why(mt->ustacks, mt->t->pid);
+		v = ustacks__why(mt->ustacks, mt->pid);
 		if (v)
 			cJSON_AddStringToObject(py, "why_no_frames", v);
 		else
@@ -869,9 +875,9 @@ struct memsnap *memtrace__snap(struct memtrace *mt)
 void memtrace__info(struct memtrace *mt, struct memsnap_info *info)
 {
 	memset(info, 0, sizeof(*info));
-	info->pid = mt->t->pid;
-	info->comm = mt->t->comm;
-	info->alloc_conf = mt->t->alloc_conf;
+	info->pid = mt->pid;
+	info->comm = target__comm(mt->t);
+	info->alloc_conf = target__alloc_conf(mt->t);
 	info->version = TPTRACE_VERSION;
 	info->stack_fn = stack_frames;
 	info->stack_ctx = mt;
@@ -886,7 +892,7 @@ void memtrace__free(struct memtrace *mt)
 	if (!mt)
 		return;
 	ring_buffer__free(mt->rb);
-	calls__free(mt->calls);
+	session__free(mt->core);
 	probe_links__destroy(&mt->links);
 	ustacks__free(mt->ustacks);
 	mem_bpf__destroy(mt->skel);

@@ -13,6 +13,8 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include "cuda.skel.h"
+#include "cuda_api.h"
+#include "nccl_api.h"
 #include "ustack.h"
 #include "cuda.h"
 #include "log.h"
@@ -368,4 +370,252 @@ int session__parse_seconds(const char *arg, double *sec)
 		return -EINVAL;
 	*sec = v;
 	return 0;
+}
+
+/* ---- the acquisition core ---- */
+
+struct session_sink {
+	struct session_sink_ops ops;
+	void *ctx;
+	size_t user_off;
+};
+
+struct session {
+	struct calls *calls;
+	struct elfsym_cache *cache;
+	const struct target_probes *probes;
+	struct session_sink *sinks;
+	int nr_sinks;
+	size_t user_used;
+	struct target **targets;
+	int nr_targets;
+};
+
+static void *sink_user(const struct session_sink *k, const struct call_frame *f)
+{
+	return (char *)f->user + k->user_off;
+}
+
+static void core_entry(void *ctx, struct call_frame *f)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_entry)
+			s->sinks[i].ops.on_entry(s->sinks[i].ctx, f, sink_user(&s->sinks[i], f));
+}
+
+static void core_call(void *ctx, const struct call *c)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_call)
+			s->sinks[i].ops.on_call(s->sinks[i].ctx, c, sink_user(&s->sinks[i], c->frame));
+}
+
+/* A return record follows an entry when the api's return is probed: always where the table
+ * says so, on every api with --durations. */
+static bool core_has_return(void *ctx, uint32_t api)
+{
+	struct session *s = ctx;
+
+	if (api >= NCCL_API_BASE)
+		return nccl_api_has_return(api - NCCL_API_BASE);
+	return cuda_apis[api].ret || (s->probes && s->probes->all_returns);
+}
+
+static void core_dlopen(void *ctx, const struct tp_rec_dlopen *r)
+{
+	struct session *s = ctx;
+	struct target *t = session__target(s, (int)r->pid);
+
+	int n;
+
+	if (!t || target__exited(t))
+		return;
+	n = session__scan(s, t);
+	if (n > 0)
+		log_verbose("pid %d loaded new code: %d probes attached\n", target__pid(t), n);
+}
+
+static void core_exit(void *ctx, const struct tp_rec_exit *x)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_exit)
+			s->sinks[i].ops.on_exit(s->sinks[i].ctx, x);
+}
+
+static void core_map(void *ctx, const struct tp_rec_map *m)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_map)
+			s->sinks[i].ops.on_map(s->sinks[i].ctx, m);
+}
+
+static void core_exec(void *ctx, const struct tp_rec_exec *e)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_exec)
+			s->sinks[i].ops.on_exec(s->sinks[i].ctx, e);
+}
+
+static void core_mem_call(void *ctx, const void *rec)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_mem_call)
+			s->sinks[i].ops.on_mem_call(s->sinks[i].ctx, rec);
+}
+
+static void core_mem_usdt(void *ctx, const void *rec)
+{
+	struct session *s = ctx;
+
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_mem_usdt)
+			s->sinks[i].ops.on_mem_usdt(s->sinks[i].ctx, rec);
+}
+
+static struct session *core_new(enum calls_ring ring, struct elfsym_cache *cache,
+				const struct target_probes *probes, uint32_t mem_api_count)
+{
+	struct session *s = calloc(1, sizeof(*s));
+	struct calls_sink sink = {
+		.entry = core_entry, .call = core_call, .has_return = core_has_return,
+		.dlopen = core_dlopen, .exit = core_exit, .map = core_map, .exec = core_exec,
+		.mem_call = core_mem_call,
+		.mem_usdt = core_mem_usdt, .mem_api_count = mem_api_count,
+	};
+
+	if (!s)
+		return NULL;
+	sink.ctx = s;
+	s->cache = cache;
+	s->probes = probes;
+	s->calls = calls__new(ring, &sink);
+	if (!s->calls) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+struct session *session__new(struct elfsym_cache *cache, const struct target_probes *probes)
+{
+	return core_new(CALLS_RING_CUDA, cache, probes, 0);
+}
+
+struct session *session__new_mem(uint32_t mem_api_count)
+{
+	return core_new(CALLS_RING_MEM, NULL, NULL, mem_api_count);
+}
+
+void session__free(struct session *s)
+{
+	if (!s)
+		return;
+	calls__free(s->calls);
+	free(s->sinks);
+	free(s->targets);
+	free(s);
+}
+
+int session__add_sink(struct session *s, const struct session_sink_ops *ops, void *ctx,
+		      size_t *user_off)
+{
+	size_t bytes = (ops->user_bytes + 7) & ~(size_t)7;
+	struct session_sink *n;
+
+	if (s->user_used + bytes > CALLS_USER_BYTES)
+		return -ENOSPC;
+	n = realloc(s->sinks, (s->nr_sinks + 1) * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	s->sinks = n;
+	n[s->nr_sinks] = (struct session_sink){ .ops = *ops, .ctx = ctx, .user_off = s->user_used };
+	if (user_off)
+		*user_off = s->user_used;
+	s->user_used += bytes;
+	s->nr_sinks++;
+	return 0;
+}
+
+int session__add_target(struct session *s, struct target *t)
+{
+	struct target **n = realloc(s->targets, (s->nr_targets + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	s->targets = n;
+	s->targets[s->nr_targets++] = t;
+	return 0;
+}
+
+void session__remove_target(struct session *s, struct target *t)
+{
+	for (int i = 0; i < s->nr_targets; i++) {
+		if (s->targets[i] != t)
+			continue;
+		memmove(&s->targets[i], &s->targets[i + 1],
+			(s->nr_targets - i - 1) * sizeof(*s->targets));
+		s->nr_targets--;
+		return;
+	}
+}
+
+struct target *session__target(struct session *s, int pid)
+{
+	for (int i = s->nr_targets - 1; i >= 0; i--)
+		if (target__pid(s->targets[i]) == pid)
+			return s->targets[i];
+	return NULL;
+}
+
+int session__scan(struct session *s, struct target *t)
+{
+	int n = target__scan(t, s->cache, s->probes);
+
+	if (n < 0)
+		return n;
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ops.on_library)
+			s->sinks[i].ops.on_library(s->sinks[i].ctx, t, n);
+	return n;
+}
+
+void session__rescan(struct session *s)
+{
+	for (int i = 0; i < s->nr_targets; i++)
+		if (!target__exited(s->targets[i]))
+			session__scan(s, s->targets[i]);
+}
+
+int session__ring_cb(void *ctx, void *data, size_t size)
+{
+	struct session *s = ctx;
+
+	return calls__ring_cb(s->calls, data, size);
+}
+
+void session__finish(struct session *s, uint64_t end_ns)
+{
+	calls__finish(s->calls, end_ns);
+}
+
+const struct calls_stats *session__stats(const struct session *s)
+{
+	return calls__stats(s->calls);
+}
+
+struct calls *session__calls(struct session *s)
+{
+	return s->calls;
 }

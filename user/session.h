@@ -5,7 +5,9 @@
 #define TPTRACE_SESSION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include "calls.h"
 
 struct cuda_bpf;
 struct ustacks;
@@ -62,6 +64,66 @@ int session__drops(const struct session_bpf *b, uint64_t *drops);
  * read would: the tests check that unknown counts are written as unknown. */
 int session__percpu_sum(int map_fd, uint32_t key, uint64_t *sum);
 uint64_t session__clock_ns(int clockid);
+/* ---- the acquisition core ----
+ * One session owns the ring's one consumer (calls.c: validation, pairing, the record switch),
+ * the traced processes, and library discovery: a dlopen record, or a periodic rescan,
+ * attaches the probes of newly loaded code (target__scan) and tells the sinks. Sinks (the
+ * trace writer decode.c, the flight recorder flightrec.c) register ops and receive complete
+ * calls; none consumes records or attaches probes itself. */
+struct elfsym_cache;
+
+struct session_sink_ops {
+	/* bytes of each open call's call_frame.user this sink keeps (what its return needs);
+	 * user below points at them, session__user finds them again */
+	size_t user_bytes;
+	/* every entry, before it is pushed */
+	void (*on_entry)(void *ctx, struct call_frame *f, void *user);
+	/* a paired call: entry + return, or the reason it has none (calls.h) */
+	void (*on_call)(void *ctx, const struct call *c, void *user);
+	/* t (live, known to the session) loaded code, as a dlopen record or a rescan said; its
+	 * new probes (>= 0) are attached already */
+	void (*on_library)(void *ctx, struct target *t, int new_probes);
+	/* after the process's open calls were delivered as CALL_EXITED */
+	void (*on_exit)(void *ctx, const struct tp_rec_exit *x);
+	/* tptrace fr -a: a process mapped a library file, a recorded process called exec */
+	void (*on_map)(void *ctx, const struct tp_rec_map *m);
+	void (*on_exec)(void *ctx, const struct tp_rec_exec *e);
+	/* bpf/mem.h rings */
+	void (*on_mem_call)(void *ctx, const void *rec);
+	void (*on_mem_usdt)(void *ctx, const void *rec);
+};
+
+struct session;
+
+/* A session of bpf/cuda.h records. probes: what target__scan attaches (its all_returns says
+ * which apis return records follow); cache and probes outlive the session. NULL and errno. */
+struct session *session__new(struct elfsym_cache *cache, const struct target_probes *probes);
+/* A session of bpf/mem.h records (api ids below mem_api_count): no targets of its own, the
+ * memory tracer attaches its probes itself (memtrace.c). */
+struct session *session__new_mem(uint32_t mem_api_count);
+void session__free(struct session *s);	/* not its targets: their owner frees them */
+/* 0, -ENOSPC when the sinks' user bytes pass CALLS_USER_BYTES, -ENOMEM. *user_off (may be
+ * NULL): where the sink's bytes start in call_frame.user. */
+int session__add_sink(struct session *s, const struct session_sink_ops *ops, void *ctx,
+		      size_t *user_off);
+/* The processes the session discovers libraries for (owned by the caller; 0 or -ENOMEM). A
+ * pid may come back as a new target (after exec): the newest one is the pid's. */
+int session__add_target(struct session *s, struct target *t);
+void session__remove_target(struct session *s, struct target *t);	/* before freeing it */
+struct target *session__target(struct session *s, int pid);
+/* Attaches what t loaded since its last scan and tells the sinks when the scan found
+ * anything to do: target__scan's result (new probes, or a negative errno). */
+int session__scan(struct session *s, struct target *t);
+/* Every live target rescanned: a backstop for code mapped without the linker's notice. */
+void session__rescan(struct session *s);
+/* libbpf ring_buffer callback: ctx is the session. Always 0 (bad records are counted). */
+int session__ring_cb(void *ctx, void *data, size_t size);
+/* Delivers every call still open as CALL_UNFINISHED ending at end_ns. */
+void session__finish(struct session *s, uint64_t end_ns);
+/* The consumer's counts, and its open calls (calls__next_open) for a sink's own walks. */
+const struct calls_stats *session__stats(const struct session *s);
+struct calls *session__calls(struct session *s);
+
 /* -v/-q for every subcommand (an argp child) and libbpf's messages gated by -v. */
 struct argp;
 extern const struct argp session_common_argp;

@@ -36,6 +36,34 @@ struct handle_static {
 	char *name;		/* demangled kernel name */
 };
 
+struct target {
+	int pid;
+	int pidfd;		/* -1 when pidfd_open is unavailable */
+	char comm[32];
+	char *cmdline;
+	int rank, world_size, local_rank;	/* -1 when not in the environment */
+	char *alloc_conf;	/* PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF), NULL if unset */
+	struct procmaps *maps;
+	struct target_obj *objs;
+	int nr_objs;
+	struct probe_links links;	/* the probes of target__scan */
+	int nr_probes;		/* uprobes attached (entry + return) */
+	int nr_cudart;		/* objects with a CUDA runtime */
+	int nr_nccl;		/* objects with NCCL */
+	int nr_driver;		/* objects that are the CUDA driver */
+	int exit_code;		/* wait status from the exit tracepoint, -1 unknown */
+	int attach_errors;
+	int nr_stub_funcs;	/* nvcc device stub functions seen in the symbol tables */
+	bool want_caller2;	/* some stubs have no readable __handle static */
+	int nr_aliased;		/* APIs left unprobed: a tail jump to another probed API */
+	bool exited;
+	uint64_t exit_ns;
+	struct u64map handle_names;	/* cudaKernel_t -> char* (demangled) */
+	struct u64map handle_src;	/* cudaKernel_t -> const char* source tag */
+	struct u64map addr_names;	/* code address -> struct sym_entry* */
+	uint64_t last_static_scan_ns;
+};
+
 struct target_priv {
 	struct handle_static *statics;
 	int nr_statics, cap_statics;
@@ -861,6 +889,18 @@ bool target__addr_in_nccl(struct target *t, uint64_t addr)
 	return obj && obj->nccl;
 }
 
+enum call_nesting target__call_nesting(struct target *t, const struct tp_rec_call *rec)
+{
+	/* a static cudart inside libnccl.so.2 is the runtime: asked first */
+	if (!cuda_api_is_driver(rec->api) || (rec->flags & TP_CALL_STACK_FAULT))
+		return CALL_OWN;
+	if (target__addr_in_cudart(t, rec->stack[0]))
+		return CALL_IN_RUNTIME;
+	if (target__addr_in_nccl(t, rec->stack[0]))
+		return CALL_IN_NCCL;
+	return CALL_OWN;
+}
+
 const char *target__symbolize(struct target *t, uint64_t addr)
 {
 	const struct sym_entry *e = resolve(t, addr);
@@ -954,3 +994,86 @@ void target__kernel_name(struct target *t, struct elfsym_cache *cache,
 	if (!out->handle && maybe_func)
 		out->func = first;
 }
+
+int target__pid(const struct target *t)
+{
+	return t->pid;
+}
+
+const char *target__comm(const struct target *t)
+{
+	return t->comm;
+}
+
+const char *target__cmdline(const struct target *t)
+{
+	return t->cmdline;
+}
+
+int target__rank(const struct target *t)
+{
+	return t->rank;
+}
+
+int target__world_size(const struct target *t)
+{
+	return t->world_size;
+}
+
+int target__local_rank(const struct target *t)
+{
+	return t->local_rank;
+}
+
+const char *target__alloc_conf(const struct target *t)
+{
+	return t->alloc_conf;
+}
+
+struct procmaps *target__maps(const struct target *t)
+{
+	return t->maps;
+}
+
+int target__nr_objs(const struct target *t)
+{
+	return t->nr_objs;
+}
+
+const struct target_obj *target__obj(const struct target *t, int i)
+{
+	return i >= 0 && i < t->nr_objs ? &t->objs[i] : NULL;
+}
+
+void target__counts(const struct target *t, struct target_counts *out)
+{
+	out->probes = t->nr_probes;
+	out->cudart = t->nr_cudart;
+	out->nccl = t->nr_nccl;
+	out->driver = t->nr_driver;
+	out->attach_errors = t->attach_errors;
+}
+
+void target__set_exit(struct target *t, int exit_code, uint64_t exit_ns)
+{
+	t->exit_code = exit_code;
+	if (exit_ns)
+		t->exit_ns = exit_ns;
+}
+
+void target__end(struct target *t, uint64_t ns)
+{
+	t->exited = true;
+	t->exit_ns = ns;
+}
+
+bool target__exited(const struct target *t)
+{
+	return t->exited;
+}
+
+int target__exit_code(const struct target *t)
+{
+	return t->exit_code;
+}
+

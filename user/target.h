@@ -51,33 +51,44 @@ struct target_obj {
 	int nr_probes;
 };
 
-struct target {
-	int pid;
-	int pidfd;		/* -1 when pidfd_open is unavailable */
-	char comm[32];
-	char *cmdline;
-	int rank, world_size, local_rank;	/* -1 when not in the environment */
-	char *alloc_conf;	/* PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF), NULL if unset */
-	struct procmaps *maps;
-	struct target_obj *objs;
-	int nr_objs;
-	struct probe_links links;	/* the probes of target__scan */
-	int nr_probes;		/* uprobes attached (entry + return) */
-	int nr_cudart;		/* objects with a CUDA runtime */
-	int nr_nccl;		/* objects with NCCL */
-	int nr_driver;		/* objects that are the CUDA driver */
-	int exit_code;		/* wait status from the exit tracepoint, -1 unknown */
+/* One traced process; its fields are target.c's, read through the functions below. */
+struct target;
+
+/* What target__new read from /proc: the pid, comm ("" when unreadable), the command line
+ * (NULL when unreadable), the job's ranks from the environment (-1 when not set) and
+ * PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF; NULL if unset). Strings live as long as
+ * the target. */
+int target__pid(const struct target *t);
+const char *target__comm(const struct target *t);
+const char *target__cmdline(const struct target *t);
+int target__rank(const struct target *t);
+int target__world_size(const struct target *t);
+int target__local_rank(const struct target *t);
+const char *target__alloc_conf(const struct target *t);
+/* The process's maps as of the last scan; NULL before the first. */
+struct procmaps *target__maps(const struct target *t);
+/* The objects scanned so far, in the order they were found (an index stays valid as more
+ * are found; the pointer is valid until the next scan). */
+int target__nr_objs(const struct target *t);
+const struct target_obj *target__obj(const struct target *t, int i);
+/* What the scans attached: uprobes (entry + return), objects holding a CUDA runtime, NCCL,
+ * the CUDA driver, and probes that failed to attach. */
+struct target_counts {
+	int probes;
+	int cudart;
+	int nccl;
+	int driver;
 	int attach_errors;
-	int nr_stub_funcs;	/* nvcc device stub functions seen in the symbol tables */
-	bool want_caller2;	/* some stubs have no readable __handle static */
-	int nr_aliased;		/* APIs left unprobed: a tail jump to another probed API */
-	bool exited;
-	uint64_t exit_ns;
-	struct u64map handle_names;	/* cudaKernel_t -> char* (demangled) */
-	struct u64map handle_src;	/* cudaKernel_t -> const char* source tag */
-	struct u64map addr_names;	/* code address -> struct sym_entry* */
-	uint64_t last_static_scan_ns;
 };
+void target__counts(const struct target *t, struct target_counts *out);
+/* The process's exit as the exit tracepoint saw it: wait status (-1 unknown) and time (0:
+ * not given). */
+void target__set_exit(struct target *t, int exit_code, uint64_t exit_ns);
+/* The process replaced its image (exec): this target is over at ns. */
+void target__end(struct target *t, uint64_t ns);
+/* Whether the target was seen gone (target__gone or target__end), without asking again. */
+bool target__exited(const struct target *t);
+int target__exit_code(const struct target *t);	/* wait status, -1 unknown */
 
 /* Opens the pid (no attach yet). NULL and errno: ESRCH no such process, EACCES. */
 struct target *target__new(int pid);
@@ -119,6 +130,19 @@ int target__nccl_func(struct target *t, const char *name, uint64_t *addr);
 bool target__addr_in_cudart(struct target *t, uint64_t addr);
 /* Whether a code address lies in a library holding NCCL (a call made by NCCL itself). */
 bool target__addr_in_nccl(struct target *t, uint64_t addr);
+/* The nested-call rule, one for every sink of bpf/cuda.h records (the trace writer, the
+ * flight recorder): who made a driver call, as its return address (rec->stack[0]) tells. A
+ * runtime call that made a driver call (cudaLaunchKernel -> cuLaunchKernel) is the call the
+ * program made: the driver call is part of it. Not a driver call, or a return address that
+ * could not be read (TP_CALL_STACK_FAULT): CALL_OWN. bpf/mem.bpf.c decides the same question
+ * in the kernel for the memory APIs (its twin; see there). */
+enum call_nesting {
+	CALL_OWN,		/* made by the program (or by code none of the below) */
+	CALL_IN_RUNTIME,	/* a driver call made by a CUDA runtime (target__addr_in_cudart) */
+	CALL_IN_NCCL,		/* a driver call made by NCCL's own code */
+};
+struct tp_rec_call;
+enum call_nesting target__call_nesting(struct target *t, const struct tp_rec_call *rec);
 /* The kernel whose nvcc device stub contains addr (a return address), NULL otherwise. */
 const char *target__stub_kernel(struct target *t, uint64_t addr);
 /* Name for a CUDA 13 kernel handle, NULL if unknown; *source says how it was learned. */

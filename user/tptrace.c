@@ -233,6 +233,7 @@ struct trace_session {
 	struct elfsym_cache *cache;
 	struct trace_json *tj;
 	bool output_created;		/* we created the output file: remove it on failure */
+	struct session *core;		/* the ring's consumer, library discovery and attach */
 	struct decoder *dec;
 	struct ring_buffer *rb;
 	uint64_t start_mono, start_real, end_mono;
@@ -380,33 +381,35 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 {
 	const struct target *t = p->t;
 	cJSON *o = cJSON_CreateObject(), *libs;
+	struct target_counts n;
 
-	cJSON_AddNumberToObject(o, "pid", t->pid);
-	cJSON_AddStringToObject(o, "comm", t->comm);
-	cJSON_AddStringToObject(o, "cmdline", t->cmdline ? t->cmdline : "");
-	if (t->rank >= 0)
-		cJSON_AddNumberToObject(o, "rank", t->rank);
-	if (t->world_size >= 0)
-		cJSON_AddNumberToObject(o, "world_size", t->world_size);
+	cJSON_AddNumberToObject(o, "pid", target__pid(t));
+	cJSON_AddStringToObject(o, "comm", target__comm(t));
+	cJSON_AddStringToObject(o, "cmdline", target__cmdline(t) ? target__cmdline(t) : "");
+	if (target__rank(t) >= 0)
+		cJSON_AddNumberToObject(o, "rank", target__rank(t));
+	if (target__world_size(t) >= 0)
+		cJSON_AddNumberToObject(o, "world_size", target__world_size(t));
+	target__counts(t, &n);
 	libs = cJSON_AddArrayToObject(o, "cuda_runtimes");
-	for (int j = 0; j < t->nr_objs; j++)
-		if (t->objs[j].cudart)
-			cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
+	for (int j = 0; j < target__nr_objs(t); j++)
+		if (target__obj(t, j)->cudart)
+			cJSON_AddItemToArray(libs, cJSON_CreateString(target__obj(t, j)->path));
 	libs = cJSON_AddArrayToObject(o, "cuda_drivers");
-	for (int j = 0; j < t->nr_objs; j++)
-		if (t->objs[j].driver)
-			cJSON_AddItemToArray(libs, cJSON_CreateString(t->objs[j].path));
-	cJSON_AddNumberToObject(o, "probes_attached", t->nr_probes);
+	for (int j = 0; j < target__nr_objs(t); j++)
+		if (target__obj(t, j)->driver)
+			cJSON_AddItemToArray(libs, cJSON_CreateString(target__obj(t, j)->path));
+	cJSON_AddNumberToObject(o, "probes_attached", n.probes);
 	if (env.gpu) {
 		cJSON *g = gpu_json(p);
 
 		/* the join's counts of this process's calls and CUPTI records */
 		if (g && p->gpu)
-			cJSON_AddItemToObject(g, "join", gpu_join_json(s->dec, t->pid));
+			cJSON_AddItemToObject(g, "join", gpu_join_json(s->dec, target__pid(t)));
 		cJSON_AddItemToObject(o, "gpu", g);
 	}
 	if (env.py_stacks)
-		python_json(o, s, t->pid);
+		python_json(o, s, target__pid(t));
 	if (env.torch) {
 		cJSON *tm = p->torch ? torchprof__meta(p->torch) : cJSON_CreateObject();
 
@@ -416,14 +419,14 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 		if (tm)
 			cJSON_AddItemToObject(o, "torch", tm);
 	}
-	cJSON_AddNumberToObject(o, "attach_errors", t->attach_errors);
-	cJSON_AddBoolToObject(o, "exited", t->exited);
+	cJSON_AddNumberToObject(o, "attach_errors", n.attach_errors);
+	cJSON_AddBoolToObject(o, "exited", target__exited(t));
 	/* exit_code is the kernel's wait status (task->exit_code) */
-	if (t->exit_code >= 0 && WIFSIGNALED(t->exit_code)) {
-		cJSON_AddNumberToObject(o, "killed_by_signal", WTERMSIG(t->exit_code));
-	} else if (t->exit_code >= 0) {
-		cJSON_AddNumberToObject(o, "exit_code", WEXITSTATUS(t->exit_code));
-	} else if (t->exited) {
+	if (target__exit_code(t) >= 0 && WIFSIGNALED(target__exit_code(t))) {
+		cJSON_AddNumberToObject(o, "killed_by_signal", WTERMSIG(target__exit_code(t)));
+	} else if (target__exit_code(t) >= 0) {
+		cJSON_AddNumberToObject(o, "exit_code", WEXITSTATUS(target__exit_code(t)));
+	} else if (target__exited(t)) {
 		cJSON_AddNullToObject(o, "exit_code");
 		cJSON_AddStringToObject(o, "exit_code_unknown",
 					p->watch_err ? "its exit could not be watched" :
@@ -453,8 +456,11 @@ static char *metadata_json(const struct trace_session *s)
 	arr = cJSON_AddArrayToObject(root, "targets");
 	for (int i = 0; i < s->nr_procs; i++) {
 		cJSON_AddItemToArray(arr, target_json(s, &s->procs[i]));
-		probes += s->procs[i].t->nr_probes;
-		attach_errors += s->procs[i].t->attach_errors;
+		struct target_counts n;
+
+		target__counts(s->procs[i].t, &n);
+		probes += n.probes;
+		attach_errors += n.attach_errors;
 	}
 	cJSON_AddNumberToObject(root, "probes_attached", probes);
 	cJSON_AddNumberToObject(root, "attach_errors", attach_errors);
@@ -487,8 +493,8 @@ static char *metadata_json(const struct trace_session *s)
 
 static bool has_lib(struct target *t, const char *needle)
 {
-	for (int j = 0; j < t->nr_objs; j++)
-		if (strstr(t->objs[j].path, needle))
+	for (int j = 0; j < target__nr_objs(t); j++)
+		if (strstr(target__obj(t, j)->path, needle))
 			return true;
 	return false;
 }
@@ -497,11 +503,11 @@ static void write_process_meta(struct trace_json *tj, struct target *t)
 {
 	char label[64];
 
-	trace_json__process_name(tj, t->pid, t->comm[0] ? t->comm : "process");
-	trace_json__process_sort(tj, t->pid, t->pid);
-	if (t->rank >= 0) {
-		snprintf(label, sizeof(label), "rank %d", t->rank);
-		trace_json__process_label(tj, t->pid, label);
+	trace_json__process_name(tj, target__pid(t), target__comm(t)[0] ? target__comm(t) : "process");
+	trace_json__process_sort(tj, target__pid(t), target__pid(t));
+	if (target__rank(t) >= 0) {
+		snprintf(label, sizeof(label), "rank %d", target__rank(t));
+		trace_json__process_label(tj, target__pid(t), label);
 	}
 }
 
@@ -536,7 +542,7 @@ static int open_pipeline(struct trace_session *s)
 	s->probes.all_returns = env.durations;
 	s->probes.classes = PROBE_CUDA_ALL | PROBE_NCCL;
 	for (int i = 0; i < s->nr_procs; i++)
-		s->procs[i].watch_err = session__watch_exit(s->bpf, s->procs[i].t->pid);
+		s->procs[i].watch_err = session__watch_exit(s->bpf, target__pid(s->procs[i].t));
 
 	/* only a regular file we create ourselves may be removed on failure (not /dev/...) */
 	s->output_created = stat(env.output, &st) && errno == ENOENT;
@@ -550,13 +556,15 @@ static int open_pipeline(struct trace_session *s)
 	}
 	s->cache = elfsym_cache__new();
 	if (s->cache)
-		s->dec = decoder__new(s->tj, s->cache, &s->probes);
-	if (!s->cache || !s->dec ||
+		s->core = session__new(s->cache, &s->probes);
+	if (s->core)
+		s->dec = decoder__new(s->core, s->tj, s->cache);
+	if (!s->cache || !s->core || !s->dec ||
 	    (s->bpf->ustacks && decoder__set_ustacks(s->dec, ustacks__lookup, s->bpf->ustacks))) {
 		log_error("out of memory\n");
 		return -ENOMEM;
 	}
-	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), decoder__ring_cb, s->dec,
+	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), session__ring_cb, s->core,
 				 NULL);
 	if (!s->rb) {
 		int err = -errno;
@@ -582,48 +590,50 @@ static int attach_targets(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
 		struct target *t = p->t;
+		struct target_counts n;
 
-		err = decoder__add_target(s->dec, t);
+		err = session__add_target(s->core, t);
 		if (err) {
-			log_error("pid %d (%s): %s\n", t->pid, t->comm, strerror(-err));
+			log_error("pid %d (%s): %s\n", target__pid(t), target__comm(t), strerror(-err));
 			return err;
 		}
 		/* before the probes, so the first call has its stack; a process whose Python
 		 * cannot be read is traced all the same (its notice line is out, the reason
 		 * goes in the metadata) */
-		err = session__ustacks_add(s->bpf, t->pid);
+		err = session__ustacks_add(s->bpf, target__pid(t));
 		if (err == -ENOMEM) {
 			log_error("out of memory\n");
 			return err;
 		}
-		err = target__scan(t, s->cache, &s->probes);
+		err = session__scan(s->core, t);
 		if (getenv("TPTRACE_TEST_ATTACH_HOLD_MS"))	/* a slow scan, for tests */
 			usleep(atoi(getenv("TPTRACE_TEST_ATTACH_HOLD_MS")) * 1000);
 		if (err == -ESRCH) {
-			log_error("pid %d exited before it could be traced\n", t->pid);
+			log_error("pid %d exited before it could be traced\n", target__pid(t));
 			return err;
 		}
 		if (err < 0) {
-			log_error("attaching to pid %d (%s): %s\n", t->pid, t->comm,
+			log_error("attaching to pid %d (%s): %s\n", target__pid(t), target__comm(t),
 				  strerror(-err));
 			return err;
 		}
 		/* a program may use the driver alone (cuLaunchKernel, as Triton does) */
 		/* --torch*: a CPU-only PyTorch job still has its ops, logs, trace to show */
-		if (!t->nr_cudart && !t->nr_driver && !env.wait && !env.torch && !env.torch_logs &&
+		target__counts(t, &n);
+		if (!n.cudart && !n.driver && !env.wait && !env.torch && !env.torch_logs &&
 		    !env.torch_trace) {
 			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.*, "
 				  "no static cudart, no libcuda.so.1); use --wait to wait for it\n",
-				  t->pid, t->comm);
+				  target__pid(t), target__comm(t));
 			return -ENOENT;
 		}
-		if (!t->nr_cudart && !t->nr_driver) {
+		if (!n.cudart && !n.driver) {
 			if (env.wait)
-				log_info("waiting for pid %d (%s) to load a CUDA runtime\n", t->pid,
-					 t->comm);
+				log_info("waiting for pid %d (%s) to load a CUDA runtime\n", target__pid(t),
+					 target__comm(t));
 			else
 				log_info("pid %d (%s) has no CUDA runtime loaded (yet): --torch "
-					 "events only until it does\n", t->pid, t->comm);
+					 "events only until it does\n", target__pid(t), target__comm(t));
 			p->waiting = true;
 		}
 		write_process_meta(s->tj, t);
@@ -638,8 +648,8 @@ static int attach_targets(struct trace_session *s)
 			if (!p->mt)
 				return -EINVAL;
 		}
-		log_verbose("pid %d (%s): %d probes in %d CUDA runtime(s)\n", t->pid, t->comm,
-			    t->nr_probes, t->nr_cudart);
+		log_verbose("pid %d (%s): %d probes in %d CUDA runtime(s)\n", target__pid(t), target__comm(t),
+			    n.probes, n.cudart);
 	}
 	return 0;
 }
@@ -658,7 +668,7 @@ static int attach_gpus(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
 
-		p->gsrc = decoder__gpu_source(s->dec, p->t->pid, p->t->comm);
+		p->gsrc = decoder__gpu_source(s->dec, target__pid(p->t), target__comm(p->t));
 		if (!p->gsrc) {
 			log_error("out of memory\n");
 			return -ENOMEM;
@@ -680,14 +690,14 @@ static int attach_gpus(struct trace_session *s)
 		struct traced *p = &s->procs[i];
 		char msg[512] = "";
 
-		p->gpu = gpu__attach(p->t->pid, &go, msg, sizeof(msg));
+		p->gpu = gpu__attach(target__pid(p->t), &go, msg, sizeof(msg));
 		if (!p->gpu) {
 			err = errno ? -errno : -EINVAL;
-			log_error("--gpu: pid %d: %s\n", p->t->pid, msg[0] ? msg : strerror(-err));
+			log_error("--gpu: pid %d: %s\n", target__pid(p->t), msg[0] ? msg : strerror(-err));
 			return err;
 		}
 		/* the agent answered ENABLED: its calls from here on have CUPTI records */
-		decoder__gpu_enabled(s->dec, p->t->pid, session__clock_ns(CLOCK_MONOTONIC));
+		decoder__gpu_enabled(s->dec, target__pid(p->t), session__clock_ns(CLOCK_MONOTONIC));
 	}
 	return 0;
 }
@@ -706,7 +716,7 @@ static uint64_t join_clock(struct trace_session *s, uint64_t now)
 		struct traced *p = &s->procs[i];
 		uint64_t d;
 
-		if (!p->gpu || p->t->exited)
+		if (!p->gpu || target__exited(p->t))
 			continue;
 		d = gpu__delivered_ns(p->gpu);
 		if (d < at)
@@ -724,7 +734,7 @@ static void gpu_clock_to_join(struct trace_session *s)
 		if (!s->procs[i].gpu)
 			continue;
 		gpu__stats(s->procs[i].gpu, &g);
-		decoder__gpu_clock(s->dec, s->procs[i].t->pid, g.clock_samples,
+		decoder__gpu_clock(s->dec, target__pid(s->procs[i].t), g.clock_samples,
 				   g.clock_residual_ns, g.clock_window_ns);
 	}
 }
@@ -735,23 +745,14 @@ static int precheck_gpus(struct trace_session *s)
 {
 	for (int i = 0; i < s->nr_procs; i++) {
 		char msg[512] = "";
-		int err = gpu__precheck(s->procs[i].t->pid, msg, sizeof(msg));
+		int err = gpu__precheck(target__pid(s->procs[i].t), msg, sizeof(msg));
 
 		if (err) {
-			log_error("--gpu: pid %d: %s\n", s->procs[i].t->pid, msg);
+			log_error("--gpu: pid %d: %s\n", target__pid(s->procs[i].t), msg);
 			return err;
 		}
 	}
 	return 0;
-}
-
-/* Libraries loaded since the last look; a backstop for objects mapped without the dynamic
- * linker's notice. */
-static void rescan_targets(struct trace_session *s)
-{
-	for (int i = 0; i < s->nr_procs; i++)
-		if (!s->procs[i].t->exited)
-			target__scan(s->procs[i].t, s->cache, &s->probes);
 }
 
 /* --wait: says once that a target's runtime is traced, whichever scan found it (a dlopen
@@ -761,9 +762,12 @@ static void announce_loaded(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
 
-		if (p->waiting && (p->t->nr_cudart || p->t->nr_driver)) {
+		struct target_counts n;
+
+		target__counts(p->t, &n);
+		if (p->waiting && (n.cudart || n.driver)) {
 			p->waiting = false;
-			log_info("pid %d loaded a CUDA runtime; tracing\n", p->t->pid);
+			log_info("pid %d loaded a CUDA runtime; tracing\n", target__pid(p->t));
 		}
 	}
 }
@@ -775,12 +779,12 @@ static int count_alive(struct trace_session *s)
 
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct target *t = s->procs[i].t;
-		bool was_gone = t->exited;
+		bool was_gone = target__exited(t);
 
 		if (!target__gone(t))
 			alive++;
 		else if (!was_gone)
-			log_info("pid %d (%s) exited\n", t->pid, t->comm);
+			log_info("pid %d (%s) exited\n", target__pid(t), target__comm(t));
 	}
 	return alive;
 }
@@ -830,7 +834,7 @@ static void run_loop(struct trace_session *s)
 			break;
 		if (now - last_rescan > (uint64_t)(env.wait ? 100 : 1000) * 1000000ULL) {
 			last_rescan = now;
-			rescan_targets(s);
+			session__rescan(s->core);	/* code mapped without the linker's notice */
 		}
 	}
 }
@@ -850,7 +854,7 @@ static int start_torch(struct trace_session *s)
 
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
-		int pid = p->t->pid;
+		int pid = target__pid(p->t);
 		char err[512] = "";
 
 		if (env.torch) {
@@ -903,17 +907,17 @@ static int stop_torch(struct trace_session *s)
 
 		/* the main thread stops the profiler at its next safe point, then exports every
 		 * event: seconds on a large window; say what is being waited for */
-		if (p->torch && !p->t->exited)
+		if (p->torch && !target__exited(p->t))
 			log_info("--torch: pid %d: stopping torch.profiler (the job's main thread "
-				 "exports its events)...\n", p->t->pid);
+				 "exports its events)...\n", target__pid(p->t));
 
-		if (p->t->exited || target__gone(p->t) ||
+		if (target__exited(p->t) || target__gone(p->t) ||
 		    (p->torch && (e = torchprof__stop(p->torch, err, sizeof(err))) == -ESRCH)) {
 			/* gone, or exiting: the stop found the profiler stopped by the job's exit */
 			snprintf(p->torch_err, sizeof(p->torch_err), "the process exited before "
 				 "the profiler was stopped: its events are lost");
 			log_error("--torch: pid %d exited before PyTorch's instruments were "
-				  "stopped: their output is lost\n", p->t->pid);
+				  "stopped: their output is lost\n", target__pid(p->t));
 			torchprof__free(p->torch);
 			p->torch = NULL;
 			ret = -1;
@@ -921,29 +925,29 @@ static int stop_torch(struct trace_session *s)
 		}
 		if (e) {
 			snprintf(p->torch_err, sizeof(p->torch_err), "%s", err);
-			log_error("--torch: %s\n", torch__err_line(p->t->pid, err));
+			log_error("--torch: %s\n", torch__err_line(target__pid(p->t), err));
 			ret = -1;
 		}
 		if (p->torch_trace) {
 			if (torch_trace__stop(p->torch_trace, env.torch_trace, path, sizeof(path),
 					      err, sizeof(err))) {
-				log_error("--torch-trace: %s\n", torch__err_line(p->t->pid, err));
+				log_error("--torch-trace: %s\n", torch__err_line(target__pid(p->t), err));
 				ret = -1;
 			} else if (path[0]) {
-				log_info("--torch-trace: pid %d: wrote %s\n", p->t->pid, path);
+				log_info("--torch-trace: pid %d: wrote %s\n", target__pid(p->t), path);
 			} else {
 				log_info("--torch-trace: pid %d: torch logged no structured trace "
 					 "entry in the window (nothing compiled): no file\n",
-					 p->t->pid);
+					 target__pid(p->t));
 			}
 		}
 		if (p->torch_logs) {
-			torch_logs_path(path, sizeof(path), p->t->pid);
+			torch_logs_path(path, sizeof(path), target__pid(p->t));
 			if (torch_instr__stop(p->torch_logs, path, err, sizeof(err))) {
-				log_error("--torch-logs: %s\n", torch__err_line(p->t->pid, err));
+				log_error("--torch-logs: %s\n", torch__err_line(target__pid(p->t), err));
 				ret = -1;
 			} else {
-				log_info("--torch-logs: pid %d: wrote %s\n", p->t->pid, path);
+				log_info("--torch-logs: pid %d: wrote %s\n", target__pid(p->t), path);
 			}
 		}
 	}
@@ -957,7 +961,7 @@ static void log_torch_merged(const struct traced *p)
 	const cJSON *c = cJSON_GetObjectItem(m, "clock");
 
 	log_info("--torch: pid %d: %.0f torch.profiler events merged, %.0f steps, clock residual "
-		 "%.0f ns\n", p->t->pid,
+		 "%.0f ns\n", target__pid(p->t),
 		 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "events_merged")),
 		 cJSON_GetNumberValue(cJSON_GetObjectItem(m, "steps")),
 		 cJSON_GetNumberValue(cJSON_GetObjectItem(c, "residual_ns")));
@@ -978,7 +982,7 @@ static int merge_torch(struct trace_session *s)
 		if (torchprof__write(p->torch, s->tj, s->start_mono, err, sizeof(err))) {
 			/* stop's failure already has its line */
 			if (!p->torch_err[0])
-				log_error("--torch: %s\n", torch__err_line(p->t->pid, err));
+				log_error("--torch: %s\n", torch__err_line(target__pid(p->t), err));
 			ret = -1;
 			continue;
 		}
@@ -995,19 +999,19 @@ static void gpu_say_losses(const struct traced *p)
 	if (g->dropped_cupti)
 		log_error("--gpu: pid %d: CUPTI dropped %llu activity records (its buffers were "
 			  "full): their kernels, copies or API calls are missing from the trace\n",
-			  p->t->pid, (unsigned long long)g->dropped_cupti);
+			  target__pid(p->t), (unsigned long long)g->dropped_cupti);
 	if (g->dropped_ring)
 		log_error("--gpu: pid %d: the agent dropped %llu records (tptrace read its ring too "
 			  "slowly): their kernels, copies or API calls are missing from the trace\n",
-			  p->t->pid, (unsigned long long)g->dropped_ring);
+			  target__pid(p->t), (unsigned long long)g->dropped_ring);
 	if (g->records_incomplete)
 		log_error("--gpu: pid %d: %llu GPU records came back from CUPTI before their work "
-			  "ended (times unknown): left out\n", p->t->pid,
+			  "ended (times unknown): left out\n", target__pid(p->t),
 			  (unsigned long long)g->records_incomplete);
 	if (g->buffers_cut)
 		log_error("--gpu: pid %d: %llu CUPTI buffers had a record that could not be read "
 			  "or stepped over: the records after it in those buffers are missing\n",
-			  p->t->pid, (unsigned long long)g->buffers_cut);
+			  target__pid(p->t), (unsigned long long)g->buffers_cut);
 }
 
 /* Takes the agents out (their last records into the trace) and drains the rings. */
@@ -1022,11 +1026,11 @@ static void drain(struct trace_session *s)
 			continue;
 		/* flush, disable and unsubscribe CUPTI, then unload the agent; calls that end
 		 * from here on may have no record */
-		decoder__gpu_disabled(s->dec, p->t->pid, session__clock_ns(CLOCK_MONOTONIC));
-		if (p->t->exited || target__gone(p->t))
+		decoder__gpu_disabled(s->dec, target__pid(p->t), session__clock_ns(CLOCK_MONOTONIC));
+		if (target__exited(p->t) || target__gone(p->t))
 			gpu__poll(p->gpu, decoder__gpu_cb, p->gsrc);
 		else if (gpu__detach(p->gpu, decoder__gpu_cb, p->gsrc))
-			log_error("--gpu: pid %d: detaching the agent: %s\n", p->t->pid,
+			log_error("--gpu: pid %d: detaching the agent: %s\n", target__pid(p->t),
 				  gpu__error(p->gpu));
 		gpu__stats(p->gpu, &p->gstats);
 		gpu_say_losses(p);
@@ -1054,10 +1058,10 @@ static void write_distributed_info(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct target *t = s->procs[i].t;
 
-		if (t->rank >= 0) {
+		if (target__rank(t) >= 0) {
 			ranks++;
-			rank = t->rank;
-			world = t->world_size;
+			rank = target__rank(t);
+			world = target__world_size(t);
 		}
 		nccl |= has_lib(t, "libnccl");
 	}
@@ -1096,11 +1100,11 @@ static void log_gpu_join(const struct trace_session *s)
 		const struct traced *p = &s->procs[i];
 		struct gpu_join_stats pj;
 
-		if (!p->gpu || decoder__gpu_stats_pid(s->dec, p->t->pid, &pj))
+		if (!p->gpu || decoder__gpu_stats_pid(s->dec, target__pid(p->t), &pj))
 			continue;
 		log_verbose("--gpu: pid %d: %llu of %llu host calls joined (%llu before CUPTI was "
 			    "enabled, %llu without a record, %llu ambiguous), %llu arrows\n",
-			    p->t->pid, (unsigned long long)pj.joined, (unsigned long long)pj.calls,
+			    target__pid(p->t), (unsigned long long)pj.joined, (unsigned long long)pj.calls,
 			    (unsigned long long)pj.before_enable, (unsigned long long)pj.no_record,
 			    (unsigned long long)pj.ambiguous, (unsigned long long)pj.flows);
 	}
@@ -1123,7 +1127,8 @@ static void log_summary(const struct trace_session *s, const struct decoder_stat
 	struct gpu_join_stats j;
 
 	if (s->nr_procs == 1)
-		snprintf(who, sizeof(who), "pid %d (%s)", s->procs[0].t->pid, s->procs[0].t->comm);
+		snprintf(who, sizeof(who), "pid %d (%s)", target__pid(s->procs[0].t),
+			 target__comm(s->procs[0].t));
 	else
 		snprintf(who, sizeof(who), "%d processes", s->nr_procs);
 	if (env.gpu && !decoder__gpu_stats(s->dec, &j))
@@ -1165,7 +1170,7 @@ static int write_trace_end(struct trace_session *s)
 		char key[48];
 
 		snprintf(key, sizeof(key), i ? "tptrace_memory_%d" : "tptrace_memory",
-			 s->procs[i].t->pid);
+			 target__pid(s->procs[i].t));
 		if (mm)
 			trace_json__top_raw(s->tj, key, mm);
 		free(mm);
@@ -1209,6 +1214,7 @@ static void trace_session__free(struct trace_session *s)
 	for (int i = 0; i < s->nr_procs; i++)
 		target__free(s->procs[i].t);	/* detaches the uprobes */
 	decoder__free(s->dec);
+	session__free(s->core);
 	session__free_bpf(s->bpf);
 	elfsym_cache__free(s->cache);
 }

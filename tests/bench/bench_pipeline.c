@@ -3,7 +3,7 @@
  * bench_pipeline: the user-space half of tptrace without the kernel. Fabricates the ring
  * records bpf/cuda.bpf.c would produce for sim_train's call mix (tests/workloads/sim_train.c:
  * per step 4 launches, 2 memcpyAsync, eventRecord, streamWaitEvent, eventQuery+return,
- * streamSynchronize+return) and pushes them through decoder__ring_cb into a .json.gz trace,
+ * streamSynchronize+return) and pushes them through session__ring_cb into a .json.gz trace,
  * with this very process as the target (target__scan with NULL programs: resolve only), so
  * kernel naming from the .symtab runs for real.
  *
@@ -26,6 +26,7 @@
 #include "cuda_api.h"
 #include "decode.h"
 #include "elfsym.h"
+#include "session.h"
 #include "target.h"
 #include "trace_json.h"
 
@@ -74,7 +75,7 @@ static void sort_doubles(double *v, long n)
 }
 
 struct gen {
-	struct decoder *dec;
+	struct session *core;
 	int pid, tid;
 	uint64_t ts;
 	uint64_t records;
@@ -104,7 +105,7 @@ static void call(struct gen *g, int api, uint64_t a0, uint64_t a1, uint64_t a2, 
 	c.stack[0] = (uint64_t)(uintptr_t)__builtin_return_address(0);
 	c.stack[1] = s1;
 	c.stack[2] = s2;
-	decoder__ring_cb(g->dec, &c, sizeof(c));
+	session__ring_cb(g->core, &c, sizeof(c));
 	g->records++;
 }
 
@@ -119,7 +120,7 @@ static void ret(struct gen *g, int api, uint64_t rc)
 	r.tid = g->tid;
 	r.ts = g->ts += 4000 + 4 * jitter(g);
 	r.rc = rc;
-	decoder__ring_cb(g->dec, &r, sizeof(r));
+	session__ring_cb(g->core, &r, sizeof(r));
 	g->records++;
 }
 
@@ -167,6 +168,7 @@ int main(int argc, char **argv)
 
 	for (long rep = 0; rep < reps; rep++) {
 		struct trace_json *tj = trace_json__open(out);
+		struct session *core;
 		struct decoder *dec;
 		struct gen g = { .pid = getpid(), .tid = gettid(), .rng = 42 };
 		uint64_t t0, t1, c0, c1, r0, r1;
@@ -181,9 +183,10 @@ int main(int argc, char **argv)
 		t0 = now_ns(CLOCK_MONOTONIC);
 		trace_json__begin(tj, t0, now_ns(CLOCK_REALTIME));
 		g.ts = t0;
-		dec = decoder__new(tj, cache, &probes);
-		decoder__add_target(dec, t);
-		g.dec = dec;
+		core = session__new(cache, &probes);
+		session__add_target(core, t);
+		dec = decoder__new(core, tj, cache);
+		g.core = core;
 		for (long s = 0; s < steps; s++) {
 			for (int k = 0; k < 3; k++)	/* grid (64,2,1) block (256,1,1) shmem 4096 on A */
 				call(&g, launch, gemm, 64 | 2ULL << 32, 1, 256 | 1ULL << 32, 1, 0x7ffd0000,
@@ -215,6 +218,7 @@ int main(int argc, char **argv)
 		}
 		records = g.records;
 		decoder__free(dec);
+		session__free(core);
 		best_ns[rep] = (double)(t1 - t0) / calls;
 		cpu_ns[rep] = (double)(c1 - c0) / calls;
 		reader_ns[rep] = (double)(r1 - r0) / calls;

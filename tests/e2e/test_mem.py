@@ -575,6 +575,66 @@ def mem_calls(trace):
             if e.get("cat") == "cuda_memory" and e["ph"] == "i" and e["name"] != "[memory]"]
 
 
+def test_mem_wait_runtime_loaded_later():
+    """tptrace mem --wait on a process with no CUDA yet: the session's rescans find the runtime
+    it dlopens later, the memory probes go on it, and its allocation is in the snapshot."""
+    need_root()
+    snap_path = tmp_path("mem-wait.json")
+    wl = Workload([os.path.join(WL, "dlopen_app"), "--iters", "1", "--wait-line",
+                   "--lib", os.path.join(OUT, "sim", "lib", "libcudart.so.13"),
+                   "--malloc", str(2 * MIB)])
+    p = None
+    try:
+        p = subprocess.Popen([TPTRACE, "mem", "-p", str(wl.pid), "--wait", "-o", snap_path],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        err = Lines(p.stderr)
+        assert err.wait_for(lambda l: l.startswith(f"tptrace: waiting for pid {wl.pid}"), 30), \
+            err.text()
+        wl.go()
+        assert wl.out.wait_for(lambda l: l == "# loaded", 30), wl.out.text()
+        assert err.wait_for(lambda l: l == f"tptrace: pid {wl.pid} loaded CUDA or PyTorch; tracing",
+                            30), err.text()
+        wl.go()     # the go-on line: allocate now
+        wl.wait_done()
+        wl.finish()
+        assert p.wait(60) == 0, err.text()
+    finally:
+        wl.kill()
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+    info = {f[0]: f[1:] for f in infos(wl)}
+    ptr = int(info["malloc"][0], 16)
+    snap = json.load(open(snap_path))
+    assert [(e["action"], e["addr"], e["size"]) for e in snap["device_traces"][0]] == [
+        ("segment_alloc", ptr, 2 * MIB), ("segment_free", ptr, 2 * MIB)], snap["device_traces"]
+
+
+def test_mem_nested_rule_twins_agree():
+    """The nested-call rule has two implementations: target__call_nesting (user space, by the
+    return address) for the trace writer and the recorder, and bpf/mem.bpf.c's (in the kernel,
+    by the runtime calls open on the thread) for the memory tracer. `tptrace --mem` runs both
+    on one process whose runtime calls each make one driver call, as its direct driver calls
+    do not: each writes the runtime calls and the direct driver calls, and counts each runtime
+    call's driver call as nested, once."""
+    need_root()
+    from lib import calls, trace_workload
+    trace, wl, tr = trace_workload([NESTED_APP], tracer_args=["--mem"],
+                                   out_name="nested-twins.json")
+    info = {f[0]: int(f[1], 16) for f in infos(wl)}
+    # the trace writer: cudaMemcpy made cuMemcpyHtoD_v2 (nested), the direct one is written
+    assert [e["name"] for e in calls(trace, pid=wl.pid, name="cudaMemcpy")] == ["cudaMemcpy"]
+    drv = [e["name"] for e in calls(trace, pid=wl.pid, cat="cuda_driver")]
+    assert drv == ["cuMemcpyHtoD"], drv
+    assert trace["tptrace"]["nested_driver_calls"] == 1, trace["tptrace"]
+    # the memory tracer: cudaMalloc and cudaFree made cuMemAlloc_v2 and cuMemFree_v2 (nested)
+    mem = [(n, int(c["ptr"], 16)) for n, c in mem_calls(trace)]
+    assert mem == [("cudaMalloc", info["cudaMalloc"]), ("cuMemAlloc_v2", info["cuMemAlloc"]),
+                   ("cudaFree", info["cudaMalloc"]), ("cuMemFree_v2", info["cuMemAlloc"])], mem
+    m = trace["tptrace_memory"]
+    assert (m["nested_driver_calls"], m["calls"]) == (2, 4), m
+
+
 def test_mem_driver_and_vmm():
     """The driver's calls in the simulated libcuda.so.1: cuMemAlloc_v2/cuMemFree_v2 are segments,
     cuMemCreate counts as reserved on the device of prop->location, cuMemMap/cuMemUnmap are

@@ -23,7 +23,7 @@ static inline void fr_rec_call(struct flightrec *fr, int pid, int tid, uint64_t 
 	if (deref)
 		memcpy(c.deref, deref, dlen);
 	c.ustack = ustack;
-	flightrec__ring_cb(fr, &c, sizeof(c));
+	test_fr_ring_cb(fr, &c, sizeof(c));
 }
 
 static inline void fr_rec_ret(struct flightrec *fr, int pid, int tid, uint64_t *ts,
@@ -35,7 +35,7 @@ static inline void fr_rec_ret(struct flightrec *fr, int pid, int tid, uint64_t *
 	r.rc = (uint64_t)rc;
 	r.flags = has_out;
 	r.out_val = out;
-	flightrec__ring_cb(fr, &r, sizeof(r));
+	test_fr_ring_cb(fr, &r, sizeof(r));
 }
 
 #endif

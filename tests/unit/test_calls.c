@@ -297,10 +297,53 @@ static void test_mem_ring(void)
 	calls__free(c);
 }
 
+/* tptrace fr -a's records: dispatched in ring order, the file's name ends in the record even
+ * when the BPF side filled it to the last byte; a short one is bad, not read. */
+static struct tp_rec_map got_map;
+static int nr_maps, nr_execs;
+static uint32_t exec_pid;
+
+static void sink_map(void *ctx, const struct tp_rec_map *m)
+{
+	got_map = *m;
+	nr_maps++;
+}
+
+static void sink_exec(void *ctx, const struct tp_rec_exec *e)
+{
+	exec_pid = e->pid;
+	nr_execs++;
+}
+
+static void test_map_exec(void)
+{
+	struct calls_sink sink = { .map = sink_map, .exec = sink_exec };
+	struct calls *c = calls__new(CALLS_RING_CUDA, &sink);
+	const struct calls_stats *st = calls__stats(c);
+	struct tp_rec_map m = { .type = TP_REC_MAP, .pid = 31, .kind = 1, .start = 0x7f0000 };
+	struct tp_rec_exec e = { .type = TP_REC_EXEC, .pid = 32 };
+
+	memset(m.name, 'x', sizeof(m.name));	/* no NUL of its own */
+	feed(c, &m, sizeof(m));
+	CHECK(nr_maps == 1 && got_map.pid == 31 && got_map.start == 0x7f0000, "map dispatched");
+	CHECK(strlen(got_map.name) == TP_MAP_NAME_MAX - 1, "name ends: %zu", strlen(got_map.name));
+	feed(c, &e, sizeof(e));
+	CHECK(nr_execs == 1 && exec_pid == 32, "exec dispatched");
+	feed(c, &m, sizeof(m) - 1);
+	feed(c, &e, sizeof(e) - 1);
+	CHECK(nr_maps == 1 && nr_execs == 1, "short ones not handed on");
+	CHECK_U64(st->bad_size, 2);
+	CHECK_U64(st->maps, 1);
+	CHECK_U64(st->execs, 1);
+	CHECK_U64(st->records, 0);	/* not calls: "records consumed" stays the calls' */
+	calls__free(c);
+}
+
 int main(void)
 {
 	calls__free(NULL);
 	test_malformed();
+	test_map_exec();
 	test_pairing();
 	test_depth_overflow();
 	test_unwind_exit_finish();

@@ -17,6 +17,8 @@
 #include "nccl_api.h"
 #include "target.h"
 #include "trace_json.h"
+#include "session.h"
+#include "core_sinks.h"
 
 __attribute__((noinline)) void kernel_stub_for_test(float *p, int n)
 {
@@ -36,7 +38,7 @@ static void call(struct decoder *d, const char *sym, const uint64_t a[6], const 
 	if (st)
 		memcpy(c.stack, st, sizeof(c.stack));
 	/* short records (no deref) as the probe sends them */
-	decoder__ring_cb(d, &c, TP_REC_CALL_SHORT_SIZE);
+	test_decoder_ring_cb(d, &c, TP_REC_CALL_SHORT_SIZE);
 }
 
 static void ret(struct decoder *d, const char *sym, int64_t rc, int tid)
@@ -45,7 +47,7 @@ static void ret(struct decoder *d, const char *sym, int64_t rc, int tid)
 
 	r.api = api_id(sym);
 	r.rc = (uint64_t)rc;
-	decoder__ring_cb(d, &r, sizeof(r));
+	test_decoder_ring_cb(d, &r, sizeof(r));
 }
 
 /* The launch ABI decoder (cuda_api.c) on its own: what each signature's record holds. */
@@ -122,19 +124,19 @@ static void test_decoder_counts(const char *path)
 	uint32_t junk = 77;
 
 	trace_json__begin(tj, 0, 0);
-	d = decoder__new(tj, NULL, &probes);
+	d = test_decoder_new(tj, NULL, &probes);
 	for (int i = 0; i < 17; i++)
 		call(d, "cudaStreamSynchronize", (uint64_t[6]){ 0x5100 }, NULL, pid);
 	for (int i = 0; i < 17; i++)
 		ret(d, "cudaStreamSynchronize", 0, pid);
 	ret(d, "cudaStreamSynchronize", 0, pid);
-	decoder__ring_cb(d, &junk, sizeof(junk));
+	test_decoder_ring_cb(d, &junk, sizeof(junk));
 	CHECK_U64(decoder__stats(d)->depth_overflows, 1);
 	CHECK_U64(decoder__stats(d)->orphan_returns, 1);
 	CHECK_U64(decoder__stats(d)->bad_records, 1);
 	CHECK_U64(decoder__stats(d)->calls, 17);
 	CHECK_U64(decoder__stats(d)->records, 35);
-	decoder__free(d);
+	test_decoder_free(d);
 	trace_json__end_events(tj);
 	CHECK(trace_json__close(tj) == 0, "close");
 }
@@ -208,8 +210,8 @@ static int run(const char *path)
 	ts = 5000000;
 	trace_json__begin(tj, 1000000, 1700000000000000000ULL);
 	target__scan(t, cache, &probes);
-	d = decoder__new(tj, cache, &probes);
-	decoder__add_target(d, t);
+	d = test_decoder_new(tj, cache, &probes);
+	session__add_target(test_core(d), t);
 
 	/* cudaLaunchKernel(stub, grid (70000,3,2), block (32,4,1), args, shmem 4096, stream 0x5100) */
 	memcpy(a, (uint64_t[6]){ (uint64_t)(uintptr_t)kernel_stub_for_test,
@@ -245,7 +247,7 @@ static int run(const char *path)
 		c.args[0] = 0x7ffd1000;
 		c.args[1] = 0xabc000;
 		memcpy(c.deref, cfg, sizeof(cfg));
-		decoder__ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
+		test_decoder_ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
 	}
 	/* a return without its entry (attached mid-call) */
 	ret(d, "cudaEventSynchronize", 0, pid);
@@ -256,7 +258,7 @@ static int run(const char *path)
 	trace_json__end_events(tj);
 	trace_json__top_raw(tj, "tptrace", "{\"version\": \"test\"}");
 	CHECK(trace_json__close(tj) == 0, "close");
-	decoder__free(d);
+	test_decoder_free(d);
 	target__free(t);
 	elfsym_cache__free(cache);
 

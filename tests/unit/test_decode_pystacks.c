@@ -17,6 +17,8 @@
 #include "target.h"
 #include "trace_json.h"
 #include "ustack.h"
+#include "session.h"
+#include "core_sinks.h"
 
 static int pid = 4000;
 
@@ -92,7 +94,7 @@ static void call(struct decoder *d, const char *sym, int tid, uint64_t ts, uint6
 
 	c.api = api_id(sym);
 	c.stack[0] = 0x401000;
-	decoder__ring_cb(d, &c, sizeof(c));
+	test_decoder_ring_cb(d, &c, sizeof(c));
 }
 
 static void ret(struct decoder *d, const char *sym, int tid, uint64_t ts)
@@ -100,7 +102,7 @@ static void ret(struct decoder *d, const char *sym, int tid, uint64_t ts)
 	struct tp_rec_ret r = { .type = TP_REC_RET, .pid = pid, .tid = tid, .ts = ts };
 
 	r.api = api_id(sym);
-	decoder__ring_cb(d, &r, sizeof(r));
+	test_decoder_ring_cb(d, &r, sizeof(r));
 }
 
 /* ---- reading the trace back ---- */
@@ -229,7 +231,7 @@ static void test_slices(const char *path)
 	stacks[2].native_stop = "no frame pointer in /usr/bin/python3.11 (_PyEval_EvalFrame)";
 	CHECK(tj != NULL, "open %s", path);
 	trace_json__begin(tj, 0, 0);
-	d = decoder__new(tj, NULL, &probes);
+	d = test_decoder_new(tj, NULL, &probes);
 	CHECK(decoder__set_ustacks(d, fake_lookup, stacks) == 0, "ustacks on");
 
 	call(d, "cudaLaunchKernel", A, 1000, 0x101);		/* entry only */
@@ -261,7 +263,7 @@ static void test_slices(const char *path)
 	CHECK_U64(st->python_slices, 14);
 	trace_json__end_events(tj);
 	CHECK(trace_json__close(tj) == 0, "close");
-	decoder__free(d);
+	test_decoder_free(d);
 
 	trace = load(path);
 	CHECK(trace != NULL, "%s parses", path);
@@ -335,7 +337,7 @@ static void test_gpu_entry_only(const char *path)
 	int step;
 
 	trace_json__begin(tj, 0, 0);
-	d = decoder__new(tj, NULL, &probes);
+	d = test_decoder_new(tj, NULL, &probes);
 	CHECK(decoder__set_ustacks(d, fake_lookup, stacks) == 0, "ustacks on");
 	CHECK(decoder__enable_gpu(d) == 0, "gpu on");
 	call(d, "cudaLaunchKernel", pid, 1000, 0x101);
@@ -346,7 +348,7 @@ static void test_gpu_entry_only(const char *path)
 	decoder__gpu_flush(d, 5000, 0);
 	trace_json__end_events(tj);
 	CHECK(trace_json__close(tj) == 0, "close");
-	decoder__free(d);
+	test_decoder_free(d);
 
 	trace = load(path);
 	CHECK(trace != NULL, "%s parses", path);
@@ -369,14 +371,14 @@ static void test_off(const char *path)
 	cJSON *trace;
 
 	trace_json__begin(tj, 0, 0);
-	d = decoder__new(tj, NULL, &probes);
+	d = test_decoder_new(tj, NULL, &probes);
 	lookups = 0;
 	call(d, "cudaLaunchKernel", pid, 1000, 0x101);
 	call(d, "cudaLaunchKernel", pid, 2000, TP_USTACK_NOPY);
 	decoder__finish(d, 3000);
 	trace_json__end_events(tj);
 	CHECK(trace_json__close(tj) == 0, "close");
-	decoder__free(d);
+	test_decoder_free(d);
 	CHECK(lookups == 0, "no lookups");
 	trace = load(path);
 	CHECK(trace && count_cat(trace, "python_function", -1) == 0, "no slices");

@@ -24,6 +24,8 @@
 #include "nccl_api.h"
 #include "target.h"
 #include "trace_json.h"
+#include "session.h"
+#include "core_sinks.h"
 
 /* what bpf/cuda.h and cuda_api.c assume of the toolkit's structs */
 _Static_assert(sizeof(CUlaunchConfig) == TP_LAUNCH_CONFIG_SIZE, "CUlaunchConfig size");
@@ -98,8 +100,8 @@ static void ret(void *sink, int (*cb)(void *, void *, size_t), const char *sym, 
 	cb(sink, &r, sizeof(r));
 }
 
-#define DCALL(sym, a, st, ra, dr, dl) call(d, decoder__ring_cb, sym, a, st, ra, dr, dl)
-#define DRET(sym, rc, ho, out) ret(d, decoder__ring_cb, sym, rc, ho, out)
+#define DCALL(sym, a, st, ra, dr, dl) call(d, test_decoder_ring_cb, sym, a, st, ra, dr, dl)
+#define DRET(sym, rc, ho, out) ret(d, test_decoder_ring_cb, sym, rc, ho, out)
 
 /* the nth host event called name */
 static cJSON *event(cJSON *trace, const char *name, int nth)
@@ -167,8 +169,26 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	CHECK(target__addr_in_cudart(t, ret_shared), "shared libcudart: runtime code");
 	CHECK(target__addr_in_cudart(t, ret_static), "libcudart_static_<hash>: runtime code");
 	CHECK(!target__addr_in_cudart(t, ret_app), "the application's code is not the runtime");
-	d = decoder__new(tj, cache, &probes);
-	decoder__add_target(d, t);
+	{
+		/* the nested-call rule every sink of these records uses */
+		struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid };
+
+		c.api = api_id("cuLaunchKernel");
+		c.stack[0] = ret_shared;
+		CHECK(target__call_nesting(t, &c) == CALL_IN_RUNTIME, "made by a shared runtime");
+		c.stack[0] = ret_static;
+		CHECK(target__call_nesting(t, &c) == CALL_IN_RUNTIME, "made by a static cudart");
+		c.stack[0] = ret_app;
+		CHECK(target__call_nesting(t, &c) == CALL_OWN, "made by the application");
+		c.stack[0] = ret_shared;
+		c.flags = TP_CALL_STACK_FAULT;
+		CHECK(target__call_nesting(t, &c) == CALL_OWN, "return address unread: its own");
+		c.flags = 0;
+		c.api = api_id("cudaLaunchKernel");
+		CHECK(target__call_nesting(t, &c) == CALL_OWN, "a runtime call is never nested");
+	}
+	d = test_decoder_new(tj, cache, &probes);
+	session__add_target(test_core(d), t);
 
 	/* cuLaunchKernel made by cudaLaunchKernel (shared runtime) and by a static cudart:
 	 * nested, not written */
@@ -253,11 +273,11 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 
 		c.api = api_id("cuLaunchKernelEx_ptsz");
 		c.args[1] = 0xf2f2;
-		decoder__ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
+		test_decoder_ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
 		c.flags = TP_CALL_ATTRS_FAULT;
 		c.ts = ts += 1000;
 		memcpy(c.deref, &cfg, sizeof(cfg));
-		decoder__ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
+		test_decoder_ring_cb(d, &c, TP_REC_CALL_FULL_SIZE);
 	}
 	/* a handle nobody named */
 	memcpy(a, (uint64_t[6]){ 0xbad0, 1, 1, 1, 1, 1 }, sizeof(a));
@@ -299,7 +319,7 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	CHECK(stats->launches_named == 4, "4 named");
 	trace_json__end_events(tj);
 	CHECK(trace_json__close(tj) == 0, "close");
-	decoder__free(d);
+	test_decoder_free(d);
 	target__free(t);
 
 	trace = check_load_json(path);
@@ -379,8 +399,8 @@ static void test_decoder(const char *path, struct elfsym_cache *cache)
 	cJSON_Delete(trace);
 }
 
-#define FCALL(sym, a, ra) call(fr, flightrec__ring_cb, sym, a, NULL, ra, NULL, 0)
-#define FRET(sym, rc) ret(fr, flightrec__ring_cb, sym, rc, false, 0)
+#define FCALL(sym, a, ra) call(fr, test_fr_ring_cb, sym, a, NULL, ra, NULL, 0)
+#define FRET(sym, rc) ret(fr, test_fr_ring_cb, sym, rc, false, 0)
 
 /* the flight recorder learns GPU progress from the driver's event and sync calls, once */
 static void test_flightrec(const char *dir, struct elfsym_cache *cache)
@@ -395,21 +415,21 @@ static void test_flightrec(const char *dir, struct elfsym_cache *cache)
 	cJSON *dump, *entries;
 
 	fo.dump_dir = dir;
-	fr = flightrec__new(&fo);
+	fr = test_fr_new(&fo);
 	CHECK(fr && t, "new");
 	target__scan(t, cache, &probes);
 	CHECK(flightrec__add_process(fr, t) == 0, "add");
 	for (int i = 0; i < 128; i++)
 		id[i] = (uint8_t)i;
-	call(fr, flightrec__ring_cb, "ncclCommInitRank", (uint64_t[6]){ 0x7ffd0000, 4, 2 }, NULL,
+	call(fr, test_fr_ring_cb, "ncclCommInitRank", (uint64_t[6]){ 0x7ffd0000, 4, 2 }, NULL,
 	     ret_app, id, sizeof(id));
-	ret(fr, flightrec__ring_cb, "ncclCommInitRank", 0, true, comm);
-	call(fr, flightrec__ring_cb, "ncclAllReduce",
+	ret(fr, test_fr_ring_cb, "ncclCommInitRank", 0, true, comm);
+	call(fr, test_fr_ring_cb, "ncclAllReduce",
 	     (uint64_t[6]){ 0x1000, 0x2000, 1024, 7, 0, comm }, (uint64_t[4]){ 0, stream }, ret_app,
 	     NULL, 0);
 	FRET("ncclAllReduce", 0);
 	FCALL("cuEventRecord", ((uint64_t[6]){ ev, stream }), ret_app);
-	call(fr, flightrec__ring_cb, "ncclAllGather",
+	call(fr, test_fr_ring_cb, "ncclAllGather",
 	     (uint64_t[6]){ 0x3000, 0x4000, 16, 2, comm, stream }, NULL, ret_app, NULL, 0);
 	FRET("ncclAllGather", 0);
 	/* a device-wide sync made inside a static cudart (NCCL's own): not the application's
@@ -435,7 +455,7 @@ static void test_flightrec(const char *dir, struct elfsym_cache *cache)
 	CHECK(strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(entries, 1), "state")->valuestring,
 		     "completed"), "all_gather after the event: not completed");
 	cJSON_Delete(dump);
-	flightrec__free(fr);
+	test_fr_free(fr);
 	target__free(t);
 }
 

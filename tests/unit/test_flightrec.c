@@ -15,6 +15,8 @@
 #include "cuda.h"
 #include "cuda_api.h"
 #include "flightrec.h"
+#include "session.h"
+#include "core_sinks.h"
 #include "fr_records.h"
 #include "nccl_api.h"
 #include "target.h"
@@ -81,7 +83,7 @@ int main(void)
 	gethostname(host, sizeof(host) - 1);
 	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
 	fo.dump_dir = dir;
-	fr = flightrec__new(&fo);
+	fr = test_fr_new(&fo);
 	t = target__new(pid);
 	CHECK(fr && t, "new");
 	CHECK(flightrec__add_process(fr, t) == 0, "add");
@@ -207,7 +209,7 @@ int main(void)
 		struct tp_rec_exit x = { .type = TP_REC_EXIT, .pid = pid, .tid = pid, .exit_code = 9,
 					 .ts = ts += 1000 };
 
-		flightrec__ring_cb(fr, &x, sizeof(x));
+		test_fr_ring_cb(fr, &x, sizeof(x));
 	}
 	CHECK(flightrec__take_exits(fr) == 1, "exit dump");
 	d = load_dump(dir, host);
@@ -240,7 +242,7 @@ int main(void)
 	/* an exited process keeps its final exit dump */
 	CHECK(flightrec__dump_all(fr, "final") == 0, "exit dump is final");
 
-	flightrec__free(fr);
+	test_fr_free(fr);
 	target__free(t);
 
 	/* a stall dumps the stalled process's job in one set, the culprit with nothing pending
@@ -249,7 +251,7 @@ int main(void)
 	{
 		struct flightrec_opts fo3 = { .ring_size = 6, .stall_timeout_ns = 5000000000ULL,
 					      .dump_dir = dir, .no_stacks = true };
-		struct flightrec *fr3 = flightrec__new(&fo3);
+		struct flightrec *fr3 = test_fr_new(&fo3);
 		int pids[3] = { getpid(), fork(), -1 };
 		struct target *t3[3] = {};
 		uint8_t id2[128];
@@ -302,7 +304,7 @@ int main(void)
 		kill(pids[2], SIGKILL);
 		waitpid(pids[1], NULL, 0);
 		waitpid(pids[2], NULL, 0);
-		flightrec__free(fr3);
+		test_fr_free(fr3);
 		for (int k = 0; k < 3; k++)
 			target__free(t3[k]);
 	}

@@ -16,6 +16,8 @@
 #include "cuda.h"
 #include "flightrec.h"
 #include "fr_metrics.h"
+#include "session.h"
+#include "core_sinks.h"
 #include "fr_records.h"
 #include "nccl_api.h"
 #include "target.h"
@@ -78,7 +80,7 @@ int main(int argc, char **argv)
 	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
 	fo.dump_dir = dir;
 	fo.no_stacks = true;
-	fr = flightrec__new(&fo);
+	fr = test_fr_new(&fo);
 	t = target__new(pid);
 	CHECK(fr && t, "new");
 	CHECK(flightrec__add_process(fr, t) == 0, "add");
@@ -215,7 +217,7 @@ int main(int argc, char **argv)
 		fr_metrics__free(m);
 	}
 
-	flightrec__free(fr);
+	test_fr_free(fr);
 	target__free(t);
 
 	/* two members of one comm here (this process and a child): 3 steps in which the child
@@ -223,7 +225,7 @@ int main(int argc, char **argv)
 	 * 42 us less every step and entered last every time. */
 	{
 		struct flightrec_opts fo2 = { .ring_size = 16, .no_stacks = true, .dump_dir = dir };
-		struct flightrec *fr2 = flightrec__new(&fo2);
+		struct flightrec *fr2 = test_fr_new(&fo2);
 		int child = fork(), me = getpid(), pids[2];
 		struct target *t2[2];
 		uint64_t h[2] = { 0xa000, 0xb000 };
@@ -281,7 +283,7 @@ int main(int argc, char **argv)
 		free(text);
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
-		flightrec__free(fr2);
+		test_fr_free(fr2);
 		target__free(t2[0]);
 		target__free(t2[1]);
 	}

@@ -12,6 +12,8 @@
 #include "json_file.h"
 #include "cuda.h"
 #include "flightrec.h"
+#include "session.h"
+#include "core_sinks.h"
 #include "fr_records.h"
 #include "target.h"
 #include "ustack.h"
@@ -107,7 +109,7 @@ int main(void)
 	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
 	fo.dump_dir = dir;
 	fo.no_stacks = true;
-	fr = flightrec__new(&fo);
+	fr = test_fr_new(&fo);
 	t = target__new(pid);
 	CHECK(fr && t, "new");
 	CHECK(flightrec__add_process(fr, t) == 0, "add");
@@ -171,11 +173,11 @@ int main(void)
 	CHECK(cJSON_IsNull(get(py, "python")), "no version");
 	CHECK_STR(str(py, "why_no_frames"), "Python 3.8.18: unsupported (3.9-3.13)");
 	cJSON_Delete(d);
-	flightrec__free(fr);
+	test_fr_free(fr);
 
 	/* --py-stacks off: no frames key, py_stacks null (dumps as before) */
 	fo.ustack_lookup = NULL;
-	fr = flightrec__new(&fo);
+	fr = test_fr_new(&fo);
 	CHECK(fr && flightrec__add_process(fr, t) == 0, "add again");
 	coll(fr, "ncclAllReduce", comm, 100);
 	d = dump(fr, dir, host);
@@ -183,7 +185,7 @@ int main(void)
 	e = cJSON_GetArrayItem(get(d, "entries"), 0);
 	CHECK(e && !get(e, "frames") && !get(e, "frames_missing"), "no frames when off");
 	cJSON_Delete(d);
-	flightrec__free(fr);
+	test_fr_free(fr);
 	target__free(t);
 	{
 		char cmd[600];

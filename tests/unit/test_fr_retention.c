@@ -15,6 +15,8 @@
 #include "flightrec.h"
 #include "fr_trigger.h"
 #include "target.h"
+#include "session.h"
+#include "core_sinks.h"
 
 static char dir[] = "/tmp/tptrace-frret.XXXXXX";
 
@@ -82,7 +84,7 @@ int main(void)
 	trigger("hostb", 500, t_other, sizeof(t_other));	/* not ours */
 	filler("notes.txt", 10, 1000);
 
-	fr = flightrec__new(&fo);
+	fr = test_fr_new(&fo);
 	t = target__new(getpid());
 	CHECK(fr && t && flightrec__add_process(fr, t) == 0, "new");
 	CHECK(flightrec__dump_all(fr, "signal") == 1, "one dump");
@@ -115,7 +117,7 @@ int main(void)
 		CHECK(exists(t_y2) && exists(t_y3), "triggers of the last minute stay");
 	}
 
-	flightrec__free(fr);
+	test_fr_free(fr);
 	target__free(t);
 	{
 		char cmd[600];

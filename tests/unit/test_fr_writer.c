@@ -14,6 +14,8 @@
 #include "fr_parse.h"
 #include "nccl_api.h"
 #include "target.h"
+#include "session.h"
+#include "core_sinks.h"
 
 /* calls.h's CALLS_MAX_DEPTH, restated: the limit is part of what the dump reports */
 #define CALLS_DEPTH_FOR_TEST 16
@@ -33,7 +35,7 @@ static void call(struct flightrec *fr, const char *sym, const uint64_t a[6], uin
 	c.stack[1] = s1;
 	if (deref)
 		memcpy(c.deref, deref, dlen);
-	flightrec__ring_cb(fr, &c, deref ? TP_REC_CALL_FULL_SIZE : TP_REC_CALL_SHORT_SIZE);
+	test_fr_ring_cb(fr, &c, deref ? TP_REC_CALL_FULL_SIZE : TP_REC_CALL_SHORT_SIZE);
 }
 
 static void ret(struct flightrec *fr, const char *sym, int64_t rc, uint64_t out)
@@ -44,7 +46,7 @@ static void ret(struct flightrec *fr, const char *sym, int64_t rc, uint64_t out)
 	r.rc = (uint64_t)rc;
 	r.flags = out ? TP_RET_OUT_VALID : 0;
 	r.out_val = out;
-	flightrec__ring_cb(fr, &r, sizeof(r));
+	test_fr_ring_cb(fr, &r, sizeof(r));
 }
 
 /* FNV-1a 64, as docs/fr-schema.md defines comm ids (written here, not taken from nccl_api.c) */
@@ -92,7 +94,7 @@ int main(void)
 	gethostname(host, sizeof(host) - 1);
 	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
 	fo.dump_dir = dir;
-	fr = flightrec__new(&fo);
+	fr = test_fr_new(&fo);
 	t = target__new(pid);
 	CHECK(fr && t && flightrec__add_process(fr, t) == 0, "recorder for this process");
 	for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
@@ -140,7 +142,7 @@ int main(void)
 	/* another thread is inside an all_reduce */
 	tid = pid + 100000;
 	call(fr, "ncclAllReduce", (uint64_t[6]){ 0x1000, 0x2000, 1024, 7, 2, comm }, s, NULL, 0);
-	flightrec__ring_cb(fr, junk, sizeof(junk));	/* a record the core rejects */
+	test_fr_ring_cb(fr, junk, sizeof(junk));	/* a record the core rejects */
 
 	CHECK(flightrec__dump_all(fr, "request") == 1, "one dump");
 	CHECK(flightrec__dump_path(path, sizeof(path), dir, host, pid) == 0, "path");
@@ -236,7 +238,7 @@ int main(void)
 	free(text);
 	unlink(path);
 	rmdir(dir);
-	flightrec__free(fr);
+	test_fr_free(fr);
 	target__free(t);
 	return check_done();
 }

@@ -103,6 +103,13 @@ $(UNIT_DIR)/test_decode: tests/unit/test_decode.c tests/unit/check.h \
 
 TEST_BINS += $(UNIT_DIR)/test_decode
 
+$(UNIT_DIR)/test_session: tests/unit/test_session.c tests/unit/check.h \
+			  $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_session
+
 # --py-stacks in the trace writer: python_function slices and stack args from a fake lookup
 $(UNIT_DIR)/test_decode_pystacks: tests/unit/test_decode_pystacks.c tests/unit/check.h \
 				  $(OUTPUT)/libtptrace.a | $(UNIT_DIR)

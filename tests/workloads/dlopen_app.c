@@ -4,6 +4,7 @@
  * READY must notice the new mapping and attach to it while the process runs.
  *
  * Usage: dlopen_app --lib PATH [--iters N (3)] [--settle-ms MS (300)] [--wait-line] [--hold]
+ *                   [--malloc BYTES]
  *
  * After GO:
  *   dlopen(PATH, RTLD_NOW | RTLD_LOCAL); dlsym cudaLaunchKernel, cudaStreamSynchronize,
@@ -14,6 +15,8 @@
  *     2. cudaStreamSynchronize(0)
  *   and once after the loop:
  *     3. cudaDeviceSynchronize()
+ *   With --malloc, then: cudaMalloc(&p, BYTES), "# malloc 0x<p> BYTES", cudaFree(p) (a memory
+ *   tracer waiting for the runtime sees both).
  * CUDA errors are ignored (35 with the real runtime and no driver). Before DONE:
  * "# errors=E first=F". A failed dlopen/dlsym is a setup error: message on stderr, exit 1.
  */
@@ -27,6 +30,8 @@
 typedef cudaError_t (*launch_kernel_fn)(const void *, dim3, dim3, void **, size_t, cudaStream_t);
 typedef cudaError_t (*stream_sync_fn)(cudaStream_t);
 typedef cudaError_t (*device_sync_fn)(void);
+typedef cudaError_t (*malloc_fn)(void **, size_t);
+typedef cudaError_t (*free_fn)(void *);
 
 /* The "kernel": only its address matters. */
 __attribute__((noinline)) void dl_kernel(int *v)
@@ -57,7 +62,7 @@ static void *must_dlsym(void *lib, const char *name)
 int main(int argc, char **argv)
 {
 	const char *path = NULL;
-	long iters = 3, settle_ms = 300;
+	long iters = 3, settle_ms = 300, malloc_bytes = 0;
 	int hold = 0, wait_line = 0, value = 0, *ptr = &value;
 	void *args[] = { &ptr };
 	dim3 grid = { 7, 1, 1 }, block = { 32, 1, 1 };
@@ -78,12 +83,14 @@ int main(int argc, char **argv)
 			hold = 1;
 		else if (!strcmp(argv[i], "--wait-line"))
 			wait_line = 1;
+		else if (!strcmp(argv[i], "--malloc"))
+			malloc_bytes = hs_parse_long(argv[i], argv[i + 1]), i++;
 		else
 			path = NULL, i = argc;
 	}
 	if (!path) {
 		fprintf(stderr, "usage: dlopen_app --lib PATH [--iters N] [--settle-ms MS] [--wait-line] "
-			"[--hold]\n");
+			"[--hold] [--malloc BYTES]\n");
 		return 2;
 	}
 
@@ -117,6 +124,15 @@ int main(int argc, char **argv)
 		note(stream_sync(0));
 	}
 	note(device_sync());
+	if (malloc_bytes > 0) {
+		malloc_fn cuda_malloc = (malloc_fn)must_dlsym(lib, "cudaMalloc");
+		free_fn cuda_free = (free_fn)must_dlsym(lib, "cudaFree");
+		void *p = NULL;
+
+		note(cuda_malloc(&p, (size_t)malloc_bytes));
+		hs_info("malloc %p %ld", p, malloc_bytes);
+		note(cuda_free(p));
+	}
 	hs_info("errors=%d first=%d", errors, first_error);
 	hs_done(hold);
 	return 0;

@@ -10,6 +10,10 @@
  *   2. cuMemAlloc_v2(&b, 1048576)  direct                    "# cuMemAlloc 0x<b> 1048576"
  *   3. cudaFree(a)                 -> cuMemFree_v2 nested
  *   4. cuMemFree_v2(b)             direct
+ * Before the frees, two copies the trace writer probes (the memory tracer does not): the same
+ * nesting for the other sink (test_mem_nested_rule_twins_agree):
+ *   2a. cudaMemcpy(a, host, 4096, HostToDevice) -> cuMemcpyHtoD_v2 nested
+ *   2b. cuMemcpyHtoD_v2(b, host, 4096)            direct
  */
 #include <stdio.h>
 #include <cuda.h>
@@ -18,6 +22,7 @@
 
 int main(void)
 {
+	static char host[4096];
 	CUdeviceptr b = 0;
 	void *a = NULL;
 
@@ -26,7 +31,9 @@ int main(void)
 		return 1;
 	}
 	hs_ready_wait_go();
-	if (cudaMalloc(&a, 3145728) || cuMemAlloc(&b, 1048576) || cudaFree(a) || cuMemFree(b)) {
+	if (cudaMalloc(&a, 3145728) || cuMemAlloc(&b, 1048576) ||
+	    cudaMemcpy(a, host, sizeof(host), cudaMemcpyHostToDevice) ||
+	    cuMemcpyHtoD(b, host, sizeof(host)) || cudaFree(a) || cuMemFree(b)) {
 		fprintf(stderr, "mem_nested_app: an allocation call failed\n");
 		return 1;
 	}

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+/* Tier 1: the acquisition core (user/session.c: session__*) with two sinks registered, fed
+ * synthetic records: each sink gets every call with its own bytes of the frame, library
+ * notices rescan only the live targets the session knows and tell every sink, the newest
+ * target of a pid is the pid's, and --durations' return probes pair every api. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "api_id.h"
+#include "check.h"
+#include "cuda.h"
+#include "elfsym.h"
+#include "session.h"
+#include "target.h"
+
+struct sink {
+	char name;
+	int entries, calls, exits, libraries;
+	uint64_t last_user[3];		/* what the last call's user bytes held */
+	enum call_end last_end;
+	struct target *last_library;
+	int last_new_probes;
+	void *last_user_ptr;
+	char order[64];			/* 'e' entry, 'c' call, 'x' exit, 'l' library */
+	int nr_order;
+};
+
+/* both sinks append to one log, to see the order across them */
+static char log_order[128];
+static int nr_log;
+
+static void note(struct sink *k, char what)
+{
+	k->order[k->nr_order++] = what;
+	log_order[nr_log++] = k->name;
+	log_order[nr_log++] = what;
+}
+
+static void on_entry(void *ctx, struct call_frame *f, void *user)
+{
+	struct sink *k = ctx;
+	uint64_t *u = user;
+
+	/* a sink's bytes are its own: fill them all with its mark */
+	for (int i = 0; i < 3; i++)
+		u[i] = (uint64_t)k->name << 56 | f->rec.ts << 2 | (uint64_t)i;
+	k->entries++;
+	note(k, 'e');
+}
+
+static void on_call(void *ctx, const struct call *c, void *user)
+{
+	struct sink *k = ctx;
+
+	memcpy(k->last_user, user, sizeof(k->last_user));
+	k->last_user_ptr = user;
+	k->last_end = c->end;
+	k->calls++;
+	note(k, 'c');
+}
+
+static void on_exit_rec(void *ctx, const struct tp_rec_exit *x)
+{
+	struct sink *k = ctx;
+
+	(void)x;
+	k->exits++;
+	note(k, 'x');
+}
+
+static void on_library(void *ctx, struct target *t, int new_probes)
+{
+	struct sink *k = ctx;
+
+	k->last_library = t;
+	k->last_new_probes = new_probes;
+	k->libraries++;
+	note(k, 'l');
+}
+
+static const struct session_sink_ops ops = {
+	.user_bytes = 3 * sizeof(uint64_t),
+	.on_entry = on_entry, .on_call = on_call, .on_exit = on_exit_rec, .on_library = on_library,
+};
+
+static uint64_t ts = 1000;
+
+static void feed_call(struct session *s, int pid, const char *sym)
+{
+	struct tp_rec_call c = { .type = TP_REC_CALL, .pid = pid, .tid = pid, .ts = ts += 10 };
+
+	c.api = api_id(sym);
+	session__ring_cb(s, &c, TP_REC_CALL_SHORT_SIZE);
+}
+
+static void feed_ret(struct session *s, int pid, const char *sym)
+{
+	struct tp_rec_ret r = { .type = TP_REC_RET, .pid = pid, .tid = pid, .ts = ts += 10 };
+
+	r.api = api_id(sym);
+	session__ring_cb(s, &r, sizeof(r));
+}
+
+static void feed_dlopen(struct session *s, int pid)
+{
+	struct tp_rec_dlopen d = { .type = TP_REC_DLOPEN, .pid = pid, .tid = pid };
+
+	session__ring_cb(s, &d, sizeof(d));
+}
+
+static bool marked(const struct sink *k, uint64_t entry_ts)
+{
+	for (int i = 0; i < 3; i++)
+		if (k->last_user[i] != ((uint64_t)k->name << 56 | entry_ts << 2 | (uint64_t)i))
+			return false;
+	return true;
+}
+
+int main(void)
+{
+	struct target_probes probes = {};	/* no programs: a scan only reads the maps */
+	struct elfsym_cache *cache = elfsym_cache__new();
+	struct sink a = { .name = 'A' }, b = { .name = 'B' };
+	struct session_sink_ops big = ops;
+	struct session *s = session__new(cache, &probes);
+	struct target *t = target__new(getpid()), *t2 = target__new(getpid());
+	int pid = getpid();
+	size_t off_a = 99, off_b = 99;
+	uint64_t entered;
+
+	CHECK(s && cache && t && t2, "setup");
+	CHECK(session__add_sink(s, &ops, &a, &off_a) == 0 && off_a == 0, "A at 0: %zu", off_a);
+	CHECK(session__add_sink(s, &ops, &b, &off_b) == 0 && off_b == 24, "B at 24: %zu", off_b);
+	big.user_bytes = CALLS_USER_BYTES - 48 + 1;
+	CHECK(session__add_sink(s, &big, &a, NULL) == -ENOSPC, "no room past the frame");
+
+	/* a call with a return: each sink's bytes come back intact, A's before B's */
+	feed_call(s, pid, "cudaStreamSynchronize");
+	entered = ts;
+	feed_ret(s, pid, "cudaStreamSynchronize");
+	CHECK(a.entries == 1 && b.entries == 1 && a.calls == 1 && b.calls == 1, "both saw it");
+	CHECK(marked(&a, entered) && marked(&b, entered), "each sink's bytes are its own");
+	CHECK((char *)b.last_user_ptr - (char *)a.last_user_ptr == 24, "B's bytes after A's");
+	CHECK(a.last_end == CALL_RETURNED, "returned: %d", a.last_end);
+	CHECK(!strncmp(log_order, "AeBeAcBc", 8), "order %.*s", nr_log, log_order);
+
+	/* cudaLaunchKernel has no return probe without --durations: delivered at its entry */
+	feed_call(s, pid, "cudaLaunchKernel");
+	CHECK(a.calls == 2 && a.last_end == CALL_NO_RETURN, "no return: at once (%d)", a.last_end);
+
+	/* a dlopen of a process the session does not know: nothing scanned, nobody told */
+	feed_dlopen(s, pid);
+	CHECK(a.libraries == 0 && b.libraries == 0, "unknown pid: no rescan");
+	/* known: scanned, both sinks told, with the pid's newest target */
+	CHECK(session__add_target(s, t) == 0 && session__add_target(s, t2) == 0, "targets");
+	CHECK(session__target(s, pid) == t2, "the newest target is the pid's");
+	feed_dlopen(s, pid);
+	CHECK(a.libraries == 1 && b.libraries == 1 && a.last_library == t2, "rescan told both");
+	CHECK(a.last_new_probes == 0, "nothing probed: %d", a.last_new_probes);
+	CHECK(target__nr_objs(t2) > 0 && target__nr_objs(t) == 0, "the scan was t2's only");
+	/* a target over (exec) is not rescanned */
+	target__end(t2, ts);
+	feed_dlopen(s, pid);
+	CHECK(a.libraries == 1, "ended target: no rescan");
+	session__remove_target(s, t2);
+	CHECK(session__target(s, pid) == t, "removed: the older one again");
+	session__rescan(s);
+	CHECK(a.libraries == 2 && b.libraries == 2 && a.last_library == t, "periodic rescan");
+
+	/* an exit: the open call ends as CALL_EXITED first, then both sinks hear of the exit */
+	feed_call(s, pid, "cudaDeviceSynchronize");
+	{
+		struct tp_rec_exit x = { .type = TP_REC_EXIT, .pid = pid, .tid = pid, .ts = ts += 10 };
+
+		nr_log = 0;
+		session__ring_cb(s, &x, sizeof(x));
+	}
+	CHECK(a.last_end == CALL_EXITED && a.exits == 1 && b.exits == 1, "exit");
+	CHECK(!strncmp(log_order, "AcBcAxBx", 8), "calls end before the exit: %.*s", nr_log,
+	      log_order);
+	CHECK(session__stats(s)->exits == 1 && session__stats(s)->dlopens == 3, "counted");
+
+	/* --durations: every api has a return record to wait for */
+	{
+		struct target_probes durations = { .all_returns = true };
+		struct session *s2 = session__new(cache, &durations);
+		struct sink c = { .name = 'C' };
+
+		CHECK(s2 && session__add_sink(s2, &ops, &c, NULL) == 0, "second session");
+		feed_call(s2, pid, "cudaLaunchKernel");
+		CHECK(c.entries == 1 && c.calls == 0, "waits for its return");
+		feed_ret(s2, pid, "cudaLaunchKernel");
+		CHECK(c.calls == 1 && c.last_end == CALL_RETURNED, "paired");
+		session__finish(s2, ts);
+		session__free(s2);
+	}
+	session__free(s);
+	target__free(t);
+	target__free(t2);
+	elfsym_cache__free(cache);
+	return check_done();
+}
