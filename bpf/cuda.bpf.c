@@ -73,7 +73,7 @@ static __always_inline void count(__u32 idx)
 #define BENCH_STOP_AT(n)	0
 #endif
 
-/* tptrace fr -a (user/fr_exec.c): the library probes are attached per file for every process,
+/* tptrace fr -a (user/fr/fr_exec.c): the library probes are attached per file for every process,
  * so the entry and return programs first drop the calls of processes the recorder does not
  * want: only tgids in fr_pids pass (added here when a process maps libnccl, and by user space).
  * Loaded with fr_filter 0 (every other user) the check is dead code the verifier removes. */
@@ -86,7 +86,7 @@ struct {
 	__type(value, __u8);
 } fr_pids SEC(".maps");
 
-/* tptrace fr -a --scope (user/fr_scope.h): 0 every process, 1 one pid namespace (dev, ino),
+/* tptrace fr -a --scope (user/core/fr_scope.h): 0 every process, 1 one pid namespace (dev, ino),
  * 2 one network namespace (ino), 3 one cgroup v2 subtree (ino: its id, at depth level). */
 const volatile __u32 fr_scope = 0;
 const volatile __u64 fr_scope_dev = 0, fr_scope_ino = 0;
@@ -382,7 +382,7 @@ int BPF_PROG(proc_exit, struct task_struct *task)
 	return 0;
 }
 
-/* ---- tptrace fr -a: library files learnt from the kernel (user/fr_exec.c) ----
+/* ---- tptrace fr -a: library files learnt from the kernel (user/fr/fr_exec.c) ----
  * Loaded only for -a (autoload off otherwise). Every executable file mapping on the host passes
  * here, so the common case (not a library of ours) costs a few loads and compares. */
 #define TP_PROT_EXEC	4

@@ -20,7 +20,7 @@ enum tp_rec_type {
 };
 
 /* The attach cookie tells the one generic entry program what to copy, so the BPF side
- * stays free of per-API logic and user space decodes (see user/cuda_api.c):
+ * stays free of per-API logic and user space decodes (see user/core/cuda_api.c):
  *   bits  0..15  api id (index into the user-side table)
  *   bits 16..19  stack qwords to copy from [rsp]: [rsp] is the return address, [rsp+8] the
  *                7th integer argument, ... (x86-64 SysV)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Records that cross the ring buffer from bpf/mem.bpf.c to user/memtrace.c.
+/* Records that cross the ring buffer from bpf/mem.bpf.c to user/mem/memtrace.c.
  * __u32/__u64 only; no vmlinux.h, no libc. Every record starts with a type tag. */
 #ifndef TPTRACE_MEM_H
 #define TPTRACE_MEM_H

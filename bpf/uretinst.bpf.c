@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /* Pending uretprobe returns of every thread a task iterator visits (bpf/uretinst.h). User
- * space (user/uretinst.c) attaches it with a pid filter, so one read() walks the threads of
+ * space (user/stacks/uretinst.c) attaches it with a pid filter, so one read() walks the threads of
  * one process. The lists are read without the thread's cooperation: a running thread may
  * push or pop while we read, so the snapshot is only as good as the thread is still; the
  * unwinder reads it while the threads are ptrace-stopped and re-checks every slot.

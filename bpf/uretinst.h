@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Pending uretprobe returns of a process's threads, read by the iter/task program in
- * bpf/uretinst.bpf.c for user/uretinst.c (whoever placed the probes: the kernel keeps one
+ * bpf/uretinst.bpf.c for user/stacks/uretinst.c (whoever placed the probes: the kernel keeps one
  * list per thread, task->utask->return_instances, newest first).
  *
  * While a return probe is pending, the word at the probed function's entry SP (its return

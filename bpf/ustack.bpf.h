@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /* The stack of the calling thread at a probed call (--py-stacks), for bpf/cuda.bpf.c and
  * bpf/mem.bpf.c: tp_ustack_capture() walks the thread's Python frames with the layout user
- * space put in ustack_procs for its process (user/ustack.c, from user/pyframes), and, when
+ * space put in ustack_procs for its process (user/core/ustack.c, from user/pyframes), and, when
  * asked, its native frames through frame pointers; stores the stack once in "ustacks" under
  * a hash of its content and returns that id (bpf/ustacks.h). Loaded with ustacks_on 0, every
  * call of it is dead code the verifier removes: without --py-stacks nothing changes.
@@ -505,7 +505,7 @@ static __always_inline __u64 tp_ustack_capture(struct pt_regs *ctx, __u64 pid_tg
 }
 
 /* At the entry of the code type's deallocator (PyCode_Type.tp_dealloc) of a set-up process:
- * one more code object freed (user/ustack.c attaches it per process). */
+ * one more code object freed (user/core/ustack.c attaches it per process). */
 SEC("uprobe")
 int ustack_code_free(struct pt_regs *ctx)
 {

@@ -4,7 +4,7 @@
  * asked, its native frames through frame pointers, bounded to the thread's stack so no read
  * can fault. A stack is stored once in the "ustacks" hash map, keyed by a hash of its
  * content; records carry only that 64-bit id (bpf/cuda.h tp_rec_call.ustack, bpf/mem.h).
- * User space (user/ustack.c) resolves code objects to function, file and line.
+ * User space (user/core/ustack.c) resolves code objects to function, file and line.
  * __u32/__u64 only; no vmlinux.h, no libc. */
 #ifndef TPTRACE_USTACKS_H
 #define TPTRACE_USTACKS_H

@@ -8,11 +8,12 @@
 # atomic_file.c for --export-torch), built
 # here into their own object.
 TOOLS_OUT   := $(OUTPUT)/tools
-TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -MMD -MP -DTPTRACE_VERSION='"$(VERSION)"'
-# the analyzer, one module per seam (see tools/fr_analyze_int.h)
-FR_ANALYZE_SRCS := $(addprefix tools/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
-		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c) user/hashmap.c \
-		     user/textwrap.c
+TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -Itools/fr -Itools/report -MMD -MP \
+	       -DTPTRACE_VERSION='"$(VERSION)"'
+# the analyzer, one module per seam (see tools/fr/fr_analyze_int.h)
+FR_ANALYZE_SRCS := $(addprefix tools/fr/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
+		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c) user/base/hashmap.c \
+		     user/base/textwrap.c
 FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o \
 	       $(TOOLS_OUT)/atomic_file.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
 FR_LIBS     := -lcjson -lz -lpthread
@@ -20,19 +21,29 @@ FR_LIBS     := -lcjson -lz -lpthread
 $(TOOLS_OUT):
 	$(Q)mkdir -p $@
 
-$(TOOLS_OUT)/%.o: tools/%.c | $(TOOLS_OUT)
+# tools/fr: tptrace-fr; tools/report: tptrace report; tests/tools: the dump generator and the
+# parser's fuzz target (test tooling)
+$(TOOLS_OUT)/%.o: tools/fr/%.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
-$(TOOLS_OUT)/hashmap.o: user/hashmap.c | $(TOOLS_OUT)
+$(TOOLS_OUT)/%.o: tools/report/%.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
-$(TOOLS_OUT)/textwrap.o: user/textwrap.c | $(TOOLS_OUT)
+$(TOOLS_OUT)/%.o: tests/tools/%.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
-$(TOOLS_OUT)/atomic_file.o: user/atomic_file.c | $(TOOLS_OUT)
+$(TOOLS_OUT)/hashmap.o: user/base/hashmap.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
+$(TOOLS_OUT)/textwrap.o: user/base/textwrap.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
+$(TOOLS_OUT)/atomic_file.o: user/base/atomic_file.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
@@ -58,12 +69,12 @@ FUZZ_DEB_PKG := $(if $(FUZZ_CLANG_MAJOR),$(shell apt-cache show libclang-rt-$(FU
 DEB_PKGS += $(FUZZ_DEB_PKG)
 FUZZ_CORPUS  := tests/tools/corpus
 FUZZ_SECONDS ?= 120
-FR_FUZZ_SRCS := tools/fr_fuzz.c tools/fr_parse.c tools/fr_pickle.c tools/fr_torch.c user/atomic_file.c $(FR_ANALYZE_SRCS)
+FR_FUZZ_SRCS := tests/tools/fr_fuzz.c tools/fr/fr_parse.c tools/fr/fr_pickle.c tools/fr/fr_torch.c user/base/atomic_file.c $(FR_ANALYZE_SRCS)
 
-$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr_parse.h tools/fr_pickle.h tools/fr_torch.h tools/fr_analyze.h tools/fr_analyze_int.h \
-		   user/hashmap.h | $(OUTPUT)
+$(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr/fr_parse.h tools/fr/fr_pickle.h tools/fr/fr_torch.h tools/fr/fr_analyze.h tools/fr/fr_analyze_int.h \
+		   user/base/hashmap.h | $(OUTPUT)
 	$(call msg,FUZZ-CC,$@)
-	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -Iuser -fsanitize=fuzzer,address,undefined \
+	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -Itools/fr $(USER_INC) -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $(FR_FUZZ_SRCS) -lcjson -o $@
 
 .PHONY: fr-fuzz fr-fuzz-smoke fr-fuzz-run
@@ -84,12 +95,12 @@ TEST_BINS += $(OUTPUT)/fr_fuzz
 endif
 
 # `tptrace report -o report.html`: the page writer. Its script and style are compiled in as
-# C string literals made from tools/report_html.{js,css}, so the page needs nothing but
+# C string literals made from tools/report/report_html.{js,css}, so the page needs nothing but
 # itself. The ./tptrace link takes $(REPORT_HTML_OBJ) (atomic_file.o is in libtptrace.a);
 # another binary also needs $(TOOLS_OUT)/atomic_file.o and -lcjson.
 REPORT_HTML_OBJ := $(TOOLS_OUT)/report_html.o
 # a "</script" (or "</style", "<!--") in them would end their element in the page early
-$(TOOLS_OUT)/report_html_%.h: tools/report_html.% | $(TOOLS_OUT)
+$(TOOLS_OUT)/report_html_%.h: tools/report/report_html.% | $(TOOLS_OUT)
 	$(call msg,GEN,$@)
 	$(Q)! grep -qiE '</script|</style|<!--' $< || { echo "$<: holds </script, </style or <!--"; exit 1; }
 	$(Q)sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@

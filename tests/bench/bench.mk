@@ -30,7 +30,7 @@ $(BENCH_OUT)/cuda_stop%.bpf.o: bpf/cuda.bpf.c bpf/cuda.h vmlinux/$(ARCH)/vmlinux
 BENCH_BPF_OBJS := $(BENCH_OUT)/bench_empty.bpf.o $(OUTPUT)/cuda.bpf.o \
 		  $(patsubst %,$(BENCH_OUT)/cuda_stop%.bpf.o,$(BENCH_STOPS))
 
-# links user/cuda_api.o for the attach cookie tptrace gives a symbol (--api)
+# links user/core/cuda_api.o for the attach cookie tptrace gives a symbol (--api)
 $(BENCH_OUT)/bench_probe: tests/bench/bench_probe.c $(OUTPUT)/libtptrace.a | $(BENCH_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@

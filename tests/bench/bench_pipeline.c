@@ -30,7 +30,7 @@
 #include "target.h"
 #include "trace_json.h"
 
-/* tptrace_verbosity: user/session.c's (the library defines it since the ustack work); quiet here */
+/* tptrace_verbosity: user/core/session.c's (the library defines it since the ustack work); quiet here */
 extern int tptrace_verbosity;
 
 __attribute__((noinline)) void fake_gemm(float *a, int n)

@@ -11,9 +11,9 @@
  *               [--record-ns N]
  *
  * --api gives the program the attach cookie tptrace itself computes for that CUDA runtime
- * symbol (user/cuda_api.c). --ring-mb and --wake-bytes set the ring's size and the
+ * symbol (user/core/cuda_api.c). --ring-mb and --wake-bytes set the ring's size and the
  * wakeup_bytes constant where the object has them; the defaults are tptrace's (4 MiB, an
- * eighth of the ring: user/session.c). --record-ns spins that long per record in the reader,
+ * eighth of the ring: user/core/session.c). --record-ns spins that long per record in the reader,
  * as tptrace's decoding does: a reader that keeps up record by record keeps writing the
  * ring's consumer position, which the producing CPU then reads back.
  * Prints "ATTACHED" once the probes are live; at exit "RECORDS n" and, per program,

@@ -551,7 +551,7 @@ def section_pipeline(a):
     sys.stdout.flush()
     fig = {"json_gz": dict(l.split(": ", 1) for l in p.stdout.splitlines() if ": " in l)}
     # the same records as plain JSON, and into Perfetto's protobuf format
-    # (user/trace_pftrace.c), plain and gzip: the two backends of the trace writer side by side
+    # (user/trace/trace_pftrace.c), plain and gzip: the two backends of the trace writer side by side
     for suffix, key in ((".json", "json"), (".pftrace", "pftrace"),
                         (".pftrace.gz", "pftrace_gz")):
         p = subprocess.run([os.path.join(BENCH, "bench_pipeline"), "--cudart", SIM_CUDART,
@@ -831,7 +831,7 @@ def stack_apps(n, threads):
 
 
 def section_stacks(a):
-    """Hang snapshot (user/stacks.c through .output/e2e/stacks_dump): how long one sample
+    """Hang snapshot (user/stacks/stacks.c through .output/e2e/stacks_dump): how long one sample
     keeps a 64-thread process stopped, and the wall time of a whole 8-process, 3-sample
     snapshot (processes in parallel, 200 ms between samples)."""
     dump = os.path.join(OUT, "e2e", "stacks_dump")
@@ -1095,7 +1095,7 @@ class PyLoop(Loop):
 
 class UstackDump:
     """tests/e2e/ustack_dump.c --bench: tptrace's own BPF object and entry program on
-    cudaLaunchKernel with --py-stacks capture (or without: --no-stacks), and user/ustack.c
+    cudaLaunchKernel with --py-stacks capture (or without: --no-stacks), and user/core/ustack.c
     resolving every event's stack in the reader, as tptrace's sinks do."""
 
     def __init__(self, pid, stacks):

@@ -46,7 +46,7 @@ $(E2E_DIR)/pyframes_dump: tests/e2e/pyframes_dump.c $(OUTPUT)/libtptrace.a | $(E
 
 TEST_BINS += $(E2E_DIR)/pyframes_dump
 
-# The Python door (user/pyrun.c) alone: run a snippet in a process (tests/e2e/test_pyrun.py).
+# The Python door (user/py/pyrun.c) alone: run a snippet in a process (tests/e2e/test_pyrun.py).
 $(E2E_DIR)/pyrun_exec: tests/e2e/pyrun_exec.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $< $(OUTPUT)/libtptrace.a $(LDLIBS) -o $@
@@ -84,7 +84,7 @@ $(E2E_DIR)/sim_records: tests/e2e/progs/sim_records.c $(SIM_CUDART) $(SIM_CUPTI)
 
 TEST_BINS += $(E2E_DIR)/sim_records
 
-# The BPF stack walker and user/ustack.c alone: one JSON line per probed call with its
+# The BPF stack walker and user/core/ustack.c alone: one JSON line per probed call with its
 # resolved stack (tests/e2e/test_pystacks.py, bench).
 $(E2E_DIR)/ustack_dump: tests/e2e/ustack_dump.c $(OUTPUT)/libtptrace.a | $(E2E_DIR)
 	$(call msg,CC,$@)

@@ -1,6 +1,6 @@
 # GPU (CUPTI agent) e2e pieces (included from tests/sim/sim.mk). The agent itself,
 # $(AGENT_SO), is part of the product: user/agent/agent.mk, included by the top Makefile.
-#   $(E2E_DIR)/gpu_attach           drives user/gpu.c + user/gpu_trace.c against a running pid
+#   $(E2E_DIR)/gpu_attach           drives user/gpu/gpu.c + user/trace/gpu_trace.c against a running pid
 GPU_E2E_DIR := $(OUTPUT)/e2e
 
 $(GPU_E2E_DIR)/gpu_attach: tests/e2e/progs/gpu_attach.c $(OUTPUT)/libtptrace.a $(AGENT_SO) | $(GPU_E2E_DIR)

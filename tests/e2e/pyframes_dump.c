@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Test driver for user/pyframes.c: stops every thread of PID (PTRACE_SEIZE + INTERRUPT),
+/* Test driver for user/py/pyframes.c: stops every thread of PID (PTRACE_SEIZE + INTERRUPT),
  * reads each thread's fs_base, prints the Python frames of each as one JSON line, detaches.
  *   pyframes_dump PID [--bench N | --nostop N]
  * First line: {"pid":P,"version":"3.11.7"} or {"pid":P,"version":null,"err":"..."}.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The pyrun door alone (tests/e2e/test_pyrun.py):
  *   pyrun_exec PID SNIPPET.py ARGS_JSON TIMEOUT_MS [COUNT [keep]]
- * runs the snippet COUNT times (default 1; "keep": PYRUN_KEEP_QUEUED) in PID through user/pyrun.c and prints each result
+ * runs the snippet COUNT times (default 1; "keep": PYRUN_KEEP_QUEUED) in PID through user/py/pyrun.c and prints each result
  * as one JSON line, or "error: <errno name>: <line>" and exits 1. */
 #include <errno.h>
 #include <stdio.h>

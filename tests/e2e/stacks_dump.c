@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Test driver of the snapshot engine (user/stacks.h): prints stacks__json() of each pid on
+/* Test driver of the snapshot engine (user/stacks/stacks.h): prints stacks__json() of each pid on
  * stdout, one JSON object per line, in the order given. The processes are snapshotted in
  * parallel, one thread each (their samples then overlap in time, as a whole-job snapshot
  * must: 8 processes x 3 samples 200 ms apart take ~0.4 s, not 3.2 s). The real command line

@@ -1,5 +1,5 @@
 """Tier 2: two flight recorders claiming one pid (issue 12 "Bad input"). The first recorder
-claims each process it records (user/fr_claim.c); a second one on the same pid says so in
+claims each process it records (user/fr/fr_claim.c); a second one on the same pid says so in
 one line and does not record it twice, while the first goes on recording; once the first
 exits, the claim is gone with it and the pid can be recorded again. A claim name squatted
 by a non-root process is no recorder: said, and the pid is recorded anyway."""

@@ -1,6 +1,6 @@
 """CUPTI agent on the simulated stack (tests/sim/cupti + tests/sim/cudart): inject the agent into
 a running workload with ptrace, collect CUPTI activity through shared memory, write it with
-gpu_trace, unload the agent. Driven by .output/e2e/gpu_attach (user/gpu.c) until tptrace has
+gpu_trace, unload the agent. Driven by .output/e2e/gpu_attach (user/gpu/gpu.c) until tptrace has
 --gpu. Every kernel/copy/wait the sim executed (TPSIM_VERBOSE=1) must be in the trace with its
 own correlation id, stream and times."""
 import os
@@ -378,7 +378,7 @@ def test_gpu_real_cupti_without_driver():
     assert "GPU agent in process" in err and "failed: cuptiSubscribe failed" in err, err
 
 
-# ---- refusals before and after touching the process (user/gpu.c gpu__precheck) ----------
+# ---- refusals before and after touching the process (user/gpu/gpu.c gpu__precheck) ----------
 
 def maps_text(pid):
     with open(f"/proc/{pid}/maps") as f:

@@ -1,4 +1,4 @@
-"""Tier 2: GPU memory (`tptrace mem`, user/memtrace.c + user/memsnap.c) on the simulated caching
+"""Tier 2: GPU memory (`tptrace mem`, user/mem/memtrace.c + user/mem/memsnap.c) on the simulated caching
 allocator (tests/sim/alloc: USDT pytorch:malloc/free) and runtime, and entry decoding of the
 REAL libcudart.so.13's allocation calls. Exact sizes, pointers and counts come from the
 workloads' headers (tests/workloads/alloc_app.c, tests/e2e/progs/mem_real_args.c).

@@ -1,4 +1,4 @@
-"""Tier 2: `-o FILE.pftrace` (Perfetto's protobuf format, user/trace_pftrace.c). One tptrace run
+"""Tier 2: `-o FILE.pftrace` (Perfetto's protobuf format, user/trace/trace_pftrace.c). One tptrace run
 writes both traces of the same events: the JSON through -o, the .pftrace through
 TPTRACE_TRACE_TEE (a test-only knob of the trace writer: the same calls fanned out to a second
 output; two runs could not be compared event by event). The .pftrace is decoded with Perfetto's

@@ -1,4 +1,4 @@
-"""Python frames read from outside (user/pyframes.c) on real CPython 3.9-3.13 processes.
+"""Python frames read from outside (user/py/pyframes.c) on real CPython 3.9-3.13 processes.
 
 tests/workloads/py_hang.py hangs at lines marked `# AT:<name>`; the expected main-thread
 stack comes from those markers, the second thread's from CPython itself (sys._current_frames,

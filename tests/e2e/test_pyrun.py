@@ -1,4 +1,4 @@
-"""Tier 2: the door into a running CPython (user/pyrun.c) through .output/e2e/pyrun_exec, on
+"""Tier 2: the door into a running CPython (user/py/pyrun.c) through .output/e2e/pyrun_exec, on
 Debian's python3 3.11 and pyenv's 3.9-3.13 (skipped with the reason where absent): a snippet
 runs on the main thread at a safe point, leaves nothing in __main__ or sys, prints nothing;
 a main thread blocked in C gets a refusal that names where it is, and the withdrawn request

@@ -1,4 +1,4 @@
-"""The BPF stack walker (bpf/ustack.bpf.h) and its resolution (user/ustack.c) on real CPython
+"""The BPF stack walker (bpf/ustack.bpf.h) and its resolution (user/core/ustack.c) on real CPython
 3.9-3.13 processes, without the decoder: .output/e2e/ustack_dump loads tptrace's own BPF object
 with --py-stacks capture, probes cudaStreamSynchronize of the real (or simulated) libcudart,
 and prints every call's resolved stack. tests/workloads/py_stacks.py makes each call with a

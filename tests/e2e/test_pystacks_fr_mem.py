@@ -1,4 +1,4 @@
-"""Tier 2: Python frames (--py-stacks, BPF-captured; bpf/ustack.bpf.h, user/ustack.c) in the
+"""Tier 2: Python frames (--py-stacks, BPF-captured; bpf/ustack.bpf.h, user/core/ustack.c) in the
 flight recorder and the memory tracer, end to end, against CPython's own view of its stack.
 
 - `tptrace fr --py-stacks`: every rank of a simulated NCCL job is Python

@@ -1,4 +1,4 @@
-"""Tier 2: the snapshot engine (user/stacks.h) on live processes, through its test driver
+"""Tier 2: the snapshot engine (user/stacks/stacks.h) on live processes, through its test driver
 tests/e2e/stacks_dump.c (one stacks__json object per pid and line). Workloads:
 tests/workloads/stack_app.c (known stacks, -O2 -fomit-frame-pointer), the simulated NCCL /
 CUDA stack (nccl_rank) and a static-cudart nvcc program."""

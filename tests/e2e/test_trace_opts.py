@@ -302,7 +302,7 @@ def test_deleted_library_real():
     deleted_lib_case(os.path.realpath(os.path.join(CUDA_LIB, "libcudart.so.13")), "real", 35)
 
 
-# the product's switch to the path of kernels without a BTF sched_process_exit (user/session.c)
+# the product's switch to the path of kernels without a BTF sched_process_exit (user/core/session.c)
 NO_EXIT_TP = {"TPTRACE_NO_EXIT_TP": "1"}
 
 

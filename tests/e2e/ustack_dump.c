@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Test driver for the BPF stack walker (bpf/ustack.bpf.h) and user/ustack.c, without the
+/* Test driver for the BPF stack walker (bpf/ustack.bpf.h) and user/core/ustack.c, without the
  * decoder: loads tptrace's own BPF object with stack capture on, attaches its entry program
  * to LIB:SYMBOL of PID with tptrace's cookie for that API, and prints one JSON line per call:
  *   ustack_dump PID LIB SYMBOL SECONDS [--native] [--bench] [--late] [--no-stacks]

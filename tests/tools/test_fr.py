@@ -111,7 +111,7 @@ CASES = {
     # the shift by one step matches as long a history, its creation times are closer and
     # rank 1's completions were seen late enough to leave no causal conflict, but it pairs
     # rank 1's step 1, completed, with the others' step 2, still pending in dumps taken 1 s
-    # later (state_conflict in tools/fr_infer.c)
+    # later (state_conflict in tools/fr/fr_infer.c)
     "real_skip_late_rank": (None, 1, [
         ("missing_rank", "INFERRED", 7, [1], [1]),
     ], {"confidence": "medium", "detail": "went on to all_gather seq 8"}),

@@ -14,7 +14,7 @@ if [ ! -x "$FUZZ" ]; then
 	exit 77
 fi
 fail=0
-# PyTorch flight-recorder pickles (tools/fr_pickle.c, written by test_fr_torch.py --corpus)
+# PyTorch flight-recorder pickles (tools/fr/fr_pickle.c, written by test_fr_torch.py --corpus)
 # are fuzzed through the same target: their seeds must be there
 npk=0
 for f in $CORPUS/*; do

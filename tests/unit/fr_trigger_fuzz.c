@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Fuzz target for the trigger-record parser (user/fr_trigger.c): trigger files come from
+/* Fuzz target for the trigger-record parser (user/fr/fr_trigger.c): trigger files come from
  * other hosts through a shared directory, so they are untrusted input. Each input is parsed
  * with and without an id expected from the file name; a record that parses holds only valid
  * fields, and one that does not is refused with -EINVAL and a one-line reason. Built two ways:

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Tier 1: the ring consumer core (user/calls.c) fed with synthetic records. Built with
+/* Tier 1: the ring consumer core (user/core/calls.c) fed with synthetic records. Built with
  * AddressSanitizer: every record is handed over in a buffer of exactly its size, so a field
  * read before the size was checked is an out-of-bounds read and fails the test. */
 #include <stdlib.h>

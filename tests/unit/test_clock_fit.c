@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The fit of CUPTI's GPU-record clock to CLOCK_MONOTONIC (user/clock_fit.c) on synthetic
+/* The fit of CUPTI's GPU-record clock to CLOCK_MONOTONIC (user/gpu/clock_fit.c) on synthetic
  * samples: a device clock 50 ppm fast and 250 µs off, sampled as the agent does (48 samples
  * 1 ms apart, then one a second) for 60 s, each cuptiGetTimestamp read at a random point of
  * its read window (40-400 ns), one in twenty preempted (a window of 50-500 µs). Records are

@@ -73,7 +73,7 @@ static const struct ustack *fake_lookup(void *ctx, int p, uint64_t id)
 }
 
 /* What the stack arg of a call with stack id must be: ustack__compact's line (its format is
- * user/ustack.c's, tested there), or the status name in <>. */
+ * user/core/ustack.c's, tested there), or the status name in <>. */
 static const char *want_stack(uint64_t id)
 {
 	static char buf[4096];

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Cross-host trigger records (user/fr_trigger.c): job ids from an environment, the trigger
+/* Cross-host trigger records (user/fr/fr_trigger.c): job ids from an environment, the trigger
  * file parser on valid, malformed and mutated input (trigger files are untrusted), and a
  * watch that acts on each new trigger once. */
 #include <dirent.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* Tier 1: ring records -> the calls core -> the flight recorder (flightrec.c) -> its real dump
- * writer (flightrec_dump.c) -> tools/fr_parse.c, the analyzer's reader. The rest of the tools
+ * writer (flightrec_dump.c) -> tools/fr/fr_parse.c, the analyzer's reader. The rest of the tools
  * tier reads fr_gen.c's dumps; this one pins the writer and the reader to each other: exact
  * comm ids, seqs, states, sizes, the in-call thread and a failed comm init. */
 #include <stdlib.h>

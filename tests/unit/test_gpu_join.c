@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The --gpu join (user/gpu_join.c) on record streams shaped like real CUPTI's: a DRIVER record
+/* The --gpu join (user/gpu/gpu_join.c) on record streams shaped like real CUPTI's: a DRIVER record
  * for the driver call nested in every runtime call, RUNTIME records for calls tptrace does not
  * probe, several threads, late buffers, graph replays. Every case asserts each host call's
  * correlation and the kernel its arrow goes to, not counts alone. */

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Which functions a thread may be borrowed in by the Python door (user/pyrun.c): never in the
+/* Which functions a thread may be borrowed in by the Python door (user/py/pyrun.c): never in the
  * allocator, the loader, a lock primitive, the interpreter's GIL, pending-call or lifecycle
  * code; anywhere else, the eval loop included (else a single-threaded Python loop could never
  * be entered). */

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Tier 1: the acquisition core (user/session.c: session__*) with two sinks registered, fed
+/* Tier 1: the acquisition core (user/core/session.c: session__*) with two sinks registered, fed
  * synthetic records: each sink gets every call with its own bytes of the frame, library
  * notices rescan only the live targets the session knows and tell every sink, the newest
  * target of a pid is the pid's, and --durations' return probes pair every api. */

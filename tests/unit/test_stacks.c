@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The root-free parts of the snapshot (user/stacks_class.c) on synthetic frames: Python frames
+/* The root-free parts of the snapshot (user/stacks/stacks_class.c) on synthetic frames: Python frames
  * merged at the eval-loop frames, classification (where / api / issuing), the progress
  * comparison, the wait heuristics and the JSON of docs/fr-schema.md "Stacks (version 2)". */
 #include <stdlib.h>

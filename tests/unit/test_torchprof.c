@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* tptrace --torch's merge on saved inputs (user/torchprof.h, torchprof__replay): the clock
+/* tptrace --torch's merge on saved inputs (user/trace/torchprof.h, torchprof__replay): the clock
  * offset and residual from the markers' brackets, exact; tptrace's own events left out; the
  * main thread on its OS tid and another profiler thread on a labelled track; input dims and
  * stacks as args; ProfilerStep#N derived from 1.13's Optimizer.step spans. */

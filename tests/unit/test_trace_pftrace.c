@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The Perfetto protobuf backend of the trace writer (user/trace_pftrace.c) without BPF: a
+/* The Perfetto protobuf backend of the trace writer (user/trace/trace_pftrace.c) without BPF: a
  * few events written through the writer's API under a .pftrace name, read back with the
  * generated perfetto__protos__trace__unpack and resolved as the trace processor does, one
  * sequence at a time: the trace's clock snapshot; each sequence's first packet (incremental

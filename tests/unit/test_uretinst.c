@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The pending-return substitution (user/uretinst.c) on saved iterator output: records laid
+/* The pending-return substitution (user/stacks/uretinst.c) on saved iterator output: records laid
  * out as bpf/uretinst.bpf.c writes them, for the cases a live test cannot set up at will:
  * chained runs (a tail call into a probed function, two probes returning through one slot),
  * recursion, a stale instance left by a longjmp, instances asked for out of list order,

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* user/ustack_native.c: the frame-pointer prologue recogniser on byte sequences, then the
+/* user/core/ustack_native.c: the frame-pointer prologue recogniser on byte sequences, then the
  * resolver from outside on stacks a live workload captured the way the BPF walker does
  * (tests/workloads/native_fp_lib.c says how the probe's entry state is reproduced): exact
  * function names of the frames kept, the stop line naming the function without a frame

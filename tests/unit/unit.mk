@@ -25,18 +25,18 @@ $(UNIT_DIR):
 	$(Q)mkdir -p $@
 
 $(UNIT_DIR)/test_procmaps: tests/unit/test_procmaps.c tests/unit/check.h \
-			   $(OUTPUT)/user/procmaps.o | $(UNIT_DIR)
+			   $(OUTPUT)/user/base/procmaps.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
 
 # the fixtures are prerequisites so that building the test builds what it reads
 $(UNIT_DIR)/test_elfsym: tests/unit/test_elfsym.c tests/unit/check.h \
-			 $(OUTPUT)/user/elfsym.o $(OUTPUT)/user/demangle.o $(UNIT_FIXTURES) | $(UNIT_DIR)
+			 $(OUTPUT)/user/base/elfsym.o $(OUTPUT)/user/base/demangle.o $(UNIT_FIXTURES) | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
 
 $(UNIT_DIR)/test_demangle: tests/unit/test_demangle.c tests/unit/check.h \
-			   $(OUTPUT)/user/demangle.o | $(UNIT_DIR)
+			   $(OUTPUT)/user/base/demangle.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
 
@@ -81,16 +81,16 @@ $(UNIT_DIR)/test_fr_pystacks: tests/unit/test_fr_pystacks.c tests/unit/check.h \
 
 TEST_BINS += $(UNIT_DIR)/test_fr_pystacks
 
-# cross-host trigger records and the watch (user/fr_trigger.c)
+# cross-host trigger records and the watch (user/fr/fr_trigger.c)
 $(UNIT_DIR)/test_fr_trigger: tests/unit/test_fr_trigger.c tests/unit/check.h \
-			     $(OUTPUT)/user/fr_trigger.o $(OUTPUT)/user/procmaps.o $(OUTPUT)/user/atomic_file.o | $(UNIT_DIR)
+			     $(OUTPUT)/user/fr/fr_trigger.o $(OUTPUT)/user/base/procmaps.o $(OUTPUT)/user/base/atomic_file.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 
 # memsnap (GPU memory state, memory_viz snapshot, pickle) on synthetic events
 $(UNIT_DIR)/test_memsnap: tests/unit/test_memsnap.c tests/unit/check.h \
-			  $(OUTPUT)/user/memsnap.o $(OUTPUT)/user/memlayout.o \
-			  $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
+			  $(OUTPUT)/user/mem/memsnap.o $(OUTPUT)/user/mem/memlayout.o \
+			  $(OUTPUT)/user/base/hashmap.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 
@@ -139,7 +139,7 @@ TEST_BINS += $(UNIT_DIR)/test_driver
 
 # the ring consumer core, built from source with AddressSanitizer: the test hands every record
 # over in a buffer of exactly its size, so reading a field before checking the size fails it
-CALLS_SRCS := user/calls.c user/cuda_api.c user/nccl_api.c user/hashmap.c
+CALLS_SRCS := user/core/calls.c user/core/cuda_api.c user/core/nccl_api.c user/base/hashmap.c
 $(UNIT_DIR)/test_calls: tests/unit/test_calls.c tests/unit/check.h $(CALLS_SRCS) | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
@@ -147,17 +147,17 @@ $(UNIT_DIR)/test_calls: tests/unit/test_calls.c tests/unit/check.h $(CALLS_SRCS)
 
 TEST_BINS += $(UNIT_DIR)/test_calls
 
-# the flight recorder's real dump writer read back by the analyzer's parser (tools/fr_parse.c)
-$(UNIT_DIR)/test_fr_writer: tests/unit/test_fr_writer.c tests/unit/check.h tools/fr_parse.c \
-			    tools/fr_parse.h $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+# the flight recorder's real dump writer read back by the analyzer's parser (tools/fr/fr_parse.c)
+$(UNIT_DIR)/test_fr_writer: tests/unit/test_fr_writer.c tests/unit/check.h tools/fr/fr_parse.c \
+			    tools/fr/fr_parse.h $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
-	$(Q)$(CC) $(UNIT_CFLAGS) -Itools $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+	$(Q)$(CC) $(UNIT_CFLAGS) -Itools -Itools/fr $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_fr_writer
 
 # the cross-rank merged view of a hang snapshot on synthetic snapshots (exact text)
 $(UNIT_DIR)/test_stacktree: tests/unit/test_stacktree.c tests/unit/check.h \
-			    $(OUTPUT)/user/stacktree.o | $(UNIT_DIR)
+			    $(OUTPUT)/user/stacks/stacktree.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -o $@
 
@@ -165,14 +165,14 @@ TEST_BINS += $(UNIT_DIR)/test_stacktree
 
 # the snapshot's classification, Python merge and JSON on synthetic frames (no ptrace)
 $(UNIT_DIR)/test_stacks: tests/unit/test_stacks.c tests/unit/check.h \
-			 $(OUTPUT)/user/stacks_class.o $(OUTPUT)/user/hashmap.o | $(UNIT_DIR)
+			 $(OUTPUT)/user/stacks/stacks_class.o $(OUTPUT)/user/base/hashmap.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_stacks
 
 # the --gpu join on hand-made CUPTI record streams, built from source with AddressSanitizer
-GPU_JOIN_SRCS := user/gpu_join.c user/cuda_api.c user/hashmap.c
+GPU_JOIN_SRCS := user/gpu/gpu_join.c user/core/cuda_api.c user/base/hashmap.c
 $(UNIT_DIR)/test_gpu_join: tests/unit/test_gpu_join.c tests/unit/check.h $(GPU_JOIN_SRCS) \
 			   | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
@@ -200,16 +200,16 @@ TEST_BINS += $(UNIT_DIR)/test_fr_retention
 # (FUZZ_CC, FUZZ_LIBFUZZER: tools/tools.mk)
 TRIGGER_CORPUS := tests/unit/trigger_corpus
 $(UNIT_DIR)/test_fr_trigger_fuzz: tests/unit/test_fr_trigger_fuzz.c tests/unit/fr_trigger_fuzz.c \
-			     tests/unit/check.h $(OUTPUT)/user/fr_trigger.o $(OUTPUT)/user/procmaps.o $(OUTPUT)/user/atomic_file.o \
+			     tests/unit/check.h $(OUTPUT)/user/fr/fr_trigger.o $(OUTPUT)/user/base/procmaps.o $(OUTPUT)/user/base/atomic_file.o \
 			     | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) -DTRIGGER_CORPUS='"$(abspath $(TRIGGER_CORPUS))"' \
 		$(filter %test_fr_trigger_fuzz.c %.o,$^) -lcjson -o $@
 
-$(UNIT_DIR)/fr_trigger_fuzz: tests/unit/fr_trigger_fuzz.c user/fr_trigger.c user/procmaps.c user/atomic_file.c \
-			     user/fr_trigger.h | $(UNIT_DIR)
+$(UNIT_DIR)/fr_trigger_fuzz: tests/unit/fr_trigger_fuzz.c user/fr/fr_trigger.c user/base/procmaps.c user/base/atomic_file.c \
+			     user/fr/fr_trigger.h | $(UNIT_DIR)
 	$(call msg,FUZZ-CC,$@)
-	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Iuser -I$(OUTPUT) -fsanitize=fuzzer,address,undefined \
+	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE $(USER_INC) -I$(OUTPUT) -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined -DTPTRACE_FUZZ_VERBOSITY $(filter %.c,$^) -lcjson -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_fr_trigger_fuzz
@@ -217,12 +217,12 @@ ifneq ($(FUZZ_LIBFUZZER),)
 TEST_BINS += $(UNIT_DIR)/fr_trigger_fuzz
 endif
 
-# native frames through frame pointers (user/ustack_native.c) on the live fixture of
+# native frames through frame pointers (user/core/ustack_native.c) on the live fixture of
 # tests/workloads/native_fp_*.c
 $(UNIT_DIR)/test_ustack_native: tests/unit/test_ustack_native.c tests/unit/check.h \
-				$(OUTPUT)/user/ustack_native.o $(OUTPUT)/user/elfsym.o \
-				$(OUTPUT)/user/procmaps.o $(OUTPUT)/user/demangle.o \
-				$(OUTPUT)/user/hashmap.o $(NFP_LIBS) $(NFP_DIR)/native_fp_app | $(UNIT_DIR)
+				$(OUTPUT)/user/core/ustack_native.o $(OUTPUT)/user/base/elfsym.o \
+				$(OUTPUT)/user/base/procmaps.o $(OUTPUT)/user/base/demangle.o \
+				$(OUTPUT)/user/base/hashmap.o $(NFP_LIBS) $(NFP_DIR)/native_fp_app | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -ldw $(UNIT_LIBS) -o $@
 
@@ -252,7 +252,7 @@ $(UNIT_DIR)/test_trace_golden: tests/unit/test_trace_golden.c tests/unit/check.h
 
 TEST_BINS += $(UNIT_DIR)/test_trace_golden
 
-# --torch's merge on saved snippet results and events (user/torchprof.c): clock, threads,
+# --torch's merge on saved snippet results and events (user/trace/torchprof.c): clock, threads,
 # tptrace's own events, derived steps
 $(UNIT_DIR)/test_torchprof: tests/unit/test_torchprof.c tests/unit/check.h \
 			    $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
@@ -263,15 +263,15 @@ TEST_BINS += $(UNIT_DIR)/test_torchprof
 
 # the pending-return substitution on saved iterator records (links the loader, never loads it)
 $(UNIT_DIR)/test_uretinst: tests/unit/test_uretinst.c tests/unit/check.h \
-			   $(OUTPUT)/user/uretinst.o | $(UNIT_DIR)
+			   $(OUTPUT)/user/stacks/uretinst.o | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lbpf -lelf -lz -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_uretinst
 
 # the fit of CUPTI's GPU-record clock to CLOCK_MONOTONIC on synthetic drifting samples
-$(UNIT_DIR)/test_clock_fit: tests/unit/test_clock_fit.c tests/unit/check.h user/clock_fit.c \
-			    user/clock_fit.h | $(UNIT_DIR)
+$(UNIT_DIR)/test_clock_fit: tests/unit/test_clock_fit.c tests/unit/check.h user/gpu/clock_fit.c \
+			    user/gpu/clock_fit.h | $(UNIT_DIR)
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
 		$(filter %.c,$^) -o $@

@@ -1,6 +1,6 @@
 """Prints the line table of every code object of some stdlib modules, with the line CPython
 itself gives each instruction (tests/e2e/test_pyframes.py feeds it to pyframes_lines, which
-decodes the tables with user/pyframes.c). One line per code object:
+decodes the tables with user/py/pyframes.c). One line per code object:
     FORMAT FIRSTLINENO HEXTABLE ADDR:LINE ADDR:LINE ...
 ADDR in bytes, LINE 0 for none. 3.9: lnotab, lines from dis.findlinestarts; 3.10+: co_lines()."""
 import dis

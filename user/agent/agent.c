@@ -48,7 +48,7 @@
 #define BUF_SIZE (1 << 20)
 #define MAX_NAME_FORWARD 4096	/* longer kernel names are cut (AGENT_RECF_NAME_CUT) */
 #define CLOCK_SAMPLE_NS 1000000000ULL
-/* the first samples come faster, so the drift fit (user/gpu.c) has a slope from the start */
+/* the first samples come faster, so the drift fit (user/gpu/gpu.c) has a slope from the start */
 #define CLOCK_FAST_SAMPLES 48
 #define CLOCK_FAST_NS 1000000ULL
 #define POLL_NS 10000000ULL

@@ -1,5 +1,5 @@
-# tptrace's other PyTorch instruments (user/torchprof.c, torch_instr__*): run on the target's
-# main thread by user/pyrun.c as `run(args, state)`, args {"what": "mem" | "fr" | "logs" | "trace",
+# tptrace's other PyTorch instruments (user/trace/torchprof.c, torch_instr__*): run on the target's
+# main thread by user/py/pyrun.c as `run(args, state)`, args {"what": "mem" | "fr" | "logs" | "trace",
 # "op": "start" | "stop", "path": output file tptrace made, "logs": [names]}. Each is refused
 # with one line where this process's torch lacks the API. Never prints; imports only modules
 # already loaded; stop undoes what start did and clears state.

@@ -1,5 +1,5 @@
-# tptrace --torch: torch.profiler inside the target for the trace window (user/torchprof.c).
-# Run on the target's main thread by user/pyrun.c: `run(args, state)` with args["op"] "start" or
+# tptrace --torch: torch.profiler inside the target for the trace window (user/trace/torchprof.c).
+# Run on the target's main thread by user/py/pyrun.c: `run(args, state)` with args["op"] "start" or
 # "stop"; `state` is the only storage between the two calls. Never prints, imports only modules
 # torch itself has loaded, and leaves nothing behind: stop removes the hook and clears state.
 # Tested on torch 1.13 (legacy profiler, no Kineto) and 2.13 (Kineto, CPU; tests/e2e/test_torch2_prof.py).

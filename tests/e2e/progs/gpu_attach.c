@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * gpu_attach: drives user/gpu.c and user/gpu_trace.c against a running process without the
+ * gpu_attach: drives user/gpu/gpu.c and user/trace/gpu_trace.c against a running process without the
  * uprobe side of `tptrace -p PID --gpu`: the agent's records alone, and its stats.
  *
  * Usage: gpu_attach -p PID -o TRACE.json [--cupti PATH] [--agent PATH] [--no-precheck]

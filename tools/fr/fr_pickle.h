@@ -9,7 +9,7 @@
  * off (FlightRecorder's pickle_str passes tag_aggregates = false), so a real dump holds no
  * global at all: there is nothing to allow-list. Every length is checked against the input,
  * and the stack, memo, object count and nesting depth are capped: a truncated or hostile file
- * gives one error (pk_doc.err), never a crash. Fuzzed by tools/fr_fuzz.c.
+ * gives one error (pk_doc.err), never a crash. Fuzzed by tests/tools/fr_fuzz.c.
  *
  * Values live in one array and refer to their children by index; strings and bytes point into
  * the input buffer (not NUL-terminated), which must outlive the document.

@@ -101,12 +101,4 @@ int ustack__compact(const struct ustack *s, char *buf, size_t size);
 
 const struct ustack_stats *ustacks__stats(const struct ustacks *u);
 
-/* The `stack` arg (and `stack truncated`, `native stack end`) of one trace event from its
- * record's stack id: a status id or an id the lookup does not know is written as what it is
- * ("<no Python thread state>", "<stack not found>"), never left out. Says which it wrote. */
-struct trace_writer;
-enum ustack_arg { USTACK_ARG_NONE, USTACK_ARG_STACK, USTACK_ARG_STATUS, USTACK_ARG_MISSING };
-enum ustack_arg ustack__write_args(struct trace_writer *tj, ustack_lookup_fn lookup, void *ctx,
-				   int pid, uint64_t id);
-
 #endif

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* `tptrace report`: the command line. A subcommand of ./tptrace (user/tptrace.c dispatches
+/* `tptrace report`: the command line. A subcommand of ./tptrace (user/cli/tptrace.c dispatches
  * "report" here): it reads files only and needs no privilege. */
 #include <argp.h>
 #include <dirent.h>

@@ -3,8 +3,8 @@
  * is dropped and `failed` stays set, so a writer adds freely and checks once at the end. The
  * bytes are always NUL-terminated (p[len] == 0 once anything was added), so text built in it
  * is a C string. Header-only: tools/ link it without pulling libtptrace.a. Used by the
- * snippet text of user/pyrun.c, the HTML page of tools/report_html.c, the pickles of
- * tools/fr_pickle.c and the corpora of tools/fr_gen.c. */
+ * snippet text of user/py/pyrun.c, the HTML page of tools/report/report_html.c, the pickles of
+ * tools/fr/fr_pickle.c and the corpora of tests/tools/fr_gen.c. */
 #ifndef TPTRACE_GROWBUF_H
 #define TPTRACE_GROWBUF_H
 

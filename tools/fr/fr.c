@@ -253,7 +253,7 @@ static int slurp_gz(const char *path, char **buf, size_t *cap, size_t *len)
 	return 0;
 }
 
-/* ---- PyTorch flight-recorder dumps (tools/fr_torch.c) ----
+/* ---- PyTorch flight-recorder dumps (tools/fr/fr_torch.c) ----
  * Found by content, whatever their name: a regular file (never a FIFO such as PyTorch's
  * <prefix><rank>.pipe, never a symlink) that starts as a pickle does. */
 static bool is_torch_file(int dirfd, const char *name)

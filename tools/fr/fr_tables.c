@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* fr_tables: growable arrays and the hash indexes over comms, (comm, seq) aggregates and p2p
- * channels (on user/hashmap.h's u64map). */
+ * channels (on user/base/hashmap.h's u64map). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

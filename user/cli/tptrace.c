@@ -269,7 +269,7 @@ static cJSON *gpu_json(const struct traced *p)
 	cJSON_AddNumberToObject(o, "flushes_partial", (double)g->flushes_partial);
 	cJSON_AddNumberToObject(o, "clock_samples", g->clock_samples);
 	cJSON_AddNumberToObject(o, "clock_samples_lost", g->clock_lost);
-	/* GPU records are on CUPTI's clock, fitted to CLOCK_MONOTONIC (user/clock_fit.h): the
+	/* GPU records are on CUPTI's clock, fitted to CLOCK_MONOTONIC (user/gpu/clock_fit.h): the
 	 * fit's drift and offset, and how far the samples sit from it */
 	cJSON_AddNumberToObject(o, "clock_ppm", g->clock_ppm);
 	cJSON_AddNumberToObject(o, "clock_offset_ns", (double)g->clock_offset_ns);
@@ -1222,7 +1222,7 @@ static void trace_session__free(struct trace_session *s)
 int fr_main(int argc, char **argv);
 int mem_main(int argc, char **argv);
 int stacks_main(int argc, char **argv);
-int report_main(int argc, char **argv);	/* tools/report.c */
+int report_main(int argc, char **argv);	/* tools/report/report.c */
 
 /* The commands of tptrace, beside tracing itself (tptrace -p PID). */
 static const struct {

@@ -6,7 +6,7 @@
  * and the top torch ops, every number with its delta (after - before) and its delta in % of
  * before. A number one side cannot know stays unknown (null with why), and so does its delta;
  * a % of a before of 0 is unknown, never infinite or 0. Rendered by compare_text (the terminal,
- * 100 columns) and the HTML page (tools/report_html.js draws a compare object too).
+ * 100 columns) and the HTML page (tools/report/report_html.js draws a compare object too).
  */
 #include <math.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
 #include <string.h>
 #include "report_analyze_int.h"
 
-#define TORCH_TID_UNKNOWN 0x40000000u	/* user/torchprof.c: a torch thread, OS tid unknown */
+#define TORCH_TID_UNKNOWN 0x40000000u	/* user/trace/torchprof.c: a torch thread, OS tid unknown */
 
 struct opsum {
 	uint32_t name;

@@ -20,7 +20,7 @@ struct session_bpf {
 	struct cuda_bpf *skel;
 	bool uprobe_multi;	/* the *_multi programs are loaded: one link per object */
 	bool exit_tp;		/* exit codes come from the sched_process_exit tracepoint */
-	struct ustacks *ustacks;	/* --py-stacks: stack capture on (user/ustack.h); else NULL */
+	struct ustacks *ustacks;	/* --py-stacks: stack capture on (user/core/ustack.h); else NULL */
 };
 
 struct session_load_opts {
@@ -33,7 +33,7 @@ struct session_load_opts {
 /* Opens and loads the BPF object with a ring of ring_mb MiB. NULL after an error line. */
 struct session_bpf *session__load_bpf(int ring_mb);
 /* The same for tptrace fr -a: also loads and attaches the exec-mapping and exec programs and
- * turns on the fr_pids filter of the entry and return programs (user/fr_exec.c). */
+ * turns on the fr_pids filter of the entry and return programs (user/fr/fr_exec.c). */
 struct session_bpf *session__load_bpf_fr_exec(int ring_mb);
 /* Either of the above, with the options of o. */
 struct session_bpf *session__load_bpf_opts(int ring_mb, const struct session_load_opts *o);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* PyTorch's own instruments through user/pyrun.h (see torchprof.h). */
+/* PyTorch's own instruments through user/py/pyrun.h (see torchprof.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>

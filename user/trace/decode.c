@@ -20,6 +20,7 @@
 #include "target.h"
 #include "trace_json.h"
 #include "ustack.h"
+#include "trace_stacks.h"
 
 /* --gpu: a call the join (gpu_join.c) holds until it is decided, handed back to emit_host. */
 struct gpu_payload {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * PyTorch's own instruments, switched on from outside through the door of user/pyrun.h: the
+ * PyTorch's own instruments, switched on from outside through the door of user/py/pyrun.h: the
  * snippets in user/py/ run on the target's main thread.
  *
  * torchprof: torch.profiler for a trace window (tptrace --torch). Started after tptrace's

@@ -3,7 +3,7 @@
  * A door into a running CPython 3.9-3.13 process: run one of tptrace's own Python snippets on
  * the interpreter's main thread, at its next safe point, holding the GIL.
  *
- * How: one thread of the target is stopped with ptrace (user/inject.c) while it is not inside
+ * How: one thread of the target is stopped with ptrace (user/base/inject.c) while it is not inside
  * the allocator, the dynamic loader, a lock or the interpreter's pending-call or lifecycle
  * code; a private page is mapped in the target (mmap called there) and the snippet's text
  * written into it; then Py_AddPendingCall(PyRun_SimpleString, page) queues it, and the thread

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* Native frames of BPF-captured stacks: return address -> module + symbol, and the frame-pointer
- * trust rule (user/ustack_native.h says why frames past a function without a frame pointer are
+ * trust rule (user/core/ustack_native.h says why frames past a function without a frame pointer are
  * dropped).
  *
  * Caches, from the hot path outwards:

@@ -737,7 +737,7 @@ enum entry_key {
 	EK_FRAMES,
 };
 
-/* An entry's keys in the order the writer (user/flightrec_dump.c) emits them, quoted and with
+/* An entry's keys in the order the writer (user/fr/flightrec_dump.c) emits them, quoted and with
  * the colon: the next key is nearly always the one after the last, and matching it as one
  * block saves scanning, copying and comparing it against every known key (reading every
  * entry of 16k ranks is bound by this loop). Keys in another order or spelling still go

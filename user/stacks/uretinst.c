@@ -17,8 +17,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "uretinst.h"	/* user/uretinst.h: the include path puts user/ first */
-#include "../bpf/uretinst.h"
+#include "uretinst.h"	/* user/stacks/uretinst.h: the include path puts user/ first */
+#include "../../bpf/uretinst.h"
 #include "uretinst.skel.h"
 
 struct ui_inst {

@@ -122,10 +122,10 @@ cJSON *report_analyze(struct rinput *in, size_t nr_in, struct rstrings *strs,
 /* The terminal summary (fits 100 columns). */
 void report_text(const cJSON *report, FILE *out);
 
-/* tools/report_html.c: the page. 0, or -errno with one line in err. */
+/* tools/report/report_html.c: the page. 0, or -errno with one line in err. */
 int report_html__write(const cJSON *report, const char *path, char *err, size_t errsz);
 
-/* tools/report_compare.c: two report objects (before, after; each from its own traces) side
+/* tools/report/report_compare.c: two report objects (before, after; each from its own traces) side
  * by side with their deltas, and that object in the terminal (fits 100 columns). */
 cJSON *report_compare(const cJSON *before, const char *const *bpaths, size_t nb,
 		      const cJSON *after, const char *const *apaths, size_t na);

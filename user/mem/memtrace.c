@@ -18,6 +18,7 @@
 #include "log.h"
 #include "memsnap.h"
 #include "ustack.h"
+#include "trace_stacks.h"
 #include "memtrace.h"
 #include "procmaps.h"
 #include "session.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* `tptrace report -o report.html`: one self-contained page (no network at view time) rendered
  * from the report object of docs/report-schema.md. The object goes into the page as JSON and
- * the page's own script (tools/report_html.js, compiled in) draws the plots from it, so the
+ * the page's own script (tools/report/report_html.js, compiled in) draws the plots from it, so the
  * page shows nothing that is not in `--json`. */
 #ifndef TPTRACE_REPORT_HTML_H
 #define TPTRACE_REPORT_HTML_H

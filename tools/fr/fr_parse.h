@@ -3,7 +3,7 @@
  *
  * A job of 16k ranks × 2000 entries is tens of GB of JSON, so this is a hand-written pull
  * parser over the file bytes: no tree, one compact record per entry, buffers reused from one
- * dump to the next. Every read is bounds-checked (it is fuzzed by tools/fr_fuzz.c); fields
+ * dump to the next. Every read is bounds-checked (it is fuzzed by tests/tools/fr_fuzz.c); fields
  * parsed before an error stay filled so a truncated dump can still be named.
  */
 #ifndef TPTRACE_FR_PARSE_H
@@ -112,7 +112,7 @@ struct fr_in_call {
 #define FR_PATH_LEN		160
 
 enum fr_taken { FR_TAKEN_OTHER, FR_TAKEN_ATTACH, FR_TAKEN_DUMP, FR_TAKEN_REQUEST };
-/* the order of user/stacks.h's enum stack_where */
+/* the order of user/stacks/stacks.h's enum stack_where */
 enum fr_where {
 	FR_WHERE_UNKNOWN, FR_WHERE_NCCL, FR_WHERE_CUDA, FR_WHERE_DRIVER, FR_WHERE_ALLOCATOR,
 	FR_WHERE_PYTHON, FR_WHERE_IDLE, FR_WHERE_RUNNING, FR_WHERE__COUNT
@@ -197,7 +197,7 @@ struct fr_dump {
 	int64_t trigger_time_ns;
 
 	char nccl_version[24];	/* "" unknown */
-	/* a PyTorch flight-recorder dump (tools/fr_torch.c, docs/fr-torch.md): schema
+	/* a PyTorch flight-recorder dump (tools/fr/fr_torch.c, docs/fr-torch.md): schema
 	 * "pytorch-fr", its format version ("2.10") here; no host, pid or dump time */
 	bool torch;
 	char torch_version[16];
