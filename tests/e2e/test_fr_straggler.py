@@ -109,8 +109,12 @@ def run_straggler(pre_attach):
             # seqs counted from attach differ per rank: no last-to-enter ratio (README)
             assert last == {}, last
         else:
-            assert last[(True, str(SLOW))] >= 0.9, last
-            assert max(last[(False, str(r))] for r in range(NRANKS)) < 0.9, last
+            # the slow rank entered last most often, far more than any other rank of either
+            # job (not a fixed share: a loaded host's late wake-ups make other ranks last too,
+            # 0.81 was seen under make test-loaded, against 0.08 for the next rank)
+            slow = last[(True, str(SLOW))]
+            rest = [v for k, v in last.items() if k != (True, str(SLOW))]
+            assert slow > 0.5 and slow > 2 * max(rest), last
         # the healthy job goes on 20 s more: never pending, never firing (a window for an
         # absence: load gives it fewer evaluations, so it can miss a bug, never fail a good build)
         time.sleep(20)
