@@ -114,7 +114,7 @@ def run_straggler(pre_attach):
             # 0.81 was seen under make test-loaded, against 0.08 for the next rank)
             slow = last[(True, str(SLOW))]
             rest = [v for k, v in last.items() if k != (True, str(SLOW))]
-            assert slow > 0.5 and slow > 2 * max(rest), last
+            assert slow > 0.5 and slow > max(rest) + 0.2, last
         # the healthy job goes on 20 s more: never pending, never firing (a window for an
         # absence: load gives it fewer evaluations, so it can miss a bug, never fail a good build)
         time.sleep(20)
