@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fr_keys.h"
 #include "fr_parse.h"
 #include "jsonlex.h"
 
@@ -201,7 +202,7 @@ static bool learned_obj(struct jlex *j, struct fr_comm_info *c)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("seq_origin")) {
+		if (KEY(FRK_SEQ_ORIGIN)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
 			c->seq_attach = ok && !strcmp(buf, "attach");
 		} else {
@@ -228,37 +229,37 @@ static bool comm_obj(struct jlex *j)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("comm_id"))
+		if (KEY(FRK_COMM_ID))
 			ok = jl_str_field(j, c.id, sizeof(c.id));
-		else if (KEY("cross_rank_id"))
+		else if (KEY(FRK_CROSS_RANK_ID))
 			ok = jl_int(j, &cross);
-		else if (KEY("parent"))
+		else if (KEY(FRK_PARENT))
 			ok = jl_str_field(j, c.parent, sizeof(c.parent));
-		else if (KEY("split_color"))
+		else if (KEY(FRK_SPLIT_COLOR))
 			ok = jl_int(j, &c.split_color);
-		else if (KEY("split_key"))
+		else if (KEY(FRK_SPLIT_KEY))
 			ok = jl_int(j, &c.split_key);
-		else if (KEY("learned"))
+		else if (KEY(FRK_LEARNED))
 			ok = learned_obj(j, &c);
-		else if (KEY("rank"))
+		else if (KEY(FRK_RANK))
 			ok = jl_int(j, &c.rank);
-		else if (KEY("nranks"))
+		else if (KEY(FRK_NRANKS))
 			ok = jl_int(j, &c.nranks);
-		else if (KEY("state"))
+		else if (KEY(FRK_STATE))
 			ok = jl_str_field(j, c.state, sizeof(c.state));
-		else if (KEY("async_error"))
+		else if (KEY(FRK_ASYNC_ERROR))
 			ok = jl_int(j, &c.async_error);
-		else if (KEY("init_rc"))
+		else if (KEY(FRK_INIT_RC))
 			ok = jl_int(j, &c.init_rc);
-		else if (KEY("created_by"))
+		else if (KEY(FRK_CREATED_BY))
 			ok = jl_str_field(j, c.created_by, sizeof(c.created_by));
-		else if (KEY("last_enqueued_seq"))
+		else if (KEY(FRK_LAST_ENQUEUED_SEQ))
 			ok = jl_int(j, &c.last_enqueued);
-		else if (KEY("last_started_seq"))
+		else if (KEY(FRK_LAST_STARTED_SEQ))
 			ok = jl_int(j, &c.last_started);
-		else if (KEY("last_completed_seq"))
+		else if (KEY(FRK_LAST_COMPLETED_SEQ))
 			ok = jl_int(j, &c.last_completed);
-		else if (KEY("last_p2p_seq"))
+		else if (KEY(FRK_LAST_P2P_SEQ))
 			ok = jl_int(j, &c.last_p2p);
 		else
 			ok = jl_skip(j, 0);
@@ -299,17 +300,17 @@ static bool in_call_obj(struct jlex *j)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("tid"))
+		if (KEY(FRK_TID))
 			ok = jl_int(j, &ic.tid);
-		else if (KEY("api"))
+		else if (KEY(FRK_API))
 			ok = jl_str_field(j, ic.api, sizeof(ic.api));
-		else if (KEY("thread_name"))
+		else if (KEY(FRK_THREAD_NAME))
 			ok = jl_str_field(j, ic.thread_name, sizeof(ic.thread_name));
-		else if (KEY("entered_ns"))
+		else if (KEY(FRK_ENTERED_NS))
 			ok = jl_int(j, &ic.entered_ns);
-		else if (KEY("comm_id"))
+		else if (KEY(FRK_COMM_ID))
 			ok = jl_str_field(j, ic.comm_id, sizeof(ic.comm_id));
-		else if (KEY("seq"))
+		else if (KEY(FRK_SEQ))
 			ok = jl_int(j, &ic.seq);
 		else
 			ok = jl_skip(j, 0);
@@ -356,20 +357,20 @@ static const struct ekey {
 	uint8_t len;
 	uint8_t id;
 } entry_keys[] = {
-	EKEY("record_id", EK_RECORD_ID), EKEY("comm_id", EK_COMM_ID),
-	EKEY("collective_seq_id", EK_COLL_SEQ), EKEY("p2p_seq_id", EK_P2P_SEQ),
-	EKEY("group_id", EK_OTHER), EKEY("op", EK_OP), EKEY("profiling_name", EK_PROF),
-	EKEY("is_p2p", EK_OTHER), EKEY("count", EK_COUNT), EKEY("dtype", EK_DTYPE),
-	EKEY("input_sizes", EK_IN_SIZES), EKEY("output_sizes", EK_OUT_SIZES),
-	EKEY("input_dtypes", EK_OTHER), EKEY("output_dtypes", EK_OTHER),
-	EKEY("reduce_op", EK_REDOP), EKEY("root", EK_ROOT), EKEY("peer", EK_PEER),
-	EKEY("stream", EK_OTHER), EKEY("sendbuff", EK_OTHER), EKEY("recvbuff", EK_OTHER),
-	EKEY("state", EK_STATE), EKEY("time_created_ns", EK_CREATED),
-	EKEY("time_discovered_started_ns", EK_OTHER),
-	EKEY("time_discovered_completed_ns", EK_COMPLETED), EKEY("duration_ms", EK_OTHER),
-	EKEY("api_enter_ns", EK_OTHER), EKEY("api_exit_ns", EK_OTHER), EKEY("rc", EK_OTHER),
-	EKEY("thread_id", EK_OTHER), EKEY("thread_name", EK_OTHER), EKEY("frames", EK_FRAMES),
-	EKEY("frames_missing", EK_OTHER),
+	EKEY(FRK_RECORD_ID, EK_RECORD_ID), EKEY(FRK_COMM_ID, EK_COMM_ID),
+	EKEY(FRK_COLLECTIVE_SEQ_ID, EK_COLL_SEQ), EKEY(FRK_P2P_SEQ_ID, EK_P2P_SEQ),
+	EKEY(FRK_GROUP_ID, EK_OTHER), EKEY(FRK_OP, EK_OP), EKEY(FRK_PROFILING_NAME, EK_PROF),
+	EKEY(FRK_IS_P2P, EK_OTHER), EKEY(FRK_COUNT, EK_COUNT), EKEY(FRK_DTYPE, EK_DTYPE),
+	EKEY(FRK_INPUT_SIZES, EK_IN_SIZES), EKEY(FRK_OUTPUT_SIZES, EK_OUT_SIZES),
+	EKEY(FRK_INPUT_DTYPES, EK_OTHER), EKEY(FRK_OUTPUT_DTYPES, EK_OTHER),
+	EKEY(FRK_REDUCE_OP, EK_REDOP), EKEY(FRK_ROOT, EK_ROOT), EKEY(FRK_PEER, EK_PEER),
+	EKEY(FRK_STREAM, EK_OTHER), EKEY(FRK_SENDBUFF, EK_OTHER), EKEY(FRK_RECVBUFF, EK_OTHER),
+	EKEY(FRK_STATE, EK_STATE), EKEY(FRK_TIME_CREATED_NS, EK_CREATED),
+	EKEY(FRK_TIME_DISCOVERED_STARTED_NS, EK_OTHER),
+	EKEY(FRK_TIME_DISCOVERED_COMPLETED_NS, EK_COMPLETED), EKEY(FRK_DURATION_MS, EK_OTHER),
+	EKEY(FRK_API_ENTER_NS, EK_OTHER), EKEY(FRK_API_EXIT_NS, EK_OTHER), EKEY(FRK_RC, EK_OTHER),
+	EKEY(FRK_THREAD_ID, EK_OTHER), EKEY(FRK_THREAD_NAME, EK_OTHER), EKEY(FRK_FRAMES, EK_FRAMES),
+	EKEY(FRK_FRAMES_MISSING, EK_OTHER),
 };
 #define NR_ENTRY_KEYS ((int)(sizeof(entry_keys) / sizeof(entry_keys[0])))
 
@@ -479,11 +480,13 @@ static bool pyframe_obj(struct jlex *j, struct fr_pyframe *f)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("name")) {
-			ok = jl_is_null(j) ? jl_skip(j, 0) : jl_str_field(j, f->name, sizeof(f->name));
-		} else if (KEY("filename")) {
-			ok = jl_is_null(j) ? jl_skip(j, 0) : jl_str_field(j, f->file, sizeof(f->file));
-		} else if (KEY("line")) {
+		if (KEY(FRK_NAME)) {
+			ok = jl_is_null(j) ? jl_skip(j, 0) :
+					     jl_str_field(j, f->name, sizeof(f->name));
+		} else if (KEY(FRK_FILENAME)) {
+			ok = jl_is_null(j) ? jl_skip(j, 0) :
+					     jl_str_field(j, f->file, sizeof(f->file));
+		} else if (KEY(FRK_LINE)) {
 			ok = jl_int(j, &v);
 			f->line = v > 0 && v < INT32_MAX ? (int32_t)v : 0;
 		} else {
@@ -780,22 +783,22 @@ static bool frame_obj(struct jlex *j, struct fr_frame *f)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("kind")) {
+		if (KEY(FRK_KIND)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
 			f->kind = !strcmp(buf, "native") ? FR_FRAME_NATIVE :
 				  !strcmp(buf, "python") ? FR_FRAME_PYTHON : FR_FRAME_UNKNOWN;
-		} else if (KEY("func")) {
+		} else if (KEY(FRK_FUNC)) {
 			ok = jl_str_field(j, f->func, sizeof(f->func));
-		} else if (KEY("file")) {
+		} else if (KEY(FRK_FILE)) {
 			ok = jl_str_field(j, f->file, sizeof(f->file));
-		} else if (KEY("module")) {
+		} else if (KEY(FRK_MODULE)) {
 			ok = jl_str_field(j, f->module, sizeof(f->module));
-		} else if (KEY("module_off")) {
+		} else if (KEY(FRK_MODULE_OFF)) {
 			ok = hex_field(j, &f->module_off);
-		} else if (KEY("unrecoverable")) {
+		} else if (KEY(FRK_UNRECOVERABLE)) {
 			f->unrecoverable = !jl_is_null(j);
 			ok = jl_skip(j, 0);
-		} else if (KEY("line")) {
+		} else if (KEY(FRK_LINE)) {
 			ok = jl_int(j, &v);
 			f->line = v > 0 && v < INT32_MAX ? (int32_t)v : 0;
 		} else {
@@ -852,35 +855,35 @@ static bool thread_obj(struct jlex *j, struct fr_snapshot *sn, struct fr_frame *
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("tid")) {
+		if (KEY(FRK_TID)) {
 			ok = jl_int(j, &t.tid);
-		} else if (KEY("name")) {
+		} else if (KEY(FRK_NAME)) {
 			ok = jl_str_field(j, t.name, sizeof(t.name));
-		} else if (KEY("state")) {
+		} else if (KEY(FRK_STATE)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
 			t.state = ok && strchr("RSDTtZXIWPK", buf[0]) && buf[0] ? buf[0] : 0;
-		} else if (KEY("where")) {
+		} else if (KEY(FRK_WHERE)) {
 			if (jl_is_null(j)) {
 				ok = jl_skip(j, 0);
 			} else if ((ok = (len = jl_str(j, buf, sizeof(buf))) >= 0)) {
 				t.where = (uint8_t)lookup_where(buf, (size_t)len);
 			}
-		} else if (KEY("api")) {
+		} else if (KEY(FRK_API)) {
 			ok = jl_str_field(j, t.api, sizeof(t.api));
-		} else if (KEY("progress")) {
+		} else if (KEY(FRK_PROGRESS)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
 			t.progress = !strcmp(buf, "none") ? FR_PROG_NONE :
 				     !strcmp(buf, "yes") ? FR_PROG_YES : FR_PROG_UNKNOWN;
-		} else if (KEY("main")) {
+		} else if (KEY(FRK_MAIN)) {
 			ok = jl_int(j, &v);
 			t.main = v == 1;
-		} else if (KEY("issuing")) {
+		} else if (KEY(FRK_ISSUING)) {
 			ok = jl_int(j, &issuing);
 			t.issuing = issuing == 1;
-		} else if (KEY("python")) {
+		} else if (KEY(FRK_PYTHON)) {
 			ok = jl_int(j, &v);
 			t.python = v == 1;
-		} else if (KEY("frames")) {
+		} else if (KEY(FRK_FRAMES)) {
 			/* another thread already is the issuing one, or this one is not */
 			if (sn->issuing >= 0 || (issuing != FR_UNK && issuing != 1))
 				ok = jl_skip(j, 0);
@@ -943,25 +946,25 @@ static bool snapshot_obj(struct jlex *j)
 		return jl_skip(j, 0);
 	}
 	while (ok && jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		if (KEY("taken")) {
+		if (KEY(FRK_TAKEN)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
 			sn->taken = !strcmp(buf, "attach") ? FR_TAKEN_ATTACH :
 				    !strcmp(buf, "dump") ? FR_TAKEN_DUMP :
 				    !strcmp(buf, "request") ? FR_TAKEN_REQUEST : FR_TAKEN_OTHER;
-		} else if (KEY("time_ns")) {
+		} else if (KEY(FRK_TIME_NS)) {
 			ok = jl_int(j, &sn->time_ns);
-		} else if (KEY("samples")) {
+		} else if (KEY(FRK_SAMPLES)) {
 			ok = jl_int(j, &sn->samples);
-		} else if (KEY("interval_ms")) {
+		} else if (KEY(FRK_INTERVAL_MS)) {
 			ok = jl_int(j, &sn->interval_ms);
-		} else if (KEY("exited")) {
+		} else if (KEY(FRK_EXITED)) {
 			ok = jl_int(j, &v);
 			sn->exited = v == 1;
-		} else if (KEY("ptrace_error")) {
+		} else if (KEY(FRK_PTRACE_ERROR)) {
 			ok = jl_str_field(j, sn->ptrace_error, sizeof(sn->ptrace_error));
-		} else if (KEY("python")) {
+		} else if (KEY(FRK_PYTHON)) {
 			ok = jl_str_field(j, sn->python, sizeof(sn->python));
-		} else if (KEY("threads")) {
+		} else if (KEY(FRK_THREADS)) {
 			bool f2 = true;
 
 			if (jl_is_null(j)) {
@@ -1030,14 +1033,14 @@ static bool process_obj(struct jlex *j)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("state")) {
+		if (KEY(FRK_STATE)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
 			jp_of(j)->d->proc_state = !strcmp(buf, "running") ? FR_PROC_RUNNING :
 					   !strcmp(buf, "exited")  ? FR_PROC_EXITED :
 					   !strcmp(buf, "killed")  ? FR_PROC_KILLED : FR_PROC_UNKNOWN;
-		} else if (KEY("exit_code")) {
+		} else if (KEY(FRK_EXIT_CODE)) {
 			ok = jl_int(j, &jp_of(j)->d->exit_code);
-		} else if (KEY("signal")) {
+		} else if (KEY(FRK_SIGNAL)) {
 			ok = jl_int(j, &jp_of(j)->d->signal);
 		} else {
 			ok = jl_skip(j, 0);
@@ -1066,9 +1069,9 @@ static bool py_stacks_obj(struct jlex *j)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("python"))
+		if (KEY(FRK_PYTHON))
 			ok = jl_str_field(j, d->py_python, sizeof(d->py_python));
-		else if (KEY("why_no_frames"))
+		else if (KEY(FRK_WHY_NO_FRAMES))
 			ok = jl_str_field(j, d->py_why, sizeof(d->py_why));
 		else
 			ok = jl_skip(j, 0);
@@ -1090,13 +1093,13 @@ static bool trigger_obj(struct jlex *j)
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("id"))
+		if (KEY(FRK_ID))
 			ok = jl_str_field(j, d->trigger_id, sizeof(d->trigger_id));
-		else if (KEY("origin_host"))
+		else if (KEY(FRK_ORIGIN_HOST))
 			ok = jl_str_field(j, d->trigger_origin, sizeof(d->trigger_origin));
-		else if (KEY("reason"))
+		else if (KEY(FRK_REASON))
 			ok = jl_str_field(j, d->trigger_reason, sizeof(d->trigger_reason));
-		else if (KEY("time_ns"))
+		else if (KEY(FRK_TIME_NS))
 			ok = jl_int(j, &d->trigger_time_ns);
 		else
 			ok = jl_skip(j, 0);
@@ -1142,55 +1145,55 @@ static bool top_level(struct jlex *j, bool first, bool stop_at_entries, bool *at
 	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
 		bool ok;
 
-		if (KEY("entries")) {
+		if (KEY(FRK_ENTRIES)) {
 			if (stop_at_entries) {
 				*at_entries = true;
 				return true;
 			}
 			ok = entries_array(j);
-		} else if (KEY("schema"))
+		} else if (KEY(FRK_SCHEMA))
 			ok = jl_str_field(j, d->schema, sizeof(d->schema));
-		else if (KEY("version"))
+		else if (KEY(FRK_VERSION))
 			ok = jl_int(j, &d->version);
-		else if (KEY("host"))
+		else if (KEY(FRK_HOST))
 			ok = jl_str_field(j, d->host, sizeof(d->host));
-		else if (KEY("pid"))
+		else if (KEY(FRK_PID))
 			ok = jl_int(j, &d->pid);
-		else if (KEY("global_rank"))
+		else if (KEY(FRK_GLOBAL_RANK))
 			ok = jl_int(j, &d->global_rank);
-		else if (KEY("world_size"))
+		else if (KEY(FRK_WORLD_SIZE))
 			ok = jl_int(j, &d->world_size);
-		else if (KEY("local_rank"))
+		else if (KEY(FRK_LOCAL_RANK))
 			ok = jl_int(j, &d->local_rank);
-		else if (KEY("dump_reason"))
+		else if (KEY(FRK_DUMP_REASON))
 			ok = jl_str_field(j, d->dump_reason, sizeof(d->dump_reason));
-		else if (KEY("dump_time_ns"))
+		else if (KEY(FRK_DUMP_TIME_NS))
 			ok = jl_int(j, &d->dump_time_ns);
-		else if (KEY("dump_mono_ns"))
+		else if (KEY(FRK_DUMP_MONO_NS))
 			ok = jl_int(j, &d->dump_mono_ns);
-		else if (KEY("process"))
+		else if (KEY(FRK_PROCESS))
 			ok = process_obj(j);
-		else if (KEY("trigger"))
+		else if (KEY(FRK_TRIGGER))
 			ok = trigger_obj(j);
-		else if (KEY("py_stacks"))
+		else if (KEY(FRK_PY_STACKS))
 			ok = py_stacks_obj(j);
-		else if (KEY("ring_size"))
+		else if (KEY(FRK_RING_SIZE))
 			ok = jl_int(j, &d->ring_size);
-		else if (KEY("entries_recorded"))
+		else if (KEY(FRK_ENTRIES_RECORDED))
 			ok = jl_int(j, &d->entries_recorded);
-		else if (KEY("entries_overwritten"))
+		else if (KEY(FRK_ENTRIES_OVERWRITTEN))
 			ok = jl_int(j, &d->entries_overwritten);
-		else if (KEY("events_dropped"))
+		else if (KEY(FRK_EVENTS_DROPPED))
 			ok = jl_int(j, &d->events_dropped);
-		else if (KEY("comms"))
+		else if (KEY(FRK_COMMS))
 			ok = array_of(j, comm_obj);
-		else if (KEY("in_call"))
+		else if (KEY(FRK_IN_CALL))
 			ok = array_of(j, in_call_obj);
-		else if (KEY("stacks"))
+		else if (KEY(FRK_STACKS))
 			ok = stacks_array(j);
-		else if (KEY("nccl_version"))
+		else if (KEY(FRK_NCCL_VERSION))
 			ok = jl_str_field(j, d->nccl_version, sizeof(d->nccl_version));
-		else if (KEY("stacks_error"))
+		else if (KEY(FRK_STACKS_ERROR))
 			ok = jl_str_field(j, d->stacks_error, sizeof(d->stacks_error));
 		else
 			ok = jl_skip(j, 0);
