@@ -216,6 +216,7 @@ static bool learned_obj(struct jlex *j, struct fr_comm_info *c)
 
 static bool comm_obj(struct jlex *j)
 {
+	struct fr_dump *d;
 	struct fr_comm_info c = { 0 };
 	char key[32];
 	int klen, idx;
@@ -276,15 +277,16 @@ static bool comm_obj(struct jlex *j)
 	if (c.rank != FR_UNK && (c.rank < 0 || c.rank >= FR_MAX_NRANKS ||
 				 (c.nranks != FR_UNK && c.rank >= c.nranks)))
 		c.rank = FR_UNK;
-	idx = find_comm(jp_of(j)->d, c.id, true);
+	d = jp_of(j)->d;
+	idx = find_comm(d, c.id, true);
 	if (idx == -3)
 		return jl_fail(j, "out of memory");
 	if (idx < 0)
 		return jl_fail(j, "too many comms");
-	if (jp_of(j)->d->comms[idx].in_header)
+	if (d->comms[idx].in_header)
 		return true;	/* duplicate comm_id in one dump: the first wins */
 	c.in_header = true;
-	jp_of(j)->d->comms[idx] = c;
+	d->comms[idx] = c;
 	return true;
 }
 
@@ -403,7 +405,7 @@ static inline bool eq_n(const char *a, const char *b, size_t n)
 
 /* The fields nobody reads are half of every entry: a plain string or a number starting at
  * j->p (no whitespace, no escape) is stepped over here, inline; anything else returns false
- * with j->p unchanged, for skip_value to read (and judge) it. */
+ * with j->p unchanged, for jl_skip to read (and judge) it. */
 static inline bool skip_scalar(struct jlex *j)
 {
 	const char *p = j->p;
@@ -501,7 +503,8 @@ static bool pyframe_obj(struct jlex *j, struct fr_pyframe *f)
 /* An entry's "frames": the innermost FR_ENTRY_FRAMES kept as a stack of the dump */
 static bool pyframes_array(struct jlex *j, uint32_t *pystack)
 {
-	struct fr_dump *d = jp_of(j)->d;
+	struct jp *P = jp_of(j);
+	struct fr_dump *d = P->d;
 	bool first = true, more = false;
 	int n = 0;
 	int64_t idx;
@@ -517,7 +520,7 @@ static bool pyframes_array(struct jlex *j, uint32_t *pystack)
 		return false;
 	len = (size_t)(j->p - start);
 	for (int i = 0; i < PY_RAW_CACHE; i++) {
-		const struct py_raw *r = &jp_of(j)->py_raw[i];
+		const struct py_raw *r = &P->py_raw[i];
 
 		if (r->p && r->len == len && !memcmp(r->p, start, len)) {
 			*pystack = r->pystack;
@@ -543,8 +546,8 @@ static bool pyframes_array(struct jlex *j, uint32_t *pystack)
 	if (idx < 0)
 		return jl_fail(j, "out of memory");
 	*pystack = (uint32_t)idx;
-	jp_of(j)->py_raw[jp_of(j)->py_raw_next] = (struct py_raw){ start, len, *pystack };
-	jp_of(j)->py_raw_next = (jp_of(j)->py_raw_next + 1) % PY_RAW_CACHE;
+	P->py_raw[P->py_raw_next] = (struct py_raw){ start, len, *pystack };
+	P->py_raw_next = (P->py_raw_next + 1) % PY_RAW_CACHE;
 	return true;
 }
 
@@ -1024,6 +1027,7 @@ static bool entries_array(struct jlex *j)
 
 static bool process_obj(struct jlex *j)
 {
+	struct fr_dump *d = jp_of(j)->d;
 	char key[32], buf[16];
 	int klen;
 	bool first = true;
@@ -1035,13 +1039,13 @@ static bool process_obj(struct jlex *j)
 
 		if (KEY(FRK_STATE)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
-			jp_of(j)->d->proc_state = !strcmp(buf, "running") ? FR_PROC_RUNNING :
-					   !strcmp(buf, "exited")  ? FR_PROC_EXITED :
-					   !strcmp(buf, "killed")  ? FR_PROC_KILLED : FR_PROC_UNKNOWN;
+			d->proc_state = !strcmp(buf, "running") ? FR_PROC_RUNNING :
+					!strcmp(buf, "exited")  ? FR_PROC_EXITED :
+					!strcmp(buf, "killed")  ? FR_PROC_KILLED : FR_PROC_UNKNOWN;
 		} else if (KEY(FRK_EXIT_CODE)) {
-			ok = jl_int(j, &jp_of(j)->d->exit_code);
+			ok = jl_int(j, &d->exit_code);
 		} else if (KEY(FRK_SIGNAL)) {
-			ok = jl_int(j, &jp_of(j)->d->signal);
+			ok = jl_int(j, &d->signal);
 		} else {
 			ok = jl_skip(j, 0);
 		}
