@@ -5,7 +5,7 @@
 #   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
 #                              compiler ships libFuzzer)
 # Tools read files only; of user/ they link only self-contained helpers (hashmap.c, textwrap.c,
-# atomic_file.c for --export-torch), built
+# atomic_file.c for --export-torch, jsonlex.c: the JSON lexer), built
 # here into their own object.
 TOOLS_OUT   := $(OUTPUT)/tools
 TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -Itools/fr -Itools/report -MMD -MP \
@@ -15,7 +15,7 @@ FR_ANALYZE_SRCS := $(addprefix tools/fr/,fr_tables.c fr_fold.c fr_infer.c fr_rul
 		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c) user/base/hashmap.c \
 		     user/base/textwrap.c
 FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o \
-	       $(TOOLS_OUT)/atomic_file.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
+	       $(TOOLS_OUT)/atomic_file.o $(TOOLS_OUT)/jsonlex.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))
 FR_LIBS     := -lcjson -lz -lpthread
 
 $(TOOLS_OUT):
@@ -47,6 +47,10 @@ $(TOOLS_OUT)/atomic_file.o: user/base/atomic_file.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
+$(TOOLS_OUT)/jsonlex.o: user/base/jsonlex.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
 tptrace-fr: $(TOOLS_OUT)/fr.o $(FR_LIB_OBJS)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) $^ $(FR_LIBS) -o $@
@@ -69,10 +73,11 @@ FUZZ_DEB_PKG := $(if $(FUZZ_CLANG_MAJOR),$(shell apt-cache show libclang-rt-$(FU
 DEB_PKGS += $(FUZZ_DEB_PKG)
 FUZZ_CORPUS  := tests/tools/corpus
 FUZZ_SECONDS ?= 120
-FR_FUZZ_SRCS := tests/tools/fr_fuzz.c tools/fr/fr_parse.c tools/fr/fr_pickle.c tools/fr/fr_torch.c user/base/atomic_file.c $(FR_ANALYZE_SRCS)
+FR_FUZZ_SRCS := tests/tools/fr_fuzz.c tools/fr/fr_parse.c tools/fr/fr_pickle.c tools/fr/fr_torch.c user/base/atomic_file.c \
+		user/base/jsonlex.c $(FR_ANALYZE_SRCS)
 
 $(OUTPUT)/fr_fuzz: $(FR_FUZZ_SRCS) tools/fr/fr_parse.h tools/fr/fr_pickle.h tools/fr/fr_torch.h tools/fr/fr_analyze.h tools/fr/fr_analyze_int.h \
-		   user/base/hashmap.h | $(OUTPUT)
+		   user/base/hashmap.h user/base/jsonlex.h | $(OUTPUT)
 	$(call msg,FUZZ-CC,$@)
 	$(Q)$(FUZZ_CC) -g -O1 -D_GNU_SOURCE -Itools -Itools/fr $(USER_INC) -fsanitize=fuzzer,address,undefined \
 		-fno-sanitize-recover=undefined $(FR_FUZZ_SRCS) -lcjson -o $@

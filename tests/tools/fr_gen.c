@@ -24,7 +24,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "fr_keys.h"
 #include "growbuf.h"
+
+/* a key of the dump and its colon, quoted: KQ(FRK_PID) is "\"pid\":" */
+#define KQ(key) "\"" key "\":"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
@@ -462,20 +466,25 @@ struct ent {
 /* The entry of a failed communicator init, as the recorder writes it. */
 static void put_init_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 {
-	put_kv_i(o, "{\"record_id\":", e->record_id);
-	put_kv_s(o, ",\"comm_id\":", e->comm);
-	put(o, ",\"collective_seq_id\":0,\"p2p_seq_id\":0,\"group_id\":0,\"op\":\"comm_init\","
-	       "\"profiling_name\":\"nccl:comm_init\",\"is_p2p\":false,\"count\":0,\"dtype\":null,"
-	       "\"input_sizes\":[],\"output_sizes\":[],\"input_dtypes\":[],\"output_dtypes\":[],"
-	       "\"reduce_op\":null,\"root\":null,\"peer\":null,\"state\":\"failed\"");
-	put_kv_i(o, ",\"time_created_ns\":", e->created);
-	put(o, ",\"time_discovered_started_ns\":null,\"time_discovered_completed_ns\":null,"
-	       "\"duration_ms\":null");
-	put_kv_i(o, ",\"api_enter_ns\":", e->created);
-	put_kv_i(o, ",\"api_exit_ns\":", e->created + 250000000);
-	put_kv_i(o, ",\"rc\":", env.init_rc);
-	put_kv_i(o, ",\"thread_id\":", tid);
-	put(o, ",\"thread_name\":\"python3\"}");
+	put_kv_i(o, "{" KQ(FRK_RECORD_ID), e->record_id);
+	put_kv_s(o, "," KQ(FRK_COMM_ID), e->comm);
+	put(o, "," KQ(FRK_COLLECTIVE_SEQ_ID) "0," KQ(FRK_P2P_SEQ_ID) "0," KQ(FRK_GROUP_ID) "0,"
+	       KQ(FRK_OP) "\"comm_init\","
+	       KQ(FRK_PROFILING_NAME) "\"nccl:comm_init\"," KQ(FRK_IS_P2P) "false,"
+	       KQ(FRK_COUNT) "0," KQ(FRK_DTYPE) "null,"
+	       KQ(FRK_INPUT_SIZES) "[]," KQ(FRK_OUTPUT_SIZES) "[]," KQ(FRK_INPUT_DTYPES) "[],"
+	       KQ(FRK_OUTPUT_DTYPES) "[],"
+	       KQ(FRK_REDUCE_OP) "null," KQ(FRK_ROOT) "null," KQ(FRK_PEER) "null,"
+	       KQ(FRK_STATE) "\"failed\"");
+	put_kv_i(o, "," KQ(FRK_TIME_CREATED_NS), e->created);
+	put(o, "," KQ(FRK_TIME_DISCOVERED_STARTED_NS) "null,"
+	       KQ(FRK_TIME_DISCOVERED_COMPLETED_NS) "null,"
+	       KQ(FRK_DURATION_MS) "null");
+	put_kv_i(o, "," KQ(FRK_API_ENTER_NS), e->created);
+	put_kv_i(o, "," KQ(FRK_API_EXIT_NS), e->created + 250000000);
+	put_kv_i(o, "," KQ(FRK_RC), env.init_rc);
+	put_kv_i(o, "," KQ(FRK_THREAD_ID), tid);
+	put(o, "," KQ(FRK_THREAD_NAME) "\"python3\"}");
 }
 
 /* --py-frames: what tptrace fr --py-stacks writes for a call from train.py (innermost
@@ -491,20 +500,22 @@ static void put_py_frames(struct growbuf *o, const struct ent *e)
 	int k = 0;
 
 	if (py_none_now) {
-		put(o, ",\"frames\":[],\"frames_missing\":\"not captured (the process was not set "
+		put(o, "," KQ(FRK_FRAMES) "[],"
+		       KQ(FRK_FRAMES_MISSING) "\"not captured (the process was not set "
 		       "up for Python stacks)\"");
 		return;
 	}
 	while (k < (int)(sizeof(ops) / sizeof(ops[0])) && strcmp(ops[k], e->op))
 		k++;
-	put(o, ",\"frames\":[{\"name\":");
+	put(o, "," KQ(FRK_FRAMES) "[{" KQ(FRK_NAME));
 	put_kv_s(o, "", e->op);
-	put(o, ",\"filename\":\"/usr/lib/python3/dist-packages/torch/distributed/"
+	put(o, "," KQ(FRK_FILENAME) "\"/usr/lib/python3/dist-packages/torch/distributed/"
 	       "distributed_c10d.py\"");
-	put_kv_i(o, ",\"line\":", 2500 + 40 * k);
-	put(o, "},{\"name\":\"Trainer.step\",\"filename\":\"/job/train.py\"");
-	put_kv_i(o, ",\"line\":", 40 + k);
-	put(o, "},{\"name\":\"<module>\",\"filename\":\"/job/train.py\",\"line\":90}]");
+	put_kv_i(o, "," KQ(FRK_LINE), 2500 + 40 * k);
+	put(o, "},{" KQ(FRK_NAME) "\"Trainer.step\"," KQ(FRK_FILENAME) "\"/job/train.py\"");
+	put_kv_i(o, "," KQ(FRK_LINE), 40 + k);
+	put(o, "},{" KQ(FRK_NAME) "\"<module>\"," KQ(FRK_FILENAME) "\"/job/train.py\","
+	       KQ(FRK_LINE) "90}]");
 }
 
 static void put_entry(struct growbuf *o, const struct ent *e, int64_t tid)
@@ -516,13 +527,13 @@ static void put_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 		return;
 	}
 
-	put_kv_i(o, "{\"record_id\":", e->record_id);
-	put_kv_s(o, ",\"comm_id\":", e->comm);
-	put_kv_i(o, ",\"collective_seq_id\":", e->coll_seq);
-	put_kv_i(o, ",\"p2p_seq_id\":", e->p2p_seq);
-	put_kv_i(o, ",\"group_id\":", e->group_id);
-	put_kv_s(o, ",\"op\":", e->op);
-	put(o, ",\"profiling_name\":\"nccl:");
+	put_kv_i(o, "{" KQ(FRK_RECORD_ID), e->record_id);
+	put_kv_s(o, "," KQ(FRK_COMM_ID), e->comm);
+	put_kv_i(o, "," KQ(FRK_COLLECTIVE_SEQ_ID), e->coll_seq);
+	put_kv_i(o, "," KQ(FRK_P2P_SEQ_ID), e->p2p_seq);
+	put_kv_i(o, "," KQ(FRK_GROUP_ID), e->group_id);
+	put_kv_s(o, "," KQ(FRK_OP), e->op);
+	put(o, "," KQ(FRK_PROFILING_NAME) "\"nccl:");
 	put(o, e->op);
 	if (e->p2p) {
 		put(o, " ");
@@ -537,46 +548,46 @@ static void put_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 		}
 	}
 	put(o, "\"");
-	put(o, e->p2p ? ",\"is_p2p\":true" : ",\"is_p2p\":false");
-	put_kv_i(o, ",\"count\":", e->count);
-	put_kv_s(o, ",\"dtype\":", dtype_names[e->dtype]);
-	put_kv_i(o, ",\"input_sizes\":[[", e->in);
-	put_kv_i(o, "]],\"output_sizes\":[[", e->out);
-	put_kv_s(o, "]],\"input_dtypes\":[", torch_dtypes[e->dtype]);
-	put_kv_s(o, "],\"output_dtypes\":[", torch_dtypes[e->dtype]);
+	put(o, e->p2p ? "," KQ(FRK_IS_P2P) "true" : "," KQ(FRK_IS_P2P) "false");
+	put_kv_i(o, "," KQ(FRK_COUNT), e->count);
+	put_kv_s(o, "," KQ(FRK_DTYPE), dtype_names[e->dtype]);
+	put_kv_i(o, "," KQ(FRK_INPUT_SIZES) "[[", e->in);
+	put_kv_i(o, "]]," KQ(FRK_OUTPUT_SIZES) "[[", e->out);
+	put_kv_s(o, "]]," KQ(FRK_INPUT_DTYPES) "[", torch_dtypes[e->dtype]);
+	put_kv_s(o, "]," KQ(FRK_OUTPUT_DTYPES) "[", torch_dtypes[e->dtype]);
 	put(o, "]");
 	if (e->redop >= 0)
-		put_kv_s(o, ",\"reduce_op\":", redop_names[e->redop]);
+		put_kv_s(o, "," KQ(FRK_REDUCE_OP), redop_names[e->redop]);
 	else
-		put(o, ",\"reduce_op\":null");
+		put(o, "," KQ(FRK_REDUCE_OP) "null");
 	if (!e->p2p && e->root >= 0)
-		put_kv_i(o, ",\"root\":", e->root);
+		put_kv_i(o, "," KQ(FRK_ROOT), e->root);
 	else
-		put(o, ",\"root\":null");
+		put(o, "," KQ(FRK_ROOT) "null");
 	if (e->p2p)
-		put_kv_i(o, ",\"peer\":", e->peer);
+		put_kv_i(o, "," KQ(FRK_PEER), e->peer);
 	else
-		put(o, ",\"peer\":null");
-	put(o, ",\"stream\":\"0x7f00c1000000\",\"sendbuff\":\"0x7f0000000000\","
-	       "\"recvbuff\":\"0x7f0000400000\"");
-	put_kv_s(o, ",\"state\":", states[e->state]);
-	put_kv_i(o, ",\"time_created_ns\":", e->created);
+		put(o, "," KQ(FRK_PEER) "null");
+	put(o, "," KQ(FRK_STREAM) "\"0x7f00c1000000\"," KQ(FRK_SENDBUFF) "\"0x7f0000000000\","
+	       KQ(FRK_RECVBUFF) "\"0x7f0000400000\"");
+	put_kv_s(o, "," KQ(FRK_STATE), states[e->state]);
+	put_kv_i(o, "," KQ(FRK_TIME_CREATED_NS), e->created);
 	if (e->state >= 1)
-		put_kv_i(o, ",\"time_discovered_started_ns\":", e->created + 100000);
+		put_kv_i(o, "," KQ(FRK_TIME_DISCOVERED_STARTED_NS), e->created + 100000);
 	else
-		put(o, ",\"time_discovered_started_ns\":null");
+		put(o, "," KQ(FRK_TIME_DISCOVERED_STARTED_NS) "null");
 	if (e->state == 2) {
-		put_kv_i(o, ",\"time_discovered_completed_ns\":",
+		put_kv_i(o, "," KQ(FRK_TIME_DISCOVERED_COMPLETED_NS),
 			 e->done ? e->done : e->created + 900000);
-		put(o, ",\"duration_ms\":0.8");
+		put(o, "," KQ(FRK_DURATION_MS) "0.8");
 	} else {
-		put(o, ",\"time_discovered_completed_ns\":null,\"duration_ms\":null");
+		put(o, "," KQ(FRK_TIME_DISCOVERED_COMPLETED_NS) "null," KQ(FRK_DURATION_MS) "null");
 	}
-	put_kv_i(o, ",\"api_enter_ns\":", e->created);
-	put_kv_i(o, ",\"api_exit_ns\":", e->created + 12000);
-	put(o, ",\"rc\":0");
-	put_kv_i(o, ",\"thread_id\":", tid);
-	put(o, ",\"thread_name\":\"python3\"");
+	put_kv_i(o, "," KQ(FRK_API_ENTER_NS), e->created);
+	put_kv_i(o, "," KQ(FRK_API_EXIT_NS), e->created + 12000);
+	put(o, "," KQ(FRK_RC) "0");
+	put_kv_i(o, "," KQ(FRK_THREAD_ID), tid);
+	put(o, "," KQ(FRK_THREAD_NAME) "\"python3\"");
 	if (env.py_frames)
 		put_py_frames(o, e);
 	put(o, "}");
@@ -944,24 +955,25 @@ static void put_frames(struct growbuf *o, const struct gframe *fr)
 {
 	char buf[64];
 
-	put(o, ",\"frames\":[");
+	put(o, "," KQ(FRK_FRAMES) "[");
 	for (int i = 0; fr[i].kind; i++) {
-		put_kv_s(o, i ? ",{\"kind\":" : "{\"kind\":", fr[i].kind);
+		put_kv_s(o, i ? ",{" KQ(FRK_KIND) : "{" KQ(FRK_KIND), fr[i].kind);
 		if (fr[i].func)
-			put_kv_s(o, ",\"func\":", fr[i].func);
+			put_kv_s(o, "," KQ(FRK_FUNC), fr[i].func);
 		else
-			put(o, ",\"func\":null");
+			put(o, "," KQ(FRK_FUNC) "null");
 		if (!strcmp(fr[i].kind, "python")) {
-			put_kv_s(o, ",\"file\":", fr[i].where);
-			put_kv_i(o, ",\"line\":", fr[i].off_or_line);
+			put_kv_s(o, "," KQ(FRK_FILE), fr[i].where);
+			put_kv_i(o, "," KQ(FRK_LINE), fr[i].off_or_line);
 		} else {
-			put(o, fr[i].func ? ",\"func_off\":\"0x2a\"" : ",\"func_off\":null");
-			put_kv_s(o, ",\"module\":", fr[i].where);
-			put(o, ",\"build_id\":\"4b1d0c3e9a\"");
+			put(o, fr[i].func ? "," KQ(FRK_FUNC_OFF) "\"0x2a\"" :
+					    "," KQ(FRK_FUNC_OFF) "null");
+			put_kv_s(o, "," KQ(FRK_MODULE), fr[i].where);
+			put(o, "," KQ(FRK_BUILD_ID) "\"4b1d0c3e9a\"");
 			snprintf(buf, sizeof(buf), "0x%" PRIx64, fr[i].off_or_line);
-			put_kv_s(o, ",\"module_off\":", buf);
+			put_kv_s(o, "," KQ(FRK_MODULE_OFF), buf);
 			snprintf(buf, sizeof(buf), "0x7f3a1c%06" PRIx64, fr[i].off_or_line & 0xffffff);
-			put_kv_s(o, ",\"pc\":", buf);
+			put_kv_s(o, "," KQ(FRK_PC), buf);
 		}
 		put(o, "}");
 	}
@@ -1013,50 +1025,55 @@ static void put_snapshot(struct growbuf *o, int r, int64_t pid, bool attach, int
 	enum doing what = rank_doing(r, attach);
 	bool unknown = r == env.stack_unknown;
 
-	put_kv_s(o, "{\"taken\":", attach ? "attach" : "dump");
-	put_kv_i(o, ",\"time_ns\":", time_ns);
-	put_kv_i(o, ",\"mono_ns\":", time_ns - t0 + 941645312);
-	put(o, ",\"samples\":3,\"interval_ms\":200,\"stopped_ms_max\":2.5");
+	put_kv_s(o, "{" KQ(FRK_TAKEN), attach ? "attach" : "dump");
+	put_kv_i(o, "," KQ(FRK_TIME_NS), time_ns);
+	put_kv_i(o, "," KQ(FRK_MONO_NS), time_ns - t0 + 941645312);
+	put(o, "," KQ(FRK_SAMPLES) "3," KQ(FRK_INTERVAL_MS) "200," KQ(FRK_STOPPED_MS_MAX) "2.5");
 	if (unknown)
-		put(o, ",\"ptrace_error\":\"ptrace: Operation not permitted\"");
+		put(o, "," KQ(FRK_PTRACE_ERROR) "\"ptrace: Operation not permitted\"");
 	else
-		put(o, ",\"ptrace_error\":null");
-	put(o, ",\"python\":\"3.11.7\",\"python_error\":null,\"exited\":false,\"threads\":[");
+		put(o, "," KQ(FRK_PTRACE_ERROR) "null");
+	put(o, "," KQ(FRK_PYTHON) "\"3.11.7\"," KQ(FRK_PYTHON_ERROR) "null," KQ(FRK_EXITED) "false,"
+	       KQ(FRK_THREADS) "[");
 	for (int t = 0; t < 3; t++) {
 		static const char *const names[] = { "python3", "pt_autograd_0", "cuda-EvtHandlr" };
 		bool main = t == 0;
 
-		put_kv_i(o, t ? ",{\"tid\":" : "{\"tid\":", pid + t);
-		put_kv_s(o, ",\"name\":", names[t]);
-		put_kv_s(o, ",\"state\":", main ? d[what].state : "S");
+		put_kv_i(o, t ? ",{" KQ(FRK_TID) : "{" KQ(FRK_TID), pid + t);
+		put_kv_s(o, "," KQ(FRK_NAME), names[t]);
+		put_kv_s(o, "," KQ(FRK_STATE), main ? d[what].state : "S");
 		if (main && d[what].wchan)
-			put_kv_s(o, ",\"wchan\":", d[what].wchan);
+			put_kv_s(o, "," KQ(FRK_WCHAN), d[what].wchan);
 		else if (main)
-			put(o, ",\"wchan\":null");
+			put(o, "," KQ(FRK_WCHAN) "null");
 		else
-			put(o, ",\"wchan\":\"do_sys_poll\"");
-		put(o, ",\"kernel_stack\":[\"do_sys_poll\",\"__x64_sys_poll\"],"
-		       "\"kernel_stack_error\":null");
+			put(o, "," KQ(FRK_WCHAN) "\"do_sys_poll\"");
+		put(o, "," KQ(FRK_KERNEL_STACK) "[\"do_sys_poll\",\"__x64_sys_poll\"],"
+		       KQ(FRK_KERNEL_STACK_ERROR) "null");
 		if (unknown) {
-			put(o, ",\"where\":\"unknown\",\"api\":null,\"progress\":\"unknown\"");
+			put(o, "," KQ(FRK_WHERE) "\"unknown\"," KQ(FRK_API) "null,"
+			       KQ(FRK_PROGRESS) "\"unknown\"");
 		} else if (main) {
-			put_kv_s(o, ",\"where\":", d[what].where);
+			put_kv_s(o, "," KQ(FRK_WHERE), d[what].where);
 			if (d[what].api)
-				put_kv_s(o, ",\"api\":", d[what].api);
+				put_kv_s(o, "," KQ(FRK_API), d[what].api);
 			else
-				put(o, ",\"api\":null");
-			put_kv_s(o, ",\"progress\":", d[what].progress);
+				put(o, "," KQ(FRK_API) "null");
+			put_kv_s(o, "," KQ(FRK_PROGRESS), d[what].progress);
 		} else {
-			put(o, ",\"where\":\"idle\",\"api\":null,\"progress\":\"none\"");
+			put(o, "," KQ(FRK_WHERE) "\"idle\"," KQ(FRK_API) "null,"
+			       KQ(FRK_PROGRESS) "\"none\"");
 		}
-		put(o, main ? ",\"main\":true,\"issuing\":true,\"python\":true" :
-		       ",\"main\":false,\"issuing\":false,\"python\":false");
-		put(o, ",\"truncated\":false");
+		put(o, main ? "," KQ(FRK_MAIN) "true," KQ(FRK_ISSUING) "true,"
+			      KQ(FRK_PYTHON) "true" :
+		       "," KQ(FRK_MAIN) "false," KQ(FRK_ISSUING) "false," KQ(FRK_PYTHON) "false");
+		put(o, "," KQ(FRK_TRUNCATED) "false");
 		if (unknown) {
-			put(o, ",\"unwind_error\":\"ptrace: Operation not permitted\",\"frames\":[]}");
+			put(o, "," KQ(FRK_UNWIND_ERROR) "\"ptrace: Operation not permitted\","
+			       KQ(FRK_FRAMES) "[]}");
 			continue;
 		}
-		put(o, ",\"unwind_error\":null");
+		put(o, "," KQ(FRK_UNWIND_ERROR) "null");
 		put_frames(o, main ? d[what].frames : f_poll);
 		put(o, "}");
 	}
@@ -1068,16 +1085,17 @@ static void put_stacks(struct growbuf *o, int r, int64_t pid, int64_t dump_time)
 	/* hung before attach: tptrace came 8 s before the dump; else before the first entry */
 	int64_t attach = hung_before_attach() ? dump_time - 8000000000LL : t0 - 1000000000LL;
 
-	put(o, ",\n\"stacks\":[");
+	put(o, ",\n" KQ(FRK_STACKS) "[");
 	put_snapshot(o, r, pid, true, attach);
 	if (r == env.culprit && env.sc == SC_KILLED) {
 		/* an exit dump: the process is gone, only the attach snapshot exists */
-		put(o, "],\"stacks_error\":\"the process exited: only the snapshot at attach\"");
+		put(o, "],"
+		       KQ(FRK_STACKS_ERROR) "\"the process exited: only the snapshot at attach\"");
 		return;
 	}
 	put(o, ",\n");
 	put_snapshot(o, r, pid, false, dump_time);
-	put(o, "],\"stacks_error\":null");
+	put(o, "]," KQ(FRK_STACKS_ERROR) "null");
 }
 
 static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hdr *hdr)
@@ -1106,112 +1124,129 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 	snprintf(host, sizeof(host), "node%d", r / env.per_host == env.alias_host + 1 ?
 		 env.alias_host : r / env.per_host);
 	o->len = 0;
-	put(o, env.stacks ? "{\"schema\":\"tptrace-fr\",\"version\":2" :
-	       "{\"schema\":\"tptrace-fr\",\"version\":1");
-	put_kv_s(o, ",\"host\":", host);
-	put_kv_i(o, ",\"pid\":", pid);
-	put(o, ",\"comm\":\"python3\",\"cmdline\":\"python3 train.py\"");
-	put_kv_i(o, ",\"global_rank\":", r);
-	put_kv_i(o, ",\"world_size\":", env.ranks);
-	put_kv_i(o, ",\"local_rank\":", r % env.per_host);
-	put(o, ",\"nccl_version\":\"2.28.9\",\"nccl_library\":\"/usr/lib/x86_64-linux-gnu/libnccl.so.2\"");
-	put_kv_s(o, ",\"dump_reason\":", killed ? "exit" : env.sc == SC_HEALTHY ? "request" :
+	put(o, env.stacks ? "{" KQ(FRK_SCHEMA) "\"tptrace-fr\"," KQ(FRK_VERSION) "2" :
+	       "{" KQ(FRK_SCHEMA) "\"tptrace-fr\"," KQ(FRK_VERSION) "1");
+	put_kv_s(o, "," KQ(FRK_HOST), host);
+	put_kv_i(o, "," KQ(FRK_PID), pid);
+	put(o, "," KQ(FRK_COMM) "\"python3\"," KQ(FRK_CMDLINE) "\"python3 train.py\"");
+	put_kv_i(o, "," KQ(FRK_GLOBAL_RANK), r);
+	put_kv_i(o, "," KQ(FRK_WORLD_SIZE), env.ranks);
+	put_kv_i(o, "," KQ(FRK_LOCAL_RANK), r % env.per_host);
+	put(o, "," KQ(FRK_NCCL_VERSION) "\"2.28.9\","
+	       KQ(FRK_NCCL_LIBRARY) "\"/usr/lib/x86_64-linux-gnu/libnccl.so.2\"");
+	put_kv_s(o, "," KQ(FRK_DUMP_REASON), killed ? "exit" : env.sc == SC_HEALTHY ? "request" :
 		 hung_before_attach() ? "signal" : "stall");
-	put_kv_i(o, ",\"dump_time_ns\":", dump_time);
+	put_kv_i(o, "," KQ(FRK_DUMP_TIME_NS), dump_time);
 	/* since the host's boot, host h booted h hours before host 0 */
-	put_kv_i(o, ",\"dump_mono_ns\":", dump_time - host_clock(r / env.per_host) - t0 + 941645312 +
-		 (int64_t)(r / env.per_host) * 3600000000000LL);
+	put_kv_i(o, "," KQ(FRK_DUMP_MONO_NS), dump_time - host_clock(r / env.per_host) - t0 +
+		 941645312 + (int64_t)(r / env.per_host) * 3600000000000LL);
 	if (killed)
-		put(o, ",\"process\":{\"state\":\"killed\",\"exit_code\":null,\"signal\":9}");
+		put(o, "," KQ(FRK_PROCESS) "{" KQ(FRK_STATE) "\"killed\"," KQ(FRK_EXIT_CODE) "null,"
+		       KQ(FRK_SIGNAL) "9}");
 	else
-		put(o, ",\"process\":{\"state\":\"running\",\"exit_code\":null,\"signal\":null}");
+		put(o, "," KQ(FRK_PROCESS) "{" KQ(FRK_STATE) "\"running\","
+		       KQ(FRK_EXIT_CODE) "null," KQ(FRK_SIGNAL) "null}");
 	py_none_now = r == env.py_none;
 	if (env.py_frames && py_none_now)
-		put(o, ",\"py_stacks\":{\"python\":null,\"why_no_frames\":\"Python 3.8.18: "
+		put(o, "," KQ(FRK_PY_STACKS) "{" KQ(FRK_PYTHON) "null,"
+		       KQ(FRK_WHY_NO_FRAMES) "\"Python 3.8.18: "
 		       "unsupported (3.9-3.13)\"}");
 	else if (env.py_frames)
-		put(o, ",\"py_stacks\":{\"python\":\"3.11.2\",\"why_no_frames\":null}");
-	put_kv_i(o, ",\"ring_size\":", ring);
-	put_kv_i(o, ",\"entries_recorded\":", n);
-	put_kv_i(o, ",\"entries_overwritten\":", first);
-	put_kv_i(o, ",\"events_dropped\":", env.dropped == -1 || env.dropped == r ? 5 : 0);
-	put(o, ",\n\"comms\":[");
+		put(o, "," KQ(FRK_PY_STACKS) "{" KQ(FRK_PYTHON) "\"3.11.2\","
+		       KQ(FRK_WHY_NO_FRAMES) "null}");
+	put_kv_i(o, "," KQ(FRK_RING_SIZE), ring);
+	put_kv_i(o, "," KQ(FRK_ENTRIES_RECORDED), n);
+	put_kv_i(o, "," KQ(FRK_ENTRIES_OVERWRITTEN), first);
+	put_kv_i(o, "," KQ(FRK_EVENTS_DROPPED), env.dropped == -1 || env.dropped == r ? 5 : 0);
+	put(o, ",\n" KQ(FRK_COMMS) "[");
 	for (int j = 0; j < env.comms && !hung_before_attach(); j++) {
 		int g = group_size(j);
 
 		put(o, j ? ",\n" : "\n");
 		bool failed = j == env.comm_slot && init_failed_on(r);
 
-		put_kv_s(o, "{\"comm_id\":", hdr[j].id);
-		put(o, pre(r) ? ",\"cross_rank_id\":false" : ",\"cross_rank_id\":true");
+		put_kv_s(o, "{" KQ(FRK_COMM_ID), hdr[j].id);
+		put(o, pre(r) ? "," KQ(FRK_CROSS_RANK_ID) "false" :
+				"," KQ(FRK_CROSS_RANK_ID) "true");
 		if (failed) {
 			/* the agreed schema of a failed init: no handle, rank/nranks from the call */
-			put(o, ",\"comm_handle\":null");
-			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
-			put_kv_i(o, ",\"nranks\":", g);
-			put_kv_i(o, ",\"device\":", r % env.per_host);
-			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null");
-			put_kv_s(o, ",\"created_by\":", init_api(j));
-			put(o, ",\"learned\":{\"comm_id\":\"init_call\",\"rank\":\"init_call\","
-			       "\"nranks\":\"init_call\",\"seq_origin\":\"comm_init\"},"
-			       "\"state\":\"init_failed\"");
-			put_kv_i(o, ",\"init_rc\":", env.init_rc);
-			put(o, ",\"async_error\":null,\"last_enqueued_seq\":null,"
-			       "\"last_started_seq\":null,\"last_completed_seq\":null,"
-			       "\"last_p2p_seq\":null}");
+			put(o, "," KQ(FRK_COMM_HANDLE) "null");
+			put_kv_i(o, "," KQ(FRK_RANK), comm_rank(j, r));
+			put_kv_i(o, "," KQ(FRK_NRANKS), g);
+			put_kv_i(o, "," KQ(FRK_DEVICE), r % env.per_host);
+			put(o, "," KQ(FRK_PARENT) "null," KQ(FRK_SPLIT_COLOR) "null,"
+			       KQ(FRK_SPLIT_KEY) "null");
+			put_kv_s(o, "," KQ(FRK_CREATED_BY), init_api(j));
+			put(o, "," KQ(FRK_LEARNED) "{" KQ(FRK_COMM_ID) "\"init_call\","
+			       KQ(FRK_RANK) "\"init_call\","
+			       KQ(FRK_NRANKS) "\"init_call\"," KQ(FRK_SEQ_ORIGIN) "\"comm_init\"},"
+			       KQ(FRK_STATE) "\"init_failed\"");
+			put_kv_i(o, "," KQ(FRK_INIT_RC), env.init_rc);
+			put(o, "," KQ(FRK_ASYNC_ERROR) "null," KQ(FRK_LAST_ENQUEUED_SEQ) "null,"
+			       KQ(FRK_LAST_STARTED_SEQ) "null," KQ(FRK_LAST_COMPLETED_SEQ) "null,"
+			       KQ(FRK_LAST_P2P_SEQ) "null}");
 			continue;
 		}
-		put(o, ",\"comm_handle\":\"0x55d0c0ffee00\"");
+		put(o, "," KQ(FRK_COMM_HANDLE) "\"0x55d0c0ffee00\"");
 		if (pre(r) || (env.split_null && j > 0)) {
-			put(o, ",\"rank\":null,\"nranks\":null");
+			put(o, "," KQ(FRK_RANK) "null," KQ(FRK_NRANKS) "null");
 		} else {
-			put_kv_i(o, ",\"rank\":", comm_rank(j, r));
-			put_kv_i(o, ",\"nranks\":", g);
+			put_kv_i(o, "," KQ(FRK_RANK), comm_rank(j, r));
+			put_kv_i(o, "," KQ(FRK_NRANKS), g);
 		}
-		put_kv_i(o, ",\"device\":", r % env.per_host);
+		put_kv_i(o, "," KQ(FRK_DEVICE), r % env.per_host);
 		if (pre(r)) {
-			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
-			       "\"created_by\":\"before attach\",\"learned\":{\"comm_id\":\"unknown\","
-			       "\"rank\":\"unknown\",\"nranks\":\"unknown\",\"seq_origin\":\"attach\"},"
-			       "\"state\":\"active\"");
+			put(o, "," KQ(FRK_PARENT) "null," KQ(FRK_SPLIT_COLOR) "null,"
+			       KQ(FRK_SPLIT_KEY) "null,"
+			       KQ(FRK_CREATED_BY) "\"before attach\"," KQ(FRK_LEARNED) "{"
+			       KQ(FRK_COMM_ID) "\"unknown\","
+			       KQ(FRK_RANK) "\"unknown\"," KQ(FRK_NRANKS) "\"unknown\","
+			       KQ(FRK_SEQ_ORIGIN) "\"attach\"},"
+			       KQ(FRK_STATE) "\"active\"");
 		} else if (env.split_null && j > 0) {
 			char parent[17];
 
 			comm_id(0, r, parent);
-			put_kv_s(o, ",\"parent\":", parent);
-			put_kv_i(o, ",\"split_color\":", r / g);
-			put_kv_i(o, ",\"split_key\":", comm_rank(j, r));
-			put(o, ",\"created_by\":\"ncclCommSplit\",\"learned\":{\"comm_id\":\"split_call\","
-			       "\"rank\":\"unknown\",\"nranks\":\"unknown\",\"seq_origin\":\"comm_init\"},"
-			       "\"state\":\"active\"");
+			put_kv_s(o, "," KQ(FRK_PARENT), parent);
+			put_kv_i(o, "," KQ(FRK_SPLIT_COLOR), r / g);
+			put_kv_i(o, "," KQ(FRK_SPLIT_KEY), comm_rank(j, r));
+			put(o, "," KQ(FRK_CREATED_BY) "\"ncclCommSplit\"," KQ(FRK_LEARNED) "{"
+			       KQ(FRK_COMM_ID) "\"split_call\","
+			       KQ(FRK_RANK) "\"unknown\"," KQ(FRK_NRANKS) "\"unknown\","
+			       KQ(FRK_SEQ_ORIGIN) "\"comm_init\"},"
+			       KQ(FRK_STATE) "\"active\"");
 		} else {
-			put(o, ",\"parent\":null,\"split_color\":null,\"split_key\":null,"
-			       "\"created_by\":\"ncclCommInitRank\",\"learned\":{\"comm_id\":\"init_call\","
-			       "\"rank\":\"init_call\",\"nranks\":\"init_call\",\"seq_origin\":\"comm_init\"},"
-			       "\"state\":\"active\"");
+			put(o, "," KQ(FRK_PARENT) "null," KQ(FRK_SPLIT_COLOR) "null,"
+			       KQ(FRK_SPLIT_KEY) "null,"
+			       KQ(FRK_CREATED_BY) "\"ncclCommInitRank\"," KQ(FRK_LEARNED) "{"
+			       KQ(FRK_COMM_ID) "\"init_call\","
+			       KQ(FRK_RANK) "\"init_call\"," KQ(FRK_NRANKS) "\"init_call\","
+			       KQ(FRK_SEQ_ORIGIN) "\"comm_init\"},"
+			       KQ(FRK_STATE) "\"active\"");
 		}
-		put_kv_i(o, ",\"async_error\":",
+		put_kv_i(o, "," KQ(FRK_ASYNC_ERROR),
 			 culprit && env.sc == SC_ASYNC && j == env.comm_slot ? 6 : 0);
-		put_kv_i(o, ",\"last_enqueued_seq\":", hdr[j].last_enq);
-		put_kv_i(o, ",\"last_started_seq\":", hdr[j].last_started);
-		put_kv_i(o, ",\"last_completed_seq\":", hdr[j].last_done);
-		put_kv_i(o, ",\"last_p2p_seq\":", hdr[j].last_p2p);
+		put_kv_i(o, "," KQ(FRK_LAST_ENQUEUED_SEQ), hdr[j].last_enq);
+		put_kv_i(o, "," KQ(FRK_LAST_STARTED_SEQ), hdr[j].last_started);
+		put_kv_i(o, "," KQ(FRK_LAST_COMPLETED_SEQ), hdr[j].last_done);
+		put_kv_i(o, "," KQ(FRK_LAST_P2P_SEQ), hdr[j].last_p2p);
 		put(o, "}");
 	}
-	put(o, "],\n\"in_call\":[");
+	put(o, "],\n" KQ(FRK_IN_CALL) "[");
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_STUCK) &&
 	    r / env.per_host != env.stale_host) {
-		put_kv_i(o, "\n{\"tid\":", pid + 1);
-		put(o, ",\"thread_name\":\"pt_main_thread\"");
-		put_kv_s(o, ",\"api\":", env.sc == SC_SKIP ? "cudaMemcpy" : "cudaStreamSynchronize");
-		put_kv_i(o, ",\"entered_ns\":", dump_time - 30000000000LL);
-		put(o, ",\"comm_id\":null,\"seq\":null}");
+		put_kv_i(o, "\n{" KQ(FRK_TID), pid + 1);
+		put(o, "," KQ(FRK_THREAD_NAME) "\"pt_main_thread\"");
+		put_kv_s(o, "," KQ(FRK_API),
+			 env.sc == SC_SKIP ? "cudaMemcpy" : "cudaStreamSynchronize");
+		put_kv_i(o, "," KQ(FRK_ENTERED_NS), dump_time - 30000000000LL);
+		put(o, "," KQ(FRK_COMM_ID) "null," KQ(FRK_SEQ) "null}");
 	}
 	put(o, "]");
 	/* before the entries, so a reader of the newest entries finds them in the head */
 	if (env.stacks)
 		put_stacks(o, r, pid, dump_time);
-	put(o, ",\n\"entries\":[");
+	put(o, ",\n" KQ(FRK_ENTRIES) "[");
 	for (int64_t i = first; i < n; i++) {
 		put(o, i > first ? ",\n" : "\n");
 		put_entry(o, &ents[i], pid);

@@ -245,6 +245,36 @@ def case_summary_fits():
         assert not long, (n, long)
 
 
+def case_malformed_event_one_line():
+    """an event that is not JSON (a missing comma, a bad escape, a number JSON does not have,
+    a trailing comma, a bare word) in an otherwise good trace: exit 1, one line naming the
+    event's byte, nothing on stdout; never read as an event with a field missing"""
+    import os
+    import tempfile
+    with gzip.open(f"{DATA}/healthy.json.gz", "rt") as f:
+        text = f.read()
+    at = text.index('"traceEvents"')
+    at = text.index("[", at) + 1
+    bad = {
+        "missing comma": '{"ph":"X","name":"k" "ts":1,"dur":2,"pid":1,"tid":1},',
+        "bad escape": '{"ph":"X","name":"k\\x","ts":1,"dur":2,"pid":1,"tid":1},',
+        "plus sign": '{"ph":"X","name":"k","ts":+1,"dur":2,"pid":1,"tid":1},',
+        "trailing comma": '{"ph":"X","name":"k","ts":1,"dur":2,"pid":1,"tid":1,},',
+        "bare word": '{"ph":"X","name":"k","ts":one,"dur":2,"pid":1,"tid":1},',
+        "args missing comma": '{"ph":"X","name":"k","ts":1,"args":{"stream":7 "rc":0}},',
+    }
+    with tempfile.TemporaryDirectory() as d:
+        for what, ev in bad.items():
+            p = os.path.join(d, "bad.json")
+            with open(p, "w") as f:
+                f.write(text[:at] + ev + text[at:])
+            r = subprocess.run([TPTRACE, "report", p], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+            want = f"tptrace report: {p}: malformed event at byte {at}\n"
+            assert (r.returncode, r.stdout, r.stderr) == (1, "", want), (what, r.returncode,
+                                                                         r.stderr[:300])
+
+
 def main():
     failed = 0
     for name, fn in sorted((k, v) for k, v in globals().items() if k.startswith("case_")):

@@ -40,6 +40,14 @@ $(UNIT_DIR)/test_demangle: tests/unit/test_demangle.c tests/unit/check.h \
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) $(UNIT_LIBS) -o $@
 
+# the offline readers' JSON lexer (tptrace-fr, tptrace report)
+$(UNIT_DIR)/test_jsonlex: tests/unit/test_jsonlex.c tests/unit/check.h user/base/jsonlex.h \
+			  $(OUTPUT)/user/base/jsonlex.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_jsonlex
+
 # symfix2.c first: its locals must sit below symfix.c's; -no-pie makes symfix ET_EXEC
 SYMFIX_SRCS := $(UNIT_DATA)/symfix2.c $(UNIT_DATA)/symfix.c
 $(UNIT_DIR)/symfix: $(SYMFIX_SRCS) | $(UNIT_DIR)

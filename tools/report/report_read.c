@@ -12,8 +12,9 @@
  *    "ts":37012.658,"dur":33.06,"args":{"kernel":"fake_gemm",...,"stream":"0x7f6...",
  *    "correlation":124}}
  *
- * The input is untrusted: every scan is bounded by the buffer, nesting by MAX_DEPTH, strings
- * by their buffer; the first error ends the read with one line naming the byte offset.
+ * The input is untrusted: every scan is bounded by the buffer, nesting by JL_MAX_DEPTH,
+ * strings by their buffer (the lexer is tptrace-fr's, user/base/jsonlex.h); the first error
+ * ends the read with one line naming the byte offset.
  */
 #include <errno.h>
 #include <limits.h>
@@ -23,9 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "jsonlex.h"
 #include "report.h"
 
-#define MAX_DEPTH 64
 #define CHUNK (1 << 20)
 #define MAX_ELEMENT (64 << 20)	/* one event or top-level value; beyond: not a trace */
 
@@ -209,46 +210,6 @@ static int rd_peek(struct rd *r)
 	}
 }
 
-/* End (exclusive) of the JSON value at b[0..n): 0 incomplete, -1 malformed. Strings and
- * nesting are tracked; scalars end at a delimiter. */
-static long value_extent(const char *b, size_t n, bool at_eof)
-{
-	int depth = 0;
-	size_t i = 0;
-	char stack[MAX_DEPTH];
-
-	if (!n)
-		return 0;
-	if (b[0] != '{' && b[0] != '[' && b[0] != '"') {
-		while (i < n && b[i] != ',' && b[i] != '}' && b[i] != ']' && !is_ws(b[i]))
-			i++;
-		return i < n || at_eof ? (long)i : 0;
-	}
-	for (; i < n; i++) {
-		char c = b[i];
-
-		if (c == '"') {
-			for (i++; i < n && b[i] != '"'; i++)
-				if (b[i] == '\\')
-					i++;
-			if (i >= n)
-				return 0;
-			if (!depth)
-				return (long)i + 1;
-		} else if (c == '{' || c == '[') {
-			if (depth == MAX_DEPTH)
-				return -1;
-			stack[depth++] = c == '{' ? '}' : ']';
-		} else if (c == '}' || c == ']') {
-			if (!depth || stack[depth - 1] != c)
-				return -1;
-			if (!--depth)
-				return (long)i + 1;
-		}
-	}
-	return 0;
-}
-
 /* The whole value at the cursor, in the buffer: [*s, *s + *n). 0 or -1. */
 static int rd_value(struct rd *r, const char **s, size_t *n)
 {
@@ -260,7 +221,7 @@ static int rd_value(struct rd *r, const char **s, size_t *n)
 			return -1;
 		if (c == -1)
 			return rd_fail(r, "unexpected end of input");
-		e = value_extent(r->buf + r->p, r->len - r->p, r->eof);
+		e = jl_extent(r->buf + r->p, r->len - r->p, r->eof);
 		if (e < 0)
 			return rd_fail(r, "malformed JSON");
 		if (e > 0) {
@@ -290,103 +251,36 @@ static int rd_expect(struct rd *r, char want, const char *what)
 }
 
 /* --- one event ----------------------------------------------------------------------------
- * A pull parser over a complete value in memory. */
+ * Pulled from a complete value in memory with the lexer (jsonlex.h); its error line is not
+ * used: the caller reports "malformed event" at the event's offset. */
 
-struct jp {
-	const char *p, *end;
-};
-
-static void jws(struct jp *j)
+/* A string field (cap, NUL-terminated, truncated); another type is skipped. 0, -1 malformed. */
+static int jstr_field(struct jlex *j, char *out, size_t cap)
 {
-	while (j->p < j->end && is_ws(*j->p))
-		j->p++;
+	jl_ws(j);
+	if (j->p < j->end && *j->p == '"')
+		return jl_str(j, out, cap) < 0 ? -1 : 0;
+	return jl_skip(j, 0) ? 0 : -1;
 }
 
-/* A string into out (cap, NUL-terminated, truncated); escapes decoded (\uXXXX non-ASCII as
- * '?'). Length kept, -1 malformed. */
-static int jstr(struct jp *j, char *out, size_t cap)
-{
-	size_t n = 0;
-
-	jws(j);
-	if (j->p >= j->end || *j->p != '"')
-		return -1;
-	j->p++;
-	while (j->p < j->end && *j->p != '"') {
-		char c = *j->p++;
-
-		if (c == '\\') {
-			if (j->p >= j->end)
-				return -1;
-			c = *j->p++;
-			switch (c) {
-			case 'n': c = '\n'; break;
-			case 't': c = '\t'; break;
-			case 'r': c = '\r'; break;
-			case 'b': c = '\b'; break;
-			case 'f': c = '\f'; break;
-			case 'u':
-				if (j->end - j->p < 4)
-					return -1;
-				{
-					unsigned v = 0;
-
-					for (int k = 0; k < 4; k++) {
-						char h = j->p[k];
-
-						v = v * 16 + (h >= '0' && h <= '9' ? h - '0' :
-							      (h | 0x20) >= 'a' && (h | 0x20) <= 'f' ?
-							      (h | 0x20) - 'a' + 10 : 0);
-					}
-					j->p += 4;
-					c = v < 0x80 ? (char)v : '?';
-				}
-				break;
-			default: break;	/* \" \\ \/ */
-			}
-		}
-		if (out && n + 1 < cap)
-			out[n++] = c;
-	}
-	if (j->p >= j->end)
-		return -1;
-	j->p++;
-	if (out)
-		out[n] = 0;
-	return (int)n;
-}
-
-/* Skips any value. */
-static int jskip(struct jp *j)
-{
-	long e;
-
-	jws(j);
-	e = value_extent(j->p, j->end - j->p, true);
-	if (e <= 0)
-		return -1;
-	j->p += e;
-	return 0;
-}
-
-/* A number: *d as double, *u as unsigned when it is a plain non-negative integer. 0 if it
- * is not a number (then skipped). */
-static int jnum(struct jp *j, double *d, uint64_t *u, bool *is_int)
+/* A number: *d as double, *u as unsigned when it is a plain non-negative integer. 1 read,
+ * 0 not a number (skipped), -1 malformed. */
+static int jnum(struct jlex *j, double *d, uint64_t *u, bool *is_int)
 {
 	char tmp[40];
+	const char *s = NULL;
 	size_t n = 0;
-	char *e;
 
-	jws(j);
-	while (j->p + n < j->end && n < sizeof(tmp) - 1 &&
-	       (strchr("0123456789+-.eE", j->p[n]) && j->p[n]))
-		n++;
-	if (!n)
-		return jskip(j) ? -1 : 0;
-	memcpy(tmp, j->p, n);
+	jl_ws(j);
+	if (j->p < j->end && *j->p != '-' && (*j->p < '0' || *j->p > '9'))
+		return jl_skip(j, 0) ? 0 : -1;
+	if (!jl_number(j, &s, &n))
+		return -1;
+	if (n >= sizeof(tmp))
+		n = sizeof(tmp) - 1;
+	memcpy(tmp, s, n);
 	tmp[n] = 0;
-	j->p += n;
-	*d = strtod(tmp, &e);
+	*d = strtod(tmp, NULL);
 	*is_int = !strpbrk(tmp, ".eE-");
 	*u = *is_int ? strtoull(tmp, NULL, 10) : (*d > 0 ? (uint64_t)*d : 0);
 	return 1;
@@ -400,31 +294,24 @@ struct ev_fields {
 	bool has_ts, has_dur, has_pid, has_rc, has_device, has_bytes, unfinished;
 };
 
-static int jargs(struct jp *j, struct ev_fields *f)
+#define KEY(s) (klen == (int)sizeof(s) - 1 && !memcmp(key, s, sizeof(s) - 1))
+
+static int jargs(struct jlex *j, struct ev_fields *f)
 {
 	char key[64];
+	int klen;
 
-	jws(j);
+	jl_ws(j);
 	if (j->p >= j->end || *j->p != '{')
-		return jskip(j);
-	j->p++;
-	for (;;) {
+		return jl_skip(j, 0) ? 0 : -1;
+	for (bool first = true; jl_next_key(j, &first, key, sizeof(key), &klen);) {
 		double d;
 		uint64_t u;
 		bool is_int;
 
-		jws(j);
-		if (j->p < j->end && *j->p == '}')
-			return j->p++, 0;
-		if (jstr(j, key, sizeof(key)) < 0)
-			return -1;
-		jws(j);
-		if (j->p >= j->end || *j->p++ != ':')
-			return -1;
-		if (!strcmp(key, "stream") || !strcmp(key, "correlation") ||
-		    !strcmp(key, "bytes") || !strcmp(key, "rc") || !strcmp(key, "size") ||
-		    !strcmp(key, "device") || !strcmp(key, "Device Id")) {
-			jws(j);
+		if (KEY("stream") || KEY("correlation") || KEY("bytes") || KEY("rc") ||
+		    KEY("size") || KEY("device") || KEY("Device Id")) {
+			jl_ws(j);
 			if (j->p < j->end && (*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))) {
 				if (jnum(j, &d, &u, &is_int) < 0)
 					return -1;
@@ -444,78 +331,55 @@ static int jargs(struct jp *j, struct ev_fields *f)
 				/* a host call's cudaStream_t, written as a handle: "0x5100" */
 				char hex[24];
 
-				if (jstr(j, hex, sizeof(hex)) < 0)
+				if (jl_str(j, hex, sizeof(hex)) < 0)
 					return -1;
 				f->stream = strtoull(hex, NULL, 16);
-			} else if (jskip(j)) {
+			} else if (!jl_skip(j, 0)) {
 				return -1;
 			}
-		} else if (!strcmp(key, "kind") || !strcmp(key, "stack") || !strcmp(key, "labels") ||
-			   !strcmp(key, "name")) {
+		} else if (KEY("kind") || KEY("stack") || KEY("labels") || KEY("name")) {
 			char *out = key[0] == 'k' ? f->kind : key[0] == 's' ? f->stack : f->label;
 			size_t cap = key[0] == 'k' ? sizeof(f->kind) :
 				     key[0] == 's' ? sizeof(f->stack) : sizeof(f->label);
 
-			jws(j);
-			if (j->p < j->end && *j->p == '"') {
-				if (jstr(j, out, cap) < 0)
-					return -1;
-			} else if (jskip(j)) {
+			if (jstr_field(j, out, cap))
 				return -1;
-			}
-		} else if (!strcmp(key, "unfinished")) {
-			jws(j);
+		} else if (KEY("unfinished")) {
+			jl_ws(j);
 			f->unfinished = j->end - j->p >= 4 && !memcmp(j->p, "true", 4);
-			if (jskip(j))
+			if (!jl_skip(j, 0))
 				return -1;
-		} else if (jskip(j)) {
+		} else if (!jl_skip(j, 0)) {
 			return -1;
 		}
-		jws(j);
-		if (j->p < j->end && *j->p == ',')
-			j->p++;
 	}
+	return j->failed ? -1 : 0;
 }
 
 static int parse_event(const char *s, size_t n, struct ev_fields *f)
 {
-	struct jp j = { s, s + n };
-	char key[16];
+	struct jlex j;
+	char key[16], err[80];
+	int klen;
 
 	memset(f, 0, offsetof(struct ev_fields, ts));
 	f->has_ts = f->has_dur = f->has_pid = f->has_rc = f->has_device = f->has_bytes = false;
 	f->unfinished = false;
 	f->stream = f->corr = f->bytes = f->size = f->device = 0;
-	if (*j.p != '{')
-		return -1;
-	j.p++;
-	for (;;) {
+	jl_init(&j, s, n, err, sizeof(err));
+	for (bool first = true; jl_next_key(&j, &first, key, sizeof(key), &klen);) {
 		double d;
 		uint64_t u;
 		bool is_int;
 
-		jws(&j);
-		if (j.p < j.end && *j.p == '}')
-			return 0;
-		if (jstr(&j, key, sizeof(key)) < 0)
-			return -1;
-		jws(&j);
-		if (j.p >= j.end || *j.p++ != ':')
-			return -1;
-		if (!strcmp(key, "ph") || !strcmp(key, "cat") || !strcmp(key, "name")) {
+		if (KEY("ph") || KEY("cat") || KEY("name")) {
 			char *out = key[0] == 'p' ? f->ph : key[0] == 'c' ? f->cat : f->name;
 			size_t cap = key[0] == 'p' ? sizeof(f->ph) :
 				     key[0] == 'c' ? sizeof(f->cat) : sizeof(f->name);
 
-			jws(&j);
-			if (j.p < j.end && *j.p == '"') {
-				if (jstr(&j, out, cap) < 0)
-					return -1;
-			} else if (jskip(&j)) {
+			if (jstr_field(&j, out, cap))
 				return -1;
-			}
-		} else if (!strcmp(key, "ts") || !strcmp(key, "dur") || !strcmp(key, "pid") ||
-			   !strcmp(key, "tid")) {
+		} else if (KEY("ts") || KEY("dur") || KEY("pid") || KEY("tid")) {
 			int r = jnum(&j, &d, &u, &is_int);
 
 			if (r < 0)
@@ -528,16 +392,14 @@ static int parse_event(const char *s, size_t n, struct ev_fields *f)
 				f->pid = u, f->has_pid = true;
 			else if (r)
 				f->tid = u;
-		} else if (!strcmp(key, "args")) {
+		} else if (KEY("args")) {
 			if (jargs(&j, f))
 				return -1;
-		} else if (jskip(&j)) {
+		} else if (!jl_skip(&j, 0)) {
 			return -1;
 		}
-		jws(&j);
-		if (j.p < j.end && *j.p == ',')
-			j.p++;
 	}
+	return j.failed ? -1 : 0;
 }
 
 /* --- classification ------------------------------------------------------------------------ */
@@ -821,7 +683,8 @@ static int read_top(struct rd *r, struct rinput *in, struct rstrings *strs, bool
 		const char *s;
 		size_t n;
 		char key[64];
-		struct jp j;
+		struct jlex j;
+		char jerr[80];
 
 		c = rd_peek(r);
 		if (c == '}') {
@@ -834,9 +697,8 @@ static int read_top(struct rd *r, struct rinput *in, struct rstrings *strs, bool
 		}
 		if (rd_value(r, &s, &n))
 			goto cleanup;
-		j.p = s;
-		j.end = s + n;
-		if (*s != '"' || jstr(&j, key, sizeof(key)) < 0) {
+		jl_init(&j, s, n, jerr, sizeof(jerr));
+		if (*s != '"' || jl_str(&j, key, sizeof(key)) < 0) {
 			r->p -= n;
 			rd_fail(r, "expected a key");
 			goto cleanup;

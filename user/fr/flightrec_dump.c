@@ -19,6 +19,7 @@
 #include "cuda_api.h"
 #include "fr_trigger.h"
 #include "flightrec_int.h"
+#include "fr_keys.h"
 #include "log.h"
 #include "target.h"
 
@@ -93,21 +94,21 @@ static const char *state_name(enum fr_state s)
 /* The fields of a "comm_init" entry that a collective's would fill: it moved no data. */
 static void comm_init_fields(cJSON *o)
 {
-	cJSON_AddStringToObject(o, "op", "comm_init");
-	cJSON_AddStringToObject(o, "profiling_name", "nccl:comm_init");
-	cJSON_AddBoolToObject(o, "is_p2p", false);
-	cJSON_AddNumberToObject(o, "count", 0);
-	cJSON_AddNullToObject(o, "dtype");
-	cJSON_AddArrayToObject(o, "input_sizes");
-	cJSON_AddArrayToObject(o, "output_sizes");
-	cJSON_AddArrayToObject(o, "input_dtypes");
-	cJSON_AddArrayToObject(o, "output_dtypes");
-	cJSON_AddNullToObject(o, "reduce_op");
-	cJSON_AddNullToObject(o, "root");
-	cJSON_AddNullToObject(o, "peer");
-	cJSON_AddNullToObject(o, "stream");
-	cJSON_AddNullToObject(o, "sendbuff");
-	cJSON_AddNullToObject(o, "recvbuff");
+	cJSON_AddStringToObject(o, FRK_OP, "comm_init");
+	cJSON_AddStringToObject(o, FRK_PROFILING_NAME, "nccl:comm_init");
+	cJSON_AddBoolToObject(o, FRK_IS_P2P, false);
+	cJSON_AddNumberToObject(o, FRK_COUNT, 0);
+	cJSON_AddNullToObject(o, FRK_DTYPE);
+	cJSON_AddArrayToObject(o, FRK_INPUT_SIZES);
+	cJSON_AddArrayToObject(o, FRK_OUTPUT_SIZES);
+	cJSON_AddArrayToObject(o, FRK_INPUT_DTYPES);
+	cJSON_AddArrayToObject(o, FRK_OUTPUT_DTYPES);
+	cJSON_AddNullToObject(o, FRK_REDUCE_OP);
+	cJSON_AddNullToObject(o, FRK_ROOT);
+	cJSON_AddNullToObject(o, FRK_PEER);
+	cJSON_AddNullToObject(o, FRK_STREAM);
+	cJSON_AddNullToObject(o, FRK_SENDBUFF);
+	cJSON_AddNullToObject(o, FRK_RECVBUFF);
 }
 
 /* What a collective or p2p call moved: op, sizes, dtypes, peers, stream and buffers. */
@@ -118,39 +119,39 @@ static void coll_fields(cJSON *o, const struct fr_comm *c, const struct fr_entry
 	int64_t in, out;
 	char buf[64];
 
-	cJSON_AddStringToObject(o, "op", nccl_op_name(e->c.op));
+	cJSON_AddStringToObject(o, FRK_OP, nccl_op_name(e->c.op));
 	if (e->c.op == NCCL_OP_SEND)
 		snprintf(buf, sizeof(buf), "nccl:send %d->%d", c->rank, e->c.peer);
 	else if (e->c.op == NCCL_OP_RECV)
 		snprintf(buf, sizeof(buf), "nccl:recv %d<-%d", c->rank, e->c.peer);
 	else
 		snprintf(buf, sizeof(buf), "nccl:%s", nccl_op_name(e->c.op));
-	cJSON_AddStringToObject(o, "profiling_name", buf);
-	cJSON_AddBoolToObject(o, "is_p2p", nccl_op_is_p2p(e->c.op));
-	cJSON_AddNumberToObject(o, "count", (double)e->c.count);
-	cJSON_AddStringToObject(o, "dtype", nccl_dtype_name(e->c.dtype));
+	cJSON_AddStringToObject(o, FRK_PROFILING_NAME, buf);
+	cJSON_AddBoolToObject(o, FRK_IS_P2P, nccl_op_is_p2p(e->c.op));
+	cJSON_AddNumberToObject(o, FRK_COUNT, (double)e->c.count);
+	cJSON_AddStringToObject(o, FRK_DTYPE, nccl_dtype_name(e->c.dtype));
 	nccl_op_sizes(e->c.op, e->c.count, nranks, &in, &out);
-	a = cJSON_AddArrayToObject(o, "input_sizes");
+	a = cJSON_AddArrayToObject(o, FRK_INPUT_SIZES);
 	inner = cJSON_CreateArray();
 	cJSON_AddItemToArray(inner, cJSON_CreateNumber((double)in));
 	cJSON_AddItemToArray(a, inner);
-	a = cJSON_AddArrayToObject(o, "output_sizes");
+	a = cJSON_AddArrayToObject(o, FRK_OUTPUT_SIZES);
 	inner = cJSON_CreateArray();
 	cJSON_AddItemToArray(inner, cJSON_CreateNumber((double)out));
 	cJSON_AddItemToArray(a, inner);
-	a = cJSON_AddArrayToObject(o, "input_dtypes");
+	a = cJSON_AddArrayToObject(o, FRK_INPUT_DTYPES);
 	cJSON_AddItemToArray(a, cJSON_CreateString(nccl_dtype_torch(e->c.dtype)));
-	a = cJSON_AddArrayToObject(o, "output_dtypes");
+	a = cJSON_AddArrayToObject(o, FRK_OUTPUT_DTYPES);
 	cJSON_AddItemToArray(a, cJSON_CreateString(nccl_dtype_torch(e->c.dtype)));
 	if (nccl_op_has_redop(e->c.op))
-		cJSON_AddStringToObject(o, "reduce_op", nccl_redop_name(e->c.redop));
+		cJSON_AddStringToObject(o, FRK_REDUCE_OP, nccl_redop_name(e->c.redop));
 	else
-		cJSON_AddNullToObject(o, "reduce_op");
-	cJSON_AddItemToObject(o, "root", num_or_null(e->c.root, nccl_op_has_root(e->c.op)));
-	cJSON_AddItemToObject(o, "peer", num_or_null(e->c.peer, nccl_op_is_p2p(e->c.op)));
-	add_hex(o, "stream", e->c.stream);
-	add_hex(o, "sendbuff", e->c.sendbuff);
-	add_hex(o, "recvbuff", e->c.recvbuff);
+		cJSON_AddNullToObject(o, FRK_REDUCE_OP);
+	cJSON_AddItemToObject(o, FRK_ROOT, num_or_null(e->c.root, nccl_op_has_root(e->c.op)));
+	cJSON_AddItemToObject(o, FRK_PEER, num_or_null(e->c.peer, nccl_op_is_p2p(e->c.op)));
+	add_hex(o, FRK_STREAM, e->c.stream);
+	add_hex(o, FRK_SENDBUFF, e->c.sendbuff);
+	add_hex(o, FRK_RECVBUFF, e->c.recvbuff);
 }
 
 /* --py-stacks: "frames" as PyTorch's FR entries have them ({"name", "filename", "line"},
@@ -160,10 +161,10 @@ static void coll_fields(cJSON *o, const struct fr_comm *c, const struct fr_entry
 static void frames_json(struct flightrec *fr, struct fr_proc *p, cJSON *o, const struct fr_entry *e)
 {
 	struct fr_pystack *s = fr_pystack_get(fr, p, e->ustack);
-	cJSON *arr = cJSON_AddArrayToObject(o, "frames");
+	cJSON *arr = cJSON_AddArrayToObject(o, FRK_FRAMES);
 
 	if (!s) {
-		cJSON_AddStringToObject(o, "frames_missing", "out of memory");
+		cJSON_AddStringToObject(o, FRK_FRAMES_MISSING, "out of memory");
 		return;
 	}
 	for (int i = 0; arr && i < s->nr; i++) {
@@ -173,18 +174,18 @@ static void frames_json(struct flightrec *fr, struct fr_proc *p, cJSON *o, const
 		if (!fo)
 			return;
 		if (f->name)
-			cJSON_AddStringToObject(fo, "name", f->name);
+			cJSON_AddStringToObject(fo, FRK_NAME, f->name);
 		else
-			cJSON_AddNullToObject(fo, "name");
+			cJSON_AddNullToObject(fo, FRK_NAME);
 		if (f->file)
-			cJSON_AddStringToObject(fo, "filename", f->file);
+			cJSON_AddStringToObject(fo, FRK_FILENAME, f->file);
 		else
-			cJSON_AddNullToObject(fo, "filename");
-		cJSON_AddItemToObject(fo, "line", num_or_null(f->line, f->line > 0));
+			cJSON_AddNullToObject(fo, FRK_FILENAME);
+		cJSON_AddItemToObject(fo, FRK_LINE, num_or_null(f->line, f->line > 0));
 		cJSON_AddItemToArray(arr, fo);
 	}
 	if (!s->nr)
-		cJSON_AddStringToObject(o, "frames_missing", s->missing ? s->missing : "unknown");
+		cJSON_AddStringToObject(o, FRK_FRAMES_MISSING, s->missing ? s->missing : "unknown");
 }
 
 static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct fr_entry *e)
@@ -195,30 +196,30 @@ static cJSON *entry_json(struct flightrec *fr, struct fr_proc *p, const struct f
 	struct fr_thread *th;
 	uint64_t v;
 
-	cJSON_AddNumberToObject(o, "record_id", (double)e->record_id);
+	cJSON_AddNumberToObject(o, FRK_RECORD_ID, (double)e->record_id);
 	comm_id_str(fr, p, c, buf, sizeof(buf));
-	cJSON_AddStringToObject(o, "comm_id", buf);
-	cJSON_AddNumberToObject(o, "collective_seq_id", (double)e->coll_seq);
-	cJSON_AddNumberToObject(o, "p2p_seq_id", (double)e->p2p_seq);
-	cJSON_AddNumberToObject(o, "group_id", (double)e->group_id);
+	cJSON_AddStringToObject(o, FRK_COMM_ID, buf);
+	cJSON_AddNumberToObject(o, FRK_COLLECTIVE_SEQ_ID, (double)e->coll_seq);
+	cJSON_AddNumberToObject(o, FRK_P2P_SEQ_ID, (double)e->p2p_seq);
+	cJSON_AddNumberToObject(o, FRK_GROUP_ID, (double)e->group_id);
 	if (e->kind == FR_ENTRY_COMM_INIT)
 		comm_init_fields(o);
 	else
 		coll_fields(o, c, e);
-	cJSON_AddStringToObject(o, "state", state_name(e->state));
-	add_ns(o, "time_created_ns", fr, e->created);
-	add_ns(o, "time_discovered_started_ns", fr, e->started);
-	add_ns(o, "time_discovered_completed_ns", fr, e->completed);
+	cJSON_AddStringToObject(o, FRK_STATE, state_name(e->state));
+	add_ns(o, FRK_TIME_CREATED_NS, fr, e->created);
+	add_ns(o, FRK_TIME_DISCOVERED_STARTED_NS, fr, e->started);
+	add_ns(o, FRK_TIME_DISCOVERED_COMPLETED_NS, fr, e->completed);
 	if (e->started && e->completed && e->completed >= e->started)
-		cJSON_AddNumberToObject(o, "duration_ms", (e->completed - e->started) / 1e6);
+		cJSON_AddNumberToObject(o, FRK_DURATION_MS, (e->completed - e->started) / 1e6);
 	else
-		cJSON_AddNullToObject(o, "duration_ms");
-	add_ns(o, "api_enter_ns", fr, e->created);
-	add_ns(o, "api_exit_ns", fr, e->in_call ? 0 : e->exited);
-	cJSON_AddItemToObject(o, "rc", num_or_null(e->rc, e->rc != NO_RC));
-	cJSON_AddNumberToObject(o, "thread_id", e->tid);
+		cJSON_AddNullToObject(o, FRK_DURATION_MS);
+	add_ns(o, FRK_API_ENTER_NS, fr, e->created);
+	add_ns(o, FRK_API_EXIT_NS, fr, e->in_call ? 0 : e->exited);
+	cJSON_AddItemToObject(o, FRK_RC, num_or_null(e->rc, e->rc != NO_RC));
+	cJSON_AddNumberToObject(o, FRK_THREAD_ID, e->tid);
 	th = u64map__get(&p->threads, (uint64_t)e->tid, &v) ? (struct fr_thread *)(uintptr_t)v : NULL;
-	cJSON_AddStringToObject(o, "thread_name", th && th->name[0] ? th->name : "");
+	cJSON_AddStringToObject(o, FRK_THREAD_NAME, th && th->name[0] ? th->name : "");
 	if (fr->opts.ustack_lookup)
 		frames_json(fr, p, o, e);
 	return o;
@@ -230,32 +231,33 @@ static cJSON *comm_json(struct flightrec *fr, struct fr_proc *p, const struct fr
 	char buf[128];
 
 	comm_id_str(fr, p, c, buf, sizeof(buf));
-	cJSON_AddStringToObject(o, "comm_id", buf);
-	cJSON_AddBoolToObject(o, "cross_rank_id", c->id != 0);
+	cJSON_AddStringToObject(o, FRK_COMM_ID, buf);
+	cJSON_AddBoolToObject(o, FRK_CROSS_RANK_ID, c->id != 0);
 	if (c->handle)
-		add_hex(o, "comm_handle", c->handle);
+		add_hex(o, FRK_COMM_HANDLE, c->handle);
 	else
-		cJSON_AddNullToObject(o, "comm_handle");	/* init failed: NCCL made none */
-	cJSON_AddItemToObject(o, "rank", num_or_null(c->rank, c->rank >= 0));
-	cJSON_AddItemToObject(o, "nranks", num_or_null(c->nranks, c->nranks > 0));
-	cJSON_AddItemToObject(o, "device", num_or_null(c->device, c->device >= 0));
-	add_id(o, "parent", c->parent_id, c->has_parent && c->parent_id);
-	cJSON_AddItemToObject(o, "split_color", num_or_null(c->split_color, c->split));
-	cJSON_AddItemToObject(o, "split_key", num_or_null(c->split_key, c->split));
-	cJSON_AddStringToObject(o, "created_by", c->created_by);
-	l = cJSON_AddObjectToObject(o, "learned");
-	cJSON_AddStringToObject(l, "comm_id", c->learned_id);
-	cJSON_AddStringToObject(l, "rank", c->learned_rank);
-	cJSON_AddStringToObject(l, "nranks", c->learned_nranks);
-	cJSON_AddStringToObject(l, "seq_origin", c->pre_existing ? "attach" : "comm_init");
-	cJSON_AddStringToObject(o, "state", c->state);
+		cJSON_AddNullToObject(o, FRK_COMM_HANDLE);	/* init failed: NCCL made none */
+	cJSON_AddItemToObject(o, FRK_RANK, num_or_null(c->rank, c->rank >= 0));
+	cJSON_AddItemToObject(o, FRK_NRANKS, num_or_null(c->nranks, c->nranks > 0));
+	cJSON_AddItemToObject(o, FRK_DEVICE, num_or_null(c->device, c->device >= 0));
+	add_id(o, FRK_PARENT, c->parent_id, c->has_parent && c->parent_id);
+	cJSON_AddItemToObject(o, FRK_SPLIT_COLOR, num_or_null(c->split_color, c->split));
+	cJSON_AddItemToObject(o, FRK_SPLIT_KEY, num_or_null(c->split_key, c->split));
+	cJSON_AddStringToObject(o, FRK_CREATED_BY, c->created_by);
+	l = cJSON_AddObjectToObject(o, FRK_LEARNED);
+	cJSON_AddStringToObject(l, FRK_COMM_ID, c->learned_id);
+	cJSON_AddStringToObject(l, FRK_RANK, c->learned_rank);
+	cJSON_AddStringToObject(l, FRK_NRANKS, c->learned_nranks);
+	cJSON_AddStringToObject(l, FRK_SEQ_ORIGIN, c->pre_existing ? "attach" : "comm_init");
+	cJSON_AddStringToObject(o, FRK_STATE, c->state);
 	if (!strcmp(c->state, "init_failed"))
-		cJSON_AddNumberToObject(o, "init_rc", (double)c->init_rc);
-	cJSON_AddItemToObject(o, "async_error", num_or_null(c->async_error, c->async_error != NO_RC));
-	cJSON_AddNumberToObject(o, "last_enqueued_seq", (double)c->coll_seq);
-	cJSON_AddNumberToObject(o, "last_started_seq", (double)c->last_started_seq);
-	cJSON_AddNumberToObject(o, "last_completed_seq", (double)c->last_completed_seq);
-	cJSON_AddNumberToObject(o, "last_p2p_seq", (double)c->p2p_seq);
+		cJSON_AddNumberToObject(o, FRK_INIT_RC, (double)c->init_rc);
+	cJSON_AddItemToObject(o, FRK_ASYNC_ERROR,
+			      num_or_null(c->async_error, c->async_error != NO_RC));
+	cJSON_AddNumberToObject(o, FRK_LAST_ENQUEUED_SEQ, (double)c->coll_seq);
+	cJSON_AddNumberToObject(o, FRK_LAST_STARTED_SEQ, (double)c->last_started_seq);
+	cJSON_AddNumberToObject(o, FRK_LAST_COMPLETED_SEQ, (double)c->last_completed_seq);
+	cJSON_AddNumberToObject(o, FRK_LAST_P2P_SEQ, (double)c->p2p_seq);
 	return o;
 }
 
@@ -269,13 +271,13 @@ static const char *call_name(uint32_t api)
 /* What the calls core could not turn into complete calls (all processes of this tptrace). */
 static void calls_json(cJSON *root, const struct calls_stats *st)
 {
-	cJSON *o = cJSON_AddObjectToObject(root, "records");
+	cJSON *o = cJSON_AddObjectToObject(root, FRK_RECORDS);
 
-	cJSON_AddNumberToObject(o, "consumed", (double)st->records);
-	cJSON_AddNumberToObject(o, "bad_records", (double)st->bad_records);
-	cJSON_AddNumberToObject(o, "depth_overflows", (double)st->depth_overflows);
-	cJSON_AddNumberToObject(o, "orphan_returns", (double)st->orphan_returns);
-	cJSON_AddNumberToObject(o, "unwound_calls", (double)st->unwound);
+	cJSON_AddNumberToObject(o, FRK_CONSUMED, (double)st->records);
+	cJSON_AddNumberToObject(o, FRK_BAD_RECORDS, (double)st->bad_records);
+	cJSON_AddNumberToObject(o, FRK_DEPTH_OVERFLOWS, (double)st->depth_overflows);
+	cJSON_AddNumberToObject(o, FRK_ORPHAN_RETURNS, (double)st->orphan_returns);
+	cJSON_AddNumberToObject(o, FRK_UNWOUND_CALLS, (double)st->unwound);
 }
 
 /* "probes_late" (tptrace fr -a): library files this process mapped before their system-wide
@@ -283,7 +285,7 @@ static void calls_json(cJSON *root, const struct calls_stats *st)
  * (an empty list: nothing missed this way). */
 static void late_json(cJSON *root, struct flightrec *fr, const struct fr_proc *p)
 {
-	cJSON *arr = cJSON_AddArrayToObject(root, "probes_late");
+	cJSON *arr = cJSON_AddArrayToObject(root, FRK_PROBES_LATE);
 
 	for (int i = 0; arr && i < p->nr_late; i++) {
 		const struct fr_late *l = &p->late[i];
@@ -291,12 +293,13 @@ static void late_json(cJSON *root, struct flightrec *fr, const struct fr_proc *p
 
 		if (!o)
 			return;
-		cJSON_AddStringToObject(o, "library", l->path);
-		add_ns(o, "mapped_ns", fr, l->mapped);
-		add_ns(o, "attached_ns", fr, l->attached);
-		cJSON_AddNumberToObject(o, "unrecorded_ms", (double)(l->attached - l->mapped) / 1e6);
-		cJSON_AddStringToObject(o, "note", "calls into this library between mapped_ns and "
-					"attached_ns were not recorded");
+		cJSON_AddStringToObject(o, FRK_LIBRARY, l->path);
+		add_ns(o, FRK_MAPPED_NS, fr, l->mapped);
+		add_ns(o, FRK_ATTACHED_NS, fr, l->attached);
+		cJSON_AddNumberToObject(o, FRK_UNRECORDED_MS,
+					(double)(l->attached - l->mapped) / 1e6);
+		cJSON_AddStringToObject(o, FRK_NOTE, "calls into this library between mapped_ns "
+					"and attached_ns were not recorded");
 		cJSON_AddItemToArray(arr, o);
 	}
 }
@@ -308,22 +311,22 @@ static void trigger_fields(cJSON *root, const struct fr_proc *p, const struct fr
 	cJSON *o;
 
 	if (p->job[0])
-		cJSON_AddStringToObject(root, "job", p->job);
+		cJSON_AddStringToObject(root, FRK_JOB, p->job);
 	else
-		cJSON_AddNullToObject(root, "job");
+		cJSON_AddNullToObject(root, FRK_JOB);
 	if (!t) {
-		cJSON_AddNullToObject(root, "trigger");
+		cJSON_AddNullToObject(root, FRK_TRIGGER);
 		return;
 	}
-	o = cJSON_AddObjectToObject(root, "trigger");
-	cJSON_AddStringToObject(o, "id", t->id);
-	cJSON_AddStringToObject(o, "origin_host", t->origin_host);
-	cJSON_AddStringToObject(o, "reason", t->reason);
+	o = cJSON_AddObjectToObject(root, FRK_TRIGGER);
+	cJSON_AddStringToObject(o, FRK_ID, t->id);
+	cJSON_AddStringToObject(o, FRK_ORIGIN_HOST, t->origin_host);
+	cJSON_AddStringToObject(o, FRK_REASON, t->reason);
 	{
 		char num[24];	/* exact: a double would round the nanoseconds */
 
 		snprintf(num, sizeof(num), "%lld", (long long)t->time_ns);
-		cJSON_AddRawToObject(o, "time_ns", num);
+		cJSON_AddRawToObject(o, FRK_TIME_NS, num);
 	}
 }
 
@@ -331,15 +334,15 @@ static void trigger_fields(cJSON *root, const struct fr_proc *p, const struct fr
  * round_capture); index/count tell a reader which of them it has. */
 static void dump_set_json(cJSON *root, struct flightrec *fr, const struct fr_round *r)
 {
-	cJSON *o = cJSON_AddObjectToObject(root, "dump_set");
+	cJSON *o = cJSON_AddObjectToObject(root, FRK_DUMP_SET);
 
-	cJSON_AddStringToObject(o, "id", r->id);
-	cJSON_AddNumberToObject(o, "index", r->index);
-	cJSON_AddNumberToObject(o, "count", r->count);
-	add_ns(o, "captured_ns", fr, r->captured);
-	cJSON_AddNumberToObject(o, "captured_mono_ns", (double)r->captured);
-	cJSON_AddNumberToObject(o, "capture_spread_ns", (double)(r->captured - r->drain_start));
-	cJSON_AddBoolToObject(o, "ring_drained", r->drained);
+	cJSON_AddStringToObject(o, FRK_ID, r->id);
+	cJSON_AddNumberToObject(o, FRK_INDEX, r->index);
+	cJSON_AddNumberToObject(o, FRK_COUNT, r->count);
+	add_ns(o, FRK_CAPTURED_NS, fr, r->captured);
+	cJSON_AddNumberToObject(o, FRK_CAPTURED_MONO_NS, (double)r->captured);
+	cJSON_AddNumberToObject(o, FRK_CAPTURE_SPREAD_NS, (double)(r->captured - r->drain_start));
+	cJSON_AddBoolToObject(o, FRK_RING_DRAINED, r->drained);
 }
 
 static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason,
@@ -352,82 +355,84 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	struct call_frame *f;
 	int rank, world, local;
 
-	cJSON_AddStringToObject(root, "schema", "tptrace-fr");
-	cJSON_AddNumberToObject(root, "version", FR_SCHEMA_VERSION);
-	cJSON_AddStringToObject(root, "host", fr->host);
-	cJSON_AddNumberToObject(root, "pid", p->pid);
-	cJSON_AddStringToObject(root, "comm", target__comm(t));
-	cJSON_AddStringToObject(root, "cmdline", target__cmdline(t) ? target__cmdline(t) : "");
+	cJSON_AddStringToObject(root, FRK_SCHEMA, "tptrace-fr");
+	cJSON_AddNumberToObject(root, FRK_VERSION, FR_SCHEMA_VERSION);
+	cJSON_AddStringToObject(root, FRK_HOST, fr->host);
+	cJSON_AddNumberToObject(root, FRK_PID, p->pid);
+	cJSON_AddStringToObject(root, FRK_COMM, target__comm(t));
+	cJSON_AddStringToObject(root, FRK_CMDLINE, target__cmdline(t) ? target__cmdline(t) : "");
 	rank = target__rank(t);
 	world = target__world_size(t);
 	local = target__local_rank(t);
-	cJSON_AddItemToObject(root, "global_rank", num_or_null(rank, rank >= 0));
-	cJSON_AddItemToObject(root, "world_size", num_or_null(world, world > 0));
-	cJSON_AddItemToObject(root, "local_rank", num_or_null(local, local >= 0));
+	cJSON_AddItemToObject(root, FRK_GLOBAL_RANK, num_or_null(rank, rank >= 0));
+	cJSON_AddItemToObject(root, FRK_WORLD_SIZE, num_or_null(world, world > 0));
+	cJSON_AddItemToObject(root, FRK_LOCAL_RANK, num_or_null(local, local >= 0));
 	if (p->nccl_version[0])
-		cJSON_AddStringToObject(root, "nccl_version", p->nccl_version);
+		cJSON_AddStringToObject(root, FRK_NCCL_VERSION, p->nccl_version);
 	else
-		cJSON_AddNullToObject(root, "nccl_version");
+		cJSON_AddNullToObject(root, FRK_NCCL_VERSION);
 	if (p->nccl_library[0])
-		cJSON_AddStringToObject(root, "nccl_library", p->nccl_library);
+		cJSON_AddStringToObject(root, FRK_NCCL_LIBRARY, p->nccl_library);
 	else
-		cJSON_AddNullToObject(root, "nccl_library");
-	cJSON_AddStringToObject(root, "dump_reason", reason);
+		cJSON_AddNullToObject(root, FRK_NCCL_LIBRARY);
+	cJSON_AddStringToObject(root, FRK_DUMP_REASON, reason);
 	trigger_fields(root, p, trig);
 	/* the instant the state below describes (not when the file was written: the stack
 	 * snapshots and the other dumps of the round come between) */
-	add_ns(root, "dump_time_ns", fr, now);
-	cJSON_AddNumberToObject(root, "dump_mono_ns", (double)now);
+	add_ns(root, FRK_DUMP_TIME_NS, fr, now);
+	cJSON_AddNumberToObject(root, FRK_DUMP_MONO_NS, (double)now);
 	dump_set_json(root, fr, r);
-	proc = cJSON_AddObjectToObject(root, "process");
+	proc = cJSON_AddObjectToObject(root, FRK_PROCESS);
 	if (!p->exited) {
-		cJSON_AddStringToObject(proc, "state", "running");
-		cJSON_AddNullToObject(proc, "exit_code");
-		cJSON_AddNullToObject(proc, "signal");
+		cJSON_AddStringToObject(proc, FRK_STATE, "running");
+		cJSON_AddNullToObject(proc, FRK_EXIT_CODE);
+		cJSON_AddNullToObject(proc, FRK_SIGNAL);
 	} else if (p->exit_code >= 0 && (p->exit_code & 0x7f)) {
-		cJSON_AddStringToObject(proc, "state", "killed");
-		cJSON_AddNullToObject(proc, "exit_code");
-		cJSON_AddNumberToObject(proc, "signal", p->exit_code & 0x7f);
+		cJSON_AddStringToObject(proc, FRK_STATE, "killed");
+		cJSON_AddNullToObject(proc, FRK_EXIT_CODE);
+		cJSON_AddNumberToObject(proc, FRK_SIGNAL, p->exit_code & 0x7f);
 	} else {
-		cJSON_AddStringToObject(proc, "state", "exited");
-		cJSON_AddItemToObject(proc, "exit_code",
+		cJSON_AddStringToObject(proc, FRK_STATE, "exited");
+		cJSON_AddItemToObject(proc, FRK_EXIT_CODE,
 				      num_or_null((p->exit_code >> 8) & 0xff, p->exit_code >= 0));
-		cJSON_AddNullToObject(proc, "signal");
+		cJSON_AddNullToObject(proc, FRK_SIGNAL);
 	}
 	if (p->execd)	/* the pid lives on as another program: no exit code */
-		cJSON_AddBoolToObject(proc, "replaced_by_exec", true);
+		cJSON_AddBoolToObject(proc, FRK_REPLACED_BY_EXEC, true);
 	late_json(root, fr, p);
 	if (fr->opts.ustack_lookup) {
-		cJSON *py = cJSON_AddObjectToObject(root, "py_stacks");
+		cJSON *py = cJSON_AddObjectToObject(root, FRK_PY_STACKS);
 
 		if (p->python[0])
-			cJSON_AddStringToObject(py, "python", p->python);
+			cJSON_AddStringToObject(py, FRK_PYTHON, p->python);
 		else
-			cJSON_AddNullToObject(py, "python");
+			cJSON_AddNullToObject(py, FRK_PYTHON);
 		if (p->python_why[0] || !p->python[0])
-			cJSON_AddStringToObject(py, "why_no_frames", p->python_why[0] ? p->python_why :
+			cJSON_AddStringToObject(py, FRK_WHY_NO_FRAMES,
+						p->python_why[0] ? p->python_why :
 						"unknown (the process's Python was not looked at)");
 		else
-			cJSON_AddNullToObject(py, "why_no_frames");
+			cJSON_AddNullToObject(py, FRK_WHY_NO_FRAMES);
 	} else {
-		cJSON_AddNullToObject(root, "py_stacks");	/* --py-stacks off */
+		cJSON_AddNullToObject(root, FRK_PY_STACKS);	/* --py-stacks off */
 	}
-	cJSON_AddNumberToObject(root, "ring_size", (double)fr->opts.ring_size);
-	cJSON_AddNumberToObject(root, "entries_recorded", (double)(p->next_record_id - 1));
-	cJSON_AddNumberToObject(root, "entries_overwritten",
+	cJSON_AddNumberToObject(root, FRK_RING_SIZE, (double)fr->opts.ring_size);
+	cJSON_AddNumberToObject(root, FRK_ENTRIES_RECORDED, (double)(p->next_record_id - 1));
+	cJSON_AddNumberToObject(root, FRK_ENTRIES_OVERWRITTEN,
 				(double)(p->next_record_id - 1 > fr->opts.ring_size ?
 					 p->next_record_id - 1 - fr->opts.ring_size : 0));
-	cJSON_AddItemToObject(root, "events_dropped",
+	cJSON_AddItemToObject(root, FRK_EVENTS_DROPPED,
 			      num_or_null(fr->events_dropped, !fr->events_dropped_err));
 	if (fr->events_dropped_err)
-		cJSON_AddStringToObject(root, "events_dropped_unknown", strerror(-fr->events_dropped_err));
+		cJSON_AddStringToObject(root, FRK_EVENTS_DROPPED_UNKNOWN,
+					strerror(-fr->events_dropped_err));
 	calls_json(root, calls__stats(fr->calls));
 
-	arr = cJSON_AddArrayToObject(root, "comms");
+	arr = cJSON_AddArrayToObject(root, FRK_COMMS);
 	for (int i = 0; i < p->nr_comms; i++)
 		cJSON_AddItemToArray(arr, comm_json(fr, p, &p->comms[i]));
 
-	arr = cJSON_AddArrayToObject(root, "in_call");
+	arr = cJSON_AddArrayToObject(root, FRK_IN_CALL);
 	while (!p->exited && (f = calls__next_open(fr->calls, p->pid, &it))) {
 		const struct fr_call *call = fr_call_of(fr, f);
 		struct fr_thread *th;
@@ -439,19 +444,20 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 		th = u64map__get(&p->threads, f->rec.tid, &v) ? (struct fr_thread *)(uintptr_t)v : NULL;
 		e = call->has_entry ? fr_entry_by_id(fr, p, call->record_id) : NULL;
 		o = cJSON_CreateObject();
-		cJSON_AddNumberToObject(o, "tid", f->rec.tid);
-		cJSON_AddStringToObject(o, "thread_name", th ? th->name : "");
-		cJSON_AddStringToObject(o, "api", call_name(call->api));
-		add_ns(o, "entered_ns", fr, call->entered);
+		cJSON_AddNumberToObject(o, FRK_TID, f->rec.tid);
+		cJSON_AddStringToObject(o, FRK_THREAD_NAME, th ? th->name : "");
+		cJSON_AddStringToObject(o, FRK_API, call_name(call->api));
+		add_ns(o, FRK_ENTERED_NS, fr, call->entered);
 		if (e) {
 			char buf[128];
 
 			comm_id_str(fr, p, &p->comms[e->comm], buf, sizeof(buf));
-			cJSON_AddStringToObject(o, "comm_id", buf);
-			cJSON_AddNumberToObject(o, "seq", (double)(e->coll_seq ? e->coll_seq : e->p2p_seq));
+			cJSON_AddStringToObject(o, FRK_COMM_ID, buf);
+			cJSON_AddNumberToObject(o, FRK_SEQ,
+						(double)(e->coll_seq ? e->coll_seq : e->p2p_seq));
 		} else {
-			cJSON_AddNullToObject(o, "comm_id");
-			cJSON_AddNullToObject(o, "seq");
+			cJSON_AddNullToObject(o, FRK_COMM_ID);
+			cJSON_AddNullToObject(o, FRK_SEQ);
 		}
 		cJSON_AddItemToArray(arr, o);
 	}
@@ -459,7 +465,7 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	/* before the entries: a reader of the newest entries finds it in the head */
 	fr_stacks__add(fr, p, root);
 
-	arr = cJSON_AddArrayToObject(root, "entries");
+	arr = cJSON_AddArrayToObject(root, FRK_ENTRIES);
 	first = p->next_record_id > fr->opts.ring_size ? p->next_record_id - fr->opts.ring_size : 1;
 	for (uint64_t id = first; id < p->next_record_id; id++) {
 		struct fr_entry *e = &p->ring[id % fr->opts.ring_size];

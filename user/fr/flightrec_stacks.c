@@ -15,6 +15,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "flightrec_int.h"
+#include "fr_keys.h"
 #include "log.h"
 #include "stacks.h"
 
@@ -178,12 +179,12 @@ int fr_stacks__take_dumps(struct flightrec *fr, struct fr_proc **procs, int n)
 
 void fr_stacks__add(struct flightrec *fr, struct fr_proc *p, cJSON *root)
 {
-	cJSON *arr = cJSON_AddArrayToObject(root, "stacks");
+	cJSON *arr = cJSON_AddArrayToObject(root, FRK_STACKS);
 	const char *why = NULL;
 	uint64_t took;
 
 	if (fr->opts.no_stacks) {
-		cJSON_AddStringToObject(root, "stacks_error", "disabled (--no-stacks)");
+		cJSON_AddStringToObject(root, FRK_STACKS_ERROR, "disabled (--no-stacks)");
 		return;
 	}
 	fr_stacks__wait_attach(p);
@@ -205,9 +206,9 @@ void fr_stacks__add(struct flightrec *fr, struct fr_proc *p, cJSON *root)
 	if (!why && !p->snap_attach && p->snap_attach_err[0])
 		why = p->snap_attach_err;
 	if (why)
-		cJSON_AddStringToObject(root, "stacks_error", why);
+		cJSON_AddStringToObject(root, FRK_STACKS_ERROR, why);
 	else
-		cJSON_AddNullToObject(root, "stacks_error");
+		cJSON_AddNullToObject(root, FRK_STACKS_ERROR);
 }
 
 void fr_stacks__free(struct fr_proc *p)

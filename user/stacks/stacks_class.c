@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "fr_keys.h"
 #include "pyframes.h"
 #include "stacks_int.h"
 
@@ -387,20 +388,21 @@ static cJSON *frame_json(const struct stack_frame *f)
 	if (!o)
 		return NULL;
 	if (f->kind == STACK_PYTHON) {
-		ok = add(o, "kind", cJSON_CreateString("python")) &&
-		     add(o, "func", str_or_null(f->func)) && add(o, "file", str_or_null(f->file)) &&
-		     add(o, "line", f->line ? cJSON_CreateNumber(f->line) : cJSON_CreateNull());
+		ok = add(o, FRK_KIND, cJSON_CreateString("python")) &&
+		     add(o, FRK_FUNC, str_or_null(f->func)) &&
+		     add(o, FRK_FILE, str_or_null(f->file)) &&
+		     add(o, FRK_LINE, f->line ? cJSON_CreateNumber(f->line) : cJSON_CreateNull());
 	} else {
-		ok = add(o, "kind", cJSON_CreateString("native")) &&
-		     add(o, "func", str_or_null(f->func)) &&
-		     add(o, "func_off", f->func ? hex(f->func_off) : cJSON_CreateNull()) &&
-		     add(o, "module", str_or_null(f->module)) &&
-		     add(o, "build_id", str_or_null(f->build_id)) &&
-		     add(o, "module_off", f->module && f->build_id ? hex(f->module_off)
+		ok = add(o, FRK_KIND, cJSON_CreateString("native")) &&
+		     add(o, FRK_FUNC, str_or_null(f->func)) &&
+		     add(o, FRK_FUNC_OFF, f->func ? hex(f->func_off) : cJSON_CreateNull()) &&
+		     add(o, FRK_MODULE, str_or_null(f->module)) &&
+		     add(o, FRK_BUILD_ID, str_or_null(f->build_id)) &&
+		     add(o, FRK_MODULE_OFF, f->module && f->build_id ? hex(f->module_off)
 							       : cJSON_CreateNull()) &&
-		     add(o, "pc", hex(f->pc));
+		     add(o, FRK_PC, hex(f->pc));
 		if (ok && f->unrecoverable)
-			ok = add(o, "unrecoverable", cJSON_CreateString(f->unrecoverable));
+			ok = add(o, FRK_UNRECOVERABLE, cJSON_CreateString(f->unrecoverable));
 	}
 	if (!ok) {
 		cJSON_Delete(o);
@@ -417,11 +419,11 @@ static cJSON *uret_json(const struct stack_proc *sp)
 
 	if (!o)
 		return NULL;
-	if (!add(o, "recovered", cJSON_CreateNumber(sp->uret_resolved)) ||
-	    !add(o, "unrecoverable", cJSON_CreateNumber(sp->uret_unrecoverable)) ||
-	    !add(o, "instance_reads", cJSON_CreateNumber(sp->uret_reads)) ||
-	    !add(o, "instances", cJSON_CreateNumber(sp->uret_instances)) ||
-	    !add(o, "instance_read_ms", cJSON_CreateNumber((double)sp->uret_read_ns / 1e6))) {
+	if (!add(o, FRK_RECOVERED, cJSON_CreateNumber(sp->uret_resolved)) ||
+	    !add(o, FRK_UNRECOVERABLE, cJSON_CreateNumber(sp->uret_unrecoverable)) ||
+	    !add(o, FRK_INSTANCE_READS, cJSON_CreateNumber(sp->uret_reads)) ||
+	    !add(o, FRK_INSTANCES, cJSON_CreateNumber(sp->uret_instances)) ||
+	    !add(o, FRK_INSTANCE_READ_MS, cJSON_CreateNumber((double)sp->uret_read_ns / 1e6))) {
 		cJSON_Delete(o);
 		return NULL;
 	}
@@ -436,14 +438,15 @@ static cJSON *thread_json(const struct stack_thread *t)
 
 	if (!o)
 		return NULL;
-	ok = add(o, "tid", cJSON_CreateNumber(t->tid)) && add(o, "name", cJSON_CreateString(t->name)) &&
-	     add(o, "state", t->state ? cJSON_CreateString(state) : cJSON_CreateNull()) &&
-	     add(o, "wchan", str_or_null(t->wchan[0] ? t->wchan : NULL));
+	ok = add(o, FRK_TID, cJSON_CreateNumber(t->tid)) &&
+	     add(o, FRK_NAME, cJSON_CreateString(t->name)) &&
+	     add(o, FRK_STATE, t->state ? cJSON_CreateString(state) : cJSON_CreateNull()) &&
+	     add(o, FRK_WCHAN, str_or_null(t->wchan[0] ? t->wchan : NULL));
 	if (!ok)
 		goto fail;
 	if (t->nr_kstack >= 0) {
 		arr = cJSON_CreateArray();
-		if (!add(o, "kernel_stack", arr))
+		if (!add(o, FRK_KERNEL_STACK, arr))
 			goto fail;
 		for (int i = 0; i < t->nr_kstack; i++) {
 			cJSON *s = cJSON_CreateString(t->kstack[i]);
@@ -452,22 +455,22 @@ static cJSON *thread_json(const struct stack_thread *t)
 				goto fail;
 			cJSON_AddItemToArray(arr, s);
 		}
-	} else if (!add(o, "kernel_stack", cJSON_CreateNull())) {
+	} else if (!add(o, FRK_KERNEL_STACK, cJSON_CreateNull())) {
 		goto fail;
 	}
-	ok = add(o, "kernel_stack_error", str_or_null(t->kstack_err)) &&
-	     add(o, "where", cJSON_CreateString(stacks__where_name(t->where))) &&
-	     add(o, "api", str_or_null(t->api)) &&
-	     add(o, "progress", cJSON_CreateString(stacks__progress_name(t->progress))) &&
-	     add(o, "main", cJSON_CreateBool(t->main)) &&
-	     add(o, "issuing", cJSON_CreateBool(t->issuing)) &&
-	     add(o, "python", cJSON_CreateBool(t->python)) &&
-	     add(o, "truncated", cJSON_CreateBool(t->truncated)) &&
-	     add(o, "unwind_error", str_or_null(t->unwind_err));
+	ok = add(o, FRK_KERNEL_STACK_ERROR, str_or_null(t->kstack_err)) &&
+	     add(o, FRK_WHERE, cJSON_CreateString(stacks__where_name(t->where))) &&
+	     add(o, FRK_API, str_or_null(t->api)) &&
+	     add(o, FRK_PROGRESS, cJSON_CreateString(stacks__progress_name(t->progress))) &&
+	     add(o, FRK_MAIN, cJSON_CreateBool(t->main)) &&
+	     add(o, FRK_ISSUING, cJSON_CreateBool(t->issuing)) &&
+	     add(o, FRK_PYTHON, cJSON_CreateBool(t->python)) &&
+	     add(o, FRK_TRUNCATED, cJSON_CreateBool(t->truncated)) &&
+	     add(o, FRK_UNWIND_ERROR, str_or_null(t->unwind_err));
 	if (!ok)
 		goto fail;
 	arr = cJSON_CreateArray();
-	if (!add(o, "frames", arr))
+	if (!add(o, FRK_FRAMES, arr))
 		goto fail;
 	for (int i = 0; i < t->nr_frames; i++) {
 		cJSON *f = frame_json(&t->frames[i]);
@@ -504,27 +507,27 @@ cJSON *stacks__json(const struct stack_proc *sp)
 	if (!o)
 		return NULL;
 	/* "taken" is the caller's to set (attach / dump); a plain snapshot is a request */
-	ok = add(o, "taken", cJSON_CreateString("request")) &&
-	     add(o, "pid", cJSON_CreateNumber(sp->pid)) &&
-	     add(o, "comm", cJSON_CreateString(sp->comm)) &&
-	     add(o, "cmdline", str_or_null(sp->cmdline)) &&
-	     add(o, "rank", int_or_null(sp->rank)) &&
-	     add(o, "world_size", int_or_null(sp->world_size)) &&
-	     add(o, "local_rank", int_or_null(sp->local_rank)) &&
-	     add(o, "time_ns", u64_raw(sp->real_ns)) &&
-	     add(o, "mono_ns", u64_raw(sp->mono_ns)) &&
-	     add(o, "samples", cJSON_CreateNumber(sp->samples)) &&
-	     add(o, "interval_ms", cJSON_CreateNumber(sp->interval_ms)) &&
-	     add(o, "stopped_ms_max", cJSON_CreateNumber((double)sp->stopped_ns_max / 1e6)) &&
-	     add(o, "ptrace_error", str_or_null(sp->ptrace_err)) &&
-	     add(o, "uretprobe_frames", uret_json(sp)) &&
-	     add(o, "python", str_or_null(sp->python)) &&
-	     add(o, "python_error", str_or_null(sp->python_err)) &&
-	     add(o, "exited", cJSON_CreateBool(sp->exited));
+	ok = add(o, FRK_TAKEN, cJSON_CreateString("request")) &&
+	     add(o, FRK_PID, cJSON_CreateNumber(sp->pid)) &&
+	     add(o, FRK_COMM, cJSON_CreateString(sp->comm)) &&
+	     add(o, FRK_CMDLINE, str_or_null(sp->cmdline)) &&
+	     add(o, FRK_RANK, int_or_null(sp->rank)) &&
+	     add(o, FRK_WORLD_SIZE, int_or_null(sp->world_size)) &&
+	     add(o, FRK_LOCAL_RANK, int_or_null(sp->local_rank)) &&
+	     add(o, FRK_TIME_NS, u64_raw(sp->real_ns)) &&
+	     add(o, FRK_MONO_NS, u64_raw(sp->mono_ns)) &&
+	     add(o, FRK_SAMPLES, cJSON_CreateNumber(sp->samples)) &&
+	     add(o, FRK_INTERVAL_MS, cJSON_CreateNumber(sp->interval_ms)) &&
+	     add(o, FRK_STOPPED_MS_MAX, cJSON_CreateNumber((double)sp->stopped_ns_max / 1e6)) &&
+	     add(o, FRK_PTRACE_ERROR, str_or_null(sp->ptrace_err)) &&
+	     add(o, FRK_URETPROBE_FRAMES, uret_json(sp)) &&
+	     add(o, FRK_PYTHON, str_or_null(sp->python)) &&
+	     add(o, FRK_PYTHON_ERROR, str_or_null(sp->python_err)) &&
+	     add(o, FRK_EXITED, cJSON_CreateBool(sp->exited));
 	if (!ok)
 		goto fail;
 	arr = cJSON_CreateArray();
-	if (!add(o, "threads", arr))
+	if (!add(o, FRK_THREADS, arr))
 		goto fail;
 	for (int i = 0; i < sp->nr_threads; i++) {
 		cJSON *t = thread_json(&sp->threads[i]);
