@@ -6,6 +6,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int check_total, check_failed, check_skipped;
@@ -61,6 +62,30 @@ static inline int check_done(void)
 	}
 	printf("ok %d checks\n", check_total);
 	return 0;
+}
+
+/* A whole file in memory (NUL-terminated, *len its size), NULL when unreadable. */
+static inline char *check_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n = -1;
+
+	if (f && !fseek(f, 0, SEEK_END))
+		n = ftell(f);
+	if (n >= 0 && (buf = malloc(n + 1))) {
+		rewind(f);
+		if (fread(buf, 1, n, f) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		} else {
+			buf[n] = '\0';
+		}
+	}
+	if (f)
+		fclose(f);
+	*len = n < 0 ? 0 : n;
+	return buf;
 }
 
 #endif

@@ -96,23 +96,7 @@ static int write_file(const char *path, int n)
 
 static unsigned char *slurp(const char *path, size_t *len)
 {
-	FILE *f = fopen(path, "rb");
-	unsigned char *buf = NULL;
-	long n = -1;
-
-	if (f && !fseek(f, 0, SEEK_END))
-		n = ftell(f);
-	if (n >= 0 && (buf = malloc(n + 1))) {
-		rewind(f);
-		if (fread(buf, 1, n, f) != (size_t)n) {
-			free(buf);
-			buf = NULL;
-		}
-	}
-	if (f)
-		fclose(f);
-	*len = n < 0 ? 0 : n;
-	return buf;
+	return (unsigned char *)check_slurp(path, len);
 }
 
 static void crc_of(const char *path, uLong *crc, size_t *len)

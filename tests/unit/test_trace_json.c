@@ -13,26 +13,7 @@
 #include "check.h"
 #include "trace_json.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	long n = -1;
-
-	if (f && !fseek(f, 0, SEEK_END))
-		n = ftell(f);
-	if (n >= 0 && (buf = malloc(n + 1))) {
-		rewind(f);
-		if (fread(buf, 1, n, f) != (size_t)n) {
-			free(buf);
-			buf = NULL;
-		}
-	}
-	if (f)
-		fclose(f);
-	*len = n < 0 ? 0 : n;
-	return buf;
-}
+#define slurp check_slurp
 
 /* Inflates one gzip member; *rest: compressed bytes left after it (0 for a single member). */
 static char *gunzip(const char *gz, size_t len, size_t *out_len, size_t *rest)
