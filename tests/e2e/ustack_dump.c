@@ -158,7 +158,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cookie = cuda_api_cookie(id, false);
-	b = session__load_bpf_opts(4, &lo);
+	b = session__load_bpf(4, &lo);
 	if (!b)
 		return 1;
 	g_u = b->ustacks;

@@ -513,7 +513,6 @@ int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool comp
 int rule_not_one_moment(struct fr_analysis *a);
 
 /* fr_rules.c */
-int run_rules(struct fr_analysis *a);
 int64_t comm_absent(const struct comm *c, int64_t *vals, int cap);
 #define ABSENT_LIST 1024
 

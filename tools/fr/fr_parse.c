@@ -53,10 +53,8 @@ static const char *const state_names[] = {
 static const char *const where_names[FR_WHERE__COUNT] = {
 	"unknown", "nccl", "cuda", "driver", "allocator", "python", "idle", "running",
 };
-static const char *const progress_names[] = { "unknown", "none", "yes" };
 
 const char *fr_where_name(int w) { return w >= 0 && w < FR_WHERE__COUNT ? where_names[w] : "?"; }
-const char *fr_progress_name(int p) { return p >= 0 && p <= FR_PROG_YES ? progress_names[p] : "?"; }
 bool fr_where_is_wait(int w)
 {
 	return w == FR_WHERE_NCCL || w == FR_WHERE_CUDA || w == FR_WHERE_DRIVER;

@@ -704,18 +704,6 @@ void pk_out_int(struct pk_out *o, int64_t v)
 	out_bytes(o, b, 2 + n);
 }
 
-void pk_out_float(struct pk_out *o, double v)
-{
-	uint8_t b[9];
-	uint64_t u;
-
-	memcpy(&u, &v, sizeof(u));
-	b[0] = OP_BINFLOAT;
-	for (int i = 0; i < 8; i++)
-		b[1 + i] = (uint8_t)(u >> (8 * (7 - i)));
-	out_bytes(o, b, 9);
-}
-
 void pk_out_str(struct pk_out *o, const char *s)
 {
 	size_t n = strlen(s);

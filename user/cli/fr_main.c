@@ -758,7 +758,7 @@ int fr_main(int argc, char **argv)
 			goto cleanup;
 	}
 
-	s.bpf = session__load_bpf_opts(env.ring_mb, &(struct session_load_opts){
+	s.bpf = session__load_bpf(env.ring_mb, &(struct session_load_opts){
 		.fr_exec = env.all, .ustacks = env.py_stacks,
 		.scope = env.scope.kind ? &env.scope : NULL });
 	if (!s.bpf)

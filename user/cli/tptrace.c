@@ -534,7 +534,7 @@ static int open_pipeline(struct trace_session *s)
 {
 	struct stat st;
 
-	s->bpf = session__load_bpf_opts(env.ring_mb, &(struct session_load_opts){
+	s->bpf = session__load_bpf(env.ring_mb, &(struct session_load_opts){
 		.ustacks = env.py_stacks, .ustacks_native = env.native_stacks });
 	if (!s->bpf)
 		return -EINVAL;

@@ -78,17 +78,7 @@ static bool exit_tp_supported(void)
 
 static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts *o);
 
-struct session_bpf *session__load_bpf(int ring_mb)
-{
-	return load_bpf(ring_mb, &(struct session_load_opts){ 0 });
-}
-
-struct session_bpf *session__load_bpf_fr_exec(int ring_mb)
-{
-	return load_bpf(ring_mb, &(struct session_load_opts){ .fr_exec = true });
-}
-
-struct session_bpf *session__load_bpf_opts(int ring_mb, const struct session_load_opts *o)
+struct session_bpf *session__load_bpf(int ring_mb, const struct session_load_opts *o)
 {
 	return load_bpf(ring_mb, o);
 }

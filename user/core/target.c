@@ -491,7 +491,8 @@ static int collect_static(const struct elfsym_sym *sym, void *ctx)
 	return 0;
 }
 
-int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now)
+/* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
+static int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now)
 {
 	struct target_priv *p = priv(t);
 	int found = 0;

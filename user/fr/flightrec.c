@@ -243,11 +243,6 @@ static struct fr_proc *find_proc(struct flightrec *fr, int pid)
 	return NULL;
 }
 
-bool flightrec__has_pid(const struct flightrec *fr, int pid)
-{
-	return find_proc((struct flightrec *)fr, pid) != NULL;
-}
-
 bool flightrec__exec(struct flightrec *fr, int pid)
 {
 	struct fr_proc *p = find_proc(fr, pid);

@@ -126,7 +126,7 @@ static void snap_ended(void)
 	malloc_trim(0);
 }
 
-void fr_stacks__wait_attach(struct fr_proc *p)
+static void fr_stacks__wait_attach(struct fr_proc *p)
 {
 	if (!p->snap_running)
 		return;

@@ -230,8 +230,9 @@ static const struct ustack *py_stack_of(const struct memsnap *ms, const struct m
 	return info->ustack_lookup(info->ustack_ctx, info->pid, pp->ustack);
 }
 
-int memsnap__frames(const struct memsnap *ms, const struct memsnap_info *info, int32_t stack_id,
-		    struct mem_frame *frames, int max)
+/* The frames of stack_id, Python first (innermost first), then native: the count written. */
+static int memsnap__frames(const struct memsnap *ms, const struct memsnap_info *info,
+			   int32_t stack_id, struct mem_frame *frames, int max)
 {
 	const struct ustack *u = py_stack_of(ms, info, stack_id, &stack_id);
 	int n = 0;
