@@ -306,23 +306,15 @@ struct progress {
 	bool done, shown;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 static void *progress_thread(void *arg)
 {
 	struct progress *pr = arg;
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = now_ns();
 
 	pthread_mutex_lock(&pr->lock);
 	while (!pr->done) {
 		struct timespec until;
-		uint64_t now = mono_ns();
+		uint64_t now = now_ns();
 		int n;
 
 		clock_gettime(CLOCK_REALTIME, &until);

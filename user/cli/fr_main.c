@@ -615,7 +615,7 @@ static void exec_execd(void *ctx, int pid)
 	struct target *t = live_target(ctx, pid);
 
 	if (t) {
-		target__end(t, session__clock_ns(CLOCK_MONOTONIC));
+		target__end(t, clock_ns(CLOCK_MONOTONIC));
 	}
 }
 
@@ -824,7 +824,7 @@ int fr_main(int argc, char **argv)
 	signal(SIGTERM, on_stop);
 	signal(SIGUSR2, on_usr2);
 	signal(SIGPIPE, SIG_IGN);
-	start = session__clock_ns(CLOCK_MONOTONIC);
+	start = clock_ns(CLOCK_MONOTONIC);
 	if (env.duration > 0)
 		deadline = start + (uint64_t)(env.duration * 1e9);
 	if (env.scope.kind) {
@@ -880,7 +880,7 @@ int fr_main(int argc, char **argv)
 				fr_claim__release(target__pid(t));
 		}
 		flightrec__take_exits(s.fr);
-		now = session__clock_ns(CLOCK_MONOTONIC);
+		now = clock_ns(CLOCK_MONOTONIC);
 		/* before the stall check: a trigger already there covers our stall too */
 		take_triggers(&s, now);
 		flightrec__check_stalls(s.fr, now);
@@ -925,7 +925,7 @@ int fr_main(int argc, char **argv)
 		}
 	}
 	if (metrics)	/* the file keeps the final state (final dumps counted) */
-		fr_metrics__update(metrics, s.fr, session__clock_ns(CLOCK_MONOTONIC));
+		fr_metrics__update(metrics, s.fr, clock_ns(CLOCK_MONOTONIC));
 cleanup:
 	for (int i = 0; i < env.nr_pids; i++)
 		torch_instr__free(torch[i]);

@@ -327,8 +327,8 @@ int mem_main(int argc, char **argv)
 			goto cleanup;
 		}
 	}
-	start_mono = session__clock_ns(CLOCK_MONOTONIC);
-	start_real = session__clock_ns(CLOCK_REALTIME);
+	start_mono = clock_ns(CLOCK_MONOTONIC);
+	start_real = clock_ns(CLOCK_REALTIME);
 	if (tj) {
 		err = trace_json__begin(tj, start_mono, start_real);
 		if (err) {
@@ -374,7 +374,7 @@ int mem_main(int argc, char **argv)
 		}
 		if (tj && trace_json__error(tj))
 			break;
-		now = session__clock_ns(CLOCK_MONOTONIC);
+		now = clock_ns(CLOCK_MONOTONIC);
 		if (target__gone(t)) {
 			log_info("pid %d (%s) exited\n", target__pid(t), target__comm(t));
 			break;
@@ -408,7 +408,7 @@ int mem_main(int argc, char **argv)
 		log_info("--torch-history: wrote PyTorch's own snapshot to %s\n", torch_path);
 	}
 	{
-		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
+		uint64_t end_mono = clock_ns(CLOCK_MONOTONIC);
 		const struct memtrace_stats *st;
 		char dropped[24];
 

@@ -306,14 +306,6 @@ int session__drops(const struct session_bpf *b, uint64_t *drops)
 	return session__percpu_sum(bpf_map__fd(b->skel->maps.counters), TP_CNT_DROPPED, drops);
 }
 
-uint64_t session__clock_ns(int clockid)
-{
-	struct timespec ts;
-
-	clock_gettime(clockid, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 int session__parse_pid(const char *arg, int *pid)
 {
 	char *end;

@@ -61,7 +61,6 @@ int session__drops(const struct session_bpf *b, uint64_t *drops);
  * TPTRACE_TEST_COUNTERS_UNREADABLE makes every read fail (-EBADF), as a map that cannot be
  * read would: the tests check that unknown counts are written as unknown. */
 int session__percpu_sum(int map_fd, uint32_t key, uint64_t *sum);
-uint64_t session__clock_ns(int clockid);
 /* ---- the acquisition core ----
  * One session owns the ring's one consumer (calls.c: validation, pairing, the record switch),
  * the traced processes, and library discovery: a dlopen record, or a periodic rescan,

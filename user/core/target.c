@@ -21,6 +21,7 @@
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"
+#include "util.h"
 
 /* Libraries that never hold a CUDA runtime or kernel stubs: not worth reading their symbols. */
 static const char *const skip_libs[] = {
@@ -232,12 +233,8 @@ bool target__gone(struct target *t)
 	} else if (kill(t->pid, 0) && errno == ESRCH) {
 		t->exited = true;
 	}
-	if (t->exited && !t->exit_ns) {
-		struct timespec now;
-
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		t->exit_ns = now.tv_sec * 1000000000ULL + now.tv_nsec;
-	}
+	if (t->exited && !t->exit_ns)
+		t->exit_ns = now_ns();
 	return t->exited;
 }
 
@@ -425,14 +422,6 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 							p->ret_multi });
 	probe_plan__free(plan);
 	return n;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
 static int read_target_u64(struct target *t, uint64_t addr, uint64_t *val)

@@ -21,6 +21,7 @@
 #include "flightrec_int.h"
 #include "log.h"
 #include "target.h"
+#include "util.h"
 
 #define FR_SCHEMA_VERSION 2	/* 2: "stacks" (docs/fr-schema.md) */
 
@@ -831,10 +832,10 @@ static void round_capture(struct flightrec *fr, struct fr_round *r)
 
 	memset(r, 0, sizeof(*r));
 	r->dirfd = -1;
-	r->drain_start = fr_mono_now();
+	r->drain_start = now_ns();
 	if (fr->opts.drain)
 		r->drained = fr->opts.drain(fr->opts.drain_ctx) >= 0;
-	r->captured = fr_mono_now();
+	r->captured = now_ns();
 	/* unique across this host's rounds and hosts: the analyzer groups dumps by it */
 	if (getrandom(rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd)) {
 		rnd[0] = r->captured ^ ((uint64_t)getpid() << 32);

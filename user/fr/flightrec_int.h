@@ -188,7 +188,6 @@ struct flightrec {
 	int nr_dump_reasons;
 };
 
-uint64_t fr_mono_now(void);
 
 /* The job id a stall of a process whose environment names no job writes its trigger for:
  * "nccl-comm:<16 hex>", the cross-rank identity of the communicator it waits on; a process

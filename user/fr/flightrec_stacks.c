@@ -17,6 +17,7 @@
 #include "flightrec_int.h"
 #include "log.h"
 #include "stacks.h"
+#include "util.h"
 
 static struct stack_opts snap_opts(const struct flightrec *fr)
 {
@@ -31,13 +32,13 @@ static cJSON *take(const struct flightrec *fr, int pid, const char *taken, char 
 		   uint64_t *took_ns)
 {
 	struct stack_opts o = snap_opts(fr);
-	uint64_t t0 = fr_mono_now();
+	uint64_t t0 = now_ns();
 	struct stack_proc *sp;
 	cJSON *j;
 
 	err[0] = 0;
 	sp = stacks__take(pid, &o, err, size);
-	*took_ns = fr_mono_now() - t0;
+	*took_ns = now_ns() - t0;
 	if (!sp) {
 		if (!err[0])
 			snprintf(err, size, "snapshot of pid %d: %s", pid, strerror(errno));

@@ -17,6 +17,7 @@
 #include "fr_trigger.h"
 #include "log.h"
 #include "procmaps.h"
+#include "util.h"
 
 #define TRIGGER_PREFIX "tptrace-trigger."
 #define TRIGGER_SUFFIX ".json"
@@ -128,14 +129,6 @@ int fr_job_of_pid(int pid, char *job, size_t size)
 	return err;
 }
 
-static int64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 int fr_trigger__write(const char *dir, const char *job, const char *host, const char *reason,
 		      struct fr_trigger_rec *out)
 {
@@ -155,7 +148,7 @@ int fr_trigger__write(const char *dir, const char *job, const char *host, const 
 	snprintf(t.job, sizeof(t.job), "%s", job);
 	snprintf(t.origin_host, sizeof(t.origin_host), "%s", host);
 	snprintf(t.reason, sizeof(t.reason), "%s", reason);
-	t.time_ns = realtime_ns();
+	t.time_ns = (int64_t)clock_ns(CLOCK_REALTIME);
 
 	o = cJSON_CreateObject();
 	if (!o)

@@ -24,6 +24,7 @@
 #include "session.h"
 #include "target.h"
 #include "trace_json.h"
+#include "util.h"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
@@ -671,8 +672,8 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		log_error("out of memory\n");
 		goto err;
 	}
-	memsnap__set_clock(mt->snap, session__clock_ns(CLOCK_MONOTONIC),
-			   session__clock_ns(CLOCK_REALTIME));
+	memsnap__set_clock(mt->snap, clock_ns(CLOCK_MONOTONIC),
+			   clock_ns(CLOCK_REALTIME));
 	mt->skel = mem_bpf__open();
 	if (!mt->skel) {
 		log_error("failed to open the memory BPF object: %s\n", strerror(errno));

@@ -78,14 +78,6 @@ struct tacc {
 	uint64_t wake_by;	/* a timed call it was seen in ended by then; 0: none */
 };
 
-static uint64_t clock_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 
 static void copy_str(char *dst, size_t size, const char *src)
 {
