@@ -450,7 +450,6 @@ struct fr_analysis {
 };
 
 /* fr_tables.c */
-int grow(void **arr, int *cap, int need, size_t elem);
 int ivec_push(struct ivec *iv, int x);
 int64_t ns_diff(int64_t a, int64_t b);
 uint64_t str_hash(const char *s);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 static struct sig entry_sig(const struct fr_entry *e)
 {
@@ -777,8 +778,7 @@ int unify_local(struct fr_analysis *a)
 		if (bc < 0) {
 			struct cluster *cl;
 
-			if (grow((void **)&a->clusters, &a->cap_clusters, a->nr_clusters + 1,
-				 sizeof(*a->clusters)))
+			if (ARRAY_RESERVE(a->clusters, a->cap_clusters, a->nr_clusters + 1, 16))
 				return -ENOMEM;
 			bc = a->nr_clusters++;
 			cl = &a->clusters[bc];

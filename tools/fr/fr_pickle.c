@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_pickle.h"
+#include "growbuf.h"
 
 /* the opcodes read here (Python's Lib/pickletools.py names them) */
 enum {
@@ -89,24 +90,6 @@ static int nomem(struct pk *k)
 	return -ENOMEM;
 }
 
-static int grow(void **arr, uint32_t *cap, uint32_t need, size_t elem)
-{
-	uint32_t ncap;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	ncap = *cap ? *cap : 16;
-	while (ncap < need)
-		ncap = ncap > UINT32_MAX / 2 ? UINT32_MAX : ncap * 2;
-	p = realloc(*arr, (size_t)ncap * elem);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
 /* a new value; its index, or -1 (error set) */
 static int64_t new_val(struct pk *k, uint8_t type)
 {
@@ -117,7 +100,7 @@ static int64_t new_val(struct pk *k, uint8_t type)
 		fail(k, "more than %u objects", PK_MAX_OBJECTS);
 		return -1;
 	}
-	if (grow((void **)&d->vals, &d->cap_vals, d->nr_vals + 1, sizeof(*d->vals))) {
+	if (ARRAY_RESERVE(d->vals, d->cap_vals, d->nr_vals + 1, 16)) {
 		nomem(k);
 		return -1;
 	}
@@ -131,7 +114,7 @@ static int push(struct pk *k, uint32_t idx)
 {
 	if (k->nr_stack >= PK_MAX_STACK)
 		return fail(k, "stack deeper than %u", PK_MAX_STACK);
-	if (grow((void **)&k->stack, &k->cap_stack, k->nr_stack + 1, sizeof(*k->stack)))
+	if (ARRAY_RESERVE(k->stack, k->cap_stack, k->nr_stack + 1, 16))
 		return nomem(k);
 	k->stack[k->nr_stack++] = idx;
 	return 0;
@@ -180,15 +163,8 @@ static int kids_grow(struct pk *k, struct pk_val *cv, uint32_t need)
 	if (ncap > d->bump_left) {
 		size_t sz = ncap > PK_CHUNK_KIDS ? ncap : PK_CHUNK_KIDS;
 
-		if (d->nr_chunks == d->cap_chunks) {
-			size_t nc = d->cap_chunks ? 2 * d->cap_chunks : 16;
-			void **c = realloc(d->chunks, nc * sizeof(*c));
-
-			if (!c)
-				return nomem(k);
-			d->chunks = c;
-			d->cap_chunks = nc;
-		}
+		if (ARRAY_RESERVE(d->chunks, d->cap_chunks, d->nr_chunks + 1, 16))
+			return nomem(k);
 		if (!(p = malloc(sz * sizeof(uint32_t))))
 			return nomem(k);
 		d->chunks[d->nr_chunks++] = p;
@@ -272,7 +248,7 @@ static int memo_put(struct pk *k, uint64_t slot)
 	if (slot >= k->cap_memo) {
 		uint32_t old = k->cap_memo;
 
-		if (grow((void **)&k->memo, &k->cap_memo, (uint32_t)slot + 1, sizeof(*k->memo)))
+		if (ARRAY_RESERVE(k->memo, k->cap_memo, (uint32_t)slot + 1, 16))
 			return nomem(k);
 		memset(k->memo + old, 0xff, (size_t)(k->cap_memo - old) * sizeof(*k->memo));
 	}

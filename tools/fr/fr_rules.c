@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 const char *const rule_names[RULE__COUNT] = {
 	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
@@ -943,7 +944,7 @@ static int rule_stuck(struct fr_analysis *a)
 			dur = ns_diff(p->dump_time_ns, ic->entered_ns);
 			if (dur <= a->opts.stuck_ns)
 				continue;
-			if (grow((void **)&calls, &cap, n + 1, sizeof(*calls)))
+			if (ARRAY_RESERVE(calls, cap, n + 1, 16))
 				goto nomem;
 			calls[n++] = (struct stuck_call){ ic->api, pi, i, dur };
 		}

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 static int64_t i64_abs(int64_t v) { return v < 0 ? (v == INT64_MIN ? INT64_MAX : -v) : v; }
 
@@ -361,7 +362,7 @@ int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool comp
 	for (int i = 0; i < a->nr_redumps; i++)
 		if (a->redumps[i].proc == pi)
 			return 0;
-	if (grow((void **)&a->redumps, &a->cap_redumps, a->nr_redumps + 1, sizeof(*a->redumps)))
+	if (ARRAY_RESERVE(a->redumps, a->cap_redumps, a->nr_redumps + 1, 16))
 		return -ENOMEM;
 	r = &a->redumps[a->nr_redumps++];
 	r->proc = pi;

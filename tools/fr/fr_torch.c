@@ -27,6 +27,7 @@
 #include "fr_pickle.h"
 #include "fr_torch.h"
 #include "atomic_file.h"
+#include "growbuf.h"
 
 /* c10::ScalarType names (toString) <-> enum fr_dtype */
 static const struct {
@@ -382,14 +383,9 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 			for (size_t k = 0; k < nr_map && !known; k++)
 				known = map[k].pg_id == pg_id;
 			if (!known && nr_map < FR_MAX_COMMS_PER_DUMP) {
-				if (nr_map == cap_map) {
-					struct pg_map *m = realloc(map, (cap_map = cap_map ? 2 * cap_map : 8) *
-								   sizeof(*map));
-					if (!m) {
-						err = -ENOMEM;
-						goto out;
-					}
-					map = m;
+				if (ARRAY_RESERVE(map, cap_map, nr_map + 1, 8)) {
+					err = -ENOMEM;
+					goto out;
 				}
 				map[nr_map++] = (struct pg_map){ pg_id, idx };
 			}
@@ -514,15 +510,8 @@ int fr_torch_export__add(struct fr_torch_export *x, const struct fr_dump *d)
 		struct xcomm *c = xcomm_find(x, ci->id);
 
 		if (!c) {
-			if (x->nr == x->cap) {
-				size_t ncap = x->cap ? 2 * x->cap : 16;
-				struct xcomm *p = realloc(x->comms, ncap * sizeof(*p));
-
-				if (!p)
-					return -ENOMEM;
-				x->comms = p;
-				x->cap = ncap;
-			}
+			if (ARRAY_RESERVE(x->comms, x->cap, x->nr + 1, 16))
+				return -ENOMEM;
 			c = &x->comms[x->nr++];
 			memset(c, 0, sizeof(*c));
 			snprintf(c->id, sizeof(c->id), "%s", ci->id);

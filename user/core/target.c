@@ -17,6 +17,7 @@
 #include "cuda_api.h"
 #include "demangle.h"
 #include "elfsym.h"
+#include "growbuf.h"
 #include "nccl_api.h"
 #include "log.h"
 #include "procmaps.h"
@@ -463,16 +464,9 @@ static int collect_static(const struct elfsym_sym *sym, void *ctx)
 	name = demangle(mangled);
 	if (!name)
 		return 0;
-	if (p->nr_statics == p->cap_statics) {
-		int cap = p->cap_statics ? p->cap_statics * 2 : 32;
-		struct handle_static *n = realloc(p->statics, cap * sizeof(*n));
-
-		if (!n) {
-			free(name);
-			return 1;
-		}
-		p->statics = n;
-		p->cap_statics = cap;
+	if (ARRAY_RESERVE(p->statics, p->cap_statics, p->nr_statics + 1, 32)) {
+		free(name);
+		return 1;
 	}
 	p->statics[p->nr_statics].addr = c->obj->bias + sym->vaddr;
 	p->statics[p->nr_statics].name = name;

@@ -19,6 +19,7 @@
 #include "cuda_api.h"
 #include "fr_trigger.h"
 #include "flightrec_int.h"
+#include "growbuf.h"
 #include "log.h"
 #include "target.h"
 #include "util.h"
@@ -695,13 +696,8 @@ static void enforce_retention(struct flightrec *fr, int dirfd, int keep)
 			continue;
 		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
 			continue;
-		if (n == cap) {
-			struct dump_file *p = realloc(files, (cap = cap ? cap * 2 : 64) * sizeof(*p));
-
-			if (!p)
-				goto out;
-			files = p;
-		}
+		if (ARRAY_RESERVE(files, cap, n + 1, 64))
+			goto out;
 		snprintf(files[n].name, sizeof(files[n].name), "%s", de->d_name);
 		files[n].size = st.st_size;
 		files[n].mtime = st.st_mtim;

@@ -19,6 +19,7 @@
 #include "flightrec_int.h"
 #include "fr_metrics.h"
 #include "fr_trigger.h"
+#include "growbuf.h"
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"
@@ -120,15 +121,8 @@ static bool expired(struct fr_metrics *m, struct fr_proc *p, uint64_t now)
 		if (m->gone[i].pid == p->pid)
 			g = &m->gone[i];
 	if (!g) {
-		if (m->nr_gone == m->cap_gone) {
-			int cap = m->cap_gone ? 2 * m->cap_gone : 16;
-			struct gone_entry *n = realloc(m->gone, cap * sizeof(*n));
-
-			if (!n)
-				return false;	/* shown a while longer: nothing lost */
-			m->gone = n;
-			m->cap_gone = cap;
-		}
+		if (ARRAY_RESERVE(m->gone, m->cap_gone, m->nr_gone + 1, 16))
+			return false;	/* shown a while longer: nothing lost */
 		g = &m->gone[m->nr_gone++];
 		*g = (struct gone_entry){ .pid = p->pid, .since = now };
 	}

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include "atomic_file.h"
 #include "fr_trigger.h"
+#include "growbuf.h"
 #include "log.h"
 #include "procmaps.h"
 #include "util.h"
@@ -290,15 +291,8 @@ void fr_watch__mark_seen(struct fr_watch *w, const char *id)
 {
 	if (!w || is_seen(w, id))
 		return;
-	if (w->nr_seen == w->cap_seen) {
-		size_t cap = w->cap_seen ? w->cap_seen * 2 : 64;
-		void *p = realloc(w->seen, cap * sizeof(*w->seen));
-
-		if (!p)
-			return;	/* worst case: a trigger is looked at again */
-		w->seen = p;
-		w->cap_seen = cap;
-	}
+	if (ARRAY_RESERVE(w->seen, w->cap_seen, w->nr_seen + 1, 64))
+		return;	/* worst case: a trigger is looked at again */
 	snprintf(w->seen[w->nr_seen++], FR_TRIGGER_ID_LEN + 1, "%s", id);
 }
 

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "growbuf.h"
 #include "pyframes.h"
 #include "stacks_int.h"
 #include "util.h"
@@ -294,15 +295,10 @@ static int list_tids(int pid, int **out)
 
 		if (tid <= 0)
 			continue;
-		if (n == cap) {
-			int *nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
-
-			if (!nv) {
-				closedir(d);
-				free(v);
-				return -ENOMEM;
-			}
-			v = nv;
+		if (ARRAY_RESERVE(v, cap, n + 1, 64)) {
+			closedir(d);
+			free(v);
+			return -ENOMEM;
 		}
 		v[n++] = tid;
 	}
