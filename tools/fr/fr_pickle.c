@@ -285,11 +285,200 @@ static int text(struct pk *k, uint8_t type, int lenbytes, const char *what)
 	return 0;
 }
 
-static int run(struct pk *k)
+/* NONE, booleans, integers and floats: pushed */
+static int op_scalar(struct pk *k, int op)
 {
 	struct pk_val *v;
-	uint32_t first = 0, a, b;
+	int err = 0;
+
+	switch (op) {
+	case OP_NONE:
+		err = push_new(k, PK_NONE, NULL);
+		break;
+	case OP_NEWTRUE:
+	case OP_NEWFALSE:
+		if (!(err = push_new(k, PK_BOOL, &v)))
+			v->i = op == OP_NEWTRUE;
+		break;
+	case OP_BININT:
+		if (!have(k, 4, "BININT"))
+			return -EINVAL;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = (int32_t)(uint32_t)le(k->p, 4);
+		k->p += 4;
+		break;
+	case OP_BININT1:
+		if (!have(k, 1, "BININT1"))
+			return -EINVAL;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = *k->p;
+		k->p += 1;
+		break;
+	case OP_BININT2:
+		if (!have(k, 2, "BININT2"))
+			return -EINVAL;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = (int64_t)le(k->p, 2);
+		k->p += 2;
+		break;
+	case OP_LONG1:
+	case OP_LONG4: {
+		int lb = op == OP_LONG1 ? 1 : 4;
+		uint64_t n, u;
+
+		if (!have(k, lb, "LONG"))
+			return -EINVAL;
+		n = le(k->p, lb);
+		k->p += lb;
+		if (n > 8)
+			return fail(k, "integer of %llu bytes (this reads up to 64 bits)",
+				    (unsigned long long)n);
+		if (!have(k, n, "LONG"))
+			return -EINVAL;
+		u = le(k->p, (int)n);
+		if (n && n < 8 && (k->p[n - 1] & 0x80))	/* two's complement: sign-extend */
+			u |= ~0ULL << (8 * n);
+		k->p += n;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = (int64_t)u;
+		break;
+	}
+	case OP_BINFLOAT: {
+		uint64_t u = 0;
+		double f;
+
+		if (!have(k, 8, "BINFLOAT"))
+			return -EINVAL;
+		for (int i = 0; i < 8; i++)	/* big-endian */
+			u = u << 8 | k->p[i];
+		k->p += 8;
+		memcpy(&f, &u, sizeof(f));
+		if (!(err = push_new(k, PK_FLOAT, &v)))
+			v->f = f;
+		break;
+	}
+	}
+	return err;
+}
+
+/* tuples, lists and dicts: built from the stack, or added to */
+static int op_container(struct pk *k, int op)
+{
+	uint32_t first = 0, a;
 	int64_t idx;
+	int err = 0;
+
+	switch (op) {
+	case OP_TUPLE1:
+	case OP_TUPLE2:
+	case OP_TUPLE3: {
+		uint32_t n = op - OP_TUPLE1 + 1;
+
+		if (k->nr_stack < n)
+			return fail(k, "TUPLE%u from %u values", n, k->nr_stack);
+		if ((idx = new_val(k, PK_TUPLE)) < 0)
+			return k->nomem ? -ENOMEM : -EINVAL;
+		if ((err = collect(k, (uint32_t)idx, k->nr_stack - n, false)))
+			return err;
+		err = push(k, (uint32_t)idx);
+		break;
+	}
+	case OP_TUPLE:
+	case OP_LIST:
+	case OP_DICT:
+		if ((err = pop_mark(k, &first)))
+			return err;
+		idx = new_val(k, op == OP_TUPLE ? PK_TUPLE : op == OP_LIST ? PK_LIST : PK_DICT);
+		if (idx < 0)
+			return k->nomem ? -ENOMEM : -EINVAL;
+		if ((err = collect(k, (uint32_t)idx, first, op == OP_DICT)))
+			return err;
+		err = push(k, (uint32_t)idx);
+		break;
+	case OP_APPEND:
+		if (k->nr_stack < 2)
+			return fail(k, "APPEND with %u values", k->nr_stack);
+		a = k->stack[k->nr_stack - 2];
+		if (k->doc->vals[a].type != PK_LIST)
+			return fail(k, "APPEND to a non-list");
+		if ((err = collect(k, a, k->nr_stack - 1, false)))
+			return err;
+		break;
+	case OP_APPENDS:
+		if ((err = pop_mark(k, &first)))
+			return err;
+		if (!first)
+			return fail(k, "APPENDS without a list");
+		a = k->stack[first - 1];
+		if (k->doc->vals[a].type != PK_LIST)
+			return fail(k, "APPENDS to a non-list");
+		err = collect(k, a, first, false);
+		break;
+	case OP_SETITEM:
+		if (k->nr_stack < 3)
+			return fail(k, "SETITEM with %u values", k->nr_stack);
+		a = k->stack[k->nr_stack - 3];
+		if (k->doc->vals[a].type != PK_DICT)
+			return fail(k, "SETITEM on a non-dict");
+		err = collect(k, a, k->nr_stack - 2, true);
+		break;
+	case OP_SETITEMS:
+		if ((err = pop_mark(k, &first)))
+			return err;
+		if (!first)
+			return fail(k, "SETITEMS without a dict");
+		a = k->stack[first - 1];
+		if (k->doc->vals[a].type != PK_DICT)
+			return fail(k, "SETITEMS on a non-dict");
+		err = collect(k, a, first, true);
+		break;
+	}
+	return err;
+}
+
+/* the memo: PUT and MEMOIZE store the top of the stack, GET pushes it again */
+static int op_memo(struct pk *k, int op)
+{
+	uint32_t b;
+	int err = 0;
+
+	switch (op) {
+	case OP_BINPUT:
+		if (!have(k, 1, "BINPUT"))
+			return -EINVAL;
+		err = memo_put(k, *k->p++);
+		break;
+	case OP_LONG_BINPUT:
+		if (!have(k, 4, "LONG_BINPUT"))
+			return -EINVAL;
+		b = (uint32_t)le(k->p, 4);
+		k->p += 4;
+		err = memo_put(k, b);
+		break;
+	case OP_MEMOIZE:
+		err = memo_put(k, k->nr_memo);
+		if (!err)
+			k->nr_memo++;
+		break;
+	case OP_BINGET:
+		if (!have(k, 1, "BINGET"))
+			return -EINVAL;
+		err = memo_get(k, *k->p++);
+		break;
+	case OP_LONG_BINGET:
+		if (!have(k, 4, "LONG_BINGET"))
+			return -EINVAL;
+		b = (uint32_t)le(k->p, 4);
+		k->p += 4;
+		err = memo_get(k, b);
+		break;
+	}
+	return err;
+}
+
+static int run(struct pk *k)
+{
+	uint32_t first = 0;
 	int err = 0, op;
 	const char *bad;
 
@@ -343,70 +532,16 @@ static int run(struct pk *k)
 			err = push(k, k->stack[k->nr_stack - 1]);
 			break;
 		case OP_NONE:
-			err = push_new(k, PK_NONE, NULL);
-			break;
 		case OP_NEWTRUE:
 		case OP_NEWFALSE:
-			if (!(err = push_new(k, PK_BOOL, &v)))
-				v->i = op == OP_NEWTRUE;
-			break;
 		case OP_BININT:
-			if (!have(k, 4, "BININT"))
-				return -EINVAL;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = (int32_t)(uint32_t)le(k->p, 4);
-			k->p += 4;
-			break;
 		case OP_BININT1:
-			if (!have(k, 1, "BININT1"))
-				return -EINVAL;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = *k->p;
-			k->p += 1;
-			break;
 		case OP_BININT2:
-			if (!have(k, 2, "BININT2"))
-				return -EINVAL;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = (int64_t)le(k->p, 2);
-			k->p += 2;
-			break;
 		case OP_LONG1:
-		case OP_LONG4: {
-			int lb = op == OP_LONG1 ? 1 : 4;
-			uint64_t n, u;
-
-			if (!have(k, lb, "LONG"))
-				return -EINVAL;
-			n = le(k->p, lb);
-			k->p += lb;
-			if (n > 8)
-				return fail(k, "integer of %llu bytes (this reads up to 64 bits)",
-					    (unsigned long long)n);
-			if (!have(k, n, "LONG"))
-				return -EINVAL;
-			u = le(k->p, (int)n);
-			if (n && n < 8 && (k->p[n - 1] & 0x80))	/* two's complement: sign-extend */
-				u |= ~0ULL << (8 * n);
-			k->p += n;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = (int64_t)u;
+		case OP_LONG4:
+		case OP_BINFLOAT:
+			err = op_scalar(k, op);
 			break;
-		}
-		case OP_BINFLOAT: {
-			uint64_t u = 0;
-			double f;
-
-			if (!have(k, 8, "BINFLOAT"))
-				return -EINVAL;
-			for (int i = 0; i < 8; i++)	/* big-endian */
-				u = u << 8 | k->p[i];
-			k->p += 8;
-			memcpy(&f, &u, sizeof(f));
-			if (!(err = push_new(k, PK_FLOAT, &v)))
-				v->f = f;
-			break;
-		}
 		case OP_SHORT_BINUNICODE:
 			err = text(k, PK_STR, 1, "SHORT_BINUNICODE");
 			break;
@@ -442,95 +577,22 @@ static int run(struct pk *k)
 			break;
 		case OP_TUPLE1:
 		case OP_TUPLE2:
-		case OP_TUPLE3: {
-			uint32_t n = op - OP_TUPLE1 + 1;
-
-			if (k->nr_stack < n)
-				return fail(k, "TUPLE%u from %u values", n, k->nr_stack);
-			if ((idx = new_val(k, PK_TUPLE)) < 0)
-				return k->nomem ? -ENOMEM : -EINVAL;
-			if ((err = collect(k, (uint32_t)idx, k->nr_stack - n, false)))
-				return err;
-			err = push(k, (uint32_t)idx);
-			break;
-		}
+		case OP_TUPLE3:
 		case OP_TUPLE:
 		case OP_LIST:
 		case OP_DICT:
-			if ((err = pop_mark(k, &first)))
-				return err;
-			idx = new_val(k, op == OP_TUPLE ? PK_TUPLE : op == OP_LIST ? PK_LIST : PK_DICT);
-			if (idx < 0)
-				return k->nomem ? -ENOMEM : -EINVAL;
-			if ((err = collect(k, (uint32_t)idx, first, op == OP_DICT)))
-				return err;
-			err = push(k, (uint32_t)idx);
-			break;
 		case OP_APPEND:
-			if (k->nr_stack < 2)
-				return fail(k, "APPEND with %u values", k->nr_stack);
-			a = k->stack[k->nr_stack - 2];
-			if (k->doc->vals[a].type != PK_LIST)
-				return fail(k, "APPEND to a non-list");
-			if ((err = collect(k, a, k->nr_stack - 1, false)))
-				return err;
-			break;
 		case OP_APPENDS:
-			if ((err = pop_mark(k, &first)))
-				return err;
-			if (!first)
-				return fail(k, "APPENDS without a list");
-			a = k->stack[first - 1];
-			if (k->doc->vals[a].type != PK_LIST)
-				return fail(k, "APPENDS to a non-list");
-			err = collect(k, a, first, false);
-			break;
 		case OP_SETITEM:
-			if (k->nr_stack < 3)
-				return fail(k, "SETITEM with %u values", k->nr_stack);
-			a = k->stack[k->nr_stack - 3];
-			if (k->doc->vals[a].type != PK_DICT)
-				return fail(k, "SETITEM on a non-dict");
-			err = collect(k, a, k->nr_stack - 2, true);
-			break;
 		case OP_SETITEMS:
-			if ((err = pop_mark(k, &first)))
-				return err;
-			if (!first)
-				return fail(k, "SETITEMS without a dict");
-			a = k->stack[first - 1];
-			if (k->doc->vals[a].type != PK_DICT)
-				return fail(k, "SETITEMS on a non-dict");
-			err = collect(k, a, first, true);
+			err = op_container(k, op);
 			break;
 		case OP_BINPUT:
-			if (!have(k, 1, "BINPUT"))
-				return -EINVAL;
-			err = memo_put(k, *k->p++);
-			break;
 		case OP_LONG_BINPUT:
-			if (!have(k, 4, "LONG_BINPUT"))
-				return -EINVAL;
-			b = (uint32_t)le(k->p, 4);
-			k->p += 4;
-			err = memo_put(k, b);
-			break;
 		case OP_MEMOIZE:
-			err = memo_put(k, k->nr_memo);
-			if (!err)
-				k->nr_memo++;
-			break;
 		case OP_BINGET:
-			if (!have(k, 1, "BINGET"))
-				return -EINVAL;
-			err = memo_get(k, *k->p++);
-			break;
 		case OP_LONG_BINGET:
-			if (!have(k, 4, "LONG_BINGET"))
-				return -EINVAL;
-			b = (uint32_t)le(k->p, 4);
-			k->p += 4;
-			err = memo_get(k, b);
+			err = op_memo(k, op);
 			break;
 		default:
 			k->p--;
