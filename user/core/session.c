@@ -76,13 +76,6 @@ static bool exit_tp_supported(void)
 	return found;
 }
 
-static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts *o);
-
-struct session_bpf *session__load_bpf(int ring_mb, const struct session_load_opts *o)
-{
-	return load_bpf(ring_mb, o);
-}
-
 int session__ustacks_add(struct session_bpf *b, int pid)
 {
 	char why[256];
@@ -99,7 +92,7 @@ int session__ustacks_add(struct session_bpf *b, int pid)
 	return ret;
 }
 
-static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts *o)
+struct session_bpf *session__load_bpf(int ring_mb, const struct session_load_opts *o)
 {
 	bool fr_exec = o->fr_exec;
 	struct bpf_program *multi_progs[3];
