@@ -502,7 +502,6 @@ int rule_attached_after(struct fr_analysis *a);
 
 /* fr_timing.c */
 int timing_hosts(struct fr_analysis *a);
-int timing_notes(struct fr_analysis *a);
 int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
 void timing_comm_free(struct timing_comm *t);
 int64_t timing_lag(const struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s,

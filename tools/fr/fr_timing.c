@@ -57,6 +57,8 @@ static int add_note(struct fr_analysis *a, char *line)
 	return 0;
 }
 
+static int timing_notes(struct fr_analysis *a);
+
 /* Gives the procs of one clock one host id: one host name and one boot. A dump without a host
  * name has a clock of its own; a host name whose dumps disagree on the boot is several
  * machines (one --host-id given twice): said in a note, and their clocks kept apart. */
@@ -132,7 +134,7 @@ static int cmp_i64(const void *x, const void *y)
 	return p < q ? -1 : p > q;
 }
 
-int timing_notes(struct fr_analysis *a)
+static int timing_notes(struct fr_analysis *a)
 {
 	int64_t *t = malloc((a->nr_hosts + 1) * sizeof(*t)), med, far = 0;
 	int n = 0, far_p = -1;
