@@ -28,6 +28,7 @@
 #include "cuda_api.h"
 #include "session.h"
 #include "ustack.h"
+#include "util.h"
 
 static struct ustacks *g_u;
 static int g_pid;
@@ -43,14 +44,6 @@ static void on_sigint(int sig)
 }
 static struct tp_rec_call *g_kept;
 static size_t g_nr_kept, g_cap_kept;
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 static int on_rec(void *ctx, void *data, size_t size)
 {
@@ -72,9 +65,9 @@ static int on_rec(void *ctx, void *data, size_t size)
 		memcpy(&g_kept[g_nr_kept++], r, TP_REC_CALL_SHORT_SIZE);
 		return 0;
 	}
-	t0 = mono_ns();
+	t0 = now_ns();
 	s = ustacks__get(g_u, r->pid, r->ustack);
-	g_resolve_ns += mono_ns() - t0;
+	g_resolve_ns += now_ns() - t0;
 	g_events++;
 	if (g_bench)
 		return 0;
@@ -158,7 +151,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cookie = cuda_api_cookie(id, false);
-	b = session__load_bpf_opts(4, &lo);
+	b = session__load_bpf(4, &lo);
 	if (!b)
 		return 1;
 	g_u = b->ustacks;
@@ -198,8 +191,8 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_sigint);
 	printf("READY\n");
 	fflush(stdout);
-	end = mono_ns() + (uint64_t)(secs * 1e9);
-	while (!g_stop && mono_ns() < end) {
+	end = now_ns() + (uint64_t)(secs * 1e9);
+	while (!g_stop && now_ns() < end) {
 		ring_buffer__poll(rb, 20);
 		ring_buffer__consume(rb);	/* records are submitted without wake-ups */
 		fflush(stdout);

@@ -285,3 +285,12 @@ $(UNIT_DIR)/test_clock_fit: tests/unit/test_clock_fit.c tests/unit/check.h user/
 		$(filter %.c,$^) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_clock_fit
+
+# the growable-array and clock helpers of user/base (header-only)
+$(UNIT_DIR)/test_growbuf: tests/unit/test_growbuf.c tests/unit/check.h user/base/growbuf.h \
+			  user/base/util.h | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
+		$(filter %.c,$^) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_growbuf

@@ -22,6 +22,7 @@
 #include "fr_analyze.h"
 #include "fr_parse.h"
 #include "fr_torch.h"
+#include "growbuf.h"
 #include "util.h"
 
 #ifndef TPTRACE_VERSION
@@ -306,23 +307,15 @@ struct progress {
 	bool done, shown;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 static void *progress_thread(void *arg)
 {
 	struct progress *pr = arg;
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = now_ns();
 
 	pthread_mutex_lock(&pr->lock);
 	while (!pr->done) {
 		struct timespec until;
-		uint64_t now = mono_ns();
+		uint64_t now = now_ns();
 		int n;
 
 		clock_gettime(CLOCK_REALTIME, &until);
@@ -838,15 +831,8 @@ int main(int argc, char **argv)
 		if (!is_dump_name(de->d_name) &&
 		    (env.export_torch || !is_torch_file(dirfd(dir), de->d_name)))
 			continue;
-		if (sh.nr_paths == cap) {
-			char **p;
-
-			cap = cap ? cap * 2 : 256;
-			p = realloc(sh.paths, cap * sizeof(char *));
-			if (!p)
-				goto nomem;
-			sh.paths = p;
-		}
+		if (ARRAY_RESERVE(sh.paths, cap, sh.nr_paths + 1, 256))
+			goto nomem;
 		if (asprintf(&path, "%s/%s", env.dir, de->d_name) < 0)
 			goto nomem;
 		sh.paths[sh.nr_paths++] = path;

@@ -450,7 +450,6 @@ struct fr_analysis {
 };
 
 /* fr_tables.c */
-int grow(void **arr, int *cap, int need, size_t elem);
 int ivec_push(struct ivec *iv, int x);
 int64_t ns_diff(int64_t a, int64_t b);
 uint64_t str_hash(const char *s);
@@ -503,7 +502,6 @@ int rule_attached_after(struct fr_analysis *a);
 
 /* fr_timing.c */
 int timing_hosts(struct fr_analysis *a);
-int timing_notes(struct fr_analysis *a);
 int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
 void timing_comm_free(struct timing_comm *t);
 int64_t timing_lag(const struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s,
@@ -513,7 +511,6 @@ int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool comp
 int rule_not_one_moment(struct fr_analysis *a);
 
 /* fr_rules.c */
-int run_rules(struct fr_analysis *a);
 int64_t comm_absent(const struct comm *c, int64_t *vals, int cap);
 #define ABSENT_LIST 1024
 

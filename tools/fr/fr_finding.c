@@ -5,14 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 struct verdict *verdict_new(struct fr_analysis *a, int rule, int comm, int64_t seq,
 			    const char *op)
 {
 	struct verdict *v;
 
-	if (grow((void **)&a->verdicts, &a->cap_verdicts, a->nr_verdicts + 1,
-		 sizeof(*a->verdicts)))
+	if (ARRAY_RESERVE(a->verdicts, a->cap_verdicts, a->nr_verdicts + 1, 16))
 		return NULL;
 	v = &a->verdicts[a->nr_verdicts];
 	memset(v, 0, sizeof(*v));
@@ -44,15 +44,8 @@ void who_add(struct verdict *v, int64_t grank, int64_t crank, int proc)
 {
 	if (v->nr_who >= MAX_WHO)
 		return;
-	if (v->nr_who == v->cap_who) {
-		int cap = v->cap_who ? v->cap_who * 2 : 8;
-		void *p = realloc(v->who, cap * sizeof(*v->who));
-
-		if (!p)
-			return;
-		v->who = p;
-		v->cap_who = cap;
-	}
+	if (ARRAY_RESERVE(v->who, v->cap_who, v->nr_who + 1, 8))
+		return;
 	v->who[v->nr_who][0] = grank == FR_UNK ? -1 : grank;
 	v->who[v->nr_who][1] = crank == FR_UNK ? -1 : crank;
 	v->who[v->nr_who][2] = proc;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 struct fr_analysis *fr_analysis__new(const struct fr_opts *opts)
 {
@@ -38,7 +39,7 @@ int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_i
 	struct member *m;
 	int i;
 
-	if (grow((void **)&a->members, &a->cap_members, a->nr_members + 1, sizeof(*a->members)))
+	if (ARRAY_RESERVE(a->members, a->cap_members, a->nr_members + 1, 16))
 		return -ENOMEM;
 	i = a->nr_members++;
 	m = &a->members[i];
@@ -76,7 +77,7 @@ int member_new(struct fr_analysis *a, int comm, int proc, const struct fr_comm_i
 static struct agg_extra *agg_extra(struct fr_analysis *a, struct seq_agg *g)
 {
 	if (g->extra < 0) {
-		if (grow((void **)&a->extras, &a->cap_extras, a->nr_extras + 1, sizeof(*a->extras)))
+		if (ARRAY_RESERVE(a->extras, a->cap_extras, a->nr_extras + 1, 16))
 			return NULL;
 		g->extra = a->nr_extras++;
 		memset(&a->extras[g->extra], 0, sizeof(*a->extras));
@@ -284,7 +285,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 	struct proc *p;
 	int pi, err;
 
-	if (grow((void **)&a->procs, &a->cap_procs, a->nr_procs + 1, sizeof(*a->procs)))
+	if (ARRAY_RESERVE(a->procs, a->cap_procs, a->nr_procs + 1, 16))
 		return -ENOMEM;
 	pi = a->nr_procs++;
 	p = &a->procs[pi];
@@ -335,8 +336,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 			/* matched with its peers in finish: local member -(pend + 2) */
 			struct pend *pd;
 
-			if (grow((void **)&a->pends, &a->cap_pends, a->nr_pends + 1,
-				 sizeof(*a->pends)))
+			if (ARRAY_RESERVE(a->pends, a->cap_pends, a->nr_pends + 1, 16))
 				return -ENOMEM;
 			pd = &a->pends[a->nr_pends];
 			memset(pd, 0, sizeof(*pd));
@@ -355,8 +355,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		if (ci->split_color != FR_UNK && a->members[a->local_member[i]].rank == FR_UNK) {
 			struct split_pend *sp;
 
-			if (grow((void **)&a->splits, &a->cap_splits, a->nr_splits + 1,
-				 sizeof(*a->splits)))
+			if (ARRAY_RESERVE(a->splits, a->cap_splits, a->nr_splits + 1, 16))
 				return -ENOMEM;
 			a->members[a->local_member[i]].split = a->nr_splits;
 			sp = &a->splits[a->nr_splits++];
@@ -396,7 +395,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		if (mi < 0) {
 			struct pend *pd = &a->pends[-mi - 2];
 
-			if (grow((void **)&pd->e, &pd->cap, pd->n + 1, sizeof(*pd->e)))
+			if (ARRAY_RESERVE(pd->e, pd->cap, pd->n + 1, 16))
 				return -ENOMEM;
 			pd->e[pd->n++] = *e;
 			continue;
@@ -405,8 +404,7 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		    member_is_split_pending(a, mi)) {
 			struct member *m = &a->members[mi];
 
-			if (grow((void **)&m->dents, &m->cap_dents, m->nr_dents + 1,
-				 sizeof(*m->dents)))
+			if (ARRAY_RESERVE(m->dents, m->cap_dents, m->nr_dents + 1, 16))
 				return -ENOMEM;
 			m->dents[m->nr_dents++] = *e;
 			continue;
@@ -428,7 +426,7 @@ int fr_analysis__add_corrupt(struct fr_analysis *a, const char *path, const stru
 {
 	struct corrupt *c;
 
-	if (grow((void **)&a->corrupt, &a->cap_corrupt, a->nr_corrupt + 1, sizeof(*a->corrupt)))
+	if (ARRAY_RESERVE(a->corrupt, a->cap_corrupt, a->nr_corrupt + 1, 16))
 		return -ENOMEM;
 	c = &a->corrupt[a->nr_corrupt++];
 	memset(c, 0, sizeof(*c));

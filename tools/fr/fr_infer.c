@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 static struct sig entry_sig(const struct fr_entry *e)
 {
@@ -716,10 +717,10 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 	return best_c;
 }
 
-int unify_local(struct fr_analysis *a)
+/* Each pend's collectives in order (p->coll), and its comm's size where the recorder did not
+ * say it but sizes that scale with nranks do. */
+static int index_collectives(struct fr_analysis *a)
 {
-	int err = 0, nr_exact = a->nr_comms;
-
 	for (int i = 0; i < a->nr_pends; i++) {
 		struct pend *p = &a->pends[i];
 
@@ -747,7 +748,12 @@ int unify_local(struct fr_analysis *a)
 			}
 		}
 	}
-	/* greedy, in file order: each comm joins the cluster it aligns best with */
+	return 0;
+}
+
+/* Greedy, in file order: each comm joins the cluster it aligns best with, or starts one. */
+static int cluster_pends(struct fr_analysis *a)
+{
 	for (int i = 0; i < a->nr_pends; i++) {
 		struct pend *p = &a->pends[i];
 		struct align best = { 0 }, al;
@@ -777,8 +783,7 @@ int unify_local(struct fr_analysis *a)
 		if (bc < 0) {
 			struct cluster *cl;
 
-			if (grow((void **)&a->clusters, &a->cap_clusters, a->nr_clusters + 1,
-				 sizeof(*a->clusters)))
+			if (ARRAY_RESERVE(a->clusters, a->cap_clusters, a->nr_clusters + 1, 16))
 				return -ENOMEM;
 			bc = a->nr_clusters++;
 			cl = &a->clusters[bc];
@@ -796,184 +801,228 @@ int unify_local(struct fr_analysis *a)
 		if (ivec_push(&a->clusters[bc].pends, i))
 			return -ENOMEM;
 	}
-	for (int c = 0; c < a->nr_clusters; c++) {
-		struct cluster *cl = &a->clusters[c];
-		int64_t lo = INT64_MAX, plo = INT64_MAX;
-		uint64_t h = 0x6a09e667f3bcc909ULL;
-		char **ids = malloc(cl->pends.n * sizeof(char *)), id[FR_ID_LEN];
-		int *order = malloc(cl->pends.n * sizeof(int));
-		int64_t nranks = FR_UNK, exoff = 0, *absent = NULL;
-		bool any_attach = false;
-		int ci, ex, nabsent = 0;
+	return 0;
+}
 
-		if (!ids || !order) {
-			free(ids);
-			free(order);
-			return -ENOMEM;
-		}
-		for (int k = 0; k < cl->pends.n; k++) {
-			struct pend *p = &a->pends[cl->pends.v[k]];
+/* A common origin for the cluster's members: the reference's, moved so no rebased seq is below
+ * 1. */
+static void cluster_rebase(struct fr_analysis *a, const struct cluster *cl)
+{
+	int64_t lo = INT64_MAX, plo = INT64_MAX;
 
-			p->dp = cl->pends.v[k] == cl->ref ? 0 : p2p_offset(p, &a->pends[cl->ref]);
-			ids[k] = p->ci.id;
-			order[k] = cl->pends.v[k];
-			any_attach |= p->ci.seq_attach;
-			if (p->ci.nranks != FR_UNK && (nranks == FR_UNK || p->ci.nranks > nranks))
-				nranks = p->ci.nranks;
-		}
-		if ((err = find_skips(a, cl))) {
-			free(ids);
-			free(order);
-			return err;
-		}
-		/* a common origin: the reference's, moved so no rebased seq is below 1 */
-		for (int k = 0; k < cl->pends.n; k++) {
-			struct pend *p = &a->pends[cl->pends.v[k]];
+	for (int k = 0; k < cl->pends.n; k++) {
+		struct pend *p = &a->pends[cl->pends.v[k]];
 
-			for (int e = 0; e < p->n; e++) {
-				const struct fr_entry *x = &p->e[e];
+		for (int e = 0; e < p->n; e++) {
+			const struct fr_entry *x = &p->e[e];
 
-				if (fr_op_is_p2p(x->op)) {
-					if (x->p2p_seq != FR_UNK && x->p2p_seq + p->dp < plo)
-						plo = x->p2p_seq + p->dp;
-				}
-			}
-			if (p->nc && pcoll(p, 0)->coll_seq + p->d < lo)
-				lo = pcoll(p, 0)->coll_seq + p->d;
-		}
-		for (int k = 0; k < cl->pends.n; k++) {
-			struct pend *p = &a->pends[cl->pends.v[k]];
-
-			if (lo != INT64_MAX && lo < 1) {
-				p->d += 1 - lo;
-				if (p->hole_len)
-					p->hole_seq += 1 - lo;
-			}
-			if (plo != INT64_MAX && plo < 1)
-				p->dp += 1 - plo;
-		}
-		/* a stable name from the members' local ids */
-		qsort(ids, cl->pends.n, sizeof(char *), cmp_str_ptr);
-		for (int k = 0; k < cl->pends.n; k++)
-			h = u64_mix(h ^ str_hash(ids[k]));
-		if (cl->pends.n == 1)
-			snprintf(id, sizeof(id), "%s", ids[0]);
-		else
-			snprintf(id, sizeof(id), "inferred:%016" PRIx64, h);
-		free(ids);
-		ex = exact_match(a, cl, nr_exact, &exoff);
-		if (ex >= 0) {
-			/* one comm, seen exactly by some recorders: the ranks they do not hold */
-			struct comm *c = &a->comms[ex];
-			uint8_t *held = calloc(c->nranks + 1, 1);
-
-			if (!held) {
-				free(order);
-				return -ENOMEM;
-			}
-			for (int i = 0; i < c->members.n; i++)
-				held[a->members[c->members.v[i]].rank] = 1;
-			free(absent);
-			absent = malloc((c->nranks + 1) * sizeof(*absent));
-			nabsent = 0;
-			for (int64_t rk = 0; absent && rk < c->nranks; rk++)
-				if (!held[rk])
-					absent[nabsent++] = rk;
-			free(held);
-			if (!absent) {
-				free(order);
-				return -ENOMEM;
-			}
-			ci = ex;
-			nranks = c->nranks;
-			a->comms[ci].inferred = true;
-			a->comms[ci].nr_expected = (int)c->nranks;
-		} else {
-			exoff = 0;
-			ci = comm_get(a, id);
-			if (ci < 0) {
-				free(order);
-				return ci;
-			}
-			a->comms[ci].inferred = cl->pends.n > 1;
-			a->comms[ci].nr_expected = (int)(nranks != FR_UNK ? nranks :
-							 a->world_size != FR_UNK ? a->world_size : 0);
-		}
-		cl->comm = ci;
-		a->comms[ci].align_ambiguous |= cl->ambiguous;
-		/* PyTorch orders a process group's ranks by global rank */
-		qsort_r(order, cl->pends.n, sizeof(int), cmp_pend_rank, a);
-		for (int k = 0; k < cl->pends.n; k++) {
-			struct pend *p = &a->pends[order[k]];
-			struct fr_comm_info info = p->ci;
-			struct member *m;
-			int mi;
-
-			if (ex >= 0) {
-				if (info.rank == FR_UNK)
-					info.rank = k < nabsent ? absent[k] : FR_UNK;
-				info.nranks = nranks;
-			} else if (cl->pends.n > 1 || info.nranks == FR_UNK) {
-				if (info.rank == FR_UNK)
-					info.rank = k;
-				if (info.nranks == FR_UNK)
-					info.nranks = nranks != FR_UNK ? nranks : cl->pends.n;
-			}
-			if (info.rank != FR_UNK && info.nranks != FR_UNK && info.rank >= info.nranks)
-				info.rank = FR_UNK;
-			if (info.last_enqueued != FR_UNK && info.last_enqueued > 0)
-				info.last_enqueued = rebase_coll(p, info.last_enqueued) + exoff;
-			if (info.last_completed != FR_UNK && info.last_completed > 0)
-				info.last_completed = rebase_coll(p, info.last_completed) + exoff;
-			mi = member_new(a, ci, p->proc, &info);
-			if (mi < 0) {
-				free(order);
-				return mi;
-			}
-			m = &a->members[mi];
-			m->partial = any_attach;
-			if (p->hole_len) {
-				m->hole_seq = p->hole_seq + exoff;
-				m->hole_len = p->hole_len;
-			}
-			for (int e = 0; e < p->n; e++) {
-				struct fr_entry x = p->e[e];
-
-				if (fr_op_is_p2p(x.op)) {
-					if (x.p2p_seq != FR_UNK)
-						x.p2p_seq += p->dp;
-					err = fold_p2p(a, mi, &x);
-				} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
-					x.coll_seq = rebase_coll(p, x.coll_seq) + exoff;
-					m = &a->members[mi];
-					if (m->hole_len && m->hole_next_seq == FR_UNK &&
-					    x.coll_seq >= m->hole_seq + m->hole_len) {
-						m->hole_next_seq = x.coll_seq;
-						m->hole_next_op = x.op;
-						m->hole_next_state = x.state;
-					}
-					err = fold_collective(a, mi, &x);
-				}
-				if (err) {
-					free(order);
-					free(absent);
-					return err;
-				}
-			}
-			/* the newest entry of the dump, when on this comm */
-			struct proc *pr = &a->procs[p->proc];
-
-			if (pr->last_comm == -(order[k] + 2)) {
-				pr->last_comm = ci;
-				if (fr_op_is_p2p(pr->last_op))
-					pr->last_seq = pr->last_seq == FR_UNK ? FR_UNK : pr->last_seq + p->dp;
-				else if (pr->last_seq != FR_UNK)
-					pr->last_seq = rebase_coll(p, pr->last_seq) + exoff;
+			if (fr_op_is_p2p(x->op)) {
+				if (x->p2p_seq != FR_UNK && x->p2p_seq + p->dp < plo)
+					plo = x->p2p_seq + p->dp;
 			}
 		}
-		free(order);
-		free(absent);
+		if (p->nc && pcoll(p, 0)->coll_seq + p->d < lo)
+			lo = pcoll(p, 0)->coll_seq + p->d;
 	}
+	for (int k = 0; k < cl->pends.n; k++) {
+		struct pend *p = &a->pends[cl->pends.v[k]];
+
+		if (lo != INT64_MAX && lo < 1) {
+			p->d += 1 - lo;
+			if (p->hole_len)
+				p->hole_seq += 1 - lo;
+		}
+		if (plo != INT64_MAX && plo < 1)
+			p->dp += 1 - plo;
+	}
+}
+
+/* A stable name from the members' local ids (sorted in place). */
+static void cluster_name(char **ids, int n, char *id, size_t size)
+{
+	uint64_t h = 0x6a09e667f3bcc909ULL;
+
+	qsort(ids, n, sizeof(char *), cmp_str_ptr);
+	for (int k = 0; k < n; k++)
+		h = u64_mix(h ^ str_hash(ids[k]));
+	if (n == 1)
+		snprintf(id, size, "%s", ids[0]);
+	else
+		snprintf(id, size, "inferred:%016" PRIx64, h);
+}
+
+/* What a cluster's members are folded with: its comm, and where the comm was seen exactly by
+ * some recorders, the offset to their seqs and the ranks they do not hold. */
+struct unify_target {
+	int ci;
+	bool exact;
+	bool any_attach;	/* a member was attached late: its comm's members are partial */
+	int64_t nranks, exoff;
+	int64_t *absent;
+	int nabsent;
+};
+
+/* The ranks of exact comm ex that no exact recorder holds, in u->absent. */
+static int absent_ranks(struct fr_analysis *a, int ex, struct unify_target *u)
+{
+	struct comm *c = &a->comms[ex];
+	uint8_t *held = calloc(c->nranks + 1, 1);
+
+	if (!held)
+		return -ENOMEM;
+	for (int i = 0; i < c->members.n; i++)
+		held[a->members[c->members.v[i]].rank] = 1;
+	u->absent = malloc((c->nranks + 1) * sizeof(*u->absent));
+	u->nabsent = 0;
+	for (int64_t rk = 0; u->absent && rk < c->nranks; rk++)
+		if (!held[rk])
+			u->absent[u->nabsent++] = rk;
+	free(held);
+	return u->absent ? 0 : -ENOMEM;
+}
+
+/* Pend pi, the k-th of its cluster by rank, becomes a member of u->ci with its entries
+ * folded in, rebased. */
+static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, int k,
+		     const struct unify_target *u)
+{
+	struct pend *p = &a->pends[pi];
+	struct fr_comm_info info = p->ci;
+	struct member *m;
+	struct proc *pr;
+	int mi, err = 0;
+
+	if (u->exact) {
+		if (info.rank == FR_UNK)
+			info.rank = k < u->nabsent ? u->absent[k] : FR_UNK;
+		info.nranks = u->nranks;
+	} else if (cl->pends.n > 1 || info.nranks == FR_UNK) {
+		if (info.rank == FR_UNK)
+			info.rank = k;
+		if (info.nranks == FR_UNK)
+			info.nranks = u->nranks != FR_UNK ? u->nranks : cl->pends.n;
+	}
+	if (info.rank != FR_UNK && info.nranks != FR_UNK && info.rank >= info.nranks)
+		info.rank = FR_UNK;
+	if (info.last_enqueued != FR_UNK && info.last_enqueued > 0)
+		info.last_enqueued = rebase_coll(p, info.last_enqueued) + u->exoff;
+	if (info.last_completed != FR_UNK && info.last_completed > 0)
+		info.last_completed = rebase_coll(p, info.last_completed) + u->exoff;
+	mi = member_new(a, u->ci, p->proc, &info);
+	if (mi < 0)
+		return mi;
+	m = &a->members[mi];
+	m->partial = u->any_attach;
+	if (p->hole_len) {
+		m->hole_seq = p->hole_seq + u->exoff;
+		m->hole_len = p->hole_len;
+	}
+	for (int e = 0; e < p->n; e++) {
+		struct fr_entry x = p->e[e];
+
+		if (fr_op_is_p2p(x.op)) {
+			if (x.p2p_seq != FR_UNK)
+				x.p2p_seq += p->dp;
+			err = fold_p2p(a, mi, &x);
+		} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
+			x.coll_seq = rebase_coll(p, x.coll_seq) + u->exoff;
+			m = &a->members[mi];
+			if (m->hole_len && m->hole_next_seq == FR_UNK &&
+			    x.coll_seq >= m->hole_seq + m->hole_len) {
+				m->hole_next_seq = x.coll_seq;
+				m->hole_next_op = x.op;
+				m->hole_next_state = x.state;
+			}
+			err = fold_collective(a, mi, &x);
+		}
+		if (err)
+			return err;
+	}
+	/* the newest entry of the dump, when on this comm */
+	pr = &a->procs[p->proc];
+	if (pr->last_comm == -(pi + 2)) {
+		pr->last_comm = u->ci;
+		if (fr_op_is_p2p(pr->last_op))
+			pr->last_seq = pr->last_seq == FR_UNK ? FR_UNK : pr->last_seq + p->dp;
+		else if (pr->last_seq != FR_UNK)
+			pr->last_seq = rebase_coll(p, pr->last_seq) + u->exoff;
+	}
+	return 0;
+}
+
+/* One cluster becomes one comm: an exact one it matches, or one named after its members. */
+static int unify_cluster(struct fr_analysis *a, struct cluster *cl, int nr_exact)
+{
+	char **ids = malloc(cl->pends.n * sizeof(char *)), id[FR_ID_LEN];
+	int *order = malloc(cl->pends.n * sizeof(int));
+	struct unify_target u = { .nranks = FR_UNK };
+	int ex, err = 0;
+
+	if (!ids || !order) {
+		free(ids);
+		free(order);
+		return -ENOMEM;
+	}
+	for (int k = 0; k < cl->pends.n; k++) {
+		struct pend *p = &a->pends[cl->pends.v[k]];
+
+		p->dp = cl->pends.v[k] == cl->ref ? 0 : p2p_offset(p, &a->pends[cl->ref]);
+		ids[k] = p->ci.id;
+		order[k] = cl->pends.v[k];
+		u.any_attach |= p->ci.seq_attach;
+		if (p->ci.nranks != FR_UNK && (u.nranks == FR_UNK || p->ci.nranks > u.nranks))
+			u.nranks = p->ci.nranks;
+	}
+	if ((err = find_skips(a, cl))) {
+		free(ids);
+		free(order);
+		return err;
+	}
+	cluster_rebase(a, cl);
+	cluster_name(ids, cl->pends.n, id, sizeof(id));
+	free(ids);
+	ex = exact_match(a, cl, nr_exact, &u.exoff);
+	if (ex >= 0) {
+		/* one comm, seen exactly by some recorders: the ranks they do not hold */
+		if ((err = absent_ranks(a, ex, &u)))
+			goto out;
+		u.ci = ex;
+		u.exact = true;
+		u.nranks = a->comms[ex].nranks;
+		a->comms[u.ci].inferred = true;
+		a->comms[u.ci].nr_expected = (int)a->comms[ex].nranks;
+	} else {
+		u.exoff = 0;
+		u.ci = comm_get(a, id);
+		if (u.ci < 0) {
+			err = u.ci;
+			goto out;
+		}
+		a->comms[u.ci].inferred = cl->pends.n > 1;
+		a->comms[u.ci].nr_expected = (int)(u.nranks != FR_UNK ? u.nranks :
+						   a->world_size != FR_UNK ? a->world_size : 0);
+	}
+	cl->comm = u.ci;
+	a->comms[u.ci].align_ambiguous |= cl->ambiguous;
+	/* PyTorch orders a process group's ranks by global rank */
+	qsort_r(order, cl->pends.n, sizeof(int), cmp_pend_rank, a);
+	for (int k = 0; k < cl->pends.n && !err; k++)
+		err = fold_pend(a, cl, order[k], k, &u);
+out:
+	free(order);
+	free(u.absent);
+	return err;
+}
+
+int unify_local(struct fr_analysis *a)
+{
+	int err, nr_exact = a->nr_comms;
+
+	if ((err = index_collectives(a)) || (err = cluster_pends(a)))
+		return err;
+	for (int c = 0; c < a->nr_clusters; c++)
+		if ((err = unify_cluster(a, &a->clusters[c], nr_exact)))
+			return err;
 	return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include "fr_keys.h"
 #include "fr_parse.h"
+#include "growbuf.h"
 #include "jsonlex.h"
 
 _Static_assert(FR_UNK == JL_UNK, "an unknown number reads as FR_UNK");
@@ -70,10 +71,8 @@ static const char *const state_names[] = {
 static const char *const where_names[FR_WHERE__COUNT] = {
 	"unknown", "nccl", "cuda", "driver", "allocator", "python", "idle", "running",
 };
-static const char *const progress_names[] = { "unknown", "none", "yes" };
 
 const char *fr_where_name(int w) { return w >= 0 && w < FR_WHERE__COUNT ? where_names[w] : "?"; }
-const char *fr_progress_name(int p) { return p >= 0 && p <= FR_PROG_YES ? progress_names[p] : "?"; }
 bool fr_where_is_wait(int w)
 {
 	return w == FR_WHERE_NCCL || w == FR_WHERE_CUDA || w == FR_WHERE_DRIVER;
@@ -146,24 +145,6 @@ static bool sizes(struct jlex *j, int64_t *out)
 	return true;
 }
 
-/* Room for one more element in a doubling array (first: the first capacity). 0, or -ENOMEM
- * with the array untouched. */
-static int grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t first)
-{
-	size_t ncap;
-	void *p;
-
-	if (n < *cap)
-		return 0;
-	ncap = *cap ? *cap * 2 : first;
-	p = realloc(*arr, ncap * elem);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
 static int find_comm(struct fr_dump *d, const char *id, bool create)
 {
 	size_t i;
@@ -175,7 +156,7 @@ static int find_comm(struct fr_dump *d, const char *id, bool create)
 		return -1;
 	if (d->nr_comms >= FR_MAX_COMMS_PER_DUMP)
 		return -2;
-	if (grow_one((void **)&d->comms, &d->cap_comms, d->nr_comms, sizeof(*d->comms), 8))
+	if (ARRAY_RESERVE(d->comms, d->cap_comms, d->nr_comms + 1, 8))
 		return -3;
 	struct fr_comm_info *c = &d->comms[d->nr_comms];
 
@@ -323,8 +304,7 @@ static bool in_call_obj(struct jlex *j)
 		return false;
 	if (d->nr_in_calls >= FR_MAX_IN_CALLS)
 		return true;
-	if (grow_one((void **)&d->in_calls, &d->cap_in_calls, d->nr_in_calls,
-		     sizeof(*d->in_calls), 4))
+	if (ARRAY_RESERVE(d->in_calls, d->cap_in_calls, d->nr_in_calls + 1, 4))
 		return jl_fail(j, "out of memory");
 	d->in_calls[d->nr_in_calls++] = ic;
 	return true;
@@ -585,10 +565,8 @@ int64_t fr_dump__pystack(struct fr_dump *d, int nr, bool more)
 		d->pystacks_dropped++;
 		return 0;
 	}
-	if (grow_one((void **)&d->pystacks, &d->cap_pystacks, d->nr_pystacks, sizeof(*d->pystacks),
-		     16) ||
-	    grow_one((void **)&d->pyframes, &d->cap_pyframes, d->nr_pyframes + nr - 1,
-		     sizeof(*d->pyframes), 64))
+	if (ARRAY_RESERVE(d->pystacks, d->cap_pystacks, d->nr_pystacks + 1, 16) ||
+	    ARRAY_RESERVE(d->pyframes, d->cap_pyframes, d->nr_pyframes + nr, 64))
 		return -ENOMEM;
 	s = &d->pystacks[d->nr_pystacks++];
 	s->hash = h;
@@ -738,8 +716,7 @@ int fr_dump__add_entry(struct fr_dump *d, struct fr_entry *e)
 		e->count = e->in_size;
 	if (d->nr_entries >= FR_MAX_ENTRIES)
 		return -E2BIG;
-	if (grow_one((void **)&d->entries, &d->cap_entries, d->nr_entries,
-		     sizeof(*d->entries), 256))
+	if (ARRAY_RESERVE(d->entries, d->cap_entries, d->nr_entries + 1, 256))
 		return -ENOMEM;
 	d->entries[d->nr_entries++] = *e;
 	return 0;
@@ -903,8 +880,7 @@ static bool thread_obj(struct jlex *j, struct fr_snapshot *sn, struct fr_frame *
 	sn->nr_threads_all++;
 	if (sn->nr_threads >= FR_MAX_THREADS)
 		return true;
-	if (grow_one((void **)&d->threads, &d->cap_threads, d->nr_threads,
-		     sizeof(*d->threads), 64))
+	if (ARRAY_RESERVE(d->threads, d->cap_threads, d->nr_threads + 1, 64))
 		return jl_fail(j, "out of memory");
 	if (t.issuing && sn->issuing < 0) {
 		sn->issuing = (int64_t)d->nr_threads;
@@ -931,7 +907,7 @@ static bool snapshot_obj(struct jlex *j)
 
 	if (d->nr_snaps >= FR_MAX_SNAPSHOTS)
 		return jl_skip(j, 0);
-	if (grow_one((void **)&d->snaps, &d->cap_snaps, d->nr_snaps, sizeof(*d->snaps), 2))
+	if (ARRAY_RESERVE(d->snaps, d->cap_snaps, d->nr_snaps + 1, 2))
 		return jl_fail(j, "out of memory");
 	scratch = malloc(FR_STACK_FRAMES * sizeof(*scratch));
 	if (!scratch)

@@ -121,7 +121,6 @@ enum fr_progress { FR_PROG_UNKNOWN, FR_PROG_NONE, FR_PROG_YES };
 enum fr_frame_kind { FR_FRAME_UNKNOWN, FR_FRAME_NATIVE, FR_FRAME_PYTHON };
 
 const char *fr_where_name(int where);
-const char *fr_progress_name(int progress);
 /* inside an NCCL, CUDA runtime or driver call: the waits a hang leaves threads in */
 bool fr_where_is_wait(int where);
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_pickle.h"
+#include "growbuf.h"
 
 /* the opcodes read here (Python's Lib/pickletools.py names them) */
 enum {
@@ -89,24 +90,6 @@ static int nomem(struct pk *k)
 	return -ENOMEM;
 }
 
-static int grow(void **arr, uint32_t *cap, uint32_t need, size_t elem)
-{
-	uint32_t ncap;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	ncap = *cap ? *cap : 16;
-	while (ncap < need)
-		ncap = ncap > UINT32_MAX / 2 ? UINT32_MAX : ncap * 2;
-	p = realloc(*arr, (size_t)ncap * elem);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
 /* a new value; its index, or -1 (error set) */
 static int64_t new_val(struct pk *k, uint8_t type)
 {
@@ -117,7 +100,7 @@ static int64_t new_val(struct pk *k, uint8_t type)
 		fail(k, "more than %u objects", PK_MAX_OBJECTS);
 		return -1;
 	}
-	if (grow((void **)&d->vals, &d->cap_vals, d->nr_vals + 1, sizeof(*d->vals))) {
+	if (ARRAY_RESERVE(d->vals, d->cap_vals, d->nr_vals + 1, 16)) {
 		nomem(k);
 		return -1;
 	}
@@ -131,7 +114,7 @@ static int push(struct pk *k, uint32_t idx)
 {
 	if (k->nr_stack >= PK_MAX_STACK)
 		return fail(k, "stack deeper than %u", PK_MAX_STACK);
-	if (grow((void **)&k->stack, &k->cap_stack, k->nr_stack + 1, sizeof(*k->stack)))
+	if (ARRAY_RESERVE(k->stack, k->cap_stack, k->nr_stack + 1, 16))
 		return nomem(k);
 	k->stack[k->nr_stack++] = idx;
 	return 0;
@@ -180,15 +163,8 @@ static int kids_grow(struct pk *k, struct pk_val *cv, uint32_t need)
 	if (ncap > d->bump_left) {
 		size_t sz = ncap > PK_CHUNK_KIDS ? ncap : PK_CHUNK_KIDS;
 
-		if (d->nr_chunks == d->cap_chunks) {
-			size_t nc = d->cap_chunks ? 2 * d->cap_chunks : 16;
-			void **c = realloc(d->chunks, nc * sizeof(*c));
-
-			if (!c)
-				return nomem(k);
-			d->chunks = c;
-			d->cap_chunks = nc;
-		}
+		if (ARRAY_RESERVE(d->chunks, d->cap_chunks, d->nr_chunks + 1, 16))
+			return nomem(k);
 		if (!(p = malloc(sz * sizeof(uint32_t))))
 			return nomem(k);
 		d->chunks[d->nr_chunks++] = p;
@@ -272,7 +248,7 @@ static int memo_put(struct pk *k, uint64_t slot)
 	if (slot >= k->cap_memo) {
 		uint32_t old = k->cap_memo;
 
-		if (grow((void **)&k->memo, &k->cap_memo, (uint32_t)slot + 1, sizeof(*k->memo)))
+		if (ARRAY_RESERVE(k->memo, k->cap_memo, (uint32_t)slot + 1, 16))
 			return nomem(k);
 		memset(k->memo + old, 0xff, (size_t)(k->cap_memo - old) * sizeof(*k->memo));
 	}
@@ -309,11 +285,200 @@ static int text(struct pk *k, uint8_t type, int lenbytes, const char *what)
 	return 0;
 }
 
-static int run(struct pk *k)
+/* NONE, booleans, integers and floats: pushed */
+static int op_scalar(struct pk *k, int op)
 {
 	struct pk_val *v;
-	uint32_t first = 0, a, b;
+	int err = 0;
+
+	switch (op) {
+	case OP_NONE:
+		err = push_new(k, PK_NONE, NULL);
+		break;
+	case OP_NEWTRUE:
+	case OP_NEWFALSE:
+		if (!(err = push_new(k, PK_BOOL, &v)))
+			v->i = op == OP_NEWTRUE;
+		break;
+	case OP_BININT:
+		if (!have(k, 4, "BININT"))
+			return -EINVAL;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = (int32_t)(uint32_t)le(k->p, 4);
+		k->p += 4;
+		break;
+	case OP_BININT1:
+		if (!have(k, 1, "BININT1"))
+			return -EINVAL;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = *k->p;
+		k->p += 1;
+		break;
+	case OP_BININT2:
+		if (!have(k, 2, "BININT2"))
+			return -EINVAL;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = (int64_t)le(k->p, 2);
+		k->p += 2;
+		break;
+	case OP_LONG1:
+	case OP_LONG4: {
+		int lb = op == OP_LONG1 ? 1 : 4;
+		uint64_t n, u;
+
+		if (!have(k, lb, "LONG"))
+			return -EINVAL;
+		n = le(k->p, lb);
+		k->p += lb;
+		if (n > 8)
+			return fail(k, "integer of %llu bytes (this reads up to 64 bits)",
+				    (unsigned long long)n);
+		if (!have(k, n, "LONG"))
+			return -EINVAL;
+		u = le(k->p, (int)n);
+		if (n && n < 8 && (k->p[n - 1] & 0x80))	/* two's complement: sign-extend */
+			u |= ~0ULL << (8 * n);
+		k->p += n;
+		if (!(err = push_new(k, PK_INT, &v)))
+			v->i = (int64_t)u;
+		break;
+	}
+	case OP_BINFLOAT: {
+		uint64_t u = 0;
+		double f;
+
+		if (!have(k, 8, "BINFLOAT"))
+			return -EINVAL;
+		for (int i = 0; i < 8; i++)	/* big-endian */
+			u = u << 8 | k->p[i];
+		k->p += 8;
+		memcpy(&f, &u, sizeof(f));
+		if (!(err = push_new(k, PK_FLOAT, &v)))
+			v->f = f;
+		break;
+	}
+	}
+	return err;
+}
+
+/* tuples, lists and dicts: built from the stack, or added to */
+static int op_container(struct pk *k, int op)
+{
+	uint32_t first = 0, a;
 	int64_t idx;
+	int err = 0;
+
+	switch (op) {
+	case OP_TUPLE1:
+	case OP_TUPLE2:
+	case OP_TUPLE3: {
+		uint32_t n = op - OP_TUPLE1 + 1;
+
+		if (k->nr_stack < n)
+			return fail(k, "TUPLE%u from %u values", n, k->nr_stack);
+		if ((idx = new_val(k, PK_TUPLE)) < 0)
+			return k->nomem ? -ENOMEM : -EINVAL;
+		if ((err = collect(k, (uint32_t)idx, k->nr_stack - n, false)))
+			return err;
+		err = push(k, (uint32_t)idx);
+		break;
+	}
+	case OP_TUPLE:
+	case OP_LIST:
+	case OP_DICT:
+		if ((err = pop_mark(k, &first)))
+			return err;
+		idx = new_val(k, op == OP_TUPLE ? PK_TUPLE : op == OP_LIST ? PK_LIST : PK_DICT);
+		if (idx < 0)
+			return k->nomem ? -ENOMEM : -EINVAL;
+		if ((err = collect(k, (uint32_t)idx, first, op == OP_DICT)))
+			return err;
+		err = push(k, (uint32_t)idx);
+		break;
+	case OP_APPEND:
+		if (k->nr_stack < 2)
+			return fail(k, "APPEND with %u values", k->nr_stack);
+		a = k->stack[k->nr_stack - 2];
+		if (k->doc->vals[a].type != PK_LIST)
+			return fail(k, "APPEND to a non-list");
+		if ((err = collect(k, a, k->nr_stack - 1, false)))
+			return err;
+		break;
+	case OP_APPENDS:
+		if ((err = pop_mark(k, &first)))
+			return err;
+		if (!first)
+			return fail(k, "APPENDS without a list");
+		a = k->stack[first - 1];
+		if (k->doc->vals[a].type != PK_LIST)
+			return fail(k, "APPENDS to a non-list");
+		err = collect(k, a, first, false);
+		break;
+	case OP_SETITEM:
+		if (k->nr_stack < 3)
+			return fail(k, "SETITEM with %u values", k->nr_stack);
+		a = k->stack[k->nr_stack - 3];
+		if (k->doc->vals[a].type != PK_DICT)
+			return fail(k, "SETITEM on a non-dict");
+		err = collect(k, a, k->nr_stack - 2, true);
+		break;
+	case OP_SETITEMS:
+		if ((err = pop_mark(k, &first)))
+			return err;
+		if (!first)
+			return fail(k, "SETITEMS without a dict");
+		a = k->stack[first - 1];
+		if (k->doc->vals[a].type != PK_DICT)
+			return fail(k, "SETITEMS on a non-dict");
+		err = collect(k, a, first, true);
+		break;
+	}
+	return err;
+}
+
+/* the memo: PUT and MEMOIZE store the top of the stack, GET pushes it again */
+static int op_memo(struct pk *k, int op)
+{
+	uint32_t b;
+	int err = 0;
+
+	switch (op) {
+	case OP_BINPUT:
+		if (!have(k, 1, "BINPUT"))
+			return -EINVAL;
+		err = memo_put(k, *k->p++);
+		break;
+	case OP_LONG_BINPUT:
+		if (!have(k, 4, "LONG_BINPUT"))
+			return -EINVAL;
+		b = (uint32_t)le(k->p, 4);
+		k->p += 4;
+		err = memo_put(k, b);
+		break;
+	case OP_MEMOIZE:
+		err = memo_put(k, k->nr_memo);
+		if (!err)
+			k->nr_memo++;
+		break;
+	case OP_BINGET:
+		if (!have(k, 1, "BINGET"))
+			return -EINVAL;
+		err = memo_get(k, *k->p++);
+		break;
+	case OP_LONG_BINGET:
+		if (!have(k, 4, "LONG_BINGET"))
+			return -EINVAL;
+		b = (uint32_t)le(k->p, 4);
+		k->p += 4;
+		err = memo_get(k, b);
+		break;
+	}
+	return err;
+}
+
+static int run(struct pk *k)
+{
+	uint32_t first = 0;
 	int err = 0, op;
 	const char *bad;
 
@@ -367,70 +532,16 @@ static int run(struct pk *k)
 			err = push(k, k->stack[k->nr_stack - 1]);
 			break;
 		case OP_NONE:
-			err = push_new(k, PK_NONE, NULL);
-			break;
 		case OP_NEWTRUE:
 		case OP_NEWFALSE:
-			if (!(err = push_new(k, PK_BOOL, &v)))
-				v->i = op == OP_NEWTRUE;
-			break;
 		case OP_BININT:
-			if (!have(k, 4, "BININT"))
-				return -EINVAL;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = (int32_t)(uint32_t)le(k->p, 4);
-			k->p += 4;
-			break;
 		case OP_BININT1:
-			if (!have(k, 1, "BININT1"))
-				return -EINVAL;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = *k->p;
-			k->p += 1;
-			break;
 		case OP_BININT2:
-			if (!have(k, 2, "BININT2"))
-				return -EINVAL;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = (int64_t)le(k->p, 2);
-			k->p += 2;
-			break;
 		case OP_LONG1:
-		case OP_LONG4: {
-			int lb = op == OP_LONG1 ? 1 : 4;
-			uint64_t n, u;
-
-			if (!have(k, lb, "LONG"))
-				return -EINVAL;
-			n = le(k->p, lb);
-			k->p += lb;
-			if (n > 8)
-				return fail(k, "integer of %llu bytes (this reads up to 64 bits)",
-					    (unsigned long long)n);
-			if (!have(k, n, "LONG"))
-				return -EINVAL;
-			u = le(k->p, (int)n);
-			if (n && n < 8 && (k->p[n - 1] & 0x80))	/* two's complement: sign-extend */
-				u |= ~0ULL << (8 * n);
-			k->p += n;
-			if (!(err = push_new(k, PK_INT, &v)))
-				v->i = (int64_t)u;
+		case OP_LONG4:
+		case OP_BINFLOAT:
+			err = op_scalar(k, op);
 			break;
-		}
-		case OP_BINFLOAT: {
-			uint64_t u = 0;
-			double f;
-
-			if (!have(k, 8, "BINFLOAT"))
-				return -EINVAL;
-			for (int i = 0; i < 8; i++)	/* big-endian */
-				u = u << 8 | k->p[i];
-			k->p += 8;
-			memcpy(&f, &u, sizeof(f));
-			if (!(err = push_new(k, PK_FLOAT, &v)))
-				v->f = f;
-			break;
-		}
 		case OP_SHORT_BINUNICODE:
 			err = text(k, PK_STR, 1, "SHORT_BINUNICODE");
 			break;
@@ -466,95 +577,22 @@ static int run(struct pk *k)
 			break;
 		case OP_TUPLE1:
 		case OP_TUPLE2:
-		case OP_TUPLE3: {
-			uint32_t n = op - OP_TUPLE1 + 1;
-
-			if (k->nr_stack < n)
-				return fail(k, "TUPLE%u from %u values", n, k->nr_stack);
-			if ((idx = new_val(k, PK_TUPLE)) < 0)
-				return k->nomem ? -ENOMEM : -EINVAL;
-			if ((err = collect(k, (uint32_t)idx, k->nr_stack - n, false)))
-				return err;
-			err = push(k, (uint32_t)idx);
-			break;
-		}
+		case OP_TUPLE3:
 		case OP_TUPLE:
 		case OP_LIST:
 		case OP_DICT:
-			if ((err = pop_mark(k, &first)))
-				return err;
-			idx = new_val(k, op == OP_TUPLE ? PK_TUPLE : op == OP_LIST ? PK_LIST : PK_DICT);
-			if (idx < 0)
-				return k->nomem ? -ENOMEM : -EINVAL;
-			if ((err = collect(k, (uint32_t)idx, first, op == OP_DICT)))
-				return err;
-			err = push(k, (uint32_t)idx);
-			break;
 		case OP_APPEND:
-			if (k->nr_stack < 2)
-				return fail(k, "APPEND with %u values", k->nr_stack);
-			a = k->stack[k->nr_stack - 2];
-			if (k->doc->vals[a].type != PK_LIST)
-				return fail(k, "APPEND to a non-list");
-			if ((err = collect(k, a, k->nr_stack - 1, false)))
-				return err;
-			break;
 		case OP_APPENDS:
-			if ((err = pop_mark(k, &first)))
-				return err;
-			if (!first)
-				return fail(k, "APPENDS without a list");
-			a = k->stack[first - 1];
-			if (k->doc->vals[a].type != PK_LIST)
-				return fail(k, "APPENDS to a non-list");
-			err = collect(k, a, first, false);
-			break;
 		case OP_SETITEM:
-			if (k->nr_stack < 3)
-				return fail(k, "SETITEM with %u values", k->nr_stack);
-			a = k->stack[k->nr_stack - 3];
-			if (k->doc->vals[a].type != PK_DICT)
-				return fail(k, "SETITEM on a non-dict");
-			err = collect(k, a, k->nr_stack - 2, true);
-			break;
 		case OP_SETITEMS:
-			if ((err = pop_mark(k, &first)))
-				return err;
-			if (!first)
-				return fail(k, "SETITEMS without a dict");
-			a = k->stack[first - 1];
-			if (k->doc->vals[a].type != PK_DICT)
-				return fail(k, "SETITEMS on a non-dict");
-			err = collect(k, a, first, true);
+			err = op_container(k, op);
 			break;
 		case OP_BINPUT:
-			if (!have(k, 1, "BINPUT"))
-				return -EINVAL;
-			err = memo_put(k, *k->p++);
-			break;
 		case OP_LONG_BINPUT:
-			if (!have(k, 4, "LONG_BINPUT"))
-				return -EINVAL;
-			b = (uint32_t)le(k->p, 4);
-			k->p += 4;
-			err = memo_put(k, b);
-			break;
 		case OP_MEMOIZE:
-			err = memo_put(k, k->nr_memo);
-			if (!err)
-				k->nr_memo++;
-			break;
 		case OP_BINGET:
-			if (!have(k, 1, "BINGET"))
-				return -EINVAL;
-			err = memo_get(k, *k->p++);
-			break;
 		case OP_LONG_BINGET:
-			if (!have(k, 4, "LONG_BINGET"))
-				return -EINVAL;
-			b = (uint32_t)le(k->p, 4);
-			k->p += 4;
-			err = memo_get(k, b);
+			err = op_memo(k, op);
 			break;
 		default:
 			k->p--;
@@ -702,18 +740,6 @@ void pk_out_int(struct pk_out *o, int64_t v)
 	for (int i = 0; i < n; i++)
 		b[2 + i] = (uint8_t)((uint64_t)v >> (8 * i));
 	out_bytes(o, b, 2 + n);
-}
-
-void pk_out_float(struct pk_out *o, double v)
-{
-	uint8_t b[9];
-	uint64_t u;
-
-	memcpy(&u, &v, sizeof(u));
-	b[0] = OP_BINFLOAT;
-	for (int i = 0; i < 8; i++)
-		b[1 + i] = (uint8_t)(u >> (8 * (7 - i)));
-	out_bytes(o, b, 9);
 }
 
 void pk_out_str(struct pk_out *o, const char *s)

@@ -85,7 +85,6 @@ void pk_out_end(struct pk_out *o);	/* STOP */
 void pk_out_none(struct pk_out *o);
 void pk_out_bool(struct pk_out *o, bool b);
 void pk_out_int(struct pk_out *o, int64_t v);
-void pk_out_float(struct pk_out *o, double v);
 void pk_out_str(struct pk_out *o, const char *s);
 /* containers: open, the items (dict: key then value), close */
 void pk_out_dict(struct pk_out *o);

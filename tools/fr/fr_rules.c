@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 const char *const rule_names[RULE__COUNT] = {
 	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
@@ -291,15 +292,12 @@ nomem:
  * only when the dumps' own times prove it had not entered it well after others had
  * (fr_timing.c); a rank whose dump is older than what the others show is never blamed. The
  * lowest such collective is the verdict's. */
-static int missing_rank(struct fr_analysis *a, int cid)
+/* Each placed member's last collective entered (m->eff_last: the header's, or its newest
+ * entry's if newer; 0 when its whole history is in the ring and it ran none); the newest of
+ * them, FR_UNK when none is known. *unknown: a member whose position is not known, or -1. */
+static int64_t members_last_entered(struct fr_analysis *a, const struct comm *c, int *unknown)
 {
-	struct comm *c = &a->comms[cid];
-	int64_t maxeff = FR_UNK, s = FR_UNK, minlag = FR_UNK;
-	struct ivec culprits = { 0 }, behind = { 0 }, waiting = { 0 }, dead = { 0 };
-	struct timing_comm t = { 0 };
-	int unknown = -1, ai, err = -ENOMEM, how = 0;
-	int8_t *proven = NULL;
-	struct verdict *v;
+	int64_t maxeff = FR_UNK;
 
 	for (int i = 0; i < c->members.n; i++) {
 		struct member *m = &a->members[c->members.v[i]];
@@ -315,12 +313,41 @@ static int missing_rank(struct fr_analysis *a, int cid)
 			eff = 0;	/* whole history in the ring: it never ran one */
 		m->eff_last = eff;
 		if (eff == FR_UNK) {
-			unknown = c->members.v[i];
+			*unknown = c->members.v[i];
 			continue;
 		}
 		if (maxeff == FR_UNK || eff > maxeff)
 			maxeff = eff;
 	}
+	return maxeff;
+}
+
+/* A culprit's own stack must not show it blocked in an NCCL call like the waiting ranks: then
+ * its ring is older than its stack (or lost the entry), and the verdict is doubtful. */
+static void culprit_stack_check(struct fr_analysis *a, struct verdict *v)
+{
+	for (int i = 0; i < v->culprits.n; i++) {
+		const struct proc *p = &a->procs[a->members[v->culprits.v[i]].proc];
+
+		if (p->snap.present && !p->snap.exited && p->snap.tid != FR_UNK &&
+		    p->snap.where == FR_WHERE_NCCL && p->snap.progress != FR_PROG_YES) {
+			set_low(v, LOW_STACK_DISAGREES, a->members[v->culprits.v[i]].proc, FR_UNK);
+			break;
+		}
+	}
+}
+
+static int missing_rank(struct fr_analysis *a, int cid)
+{
+	struct comm *c = &a->comms[cid];
+	int64_t maxeff, s = FR_UNK, minlag = FR_UNK;
+	struct ivec culprits = { 0 }, behind = { 0 }, waiting = { 0 }, dead = { 0 };
+	struct timing_comm t = { 0 };
+	int unknown = -1, ai, err = -ENOMEM, how = 0;
+	int8_t *proven = NULL;
+	struct verdict *v;
+
+	maxeff = members_last_entered(a, c, &unknown);
 	if (maxeff == FR_UNK || maxeff <= 0)
 		return 0;
 	if (timing_comm_build(a, cid, &t) ||
@@ -443,17 +470,7 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	check_dropped(a, v);
 	if (unknown >= 0)
 		set_low(v, LOW_POSITION_UNKNOWN, a->members[unknown].proc, FR_UNK);
-	/* its own stack must not show it blocked in an NCCL call like the waiting ranks: then
-	 * its ring is older than its stack (or lost the entry), and the verdict is doubtful */
-	for (int i = 0; i < v->culprits.n; i++) {
-		const struct proc *p = &a->procs[a->members[v->culprits.v[i]].proc];
-
-		if (p->snap.present && !p->snap.exited && p->snap.tid != FR_UNK &&
-		    p->snap.where == FR_WHERE_NCCL && p->snap.progress != FR_PROG_YES) {
-			set_low(v, LOW_STACK_DISAGREES, a->members[v->culprits.v[i]].proc, FR_UNK);
-			break;
-		}
-	}
+	culprit_stack_check(a, v);
 	timing_comm_free(&t);
 	free(proven);
 	return 0;
@@ -943,7 +960,7 @@ static int rule_stuck(struct fr_analysis *a)
 			dur = ns_diff(p->dump_time_ns, ic->entered_ns);
 			if (dur <= a->opts.stuck_ns)
 				continue;
-			if (grow((void **)&calls, &cap, n + 1, sizeof(*calls)))
+			if (ARRAY_RESERVE(calls, cap, n + 1, 16))
 				goto nomem;
 			calls[n++] = (struct stuck_call){ ic->api, pi, i, dur };
 		}

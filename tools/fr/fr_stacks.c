@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 const char *kstr(const struct fr_analysis *a, uint32_t off)
 {
@@ -37,11 +38,11 @@ static int intern(struct fr_analysis *a, const char *s, uint32_t *out)
 		return -ENOMEM;
 	if (!a->nr_strs) {
 		/* offset 0 is "" */
-		if (grow((void **)&a->strs, &a->cap_strs, 1, 1))
+		if (ARRAY_RESERVE(a->strs, a->cap_strs, 1, 16))
 			return -ENOMEM;
 		a->strs[a->nr_strs++] = 0;
 	}
-	if (grow((void **)&a->strs, &a->cap_strs, a->nr_strs + len, 1))
+	if (ARRAY_RESERVE(a->strs, a->cap_strs, a->nr_strs + len, 16))
 		return -ENOMEM;
 	memcpy(a->strs + a->nr_strs, s, len);
 	*out = (uint32_t)a->nr_strs;
@@ -103,8 +104,7 @@ int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d)
 	a->nr_with_stacks++;
 	if (last->issuing < 0 || !last->nr_frames)
 		return 0;
-	if (grow((void **)&a->frames, &a->cap_frames, a->nr_frames + last->nr_frames,
-		 sizeof(*a->frames)))
+	if (ARRAY_RESERVE(a->frames, a->cap_frames, a->nr_frames + last->nr_frames, 16))
 		return -ENOMEM;
 	p->snap.frames = a->nr_frames;
 	p->snap.nr_frames = last->nr_frames;
@@ -175,9 +175,8 @@ int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d)
 				continue;
 			}
 		}
-		if (grow((void **)&a->pystacks, &a->cap_pystacks, a->nr_pystacks + 1,
-			 sizeof(*a->pystacks)) ||
-		    grow((void **)&a->frames, &a->cap_frames, a->nr_frames + s->nr, sizeof(*a->frames)))
+		if (ARRAY_RESERVE(a->pystacks, a->cap_pystacks, a->nr_pystacks + 1, 16) ||
+		    ARRAY_RESERVE(a->frames, a->cap_frames, a->nr_frames + s->nr, 16))
 			return -ENOMEM;
 		k = &a->pystacks[a->nr_pystacks];
 		k->hash = h;

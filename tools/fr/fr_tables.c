@@ -1,35 +1,15 @@
 // SPDX-License-Identifier: MIT
-/* fr_tables: growable arrays and the hash indexes over comms, (comm, seq) aggregates and p2p
+/* fr_tables: int vectors and the hash indexes over comms, (comm, seq) aggregates and p2p
  * channels (on user/base/hashmap.h's u64map). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
-
-int grow(void **arr, int *cap, int need, size_t elem)
-{
-	void *p;
-	int ncap;
-
-	if (need <= *cap)
-		return 0;
-	ncap = *cap ? *cap : 16;
-	while (ncap < need) {
-		if (ncap > INT32_MAX / 2)
-			return -ENOMEM;
-		ncap *= 2;
-	}
-	p = realloc(*arr, (size_t)ncap * elem);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
+#include "growbuf.h"
 
 int ivec_push(struct ivec *iv, int x)
 {
-	if (grow((void **)&iv->v, &iv->cap, iv->n + 1, sizeof(int)))
+	if (ARRAY_RESERVE(iv->v, iv->cap, iv->n + 1, 16))
 		return -ENOMEM;
 	iv->v[iv->n++] = x;
 	return 0;
@@ -77,7 +57,7 @@ static int index_add(struct fr_index *x, uint64_t h, int i)
 {
 	int prev = index_first(x, h);
 
-	if (grow((void **)&x->next, &x->cap, i + 1, sizeof(*x->next)))
+	if (ARRAY_RESERVE(x->next, x->cap, i + 1, 16))
 		return -ENOMEM;
 	if (u64map__set(&x->heads, index_key(h), (uint64_t)i + 1))
 		return -ENOMEM;
@@ -119,7 +99,7 @@ int comm_get(struct fr_analysis *a, const char *id)
 
 	if (i >= 0)
 		return i;
-	if (grow((void **)&a->comms, &a->cap_comms, a->nr_comms + 1, sizeof(*a->comms)))
+	if (ARRAY_RESERVE(a->comms, a->cap_comms, a->nr_comms + 1, 16))
 		return -ENOMEM;
 	i = a->nr_comms;
 	memset(&a->comms[i], 0, sizeof(a->comms[i]));
@@ -151,7 +131,7 @@ int agg_get(struct fr_analysis *a, int comm, int64_t seq)
 		a->aggs_full = true;
 		return -1;
 	}
-	if (grow((void **)&a->aggs, &a->cap_aggs, a->nr_aggs + 1, sizeof(*a->aggs)))
+	if (ARRAY_RESERVE(a->aggs, a->cap_aggs, a->nr_aggs + 1, 16))
 		return -ENOMEM;
 	i = a->nr_aggs;
 	memset(&a->aggs[i], 0, sizeof(a->aggs[i]));
@@ -179,7 +159,7 @@ int chan_get(struct fr_analysis *a, int comm, int src, int dst)
 		a->chans_full = true;
 		return -1;
 	}
-	if (grow((void **)&a->chans, &a->cap_chans, a->nr_chans + 1, sizeof(*a->chans)))
+	if (ARRAY_RESERVE(a->chans, a->cap_chans, a->nr_chans + 1, 16))
 		return -ENOMEM;
 	i = a->nr_chans;
 	memset(&a->chans[i], 0, sizeof(a->chans[i]));

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
+#include "growbuf.h"
 
 static int64_t i64_abs(int64_t v) { return v < 0 ? (v == INT64_MIN ? INT64_MAX : -v) : v; }
 
@@ -55,6 +56,8 @@ static int add_note(struct fr_analysis *a, char *line)
 	a->notes[a->nr_notes++] = line;
 	return 0;
 }
+
+static int timing_notes(struct fr_analysis *a);
 
 /* Gives the procs of one clock one host id: one host name and one boot. A dump without a host
  * name has a clock of its own; a host name whose dumps disagree on the boot is several
@@ -131,7 +134,7 @@ static int cmp_i64(const void *x, const void *y)
 	return p < q ? -1 : p > q;
 }
 
-int timing_notes(struct fr_analysis *a)
+static int timing_notes(struct fr_analysis *a)
 {
 	int64_t *t = malloc((a->nr_hosts + 1) * sizeof(*t)), med, far = 0;
 	int n = 0, far_p = -1;
@@ -361,7 +364,7 @@ int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool comp
 	for (int i = 0; i < a->nr_redumps; i++)
 		if (a->redumps[i].proc == pi)
 			return 0;
-	if (grow((void **)&a->redumps, &a->cap_redumps, a->nr_redumps + 1, sizeof(*a->redumps)))
+	if (ARRAY_RESERVE(a->redumps, a->cap_redumps, a->nr_redumps + 1, 16))
 		return -ENOMEM;
 	r = &a->redumps[a->nr_redumps++];
 	r->proc = pi;

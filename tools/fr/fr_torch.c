@@ -27,6 +27,7 @@
 #include "fr_pickle.h"
 #include "fr_torch.h"
 #include "atomic_file.h"
+#include "growbuf.h"
 
 /* c10::ScalarType names (toString) <-> enum fr_dtype */
 static const struct {
@@ -241,28 +242,18 @@ struct pg_map {
 	int comm;
 };
 
-static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
+struct pg_maps {
+	struct pg_map *map;
+	size_t nr, cap;
+};
+
+/* pg_config: {name: {"name", "desc", "ranks"}} -> comms */
+static int parse_pg_config(struct fr_dump *d, const struct pk_doc *doc, const struct pk_val *cfg,
+			   int64_t grank)
 {
-	const struct pk_val *top = pk_at(doc, doc->root), *cfg, *status, *entries, *v;
-	struct pg_map *map = NULL;
-	size_t nr_map = 0, cap_map = 0;
 	char id[FR_ID_LEN];
-	int err = 0, idx;
+	int idx;
 
-	if (top->type != PK_DICT)
-		return fail(d, "the top level is not a dict");
-	v = pk_get(doc, top, "version");
-	if (!pk_str_copy(v, d->torch_version, sizeof(d->torch_version)))
-		return fail(d, "no \"version\" string (not a flight-recorder dump)");
-	cfg = pk_get(doc, top, "pg_config");
-	if (!cfg || cfg->type != PK_DICT)
-		return fail(d, "no \"pg_config\" dict (not a flight-recorder dump)");
-	v = pk_get(doc, top, "comm_lib_version");
-	if (!v)
-		v = pk_get(doc, top, "nccl_version");	/* 2.7 */
-	pk_str_copy(v, d->nccl_version, sizeof(d->nccl_version));
-
-	/* pg_config: {name: {"name", "desc", "ranks"}} -> comms */
 	for (uint32_t i = 0; i < cfg->n; i++) {
 		const struct pk_val *key = pk_at(doc, cfg->kids[2 * i]);
 		const struct pk_val *pg = pk_at(doc, cfg->kids[2 * i + 1]);
@@ -287,82 +278,95 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 		if (!strcmp(desc, "default_pg") && nranks != FR_UNK)
 			d->world_size = nranks;
 	}
+	return 0;
+}
 
-	entries = pk_get(doc, top, "entries");
+/* One pass over an entry's keys (a lookup per field would compare each of ~20 keys a dozen
+ * times: this loop is what reading 16k ranks costs): its fields into e, and where its pg is
+ * named (*pg_id, *pgv) and its stack (*frames). */
+static void entry_fields(const struct pk_doc *doc, const struct pk_val *en, struct fr_entry *e,
+			 int64_t *pg_id, const struct pk_val **pgv, const struct pk_val **frames)
+{
+	char state[16] = "";
+
+	for (uint32_t k = 0; k < en->n; k++) {
+		const struct pk_val *key = pk_at(doc, en->kids[2 * k]);
+		const struct pk_val *val = pk_at(doc, en->kids[2 * k + 1]);
+
+#define KEY_IS(lit) (key->n == sizeof(lit) - 1 && !memcmp(key->s, lit, sizeof(lit) - 1))
+		if (key->type != PK_STR)
+			continue;
+		if (KEY_IS("record_id"))
+			e->record_id = int_of(val);
+		else if (KEY_IS("pg_id"))
+			*pg_id = int_of(val);
+		else if (KEY_IS("process_group"))
+			*pgv = val;
+		else if (KEY_IS("collective_seq_id"))
+			e->coll_seq = int_of(val);
+		else if (KEY_IS("p2p_seq_id"))
+			e->p2p_seq = int_of(val);
+		else if (KEY_IS("time_created_ns"))
+			e->created_ns = int_of(val);
+		else if (KEY_IS("time_discovered_completed_ns"))
+			e->completed_ns = int_of(val);
+		else if (KEY_IS("input_sizes"))
+			e->in_size = torch_sizes(doc, val);
+		else if (KEY_IS("output_sizes"))
+			e->out_size = torch_sizes(doc, val);
+		else if (KEY_IS("input_dtypes"))
+			e->dtype = torch_dtype(val, doc);
+		else if (KEY_IS("profiling_name"))
+			e->op = torch_op(val, &e->peer);
+		else if (KEY_IS("frames"))
+			*frames = val;
+		else if (KEY_IS("state") && pk_str_copy(val, state, sizeof(state)))
+			e->state = !strcmp(state, "completed") ? FR_ST_COMPLETED :
+				   !strcmp(state, "started") ? FR_ST_STARTED :
+				   !strcmp(state, "scheduled") ? FR_ST_ENQUEUED : FR_ST_UNKNOWN;
+#undef KEY_IS
+	}
+}
+
+/* "entries": each entry added to its pg's comm (by name, else by pg_id through the map this
+ * builds, m) */
+static int parse_entries(struct fr_dump *d, const struct pk_doc *doc, const struct pk_val *entries,
+			 int64_t grank, struct pg_maps *m)
+{
+	char id[FR_ID_LEN];
+	int err, idx;
+
 	if (entries && entries->type != PK_LIST && entries->type != PK_NONE)
 		return fail(d, "\"entries\" is not a list");
 	for (uint32_t i = 0; entries && entries->type == PK_LIST && i < entries->n; i++) {
 		const struct pk_val *en = pk_item(doc, entries, i), *pgv, *name, *frames;
 		struct fr_entry e;
-		char state[16] = "";
 		int64_t pg_id;
 
-		if (en->type != PK_DICT) {
-			err = fail(d, "an entry is not a dict");
-			goto out;
-		}
+		if (en->type != PK_DICT)
+			return fail(d, "an entry is not a dict");
 		memset(&e, 0, sizeof(e));
 		e.record_id = e.coll_seq = e.p2p_seq = e.created_ns = FR_UNK;
 		e.count = e.in_size = e.out_size = e.completed_ns = FR_UNK;
 		e.root = e.peer = -1;
-		/* one pass over the entry's keys (a lookup per field would compare each of
-		 * ~20 keys a dozen times: this loop is what reading 16k ranks costs) */
 		pg_id = FR_UNK;
 		pgv = NULL;
 		frames = NULL;
-		for (uint32_t k = 0; k < en->n; k++) {
-			const struct pk_val *key = pk_at(doc, en->kids[2 * k]);
-			const struct pk_val *val = pk_at(doc, en->kids[2 * k + 1]);
-
-#define KEY_IS(lit) (key->n == sizeof(lit) - 1 && !memcmp(key->s, lit, sizeof(lit) - 1))
-			if (key->type != PK_STR)
-				continue;
-			if (KEY_IS("record_id"))
-				e.record_id = int_of(val);
-			else if (KEY_IS("pg_id"))
-				pg_id = int_of(val);
-			else if (KEY_IS("process_group"))
-				pgv = val;
-			else if (KEY_IS("collective_seq_id"))
-				e.coll_seq = int_of(val);
-			else if (KEY_IS("p2p_seq_id"))
-				e.p2p_seq = int_of(val);
-			else if (KEY_IS("time_created_ns"))
-				e.created_ns = int_of(val);
-			else if (KEY_IS("time_discovered_completed_ns"))
-				e.completed_ns = int_of(val);
-			else if (KEY_IS("input_sizes"))
-				e.in_size = torch_sizes(doc, val);
-			else if (KEY_IS("output_sizes"))
-				e.out_size = torch_sizes(doc, val);
-			else if (KEY_IS("input_dtypes"))
-				e.dtype = torch_dtype(val, doc);
-			else if (KEY_IS("profiling_name"))
-				e.op = torch_op(val, &e.peer);
-			else if (KEY_IS("frames"))
-				frames = val;
-			else if (KEY_IS("state") && pk_str_copy(val, state, sizeof(state)))
-				e.state = !strcmp(state, "completed") ? FR_ST_COMPLETED :
-					  !strcmp(state, "started") ? FR_ST_STARTED :
-					  !strcmp(state, "scheduled") ? FR_ST_ENQUEUED : FR_ST_UNKNOWN;
-#undef KEY_IS
-		}
+		entry_fields(doc, en, &e, &pg_id, &pgv, &frames);
 		e.redop = FR_RED_NONE;	/* PyTorch records none */
 		if ((err = torch_frames(d, doc, frames, &e.pystack)))
-			goto out;
+			return err;
 		/* the pg: its name from "process_group" (name, desc), else by pg_id */
 		name = pk_item(doc, pgv, 0);
 		idx = -1;
 		if (pk_str_copy(name, id, sizeof(id)) && id[0]) {
 			idx = fr_dump__comm(d, id);
-			if (idx < 0) {
-				err = idx == -ENOMEM ? -ENOMEM : fail(d, "too many process groups");
-				goto out;
-			}
+			if (idx < 0)
+				return idx == -ENOMEM ? -ENOMEM : fail(d, "too many process groups");
 		} else {
-			for (size_t k = 0; k < nr_map; k++)
-				if (map[k].pg_id == pg_id)
-					idx = map[k].comm;
+			for (size_t k = 0; k < m->nr; k++)
+				if (m->map[k].pg_id == pg_id)
+					idx = m->map[k].comm;
 		}
 		if (idx < 0)
 			continue;	/* not attributable to a pg: nothing to align */
@@ -379,19 +383,12 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 		if (pg_id != FR_UNK) {
 			bool known = false;
 
-			for (size_t k = 0; k < nr_map && !known; k++)
-				known = map[k].pg_id == pg_id;
-			if (!known && nr_map < FR_MAX_COMMS_PER_DUMP) {
-				if (nr_map == cap_map) {
-					struct pg_map *m = realloc(map, (cap_map = cap_map ? 2 * cap_map : 8) *
-								   sizeof(*map));
-					if (!m) {
-						err = -ENOMEM;
-						goto out;
-					}
-					map = m;
-				}
-				map[nr_map++] = (struct pg_map){ pg_id, idx };
+			for (size_t k = 0; k < m->nr && !known; k++)
+				known = m->map[k].pg_id == pg_id;
+			if (!known && m->nr < FR_MAX_COMMS_PER_DUMP) {
+				if (ARRAY_RESERVE(m->map, m->cap, m->nr + 1, 8))
+					return -ENOMEM;
+				m->map[m->nr++] = (struct pg_map){ pg_id, idx };
 			}
 		}
 		e.comm = (uint16_t)idx;
@@ -399,12 +396,19 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 		if (err) {
 			if (err == -E2BIG)
 				err = fail(d, "too many entries");
-			goto out;
+			return err;
 		}
 	}
+	return 0;
+}
 
-	/* pg_status: {str(pg_id): {"last_*_collective": n or -1}} */
-	status = pk_get(doc, top, "pg_status");
+/* pg_status: {str(pg_id): {"last_*_collective": n or -1}} */
+static void parse_pg_status(struct fr_dump *d, const struct pk_doc *doc,
+			    const struct pk_val *status, const struct pg_maps *m)
+{
+	char id[FR_ID_LEN];
+	int idx;
+
 	for (uint32_t i = 0; status && status->type == PK_DICT && i < status->n; i++) {
 		const struct pk_val *key = pk_at(doc, status->kids[2 * i]);
 		const struct pk_val *st = pk_at(doc, status->kids[2 * i + 1]);
@@ -418,9 +422,9 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 		if (!pk_str_copy(key, id, sizeof(id)) || st->type != PK_DICT)
 			continue;
 		pg_id = strtol(id, &end, 10);
-		for (size_t k = 0; k < nr_map && end != id && !*end; k++)
-			if (map[k].pg_id == pg_id)
-				idx = map[k].comm;
+		for (size_t k = 0; k < m->nr && end != id && !*end; k++)
+			if (m->map[k].pg_id == pg_id)
+				idx = m->map[k].comm;
 		if (idx < 0)	/* no entry names it: PyTorch names unnamed pgs str(pg_id) */
 			for (size_t k = 0; k < d->nr_comms && idx < 0; k++)
 				if (!strcmp(d->comms[k].id, id))
@@ -445,8 +449,32 @@ static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
 			  &c->last_completed) = val;
 		}
 	}
-out:
-	free(map);
+}
+
+static int parse_doc(struct fr_dump *d, const struct pk_doc *doc, int64_t grank)
+{
+	const struct pk_val *top = pk_at(doc, doc->root), *cfg, *v;
+	struct pg_maps m = {};
+	int err;
+
+	if (top->type != PK_DICT)
+		return fail(d, "the top level is not a dict");
+	v = pk_get(doc, top, "version");
+	if (!pk_str_copy(v, d->torch_version, sizeof(d->torch_version)))
+		return fail(d, "no \"version\" string (not a flight-recorder dump)");
+	cfg = pk_get(doc, top, "pg_config");
+	if (!cfg || cfg->type != PK_DICT)
+		return fail(d, "no \"pg_config\" dict (not a flight-recorder dump)");
+	v = pk_get(doc, top, "comm_lib_version");
+	if (!v)
+		v = pk_get(doc, top, "nccl_version");	/* 2.7 */
+	pk_str_copy(v, d->nccl_version, sizeof(d->nccl_version));
+	if ((err = parse_pg_config(d, doc, cfg, grank)))
+		return err;
+	err = parse_entries(d, doc, pk_get(doc, top, "entries"), grank, &m);
+	if (!err)
+		parse_pg_status(d, doc, pk_get(doc, top, "pg_status"), &m);
+	free(m.map);
 	return err;
 }
 
@@ -514,15 +542,8 @@ int fr_torch_export__add(struct fr_torch_export *x, const struct fr_dump *d)
 		struct xcomm *c = xcomm_find(x, ci->id);
 
 		if (!c) {
-			if (x->nr == x->cap) {
-				size_t ncap = x->cap ? 2 * x->cap : 16;
-				struct xcomm *p = realloc(x->comms, ncap * sizeof(*p));
-
-				if (!p)
-					return -ENOMEM;
-				x->comms = p;
-				x->cap = ncap;
-			}
+			if (ARRAY_RESERVE(x->comms, x->cap, x->nr + 1, 16))
+				return -ENOMEM;
 			c = &x->comms[x->nr++];
 			memset(c, 0, sizeof(*c));
 			snprintf(c->id, sizeof(c->id), "%s", ci->id);

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "growbuf.h"
 #include "report_analyze_int.h"
 
 #define TORCH_TID_UNKNOWN 0x40000000u	/* user/trace/torchprof.c: a torch thread, OS tid unknown */
@@ -76,15 +77,8 @@ static uint32_t row_of(struct ctx *c, struct u64map *rows, struct opsum **sums, 
 		name = rstrings__intern(c->strs, "ProfilerStep*", 13);
 	if (u64map__get(rows, (uint64_t)name + 1, &v))
 		return (uint32_t)v;
-	if (*nr == *cap) {
-		size_t n = *cap ? *cap * 2 : 64;
-		struct opsum *s = realloc(*sums, n * sizeof(*s));
-
-		if (!s)
-			return 0;
-		*sums = s;
-		*cap = n;
-	}
+	if (ARRAY_RESERVE(*sums, *cap, *nr + 1, 64))
+		return 0;
 	memset(&(*sums)[*nr], 0, sizeof(**sums));
 	(*sums)[*nr].name = name;
 	(*sums)[*nr].annotation = annotation;

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "growbuf.h"
 #include "jsonlex.h"
 #include "report.h"
 
@@ -81,15 +82,8 @@ uint32_t rstrings__intern(struct rstrings *s, const char *str, size_t len)
 			return s->slots[h] - 1;
 		h = (h + 1) & (s->slot_cap - 1);
 	}
-	if (s->nr == s->cap) {
-		uint32_t cap = s->cap ? s->cap * 2 : 1024;
-		char **n = realloc(s->str, cap * sizeof(*n));
-
-		if (!n)
-			return 0;
-		s->str = n;
-		s->cap = cap;
-	}
+	if (ARRAY_RESERVE(s->str, s->cap, s->nr + 1, 1024))
+		return 0;
 	s->str[s->nr] = strndup(str, len);
 	if (!s->str[s->nr])
 		return 0;
@@ -582,15 +576,8 @@ static int take_event(struct rinput *in, struct rstrings *strs, const struct ev_
 	} else {
 		return 0;
 	}
-	if (in->nr == in->cap) {
-		size_t cap = in->cap ? in->cap * 2 : 4096;
-		struct rev *n = realloc(in->ev, cap * sizeof(*n));
-
-		if (!n)
-			return -1;
-		in->ev = n;
-		in->cap = cap;
-	}
+	if (ARRAY_RESERVE(in->ev, in->cap, in->nr + 1, 4096))
+		return -1;
 	e = &in->ev[in->nr++];
 	memset(e, 0, sizeof(*e));
 	e->ts = (uint64_t)us_to_ns(f->ts);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "elfsym.h"
+#include "growbuf.h"
 
 #define BUILD_ID_MAX	64	/* bytes; GNU ld emits 20 (sha1), 16 (md5/uuid) or 8 (xxhash) */
 #define NO_SYM		UINT32_MAX
@@ -794,15 +795,8 @@ static bool same_file(const struct cache_file *f, const struct stat *st)
 static int remember_file(struct elfsym_cache *cache, const struct stat *st, struct elfsym *es,
 			 int err)
 {
-	if (cache->nr_files == cache->cap_files) {
-		size_t cap = cache->cap_files ? cache->cap_files * 2 : 16;
-		struct cache_file *files = realloc(cache->files, cap * sizeof(*files));
-
-		if (!files)
-			return -ENOMEM;
-		cache->files = files;
-		cache->cap_files = cap;
-	}
+	if (ARRAY_RESERVE(cache->files, cache->cap_files, cache->nr_files + 1, 16))
+		return -ENOMEM;
 	cache->files[cache->nr_files++] = (struct cache_file){
 		.dev = st->st_dev, .ino = st->st_ino, .size = st->st_size, .mtime = st->st_mtim,
 		.es = es, .err = err,
@@ -812,15 +806,8 @@ static int remember_file(struct elfsym_cache *cache, const struct stat *st, stru
 
 static int own(struct elfsym_cache *cache, struct elfsym *es)
 {
-	if (cache->nr_owned == cache->cap_owned) {
-		size_t cap = cache->cap_owned ? cache->cap_owned * 2 : 16;
-		struct elfsym **owned = realloc(cache->owned, cap * sizeof(*owned));
-
-		if (!owned)
-			return -ENOMEM;
-		cache->owned = owned;
-		cache->cap_owned = cap;
-	}
+	if (ARRAY_RESERVE(cache->owned, cache->cap_owned, cache->nr_owned + 1, 16))
+		return -ENOMEM;
 	cache->owned[cache->nr_owned++] = es;
 	return 0;
 }

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* A growable byte buffer whose failure is sticky: after an allocation fails every later add
+/* The growable arrays of user/ and tools/: ARRAY_RESERVE below for an array of any type, and
+ * struct growbuf for bytes.
+ *
+ * A growable byte buffer whose failure is sticky: after an allocation fails every later add
  * is dropped and `failed` stays set, so a writer adds freely and checks once at the end. The
  * bytes are always NUL-terminated (p[len] == 0 once anything was added), so text built in it
  * is a C string. Header-only: tools/ link it without pulling libtptrace.a. Used by the
@@ -10,8 +13,50 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Room for need elements of elem bytes in the array whose pointer is at arrp (any object
+ * pointer type) and whose capacity, in elements, is *cap: the capacity doubles from first (or
+ * from *cap) until it holds need. 0, or -ENOMEM with the array and *cap unchanged. */
+static inline int array__reserve(void *arrp, size_t *cap, size_t need, size_t elem, size_t first)
+{
+	size_t c = *cap ? *cap : first;
+	void *old, *p;
+
+	if (need <= *cap)
+		return 0;
+	while (c < need) {
+		if (c > SIZE_MAX / 2)
+			return -ENOMEM;
+		c *= 2;
+	}
+	if (c > SIZE_MAX / elem)
+		return -ENOMEM;
+	memcpy(&old, arrp, sizeof(old));
+	p = realloc(old, c * elem);
+	if (!p)
+		return -ENOMEM;
+	memcpy(arrp, &p, sizeof(p));
+	*cap = c;
+	return 0;
+}
+
+/* array__reserve for an array arr (an lvalue: T *) and its capacity cap (an lvalue of any
+ * unsigned or int type): ARRAY_RESERVE(v, cap_v, nr_v + 1, 64) before v[nr_v++] = x. 0, or
+ * -ENOMEM (cap unchanged, and still true of arr) when memory or cap's type runs out. */
+#define ARRAY_RESERVE(arr, cap, need, first) __extension__ ({				\
+	size_t cap_ = (size_t)(cap);							\
+	int err_ = (size_t)(need) <= cap_ ? 0 :						\
+		   array__reserve(&(arr), &cap_, (need), sizeof(*(arr)), (first));	\
+											\
+	if (!err_ && cap_ != (size_t)(__typeof__(cap))cap_)				\
+		err_ = -ENOMEM;								\
+	if (!err_)									\
+		(cap) = (__typeof__(cap))cap_;						\
+	err_;										\
+})
 
 struct growbuf {
 	char *p;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growbuf.h"
 #include "procmaps.h"
 
 #define DELETED_SUFFIX " (deleted)"
@@ -92,16 +93,9 @@ struct procmaps *procmaps__parse(FILE *f)
 			line[--n] = '\0';
 		if (n == 0)
 			continue;
-		if (maps->nr == cap) {
-			size_t new_cap = cap ? cap * 2 : 64;
-			struct vma *tmp = realloc(maps->vmas, new_cap * sizeof(*tmp));
-
-			if (!tmp) {
-				err = -ENOMEM;
-				goto cleanup;
-			}
-			maps->vmas = tmp;
-			cap = new_cap;
+		if (ARRAY_RESERVE(maps->vmas, cap, maps->nr + 1, 64)) {
+			err = -ENOMEM;
+			goto cleanup;
 		}
 		vma = &maps->vmas[maps->nr];
 		err = parse_line(line, vma);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Small helpers shared by user/: one error line into a caller's buffer, CLOCK_MONOTONIC in ns
- * and ms, a sleep that survives signals. */
+/* Small helpers shared by user/ and tools/: one error line into a caller's buffer, a clock in ns
+ * (CLOCK_MONOTONIC in ns and ms), a sleep that survives signals. */
 #ifndef TPTRACE_UTIL_H
 #define TPTRACE_UTIL_H
 
@@ -24,12 +24,18 @@ static inline void set_err(char *err, size_t errsz, const char *fmt, ...)
 	va_end(ap);
 }
 
-static inline uint64_t now_ns(void)
+/* The one clock helper: clk (CLOCK_MONOTONIC, the probes' clock; CLOCK_REALTIME; ...) in ns */
+static inline uint64_t clock_ns(clockid_t clk)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clk, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static inline uint64_t now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
 }
 
 static inline uint64_t now_ms(void)

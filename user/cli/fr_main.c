@@ -615,7 +615,7 @@ static void exec_execd(void *ctx, int pid)
 	struct target *t = live_target(ctx, pid);
 
 	if (t) {
-		target__end(t, session__clock_ns(CLOCK_MONOTONIC));
+		target__end(t, clock_ns(CLOCK_MONOTONIC));
 	}
 }
 
@@ -681,6 +681,244 @@ static void query_comms(struct fr_session *s)
 	}
 }
 
+/* --torch-dump: each process's PyTorch is asked now whether it can, so a refusal comes before
+ * anything is attached. 0, or -1 after an error line. */
+static int torch_dump_start(struct torch_instr_run **torch)
+{
+	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
+		char terr[512];
+
+		torch[i] = torch_instr__start(env.pids[i], TORCH_FR_DUMP, NULL,
+					      (int)(env.torch_timeout * 1000), terr, sizeof(terr));
+		if (!torch[i]) {
+			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The dump directory checked (and created), and --dump-on's fifo opened (*fifo_fd), now, so a
+ * refused one stops tptrace before it attaches. 0, or -1 after an error line. */
+static int open_dump_dir_and_fifo(int *fifo_fd)
+{
+	int err = flightrec__open_dump_dir(env.dump_dir);
+
+	if (err < 0)
+		return -1;
+	if (faccessat(err, ".", W_OK, AT_EACCESS)) {
+		log_error("cannot write dumps to %s: %s\n", env.dump_dir, strerror(errno));
+		close(err);
+		return -1;
+	}
+	close(err);
+	if (env.dump_on) {
+		struct stat st;
+
+		if (stat(env.dump_on, &st) && mkfifo(env.dump_on, 0600)) {
+			log_error("cannot create fifo %s: %s\n", env.dump_on, strerror(errno));
+			return -1;
+		}
+		/* read-write: the fifo never reports hang-up between writers */
+		*fifo_fd = open(env.dump_on, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+		if (*fifo_fd < 0) {
+			log_error("cannot open %s: %s\n", env.dump_on, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The BPF object, the session, the recorder, the trigger watch, -a's exec following and the
+ * ring, then the -p processes attached. 0, or -1 after an error line; what was made is in s
+ * for fr_session_free. */
+static int fr_session_start(struct fr_session *s)
+{
+	struct flightrec_opts fo = {};
+	int err;
+
+	s->bpf = session__load_bpf(env.ring_mb, &(struct session_load_opts){
+		.fr_exec = env.all, .ustacks = env.py_stacks,
+		.scope = env.scope.kind ? &env.scope : NULL });
+	if (!s->bpf)
+		return -1;
+	session__probes(s->bpf, &s->probes);
+	s->probes.classes = PROBE_CUDA_SYNC | PROBE_NCCL;
+	s->cache = elfsym_cache__new();
+	fo.ring_size = env.ring;
+	fo.dump_dir = env.dump_dir;
+	fo.stall_timeout_ns = (uint64_t)(env.stall_timeout * 1e9);
+	fo.no_stacks = env.no_stacks;
+	if (s->bpf->ustacks) {
+		fo.ustack_lookup = ustacks__lookup;
+		fo.ustack_ctx = s->bpf->ustacks;
+	}
+	fo.stack_samples = env.stack_samples;
+	fo.stack_interval_ms = env.stack_interval_ms;
+	fo.max_dump_bytes = (uint64_t)dump_env.max_dump_mb << 20;
+	fo.gzip_dumps = dump_env.gzip;
+	fo.host_id = s->host;
+	fo.stall_trigger = stall_trigger;
+	fo.stall_trigger_ctx = s;
+	fo.drain = drain_ring;
+	fo.drain_ctx = s;
+	if (env.all) {
+		fo.new_proc = exec_new_proc;
+		fo.new_proc_ctx = s;
+	}
+	s->core = s->cache ? session__new(s->cache, &s->probes) : NULL;
+	s->fr = s->core ? flightrec__new(s->core, &fo) : NULL;
+	s->watch = fr_watch__new(env.dump_dir, true);
+	if (!s->cache || !s->core || !s->fr || !s->watch) {
+		log_error("out of memory\n");
+		return -1;
+	}
+	if (env.all && s->fr && s->cache) {
+		struct fr_exec_ops ops = { .ctx = s, .mapped = exec_mapped, .execd = exec_execd };
+
+		s->exec = fr_exec__new(s->bpf, s->cache, &s->probes, s->core, s->fr, &ops);
+		if (!s->exec)
+			return -1;
+	}
+	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), session__ring_cb, s->core,
+				 NULL);
+	if (!s->rb) {
+		log_error("failed to create ring buffer: %s\n", strerror(errno));
+		return -1;
+	}
+	for (int i = 0; i < env.nr_pids; i++) {
+		err = add_target(s, env.pids[i], false);
+		if (err < 0)
+			return -1;
+		if (err == 0) {
+			log_error("pid %d has no NCCL loaded (no libnccl.so.* mapped)\n",
+				  env.pids[i]);
+			return -1;
+		}
+	}
+	if (env.all)
+		scan_all(s);
+	return 0;
+}
+
+static void fr_session_free(struct fr_session *s)
+{
+	ring_buffer__free(s->rb);
+	for (int i = 0; i < s->nr_targets; i++)
+		target__free(s->targets[i]);
+	fr_exec__free(s->exec);
+	flightrec__free(s->fr);
+	session__free(s->core);
+	fr_watch__free(s->watch);
+	session__free_bpf(s->bpf);
+	elfsym_cache__free(s->cache);
+}
+
+/* One look at the targets: those gone are marked so (their claims released); the number
+ * still alive. */
+static int check_targets(struct fr_session *s)
+{
+	int alive = 0;
+
+	for (int i = 0; i < s->nr_targets; i++) {
+		struct target *t = s->targets[i];
+		bool was = target__exited(t);
+
+		if (!target__gone(t)) {
+			alive++;
+			continue;
+		}
+		if (!was) {
+			/* the exit record may still be in the ring */
+			ring_buffer__consume(s->rb);
+			flightrec__mark_gone(s->fr, target__pid(t));
+		}
+		/* also after an exec ended this target: the claim is the process's */
+		if (!live_target(s, target__pid(t)))
+			fr_claim__release(target__pid(t));
+	}
+	return alive;
+}
+
+/* Records until a signal, the end of --duration, or (-p) every target gone. */
+static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd)
+{
+	uint64_t start, deadline = 0, last_scan = 0, last_metrics = 0;
+	int err;
+
+	start = clock_ns(CLOCK_MONOTONIC);
+	if (env.duration > 0)
+		deadline = start + (uint64_t)(env.duration * 1e9);
+	while (!stop_signal) {
+		uint64_t now;
+		int alive;
+
+		err = ring_buffer__poll(s->rb, 50);
+		if (err >= 0)
+			err = ring_buffer__consume(s->rb);
+		if (err < 0 && err != -EINTR) {
+			log_error("reading ring buffer: %s\n", strerror(-err));
+			break;
+		}
+		set_drops(s);
+		if (!env.no_query)
+			query_comms(s);
+		if (dump_request) {
+			dump_request = 0;
+			signal_triggers(s);
+		}
+		if (fifo_fd >= 0) {
+			char buf[256];
+			bool req = false;
+
+			while (read(fifo_fd, buf, sizeof(buf)) > 0)
+				req = true;
+			if (req)
+				flightrec__dump_all(s->fr, "request");
+		}
+		alive = check_targets(s);
+		flightrec__take_exits(s->fr);
+		now = clock_ns(CLOCK_MONOTONIC);
+		/* before the stall check: a trigger already there covers our stall too */
+		take_triggers(s, now);
+		flightrec__check_stalls(s->fr, now);
+		if (metrics && now - last_metrics >= 1000000000ULL) {
+			last_metrics = now;
+			fr_metrics__update(metrics, s->fr, now);
+		}
+		/* -a: processes come from the kernel's mapping records; the scan is only a safety
+		 * net for records the ring dropped */
+		if (env.all && now - last_scan > 5000000000ULL) {
+			last_scan = now;
+			scan_all(s);
+		}
+		if (!env.all && !alive)
+			break;
+		if (deadline && now >= deadline)
+			break;
+	}
+}
+
+/* --torch-dump: each process's PyTorch recorder written beside our dumps. 0, or 1 when one
+ * failed (each said why). */
+static int torch_dump_finish(struct torch_instr_run **torch)
+{
+	int ret = 0;
+
+	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
+		char terr[512], path[4200];
+
+		snprintf(path, sizeof(path), "%s/torch_fr.%d.pickle", env.dump_dir, env.pids[i]);
+		if (torch_instr__stop(torch[i], path, terr, sizeof(terr))) {
+			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
+			ret = 1;
+		} else {
+			log_info("--torch-dump: pid %d: wrote %s\n", env.pids[i], path);
+		}
+	}
+	return ret;
+}
+
 int fr_main(int argc, char **argv)
 {
 	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 },
@@ -690,10 +928,7 @@ int fr_main(int argc, char **argv)
 	struct fr_session s = {};
 	struct torch_instr_run *torch[MAX_PIDS] = {};
 	struct fr_metrics *metrics = NULL;
-	struct ring_buffer *rb = NULL;
-	struct flightrec_opts fo = {};
-	uint64_t start, deadline = 0, last_scan = 0, last_metrics = 0;
-	int fifo_fd = -1, err, ret = 1;
+	int fifo_fd = -1, ret = 1;
 
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace fr";	/* "Usage: tptrace fr ..." in argp's messages */
@@ -713,43 +948,8 @@ int fr_main(int argc, char **argv)
 			return 1;
 		target__free(t);
 	}
-	/* --torch-dump: each process's PyTorch is asked now whether it can, so a refusal comes
-	 * before anything is attached */
-	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
-		char terr[512];
-
-		torch[i] = torch_instr__start(env.pids[i], TORCH_FR_DUMP, NULL,
-					      (int)(env.torch_timeout * 1000), terr, sizeof(terr));
-		if (!torch[i]) {
-			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
-			goto cleanup;
-		}
-	}
-	/* checked (and created) now, so a refused directory stops tptrace before it attaches */
-	err = flightrec__open_dump_dir(env.dump_dir);
-	if (err < 0)
+	if (torch_dump_start(torch) || open_dump_dir_and_fifo(&fifo_fd))
 		goto cleanup;
-	if (faccessat(err, ".", W_OK, AT_EACCESS)) {
-		log_error("cannot write dumps to %s: %s\n", env.dump_dir, strerror(errno));
-		close(err);
-		goto cleanup;
-	}
-	close(err);
-	if (env.dump_on) {
-		struct stat st;
-
-		if (stat(env.dump_on, &st) && mkfifo(env.dump_on, 0600)) {
-			log_error("cannot create fifo %s: %s\n", env.dump_on, strerror(errno));
-			goto cleanup;
-		}
-		/* read-write: the fifo never reports hang-up between writers */
-		fifo_fd = open(env.dump_on, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-		if (fifo_fd < 0) {
-			log_error("cannot open %s: %s\n", env.dump_on, strerror(errno));
-			goto cleanup;
-		}
-	}
-
 	/* before recording starts: a metrics port in use refuses the start, so a service
 	 * manager sees the failure instead of a recorder nobody can scrape */
 	if (env.metrics || env.metrics_file) {
@@ -757,76 +957,13 @@ int fr_main(int argc, char **argv)
 		if (!metrics)
 			goto cleanup;
 	}
-
-	s.bpf = session__load_bpf_opts(env.ring_mb, &(struct session_load_opts){
-		.fr_exec = env.all, .ustacks = env.py_stacks,
-		.scope = env.scope.kind ? &env.scope : NULL });
-	if (!s.bpf)
+	if (fr_session_start(&s))
 		goto cleanup;
-	session__probes(s.bpf, &s.probes);
-	s.probes.classes = PROBE_CUDA_SYNC | PROBE_NCCL;
-	s.cache = elfsym_cache__new();
-	fo.ring_size = env.ring;
-	fo.dump_dir = env.dump_dir;
-	fo.stall_timeout_ns = (uint64_t)(env.stall_timeout * 1e9);
-	fo.no_stacks = env.no_stacks;
-	if (s.bpf->ustacks) {
-		fo.ustack_lookup = ustacks__lookup;
-		fo.ustack_ctx = s.bpf->ustacks;
-	}
-	fo.stack_samples = env.stack_samples;
-	fo.stack_interval_ms = env.stack_interval_ms;
-	fo.max_dump_bytes = (uint64_t)dump_env.max_dump_mb << 20;
-	fo.gzip_dumps = dump_env.gzip;
-	fo.host_id = s.host;
-	fo.stall_trigger = stall_trigger;
-	fo.stall_trigger_ctx = &s;
-	fo.drain = drain_ring;
-	fo.drain_ctx = &s;
-	if (env.all) {
-		fo.new_proc = exec_new_proc;
-		fo.new_proc_ctx = &s;
-	}
-	s.core = s.cache ? session__new(s.cache, &s.probes) : NULL;
-	s.fr = s.core ? flightrec__new(s.core, &fo) : NULL;
-	s.watch = fr_watch__new(env.dump_dir, true);
-	if (!s.cache || !s.core || !s.fr || !s.watch) {
-		log_error("out of memory\n");
-		goto cleanup;
-	}
-	if (env.all && s.fr && s.cache) {
-		struct fr_exec_ops ops = { .ctx = &s, .mapped = exec_mapped, .execd = exec_execd };
-
-		s.exec = fr_exec__new(s.bpf, s.cache, &s.probes, s.core, s.fr, &ops);
-		if (!s.exec)
-			goto cleanup;
-	}
-	rb = ring_buffer__new(bpf_map__fd(s.bpf->skel->maps.events), session__ring_cb, s.core, NULL);
-	if (!rb) {
-		log_error("failed to create ring buffer: %s\n", strerror(errno));
-		goto cleanup;
-	}
-	s.rb = rb;
-	for (int i = 0; i < env.nr_pids; i++) {
-		err = add_target(&s, env.pids[i], false);
-		if (err < 0)
-			goto cleanup;
-		if (err == 0) {
-			log_error("pid %d has no NCCL loaded (no libnccl.so.* mapped)\n",
-				  env.pids[i]);
-			goto cleanup;
-		}
-	}
-	if (env.all)
-		scan_all(&s);
 
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);
 	signal(SIGUSR2, on_usr2);
 	signal(SIGPIPE, SIG_IGN);
-	start = session__clock_ns(CLOCK_MONOTONIC);
-	if (env.duration > 0)
-		deadline = start + (uint64_t)(env.duration * 1e9);
 	if (env.scope.kind) {
 		char what[600];
 
@@ -835,71 +972,8 @@ int fr_main(int argc, char **argv)
 	log_info("flight recorder on %s%d process%s, dumps to %s\n",
 		 env.all ? "all NCCL processes, now " : "", s.nr_targets,
 		 s.nr_targets == 1 ? "" : "es", env.dump_dir);
-	while (!stop_signal) {
-		uint64_t now;
-		int alive = 0;
-
-		err = ring_buffer__poll(rb, 50);
-		if (err >= 0)
-			err = ring_buffer__consume(rb);
-		if (err < 0 && err != -EINTR) {
-			log_error("reading ring buffer: %s\n", strerror(-err));
-			break;
-		}
-		set_drops(&s);
-		if (!env.no_query)
-			query_comms(&s);
-		if (dump_request) {
-			dump_request = 0;
-			signal_triggers(&s);
-		}
-		if (fifo_fd >= 0) {
-			char buf[256];
-			bool req = false;
-
-			while (read(fifo_fd, buf, sizeof(buf)) > 0)
-				req = true;
-			if (req)
-				flightrec__dump_all(s.fr, "request");
-		}
-		for (int i = 0; i < s.nr_targets; i++) {
-			struct target *t = s.targets[i];
-			bool was = target__exited(t);
-
-			if (!target__gone(t)) {
-				alive++;
-				continue;
-			}
-			if (!was) {
-				/* the exit record may still be in the ring */
-				ring_buffer__consume(rb);
-				flightrec__mark_gone(s.fr, target__pid(t));
-			}
-			/* also after an exec ended this target: the claim is the process's */
-			if (!live_target(&s, target__pid(t)))
-				fr_claim__release(target__pid(t));
-		}
-		flightrec__take_exits(s.fr);
-		now = session__clock_ns(CLOCK_MONOTONIC);
-		/* before the stall check: a trigger already there covers our stall too */
-		take_triggers(&s, now);
-		flightrec__check_stalls(s.fr, now);
-		if (metrics && now - last_metrics >= 1000000000ULL) {
-			last_metrics = now;
-			fr_metrics__update(metrics, s.fr, now);
-		}
-		/* -a: processes come from the kernel's mapping records; the scan is only a safety
-		 * net for records the ring dropped */
-		if (env.all && now - last_scan > 5000000000ULL) {
-			last_scan = now;
-			scan_all(&s);
-		}
-		if (!env.all && !alive)
-			break;
-		if (deadline && now >= deadline)
-			break;
-	}
-	ring_buffer__consume(rb);
+	record(&s, metrics, fifo_fd);
+	ring_buffer__consume(s.rb);
 	set_drops(&s);
 	flightrec__take_exits(s.fr);
 	if (s.exec) {
@@ -913,32 +987,15 @@ int fr_main(int argc, char **argv)
 	}
 	/* a final dump that could not be written is a failed run (each said why) */
 	ret = flightrec__dump_all(s.fr, "final") < 0 ? 1 : 0;
-	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
-		char terr[512], path[4200];
-
-		snprintf(path, sizeof(path), "%s/torch_fr.%d.pickle", env.dump_dir, env.pids[i]);
-		if (torch_instr__stop(torch[i], path, terr, sizeof(terr))) {
-			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
-			ret = 1;
-		} else {
-			log_info("--torch-dump: pid %d: wrote %s\n", env.pids[i], path);
-		}
-	}
+	if (torch_dump_finish(torch))
+		ret = 1;
 	if (metrics)	/* the file keeps the final state (final dumps counted) */
-		fr_metrics__update(metrics, s.fr, session__clock_ns(CLOCK_MONOTONIC));
+		fr_metrics__update(metrics, s.fr, clock_ns(CLOCK_MONOTONIC));
 cleanup:
 	for (int i = 0; i < env.nr_pids; i++)
 		torch_instr__free(torch[i]);
 	fr_metrics__free(metrics);
-	ring_buffer__free(rb);
-	for (int i = 0; i < s.nr_targets; i++)
-		target__free(s.targets[i]);
-	fr_exec__free(s.exec);
-	flightrec__free(s.fr);
-	session__free(s.core);
-	fr_watch__free(s.watch);
-	session__free_bpf(s.bpf);
-	elfsym_cache__free(s.cache);
+	fr_session_free(&s);
 	if (fifo_fd >= 0)
 		close(fifo_fd);
 	return ret;

@@ -255,6 +255,141 @@ static bool nothing_to_probe(struct memtrace *mt)
 	return !st->usdt_probes && !st->runtime_probes && !st->driver_probes;
 }
 
+/* --output's snapshot and --trace's file opened before anything is attached; *trace_created:
+ * the trace file is ours to remove when the run fails. 0, or -1 after an error line. */
+static int open_outputs(struct snap_out *out, struct trace_json **tj, bool *trace_created)
+{
+	int err;
+
+	if (env.output) {
+		err = snap_out__open(out, env.output);
+		if (err) {
+			log_error("cannot write %s: %s\n", env.output, strerror(-err));
+			return -1;
+		}
+	}
+	if (env.trace) {
+		struct stat st;
+
+		*trace_created = stat(env.trace, &st) && errno == ENOENT;
+		*tj = trace_json__open(env.trace);
+		if (!*tj) {
+			log_error("cannot write %s: %s\n", env.trace, strerror(errno));
+			*trace_created = false;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Events until a signal, the end of --duration, the target's exit or a trace write error;
+ * waiting: nothing is probed yet (--wait), so libraries are looked for more often. */
+static void record(struct session *core, struct memtrace *mt, struct target *t,
+		   struct trace_json *tj, uint64_t start_mono, uint64_t deadline, bool waiting)
+{
+	uint64_t last_scan = start_mono;
+	int err;
+
+	while (!stop_signal) {
+		uint64_t now;
+
+		usleep(20000);
+		err = memtrace__poll(mt);
+		if (err < 0) {
+			log_error("reading memory events: %s\n", strerror(-err));
+			break;
+		}
+		if (tj && trace_json__error(tj))
+			break;
+		now = clock_ns(CLOCK_MONOTONIC);
+		if (target__gone(t)) {
+			log_info("pid %d (%s) exited\n", target__pid(t), target__comm(t));
+			break;
+		}
+		if (deadline && now >= deadline)
+			break;
+		/* libraries loaded since (no dynamic-linker hook here: a rescan is cheap) */
+		if (now - last_scan > (waiting ? 100 : 500) * 1000000ULL) {
+			last_scan = now;
+			session__rescan(core);
+			memtrace__poll(mt);
+			if (waiting && !nothing_to_probe(mt)) {
+				waiting = false;
+				log_info("pid %d loaded CUDA or PyTorch; tracing\n", target__pid(t));
+			}
+		}
+	}
+}
+
+/* --torch-history: PyTorch's own snapshot written beside ours. 0, or -1 after an error line. */
+static int torch_history_finish(struct torch_instr_run *torch, struct target *t)
+{
+	char torch_err[512], torch_path[4200];
+
+	snprintf(torch_path, sizeof(torch_path), "%s.torch.pickle",
+		 env.output ? env.output : env.trace ? env.trace : "tptrace-mem");
+	if (target__gone(t)) {
+		log_error("--torch-history: pid %d exited before PyTorch's snapshot was "
+			  "taken\n", target__pid(t));
+		return -1;
+	}
+	if (torch_instr__stop(torch, torch_path, torch_err, sizeof(torch_err))) {
+		log_error("--torch-history: %s\n", torch__err_line(target__pid(t), torch_err));
+		return -1;
+	}
+	log_info("--torch-history: wrote PyTorch's own snapshot to %s\n", torch_path);
+	return 0;
+}
+
+/* The trace's end: its metadata, then the file closed (tj freed in any case). 0, or a
+ * negative errno after an error line. */
+static int trace_end(struct memtrace *mt, struct trace_json *tj, const struct memsnap_info *info)
+{
+	char *meta = memtrace__meta_json(mt);
+	int err;
+
+	trace_json__end_events(tj);
+	trace_json__top_raw(tj, "deviceProperties", "[]");
+	if (meta) {
+		char *wrapped = malloc(strlen(meta) + 64);
+
+		if (wrapped) {
+			sprintf(wrapped, "{\"version\": \"%s\", \"memory\": %s}",
+				info->version, meta);
+			trace_json__top_raw(tj, "tptrace", wrapped);
+		}
+		free(wrapped);
+	}
+	free(meta);
+	err = trace_json__close(tj);
+	if (err)
+		log_error("writing %s failed: %s; the trace is incomplete\n",
+			  env.trace, strerror(-err));
+	return err;
+}
+
+/* The drop warnings and the run's one summary line. */
+static void log_summary(struct memtrace *mt, struct target *t)
+{
+	const struct memtrace_stats *st = memtrace__stats(mt);
+	char dropped[24];
+
+	if (st->counters_err)
+		log_error("the memory drop counter could not be read (%s): events may "
+			  "be missing\n", strerror(-st->counters_err));
+	else if (st->dropped)
+		log_error("%llu memory events dropped (ring buffer full); raise --ring-mb\n",
+			  (unsigned long long)st->dropped);
+	snprintf(dropped, sizeof(dropped), st->counters_err ? "unknown" : "%llu",
+		 (unsigned long long)st->dropped);
+	log_info("pid %d: %llu allocator events, %llu allocation calls (%llu OOM), "
+		 "%s dropped%s%s\n", target__pid(t),
+		 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
+				      memsnap__stats(memtrace__snap(mt))->frees),
+		 (unsigned long long)st->calls, (unsigned long long)st->ooms, dropped,
+		 env.output ? "; wrote " : "", env.output ? env.output : "");
+}
+
 int mem_main(int argc, char **argv)
 {
 	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
@@ -270,8 +405,8 @@ int mem_main(int argc, char **argv)
 	struct target *t = NULL;
 	struct memsnap_info info;
 	struct torch_instr_run *torch = NULL;
-	char torch_err[512], torch_path[4200];
-	uint64_t start_mono, start_real, deadline = 0, last_scan;
+	char torch_err[512];
+	uint64_t start_mono, start_real, end_mono, deadline = 0;
 	bool trace_created = false, waiting;
 	struct snap_out out = { .dirfd = -1 };
 	int err, ret = 1;
@@ -309,26 +444,10 @@ int mem_main(int argc, char **argv)
 			goto cleanup;
 		}
 	}
-	if (env.output) {
-		err = snap_out__open(&out, env.output);
-		if (err) {
-			log_error("cannot write %s: %s\n", env.output, strerror(-err));
-			goto cleanup;
-		}
-	}
-	if (env.trace) {
-		struct stat st;
-
-		trace_created = stat(env.trace, &st) && errno == ENOENT;
-		tj = trace_json__open(env.trace);
-		if (!tj) {
-			log_error("cannot write %s: %s\n", env.trace, strerror(errno));
-			trace_created = false;
-			goto cleanup;
-		}
-	}
-	start_mono = session__clock_ns(CLOCK_MONOTONIC);
-	start_real = session__clock_ns(CLOCK_REALTIME);
+	if (open_outputs(&out, &tj, &trace_created))
+		goto cleanup;
+	start_mono = clock_ns(CLOCK_MONOTONIC);
+	start_real = clock_ns(CLOCK_REALTIME);
 	if (tj) {
 		err = trace_json__begin(tj, start_mono, start_real);
 		if (err) {
@@ -362,111 +481,33 @@ int mem_main(int argc, char **argv)
 			 "functions%s\n", target__pid(t), target__comm(t), memtrace__stats(mt)->usdt_probes,
 			 memtrace__stats(mt)->runtime_probes, memtrace__stats(mt)->driver_probes,
 			 deadline ? "" : "; Ctrl-C to stop");
-	last_scan = start_mono;
-	while (!stop_signal) {
-		uint64_t now;
-
-		usleep(20000);
-		err = memtrace__poll(mt);
-		if (err < 0) {
-			log_error("reading memory events: %s\n", strerror(-err));
-			break;
-		}
-		if (tj && trace_json__error(tj))
-			break;
-		now = session__clock_ns(CLOCK_MONOTONIC);
-		if (target__gone(t)) {
-			log_info("pid %d (%s) exited\n", target__pid(t), target__comm(t));
-			break;
-		}
-		if (deadline && now >= deadline)
-			break;
-		/* libraries loaded since (no dynamic-linker hook here: a rescan is cheap) */
-		if (now - last_scan > (waiting ? 100 : 500) * 1000000ULL) {
-			last_scan = now;
-			session__rescan(core);
-			memtrace__poll(mt);
-			if (waiting && !nothing_to_probe(mt)) {
-				waiting = false;
-				log_info("pid %d loaded CUDA or PyTorch; tracing\n", target__pid(t));
-			}
-		}
-	}
+	record(core, mt, t, tj, start_mono, deadline, waiting);
 	memtrace__poll(mt);
-	if (torch) {
-		snprintf(torch_path, sizeof(torch_path), "%s.torch.pickle",
-			 env.output ? env.output : env.trace ? env.trace : "tptrace-mem");
-		if (target__gone(t)) {
-			log_error("--torch-history: pid %d exited before PyTorch's snapshot was "
-				  "taken\n", target__pid(t));
+	if (torch && torch_history_finish(torch, t))
+		goto cleanup;
+	end_mono = clock_ns(CLOCK_MONOTONIC);
+	memtrace__finish(mt, end_mono);
+	memtrace__info(mt, &info);
+	info.attach_real_ns = start_real;
+	info.end_real_ns = start_real + (end_mono - start_mono);
+	if (tj) {
+		err = trace_end(mt, tj, &info);
+		tj = NULL;
+		if (err)
+			goto cleanup;
+	}
+	if (env.output) {
+		err = write_snapshot(mt, &info, &out);
+		if (err) {
+			log_error("cannot write %s: %s\n", env.output, strerror(-err));
 			goto cleanup;
 		}
-		if (torch_instr__stop(torch, torch_path, torch_err, sizeof(torch_err))) {
-			log_error("--torch-history: %s\n", torch__err_line(target__pid(t), torch_err));
-			goto cleanup;
-		}
-		log_info("--torch-history: wrote PyTorch's own snapshot to %s\n", torch_path);
 	}
-	{
-		uint64_t end_mono = session__clock_ns(CLOCK_MONOTONIC);
-		const struct memtrace_stats *st;
-		char dropped[24];
-
-		memtrace__finish(mt, end_mono);
-		st = memtrace__stats(mt);
-		memtrace__info(mt, &info);
-		info.attach_real_ns = start_real;
-		info.end_real_ns = start_real + (end_mono - start_mono);
-		if (tj) {
-			char *meta = memtrace__meta_json(mt);
-
-			trace_json__end_events(tj);
-			trace_json__top_raw(tj, "deviceProperties", "[]");
-			if (meta) {
-				char *wrapped = malloc(strlen(meta) + 64);
-
-				if (wrapped) {
-					sprintf(wrapped, "{\"version\": \"%s\", \"memory\": %s}",
-						info.version, meta);
-					trace_json__top_raw(tj, "tptrace", wrapped);
-				}
-				free(wrapped);
-			}
-			free(meta);
-			err = trace_json__close(tj);
-			tj = NULL;
-			if (err) {
-				log_error("writing %s failed: %s; the trace is incomplete\n",
-					  env.trace, strerror(-err));
-				goto cleanup;
-			}
-		}
-		if (env.output) {
-			err = write_snapshot(mt, &info, &out);
-			if (err) {
-				log_error("cannot write %s: %s\n", env.output, strerror(-err));
-				goto cleanup;
-			}
-		}
-		if (env.leaks) {
-			memsnap__leak_report(memtrace__snap(mt), &info, stdout);
-			fflush(stdout);
-		}
-		if (st->counters_err)
-			log_error("the memory drop counter could not be read (%s): events may "
-				  "be missing\n", strerror(-st->counters_err));
-		else if (st->dropped)
-			log_error("%llu memory events dropped (ring buffer full); raise --ring-mb\n",
-				  (unsigned long long)st->dropped);
-		snprintf(dropped, sizeof(dropped), st->counters_err ? "unknown" : "%llu",
-			 (unsigned long long)st->dropped);
-		log_info("pid %d: %llu allocator events, %llu allocation calls (%llu OOM), "
-			 "%s dropped%s%s\n", target__pid(t),
-			 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
-					      memsnap__stats(memtrace__snap(mt))->frees),
-			 (unsigned long long)st->calls, (unsigned long long)st->ooms, dropped,
-			 env.output ? "; wrote " : "", env.output ? env.output : "");
+	if (env.leaks) {
+		memsnap__leak_report(memtrace__snap(mt), &info, stdout);
+		fflush(stdout);
 	}
+	log_summary(mt, t);
 	ret = 0;
 cleanup:
 	snap_out__close(&out);

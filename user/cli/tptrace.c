@@ -534,7 +534,7 @@ static int open_pipeline(struct trace_session *s)
 {
 	struct stat st;
 
-	s->bpf = session__load_bpf_opts(env.ring_mb, &(struct session_load_opts){
+	s->bpf = session__load_bpf(env.ring_mb, &(struct session_load_opts){
 		.ustacks = env.py_stacks, .ustacks_native = env.native_stacks });
 	if (!s->bpf)
 		return -EINVAL;
@@ -580,8 +580,8 @@ static int attach_targets(struct trace_session *s)
 {
 	int err;
 
-	s->start_mono = session__clock_ns(CLOCK_MONOTONIC);
-	s->start_real = session__clock_ns(CLOCK_REALTIME);
+	s->start_mono = clock_ns(CLOCK_MONOTONIC);
+	s->start_real = clock_ns(CLOCK_REALTIME);
 	err = trace_json__begin(s->tj, s->start_mono, s->start_real);
 	if (err) {
 		log_error("cannot write %s: %s\n", env.output, strerror(-err));
@@ -697,7 +697,7 @@ static int attach_gpus(struct trace_session *s)
 			return err;
 		}
 		/* the agent answered ENABLED: its calls from here on have CUPTI records */
-		decoder__gpu_enabled(s->dec, target__pid(p->t), session__clock_ns(CLOCK_MONOTONIC));
+		decoder__gpu_enabled(s->dec, target__pid(p->t), clock_ns(CLOCK_MONOTONIC));
 	}
 	return 0;
 }
@@ -798,7 +798,7 @@ static void run_loop(struct trace_session *s)
 	/* -d counts from here: attaching (reading the symbols of a 500 MiB libtorch, starting
 	 * torch.profiler) may take seconds, and the user asked for SEC seconds of tracing */
 	if (env.duration > 0)
-		deadline = session__clock_ns(CLOCK_MONOTONIC) + (uint64_t)(env.duration * 1e9);
+		deadline = clock_ns(CLOCK_MONOTONIC) + (uint64_t)(env.duration * 1e9);
 	log_info("tracing %d process%s to %s%s\n", s->nr_procs, s->nr_procs > 1 ? "es" : "",
 		 env.output, deadline ? "" : "; Ctrl-C to stop");
 	while (!stop_signal) {
@@ -819,7 +819,7 @@ static void run_loop(struct trace_session *s)
 		if (trace_json__error(s->tj))
 			break;
 		announce_loaded(s);
-		now = session__clock_ns(CLOCK_MONOTONIC);
+		now = clock_ns(CLOCK_MONOTONIC);
 		/* the agent's ring is our memory: it can be drained after the target died */
 		for (int i = 0; i < s->nr_procs; i++)
 			if (s->procs[i].gpu)
@@ -1026,7 +1026,7 @@ static void drain(struct trace_session *s)
 			continue;
 		/* flush, disable and unsubscribe CUPTI, then unload the agent; calls that end
 		 * from here on may have no record */
-		decoder__gpu_disabled(s->dec, target__pid(p->t), session__clock_ns(CLOCK_MONOTONIC));
+		decoder__gpu_disabled(s->dec, target__pid(p->t), clock_ns(CLOCK_MONOTONIC));
 		if (target__exited(p->t) || target__gone(p->t))
 			gpu__poll(p->gpu, decoder__gpu_cb, p->gsrc);
 		else if (gpu__detach(p->gpu, decoder__gpu_cb, p->gsrc))
@@ -1036,7 +1036,7 @@ static void drain(struct trace_session *s)
 		gpu_say_losses(p);
 	}
 	ring_buffer__consume(s->rb);
-	s->end_mono = session__clock_ns(CLOCK_MONOTONIC);
+	s->end_mono = clock_ns(CLOCK_MONOTONIC);
 	s->drops_err = session__drops(s->bpf, &s->drops);
 	for (int i = 0; i < s->nr_procs; i++)
 		if (s->procs[i].mt)

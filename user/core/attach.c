@@ -11,6 +11,7 @@
 #include <bpf/libbpf.h>
 #include "attach.h"
 #include "elfsym.h"
+#include "growbuf.h"
 #include "log.h"
 #include "target.h"
 
@@ -97,15 +98,8 @@ bool uprobe_multi__supported(void)
 
 static int add_link(struct probe_links *l, struct bpf_link *link)
 {
-	if (l->nr_links == l->cap_links) {
-		int cap = l->cap_links ? l->cap_links * 2 : 64;
-		struct bpf_link **n = realloc(l->links, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		l->links = n;
-		l->cap_links = cap;
-	}
+	if (ARRAY_RESERVE(l->links, l->cap_links, l->nr_links + 1, 64))
+		return -ENOMEM;
 	l->links[l->nr_links++] = link;
 	return 0;
 }

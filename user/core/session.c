@@ -76,23 +76,6 @@ static bool exit_tp_supported(void)
 	return found;
 }
 
-static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts *o);
-
-struct session_bpf *session__load_bpf(int ring_mb)
-{
-	return load_bpf(ring_mb, &(struct session_load_opts){ 0 });
-}
-
-struct session_bpf *session__load_bpf_fr_exec(int ring_mb)
-{
-	return load_bpf(ring_mb, &(struct session_load_opts){ .fr_exec = true });
-}
-
-struct session_bpf *session__load_bpf_opts(int ring_mb, const struct session_load_opts *o)
-{
-	return load_bpf(ring_mb, o);
-}
-
 int session__ustacks_add(struct session_bpf *b, int pid)
 {
 	char why[256];
@@ -109,7 +92,7 @@ int session__ustacks_add(struct session_bpf *b, int pid)
 	return ret;
 }
 
-static struct session_bpf *load_bpf(int ring_mb, const struct session_load_opts *o)
+struct session_bpf *session__load_bpf(int ring_mb, const struct session_load_opts *o)
 {
 	bool fr_exec = o->fr_exec;
 	struct bpf_program *multi_progs[3];
@@ -314,14 +297,6 @@ int session__percpu_sum(int map_fd, uint32_t key, uint64_t *sum)
 int session__drops(const struct session_bpf *b, uint64_t *drops)
 {
 	return session__percpu_sum(bpf_map__fd(b->skel->maps.counters), TP_CNT_DROPPED, drops);
-}
-
-uint64_t session__clock_ns(int clockid)
-{
-	struct timespec ts;
-
-	clock_gettime(clockid, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
 int session__parse_pid(const char *arg, int *pid)

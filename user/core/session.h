@@ -24,19 +24,17 @@ struct session_bpf {
 };
 
 struct session_load_opts {
-	bool fr_exec;		/* as session__load_bpf_fr_exec */
+	bool fr_exec;		/* tptrace fr -a: also loads and attaches the exec-mapping and exec
+				 * programs and turns on the fr_pids filter of the entry and return
+				 * programs (user/fr/fr_exec.c) */
 	bool ustacks;		/* --py-stacks: capture each call's Python stack (bpf/ustacks.h) */
 	bool ustacks_native;	/* ... and its native frames (frame pointers) */
 	const struct fr_scope *scope;	/* fr -a --scope (fr_scope.h); NULL: every process */
 };
 
-/* Opens and loads the BPF object with a ring of ring_mb MiB. NULL after an error line. */
-struct session_bpf *session__load_bpf(int ring_mb);
-/* The same for tptrace fr -a: also loads and attaches the exec-mapping and exec programs and
- * turns on the fr_pids filter of the entry and return programs (user/fr/fr_exec.c). */
-struct session_bpf *session__load_bpf_fr_exec(int ring_mb);
-/* Either of the above, with the options of o. */
-struct session_bpf *session__load_bpf_opts(int ring_mb, const struct session_load_opts *o);
+/* Opens and loads the BPF object with a ring of ring_mb MiB and the options of o. NULL after an
+ * error line. */
+struct session_bpf *session__load_bpf(int ring_mb, const struct session_load_opts *o);
 /* --py-stacks: starts stack capture for pid (b->ustacks set). One notice line when its
  * Python cannot be read (ustacks__why then says why; its events carry no Python frames).
  * 0, or a negative errno; a no-op returning 0 when capture is off. */
@@ -63,7 +61,6 @@ int session__drops(const struct session_bpf *b, uint64_t *drops);
  * TPTRACE_TEST_COUNTERS_UNREADABLE makes every read fail (-EBADF), as a map that cannot be
  * read would: the tests check that unknown counts are written as unknown. */
 int session__percpu_sum(int map_fd, uint32_t key, uint64_t *sum);
-uint64_t session__clock_ns(int clockid);
 /* ---- the acquisition core ----
  * One session owns the ring's one consumer (calls.c: validation, pairing, the record switch),
  * the traced processes, and library discovery: a dlopen record, or a periodic rescan,

@@ -17,10 +17,12 @@
 #include "cuda_api.h"
 #include "demangle.h"
 #include "elfsym.h"
+#include "growbuf.h"
 #include "nccl_api.h"
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"
+#include "util.h"
 
 /* Libraries that never hold a CUDA runtime or kernel stubs: not worth reading their symbols. */
 static const char *const skip_libs[] = {
@@ -232,12 +234,8 @@ bool target__gone(struct target *t)
 	} else if (kill(t->pid, 0) && errno == ESRCH) {
 		t->exited = true;
 	}
-	if (t->exited && !t->exit_ns) {
-		struct timespec now;
-
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		t->exit_ns = now.tv_sec * 1000000000ULL + now.tv_nsec;
-	}
+	if (t->exited && !t->exit_ns)
+		t->exit_ns = now_ns();
 	return t->exited;
 }
 
@@ -427,14 +425,6 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 	return n;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
 static int read_target_u64(struct target *t, uint64_t addr, uint64_t *val)
 {
 	struct iovec local = { val, sizeof(*val) }, remote = { (void *)(uintptr_t)addr, sizeof(*val) };
@@ -474,16 +464,9 @@ static int collect_static(const struct elfsym_sym *sym, void *ctx)
 	name = demangle(mangled);
 	if (!name)
 		return 0;
-	if (p->nr_statics == p->cap_statics) {
-		int cap = p->cap_statics ? p->cap_statics * 2 : 32;
-		struct handle_static *n = realloc(p->statics, cap * sizeof(*n));
-
-		if (!n) {
-			free(name);
-			return 1;
-		}
-		p->statics = n;
-		p->cap_statics = cap;
+	if (ARRAY_RESERVE(p->statics, p->cap_statics, p->nr_statics + 1, 32)) {
+		free(name);
+		return 1;
 	}
 	p->statics[p->nr_statics].addr = c->obj->bias + sym->vaddr;
 	p->statics[p->nr_statics].name = name;
@@ -491,7 +474,8 @@ static int collect_static(const struct elfsym_sym *sym, void *ctx)
 	return 0;
 }
 
-int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now)
+/* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
+static int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now)
 {
 	struct target_priv *p = priv(t);
 	int found = 0;

@@ -158,8 +158,6 @@ struct kernel_name {
 };
 void target__kernel_name(struct target *t, struct elfsym_cache *cache,
 			 const struct cuda_launch *l, uint64_t now_ns, struct kernel_name *out);
-/* Re-reads the device stubs' __handle statics from the target's memory (rate limited). */
-int target__scan_handle_statics(struct target *t, struct elfsym_cache *cache, uint64_t now_ns);
 
 /* True when the process is gone (pidfd readable or kill(pid,0) == ESRCH). */
 bool target__gone(struct target *t);

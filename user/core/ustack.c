@@ -83,7 +83,7 @@ static struct ustack_proc *proc_of(const struct ustacks *u, int pid)
 	return (struct ustack_proc *)(uintptr_t)v;
 }
 
-void ustacks__remove_pid(struct ustacks *u, int pid)
+static void ustacks__remove_pid(struct ustacks *u, int pid)
 {
 	struct ustack_proc *p = proc_of(u, pid);
 	uint32_t key = pid;

@@ -67,7 +67,6 @@ void ustacks__set_code_free_prog(struct ustacks *u, struct bpf_program *prog);
  * and its events carry TP_USTACK_NONE (traced as without --py-stacks). Calling it again for the same pid (after an exec)
  * reads the interpreter anew and forgets the pid's cached stacks. */
 int ustacks__add_pid(struct ustacks *u, int pid, const char **python, char *why, size_t whysz);
-void ustacks__remove_pid(struct ustacks *u, int pid);
 /* For the trace's / dump's metadata: the Python version ("3.11.7") of pid, NULL when none;
  * why its Python frames are missing (the add_pid line), NULL when they are captured. */
 const char *ustacks__python(const struct ustacks *u, int pid);

@@ -21,14 +21,7 @@
 #include "procmaps.h"
 #include "session.h"
 #include "target.h"
-
-uint64_t fr_mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
+#include "util.h"
 
 
 static void fr_entry_cb(void *ctx, struct call_frame *f, void *user);
@@ -44,7 +37,7 @@ struct flightrec *flightrec__new(struct session *s, const struct flightrec_opts 
 		.on_library = fr_library_cb,
 	};
 	struct flightrec *fr = calloc(1, sizeof(*fr));
-	struct timespec rt, mt;
+	uint64_t real;
 	int err;
 
 	if (!fr)
@@ -64,10 +57,8 @@ struct flightrec *flightrec__new(struct session *s, const struct flightrec_opts 
 		snprintf(fr->host, sizeof(fr->host), "%s", fr->opts.host_id);
 	else if (gethostname(fr->host, sizeof(fr->host) - 1))
 		strcpy(fr->host, "unknown");
-	clock_gettime(CLOCK_REALTIME, &rt);
-	clock_gettime(CLOCK_MONOTONIC, &mt);
-	fr->realtime_offset = (int64_t)(rt.tv_sec * 1000000000LL + rt.tv_nsec) -
-			      (int64_t)(mt.tv_sec * 1000000000LL + mt.tv_nsec);
+	real = clock_ns(CLOCK_REALTIME);
+	fr->realtime_offset = (int64_t)real - (int64_t)now_ns();
 	return fr;
 }
 
@@ -177,7 +168,7 @@ int flightrec__add_process(struct flightrec *fr, struct target *t)
 	p->t = t;
 	p->pid = target__pid(t);
 	p->next_record_id = 1;
-	p->last_progress = fr_mono_now();
+	p->last_progress = now_ns();
 	find_nccl_version(p);
 	fr->procs[fr->nr_procs++] = p;
 	/* in the background: the recording of this and the other processes goes on */
@@ -241,11 +232,6 @@ static struct fr_proc *find_proc(struct flightrec *fr, int pid)
 		if (fr->procs[i]->pid == pid && !fr->procs[i]->execd)
 			return fr->procs[i];
 	return NULL;
-}
-
-bool flightrec__has_pid(const struct flightrec *fr, int pid)
-{
-	return find_proc((struct flightrec *)fr, pid) != NULL;
 }
 
 bool flightrec__exec(struct flightrec *fr, int pid)

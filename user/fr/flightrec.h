@@ -81,7 +81,6 @@ bool flightrec__exec(struct flightrec *fr, int pid);
  * (CLOCK_MONOTONIC): calls into it in between are not recorded; the dump says so. */
 void flightrec__probes_late(struct flightrec *fr, int pid, const char *path, uint64_t mapped_ns,
 			    uint64_t attached_ns);
-bool flightrec__has_pid(const struct flightrec *fr, int pid);
 
 /* A process that vanished without an exit record: dumped as exited by take_exits. */
 void flightrec__mark_gone(struct flightrec *fr, int pid);

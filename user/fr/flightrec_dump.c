@@ -20,8 +20,10 @@
 #include "fr_trigger.h"
 #include "flightrec_int.h"
 #include "fr_keys.h"
+#include "growbuf.h"
 #include "log.h"
 #include "target.h"
+#include "util.h"
 
 #define FR_SCHEMA_VERSION 2	/* 2: "stacks" (docs/fr-schema.md) */
 
@@ -700,13 +702,8 @@ static void enforce_retention(struct flightrec *fr, int dirfd, int keep)
 			continue;
 		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
 			continue;
-		if (n == cap) {
-			struct dump_file *p = realloc(files, (cap = cap ? cap * 2 : 64) * sizeof(*p));
-
-			if (!p)
-				goto out;
-			files = p;
-		}
+		if (ARRAY_RESERVE(files, cap, n + 1, 64))
+			goto out;
 		snprintf(files[n].name, sizeof(files[n].name), "%s", de->d_name);
 		files[n].size = st.st_size;
 		files[n].mtime = st.st_mtim;
@@ -837,10 +834,10 @@ static void round_capture(struct flightrec *fr, struct fr_round *r)
 
 	memset(r, 0, sizeof(*r));
 	r->dirfd = -1;
-	r->drain_start = fr_mono_now();
+	r->drain_start = now_ns();
 	if (fr->opts.drain)
 		r->drained = fr->opts.drain(fr->opts.drain_ctx) >= 0;
-	r->captured = fr_mono_now();
+	r->captured = now_ns();
 	/* unique across this host's rounds and hosts: the analyzer groups dumps by it */
 	if (getrandom(rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd)) {
 		rnd[0] = r->captured ^ ((uint64_t)getpid() << 32);

@@ -188,7 +188,6 @@ struct flightrec {
 	int nr_dump_reasons;
 };
 
-uint64_t fr_mono_now(void);
 
 /* The job id a stall of a process whose environment names no job writes its trigger for:
  * "nccl-comm:<16 hex>", the cross-rank identity of the communicator it waits on; a process
@@ -203,7 +202,6 @@ void comm_id_str(struct flightrec *fr, const struct fr_proc *p, const struct fr_
 /* flightrec_stacks.c */
 struct cJSON;
 int fr_stacks__attach(struct flightrec *fr, struct fr_proc *p);
-void fr_stacks__wait_attach(struct fr_proc *p);
 bool fr_stacks__busy(struct fr_proc *p);
 /* dump snapshots of procs[0..n), in parallel; each is used by the next dump of its proc */
 int fr_stacks__take_dumps(struct flightrec *fr, struct fr_proc **procs, int n);

@@ -18,6 +18,7 @@
 #include "fr_keys.h"
 #include "log.h"
 #include "stacks.h"
+#include "util.h"
 
 static struct stack_opts snap_opts(const struct flightrec *fr)
 {
@@ -32,13 +33,13 @@ static cJSON *take(const struct flightrec *fr, int pid, const char *taken, char 
 		   uint64_t *took_ns)
 {
 	struct stack_opts o = snap_opts(fr);
-	uint64_t t0 = fr_mono_now();
+	uint64_t t0 = now_ns();
 	struct stack_proc *sp;
 	cJSON *j;
 
 	err[0] = 0;
 	sp = stacks__take(pid, &o, err, size);
-	*took_ns = fr_mono_now() - t0;
+	*took_ns = now_ns() - t0;
 	if (!sp) {
 		if (!err[0])
 			snprintf(err, size, "snapshot of pid %d: %s", pid, strerror(errno));
@@ -127,7 +128,7 @@ static void snap_ended(void)
 	malloc_trim(0);
 }
 
-void fr_stacks__wait_attach(struct fr_proc *p)
+static void fr_stacks__wait_attach(struct fr_proc *p)
 {
 	if (!p->snap_running)
 		return;

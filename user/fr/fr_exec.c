@@ -20,6 +20,7 @@
 #include "procmaps.h"
 #include "session.h"
 #include "target.h"
+#include "util.h"
 
 /* One library file (an inode), probed for every process or, when that failed, per process. */
 struct fr_file {
@@ -43,14 +44,6 @@ struct fr_exec {
 	int nr_files;
 	struct fr_exec_stats st;
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 static struct fr_file *find_file(struct fr_exec *x, uint64_t dev, uint64_t ino)
 {
@@ -200,7 +193,7 @@ static struct fr_file *learn_file(struct fr_exec *x, int pid, const struct vma *
 	else
 		r = target__add_file(x->global, x->cache, x->probes, v->path, open_path, dev,
 				     v->inode);
-	now = mono_ns();
+	now = now_ns();
 	f->attached = now;
 	if (r < 0) {
 		x->st.files_failed++;

@@ -19,6 +19,7 @@
 #include "flightrec_int.h"
 #include "fr_metrics.h"
 #include "fr_trigger.h"
+#include "growbuf.h"
 #include "log.h"
 #include "procmaps.h"
 #include "target.h"
@@ -120,15 +121,8 @@ static bool expired(struct fr_metrics *m, struct fr_proc *p, uint64_t now)
 		if (m->gone[i].pid == p->pid)
 			g = &m->gone[i];
 	if (!g) {
-		if (m->nr_gone == m->cap_gone) {
-			int cap = m->cap_gone ? 2 * m->cap_gone : 16;
-			struct gone_entry *n = realloc(m->gone, cap * sizeof(*n));
-
-			if (!n)
-				return false;	/* shown a while longer: nothing lost */
-			m->gone = n;
-			m->cap_gone = cap;
-		}
+		if (ARRAY_RESERVE(m->gone, m->cap_gone, m->nr_gone + 1, 16))
+			return false;	/* shown a while longer: nothing lost */
 		g = &m->gone[m->nr_gone++];
 		*g = (struct gone_entry){ .pid = p->pid, .since = now };
 	}
@@ -456,37 +450,14 @@ static void straggler_series(FILE *f, struct flightrec *fr, struct fr_proc **pro
 	last_to_enter(f, fr, procs, pl, n, now);
 }
 
-static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
+/* processes recorded and exited */
+static void process_series(FILE *f, struct flightrec *fr, struct fr_proc **procs,
+			   struct proc_labels *pl, int n, uint64_t now)
 {
-	struct proc_labels *pl = NULL;
-	struct fr_proc **procs;
-	char *text = NULL, jobtmp[128];
-	size_t len = 0;
-	int live = 0, n = 0;
-	FILE *f;
+	int live = 0;
 
-	procs = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*procs));
-	pl = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*pl));
-	f = pl && procs ? open_memstream(&text, &len) : NULL;
-	if (!f) {
-		free(procs);
-		free(pl);
-		return NULL;
-	}
-	for (int i = 0; i < fr->nr_procs; i++)
-		if (!expired(m, fr->procs[i], now))
-			procs[n++] = fr->procs[i];
-	for (int i = 0; i < n; i++) {
-		struct fr_proc *p = procs[i];
-
-		snprintf(pl[i].pid, sizeof(pl[i].pid), "%d", p->pid);
-		if (p->t && target__rank(p->t) >= 0)
-			snprintf(pl[i].rank, sizeof(pl[i].rank), "%d", target__rank(p->t));
-		pl[i].job = strdup(job_of(m, p->pid, jobtmp, sizeof(jobtmp)));
-		if (!p->exited)
-			live++;
-	}
-
+	for (int i = 0; i < n; i++)
+		live += !procs[i]->exited;
 	family(f, "tptrace_fr_processes", "gauge", "Processes being recorded (not exited).");
 	fprintf(f, "tptrace_fr_processes");
 	{
@@ -505,36 +476,38 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		labels(f, fr, &pl[i], NULL, NULL, NULL, NULL);
 		fprintf(f, " %d\n", procs[i]->exited ? 1 : 0);
 	}
+}
 
-	/* per (comm, rank): sequence numbers and pending work */
-	{
-		static const struct {
-			const char *name, *help;
-		} seqs[] = {
-			{ "tptrace_fr_coll_seq_enqueued", "Last collective sequence number enqueued on the communicator by this rank." },
-			{ "tptrace_fr_coll_seq_started", "Last collective sequence number known started on the GPU." },
-			{ "tptrace_fr_coll_seq_completed", "Last collective sequence number known completed on the GPU." },
-		};
+/* per (comm, rank): sequence numbers and pending work */
+static void comm_series(FILE *f, struct flightrec *fr, struct fr_proc **procs,
+			struct proc_labels *pl, int n, uint64_t now)
+{
+	static const struct {
+		const char *name, *help;
+	} seqs[] = {
+		{ "tptrace_fr_coll_seq_enqueued", "Last collective sequence number enqueued on the communicator by this rank." },
+		{ "tptrace_fr_coll_seq_started", "Last collective sequence number known started on the GPU." },
+		{ "tptrace_fr_coll_seq_completed", "Last collective sequence number known completed on the GPU." },
+	};
 
-		for (int s = 0; s < 3; s++) {
-			family(f, seqs[s].name, "gauge", seqs[s].help);
-			for (int i = 0; i < n; i++) {
-				struct fr_proc *p = procs[i];
+	for (int s = 0; s < 3; s++) {
+		family(f, seqs[s].name, "gauge", seqs[s].help);
+		for (int i = 0; i < n; i++) {
+			struct fr_proc *p = procs[i];
 
-				for (int c = 0; c < p->nr_comms; c++) {
-					struct fr_comm *cm = &p->comms[c];
-					char id[160], rank[16];
-					uint64_t v = s == 0 ? cm->coll_seq : s == 1 ? cm->last_started_seq :
-						     cm->last_completed_seq;
+			for (int c = 0; c < p->nr_comms; c++) {
+				struct fr_comm *cm = &p->comms[c];
+				char id[160], rank[16];
+				uint64_t v = s == 0 ? cm->coll_seq : s == 1 ? cm->last_started_seq :
+					     cm->last_completed_seq;
 
-					if (!cm->handle)
-						continue;	/* a failed init: no collectives */
-					comm_id_str(fr, p, cm, id, sizeof(id));
-					snprintf(rank, sizeof(rank), "%d", cm->rank);
-					fprintf(f, "%s", seqs[s].name);
-					labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
-					fprintf(f, " %" PRIu64 "\n", v);
-				}
+				if (!cm->handle)
+					continue;	/* a failed init: no collectives */
+				comm_id_str(fr, p, cm, id, sizeof(id));
+				snprintf(rank, sizeof(rank), "%d", cm->rank);
+				fprintf(f, "%s", seqs[s].name);
+				labels(f, fr, &pl[i], cm->rank >= 0 ? rank : NULL, id, NULL, NULL);
+				fprintf(f, " %" PRIu64 "\n", v);
 			}
 		}
 	}
@@ -581,8 +554,12 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 			fprintf(f, " %.3f\n", now > e->created ? secs(now - e->created) : 0.0);
 		}
 	}
+}
 
-	/* threads inside a CUDA/NCCL call: the outermost open call of each thread */
+/* threads inside a CUDA/NCCL call: the outermost open call of each thread */
+static void thread_series(FILE *f, struct flightrec *fr, struct fr_proc **procs,
+			  struct proc_labels *pl, int n, uint64_t now)
+{
 	family(f, "tptrace_fr_threads_in_call", "gauge",
 	       "Threads of the process inside a probed CUDA/NCCL call.");
 	for (int i = 0; i < n; i++) {
@@ -633,8 +610,12 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 			fprintf(f, "} %.3f\n", now > call->entered ? secs(now - call->entered) : 0.0);
 		}
 	}
+}
 
-	/* drops: a count that could not be read is absent, and *_unknown says so */
+/* drops (a count that could not be read is absent, and *_unknown says so) and dumps */
+static void drop_and_dump_series(FILE *f, struct flightrec *fr, struct fr_proc **procs,
+				 struct proc_labels *pl, int n, uint64_t now)
+{
 	family(f, "tptrace_fr_events_dropped_total", "counter",
 	       "Events the BPF side could not hand over (ring full); absent when unknown.");
 	if (fr->events_dropped_err >= 0) {
@@ -663,10 +644,12 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		put_label(f, &first, "reason", fr->dump_counts[r].reason);
 		fprintf(f, "} %" PRIu64 "\n", fr->dump_counts[r].n);
 	}
+}
 
-	straggler_series(f, fr, procs, pl, n, now);
-
-	/* stall state: what flightrec__check_stalls acts on, without its once-per-stall latch */
+/* stall state: what flightrec__check_stalls acts on, without its once-per-stall latch */
+static void stall_series(FILE *f, struct flightrec *fr, struct fr_proc **procs,
+			 struct proc_labels *pl, int n, uint64_t now)
+{
 	family(f, "tptrace_fr_stall_timeout_seconds", "gauge",
 	       "The recorder's --stall-timeout (0: stall detection off).");
 	{
@@ -698,6 +681,43 @@ static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
 		labels(f, fr, &pl[i], NULL, NULL, NULL, NULL);
 		fprintf(f, " %d\n", stalled ? 1 : 0);
 	}
+}
+
+static char *render(struct flightrec *fr, uint64_t now, struct fr_metrics *m)
+{
+	struct proc_labels *pl = NULL;
+	struct fr_proc **procs;
+	char *text = NULL, jobtmp[128];
+	size_t len = 0;
+	int n = 0;
+	FILE *f;
+
+	procs = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*procs));
+	pl = calloc(fr->nr_procs ? fr->nr_procs : 1, sizeof(*pl));
+	f = pl && procs ? open_memstream(&text, &len) : NULL;
+	if (!f) {
+		free(procs);
+		free(pl);
+		return NULL;
+	}
+	for (int i = 0; i < fr->nr_procs; i++)
+		if (!expired(m, fr->procs[i], now))
+			procs[n++] = fr->procs[i];
+	for (int i = 0; i < n; i++) {
+		struct fr_proc *p = procs[i];
+
+		snprintf(pl[i].pid, sizeof(pl[i].pid), "%d", p->pid);
+		if (p->t && target__rank(p->t) >= 0)
+			snprintf(pl[i].rank, sizeof(pl[i].rank), "%d", target__rank(p->t));
+		pl[i].job = strdup(job_of(m, p->pid, jobtmp, sizeof(jobtmp)));
+	}
+
+	process_series(f, fr, procs, pl, n, now);
+	comm_series(f, fr, procs, pl, n, now);
+	thread_series(f, fr, procs, pl, n, now);
+	drop_and_dump_series(f, fr, procs, pl, n, now);
+	straggler_series(f, fr, procs, pl, n, now);
+	stall_series(f, fr, procs, pl, n, now);
 
 	for (int i = 0; i < n; i++)
 		free((char *)pl[i].job);

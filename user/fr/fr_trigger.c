@@ -15,8 +15,10 @@
 #include <cjson/cJSON.h>
 #include "atomic_file.h"
 #include "fr_trigger.h"
+#include "growbuf.h"
 #include "log.h"
 #include "procmaps.h"
+#include "util.h"
 
 #define TRIGGER_PREFIX "tptrace-trigger."
 #define TRIGGER_SUFFIX ".json"
@@ -128,14 +130,6 @@ int fr_job_of_pid(int pid, char *job, size_t size)
 	return err;
 }
 
-static int64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 int fr_trigger__write(const char *dir, const char *job, const char *host, const char *reason,
 		      struct fr_trigger_rec *out)
 {
@@ -155,7 +149,7 @@ int fr_trigger__write(const char *dir, const char *job, const char *host, const 
 	snprintf(t.job, sizeof(t.job), "%s", job);
 	snprintf(t.origin_host, sizeof(t.origin_host), "%s", host);
 	snprintf(t.reason, sizeof(t.reason), "%s", reason);
-	t.time_ns = realtime_ns();
+	t.time_ns = (int64_t)clock_ns(CLOCK_REALTIME);
 
 	o = cJSON_CreateObject();
 	if (!o)
@@ -297,15 +291,8 @@ void fr_watch__mark_seen(struct fr_watch *w, const char *id)
 {
 	if (!w || is_seen(w, id))
 		return;
-	if (w->nr_seen == w->cap_seen) {
-		size_t cap = w->cap_seen ? w->cap_seen * 2 : 64;
-		void *p = realloc(w->seen, cap * sizeof(*w->seen));
-
-		if (!p)
-			return;	/* worst case: a trigger is looked at again */
-		w->seen = p;
-		w->cap_seen = cap;
-	}
+	if (ARRAY_RESERVE(w->seen, w->cap_seen, w->nr_seen + 1, 64))
+		return;	/* worst case: a trigger is looked at again */
 	snprintf(w->seen[w->nr_seen++], FR_TRIGGER_ID_LEN + 1, "%s", id);
 }
 

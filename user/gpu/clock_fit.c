@@ -181,11 +181,6 @@ void clock_fit__add(struct clock_fit *f, uint64_t host_before, uint64_t host_aft
 	refit(f);
 }
 
-bool clock_fit__ready(const struct clock_fit *f)
-{
-	return f->nr > 0;
-}
-
 uint64_t clock_fit__to_host(const struct clock_fit *f, uint64_t cupti)
 {
 	double d;

@@ -29,8 +29,6 @@ struct clock_fit *clock_fit__new(void);
 void clock_fit__free(struct clock_fit *f);
 /* One sample: cupti read between host_before and host_after (CLOCK_MONOTONIC ns). */
 void clock_fit__add(struct clock_fit *f, uint64_t host_before, uint64_t host_after, uint64_t cupti);
-/* Whether there is a fit (at least one sample). */
-bool clock_fit__ready(const struct clock_fit *f);
 /* The host time of a time in CUPTI's GPU-record clock; the input unchanged without a fit. */
 uint64_t clock_fit__to_host(const struct clock_fit *f, uint64_t cupti);
 void clock_fit__stats(const struct clock_fit *f, struct clock_fit_stats *out);

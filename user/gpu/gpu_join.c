@@ -5,6 +5,7 @@
 #include "agent/agent_shm.h"
 #include "cuda_api.h"
 #include "gpu_join.h"
+#include "growbuf.h"
 #include "hashmap.h"
 
 /*
@@ -228,15 +229,8 @@ int gpu_join__add_call(struct gpu_join *j, const struct gpu_join_call *c, const 
 
 	if (!t)
 		return -ENOMEM;
-	if (t->nr_calls == t->cap_calls) {
-		size_t cap = t->cap_calls ? t->cap_calls * 2 : 16;
-		struct jcall **n = realloc(t->calls, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		t->calls = n;
-		t->cap_calls = cap;
-	}
+	if (ARRAY_RESERVE(t->calls, t->cap_calls, t->nr_calls + 1, 16))
+		return -ENOMEM;
 	jc = calloc(1, sizeof(*jc) + j->payload_size);
 	if (!jc)
 		return -ENOMEM;
@@ -290,15 +284,8 @@ static void add_rec(struct gpu_join *j, uint32_t pid, const struct agent_record 
 
 	if (!t)
 		return;
-	if (t->nr_recs == t->cap_recs) {
-		size_t cap = t->cap_recs ? t->cap_recs * 2 : 64;
-		struct jrec *n = realloc(t->recs, cap * sizeof(*n));
-
-		if (!n)
-			return;
-		t->recs = n;
-		t->cap_recs = cap;
-	}
+	if (ARRAY_RESERVE(t->recs, t->cap_recs, t->nr_recs + 1, 64))
+		return;
 	/* CUPTI writes a record at the call's exit: a nested driver record before its runtime
 	 * one; keep them by start */
 	for (pos = t->nr_recs; pos && t->recs[pos - 1].start > rec.start; pos--)

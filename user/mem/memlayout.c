@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "growbuf.h"
 #include "hashmap.h"
 #include "memlayout.h"
 
@@ -80,15 +81,8 @@ static struct inst *inst_new(struct insts *s, uint8_t what, int device, uint64_t
 {
 	struct inst *in;
 
-	if (s->nr == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 256;
-		struct inst *v = realloc(s->v, cap * sizeof(*v));
-
-		if (!v)
-			return NULL;
-		s->v = v;
-		s->cap = cap;
-	}
+	if (ARRAY_RESERVE(s->v, s->cap, s->nr + 1, 256))
+		return NULL;
 	in = &s->v[s->nr++];
 	memset(in, 0, sizeof(*in));
 	in->what = what;
@@ -293,15 +287,8 @@ static int sweep_insert(struct sweep *s, struct inst *in, bool *clash)
 		 (at > 0 && s->v[at - 1]->device == in->device && s->v[at - 1]->hi > in->lo);
 	if (*clash)
 		return 0;
-	if (s->nr == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 256;
-		struct inst **v = realloc(s->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		s->v = v;
-		s->cap = cap;
-	}
+	if (ARRAY_RESERVE(s->v, s->cap, s->nr + 1, 256))
+		return -ENOMEM;
 	memmove(&s->v[at + 1], &s->v[at], (s->nr - at) * sizeof(*s->v));
 	s->v[at] = in;
 	s->nr++;
@@ -538,15 +525,8 @@ struct inferset {
 
 static struct infer *infer_new(struct inferset *s)
 {
-	if (s->nr == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 64;
-		struct infer *v = realloc(s->v, cap * sizeof(*v));
-
-		if (!v)
-			return NULL;
-		s->v = v;
-		s->cap = cap;
-	}
+	if (ARRAY_RESERVE(s->v, s->cap, s->nr + 1, 64))
+		return NULL;
 	memset(&s->v[s->nr], 0, sizeof(s->v[0]));
 	return &s->v[s->nr++];
 }
@@ -725,15 +705,8 @@ static int cmp_final(const void *a, const void *b)
 static int push_block(struct memlayout *l, size_t *cap, uint64_t addr, uint64_t size,
 		      uint64_t requested, int32_t stack_id, bool active)
 {
-	if (l->nr_blocks == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 256;
-		struct memlayout_block *v = realloc(l->blocks, ncap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->blocks = v;
-		*cap = ncap;
-	}
+	if (ARRAY_RESERVE(l->blocks, *cap, l->nr_blocks + 1, 256))
+		return -ENOMEM;
 	l->blocks[l->nr_blocks++] = (struct memlayout_block){ addr, size, requested, stack_id,
 							      active };
 	return 0;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "growbuf.h"
 #include "hashmap.h"
 #include "log.h"
 #include "memlayout.h"
@@ -200,15 +201,8 @@ int32_t memsnap__stack_with_py(struct memsnap *ms, int32_t native_id, uint64_t u
 		return PY_PAIR_BASE + (int32_t)(idx - 1);
 	if (ms->nr_pairs == PY_PAIR_MAX)
 		return native_id;
-	if (ms->nr_pairs == ms->cap_pairs) {
-		int cap = ms->cap_pairs ? ms->cap_pairs * 2 : 64;
-		struct py_pair *n = realloc(ms->pairs, cap * sizeof(*n));
-
-		if (!n)
-			return native_id;
-		ms->pairs = n;
-		ms->cap_pairs = cap;
-	}
+	if (ARRAY_RESERVE(ms->pairs, ms->cap_pairs, ms->nr_pairs + 1, 64))
+		return native_id;
 	ms->pairs[ms->nr_pairs] = (struct py_pair){ native_id, ustack };
 	u64map__set(&ms->pair_index, key, ms->nr_pairs + 1);
 	return PY_PAIR_BASE + ms->nr_pairs++;
@@ -230,8 +224,9 @@ static const struct ustack *py_stack_of(const struct memsnap *ms, const struct m
 	return info->ustack_lookup(info->ustack_ctx, info->pid, pp->ustack);
 }
 
-int memsnap__frames(const struct memsnap *ms, const struct memsnap_info *info, int32_t stack_id,
-		    struct mem_frame *frames, int max)
+/* The frames of stack_id, Python first (innermost first), then native: the count written. */
+static int memsnap__frames(const struct memsnap *ms, const struct memsnap_info *info,
+			   int32_t stack_id, struct mem_frame *frames, int max)
 {
 	const struct ustack *u = py_stack_of(ms, info, stack_id, &stack_id);
 	int n = 0;
@@ -983,15 +978,8 @@ static int add_group(struct mem_leak_group **g, int *n, int *cap, const char *wh
 			return 0;
 		}
 	}
-	if (*n == *cap) {
-		int ncap = *cap ? *cap * 2 : 32;
-		struct mem_leak_group *ng = realloc(*g, ncap * sizeof(*ng));
-
-		if (!ng)
-			return -ENOMEM;
-		*g = ng;
-		*cap = ncap;
-	}
+	if (ARRAY_RESERVE(*g, *cap, *n + 1, 32))
+		return -ENOMEM;
 	(*g)[(*n)++] = (struct mem_leak_group){ what, device, e->stack_id, e->size, 1, e->size, e->ts,
 						py_site, 1 };
 	return 0;

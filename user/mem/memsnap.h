@@ -171,8 +171,5 @@ void memsnap__leak_report(const struct memsnap *ms, const struct memsnap_info *i
  * Python frame); "" when none. */
 const char *memsnap__call_site(const struct memsnap *ms, const struct memsnap_info *info,
 			       int32_t stack_id, char *buf, int size);
-/* The frames of stack_id, Python first (innermost first), then native: the count written. */
-int memsnap__frames(const struct memsnap *ms, const struct memsnap_info *info, int32_t stack_id,
-		    struct mem_frame *frames, int max);
 
 #endif

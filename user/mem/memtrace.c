@@ -9,6 +9,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cjson/cJSON.h>
+#include "growbuf.h"
 #include "mem.skel.h"
 #include "mem.h"
 #include "calls.h"
@@ -24,6 +25,7 @@
 #include "session.h"
 #include "target.h"
 #include "trace_json.h"
+#include "util.h"
 
 #ifndef TPTRACE_VERSION
 #define TPTRACE_VERSION "0.0.0"
@@ -305,7 +307,6 @@ static const struct frame_sym *symbolize(struct memtrace *mt, uint64_t addr, boo
 static int call_stack_id(struct memtrace *mt, int32_t stack_id, uint64_t caller)
 {
 	uint64_t key = u64_mix(caller) ^ (uint32_t)stack_id, idx;
-	struct synth_stack *s;
 
 	if (stack_id < 0 || !caller)
 		return stack_id;
@@ -313,15 +314,8 @@ static int call_stack_id(struct memtrace *mt, int32_t stack_id, uint64_t caller)
 	if (u64map__get(&mt->synth_index, key, &idx) && mt->synth[idx - 1].stack_id == stack_id &&
 	    mt->synth[idx - 1].caller == caller)
 		return SYNTH_STACK_BASE + (int)(idx - 1);
-	if (mt->nr_synth == mt->cap_synth) {
-		int cap = mt->cap_synth ? mt->cap_synth * 2 : 64;
-
-		s = realloc(mt->synth, cap * sizeof(*s));
-		if (!s)
-			return stack_id;
-		mt->synth = s;
-		mt->cap_synth = cap;
-	}
+	if (ARRAY_RESERVE(mt->synth, mt->cap_synth, mt->nr_synth + 1, 64))
+		return stack_id;
 	mt->synth[mt->nr_synth] = (struct synth_stack){ stack_id, caller };
 	u64map__set(&mt->synth_index, key, mt->nr_synth + 1);
 	return SYNTH_STACK_BASE + mt->nr_synth++;
@@ -671,8 +665,8 @@ struct memtrace *memtrace__attach(struct target *t, struct trace_json *tj,
 		log_error("out of memory\n");
 		goto err;
 	}
-	memsnap__set_clock(mt->snap, session__clock_ns(CLOCK_MONOTONIC),
-			   session__clock_ns(CLOCK_REALTIME));
+	memsnap__set_clock(mt->snap, clock_ns(CLOCK_MONOTONIC),
+			   clock_ns(CLOCK_REALTIME));
 	mt->skel = mem_bpf__open();
 	if (!mt->skel) {
 		log_error("failed to open the memory BPF object: %s\n", strerror(errno));

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "growbuf.h"
 #include "pyframes_int.h"
 #include "ustacks.h"
 
@@ -302,16 +303,9 @@ static int walk_tstates(struct pyproc *py)
 				need = L->ts_next + 8;
 			if ((ret = rd(py, ts, buf, need)))
 				goto fail;
-			if (nr == cap) {
-				struct tstate_ref *grown;
-
-				cap = cap ? cap * 2 : 16;
-				grown = realloc(list, cap * sizeof(*list));
-				if (!grown) {
-					ret = -ENOMEM;
-					goto fail;
-				}
-				list = grown;
+			if (ARRAY_RESERVE(list, cap, nr + 1, 16)) {
+				ret = -ENOMEM;
+				goto fail;
 			}
 			list[nr].addr = ts;
 			list[nr].thread_id = u64_at(buf, L->ts_thread_id);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "growbuf.h"
 #include "pyframes.h"
 #include "stacks_int.h"
 #include "util.h"
@@ -77,14 +78,6 @@ struct tacc {
 	bool changed;
 	uint64_t wake_by;	/* a timed call it was seen in ended by then; 0: none */
 };
-
-static uint64_t clock_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 
 static void copy_str(char *dst, size_t size, const char *src)
@@ -302,15 +295,10 @@ static int list_tids(int pid, int **out)
 
 		if (tid <= 0)
 			continue;
-		if (n == cap) {
-			int *nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
-
-			if (!nv) {
-				closedir(d);
-				free(v);
-				return -ENOMEM;
-			}
-			v = nv;
+		if (ARRAY_RESERVE(v, cap, n + 1, 64)) {
+			closedir(d);
+			free(v);
+			return -ENOMEM;
 		}
 		v[n++] = tid;
 	}

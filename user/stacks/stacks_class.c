@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "fr_keys.h"
+#include "growbuf.h"
 #include "pyframes.h"
 #include "stacks_int.h"
 
@@ -36,15 +37,8 @@ const char *strpool__add(struct strpool *pool, const char *s)
 	h = str_hash(s);
 	if (u64map__get(&pool->index, h, &idx) && !strcmp(pool->strs[idx - 1], s))
 		return pool->strs[idx - 1];
-	if (pool->nr == pool->cap) {
-		int cap = pool->cap ? pool->cap * 2 : 64;
-		char **v = realloc(pool->strs, cap * sizeof(*v));
-
-		if (!v)
-			return NULL;
-		pool->strs = v;
-		pool->cap = cap;
-	}
+	if (ARRAY_RESERVE(pool->strs, pool->cap, pool->nr + 1, 64))
+		return NULL;
 	copy = strdup(s);
 	if (!copy)
 		return NULL;

@@ -38,6 +38,7 @@
 #include "elfsym.h"
 #include "stacks_int.h"
 #include "uretinst.h"
+#include "util.h"
 
 struct maprange {
 	char *path;
@@ -210,14 +211,6 @@ static void no_debuginfod(void)
 }
 
 /* ---- thread callbacks: registers and memory of the ptrace-stopped threads ---- */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
 
 static pid_t uw_next_thread(Dwfl *dwfl, void *dwfl_arg, void **thread_argp)
 {

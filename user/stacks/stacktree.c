@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "growbuf.h"
 #include "stacks.h"
 #include "stacktree.h"
 
@@ -267,15 +268,8 @@ static int tree_add(const struct st_ctx *c, struct st_node *root, const struct s
 			if (!strcmp(nd->kids[k]->key, p->frames[i].key))
 				kid = nd->kids[k];
 		if (!kid) {
-			if (nd->nr_kids == nd->cap_kids) {
-				int cap = nd->cap_kids ? nd->cap_kids * 2 : 4;
-				struct st_node **kids = realloc(nd->kids, cap * sizeof(*kids));
-
-				if (!kids)
-					return -ENOMEM;
-				nd->kids = kids;
-				nd->cap_kids = cap;
-			}
+			if (ARRAY_RESERVE(nd->kids, nd->cap_kids, nd->nr_kids + 1, 4))
+				return -ENOMEM;
 			kid = node_new(c, p->frames[i].key, p->frames[i].label);
 			if (!kid)
 				return -ENOMEM;

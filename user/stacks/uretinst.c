@@ -17,6 +17,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "growbuf.h"
 #include "uretinst.h"	/* user/stacks/uretinst.h: the include path puts user/ first */
 #include "../../bpf/uretinst.h"
 #include "uretinst.skel.h"
@@ -63,15 +64,8 @@ static struct uretinst_bpf *prog_get(void)
 
 static struct ui_thread *add_thread(struct uretinst *ui, int tid)
 {
-	if (ui->nr_threads == ui->cap_threads) {
-		int cap = ui->cap_threads ? 2 * ui->cap_threads : 16;
-		struct ui_thread *t = realloc(ui->threads, cap * sizeof(*t));
-
-		if (!t)
-			return NULL;
-		ui->threads = t;
-		ui->cap_threads = cap;
-	}
+	if (ARRAY_RESERVE(ui->threads, ui->cap_threads, ui->nr_threads + 1, 16))
+		return NULL;
 	memset(&ui->threads[ui->nr_threads], 0, sizeof(ui->threads[0]));
 	ui->threads[ui->nr_threads].tid = tid;
 	return &ui->threads[ui->nr_threads++];
@@ -79,15 +73,8 @@ static struct ui_thread *add_thread(struct uretinst *ui, int tid)
 
 static int add_inst(struct ui_thread *t, const struct uretinst_inst *r)
 {
-	if (t->nr == t->cap) {
-		int cap = t->cap ? 2 * t->cap : 8;
-		struct ui_inst *p = realloc(t->inst, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		t->inst = p;
-		t->cap = cap;
-	}
+	if (ARRAY_RESERVE(t->inst, t->cap, t->nr + 1, 8))
+		return -ENOMEM;
 	t->inst[t->nr++] = (struct ui_inst){ .func = r->func, .stack = r->stack,
 					     .orig_ret_vaddr = r->orig_ret_vaddr,
 					     .chained = r->chained };

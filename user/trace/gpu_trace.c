@@ -10,6 +10,7 @@
 #include "demangle.h"
 #include "gpu.h"
 #include "gpu_trace.h"
+#include "growbuf.h"
 #include "hashmap.h"
 #include "trace_json.h"
 
@@ -321,15 +322,8 @@ int gpu_trace__record(struct gpu_trace *gt, int host_pid, const struct agent_rec
 		 * context sync has no stream (~0) */
 		device = device_of_context(gt, host_pid, r->context);
 		if (device < 0 && !gt->finishing) {
-			if (gt->nr_held == gt->cap_held) {
-				size_t cap = gt->cap_held ? 2 * gt->cap_held : 64;
-				struct held_sync *h = realloc(gt->held, cap * sizeof(*h));
-
-				if (!h)
-					return 0;
-				gt->held = h;
-				gt->cap_held = cap;
-			}
+			if (ARRAY_RESERVE(gt->held, gt->cap_held, gt->nr_held + 1, 64))
+				return 0;
 			gt->held[gt->nr_held].pid = host_pid;
 			gt->held[gt->nr_held++].r = *r;
 			return 1;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
+#include "growbuf.h"
 #include "pyrun.h"
 #include "session.h"
 #include "torchprof.h"
@@ -533,15 +534,8 @@ static int write_event(struct torchprof *tp, struct trace_json *tj, const cJSON 
 	if (user && !tp->derive_steps && !strncmp(name->valuestring, "ProfilerStep#", 13))
 		tp->profiler_steps++;
 	if (tp->derive_steps && user && !strncmp(name->valuestring, "Optimizer.step#", 15)) {
-		if (*nr_steps == *cap_steps) {
-			size_t cap = *cap_steps ? *cap_steps * 2 : 64;
-			struct step_end *n = realloc(*steps, cap * sizeof(*n));
-
-			if (!n)
-				return -ENOMEM;
-			*steps = n;
-			*cap_steps = cap;
-		}
+		if (ARRAY_RESERVE(*steps, *cap_steps, *nr_steps + 1, 64))
+			return -ENOMEM;
 		(*steps)[(*nr_steps)++] = (struct step_end){ .end_ns = te, .tid = tid };
 	}
 	return 0;

@@ -39,6 +39,7 @@
 #include "trace_sink.h"
 #include "trace_writer.h"
 #include "perfetto_trace.pb-c.h"
+#include "util.h"
 
 #define GLOBAL_SEQ	1
 #define SEQ_CLEARED	1	/* TracePacket.SequenceFlags */
@@ -981,12 +982,9 @@ static void pf_slice_begin(void *ctx, const char *cat, const char *name, int pid
 
 static uint64_t mono_to(clockid_t clk, uint64_t mono_ns)
 {
-	struct timespec a, b;
+	uint64_t mono_now = now_ns();
 
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	clock_gettime(clk, &b);
-	return (uint64_t)b.tv_sec * 1000000000ull + b.tv_nsec -
-	       ((uint64_t)a.tv_sec * 1000000000ull + a.tv_nsec - mono_ns);
+	return clock_ns(clk) - (mono_now - mono_ns);
 }
 
 /* Sequence 1's first packet: the trace's clocks (BOOTTIME, the trace processor's timeline;
