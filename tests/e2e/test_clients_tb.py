@@ -107,30 +107,40 @@ def test_tb_torch_trace_operator_view():
     # with it some of its children); torch 1.13's own times (whole us, start and duration
     # rounded apart) have such ops, kept as they are in our trace. An operator none of whose
     # calls crosses its parent is counted exactly; one that has such calls loses at least those
-    crossing = defaultdict(int)
+    # (an op inside a crossing one may go with it: "at risk", counted apart; seen: one
+    # aten::copy_ of 2070 under a crossing parent, 2069 in the plugin)
+    crossing, at_risk = defaultdict(int), defaultdict(int)
     stack = []
     for e in sorted((e for e in trace["traceEvents"] if e.get("ph") == "X" and
                      e.get("cat") in ("cpu_op", "user_annotation")),
                     key=lambda e: (e["tid"], e["ts"], -e["dur"])):
-        while stack and (stack[-1]["tid"] != e["tid"] or
-                         stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]):
+        while stack and (stack[-1][0]["tid"] != e["tid"] or
+                         stack[-1][0]["ts"] + stack[-1][0]["dur"] <= e["ts"]):
             stack.pop()
-        if stack and e["ts"] + e["dur"] > stack[-1]["ts"] + stack[-1]["dur"]:
+        crosses = bool(stack) and e["ts"] + e["dur"] > stack[-1][0]["ts"] + stack[-1][0]["dur"]
+        inside = bool(stack) and stack[-1][1]
+        if crosses:
             crossing[e["name"]] += 1
-        stack.append(e)
+        elif inside:
+            at_risk[e["name"]] += 1
+        stack.append((e, crosses or inside))
+    exact = []
     for name, (calls, total) in ops.items():
         if crossing[name]:
             assert theirs[name]["calls"] <= calls - crossing[name], \
                 (name, theirs[name], calls, crossing[name])
+        elif theirs[name]["calls"] != calls:
+            # only one inside a crossing op can be missing, no more of them than are inside
+            assert calls - at_risk[name] <= theirs[name]["calls"] < calls, \
+                (name, theirs[name], calls, at_risk[name])
         else:
-            assert theirs[name]["calls"] == calls, (name, theirs[name], calls)
             assert abs(theirs[name]["host_total_duration"] - total) < 0.5, \
                 (name, theirs[name], total)
-    assert sum(1 for n in ops if not crossing[n]) > len(ops) // 2, dict(crossing)
+            exact.append(name)
+    assert len(exact) > len(ops) // 2, (dict(crossing), dict(at_risk))
     # the top ten by host time: the same operators, in the same order, among those the plugin
     # counts whole (an operator that lost calls to the plugin's tree lost their time too, so
     # next to one of nearly equal time its place depends on the run: div_ and sum seen swapped)
-    exact = [n for n in ops if not crossing[n]]
     top = sorted(exact, key=lambda n: -ops[n][1])[:10]
     their_top = sorted(exact, key=lambda n: -theirs[n]["host_total_duration"])[:10]
     assert top == their_top, (top, their_top)
