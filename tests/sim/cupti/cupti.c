@@ -522,12 +522,15 @@ static void deliver_unlock(struct full_buf *full, int nr_full)
 {
 	CUpti_BuffersCallbackCompleteFunc done = buf_complete;
 
-	delivering += nr_full > 0;
-	pthread_mutex_unlock(&lock);
-	deliver(done, full, nr_full);
-	pthread_mutex_lock(&lock);
-	if (nr_full && --delivering == 0)
-		pthread_cond_broadcast(&delivered);
+	if (nr_full) {
+		delivering++;
+		pthread_mutex_unlock(&lock);
+		deliver(done, full, nr_full);
+		pthread_mutex_lock(&lock);
+		if (--delivering == 0)
+			pthread_cond_broadcast(&delivered);
+	}
+	/* the common case, no buffer full: one lock round trip per record */
 	if (--in_flight == 0)
 		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&lock);
@@ -595,7 +598,6 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 {
 	struct full_buf full[MAX_PENDING];
 	int nr_full = 0;
-	CUpti_BuffersCallbackCompleteFunc done;
 	CUpti_ActivityKind kind = c->domain == TPSIM_DOMAIN_RUNTIME ? CUPTI_ACTIVITY_KIND_RUNTIME
 								    : CUPTI_ACTIVITY_KIND_DRIVER;
 	CUpti_ActivityAPI *r;
@@ -632,23 +634,7 @@ static void observe_api(const struct tpsim_api_call *c, int phase, void *ctx)
 		r->correlationId = (uint32_t)c->correlation;
 	}
 	api_start[c->depth] = 0;
-	if (!nr_full) {
-		/* the common case: one lock round trip per API call */
-		if (--in_flight == 0)
-			pthread_cond_broadcast(&idle);
-		pthread_mutex_unlock(&lock);
-		return;
-	}
-	done = buf_complete;
-	delivering += nr_full > 0;
-	pthread_mutex_unlock(&lock);
-	deliver(done, full, nr_full);
-	pthread_mutex_lock(&lock);
-	if (nr_full && --delivering == 0)
-		pthread_cond_broadcast(&delivered);
-	if (--in_flight == 0)
-		pthread_cond_broadcast(&idle);
-	pthread_mutex_unlock(&lock);
+	deliver_unlock(full, nr_full);
 }
 
 static void observers_set(bool on)
