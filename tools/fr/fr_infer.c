@@ -396,7 +396,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			if (j < 0)
 				continue;
 			f = pcoll(r, j);
-			if (al.prefix >= 4 * ALIGN_SAT || !sig_match(e, f)) {
+			if (!sig_match(e, f)) {
 				if (!hosts)
 					break;
 				/* across hosts: the rest of the overlap, signatures only */
@@ -406,7 +406,11 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 				}
 				break;
 			}
-			al.prefix++;
+			/* past the prefix that counts, the matches still go on to the pending
+			 * collectives at the overlap's end: only there can a shifted alignment's
+			 * states conflict (a hung job's history is longer than the prefix) */
+			if (al.prefix < 4 * ALIGN_SAT)
+				al.prefix++;
 			if ((one_clock && (causal_conflict(e, f) ||
 					   state_conflict(e, m_dump, f, r_dump))) ||
 			    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
