@@ -45,6 +45,9 @@ struct call {
 	const struct tp_rec_ret *ret;	/* CALL_RETURNED only, else NULL */
 	enum call_end end;
 	uint64_t end_ns;		/* UNWOUND/EXITED/UNFINISHED; 0 otherwise */
+	/* set by the session for the sinks that consume a stage's output when that stage holds
+	 * the call back: it comes to them again, decided, through the stage (session.h) */
+	bool held;
 };
 
 struct calls_stats {
