@@ -5,8 +5,8 @@
  * dlopen, exit, map and exec records are dispatched, and every record that cannot become a
  * complete call is counted by kind. Its one user is the session (session.c, the acquisition
  * core), which hands what comes out to its sinks (decode.c: the trace writer, flightrec.c:
- * the recorder, memtrace.c: the memory tracer): they only ever see valid records and
- * complete calls.
+ * the recorder, memtrace.c: the memory tracer, gpu_sink.c: the --gpu join): they only ever see
+ * valid records and complete calls.
  *
  * Two ring layouts exist: bpf/cuda.h (entry and return records, paired here) and bpf/mem.h
  * (entry and return already combined by the BPF side, plus USDT records). */
