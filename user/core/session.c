@@ -396,10 +396,10 @@ static void core_call(void *ctx, const struct call *c)
 	}
 	for (int i = 0; i < s->nr_sinks; i++) {
 		struct session_sink *k = &s->sinks[i];
+		bool of_stage = k->source >= 0 && s->sinks[k->source].held;
 
 		if (k->ops.on_call)
-			k->ops.on_call(k->ctx, k->source >= 0 && s->sinks[k->source].held ? &held : c,
-				       sink_user(k, c->frame));
+			k->ops.on_call(k->ctx, of_stage ? &held : c, sink_user(k, c->frame));
 	}
 }
 

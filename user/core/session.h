@@ -92,9 +92,9 @@ struct session_sink_ops {
 	void (*on_mem_usdt)(void *ctx, const void *rec);
 	/* A stage: a sink whose output other sinks consume (session__consume), the --gpu join
 	 * (user/gpu/gpu_sink.h). Asked about every paired call before any sink's on_call: true
-	 * when it keeps the call (a copy: the frame's user bytes as the entries left them) to hand
-	 * it to its consumers later, decided, through an interface of its own; its consumers' on_call
-	 * then sees the call with held set, the other sinks' as usual. */
+	 * when it keeps the call (a copy: the frame's user bytes as the entries left them) to
+	 * hand it to its consumers later, decided, through an interface of its own; its
+	 * consumers' on_call then sees the call with held set, the other sinks' as usual. */
 	bool (*hold)(void *ctx, const struct call *c, void *user);
 };
 

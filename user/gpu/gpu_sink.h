@@ -54,9 +54,9 @@ void gpu_sink__free(struct gpu_sink *g);	/* calls still held are dropped; NULL i
  * not a sink of the session, -ENOMEM. */
 int gpu_sink__subscribe(struct gpu_sink *g, const struct gpu_sink_consumer *ops, void *ctx);
 
-/* A traced process, before any agent is attached (the consumer counts them: every process is
- * set up before the first record). Owned by g; the same pid gives the same one. NULL and
- * errno. */
+/* A traced process, once the consumer subscribed and before any agent is attached (the
+ * consumer counts them: every process is set up before the first record). Owned by g; the
+ * same pid gives the same one. NULL and errno. */
 struct gpu_sink_proc *gpu_sink__add_process(struct gpu_sink *g, int pid, const char *comm);
 /* p's agent answered ENABLED at enabled_ns (its calls from then on have CUPTI records); gpu
  * (owned by the caller, alive until gpu_sink__finish) is polled by gpu_sink__poll, NULL: its

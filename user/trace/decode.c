@@ -751,9 +751,9 @@ static int gpu_process(void *ctx, int pid, const char *comm)
 
 	if (gpu_trace__set_process(d->gpu, pid, comm))
 		return -ENOMEM;
-	if (!u64map__get(&d->gpu_procs, key, &v) && u64map__set(&d->gpu_procs, key, d->nr_gpu_procs++))
-		return -ENOMEM;
-	return 0;
+	if (u64map__get(&d->gpu_procs, key, &v))
+		return 0;
+	return u64map__set(&d->gpu_procs, key, d->nr_gpu_procs++) ? -ENOMEM : 0;
 }
 
 /* GPU work on the process's device/context/stream track, as it arrives */
@@ -767,7 +767,8 @@ static void gpu_record(void *ctx, int pid, const struct agent_record *r)
 int decoder__enable_gpu(struct decoder *d, struct gpu_sink *g)
 {
 	static const struct gpu_sink_consumer ops = {
-		.process = gpu_process, .record = gpu_record, .joined = gpu_joined, .flow = gpu_flow,
+		.process = gpu_process, .record = gpu_record, .joined = gpu_joined,
+		.flow = gpu_flow,
 	};
 	int err;
 
