@@ -14,6 +14,7 @@
 #include "check.h"
 #include "cuda.h"
 #include "decode.h"
+#include "gpu_sink.h"
 #include "target.h"
 #include "trace_json.h"
 #include "ustack.h"
@@ -332,6 +333,7 @@ static void test_gpu_entry_only(const char *path)
 {
 	struct target_probes probes = {};
 	struct trace_json *tj = trace_json__open(path);
+	struct gpu_sink *g;
 	struct decoder *d;
 	cJSON *trace;
 	int step;
@@ -339,15 +341,17 @@ static void test_gpu_entry_only(const char *path)
 	trace_json__begin(tj, 0, 0);
 	d = test_decoder_new(tj, NULL, &probes);
 	CHECK(decoder__set_ustacks(d, fake_lookup, stacks) == 0, "ustacks on");
-	CHECK(decoder__enable_gpu(d) == 0, "gpu on");
+	g = gpu_sink__new(test_core(d));
+	CHECK(g && decoder__enable_gpu(d, g) == 0, "gpu on");
 	call(d, "cudaLaunchKernel", pid, 1000, 0x101);
 	call(d, "cudaMemcpy", pid, 2000, 0x103);
 	ret(d, "cudaMemcpy", pid, 2600);
 	call(d, "cudaLaunchKernel", pid, 3000, 0x103);
 	decoder__finish(d, 5000);
-	decoder__gpu_flush(d, 5000, 0);
+	gpu_sink__finish(g, 5000);
 	trace_json__end_events(tj);
 	CHECK(trace_json__close(tj) == 0, "close");
+	gpu_sink__free(g);
 	test_decoder_free(d);
 
 	trace = load(path);

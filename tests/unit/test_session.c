@@ -2,7 +2,8 @@
 /* Tier 1: the acquisition core (user/core/session.c: session__*) with two sinks registered, fed
  * synthetic records: each sink gets every call with its own bytes of the frame, library
  * notices rescan only the live targets the session knows and tell every sink, the newest
- * target of a pid is the pid's, and --durations' return probes pair every api. */
+ * target of a pid is the pid's, --durations' return probes pair every api, and a stage (a sink
+ * with a hold op) is asked first and its consumer alone sees the calls it keeps held. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +50,13 @@ static void on_entry(void *ctx, struct call_frame *f, void *user)
 	note(k, 'e');
 }
 
+static int held_seen;
+
 static void on_call(void *ctx, const struct call *c, void *user)
 {
 	struct sink *k = ctx;
 
+	held_seen += c->held;
 	memcpy(k->last_user, user, sizeof(k->last_user));
 	k->last_user_ptr = user;
 	k->last_end = c->end;
@@ -85,6 +89,42 @@ static const struct session_sink_ops ops = {
 };
 
 static uint64_t ts = 1000;
+
+/* ---- a stage and its consumer ---- */
+struct stage {
+	uint32_t api;			/* the api it holds */
+	int asked, kept;
+	uint64_t consumer_mark;		/* the consumer's first user slot, as the stage saw it */
+	size_t consumer_off;		/* where the consumer's bytes are, from the stage's */
+};
+
+static bool stage_hold(void *ctx, const struct call *c, void *user)
+{
+	struct stage *st = ctx;
+
+	(void)user;
+	st->asked++;
+	log_order[nr_log++] = 'S';
+	log_order[nr_log++] = 'h';
+	if (c->frame->rec.api != st->api)
+		return false;
+	st->kept++;
+	st->consumer_mark = c->frame->user[st->consumer_off / 8];
+	return true;
+}
+
+struct seen_held {
+	int calls, held;
+};
+
+static void plain_call(void *ctx, const struct call *c, void *user)
+{
+	struct seen_held *k = ctx;
+
+	(void)user;
+	k->calls++;
+	k->held += c->held;
+}
 
 static void feed_call(struct session *s, int pid, const char *sym)
 {
@@ -196,6 +236,43 @@ int main(void)
 		session__free(s2);
 	}
 	session__free(s);
+
+	/* a stage: asked about every call before any sink's on_call, whatever the order they
+	 * registered in; its consumer sees the calls it keeps held, the other sinks plain */
+	{
+		static const struct session_sink_ops stage_ops = { .hold = stage_hold };
+		static const struct session_sink_ops plain_ops = { .on_call = plain_call };
+		struct session *s3 = session__new(cache, &probes);
+		struct sink cons = { .name = 'K' };
+		struct seen_held other = {};
+		struct stage st = { .api = api_id("cudaLaunchKernel") };
+		size_t off;
+
+		CHECK(s3 && session__add_sink(s3, &ops, &cons, &off) == 0 &&
+		      session__add_sink(s3, &plain_ops, &other, NULL) == 0 &&
+		      session__add_sink(s3, &stage_ops, &st, NULL) == 0, "third session");
+		st.consumer_off = off;
+		CHECK(session__consume(s3, &cons, &other) == -ENOENT, "no hold op: not a stage");
+		CHECK(session__consume(s3, &st, &st) == -EINVAL, "not its own consumer");
+		CHECK(session__consume(s3, &t, &st) == -ENOENT, "not a sink");
+		CHECK(session__consume(s3, &cons, &st) == 0, "K consumes the stage");
+		CHECK(session__user_used(s3) == 24, "bytes used: %zu", session__user_used(s3));
+		nr_log = 0;
+		feed_call(s3, pid, "cudaLaunchKernel");
+		CHECK(st.asked == 1 && st.kept == 1 && cons.calls == 1 && other.calls == 1,
+		      "the launch: kept");
+		CHECK(!strncmp(log_order, "KeShKc", 6), "asked before the sinks: %.*s", nr_log,
+		      log_order);
+		CHECK(st.consumer_mark == ((uint64_t)'K' << 56 | ts << 2),
+		      "the stage sees the consumer's bytes as its entry left them");
+		CHECK(other.held == 0, "another sink sees it plain");
+		feed_call(s3, pid, "cudaStreamSynchronize");
+		feed_ret(s3, pid, "cudaStreamSynchronize");
+		CHECK(st.asked == 2 && st.kept == 1 && cons.calls == 2 && other.calls == 2,
+		      "the sync: not kept");
+		session__free(s3);
+		CHECK(held_seen == 1, "the consumer saw one call held: %d", held_seen);
+	}
 	target__free(t);
 	target__free(t2);
 	elfsym_cache__free(cache);

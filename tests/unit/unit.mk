@@ -294,3 +294,12 @@ $(UNIT_DIR)/test_growbuf: tests/unit/test_growbuf.c tests/unit/check.h user/base
 		$(filter %.c,$^) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_growbuf
+
+# --gpu: the join as a sink of the session (user/gpu/gpu_sink.c), with a consumer of its own and
+# with the trace writer
+$(UNIT_DIR)/test_gpu_sink: tests/unit/test_gpu_sink.c tests/unit/check.h \
+			   $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_gpu_sink

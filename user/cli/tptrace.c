@@ -17,6 +17,7 @@
 #include "decode.h"
 #include "gpu.h"
 #include "gpu_join.h"
+#include "gpu_sink.h"
 #include "elfsym.h"
 #include "log.h"
 #include "util.h"
@@ -212,7 +213,7 @@ struct traced {
 	struct target *t;
 	struct memtrace *mt;		/* --mem */
 	struct gpu_session *gpu;	/* --gpu */
-	struct decoder_gpu_src *gsrc;	/* --gpu: its records' source in the decoder */
+	struct gpu_sink_proc *gsrc;	/* --gpu: its records' way into the join */
 	struct gpu_stats gstats;	/* taken when the agent is detached */
 	int watch_err;			/* session__watch_exit failed: exit code unknown */
 	struct torchprof *torch;	/* --torch: the profiler started in it */
@@ -234,6 +235,7 @@ struct trace_session {
 	struct trace_json *tj;
 	bool output_created;		/* we created the output file: remove it on failure */
 	struct session *core;		/* the ring's consumer, library discovery and attach */
+	struct gpu_sink *gsink;		/* --gpu: the join, a sink of core */
 	struct decoder *dec;
 	struct ring_buffer *rb;
 	uint64_t start_mono, start_real, end_mono;
@@ -280,12 +282,12 @@ static cJSON *gpu_json(const struct traced *p)
 
 /* --gpu: how host calls were joined with CUPTI's API records (gpu_join.h), for all targets
  * (pid < 0) or one. */
-static cJSON *gpu_join_json(const struct decoder *dec, int pid)
+static cJSON *gpu_join_json(const struct gpu_sink *g, int pid)
 {
 	struct gpu_join_stats j;
 	cJSON *o = cJSON_CreateObject(), *u;
 
-	if (pid < 0 ? decoder__gpu_stats(dec, &j) : decoder__gpu_stats_pid(dec, pid, &j)) {
+	if (pid < 0 ? gpu_sink__stats(g, &j) : gpu_sink__stats_pid(g, pid, &j)) {
 		cJSON_AddNullToObject(o, "calls");
 		cJSON_AddStringToObject(o, "calls_unknown", pid < 0 ? "the join was not set up" :
 					"no CUPTI agent in this process");
@@ -405,7 +407,7 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 
 		/* the join's counts of this process's calls and CUPTI records */
 		if (g && p->gpu)
-			cJSON_AddItemToObject(g, "join", gpu_join_json(s->dec, target__pid(t)));
+			cJSON_AddItemToObject(g, "join", gpu_join_json(s->gsink, target__pid(t)));
 		cJSON_AddItemToObject(o, "gpu", g);
 	}
 	if (env.py_stacks)
@@ -483,7 +485,7 @@ static char *metadata_json(const struct trace_session *s)
 	cJSON_AddNumberToObject(root, "nested_driver_calls", (double)st->nested_driver_calls);
 	/* without --gpu there is no join: no counts at all */
 	if (env.gpu)
-		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->dec, -1));
+		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->gsink, -1));
 	if (env.py_stacks)
 		cJSON_AddItemToObject(root, "python_stacks", ustacks_json(s, st));
 	out = cJSON_Print(root);
@@ -658,17 +660,20 @@ static int attach_targets(struct trace_session *s)
 static int attach_gpus(struct trace_session *s)
 {
 	struct gpu_opts go = { .cupti_path = env.cupti };
-	int err = decoder__enable_gpu(s->dec);
+	int err;
 
+	/* the join, a sink of the session whose output the trace writer consumes */
+	s->gsink = gpu_sink__new(s->core);
+	err = s->gsink ? decoder__enable_gpu(s->dec, s->gsink) : -ENOMEM;
 	if (err) {
 		log_error("out of memory\n");
 		return err;
 	}
-	/* every process's source first: how many there are names the GPU tracks */
+	/* every process first: how many there are names the GPU tracks */
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
 
-		p->gsrc = decoder__gpu_source(s->dec, target__pid(p->t), target__comm(p->t));
+		p->gsrc = gpu_sink__add_process(s->gsink, target__pid(p->t), target__comm(p->t));
 		if (!p->gsrc) {
 			log_error("out of memory\n");
 			return -ENOMEM;
@@ -697,46 +702,9 @@ static int attach_gpus(struct trace_session *s)
 			return err;
 		}
 		/* the agent answered ENABLED: its calls from here on have CUPTI records */
-		decoder__gpu_enabled(s->dec, target__pid(p->t), clock_ns(CLOCK_MONOTONIC));
+		gpu_sink__attached(p->gsrc, p->gpu, clock_ns(CLOCK_MONOTONIC));
 	}
 	return 0;
-}
-
-/* The clock the join gives up by: a call waits for its CUPTI records by the agents' flushes,
- * not by the wall clock, so a loaded host that delays the agents' thread delays the join
- * instead of leaving calls unjoined (launches unnamed). The slowest live agent sets it; one
- * that has not flushed for a minute (stopped, hung) no longer holds calls back. */
-#define JOIN_AGENT_LAG_MAX_NS	60000000000ULL
-
-static uint64_t join_clock(struct trace_session *s, uint64_t now)
-{
-	uint64_t at = now;
-
-	for (int i = 0; i < s->nr_procs; i++) {
-		struct traced *p = &s->procs[i];
-		uint64_t d;
-
-		if (!p->gpu || target__exited(p->t))
-			continue;
-		d = gpu__delivered_ns(p->gpu);
-		if (d < at)
-			at = d;
-	}
-	return now - at > JOIN_AGENT_LAG_MAX_NS ? now - JOIN_AGENT_LAG_MAX_NS : at;
-}
-
-/* Each process's calls get the slack of its own agent's clock alignment. */
-static void gpu_clock_to_join(struct trace_session *s)
-{
-	for (int i = 0; i < s->nr_procs; i++) {
-		struct gpu_stats g;
-
-		if (!s->procs[i].gpu)
-			continue;
-		gpu__stats(s->procs[i].gpu, &g);
-		decoder__gpu_clock(s->dec, target__pid(s->procs[i].t), g.clock_samples,
-				   g.clock_residual_ns, g.clock_window_ns);
-	}
 }
 
 /* --gpu: refuse before any probe or injection when the agent cannot work in a target (one
@@ -820,14 +788,9 @@ static void run_loop(struct trace_session *s)
 			break;
 		announce_loaded(s);
 		now = clock_ns(CLOCK_MONOTONIC);
-		/* the agent's ring is our memory: it can be drained after the target died */
-		for (int i = 0; i < s->nr_procs; i++)
-			if (s->procs[i].gpu)
-				gpu__poll(s->procs[i].gpu, decoder__gpu_cb, s->procs[i].gsrc);
-		if (env.gpu) {
-			gpu_clock_to_join(s);
-			decoder__gpu_flush(s->dec, join_clock(s, now), 2000000000ULL);
-		}
+		/* the agents' records, and the calls the join can decide now */
+		if (s->gsink)
+			gpu_sink__poll(s->gsink, now);
 		if (!count_alive(s))
 			break;
 		if (deadline && now >= deadline)
@@ -1026,10 +989,10 @@ static void drain(struct trace_session *s)
 			continue;
 		/* flush, disable and unsubscribe CUPTI, then unload the agent; calls that end
 		 * from here on may have no record */
-		decoder__gpu_disabled(s->dec, target__pid(p->t), clock_ns(CLOCK_MONOTONIC));
+		gpu_sink__disabling(p->gsrc, clock_ns(CLOCK_MONOTONIC));
 		if (target__exited(p->t) || target__gone(p->t))
-			gpu__poll(p->gpu, decoder__gpu_cb, p->gsrc);
-		else if (gpu__detach(p->gpu, decoder__gpu_cb, p->gsrc))
+			gpu__poll(p->gpu, gpu_sink__record, p->gsrc);
+		else if (gpu__detach(p->gpu, gpu_sink__record, p->gsrc))
 			log_error("--gpu: pid %d: detaching the agent: %s\n", target__pid(p->t),
 				  gpu__error(p->gpu));
 		gpu__stats(p->gpu, &p->gstats);
@@ -1042,10 +1005,8 @@ static void drain(struct trace_session *s)
 		if (s->procs[i].mt)
 			memtrace__finish(s->procs[i].mt, s->end_mono);
 	decoder__finish(s->dec, s->end_mono);
-	if (env.gpu) {
-		gpu_clock_to_join(s);
-		decoder__gpu_flush(s->dec, s->end_mono, 0);
-	}
+	if (s->gsink)
+		gpu_sink__finish(s->gsink, s->end_mono);
 }
 
 /* HTA reads distributedInfo for a single-rank trace. */
@@ -1083,7 +1044,7 @@ static void log_gpu_join(const struct trace_session *s)
 {
 	struct gpu_join_stats j;
 
-	if (!env.gpu || decoder__gpu_stats(s->dec, &j))
+	if (!env.gpu || gpu_sink__stats(s->gsink, &j))
 		return;
 	log_verbose("--gpu: %llu of %llu host calls joined with CUPTI (%llu before CUPTI was "
 		    "enabled, %llu after it was disabled, %llu without a record, %llu ambiguous), "
@@ -1100,7 +1061,7 @@ static void log_gpu_join(const struct trace_session *s)
 		const struct traced *p = &s->procs[i];
 		struct gpu_join_stats pj;
 
-		if (!p->gpu || decoder__gpu_stats_pid(s->dec, target__pid(p->t), &pj))
+		if (!p->gpu || gpu_sink__stats_pid(s->gsink, target__pid(p->t), &pj))
 			continue;
 		log_verbose("--gpu: pid %d: %llu of %llu host calls joined (%llu before CUPTI was "
 			    "enabled, %llu without a record, %llu ambiguous), %llu arrows\n",
@@ -1131,7 +1092,7 @@ static void log_summary(const struct trace_session *s, const struct decoder_stat
 			 target__comm(s->procs[0].t));
 	else
 		snprintf(who, sizeof(who), "%d processes", s->nr_procs);
-	if (env.gpu && !decoder__gpu_stats(s->dec, &j))
+	if (env.gpu && !gpu_sink__stats(s->gsink, &j))
 		snprintf(gpu, sizeof(gpu), ", %llu launch->kernel arrows",
 			 (unsigned long long)j.flows);
 	if (s->drops_err)
@@ -1213,6 +1174,7 @@ static void trace_session__free(struct trace_session *s)
 	}
 	for (int i = 0; i < s->nr_procs; i++)
 		target__free(s->procs[i].t);	/* detaches the uprobes */
+	gpu_sink__free(s->gsink);
 	decoder__free(s->dec);
 	session__free(s->core);
 	session__free_bpf(s->bpf);

@@ -5,8 +5,8 @@
  * dlopen, exit, map and exec records are dispatched, and every record that cannot become a
  * complete call is counted by kind. Its one user is the session (session.c, the acquisition
  * core), which hands what comes out to its sinks (decode.c: the trace writer, flightrec.c:
- * the recorder, memtrace.c: the memory tracer): they only ever see valid records and
- * complete calls.
+ * the recorder, memtrace.c: the memory tracer, gpu_sink.c: the --gpu join): they only ever see
+ * valid records and complete calls.
  *
  * Two ring layouts exist: bpf/cuda.h (entry and return records, paired here) and bpf/mem.h
  * (entry and return already combined by the BPF side, plus USDT records). */
@@ -45,6 +45,9 @@ struct call {
 	const struct tp_rec_ret *ret;	/* CALL_RETURNED only, else NULL */
 	enum call_end end;
 	uint64_t end_ns;		/* UNWOUND/EXITED/UNFINISHED; 0 otherwise */
+	/* set by the session for the sinks that consume a stage's output when that stage holds
+	 * the call back: it comes to them again, decided, through the stage (session.h) */
+	bool held;
 };
 
 struct calls_stats {

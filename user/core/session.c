@@ -353,6 +353,8 @@ struct session_sink {
 	struct session_sink_ops ops;
 	void *ctx;
 	size_t user_off;
+	int source;		/* the stage whose output it consumes (an index); -1 none */
+	bool held;		/* a stage: it holds the call being delivered */
 };
 
 struct session {
@@ -383,10 +385,22 @@ static void core_entry(void *ctx, struct call_frame *f)
 static void core_call(void *ctx, const struct call *c)
 {
 	struct session *s = ctx;
+	struct call held = *c;
 
-	for (int i = 0; i < s->nr_sinks; i++)
-		if (s->sinks[i].ops.on_call)
-			s->sinks[i].ops.on_call(s->sinks[i].ctx, c, sink_user(&s->sinks[i], c->frame));
+	held.held = true;
+	/* the stages first: whether one keeps the call is how its consumers see it */
+	for (int i = 0; i < s->nr_sinks; i++) {
+		struct session_sink *k = &s->sinks[i];
+
+		k->held = k->ops.hold && k->ops.hold(k->ctx, c, sink_user(k, c->frame));
+	}
+	for (int i = 0; i < s->nr_sinks; i++) {
+		struct session_sink *k = &s->sinks[i];
+		bool of_stage = k->source >= 0 && s->sinks[k->source].held;
+
+		if (k->ops.on_call)
+			k->ops.on_call(k->ctx, of_stage ? &held : c, sink_user(k, c->frame));
+	}
 }
 
 /* A return record follows an entry when the api's return is probed: always where the table
@@ -515,12 +529,38 @@ int session__add_sink(struct session *s, const struct session_sink_ops *ops, voi
 	if (!n)
 		return -ENOMEM;
 	s->sinks = n;
-	n[s->nr_sinks] = (struct session_sink){ .ops = *ops, .ctx = ctx, .user_off = s->user_used };
+	n[s->nr_sinks] = (struct session_sink){ .ops = *ops, .ctx = ctx, .user_off = s->user_used,
+						.source = -1 };
 	if (user_off)
 		*user_off = s->user_used;
 	s->user_used += bytes;
 	s->nr_sinks++;
 	return 0;
+}
+
+static int sink_index(const struct session *s, const void *ctx)
+{
+	for (int i = 0; i < s->nr_sinks; i++)
+		if (s->sinks[i].ctx == ctx)
+			return i;
+	return -1;
+}
+
+int session__consume(struct session *s, const void *sink, const void *stage)
+{
+	int si = sink_index(s, sink), st = sink_index(s, stage);
+
+	if (si < 0 || st < 0 || !s->sinks[st].ops.hold)
+		return -ENOENT;
+	if (si == st)
+		return -EINVAL;
+	s->sinks[si].source = st;
+	return 0;
+}
+
+size_t session__user_used(const struct session *s)
+{
+	return s->user_used;
 }
 
 int session__add_target(struct session *s, struct target *t)

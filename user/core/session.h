@@ -65,8 +65,10 @@ int session__percpu_sum(int map_fd, uint32_t key, uint64_t *sum);
  * One session owns the ring's one consumer (calls.c: validation, pairing, the record switch),
  * the traced processes, and library discovery: a dlopen record, or a periodic rescan,
  * attaches the probes of newly loaded code (target__scan) and tells the sinks. Sinks (the
- * trace writer decode.c, the flight recorder flightrec.c) register ops and receive complete
- * calls; none consumes records or attaches probes itself. */
+ * trace writer decode.c, the flight recorder flightrec.c, the --gpu join gpu_sink.c) register
+ * ops and receive complete calls; none consumes records or attaches probes itself. A sink may
+ * consume another's output (session__consume): the --gpu join holds the calls it must decide
+ * and hands them to the trace writer decided. */
 struct elfsym_cache;
 
 struct session_sink_ops {
@@ -88,6 +90,12 @@ struct session_sink_ops {
 	/* bpf/mem.h rings */
 	void (*on_mem_call)(void *ctx, const void *rec);
 	void (*on_mem_usdt)(void *ctx, const void *rec);
+	/* A stage: a sink whose output other sinks consume (session__consume), the --gpu join
+	 * (user/gpu/gpu_sink.h). Asked about every paired call before any sink's on_call: true
+	 * when it keeps the call (a copy: the frame's user bytes as the entries left them) to
+	 * hand it to its consumers later, decided, through an interface of its own; its
+	 * consumers' on_call then sees the call with held set, the other sinks' as usual. */
+	bool (*hold)(void *ctx, const struct call *c, void *user);
 };
 
 struct session;
@@ -103,6 +111,12 @@ void session__free(struct session *s);	/* not its targets: their owner frees the
  * NULL): where the sink's bytes start in call_frame.user. */
 int session__add_sink(struct session *s, const struct session_sink_ops *ops, void *ctx,
 		      size_t *user_off);
+/* sink (a registered sink's ctx) consumes the output of stage (another's, with a hold op):
+ * the calls stage holds reach sink's on_call with held set (one stage per sink). 0, -ENOENT
+ * when either is not registered or stage holds nothing, -EINVAL when they are one. */
+int session__consume(struct session *s, const void *sink, const void *stage);
+/* Bytes of call_frame.user the sinks registered so far use, from its start. */
+size_t session__user_used(const struct session *s);
 /* The processes the session discovers libraries for (owned by the caller; 0 or -ENOMEM). A
  * pid may come back as a new target (after exec): the newest one is the pid's. */
 int session__add_target(struct session *s, struct target *t);

@@ -447,6 +447,7 @@ static void decide(struct gpu_join *j, struct jthread *t, struct jcall *jc, uint
 		jc->res.status = GPU_JOIN_NO_RECORD;
 		COUNT(j, p, no_record);
 	}
+	jc->res.status_str = gpu_join__status_str(jc->res.status);
 	COUNT(j, p, calls);
 }
 

@@ -27,18 +27,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "gpu_result.h"
 
 struct gpu_join;
 struct agent_record;
-
-enum gpu_join_status {
-	GPU_JOIN_JOINED,
-	GPU_JOIN_BEFORE_ENABLE,	/* the call came before CUPTI was enabled: no record can exist */
-	GPU_JOIN_AFTER_DISABLE,	/* it ended after tptrace began turning CUPTI off (the end of the
-				 * trace): its record may never be written */
-	GPU_JOIN_NO_RECORD,	/* CUPTI was on, but no record of this API in the window */
-	GPU_JOIN_AMBIGUOUS,	/* more than one record fits: none taken */
-};
 
 /* A host call handed to the join. */
 struct gpu_join_call {
@@ -53,20 +45,8 @@ struct gpu_join_call {
 	uint64_t ret_ts;	/* return probe; 0: entry-only (or no return seen) */
 };
 
-/* What the join says about a call, handed to the emit callback with the call's payload. */
-struct gpu_join_result {
-	enum gpu_join_status status;
-	uint32_t correlation;	/* JOINED: CUPTI's correlation id */
-	/* JOINED: the CUPTI API record's times. An entry-only call has no duration of its own:
-	 * it is drawn from api_start to api_end, and its arrow starts at api_start. */
-	uint64_t api_start, api_end;
-	const char *kernel;	/* JOINED: the demangled name of its first kernel, NULL if none
-				 * arrived yet; valid during the callback */
-	bool has_work;		/* JOINED: its first GPU work arrived: the three below are set */
-	uint32_t device, context, stream;	/* that work's (CUPTI's ids: the GPU track's) */
-	int candidates;		/* AMBIGUOUS: how many records fitted */
-};
-
+/* What the join says about a call (struct gpu_join_result, gpu_result.h) goes to emit with the
+ * call's payload. */
 struct gpu_join_ops {
 	void *ctx;
 	/* a call decided: write it (payload is what gpu_join__add_call copied) */

@@ -12,8 +12,7 @@
 #include "log.h"
 #include "nccl_api.h"
 #include "demangle.h"
-#include "gpu.h"
-#include "gpu_join.h"
+#include "gpu_sink.h"
 #include "gpu_trace.h"
 #include "procmaps.h"
 #include "session.h"
@@ -22,29 +21,21 @@
 #include "ustack.h"
 #include "trace_stacks.h"
 
-/* --gpu: a call the join (gpu_join.c) holds until it is decided, handed back to emit_host. */
-struct gpu_payload {
-	struct tp_rec_call call;
-	struct tp_rec_ret ret;
-	bool has_ret;
-	uint64_t end_ns;		/* unfinished calls: when the trace ended */
-	uint64_t own_corr;		/* the id it keeps when not joined */
-};
-
 struct decoder {
 	struct trace_json *tj;
 	struct elfsym_cache *cache;
 	struct session *session;	/* the acquisition core that hands calls over */
+	size_t user_off;		/* where its bytes are in a call_frame's user */
 	struct u64map named_threads;	/* pid << 32 | tid -> 1: thread_name written */
 	uint64_t next_correlation;
 	struct decoder_stats stats;
 	uint64_t nested_open;		/* nested driver calls open when their process exited or
 					 * the trace ended: not unfinished calls of their own */
 
-	struct gpu_trace *gpu;		/* --gpu: the GPU tracks; NULL without */
-	struct gpu_join *join;		/* --gpu: host calls <-> CUPTI API records */
-	struct u64map gpu_srcs;		/* --gpu: pid + 1 -> struct decoder_gpu_src * */
-	uint32_t nr_gpu_srcs;
+	/* --gpu: the GPU tracks, and the calls the join (gpu_sink.h) held, decided; NULL without */
+	struct gpu_trace *gpu;
+	struct u64map gpu_procs;	/* --gpu: pid + 1 -> its ordinal (the order they were set up) */
+	uint32_t nr_gpu_procs;
 	/* --gpu: a host stream handle -> the CUPTI stream id its work ran on (the number its
 	 * GPU track is named by), learned from joined calls; see stream_key */
 	struct u64map stream_ids;
@@ -57,13 +48,6 @@ struct decoder {
 	void *ustack_ctx;
 	struct u64map py_threads;	/* pid << 32 | tid -> struct py_thread * */
 	uint64_t next_py_id;		/* Kineto's "Python id" of the next slice */
-};
-
-/* --gpu: one traced process's CUPTI records (its own correlation ids, thread ids, clock). */
-struct decoder_gpu_src {
-	struct decoder *d;
-	int pid;
-	uint32_t ordinal;	/* in the order the processes were set up: their arrows' ids */
 };
 
 /* What the decoder keeps in its user bytes of a call_frame (session.h). */
@@ -116,7 +100,7 @@ struct decoder *decoder__new(struct session *s, struct trace_json *tj,
 	d->cache = cache;
 	d->session = s;
 	d->next_correlation = 1;
-	err = session__add_sink(s, &ops, d, NULL);
+	err = session__add_sink(s, &ops, d, &d->user_off);
 	if (err) {
 		free(d);
 		errno = -err;
@@ -140,8 +124,7 @@ void decoder__free(struct decoder *d)
 			free(th->open[i].name);
 	}
 	u64map__free_values(&d->py_threads);
-	gpu_join__free(d->join);
-	u64map__free_values(&d->gpu_srcs);
+	u64map__clear(&d->gpu_procs);
 	gpu_trace__free(d->gpu);
 	free(d);
 }
@@ -209,7 +192,7 @@ static void arg_stream(struct decoder *d, struct trace_json *tj, uint64_t stream
 	 * "stream" is a GPU stream id in Kineto's format, and HTA takes every event that has
 	 * one for GPU work (host calls counted as kernels). */
 	trace_json__arg_hex(tj, "stream", stream);
-	if (!d->join)
+	if (!d->gpu)
 		return;
 	/* --gpu: the GPU track's name, so the two can be matched by eye ("stream 7"): from this
 	 * call's own work, else from an earlier call on the same handle */
@@ -520,31 +503,20 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		      const struct tp_rec_ret *r, uint64_t end_ns,
 		      const struct gpu_join_result *jr);
 
-static void emit_call(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
-		      const struct tp_rec_ret *r, uint64_t end_ns)
+/* jr: what the --gpu join said about a call it held (NULL: written at its arrival). */
+static void write_call(struct decoder *d, const struct call *c, uint64_t correlation,
+		       const struct gpu_join_result *jr)
 {
-	if (d->join && c->api < NCCL_API_BASE && gpu_join__wants(c->api)) {
-		struct gpu_payload p = { .call = *c, .has_ret = r != NULL, .end_ns = end_ns,
-					 .own_corr = correlation };
-		const struct cuda_api *api = &cuda_apis[c->api];
-		struct gpu_join_call jc = { .pid = c->pid, .tid = c->tid, .api = c->api,
-					    .domain = api->domain, .cbid = api->cbid,
-					    .cbid_alt = api->cbid_alt,
-					    .gpu_work = api->gpu_work, .ts = c->ts,
-					    .ret_ts = r ? r->ts : 0 };
+	const struct tp_rec_call *rec = &c->frame->rec;
+	const struct tp_rec_ret *r = c->end == CALL_RETURNED ? c->ret : NULL;
+	/* unwound, exited, unfinished: written as a slice up to end_ns, marked "unfinished" */
+	uint64_t end_ns = c->end == CALL_UNWOUND || c->end == CALL_EXITED ||
+			  c->end == CALL_UNFINISHED ? c->end_ns : 0;
 
-		if (r)
-			p.ret = *r;
-		if (!gpu_join__add_call(d->join, &jc, &p))
-			return;
-	} else if (d->join) {
-		/* not joined itself, but it ends the window of the entry-only call before it */
-		gpu_join__mark(d->join, c->pid, c->tid, c->ts);
-	}
-	if (c->api >= NCCL_API_BASE)
-		emit_nccl(d, c, correlation, r, end_ns);
+	if (rec->api >= NCCL_API_BASE)
+		emit_nccl(d, rec, correlation, r, end_ns);
 	else
-		emit_host(d, c, correlation, r, end_ns, NULL);
+		emit_host(d, rec, correlation, r, end_ns, jr);
 }
 
 /* cuMemcpy*, cuMemcpy2D*, cuMemsetD*: the arguments cuda_api_decode_copy read */
@@ -735,7 +707,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	}
 	trace_json__arg_u64(tj, "correlation", correlation);
 	if (jr && jr->status != GPU_JOIN_JOINED)
-		trace_json__arg_str(tj, "cupti", gpu_join__status_str(jr->status));
+		trace_json__arg_str(tj, "cupti", jr->status_str);
 	if (api->per_thread)
 		trace_json__arg_bool(tj, "per-thread stream", true);
 	if (r)
@@ -747,139 +719,71 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->stats.calls++;
 }
 
-/* The join decided a call: write it with CUPTI's correlation when joined. */
-static void gpu_emit(void *ctx, const struct gpu_join_call *jc, void *payload,
-		     const struct gpu_join_result *jr)
+/* ---- --gpu: the consumer of the join's output (gpu_sink.h) ---- */
+
+/* A held call decided: written with CUPTI's correlation when joined, else with its own. */
+static void gpu_joined(void *ctx, const struct call *c, const struct gpu_join_result *jr)
 {
 	struct decoder *d = ctx;
-	struct gpu_payload *p = payload;
+	const uint64_t *slot = (const uint64_t *)((const char *)c->frame->user + d->user_off);
 
-	emit_host(d, &p->call, jr->status == GPU_JOIN_JOINED ? jr->correlation : p->own_corr,
-		  p->has_ret ? &p->ret : NULL, p->end_ns, jr);
+	write_call(d, c, jr->status == GPU_JOIN_JOINED ? jr->correlation : slot[USER_CORRELATION],
+		   jr);
 }
 
 /* The arrow's id is unique in the trace: the process's ordinal above its correlation id (the
  * first process's arrows keep Kineto's id = correlation). */
-static void gpu_flow(void *ctx, uint32_t correlation, const struct gpu_join_call *c,
-		     uint64_t host_ts, uint32_t device, uint32_t context, uint32_t stream,
-		     uint64_t work_start)
+static void gpu_flow(void *ctx, int pid, int tid, uint32_t correlation, uint64_t host_ts,
+		     uint32_t device, uint32_t context, uint32_t stream, uint64_t work_start)
 {
 	struct decoder *d = ctx;
-	uint64_t v, ordinal = 0;
+	uint64_t ordinal = 0;
 
-	if (u64map__get(&d->gpu_srcs, (uint64_t)c->pid + 1, &v))
-		ordinal = ((const struct decoder_gpu_src *)(uintptr_t)v)->ordinal;
-	gpu_trace__flow(d->gpu, ordinal << 32 | correlation, (int)c->pid, (int)c->tid, host_ts,
-			(int)device, context, (int)stream, work_start);
+	u64map__get(&d->gpu_procs, (uint64_t)(uint32_t)pid + 1, &ordinal);
+	gpu_trace__flow(d->gpu, ordinal << 32 | correlation, pid, tid, host_ts, (int)device,
+			context, (int)stream, work_start);
 }
 
-struct decoder_gpu_src *decoder__gpu_source(struct decoder *d, int pid, const char *comm)
+static int gpu_process(void *ctx, int pid, const char *comm)
 {
-	struct decoder_gpu_src *src;
-	bool created;
+	struct decoder *d = ctx;
+	uint64_t key = (uint64_t)(uint32_t)pid + 1, v;
 
-	if (!d->gpu) {
-		errno = EINVAL;
-		return NULL;
-	}
-	src = u64map__get_or_alloc(&d->gpu_srcs, (uint64_t)(uint32_t)pid + 1, sizeof(*src),
-				   &created);
-	if (!src || gpu_trace__set_process(d->gpu, pid, comm)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (created) {
-		src->d = d;
-		src->pid = pid;
-		src->ordinal = d->nr_gpu_srcs++;
-	}
-	return src;
+	if (gpu_trace__set_process(d->gpu, pid, comm))
+		return -ENOMEM;
+	if (u64map__get(&d->gpu_procs, key, &v))
+		return 0;
+	return u64map__set(&d->gpu_procs, key, d->nr_gpu_procs++) ? -ENOMEM : 0;
 }
 
-int decoder__enable_gpu(struct decoder *d)
+/* GPU work on the process's device/context/stream track, as it arrives */
+static void gpu_record(void *ctx, int pid, const struct agent_record *r)
 {
-	struct gpu_join_ops ops = { .ctx = d, .emit = gpu_emit, .flow = gpu_flow };
+	struct decoder *d = ctx;
+
+	gpu_trace__record(d->gpu, pid, r);
+}
+
+int decoder__enable_gpu(struct decoder *d, struct gpu_sink *g)
+{
+	static const struct gpu_sink_consumer ops = {
+		.process = gpu_process, .record = gpu_record, .joined = gpu_joined,
+		.flow = gpu_flow,
+	};
+	int err;
 
 	d->gpu = gpu_trace__new(d->tj);
 	if (!d->gpu)
 		return -ENOMEM;
-	d->join = gpu_join__new(&ops, sizeof(struct gpu_payload));
-	if (!d->join) {
+	err = gpu_sink__subscribe(g, &ops, d);
+	if (err) {
 		gpu_trace__free(d->gpu);
 		d->gpu = NULL;
-		return -ENOMEM;
+		return err;
 	}
 	/* uprobe-only events keep ids CUPTI never hands out */
 	d->next_correlation = 1ULL << 40;
 	return 0;
-}
-
-void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns)
-{
-	gpu_join__flush(d->join, now_ns, max_wait_ns);
-}
-
-void decoder__gpu_clock(struct decoder *d, int pid, uint32_t samples, uint64_t residual_ns,
-			uint64_t window_ns)
-{
-	gpu_join__set_clock(d->join, (uint32_t)pid, samples, residual_ns, window_ns);
-}
-
-void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns)
-{
-	gpu_join__set_enabled(d->join, (uint32_t)pid, enabled_ns);
-}
-
-void decoder__gpu_disabled(struct decoder *d, int pid, uint64_t disabled_ns)
-{
-	gpu_join__set_disabled(d->join, (uint32_t)pid, disabled_ns);
-}
-
-/* gpu__poll callback (ctx: the process's decoder__gpu_source): GPU work goes on the process's
- * device/context/stream track right away; API records go to the join, which holds them for
- * the host calls they belong to. */
-void decoder__gpu_cb(void *ctx, const struct agent_record *r)
-{
-	const struct decoder_gpu_src *src = ctx;
-	struct decoder *d = src->d;
-	uint32_t pid = (uint32_t)src->pid;
-	char *kernel = NULL;
-
-	switch (r->type) {
-	case AGENT_REC_RUNTIME_API:
-	case AGENT_REC_DRIVER_API:
-		gpu_join__record(d->join, pid, r, NULL);
-		return;
-	case AGENT_REC_KERNEL:
-		gpu_trace__record(d->gpu, src->pid, r);
-		kernel = demangle(gpu__record_name(r));
-		gpu_join__record(d->join, pid, r, kernel);
-		free(kernel);
-		return;
-	case AGENT_REC_MEMCPY:
-	case AGENT_REC_MEMSET:
-		gpu_trace__record(d->gpu, src->pid, r);
-		gpu_join__record(d->join, pid, r, NULL);
-		return;
-	default:
-		gpu_trace__record(d->gpu, src->pid, r);
-		return;
-	}
-}
-
-int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out)
-{
-	if (!d->join)
-		return -ENOENT;
-	gpu_join__stats(d->join, out);
-	return 0;
-}
-
-int decoder__gpu_stats_pid(const struct decoder *d, int pid, struct gpu_join_stats *out)
-{
-	if (!d->join)
-		return -ENOENT;
-	return gpu_join__stats_pid(d->join, (uint32_t)pid, out);
 }
 
 /* ---- --py-stacks: python_function slices ----
@@ -1072,23 +976,11 @@ static void dec_call(void *ctx, const struct call *c, void *user)
 		bool no_ret = c->end == CALL_NO_RETURN || c->end == CALL_OVERFLOW;
 
 		py_call_end(d, c->frame, slot, c->ret ? c->ret->ts : no_ret ? rec->ts : c->end_ns,
-			    no_ret && d->join);
+			    no_ret && d->gpu);
 	}
-	switch (c->end) {
-	case CALL_RETURNED:
-		emit_call(d, rec, correlation, c->ret, 0);
-		break;
-	case CALL_NO_RETURN:
-	case CALL_OVERFLOW:
-		emit_call(d, rec, correlation, NULL, 0);
-		break;
-	case CALL_UNWOUND:
-	case CALL_EXITED:
-	case CALL_UNFINISHED:
-		/* written as a slice up to end_ns, marked "unfinished" */
-		emit_call(d, rec, correlation, NULL, c->end_ns);
-		break;
-	}
+	/* held by the --gpu join: written once it decides (gpu_joined) */
+	if (!c->held)
+		write_call(d, c, correlation, NULL);
 }
 
 static void dec_exit(void *ctx, const struct tp_rec_exit *x)

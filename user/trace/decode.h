@@ -49,30 +49,11 @@ void decoder__free(struct decoder *d);
  * around its calls. Without it, ids are ignored. */
 int decoder__set_ustacks(struct decoder *d, ustack_lookup_fn lookup, void *ctx);	/* 0 or -ENOMEM */
 
-/* --gpu: host calls joined with CUPTI records by gpu_join.c (see gpu_join.h). */
-struct agent_record;
-struct gpu_join_stats;
-int decoder__enable_gpu(struct decoder *d);	/* 0 or -ENOMEM */
-/* One traced process's CUPTI records (each process has its own CUPTI: its own correlation
- * ids, thread ids and clock): the ctx to hand gpu__poll/gpu__detach with decoder__gpu_cb.
- * Owned by d; the same pid gives the same source. Every process is set up before the first
- * record (the count names the GPU tracks). NULL and errno on failure. */
-struct decoder_gpu_src;
-struct decoder_gpu_src *decoder__gpu_source(struct decoder *d, int pid, const char *comm);
-void decoder__gpu_cb(void *src, const struct agent_record *r);	/* gpu__poll callback */
-/* Writes the calls the join decided; max_wait_ns 0: all of them (the end of the trace). */
-void decoder__gpu_flush(struct decoder *d, uint64_t now_ns, uint64_t max_wait_ns);
-/* pid's agent's measured clock residual (gpu_stats), which sets the slack of its calls. */
-void decoder__gpu_clock(struct decoder *d, int pid, uint32_t samples, uint64_t residual_ns,
-			uint64_t window_ns);
-/* pid's agent had CUPTI enabled at enabled_ns: its calls before that have no record. */
-void decoder__gpu_enabled(struct decoder *d, int pid, uint64_t enabled_ns);
-/* tptrace began turning pid's CUPTI off (the end of the trace) */
-void decoder__gpu_disabled(struct decoder *d, int pid, uint64_t disabled_ns);
-/* The join's counts, all processes; -ENOENT without --gpu (there are none). */
-int decoder__gpu_stats(const struct decoder *d, struct gpu_join_stats *out);
-/* pid's own counts; -ENOENT without --gpu or when the join never heard of pid. */
-int decoder__gpu_stats_pid(const struct decoder *d, int pid, struct gpu_join_stats *out);
+/* --gpu: d consumes the output of the join g (a sink of the same session, gpu_sink.h): the
+ * calls it holds are written once decided, with CUPTI's correlation, kernel name and arrow,
+ * and g's processes' GPU work goes on GPU tracks. 0 or a negative errno. */
+struct gpu_sink;
+int decoder__enable_gpu(struct decoder *d, struct gpu_sink *g);
 
 /* Ends the session's open calls (session__finish): calls still open (a thread blocked in a
  * sync when the trace ended) are written as slices ending at end_ns, marked "unfinished". */
