@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 #include "gpu_trace.h"
+#include "growbuf.h"
 #include "hashmap.h"
 #include "trace_sink.h"
 #include "trace_writer.h"
@@ -98,6 +99,12 @@ struct track {
 	bool has_sort, is_thread, is_counter, gpu;
 	bool emitted;
 	struct seq *seq;	/* the sequence of its events (counters: their process's) */
+	/* calls opened (call_open: BEGIN written) whose "X" has not come yet, oldest first;
+	 * their args in open_args, each call's after the previous one's */
+	struct open_call *opens;
+	size_t nr_opens, opens_cap;
+	struct arg *open_args;
+	size_t nr_open_args, open_args_cap;
 };
 
 enum arg_kind { A_UINT, A_INT, A_DOUBLE, A_BOOL, A_PTR, A_STR_IID, A_STR };
@@ -113,6 +120,14 @@ struct arg {
 		double d;
 		const char *s;	/* A_STR */
 	};
+};
+
+/* A call whose BEGIN is written: what its END is matched by, and the args the BEGIN carried
+ * (the END leaves out those it would repeat). */
+struct open_call {
+	uint64_t ts;
+	uint64_t name_iid;
+	size_t nargs;
 };
 
 struct pf {
@@ -141,6 +156,7 @@ struct pf {
 	size_t te_cap, interned_cap, interned_len;
 	uint8_t *pb_scratch;		/* protobuf-c's packets */
 	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[16];	/* grids repeat */
+	struct { uint64_t v, iid; } hex_memo[256];	/* handles repeat: value -> its text's iid */
 	size_t pb_scratch_cap;
 };
 
@@ -569,6 +585,11 @@ static struct seq *track_seq(struct pf *pf, struct track *t, uint64_t ts)
 
 static void free_track(struct track *t)
 {
+	for (size_t i = 0; i < t->nr_open_args; i++)
+		if (t->open_args[i].owned)
+			free((char *)t->open_args[i].s);
+	free(t->open_args);
+	free(t->opens);
 	free(t->name);
 	free(t->label);
 	if (t->seq)
@@ -694,6 +715,95 @@ static void free_args(struct pf *pf)
 	pf->nargs = 0;
 }
 
+/* ---- calls opened at entry (BEGIN at entry, END at return) ---- */
+
+/* Whether b repeats a (same interned key, same value): the END leaves it out. */
+static bool arg_same(const struct arg *a, const struct arg *b)
+{
+	if (!a->key_iid || a->key_iid != b->key_iid || a->kind != b->kind)
+		return false;
+	if (a->kind == A_STR)
+		return !strcmp(a->s, b->s);
+	if (a->kind == A_DOUBLE)
+		return !memcmp(&a->d, &b->d, sizeof(a->d));
+	return a->u == b->u;
+}
+
+/* The call whose BEGIN was just written on t: remembered with the args it carried. Without
+ * memory for it (ENOMEM, a sticky error) its "X" is written as a slice of its own. */
+static void push_open(struct pf *pf, struct track *t, uint64_t name_iid)
+{
+	struct open_call *o;
+
+	if (ARRAY_RESERVE(t->opens, t->opens_cap, t->nr_opens + 1, 8) ||
+	    ARRAY_RESERVE(t->open_args, t->open_args_cap, t->nr_open_args + pf->nargs, 32)) {
+		trace_sink__set_error(pf->out.sink, -ENOMEM);
+		return;
+	}
+	o = &t->opens[t->nr_opens++];
+	o->ts = pf->ts;
+	o->name_iid = name_iid;
+	o->nargs = pf->nargs;
+	for (size_t i = 0; i < pf->nargs; i++) {
+		struct arg *a = &t->open_args[t->nr_open_args++];
+
+		*a = pf->args[i];
+		a->key = NULL;		/* the caller's, gone after event_end: matched by iid */
+		a->owned = false;
+		if (a->kind == A_STR) {
+			a->s = strdup(pf->args[i].s);
+			a->owned = a->s != NULL;
+			if (!a->s) {
+				a->s = "";
+				a->key_iid = 0;	/* never matches: the END repeats it */
+			}
+		}
+	}
+}
+
+/* The open call an "X" (ts, name) completes, or -1; searched from the newest (calls nest). */
+static ssize_t find_open(const struct track *t, uint64_t ts, uint64_t name_iid)
+{
+	for (size_t i = t->nr_opens; i-- > 0;)
+		if (t->opens[i].ts == ts && t->opens[i].name_iid == name_iid)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Closes open call k of t: the event's args that its BEGIN carried with the same value are
+ * dropped (the END adds the others: the trace processor merges them into the slice, a key
+ * on both taking the END's value). */
+static void take_open(struct pf *pf, struct track *t, size_t k)
+{
+	size_t off = 0, n, kept = 0;
+	struct arg *oa;
+
+	for (size_t i = 0; i < k; i++)
+		off += t->opens[i].nargs;
+	n = t->opens[k].nargs;
+	oa = t->open_args + off;
+	for (size_t i = 0; i < pf->nargs; i++) {
+		struct arg *a = &pf->args[i];
+		/* usually in the same order: the same index first */
+		bool same = i < n && arg_same(&oa[i], a);
+
+		for (size_t j = 0; !same && j < n; j++)
+			same = arg_same(&oa[j], a);
+		if (!same)
+			pf->args[kept++] = *a;
+		else if (a->owned)
+			free((char *)a->s);
+	}
+	pf->nargs = kept;
+	for (size_t j = 0; j < n; j++)
+		if (oa[j].owned)
+			free((char *)oa[j].s);
+	memmove(oa, oa + n, (t->nr_open_args - off - n) * sizeof(*oa));
+	t->nr_open_args -= n;
+	memmove(&t->opens[k], &t->opens[k + 1], (t->nr_opens - k - 1) * sizeof(*t->opens));
+	t->nr_opens--;
+}
+
 static void pf_event(void *ctx, const char *ph, const char *cat, const char *name, int pid,
 		     int tid, uint64_t ts_mono_ns, uint64_t dur_ns)
 {
@@ -759,14 +869,6 @@ static void pf_arg_bool(void *ctx, const char *key, bool v)
 		a->u = v;
 }
 
-static void pf_arg_hex(void *ctx, const char *key, uint64_t v)
-{
-	struct arg *a = new_arg(ctx, key, A_PTR);
-
-	if (a)
-		a->u = v;
-}
-
 static void pf_arg_str(void *ctx, const char *key, const char *v)
 {
 	struct pf *pf = ctx;
@@ -789,6 +891,39 @@ static void pf_arg_str(void *ctx, const char *key, const char *v)
 	a->owned = a->s != NULL;
 	if (!a->s)
 		a->s = "";
+}
+
+/* As the JSON's text ("0x5100"), interned: handles (streams, events, functions,
+ * communicators) repeat, and an interned value costs 3 bytes where a pointer_value costs up
+ * to 10. */
+static void pf_arg_hex(void *ctx, const char *key, uint64_t v)
+{
+	static const char digits[] = "0123456789abcdef";
+	struct pf *pf = ctx;
+	unsigned slot = (unsigned)(v >> 4 ^ v >> 12 ^ v >> 20 ^ v >> 28) & 255;
+	char buf[24], *end = buf + sizeof(buf) - 1, *p = end;
+	size_t n = pf->nargs;
+	uint64_t x = v;
+	struct arg *a;
+
+	if (pf->hex_memo[slot].iid && pf->hex_memo[slot].v == v) {
+		a = new_arg(pf, key, A_STR_IID);
+		if (a)
+			a->u = pf->hex_memo[slot].iid;
+		return;
+	}
+	*end = '\0';
+	do {
+		*--p = digits[x & 15];
+		x >>= 4;
+	} while (x);
+	*--p = 'x';
+	*--p = '0';
+	pf_arg_str(ctx, key, p);
+	if (pf->nargs > n && pf->args[n].kind == A_STR_IID) {
+		pf->hex_memo[slot].v = v;
+		pf->hex_memo[slot].iid = pf->args[n].u;
+	}
 }
 
 /* Perfetto's annotations have no JSON value of their own: the text */
@@ -939,21 +1074,38 @@ static void pf_event_end(void *ctx)
 	t = get_track(pf, pf->pid, pf->tid, pf->scope == 't');
 	if (!t || !(s = track_seq(pf, t, pf->ts)))
 		goto out;
+	if (pf->ph == 'X' && t->nr_opens) {
+		/* a call opened at its entry: its END, with what the BEGIN did not say */
+		ssize_t k = find_open(t, pf->ts, intern(&pf->in[IN_NAME], pf->name ? pf->name : ""));
+
+		if (k >= 0) {
+			take_open(pf, t, (size_t)k);
+			pf->ph = 'E';
+		}
+	}
 	if (pf->ph == 'E') {
-		/* the end of a slice pf_slice_begin opened: the args go on the END */
+		/* the end of a slice pf_slice_begin or pf_call_open opened: the args go on the END */
 		len = encode_event(pf, s, TYPE_SLICE_END, 0, true, false);
 		if (len)
 			write_event_packet(pf, s, pf->ts + pf->dur, len);
+		else
+			trace_sink__set_error(pf->out.sink, -ENOMEM);
 		goto out;
 	}
-	type = pf->ph == 'X' ? TYPE_SLICE_BEGIN : TYPE_INSTANT;
+	/* a slice of no duration is an INSTANT: the trace processor makes both the same slice
+	 * (dur 0, nested under the slice around it), in one packet instead of two */
+	type = pf->ph == 'B' || (pf->ph == 'X' && pf->dur) ? TYPE_SLICE_BEGIN : TYPE_INSTANT;
 	len = encode_event(pf, s, type, 0, true, true);
 	if (!len) {
 		trace_sink__set_error(pf->out.sink, -ENOMEM);
 		goto out;
 	}
 	write_event_packet(pf, s, pf->ts, len);
-	if (pf->ph == 'X') {
+	if (pf->ph == 'B') {
+		push_open(pf, t, intern(&pf->in[IN_NAME], pf->name ? pf->name : ""));
+		goto out;
+	}
+	if (type == TYPE_SLICE_BEGIN) {
 		uint8_t *p = put_field_varint(pf->te, TE_TYPE, TYPE_SLICE_END);
 
 		write_event_packet(pf, s, pf->ts + pf->dur, p - pf->te);
@@ -978,6 +1130,13 @@ static void pf_slice_begin(void *ctx, const char *cat, const char *name, int pid
 	len = encode_event(pf, s, TYPE_SLICE_BEGIN, 0, false, true);
 	if (len)
 		write_event_packet(pf, s, ts_mono_ns, len);
+}
+
+/* A call entered: its BEGIN, with the args that follow (pf_event_end writes it). */
+static void pf_call_open(void *ctx, const char *cat, const char *name, int pid, int tid,
+			 uint64_t ts_mono_ns)
+{
+	pf_event(ctx, "B", cat, name, pid, tid, ts_mono_ns, 0);
 }
 
 static uint64_t mono_to(clockid_t clk, uint64_t mono_ns)
@@ -1115,6 +1274,18 @@ static int pf_close(void *ctx)
 	uint64_t v;
 	int err;
 
+	/* calls opened whose "X" never came (the writer's contract says it comes): ended where
+	 * their thread's last event is, so BEGIN and END still balance */
+	while (u64map__next(&pf->tracks, &it, NULL, &v)) {
+		struct track *t = (struct track *)(uintptr_t)v;
+
+		for (; t->nr_opens && t->seq; t->nr_opens--) {
+			uint8_t *p = put_field_varint(pf->te, TE_TYPE, TYPE_SLICE_END);
+
+			write_event_packet(pf, t->seq, t->seq->last_ts, p - pf->te);
+		}
+	}
+	it = 0;
 	/* descriptors of the tracks that only had metadata; processes first, so a thread's
 	 * parent is described before it */
 	while (u64map__next(&pf->tracks, &it, NULL, &v)) {
@@ -1141,6 +1312,7 @@ static const struct trace_writer_ops pf_ops = {
 	.arg_f64 = pf_arg_f64, .arg_str = pf_arg_str, .arg_bool = pf_arg_bool,
 	.arg_raw = pf_arg_raw, .arg_hex = pf_arg_hex, .arg_dim3 = pf_arg_dim3,
 	.field_raw = pf_field_raw, .event_end = pf_event_end, .slice_begin = pf_slice_begin,
+	.call_open = pf_call_open,
 	.meta = pf_meta, .end_events = pf_end_events, .top_raw = pf_top_raw,
 	.error = pf_error, .close = pf_close, .free = pf_free,
 };
