@@ -114,7 +114,7 @@ static int defined(const struct seqst *sq, int table, const char *str)
 	return n;
 }
 
-static void write_trace(const char *path)
+static void write_trace(const char *path, bool opens)
 {
 	struct trace_json *tj = trace_json__open(path);
 
@@ -185,6 +185,35 @@ static void write_trace(const char *path)
 	trace_json__event(tj, "C", "cuda_memory", "bytes allocated (cuda:0)", 42, 0, BASE + 5000, 0);
 	trace_json__arg_u64(tj, "bytes", 4096);
 	trace_json__event_end(tj);
+	/* BEGIN at entry (trace_writer__call_open): a call opened with what its entry says, a
+	 * call inside it opened and completed, then the outer one completes with its return
+	 * value and a value that changed since (the --gpu join's correlation). Without opens
+	 * (the JSON's own run) the same events come only as "X". */
+	if (opens) {
+		trace_writer__call_open(tj, "cuda_runtime", "cudaStreamSynchronize", 42, 43,
+					BASE + 400000);
+		trace_json__arg_hex(tj, "stream", 0x5100);
+		trace_json__arg_u64(tj, "correlation", 7);
+		trace_json__event_end(tj);
+		trace_writer__call_open(tj, "nccl", "ncclAllReduce", 42, 43, BASE + 400100);
+		trace_json__arg_u64(tj, "count", 1024);
+		trace_json__event_end(tj);
+	}
+	trace_json__event(tj, "X", "nccl", "ncclAllReduce", 42, 43, BASE + 400100, 200);
+	trace_json__arg_u64(tj, "count", 1024);
+	trace_json__arg_i64(tj, "rc", 0);
+	trace_json__event_end(tj);
+	trace_json__event(tj, "X", "cuda_runtime", "cudaStreamSynchronize", 42, 43, BASE + 400000,
+			  1000);
+	trace_json__arg_hex(tj, "stream", 0x5100);
+	trace_json__arg_u64(tj, "correlation", 8);
+	trace_json__arg_i64(tj, "rc", 0);
+	trace_json__event_end(tj);
+	/* an entry-only call: no duration, one INSTANT; its handle the same text as the
+	 * stream's, one iid */
+	trace_json__event(tj, "X", "cuda_runtime", "cudaEventRecord", 42, 43, BASE + 401000, 0);
+	trace_json__arg_hex(tj, "event", 0x5100);
+	trace_json__event_end(tj);
 	trace_json__event(tj, "i", "cuda_memory", "OOM", 42, 43, BASE + 6000, 0);
 	trace_json__field_raw(tj, "s", "\"p\"");
 	trace_json__event_end(tj);
@@ -206,6 +235,8 @@ static void check_trace(const char *path)
 	Perfetto__Protos__Trace *t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
 	size_t slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
 	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0, dyn = 0;
+	size_t opened = 0, opened_ends = 0;
+	uint64_t stream_iid = 0;
 	uint64_t thread_uuid = 0, stream_uuid = 0, gpu_uuid = 0, proc_uuid = 0, counter_uuid = 0;
 	uint64_t declared[64];
 	size_t ndeclared = 0;
@@ -332,6 +363,25 @@ static void check_trace(const char *path)
 				CHECK_U64(ts - open[nopen].ts, py_ends == 1 ? 70 : 90);
 			} else if (!strcmp(open[nopen].name, "cudaLaunchKernel")) {
 				CHECK_U64(ts - open[nopen].ts, 500);
+			} else if (!strcmp(open[nopen].name, "cudaStreamSynchronize")) {
+				/* what the BEGIN did not say: the changed correlation, the rc */
+				opened_ends++;
+				CHECK_U64(ts, BASE + 401000);
+				CHECK(e->n_debug_annotations == 2 &&
+				      !strcmp(iname(sq, 2, e->debug_annotations[0]->name_iid) ?: "",
+					      "correlation") &&
+				      e->debug_annotations[0]->uint_value == 8 &&
+				      !strcmp(iname(sq, 2, e->debug_annotations[1]->name_iid) ?: "",
+					      "rc") &&
+				      e->debug_annotations[1]->has_int_value &&
+				      e->debug_annotations[1]->int_value == 0,
+				      "sync END: correlation 8 and rc, not the stream again");
+			} else if (!strcmp(open[nopen].name, "ncclAllReduce")) {
+				opened_ends++;
+				CHECK_U64(ts, BASE + 400300);
+				CHECK(e->n_debug_annotations == 1 &&
+				      !strcmp(iname(sq, 2, e->debug_annotations[0]->name_iid) ?: "",
+					      "rc"), "allreduce END: its rc only");
 			}
 			continue;
 		}
@@ -377,7 +427,8 @@ static void check_trace(const char *path)
 				} else if (!strcmp(key, "per-thread stream")) {
 					CHECK(a->has_bool_value && a->bool_value, "bool");
 				} else if (!strcmp(key, "func")) {
-					CHECK(a->has_pointer_value && a->pointer_value == 0xdeadbeef, "ptr");
+					/* a handle: the JSON's text, interned */
+					CHECK_STR(iname(sq, 3, a->string_value_iid), "0xdeadbeef");
 				} else if (!strcmp(key, "grid")) {
 					CHECK_STR(iname(sq, 3, a->string_value_iid), "[64, 2, 1]");
 				} else {
@@ -417,6 +468,30 @@ static void check_trace(const char *path)
 			      e->debug_annotations[0]->uint_value == (uint64_t)(name[3] - '0'),
 			      "%s: its own key %s", name, want);
 			dyn++;
+		} else if (!strcmp(name, "cudaStreamSynchronize")) {
+			/* its BEGIN, written at its entry (before the call inside it) with what the
+			 * entry said */
+			opened++;
+			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN);
+			CHECK_U64(ts, BASE + 400000);
+			CHECK(e->n_debug_annotations == 2 &&
+			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
+				      "0x5100") && e->debug_annotations[1]->uint_value == 7,
+			      "sync BEGIN: the stream and the entry's correlation");
+			if (e->n_debug_annotations)
+				stream_iid = e->debug_annotations[0]->string_value_iid;
+		} else if (!strcmp(name, "ncclAllReduce")) {
+			opened++;
+			CHECK(nopen == 2 && !strcmp(open[0].name, "cudaStreamSynchronize"),
+			      "allreduce opened inside the sync");
+			CHECK(e->n_debug_annotations == 1 && e->debug_annotations[0]->uint_value == 1024,
+			      "allreduce BEGIN: count");
+		} else if (!strcmp(name, "cudaEventRecord")) {
+			instants++;
+			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT);
+			CHECK(e->n_debug_annotations == 1 && stream_iid &&
+			      e->debug_annotations[0]->string_value_iid == stream_iid,
+			      "the event handle: the stream's text, its iid");
 		} else if (!strcmp(name, "OOM")) {
 			instants++;
 			CHECK_U64(track, proc_uuid);	/* "s":"p" */
@@ -431,8 +506,10 @@ static void check_trace(const char *path)
 	/* sequences: 1 (clocks, descriptors), the thread, the stream, the process */
 	CHECK_U64(nseqs, 4);
 	CHECK_U64(dyn, 3);
-	CHECK(slices == 2 && kernels == 2 && ends == 5007 && flows_s == 2 && flows_f == 2 &&
-	      counters == 1 && instants == 1 && queries == 5000 && py_ends == 2 && nopen == 0,
+	CHECK(opened == 2 && opened_ends == 2, "%zu calls opened, %zu of them ended", opened,
+	      opened_ends);
+	CHECK(slices == 2 && kernels == 2 && ends == 5009 && flows_s == 2 && flows_f == 2 &&
+	      counters == 1 && instants == 2 && queries == 5000 && py_ends == 2 && nopen == 0,
 	      "events: %zu slices %zu kernels %zu ends %zu/%zu flows %zu counters %zu instants "
 	      "%zu Python ends %zu open", slices, kernels, ends, flows_s, flows_f, counters,
 	      instants, py_ends, nopen);
@@ -447,19 +524,22 @@ static void check_trace(const char *path)
 
 int main(void)
 {
-	char pf[512], gz[512], js[512];
+	char pf[512], gz[512], js[512], js2[512];
+	char *a, *b;
+	size_t alen, blen;
 	FILE *f;
 	char head[16] = "";
 
 	snprintf(pf, sizeof(pf), "%s/test_trace_pftrace.pftrace", UNIT_OUT_DIR);
 	snprintf(gz, sizeof(gz), "%s/test_trace_pftrace.pftrace.gz", UNIT_OUT_DIR);
 	snprintf(js, sizeof(js), "%s/test_trace_pftrace.json", UNIT_OUT_DIR);
+	snprintf(js2, sizeof(js2), "%s/test_trace_pftrace.noopen.json", UNIT_OUT_DIR);
 	unsetenv("TPTRACE_TRACE_TEE");
-	write_trace(pf);
+	write_trace(pf, true);
 	check_trace(pf);
 	/* .pftrace.gz, with the JSON tee: one run, both files */
 	setenv("TPTRACE_TRACE_TEE", js, 1);
-	write_trace(gz);
+	write_trace(gz, true);
 	unsetenv("TPTRACE_TRACE_TEE");
 	check_trace(gz);
 	f = fopen(gz, "rb");
@@ -471,5 +551,12 @@ int main(void)
 	      "the tee wrote JSON");
 	if (f)
 		fclose(f);
+	/* the JSON does not see the opens: byte for byte the trace of the same events without */
+	write_trace(js2, false);
+	a = (char *)slurp(js, &alen);
+	b = (char *)slurp(js2, &blen);
+	CHECK(a && b && alen == blen && !memcmp(a, b, alen), "JSON with opens = JSON without");
+	free(a);
+	free(b);
 	return check_done();
 }
