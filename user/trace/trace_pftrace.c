@@ -900,7 +900,7 @@ static void pf_arg_hex(void *ctx, const char *key, uint64_t v)
 {
 	static const char digits[] = "0123456789abcdef";
 	struct pf *pf = ctx;
-	unsigned slot = (unsigned)(v >> 4 ^ v >> 12 ^ v >> 20 ^ v >> 28) & 255;
+	unsigned slot = (unsigned)((v * 0x9e3779b97f4a7c15ULL) >> 56);	/* of 256 */
 	char buf[24], *end = buf + sizeof(buf) - 1, *p = end;
 	size_t n = pf->nargs;
 	uint64_t x = v;
