@@ -214,6 +214,18 @@ static void write_trace(const char *path, bool opens)
 	trace_json__event(tj, "X", "cuda_runtime", "cudaEventRecord", 42, 43, BASE + 401000, 0);
 	trace_json__arg_hex(tj, "event", 0x5100);
 	trace_json__event_end(tj);
+	/* a literal string value seen before the value table grows (600 handles interned as
+	 * their text) and after it: each time itself */
+	for (int i = 0; i < 2; i++) {
+		trace_json__event(tj, "i", "grow", "grow", 42, 43, BASE + 500000 + i * 1000, 0);
+		trace_json__arg_str(tj, "kernel source", "symbol");
+		trace_json__event_end(tj);
+		for (int j = 0; !i && j < 600; j++) {
+			trace_json__event(tj, "i", "grow", "handles", 42, 43, BASE + 500001 + j, 0);
+			trace_json__arg_hex(tj, "handle", 0x1000 + j);
+			trace_json__event_end(tj);
+		}
+	}
 	trace_json__event(tj, "i", "cuda_memory", "OOM", 42, 43, BASE + 6000, 0);
 	trace_json__field_raw(tj, "s", "\"p\"");
 	trace_json__event_end(tj);
@@ -235,7 +247,7 @@ static void check_trace(const char *path)
 	Perfetto__Protos__Trace *t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
 	size_t slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
 	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0, dyn = 0;
-	size_t opened = 0, opened_ends = 0;
+	size_t opened = 0, opened_ends = 0, grow = 0, handles = 0;
 	uint64_t stream_iid = 0;
 	uint64_t thread_uuid = 0, stream_uuid = 0, gpu_uuid = 0, proc_uuid = 0, counter_uuid = 0;
 	uint64_t declared[64];
@@ -492,6 +504,18 @@ static void check_trace(const char *path)
 			CHECK(e->n_debug_annotations == 1 && stream_iid &&
 			      e->debug_annotations[0]->string_value_iid == stream_iid,
 			      "the event handle: the stream's text, its iid");
+		} else if (!strcmp(name, "grow")) {
+			grow++;
+			CHECK(e->n_debug_annotations == 1 &&
+			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
+				      "symbol"), "grow %zu: the literal value resolves to itself", grow);
+		} else if (!strcmp(name, "handles")) {
+			char want[16];
+
+			snprintf(want, sizeof(want), "0x%zx", 0x1000 + handles++);
+			CHECK(e->n_debug_annotations == 1 &&
+			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
+				      want), "handle %s", want);
 		} else if (!strcmp(name, "OOM")) {
 			instants++;
 			CHECK_U64(track, proc_uuid);	/* "s":"p" */
@@ -506,6 +530,7 @@ static void check_trace(const char *path)
 	/* sequences: 1 (clocks, descriptors), the thread, the stream, the process */
 	CHECK_U64(nseqs, 4);
 	CHECK_U64(dyn, 3);
+	CHECK(grow == 2 && handles == 600, "%zu grow, %zu handles", grow, handles);
 	CHECK(opened == 2 && opened_ends == 2, "%zu calls opened, %zu of them ended", opened,
 	      opened_ends);
 	CHECK(slices == 2 && kernels == 2 && ends == 5009 && flows_s == 2 && flows_f == 2 &&

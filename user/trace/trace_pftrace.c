@@ -72,9 +72,10 @@ static const uint32_t in_field[IN_KINDS] = { IN_NAMES, IN_CATEGORIES, IN_ANNOTAT
 /* String -> iid, open addressing; strings are copied (callers pass stack buffers). */
 #define PCACHE 256
 struct intern {
-	/* callers mostly pass the same literals: by pointer first, content checked */
+	/* callers mostly pass the same literals: by pointer first, content checked (the iid,
+	 * not a slot of the table: slots move when it grows) */
 	const char *pc_ptr[PCACHE];
-	size_t pc_slot[PCACHE];
+	uint64_t pc_iid[PCACHE];
 	char **keys;
 	uint64_t *iids;
 	uint32_t *hashes;
@@ -155,7 +156,7 @@ struct pf {
 	uint8_t *te, *interned;
 	size_t te_cap, interned_cap, interned_len;
 	uint8_t *pb_scratch;		/* protobuf-c's packets */
-	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[16];	/* grids repeat */
+	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[64];	/* grids repeat */
 	struct { uint64_t v, iid; } hex_memo[256];	/* handles repeat: value -> its text's iid */
 	size_t pb_scratch_cap;
 };
@@ -288,24 +289,26 @@ static inline bool immutable(const char *s)
 	return s >= __executable_start && s < __data_start;
 }
 
-/* iid of s (from 1); 0 on ENOMEM */
-static uint64_t intern(struct intern *t, const char *s)
+static inline size_t pc_slot(const char *s)
 {
-	size_t pc = ((uintptr_t)s >> 3 ^ (uintptr_t)s >> 11) & (PCACHE - 1);
+	/* literals sit a few bytes apart: every bit of the address counts */
+	return (size_t)(((uintptr_t)s * 0x9e3779b97f4a7c15ULL) >> 56) & (PCACHE - 1);
+}
+
+/* intern() past its pointer cache */
+static uint64_t intern_slow(struct intern *t, const char *s, size_t pc)
+{
 	uint32_t h;
 	size_t i;
 
-	if (t->pc_ptr[pc] == s) {
-		i = t->pc_slot[pc];
-		if (immutable(s) || (i < t->cap && t->keys[i] && !strcmp(t->keys[i], s)))
-			return t->iids[i];
-	}
+	if (t->pc_ptr[pc] == s && !strcmp(t->by_iid[t->pc_iid[pc]], s))
+		return t->pc_iid[pc];	/* the same buffer, still the same string */
 	h = str_hash(s);
 	if (t->cap) {
 		for (i = h & (t->cap - 1); t->keys[i]; i = (i + 1) & (t->cap - 1))
 			if (t->hashes[i] == h && !strcmp(t->keys[i], s)) {
 				t->pc_ptr[pc] = s;
-				t->pc_slot[pc] = i;
+				t->pc_iid[pc] = t->iids[i];
 				return t->iids[i];
 			}
 	}
@@ -320,8 +323,18 @@ static uint64_t intern(struct intern *t, const char *s)
 	t->iids[i] = ++t->n;
 	t->by_iid[t->n] = t->keys[i];
 	t->pc_ptr[pc] = s;
-	t->pc_slot[pc] = i;
+	t->pc_iid[pc] = t->n;
 	return t->n;
+}
+
+/* iid of s (from 1); 0 on ENOMEM. A literal seen before: one compare. */
+static inline uint64_t intern(struct intern *t, const char *s)
+{
+	size_t pc = pc_slot(s);
+
+	if (t->pc_ptr[pc] == s && immutable(s))
+		return t->pc_iid[pc];
+	return intern_slow(t, s, pc);
 }
 
 static void intern_free(struct intern *t)
@@ -334,9 +347,8 @@ static void intern_free(struct intern *t)
 	free(t->by_iid);
 }
 
-/* Makes iid (of table kind) usable on seq: the first use there defines it in the packet's
- * InternedData. false on ENOMEM (the caller then writes the string inline). */
-static bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
+/* use_iid() for an iid not defined on s yet */
+static bool define_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
 {
 	size_t word = iid / 64;
 	uint64_t bit = 1ULL << (iid % 64);
@@ -344,8 +356,6 @@ static bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
 	size_t len, entry;
 	uint8_t *p;
 
-	if (word < s->defined_words[kind] && (s->defined[kind][word] & bit))
-		return true;
 	if (word >= s->defined_words[kind]) {
 		size_t n = (word + 1) * 2;
 		uint64_t *d = realloc(s->defined[kind], n * sizeof(*d));
@@ -369,6 +379,17 @@ static bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
 	pf->interned_len = p - pf->interned;
 	s->defined[kind][word] |= bit;
 	return true;
+}
+
+/* Makes iid (of table kind) usable on seq: the first use there defines it in the packet's
+ * InternedData. false on ENOMEM (the caller then writes the string inline). */
+static inline bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
+{
+	size_t word = iid / 64;
+
+	if (word < s->defined_words[kind] && (s->defined[kind][word] >> (iid % 64) & 1))
+		return true;
+	return define_iid(pf, s, kind, iid);
 }
 
 /* ---- packets ---- */
@@ -601,24 +622,81 @@ static void free_track(struct track *t)
 
 /* ---- events ---- */
 
-/* Bytes one annotation can take at most, once its iids are resolved. */
-static size_t arg_bound(const struct arg *a)
+/* One annotation, the general way: its length computed first (a string value, a key not
+ * interned). The caller made room for it. */
+static uint8_t *put_arg_long(uint8_t *p, const struct arg *a)
 {
-	size_t n = 2 + 5 + 11 + 11;	/* tag, length, name_iid, value */
+	size_t klen = a->key_iid ? 0 : strlen(a->key);
+	size_t slen = a->kind == A_STR ? strlen(a->s) : 0;
+	size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) : 1 + varint_len(klen) + klen;
 
-	if (!a->key_iid)
-		n += 5 + strlen(a->key);
+	switch (a->kind) {	/* tags below field 16 take a byte, 17's two */
+	case A_DOUBLE: inner += 1 + 8; break;
+	case A_STR: inner += 1 + varint_len(slen) + slen; break;
+	case A_INT: inner += 1 + varint_len((uint64_t)a->i); break;
+	case A_STR_IID: inner += 2 + varint_len(a->u); break;
+	default: inner += 1 + varint_len(a->u); break;
+	}
+	p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
+	if (a->key_iid)
+		p = put_field_varint(p, DA_NAME_IID, a->key_iid);
+	else
+		p = put_field_bytes(p, DA_NAME, a->key, klen);
 	if (a->kind == A_STR)
-		n += 5 + strlen(a->s);
-	return n;
+		return put_field_bytes(p, DA_STRING, a->s, slen);
+	return put_field_varint(p, a->kind == A_STR_IID ? DA_STRING_IID : DA_UINT, a->u);
 }
 
-/* The args' iids made usable on s (defined there on first use); where that fails (ENOMEM),
- * the key or the string is written inline instead. */
-static void resolve_args(struct pf *pf, struct seq *s)
+/* The value of an annotation (not a string) after its name. */
+static inline uint8_t *put_arg_value(uint8_t *p, const struct arg *a)
 {
-	for (size_t i = 0; i < pf->nargs; i++) {
+	switch (a->kind) {
+	case A_UINT: return put_field_varint(p, DA_UINT, a->u);
+	case A_INT: return put_field_varint(p, DA_INT, (uint64_t)a->i);
+	case A_BOOL: return put_field_varint(p, DA_BOOL, a->u);
+	case A_PTR: return put_field_varint(p, DA_POINTER, a->u);
+	case A_STR_IID: return put_field_varint(p, DA_STRING_IID, a->u);
+	case A_DOUBLE: {
+		uint64_t bits;
+
+		memcpy(&bits, &a->d, 8);
+		return put_field_fixed64(p, DA_DOUBLE, bits);
+	}
+	case A_STR: break;	/* put_arg_long */
+	}
+	return p;
+}
+
+/* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. The args'
+ * iids are made usable on s as they are written (defined there on first use); where that
+ * fails (ENOMEM), the key or the string is written inline instead. */
+/* Room for n more bytes at pos of pf->te and the event's last fields: false on ENOMEM. Out of
+ * line: only strings and keys written inline need it. */
+static __attribute__((noinline)) bool te_room(struct pf *pf, size_t pos, size_t n)
+{
+	return reserve(&pf->te, &pf->te_cap, pos + n + 64);
+}
+
+static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t track_uuid,
+			   bool with_args, bool with_name)
+{
+	/* 32 bytes hold any annotation but a string or a key written inline (put_arg_room);
+	 * 64 the event's other fields */
+	uint64_t name_iid = 0, cat_iid = 0;
+	const char *name = pf->name ? pf->name : "";
+	uint8_t *p;
+
+	if (!reserve(&pf->te, &pf->te_cap, 64 + (with_args ? pf->nargs * 32 : 0)))
+		return 0;
+	p = pf->te;
+	if (with_name && pf->cat) {
+		cat_iid = intern(&pf->in[IN_CAT], pf->cat);
+		if (cat_iid && use_iid(pf, s, IN_CAT, cat_iid))
+			p = put_field_varint(p, TE_CATEGORY_IIDS, cat_iid);
+	}
+	for (size_t i = 0; with_args && i < pf->nargs; i++) {
 		struct arg *a = &pf->args[i];
+		uint8_t *len;
 
 		if (a->key_iid && !use_iid(pf, s, IN_KEY, a->key_iid))
 			a->key_iid = 0;
@@ -626,80 +704,35 @@ static void resolve_args(struct pf *pf, struct seq *s)
 			a->kind = A_STR;
 			a->s = pf->in[IN_STR].by_iid[a->u];
 		}
-	}
-}
+		if (a->kind == A_STR || !a->key_iid) {
+			size_t pos = (size_t)(p - pf->te);
 
-/* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. */
-static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t track_uuid,
-			   bool with_args, bool with_name)
-{
-	size_t bound = 64 + (pf->name ? strlen(pf->name) : 0);
-	uint64_t name_iid = 0, cat_iid = 0;
-	uint8_t *p;
-
-	if (with_args) {
-		resolve_args(pf, s);
-		for (size_t i = 0; i < pf->nargs; i++)
-			bound += arg_bound(&pf->args[i]);
-	}
-	if (!reserve(&pf->te, &pf->te_cap, bound))
-		return 0;
-	p = pf->te;
-	if (with_name && pf->cat) {
-		cat_iid = intern(&pf->in[IN_CAT], pf->cat);
-		if (cat_iid && !use_iid(pf, s, IN_CAT, cat_iid))
-			cat_iid = 0;
-		if (cat_iid)
-			p = put_field_varint(p, TE_CATEGORY_IIDS, cat_iid);
-	}
-	if (with_args) {
-		for (size_t i = 0; i < pf->nargs; i++) {
-			struct arg *a = &pf->args[i];
-			size_t klen = a->key_iid ? 0 : strlen(a->key);
-			size_t slen = a->kind == A_STR ? strlen(a->s) : 0;
-			size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) :
-						    1 + varint_len(klen) + klen;
-
-			switch (a->kind) {	/* tags below field 16 take a byte, 17's two */
-			case A_DOUBLE: inner += 1 + 8; break;
-			case A_STR: inner += 1 + varint_len(slen) + slen; break;
-			case A_INT: inner += 1 + varint_len((uint64_t)a->i); break;
-			case A_STR_IID: inner += 2 + varint_len(a->u); break;
-			default: inner += 1 + varint_len(a->u); break;
-			}
-			/* the annotation straight into te: its length first, then its fields */
-			p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
-			if (a->key_iid)
-				p = put_field_varint(p, DA_NAME_IID, a->key_iid);
-			else
-				p = put_field_bytes(p, DA_NAME, a->key, klen);
-			switch (a->kind) {
-			case A_UINT: p = put_field_varint(p, DA_UINT, a->u); break;
-			case A_INT: p = put_field_varint(p, DA_INT, (uint64_t)a->i); break;
-			case A_BOOL: p = put_field_varint(p, DA_BOOL, a->u); break;
-			case A_PTR: p = put_field_varint(p, DA_POINTER, a->u); break;
-			case A_STR_IID: p = put_field_varint(p, DA_STRING_IID, a->u); break;
-			case A_STR: p = put_field_bytes(p, DA_STRING, a->s, slen); break;
-			case A_DOUBLE: {
-				uint64_t bits;
-
-				memcpy(&bits, &a->d, 8);
-				p = put_field_fixed64(p, DA_DOUBLE, bits);
-				break;
-			}
-			}
+			if (!te_room(pf, pos, 32 + (a->key_iid ? 0 : strlen(a->key)) +
+					      (a->kind == A_STR ? strlen(a->s) : 0)))
+				return 0;
+			p = put_arg_long(pf->te + pos, a);
+			continue;
 		}
+		/* name_iid and a number: under 128 bytes, a one-byte length set after */
+		*p++ = TE_ANNOTATIONS << 3 | WT_LEN;
+		len = p++;
+		p = put_arg_value(put_field_varint(p, DA_NAME_IID, a->key_iid), a);
+		*len = (uint8_t)(p - len - 1);
 	}
 	p = put_field_varint(p, TE_TYPE, type);
 	if (track_uuid)
 		p = put_field_varint(p, TE_TRACK_UUID, track_uuid);
 	if (with_name) {
-		name_iid = intern(&pf->in[IN_NAME], pf->name ? pf->name : "");
-		if (name_iid && use_iid(pf, s, IN_NAME, name_iid))
+		name_iid = intern(&pf->in[IN_NAME], name);
+		if (name_iid && use_iid(pf, s, IN_NAME, name_iid)) {
 			p = put_field_varint(p, TE_NAME_IID, name_iid);
-		else
-			p = put_field_bytes(p, TE_NAME, pf->name ? pf->name : "",
-					    pf->name ? strlen(pf->name) : 0);
+		} else {
+			size_t pos = (size_t)(p - pf->te);
+
+			if (!te_room(pf, pos, 16 + strlen(name)))
+				return 0;
+			p = put_field_bytes(pf->te + pos, TE_NAME, name, strlen(name));
+		}
 	}
 	if (pf->has_flow && (pf->ph == 's' || pf->ph == 'f'))
 		p = put_field_fixed64(p, pf->ph == 's' ? TE_FLOW_IDS : TE_TERMINATING_FLOW_IDS,
@@ -951,7 +984,8 @@ static void pf_arg_dim3(void *ctx, const char *key, uint32_t x, uint32_t y, uint
 {
 	struct pf *pf = ctx;
 	char buf[48], *p = buf;	/* "[x, y, z]" without printf: a launch has two */
-	unsigned slot = (x * 31 + y * 7 + z) & 15;
+	unsigned slot = (unsigned)(((x * 0x9e3779b97f4a7c15ULL) ^ (y * 0xff51afd7ed558ccdULL) ^
+				    (z * 0xc4ceb9fe1a85ec53ULL)) >> 58);	/* of 64 */
 	struct arg *a;
 
 	if (pf->dim3_memo[slot].iid && pf->dim3_memo[slot].x == x && pf->dim3_memo[slot].y == y &&
