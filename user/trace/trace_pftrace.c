@@ -295,20 +295,34 @@ static inline size_t pc_slot(const char *s)
 	return (size_t)(((uintptr_t)s * 0x9e3779b97f4a7c15ULL) >> 56) & (PCACHE - 1);
 }
 
+/* The pointer cache is two-way (slots pc and pc ^ 1): the newest in pc, the one it replaces
+ * moved to pc ^ 1, so two strings used in turn both stay. */
+static void pc_set(struct intern *t, size_t pc, const char *s, uint64_t iid)
+{
+	if (t->pc_ptr[pc] != s) {
+		t->pc_ptr[pc ^ 1] = t->pc_ptr[pc];
+		t->pc_iid[pc ^ 1] = t->pc_iid[pc];
+	}
+	t->pc_ptr[pc] = s;
+	t->pc_iid[pc] = iid;
+}
+
 /* intern() past its pointer cache */
 static uint64_t intern_slow(struct intern *t, const char *s, size_t pc)
 {
 	uint32_t h;
 	size_t i;
 
+	/* the same buffer, still the same string */
 	if (t->pc_ptr[pc] == s && !strcmp(t->by_iid[t->pc_iid[pc]], s))
-		return t->pc_iid[pc];	/* the same buffer, still the same string */
+		return t->pc_iid[pc];
+	if (t->pc_ptr[pc ^ 1] == s && !strcmp(t->by_iid[t->pc_iid[pc ^ 1]], s))
+		return t->pc_iid[pc ^ 1];
 	h = str_hash(s);
 	if (t->cap) {
 		for (i = h & (t->cap - 1); t->keys[i]; i = (i + 1) & (t->cap - 1))
 			if (t->hashes[i] == h && !strcmp(t->keys[i], s)) {
-				t->pc_ptr[pc] = s;
-				t->pc_iid[pc] = t->iids[i];
+				pc_set(t, pc, s, t->iids[i]);
 				return t->iids[i];
 			}
 	}
@@ -322,8 +336,7 @@ static uint64_t intern_slow(struct intern *t, const char *s, size_t pc)
 	t->hashes[i] = h;
 	t->iids[i] = ++t->n;
 	t->by_iid[t->n] = t->keys[i];
-	t->pc_ptr[pc] = s;
-	t->pc_iid[pc] = t->n;
+	pc_set(t, pc, s, t->n);
 	return t->n;
 }
 
@@ -334,6 +347,8 @@ static inline uint64_t intern(struct intern *t, const char *s)
 
 	if (t->pc_ptr[pc] == s && immutable(s))
 		return t->pc_iid[pc];
+	if (t->pc_ptr[pc ^ 1] == s && immutable(s))
+		return t->pc_iid[pc ^ 1];
 	return intern_slow(t, s, pc);
 }
 
