@@ -307,6 +307,32 @@ def test_pftrace_same_events_as_json_gpu_job():
     check_opened_at_entry(events)
 
 
+def test_pftrace_durations_gpu_join_on_end():
+    """--durations --gpu: every call returns, so launches too are opened at their entry with
+    the correlation they had then; the join decides them later and gives CUPTI's correlation
+    (and the kernel's stream): that goes on the END, and the slice, merged as the trace
+    processor merges (the END's value wins), has the JSON's."""
+    need_root()
+    need_ptrace()
+    pf_path = tmp_path("pftrace-durations.pftrace")
+    if os.path.exists(pf_path):
+        os.unlink(pf_path)
+    trace, wl, tr = trace_workload(
+        [os.path.join(WL, "sim_train"), "--steps", "2", "--kernel-us", "100"],
+        tracer_args=["--gpu", "--durations"], out_name="pftrace-durations.json",
+        tracer_env={"TPTRACE_TRACE_TEE": pf_path})
+    events = compare(trace, pf_path)
+    launches = [c for c in check_opened_at_entry(events) if c["name"] == "cudaLaunchKernel"]
+    assert len(launches) == 8, launches
+    # the join's correlation replaced the entry's: on the END, and it is the slice's
+    joined = [c for c in launches if "correlation" in c["_end_args"]]
+    assert len(joined) == 8, launches
+    for c in joined:
+        assert c["_begin_args"]["correlation"] != c["_end_args"]["correlation"], c
+        assert c["args"]["correlation"] == c["_end_args"]["correlation"], c
+        assert "kernel" in c["_begin_args"] and "grid" in c["_begin_args"], c
+
+
 def test_pftrace_gz_and_bad_outputs():
     need_root()
     need_ptrace()
