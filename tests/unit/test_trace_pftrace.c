@@ -496,8 +496,8 @@ static void check_trace(const char *path)
 			opened++;
 			CHECK(nopen == 2 && !strcmp(open[0].name, "cudaStreamSynchronize"),
 			      "allreduce opened inside the sync");
-			CHECK(e->n_debug_annotations == 1 && e->debug_annotations[0]->uint_value == 1024,
-			      "allreduce BEGIN: count");
+			CHECK(e->n_debug_annotations == 1 &&
+			      e->debug_annotations[0]->uint_value == 1024, "allreduce BEGIN: count");
 		} else if (!strcmp(name, "cudaEventRecord")) {
 			instants++;
 			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT);
@@ -508,7 +508,7 @@ static void check_trace(const char *path)
 			grow++;
 			CHECK(e->n_debug_annotations == 1 &&
 			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
-				      "symbol"), "grow %zu: the literal value resolves to itself", grow);
+				      "symbol"), "grow %zu: the literal value is itself", grow);
 		} else if (!strcmp(name, "handles")) {
 			char want[16];
 

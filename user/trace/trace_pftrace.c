@@ -157,7 +157,7 @@ struct pf {
 	size_t te_cap, interned_cap, interned_len;
 	uint8_t *pb_scratch;		/* protobuf-c's packets */
 	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[64];	/* grids repeat */
-	struct { uint64_t v, iid; } hex_memo[256];	/* handles repeat: value -> its text's iid */
+	struct { uint64_t v, iid; } hex_memo[256];	/* handles repeat: value -> text's iid */
 	size_t pb_scratch_cap;
 };
 
@@ -796,7 +796,7 @@ static void push_open(struct pf *pf, struct track *t, uint64_t name_iid)
 		struct arg *a = &t->open_args[t->nr_open_args++];
 
 		*a = pf->args[i];
-		a->key = NULL;		/* the caller's, gone after event_end: matched by iid */
+		a->key = NULL;	/* the caller's, gone after event_end: matched by iid */
 		a->owned = false;
 		if (a->kind == A_STR) {
 			a->s = strdup(pf->args[i].s);
@@ -1125,7 +1125,8 @@ static void pf_event_end(void *ctx)
 		goto out;
 	if (pf->ph == 'X' && t->nr_opens) {
 		/* a call opened at its entry: its END, with what the BEGIN did not say */
-		ssize_t k = find_open(t, pf->ts, intern(&pf->in[IN_NAME], pf->name ? pf->name : ""));
+		uint64_t name_iid = intern(&pf->in[IN_NAME], pf->name ? pf->name : "");
+		ssize_t k = find_open(t, pf->ts, name_iid);
 
 		if (k >= 0) {
 			take_open(pf, t, (size_t)k);
@@ -1133,7 +1134,7 @@ static void pf_event_end(void *ctx)
 		}
 	}
 	if (pf->ph == 'E') {
-		/* the end of a slice pf_slice_begin or pf_call_open opened: the args go on the END */
+		/* the end of a slice pf_slice_begin or pf_call_open opened: args on the END */
 		len = encode_event(pf, s, TYPE_SLICE_END, 0, true, false);
 		if (len)
 			write_event_packet(pf, s, pf->ts + pf->dur, len);
