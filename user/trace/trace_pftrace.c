@@ -11,17 +11,20 @@
  *   packet earlier than that (a parent written after its children, GPU records delivered out
  *   of order) carries its absolute CLOCK_MONOTONIC time and timestamp_clock_id instead, as
  *   the SDK does when time goes backwards.
- * - Event names, categories, annotation names and string values are interned: iids are one
- *   table's for the whole trace, and each sequence defines an iid in the InternedData of the
- *   first packet that uses it there.
+ * - Event names, categories, annotation names and string values (hex values too, as the
+ *   JSON's text) are interned: iids are one table's for the whole trace, and each sequence
+ *   defines an iid in the InternedData of the first packet that uses it there.
  * - Track descriptors go on sequence 1 (with the trace's ClockSnapshot of BOOTTIME, MONOTONIC
  *   and REALTIME) before a track's first event, again when its metadata changes, and at the
  *   end for tracks that only had metadata.
  * Mapping from the writer's calls:
  *   slice_begin ... E: SLICE_BEGIN when the slice opens, SLICE_END (with the args) when it
  *                       closes: --py-stacks' Python frames, known at the call that enters them
- *   X -> SLICE_BEGIN (with the args) + SLICE_END at ts + dur, written when the call completed
- *        (its args, return value and CUPTI join are known only then)
+ *   call_open ... X: SLICE_BEGIN (with the entry's args) when the call enters, SLICE_END
+ *                    at ts + dur with the args the BEGIN did not carry with the same value
+ *                    (the trace processor merges an END's args into its slice)
+ *   X -> (not opened) SLICE_BEGIN (with the args) + SLICE_END at ts + dur; with no duration
+ *        one INSTANT (the trace processor's slice of dur 0 either way)
  *   i -> INSTANT on the thread track ("s":"t") or the process track ("s":"p"/"g")
  *   C -> one COUNTER event per arg on a counter track (pid, name, key), child of the process
  *   s/f (flows, "id") -> INSTANT with flow_ids / terminating_flow_ids at the same place
