@@ -547,6 +547,49 @@ static void check_trace(const char *path)
 	free(data);
 }
 
+/* A call opened whose "X" never comes (the writer's contract says it does): the close still
+ * ends it, at its sequence's last time, so BEGIN and END balance. */
+static void check_open_never_completed(const char *path)
+{
+	struct trace_json *tj = trace_json__open(path);
+	Perfetto__Protos__Trace *t;
+	size_t len, begins = 0, ends = 0;
+	uint64_t ts[2] = { 0, 0 };
+	uint8_t *data;
+
+	CHECK(tj != NULL, "open %s", path);
+	if (!tj)
+		return;
+	trace_json__begin(tj, BASE, 1700000000000000000ull);
+	trace_writer__call_open(tj, "cuda_runtime", "cudaStreamSynchronize", 42, 43, BASE + 100);
+	trace_json__arg_u64(tj, "correlation", 1);
+	trace_json__event_end(tj);
+	trace_json__event(tj, "X", "cuda_runtime", "cudaEventQuery", 42, 43, BASE + 200, 10);
+	trace_json__event_end(tj);
+	CHECK(trace_json__close(tj) == 0, "close %s", path);
+	data = slurp(path, &len);
+	t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
+	CHECK(t != NULL, "%s unpacks", path);
+	for (size_t i = 0; t && i < t->n_packet; i++) {
+		Ev *e = t->packet[i]->track_event;
+
+		if (!e)
+			continue;
+		if (!t->packet[i]->has_timestamp_clock_id)
+			ts[1] += t->packet[i]->timestamp;
+		begins += e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
+		ends += e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END;
+		if (e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END)
+			ts[0] = ts[1];
+	}
+	/* the sync and the query: two BEGINs, the query's END, the sync's at the query's end */
+	CHECK(begins == 2 && ends == 2, "%zu BEGINs, %zu ENDs", begins, ends);
+	CHECK_U64(ts[0], 110);	/* BASE + 210: deltas from the sequence's start, BASE + 100 */
+	if (t)
+		perfetto__protos__trace__free_unpacked(t, NULL);
+	free(data);
+}
+
 int main(void)
 {
 	char pf[512], gz[512], js[512], js2[512];
@@ -576,6 +619,8 @@ int main(void)
 	      "the tee wrote JSON");
 	if (f)
 		fclose(f);
+	snprintf(pf, sizeof(pf), "%s/test_trace_pftrace.unended.pftrace", UNIT_OUT_DIR);
+	check_open_never_completed(pf);
 	/* the JSON does not see the opens: byte for byte the trace of the same events without */
 	write_trace(js2, false);
 	a = (char *)slurp(js, &alen);
