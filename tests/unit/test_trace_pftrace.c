@@ -99,6 +99,14 @@ static const char *iname(const struct seqst *sq, int table, uint64_t iid)
 	return NULL;
 }
 
+/* A string annotation's value: inline, or its interned iid's string on sq; "" if neither. */
+static const char *aval(const struct seqst *sq, const Perfetto__Protos__DebugAnnotation *a)
+{
+	if (a->string_value)
+		return a->string_value;
+	return iname(sq, 3, a->string_value_iid) ?: "";
+}
+
 /* How many times str is defined in table on sq. */
 static int defined(const struct seqst *sq, int table, const char *str)
 {
@@ -215,14 +223,14 @@ static void write_trace(const char *path, bool opens)
 	trace_json__arg_hex(tj, "event", 0x5100);
 	trace_json__event_end(tj);
 	/* a literal string value seen before the value table grows (600 handles interned as
-	 * their text) and after it: each time itself */
+	 * their text at their second use) and after it: each time itself */
 	for (int i = 0; i < 2; i++) {
-		trace_json__event(tj, "i", "grow", "grow", 42, 43, BASE + 500000 + i * 1000, 0);
+		trace_json__event(tj, "i", "grow", "grow", 42, 43, BASE + 500000 + i * 2000, 0);
 		trace_json__arg_str(tj, "kernel source", "symbol");
 		trace_json__event_end(tj);
-		for (int j = 0; !i && j < 600; j++) {
+		for (int j = 0; !i && j < 1200; j++) {
 			trace_json__event(tj, "i", "grow", "handles", 42, 43, BASE + 500001 + j, 0);
-			trace_json__arg_hex(tj, "handle", 0x1000 + j);
+			trace_json__arg_hex(tj, "handle", 0x1000 + j % 600);
 			trace_json__event_end(tj);
 		}
 	}
@@ -248,7 +256,6 @@ static void check_trace(const char *path)
 	size_t slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
 	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0, dyn = 0;
 	size_t opened = 0, opened_ends = 0, grow = 0, handles = 0;
-	uint64_t stream_iid = 0;
 	uint64_t thread_uuid = 0, stream_uuid = 0, gpu_uuid = 0, proc_uuid = 0, counter_uuid = 0;
 	uint64_t declared[64];
 	size_t ndeclared = 0;
@@ -439,8 +446,12 @@ static void check_trace(const char *path)
 				} else if (!strcmp(key, "per-thread stream")) {
 					CHECK(a->has_bool_value && a->bool_value, "bool");
 				} else if (!strcmp(key, "func")) {
-					/* a handle: the JSON's text, interned */
-					CHECK_STR(iname(sq, 3, a->string_value_iid), "0xdeadbeef");
+					/* a handle: the JSON's text, inline the first time,
+					 * interned from the second */
+					CHECK_STR(aval(sq, a), "0xdeadbeef");
+					CHECK(slices == 1 ? a->string_value && !a->string_value_iid :
+					      !a->string_value && a->string_value_iid,
+					      "launch %zu: func inline, then interned", slices);
 				} else if (!strcmp(key, "grid")) {
 					CHECK_STR(iname(sq, 3, a->string_value_iid), "[64, 2, 1]");
 				} else {
@@ -487,11 +498,9 @@ static void check_trace(const char *path)
 			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN);
 			CHECK_U64(ts, BASE + 400000);
 			CHECK(e->n_debug_annotations == 2 &&
-			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
-				      "0x5100") && e->debug_annotations[1]->uint_value == 7,
+			      !strcmp(aval(sq, e->debug_annotations[0]), "0x5100") &&
+			      e->debug_annotations[1]->uint_value == 7,
 			      "sync BEGIN: the stream and the entry's correlation");
-			if (e->n_debug_annotations)
-				stream_iid = e->debug_annotations[0]->string_value_iid;
 		} else if (!strcmp(name, "ncclAllReduce")) {
 			opened++;
 			CHECK(nopen == 2 && !strcmp(open[0].name, "cudaStreamSynchronize"),
@@ -501,9 +510,12 @@ static void check_trace(const char *path)
 		} else if (!strcmp(name, "cudaEventRecord")) {
 			instants++;
 			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT);
-			CHECK(e->n_debug_annotations == 1 && stream_iid &&
-			      e->debug_annotations[0]->string_value_iid == stream_iid,
-			      "the event handle: the stream's text, its iid");
+			/* the value's third use (the sync's BEGIN and "X" before): interned, its
+			 * definition made when the "X" used it (the END did not repeat it) */
+			CHECK(e->n_debug_annotations == 1 &&
+			      e->debug_annotations[0]->string_value_iid &&
+			      !strcmp(aval(sq, e->debug_annotations[0]), "0x5100"),
+			      "the event handle: the stream's text, interned");
 		} else if (!strcmp(name, "grow")) {
 			grow++;
 			CHECK(e->n_debug_annotations == 1 &&
@@ -512,10 +524,14 @@ static void check_trace(const char *path)
 		} else if (!strcmp(name, "handles")) {
 			char want[16];
 
-			snprintf(want, sizeof(want), "0x%zx", 0x1000 + handles++);
+			/* each value twice: inline, then interned */
+			snprintf(want, sizeof(want), "0x%zx", 0x1000 + handles % 600);
 			CHECK(e->n_debug_annotations == 1 &&
-			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
-				      want), "handle %s", want);
+			      !strcmp(aval(sq, e->debug_annotations[0]), want) &&
+			      !e->debug_annotations[0]->string_value_iid == (handles < 600),
+			      "handle %zu: %s, %s", handles, want,
+			      handles < 600 ? "inline" : "interned");
+			handles++;
 		} else if (!strcmp(name, "OOM")) {
 			instants++;
 			CHECK_U64(track, proc_uuid);	/* "s":"p" */
@@ -530,7 +546,7 @@ static void check_trace(const char *path)
 	/* sequences: 1 (clocks, descriptors), the thread, the stream, the process */
 	CHECK_U64(nseqs, 4);
 	CHECK_U64(dyn, 3);
-	CHECK(grow == 2 && handles == 600, "%zu grow, %zu handles", grow, handles);
+	CHECK(grow == 2 && handles == 1200, "%zu grow, %zu handles", grow, handles);
 	CHECK(opened == 2 && opened_ends == 2, "%zu calls opened, %zu of them ended", opened,
 	      opened_ends);
 	CHECK(slices == 2 && kernels == 2 && ends == 5009 && flows_s == 2 && flows_f == 2 &&

@@ -111,7 +111,8 @@ struct track {
 	size_t nr_open_args, open_args_cap;
 };
 
-enum arg_kind { A_UINT, A_INT, A_DOUBLE, A_BOOL, A_PTR, A_STR_IID, A_STR };
+/* A_HEX: a handle seen once so far, written inline as its text (a string) */
+enum arg_kind { A_UINT, A_INT, A_DOUBLE, A_BOOL, A_PTR, A_STR_IID, A_STR, A_HEX };
 
 struct arg {
 	enum arg_kind kind;
@@ -161,6 +162,7 @@ struct pf {
 	uint8_t *pb_scratch;		/* protobuf-c's packets */
 	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[64];	/* grids repeat */
 	struct { uint64_t v, iid; } hex_memo[256];	/* handles repeat: value -> text's iid */
+	uint64_t hex_seen[4096];	/* value + 1 of handles seen once (pf_arg_hex) */
 	size_t pb_scratch_cap;
 };
 
@@ -310,8 +312,8 @@ static void pc_set(struct intern *t, size_t pc, const char *s, uint64_t iid)
 	t->pc_iid[pc] = iid;
 }
 
-/* intern() past its pointer cache */
-static uint64_t intern_slow(struct intern *t, const char *s, size_t pc)
+/* intern() past its pointer cache; !insert: 0 for a string not in the table */
+static uint64_t intern_slow(struct intern *t, const char *s, size_t pc, bool insert)
 {
 	uint32_t h;
 	size_t i;
@@ -329,7 +331,7 @@ static uint64_t intern_slow(struct intern *t, const char *s, size_t pc)
 				return t->iids[i];
 			}
 	}
-	if ((t->n + 1) * 2 > t->cap && intern_grow(t))
+	if (!insert || ((t->n + 1) * 2 > t->cap && intern_grow(t)))
 		return 0;
 	for (i = h & (t->cap - 1); t->keys[i]; i = (i + 1) & (t->cap - 1))
 		;
@@ -352,7 +354,17 @@ static inline uint64_t intern(struct intern *t, const char *s)
 		return t->pc_iid[pc];
 	if (t->pc_ptr[pc ^ 1] == s && immutable(s))
 		return t->pc_iid[pc ^ 1];
-	return intern_slow(t, s, pc);
+	return intern_slow(t, s, pc, true);
+}
+
+/* iid of s when it is in the table already, else 0 */
+static uint64_t intern_find(struct intern *t, const char *s)
+{
+	size_t pc = pc_slot(s);
+
+	if (t->pc_ptr[pc] == s && immutable(s))
+		return t->pc_iid[pc];
+	return intern_slow(t, s, pc, false);
 }
 
 static void intern_free(struct intern *t)
@@ -640,31 +652,6 @@ static void free_track(struct track *t)
 
 /* ---- events ---- */
 
-/* One annotation, the general way: its length computed first (a string value, a key not
- * interned). The caller made room for it. */
-static uint8_t *put_arg_long(uint8_t *p, const struct arg *a)
-{
-	size_t klen = a->key_iid ? 0 : strlen(a->key);
-	size_t slen = a->kind == A_STR ? strlen(a->s) : 0;
-	size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) : 1 + varint_len(klen) + klen;
-
-	switch (a->kind) {	/* tags below field 16 take a byte, 17's two */
-	case A_DOUBLE: inner += 1 + 8; break;
-	case A_STR: inner += 1 + varint_len(slen) + slen; break;
-	case A_INT: inner += 1 + varint_len((uint64_t)a->i); break;
-	case A_STR_IID: inner += 2 + varint_len(a->u); break;
-	default: inner += 1 + varint_len(a->u); break;
-	}
-	p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
-	if (a->key_iid)
-		p = put_field_varint(p, DA_NAME_IID, a->key_iid);
-	else
-		p = put_field_bytes(p, DA_NAME, a->key, klen);
-	if (a->kind == A_STR)
-		return put_field_bytes(p, DA_STRING, a->s, slen);
-	return put_field_varint(p, a->kind == A_STR_IID ? DA_STRING_IID : DA_UINT, a->u);
-}
-
 /* The value of an annotation (not a string) after its name. */
 static inline uint8_t *put_arg_value(uint8_t *p, const struct arg *a)
 {
@@ -680,14 +667,57 @@ static inline uint8_t *put_arg_value(uint8_t *p, const struct arg *a)
 		memcpy(&bits, &a->d, 8);
 		return put_field_fixed64(p, DA_DOUBLE, bits);
 	}
-	case A_STR: break;	/* put_arg_long */
+	case A_STR:
+	case A_HEX:
+		break;	/* put_arg_long */
 	}
 	return p;
 }
 
-/* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. The args'
- * iids are made usable on s as they are written (defined there on first use); where that
- * fails (ENOMEM), the key or the string is written inline instead. */
+/* "0x..." of v into buf (20 bytes at least): its length */
+static size_t hex_text(char *buf, uint64_t v)
+{
+	static const char digits[] = "0123456789abcdef";
+	char tmp[16];
+	size_t n = 0, len = 0;
+
+	do {
+		tmp[n++] = digits[v & 15];
+		v >>= 4;
+	} while (v);
+	buf[len++] = '0';
+	buf[len++] = 'x';
+	while (n)
+		buf[len++] = tmp[--n];
+	buf[len] = '\0';
+	return len;
+}
+
+/* One annotation, the general way: its length computed first (a string value, a handle's
+ * text, a key not interned). The caller made room for it: 32 bytes and the strings. */
+static uint8_t *put_arg_long(uint8_t *p, const struct arg *a)
+{
+	char hex[24];
+	const char *str = a->kind == A_STR ? a->s : hex;
+	size_t klen = a->key_iid ? 0 : strlen(a->key);
+	size_t slen = a->kind == A_STR ? strlen(a->s) : a->kind == A_HEX ? hex_text(hex, a->u) : 0;
+	size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) : 1 + varint_len(klen) + klen;
+	uint8_t val[24];
+
+	if (a->kind == A_STR || a->kind == A_HEX)
+		inner += 1 + varint_len(slen) + slen;
+	else
+		inner += put_arg_value(val, a) - val;
+	p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
+	if (a->key_iid)
+		p = put_field_varint(p, DA_NAME_IID, a->key_iid);
+	else
+		p = put_field_bytes(p, DA_NAME, a->key, klen);
+	if (a->kind == A_STR || a->kind == A_HEX)
+		return put_field_bytes(p, DA_STRING, str, slen);
+	return put_arg_value(p, a);
+}
+
 /* Room for n more bytes at pos of pf->te and the event's last fields: false on ENOMEM. Out of
  * line: only strings and keys written inline need it. */
 static __attribute__((noinline)) bool te_room(struct pf *pf, size_t pos, size_t n)
@@ -695,6 +725,9 @@ static __attribute__((noinline)) bool te_room(struct pf *pf, size_t pos, size_t 
 	return reserve(&pf->te, &pf->te_cap, pos + n + 64);
 }
 
+/* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. The args'
+ * iids are made usable on s as they are written (defined there on first use); where that
+ * fails (ENOMEM), the key or the string is written inline instead. */
 static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t track_uuid,
 			   bool with_args, bool with_name)
 {
@@ -722,7 +755,7 @@ static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t trac
 			a->kind = A_STR;
 			a->s = pf->in[IN_STR].by_iid[a->u];
 		}
-		if (a->kind == A_STR || !a->key_iid) {
+		if (a->kind == A_STR || a->kind == A_HEX || !a->key_iid) {
 			size_t pos = (size_t)(p - pf->te);
 
 			if (!te_room(pf, pos, 32 + (a->key_iid ? 0 : strlen(a->key)) +
@@ -769,10 +802,20 @@ static void free_args(struct pf *pf)
 /* ---- calls opened at entry (BEGIN at entry, END at return) ---- */
 
 /* Whether b repeats a (same interned key, same value): the END leaves it out. */
-static bool arg_same(const struct arg *a, const struct arg *b)
+static bool arg_same(const struct pf *pf, const struct arg *a, const struct arg *b)
 {
-	if (!a->key_iid || a->key_iid != b->key_iid || a->kind != b->kind)
+	if (!a->key_iid || a->key_iid != b->key_iid)
 		return false;
+	if (a->kind != b->kind) {
+		/* a handle inline the first time (A_HEX), interned after: the same text */
+		const struct arg *h = a->kind == A_HEX ? a : b, *o = a->kind == A_HEX ? b : a;
+		char text[24];
+
+		if (h->kind != A_HEX || o->kind != A_STR_IID)
+			return false;
+		hex_text(text, h->u);
+		return !strcmp(pf->in[IN_STR].by_iid[o->u], text);
+	}
 	if (a->kind == A_STR)
 		return !strcmp(a->s, b->s);
 	if (a->kind == A_DOUBLE)
@@ -836,10 +879,10 @@ static void take_open(struct pf *pf, struct track *t, size_t k)
 	for (size_t i = 0; i < pf->nargs; i++) {
 		struct arg *a = &pf->args[i];
 		/* usually in the same order: the same index first */
-		bool same = i < n && arg_same(&oa[i], a);
+		bool same = i < n && arg_same(pf, &oa[i], a);
 
 		for (size_t j = 0; !same && j < n; j++)
-			same = arg_same(&oa[j], a);
+			same = arg_same(pf, &oa[j], a);
 		if (!same)
 			pf->args[kept++] = *a;
 		else if (a->owned)
@@ -930,12 +973,12 @@ static void pf_arg_str(void *ctx, const char *key, const char *v)
 	if (!v)
 		v = "";
 	/* Values repeat (kernel names, sources): interned while the table is not huge, so
-	 * a trace of unique strings does not keep them all in memory. */
-	if (pf->in[IN_STR].n < MAX_INTERNED_STRS) {
-		a->u = intern(&pf->in[IN_STR], v);
-		if (a->u)
-			return;
-	}
+	 * a trace of unique strings does not keep them all in memory; once it is, the values
+	 * it holds keep their iids, only new ones are written inline. */
+	a->u = pf->in[IN_STR].n < MAX_INTERNED_STRS ? intern(&pf->in[IN_STR], v) :
+						       intern_find(&pf->in[IN_STR], v);
+	if (a->u)
+		return;
 	/* copied: callers may pass a buffer they reuse before event_end */
 	a->kind = A_STR;
 	a->s = strdup(v);
@@ -944,36 +987,36 @@ static void pf_arg_str(void *ctx, const char *key, const char *v)
 		a->s = "";
 }
 
-/* As the JSON's text ("0x5100"), interned: handles (streams, events, functions,
- * communicators) repeat, and an interned value costs 3 bytes where a pointer_value costs up
- * to 10. */
+/* As the JSON's text ("0x5100"), a string. Handles (streams, events, functions,
+ * communicators) repeat: from its second use a value is interned (3 bytes a use where a
+ * pointer_value takes up to 10); the first time it is written inline, so addresses seen once
+ * (copies' buffers) neither fill the table nor pay for a definition. */
 static void pf_arg_hex(void *ctx, const char *key, uint64_t v)
 {
-	static const char digits[] = "0123456789abcdef";
 	struct pf *pf = ctx;
-	unsigned slot = (unsigned)((v * 0x9e3779b97f4a7c15ULL) >> 56);	/* of 256 */
-	char buf[24], *end = buf + sizeof(buf) - 1, *p = end;
+	uint64_t mix = v * 0x9e3779b97f4a7c15ULL;
+	unsigned slot = (unsigned)(mix >> 56);				/* of 256 */
+	unsigned seen = (unsigned)(mix >> 52);				/* of 4096 */
 	size_t n = pf->nargs;
-	uint64_t x = v;
 	struct arg *a;
+	char buf[24];
 
 	if (pf->hex_memo[slot].iid && pf->hex_memo[slot].v == v) {
 		a = new_arg(pf, key, A_STR_IID);
 		if (a)
 			a->u = pf->hex_memo[slot].iid;
-		return;
-	}
-	*end = '\0';
-	do {
-		*--p = digits[x & 15];
-		x >>= 4;
-	} while (x);
-	*--p = 'x';
-	*--p = '0';
-	pf_arg_str(ctx, key, p);
-	if (pf->nargs > n && pf->args[n].kind == A_STR_IID) {
-		pf->hex_memo[slot].v = v;
-		pf->hex_memo[slot].iid = pf->args[n].u;
+	} else if (pf->hex_seen[seen] != v + 1) {
+		pf->hex_seen[seen] = v + 1;
+		a = new_arg(pf, key, A_HEX);
+		if (a)
+			a->u = v;
+	} else {
+		hex_text(buf, v);
+		pf_arg_str(ctx, key, buf);
+		if (pf->nargs > n && pf->args[n].kind == A_STR_IID) {
+			pf->hex_memo[slot].v = v;
+			pf->hex_memo[slot].iid = pf->args[n].u;
+		}
 	}
 }
 
