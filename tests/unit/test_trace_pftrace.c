@@ -51,6 +51,7 @@ struct seqst {
 	uint64_t def_track, last;
 	Perfetto__Protos__InternedData **ins;
 	size_t nins;
+	uint64_t last_name_iid;	/* the last event's: its "interned once" already checked */
 };
 
 static struct seqst seqs[MAX_SEQ];
@@ -67,8 +68,27 @@ static struct seqst *seq_of(uint32_t id)
 	return &seqs[nseqs++];
 }
 
-/* table: 0 names, 1 categories, 2 annotation names, 3 string values; defined on sq only */
+static const char *iname_scan(const struct seqst *sq, int table, uint64_t iid);
+static struct { const struct seqst *sq; int table; uint64_t iid; const char *r; } memo[256];
+
+/* table: 0 names, 1 categories, 2 annotation names, 3 string values; defined on sq only.
+ * Names and keys found are remembered (a definition never changes; a sequence with 65536
+ * InternedData packets is scanned once per name, not once per event). */
 static const char *iname(const struct seqst *sq, int table, uint64_t iid)
+{
+	unsigned h = (unsigned)(iid * 4 + table) & 255;
+	const char *r;
+
+	if (table != 3 && memo[h].r && memo[h].sq == sq && memo[h].table == table &&
+	    memo[h].iid == iid)
+		return memo[h].r;
+	r = iname_scan(sq, table, iid);
+	if (r && table != 3)
+		memo[h].sq = sq, memo[h].table = table, memo[h].iid = iid, memo[h].r = r;
+	return r;
+}
+
+static const char *iname_scan(const struct seqst *sq, int table, uint64_t iid)
 {
 	for (size_t i = 0; i < sq->nins; i++) {
 		Perfetto__Protos__InternedData *in = sq->ins[i];
@@ -234,6 +254,20 @@ static void write_trace(const char *path, bool opens)
 			trace_json__event_end(tj);
 		}
 	}
+	/* the value table full (1 << 16 values): a value it holds keeps its iid, a new one is
+	 * written inline */
+	for (int j = 0; j < (1 << 16); j++) {
+		char v[16];
+
+		snprintf(v, sizeof(v), "v%d", j);
+		trace_json__event(tj, "i", "grow", "fill", 42, 43, BASE + 600000 + j, 0);
+		trace_json__arg_str(tj, "value", v);
+		trace_json__event_end(tj);
+	}
+	trace_json__event(tj, "i", "grow", "full", 42, 43, BASE + 700000, 0);
+	trace_json__arg_str(tj, "kernel source", "symbol");
+	trace_json__arg_str(tj, "value", "brand new");
+	trace_json__event_end(tj);
 	trace_json__event(tj, "i", "cuda_memory", "OOM", 42, 43, BASE + 6000, 0);
 	trace_json__field_raw(tj, "s", "\"p\"");
 	trace_json__event_end(tj);
@@ -255,7 +289,7 @@ static void check_trace(const char *path)
 	Perfetto__Protos__Trace *t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
 	size_t slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
 	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0, dyn = 0;
-	size_t opened = 0, opened_ends = 0, grow = 0, handles = 0;
+	size_t opened = 0, opened_ends = 0, grow = 0, handles = 0, full = 0;
 	uint64_t thread_uuid = 0, stream_uuid = 0, gpu_uuid = 0, proc_uuid = 0, counter_uuid = 0;
 	uint64_t declared[64];
 	size_t ndeclared = 0;
@@ -263,6 +297,7 @@ static void check_trace(const char *path)
 	size_t nopen = 0;
 
 	nseqs = 0;
+	memset(memo, 0, sizeof(memo));	/* the last trace's strings are freed */
 	CHECK(t != NULL, "%s unpacks as perfetto.protos.Trace", path);
 	if (!t)
 		return;
@@ -416,7 +451,9 @@ static void check_trace(const char *path)
 		      (unsigned long long)e->name_iid, sq->id);
 		if (!name)
 			continue;
-		CHECK(defined(sq, 0, name) == 1, "%s interned once on seq %u", name, sq->id);
+		if (e->name_iid != sq->last_name_iid)
+			CHECK(defined(sq, 0, name) == 1, "%s interned once on seq %u", name, sq->id);
+		sq->last_name_iid = e->name_iid;
 		if (e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN) {
 			CHECK(nopen == 0 || open[nopen - 1].track != track ||
 			      open[nopen - 1].ts <= ts, "nested BEGIN after its parent's");
@@ -521,6 +558,14 @@ static void check_trace(const char *path)
 			CHECK(e->n_debug_annotations == 1 &&
 			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
 				      "symbol"), "grow %zu: the literal value is itself", grow);
+		} else if (!strcmp(name, "full")) {
+			full++;
+			CHECK(e->n_debug_annotations == 2 &&
+			      e->debug_annotations[0]->string_value_iid &&
+			      !strcmp(aval(sq, e->debug_annotations[0]), "symbol") &&
+			      !e->debug_annotations[1]->string_value_iid &&
+			      !strcmp(aval(sq, e->debug_annotations[1]), "brand new"),
+			      "table full: the old value by its iid, the new one inline");
 		} else if (!strcmp(name, "handles")) {
 			char want[16];
 
@@ -546,6 +591,7 @@ static void check_trace(const char *path)
 	/* sequences: 1 (clocks, descriptors), the thread, the stream, the process */
 	CHECK_U64(nseqs, 4);
 	CHECK_U64(dyn, 3);
+	CHECK(full == 1, "%zu events past the value table's cap", full);
 	CHECK(grow == 2 && handles == 1200, "%zu grow, %zu handles", grow, handles);
 	CHECK(opened == 2 && opened_ends == 2, "%zu calls opened, %zu of them ended", opened,
 	      opened_ends);
