@@ -12,7 +12,10 @@
  *         pipeline_records_per_event (one "event" = one traced API call = one trace slice),
  *         pipeline_cpu_ns_per_event (CPU time of every thread, the gzip workers included),
  *         pipeline_reader_cpu_ns_per_event (CPU time of the thread that decodes and formats:
- *         the one that must keep up with the rings).
+ *         the one that must keep up with the rings);
+ *         with -o FILE.pftrace also trace_arg_bytes_per_event: what the calls' arguments take
+ *         of it (the TrackEvents' debug annotations and the InternedData entries of their
+ *         names and string values), read back with protobuf-c.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -29,6 +32,7 @@
 #include "session.h"
 #include "target.h"
 #include "trace_json.h"
+#include "perfetto_trace.pb-c.h"
 
 /* tptrace_verbosity: user/core/session.c's (the library defines it since the ustack work); quiet here */
 extern int tptrace_verbosity;
@@ -51,6 +55,68 @@ static uint64_t now_ns(clockid_t clk)
 
 	clock_gettime(clk, &ts);
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static size_t varint_size(uint64_t v)
+{
+	size_t n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+/* Bytes of a .pftrace that carry arguments: annotations and the interned entries of their
+ * names and values (each with its tag and length). -1 when it cannot be read. */
+static double pftrace_arg_bytes(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	Perfetto__Protos__Trace *t;
+	uint8_t *buf;
+	long len;
+	double n = 0;
+
+	if (!f || fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	buf = malloc(len ? len : 1);
+	if (!buf || fread(buf, 1, len, f) != (size_t)len) {
+		free(buf);
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	t = perfetto__protos__trace__unpack(NULL, len, buf);
+	free(buf);
+	if (!t)
+		return -1;
+	for (size_t i = 0; i < t->n_packet; i++) {
+		const Perfetto__Protos__TracePacket *p = t->packet[i];
+		const Perfetto__Protos__InternedData *in = p->interned_data;
+		size_t sz;
+
+		for (size_t k = 0; p->track_event && k < p->track_event->n_debug_annotations; k++) {
+			sz = perfetto__protos__debug_annotation__get_packed_size(
+				p->track_event->debug_annotations[k]);
+			n += 1 + varint_size(sz) + sz;
+		}
+		for (size_t k = 0; in && k < in->n_debug_annotation_names; k++) {
+			sz = perfetto__protos__debug_annotation_name__get_packed_size(
+				in->debug_annotation_names[k]);
+			n += 1 + varint_size(sz) + sz;
+		}
+		for (size_t k = 0; in && k < in->n_debug_annotation_string_values; k++) {
+			sz = perfetto__protos__interned_string__get_packed_size(
+				in->debug_annotation_string_values[k]);
+			n += 2 + varint_size(sz) + sz;	/* field 29: a two-byte tag */
+		}
+	}
+	perfetto__protos__trace__free_unpacked(t, NULL);
+	return n;
 }
 
 static int api_id(const char *symbol)
@@ -234,6 +300,19 @@ int main(int argc, char **argv)
 	printf("pipeline_records_per_event: %.2f\n", (double)records / calls);
 	printf("pipeline_cpu_ns_per_event: %.1f\n", cpu_ns[reps / 2]);
 	printf("pipeline_reader_cpu_ns_per_event: %.1f\n", reader_ns[reps / 2]);
+	{
+		size_t n = strlen(out);
+
+		if (n > 8 && !strcmp(out + n - 8, ".pftrace")) {
+			double arg_bytes = pftrace_arg_bytes(out);
+
+			if (arg_bytes < 0) {
+				fprintf(stderr, "bench_pipeline: %s does not read back\n", out);
+				return 1;
+			}
+			printf("trace_arg_bytes_per_event: %.1f\n", arg_bytes / calls);
+		}
+	}
 	target__free(t);
 	elfsym_cache__free(cache);
 	return 0;

@@ -563,6 +563,12 @@ def section_pipeline(a):
         for k in ("pipeline_ns_per_event", "pipeline_events_per_s", "trace_bytes_per_event",
                   "pipeline_reader_cpu_ns_per_event"):
             emit(f"{k}.{key}", got[k])
+    # .pftrace: what the calls' arguments take of its bytes (debug annotations and their
+    # interned names and values), and what is left: the slices themselves (goal 24 for all)
+    arg_bytes = float(fig["pftrace"]["trace_arg_bytes_per_event"])
+    emit("trace_arg_bytes_per_event.pftrace", f"{arg_bytes:.1f}")
+    emit("trace_bytes_per_event.pftrace_without_args",
+         f"{float(fig['pftrace']['trace_bytes_per_event']) - arg_bytes:.1f}")
     # ratios: .pftrace against the JSON of the same records (bytes: plain to plain, gzip to
     # gzip; time: the reader thread's CPU, the part that must keep up with the rings)
     ratio = lambda a_, b_, k: f"{float(fig[a_][k]) / float(fig[b_][k]):.2f}"

@@ -15,9 +15,15 @@ the way the trace processor reads it, checking what it relies on:
     order), BEGIN/END balance on every track, each END closing the innermost open slice;
   - every flow has both ends; no field Perfetto does not know.
 Then the events are rebuilt into Chrome-JSON-like ones (slices from BEGIN/END pairs, args of
-both, tracks back to (pid, tid), GPU streams by name) and every event of the JSON must be there
-with the same name, category, track, timestamp, duration and args, and nothing else: GPU jobs,
-the memory tracer, Python frames (--py-stacks, opened by slice_begin) and unfinished calls."""
+both merged as the trace processor merges them, an END's value winning; tracks back to (pid,
+tid), GPU streams by name) and every event of the JSON must be there with the same name,
+category, track, timestamp, duration and args, and nothing else: GPU jobs, the memory tracer,
+Python frames (--py-stacks, opened by slice_begin) and unfinished calls. The mapping: a JSON
+slice of no duration ("X", dur 0) is an INSTANT in the .pftrace (the trace processor makes both
+a slice of dur 0), so both sides compare it as an instant on its thread; a hex value ("0x...")
+is the same text, interned. Calls with a return are written BEGIN at entry (with what the entry
+says: arguments, correlation) and END at return (the rest: rc, out values, the join's results,
+"unfinished"): checked on the slices' BEGIN and END args."""
 import gzip
 import json
 import os
@@ -137,7 +143,10 @@ def rebuild(packets, json_trace):
         for a in te.get("debug_annotations", []):
             k = tab["debug_annotation_names"][one(a, "name_iid")]
             if "string_value_iid" in a:
-                v = tab["debug_annotation_string_values"][one(a, "string_value_iid")]
+                iid = one(a, "string_value_iid")
+                assert iid in tab["debug_annotation_string_values"], \
+                    f"string value iid {iid} not defined on seq {sid}"
+                v = tab["debug_annotation_string_values"][iid]
             elif "pointer_value" in a:
                 v = hex(one(a, "pointer_value"))
             elif "double_value" in a:
@@ -145,6 +154,7 @@ def rebuild(packets, json_trace):
             else:
                 v = next(one(a, f) for f in ("uint_value", "int_value", "bool_value",
                                              "string_value") if f in a)
+            assert k not in args, f"{k} twice in one event"
             args[k] = v
         timed.append((ts, i, uuid, te, args, tab))
     # the trace processor's order: by time, equal times in file order
@@ -159,6 +169,7 @@ def rebuild(packets, json_trace):
             b = stack.pop()
             b["dur"] = ts - b["ts"]
             b["args"].update(args)
+            b["_end_args"] = dict(args)
             continue
         if typ == "TYPE_COUNTER":
             v = one(te, "counter_value")
@@ -171,6 +182,7 @@ def rebuild(packets, json_trace):
               "pid": pid, "tid": tid if kind == "thread" else None, "ts": ts, "args": args}
         if typ == "TYPE_SLICE_BEGIN":
             ev["ph"] = "X"
+            ev["_begin_args"] = dict(args)
             stacks.setdefault(uuid, []).append(ev)
         elif "flow_ids" in te:
             ev["ph"], ev["id"] = "s", one(te, "flow_ids")
@@ -218,6 +230,9 @@ def norm_json(trace, base):
               "args": args}
         if e["ph"] == "X":
             ev["dur"] = round(e["dur"] * 1000)
+            if ev["dur"] == 0:
+                ev["ph"] = "i"      # the .pftrace's INSTANT: the same dur-0 slice
+                del ev["dur"]
         if e["ph"] in "sf":
             ev["id"] = int(e["id"])
         out.append(ev)
@@ -230,6 +245,23 @@ def round_floats(e):
     return e
 
 
+def check_opened_at_entry(events):
+    """Calls with a return: BEGIN at entry with the entry's args, END with the rest."""
+    calls = [e for e in events if e["ph"] == "X" and e["cat"] in ("cuda_runtime", "nccl") and
+             ("rc" in e["args"] or e["args"].get("unfinished") is True)]
+    assert calls, "no call with a return"
+    for c in calls:
+        b, end = c["_begin_args"], c["_end_args"]
+        assert "correlation" in b or "correlation" in end, c
+        assert "rc" not in b and "unfinished" not in b, f"BEGIN knows the end: {c}"
+        assert ("rc" in end) != ("unfinished" in end), f"END without its end: {c}"
+        # nothing said twice with the same value
+        assert not [k for k in end if k in b and b[k] == end[k]], c
+        if c["name"] == "cudaStreamSynchronize":
+            assert "stream" in b, f"the sync's stream not on its BEGIN: {c}"
+    return calls
+
+
 def compare(json_trace, pf_path):
     clocks, pf_events, pf_threads = rebuild(decode(pf_path), json_trace)
     # the JSON's ts 0 (tptrace mem's trace does not say it: then the timestamps below do)
@@ -239,8 +271,9 @@ def compare(json_trace, pf_path):
     assert clocks[1] == json_trace["baseTimeNanoseconds"]
     js_events, js_threads = norm_json(json_trace, clocks[3])
     # durations: the JSON has them to the ns as well ("%.3f" us)
+    strip = lambda e: {k: v for k, v in e.items() if not k.startswith("_")}
     js = sorted(key_of(round_floats(e)) for e in js_events)
-    pf = sorted(key_of(round_floats(e)) for e in pf_events)
+    pf = sorted(key_of(round_floats(strip(e))) for e in pf_events)
     assert len(js) == len(pf), (len(js), len(pf))
     diff = [(a, b) for a, b in zip(js, pf) if a != b]
     assert not diff, diff[:5]
@@ -271,6 +304,33 @@ def test_pftrace_same_events_as_json_gpu_job():
     assert {e["id"] for e in by("s")} == {e["id"] for e in by("f")}
     assert len([e for e in by("X") if e["name"] == "cudaLaunchKernel"]) == 12
     assert by("C"), "no memory counters"
+    check_opened_at_entry(events)
+
+
+def test_pftrace_durations_gpu_join_on_end():
+    """--durations --gpu: every call returns, so launches too are opened at their entry with
+    the correlation they had then; the join decides them later and gives CUPTI's correlation
+    (and the kernel's stream): that goes on the END, and the slice, merged as the trace
+    processor merges (the END's value wins), has the JSON's."""
+    need_root()
+    need_ptrace()
+    pf_path = tmp_path("pftrace-durations.pftrace")
+    if os.path.exists(pf_path):
+        os.unlink(pf_path)
+    trace, wl, tr = trace_workload(
+        [os.path.join(WL, "sim_train"), "--steps", "2", "--kernel-us", "100"],
+        tracer_args=["--gpu", "--durations"], out_name="pftrace-durations.json",
+        tracer_env={"TPTRACE_TRACE_TEE": pf_path})
+    events = compare(trace, pf_path)
+    launches = [c for c in check_opened_at_entry(events) if c["name"] == "cudaLaunchKernel"]
+    assert len(launches) == 8, launches
+    # the join's correlation replaced the entry's: on the END, and it is the slice's
+    joined = [c for c in launches if "correlation" in c["_end_args"]]
+    assert len(joined) == 8, launches
+    for c in joined:
+        assert c["_begin_args"]["correlation"] != c["_end_args"]["correlation"], c
+        assert c["args"]["correlation"] == c["_end_args"]["correlation"], c
+        assert "kernel" in c["_begin_args"] and "grid" in c["_begin_args"], c
 
 
 def test_pftrace_gz_and_bad_outputs():
@@ -283,6 +343,10 @@ def test_pftrace_gz_and_bad_outputs():
     assert open(pf_path, "rb").read(2) == b"\x1f\x8b"
     events = compare(trace, pf_path)
     assert len([e for e in events if e["name"] == "cudaLaunchKernel"]) == 8
+    # without --gpu a launch has no duration: one INSTANT each
+    assert {e["ph"] for e in events if e["name"] == "cudaLaunchKernel"} == {"i"}
+    syncs = [c for c in check_opened_at_entry(events) if c["name"] == "cudaStreamSynchronize"]
+    assert len(syncs) == 2 and all(set(c["_end_args"]) == {"rc"} for c in syncs), syncs
 
 
 def test_pftrace_unwritable_and_full_disk():
@@ -389,3 +453,9 @@ def test_pftrace_unfinished_call():
     events = compare(trace, pf_path)
     unfinished = [e for e in events if e["args"].get("unfinished") is True]
     assert [e["name"] for e in unfinished] == ["cudaStreamSynchronize"], unfinished
+    # its BEGIN was written when it entered: the entry's args, not the end's; the END (at the
+    # trace's end) says only that it did not return
+    check_opened_at_entry(events)
+    sync = unfinished[0]
+    assert sync["_end_args"] == {"unfinished": True}, sync
+    assert {"stream", "correlation"} <= set(sync["_begin_args"]), sync

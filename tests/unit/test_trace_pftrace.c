@@ -51,6 +51,7 @@ struct seqst {
 	uint64_t def_track, last;
 	Perfetto__Protos__InternedData **ins;
 	size_t nins;
+	uint64_t last_name_iid;	/* the last event's: its "interned once" already checked */
 };
 
 static struct seqst seqs[MAX_SEQ];
@@ -67,8 +68,27 @@ static struct seqst *seq_of(uint32_t id)
 	return &seqs[nseqs++];
 }
 
-/* table: 0 names, 1 categories, 2 annotation names, 3 string values; defined on sq only */
+static const char *iname_scan(const struct seqst *sq, int table, uint64_t iid);
+static struct { const struct seqst *sq; int table; uint64_t iid; const char *r; } memo[256];
+
+/* table: 0 names, 1 categories, 2 annotation names, 3 string values; defined on sq only.
+ * Names and keys found are remembered (a definition never changes; a sequence with 65536
+ * InternedData packets is scanned once per name, not once per event). */
 static const char *iname(const struct seqst *sq, int table, uint64_t iid)
+{
+	unsigned h = (unsigned)(iid * 4 + table) & 255;
+	const char *r;
+
+	if (table != 3 && memo[h].r && memo[h].sq == sq && memo[h].table == table &&
+	    memo[h].iid == iid)
+		return memo[h].r;
+	r = iname_scan(sq, table, iid);
+	if (r && table != 3)
+		memo[h].sq = sq, memo[h].table = table, memo[h].iid = iid, memo[h].r = r;
+	return r;
+}
+
+static const char *iname_scan(const struct seqst *sq, int table, uint64_t iid)
 {
 	for (size_t i = 0; i < sq->nins; i++) {
 		Perfetto__Protos__InternedData *in = sq->ins[i];
@@ -99,6 +119,14 @@ static const char *iname(const struct seqst *sq, int table, uint64_t iid)
 	return NULL;
 }
 
+/* A string annotation's value: inline, or its interned iid's string on sq; "" if neither. */
+static const char *aval(const struct seqst *sq, const Perfetto__Protos__DebugAnnotation *a)
+{
+	if (a->string_value)
+		return a->string_value;
+	return iname(sq, 3, a->string_value_iid) ?: "";
+}
+
 /* How many times str is defined in table on sq. */
 static int defined(const struct seqst *sq, int table, const char *str)
 {
@@ -114,7 +142,7 @@ static int defined(const struct seqst *sq, int table, const char *str)
 	return n;
 }
 
-static void write_trace(const char *path)
+static void write_trace(const char *path, bool opens)
 {
 	struct trace_json *tj = trace_json__open(path);
 
@@ -185,6 +213,61 @@ static void write_trace(const char *path)
 	trace_json__event(tj, "C", "cuda_memory", "bytes allocated (cuda:0)", 42, 0, BASE + 5000, 0);
 	trace_json__arg_u64(tj, "bytes", 4096);
 	trace_json__event_end(tj);
+	/* BEGIN at entry (trace_writer__call_open): a call opened with what its entry says, a
+	 * call inside it opened and completed, then the outer one completes with its return
+	 * value and a value that changed since (the --gpu join's correlation). Without opens
+	 * (the JSON's own run) the same events come only as "X". */
+	if (opens) {
+		trace_writer__call_open(tj, "cuda_runtime", "cudaStreamSynchronize", 42, 43,
+					BASE + 400000);
+		trace_json__arg_hex(tj, "stream", 0x5100);
+		trace_json__arg_u64(tj, "correlation", 7);
+		trace_json__event_end(tj);
+		trace_writer__call_open(tj, "nccl", "ncclAllReduce", 42, 43, BASE + 400100);
+		trace_json__arg_u64(tj, "count", 1024);
+		trace_json__event_end(tj);
+	}
+	trace_json__event(tj, "X", "nccl", "ncclAllReduce", 42, 43, BASE + 400100, 200);
+	trace_json__arg_u64(tj, "count", 1024);
+	trace_json__arg_i64(tj, "rc", 0);
+	trace_json__event_end(tj);
+	trace_json__event(tj, "X", "cuda_runtime", "cudaStreamSynchronize", 42, 43, BASE + 400000,
+			  1000);
+	trace_json__arg_hex(tj, "stream", 0x5100);
+	trace_json__arg_u64(tj, "correlation", 8);
+	trace_json__arg_i64(tj, "rc", 0);
+	trace_json__event_end(tj);
+	/* an entry-only call: no duration, one INSTANT; its handle the same text as the
+	 * stream's, one iid */
+	trace_json__event(tj, "X", "cuda_runtime", "cudaEventRecord", 42, 43, BASE + 401000, 0);
+	trace_json__arg_hex(tj, "event", 0x5100);
+	trace_json__event_end(tj);
+	/* a literal string value seen before the value table grows (600 handles interned as
+	 * their text at their second use) and after it: each time itself */
+	for (int i = 0; i < 2; i++) {
+		trace_json__event(tj, "i", "grow", "grow", 42, 43, BASE + 500000 + i * 2000, 0);
+		trace_json__arg_str(tj, "kernel source", "symbol");
+		trace_json__event_end(tj);
+		for (int j = 0; !i && j < 1200; j++) {
+			trace_json__event(tj, "i", "grow", "handles", 42, 43, BASE + 500001 + j, 0);
+			trace_json__arg_hex(tj, "handle", 0x1000 + j % 600);
+			trace_json__event_end(tj);
+		}
+	}
+	/* the value table full (1 << 16 values): a value it holds keeps its iid, a new one is
+	 * written inline */
+	for (int j = 0; j < (1 << 16); j++) {
+		char v[16];
+
+		snprintf(v, sizeof(v), "v%d", j);
+		trace_json__event(tj, "i", "grow", "fill", 42, 43, BASE + 600000 + j, 0);
+		trace_json__arg_str(tj, "value", v);
+		trace_json__event_end(tj);
+	}
+	trace_json__event(tj, "i", "grow", "full", 42, 43, BASE + 700000, 0);
+	trace_json__arg_str(tj, "kernel source", "symbol");
+	trace_json__arg_str(tj, "value", "brand new");
+	trace_json__event_end(tj);
 	trace_json__event(tj, "i", "cuda_memory", "OOM", 42, 43, BASE + 6000, 0);
 	trace_json__field_raw(tj, "s", "\"p\"");
 	trace_json__event_end(tj);
@@ -206,6 +289,7 @@ static void check_trace(const char *path)
 	Perfetto__Protos__Trace *t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
 	size_t slices = 0, kernels = 0, ends = 0, flows_s = 0, flows_f = 0, counters = 0;
 	size_t instants = 0, queries = 0, py_ends = 0, absolute = 0, dyn = 0;
+	size_t opened = 0, opened_ends = 0, grow = 0, handles = 0, full = 0;
 	uint64_t thread_uuid = 0, stream_uuid = 0, gpu_uuid = 0, proc_uuid = 0, counter_uuid = 0;
 	uint64_t declared[64];
 	size_t ndeclared = 0;
@@ -213,6 +297,7 @@ static void check_trace(const char *path)
 	size_t nopen = 0;
 
 	nseqs = 0;
+	memset(memo, 0, sizeof(memo));	/* the last trace's strings are freed */
 	CHECK(t != NULL, "%s unpacks as perfetto.protos.Trace", path);
 	if (!t)
 		return;
@@ -332,6 +417,25 @@ static void check_trace(const char *path)
 				CHECK_U64(ts - open[nopen].ts, py_ends == 1 ? 70 : 90);
 			} else if (!strcmp(open[nopen].name, "cudaLaunchKernel")) {
 				CHECK_U64(ts - open[nopen].ts, 500);
+			} else if (!strcmp(open[nopen].name, "cudaStreamSynchronize")) {
+				/* what the BEGIN did not say: the changed correlation, the rc */
+				opened_ends++;
+				CHECK_U64(ts, BASE + 401000);
+				CHECK(e->n_debug_annotations == 2 &&
+				      !strcmp(iname(sq, 2, e->debug_annotations[0]->name_iid) ?: "",
+					      "correlation") &&
+				      e->debug_annotations[0]->uint_value == 8 &&
+				      !strcmp(iname(sq, 2, e->debug_annotations[1]->name_iid) ?: "",
+					      "rc") &&
+				      e->debug_annotations[1]->has_int_value &&
+				      e->debug_annotations[1]->int_value == 0,
+				      "sync END: correlation 8 and rc, not the stream again");
+			} else if (!strcmp(open[nopen].name, "ncclAllReduce")) {
+				opened_ends++;
+				CHECK_U64(ts, BASE + 400300);
+				CHECK(e->n_debug_annotations == 1 &&
+				      !strcmp(iname(sq, 2, e->debug_annotations[0]->name_iid) ?: "",
+					      "rc"), "allreduce END: its rc only");
 			}
 			continue;
 		}
@@ -347,7 +451,9 @@ static void check_trace(const char *path)
 		      (unsigned long long)e->name_iid, sq->id);
 		if (!name)
 			continue;
-		CHECK(defined(sq, 0, name) == 1, "%s interned once on seq %u", name, sq->id);
+		if (e->name_iid != sq->last_name_iid)
+			CHECK(defined(sq, 0, name) == 1, "%s interned once on seq %u", name, sq->id);
+		sq->last_name_iid = e->name_iid;
 		if (e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN) {
 			CHECK(nopen == 0 || open[nopen - 1].track != track ||
 			      open[nopen - 1].ts <= ts, "nested BEGIN after its parent's");
@@ -377,7 +483,12 @@ static void check_trace(const char *path)
 				} else if (!strcmp(key, "per-thread stream")) {
 					CHECK(a->has_bool_value && a->bool_value, "bool");
 				} else if (!strcmp(key, "func")) {
-					CHECK(a->has_pointer_value && a->pointer_value == 0xdeadbeef, "ptr");
+					/* a handle: the JSON's text, inline the first time,
+					 * interned from the second */
+					CHECK_STR(aval(sq, a), "0xdeadbeef");
+					CHECK(slices == 1 ? a->string_value && !a->string_value_iid :
+					      !a->string_value && a->string_value_iid,
+					      "launch %zu: func inline, then interned", slices);
 				} else if (!strcmp(key, "grid")) {
 					CHECK_STR(iname(sq, 3, a->string_value_iid), "[64, 2, 1]");
 				} else {
@@ -417,6 +528,55 @@ static void check_trace(const char *path)
 			      e->debug_annotations[0]->uint_value == (uint64_t)(name[3] - '0'),
 			      "%s: its own key %s", name, want);
 			dyn++;
+		} else if (!strcmp(name, "cudaStreamSynchronize")) {
+			/* its BEGIN, written at its entry (before the call inside it) with what the
+			 * entry said */
+			opened++;
+			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN);
+			CHECK_U64(ts, BASE + 400000);
+			CHECK(e->n_debug_annotations == 2 &&
+			      !strcmp(aval(sq, e->debug_annotations[0]), "0x5100") &&
+			      e->debug_annotations[1]->uint_value == 7,
+			      "sync BEGIN: the stream and the entry's correlation");
+		} else if (!strcmp(name, "ncclAllReduce")) {
+			opened++;
+			CHECK(nopen == 2 && !strcmp(open[0].name, "cudaStreamSynchronize"),
+			      "allreduce opened inside the sync");
+			CHECK(e->n_debug_annotations == 1 &&
+			      e->debug_annotations[0]->uint_value == 1024, "allreduce BEGIN: count");
+		} else if (!strcmp(name, "cudaEventRecord")) {
+			instants++;
+			CHECK_U64(e->type, PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_INSTANT);
+			/* the value's third use (the sync's BEGIN and "X" before): interned, its
+			 * definition made when the "X" used it (the END did not repeat it) */
+			CHECK(e->n_debug_annotations == 1 &&
+			      e->debug_annotations[0]->string_value_iid &&
+			      !strcmp(aval(sq, e->debug_annotations[0]), "0x5100"),
+			      "the event handle: the stream's text, interned");
+		} else if (!strcmp(name, "grow")) {
+			grow++;
+			CHECK(e->n_debug_annotations == 1 &&
+			      !strcmp(iname(sq, 3, e->debug_annotations[0]->string_value_iid) ?: "",
+				      "symbol"), "grow %zu: the literal value is itself", grow);
+		} else if (!strcmp(name, "full")) {
+			full++;
+			CHECK(e->n_debug_annotations == 2 &&
+			      e->debug_annotations[0]->string_value_iid &&
+			      !strcmp(aval(sq, e->debug_annotations[0]), "symbol") &&
+			      !e->debug_annotations[1]->string_value_iid &&
+			      !strcmp(aval(sq, e->debug_annotations[1]), "brand new"),
+			      "table full: the old value by its iid, the new one inline");
+		} else if (!strcmp(name, "handles")) {
+			char want[16];
+
+			/* each value twice: inline, then interned */
+			snprintf(want, sizeof(want), "0x%zx", 0x1000 + handles % 600);
+			CHECK(e->n_debug_annotations == 1 &&
+			      !strcmp(aval(sq, e->debug_annotations[0]), want) &&
+			      !e->debug_annotations[0]->string_value_iid == (handles < 600),
+			      "handle %zu: %s, %s", handles, want,
+			      handles < 600 ? "inline" : "interned");
+			handles++;
 		} else if (!strcmp(name, "OOM")) {
 			instants++;
 			CHECK_U64(track, proc_uuid);	/* "s":"p" */
@@ -431,8 +591,12 @@ static void check_trace(const char *path)
 	/* sequences: 1 (clocks, descriptors), the thread, the stream, the process */
 	CHECK_U64(nseqs, 4);
 	CHECK_U64(dyn, 3);
-	CHECK(slices == 2 && kernels == 2 && ends == 5007 && flows_s == 2 && flows_f == 2 &&
-	      counters == 1 && instants == 1 && queries == 5000 && py_ends == 2 && nopen == 0,
+	CHECK(full == 1, "%zu events past the value table's cap", full);
+	CHECK(grow == 2 && handles == 1200, "%zu grow, %zu handles", grow, handles);
+	CHECK(opened == 2 && opened_ends == 2, "%zu calls opened, %zu of them ended", opened,
+	      opened_ends);
+	CHECK(slices == 2 && kernels == 2 && ends == 5009 && flows_s == 2 && flows_f == 2 &&
+	      counters == 1 && instants == 2 && queries == 5000 && py_ends == 2 && nopen == 0,
 	      "events: %zu slices %zu kernels %zu ends %zu/%zu flows %zu counters %zu instants "
 	      "%zu Python ends %zu open", slices, kernels, ends, flows_s, flows_f, counters,
 	      instants, py_ends, nopen);
@@ -445,21 +609,67 @@ static void check_trace(const char *path)
 	free(data);
 }
 
+/* A call opened whose "X" never comes (the writer's contract says it does): the close still
+ * ends it, at its sequence's last time, so BEGIN and END balance. */
+static void check_open_never_completed(const char *path)
+{
+	struct trace_json *tj = trace_json__open(path);
+	Perfetto__Protos__Trace *t;
+	size_t len, begins = 0, ends = 0;
+	uint64_t ts[2] = { 0, 0 };
+	uint8_t *data;
+
+	CHECK(tj != NULL, "open %s", path);
+	if (!tj)
+		return;
+	trace_json__begin(tj, BASE, 1700000000000000000ull);
+	trace_writer__call_open(tj, "cuda_runtime", "cudaStreamSynchronize", 42, 43, BASE + 100);
+	trace_json__arg_u64(tj, "correlation", 1);
+	trace_json__event_end(tj);
+	trace_json__event(tj, "X", "cuda_runtime", "cudaEventQuery", 42, 43, BASE + 200, 10);
+	trace_json__event_end(tj);
+	CHECK(trace_json__close(tj) == 0, "close %s", path);
+	data = slurp(path, &len);
+	t = data ? perfetto__protos__trace__unpack(NULL, len, data) : NULL;
+	CHECK(t != NULL, "%s unpacks", path);
+	for (size_t i = 0; t && i < t->n_packet; i++) {
+		Ev *e = t->packet[i]->track_event;
+
+		if (!e)
+			continue;
+		if (!t->packet[i]->has_timestamp_clock_id)
+			ts[1] += t->packet[i]->timestamp;
+		begins += e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_BEGIN;
+		ends += e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END;
+		if (e->type == PERFETTO__PROTOS__TRACK_EVENT__TYPE__TYPE_SLICE_END)
+			ts[0] = ts[1];
+	}
+	/* the sync and the query: two BEGINs, the query's END, the sync's at the query's end */
+	CHECK(begins == 2 && ends == 2, "%zu BEGINs, %zu ENDs", begins, ends);
+	CHECK_U64(ts[0], 110);	/* BASE + 210: deltas from the sequence's start, BASE + 100 */
+	if (t)
+		perfetto__protos__trace__free_unpacked(t, NULL);
+	free(data);
+}
+
 int main(void)
 {
-	char pf[512], gz[512], js[512];
+	char pf[512], gz[512], js[512], js2[512];
+	char *a, *b;
+	size_t alen, blen;
 	FILE *f;
 	char head[16] = "";
 
 	snprintf(pf, sizeof(pf), "%s/test_trace_pftrace.pftrace", UNIT_OUT_DIR);
 	snprintf(gz, sizeof(gz), "%s/test_trace_pftrace.pftrace.gz", UNIT_OUT_DIR);
 	snprintf(js, sizeof(js), "%s/test_trace_pftrace.json", UNIT_OUT_DIR);
+	snprintf(js2, sizeof(js2), "%s/test_trace_pftrace.noopen.json", UNIT_OUT_DIR);
 	unsetenv("TPTRACE_TRACE_TEE");
-	write_trace(pf);
+	write_trace(pf, true);
 	check_trace(pf);
 	/* .pftrace.gz, with the JSON tee: one run, both files */
 	setenv("TPTRACE_TRACE_TEE", js, 1);
-	write_trace(gz);
+	write_trace(gz, true);
 	unsetenv("TPTRACE_TRACE_TEE");
 	check_trace(gz);
 	f = fopen(gz, "rb");
@@ -471,5 +681,14 @@ int main(void)
 	      "the tee wrote JSON");
 	if (f)
 		fclose(f);
+	snprintf(pf, sizeof(pf), "%s/test_trace_pftrace.unended.pftrace", UNIT_OUT_DIR);
+	check_open_never_completed(pf);
+	/* the JSON does not see the opens: byte for byte the trace of the same events without */
+	write_trace(js2, false);
+	a = (char *)slurp(js, &alen);
+	b = (char *)slurp(js2, &blen);
+	CHECK(a && b && alen == blen && !memcmp(a, b, alen), "JSON with opens = JSON without");
+	free(a);
+	free(b);
 	return check_done();
 }

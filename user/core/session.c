@@ -405,13 +405,16 @@ static void core_call(void *ctx, const struct call *c)
 
 /* A return record follows an entry when the api's return is probed: always where the table
  * says so, on every api with --durations. */
-static bool core_has_return(void *ctx, uint32_t api)
+bool session__has_return(const struct session *s, uint32_t api)
 {
-	struct session *s = ctx;
-
 	if (api >= NCCL_API_BASE)
 		return nccl_api_has_return(api - NCCL_API_BASE);
 	return cuda_apis[api].ret || (s->probes && s->probes->all_returns);
+}
+
+static bool core_has_return(void *ctx, uint32_t api)
+{
+	return session__has_return(ctx, api);
 }
 
 static void core_dlopen(void *ctx, const struct tp_rec_dlopen *r)

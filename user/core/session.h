@@ -75,7 +75,8 @@ struct session_sink_ops {
 	/* bytes of each open call's call_frame.user this sink keeps (what its return needs);
 	 * user below points at them, session__user finds them again */
 	size_t user_bytes;
-	/* every entry, before it is pushed */
+	/* every entry, before it is pushed (session__has_return says whether its return
+	 * record will follow, or the call comes at once as CALL_NO_RETURN) */
 	void (*on_entry)(void *ctx, struct call_frame *f, void *user);
 	/* a paired call: entry + return, or the reason it has none (calls.h) */
 	void (*on_call)(void *ctx, const struct call *c, void *user);
@@ -129,6 +130,9 @@ int session__scan(struct session *s, struct target *t);
 void session__rescan(struct session *s);
 /* libbpf ring_buffer callback: ctx is the session. Always 0 (bad records are counted). */
 int session__ring_cb(void *ctx, void *data, size_t size);
+/* Whether an entry of api is followed by its return record (the api tables, or every api
+ * with --durations): a sink's on_entry may then start what the return ends. */
+bool session__has_return(const struct session *s, uint32_t api);
 /* Delivers every call still open as CALL_UNFINISHED ending at end_ns. */
 void session__finish(struct session *s, uint64_t end_ns);
 /* The consumer's counts, and its open calls (calls__next_open) for a sink's own walks. */

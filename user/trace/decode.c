@@ -48,6 +48,10 @@ struct decoder {
 	void *ustack_ctx;
 	struct u64map py_threads;	/* pid << 32 | tid -> struct py_thread * */
 	uint64_t next_py_id;		/* Kineto's "Python id" of the next slice */
+
+	/* BEGIN at entry: the writer opens calls (trace_writer__wants_open) */
+	bool open_calls;
+	bool opening;			/* writing a call's open: what its entry says */
 };
 
 /* What the decoder keeps in its user bytes of a call_frame (session.h). */
@@ -100,6 +104,7 @@ struct decoder *decoder__new(struct session *s, struct trace_json *tj,
 	d->cache = cache;
 	d->session = s;
 	d->next_correlation = 1;
+	d->open_calls = trace_writer__wants_open(tj);
 	err = session__add_sink(s, &ops, d, &d->user_off);
 	if (err) {
 		free(d);
@@ -307,7 +312,7 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 	}
 	if (k.name) {
 		trace_json__arg_str(tj, "kernel", k.name);
-		d->stats.launches_named++;
+		d->stats.launches_named += !d->opening;
 	} else {
 		char raw[48];
 
@@ -329,7 +334,7 @@ static void launch_args(struct decoder *d, struct target *t, const struct tp_rec
 		trace_json__arg_u64(tj, "shared memory", l.shmem);
 		arg_stream(d, tj, l.stream);
 	}
-	d->stats.launches++;
+	d->stats.launches += !d->opening;
 }
 
 /* "0,1,2" */
@@ -346,9 +351,14 @@ static void arg_int_list(struct trace_json *tj, const char *key, const int32_t *
 /* --py-stacks: the event's "stack" arg (ustack__write_args), counted. */
 static void stack_args(struct decoder *d, const struct tp_rec_call *c)
 {
+	int kind;
+
 	if (!d->ustack_lookup)
 		return;
-	switch (ustack__write_args(d->tj, d->ustack_lookup, d->ustack_ctx, c->pid, c->ustack)) {
+	kind = ustack__write_args(d->tj, d->ustack_lookup, d->ustack_ctx, c->pid, c->ustack);
+	if (d->opening)
+		return;		/* counted once, when the call is written */
+	switch (kind) {
 	case USTACK_ARG_STACK:
 		d->stats.stacks++;
 		break;
@@ -361,6 +371,17 @@ static void stack_args(struct decoder *d, const struct tp_rec_call *c)
 	default:
 		break;
 	}
+}
+
+/* A call's event: complete ("X", when it completed), or its open (d->opening: at its entry,
+ * with what the entry says; trace_writer__call_open) */
+static void call_event(struct decoder *d, const char *cat, const char *name, uint32_t pid,
+		       uint32_t tid, uint64_t ts, uint64_t dur)
+{
+	if (d->opening)
+		trace_writer__call_open(d->tj, cat, name, (int)pid, (int)tid, ts);
+	else
+		trace_json__event(d->tj, "X", cat, name, (int)pid, (int)tid, ts, dur);
 }
 
 /* NCCL calls on the CPU timeline: cat "nccl", the collective's arguments decoded per the
@@ -376,7 +397,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 	d->cur_pid = (int)c->pid;
 	d->cur_tid = (int)c->tid;
 	d->cur_jr = NULL;
-	trace_json__event(tj, "X", "nccl", api->symbol, c->pid, c->tid, c->ts, dur);
+	call_event(d, "nccl", api->symbol, c->pid, c->tid, c->ts, dur);
 	switch (api->kind) {
 	case NAPI_COLL: {
 		struct nccl_coll o;
@@ -486,7 +507,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_bool(tj, "unfinished", true);
 	stack_args(d, c);
 	trace_json__event_end(tj);
-	d->stats.calls++;
+	d->stats.calls += !d->opening;
 }
 
 /* A driver call made by a runtime call (cudaLaunchKernel -> cuLaunchKernel, cudaMemcpy ->
@@ -618,8 +639,8 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		ts = jr->api_start;
 		dur = jr->api_end > jr->api_start ? jr->api_end - jr->api_start : 0;
 	}
-	trace_json__event(tj, "X", api->domain == CUDA_DOM_DRIVER ? "cuda_driver" : "cuda_runtime",
-			  api->name, c->pid, c->tid, ts, dur);
+	call_event(d, api->domain == CUDA_DOM_DRIVER ? "cuda_driver" : "cuda_runtime", api->name,
+		   c->pid, c->tid, ts, dur);
 	switch (api->kind) {
 	case API_LAUNCH:
 	case API_LAUNCH_HANDLE:
@@ -716,7 +737,7 @@ static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t c
 		trace_json__arg_bool(tj, "unfinished", true);
 	stack_args(d, c);
 	trace_json__event_end(tj);
-	d->stats.calls++;
+	d->stats.calls += !d->opening;
 }
 
 /* ---- --gpu: the consumer of the join's output (gpu_sink.h) ---- */
@@ -952,8 +973,20 @@ static void dec_entry(void *ctx, struct call_frame *f, void *user)
 	slot[USER_CORRELATION] = d->next_correlation++;
 	/* a driver call a runtime call made runs under the runtime call's stack; it is not
 	 * written */
-	if (d->ustack_lookup && !nested_driver_call(d, &f->rec))
+	if ((!d->ustack_lookup && !d->open_calls) || nested_driver_call(d, &f->rec))
+		return;
+	if (d->ustack_lookup)
 		py_entry(d, f, slot);
+	/* BEGIN at entry: a call whose return will come is opened with what its entry says
+	 * (its END, when it completes, adds the return value and the join's results) */
+	if (d->open_calls && session__has_return(d->session, f->rec.api)) {
+		d->opening = true;
+		if (f->rec.api >= NCCL_API_BASE)
+			emit_nccl(d, &f->rec, slot[USER_CORRELATION], NULL, 0);
+		else
+			emit_host(d, &f->rec, slot[USER_CORRELATION], NULL, 0, NULL);
+		d->opening = false;
+	}
 }
 
 static void dec_call(void *ctx, const struct call *c, void *user)

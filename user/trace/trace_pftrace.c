@@ -11,17 +11,20 @@
  *   packet earlier than that (a parent written after its children, GPU records delivered out
  *   of order) carries its absolute CLOCK_MONOTONIC time and timestamp_clock_id instead, as
  *   the SDK does when time goes backwards.
- * - Event names, categories, annotation names and string values are interned: iids are one
- *   table's for the whole trace, and each sequence defines an iid in the InternedData of the
- *   first packet that uses it there.
+ * - Event names, categories, annotation names and string values (hex values too, as the
+ *   JSON's text) are interned: iids are one table's for the whole trace, and each sequence
+ *   defines an iid in the InternedData of the first packet that uses it there.
  * - Track descriptors go on sequence 1 (with the trace's ClockSnapshot of BOOTTIME, MONOTONIC
  *   and REALTIME) before a track's first event, again when its metadata changes, and at the
  *   end for tracks that only had metadata.
  * Mapping from the writer's calls:
  *   slice_begin ... E: SLICE_BEGIN when the slice opens, SLICE_END (with the args) when it
  *                       closes: --py-stacks' Python frames, known at the call that enters them
- *   X -> SLICE_BEGIN (with the args) + SLICE_END at ts + dur, written when the call completed
- *        (its args, return value and CUPTI join are known only then)
+ *   call_open ... X: SLICE_BEGIN (with the entry's args) when the call enters, SLICE_END
+ *                    at ts + dur with the args the BEGIN did not carry with the same value
+ *                    (the trace processor merges an END's args into its slice)
+ *   X -> (not opened) SLICE_BEGIN (with the args) + SLICE_END at ts + dur; with no duration
+ *        one INSTANT (the trace processor's slice of dur 0 either way)
  *   i -> INSTANT on the thread track ("s":"t") or the process track ("s":"p"/"g")
  *   C -> one COUNTER event per arg on a counter track (pid, name, key), child of the process
  *   s/f (flows, "id") -> INSTANT with flow_ids / terminating_flow_ids at the same place
@@ -35,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 #include "gpu_trace.h"
+#include "growbuf.h"
 #include "hashmap.h"
 #include "trace_sink.h"
 #include "trace_writer.h"
@@ -71,9 +75,10 @@ static const uint32_t in_field[IN_KINDS] = { IN_NAMES, IN_CATEGORIES, IN_ANNOTAT
 /* String -> iid, open addressing; strings are copied (callers pass stack buffers). */
 #define PCACHE 256
 struct intern {
-	/* callers mostly pass the same literals: by pointer first, content checked */
+	/* callers mostly pass the same literals: by pointer first, content checked (the iid,
+	 * not a slot of the table: slots move when it grows) */
 	const char *pc_ptr[PCACHE];
-	size_t pc_slot[PCACHE];
+	uint64_t pc_iid[PCACHE];
 	char **keys;
 	uint64_t *iids;
 	uint32_t *hashes;
@@ -98,9 +103,16 @@ struct track {
 	bool has_sort, is_thread, is_counter, gpu;
 	bool emitted;
 	struct seq *seq;	/* the sequence of its events (counters: their process's) */
+	/* calls opened (call_open: BEGIN written) whose "X" has not come yet, oldest first;
+	 * their args in open_args, each call's after the previous one's */
+	struct open_call *opens;
+	size_t nr_opens, opens_cap;
+	struct arg *open_args;
+	size_t nr_open_args, open_args_cap;
 };
 
-enum arg_kind { A_UINT, A_INT, A_DOUBLE, A_BOOL, A_PTR, A_STR_IID, A_STR };
+/* A_HEX: a handle seen once so far, written inline as its text (a string) */
+enum arg_kind { A_UINT, A_INT, A_DOUBLE, A_BOOL, A_PTR, A_STR_IID, A_STR, A_HEX };
 
 struct arg {
 	enum arg_kind kind;
@@ -113,6 +125,14 @@ struct arg {
 		double d;
 		const char *s;	/* A_STR */
 	};
+};
+
+/* A call whose BEGIN is written: what its END is matched by, and the args the BEGIN carried
+ * (the END leaves out those it would repeat). */
+struct open_call {
+	uint64_t ts;
+	uint64_t name_iid;
+	size_t nargs;
 };
 
 struct pf {
@@ -140,7 +160,9 @@ struct pf {
 	uint8_t *te, *interned;
 	size_t te_cap, interned_cap, interned_len;
 	uint8_t *pb_scratch;		/* protobuf-c's packets */
-	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[16];	/* grids repeat */
+	struct { uint32_t x, y, z; uint64_t iid; } dim3_memo[64];	/* grids repeat */
+	struct { uint64_t v, iid; } hex_memo[256];	/* handles repeat: value -> text's iid */
+	uint64_t hex_seen[4096];	/* value + 1 of handles seen once (pf_arg_hex) */
 	size_t pb_scratch_cap;
 };
 
@@ -272,28 +294,44 @@ static inline bool immutable(const char *s)
 	return s >= __executable_start && s < __data_start;
 }
 
-/* iid of s (from 1); 0 on ENOMEM */
-static uint64_t intern(struct intern *t, const char *s)
+static inline size_t pc_slot(const char *s)
 {
-	size_t pc = ((uintptr_t)s >> 3 ^ (uintptr_t)s >> 11) & (PCACHE - 1);
+	/* literals sit a few bytes apart: every bit of the address counts */
+	return (size_t)(((uintptr_t)s * 0x9e3779b97f4a7c15ULL) >> 56) & (PCACHE - 1);
+}
+
+/* The pointer cache is two-way (slots pc and pc ^ 1): the newest in pc, the one it replaces
+ * moved to pc ^ 1, so two strings used in turn both stay. */
+static void pc_set(struct intern *t, size_t pc, const char *s, uint64_t iid)
+{
+	if (t->pc_ptr[pc] != s) {
+		t->pc_ptr[pc ^ 1] = t->pc_ptr[pc];
+		t->pc_iid[pc ^ 1] = t->pc_iid[pc];
+	}
+	t->pc_ptr[pc] = s;
+	t->pc_iid[pc] = iid;
+}
+
+/* intern() past its pointer cache; !insert: 0 for a string not in the table */
+static uint64_t intern_slow(struct intern *t, const char *s, size_t pc, bool insert)
+{
 	uint32_t h;
 	size_t i;
 
-	if (t->pc_ptr[pc] == s) {
-		i = t->pc_slot[pc];
-		if (immutable(s) || (i < t->cap && t->keys[i] && !strcmp(t->keys[i], s)))
-			return t->iids[i];
-	}
+	/* the same buffer, still the same string */
+	if (t->pc_ptr[pc] == s && !strcmp(t->by_iid[t->pc_iid[pc]], s))
+		return t->pc_iid[pc];
+	if (t->pc_ptr[pc ^ 1] == s && !strcmp(t->by_iid[t->pc_iid[pc ^ 1]], s))
+		return t->pc_iid[pc ^ 1];
 	h = str_hash(s);
 	if (t->cap) {
 		for (i = h & (t->cap - 1); t->keys[i]; i = (i + 1) & (t->cap - 1))
 			if (t->hashes[i] == h && !strcmp(t->keys[i], s)) {
-				t->pc_ptr[pc] = s;
-				t->pc_slot[pc] = i;
+				pc_set(t, pc, s, t->iids[i]);
 				return t->iids[i];
 			}
 	}
-	if ((t->n + 1) * 2 > t->cap && intern_grow(t))
+	if (!insert || ((t->n + 1) * 2 > t->cap && intern_grow(t)))
 		return 0;
 	for (i = h & (t->cap - 1); t->keys[i]; i = (i + 1) & (t->cap - 1))
 		;
@@ -303,9 +341,30 @@ static uint64_t intern(struct intern *t, const char *s)
 	t->hashes[i] = h;
 	t->iids[i] = ++t->n;
 	t->by_iid[t->n] = t->keys[i];
-	t->pc_ptr[pc] = s;
-	t->pc_slot[pc] = i;
+	pc_set(t, pc, s, t->n);
 	return t->n;
+}
+
+/* iid of s (from 1); 0 on ENOMEM. A literal seen before: one compare. */
+static inline uint64_t intern(struct intern *t, const char *s)
+{
+	size_t pc = pc_slot(s);
+
+	if (t->pc_ptr[pc] == s && immutable(s))
+		return t->pc_iid[pc];
+	if (t->pc_ptr[pc ^ 1] == s && immutable(s))
+		return t->pc_iid[pc ^ 1];
+	return intern_slow(t, s, pc, true);
+}
+
+/* iid of s when it is in the table already, else 0 */
+static uint64_t intern_find(struct intern *t, const char *s)
+{
+	size_t pc = pc_slot(s);
+
+	if (t->pc_ptr[pc] == s && immutable(s))
+		return t->pc_iid[pc];
+	return intern_slow(t, s, pc, false);
 }
 
 static void intern_free(struct intern *t)
@@ -318,9 +377,8 @@ static void intern_free(struct intern *t)
 	free(t->by_iid);
 }
 
-/* Makes iid (of table kind) usable on seq: the first use there defines it in the packet's
- * InternedData. false on ENOMEM (the caller then writes the string inline). */
-static bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
+/* use_iid() for an iid not defined on s yet */
+static bool define_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
 {
 	size_t word = iid / 64;
 	uint64_t bit = 1ULL << (iid % 64);
@@ -328,8 +386,6 @@ static bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
 	size_t len, entry;
 	uint8_t *p;
 
-	if (word < s->defined_words[kind] && (s->defined[kind][word] & bit))
-		return true;
 	if (word >= s->defined_words[kind]) {
 		size_t n = (word + 1) * 2;
 		uint64_t *d = realloc(s->defined[kind], n * sizeof(*d));
@@ -353,6 +409,17 @@ static bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
 	pf->interned_len = p - pf->interned;
 	s->defined[kind][word] |= bit;
 	return true;
+}
+
+/* Makes iid (of table kind) usable on seq: the first use there defines it in the packet's
+ * InternedData. false on ENOMEM (the caller then writes the string inline). */
+static inline bool use_iid(struct pf *pf, struct seq *s, int kind, uint64_t iid)
+{
+	size_t word = iid / 64;
+
+	if (word < s->defined_words[kind] && (s->defined[kind][word] >> (iid % 64) & 1))
+		return true;
+	return define_iid(pf, s, kind, iid);
 }
 
 /* ---- packets ---- */
@@ -569,6 +636,11 @@ static struct seq *track_seq(struct pf *pf, struct track *t, uint64_t ts)
 
 static void free_track(struct track *t)
 {
+	for (size_t i = 0; i < t->nr_open_args; i++)
+		if (t->open_args[i].owned)
+			free((char *)t->open_args[i].s);
+	free(t->open_args);
+	free(t->opens);
 	free(t->name);
 	free(t->label);
 	if (t->seq)
@@ -580,24 +652,102 @@ static void free_track(struct track *t)
 
 /* ---- events ---- */
 
-/* Bytes one annotation can take at most, once its iids are resolved. */
-static size_t arg_bound(const struct arg *a)
+/* The value of an annotation (not a string) after its name. */
+static inline uint8_t *put_arg_value(uint8_t *p, const struct arg *a)
 {
-	size_t n = 2 + 5 + 11 + 11;	/* tag, length, name_iid, value */
+	switch (a->kind) {
+	case A_UINT: return put_field_varint(p, DA_UINT, a->u);
+	case A_INT: return put_field_varint(p, DA_INT, (uint64_t)a->i);
+	case A_BOOL: return put_field_varint(p, DA_BOOL, a->u);
+	case A_PTR: return put_field_varint(p, DA_POINTER, a->u);
+	case A_STR_IID: return put_field_varint(p, DA_STRING_IID, a->u);
+	case A_DOUBLE: {
+		uint64_t bits;
 
-	if (!a->key_iid)
-		n += 5 + strlen(a->key);
-	if (a->kind == A_STR)
-		n += 5 + strlen(a->s);
-	return n;
+		memcpy(&bits, &a->d, 8);
+		return put_field_fixed64(p, DA_DOUBLE, bits);
+	}
+	case A_STR:
+	case A_HEX:
+		break;	/* put_arg_long */
+	}
+	return p;
 }
 
-/* The args' iids made usable on s (defined there on first use); where that fails (ENOMEM),
- * the key or the string is written inline instead. */
-static void resolve_args(struct pf *pf, struct seq *s)
+/* "0x..." of v into buf (20 bytes at least): its length */
+static size_t hex_text(char *buf, uint64_t v)
 {
-	for (size_t i = 0; i < pf->nargs; i++) {
+	static const char digits[] = "0123456789abcdef";
+	char tmp[16];
+	size_t n = 0, len = 0;
+
+	do {
+		tmp[n++] = digits[v & 15];
+		v >>= 4;
+	} while (v);
+	buf[len++] = '0';
+	buf[len++] = 'x';
+	while (n)
+		buf[len++] = tmp[--n];
+	buf[len] = '\0';
+	return len;
+}
+
+/* One annotation, the general way: its length computed first (a string value, a handle's
+ * text, a key not interned). The caller made room for it: 32 bytes and the strings. */
+static uint8_t *put_arg_long(uint8_t *p, const struct arg *a)
+{
+	char hex[24];
+	const char *str = a->kind == A_STR ? a->s : hex;
+	size_t klen = a->key_iid ? 0 : strlen(a->key);
+	size_t slen = a->kind == A_STR ? strlen(a->s) : a->kind == A_HEX ? hex_text(hex, a->u) : 0;
+	size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) : 1 + varint_len(klen) + klen;
+	uint8_t val[24];
+
+	if (a->kind == A_STR || a->kind == A_HEX)
+		inner += 1 + varint_len(slen) + slen;
+	else
+		inner += put_arg_value(val, a) - val;
+	p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
+	if (a->key_iid)
+		p = put_field_varint(p, DA_NAME_IID, a->key_iid);
+	else
+		p = put_field_bytes(p, DA_NAME, a->key, klen);
+	if (a->kind == A_STR || a->kind == A_HEX)
+		return put_field_bytes(p, DA_STRING, str, slen);
+	return put_arg_value(p, a);
+}
+
+/* Room for n more bytes at pos of pf->te and the event's last fields: false on ENOMEM. Out of
+ * line: only strings and keys written inline need it. */
+static __attribute__((noinline)) bool te_room(struct pf *pf, size_t pos, size_t n)
+{
+	return reserve(&pf->te, &pf->te_cap, pos + n + 64);
+}
+
+/* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. The args'
+ * iids are made usable on s as they are written (defined there on first use); where that
+ * fails (ENOMEM), the key or the string is written inline instead. */
+static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t track_uuid,
+			   bool with_args, bool with_name)
+{
+	/* 32 bytes hold any annotation but a string or a key written inline (put_arg_room);
+	 * 64 the event's other fields */
+	uint64_t name_iid = 0, cat_iid = 0;
+	const char *name = pf->name ? pf->name : "";
+	uint8_t *p;
+
+	if (!reserve(&pf->te, &pf->te_cap, 64 + (with_args ? pf->nargs * 32 : 0)))
+		return 0;
+	p = pf->te;
+	if (with_name && pf->cat) {
+		cat_iid = intern(&pf->in[IN_CAT], pf->cat);
+		if (cat_iid && use_iid(pf, s, IN_CAT, cat_iid))
+			p = put_field_varint(p, TE_CATEGORY_IIDS, cat_iid);
+	}
+	for (size_t i = 0; with_args && i < pf->nargs; i++) {
 		struct arg *a = &pf->args[i];
+		uint8_t *len;
 
 		if (a->key_iid && !use_iid(pf, s, IN_KEY, a->key_iid))
 			a->key_iid = 0;
@@ -605,80 +755,35 @@ static void resolve_args(struct pf *pf, struct seq *s)
 			a->kind = A_STR;
 			a->s = pf->in[IN_STR].by_iid[a->u];
 		}
-	}
-}
+		if (a->kind == A_STR || a->kind == A_HEX || !a->key_iid) {
+			size_t pos = (size_t)(p - pf->te);
 
-/* The TrackEvent of the event being built, into pf->te: its length, 0 on ENOMEM. */
-static size_t encode_event(struct pf *pf, struct seq *s, int type, uint64_t track_uuid,
-			   bool with_args, bool with_name)
-{
-	size_t bound = 64 + (pf->name ? strlen(pf->name) : 0);
-	uint64_t name_iid = 0, cat_iid = 0;
-	uint8_t *p;
-
-	if (with_args) {
-		resolve_args(pf, s);
-		for (size_t i = 0; i < pf->nargs; i++)
-			bound += arg_bound(&pf->args[i]);
-	}
-	if (!reserve(&pf->te, &pf->te_cap, bound))
-		return 0;
-	p = pf->te;
-	if (with_name && pf->cat) {
-		cat_iid = intern(&pf->in[IN_CAT], pf->cat);
-		if (cat_iid && !use_iid(pf, s, IN_CAT, cat_iid))
-			cat_iid = 0;
-		if (cat_iid)
-			p = put_field_varint(p, TE_CATEGORY_IIDS, cat_iid);
-	}
-	if (with_args) {
-		for (size_t i = 0; i < pf->nargs; i++) {
-			struct arg *a = &pf->args[i];
-			size_t klen = a->key_iid ? 0 : strlen(a->key);
-			size_t slen = a->kind == A_STR ? strlen(a->s) : 0;
-			size_t inner = a->key_iid ? 1 + varint_len(a->key_iid) :
-						    1 + varint_len(klen) + klen;
-
-			switch (a->kind) {	/* tags below field 16 take a byte, 17's two */
-			case A_DOUBLE: inner += 1 + 8; break;
-			case A_STR: inner += 1 + varint_len(slen) + slen; break;
-			case A_INT: inner += 1 + varint_len((uint64_t)a->i); break;
-			case A_STR_IID: inner += 2 + varint_len(a->u); break;
-			default: inner += 1 + varint_len(a->u); break;
-			}
-			/* the annotation straight into te: its length first, then its fields */
-			p = put_varint(put_tag(p, TE_ANNOTATIONS, WT_LEN), inner);
-			if (a->key_iid)
-				p = put_field_varint(p, DA_NAME_IID, a->key_iid);
-			else
-				p = put_field_bytes(p, DA_NAME, a->key, klen);
-			switch (a->kind) {
-			case A_UINT: p = put_field_varint(p, DA_UINT, a->u); break;
-			case A_INT: p = put_field_varint(p, DA_INT, (uint64_t)a->i); break;
-			case A_BOOL: p = put_field_varint(p, DA_BOOL, a->u); break;
-			case A_PTR: p = put_field_varint(p, DA_POINTER, a->u); break;
-			case A_STR_IID: p = put_field_varint(p, DA_STRING_IID, a->u); break;
-			case A_STR: p = put_field_bytes(p, DA_STRING, a->s, slen); break;
-			case A_DOUBLE: {
-				uint64_t bits;
-
-				memcpy(&bits, &a->d, 8);
-				p = put_field_fixed64(p, DA_DOUBLE, bits);
-				break;
-			}
-			}
+			if (!te_room(pf, pos, 32 + (a->key_iid ? 0 : strlen(a->key)) +
+					      (a->kind == A_STR ? strlen(a->s) : 0)))
+				return 0;
+			p = put_arg_long(pf->te + pos, a);
+			continue;
 		}
+		/* name_iid and a number: under 128 bytes, a one-byte length set after */
+		*p++ = TE_ANNOTATIONS << 3 | WT_LEN;
+		len = p++;
+		p = put_arg_value(put_field_varint(p, DA_NAME_IID, a->key_iid), a);
+		*len = (uint8_t)(p - len - 1);
 	}
 	p = put_field_varint(p, TE_TYPE, type);
 	if (track_uuid)
 		p = put_field_varint(p, TE_TRACK_UUID, track_uuid);
 	if (with_name) {
-		name_iid = intern(&pf->in[IN_NAME], pf->name ? pf->name : "");
-		if (name_iid && use_iid(pf, s, IN_NAME, name_iid))
+		name_iid = intern(&pf->in[IN_NAME], name);
+		if (name_iid && use_iid(pf, s, IN_NAME, name_iid)) {
 			p = put_field_varint(p, TE_NAME_IID, name_iid);
-		else
-			p = put_field_bytes(p, TE_NAME, pf->name ? pf->name : "",
-					    pf->name ? strlen(pf->name) : 0);
+		} else {
+			size_t pos = (size_t)(p - pf->te);
+
+			if (!te_room(pf, pos, 16 + strlen(name)))
+				return 0;
+			p = put_field_bytes(pf->te + pos, TE_NAME, name, strlen(name));
+		}
 	}
 	if (pf->has_flow && (pf->ph == 's' || pf->ph == 'f'))
 		p = put_field_fixed64(p, pf->ph == 's' ? TE_FLOW_IDS : TE_TERMINATING_FLOW_IDS,
@@ -692,6 +797,105 @@ static void free_args(struct pf *pf)
 		if (pf->args[i].owned)
 			free((char *)pf->args[i].s);
 	pf->nargs = 0;
+}
+
+/* ---- calls opened at entry (BEGIN at entry, END at return) ---- */
+
+/* Whether b repeats a (same interned key, same value): the END leaves it out. */
+static bool arg_same(const struct pf *pf, const struct arg *a, const struct arg *b)
+{
+	if (!a->key_iid || a->key_iid != b->key_iid)
+		return false;
+	if (a->kind != b->kind) {
+		/* a handle inline the first time (A_HEX), interned after: the same text */
+		const struct arg *h = a->kind == A_HEX ? a : b, *o = a->kind == A_HEX ? b : a;
+		char text[24];
+
+		if (h->kind != A_HEX || o->kind != A_STR_IID)
+			return false;
+		hex_text(text, h->u);
+		return !strcmp(pf->in[IN_STR].by_iid[o->u], text);
+	}
+	if (a->kind == A_STR)
+		return !strcmp(a->s, b->s);
+	if (a->kind == A_DOUBLE)
+		return !memcmp(&a->d, &b->d, sizeof(a->d));
+	return a->u == b->u;
+}
+
+/* The call whose BEGIN was just written on t: remembered with the args it carried. Without
+ * memory for it (ENOMEM, a sticky error) its "X" is written as a slice of its own. */
+static void push_open(struct pf *pf, struct track *t, uint64_t name_iid)
+{
+	struct open_call *o;
+
+	if (ARRAY_RESERVE(t->opens, t->opens_cap, t->nr_opens + 1, 8) ||
+	    ARRAY_RESERVE(t->open_args, t->open_args_cap, t->nr_open_args + pf->nargs, 32)) {
+		trace_sink__set_error(pf->out.sink, -ENOMEM);
+		return;
+	}
+	o = &t->opens[t->nr_opens++];
+	o->ts = pf->ts;
+	o->name_iid = name_iid;
+	o->nargs = pf->nargs;
+	for (size_t i = 0; i < pf->nargs; i++) {
+		struct arg *a = &t->open_args[t->nr_open_args++];
+
+		*a = pf->args[i];
+		a->key = NULL;	/* the caller's, gone after event_end: matched by iid */
+		a->owned = false;
+		if (a->kind == A_STR) {
+			a->s = strdup(pf->args[i].s);
+			a->owned = a->s != NULL;
+			if (!a->s) {
+				a->s = "";
+				a->key_iid = 0;	/* never matches: the END repeats it */
+			}
+		}
+	}
+}
+
+/* The open call an "X" (ts, name) completes, or -1; searched from the newest (calls nest). */
+static ssize_t find_open(const struct track *t, uint64_t ts, uint64_t name_iid)
+{
+	for (size_t i = t->nr_opens; i-- > 0;)
+		if (t->opens[i].ts == ts && t->opens[i].name_iid == name_iid)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Closes open call k of t: the event's args that its BEGIN carried with the same value are
+ * dropped (the END adds the others: the trace processor merges them into the slice, a key
+ * on both taking the END's value). */
+static void take_open(struct pf *pf, struct track *t, size_t k)
+{
+	size_t off = 0, n, kept = 0;
+	struct arg *oa;
+
+	for (size_t i = 0; i < k; i++)
+		off += t->opens[i].nargs;
+	n = t->opens[k].nargs;
+	oa = t->open_args + off;
+	for (size_t i = 0; i < pf->nargs; i++) {
+		struct arg *a = &pf->args[i];
+		/* usually in the same order: the same index first */
+		bool same = i < n && arg_same(pf, &oa[i], a);
+
+		for (size_t j = 0; !same && j < n; j++)
+			same = arg_same(pf, &oa[j], a);
+		if (!same)
+			pf->args[kept++] = *a;
+		else if (a->owned)
+			free((char *)a->s);
+	}
+	pf->nargs = kept;
+	for (size_t j = 0; j < n; j++)
+		if (oa[j].owned)
+			free((char *)oa[j].s);
+	memmove(oa, oa + n, (t->nr_open_args - off - n) * sizeof(*oa));
+	t->nr_open_args -= n;
+	memmove(&t->opens[k], &t->opens[k + 1], (t->nr_opens - k - 1) * sizeof(*t->opens));
+	t->nr_opens--;
 }
 
 static void pf_event(void *ctx, const char *ph, const char *cat, const char *name, int pid,
@@ -759,14 +963,6 @@ static void pf_arg_bool(void *ctx, const char *key, bool v)
 		a->u = v;
 }
 
-static void pf_arg_hex(void *ctx, const char *key, uint64_t v)
-{
-	struct arg *a = new_arg(ctx, key, A_PTR);
-
-	if (a)
-		a->u = v;
-}
-
 static void pf_arg_str(void *ctx, const char *key, const char *v)
 {
 	struct pf *pf = ctx;
@@ -777,18 +973,51 @@ static void pf_arg_str(void *ctx, const char *key, const char *v)
 	if (!v)
 		v = "";
 	/* Values repeat (kernel names, sources): interned while the table is not huge, so
-	 * a trace of unique strings does not keep them all in memory. */
-	if (pf->in[IN_STR].n < MAX_INTERNED_STRS) {
-		a->u = intern(&pf->in[IN_STR], v);
-		if (a->u)
-			return;
-	}
+	 * a trace of unique strings does not keep them all in memory; once it is, the values
+	 * it holds keep their iids, only new ones are written inline. */
+	a->u = pf->in[IN_STR].n < MAX_INTERNED_STRS ? intern(&pf->in[IN_STR], v) :
+						       intern_find(&pf->in[IN_STR], v);
+	if (a->u)
+		return;
 	/* copied: callers may pass a buffer they reuse before event_end */
 	a->kind = A_STR;
 	a->s = strdup(v);
 	a->owned = a->s != NULL;
 	if (!a->s)
 		a->s = "";
+}
+
+/* As the JSON's text ("0x5100"), a string. Handles (streams, events, functions,
+ * communicators) repeat: from its second use a value is interned (3 bytes a use where a
+ * pointer_value takes up to 10); the first time it is written inline, so addresses seen once
+ * (copies' buffers) neither fill the table nor pay for a definition. */
+static void pf_arg_hex(void *ctx, const char *key, uint64_t v)
+{
+	struct pf *pf = ctx;
+	uint64_t mix = v * 0x9e3779b97f4a7c15ULL;
+	unsigned slot = (unsigned)(mix >> 56);				/* of 256 */
+	unsigned seen = (unsigned)(mix >> 52);				/* of 4096 */
+	size_t n = pf->nargs;
+	struct arg *a;
+	char buf[24];
+
+	if (pf->hex_memo[slot].iid && pf->hex_memo[slot].v == v) {
+		a = new_arg(pf, key, A_STR_IID);
+		if (a)
+			a->u = pf->hex_memo[slot].iid;
+	} else if (pf->hex_seen[seen] != v + 1) {
+		pf->hex_seen[seen] = v + 1;
+		a = new_arg(pf, key, A_HEX);
+		if (a)
+			a->u = v;
+	} else {
+		hex_text(buf, v);
+		pf_arg_str(ctx, key, buf);
+		if (pf->nargs > n && pf->args[n].kind == A_STR_IID) {
+			pf->hex_memo[slot].v = v;
+			pf->hex_memo[slot].iid = pf->args[n].u;
+		}
+	}
 }
 
 /* Perfetto's annotations have no JSON value of their own: the text */
@@ -816,7 +1045,8 @@ static void pf_arg_dim3(void *ctx, const char *key, uint32_t x, uint32_t y, uint
 {
 	struct pf *pf = ctx;
 	char buf[48], *p = buf;	/* "[x, y, z]" without printf: a launch has two */
-	unsigned slot = (x * 31 + y * 7 + z) & 15;
+	unsigned slot = (unsigned)(((x * 0x9e3779b97f4a7c15ULL) ^ (y * 0xff51afd7ed558ccdULL) ^
+				    (z * 0xc4ceb9fe1a85ec53ULL)) >> 58);	/* of 64 */
 	struct arg *a;
 
 	if (pf->dim3_memo[slot].iid && pf->dim3_memo[slot].x == x && pf->dim3_memo[slot].y == y &&
@@ -939,21 +1169,39 @@ static void pf_event_end(void *ctx)
 	t = get_track(pf, pf->pid, pf->tid, pf->scope == 't');
 	if (!t || !(s = track_seq(pf, t, pf->ts)))
 		goto out;
+	if (pf->ph == 'X' && t->nr_opens) {
+		/* a call opened at its entry: its END, with what the BEGIN did not say */
+		uint64_t name_iid = intern(&pf->in[IN_NAME], pf->name ? pf->name : "");
+		ssize_t k = find_open(t, pf->ts, name_iid);
+
+		if (k >= 0) {
+			take_open(pf, t, (size_t)k);
+			pf->ph = 'E';
+		}
+	}
 	if (pf->ph == 'E') {
-		/* the end of a slice pf_slice_begin opened: the args go on the END */
+		/* the end of a slice pf_slice_begin or pf_call_open opened: args on the END */
 		len = encode_event(pf, s, TYPE_SLICE_END, 0, true, false);
 		if (len)
 			write_event_packet(pf, s, pf->ts + pf->dur, len);
+		else
+			trace_sink__set_error(pf->out.sink, -ENOMEM);
 		goto out;
 	}
-	type = pf->ph == 'X' ? TYPE_SLICE_BEGIN : TYPE_INSTANT;
+	/* a slice of no duration is an INSTANT: the trace processor makes both the same slice
+	 * (dur 0, nested under the slice around it), in one packet instead of two */
+	type = pf->ph == 'B' || (pf->ph == 'X' && pf->dur) ? TYPE_SLICE_BEGIN : TYPE_INSTANT;
 	len = encode_event(pf, s, type, 0, true, true);
 	if (!len) {
 		trace_sink__set_error(pf->out.sink, -ENOMEM);
 		goto out;
 	}
 	write_event_packet(pf, s, pf->ts, len);
-	if (pf->ph == 'X') {
+	if (pf->ph == 'B') {
+		push_open(pf, t, intern(&pf->in[IN_NAME], pf->name ? pf->name : ""));
+		goto out;
+	}
+	if (type == TYPE_SLICE_BEGIN) {
 		uint8_t *p = put_field_varint(pf->te, TE_TYPE, TYPE_SLICE_END);
 
 		write_event_packet(pf, s, pf->ts + pf->dur, p - pf->te);
@@ -978,6 +1226,13 @@ static void pf_slice_begin(void *ctx, const char *cat, const char *name, int pid
 	len = encode_event(pf, s, TYPE_SLICE_BEGIN, 0, false, true);
 	if (len)
 		write_event_packet(pf, s, ts_mono_ns, len);
+}
+
+/* A call entered: its BEGIN, with the args that follow (pf_event_end writes it). */
+static void pf_call_open(void *ctx, const char *cat, const char *name, int pid, int tid,
+			 uint64_t ts_mono_ns)
+{
+	pf_event(ctx, "B", cat, name, pid, tid, ts_mono_ns, 0);
 }
 
 static uint64_t mono_to(clockid_t clk, uint64_t mono_ns)
@@ -1115,6 +1370,18 @@ static int pf_close(void *ctx)
 	uint64_t v;
 	int err;
 
+	/* calls opened whose "X" never came (the writer's contract says it comes): ended where
+	 * their thread's last event is, so BEGIN and END still balance */
+	while (u64map__next(&pf->tracks, &it, NULL, &v)) {
+		struct track *t = (struct track *)(uintptr_t)v;
+
+		for (; t->nr_opens && t->seq; t->nr_opens--) {
+			uint8_t *p = put_field_varint(pf->te, TE_TYPE, TYPE_SLICE_END);
+
+			write_event_packet(pf, t->seq, t->seq->last_ts, p - pf->te);
+		}
+	}
+	it = 0;
 	/* descriptors of the tracks that only had metadata; processes first, so a thread's
 	 * parent is described before it */
 	while (u64map__next(&pf->tracks, &it, NULL, &v)) {
@@ -1141,6 +1408,7 @@ static const struct trace_writer_ops pf_ops = {
 	.arg_f64 = pf_arg_f64, .arg_str = pf_arg_str, .arg_bool = pf_arg_bool,
 	.arg_raw = pf_arg_raw, .arg_hex = pf_arg_hex, .arg_dim3 = pf_arg_dim3,
 	.field_raw = pf_field_raw, .event_end = pf_event_end, .slice_begin = pf_slice_begin,
+	.call_open = pf_call_open,
 	.meta = pf_meta, .end_events = pf_end_events, .top_raw = pf_top_raw,
 	.error = pf_error, .close = pf_close, .free = pf_free,
 };

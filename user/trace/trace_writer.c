@@ -10,6 +10,8 @@ struct trace_writer {
 	const struct trace_writer_ops *ops;
 	void *ctx;
 	struct trace_writer *tee;	/* a second output fed the same calls (TPTRACE_TRACE_TEE) */
+	bool dropping;		/* inside a call open the backend does not write: args and
+				 * event_end are not passed on */
 };
 
 struct trace_writer *trace_writer__open(const char *path)
@@ -66,7 +68,8 @@ void trace_writer__event(struct trace_writer *w, const char *ph, const char *cat
 	do {							\
 		if (w->tee)					\
 			trace_writer__##op(w->tee, __VA_ARGS__);	\
-		w->ops->op(w->ctx, __VA_ARGS__);		\
+		if (!w->dropping)				\
+			w->ops->op(w->ctx, __VA_ARGS__);	\
 	} while (0)
 
 void trace_writer__arg_u64(struct trace_writer *w, const char *key, uint64_t v)
@@ -119,7 +122,26 @@ void trace_writer__event_end(struct trace_writer *w)
 {
 	if (w->tee)
 		trace_writer__event_end(w->tee);
-	w->ops->event_end(w->ctx);
+	if (w->dropping)
+		w->dropping = false;
+	else
+		w->ops->event_end(w->ctx);
+}
+
+void trace_writer__call_open(struct trace_writer *w, const char *cat, const char *name,
+			     int pid, int tid, uint64_t ts_mono_ns)
+{
+	if (w->tee)
+		trace_writer__call_open(w->tee, cat, name, pid, tid, ts_mono_ns);
+	if (w->ops->call_open)
+		w->ops->call_open(w->ctx, cat, name, pid, tid, ts_mono_ns);
+	else
+		w->dropping = true;
+}
+
+bool trace_writer__wants_open(const struct trace_writer *w)
+{
+	return w->ops->call_open || (w->tee && trace_writer__wants_open(w->tee));
 }
 
 void trace_writer__slice_begin(struct trace_writer *w, const char *cat, const char *name,

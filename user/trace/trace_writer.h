@@ -43,6 +43,10 @@ struct trace_writer_ops {
 	void (*event_end)(void *ctx);
 	void (*slice_begin)(void *ctx, const char *cat, const char *name, int pid, int tid,
 			    uint64_t ts_mono_ns);
+	/* NULL: the backend writes calls when they complete (the front drops the open and
+	 * its args) */
+	void (*call_open)(void *ctx, const char *cat, const char *name, int pid, int tid,
+			  uint64_t ts_mono_ns);
 	void (*meta)(void *ctx, enum trace_meta what, int pid, int tid, const char *sval,
 		     int64_t ival);
 	void (*end_events)(void *ctx);
@@ -86,6 +90,19 @@ void trace_writer__event_end(struct trace_writer *w);
  * thread with every slice written at its completion ("X") inside them. */
 void trace_writer__slice_begin(struct trace_writer *w, const char *cat, const char *name,
 			       int pid, int tid, uint64_t ts_mono_ns);
+
+/* A call entered (BEGIN at entry): a backend that writes slices as they open (Perfetto)
+ * writes the call's start now, with the args that follow up to event_end (what is known at
+ * entry); the JSON backend writes nothing (the front drops the open and its args). The call's
+ * complete event comes later as an "X" of the same category, name (the same string), pid,
+ * tid and start, with every arg: Perfetto then writes only its END, carrying the args the
+ * open did not already carry with the same value (return value, join results). Each open is
+ * followed by exactly one such "X" (opens and their "X" on a thread may interleave with
+ * other events of the thread). */
+void trace_writer__call_open(struct trace_writer *w, const char *cat, const char *name,
+			     int pid, int tid, uint64_t ts_mono_ns);
+/* Whether a backend (or the tee) writes call opens: without one, callers skip the work. */
+bool trace_writer__wants_open(const struct trace_writer *w);
 
 /* Metadata: names, labels and sort order of processes and threads. */
 void trace_writer__meta(struct trace_writer *w, enum trace_meta what, int pid, int tid,
