@@ -681,6 +681,85 @@ def check_fleet():
 
 
 
+# partitioned_host (tools/fr/fr_partition.c): (generator args, [(rule, ranks, hosts,
+# caused_by, confidence)], text the first verdict's detail or reason holds). A star as the
+# simulated NCCL's: host --net-hub's first rank holds every cross-host connection.
+PARTITION = {
+    "part_leaf_cut": ("--ranks 6 --per-host 2 --part-host 1", [
+        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")],
+        "node0, at the other end, keeps 2 connections to other hosts (node2"),
+    "part_hub_cut": ("--ranks 6 --per-host 2 --part-host 0", [
+        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "4 stuck connections"),
+    # the hub elsewhere: the rule follows the connections, not host 0
+    "part_leaf_cut_hub2": ("--ranks 8 --per-host 2 --net-hub 2 --part-host 0", [
+        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("no_progress", list(range(8)), None, 0, "high")], "node2, at the other end"),
+    "part_two_hosts_link": ("--ranks 4 --per-host 2 --part-host 1", [
+        ("partitioned_host", [], ["node0", "node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3], None, 0, "high")], "neither keeps a working connection"),
+    "part_two_hosts_hub_cut": ("--ranks 4 --per-host 2 --part-host 0", [
+        ("partitioned_host", [], ["node0", "node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3], None, 0, "high")], "which side lost the network"),
+    "part_busy_links": ("--ranks 6 --per-host 2 --part-host none", [
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
+    "part_sockets_unknown": ("--ranks 6 --per-host 2 --part-host 1 --net-unknown", [
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
+    "part_external_address": ("--ranks 6 --per-host 2 --part-host ext", [
+        ("partitioned_host", [], ["192.0.2.77"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "no dump holds that address"),
+    "part_proc_net_tcp": ("--ranks 6 --per-host 2 --part-host 1 --net-proc", [
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "/proc/net/tcp"),
+}
+# other scenarios with busy sockets in every dump: never this verdict
+PARTITION_NEVER = {
+    "part_never_healthy": "--ranks 6 --per-host 2 --entries 8 --net --stacks",
+    "part_never_skip": "--ranks 6 --per-host 2 --entries 8 --net --stacks --scenario skip --culprit 3",
+    "part_never_killed": "--ranks 6 --per-host 2 --entries 8 --net --stacks --scenario killed --culprit 3",
+    "part_never_size": "--ranks 6 --per-host 2 --entries 8 --net --stacks --scenario size --culprit 3",
+}
+
+
+def check_partition():
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        for name, (args, want, text) in PARTITION.items():
+            d = os.path.join(t, name)
+            gen(f"--entries 8 --scenario partition --stacks {args}", d)
+            p = run([FR, "--json", d])
+            try:
+                vs = json.loads(p.stdout)["verdicts"]
+            except ValueError:
+                res.append((name, f"no JSON: {p.stderr.strip()}"))
+                continue
+            got = [(v["rule"], v["ranks"], v.get("hosts"), v["caused_by"], v["confidence"])
+                   for v in vs]
+            err = None
+            if p.returncode != 1:
+                err = f"exit {p.returncode}: {p.stderr.strip()}"
+            elif got != want:
+                err = f"verdicts {got}, want {want}"
+            elif text and text not in vs[0]["detail"] + vs[0].get("confidence_reason", ""):
+                err = f"first verdict lacks {text!r}: {vs[0]['detail']!r}"
+            if not err:
+                h = run([FR, d])
+                err = check_width(h.stdout)
+                if not err and want[0][0] == "partitioned_host" and \
+                        not h.stdout.startswith("1 problem found"):
+                    err = f"text report: {h.stdout[:200]!r}"
+            res.append((name, err))
+        for name, args in PARTITION_NEVER.items():
+            d = os.path.join(t, name)
+            gen(args, d)
+            p = run([FR, "--json", d])
+            vs = json.loads(p.stdout)["verdicts"] if p.stdout.strip() else []
+            bad = [v["rule"] for v in vs if v["rule"] == "partitioned_host"]
+            res.append((name, f"verdicts {[v['rule'] for v in vs]}" if bad else None))
+    return res
+
+
 def check_bad_input():
     """bad input said in one line each, never a culprit made up"""
     res = []
@@ -1294,6 +1373,7 @@ def main():
     results = [(name, check_case(name, None)) for name in CASES]
     results += check_smoke()
     results += check_fleet()
+    results += check_partition()
     results += check_bad_input()
     results += check_generated()
     results += check_tail_parity()

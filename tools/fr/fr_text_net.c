@@ -26,11 +26,11 @@ static void seconds_range(FILE *f, int64_t lo_ms, int64_t hi_ms)
 
 static void evidence_words(FILE *f, const struct verdict *v)
 {
-	fprintf(f, "%d connection%s hold%s unacked data retransmitted up to %" PRId64 " time%s "
-		   "with no ack for ", v->ev.part.nr_stuck, v->ev.part.nr_stuck == 1 ? "" : "s",
-		v->ev.part.nr_stuck == 1 ? "s" : "", v->ev.part.retrans_max,
-		v->ev.part.retrans_max == 1 ? "" : "s");
+	fprintf(f, "%d stuck connection%s (unacked data retransmitted up to %" PRId64 " time%s, "
+		   "no ack for ", v->ev.part.nr_stuck, v->ev.part.nr_stuck == 1 ? "" : "s",
+		v->ev.part.retrans_max, v->ev.part.retrans_max == 1 ? "" : "s");
 	seconds_range(f, v->ev.part.silent_min, v->ev.part.silent_max);
+	fprintf(f, ")");
 }
 
 void headline_partition(FILE *f, const struct fr_analysis *a, const struct verdict *v)
@@ -41,13 +41,13 @@ void headline_partition(FILE *f, const struct fr_analysis *a, const struct verdi
 		owner_name(f, a, v->ev.part.owner[0]);
 		fprintf(f, " is cut off from the network: ");
 		evidence_words(f, v);
-		fprintf(f, ", every one to or from it");
+		fprintf(f, ", all to or from it");
 		break;
 	case PART_LINK:
 		fprintf(f, "the link between %s and %s is down: ", a->owners[v->ev.part.owner[0]].name,
 			a->owners[v->ev.part.owner[1]].name);
 		evidence_words(f, v);
-		fprintf(f, ", every one between them; which side lost the network cannot be told");
+		fprintf(f, ", all between them; which side lost the network cannot be told");
 		break;
 	default: {
 		int n = 0;
@@ -81,10 +81,10 @@ void detail_partition(FILE *f, const struct fr_analysis *a, const struct verdict
 			v->ev.part.nr_views == 1 ? "" : "s");
 	}
 	if (v->ev.part.kind == PART_HOST && v->ev.part.alive_owner >= 0)
-		fprintf(f, "\n%s, at the other end, keeps %d connection%s to %s%s that %s not stuck: "
-			   "it is on the network", a->owners[v->ev.part.owner[1]].name,
+		fprintf(f, "\n%s, at the other end, keeps %d connection%s to other hosts (%s%s) that "
+			   "%s not stuck: it is on the network", a->owners[v->ev.part.owner[1]].name,
 			v->ev.part.nr_alive, v->ev.part.nr_alive == 1 ? "" : "s",
-			a->owners[v->ev.part.alive_owner].name, v->ev.part.nr_alive > 1 ? " and others" : "",
+			a->owners[v->ev.part.alive_owner].name, v->ev.part.nr_alive > 1 ? ", ..." : "",
 			v->ev.part.nr_alive == 1 ? "is" : "are");
 	if (v->ev.part.kind != PART_HOST || a->owners[v->ev.part.owner[0]].addr_only)
 		fprintf(f, "\nno rank is blamed: the ranks wait in %s seq %" PRId64 " on comm %s",
