@@ -80,7 +80,7 @@ static struct env {
 	 * TCP (a star, as the simulated NCCL's); part_host: the host cut off, PART_NONE (links
 	 * busy, nothing stuck), PART_EXT (an address outside the job, 192.0.2.77, that every
 	 * host's first rank talks to) */
-	bool net, net_unknown, net_proc;
+	bool net, net_unknown, net_proc, net_unsent;
 	int part_host, net_hub;
 	enum scenario sc;
 	const char *out;
@@ -92,7 +92,7 @@ static struct env {
 	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .clock_off_host = -1, .alias_host = -2, .stale_ns = 5000000000LL,
 	.part_host = -3,
 };
-enum { PART_NONE = -1, PART_EXT = -2 };
+enum { PART_NONE = -1, PART_EXT = -2, PART_ZEROWIN = -4 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
 static const char doc[] =
@@ -126,7 +126,7 @@ enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
        OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
        OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD, OPT_NET, OPT_NET_UNKNOWN, OPT_NET_PROC,
-       OPT_PART_HOST, OPT_NET_HUB };
+       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -181,14 +181,17 @@ static const struct argp_option opts[] = {
 	  "pseudo-randomly; a collective completes 0.9 ms after its last rank entered", 0 },
 	{ "period", OPT_PERIOD, "P", 0, "A training loop: the collectives' signatures repeat "
 	  "every P collectives of a comm, no p2p (default: aperiodic within 120)", 0 },
-	{ "net", OPT_NET, NULL, 0, "Dumps hold \"net\": ranks of other hosts reach host --net-hub's "
+	{ "net", OPT_NET, NULL, 0, "Dumps hold the processes' sockets: ranks of other hosts reach host --net-hub's "
 	  "first rank over TCP (10.1.0.H+1); links busy, data in flight, acks coming", 0 },
 	{ "net-hub", OPT_NET_HUB, "H", 0, "The host every other host's ranks connect to (default 0)", 0 },
 	{ "part-host", OPT_PART_HOST, "H", 0, "partition: host H is cut off; 'none': no link is down "
-	  "(busy links); 'ext': 192.0.2.77, no host of the job, is (default 1)", 0 },
-	{ "net-unknown", OPT_NET_UNKNOWN, NULL, 0, "\"net\" unknown in every dump (the namespace "
+	  "(busy links); 'ext': 192.0.2.77, no host of the job, is; 'zerowin': no link is down, "
+	  "the hub reads nothing (its peers' data waits on a zero window) (default 1)", 0 },
+	{ "net-unsent", OPT_NET_UNSENT, NULL, 0, "The cut connections' data was never sent (the "
+	  "link refused it: window-probe timer) instead of retransmitted", 0 },
+	{ "net-unknown", OPT_NET_UNKNOWN, NULL, 0, "Sockets unknown in every dump (the namespace "
 	  "could not be entered)", 0 },
-	{ "net-proc", OPT_NET_PROC, NULL, 0, "\"net\" read from /proc/net/tcp: no ack ages", 0 },
+	{ "net-proc", OPT_NET_PROC, NULL, 0, "Sockets read from /proc/net/tcp: no ack ages", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -246,9 +249,11 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_NET: env.net = true; break;
 	case OPT_NET_UNKNOWN: env.net = env.net_unknown = true; break;
 	case OPT_NET_PROC: env.net = env.net_proc = true; break;
+	case OPT_NET_UNSENT: env.net = env.net_unsent = true; break;
 	case OPT_NET_HUB: env.net_hub = num_arg(state, "net-hub", arg, 0, 250); break;
 	case OPT_PART_HOST:
 		env.part_host = !strcmp(arg, "none") ? PART_NONE : !strcmp(arg, "ext") ? PART_EXT :
+				!strcmp(arg, "zerowin") ? PART_ZEROWIN :
 				num_arg(state, "part-host", arg, 0, 250);
 		break;
 	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
@@ -295,7 +300,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		if (env.net && (env.ranks + env.per_host - 1) / env.per_host > 250)
 			argp_error(state, "--net: at most 250 hosts");
 		if (env.net && (env.net_hub * env.per_host >= env.ranks ||
-				env.part_host * env.per_host >= env.ranks))
+				(env.part_host >= 0 && env.part_host * env.per_host >= env.ranks)))
 			argp_error(state, "--net-hub / --part-host: no such host");
 		break;
 	default:
@@ -1138,34 +1143,48 @@ static void put_stacks(struct growbuf *o, int r, int64_t pid, int64_t dump_time)
 	put(o, "]," KQ(FRK_STACKS_ERROR) "null");
 }
 
-/* one socket of "net" (docs/fr-schema.md "Network"); stuck: data retransmitted, no ack since
- * silent_ms; busy: data in flight with acks coming; else idle since silent_ms */
+/* one socket of "net" (docs/fr-schema.md "Network"), as a link left it: idle since silent_ms;
+ * busy (data in flight, acks coming); stuck (data retransmitted, no ack since silent_ms);
+ * unsent (a link down refused it: queued under the window-probe timer, backing off); zerowin
+ * (a peer alive that reads nothing: queued under the probe timer, each probe acked) */
+enum sock_kind { SK_IDLE, SK_BUSY, SK_STUCK, SK_UNSENT, SK_ZEROWIN };
+
 static void put_sock(struct growbuf *o, bool first, const char *local, const char *remote,
-		     bool stuck, bool busy, int64_t silent_ms)
+		     enum sock_kind k, int64_t silent_ms)
 {
-	char buf[512];
+	static const struct {
+		int tx, unacked, retrans, probes, backoff, total;
+		const char *timer;
+	} v[] = {
+		[SK_IDLE] = { 0, 0, 0, 0, 0, 0, "none" },
+		[SK_BUSY] = { 2200, 2, 1, 0, 0, 3, "retransmit" },
+		[SK_STUCK] = { 1100, 1, 5, 0, 5, 9, "retransmit" },
+		[SK_UNSENT] = { 65592, 0, 0, 4, 4, 0, "probe" },
+		[SK_ZEROWIN] = { 65592, 0, 0, 0, 6, 0, "probe" },
+	};
+	int64_t ack = k == SK_BUSY ? 2 : k == SK_ZEROWIN ? 150 : silent_ms;
+	char buf[640];
 
 	if (env.net_proc)
 		snprintf(buf, sizeof(buf), "%s{" KQ(FRK_LOCAL) "\"%s\"," KQ(FRK_REMOTE) "\"%s\","
 			 KQ(FRK_STATE) "\"established\"," KQ(FRK_INODE) "%d," KQ(FRK_TX_QUEUE) "%d,"
 			 KQ(FRK_RX_QUEUE) "0," KQ(FRK_TIMER) "\"%s\"," KQ(FRK_RETRANSMITS) "%d,"
-			 KQ(FRK_BACKOFF) "null," KQ(FRK_UNACKED) "null," KQ(FRK_TOTAL_RETRANS) "null,"
-			 KQ(FRK_LAST_DATA_SENT_MS) "null," KQ(FRK_LAST_ACK_RECV_MS) "null,"
-			 KQ(FRK_LAST_DATA_RECV_MS) "null}", first ? "" : ",", local, remote,
-			 700000 + (int)o->len % 1000, stuck ? 1100 : busy ? 2200 : 0,
-			 stuck || busy ? "retransmit" : "none", stuck ? 5 : busy ? 1 : 0);
+			 KQ(FRK_PROBES) "%d," KQ(FRK_BACKOFF) "null," KQ(FRK_UNACKED) "null,"
+			 KQ(FRK_TOTAL_RETRANS) "null," KQ(FRK_LAST_DATA_SENT_MS) "null,"
+			 KQ(FRK_LAST_ACK_RECV_MS) "null," KQ(FRK_LAST_DATA_RECV_MS) "null}",
+			 first ? "" : ",", local, remote, 700000 + (int)o->len % 1000, v[k].tx,
+			 v[k].timer, v[k].retrans, v[k].probes);
 	else
 		snprintf(buf, sizeof(buf), "%s{" KQ(FRK_LOCAL) "\"%s\"," KQ(FRK_REMOTE) "\"%s\","
 			 KQ(FRK_STATE) "\"established\"," KQ(FRK_INODE) "%d," KQ(FRK_TX_QUEUE) "%d,"
 			 KQ(FRK_RX_QUEUE) "0," KQ(FRK_TIMER) "\"%s\"," KQ(FRK_RETRANSMITS) "%d,"
-			 KQ(FRK_BACKOFF) "%d," KQ(FRK_UNACKED) "%d," KQ(FRK_TOTAL_RETRANS) "%d,"
-			 KQ(FRK_LAST_DATA_SENT_MS) "%" PRId64 "," KQ(FRK_LAST_ACK_RECV_MS) "%" PRId64 ","
-			 KQ(FRK_LAST_DATA_RECV_MS) "%" PRId64 "}", first ? "" : ",", local, remote,
-			 700000 + (int)o->len % 1000, stuck ? 1100 : busy ? 2200 : 0,
-			 stuck || busy ? "retransmit" : "none", stuck ? 5 : busy ? 1 : 0,
-			 stuck ? 5 : 0, stuck ? 1 : busy ? 2 : 0, stuck ? 9 : busy ? 3 : 0,
-			 stuck ? silent_ms - 40 : busy ? 1 : silent_ms, busy ? 2 : silent_ms,
-			 busy ? 1 : silent_ms);
+			 KQ(FRK_PROBES) "%d," KQ(FRK_BACKOFF) "%d," KQ(FRK_UNACKED) "%d,"
+			 KQ(FRK_TOTAL_RETRANS) "%d," KQ(FRK_LAST_DATA_SENT_MS) "%" PRId64 ","
+			 KQ(FRK_LAST_ACK_RECV_MS) "%" PRId64 "," KQ(FRK_LAST_DATA_RECV_MS) "%" PRId64 "}",
+			 first ? "" : ",", local, remote, 700000 + (int)o->len % 1000, v[k].tx,
+			 v[k].timer, v[k].retrans, v[k].probes, v[k].backoff, v[k].unacked, v[k].total,
+			 k == SK_IDLE ? silent_ms : k == SK_BUSY ? 1 : 290, ack,
+			 k == SK_BUSY ? 1 : silent_ms);
 	put(o, buf);
 }
 
@@ -1176,6 +1195,7 @@ static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns
 	int root = env.net_hub * env.per_host;
 	int64_t silent_ms = wait_ns / 1000000 + 50;
 	bool first = true, busy = env.sc != SC_PARTITION || env.part_host == PART_NONE;
+	enum sock_kind cut = env.net_unsent ? SK_UNSENT : SK_STUCK;
 	char local[64], remote[64];
 
 	put(o, ",\n" KQ(FRK_NET));
@@ -1203,7 +1223,7 @@ static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns
 			snprintf(local, sizeof(local), "10.1.0.%d:29500", h + 1);
 			snprintf(remote, sizeof(remote), "10.1.0.%d:%d", hq + 1, 40000 + q);
 			/* the hub had sent nothing it waits on: idle whichever side is cut */
-			put_sock(o, first, local, remote, false, busy, silent_ms);
+			put_sock(o, first, local, remote, busy ? SK_BUSY : SK_IDLE, silent_ms);
 			first = false;
 		}
 	} else if (h != env.net_hub) {
@@ -1211,12 +1231,13 @@ static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns
 
 		snprintf(local, sizeof(local), "10.1.0.%d:%d", h + 1, 40000 + r);
 		snprintf(remote, sizeof(remote), "10.1.0.%d:29500", env.net_hub + 1);
-		put_sock(o, first, local, remote, stuck, busy, silent_ms);
+		put_sock(o, first, local, remote, env.part_host == PART_ZEROWIN ? SK_ZEROWIN :
+			 stuck ? cut : busy ? SK_BUSY : SK_IDLE, silent_ms);
 		first = false;
 	}
 	if (env.sc == SC_PARTITION && env.part_host == PART_EXT && r % env.per_host == 0) {
 		snprintf(local, sizeof(local), "10.1.0.%d:%d", h + 1, 41000 + r);
-		put_sock(o, first, local, "192.0.2.77:2049", true, false, silent_ms);
+		put_sock(o, first, local, "192.0.2.77:2049", cut, silent_ms);
 	}
 	put(o, "]}");
 	(void)nhosts;

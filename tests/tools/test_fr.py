@@ -702,6 +702,14 @@ PARTITION = {
     "part_two_hosts_hub_cut": ("--ranks 4 --per-host 2 --part-host 0", [
         ("partitioned_host", [], ["node0", "node1"], None, "medium"),
         ("no_progress", [0, 1, 2, 3], None, 0, "high")], "which side lost the network"),
+    # the link refused the data: queued unsent under the window-probe timer (as seen in the
+    # fleet harness: tx_queue 65592, unacked 0, timer probe, backoff 4, no ack for 3.5 s)
+    "part_leaf_cut_unsent": ("--ranks 6 --per-host 2 --part-host 1 --net-unsent", [
+        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "2 stuck connections"),
+    # a peer alive that reads nothing: data queued under the probe timer, each probe acked
+    "part_zero_window": ("--ranks 6 --per-host 2 --part-host zerowin", [
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
     "part_busy_links": ("--ranks 6 --per-host 2 --part-host none", [
         ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
     "part_sockets_unknown": ("--ranks 6 --per-host 2 --part-host 1 --net-unknown", [

@@ -384,8 +384,9 @@ struct nsock {
 	int proc;
 	uint8_t local[16], remote[16];
 	uint16_t lport, rport;
-	bool stuck;		/* this side holds unacked data retransmitted, with no ack since */
-	int64_t retrans, last_ack_ms, unacked;
+	bool stuck;		/* this side holds data it keeps trying to send, with no ack since */
+	int64_t retrans;	/* its tries: retransmits, window probes or backoffs, the most */
+	int64_t last_ack_ms, unacked;	/* unacked: data queued (unacked or unsent), bytes or segments */
 };
 /* an address a dump's host holds (its interfaces, its sockets' local ends) */
 struct haddr {

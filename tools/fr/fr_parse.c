@@ -1090,7 +1090,7 @@ static bool net_sock_obj(struct jlex *j)
 {
 	struct fr_dump *d = jp_of(j)->d;
 	struct fr_net_sock s = { .tx_queue = FR_UNK, .unacked = FR_UNK, .retransmits = FR_UNK,
-				 .last_ack_ms = FR_UNK };
+				 .probes = FR_UNK, .backoff = FR_UNK, .last_ack_ms = FR_UNK };
 	char key[32], buf[80];
 	int klen;
 	bool first = true, lok = false, rok = false;
@@ -1109,13 +1109,18 @@ static bool net_sock_obj(struct jlex *j)
 			s.established = !strcmp(buf, "established");
 		} else if (KEY(FRK_TIMER)) {
 			ok = jl_str_field(j, buf, sizeof(buf));
-			s.retransmit_timer = !strcmp(buf, "retransmit");
+			s.timer = !strcmp(buf, "retransmit") ? FR_TIMER_RETRANSMIT :
+				  !strcmp(buf, "probe") ? FR_TIMER_PROBE : FR_TIMER_OTHER;
 		} else if (KEY(FRK_TX_QUEUE)) {
 			ok = jl_int(j, &s.tx_queue);
 		} else if (KEY(FRK_UNACKED)) {
 			ok = jl_int(j, &s.unacked);
 		} else if (KEY(FRK_RETRANSMITS)) {
 			ok = jl_int(j, &s.retransmits);
+		} else if (KEY(FRK_PROBES)) {
+			ok = jl_int(j, &s.probes);
+		} else if (KEY(FRK_BACKOFF)) {
+			ok = jl_int(j, &s.backoff);
 		} else if (KEY(FRK_LAST_ACK_RECV_MS)) {
 			ok = jl_int(j, &s.last_ack_ms);
 		} else {

@@ -163,12 +163,13 @@ struct fr_snapshot {
 #define FR_MAX_NET_SOCKS	4096	/* kept per dump; more are left out (net_truncated) */
 #define FR_MAX_HOST_ADDRS	16
 enum fr_net_src { FR_NET_ABSENT, FR_NET_UNKNOWN, FR_NET_INET_DIAG, FR_NET_PROC };
+enum fr_net_timer { FR_TIMER_OTHER, FR_TIMER_RETRANSMIT, FR_TIMER_PROBE };
 struct fr_net_sock {
 	uint8_t local[16], remote[16];
 	uint16_t lport, rport;
 	bool established;
-	bool retransmit_timer;	/* "timer": "retransmit" */
-	int64_t tx_queue, unacked, retransmits, last_ack_ms;	/* FR_UNK: unknown */
+	uint8_t timer;		/* FR_TIMER_* of "timer" */
+	int64_t tx_queue, unacked, retransmits, probes, backoff, last_ack_ms;	/* FR_UNK: unknown */
 };
 
 struct fr_dump {

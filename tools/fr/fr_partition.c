@@ -4,10 +4,10 @@
  *
  * When a host's link goes down every rank, on both sides of the cut, has entered the
  * collective and none completes: the rings and the stacks cannot tell the sides apart. The
- * sockets can. A connection is stuck when one of its ends holds unacked data that it has
- * retransmitted (the head segment timed out at least once) and has heard no ack for longer
- * than NET_SILENT_MS; data in flight alone is no evidence (a busy healthy link always has
- * some). The host named is the one every stuck connection touches; when two hosts do (every
+ * sockets can. A connection is stuck when one of its ends holds data it keeps trying to send
+ * (retransmitted: the head segment timed out at least once; or never sent: a link that is
+ * down refuses it, and the window-probe timer backs off) and has heard no ack for longer than
+ * NET_SILENT_MS; data in flight alone is no evidence (a busy healthy link always has some). The host named is the one every stuck connection touches; when two hosts do (every
  * stuck connection joins them), the one whose peers keep connections to third hosts that are
  * not stuck is the one still on the network. Nothing here depends on the job's topology (our
  * simulated NCCL is a star through the root's process; NCCL's rings and trees give each rank
@@ -23,8 +23,8 @@
 /* no ack for this long with data retransmitted: not a moment's loss on a busy link (a
  * healthy peer acks within an RTT; the first RTO is 200 ms at least) */
 #define NET_SILENT_MS	1000
-/* /proc/net/tcp gives no ages: consecutive RTO retransmits of the head stand for them
- * (200 + 400 + 800 ms at the least without an ack) */
+/* /proc/net/tcp gives no ages: consecutive unanswered retransmits of the head (or window
+ * probes) stand for them (200 + 400 + 800 ms at the least without an ack) */
 #define NET_PROC_RETRANS 3
 
 static uint64_t addr_hash(const uint8_t a[16])
@@ -70,17 +70,30 @@ static int haddr_add(struct fr_analysis *a, const uint8_t addr[16], int pi)
 	return u64map__set(&a->haddr_index, h, a->nr_haddrs);
 }
 
-/* whether one side's view of a connection shows it stuck (see the top) */
+static int64_t at_least(int64_t a, int64_t b)
+{
+	return a == FR_UNK ? b : b == FR_UNK ? a : a > b ? a : b;
+}
+
+/* Whether one side's view of a connection shows it stuck (see the top): data queued, sent
+ * and retransmitted (the retransmit timer) or not even sent (a link down refuses it: the
+ * zero-window probe timer backs off with every failed try), and no ack for NET_SILENT_MS. A
+ * peer that is alive but reads nothing also leaves data queued under the probe timer: it
+ * acks each probe, so its last ack is recent. */
 static bool view_stuck(const struct fr_net_sock *s, int source)
 {
-	int64_t queued = s->unacked != FR_UNK ? s->unacked : s->tx_queue;
+	int64_t queued = at_least(s->unacked, s->tx_queue);
+	int64_t tries = at_least(at_least(s->retransmits, s->probes), s->backoff);
 
-	if (!s->established || queued == FR_UNK || queued <= 0 || s->retransmits == FR_UNK ||
-	    s->retransmits < 1)
+	if (!s->established || queued == FR_UNK || queued <= 0 || tries == FR_UNK || tries < 1)
 		return false;
 	if (s->last_ack_ms != FR_UNK)
 		return s->last_ack_ms >= NET_SILENT_MS;
-	return source == FR_NET_PROC && s->retransmit_timer && s->retransmits >= NET_PROC_RETRANS;
+	/* /proc/net/tcp: consecutive unanswered tries of the timer running stand for the age */
+	return source == FR_NET_PROC &&
+	       ((s->timer == FR_TIMER_RETRANSMIT && s->retransmits != FR_UNK &&
+		 s->retransmits >= NET_PROC_RETRANS) ||
+		(s->timer == FR_TIMER_PROBE && s->probes != FR_UNK && s->probes >= NET_PROC_RETRANS));
 }
 
 int fold_net(struct fr_analysis *a, int pi, const struct fr_dump *d)
@@ -112,9 +125,9 @@ int fold_net(struct fr_analysis *a, int pi, const struct fr_dump *d)
 		n->lport = s->lport;
 		n->rport = s->rport;
 		n->stuck = view_stuck(s, d->net_source);
-		n->retrans = s->retransmits;
+		n->retrans = at_least(at_least(s->retransmits, s->probes), s->backoff);
 		n->last_ack_ms = s->last_ack_ms;
-		n->unacked = s->unacked != FR_UNK ? s->unacked : s->tx_queue;
+		n->unacked = at_least(s->unacked, s->tx_queue);
 	}
 	return 0;
 }

@@ -26,9 +26,9 @@ static void seconds_range(FILE *f, int64_t lo_ms, int64_t hi_ms)
 
 static void evidence_words(FILE *f, const struct verdict *v)
 {
-	fprintf(f, "%d stuck connection%s (unacked data retransmitted up to %" PRId64 " time%s, "
-		   "no ack for ", v->ev.part.nr_stuck, v->ev.part.nr_stuck == 1 ? "" : "s",
-		v->ev.part.retrans_max, v->ev.part.retrans_max == 1 ? "" : "s");
+	fprintf(f, "%d stuck connection%s (data queued, up to %" PRId64 " unanswered tr%s to send "
+		   "it, no ack for ", v->ev.part.nr_stuck, v->ev.part.nr_stuck == 1 ? "" : "s",
+		v->ev.part.retrans_max, v->ev.part.retrans_max == 1 ? "y" : "ies");
 	seconds_range(f, v->ev.part.silent_min, v->ev.part.silent_max);
 	fprintf(f, ")");
 }
@@ -72,9 +72,9 @@ void detail_partition(FILE *f, const struct fr_analysis *a, const struct verdict
 		fr_net_addr_str(n->remote, ra, sizeof(ra));
 		fprintf(f, "e.g. ");
 		print_proc_label(f, &a->procs[n->proc]);
-		fprintf(f, " on %s: %s:%u -> %s:%u, %" PRId64 " unacked, retransmitted %" PRId64
-			   " time%s", a->procs[n->proc].host, la, n->lport, ra, n->rport, n->unacked,
-			n->retrans, n->retrans == 1 ? "" : "s");
+		fprintf(f, " on %s: %s:%u -> %s:%u, %" PRId64 " queued, %" PRId64 " tr%s",
+			a->procs[n->proc].host, la, n->lport, ra, n->rport, n->unacked, n->retrans,
+			n->retrans == 1 ? "y" : "ies");
 		if (n->last_ack_ms != FR_UNK)
 			fprintf(f, ", last ack %.1f s ago", n->last_ack_ms / 1e3);
 		fprintf(f, " (%d stuck view%s in the dumps)", v->ev.part.nr_views,

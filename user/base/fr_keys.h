@@ -98,6 +98,7 @@
 #define FRK_TIMER			"timer"
 #define FRK_RETRANSMITS			"retransmits"
 #define FRK_BACKOFF			"backoff"
+#define FRK_PROBES			"probes"
 #define FRK_UNACKED			"unacked"
 #define FRK_TOTAL_RETRANS		"total_retrans"
 #define FRK_LAST_DATA_SENT_MS		"last_data_sent_ms"

@@ -96,7 +96,7 @@ static struct fr_sock *sock_add(struct ns_read *r)
 		return NULL;
 	s = &r->socks[r->nr++];
 	memset(s, 0, sizeof(*s));
-	s->tx_queue = s->rx_queue = s->retransmits = s->backoff = s->unacked = -1;
+	s->tx_queue = s->rx_queue = s->retransmits = s->probes = s->backoff = s->unacked = -1;
 	s->total_retrans = s->last_data_sent_ms = s->last_ack_recv_ms = s->last_data_recv_ms = -1;
 	return s;
 }
@@ -117,8 +117,12 @@ static void diag_fill(struct fr_sock *s, const struct inet_diag_msg *m, int len)
 	s->inode = m->idiag_inode;
 	s->tx_queue = m->idiag_wqueue;
 	s->rx_queue = m->idiag_rqueue;
-	/* the timer's count: retransmits of the head (retransmit timer) or probes sent */
-	s->retransmits = m->idiag_retrans;
+	/* the timer's count: retransmits of the head (retransmit timer) or probes sent
+	 * (zero-window probe, keepalive) */
+	if (m->idiag_timer == 1)
+		s->retransmits = m->idiag_retrans;
+	else if (m->idiag_timer == 2 || m->idiag_timer == 4)
+		s->probes = m->idiag_retrans;
 	for (; RTA_OK(at, len); at = RTA_NEXT(at, len)) {
 		struct tcp_info ti;
 		size_t n = RTA_PAYLOAD(at);
@@ -130,6 +134,7 @@ static void diag_fill(struct fr_sock *s, const struct inet_diag_msg *m, int len)
 		if (n < offsetof(struct tcp_info, tcpi_total_retrans) + sizeof(ti.tcpi_total_retrans))
 			continue;	/* an old kernel's short tcp_info: leave them unknown */
 		s->retransmits = ti.tcpi_retransmits;
+		s->probes = ti.tcpi_probes;
 		s->backoff = ti.tcpi_backoff;
 		s->unacked = ti.tcpi_unacked;
 		s->total_retrans = ti.tcpi_total_retrans;
@@ -324,7 +329,7 @@ int fr_net__parse_proc(const char *text, int family, struct fr_sock *socks, int 
 		char la[40], ra[40];
 		unsigned lport, rport, st, tx, rx, tr, retr;
 		unsigned long long when, inode;
-		int uid, timeout;
+		int uid, timeout;	/* the column after uid: icsk_probes_out */
 		struct fr_sock *s = &socks[n];
 
 		if (sscanf(line, " %*d: %39[0-9A-Fa-f]:%x %39[0-9A-Fa-f]:%x %x %x:%x %x:%llx %x %d %d %llu",
@@ -343,6 +348,7 @@ int fr_net__parse_proc(const char *text, int family, struct fr_sock *socks, int 
 		s->tx_queue = tx;
 		s->rx_queue = rx;
 		s->retransmits = retr;
+		s->probes = timeout;	/* that column is icsk_probes_out */
 		s->backoff = s->unacked = s->total_retrans = -1;
 		s->last_data_sent_ms = s->last_ack_recv_ms = s->last_data_recv_ms = -1;
 		n++;
@@ -560,6 +566,7 @@ static cJSON *sock_json(const struct fr_sock *s)
 	cJSON_AddStringToObject(o, FRK_TIMER, s->timer < sizeof(timer_names) / sizeof(*timer_names) ?
 				timer_names[s->timer] : "unknown");
 	num(o, FRK_RETRANSMITS, s->retransmits);
+	num(o, FRK_PROBES, s->probes);
 	num(o, FRK_BACKOFF, s->backoff);
 	num(o, FRK_UNACKED, s->unacked);
 	num(o, FRK_TOTAL_RETRANS, s->total_retrans);

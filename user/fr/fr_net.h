@@ -24,7 +24,7 @@ struct fr_sock {
 	uint8_t state;			/* TCP_ESTABLISHED ... (netinet/tcp.h) */
 	uint8_t timer;			/* 0 none, 1 retransmit, 2 keepalive, 3 time_wait, 4 probe */
 	uint64_t inode;
-	int64_t tx_queue, rx_queue, retransmits, backoff, unacked, total_retrans;
+	int64_t tx_queue, rx_queue, retransmits, probes, backoff, unacked, total_retrans;
 	int64_t last_data_sent_ms, last_ack_recv_ms, last_data_recv_ms;
 };
 
