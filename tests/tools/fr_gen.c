@@ -81,6 +81,8 @@ static struct env {
 	 * busy, nothing stuck), PART_EXT (an address outside the job, 192.0.2.77, that every
 	 * host's first rank talks to) */
 	bool net, net_unknown, net_proc, net_unsent;
+	bool part_mid;		/* cut while the hub sent the results of the collective before
+				 * the last: the ranks it could not reach never completed it */
 	int part_host, net_hub;
 	enum scenario sc;
 	const char *out;
@@ -126,7 +128,7 @@ enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
        OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
        OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD, OPT_NET, OPT_NET_UNKNOWN, OPT_NET_PROC,
-       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT };
+       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT, OPT_PART_MID };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -187,6 +189,9 @@ static const struct argp_option opts[] = {
 	{ "part-host", OPT_PART_HOST, "H", 0, "partition: host H is cut off; 'none': no link is down "
 	  "(busy links); 'ext': 192.0.2.77, no host of the job, is; 'zerowin': no link is down, "
 	  "the hub reads nothing (its peers' data waits on a zero window) (default 1)", 0 },
+	{ "part-mid", OPT_PART_MID, NULL, 0, "partition: the link went down while the hub sent "
+	  "the results of the collective before the last: the ranks it could not reach never "
+	  "completed it, the others wait in the last one", 0 },
 	{ "net-unsent", OPT_NET_UNSENT, NULL, 0, "The cut connections' data was never sent (the "
 	  "link refused it: window-probe timer) instead of retransmitted", 0 },
 	{ "net-unknown", OPT_NET_UNKNOWN, NULL, 0, "Sockets unknown in every dump (the namespace "
@@ -250,6 +255,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_NET_UNKNOWN: env.net = env.net_unknown = true; break;
 	case OPT_NET_PROC: env.net = env.net_proc = true; break;
 	case OPT_NET_UNSENT: env.net = env.net_unsent = true; break;
+	case OPT_PART_MID: env.part_mid = true; break;
 	case OPT_NET_HUB: env.net_hub = num_arg(state, "net-hub", arg, 0, 250); break;
 	case OPT_PART_HOST:
 		env.part_host = !strcmp(arg, "none") ? PART_NONE : !strcmp(arg, "ext") ? PART_EXT :
@@ -742,6 +748,15 @@ struct comm_hdr {
 };
 
 /* The entries of one rank, the whole history (the ring keeps a suffix). Returns the count. */
+/* --part-mid: a rank the hub's results of the collective before the last never reached */
+static bool part_behind(int r)
+{
+	int h = r / env.per_host;
+
+	return env.sc == SC_PARTITION && env.part_mid && env.part_host >= 0 &&
+	       (env.part_host == env.net_hub ? h != env.net_hub : h == env.part_host);
+}
+
 static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64_t *dump_time)
 {
 	int64_t n = 0;
@@ -754,6 +769,8 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	int64_t dump_true = timed() ? dump_instant(r) : INT64_MAX;
 
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
+		stop = nr_steps - 1;
+	if (part_behind(r))
 		stop = nr_steps - 1;
 	if (init_fail()) {
 		/* the job stops at the first collective on the failed comm: its working members
@@ -803,6 +820,8 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			e.done = done;
 		if (target && (hang_at_end() || init_fail()))
 			state = 1;
+		if (part_behind(r) && t == nr_steps - 2)
+			state = 1;	/* the hub's results never reached it */
 		/* completed 0.9 ms after the step began: not yet at its dump */
 		if (done - clock > dump_true)
 			state = 1;
@@ -1222,12 +1241,15 @@ static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns
 				continue;
 			snprintf(local, sizeof(local), "10.1.0.%d:29500", h + 1);
 			snprintf(remote, sizeof(remote), "10.1.0.%d:%d", hq + 1, 40000 + q);
-			/* the hub had sent nothing it waits on: idle whichever side is cut */
-			put_sock(o, first, local, remote, busy ? SK_BUSY : SK_IDLE, silent_ms);
+			/* the hub had sent nothing it waits on: idle whichever side is cut; but
+			 * the results it could not deliver (--part-mid) */
+			put_sock(o, first, local, remote, part_behind(q) ? cut : busy ? SK_BUSY :
+				 SK_IDLE, silent_ms);
 			first = false;
 		}
 	} else if (h != env.net_hub) {
-		bool stuck = !busy && (env.part_host == h || env.part_host == env.net_hub);
+		bool stuck = !busy && !env.part_mid &&
+			     (env.part_host == h || env.part_host == env.net_hub);
 
 		snprintf(local, sizeof(local), "10.1.0.%d:%d", h + 1, 40000 + r);
 		snprintf(remote, sizeof(remote), "10.1.0.%d:29500", env.net_hub + 1);

@@ -710,6 +710,18 @@ PARTITION = {
     # a peer alive that reads nothing: data queued under the probe timer, each probe acked
     "part_zero_window": ("--ranks 6 --per-host 2 --part-host zerowin", [
         ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
+    # cut while the hub sent the results of seq 7: the ranks it did not reach never
+    # completed it (state_divergence, and their dumps look older than the others' wait)
+    "part_mid_leaf_cut": ("--ranks 6 --per-host 2 --part-host 1 --part-mid", [
+        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high"),
+        ("state_divergence", [2, 3], None, 0, "high"),
+        ("dumps_not_simultaneous", [], ["node1"], 0, "high")], "10.1.0.1:29500 -> 10.1.0.2"),
+    "part_mid_hub_cut": ("--ranks 6 --per-host 2 --part-host 0 --part-mid", [
+        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high"),
+        ("state_divergence", [2, 3, 4, 5], None, 0, "high"),
+        ("dumps_not_simultaneous", [], ["node1", "node2"], 0, "high")], "4 stuck connections"),
     "part_busy_links": ("--ranks 6 --per-host 2 --part-host none", [
         ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
     "part_sockets_unknown": ("--ranks 6 --per-host 2 --part-host 1 --net-unknown", [
@@ -758,6 +770,27 @@ def check_partition():
                         not h.stdout.startswith("1 problem found"):
                     err = f"text report: {h.stdout[:200]!r}"
             res.append((name, err))
+        # the ranks cut off completed seq 7 and never entered seq 8 (their dumps 60 s after
+        # the others began to wait in it): missing_rank, which follows from the partition
+        d = os.path.join(t, "part_mid_missing")
+        gen("--ranks 6 --per-host 2 --entries 8 --scenario partition --stacks --part-host 1 "
+            "--part-mid", d)
+
+        def completed(dump):
+            for e in dump["entries"]:
+                if e["state"] != "completed":
+                    e["state"] = "completed"
+                    e["time_discovered_completed_ns"] = e["time_created_ns"] + 900000
+                    e["duration_ms"] = 0.9
+            for c in dump["comms"]:
+                c["last_completed_seq"] = c["last_started_seq"] = c["last_enqueued_seq"]
+        edit_dumps(d, lambda dump: completed(dump) if dump["global_rank"] in (2, 3) else None)
+        p = run([FR, "--json", d])
+        vs = json.loads(p.stdout)["verdicts"] if p.stdout.strip() else []
+        got = [(v["rule"], v["ranks"], v["caused_by"]) for v in vs]
+        want = [("partitioned_host", [2, 3], None), ("missing_rank", [2, 3], 0)]
+        res.append(("part_mid_missing", None if got[:2] == want and
+                    all(v["caused_by"] is not None for v in vs[1:]) else f"verdicts {got}"))
         for name, args in PARTITION_NEVER.items():
             d = os.path.join(t, name)
             gen(args, d)

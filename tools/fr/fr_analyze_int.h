@@ -42,15 +42,17 @@
 #define PROC_IN_CALLS	4
 #define MAX_P2P_VERDICTS_PER_COMM 16
 
-/* In causal order: the report lists verdicts in this order. The stack rules sit after the
+/* In causal order: the report lists verdicts in this order. partitioned_host sits before
+ * missing_rank: ranks cut off with their host before they could enter a collective are
+ * "missing" because of it (it runs last, from what the others found). The stack rules sit after the
  * ring rules that say the same with more evidence: odd_stack (one rank not in the wait the
  * others are in) right after missing_rank, no_progress (everyone in one call: NCCL or the
  * network) before stuck_in_call which it explains, attached_after_hang (why the rings cannot
  * tell) last but for corrupt dumps. */
 enum rule {
-	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ODD_STACK,
-	RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
-	RULE_PARTITION, RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STRAGGLER, RULE_STATE, RULE_NOT_ONE_MOMENT,
+	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_PARTITION, RULE_MISSING_RANK,
+	RULE_ODD_STACK, RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT,
+	RULE_P2P, RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STRAGGLER, RULE_STATE, RULE_NOT_ONE_MOMENT,
 	RULE_RANKS_UNKNOWN,
 	RULE_ATTACHED_AFTER, RULE_CORRUPT, RULE__COUNT
 };
@@ -553,6 +555,9 @@ int rule_attached_after(struct fr_analysis *a);
 /* fr_partition.c */
 int fold_net(struct fr_analysis *a, int pi, const struct fr_dump *d);
 int rule_partition(struct fr_analysis *a);
+/* link_roles: the procs that follow from partitioned_host c besides its waiters: those of the
+ * hosts at an end of a stuck connection */
+void partition_mark(const struct fr_analysis *a, const struct verdict *c, uint8_t *mark);
 void net_free(struct fr_analysis *a);
 /* fr_text_net.c */
 void headline_partition(FILE *f, const struct fr_analysis *a, const struct verdict *v);

@@ -288,8 +288,10 @@ static int count_alive(const struct pstate *ps, int o, int x, int y, int *peer)
 	return n;
 }
 
-/* The comm every member of which sits in one collective it has not completed (the partition
- * holds them all there), its seq in *seq; -1 when none. */
+/* The comm every member of which sits in a collective it has not completed (the partition
+ * holds them there: all in one, or, cut while results were on their way, those it did not
+ * reach still in the one before), the newest such seq (the one the others wait in) in *seq;
+ * -1 when none. */
 static int hung_comm(const struct fr_analysis *a, int64_t *seq)
 {
 	for (int k = 0; k < a->nr_comms; k++) {
@@ -303,10 +305,10 @@ static int hung_comm(const struct fr_analysis *a, int64_t *seq)
 
 			if (!m->placed || m->init_failed)
 				continue;
-			if (a->procs[m->proc].dead || m->st_seq == FR_UNK ||
-			    (s != FR_UNK && m->st_seq != s))
+			if (a->procs[m->proc].dead || m->st_seq == FR_UNK)
 				all = false;
-			s = m->st_seq;
+			else if (s == FR_UNK || m->st_seq > s)
+				s = m->st_seq;
 			n++;
 		}
 		if (all && n >= 2 && s != FR_UNK) {
@@ -464,22 +466,82 @@ static void pstate_free(struct pstate *ps)
 	free(ps->view_conn);
 }
 
+/* a proc of a host at an end of a stuck connection (name_cut set on_stuck) */
+static bool on_stuck_host(const struct fr_analysis *a, int pi)
+{
+	for (int i = 0; i < a->nr_owners; i++)
+		if (a->owners[i].on_stuck && !a->owners[i].addr_only &&
+		    !strcmp(a->owners[i].name, a->procs[pi].host))
+			return true;
+	return false;
+}
+
+void partition_mark(const struct fr_analysis *a, const struct verdict *c, uint8_t *mark)
+{
+	(void)c;
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		if (on_stuck_host(a, pi))
+			mark[pi] = 1;
+}
+
+/* Rules that found a cause a partition does not explain: a dead, failed or mismatched rank,
+ * a missing dump. missing_rank is left to the rule: a host cut off in the middle of a
+ * collective leaves its ranks behind in it, "missing" from the next one (first: -1 none). */
+static bool other_cause(const struct fr_analysis *a, int *first_missing)
+{
+	*first_missing = -1;
+	for (int i = 0; i < a->nr_verdicts; i++) {
+		int r = a->verdicts[i].rule;
+
+		if (r == RULE_MISSING_RANK) {
+			if (*first_missing < 0)
+				*first_missing = i;
+		} else if (r < RULE_NO_PROGRESS) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* every rank named missing sits on a host at an end of a stuck connection */
+static bool missing_explained(const struct fr_analysis *a)
+{
+	for (int i = 0; i < a->nr_verdicts; i++) {
+		const struct verdict *v = &a->verdicts[i];
+
+		if (v->rule != RULE_MISSING_RANK)
+			continue;
+		for (int k = 0; k < v->nr_who; k++)
+			if (v->who[k][2] < 0 || !on_stuck_host(a, (int)v->who[k][2]))
+				return false;
+	}
+	return true;
+}
+
 int rule_partition(struct fr_analysis *a)
 {
 	struct pstate ps = { 0 };
-	int out[2] = { -1, -1 }, kind, comm, err = 0;
+	int out[2] = { -1, -1 }, kind, comm, err = 0, missing;
 	struct verdict *v;
 	int64_t seq;
 
 	if (!a->nr_nsocks || !a->hang_seen)
 		return 0;
 	/* a rule above found who hung the job; a partition is what is left when none did */
-	for (int i = 0; i < a->nr_verdicts; i++)
-		if (a->verdicts[i].rule < RULE_PARTITION)
-			return 0;
-	if ((comm = hung_comm(a, &seq)) < 0)
+	if (other_cause(a, &missing))
 		return 0;
+	if (missing >= 0) {
+		/* the collective the others wait in */
+		comm = a->verdicts[missing].comm;
+		seq = a->verdicts[missing].seq;
+		if (comm < 0 || seq == FR_UNK)
+			return 0;
+	} else if ((comm = hung_comm(a, &seq)) < 0) {
+		return 0;
+	}
 	if ((err = build_conns(a, &ps)) || !(kind = name_cut(a, &ps, out)))
+		goto out;
+	if (missing >= 0 && !missing_explained(a))
 		goto out;
 	if (!(v = verdict_new(a, RULE_PARTITION, comm, seq, op_at(a, comm, seq)))) {
 		err = -ENOMEM;
