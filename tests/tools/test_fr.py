@@ -683,18 +683,30 @@ def check_fleet():
 
 # partitioned_host (tools/fr/fr_partition.c): (generator args, [(rule, ranks, hosts,
 # caused_by, confidence)], text the first verdict's detail or reason holds). A star as the
-# simulated NCCL's: host --net-hub's first rank holds every cross-host connection.
+# simulated NCCL's: host --net-hub's first rank holds every cross-host connection. A leaf
+# named because the hub keeps idle connections to other leaves is medium (the hub cut after
+# those leaves delivered leaves the same dumps); its own interface down makes it high.
 PARTITION = {
     "part_leaf_cut": ("--ranks 6 --per-host 2 --part-host 1", [
-        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
         ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")],
         "node0, at the other end, keeps 2 connections to other hosts (node2"),
+    "part_leaf_cut_link_down": ("--ranks 6 --per-host 2 --part-host 1 --net-linkdown 1", [
+        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")],
+        "node1's own interface at 10.1.0.2 is down"),
+    # the sockets of a leaf cut, but the hub's own link is down: the hub was cut after
+    # node2 delivered and before node1 did
+    "part_hub_cut_race_link_down": ("--ranks 6 --per-host 2 --part-host 1 --net-linkdown 0", [
+        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")],
+        "node0's own interface at 10.1.0.1 is down"),
     "part_hub_cut": ("--ranks 6 --per-host 2 --part-host 0", [
         ("partitioned_host", [0, 1], ["node0"], None, "high"),
         ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "4 stuck connections"),
     # the hub elsewhere: the rule follows the connections, not host 0
     "part_leaf_cut_hub2": ("--ranks 8 --per-host 2 --net-hub 2 --part-host 0", [
-        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
         ("no_progress", list(range(8)), None, 0, "high")], "node2, at the other end"),
     "part_two_hosts_link": ("--ranks 4 --per-host 2 --part-host 1", [
         ("partitioned_host", [], ["node0", "node1"], None, "medium"),
@@ -704,7 +716,7 @@ PARTITION = {
         ("no_progress", [0, 1, 2, 3], None, 0, "high")], "which side lost the network"),
     # the link refused the data: queued unsent under the window-probe timer (as seen in the
     # fleet harness: tx_queue 65592, unacked 0, timer probe, backoff 4, no ack for 3.5 s)
-    "part_leaf_cut_unsent": ("--ranks 6 --per-host 2 --part-host 1 --net-unsent", [
+    "part_leaf_cut_unsent": ("--ranks 6 --per-host 2 --part-host 1 --net-unsent --net-linkdown 1", [
         ("partitioned_host", [2, 3], ["node1"], None, "high"),
         ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "2 stuck connections"),
     # a peer alive that reads nothing: data queued under the probe timer, each probe acked
@@ -713,7 +725,7 @@ PARTITION = {
     # cut while the hub sent the results of seq 7: the ranks it did not reach never
     # completed it (state_divergence, and their dumps look older than the others' wait)
     "part_mid_leaf_cut": ("--ranks 6 --per-host 2 --part-host 1 --part-mid", [
-        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
         ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high"),
         ("state_divergence", [2, 3], None, 0, "high"),
         ("dumps_not_simultaneous", [], ["node1"], 0, "high")], "10.1.0.1:29500 -> 10.1.0.2"),

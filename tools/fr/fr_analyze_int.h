@@ -364,6 +364,7 @@ struct verdict {
 		 * link's two ends (PART_LINKS: in a->owners, those with on_stuck set) */
 		struct {
 			int kind, owner[2];
+			int how;	/* PART_BY_*: what named the host */
 			int nr_stuck, nr_views, nr_alive, alive_owner;
 			int example;	/* a stuck view (a->nsocks) */
 			int64_t silent_min, silent_max, retrans_max;	/* ms; FR_UNK */
@@ -378,8 +379,12 @@ struct verdict {
 };
 
 enum { PART_HOST = 1, PART_LINK, PART_LINKS };
+/* how a host was named: every stuck connection touches it alone; its own interface is down;
+ * of the two every stuck connection joins, the other keeps connections to third hosts that
+ * are not stuck (idle ones too: weaker, see fr_partition.c) */
+enum { PART_BY_ONLY = 1, PART_BY_LINK_DOWN, PART_BY_PEERS };
 enum { PART_WHY_NONE, PART_WHY_NO_DUMP, PART_WHY_TWO_SIDES, PART_WHY_MANY, PART_WHY_NO_AGES,
-       PART_WHY_AFTER_WAIT, PART_WHY_UNKNOWN };
+       PART_WHY_AFTER_WAIT, PART_WHY_UNKNOWN, PART_WHY_PEERS };
 
 /* fr_partition.c: one socket of a dump (only established ones to a non-loopback address) */
 struct nsock {
@@ -395,6 +400,7 @@ struct haddr {
 	uint8_t a[16];
 	int proc;		/* the first dump that holds it */
 	bool conflict;		/* dumps of different hosts hold it: it names none */
+	bool down;		/* its interface is not running (down, or no carrier) */
 };
 /* a host (by name) or an address no dump's host holds */
 struct powner {

@@ -1153,6 +1153,34 @@ static bool host_addr(struct jlex *j)
 	return true;
 }
 
+/* an "interfaces" element: {"name", "address", "up", "running"}; its address is kept when
+ * the interface is not running */
+static bool iface_obj(struct jlex *j)
+{
+	struct fr_dump *d = jp_of(j)->d;
+	char key[32], addr[64] = "";
+	int klen;
+	bool first = true, running = true, ok;
+
+	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
+		if (KEY(FRK_ADDRESS)) {
+			ok = jl_str_field(j, addr, sizeof(addr));
+		} else if (KEY(FRK_UP) || KEY(FRK_RUNNING)) {
+			jl_ws(j);
+			running &= j->p < j->end && *j->p == 't';
+			ok = jl_skip(j, 0);
+		} else {
+			ok = jl_skip(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	if (!j->failed && !running && d->nr_down_addrs < FR_MAX_HOST_ADDRS &&
+	    fr_net_addr(addr, d->down_addrs[d->nr_down_addrs]))
+		d->nr_down_addrs++;
+	return !j->failed;
+}
+
 /* "net": {"source": "inet_diag" | "proc_net_tcp" | null, "error", "host_addresses": [...],
  * "sockets": [...] | null, ...}; null or a null "sockets" is unknown */
 static bool net_obj(struct jlex *j)
@@ -1176,6 +1204,8 @@ static bool net_obj(struct jlex *j)
 			ok = jl_str_field(j, d->net_error, sizeof(d->net_error));
 		} else if (KEY(FRK_HOST_ADDRESSES)) {
 			ok = jl_is_null(j) ? jl_skip(j, 0) : array_of(j, host_addr);
+		} else if (KEY(FRK_INTERFACES)) {
+			ok = jl_is_null(j) ? jl_skip(j, 0) : array_of(j, iface_obj);
 		} else if (KEY(FRK_SOCKETS)) {
 			have_socks = !jl_is_null(j);
 			ok = have_socks ? array_of(j, net_sock_obj) : jl_skip(j, 0);
@@ -1274,7 +1304,7 @@ static void reset(struct fr_dump *d)
 	d->torch = false;
 	d->net_source = FR_NET_ABSENT;
 	d->net_error[0] = 0;
-	d->nr_host_addrs = 0;
+	d->nr_host_addrs = d->nr_down_addrs = 0;
 	d->nr_socks = 0;
 	d->net_truncated = false;
 }

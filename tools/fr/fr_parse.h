@@ -215,6 +215,8 @@ struct fr_dump {
 	char net_error[96];
 	uint8_t host_addrs[FR_MAX_HOST_ADDRS][16];
 	int nr_host_addrs;
+	uint8_t down_addrs[FR_MAX_HOST_ADDRS][16];	/* of "interfaces" not running (no carrier, or down) */
+	int nr_down_addrs;
 	struct fr_net_sock *socks;
 	size_t nr_socks, cap_socks;
 	bool net_truncated;

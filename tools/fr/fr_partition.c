@@ -67,7 +67,17 @@ static int haddr_add(struct fr_analysis *a, const uint8_t addr[16], int pi)
 	memcpy(x->a, addr, 16);
 	x->proc = pi;
 	x->conflict = false;
+	x->down = false;
 	return u64map__set(&a->haddr_index, h, a->nr_haddrs);
+}
+
+static struct haddr *haddr_find(const struct fr_analysis *a, const uint8_t addr[16])
+{
+	uint64_t v;
+
+	if (!u64map__get(&a->haddr_index, addr_hash(addr), &v) || memcmp(a->haddrs[v - 1].a, addr, 16))
+		return NULL;
+	return &a->haddrs[v - 1];
 }
 
 static int64_t at_least(int64_t a, int64_t b)
@@ -108,6 +118,14 @@ int fold_net(struct fr_analysis *a, int pi, const struct fr_dump *d)
 	for (int i = 0; i < d->nr_host_addrs; i++)
 		if ((err = haddr_add(a, d->host_addrs[i], pi)))
 			return err;
+	for (int i = 0; i < d->nr_down_addrs; i++) {
+		struct haddr *x;
+
+		if ((err = haddr_add(a, d->down_addrs[i], pi)))
+			return err;
+		if ((x = haddr_find(a, d->down_addrs[i])) && !strcmp(a->procs[x->proc].host, p->host))
+			x->down = true;
+	}
 	for (size_t i = 0; i < d->nr_socks; i++) {
 		const struct fr_net_sock *s = &d->socks[i];
 		struct nsock *n;
@@ -145,6 +163,7 @@ void net_free(struct fr_analysis *a)
 /* a connection: both views of it (one per end whose dump holds it) folded together */
 struct pconn {
 	int owner[2];
+	int view;		/* its first view (a->nsocks) */
 	bool stuck;
 };
 
@@ -236,7 +255,7 @@ static int build_conns(struct fr_analysis *a, struct pstate *ps)
 				return -ENOMEM;
 			}
 			ci = ps->nr_conns++;
-			ps->conns[ci] = (struct pconn){ .owner = { lo, ro } };
+			ps->conns[ci] = (struct pconn){ .owner = { lo, ro }, .view = i };
 			first[ci] = i;
 			/* a colliding hash keeps the older connection indexed: this one is still
 			 * counted, only not joined with its other end */
@@ -399,17 +418,55 @@ static void evidence(struct fr_analysis *a, struct pstate *ps, struct verdict *v
 		v->ev.part.why = PART_WHY_AFTER_WAIT;
 	else if (v->ev.part.nr_unknown)
 		v->ev.part.why = PART_WHY_UNKNOWN;
+	else if (v->ev.part.how == PART_BY_PEERS)
+		v->ev.part.why = PART_WHY_PEERS;
 	if (v->ev.part.why == PART_WHY_MANY)
 		v->low = LOW_NET;
 	else if (v->ev.part.why)
 		v->medium = true;
 }
 
-/* which host (or link) every stuck connection touches: PART_* in *kind, owners in out[2];
- * 0 when no connection is stuck */
-static int name_cut(struct fr_analysis *a, const struct pstate *ps, int out[2])
+/* the owner of an end of stuck connection c whose interface there is down (no carrier, or
+ * set down), -1 none; -2 both ends */
+static int down_end(struct fr_analysis *a, struct pstate *ps, const struct pconn *c)
 {
-	int cand[2] = { -1, -1 }, nc = -1;
+	const struct nsock *n = &a->nsocks[c->view];
+	const struct haddr *l = haddr_find(a, n->local), *r = haddr_find(a, n->remote);
+	int lo = l && l->down && !l->conflict ? owner_get(a, ps, a->procs[l->proc].host, false) : -1;
+	int ro = r && r->down && !r->conflict ? owner_get(a, ps, a->procs[r->proc].host, false) : -1;
+
+	if (lo >= 0 && ro >= 0 && lo != ro)
+		return -2;
+	return lo >= 0 ? lo : ro;
+}
+
+/* A host whose own interface at an end of a stuck connection is down, and which every stuck
+ * connection touches: its link is what failed (a pulled cable, a dead switch port, a link
+ * set down). -1 when no such one host. */
+static int link_down_host(struct fr_analysis *a, struct pstate *ps)
+{
+	int d = -1;
+
+	for (int i = 0; i < ps->nr_conns; i++) {
+		int e;
+
+		if (!ps->conns[i].stuck || (e = down_end(a, ps, &ps->conns[i])) == -1)
+			continue;
+		if (e < 0 || (d >= 0 && e != d))
+			return -1;
+		d = e;
+	}
+	for (int i = 0; d >= 0 && i < ps->nr_conns; i++)
+		if (ps->conns[i].stuck && !touches(&ps->conns[i], d))
+			return -1;
+	return d;
+}
+
+/* which host (or link) every stuck connection touches: PART_* in *kind, owners in out[2],
+ * PART_BY_* in *how; 0 when no connection is stuck */
+static int name_cut(struct fr_analysis *a, struct pstate *ps, int out[2], int *how)
+{
+	int cand[2] = { -1, -1 }, nc = -1, d;
 
 	for (int i = 0; i < ps->nr_conns; i++) {
 		const struct pconn *c = &ps->conns[i];
@@ -429,11 +486,18 @@ static int name_cut(struct fr_analysis *a, const struct pstate *ps, int out[2])
 	}
 	if (nc < 0)
 		return 0;
+	if ((d = link_down_host(a, ps)) >= 0) {
+		out[0] = d;
+		out[1] = cand[0] == d ? cand[1] : cand[0];	/* -1 unless two were left */
+		*how = PART_BY_LINK_DOWN;
+		return PART_HOST;
+	}
 	nc = (cand[0] >= 0) + (cand[1] >= 0);
 	if (!nc)
 		return PART_LINKS;
 	if (nc == 1) {
 		out[0] = cand[0] >= 0 ? cand[0] : cand[1];
+		*how = PART_BY_ONLY;
 		return PART_HOST;
 	}
 	/* every stuck connection joins the same two: the one still on the network keeps
@@ -444,6 +508,7 @@ static int name_cut(struct fr_analysis *a, const struct pstate *ps, int out[2])
 		if (a0 != a1) {
 			out[0] = a0 ? cand[1] : cand[0];
 			out[1] = a0 ? cand[0] : cand[1];
+			*how = PART_BY_PEERS;
 			return PART_HOST;
 		}
 	}
@@ -521,7 +586,7 @@ static bool missing_explained(const struct fr_analysis *a)
 int rule_partition(struct fr_analysis *a)
 {
 	struct pstate ps = { 0 };
-	int out[2] = { -1, -1 }, kind, comm, err = 0, missing;
+	int out[2] = { -1, -1 }, kind, comm, err = 0, missing, how = 0;
 	struct verdict *v;
 	int64_t seq;
 
@@ -539,7 +604,7 @@ int rule_partition(struct fr_analysis *a)
 	} else if ((comm = hung_comm(a, &seq)) < 0) {
 		return 0;
 	}
-	if ((err = build_conns(a, &ps)) || !(kind = name_cut(a, &ps, out)))
+	if ((err = build_conns(a, &ps)) || !(kind = name_cut(a, &ps, out, &how)))
 		goto out;
 	if (missing >= 0 && !missing_explained(a))
 		goto out;
@@ -548,6 +613,7 @@ int rule_partition(struct fr_analysis *a)
 		goto out;
 	}
 	v->ev.part.kind = kind;
+	v->ev.part.how = how;
 	v->ev.part.owner[0] = out[0];
 	v->ev.part.owner[1] = out[1];
 	v->ev.part.alive_owner = -1;
@@ -563,7 +629,7 @@ int rule_partition(struct fr_analysis *a)
 				who_member(a, v, c->members.v[i]);
 		}
 		who_sort(v);
-		if (out[1] >= 0)
+		if (out[1] >= 0 && how == PART_BY_PEERS)
 			v->ev.part.nr_alive = count_alive(&ps, out[1], out[0], out[1],
 							  &v->ev.part.alive_owner);
 		else

@@ -80,6 +80,21 @@ void detail_partition(FILE *f, const struct fr_analysis *a, const struct verdict
 		fprintf(f, " (%d stuck view%s in the dumps)", v->ev.part.nr_views,
 			v->ev.part.nr_views == 1 ? "" : "s");
 	}
+	if (v->ev.part.kind == PART_HOST && v->ev.part.how == PART_BY_LINK_DOWN) {
+		const char *name = a->owners[v->ev.part.owner[0]].name;
+
+		for (int i = 0; i < a->nr_haddrs; i++) {
+			const struct haddr *x = &a->haddrs[i];
+			char buf[64];
+
+			if (!x->down || x->conflict || strcmp(a->procs[x->proc].host, name))
+				continue;
+			fr_net_addr_str(x->a, buf, sizeof(buf));
+			fprintf(f, "\n%s's own interface at %s is down (no carrier, or set down)", name,
+				buf);
+			break;
+		}
+	}
 	if (v->ev.part.kind == PART_HOST && v->ev.part.alive_owner >= 0)
 		fprintf(f, "\n%s, at the other end, keeps %d connection%s to other hosts (%s%s) that "
 			   "%s not stuck: it is on the network", a->owners[v->ev.part.owner[1]].name,
@@ -119,6 +134,11 @@ void partition_reason(FILE *f, const struct fr_analysis *a, const struct verdict
 	case PART_WHY_AFTER_WAIT:
 		fprintf(f, "a stuck connection heard an ack after its rank began to wait: the link "
 			   "may have gone down after the hang began");
+		break;
+	case PART_WHY_PEERS:
+		fprintf(f, "named because the other end keeps connections to other hosts that are "
+			   "not stuck, but idle ones: a cut of the other end after they last carried "
+			   "data looks the same");
 		break;
 	case PART_WHY_UNKNOWN:
 		fprintf(f, "the sockets of %d dump%s are unknown", v->ev.part.nr_unknown,

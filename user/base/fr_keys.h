@@ -88,6 +88,10 @@
 #define FRK_NETNS			"netns"
 #define FRK_READ_NS			"read_ns"
 #define FRK_HOST_ADDRESSES		"host_addresses"
+#define FRK_INTERFACES			"interfaces"
+#define FRK_ADDRESS			"address"
+#define FRK_UP				"up"
+#define FRK_RUNNING			"running"
 #define FRK_SOCKETS			"sockets"
 /* "sockets" elements (and "state", "inode" above) */
 #define FRK_LOCAL			"local"

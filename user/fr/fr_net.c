@@ -47,6 +47,8 @@ struct ns_read {
 	int nr, cap;
 	bool truncated;
 	char addrs[MAX_ADDRS][INET6_ADDRSTRLEN];
+	char ifname[MAX_ADDRS][IF_NAMESIZE];
+	bool up[MAX_ADDRS], running[MAX_ADDRS];	/* IFF_UP, IFF_RUNNING (carrier) */
 	int nr_addrs;
 	bool have_addrs;		/* from the interfaces (else the sockets' local ones) */
 	int64_t read_ns;		/* CLOCK_REALTIME */
@@ -222,6 +224,9 @@ static void read_addrs(struct ns_read *r)
 			continue;
 		}
 		inet_ntop(fam, a, r->addrs[r->nr_addrs], INET6_ADDRSTRLEN);
+		snprintf(r->ifname[r->nr_addrs], IF_NAMESIZE, "%s", i->ifa_name);
+		r->up[r->nr_addrs] = i->ifa_flags & IFF_UP;
+		r->running[r->nr_addrs] = i->ifa_flags & IFF_RUNNING;
 		r->nr_addrs++;
 	}
 	freeifaddrs(ifa);
@@ -588,10 +593,25 @@ static void addrs_json(cJSON *root, const struct ns_read *r, const uint64_t *ino
 	int n = 0;
 
 	if (r->have_addrs) {
-		for (int i = 0; arr && i < r->nr_addrs; i++)
+		cJSON *ifs = cJSON_AddArrayToObject(root, FRK_INTERFACES);
+
+		for (int i = 0; arr && i < r->nr_addrs; i++) {
+			cJSON *o = cJSON_CreateObject();
+
 			cJSON_AddItemToArray(arr, cJSON_CreateString(r->addrs[i]));
+			if (!o || !ifs) {
+				cJSON_Delete(o);
+				continue;
+			}
+			cJSON_AddStringToObject(o, FRK_NAME, r->ifname[i]);
+			cJSON_AddStringToObject(o, FRK_ADDRESS, r->addrs[i]);
+			cJSON_AddBoolToObject(o, FRK_UP, r->up[i]);
+			cJSON_AddBoolToObject(o, FRK_RUNNING, r->running[i]);
+			cJSON_AddItemToArray(ifs, o);
+		}
 		return;
 	}
+	cJSON_AddNullToObject(root, FRK_INTERFACES);
 	/* no interface list (the namespace could not be entered): the local addresses its
 	 * sockets use, loopback left out */
 	for (int i = 0; arr && i < r->nr && n < MAX_ADDRS; i++) {
