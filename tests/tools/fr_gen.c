@@ -84,7 +84,8 @@ static struct env {
 	bool part_mid;		/* cut while the hub sent the results of the collective before
 				 * the last: the ranks it could not reach never completed it */
 	int part_host, net_hub;
-	int net_linkdown;	/* this host's interface is down (no carrier); -1 none */
+	uint64_t net_linkdown;	/* hosts (bits, < 64) whose interface is down (no carrier) */
+	int part_also;		/* a second host cut off (-1 none) */
 	enum scenario sc;
 	const char *out;
 	uint64_t seed;
@@ -93,7 +94,7 @@ static struct env {
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
 	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .clock_off_host = -1, .alias_host = -2, .stale_ns = 5000000000LL,
-	.part_host = -3, .net_linkdown = -1,
+	.part_host = -3, .part_also = -1,
 };
 enum { PART_NONE = -1, PART_EXT = -2, PART_ZEROWIN = -4 };
 
@@ -129,7 +130,7 @@ enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
        OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
        OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD, OPT_NET, OPT_NET_UNKNOWN, OPT_NET_PROC,
-       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT, OPT_PART_MID, OPT_NET_LINKDOWN };
+       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT, OPT_PART_MID, OPT_NET_LINKDOWN, OPT_PART_ALSO };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -193,8 +194,9 @@ static const struct argp_option opts[] = {
 	{ "part-mid", OPT_PART_MID, NULL, 0, "partition: the link went down while the hub sent "
 	  "the results of the collective before the last: the ranks it could not reach never "
 	  "completed it, the others wait in the last one", 0 },
-	{ "net-linkdown", OPT_NET_LINKDOWN, "H", 0, "Host H's interface is down (no carrier); "
-	  "without it every interface runs (a switch failed)", 0 },
+	{ "net-linkdown", OPT_NET_LINKDOWN, "H", 0, "Host H's interface is down (no carrier; "
+	  "repeatable, H < 64); without it every interface runs (a switch failed)", 0 },
+	{ "part-also", OPT_PART_ALSO, "H", 0, "partition: host H (a leaf) is cut off too", 0 },
 	{ "net-unsent", OPT_NET_UNSENT, NULL, 0, "The cut connections' data was never sent (the "
 	  "link refused it: window-probe timer) instead of retransmitted", 0 },
 	{ "net-unknown", OPT_NET_UNKNOWN, NULL, 0, "Sockets unknown in every dump (the namespace "
@@ -261,8 +263,9 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_PART_MID: env.part_mid = true; break;
 	case OPT_NET_LINKDOWN:
 		env.net = true;
-		env.net_linkdown = num_arg(state, "net-linkdown", arg, 0, 250);
+		env.net_linkdown |= 1ULL << num_arg(state, "net-linkdown", arg, 0, 63);
 		break;
+	case OPT_PART_ALSO: env.part_also = num_arg(state, "part-also", arg, 0, 250); break;
 	case OPT_NET_HUB: env.net_hub = num_arg(state, "net-hub", arg, 0, 250); break;
 	case OPT_PART_HOST:
 		env.part_host = !strcmp(arg, "none") ? PART_NONE : !strcmp(arg, "ext") ? PART_EXT :
@@ -1245,7 +1248,8 @@ static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns
 	} else {
 		put(o, "," KQ(FRK_INTERFACES) "[{" KQ(FRK_NAME) "\"eth0\"," KQ(FRK_ADDRESS) "\"");
 		put(o, local);
-		put(o, h == env.net_linkdown ? "\"," KQ(FRK_UP) "true," KQ(FRK_RUNNING) "false}]" :
+		put(o, h < 64 && (env.net_linkdown >> h & 1) ?
+		       "\"," KQ(FRK_UP) "true," KQ(FRK_RUNNING) "false}]" :
 		       "\"," KQ(FRK_UP) "true," KQ(FRK_RUNNING) "true}]");
 	}
 	put(o, "," KQ(FRK_SOCKETS) "[");
@@ -1265,7 +1269,8 @@ static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns
 		}
 	} else if (h != env.net_hub) {
 		bool stuck = !busy && !env.part_mid &&
-			     (env.part_host == h || env.part_host == env.net_hub);
+			     (env.part_host == h || env.part_host == env.net_hub ||
+			      env.part_also == h);
 
 		snprintf(local, sizeof(local), "10.1.0.%d:%d", h + 1, 40000 + r);
 		snprintf(remote, sizeof(remote), "10.1.0.%d:29500", env.net_hub + 1);

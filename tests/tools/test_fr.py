@@ -708,6 +708,16 @@ PARTITION = {
     "part_leaf_cut_hub2": ("--ranks 8 --per-host 2 --net-hub 2 --part-host 0", [
         ("partitioned_host", [0, 1], ["node0"], None, "medium"),
         ("no_progress", list(range(8)), None, 0, "high")], "node2, at the other end"),
+    # two leaves cut (the hub keeps node2): the hub touches every stuck connection but keeps
+    # one that is not stuck: named, medium; with both leaves' interfaces down: several links,
+    # every host listed, no rank blamed, low
+    "part_two_leaves_cut": ("--ranks 8 --per-host 2 --part-host 1 --part-also 3", [
+        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
+        ("no_progress", list(range(8)), None, 0, "high")], "may be cut off instead"),
+    "part_two_leaves_cut_link_down": ("--ranks 8 --per-host 2 --part-host 1 --part-also 3 "
+                                      "--net-linkdown 1 --net-linkdown 3", [
+        ("partitioned_host", [], ["node0", "node1", "node3"], None, "low"),
+        ("no_progress", list(range(8)), None, 0, "high")], "no single host or link"),
     "part_two_hosts_link": ("--ranks 4 --per-host 2 --part-host 1", [
         ("partitioned_host", [], ["node0", "node1"], None, "medium"),
         ("no_progress", [0, 1, 2, 3], None, 0, "high")], "neither keeps a working connection"),

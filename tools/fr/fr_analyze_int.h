@@ -379,12 +379,13 @@ struct verdict {
 };
 
 enum { PART_HOST = 1, PART_LINK, PART_LINKS };
-/* how a host was named: every stuck connection touches it alone; its own interface is down;
+/* how a host was named: every stuck connection touches it alone (and it keeps others that
+ * are not stuck: several hosts may be cut off instead); its own interface is down;
  * of the two every stuck connection joins, the other keeps connections to third hosts that
  * are not stuck (idle ones too: weaker, see fr_partition.c) */
-enum { PART_BY_ONLY = 1, PART_BY_LINK_DOWN, PART_BY_PEERS };
+enum { PART_BY_ONLY = 1, PART_BY_ONLY_ALIVE, PART_BY_LINK_DOWN, PART_BY_PEERS };
 enum { PART_WHY_NONE, PART_WHY_NO_DUMP, PART_WHY_TWO_SIDES, PART_WHY_MANY, PART_WHY_NO_AGES,
-       PART_WHY_AFTER_WAIT, PART_WHY_UNKNOWN, PART_WHY_PEERS };
+       PART_WHY_AFTER_WAIT, PART_WHY_UNKNOWN, PART_WHY_PEERS, PART_WHY_ALIVE };
 
 /* fr_partition.c: one socket of a dump (only established ones to a non-loopback address) */
 struct nsock {

@@ -420,6 +420,8 @@ static void evidence(struct fr_analysis *a, struct pstate *ps, struct verdict *v
 		v->ev.part.why = PART_WHY_UNKNOWN;
 	else if (v->ev.part.how == PART_BY_PEERS)
 		v->ev.part.why = PART_WHY_PEERS;
+	else if (v->ev.part.how == PART_BY_ONLY_ALIVE)
+		v->ev.part.why = PART_WHY_ALIVE;
 	if (v->ev.part.why == PART_WHY_MANY)
 		v->low = LOW_NET;
 	else if (v->ev.part.why)
@@ -492,12 +494,16 @@ static int name_cut(struct fr_analysis *a, struct pstate *ps, int out[2], int *h
 		*how = PART_BY_LINK_DOWN;
 		return PART_HOST;
 	}
+	/* interfaces down at hosts that no one of them explains: several links failed */
+	for (int i = 0; i < ps->nr_conns; i++)
+		if (ps->conns[i].stuck && down_end(a, ps, &ps->conns[i]) != -1)
+			return PART_LINKS;
 	nc = (cand[0] >= 0) + (cand[1] >= 0);
 	if (!nc)
 		return PART_LINKS;
 	if (nc == 1) {
 		out[0] = cand[0] >= 0 ? cand[0] : cand[1];
-		*how = PART_BY_ONLY;
+		*how = alive(ps, out[0], out[0], out[0]) ? PART_BY_ONLY_ALIVE : PART_BY_ONLY;
 		return PART_HOST;
 	}
 	/* every stuck connection joins the same two: the one still on the network keeps

@@ -53,9 +53,15 @@ void headline_partition(FILE *f, const struct fr_analysis *a, const struct verdi
 		int n = 0;
 
 		fprintf(f, "connections between hosts ");
-		for (int i = 0; i < a->nr_owners; i++)
-			if (a->owners[i].on_stuck)
-				fprintf(f, "%s%s", n++ ? ", " : "", a->owners[i].name);
+		for (const char *last = "", *next = ""; next; last = next) {
+			next = NULL;
+			for (int i = 0; i < a->nr_owners; i++)
+				if (a->owners[i].on_stuck && strcmp(a->owners[i].name, last) > 0 &&
+				    (!next || strcmp(a->owners[i].name, next) < 0))
+					next = a->owners[i].name;
+			if (next)
+				fprintf(f, "%s%s", n++ ? ", " : "", next);
+		}
 		fprintf(f, " are stuck and no single host or link explains them: ");
 		evidence_words(f, v);
 	}
@@ -139,6 +145,10 @@ void partition_reason(FILE *f, const struct fr_analysis *a, const struct verdict
 		fprintf(f, "named because the other end keeps connections to other hosts that are "
 			   "not stuck, but idle ones: a cut of the other end after they last carried "
 			   "data looks the same");
+		break;
+	case PART_WHY_ALIVE:
+		fprintf(f, "it keeps connections to other hosts that are not stuck: the hosts at "
+			   "the other ends of the stuck ones may be cut off instead");
 		break;
 	case PART_WHY_UNKNOWN:
 		fprintf(f, "the sockets of %d dump%s are unknown", v->ev.part.nr_unknown,
