@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/inet_diag.h>
@@ -257,6 +258,9 @@ static void *diag_thread(void *arg)
 		j->what = "netlink sock_diag";
 		return NULL;
 	}
+	/* never hold the dump up: a kernel that does not answer in a second is a read failed */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = 1 },
+		   sizeof(struct timeval));
 	if (!(j->err = diag_dump(fd, AF_INET, j->r)))
 		j->err = diag_dump(fd, AF_INET6, j->r);
 	if (j->err)
