@@ -86,6 +86,8 @@ static struct env {
 	int part_host, net_hub;
 	uint64_t net_linkdown;	/* hosts (bits, < 64) whose interface is down (no carrier) */
 	int part_also;		/* a second host cut off (-1 none) */
+	int net_unknown_rank;	/* this rank's sockets are unknown (-1 none) */
+	int64_t net_silent_ms;	/* stuck views heard no ack for this long (0: since the hang) */
 	enum scenario sc;
 	const char *out;
 	uint64_t seed;
@@ -94,7 +96,7 @@ static struct env {
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
 	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .clock_off_host = -1, .alias_host = -2, .stale_ns = 5000000000LL,
-	.part_host = -3, .part_also = -1,
+	.part_host = -3, .part_also = -1, .net_unknown_rank = -1,
 };
 enum { PART_NONE = -1, PART_EXT = -2, PART_ZEROWIN = -4 };
 
@@ -130,7 +132,8 @@ enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
        OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
        OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD, OPT_NET, OPT_NET_UNKNOWN, OPT_NET_PROC,
-       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT, OPT_PART_MID, OPT_NET_LINKDOWN, OPT_PART_ALSO };
+       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT, OPT_PART_MID, OPT_NET_LINKDOWN, OPT_PART_ALSO,
+       OPT_NET_UNKNOWN_RANK, OPT_NET_SILENT };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -197,6 +200,9 @@ static const struct argp_option opts[] = {
 	{ "net-linkdown", OPT_NET_LINKDOWN, "H", 0, "Host H's interface is down (no carrier; "
 	  "repeatable, H < 64); without it every interface runs (a switch failed)", 0 },
 	{ "part-also", OPT_PART_ALSO, "H", 0, "partition: host H (a leaf) is cut off too", 0 },
+	{ "net-unknown-rank", OPT_NET_UNKNOWN_RANK, "R", 0, "Rank R's sockets are unknown", 0 },
+	{ "net-silent-ms", OPT_NET_SILENT, "MS", 0, "The stuck connections heard their last ack MS "
+	  "ms before the dump (default: since the ranks began to wait)", 0 },
 	{ "net-unsent", OPT_NET_UNSENT, NULL, 0, "The cut connections' data was never sent (the "
 	  "link refused it: window-probe timer) instead of retransmitted", 0 },
 	{ "net-unknown", OPT_NET_UNKNOWN, NULL, 0, "Sockets unknown in every dump (the namespace "
@@ -266,6 +272,10 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		env.net_linkdown |= 1ULL << num_arg(state, "net-linkdown", arg, 0, 63);
 		break;
 	case OPT_PART_ALSO: env.part_also = num_arg(state, "part-also", arg, 0, 250); break;
+	case OPT_NET_UNKNOWN_RANK:
+		env.net_unknown_rank = num_arg(state, "net-unknown-rank", arg, 0, 1 << 20);
+		break;
+	case OPT_NET_SILENT: env.net_silent_ms = num_arg(state, "net-silent-ms", arg, 1, 1 << 30); break;
 	case OPT_NET_HUB: env.net_hub = num_arg(state, "net-hub", arg, 0, 250); break;
 	case OPT_PART_HOST:
 		env.part_host = !strcmp(arg, "none") ? PART_NONE : !strcmp(arg, "ext") ? PART_EXT :
@@ -1227,8 +1237,10 @@ static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns
 	enum sock_kind cut = env.net_unsent ? SK_UNSENT : SK_STUCK;
 	char local[64], remote[64];
 
+	if (env.net_silent_ms)
+		silent_ms = env.net_silent_ms;
 	put(o, ",\n" KQ(FRK_NET));
-	if (env.net_unknown) {
+	if (env.net_unknown || r == env.net_unknown_rank) {
 		put(o, "{" KQ(FRK_SOURCE) "null," KQ(FRK_ERROR) "\"cannot enter its network namespace: "
 		       "Operation not permitted; /proc/1234/net/tcp: Permission denied\","
 		       KQ(FRK_NETNS) "4026532001," KQ(FRK_SOCKETS) "null}");

@@ -718,6 +718,14 @@ PARTITION = {
                                       "--net-linkdown 1 --net-linkdown 3", [
         ("partitioned_host", [], ["node0", "node1", "node3"], None, "low"),
         ("no_progress", list(range(8)), None, 0, "high")], "no single host or link"),
+    # the links went quiet 2 s before the dumps, the ranks waited 60 s: down after the hang
+    "part_silent_after_wait": ("--ranks 6 --per-host 2 --part-host 0 --net-silent-ms 2000", [
+        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "after the hang began"),
+    # one rank's sockets unknown: named from the others', said
+    "part_one_unknown": ("--ranks 6 --per-host 2 --part-host 0 --net-unknown-rank 5", [
+        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "the sockets of 1 dump are unknown"),
     "part_two_hosts_link": ("--ranks 4 --per-host 2 --part-host 1", [
         ("partitioned_host", [], ["node0", "node1"], None, "medium"),
         ("no_progress", [0, 1, 2, 3], None, 0, "high")], "neither keeps a working connection"),
