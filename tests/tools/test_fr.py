@@ -723,9 +723,10 @@ PARTITION = {
         ("partitioned_host", [0, 1], ["node0"], None, "medium"),
         ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "after the hang began"),
     # one rank's sockets unknown: named from the others', said
-    "part_one_unknown": ("--ranks 6 --per-host 2 --part-host 0 --net-unknown-rank 5", [
-        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
-        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "the sockets of 1 dump are unknown"),
+    "part_one_unknown": ("--ranks 6 --per-host 2 --part-host 1 --net-linkdown 1 "
+                         "--net-unknown-rank 5", [
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "the sockets of 1 dump are unknown (rank 5"),
     "part_two_hosts_link": ("--ranks 4 --per-host 2 --part-host 1", [
         ("partitioned_host", [], ["node0", "node1"], None, "medium"),
         ("no_progress", [0, 1, 2, 3], None, 0, "high")], "neither keeps a working connection"),
