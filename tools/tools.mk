@@ -12,7 +12,8 @@ TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -Itools/fr -Itools/r
 	       -DTPTRACE_VERSION='"$(VERSION)"'
 # the analyzer, one module per seam (see tools/fr/fr_analyze_int.h)
 FR_ANALYZE_SRCS := $(addprefix tools/fr/,fr_tables.c fr_fold.c fr_infer.c fr_rules.c fr_finding.c \
-		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c) user/base/hashmap.c \
+		     fr_stacks.c fr_text.c fr_text_stacks.c fr_report.c fr_timing.c fr_partition.c \
+		     fr_text_net.c) user/base/hashmap.c \
 		     user/base/textwrap.c
 FR_LIB_OBJS := $(TOOLS_OUT)/fr_parse.o $(TOOLS_OUT)/fr_pickle.o $(TOOLS_OUT)/fr_torch.o \
 	       $(TOOLS_OUT)/atomic_file.o $(TOOLS_OUT)/jsonlex.o $(addprefix $(TOOLS_OUT)/,$(notdir $(FR_ANALYZE_SRCS:.c=.o)))

@@ -16,13 +16,13 @@ import scenarios  # noqa: E402
 HOSTS, RPH, STALL = 2, 2, 3
 
 
-def _fleet(name, prometheus=False, **kw):
+def _fleet(name, prometheus=False, hosts=HOSTS, **kw):
     need_root()
     if not shutil.which("ip"):
         raise Skip("no ip(8)")
     if prometheus and not shutil.which("prometheus"):
         raise Skip("no prometheus")
-    return fleetlib.Fleet(HOSTS, RPH, name=name, stall_timeout=STALL, prometheus=prometheus,
+    return fleetlib.Fleet(hosts, RPH, name=name, stall_timeout=STALL, prometheus=prometheus,
                           **kw)
 
 
@@ -65,8 +65,23 @@ def test_fleet_mismatched_collective():
 
 
 def test_fleet_partitioned_host():
-    with _fleet("partition") as f:
+    """Three hosts: a leaf host's link down, then the host of the root's process (the
+    simulated NCCL's hub): each time the first verdict is partitioned_host naming that host
+    and its ranks, and nothing else blames ranks; then two hosts (h1's link down: its own
+    interface says which side it is)."""
+    with _fleet("partition", hosts=3) as f:
+        scenarios.run_fault(f, "partition", part_host=2)
+        scenarios.run_fault(f, "partition", part_host=0)
+    with _fleet("partition2") as f:
         scenarios.run_fault(f, "partition", part_host=1)
+
+
+def test_fleet_partitioned_two_hosts_in_the_switch_names_the_link():
+    """Two hosts cut inside the switch (h1's port leaves the bridge, every interface stays
+    up): which side lost the network cannot be told; the link is named (both ends), no rank
+    blamed as a cause."""
+    with _fleet("partition-sw") as f:
+        scenarios.run_fault(f, "partition", part_host=1, switch=True)
 
 
 def test_fleet_straggler_alert_and_verdict():

@@ -137,7 +137,7 @@ class Fleet:
         self.job_id = None
         self.runs = 0
         self.last = {}
-        self.down = set()
+        self.down = {}
         self.t0 = time.time()
         self.cg = None
         self._netns = []
@@ -185,15 +185,24 @@ class Fleet:
             if self.cg:
                 os.makedirs(os.path.join(self.cg, f"h{h}"), exist_ok=True)
 
-    def partition(self, h):
-        """Takes host h's link down: a real partition (TCP just stops delivering)."""
-        sh("ip", "-n", self.ns(h), "link", "set", "eth0", "down")
-        self.down.add(h)
+    def partition(self, h, switch=False):
+        """Takes host h's link down: a real partition (TCP just stops delivering). switch:
+        its port leaves the bridge instead (a switch that fails inside: both ends keep their
+        carrier, the host's interface stays up)."""
+        if switch:
+            sh("ip", "-n", f"{self.tag}-br", "link", "set", f"v{self.tag[3:]}x{h}", "nomaster")
+        else:
+            sh("ip", "-n", self.ns(h), "link", "set", "eth0", "down")
+        self.down[h] = switch
 
     def heal(self):
-        for h in sorted(self.down):
-            sh("ip", "-n", self.ns(h), "link", "set", "eth0", "up")
-        self.down = set()
+        for h, switch in sorted(self.down.items()):
+            if switch:
+                sh("ip", "-n", f"{self.tag}-br", "link", "set", f"v{self.tag[3:]}x{h}",
+                   "master", "br0")
+            else:
+                sh("ip", "-n", self.ns(h), "link", "set", "eth0", "up")
+        self.down = {}
 
     # ---- Prometheus ----
 

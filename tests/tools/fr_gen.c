@@ -39,13 +39,14 @@ enum scenario {
 	SC_P2P_COUNT, SC_STUCK, SC_KILLED, SC_MISSING_DUMP, SC_CORRUPT, SC_ASYNC, SC_SKIP_ON,
 	SC_INIT_FAIL, SC_INIT_FAIL_ALL,
 	/* hung before tptrace attached: empty rings, the stacks tell (imply --stacks) */
-	SC_HUNG_MISSING, SC_HUNG_SPIN, SC_STUCK_SYNC, SC_NO_PROGRESS, SC_STRAGGLER, SC__COUNT
+	SC_HUNG_MISSING, SC_HUNG_SPIN, SC_STUCK_SYNC, SC_NO_PROGRESS, SC_STRAGGLER, SC_PARTITION,
+	SC__COUNT
 };
 static const char *const scenario_names[SC__COUNT] = {
 	"healthy", "skip", "late", "size", "dtype", "op", "root", "type", "p2p", "p2p_count",
 	"stuck", "killed", "missing_dump", "corrupt", "async", "skip_on", "init_fail",
 	"init_fail_all", "hung_before_attach_missing", "hung_before_attach_spin", "stuck_sync",
-	"no_progress", "straggler",
+	"no_progress", "straggler", "partition",
 };
 
 static struct env {
@@ -75,6 +76,18 @@ static struct env {
 	int64_t at;
 	int init_rc;		/* ncclResult_t of a failed comm init */
 	const char *init_api;	/* the API whose init failed (default by slot) */
+	/* "net" (--net, partition): ranks of other hosts reach the hub host's first rank over
+	 * TCP (a star, as the simulated NCCL's); part_host: the host cut off, PART_NONE (links
+	 * busy, nothing stuck), PART_EXT (an address outside the job, 192.0.2.77, that every
+	 * host's first rank talks to) */
+	bool net, net_unknown, net_proc, net_unsent;
+	bool part_mid;		/* cut while the hub sent the results of the collective before
+				 * the last: the ranks it could not reach never completed it */
+	int part_host, net_hub;
+	uint64_t net_linkdown;	/* hosts (bits, < 64) whose interface is down (no carrier) */
+	int part_also;		/* a second host cut off (-1 none) */
+	int net_unknown_rank;	/* this rank's sockets are unknown (-1 none) */
+	int64_t net_silent_ms;	/* stuck views heard no ack for this long (0: since the hang) */
 	enum scenario sc;
 	const char *out;
 	uint64_t seed;
@@ -83,7 +96,9 @@ static struct env {
 	.ranks = 8, .entries = 100, .comms = 1, .culprit = -1, .group = 0, .ring = 2000,
 	.wrap = -2, .dropped = -2, .jobs = 2, .at = -1, .init_rc = 2, .sc = SC_HEALTHY, .seed = 1,
 	.stack_unknown = -1, .per_host = 8, .step_ns = 1000000, .stale_host = -1, .pre_from = -1, .clock_off_host = -1, .alias_host = -2, .stale_ns = 5000000000LL,
+	.part_host = -3, .part_also = -1, .net_unknown_rank = -1,
 };
+enum { PART_NONE = -1, PART_EXT = -2, PART_ZEROWIN = -4 };
 
 const char *argp_program_version = "tptrace-fr-gen " TPTRACE_VERSION;
 static const char doc[] =
@@ -101,7 +116,9 @@ static const char doc[] =
 "culprit sleeps in Python, the others wait in ncclAllReduce), hung_before_attach_spin (it\n"
 "spins in Python), stuck_sync (it waits in cudaStreamSynchronize), no_progress (every rank\n"
 "waits in ncclAllReduce). straggler: the culprit enters every step 30 % of --step-ms after\n"
-"the others (a collective completes 0.9 ms after its last rank). --stacks adds snapshots to any scenario: healthy ranks progress,\n"
+"the others (a collective completes 0.9 ms after its last rank). partition: every rank\n"
+"waits in the last collective and --part-host's link is down (implies --net: its\n"
+"connections hold data retransmitted with no ack). --stacks adds snapshots to any scenario: healthy ranks progress,\n"
 "the culprit of a hang sleeps in Python while the others wait in the collective.\n"
 "\n"
 "EXAMPLES:\n"
@@ -114,7 +131,9 @@ enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
        OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
-       OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD };
+       OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD, OPT_NET, OPT_NET_UNKNOWN, OPT_NET_PROC,
+       OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT, OPT_PART_MID, OPT_NET_LINKDOWN, OPT_PART_ALSO,
+       OPT_NET_UNKNOWN_RANK, OPT_NET_SILENT };
 
 static const struct argp_option opts[] = {
 	{ "ranks", 'n', "N", 0, "World size (default 8)", 0 },
@@ -169,6 +188,26 @@ static const struct argp_option opts[] = {
 	  "pseudo-randomly; a collective completes 0.9 ms after its last rank entered", 0 },
 	{ "period", OPT_PERIOD, "P", 0, "A training loop: the collectives' signatures repeat "
 	  "every P collectives of a comm, no p2p (default: aperiodic within 120)", 0 },
+	{ "net", OPT_NET, NULL, 0, "Dumps hold the processes' sockets: ranks of other hosts reach host --net-hub's "
+	  "first rank over TCP (10.1.0.H+1); links busy, data in flight, acks coming", 0 },
+	{ "net-hub", OPT_NET_HUB, "H", 0, "The host every other host's ranks connect to (default 0)", 0 },
+	{ "part-host", OPT_PART_HOST, "H", 0, "partition: host H is cut off; 'none': no link is down "
+	  "(busy links); 'ext': 192.0.2.77, no host of the job, is; 'zerowin': no link is down, "
+	  "the hub reads nothing (its peers' data waits on a zero window) (default 1)", 0 },
+	{ "part-mid", OPT_PART_MID, NULL, 0, "partition: the link went down while the hub sent "
+	  "the results of the collective before the last: the ranks it could not reach never "
+	  "completed it, the others wait in the last one", 0 },
+	{ "net-linkdown", OPT_NET_LINKDOWN, "H", 0, "Host H's interface is down (no carrier; "
+	  "repeatable, H < 64); without it every interface runs (a switch failed)", 0 },
+	{ "part-also", OPT_PART_ALSO, "H", 0, "partition: host H (a leaf) is cut off too", 0 },
+	{ "net-unknown-rank", OPT_NET_UNKNOWN_RANK, "R", 0, "Rank R's sockets are unknown", 0 },
+	{ "net-silent-ms", OPT_NET_SILENT, "MS", 0, "The stuck connections heard their last ack MS "
+	  "ms before the dump (default: since the ranks began to wait)", 0 },
+	{ "net-unsent", OPT_NET_UNSENT, NULL, 0, "The cut connections' data was never sent (the "
+	  "link refused it: window-probe timer) instead of retransmitted", 0 },
+	{ "net-unknown", OPT_NET_UNKNOWN, NULL, 0, "Sockets unknown in every dump (the namespace "
+	  "could not be entered)", 0 },
+	{ "net-proc", OPT_NET_PROC, NULL, 0, "Sockets read from /proc/net/tcp: no ack ages", 0 },
 	{ "output", 'o', "DIR", 0, "Directory to write (created)", 0 },
 	{},
 };
@@ -223,6 +262,26 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_CULPRIT_NCCL: env.culprit_in_nccl = true; break;
 	case OPT_SLEEP_BETWEEN: env.sleep_between = true; break;
 	case OPT_PERIOD: env.period = num_arg(state, "period", arg, 1, 1 << 20); break;
+	case OPT_NET: env.net = true; break;
+	case OPT_NET_UNKNOWN: env.net = env.net_unknown = true; break;
+	case OPT_NET_PROC: env.net = env.net_proc = true; break;
+	case OPT_NET_UNSENT: env.net = env.net_unsent = true; break;
+	case OPT_PART_MID: env.part_mid = true; break;
+	case OPT_NET_LINKDOWN:
+		env.net = true;
+		env.net_linkdown |= 1ULL << num_arg(state, "net-linkdown", arg, 0, 63);
+		break;
+	case OPT_PART_ALSO: env.part_also = num_arg(state, "part-also", arg, 0, 250); break;
+	case OPT_NET_UNKNOWN_RANK:
+		env.net_unknown_rank = num_arg(state, "net-unknown-rank", arg, 0, 1 << 20);
+		break;
+	case OPT_NET_SILENT: env.net_silent_ms = num_arg(state, "net-silent-ms", arg, 1, 1 << 30); break;
+	case OPT_NET_HUB: env.net_hub = num_arg(state, "net-hub", arg, 0, 250); break;
+	case OPT_PART_HOST:
+		env.part_host = !strcmp(arg, "none") ? PART_NONE : !strcmp(arg, "ext") ? PART_EXT :
+				!strcmp(arg, "zerowin") ? PART_ZEROWIN :
+				num_arg(state, "part-host", arg, 0, 250);
+		break;
 	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
 	case OPT_ALIAS: env.alias_host = num_arg(state, "alias-host", arg, 0, 1 << 20); break;
 	case OPT_STALE_MS:
@@ -257,6 +316,18 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			env.stacks = true;
 		if ((env.sc == SC_P2P || env.sc == SC_P2P_COUNT) && env.ranks < 2)
 			argp_error(state, "p2p scenarios need 2 ranks or more");
+		if (env.sc == SC_PARTITION) {
+			env.net = true;
+			if (env.part_host == -3)
+				env.part_host = 1;
+		} else if (env.part_host != -3) {
+			argp_error(state, "--part-host needs --scenario partition");
+		}
+		if (env.net && (env.ranks + env.per_host - 1) / env.per_host > 250)
+			argp_error(state, "--net: at most 250 hosts");
+		if (env.net && (env.net_hub * env.per_host >= env.ranks ||
+				(env.part_host >= 0 && env.part_host * env.per_host >= env.ranks)))
+			argp_error(state, "--net-hub / --part-host: no such host");
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -697,6 +768,15 @@ struct comm_hdr {
 };
 
 /* The entries of one rank, the whole history (the ring keeps a suffix). Returns the count. */
+/* --part-mid: a rank the hub's results of the collective before the last never reached */
+static bool part_behind(int r)
+{
+	int h = r / env.per_host;
+
+	return env.sc == SC_PARTITION && env.part_mid && env.part_host >= 0 &&
+	       (env.part_host == env.net_hub ? h != env.net_hub : h == env.part_host);
+}
+
 static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64_t *dump_time)
 {
 	int64_t n = 0;
@@ -709,6 +789,8 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	int64_t dump_true = timed() ? dump_instant(r) : INT64_MAX;
 
 	if (culprit && (env.sc == SC_SKIP || env.sc == SC_KILLED))
+		stop = nr_steps - 1;
+	if (part_behind(r))
 		stop = nr_steps - 1;
 	if (init_fail()) {
 		/* the job stops at the first collective on the failed comm: its working members
@@ -758,6 +840,8 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			e.done = done;
 		if (target && (hang_at_end() || init_fail()))
 			state = 1;
+		if (part_behind(r) && t == nr_steps - 2)
+			state = 1;	/* the hub's results never reached it */
 		/* completed 0.9 ms after the step began: not yet at its dump */
 		if (done - clock > dump_true)
 			state = 1;
@@ -1098,6 +1182,122 @@ static void put_stacks(struct growbuf *o, int r, int64_t pid, int64_t dump_time)
 	put(o, "]," KQ(FRK_STACKS_ERROR) "null");
 }
 
+/* one socket of "net" (docs/fr-schema.md "Network"), as a link left it: idle since silent_ms;
+ * busy (data in flight, acks coming); stuck (data retransmitted, no ack since silent_ms);
+ * unsent (a link down refused it: queued under the window-probe timer, backing off); zerowin
+ * (a peer alive that reads nothing: queued under the probe timer, each probe acked) */
+enum sock_kind { SK_IDLE, SK_BUSY, SK_STUCK, SK_UNSENT, SK_ZEROWIN };
+
+static void put_sock(struct growbuf *o, bool first, const char *local, const char *remote,
+		     enum sock_kind k, int64_t silent_ms)
+{
+	static const struct {
+		int tx, unacked, retrans, probes, backoff, total;
+		const char *timer;
+	} v[] = {
+		[SK_IDLE] = { 0, 0, 0, 0, 0, 0, "none" },
+		[SK_BUSY] = { 2200, 2, 1, 0, 0, 3, "retransmit" },
+		[SK_STUCK] = { 1100, 1, 5, 0, 5, 9, "retransmit" },
+		[SK_UNSENT] = { 65592, 0, 0, 4, 4, 0, "probe" },
+		[SK_ZEROWIN] = { 65592, 0, 0, 0, 6, 0, "probe" },
+	};
+	int64_t ack = k == SK_BUSY ? 2 : k == SK_ZEROWIN ? 150 : silent_ms;
+	char buf[640];
+
+	if (env.net_proc)
+		snprintf(buf, sizeof(buf), "%s{" KQ(FRK_LOCAL) "\"%s\"," KQ(FRK_REMOTE) "\"%s\","
+			 KQ(FRK_STATE) "\"established\"," KQ(FRK_INODE) "%d," KQ(FRK_TX_QUEUE) "%d,"
+			 KQ(FRK_RX_QUEUE) "0," KQ(FRK_TIMER) "\"%s\"," KQ(FRK_RETRANSMITS) "%d,"
+			 KQ(FRK_PROBES) "%d," KQ(FRK_BACKOFF) "null," KQ(FRK_UNACKED) "null,"
+			 KQ(FRK_TOTAL_RETRANS) "null," KQ(FRK_LAST_DATA_SENT_MS) "null,"
+			 KQ(FRK_LAST_ACK_RECV_MS) "null," KQ(FRK_LAST_DATA_RECV_MS) "null}",
+			 first ? "" : ",", local, remote, 700000 + (int)o->len % 1000, v[k].tx,
+			 v[k].timer, v[k].retrans, v[k].probes);
+	else
+		snprintf(buf, sizeof(buf), "%s{" KQ(FRK_LOCAL) "\"%s\"," KQ(FRK_REMOTE) "\"%s\","
+			 KQ(FRK_STATE) "\"established\"," KQ(FRK_INODE) "%d," KQ(FRK_TX_QUEUE) "%d,"
+			 KQ(FRK_RX_QUEUE) "0," KQ(FRK_TIMER) "\"%s\"," KQ(FRK_RETRANSMITS) "%d,"
+			 KQ(FRK_PROBES) "%d," KQ(FRK_BACKOFF) "%d," KQ(FRK_UNACKED) "%d,"
+			 KQ(FRK_TOTAL_RETRANS) "%d," KQ(FRK_LAST_DATA_SENT_MS) "%" PRId64 ","
+			 KQ(FRK_LAST_ACK_RECV_MS) "%" PRId64 "," KQ(FRK_LAST_DATA_RECV_MS) "%" PRId64 "}",
+			 first ? "" : ",", local, remote, 700000 + (int)o->len % 1000, v[k].tx,
+			 v[k].timer, v[k].retrans, v[k].probes, v[k].backoff, v[k].unacked, v[k].total,
+			 k == SK_IDLE ? silent_ms : k == SK_BUSY ? 1 : 290, ack,
+			 k == SK_BUSY ? 1 : silent_ms);
+	put(o, buf);
+}
+
+/* "net": rank r's connections; wait_ns: how long it has waited at its dump */
+static void put_net(struct growbuf *o, int r, int64_t dump_time, int64_t wait_ns)
+{
+	int h = r / env.per_host, nhosts = (env.ranks + env.per_host - 1) / env.per_host;
+	int root = env.net_hub * env.per_host;
+	int64_t silent_ms = wait_ns / 1000000 + 50;
+	bool first = true, busy = env.sc != SC_PARTITION || env.part_host == PART_NONE;
+	enum sock_kind cut = env.net_unsent ? SK_UNSENT : SK_STUCK;
+	char local[64], remote[64];
+
+	if (env.net_silent_ms)
+		silent_ms = env.net_silent_ms;
+	put(o, ",\n" KQ(FRK_NET));
+	if (env.net_unknown || r == env.net_unknown_rank) {
+		put(o, "{" KQ(FRK_SOURCE) "null," KQ(FRK_ERROR) "\"cannot enter its network namespace: "
+		       "Operation not permitted; /proc/1234/net/tcp: Permission denied\","
+		       KQ(FRK_NETNS) "4026532001," KQ(FRK_SOCKETS) "null}");
+		return;
+	}
+	put_kv_s(o, "{" KQ(FRK_SOURCE), env.net_proc ? "proc_net_tcp" : "inet_diag");
+	put(o, env.net_proc ? "," KQ(FRK_ERROR) "\"inet_diag: cannot enter its network namespace: "
+			      "Operation not permitted\"" : "," KQ(FRK_ERROR) "null");
+	put_kv_i(o, "," KQ(FRK_NETNS), 4026532001LL + h);
+	put_kv_i(o, "," KQ(FRK_READ_NS), dump_time + 200000);
+	snprintf(local, sizeof(local), "10.1.0.%d", h + 1);
+	put(o, "," KQ(FRK_HOST_ADDRESSES) "[\"");
+	put(o, local);
+	put(o, "\"]");
+	if (env.net_proc) {
+		put(o, "," KQ(FRK_INTERFACES) "null");
+	} else {
+		put(o, "," KQ(FRK_INTERFACES) "[{" KQ(FRK_NAME) "\"eth0\"," KQ(FRK_ADDRESS) "\"");
+		put(o, local);
+		put(o, h < 64 && (env.net_linkdown >> h & 1) ?
+		       "\"," KQ(FRK_UP) "true," KQ(FRK_RUNNING) "false}]" :
+		       "\"," KQ(FRK_UP) "true," KQ(FRK_RUNNING) "true}]");
+	}
+	put(o, "," KQ(FRK_SOCKETS) "[");
+	if (r == root) {
+		for (int q = 0; q < env.ranks; q++) {
+			int hq = q / env.per_host;
+
+			if (hq == env.net_hub)
+				continue;
+			snprintf(local, sizeof(local), "10.1.0.%d:29500", h + 1);
+			snprintf(remote, sizeof(remote), "10.1.0.%d:%d", hq + 1, 40000 + q);
+			/* the hub had sent nothing it waits on: idle whichever side is cut; but
+			 * the results it could not deliver (--part-mid) */
+			put_sock(o, first, local, remote, part_behind(q) ? cut : busy ? SK_BUSY :
+				 SK_IDLE, silent_ms);
+			first = false;
+		}
+	} else if (h != env.net_hub) {
+		bool stuck = !busy && !env.part_mid &&
+			     (env.part_host == h || env.part_host == env.net_hub ||
+			      env.part_also == h);
+
+		snprintf(local, sizeof(local), "10.1.0.%d:%d", h + 1, 40000 + r);
+		snprintf(remote, sizeof(remote), "10.1.0.%d:29500", env.net_hub + 1);
+		put_sock(o, first, local, remote, env.part_host == PART_ZEROWIN ? SK_ZEROWIN :
+			 stuck ? cut : busy ? SK_BUSY : SK_IDLE, silent_ms);
+		first = false;
+	}
+	if (env.sc == SC_PARTITION && env.part_host == PART_EXT && r % env.per_host == 0) {
+		snprintf(local, sizeof(local), "10.1.0.%d:%d", h + 1, 41000 + r);
+		put_sock(o, first, local, "192.0.2.77:2049", cut, silent_ms);
+	}
+	put(o, "]}");
+	(void)nhosts;
+}
+
 static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hdr *hdr)
 {
 	int64_t dump_time, n = rank_entries(r, ents, hdr, &dump_time), first = 0;
@@ -1243,6 +1443,8 @@ static int write_rank(int r, struct growbuf *o, struct ent *ents, struct comm_hd
 		put(o, "," KQ(FRK_COMM_ID) "null," KQ(FRK_SEQ) "null}");
 	}
 	put(o, "]");
+	if (env.net)
+		put_net(o, r, dump_time, n ? dump_time - ents[n - 1].created : 0);
 	/* before the entries, so a reader of the newest entries finds them in the head */
 	if (env.stacks)
 		put_stacks(o, r, pid, dump_time);

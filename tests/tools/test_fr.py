@@ -703,6 +703,157 @@ def check_fleet():
 
 
 
+# partitioned_host (tools/fr/fr_partition.c): (generator args, [(rule, ranks, hosts,
+# caused_by, confidence)], text the first verdict's detail or reason holds). A star as the
+# simulated NCCL's: host --net-hub's first rank holds every cross-host connection. A leaf
+# named because the hub keeps idle connections to other leaves is medium (the hub cut after
+# those leaves delivered leaves the same dumps); its own interface down makes it high.
+PARTITION = {
+    "part_leaf_cut": ("--ranks 6 --per-host 2 --part-host 1", [
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")],
+        "node0, at the other end, keeps 2 connections to other hosts (node2"),
+    "part_leaf_cut_link_down": ("--ranks 6 --per-host 2 --part-host 1 --net-linkdown 1", [
+        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")],
+        "node1's own interface at 10.1.0.2 is down"),
+    # the sockets of a leaf cut, but the hub's own link is down: the hub was cut after
+    # node2 delivered and before node1 did
+    "part_hub_cut_race_link_down": ("--ranks 6 --per-host 2 --part-host 1 --net-linkdown 0", [
+        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")],
+        "node0's own interface at 10.1.0.1 is down"),
+    "part_hub_cut": ("--ranks 6 --per-host 2 --part-host 0", [
+        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "4 stuck connections"),
+    # the hub elsewhere: the rule follows the connections, not host 0
+    "part_leaf_cut_hub2": ("--ranks 8 --per-host 2 --net-hub 2 --part-host 0", [
+        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
+        ("no_progress", list(range(8)), None, 0, "high")], "node2, at the other end"),
+    # two leaves cut (the hub keeps node2): the hub touches every stuck connection but keeps
+    # one that is not stuck: named, medium; with both leaves' interfaces down: several links,
+    # every host listed, no rank blamed, low
+    "part_two_leaves_cut": ("--ranks 8 --per-host 2 --part-host 1 --part-also 3", [
+        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
+        ("no_progress", list(range(8)), None, 0, "high")], "may be cut off instead"),
+    "part_two_leaves_cut_link_down": ("--ranks 8 --per-host 2 --part-host 1 --part-also 3 "
+                                      "--net-linkdown 1 --net-linkdown 3", [
+        ("partitioned_host", [], ["node0", "node1", "node3"], None, "low"),
+        ("no_progress", list(range(8)), None, 0, "high")], "no single host or link"),
+    # the links went quiet 2 s before the dumps, the ranks waited 60 s: down after the hang
+    "part_silent_after_wait": ("--ranks 6 --per-host 2 --part-host 0 --net-silent-ms 2000", [
+        ("partitioned_host", [0, 1], ["node0"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "after the hang began"),
+    # one rank's sockets unknown: named from the others', said
+    "part_one_unknown": ("--ranks 6 --per-host 2 --part-host 1 --net-linkdown 1 "
+                         "--net-unknown-rank 5", [
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "the sockets of 1 dump are unknown (rank 5"),
+    "part_two_hosts_link": ("--ranks 4 --per-host 2 --part-host 1", [
+        ("partitioned_host", [], ["node0", "node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3], None, 0, "high")], "neither keeps a working connection"),
+    "part_two_hosts_hub_cut": ("--ranks 4 --per-host 2 --part-host 0", [
+        ("partitioned_host", [], ["node0", "node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3], None, 0, "high")], "which side lost the network"),
+    # the link refused the data: queued unsent under the window-probe timer (as seen in the
+    # fleet harness: tx_queue 65592, unacked 0, timer probe, backoff 4, no ack for 3.5 s)
+    "part_leaf_cut_unsent": ("--ranks 6 --per-host 2 --part-host 1 --net-unsent --net-linkdown 1", [
+        ("partitioned_host", [2, 3], ["node1"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "2 stuck connections"),
+    # a peer alive that reads nothing: data queued under the probe timer, each probe acked
+    "part_zero_window": ("--ranks 6 --per-host 2 --part-host zerowin", [
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
+    # cut while the hub sent the results of seq 7: the ranks it did not reach never
+    # completed it (state_divergence, and their dumps look older than the others' wait)
+    "part_mid_leaf_cut": ("--ranks 6 --per-host 2 --part-host 1 --part-mid", [
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high"),
+        ("state_divergence", [2, 3], None, 0, "high"),
+        ("dumps_not_simultaneous", [], ["node1"], 0, "high")], "10.1.0.1:29500 -> 10.1.0.2"),
+    "part_mid_hub_cut": ("--ranks 6 --per-host 2 --part-host 0 --part-mid", [
+        ("partitioned_host", [0, 1], ["node0"], None, "high"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high"),
+        ("state_divergence", [2, 3, 4, 5], None, 0, "high"),
+        ("dumps_not_simultaneous", [], ["node1", "node2"], 0, "high")], "4 stuck connections"),
+    "part_busy_links": ("--ranks 6 --per-host 2 --part-host none", [
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
+    "part_sockets_unknown": ("--ranks 6 --per-host 2 --part-host 1 --net-unknown", [
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, None, "high")], None),
+    "part_external_address": ("--ranks 6 --per-host 2 --part-host ext", [
+        ("partitioned_host", [], ["192.0.2.77"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "no dump holds that address"),
+    "part_proc_net_tcp": ("--ranks 6 --per-host 2 --part-host 1 --net-proc", [
+        ("partitioned_host", [2, 3], ["node1"], None, "medium"),
+        ("no_progress", [0, 1, 2, 3, 4, 5], None, 0, "high")], "/proc/net/tcp"),
+}
+# other scenarios with busy sockets in every dump: never this verdict
+PARTITION_NEVER = {
+    "part_never_healthy": "--ranks 6 --per-host 2 --entries 8 --net --stacks",
+    "part_never_skip": "--ranks 6 --per-host 2 --entries 8 --net --stacks --scenario skip --culprit 3",
+    "part_never_killed": "--ranks 6 --per-host 2 --entries 8 --net --stacks --scenario killed --culprit 3",
+    "part_never_size": "--ranks 6 --per-host 2 --entries 8 --net --stacks --scenario size --culprit 3",
+}
+
+
+def check_partition():
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        for name, (args, want, text) in PARTITION.items():
+            d = os.path.join(t, name)
+            gen(f"--entries 8 --scenario partition --stacks {args}", d)
+            p = run([FR, "--json", d])
+            try:
+                vs = json.loads(p.stdout)["verdicts"]
+            except ValueError:
+                res.append((name, f"no JSON: {p.stderr.strip()}"))
+                continue
+            got = [(v["rule"], v["ranks"], v.get("hosts"), v["caused_by"], v["confidence"])
+                   for v in vs]
+            err = None
+            if p.returncode != 1:
+                err = f"exit {p.returncode}: {p.stderr.strip()}"
+            elif got != want:
+                err = f"verdicts {got}, want {want}"
+            elif text and text not in vs[0]["detail"] + vs[0].get("confidence_reason", ""):
+                err = f"first verdict lacks {text!r}: {vs[0]['detail']!r}"
+            if not err:
+                h = run([FR, d])
+                err = check_width(h.stdout)
+                if not err and want[0][0] == "partitioned_host" and \
+                        not h.stdout.startswith("1 problem found"):
+                    err = f"text report: {h.stdout[:200]!r}"
+            res.append((name, err))
+        # the ranks cut off completed seq 7 and never entered seq 8 (their dumps 60 s after
+        # the others began to wait in it): missing_rank, which follows from the partition
+        d = os.path.join(t, "part_mid_missing")
+        gen("--ranks 6 --per-host 2 --entries 8 --scenario partition --stacks --part-host 1 "
+            "--part-mid", d)
+
+        def completed(dump):
+            for e in dump["entries"]:
+                if e["state"] != "completed":
+                    e["state"] = "completed"
+                    e["time_discovered_completed_ns"] = e["time_created_ns"] + 900000
+                    e["duration_ms"] = 0.9
+            for c in dump["comms"]:
+                c["last_completed_seq"] = c["last_started_seq"] = c["last_enqueued_seq"]
+        edit_dumps(d, lambda dump: completed(dump) if dump["global_rank"] in (2, 3) else None)
+        p = run([FR, "--json", d])
+        vs = json.loads(p.stdout)["verdicts"] if p.stdout.strip() else []
+        got = [(v["rule"], v["ranks"], v["caused_by"]) for v in vs]
+        want = [("partitioned_host", [2, 3], None), ("missing_rank", [2, 3], 0)]
+        res.append(("part_mid_missing", None if got[:2] == want and
+                    all(v["caused_by"] is not None for v in vs[1:]) else f"verdicts {got}"))
+        for name, args in PARTITION_NEVER.items():
+            d = os.path.join(t, name)
+            gen(args, d)
+            p = run([FR, "--json", d])
+            vs = json.loads(p.stdout)["verdicts"] if p.stdout.strip() else []
+            bad = [v["rule"] for v in vs if v["rule"] == "partitioned_host"]
+            res.append((name, f"verdicts {[v['rule'] for v in vs]}" if bad else None))
+    return res
+
+
 def check_bad_input():
     """bad input said in one line each, never a culprit made up"""
     res = []
@@ -1316,6 +1467,7 @@ def main():
     results = [(name, check_case(name, None)) for name in CASES]
     results += check_smoke()
     results += check_fleet()
+    results += check_partition()
     results += check_bad_input()
     results += check_generated()
     results += check_tail_parity()

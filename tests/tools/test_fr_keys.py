@@ -14,6 +14,7 @@ USERS = [
     ("user/fr/flightrec_dump.c",
      re.compile(r'(?:cJSON_Add\w+ToObject|add_ns|add_hex|add_id)\(\s*\w+,\s*"(\w+)"')),
     ("user/fr/flightrec_stacks.c", re.compile(r'cJSON_Add\w+ToObject\(\s*\w+,\s*"(\w+)"')),
+    ("user/fr/fr_net.c", re.compile(r'(?:cJSON_Add\w+ToObject|\bnum)\(\s*\w+,\s*"(\w+)"')),
     ("user/stacks/stacks_class.c", re.compile(r'\badd\(\w+,\s*"(\w+)"')),
     ("tests/tools/fr_gen.c", re.compile(r'\\"(\w+)\\":')),
     ("tools/fr/fr_parse.c", re.compile(r'\bE?KEY\("(\w+)"')),

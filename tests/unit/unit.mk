@@ -95,6 +95,14 @@ $(UNIT_DIR)/test_fr_trigger: tests/unit/test_fr_trigger.c tests/unit/check.h \
 	$(call msg,CC-TEST,$@)
 	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -o $@
 
+# the dump's "net": /proc/net/tcp parsing, and this process's own sockets through inet_diag
+$(UNIT_DIR)/test_fr_net: tests/unit/test_fr_net.c tests/unit/check.h \
+			 $(OUTPUT)/user/fr/fr_net.o | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.o,$^) -lcjson -lpthread -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_fr_net
+
 # memsnap (GPU memory state, memory_viz snapshot, pickle) on synthetic events
 $(UNIT_DIR)/test_memsnap: tests/unit/test_memsnap.c tests/unit/check.h \
 			  $(OUTPUT)/user/mem/memsnap.o $(OUTPUT)/user/mem/memlayout.o \

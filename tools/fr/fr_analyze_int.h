@@ -8,6 +8,7 @@
  *   fr_timing.c  what the dumps' own times prove when they are not from one moment
  *   fr_stacks.c  stack snapshots (dump version 2) per proc; odd_stack, no_progress,
  *                attached_after_hang
+ *   fr_partition.c  the dumps' TCP connections ("net"); partitioned_host
  *   fr_text.c    the one place that words a finding (text report and --json alike);
  *                fr_text_stacks.c the stack rules' words
  *   fr_report.c  the text and --json reports
@@ -41,15 +42,17 @@
 #define PROC_IN_CALLS	4
 #define MAX_P2P_VERDICTS_PER_COMM 16
 
-/* In causal order: the report lists verdicts in this order. The stack rules sit after the
+/* In causal order: the report lists verdicts in this order. partitioned_host sits before
+ * missing_rank: ranks cut off with their host before they could enter a collective are
+ * "missing" because of it (it runs last, from what the others found). The stack rules sit after the
  * ring rules that say the same with more evidence: odd_stack (one rank not in the wait the
  * others are in) right after missing_rank, no_progress (everyone in one call: NCCL or the
  * network) before stuck_in_call which it explains, attached_after_hang (why the rings cannot
  * tell) last but for corrupt dumps. */
 enum rule {
-	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_MISSING_RANK, RULE_ODD_STACK,
-	RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT, RULE_P2P,
-	RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STRAGGLER, RULE_STATE, RULE_NOT_ONE_MOMENT,
+	RULE_INIT_FAILED, RULE_DEAD_RANK, RULE_MISSING_DUMP, RULE_PARTITION, RULE_MISSING_RANK,
+	RULE_ODD_STACK, RULE_ASYNC_ERROR, RULE_TYPE, RULE_SIZE, RULE_DTYPE, RULE_REDOP, RULE_ROOT,
+	RULE_P2P, RULE_NO_PROGRESS, RULE_STUCK, RULE_LATE, RULE_STRAGGLER, RULE_STATE, RULE_NOT_ONE_MOMENT,
 	RULE_RANKS_UNKNOWN,
 	RULE_ATTACHED_AFTER, RULE_CORRUPT, RULE__COUNT
 };
@@ -118,6 +121,8 @@ struct proc {
 	/* stacks: the attach snapshot and the newest one (the same when only one exists) */
 	struct psnap snap_attach, snap;
 	char stacks_error[96];
+	int net_source;		/* enum fr_net_src: its "net" */
+	char net_error[96];
 	bool torch;		/* a PyTorch flight-recorder dump (fr_torch.c) */
 	bool py_stacks;		/* recorded with --py-stacks; py_why: why it has no frames */
 	char py_why[128];
@@ -285,6 +290,7 @@ enum low_why {
 	LOW_RANKS_UNKNOWN,	/* the dumps do not give the comm's members' ranks */
 	LOW_STACK_DISAGREES,	/* proc low_proc's stack is in the NCCL call its ring lacks */
 	LOW_ALIGN_AMBIGUOUS,	/* an inferred comm's seq alignment across hosts is ambiguous */
+	LOW_NET,		/* partitioned_host: ev.part.why says */
 };
 
 /* a signature group as a finding keeps it (copied: the aggregate's lists are not stable) */
@@ -354,11 +360,54 @@ struct verdict {
 			bool tie, one_sample;
 		} stk;
 		struct { int64_t newest; } attached;
+		/* partitioned_host (fr_partition.c): kind PART_*; owner: the host named, or the
+		 * link's two ends (PART_LINKS: in a->owners, those with on_stuck set) */
+		struct {
+			int kind, owner[2];
+			int how;	/* PART_BY_*: what named the host */
+			int nr_stuck, nr_views, nr_alive, alive_owner;
+			int example;	/* a stuck view (a->nsocks) */
+			int64_t silent_min, silent_max, retrans_max;	/* ms; FR_UNK */
+			int why;	/* PART_WHY_*: why below high */
+			int nr_unknown, unknown_proc;	/* comm members whose sockets are unknown */
+		} part;
 	} ev;
 	/* the stack rules found it from stacks alone (no ring entry shows it) */
 	bool stacks_only;
 	int caused_by;		/* link_roles: the cause's index in a->verdicts, -1: a cause */
 	struct ivec others;	/* procs: odd_stack the majority; attached_after_hang unused */
+};
+
+enum { PART_HOST = 1, PART_LINK, PART_LINKS };
+/* how a host was named: every stuck connection touches it alone (and it keeps others that
+ * are not stuck: several hosts may be cut off instead); its own interface is down;
+ * of the two every stuck connection joins, the other keeps connections to third hosts that
+ * are not stuck (idle ones too: weaker, see fr_partition.c) */
+enum { PART_BY_ONLY = 1, PART_BY_ONLY_ALIVE, PART_BY_LINK_DOWN, PART_BY_PEERS };
+enum { PART_WHY_NONE, PART_WHY_NO_DUMP, PART_WHY_TWO_SIDES, PART_WHY_MANY, PART_WHY_NO_AGES,
+       PART_WHY_AFTER_WAIT, PART_WHY_UNKNOWN, PART_WHY_PEERS, PART_WHY_ALIVE };
+
+/* fr_partition.c: one socket of a dump (only established ones to a non-loopback address) */
+struct nsock {
+	int proc;
+	uint8_t local[16], remote[16];
+	uint16_t lport, rport;
+	bool stuck;		/* this side holds data it keeps trying to send, with no ack since */
+	int64_t retrans;	/* its tries: retransmits, window probes or backoffs, the most */
+	int64_t last_ack_ms, unacked;	/* unacked: data queued (unacked or unsent), bytes or segments */
+};
+/* an address a dump's host holds (its interfaces, its sockets' local ends) */
+struct haddr {
+	uint8_t a[16];
+	int proc;		/* the first dump that holds it */
+	bool conflict;		/* dumps of different hosts hold it: it names none */
+	bool down;		/* its interface is not running (down, or no carrier) */
+};
+/* a host (by name) or an address no dump's host holds */
+struct powner {
+	char name[FR_NAME_LEN];
+	bool addr_only;
+	bool on_stuck;		/* an end of a stuck connection */
 };
 
 /* a dump older than the moment the others show (fr_timing.c) */
@@ -442,6 +491,16 @@ struct fr_analysis {
 	int nr_redumps, cap_redumps;
 	bool hang_seen;		/* some rank waited past the threshold at its own dump */
 
+	/* fr_partition.c: the dumps' sockets and their hosts' addresses; the owners a verdict
+	 * names */
+	struct nsock *nsocks;
+	int nr_nsocks, cap_nsocks;
+	struct haddr *haddrs;
+	int nr_haddrs, cap_haddrs;
+	struct u64map haddr_index;	/* address hash -> index + 1 */
+	struct powner *owners;
+	int nr_owners, cap_owners;
+
 	struct verdict *verdicts;
 	int nr_verdicts, cap_verdicts;
 	int *comm_order;	/* comms sorted by id */
@@ -499,6 +558,18 @@ int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d);
 const char *kstr(const struct fr_analysis *a, uint32_t off);
 int rule_stacks(struct fr_analysis *a);
 int rule_attached_after(struct fr_analysis *a);
+
+/* fr_partition.c */
+int fold_net(struct fr_analysis *a, int pi, const struct fr_dump *d);
+int rule_partition(struct fr_analysis *a);
+/* link_roles: the procs that follow from partitioned_host c besides its waiters: those of the
+ * hosts at an end of a stuck connection */
+void partition_mark(const struct fr_analysis *a, const struct verdict *c, uint8_t *mark);
+void net_free(struct fr_analysis *a);
+/* fr_text_net.c */
+void headline_partition(FILE *f, const struct fr_analysis *a, const struct verdict *v);
+void detail_partition(FILE *f, const struct fr_analysis *a, const struct verdict *v);
+void partition_reason(FILE *f, const struct fr_analysis *a, const struct verdict *v);
 
 /* fr_timing.c */
 int timing_hosts(struct fr_analysis *a);

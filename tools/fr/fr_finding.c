@@ -252,6 +252,12 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 		int *w = NULL, n;
 		int64_t lo, hi;
 
+		/* ranks cut off with a host are "missing" because of it, and their dumps look
+		 * older than the others' wait: nothing else makes these consequences */
+		if ((v->rule == RULE_MISSING_RANK || v->rule == RULE_NOT_ONE_MOMENT) &&
+		    c->rule != RULE_PARTITION)
+			continue;
+
 		if (c->caused_by >= 0 || c->rule == RULE_CORRUPT || c->rule == RULE_MISSING_DUMP ||
 		    c->rule == RULE_NOT_ONE_MOMENT || c->rule == RULE_RANKS_UNKNOWN ||
 		    c->rule == RULE_STRAGGLER ||
@@ -263,6 +269,8 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 		for (int k = 0; k < c->nr_who; k++)
 			if (c->who[k][2] >= 0)
 				mark[c->who[k][2]] = 1;
+		if (c->rule == RULE_PARTITION)
+			partition_mark(a, c, mark);
 		if (!may_follow(c->rule) && v->rule != RULE_LATE) {
 			for (int k = 0; k < c->waiting.n; k++)
 				mark[a->members[c->waiting.v[k]].proc] = 1;
@@ -271,6 +279,15 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 			for (int k = 0; k < n; k++)
 				mark[a->members[w[k]].proc] = 1;
 			free(w);
+		}
+		if (v->rule == RULE_NOT_ONE_MOMENT) {
+			bool all = a->nr_redumps > 0;
+
+			for (int k = 0; k < a->nr_redumps && all; k++)
+				all = mark[a->redumps[k].proc];
+			if (all)
+				return ci;
+			continue;
 		}
 		if (explained_by(a, v, c, mark))
 			return ci;
@@ -289,7 +306,8 @@ int link_roles(struct fr_analysis *a)
 	for (int i = 0; i < a->nr_verdicts; i++) {
 		int c;
 
-		if (!may_follow(a->verdicts[i].rule))
+		if (!may_follow(a->verdicts[i].rule) && a->verdicts[i].rule != RULE_MISSING_RANK &&
+		    a->verdicts[i].rule != RULE_NOT_ONE_MOMENT)
 			continue;
 		if ((c = find_cause(a, i, mark)) < -1) {
 			free(mark);

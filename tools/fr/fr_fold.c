@@ -316,7 +316,8 @@ int fr_analysis__add_dump(struct fr_analysis *a, const struct fr_dump *d, const 
 		return -ENOMEM;
 	if (d->world_size != FR_UNK && (a->world_size == FR_UNK || d->world_size > a->world_size))
 		a->world_size = d->world_size;
-	if ((err = fold_stacks(a, pi, d)) || (err = fold_pystacks(a, d)))
+	if ((err = fold_stacks(a, pi, d)) || (err = fold_pystacks(a, d)) ||
+	    (err = fold_net(a, pi, d)))
 		return err;
 	p = &a->procs[pi];
 
@@ -458,6 +459,7 @@ void fr_analysis__free(struct fr_analysis *a)
 		free(a->corrupt[i].path);
 		free(a->corrupt[i].why);
 	}
+	net_free(a);
 	free(a->procs);
 	free(a->comms);
 	fr_index__free(&a->comm_index);

@@ -9,6 +9,7 @@
  * jl_next_key) inlines from its header into the per-object readers here, and reading 16k
  * ranks' dumps is bound by this loop.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1031,6 +1032,195 @@ static bool process_obj(struct jlex *j)
 	return !j->failed;
 }
 
+bool fr_net_addr(const char *s, uint8_t out[16])
+{
+	uint8_t v4[4];
+
+	if (inet_pton(AF_INET, s, v4) == 1) {
+		memset(out, 0, 10);
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, v4, 4);
+		return true;
+	}
+	return inet_pton(AF_INET6, s, out) == 1;
+}
+
+void fr_net_addr_str(const uint8_t a[16], char *out, size_t size)
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	char buf[64];
+
+	if (!memcmp(a, mapped, 12) ? !inet_ntop(AF_INET, a + 12, buf, sizeof(buf)) :
+	    !inet_ntop(AF_INET6, a, buf, sizeof(buf)))
+		snprintf(buf, sizeof(buf), "?");
+	snprintf(out, size, "%s", buf);
+}
+
+/* "10.0.0.1:29500" or "[fe80::1]:22" */
+static bool endpoint(const char *s, uint8_t addr[16], uint16_t *port)
+{
+	char a[64];
+	const char *colon;
+	unsigned long p;
+	char *end;
+
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+
+		if (!close || close[1] != ':' || close - s - 1 >= (long)sizeof(a))
+			return false;
+		memcpy(a, s + 1, close - s - 1);
+		a[close - s - 1] = '\0';
+		colon = close + 1;
+	} else {
+		if (!(colon = strrchr(s, ':')) || colon - s >= (long)sizeof(a))
+			return false;
+		memcpy(a, s, colon - s);
+		a[colon - s] = '\0';
+	}
+	p = strtoul(colon + 1, &end, 10);
+	if (*end || end == colon + 1 || p > 65535)
+		return false;
+	*port = (uint16_t)p;
+	return fr_net_addr(a, addr);
+}
+
+/* a "sockets" element; one whose endpoints do not parse is left out */
+static bool net_sock_obj(struct jlex *j)
+{
+	struct fr_dump *d = jp_of(j)->d;
+	struct fr_net_sock s = { .tx_queue = FR_UNK, .unacked = FR_UNK, .retransmits = FR_UNK,
+				 .probes = FR_UNK, .backoff = FR_UNK, .last_ack_ms = FR_UNK };
+	char key[32], buf[80];
+	int klen;
+	bool first = true, lok = false, rok = false;
+
+	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY(FRK_LOCAL)) {
+			ok = jl_str_field(j, buf, sizeof(buf));
+			lok = ok && endpoint(buf, s.local, &s.lport);
+		} else if (KEY(FRK_REMOTE)) {
+			ok = jl_str_field(j, buf, sizeof(buf));
+			rok = ok && endpoint(buf, s.remote, &s.rport);
+		} else if (KEY(FRK_STATE)) {
+			ok = jl_str_field(j, buf, sizeof(buf));
+			s.established = !strcmp(buf, "established");
+		} else if (KEY(FRK_TIMER)) {
+			ok = jl_str_field(j, buf, sizeof(buf));
+			s.timer = !strcmp(buf, "retransmit") ? FR_TIMER_RETRANSMIT :
+				  !strcmp(buf, "probe") ? FR_TIMER_PROBE : FR_TIMER_OTHER;
+		} else if (KEY(FRK_TX_QUEUE)) {
+			ok = jl_int(j, &s.tx_queue);
+		} else if (KEY(FRK_UNACKED)) {
+			ok = jl_int(j, &s.unacked);
+		} else if (KEY(FRK_RETRANSMITS)) {
+			ok = jl_int(j, &s.retransmits);
+		} else if (KEY(FRK_PROBES)) {
+			ok = jl_int(j, &s.probes);
+		} else if (KEY(FRK_BACKOFF)) {
+			ok = jl_int(j, &s.backoff);
+		} else if (KEY(FRK_LAST_ACK_RECV_MS)) {
+			ok = jl_int(j, &s.last_ack_ms);
+		} else {
+			ok = jl_skip(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	if (j->failed || !lok || !rok)
+		return !j->failed;
+	if (d->nr_socks >= FR_MAX_NET_SOCKS) {
+		d->net_truncated = true;
+		return true;
+	}
+	if (ARRAY_RESERVE(d->socks, d->cap_socks, d->nr_socks + 1, 16))
+		return jl_fail(j, "out of memory");
+	d->socks[d->nr_socks++] = s;
+	return true;
+}
+
+static bool host_addr(struct jlex *j)
+{
+	struct fr_dump *d = jp_of(j)->d;
+	char buf[64];
+
+	if (!jl_str_field(j, buf, sizeof(buf)))
+		return false;
+	if (d->nr_host_addrs < FR_MAX_HOST_ADDRS && fr_net_addr(buf, d->host_addrs[d->nr_host_addrs]))
+		d->nr_host_addrs++;
+	return true;
+}
+
+/* an "interfaces" element: {"name", "address", "up", "running"}; its address is kept when
+ * the interface is not running */
+static bool iface_obj(struct jlex *j)
+{
+	struct fr_dump *d = jp_of(j)->d;
+	char key[32], addr[64] = "";
+	int klen;
+	bool first = true, running = true, ok;
+
+	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
+		if (KEY(FRK_ADDRESS)) {
+			ok = jl_str_field(j, addr, sizeof(addr));
+		} else if (KEY(FRK_UP) || KEY(FRK_RUNNING)) {
+			jl_ws(j);
+			running &= j->p < j->end && *j->p == 't';
+			ok = jl_skip(j, 0);
+		} else {
+			ok = jl_skip(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	if (!j->failed && !running && d->nr_down_addrs < FR_MAX_HOST_ADDRS &&
+	    fr_net_addr(addr, d->down_addrs[d->nr_down_addrs]))
+		d->nr_down_addrs++;
+	return !j->failed;
+}
+
+/* "net": {"source": "inet_diag" | "proc_net_tcp" | null, "error", "host_addresses": [...],
+ * "sockets": [...] | null, ...}; null or a null "sockets" is unknown */
+static bool net_obj(struct jlex *j)
+{
+	struct fr_dump *d = jp_of(j)->d;
+	char key[32], buf[16];
+	int klen, src = FR_NET_UNKNOWN;
+	bool first = true, have_socks = false;
+
+	d->net_source = FR_NET_UNKNOWN;
+	if (jl_is_null(j))
+		return jl_skip(j, 0);
+	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
+		bool ok;
+
+		if (KEY(FRK_SOURCE)) {
+			ok = jl_str_field(j, buf, sizeof(buf));
+			src = !strcmp(buf, "inet_diag") ? FR_NET_INET_DIAG :
+			      !strcmp(buf, "proc_net_tcp") ? FR_NET_PROC : FR_NET_UNKNOWN;
+		} else if (KEY(FRK_ERROR)) {
+			ok = jl_str_field(j, d->net_error, sizeof(d->net_error));
+		} else if (KEY(FRK_HOST_ADDRESSES)) {
+			ok = jl_is_null(j) ? jl_skip(j, 0) : array_of(j, host_addr);
+		} else if (KEY(FRK_INTERFACES)) {
+			ok = jl_is_null(j) ? jl_skip(j, 0) : array_of(j, iface_obj);
+		} else if (KEY(FRK_SOCKETS)) {
+			have_socks = !jl_is_null(j);
+			ok = have_socks ? array_of(j, net_sock_obj) : jl_skip(j, 0);
+		} else {
+			ok = jl_skip(j, 0);
+		}
+		if (!ok)
+			return false;
+	}
+	d->net_source = have_socks ? src : FR_NET_UNKNOWN;
+	if (!have_socks && !d->net_error[0])
+		snprintf(d->net_error, sizeof(d->net_error), "no sockets in the dump");
+	return !j->failed;
+}
+
 /* "trigger": {"id", "origin_host", "reason", "time_ns"} or null (docs/fr-schema.md) */
 /* "py_stacks": {"python": "3.11.2" | null, "why_no_frames": null | "..."}, or null */
 static bool py_stacks_obj(struct jlex *j)
@@ -1112,6 +1302,11 @@ static void reset(struct fr_dump *d)
 	d->trigger_time_ns = FR_UNK;
 	d->nccl_version[0] = d->torch_version[0] = 0;
 	d->torch = false;
+	d->net_source = FR_NET_ABSENT;
+	d->net_error[0] = 0;
+	d->nr_host_addrs = d->nr_down_addrs = 0;
+	d->nr_socks = 0;
+	d->net_truncated = false;
 }
 
 /* The top-level members from j->p on (first: the opening '{' is still ahead). With
@@ -1175,6 +1370,8 @@ static bool top_level(struct jlex *j, bool first, bool stop_at_entries, bool *at
 			ok = jl_str_field(j, d->nccl_version, sizeof(d->nccl_version));
 		else if (KEY(FRK_STACKS_ERROR))
 			ok = jl_str_field(j, d->stacks_error, sizeof(d->stacks_error));
+		else if (KEY(FRK_NET))
+			ok = net_obj(j);
 		else
 			ok = jl_skip(j, 0);
 		if (!ok)
@@ -1292,6 +1489,7 @@ void fr_dump__release(struct fr_dump *d)
 	free(d->threads);
 	free(d->pystacks);
 	free(d->pyframes);
+	free(d->socks);
 	memset(d, 0, sizeof(*d));
 }
 

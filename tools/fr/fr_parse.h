@@ -158,6 +158,20 @@ struct fr_snapshot {
 	bool more_frames;	/* it has more than FR_STACK_FRAMES */
 };
 
+/* "net" (docs/fr-schema.md "Network"): the process's TCP connections. Addresses are kept as
+ * IPv6 (IPv4 mapped, ::ffff:a.b.c.d) so both families compare alike. */
+#define FR_MAX_NET_SOCKS	4096	/* kept per dump; more are left out (net_truncated) */
+#define FR_MAX_HOST_ADDRS	16
+enum fr_net_src { FR_NET_ABSENT, FR_NET_UNKNOWN, FR_NET_INET_DIAG, FR_NET_PROC };
+enum fr_net_timer { FR_TIMER_OTHER, FR_TIMER_RETRANSMIT, FR_TIMER_PROBE };
+struct fr_net_sock {
+	uint8_t local[16], remote[16];
+	uint16_t lport, rport;
+	bool established;
+	uint8_t timer;		/* FR_TIMER_* of "timer" */
+	int64_t tx_queue, unacked, retransmits, probes, backoff, last_ack_ms;	/* FR_UNK: unknown */
+};
+
 struct fr_dump {
 	char schema[16];
 	char host[FR_NAME_LEN];
@@ -195,6 +209,18 @@ struct fr_dump {
 	char trigger_id[40], trigger_origin[FR_NAME_LEN], trigger_reason[16];
 	int64_t trigger_time_ns;
 
+	/* "net": FR_NET_ABSENT (an older dump), FR_NET_UNKNOWN (net_error says why) or where the
+	 * sockets were read from */
+	int net_source;
+	char net_error[96];
+	uint8_t host_addrs[FR_MAX_HOST_ADDRS][16];
+	int nr_host_addrs;
+	uint8_t down_addrs[FR_MAX_HOST_ADDRS][16];	/* of "interfaces" not running (no carrier, or down) */
+	int nr_down_addrs;
+	struct fr_net_sock *socks;
+	size_t nr_socks, cap_socks;
+	bool net_truncated;
+
 	char nccl_version[24];	/* "" unknown */
 	/* a PyTorch flight-recorder dump (tools/fr/fr_torch.c, docs/fr-torch.md): schema
 	 * "pytorch-fr", its format version ("2.10") here; no host, pid or dump time */
@@ -203,6 +229,11 @@ struct fr_dump {
 
 	char err[160];		/* why fr_dump__parse failed */
 };
+
+/* "10.0.0.1" or "fe80::1" (no port): IPv6 or IPv4 mapped into out; false when not one */
+bool fr_net_addr(const char *s, uint8_t out[16]);
+/* out (INET6_ADDRSTRLEN) from a kept address: "10.0.0.1" for a mapped IPv4 one */
+void fr_net_addr_str(const uint8_t a[16], char *out, size_t size);
 
 /* Limits that keep a hostile or broken dump from taking the machine. */
 #define FR_MAX_COMMS_PER_DUMP	4096

@@ -359,11 +359,35 @@ static void add_waiting(cJSON *o, const struct fr_analysis *a, const struct verd
 	free(w);
 }
 
-/* dumps_not_simultaneous: the hosts to dump again */
+/* dumps_not_simultaneous: the hosts to dump again; partitioned_host: the host cut off, or
+ * the ends of the links (an address where no dump's host holds it) */
 static void add_hosts(cJSON *o, const struct fr_analysis *a, const struct verdict *v)
 {
 	cJSON *arr;
 
+	if (v->rule == RULE_PARTITION) {
+		arr = cJSON_AddArrayToObject(o, "hosts");
+		if (v->ev.part.kind != PART_LINKS) {
+			for (int i = 0; arr && i < (v->ev.part.kind == PART_LINK ? 2 : 1); i++)
+				cJSON_AddItemToArray(arr, cJSON_CreateString(
+						     a->owners[v->ev.part.owner[i]].name));
+			return;
+		}
+		/* every end of a stuck connection, by name */
+		for (const char *last = ""; arr; ) {
+			const char *next = NULL;
+
+			for (int i = 0; i < a->nr_owners; i++)
+				if (a->owners[i].on_stuck && strcmp(a->owners[i].name, last) > 0 &&
+				    (!next || strcmp(a->owners[i].name, next) < 0))
+					next = a->owners[i].name;
+			if (!next)
+				break;
+			cJSON_AddItemToArray(arr, cJSON_CreateString(next));
+			last = next;
+		}
+		return;
+	}
 	if (v->rule != RULE_NOT_ONE_MOMENT)
 		return;
 	arr = cJSON_AddArrayToObject(o, "hosts");

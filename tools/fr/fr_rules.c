@@ -10,9 +10,9 @@
 #include "growbuf.h"
 
 const char *const rule_names[RULE__COUNT] = {
-	"comm_init_failed", "dead_rank", "missing_dump", "missing_rank", "odd_stack",
-	"nccl_async_error", "type_mismatch", "size_mismatch", "dtype_mismatch", "op_mismatch",
-	"root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival", "straggler",
+	"comm_init_failed", "dead_rank", "missing_dump", "partitioned_host", "missing_rank",
+	"odd_stack", "nccl_async_error", "type_mismatch", "size_mismatch", "dtype_mismatch",
+	"op_mismatch", "root_mismatch", "p2p_mismatch", "no_progress", "stuck_in_call", "late_arrival", "straggler",
 	"state_divergence", "dumps_not_simultaneous", "comm_ranks_unknown", "attached_after_hang",
 	"corrupt_dump",
 };
@@ -1444,7 +1444,7 @@ int fr_analysis__finish(struct fr_analysis *a)
 	    (err = rule_stuck(a)) || (err = rule_late(a)) ||
 	    (err = rule_straggler(a)) || (err = rule_state(a)) ||
 	    (err = rule_not_one_moment(a)) || (err = rule_ranks_unknown(a)) ||
-	    (err = rule_stacks(a)) ||
+	    (err = rule_stacks(a)) || (err = rule_partition(a)) ||
 	    (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
 		return err;
 	mark_inferred(a);

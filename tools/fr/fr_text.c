@@ -856,6 +856,7 @@ static const struct {
 	[RULE_MISSING_DUMP] = { headline_missing_dump, detail_missing_dump },
 	[RULE_MISSING_RANK] = { headline_missing, detail_missing },
 	[RULE_ODD_STACK] = { headline_odd_stack, detail_odd_stack },
+	[RULE_PARTITION] = { headline_partition, detail_partition },
 	[RULE_NO_PROGRESS] = { headline_no_progress, detail_no_progress },
 	[RULE_ATTACHED_AFTER] = { headline_attached, detail_attached },
 	[RULE_ASYNC_ERROR] = { headline_async, detail_async },
@@ -1024,6 +1025,10 @@ static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct
 {
 	const struct comm *c;
 
+	if (v->rule == RULE_PARTITION && v->ev.part.why && (!v->low || v->low == LOW_NET)) {
+		partition_reason(f, a, v);
+		return;
+	}
 	if (v->low == LOW_STACK_DISAGREES) {
 		print_proc_label(f, &a->procs[v->low_proc]);
 		fprintf(f, "'s own stack shows it blocked in %s like the waiting ranks: its ring "

@@ -42,6 +42,7 @@
 #define FRK_STACKS			"stacks"
 #define FRK_STACKS_ERROR		"stacks_error"
 #define FRK_ENTRIES			"entries"
+#define FRK_NET				"net"
 
 /* "trigger" (and "dump_set"'s id) */
 #define FRK_ID				"id"
@@ -80,6 +81,33 @@
 #define FRK_DEPTH_OVERFLOWS		"depth_overflows"
 #define FRK_ORPHAN_RETURNS		"orphan_returns"
 #define FRK_UNWOUND_CALLS		"unwound_calls"
+
+/* "net": the process's TCP connections and its host's addresses (user/fr/fr_net.c) */
+#define FRK_SOURCE			"source"
+#define FRK_ERROR			"error"
+#define FRK_NETNS			"netns"
+#define FRK_READ_NS			"read_ns"
+#define FRK_HOST_ADDRESSES		"host_addresses"
+#define FRK_INTERFACES			"interfaces"
+#define FRK_ADDRESS			"address"
+#define FRK_UP				"up"
+#define FRK_RUNNING			"running"
+#define FRK_SOCKETS			"sockets"
+/* "sockets" elements (and "state", "inode" above) */
+#define FRK_LOCAL			"local"
+#define FRK_REMOTE			"remote"
+#define FRK_INODE			"inode"
+#define FRK_TX_QUEUE			"tx_queue"
+#define FRK_RX_QUEUE			"rx_queue"
+#define FRK_TIMER			"timer"
+#define FRK_RETRANSMITS			"retransmits"
+#define FRK_BACKOFF			"backoff"
+#define FRK_PROBES			"probes"
+#define FRK_UNACKED			"unacked"
+#define FRK_TOTAL_RETRANS		"total_retrans"
+#define FRK_LAST_DATA_SENT_MS		"last_data_sent_ms"
+#define FRK_LAST_ACK_RECV_MS		"last_ack_recv_ms"
+#define FRK_LAST_DATA_RECV_MS		"last_data_recv_ms"
 
 /* "comms" elements */
 #define FRK_COMM_ID			"comm_id"	/* also entries, in_call, learned */

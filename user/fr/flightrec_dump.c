@@ -20,6 +20,7 @@
 #include "fr_trigger.h"
 #include "flightrec_int.h"
 #include "fr_keys.h"
+#include "fr_net.h"
 #include "growbuf.h"
 #include "log.h"
 #include "target.h"
@@ -347,6 +348,36 @@ static void dump_set_json(cJSON *root, struct flightrec *fr, const struct fr_rou
 	cJSON_AddBoolToObject(o, FRK_RING_DRAINED, r->drained);
 }
 
+/* "net": read by net_capture with the round's state; an exited process has no sockets left
+ * to read (unknown, said) */
+static void net_json(cJSON *root, struct fr_proc *p)
+{
+	cJSON *o;
+
+	if (p->net) {
+		cJSON_AddItemToObject(root, FRK_NET, p->net);
+		p->net = NULL;
+		return;
+	}
+	o = cJSON_AddObjectToObject(root, FRK_NET);
+	cJSON_AddNullToObject(o, FRK_SOURCE);
+	cJSON_AddStringToObject(o, FRK_ERROR, p->exited ? "the process exited: its sockets are gone" :
+				"not read (out of memory)");
+	cJSON_AddNullToObject(o, FRK_SOCKETS);
+}
+
+/* Every process's TCP connections, right after the round's capture and before the stack
+ * snapshots: a cheap read (one per network namespace) that describes the same moment. */
+static void net_capture(struct fr_proc **procs, int n)
+{
+	struct fr_net *net = fr_net__new();
+
+	for (int i = 0; net && i < n; i++)
+		if (!procs[i]->exited)
+			procs[i]->net = fr_net__json(net, procs[i]->pid);
+	fr_net__free(net);
+}
+
 static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *reason,
 			const struct fr_trigger_rec *trig, const struct fr_round *r)
 {
@@ -464,6 +495,7 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 		cJSON_AddItemToArray(arr, o);
 	}
 
+	net_json(root, p);
 	/* before the entries: a reader of the newest entries finds it in the head */
 	fr_stacks__add(fr, p, root);
 
@@ -870,6 +902,7 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 {
 	int written = 0, first_err = 0;
 
+	net_capture(procs, n);
 	/* every process's dump snapshot at once, not one after the other */
 	fr_stacks__take_dumps(fr, procs, n);
 	round_begin(fr, r, n);
@@ -881,6 +914,8 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 			first_err = err;
 		else if (!err)
 			written++;
+		cJSON_Delete(p->net);	/* not taken over by a dump that failed */
+		p->net = NULL;
 	}
 	round_end(fr, r, written);
 	return first_err ? first_err : written;

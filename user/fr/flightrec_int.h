@@ -164,6 +164,9 @@ struct fr_proc {
 	struct cJSON *snap_attach, *snap_dump;
 	uint64_t snap_attach_ns;	/* how long the attach snapshot took */
 	char snap_attach_err[160], snap_dump_err[160];
+	/* the round's "net" (fr_net.c), read with its state before the slow parts; the dump
+	 * takes it over, dump_set frees what a failed write left */
+	struct cJSON *net;
 };
 
 struct flightrec {
