@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""The options the mains share (user/cli/cli_opts.c: -p, -a, -w, -d, --ring-mb, -o,
+--py-stacks, --no-stacks, --torch-timeout), given to every main with a good and a bad value,
+and what each run says: exit status, stdout, stderr. The good values name a pid that does
+not exist, so nothing attaches: the run stops at the first target. test_cli compares the
+runs with cli_opts_expected.txt; `cli_opts_cases.py --write` rewrites it (after a change of
+behaviour that is meant, said in the commit)."""
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from lib import TPTRACE, fresh_tmp_path  # noqa: E402
+
+EXPECTED = os.path.join(HERE, "cli_opts_expected.txt")
+
+
+def free_pids(n):
+    used = {int(d) for d in os.listdir("/proc") if d.isdigit()}
+    pids = [pid for pid in range(30000, 1, -1) if pid not in used][:n]
+    assert len(pids) == n, "not enough free pids"
+    return pids
+
+
+def cases(pid, out, many):
+    """(main, argv) pairs; P is the free pid, OUT a path in the test directory. Never -a alone
+    where a main takes it: that would record or stop every CUDA process of the host"""
+    P = str(pid)
+    shared = [
+        ["-p", P], ["-p", "abc"], ["-p", "0"], ["-p", "-5"], ["-p", P, "-p", P], [],
+        ["-p", P, "-p", "abc"], ["-p", P, "x"],
+        ["-a", "-p", P], ["--all", "--pid=" + P], ["-a", "-d", "x"],
+        ["-p", P, "-w"], ["-p", P, "--wait"],
+        ["-p", P, "-d", "1"], ["-p", P, "-d", "0.5"], ["-p", P, "-d", "-3"], ["-p", P, "-d", "x"],
+        ["-p", P, "--duration=0"],
+        ["-p", P, "--ring-mb", "8"], ["-p", P, "--ring-mb", "3"], ["-p", P, "--ring-mb", "8192"],
+        ["-p", P, "-o", out], ["-p", P, "--output=" + out], ["-p", P, "-o", ""],
+        ["-p", P, "--py-stacks"], ["-p", P, "--no-stacks"], ["-p", P, "--py-stacks", "--no-stacks"],
+        ["-p", P, "--torch-timeout", "2"], ["-p", P, "--torch-timeout", "x"],
+        ["-p", P, "--torch-timeout", "0"],
+        ["-p", P, "-q"], ["-p", "abc", "-v"],
+    ]
+    per_main = {
+        "tptrace": [["-a"], ["-p", P] * 65, ["-p", P, "--native-stacks"]],
+        "fr": [["-p", P] * 257, ["-a", "--torch-dump"], ["--scope", "pidns", "-p", P],
+               ["-p", P, "--torch-dump", "--torch-timeout", "x"]],
+        "mem": [["-a"], ["-p", P, "--pickle"], ["-p", P, "--pickle", "--py-stacks", "--no-stacks"],
+                ["-p", P, "-p", P, "-d", "x"]],
+        "stacks": [[a for p in many[:4097] for a in ("-p", str(p))],
+                   [a for p in many[:4096] + [P] for a in ("-p", str(p))], ["-p", P, "--json", "-o", out]],
+    }
+    for main in ("tptrace", "fr", "mem", "stacks"):
+        for argv in shared + per_main[main]:
+            yield main, argv
+
+
+def render(binary=TPTRACE):
+    many = free_pids(4097)
+    pid = many[0]
+    out = fresh_tmp_path("cli_opts.out")
+    lines = []
+    for main, argv in cases(pid, out, many):
+        cmd = [binary] + ([] if main == "tptrace" else [main]) + argv
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        shown = " ".join(argv) if len(argv) < 20 else \
+            " ".join(argv[:2]) + f" ... ({len(argv)} args)"
+        lines.append(f"$ {main} {shown}".rstrip().replace(str(pid), "PID").replace(out, "OUT"))
+        lines.append(f"rc={p.returncode}")
+        for name, text in (("out", p.stdout), ("err", p.stderr)):
+            for l in text.splitlines():
+                lines.append(f"{name}: {l}".replace(str(pid), "PID").replace(out, "OUT")
+                             .replace(binary + ":", "tptrace:"))
+        if os.path.exists(out):
+            lines.append("wrote OUT")
+            os.unlink(out)
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    text = render(sys.argv[2] if len(sys.argv) > 2 else TPTRACE)
+    if len(sys.argv) > 1 and sys.argv[1] == "--write":
+        with open(EXPECTED, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
