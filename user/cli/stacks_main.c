@@ -20,6 +20,7 @@
 #include "log.h"
 #include "util.h"
 #include "procmaps.h"
+#include "cli_opts.h"
 #include "session.h"
 #include "stacks.h"
 #include "stacktree.h"
@@ -27,17 +28,16 @@
 #define MAX_TARGETS 4096
 #define MAX_WORKERS 64
 
+/* -p (a pid given twice counts once), -a, -o: cli_opts (cli_opts.h) */
+static int pids[MAX_TARGETS];
+
 static struct stacks_env {
-	int pids[MAX_TARGETS];
-	int nr_pids;
-	bool all;
 	int samples;
 	int interval_ms;
 	int max_frames;
 	bool json;
 	bool all_threads;
 	bool no_python;
-	const char *output;
 } env = {
 	.samples = 3,
 	.interval_ms = 200,
@@ -72,6 +72,7 @@ static const char doc[] =
 "\n"
 "-p takes any process; -a every process that maps a CUDA runtime (shared or\n"
 "linked statically), libcuda or NCCL. All targets are sampled at once.\n"
+"-o FILE writes the output there (atomically) instead of stdout.\n"
 "\n"
 "EXIT STATUS: 0 every target was read (some perhaps from /proc only, as\n"
 "said); 1 no target could be read, -a found none, or the output could not\n"
@@ -87,12 +88,9 @@ static const char doc[] =
 enum { OPT_SAMPLES = 1000, OPT_INTERVAL, OPT_JSON, OPT_ALL_THREADS, OPT_MAX_FRAMES, OPT_NO_PYTHON };
 
 static const struct argp_option opts[] = {
-	{ "pid", 'p', "PID", 0, "Process to snapshot (repeat for several)", 0 },
-	{ "all", 'a', NULL, 0, "Every process that uses CUDA or NCCL on this host", 0 },
 	{ "samples", OPT_SAMPLES, "N", 0, "Snapshots per process, to tell progress (default 3)", 0 },
 	{ "interval", OPT_INTERVAL, "MS", 0, "Milliseconds between samples (default 200)", 0 },
 	{ "json", OPT_JSON, NULL, 0, "JSON: {\"processes\": [...]} (docs/fr-schema.md, stacks)", 0 },
-	{ "output", 'o', "FILE", 0, "Write to FILE (atomically) instead of stdout", 0 },
 	{ "all-threads", OPT_ALL_THREADS, NULL, 0, "Merge every thread into the tree, not only the issuing one", 0 },
 	{ "max-frames", OPT_MAX_FRAMES, "N", 0, "Frames per thread, innermost first (default 128)", 0 },
 	{ "no-python", OPT_NO_PYTHON, NULL, 0, "Native frames only (do not read Python frames)", 0 },
@@ -101,22 +99,7 @@ static const struct argp_option opts[] = {
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
-	int pid;
-
 	switch (key) {
-	case 'p':
-		if (session__parse_pid(arg, &pid))
-			argp_error(state, "invalid pid '%s'", arg);
-		if (env.nr_pids == MAX_TARGETS)
-			argp_error(state, "at most %d pids; use -a", MAX_TARGETS);
-		for (int i = 0; i < env.nr_pids; i++)
-			if (env.pids[i] == pid)
-				return 0;
-		env.pids[env.nr_pids++] = pid;
-		break;
-	case 'a':
-		env.all = true;
-		break;
 	case OPT_SAMPLES:
 		if (session__parse_int(arg, 1, 100, &env.samples))
 			argp_error(state, "invalid --samples '%s' (1..100)", arg);
@@ -127,11 +110,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_JSON:
 		env.json = true;
-		break;
-	case 'o':
-		if (!*arg)
-			argp_error(state, "empty output file name");
-		env.output = arg;
 		break;
 	case OPT_ALL_THREADS:
 		env.all_threads = true;
@@ -147,10 +125,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		argp_error(state, "unexpected argument '%s'", arg);
 		break;
 	case ARGP_KEY_END:
-		if (!env.nr_pids && !env.all)
-			argp_error(state, "no process given: use -p PID or -a");
-		if (env.nr_pids && env.all)
-			argp_error(state, "-p and -a exclude each other");
+		cli_opts__check(state);
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -182,7 +157,7 @@ static int find_cuda_procs(void)
 
 	if (!cache)
 		return -ENOMEM;
-	env.nr_pids = session__find_procs(libs, static_cudart, cache, env.pids, MAX_TARGETS);
+	cli_opts.nr_pids = session__find_procs(libs, static_cudart, cache, cli_opts.pids, MAX_TARGETS);
 	elfsym_cache__free(cache);
 	return 0;
 }
@@ -439,17 +414,17 @@ static int out_open(struct out *o)
 	int err;
 
 	o->dirfd = -1;
-	if (!env.output) {
+	if (!cli_opts.output) {
 		o->f = stdout;
 		o->direct = true;
 		return 0;
 	}
-	if (!stat(env.output, &st) && !S_ISREG(st.st_mode)) {
-		o->f = fopen(env.output, "w");
+	if (!stat(cli_opts.output, &st) && !S_ISREG(st.st_mode)) {
+		o->f = fopen(cli_opts.output, "w");
 		o->direct = true;
 		return o->f ? 0 : -errno;
 	}
-	o->dirfd = atomic_file__dir_of(env.output, &base);
+	o->dirfd = atomic_file__dir_of(cli_opts.output, &base);
 	if (o->dirfd < 0)
 		return o->dirfd;
 	mask = umask(0);
@@ -504,9 +479,7 @@ static int out_close(struct out *o, int err)
 
 int stacks_main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
-					  .children = children };
+	struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct stack_proc **procs = NULL;
 	struct job *jobs = NULL;
 	struct out out = {};
@@ -515,6 +488,11 @@ int stacks_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace stacks";	/* "Usage: tptrace stacks ..." in argp's messages */
 	argp_help_width();
+	cli_opts.takes = CLI_PID | CLI_ALL | CLI_OUTPUT;
+	cli_opts.pids = pids;
+	cli_opts.max_pids = MAX_TARGETS;
+	cli_opts.unique_pids = true;
+	argp.children = cli_opts__children(NULL);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	/* the return-instance iterator (stacks through uretprobes) is loaded when a process has
@@ -524,34 +502,34 @@ int stacks_main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
-	if (env.all) {
+	if (cli_opts.all) {
 		if (find_cuda_procs()) {
 			log_error("out of memory\n");
 			return 1;
 		}
-		if (!env.nr_pids) {
+		if (!cli_opts.nr_pids) {
 			log_error("no process on this host uses CUDA or NCCL (none maps libcudart, "
 				  "libcuda or libnccl, or has cudart linked in)\n");
 			return 1;
 		}
-		log_verbose("%d CUDA/NCCL process%s found\n", env.nr_pids, env.nr_pids == 1 ? "" : "es");
+		log_verbose("%d CUDA/NCCL process%s found\n", cli_opts.nr_pids, cli_opts.nr_pids == 1 ? "" : "es");
 	}
 	/* fail on an unwritable output before stopping anything */
 	err = out_open(&out);
 	if (err) {
-		log_error("cannot write %s: %s\n", env.output, strerror(-err));
+		log_error("cannot write %s: %s\n", cli_opts.output, strerror(-err));
 		return 1;
 	}
-	jobs = calloc(env.nr_pids, sizeof(*jobs));
-	procs = calloc(env.nr_pids, sizeof(*procs));
+	jobs = calloc(cli_opts.nr_pids, sizeof(*jobs));
+	procs = calloc(cli_opts.nr_pids, sizeof(*procs));
 	if (!jobs || !procs) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
-	for (int i = 0; i < env.nr_pids; i++)
-		jobs[i].pid = env.pids[i];
-	take_all(jobs, env.nr_pids);
-	for (int i = 0; i < env.nr_pids; i++) {
+	for (int i = 0; i < cli_opts.nr_pids; i++)
+		jobs[i].pid = cli_opts.pids[i];
+	take_all(jobs, cli_opts.nr_pids);
+	for (int i = 0; i < cli_opts.nr_pids; i++) {
 		struct stack_proc *sp = jobs[i].sp;
 
 		if (!sp) {
@@ -573,14 +551,14 @@ int stacks_main(int argc, char **argv)
 	err = out_close(&out, err);
 	if (err) {
 		log_error("writing %s failed: %s; nothing written\n",
-			  env.output ? env.output : "stdout", strerror(-err));
+			  cli_opts.output ? cli_opts.output : "stdout", strerror(-err));
 		goto cleanup;
 	}
 	ret = failed ? 3 : 0;
 cleanup:
 	if (out.f)
 		out_close(&out, -ECANCELED);
-	for (int i = 0; jobs && i < env.nr_pids; i++)
+	for (int i = 0; jobs && i < cli_opts.nr_pids; i++)
 		stacks__free(jobs[i].sp);
 	free(jobs);
 	free(procs);
