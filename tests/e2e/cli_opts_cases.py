@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""The options the mains share (user/cli/cli_opts.c: -p, -a, -w, -d, --ring-mb, -o,
---py-stacks, --no-stacks, --torch-timeout), given to every main with a good and a bad value,
-and what each run says: exit status, stdout, stderr. The good values name a pid that does
-not exist, so nothing attaches: the run stops at the first target. test_cli compares the
+"""The options the mains share (user/cli/cli_opts.c: -p, -a, -w, -d, --ring-mb,
+--py-stacks, --no-stacks, --torch-timeout; user/base/cli_output.c: -o, --json), given to
+every main (tptrace, fr, mem, stacks, report, tptrace-fr) with a good and a bad value, and
+what each run says: exit status, stdout (its lines, or a digest of a long one), stderr. The
+good values name a pid that does not exist, so nothing attaches: the run stops at the first
+target. test_cli compares the
 runs with cli_opts_expected.txt; `cli_opts_cases.py --write` rewrites it (after a change of
 behaviour that is meant, said in the commit)."""
+import hashlib
 import os
 import subprocess
 import sys
@@ -14,6 +17,7 @@ sys.path.insert(0, HERE)
 from lib import TPTRACE, fresh_tmp_path  # noqa: E402
 
 EXPECTED = os.path.join(HERE, "cli_opts_expected.txt")
+DATA = os.path.join(os.path.dirname(HERE), "tools", "data")
 
 
 def free_pids(n):
@@ -51,8 +55,16 @@ def cases(pid, out, many):
                    [a for p in many[:4096] + [P] for a in ("-p", str(p))], ["-p", P, "--json", "-o", out]],
     }
     for main in ("tptrace", "fr", "mem", "stacks"):
-        for argv in shared + per_main[main]:
+        for argv in shared + per_main[main] + [["-p", P, "--json"]]:
             yield main, argv
+    trace = os.path.join(DATA, "report_traces", "healthy.json.gz")
+    for argv in ([trace], [trace, "--json"], [trace, "-o", out], [trace, "--output=" + out],
+                 [trace, "-o", ""], [trace, "--json", "-o", out], [trace, "-p", P], []):
+        yield "report", argv
+    dumps = os.path.join(DATA, "skip")
+    for argv in ([dumps], [dumps, "--json"], [dumps, "-o", out], ["--json"], [dumps, "-p", P],
+                 [dumps, "--json", "-v"]):
+        yield "tptrace-fr", argv
 
 
 def render(binary=TPTRACE):
@@ -61,16 +73,26 @@ def render(binary=TPTRACE):
     out = fresh_tmp_path("cli_opts.out")
     lines = []
     for main, argv in cases(pid, out, many):
-        cmd = [binary] + ([] if main == "tptrace" else [main]) + argv
+        if main == "tptrace-fr":
+            cmd = [os.path.join(os.path.dirname(binary), "tptrace-fr")] + argv
+        else:
+            cmd = [binary] + ([] if main == "tptrace" else [main]) + argv
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         shown = " ".join(argv) if len(argv) < 20 else \
             " ".join(argv[:2]) + f" ... ({len(argv)} args)"
-        lines.append(f"$ {main} {shown}".rstrip().replace(str(pid), "PID").replace(out, "OUT"))
+        lines.append(f"$ {main} {shown}".rstrip().replace(str(pid), "PID").replace(out, "OUT")
+                     .replace(DATA, "DATA"))
         lines.append(f"rc={p.returncode}")
-        for name, text in (("out", p.stdout), ("err", p.stderr)):
+        long = len(p.stdout.splitlines()) > 3 or len(p.stdout) > 300
+        if long:
+            lines.append(f"out: {len(p.stdout.splitlines())} lines, sha1 "
+                         f"{hashlib.sha1(p.stdout.replace(out, 'OUT').encode()).hexdigest()}")
+        for name, text in (("out", "" if long else p.stdout),
+                           ("err", p.stderr)):
             for l in text.splitlines():
                 lines.append(f"{name}: {l}".replace(str(pid), "PID").replace(out, "OUT")
-                             .replace(binary + ":", "tptrace:"))
+                             .replace(binary + ":", "tptrace:").replace(DATA, "DATA")
+                             .replace(os.path.dirname(binary) + "/tptrace-fr:", "tptrace-fr:"))
         if os.path.exists(out):
             lines.append("wrote OUT")
             os.unlink(out)

@@ -5,6 +5,7 @@
 #include <argp.h>
 #include <stddef.h>
 #include "cli_opts.h"
+#include "cli_output.h"
 #include "session.h"
 #include "torchprof.h"
 
@@ -29,10 +30,6 @@ static const struct cli_def target_defs[] = {
 			  "at Ctrl-C, or once every -p process exited)", 0 } },
 	{ CLI_RING_MB, { "ring-mb", CLI_KEY_RING_MB, "MB", 0, "BPF ring buffer MiB, power of two "
 			 "(default 4)", 0 } },
-};
-
-static const struct cli_def output_defs[] = {
-	{ CLI_OUTPUT, { "output", 'o', "FILE", 0, "Where to write (see above)", 0 } },
 };
 
 static const struct cli_def python_defs[] = {
@@ -86,11 +83,6 @@ static error_t cli_parse(int key, char *arg, struct argp_state *state)
 		if (session__parse_ring_mb(arg, &o->ring_mb))
 			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
 		break;
-	case 'o':
-		if (!*arg)
-			argp_error(state, "empty output file name");
-		o->output = arg;
-		break;
 	case CLI_KEY_PY_STACKS:
 		o->py_stacks = true;
 		break;
@@ -139,18 +131,17 @@ static bool child_of(const struct cli_def *defs, size_t n, struct argp_option *o
 const struct argp_child *cli_opts__children(const struct argp_child *extra)
 {
 	static struct argp_option target[NR_DEFS(target_defs) + 1],
-				  output[NR_DEFS(output_defs) + 1],
 				  python[NR_DEFS(python_defs) + 1];
-	static struct argp argps[3];
+	static struct argp argps[2];
 	static struct argp_child children[MAX_CHILDREN];
 	int n = 0;
 
 	if (child_of(target_defs, NR_DEFS(target_defs), target, &argps[0]))
 		children[n++] = (struct argp_child){ &argps[0], 0, NULL, 0 };
-	if (child_of(output_defs, NR_DEFS(output_defs), output, &argps[1]))
+	if (cli_output.takes)
+		children[n++] = (struct argp_child){ cli_output__argp(), 0, NULL, 0 };
+	if (child_of(python_defs, NR_DEFS(python_defs), python, &argps[1]))
 		children[n++] = (struct argp_child){ &argps[1], 0, NULL, 0 };
-	if (child_of(python_defs, NR_DEFS(python_defs), python, &argps[2]))
-		children[n++] = (struct argp_child){ &argps[2], 0, NULL, 0 };
 	children[n++] = (struct argp_child){ &session_common_argp, 0, NULL, 0 };
 	for (; extra && extra->argp && n < MAX_CHILDREN - 1; extra++)
 		children[n++] = *extra;

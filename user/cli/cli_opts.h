@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The options the mains share (tptrace, fr, mem, stacks), defined once: argp children for
- * the targets (-p, -a, -w, -d, --ring-mb), the output (-o) and Python (--py-stacks,
- * --no-stacks, --torch-timeout), plus the session's -v/-q, parsed into one struct.
+ * the targets (-p, -a, -w, -d, --ring-mb) and Python (--py-stacks, --no-stacks,
+ * --torch-timeout), parsed into one struct; plus the output's (-o, --json: cli_output.h,
+ * shared with tptrace report and tptrace-fr) and the session's -v/-q.
  *
  * A main says before argp_parse which of them it takes and how (the "set by the main"
  * fields of cli_opts), takes its children from cli_opts__children(), and calls
@@ -21,10 +22,9 @@ enum cli_opt {
 	CLI_WAIT	= 1 << 2,	/* -w */
 	CLI_DURATION	= 1 << 3,	/* -d SEC */
 	CLI_RING_MB	= 1 << 4,	/* --ring-mb MB */
-	CLI_OUTPUT	= 1 << 5,	/* -o FILE */
-	CLI_PY_STACKS	= 1 << 6,	/* --py-stacks */
-	CLI_NO_STACKS	= 1 << 7,	/* --no-stacks */
-	CLI_TORCH_TIMEOUT = 1 << 8,	/* --torch-timeout SEC */
+	CLI_PY_STACKS	= 1 << 5,	/* --py-stacks */
+	CLI_NO_STACKS	= 1 << 6,	/* --no-stacks */
+	CLI_TORCH_TIMEOUT = 1 << 7,	/* --torch-timeout SEC */
 };
 
 struct cli_opts {
@@ -40,7 +40,6 @@ struct cli_opts {
 	bool wait;
 	double duration;	/* seconds; 0: none */
 	int ring_mb;
-	const char *output;
 	bool py_stacks;
 	bool no_stacks;
 	double torch_timeout;
@@ -49,8 +48,9 @@ struct cli_opts {
 /* the one parsed set: ring_mb 4 and torch_timeout 5 until the main or a option says */
 extern struct cli_opts cli_opts;
 
-/* The children for a main's struct argp: those holding an option of cli_opts.takes, the
- * session's -v/-q, then extra (may be NULL; ends with an empty child). Built once. */
+/* The children for a main's struct argp: those holding an option of cli_opts.takes or
+ * cli_output.takes, the session's -v/-q, then extra (may be NULL; ends with an empty
+ * child). Built once. */
 const struct argp_child *cli_opts__children(const struct argp_child *extra);
 
 /* The checks across the shared options (call from ARGP_KEY_END; argp_error on the first) */

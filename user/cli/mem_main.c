@@ -21,13 +21,14 @@
 #include "memsnap.h"
 #include "memtrace.h"
 #include "cli_opts.h"
+#include "cli_output.h"
 #include "session.h"
 #include "target.h"
 #include "torchprof.h"
 #include "trace_json.h"
 
-/* -p, -w, -d, --ring-mb, -o, --py-stacks, --no-stacks, --torch-timeout: cli_opts
- * (cli_opts.h) */
+/* -p, -w, -d, --ring-mb, --py-stacks, --no-stacks, --torch-timeout: cli_opts (cli_opts.h);
+ * -o: cli_output */
 static int pid;
 
 static struct mem_env {
@@ -109,10 +110,10 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case ARGP_KEY_END:
 		cli_opts__check(state);
-		if (env.pickle && !cli_opts.output)
+		if (env.pickle && !cli_output.file)
 			argp_error(state, "--pickle needs -o FILE");
-		if (!cli_opts.output && !env.leaks && !env.trace)
-			cli_opts.output = "tptrace-mem.json";
+		if (!cli_output.file && !env.leaks && !env.trace)
+			cli_output.file = "tptrace-mem.json";
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -217,10 +218,10 @@ static int open_outputs(struct snap_out *out, struct trace_json **tj, bool *trac
 {
 	int err;
 
-	if (cli_opts.output) {
-		err = snap_out__open(out, cli_opts.output);
+	if (cli_output.file) {
+		err = snap_out__open(out, cli_output.file);
 		if (err) {
-			log_error("cannot write %s: %s\n", cli_opts.output, strerror(-err));
+			log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 			return -1;
 		}
 	}
@@ -283,7 +284,7 @@ static int torch_history_finish(struct torch_instr_run *torch, struct target *t)
 	char torch_err[512], torch_path[4200];
 
 	snprintf(torch_path, sizeof(torch_path), "%s.torch.pickle",
-		 cli_opts.output ? cli_opts.output : env.trace ? env.trace : "tptrace-mem");
+		 cli_output.file ? cli_output.file : env.trace ? env.trace : "tptrace-mem");
 	if (target__gone(t)) {
 		log_error("--torch-history: pid %d exited before PyTorch's snapshot was "
 			  "taken\n", target__pid(t));
@@ -343,7 +344,7 @@ static void log_summary(struct memtrace *mt, struct target *t)
 		 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
 				      memsnap__stats(memtrace__snap(mt))->frees),
 		 (unsigned long long)st->calls, (unsigned long long)st->ooms, dropped,
-		 cli_opts.output ? "; wrote " : "", cli_opts.output ? cli_opts.output : "");
+		 cli_output.file ? "; wrote " : "", cli_output.file ? cli_output.file : "");
 }
 
 int mem_main(int argc, char **argv)
@@ -368,11 +369,12 @@ int mem_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace mem";	/* "Usage: tptrace mem ..." in argp's messages */
 	argp_help_width();
-	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB | CLI_OUTPUT |
+	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB |
 			 CLI_PY_STACKS | CLI_NO_STACKS | CLI_TORCH_TIMEOUT;
 	cli_opts.pids = &pid;
 	cli_opts.max_pids = 1;
 	cli_opts.py_needs_stacks = true;
+	cli_output.takes = CLI_OUT_FILE;
 	argp.children = cli_opts__children(NULL);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
@@ -456,10 +458,10 @@ int mem_main(int argc, char **argv)
 		if (err)
 			goto cleanup;
 	}
-	if (cli_opts.output) {
+	if (cli_output.file) {
 		err = write_snapshot(mt, &info, &out);
 		if (err) {
-			log_error("cannot write %s: %s\n", cli_opts.output, strerror(-err));
+			log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 			goto cleanup;
 		}
 	}

@@ -21,6 +21,7 @@
 #include "util.h"
 #include "procmaps.h"
 #include "cli_opts.h"
+#include "cli_output.h"
 #include "session.h"
 #include "stacks.h"
 #include "stacktree.h"
@@ -28,14 +29,13 @@
 #define MAX_TARGETS 4096
 #define MAX_WORKERS 64
 
-/* -p (a pid given twice counts once), -a, -o: cli_opts (cli_opts.h) */
+/* -p (a pid given twice counts once), -a: cli_opts (cli_opts.h); -o, --json: cli_output */
 static int pids[MAX_TARGETS];
 
 static struct stacks_env {
 	int samples;
 	int interval_ms;
 	int max_frames;
-	bool json;
 	bool all_threads;
 	bool no_python;
 } env = {
@@ -72,7 +72,9 @@ static const char doc[] =
 "\n"
 "-p takes any process; -a every process that maps a CUDA runtime (shared or\n"
 "linked statically), libcuda or NCCL. All targets are sampled at once.\n"
-"-o FILE writes the output there (atomically) instead of stdout.\n"
+"\n"
+"--json writes {\"processes\": [...]} (docs/fr-schema.md, stacks) instead of\n"
+"the text; -o FILE writes it there (atomically) instead of stdout.\n"
 "\n"
 "EXIT STATUS: 0 every target was read (some perhaps from /proc only, as\n"
 "said); 1 no target could be read, -a found none, or the output could not\n"
@@ -85,12 +87,11 @@ static const char doc[] =
 "  sudo tptrace stacks -a --json -o hang.json  # the snapshots as JSON\n"
 "  sudo tptrace stacks -p 4242 --samples 5 --interval 500 --all-threads\n";
 
-enum { OPT_SAMPLES = 1000, OPT_INTERVAL, OPT_JSON, OPT_ALL_THREADS, OPT_MAX_FRAMES, OPT_NO_PYTHON };
+enum { OPT_SAMPLES = 1000, OPT_INTERVAL, OPT_ALL_THREADS, OPT_MAX_FRAMES, OPT_NO_PYTHON };
 
 static const struct argp_option opts[] = {
 	{ "samples", OPT_SAMPLES, "N", 0, "Snapshots per process, to tell progress (default 3)", 0 },
 	{ "interval", OPT_INTERVAL, "MS", 0, "Milliseconds between samples (default 200)", 0 },
-	{ "json", OPT_JSON, NULL, 0, "JSON: {\"processes\": [...]} (docs/fr-schema.md, stacks)", 0 },
 	{ "all-threads", OPT_ALL_THREADS, NULL, 0, "Merge every thread into the tree, not only the issuing one", 0 },
 	{ "max-frames", OPT_MAX_FRAMES, "N", 0, "Frames per thread, innermost first (default 128)", 0 },
 	{ "no-python", OPT_NO_PYTHON, NULL, 0, "Native frames only (do not read Python frames)", 0 },
@@ -107,9 +108,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_INTERVAL:
 		if (session__parse_int(arg, 1, 60000, &env.interval_ms))
 			argp_error(state, "invalid --interval '%s' (milliseconds, 1..60000)", arg);
-		break;
-	case OPT_JSON:
-		env.json = true;
 		break;
 	case OPT_ALL_THREADS:
 		env.all_threads = true;
@@ -414,17 +412,17 @@ static int out_open(struct out *o)
 	int err;
 
 	o->dirfd = -1;
-	if (!cli_opts.output) {
+	if (!cli_output.file) {
 		o->f = stdout;
 		o->direct = true;
 		return 0;
 	}
-	if (!stat(cli_opts.output, &st) && !S_ISREG(st.st_mode)) {
-		o->f = fopen(cli_opts.output, "w");
+	if (!stat(cli_output.file, &st) && !S_ISREG(st.st_mode)) {
+		o->f = fopen(cli_output.file, "w");
 		o->direct = true;
 		return o->f ? 0 : -errno;
 	}
-	o->dirfd = atomic_file__dir_of(cli_opts.output, &base);
+	o->dirfd = atomic_file__dir_of(cli_output.file, &base);
 	if (o->dirfd < 0)
 		return o->dirfd;
 	mask = umask(0);
@@ -488,10 +486,11 @@ int stacks_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace stacks";	/* "Usage: tptrace stacks ..." in argp's messages */
 	argp_help_width();
-	cli_opts.takes = CLI_PID | CLI_ALL | CLI_OUTPUT;
+	cli_opts.takes = CLI_PID | CLI_ALL;
 	cli_opts.pids = pids;
 	cli_opts.max_pids = MAX_TARGETS;
 	cli_opts.unique_pids = true;
+	cli_output.takes = CLI_OUT_FILE | CLI_OUT_JSON;
 	argp.children = cli_opts__children(NULL);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
@@ -517,7 +516,7 @@ int stacks_main(int argc, char **argv)
 	/* fail on an unwritable output before stopping anything */
 	err = out_open(&out);
 	if (err) {
-		log_error("cannot write %s: %s\n", cli_opts.output, strerror(-err));
+		log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 		return 1;
 	}
 	jobs = calloc(cli_opts.nr_pids, sizeof(*jobs));
@@ -547,11 +546,11 @@ int stacks_main(int argc, char **argv)
 	}
 	if (!nr)	/* each said why; nothing is written */
 		goto cleanup;
-	err = env.json ? write_json(out.f, procs, nr) : write_text(out.f, procs, nr);
+	err = cli_output.json ? write_json(out.f, procs, nr) : write_text(out.f, procs, nr);
 	err = out_close(&out, err);
 	if (err) {
 		log_error("writing %s failed: %s; nothing written\n",
-			  cli_opts.output ? cli_opts.output : "stdout", strerror(-err));
+			  cli_output.file ? cli_output.file : "stdout", strerror(-err));
 		goto cleanup;
 	}
 	ret = failed ? 3 : 0;

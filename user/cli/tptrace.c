@@ -22,6 +22,7 @@
 #include "util.h"
 #include "memtrace.h"
 #include "cli_opts.h"
+#include "cli_output.h"
 #include "session.h"
 #include "target.h"
 #include "torchprof.h"
@@ -34,7 +35,7 @@
 
 #define MAX_PIDS 64
 
-/* -p, -w, -d, --ring-mb, -o, --py-stacks, --torch-timeout: cli_opts (cli_opts.h) */
+/* -p, -w, -d, --ring-mb, --py-stacks, --torch-timeout: cli_opts (cli_opts.h); -o: cli_output */
 static int pids[MAX_PIDS];
 
 static struct env {
@@ -502,12 +503,12 @@ static int open_pipeline(struct trace_session *s)
 		s->procs[i].watch_err = session__watch_exit(s->bpf, target__pid(s->procs[i].t));
 
 	/* only a regular file we create ourselves may be removed on failure (not /dev/...) */
-	s->output_created = stat(cli_opts.output, &st) && errno == ENOENT;
-	s->tj = trace_json__open(cli_opts.output);
+	s->output_created = stat(cli_output.file, &st) && errno == ENOENT;
+	s->tj = trace_json__open(cli_output.file);
 	if (!s->tj) {
 		int err = -errno;
 
-		log_error("cannot write %s: %s\n", cli_opts.output, strerror(-err));
+		log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 		s->output_created = false;
 		return err ? err : -EIO;
 	}
@@ -541,7 +542,7 @@ static int attach_targets(struct trace_session *s)
 	s->start_real = clock_ns(CLOCK_REALTIME);
 	err = trace_json__begin(s->tj, s->start_mono, s->start_real);
 	if (err) {
-		log_error("cannot write %s: %s\n", cli_opts.output, strerror(-err));
+		log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 		return err;
 	}
 	for (int i = 0; i < s->nr_procs; i++) {
@@ -757,7 +758,7 @@ static void run_loop(struct trace_session *s)
 	if (cli_opts.duration > 0)
 		deadline = clock_ns(CLOCK_MONOTONIC) + (uint64_t)(cli_opts.duration * 1e9);
 	log_info("tracing %d process%s to %s%s\n", s->nr_procs, s->nr_procs > 1 ? "es" : "",
-		 cli_opts.output, deadline ? "" : "; Ctrl-C to stop");
+		 cli_output.file, deadline ? "" : "; Ctrl-C to stop");
 	while (!stop_signal) {
 		uint64_t now;
 
@@ -799,7 +800,7 @@ static void run_loop(struct trace_session *s)
 /* --torch-logs: FILE.PID.torch_logs.txt next to the trace. */
 static void torch_logs_path(char *buf, size_t len, int pid)
 {
-	snprintf(buf, len, "%s.%d.torch_logs.txt", cli_opts.output, pid);
+	snprintf(buf, len, "%s.%d.torch_logs.txt", cli_output.file, pid);
 }
 
 /* --torch, --torch-logs: PyTorch's instruments on in every target, once tptrace's probes are
@@ -1097,7 +1098,7 @@ static void log_summary(const struct trace_session *s, const struct decoder_stat
 		snprintf(dropped, sizeof(dropped), "%llu events dropped",
 			 (unsigned long long)s->drops);
 	log_info("wrote %s: %.1f s of %s: %llu CUDA/NCCL calls (%llu launches)%s, %s\n",
-		 cli_opts.output, (s->end_mono - s->start_mono) / 1e9, who,
+		 cli_output.file, (s->end_mono - s->start_mono) / 1e9, who,
 		 (unsigned long long)st->calls, (unsigned long long)st->launches, gpu, dropped);
 	log_verbose("%llu launches named, %llu driver calls nested in runtime calls (written once, "
 		    "as the runtime call)\n", (unsigned long long)st->launches_named,
@@ -1135,7 +1136,7 @@ static int write_trace_end(struct trace_session *s)
 	err = trace_json__close(s->tj);
 	s->tj = NULL;
 	if (err) {
-		log_error("writing %s failed: %s; the trace is incomplete\n", cli_opts.output,
+		log_error("writing %s failed: %s; the trace is incomplete\n", cli_output.file,
 			  strerror(-err));
 		return err;
 	}
@@ -1156,7 +1157,7 @@ static void trace_session__free(struct trace_session *s)
 		/* failed before the trace was complete: leave no half-written file behind */
 		trace_json__free(s->tj);
 		if (s->output_created)
-			unlink(cli_opts.output);
+			unlink(cli_output.file);
 	}
 	ring_buffer__free(s->rb);
 	for (int i = 0; i < s->nr_procs; i++)
@@ -1249,11 +1250,12 @@ int main(int argc, char **argv)
 		return unknown_command(argv[1]);
 	argp_err_exit_status = 2;
 	argp_help_width();
-	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB | CLI_OUTPUT |
+	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB |
 			 CLI_PY_STACKS | CLI_TORCH_TIMEOUT;
 	cli_opts.pids = pids;
 	cli_opts.max_pids = MAX_PIDS;
-	cli_opts.output = "tptrace.json.gz";
+	cli_output.takes = CLI_OUT_FILE;
+	cli_output.file = "tptrace.json.gz";
 	argp.children = cli_opts__children(NULL);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
