@@ -163,6 +163,7 @@ enum fk_kind {
 	FK_WORD,	/* an enum of size 1 or 4: the index of the string in words[] (from 1),
 			 * 0 for any other string or value */
 	FK_HEX,		/* int64_t: "0x6f12a" or a number (hex_field) */
+	FK_ARRAY,	/* an array (or null), each element read by elem(j) */
 	FK_FN,		/* fn(j, object) reads it */
 };
 
@@ -176,30 +177,46 @@ struct fr_key {
 	uint32_t off;		/* the field's offset in the object */
 	const char *const *words;	/* FK_WORD: NULL-terminated, words[0] unused */
 	int (*fn)(struct jlex *j, void *obj);	/* FK_FN: FK_FAIL, FK_OK or FK_STOP */
+	bool (*elem)(struct jlex *j);		/* FK_ARRAY */
 };
 
 #define FK_SIZE(type, field)	sizeof(((type *)0)->field)
+#define FK_FIELD(key, K, type, field)						\
+	.name = key, .len = sizeof(key) - 1, .kind = K, .size = FK_SIZE(type, field),	\
+	.off = offsetof(type, field)
 /* a field of type T read as kind K; the build fails where the field is not a T */
 #define FK_T(key, K, type, field, T)						\
-	{ key, sizeof(key) - 1, K, FK_SIZE(type, field)				\
-	  + 0 * sizeof(char[FK_SIZE(type, field) == sizeof(T) ? 1 : -1]),	\
-	  offsetof(type, field), NULL, NULL }
+	{ FK_FIELD(key, K, type, field)						\
+	  + 0 * sizeof(char[FK_SIZE(type, field) == sizeof(T) ? 1 : -1]) }
 #define FK_I64(key, type, field)	FK_T(key, FK_INT, type, field, int64_t)
 #define FK_HEX64(key, type, field)	FK_T(key, FK_HEX, type, field, int64_t)
 #define FK_LINE32(key, type, field)	FK_T(key, FK_LINE, type, field, int32_t)
 #define FK_IS_ONE(key, type, field)	FK_T(key, FK_ONE, type, field, bool)
-#define FK_CHARS(key, type, field)						\
-	{ key, sizeof(key) - 1, FK_STR, FK_SIZE(type, field), offsetof(type, field), NULL, NULL }
-#define FK_CHARS_OPT(key, type, field)						\
-	{ key, sizeof(key) - 1, FK_STR_OPT, FK_SIZE(type, field), offsetof(type, field), NULL, NULL }
+#define FK_CHARS(key, type, field)	{ FK_FIELD(key, FK_STR, type, field) }
+#define FK_CHARS_OPT(key, type, field)	{ FK_FIELD(key, FK_STR_OPT, type, field) }
+/* an enum of 1 or 4 bytes */
 #define FK_ENUM(key, type, field, w)						\
-	{ key, sizeof(key) - 1, FK_WORD, FK_SIZE(type, field)			\
-	  + 0 * sizeof(char[FK_SIZE(type, field) == 1 || FK_SIZE(type, field) == 4 ? 1 : -1]), \
-	  offsetof(type, field), w, NULL }
-#define FK_CALL(key, f)		{ key, sizeof(key) - 1, FK_FN, 0, 0, NULL, f }
+	{ FK_FIELD(key, FK_WORD, type, field) + 0 * sizeof(char[FK_SIZE(type, field) == 1 ||	\
+						     FK_SIZE(type, field) == 4 ? 1 : -1]),	\
+	  .words = w }
+#define FK_CALL(key, f)		{ .name = key, .len = sizeof(key) - 1, .kind = FK_FN, .fn = f }
+#define FK_ARRAY_OF(key, e)	{ .name = key, .len = sizeof(key) - 1, .kind = FK_ARRAY, .elem = e }
 #define FK_NR(tab)		((int)(sizeof(tab) / sizeof(tab[0])))
 
 static bool hex_field(struct jlex *j, int64_t *out);
+
+/* an array (or null), each element read by fn */
+static bool array_of(struct jlex *j, bool (*fn)(struct jlex *))
+{
+	bool first = true;
+
+	if (jl_is_null(j))
+		return jl_skip(j, 0);
+	while (jl_next_elem(j, &first))
+		if (!fn(j))
+			return false;
+	return !j->failed;
+}
 
 /* FK_WORD: a short string among words[1..] (all shorter than the buffer) */
 static bool word_field(struct jlex *j, const struct fr_key *k, char *field)
@@ -252,6 +269,9 @@ static int read_field(struct jlex *j, const struct fr_key *k, void *obj)
 	case FK_HEX:
 		ok = hex_field(j, (int64_t *)field);
 		break;
+	case FK_ARRAY:
+		ok = array_of(j, k->elem);
+		break;
 	default:
 		return k->fn(j, obj);
 	}
@@ -288,18 +308,6 @@ static bool read_obj_or_skip(struct jlex *j, const struct fr_key *tab, int nr, v
 	if (j->p < j->end && *j->p != '{')
 		return jl_skip(j, 0);
 	return read_keys(j, true, tab, nr, obj) == FK_OK;
-}
-
-static bool array_of(struct jlex *j, bool (*fn)(struct jlex *))
-{
-	bool first = true;
-
-	if (jl_is_null(j))
-		return jl_skip(j, 0);
-	while (jl_next_elem(j, &first))
-		if (!fn(j))
-			return false;
-	return !j->failed;
 }
 
 
@@ -991,11 +999,6 @@ static bool thread_obj(struct jlex *j)
 	return true;
 }
 
-static int snapshot_threads(struct jlex *j, void *obj)
-{
-	return array_of(j, thread_obj) ? FK_OK : FK_FAIL;
-}
-
 static const char *const taken_words[] = { NULL, "attach", "dump", "request", NULL };
 static const struct fr_key snapshot_keys[] = {
 	FK_ENUM(FRK_TAKEN, struct fr_snapshot, taken, taken_words),
@@ -1005,7 +1008,7 @@ static const struct fr_key snapshot_keys[] = {
 	FK_IS_ONE(FRK_EXITED, struct fr_snapshot, exited),
 	FK_CHARS(FRK_PTRACE_ERROR, struct fr_snapshot, ptrace_error),
 	FK_CHARS(FRK_PYTHON, struct fr_snapshot, python),
-	FK_CALL(FRK_THREADS, snapshot_threads),
+	FK_ARRAY_OF(FRK_THREADS, thread_obj),
 };
 
 static bool snapshot_obj(struct jlex *j)
@@ -1111,21 +1114,6 @@ static int top_entries(struct jlex *j, void *obj)
 	return entries_array(j) ? FK_OK : FK_FAIL;
 }
 
-static int top_comms(struct jlex *j, void *obj)
-{
-	return array_of(j, comm_obj) ? FK_OK : FK_FAIL;
-}
-
-static int top_in_call(struct jlex *j, void *obj)
-{
-	return array_of(j, in_call_obj) ? FK_OK : FK_FAIL;
-}
-
-static int top_stacks(struct jlex *j, void *obj)
-{
-	return array_of(j, snapshot_obj) ? FK_OK : FK_FAIL;
-}
-
 static const struct fr_key top_keys[] = {
 	FK_CALL(FRK_ENTRIES, top_entries),
 	FK_CHARS(FRK_SCHEMA, struct fr_dump, schema),
@@ -1145,9 +1133,9 @@ static const struct fr_key top_keys[] = {
 	FK_I64(FRK_ENTRIES_RECORDED, struct fr_dump, entries_recorded),
 	FK_I64(FRK_ENTRIES_OVERWRITTEN, struct fr_dump, entries_overwritten),
 	FK_I64(FRK_EVENTS_DROPPED, struct fr_dump, events_dropped),
-	FK_CALL(FRK_COMMS, top_comms),
-	FK_CALL(FRK_IN_CALL, top_in_call),
-	FK_CALL(FRK_STACKS, top_stacks),
+	FK_ARRAY_OF(FRK_COMMS, comm_obj),
+	FK_ARRAY_OF(FRK_IN_CALL, in_call_obj),
+	FK_ARRAY_OF(FRK_STACKS, snapshot_obj),
 	FK_CHARS(FRK_NCCL_VERSION, struct fr_dump, nccl_version),
 	FK_CHARS(FRK_STACKS_ERROR, struct fr_dump, stacks_error),
 };
