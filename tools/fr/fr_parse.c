@@ -165,6 +165,8 @@ enum fk_kind {
 	FK_HEX,		/* int64_t: "0x6f12a" or a number (hex_field) */
 	FK_ARRAY,	/* an array (or null), each element read by elem(j) */
 	FK_FN,		/* fn(j, object) reads it */
+	FK_PASS,	/* a key the writer emits that nothing here reads: passed over, as an
+			 * unknown key is (listed so that the key after it is found at once) */
 };
 
 /* what a handler tells the loop */
@@ -172,6 +174,9 @@ enum { FK_FAIL, FK_OK, FK_STOP };
 
 struct fr_key {
 	const char *name;
+	const char *quoted;	/* "\"name\":", as the writer puts it (len + 3 bytes) */
+	uint64_t head;		/* FK_HEAD(name): its first 8 bytes, zero-padded (the whole
+				 * name of most keys) */
 	uint8_t len, kind;
 	uint16_t size;		/* the field's bytes */
 	uint32_t off;		/* the field's offset in the object */
@@ -180,10 +185,17 @@ struct fr_key {
 	bool (*elem)(struct jlex *j);		/* FK_ARRAY */
 };
 
+/* the first 8 bytes of the string literal s as a little-endian word, zero-padded */
+#define FK_B(s, i)	((uint64_t)(sizeof(s) > (i) + 1 ? (uint8_t)(s)[(i) < sizeof(s) ? (i) : 0] : 0) \
+			 << 8 * (i))
+#define FK_HEAD(s)	(FK_B(s, 0) | FK_B(s, 1) | FK_B(s, 2) | FK_B(s, 3) | FK_B(s, 4) |	\
+			 FK_B(s, 5) | FK_B(s, 6) | FK_B(s, 7))
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "FK_HEAD is little-endian");
+#define FK_NAME(key)							\
+	.name = key, .quoted = "\"" key "\":", .head = FK_HEAD(key), .len = sizeof(key) - 1
 #define FK_SIZE(type, field)	sizeof(((type *)0)->field)
 #define FK_FIELD(key, K, type, field)						\
-	.name = key, .len = sizeof(key) - 1, .kind = K, .size = FK_SIZE(type, field),	\
-	.off = offsetof(type, field)
+	FK_NAME(key), .kind = K, .size = FK_SIZE(type, field), .off = offsetof(type, field)
 /* a field of type T read as kind K; the build fails where the field is not a T */
 #define FK_T(key, K, type, field, T)						\
 	{ FK_FIELD(key, K, type, field)						\
@@ -199,8 +211,9 @@ struct fr_key {
 	{ FK_FIELD(key, FK_WORD, type, field) + 0 * sizeof(char[FK_SIZE(type, field) == 1 ||	\
 						     FK_SIZE(type, field) == 4 ? 1 : -1]),	\
 	  .words = w }
-#define FK_CALL(key, f)		{ .name = key, .len = sizeof(key) - 1, .kind = FK_FN, .fn = f }
-#define FK_ARRAY_OF(key, e)	{ .name = key, .len = sizeof(key) - 1, .kind = FK_ARRAY, .elem = e }
+#define FK_CALL(key, f)		{ FK_NAME(key), .kind = FK_FN, .fn = f }
+#define FK_ARRAY_OF(key, e)	{ FK_NAME(key), .kind = FK_ARRAY, .elem = e }
+#define FK_PASSED(key)		{ FK_NAME(key), .kind = FK_PASS }
 #define FK_NR(tab)		((int)(sizeof(tab) / sizeof(tab[0])))
 
 static bool hex_field(struct jlex *j, int64_t *out);
@@ -239,7 +252,7 @@ static bool word_field(struct jlex *j, const struct fr_key *k, char *field)
 }
 
 /* one value, as k says, into obj */
-static int read_field(struct jlex *j, const struct fr_key *k, void *obj)
+static inline int read_field(struct jlex *j, const struct fr_key *k, void *obj)
 {
 	char *field = (char *)obj + k->off;
 	int64_t v;
@@ -272,28 +285,97 @@ static int read_field(struct jlex *j, const struct fr_key *k, void *obj)
 	case FK_ARRAY:
 		ok = array_of(j, k->elem);
 		break;
+	case FK_PASS:
+		ok = jl_skip(j, 0);
+		break;
 	default:
 		return k->fn(j, obj);
 	}
 	return ok ? FK_OK : FK_FAIL;
 }
 
+/* a[0..n) == b[0..n) for 4 <= n, in a few word compares (overlapping at the end) rather than
+ * a memcmp call per key */
+static inline bool eq_n(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	uint32_t u, v;
+
+	if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return false;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return x == y;
+	}
+	memcpy(&u, a, 4);
+	memcpy(&v, b, 4);
+	if (u != v)
+		return false;
+	memcpy(&u, a + n - 4, 4);
+	memcpy(&v, b + n - 4, 4);
+	return u == v;
+}
+
+/* k is key[0..klen), whose first 8 bytes (zero-padded) are head */
+static inline bool key_is(const struct fr_key *k, uint64_t head, const char *key, int klen)
+{
+	return k->head == head && k->len == klen &&
+	       (klen <= 8 || !memcmp(k->name + 8, key + 8, klen - 8));
+}
+
+/* key[0..klen) (in a buffer of at least 8 bytes) in tab, or NULL; tab[hint] first (the key
+ * after the last one found) */
+static inline const struct fr_key *find_key(const struct fr_key *tab, int nr, int hint,
+					    const char *key, int klen)
+{
+	uint64_t head;
+
+	memcpy(&head, key, 8);
+	if (klen < 8)
+		head &= (1ULL << 8 * klen) - 1;
+	if (hint < nr && key_is(&tab[hint], head, key, klen))
+		return &tab[hint];
+	for (int i = 0; i < nr; i++)
+		if (key_is(&tab[i], head, key, klen))
+			return &tab[i];
+	return NULL;
+}
+
 /* The members of the object at j->p (first: its '{' is still ahead) through tab into obj.
  * FK_OK at its end, FK_FAIL on an error (in j), FK_STOP where a handler stopped (j->p at
- * that member's value). */
+ * that member's value). The tables list their keys in the order the writer emits them: the key
+ * after the last one found is matched first, in place, as the writer spells it (as entries
+ * are, entry_next_key); any other spelling or order goes the generic way, to the same field. */
 static int read_keys(struct jlex *j, bool first, const struct fr_key *tab, int nr, void *obj)
 {
-	char key[32];
-	int klen, r;
+	char key[32] = "";
+	int klen, r, next = 0;
 
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
+	for (;;) {
 		const struct fr_key *k = NULL;
 
-		for (int i = 0; i < nr; i++)
-			if (tab[i].len == klen && !memcmp(tab[i].name, key, klen)) {
-				k = &tab[i];
-				break;
+		if (next < nr && j->p < j->end && *j->p == (first ? '{' : ',')) {
+			const struct fr_key *e = &tab[next];
+
+			if ((size_t)(j->end - j->p) > e->len + 3u &&
+			    eq_n(j->p + 1, e->quoted, e->len + 3)) {
+				first = false;
+				j->p += 1 + e->len + 3;
+				k = e;
 			}
+		}
+		if (!k) {
+			if (!jl_next_key(j, &first, key, sizeof(key), &klen))
+				break;
+			k = find_key(tab, nr, next, key, klen);
+		}
+		if (k)
+			next = (int)(k - tab) + 1;
 		r = k ? read_field(j, k, obj) : jl_skip(j, 0) ? FK_OK : FK_FAIL;
 		if (r != FK_OK)
 			return r;
@@ -358,16 +440,18 @@ static int comm_learned(struct jlex *j, void *obj)
 static const struct fr_key comm_keys[] = {
 	FK_CHARS(FRK_COMM_ID, struct comm_rd, c.id),
 	FK_I64(FRK_CROSS_RANK_ID, struct comm_rd, cross),
+	FK_PASSED(FRK_COMM_HANDLE),
+	FK_I64(FRK_RANK, struct comm_rd, c.rank),
+	FK_I64(FRK_NRANKS, struct comm_rd, c.nranks),
+	FK_PASSED(FRK_DEVICE),
 	FK_CHARS(FRK_PARENT, struct comm_rd, c.parent),
 	FK_I64(FRK_SPLIT_COLOR, struct comm_rd, c.split_color),
 	FK_I64(FRK_SPLIT_KEY, struct comm_rd, c.split_key),
+	FK_CHARS(FRK_CREATED_BY, struct comm_rd, c.created_by),
 	FK_CALL(FRK_LEARNED, comm_learned),
-	FK_I64(FRK_RANK, struct comm_rd, c.rank),
-	FK_I64(FRK_NRANKS, struct comm_rd, c.nranks),
 	FK_CHARS(FRK_STATE, struct comm_rd, c.state),
 	FK_I64(FRK_ASYNC_ERROR, struct comm_rd, c.async_error),
 	FK_I64(FRK_INIT_RC, struct comm_rd, c.init_rc),
-	FK_CHARS(FRK_CREATED_BY, struct comm_rd, c.created_by),
 	FK_I64(FRK_LAST_ENQUEUED_SEQ, struct comm_rd, c.last_enqueued),
 	FK_I64(FRK_LAST_STARTED_SEQ, struct comm_rd, c.last_started),
 	FK_I64(FRK_LAST_COMPLETED_SEQ, struct comm_rd, c.last_completed),
@@ -411,8 +495,8 @@ static bool comm_obj(struct jlex *j)
 
 static const struct fr_key in_call_keys[] = {
 	FK_I64(FRK_TID, struct fr_in_call, tid),
-	FK_CHARS(FRK_API, struct fr_in_call, api),
 	FK_CHARS(FRK_THREAD_NAME, struct fr_in_call, thread_name),
+	FK_CHARS(FRK_API, struct fr_in_call, api),
 	FK_I64(FRK_ENTERED_NS, struct fr_in_call, entered_ns),
 	FK_CHARS(FRK_COMM_ID, struct fr_in_call, comm_id),
 	FK_I64(FRK_SEQ, struct fr_in_call, seq),
@@ -479,33 +563,6 @@ static const struct ekey {
 	EKEY(FRK_FRAMES_MISSING, EK_OTHER),
 };
 #define NR_ENTRY_KEYS ((int)(sizeof(entry_keys) / sizeof(entry_keys[0])))
-
-/* a[0..n) == b[0..n) for 4 <= n, in a few word compares (overlapping at the end) rather than
- * a memcmp call per key */
-static inline bool eq_n(const char *a, const char *b, size_t n)
-{
-	uint64_t x, y;
-	uint32_t u, v;
-
-	if (n >= 8) {
-		for (size_t i = 0; i + 8 < n; i += 8) {
-			memcpy(&x, a + i, 8);
-			memcpy(&y, b + i, 8);
-			if (x != y)
-				return false;
-		}
-		memcpy(&x, a + n - 8, 8);
-		memcpy(&y, b + n - 8, 8);
-		return x == y;
-	}
-	memcpy(&u, a, 4);
-	memcpy(&v, b, 4);
-	if (u != v)
-		return false;
-	memcpy(&u, a + n - 4, 4);
-	memcpy(&v, b + n - 4, 4);
-	return u == v;
-}
 
 /* The fields nobody reads are half of every entry: a plain string or a number starting at
  * j->p (no whitespace, no escape) is stepped over here, inline; anything else returns false
@@ -958,12 +1015,17 @@ static const struct fr_key thread_keys[] = {
 	FK_I64(FRK_TID, struct thread_rd, t.tid),
 	FK_CHARS(FRK_NAME, struct thread_rd, t.name),
 	FK_CALL(FRK_STATE, thread_state),
+	FK_PASSED(FRK_WCHAN),
+	FK_PASSED(FRK_KERNEL_STACK),
+	FK_PASSED(FRK_KERNEL_STACK_ERROR),
 	FK_CALL(FRK_WHERE, thread_where),
 	FK_CHARS(FRK_API, struct thread_rd, t.api),
 	FK_ENUM(FRK_PROGRESS, struct thread_rd, t.progress, progress_words),
 	FK_IS_ONE(FRK_MAIN, struct thread_rd, t.main),
 	FK_I64(FRK_ISSUING, struct thread_rd, issuing),
 	FK_IS_ONE(FRK_PYTHON, struct thread_rd, t.python),
+	FK_PASSED(FRK_TRUNCATED),
+	FK_PASSED(FRK_UNWIND_ERROR),
 	FK_CALL(FRK_FRAMES, thread_frames),
 };
 
@@ -1003,11 +1065,14 @@ static const char *const taken_words[] = { NULL, "attach", "dump", "request", NU
 static const struct fr_key snapshot_keys[] = {
 	FK_ENUM(FRK_TAKEN, struct fr_snapshot, taken, taken_words),
 	FK_I64(FRK_TIME_NS, struct fr_snapshot, time_ns),
+	FK_PASSED(FRK_MONO_NS),
 	FK_I64(FRK_SAMPLES, struct fr_snapshot, samples),
 	FK_I64(FRK_INTERVAL_MS, struct fr_snapshot, interval_ms),
-	FK_IS_ONE(FRK_EXITED, struct fr_snapshot, exited),
+	FK_PASSED(FRK_STOPPED_MS_MAX),
 	FK_CHARS(FRK_PTRACE_ERROR, struct fr_snapshot, ptrace_error),
 	FK_CHARS(FRK_PYTHON, struct fr_snapshot, python),
+	FK_PASSED(FRK_PYTHON_ERROR),
+	FK_IS_ONE(FRK_EXITED, struct fr_snapshot, exited),
 	FK_ARRAY_OF(FRK_THREADS, thread_obj),
 };
 
