@@ -93,6 +93,9 @@ static error_t cli_parse(int key, char *arg, struct argp_state *state)
 		if (torch__parse_timeout(arg, &o->torch_timeout))
 			argp_error(state, TORCH_TIMEOUT_INVALID, arg);
 		break;
+	case ARGP_KEY_ARG:	/* the mains that share these take no arguments */
+		argp_error(state, "unexpected argument '%s'", arg);
+		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
 	}

@@ -7,7 +7,8 @@
  * A main says before argp_parse which of them it takes and how (the "set by the main"
  * fields of cli_opts), takes its children from cli_opts__children(), and calls
  * cli_opts__check() from its ARGP_KEY_END for the checks across them. What a shared option
- * means for that main (what -o writes, which processes -a finds) its doc string says. */
+ * means for that main (what -o writes, which processes -a finds) its doc string says. The
+ * children also refuse any argument ("unexpected argument 'X'"): these mains take none. */
 #ifndef TPTRACE_CLI_OPTS_H
 #define TPTRACE_CLI_OPTS_H
 

@@ -201,9 +201,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "invalid --job '%s' (1..128 of A-Z a-z 0-9 . - _ @ :)", arg);
 		env.job = arg;
 		break;
-	case ARGP_KEY_ARG:
-		argp_error(state, "unexpected argument '%s'", arg);
-		break;
 	case OPT_TORCH_DUMP:
 		env.torch_dump = true;
 		break;

@@ -119,9 +119,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_NO_PYTHON:
 		env.no_python = true;
 		break;
-	case ARGP_KEY_ARG:
-		argp_error(state, "unexpected argument '%s'", arg);
-		break;
 	case ARGP_KEY_END:
 		cli_opts__check(state);
 		break;

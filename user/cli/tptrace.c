@@ -146,9 +146,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "invalid --torch-trace '' (a directory)");
 		env.torch_trace = arg;
 		break;
-	case ARGP_KEY_ARG:
-		argp_error(state, "unexpected argument '%s'", arg);
-		break;
 	case ARGP_KEY_END:
 		cli_opts__check(state);
 		break;
