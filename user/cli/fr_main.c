@@ -38,7 +38,7 @@
 
 /* -p, -a, -d, --ring-mb, --py-stacks (Python frames per entry), --no-stacks, --torch-timeout:
  * cli_opts (cli_opts.h) */
-static int pids[MAX_PIDS];
+static int target_pids[MAX_PIDS];
 
 static struct fr_env {
 	const char *dump_dir;
@@ -888,7 +888,7 @@ int fr_main(int argc, char **argv)
 	argp_help_width();
 	cli_opts.takes = CLI_PID | CLI_ALL | CLI_DURATION | CLI_RING_MB | CLI_PY_STACKS |
 			 CLI_NO_STACKS | CLI_TORCH_TIMEOUT;
-	cli_opts.pids = pids;
+	cli_opts.pids = target_pids;
 	cli_opts.max_pids = MAX_PIDS;
 	argp.children = cli_opts__children(dump_child);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))

@@ -29,7 +29,7 @@
 
 /* -p, -w, -d, --ring-mb, --py-stacks, --no-stacks, --torch-timeout: cli_opts (cli_opts.h);
  * -o: cli_output */
-static int pid;
+static int target_pid;
 
 static struct mem_env {
 	const char *trace;
@@ -368,7 +368,7 @@ int mem_main(int argc, char **argv)
 	argp_help_width();
 	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB |
 			 CLI_PY_STACKS | CLI_NO_STACKS | CLI_TORCH_TIMEOUT;
-	cli_opts.pids = &pid;
+	cli_opts.pids = &target_pid;
 	cli_opts.max_pids = 1;
 	cli_opts.py_needs_stacks = true;
 	cli_output.takes = CLI_OUT_FILE;
@@ -378,7 +378,7 @@ int mem_main(int argc, char **argv)
 	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 
-	t = session__open_target(pid);
+	t = session__open_target(target_pid);
 	if (!t)
 		goto cleanup;
 	cache = elfsym_cache__new();

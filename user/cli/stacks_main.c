@@ -30,7 +30,7 @@
 #define MAX_WORKERS 64
 
 /* -p (a pid given twice counts once), -a: cli_opts (cli_opts.h); -o, --json: cli_output */
-static int pids[MAX_TARGETS];
+static int target_pids[MAX_TARGETS];
 
 static struct stacks_env {
 	int samples;
@@ -484,7 +484,7 @@ int stacks_main(int argc, char **argv)
 	argv[0] = (char *)"tptrace stacks";	/* "Usage: tptrace stacks ..." in argp's messages */
 	argp_help_width();
 	cli_opts.takes = CLI_PID | CLI_ALL;
-	cli_opts.pids = pids;
+	cli_opts.pids = target_pids;
 	cli_opts.max_pids = MAX_TARGETS;
 	cli_opts.unique_pids = true;
 	cli_output.takes = CLI_OUT_FILE | CLI_OUT_JSON;

@@ -36,7 +36,7 @@
 #define MAX_PIDS 64
 
 /* -p, -w, -d, --ring-mb, --py-stacks, --torch-timeout: cli_opts (cli_opts.h); -o: cli_output */
-static int pids[MAX_PIDS];
+static int target_pids[MAX_PIDS];
 
 static struct env {
 	bool durations;
@@ -1249,7 +1249,7 @@ int main(int argc, char **argv)
 	argp_help_width();
 	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB |
 			 CLI_PY_STACKS | CLI_TORCH_TIMEOUT;
-	cli_opts.pids = pids;
+	cli_opts.pids = target_pids;
 	cli_opts.max_pids = MAX_PIDS;
 	cli_output.takes = CLI_OUT_FILE;
 	cli_output.file = "tptrace.json.gz";
