@@ -148,11 +148,11 @@ static bool sizes(struct jlex *j, int64_t *out)
 
 /* ---- objects read through a table of their keys ----
  *
- * Each kind of object has a table: its keys (fr_keys.h's names) and, for each, what the value
- * becomes and where it goes in the object being read (an offset). The loop below reads any
- * of them; a key not in the table, or one whose value is not what it should be, is passed
- * over or reads as unknown, as the writer's readers always did. Entries, the hot loop, have
- * their own (entry_next_key). */
+ * Each kind of object has a table: its keys (fr_keys.h's names) in the order the writer emits
+ * them and, for each, what the value becomes and where it goes in the object being read (an
+ * offset), or the handler that reads it. One loop (read_keys) reads any of them: a key not
+ * in the table is passed over, a value of another type reads as unknown. Entries, the hot
+ * loop, have their own (entry_next_key). */
 
 enum fk_kind {
 	FK_INT,		/* int64_t: a number; null and anything else FR_UNK (jl_int) */
