@@ -3,10 +3,10 @@
 --py-stacks, --no-stacks, --torch-timeout; user/base/cli_output.c: -o, --json), given to
 every main (tptrace, fr, mem, stacks, report, tptrace-fr) with a good and a bad value, and
 what each run says: exit status, stdout (its lines, or a digest of a long one), stderr. The
-good values name a pid that does not exist, so nothing attaches: the run stops at the first
-target. test_cli compares the
-runs with cli_opts_expected.txt; `cli_opts_cases.py --write` rewrites it (after a change of
-behaviour that is meant, said in the commit)."""
+good values name pids above any kernel's pid_max (4194304), which no process can have:
+nothing attaches, the run stops at the first target, and no process started meanwhile
+changes that. test_cli compares the runs with cli_opts_expected.txt; `cli_opts_cases.py
+--write` rewrites it (after a change of behaviour that is meant, said in the commit)."""
 import hashlib
 import os
 import subprocess
@@ -21,10 +21,8 @@ DATA = os.path.join(os.path.dirname(HERE), "tools", "data")
 
 
 def free_pids(n):
-    used = {int(d) for d in os.listdir("/proc") if d.isdigit()}
-    pids = [pid for pid in range(30000, 1, -1) if pid not in used][:n]
-    assert len(pids) == n, "not enough free pids"
-    return pids
+    """n pids no process can have (above PID_MAX_LIMIT, 4194304)"""
+    return list(range(999990000, 999990000 + n))
 
 
 def cases(pid, out, many):
