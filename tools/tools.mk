@@ -5,7 +5,7 @@
 #   $(OUTPUT)/fr_fuzz          libFuzzer target for the dump parser (clang; only where the
 #                              compiler ships libFuzzer)
 # Tools read files only; of user/ they link only self-contained helpers (hashmap.c, textwrap.c,
-# atomic_file.c for --export-torch, jsonlex.c: the JSON lexer), built
+# atomic_file.c for --export-torch, jsonlex.c: the JSON lexer, cli_output.c: --json), built
 # here into their own object.
 TOOLS_OUT   := $(OUTPUT)/tools
 TOOLS_CFLAGS = $(filter-out -MMD -MP,$(ALL_CFLAGS)) -Itools -Itools/fr -Itools/report -MMD -MP \
@@ -52,7 +52,11 @@ $(TOOLS_OUT)/jsonlex.o: user/base/jsonlex.c | $(TOOLS_OUT)
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
 
-tptrace-fr: $(TOOLS_OUT)/fr.o $(FR_LIB_OBJS)
+$(TOOLS_OUT)/cli_output.o: user/base/cli_output.c | $(TOOLS_OUT)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(TOOLS_CFLAGS) -c $< -o $@
+
+tptrace-fr: $(TOOLS_OUT)/fr.o $(TOOLS_OUT)/cli_output.o $(FR_LIB_OBJS)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(TOOLS_CFLAGS) $^ $(FR_LIBS) -o $@
 

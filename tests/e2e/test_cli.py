@@ -195,3 +195,17 @@ def test_unwritable_output():
 
 from lib import E2E_BIN  # noqa: E402
 E2E_REAL = os.path.join(E2E_BIN, "real_args")
+
+
+def test_shared_options_same_lines():
+    """every main given each shared option (user/cli/cli_opts.c, user/base/cli_output.c), a
+    good and a bad value: the same exit status, stdout and stderr as cli_opts_expected.txt
+    keeps (the lines from before the options became shared argp children, but an empty -o,
+    now refused by every main at once as `stacks` did)"""
+    import difflib
+    from cli_opts_cases import EXPECTED, render
+    got = render()
+    with open(EXPECTED) as f:
+        want = f.read()
+    assert got == want, "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                                     "cli_opts_expected.txt", "now", n=2))

@@ -17,7 +17,7 @@ USERS = [
     ("user/fr/fr_net.c", re.compile(r'(?:cJSON_Add\w+ToObject|\bnum)\(\s*\w+,\s*"(\w+)"')),
     ("user/stacks/stacks_class.c", re.compile(r'\badd\(\w+,\s*"(\w+)"')),
     ("tests/tools/fr_gen.c", re.compile(r'\\"(\w+)\\":')),
-    ("tools/fr/fr_parse.c", re.compile(r'\bE?KEY\("(\w+)"')),
+    ("tools/fr/fr_parse.c", re.compile(r'\b(?:E?KEY|FK_\w+)\(\s*"(\w+)"')),
 ]
 # what a key taken from the table looks like there
 USE = re.compile(r"\bFRK_\w+\b")

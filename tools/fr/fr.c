@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
+#include "cli_output.h"
 #include "fr_analyze.h"
 #include "fr_parse.h"
 #include "fr_torch.h"
@@ -36,9 +37,9 @@
 #define FR_TAIL_DEFAULT 256
 #define FR_TAIL_AUTO (-1L)
 
+/* --json: cli_output (user/base/cli_output.h) */
 static struct env {
 	const char *dir;
-	bool json;
 	double skew_ms;
 	double stuck_ms;
 	int jobs;
@@ -71,7 +72,8 @@ static const char doc[] =
 "mismatched collectives (type, count, dtype, reduce op, root; the minority\n"
 "is the culprit), unmatched send/recv, threads stuck in a CUDA/NCCL call,\n"
 "late arrivals and ranks whose GPU never finished a collective. Exit status:\n"
-"0 no problem found, 1 problems found, 2 bad input.\n"
+"0 no problem found, 1 problems found, 2 bad input. --json prints the\n"
+"verdicts as one JSON object instead of the text.\n"
 "\n"
 "Communicators created before tptrace attached have no cross-rank id in the\n"
 "dumps: they are matched across ranks by their collective sequences\n"
@@ -88,10 +90,9 @@ static const char doc[] =
 "  tptrace-fr --tail all /var/lib/tptrace    # every entry, however large\n"
 "  tptrace-fr --export-torch /tmp/fr /var/lib/tptrace   # for torch's fr_trace\n";
 
-enum { OPT_JSON = 1000, OPT_SKEW, OPT_STUCK, OPT_TAIL, OPT_FULL_MAX, OPT_EXPORT_TORCH };
+enum { OPT_SKEW = 1000, OPT_STUCK, OPT_TAIL, OPT_FULL_MAX, OPT_EXPORT_TORCH };
 
 static const struct argp_option opts[] = {
-	{ "json", OPT_JSON, NULL, 0, "Print one JSON object with the verdicts", 0 },
 	{ "skew-ms", OPT_SKEW, "MS", 0, "late_arrival threshold (default 1000)", 0 },
 	{ "stuck-ms", OPT_STUCK, "MS", 0, "stuck_in_call threshold (default 10000)", 0 },
 	{ "jobs", 'j', "N", 0, "Reader/parser threads (default 8)", 0 },
@@ -114,9 +115,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	long l;
 
 	switch (key) {
-	case OPT_JSON:
-		env.json = true;
-		break;
 	case OPT_EXPORT_TORCH:
 		if (!*arg)
 			argp_error(state, "empty --export-torch directory");
@@ -797,7 +795,9 @@ out:
 
 int main(int argc, char **argv)
 {
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
+	struct argp_child children[] = { { NULL, 0, NULL, 0 }, {} };
+	struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
+			     .children = children };
 	struct fr_opts fo;
 	struct shared sh = {
 		.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -813,6 +813,8 @@ int main(int argc, char **argv)
 
 	argp_err_exit_status = 2;	/* usage errors share the bad-input status */
 	argp_help_width();
+	cli_output.takes = CLI_OUT_JSON;
+	children[0].argp = cli_output__argp();
 	err = argp_parse(&argp, argc, argv, 0, NULL, NULL);
 	if (err)
 		return 2;
@@ -894,7 +896,7 @@ int main(int argc, char **argv)
 		ret = 2;
 		goto cleanup;
 	}
-	if (env.json)
+	if (cli_output.json)
 		err = fr_analysis__print_json(sh.an, stdout);
 	else
 		err = fr_analysis__print_human(sh.an, stdout);

@@ -37,6 +37,9 @@ struct jp {
 	struct fr_dump *d;
 	struct py_raw py_raw[PY_RAW_CACHE];
 	int py_raw_next;
+	bool stop_at_entries;		/* fr_dump__parse_head: top_level stops at "entries" */
+	struct fr_snapshot *sn;		/* the snapshot being read */
+	struct fr_frame *scratch;	/* its threads' frames, until the issuing one is known */
 };
 
 static inline struct jp *jp_of(struct jlex *j)
@@ -104,8 +107,6 @@ static int lookup(const char *const *names, int n, const char *s, size_t len, in
 	return other;
 }
 
-#define KEY(s) (klen == (int)sizeof(s) - 1 && !memcmp(key, s, sizeof(s) - 1))
-
 /* input_sizes/output_sizes: [[d0, d1, ...], ...] -> sum over tensors of the product of dims */
 static bool sizes(struct jlex *j, int64_t *out)
 {
@@ -146,6 +147,253 @@ static bool sizes(struct jlex *j, int64_t *out)
 	return true;
 }
 
+/* ---- objects read through a table of their keys ----
+ *
+ * Each kind of object has a table: its keys (fr_keys.h's names) in the order the writer emits
+ * them and, for each, what the value becomes and where it goes in the object being read (an
+ * offset), or the handler that reads it. One loop (read_keys) reads any of them: a key not
+ * in the table is passed over, a value of another type reads as unknown. Entries, the hot
+ * loop, have their own (entry_next_key). */
+
+enum fk_kind {
+	FK_INT,		/* int64_t: a number; null and anything else FR_UNK (jl_int) */
+	FK_STR,		/* char[size]: a string, truncated; anything else "" */
+	FK_STR_OPT,	/* char[size]: as FK_STR, but null leaves the field as it was */
+	FK_LINE,	/* int32_t: a line number (1..INT32_MAX-1), else 0 */
+	FK_ONE,		/* bool: the number 1 */
+	FK_WORD,	/* an enum of size 1 or 4: the index of the string in words[] (from 1),
+			 * 0 for any other string or value */
+	FK_HEX,		/* int64_t: "0x6f12a" or a number (hex_field) */
+	FK_ARRAY,	/* an array (or null), each element read by elem(j) */
+	FK_FN,		/* fn(j, object) reads it */
+	FK_PASS,	/* a key the writer emits that nothing here reads: passed over, as an
+			 * unknown key is (listed so that the key after it is found at once) */
+};
+
+/* what a handler tells the loop */
+enum { FK_FAIL, FK_OK, FK_STOP };
+
+struct fr_key {
+	const char *name;
+	const char *quoted;	/* "\"name\":", as the writer puts it (len + 3 bytes) */
+	uint64_t head;		/* FK_HEAD(name): its first 8 bytes, zero-padded (the whole
+				 * name of most keys) */
+	uint8_t len, kind;
+	uint16_t size;		/* the field's bytes */
+	uint32_t off;		/* the field's offset in the object */
+	const char *const *words;	/* FK_WORD: NULL-terminated, words[0] unused */
+	int (*fn)(struct jlex *j, void *obj);	/* FK_FN: FK_FAIL, FK_OK or FK_STOP */
+	bool (*elem)(struct jlex *j);		/* FK_ARRAY */
+};
+
+/* the first 8 bytes of the string literal s as a little-endian word, zero-padded */
+#define FK_B(s, i)	((uint64_t)(sizeof(s) > (i) + 1 ? (uint8_t)(s)[(i) < sizeof(s) ? (i) : 0] : 0) \
+			 << 8 * (i))
+#define FK_HEAD(s)	(FK_B(s, 0) | FK_B(s, 1) | FK_B(s, 2) | FK_B(s, 3) | FK_B(s, 4) |	\
+			 FK_B(s, 5) | FK_B(s, 6) | FK_B(s, 7))
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "FK_HEAD is little-endian");
+#define FK_NAME(key)							\
+	.name = key, .quoted = "\"" key "\":", .head = FK_HEAD(key), .len = sizeof(key) - 1
+#define FK_SIZE(type, field)	sizeof(((type *)0)->field)
+#define FK_FIELD(key, K, type, field)						\
+	FK_NAME(key), .kind = K, .size = FK_SIZE(type, field), .off = offsetof(type, field)
+/* a field of type T read as kind K; the build fails where the field is not a T */
+#define FK_T(key, K, type, field, T)						\
+	{ FK_FIELD(key, K, type, field)						\
+	  + 0 * sizeof(char[FK_SIZE(type, field) == sizeof(T) ? 1 : -1]) }
+#define FK_I64(key, type, field)	FK_T(key, FK_INT, type, field, int64_t)
+#define FK_HEX64(key, type, field)	FK_T(key, FK_HEX, type, field, int64_t)
+#define FK_LINE32(key, type, field)	FK_T(key, FK_LINE, type, field, int32_t)
+#define FK_IS_ONE(key, type, field)	FK_T(key, FK_ONE, type, field, bool)
+#define FK_CHARS(key, type, field)	{ FK_FIELD(key, FK_STR, type, field) }
+#define FK_CHARS_OPT(key, type, field)	{ FK_FIELD(key, FK_STR_OPT, type, field) }
+/* an enum of 1 or 4 bytes */
+#define FK_ENUM(key, type, field, w)						\
+	{ FK_FIELD(key, FK_WORD, type, field) + 0 * sizeof(char[FK_SIZE(type, field) == 1 ||	\
+						     FK_SIZE(type, field) == 4 ? 1 : -1]),	\
+	  .words = w }
+#define FK_CALL(key, f)		{ FK_NAME(key), .kind = FK_FN, .fn = f }
+#define FK_ARRAY_OF(key, e)	{ FK_NAME(key), .kind = FK_ARRAY, .elem = e }
+#define FK_PASSED(key)		{ FK_NAME(key), .kind = FK_PASS }
+#define FK_NR(tab)		((int)(sizeof(tab) / sizeof(tab[0])))
+
+static bool hex_field(struct jlex *j, int64_t *out);
+
+/* an array (or null), each element read by fn */
+static bool array_of(struct jlex *j, bool (*fn)(struct jlex *))
+{
+	bool first = true;
+
+	if (jl_is_null(j))
+		return jl_skip(j, 0);
+	while (jl_next_elem(j, &first))
+		if (!fn(j))
+			return false;
+	return !j->failed;
+}
+
+/* FK_WORD: a short string among words[1..] (all shorter than the buffer) */
+static bool word_field(struct jlex *j, const struct fr_key *k, char *field)
+{
+	char buf[16];
+	int v = 0;
+
+	if (!jl_str_field(j, buf, sizeof(buf)))
+		return false;
+	for (int i = 1; k->words[i]; i++)
+		if (!strcmp(buf, k->words[i])) {
+			v = i;
+			break;
+		}
+	if (k->size == 1)
+		*(uint8_t *)field = (uint8_t)v;
+	else
+		*(int *)field = v;
+	return true;
+}
+
+/* one value, as k says, into obj */
+static inline int read_field(struct jlex *j, const struct fr_key *k, void *obj)
+{
+	char *field = (char *)obj + k->off;
+	int64_t v;
+	bool ok;
+
+	switch (k->kind) {
+	case FK_INT:
+		ok = jl_int(j, (int64_t *)field);
+		break;
+	case FK_STR:
+		ok = jl_str_field(j, field, k->size);
+		break;
+	case FK_STR_OPT:
+		ok = jl_is_null(j) ? jl_skip(j, 0) : jl_str_field(j, field, k->size);
+		break;
+	case FK_LINE:
+		ok = jl_int(j, &v);
+		*(int32_t *)field = v > 0 && v < INT32_MAX ? (int32_t)v : 0;
+		break;
+	case FK_ONE:
+		ok = jl_int(j, &v);
+		*(bool *)field = v == 1;
+		break;
+	case FK_WORD:
+		ok = word_field(j, k, field);
+		break;
+	case FK_HEX:
+		ok = hex_field(j, (int64_t *)field);
+		break;
+	case FK_ARRAY:
+		ok = array_of(j, k->elem);
+		break;
+	case FK_PASS:
+		ok = jl_skip(j, 0);
+		break;
+	default:
+		return k->fn(j, obj);
+	}
+	return ok ? FK_OK : FK_FAIL;
+}
+
+/* a[0..n) == b[0..n) for 4 <= n, in a few word compares (overlapping at the end) rather than
+ * a memcmp call per key */
+static inline bool eq_n(const char *a, const char *b, size_t n)
+{
+	uint64_t x, y;
+	uint32_t u, v;
+
+	if (n >= 8) {
+		for (size_t i = 0; i + 8 < n; i += 8) {
+			memcpy(&x, a + i, 8);
+			memcpy(&y, b + i, 8);
+			if (x != y)
+				return false;
+		}
+		memcpy(&x, a + n - 8, 8);
+		memcpy(&y, b + n - 8, 8);
+		return x == y;
+	}
+	memcpy(&u, a, 4);
+	memcpy(&v, b, 4);
+	if (u != v)
+		return false;
+	memcpy(&u, a + n - 4, 4);
+	memcpy(&v, b + n - 4, 4);
+	return u == v;
+}
+
+/* k is key[0..klen), whose first 8 bytes (zero-padded) are head */
+static inline bool key_is(const struct fr_key *k, uint64_t head, const char *key, int klen)
+{
+	return k->head == head && k->len == klen &&
+	       (klen <= 8 || !memcmp(k->name + 8, key + 8, klen - 8));
+}
+
+/* key[0..klen) (in a buffer of at least 8 bytes) in tab, or NULL; tab[hint] first (the key
+ * after the last one found) */
+static inline const struct fr_key *find_key(const struct fr_key *tab, int nr, int hint,
+					    const char *key, int klen)
+{
+	uint64_t head;
+
+	memcpy(&head, key, 8);
+	if (klen < 8)
+		head &= (1ULL << 8 * klen) - 1;
+	if (hint < nr && key_is(&tab[hint], head, key, klen))
+		return &tab[hint];
+	for (int i = 0; i < nr; i++)
+		if (key_is(&tab[i], head, key, klen))
+			return &tab[i];
+	return NULL;
+}
+
+/* The members of the object at j->p (first: its '{' is still ahead) through tab into obj.
+ * FK_OK at its end, FK_FAIL on an error (in j), FK_STOP where a handler stopped (j->p at
+ * that member's value). The tables list their keys in the order the writer emits them: the key
+ * after the last one found is matched first, in place, as the writer spells it (as entries
+ * are, entry_next_key); any other spelling or order goes the generic way, to the same field. */
+static int read_keys(struct jlex *j, bool first, const struct fr_key *tab, int nr, void *obj)
+{
+	char key[32] = "";
+	int klen, r, next = 0;
+
+	for (;;) {
+		const struct fr_key *k = NULL;
+
+		if (next < nr && j->p < j->end && *j->p == (first ? '{' : ',')) {
+			const struct fr_key *e = &tab[next];
+
+			if ((size_t)(j->end - j->p) > e->len + 3u &&
+			    eq_n(j->p + 1, e->quoted, e->len + 3)) {
+				first = false;
+				j->p += 1 + e->len + 3;
+				k = e;
+			}
+		}
+		if (!k) {
+			if (!jl_next_key(j, &first, key, sizeof(key), &klen))
+				break;
+			k = find_key(tab, nr, next, key, klen);
+		}
+		if (k)
+			next = (int)(k - tab) + 1;
+		r = k ? read_field(j, k, obj) : jl_skip(j, 0) ? FK_OK : FK_FAIL;
+		if (r != FK_OK)
+			return r;
+	}
+	return j->failed ? FK_FAIL : FK_OK;
+}
+
+/* an object read through tab, or anything else passed over */
+static bool read_obj_or_skip(struct jlex *j, const struct fr_key *tab, int nr, void *obj)
+{
+	jl_ws(j);
+	if (j->p < j->end && *j->p != '{')
+		return jl_skip(j, 0);
+	return read_keys(j, true, tab, nr, obj) == FK_OK;
+}
+
+
 static int find_comm(struct fr_dump *d, const char *id, bool create)
 {
 	size_t i;
@@ -172,88 +420,62 @@ static int find_comm(struct fr_dump *d, const char *id, bool create)
 }
 
 /* comm.learned: only seq_origin matters to the analysis */
-static bool learned_obj(struct jlex *j, struct fr_comm_info *c)
+static const char *const seq_origin_words[] = { NULL, "attach", NULL };
+static const struct fr_key learned_keys[] = {
+	FK_ENUM(FRK_SEQ_ORIGIN, struct fr_comm_info, seq_attach, seq_origin_words),
+};
+
+/* a comm as read: the comm and what decides whether its id is local */
+struct comm_rd {
+	struct fr_comm_info c;
+	int64_t cross;
+};
+
+static int comm_learned(struct jlex *j, void *obj)
 {
-	char key[32], buf[16];
-	int klen;
-	bool first = true;
+	struct comm_rd *r = obj;
 
-	jl_ws(j);
-	if (j->p < j->end && *j->p != '{')
-		return jl_skip(j, 0);
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_SEQ_ORIGIN)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			c->seq_attach = ok && !strcmp(buf, "attach");
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	return !j->failed;
+	return read_obj_or_skip(j, learned_keys, FK_NR(learned_keys), &r->c) ? FK_OK : FK_FAIL;
 }
+
+static const struct fr_key comm_keys[] = {
+	FK_CHARS(FRK_COMM_ID, struct comm_rd, c.id),
+	FK_I64(FRK_CROSS_RANK_ID, struct comm_rd, cross),
+	FK_PASSED(FRK_COMM_HANDLE),
+	FK_I64(FRK_RANK, struct comm_rd, c.rank),
+	FK_I64(FRK_NRANKS, struct comm_rd, c.nranks),
+	FK_PASSED(FRK_DEVICE),
+	FK_CHARS(FRK_PARENT, struct comm_rd, c.parent),
+	FK_I64(FRK_SPLIT_COLOR, struct comm_rd, c.split_color),
+	FK_I64(FRK_SPLIT_KEY, struct comm_rd, c.split_key),
+	FK_CHARS(FRK_CREATED_BY, struct comm_rd, c.created_by),
+	FK_CALL(FRK_LEARNED, comm_learned),
+	FK_CHARS(FRK_STATE, struct comm_rd, c.state),
+	FK_I64(FRK_ASYNC_ERROR, struct comm_rd, c.async_error),
+	FK_I64(FRK_INIT_RC, struct comm_rd, c.init_rc),
+	FK_I64(FRK_LAST_ENQUEUED_SEQ, struct comm_rd, c.last_enqueued),
+	FK_I64(FRK_LAST_STARTED_SEQ, struct comm_rd, c.last_started),
+	FK_I64(FRK_LAST_COMPLETED_SEQ, struct comm_rd, c.last_completed),
+	FK_I64(FRK_LAST_P2P_SEQ, struct comm_rd, c.last_p2p),
+};
 
 static bool comm_obj(struct jlex *j)
 {
 	struct fr_dump *d;
-	struct fr_comm_info c = { 0 };
-	char key[32];
-	int klen, idx;
-	int64_t cross = FR_UNK;
-	bool first = true;
+	struct comm_rd r = { .cross = FR_UNK };
+	struct fr_comm_info c;
+	int idx;
 
-	c.rank = c.nranks = FR_UNK;
-	c.last_enqueued = c.last_started = c.last_completed = c.last_p2p = FR_UNK;
-	c.async_error = c.init_rc = FR_UNK;
-	c.split_color = c.split_key = FR_UNK;
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_COMM_ID))
-			ok = jl_str_field(j, c.id, sizeof(c.id));
-		else if (KEY(FRK_CROSS_RANK_ID))
-			ok = jl_int(j, &cross);
-		else if (KEY(FRK_PARENT))
-			ok = jl_str_field(j, c.parent, sizeof(c.parent));
-		else if (KEY(FRK_SPLIT_COLOR))
-			ok = jl_int(j, &c.split_color);
-		else if (KEY(FRK_SPLIT_KEY))
-			ok = jl_int(j, &c.split_key);
-		else if (KEY(FRK_LEARNED))
-			ok = learned_obj(j, &c);
-		else if (KEY(FRK_RANK))
-			ok = jl_int(j, &c.rank);
-		else if (KEY(FRK_NRANKS))
-			ok = jl_int(j, &c.nranks);
-		else if (KEY(FRK_STATE))
-			ok = jl_str_field(j, c.state, sizeof(c.state));
-		else if (KEY(FRK_ASYNC_ERROR))
-			ok = jl_int(j, &c.async_error);
-		else if (KEY(FRK_INIT_RC))
-			ok = jl_int(j, &c.init_rc);
-		else if (KEY(FRK_CREATED_BY))
-			ok = jl_str_field(j, c.created_by, sizeof(c.created_by));
-		else if (KEY(FRK_LAST_ENQUEUED_SEQ))
-			ok = jl_int(j, &c.last_enqueued);
-		else if (KEY(FRK_LAST_STARTED_SEQ))
-			ok = jl_int(j, &c.last_started);
-		else if (KEY(FRK_LAST_COMPLETED_SEQ))
-			ok = jl_int(j, &c.last_completed);
-		else if (KEY(FRK_LAST_P2P_SEQ))
-			ok = jl_int(j, &c.last_p2p);
-		else
-			ok = jl_skip(j, 0);
-		if (!ok)
-			return false;
-	}
-	if (j->failed)
+	r.c.rank = r.c.nranks = FR_UNK;
+	r.c.last_enqueued = r.c.last_started = r.c.last_completed = r.c.last_p2p = FR_UNK;
+	r.c.async_error = r.c.init_rc = FR_UNK;
+	r.c.split_color = r.c.split_key = FR_UNK;
+	if (read_keys(j, true, comm_keys, FK_NR(comm_keys), &r) != FK_OK)
 		return false;
+	c = r.c;
 	if (!c.id[0])
 		return true;	/* a comm without identity cannot be aligned: ignore it */
-	c.local_id = cross == 0 || !strncmp(c.id, "local:", 6);
+	c.local_id = r.cross == 0 || !strncmp(c.id, "local:", 6);
 	if (c.nranks != FR_UNK && (c.nranks <= 0 || c.nranks > FR_MAX_NRANKS))
 		c.nranks = FR_UNK;
 	if (c.rank != FR_UNK && (c.rank < 0 || c.rank >= FR_MAX_NRANKS ||
@@ -272,36 +494,22 @@ static bool comm_obj(struct jlex *j)
 	return true;
 }
 
+static const struct fr_key in_call_keys[] = {
+	FK_I64(FRK_TID, struct fr_in_call, tid),
+	FK_CHARS(FRK_THREAD_NAME, struct fr_in_call, thread_name),
+	FK_CHARS(FRK_API, struct fr_in_call, api),
+	FK_I64(FRK_ENTERED_NS, struct fr_in_call, entered_ns),
+	FK_CHARS(FRK_COMM_ID, struct fr_in_call, comm_id),
+	FK_I64(FRK_SEQ, struct fr_in_call, seq),
+};
+
 static bool in_call_obj(struct jlex *j)
 {
 	struct fr_in_call ic = { 0 };
-	char key[32];
-	int klen;
-	bool first = true;
 	struct fr_dump *d = jp_of(j)->d;
 
 	ic.tid = ic.entered_ns = ic.seq = FR_UNK;
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_TID))
-			ok = jl_int(j, &ic.tid);
-		else if (KEY(FRK_API))
-			ok = jl_str_field(j, ic.api, sizeof(ic.api));
-		else if (KEY(FRK_THREAD_NAME))
-			ok = jl_str_field(j, ic.thread_name, sizeof(ic.thread_name));
-		else if (KEY(FRK_ENTERED_NS))
-			ok = jl_int(j, &ic.entered_ns);
-		else if (KEY(FRK_COMM_ID))
-			ok = jl_str_field(j, ic.comm_id, sizeof(ic.comm_id));
-		else if (KEY(FRK_SEQ))
-			ok = jl_int(j, &ic.seq);
-		else
-			ok = jl_skip(j, 0);
-		if (!ok)
-			return false;
-	}
-	if (j->failed)
+	if (read_keys(j, true, in_call_keys, FK_NR(in_call_keys), &ic) != FK_OK)
 		return false;
 	if (d->nr_in_calls >= FR_MAX_IN_CALLS)
 		return true;
@@ -356,33 +564,6 @@ static const struct ekey {
 	EKEY(FRK_FRAMES_MISSING, EK_OTHER),
 };
 #define NR_ENTRY_KEYS ((int)(sizeof(entry_keys) / sizeof(entry_keys[0])))
-
-/* a[0..n) == b[0..n) for 4 <= n, in a few word compares (overlapping at the end) rather than
- * a memcmp call per key */
-static inline bool eq_n(const char *a, const char *b, size_t n)
-{
-	uint64_t x, y;
-	uint32_t u, v;
-
-	if (n >= 8) {
-		for (size_t i = 0; i + 8 < n; i += 8) {
-			memcpy(&x, a + i, 8);
-			memcpy(&y, b + i, 8);
-			if (x != y)
-				return false;
-		}
-		memcpy(&x, a + n - 8, 8);
-		memcpy(&y, b + n - 8, 8);
-		return x == y;
-	}
-	memcpy(&u, a, 4);
-	memcpy(&v, b, 4);
-	if (u != v)
-		return false;
-	memcpy(&u, a + n - 4, 4);
-	memcpy(&v, b + n - 4, 4);
-	return u == v;
-}
 
 /* The fields nobody reads are half of every entry: a plain string or a number starting at
  * j->p (no whitespace, no escape) is stepped over here, inline; anything else returns false
@@ -449,36 +630,17 @@ static inline int entry_next_key(struct jlex *j, bool *first, int *expect)
 	return EK_OTHER;
 }
 
+/* an entry's Python frame: {name, filename, line}; null name or file: unresolved ("") */
+static const struct fr_key pyframe_keys[] = {
+	FK_CHARS_OPT(FRK_NAME, struct fr_pyframe, name),
+	FK_CHARS_OPT(FRK_FILENAME, struct fr_pyframe, file),
+	FK_LINE32(FRK_LINE, struct fr_pyframe, line),
+};
+
 static bool pyframe_obj(struct jlex *j, struct fr_pyframe *f)
 {
-	char key[32];
-	int klen;
-	int64_t v;
-	bool first = true;
-
 	memset(f, 0, sizeof(*f));
-	jl_ws(j);
-	if (j->p < j->end && *j->p != '{')
-		return jl_skip(j, 0);
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_NAME)) {
-			ok = jl_is_null(j) ? jl_skip(j, 0) :
-					     jl_str_field(j, f->name, sizeof(f->name));
-		} else if (KEY(FRK_FILENAME)) {
-			ok = jl_is_null(j) ? jl_skip(j, 0) :
-					     jl_str_field(j, f->file, sizeof(f->file));
-		} else if (KEY(FRK_LINE)) {
-			ok = jl_int(j, &v);
-			f->line = v > 0 && v < INT32_MAX ? (int32_t)v : 0;
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	return !j->failed;
+	return read_obj_or_skip(j, pyframe_keys, FK_NR(pyframe_keys), f);
 }
 
 /* An entry's "frames": the innermost FR_ENTRY_FRAMES kept as a stack of the dump */
@@ -749,46 +911,29 @@ static bool hex_field(struct jlex *j, int64_t *out)
 	return true;
 }
 
+static const char *const frame_kind_words[] = { NULL, "native", "python", NULL };
+
+static int frame_unrecoverable(struct jlex *j, void *obj)
+{
+	((struct fr_frame *)obj)->unrecoverable = !jl_is_null(j);
+	return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+}
+
+static const struct fr_key frame_keys[] = {
+	FK_ENUM(FRK_KIND, struct fr_frame, kind, frame_kind_words),
+	FK_CHARS(FRK_FUNC, struct fr_frame, func),
+	FK_CHARS(FRK_FILE, struct fr_frame, file),
+	FK_CHARS(FRK_MODULE, struct fr_frame, module),
+	FK_HEX64(FRK_MODULE_OFF, struct fr_frame, module_off),
+	FK_CALL(FRK_UNRECOVERABLE, frame_unrecoverable),
+	FK_LINE32(FRK_LINE, struct fr_frame, line),
+};
+
 static bool frame_obj(struct jlex *j, struct fr_frame *f)
 {
-	char key[32], buf[16];
-	int klen;
-	int64_t v;
-	bool first = true;
-
 	memset(f, 0, sizeof(*f));
 	f->module_off = FR_UNK;
-	jl_ws(j);
-	if (j->p < j->end && *j->p != '{')
-		return jl_skip(j, 0);
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_KIND)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			f->kind = !strcmp(buf, "native") ? FR_FRAME_NATIVE :
-				  !strcmp(buf, "python") ? FR_FRAME_PYTHON : FR_FRAME_UNKNOWN;
-		} else if (KEY(FRK_FUNC)) {
-			ok = jl_str_field(j, f->func, sizeof(f->func));
-		} else if (KEY(FRK_FILE)) {
-			ok = jl_str_field(j, f->file, sizeof(f->file));
-		} else if (KEY(FRK_MODULE)) {
-			ok = jl_str_field(j, f->module, sizeof(f->module));
-		} else if (KEY(FRK_MODULE_OFF)) {
-			ok = hex_field(j, &f->module_off);
-		} else if (KEY(FRK_UNRECOVERABLE)) {
-			f->unrecoverable = !jl_is_null(j);
-			ok = jl_skip(j, 0);
-		} else if (KEY(FRK_LINE)) {
-			ok = jl_int(j, &v);
-			f->line = v > 0 && v < INT32_MAX ? (int32_t)v : 0;
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	return !j->failed;
+	return read_obj_or_skip(j, frame_keys, FK_NR(frame_keys), f);
 }
 
 /* the top FR_STACK_FRAMES frames into out; the rest skipped (counted in *more) */
@@ -821,63 +966,84 @@ static int lookup_where(const char *s, size_t len)
 	return lookup(where_names, FR_WHERE__COUNT, s, len, FR_WHERE_UNKNOWN);
 }
 
-/* One thread. Its frames are read only while it may be the issuing thread (the writer puts
- * "issuing" before "frames"; when it does not, the top frames are read into scratch). */
-static bool thread_obj(struct jlex *j, struct fr_snapshot *sn, struct fr_frame *scratch)
+/* a thread as read: the thread, its "issuing" as written, and its frames when read */
+struct thread_rd {
+	struct fr_stack_thread t;
+	int64_t issuing;
+	int nr_frames;
+	bool more;
+};
+
+static int thread_state(struct jlex *j, void *obj)
 {
-	struct fr_dump *d = jp_of(j)->d;
-	struct fr_stack_thread t = { 0 };
-	char key[32], buf[48];
-	int klen, nr_frames = 0, len;
-	int64_t v, issuing = FR_UNK;
-	bool first = true, more = false;
+	struct fr_stack_thread *t = &((struct thread_rd *)obj)->t;
+	char buf[48];
+	bool ok = jl_str_field(j, buf, sizeof(buf));
 
-	t.tid = FR_UNK;
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
+	t->state = ok && strchr("RSDTtZXIWPK", buf[0]) && buf[0] ? buf[0] : 0;
+	return ok ? FK_OK : FK_FAIL;
+}
 
-		if (KEY(FRK_TID)) {
-			ok = jl_int(j, &t.tid);
-		} else if (KEY(FRK_NAME)) {
-			ok = jl_str_field(j, t.name, sizeof(t.name));
-		} else if (KEY(FRK_STATE)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			t.state = ok && strchr("RSDTtZXIWPK", buf[0]) && buf[0] ? buf[0] : 0;
-		} else if (KEY(FRK_WHERE)) {
-			if (jl_is_null(j)) {
-				ok = jl_skip(j, 0);
-			} else if ((ok = (len = jl_str(j, buf, sizeof(buf))) >= 0)) {
-				t.where = (uint8_t)lookup_where(buf, (size_t)len);
-			}
-		} else if (KEY(FRK_API)) {
-			ok = jl_str_field(j, t.api, sizeof(t.api));
-		} else if (KEY(FRK_PROGRESS)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			t.progress = !strcmp(buf, "none") ? FR_PROG_NONE :
-				     !strcmp(buf, "yes") ? FR_PROG_YES : FR_PROG_UNKNOWN;
-		} else if (KEY(FRK_MAIN)) {
-			ok = jl_int(j, &v);
-			t.main = v == 1;
-		} else if (KEY(FRK_ISSUING)) {
-			ok = jl_int(j, &issuing);
-			t.issuing = issuing == 1;
-		} else if (KEY(FRK_PYTHON)) {
-			ok = jl_int(j, &v);
-			t.python = v == 1;
-		} else if (KEY(FRK_FRAMES)) {
-			/* another thread already is the issuing one, or this one is not */
-			if (sn->issuing >= 0 || (issuing != FR_UNK && issuing != 1))
-				ok = jl_skip(j, 0);
-			else
-				ok = frames_array(j, scratch, &nr_frames, &more);
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	if (j->failed)
+static int thread_where(struct jlex *j, void *obj)
+{
+	struct fr_stack_thread *t = &((struct thread_rd *)obj)->t;
+	char buf[48];
+	int len;
+
+	if (jl_is_null(j))
+		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+	if ((len = jl_str(j, buf, sizeof(buf))) < 0)
+		return FK_FAIL;
+	t->where = (uint8_t)lookup_where(buf, (size_t)len);
+	return FK_OK;
+}
+
+/* Its frames are read only while it may be the issuing thread (the writer puts "issuing"
+ * before "frames"; when it does not, the top frames are read into scratch). */
+static int thread_frames(struct jlex *j, void *obj)
+{
+	struct jp *P = jp_of(j);
+	struct thread_rd *r = obj;
+
+	/* another thread already is the issuing one, or this one is not */
+	if (P->sn->issuing >= 0 || (r->issuing != FR_UNK && r->issuing != 1))
+		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+	return frames_array(j, P->scratch, &r->nr_frames, &r->more) ? FK_OK : FK_FAIL;
+}
+
+static const char *const progress_words[] = { NULL, "none", "yes", NULL };
+static const struct fr_key thread_keys[] = {
+	FK_I64(FRK_TID, struct thread_rd, t.tid),
+	FK_CHARS(FRK_NAME, struct thread_rd, t.name),
+	FK_CALL(FRK_STATE, thread_state),
+	FK_PASSED(FRK_WCHAN),
+	FK_PASSED(FRK_KERNEL_STACK),
+	FK_PASSED(FRK_KERNEL_STACK_ERROR),
+	FK_CALL(FRK_WHERE, thread_where),
+	FK_CHARS(FRK_API, struct thread_rd, t.api),
+	FK_ENUM(FRK_PROGRESS, struct thread_rd, t.progress, progress_words),
+	FK_IS_ONE(FRK_MAIN, struct thread_rd, t.main),
+	FK_I64(FRK_ISSUING, struct thread_rd, issuing),
+	FK_IS_ONE(FRK_PYTHON, struct thread_rd, t.python),
+	FK_PASSED(FRK_TRUNCATED),
+	FK_PASSED(FRK_UNWIND_ERROR),
+	FK_CALL(FRK_FRAMES, thread_frames),
+};
+
+/* one thread of the snapshot P->sn */
+static bool thread_obj(struct jlex *j)
+{
+	struct jp *P = jp_of(j);
+	struct fr_dump *d = P->d;
+	struct fr_snapshot *sn = P->sn;
+	struct thread_rd r = { .issuing = FR_UNK };
+	struct fr_stack_thread t;
+
+	r.t.tid = FR_UNK;
+	if (read_keys(j, true, thread_keys, FK_NR(thread_keys), &r) != FK_OK)
 		return false;
+	t = r.t;
+	t.issuing = r.issuing == 1;
 	sn->nr_threads_all++;
 	if (sn->nr_threads >= FR_MAX_THREADS)
 		return true;
@@ -885,9 +1051,9 @@ static bool thread_obj(struct jlex *j, struct fr_snapshot *sn, struct fr_frame *
 		return jl_fail(j, "out of memory");
 	if (t.issuing && sn->issuing < 0) {
 		sn->issuing = (int64_t)d->nr_threads;
-		memcpy(sn->frames, scratch, nr_frames * sizeof(*scratch));
-		sn->nr_frames = nr_frames;
-		sn->more_frames = more;
+		memcpy(sn->frames, P->scratch, r.nr_frames * sizeof(*P->scratch));
+		sn->nr_frames = r.nr_frames;
+		sn->more_frames = r.more;
 	} else {
 		t.issuing = false;	/* exactly one per process: the first one wins */
 	}
@@ -896,24 +1062,36 @@ static bool thread_obj(struct jlex *j, struct fr_snapshot *sn, struct fr_frame *
 	return true;
 }
 
+static const char *const taken_words[] = { NULL, "attach", "dump", "request", NULL };
+static const struct fr_key snapshot_keys[] = {
+	FK_ENUM(FRK_TAKEN, struct fr_snapshot, taken, taken_words),
+	FK_I64(FRK_TIME_NS, struct fr_snapshot, time_ns),
+	FK_PASSED(FRK_MONO_NS),
+	FK_I64(FRK_SAMPLES, struct fr_snapshot, samples),
+	FK_I64(FRK_INTERVAL_MS, struct fr_snapshot, interval_ms),
+	FK_PASSED(FRK_STOPPED_MS_MAX),
+	FK_CHARS(FRK_PTRACE_ERROR, struct fr_snapshot, ptrace_error),
+	FK_CHARS(FRK_PYTHON, struct fr_snapshot, python),
+	FK_PASSED(FRK_PYTHON_ERROR),
+	FK_IS_ONE(FRK_EXITED, struct fr_snapshot, exited),
+	FK_ARRAY_OF(FRK_THREADS, thread_obj),
+};
+
 static bool snapshot_obj(struct jlex *j)
 {
-	struct fr_dump *d = jp_of(j)->d;
+	struct jp *P = jp_of(j);
+	struct fr_dump *d = P->d;
 	struct fr_snapshot *sn;
-	struct fr_frame *scratch;
-	char key[32], buf[16];
-	int klen;
-	int64_t v;
-	bool first = true, ok = true;
+	bool ok;
 
 	if (d->nr_snaps >= FR_MAX_SNAPSHOTS)
 		return jl_skip(j, 0);
 	if (ARRAY_RESERVE(d->snaps, d->cap_snaps, d->nr_snaps + 1, 2))
 		return jl_fail(j, "out of memory");
-	scratch = malloc(FR_STACK_FRAMES * sizeof(*scratch));
-	if (!scratch)
+	P->scratch = malloc(FR_STACK_FRAMES * sizeof(*P->scratch));
+	if (!P->scratch)
 		return jl_fail(j, "out of memory");
-	sn = &d->snaps[d->nr_snaps];
+	sn = P->sn = &d->snaps[d->nr_snaps];
 	memset(sn, 0, offsetof(struct fr_snapshot, frames));
 	sn->time_ns = sn->samples = sn->interval_ms = FR_UNK;
 	sn->issuing = -1;
@@ -922,71 +1100,15 @@ static bool snapshot_obj(struct jlex *j)
 	sn->first_thread = d->nr_threads;
 	jl_ws(j);
 	if (j->p < j->end && *j->p != '{') {
-		free(scratch);
-		return jl_skip(j, 0);
+		ok = jl_skip(j, 0);	/* not a snapshot: passed over */
+	} else {
+		ok = read_keys(j, true, snapshot_keys, FK_NR(snapshot_keys), sn) == FK_OK;
+		d->nr_snaps += ok;
 	}
-	while (ok && jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		if (KEY(FRK_TAKEN)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			sn->taken = !strcmp(buf, "attach") ? FR_TAKEN_ATTACH :
-				    !strcmp(buf, "dump") ? FR_TAKEN_DUMP :
-				    !strcmp(buf, "request") ? FR_TAKEN_REQUEST : FR_TAKEN_OTHER;
-		} else if (KEY(FRK_TIME_NS)) {
-			ok = jl_int(j, &sn->time_ns);
-		} else if (KEY(FRK_SAMPLES)) {
-			ok = jl_int(j, &sn->samples);
-		} else if (KEY(FRK_INTERVAL_MS)) {
-			ok = jl_int(j, &sn->interval_ms);
-		} else if (KEY(FRK_EXITED)) {
-			ok = jl_int(j, &v);
-			sn->exited = v == 1;
-		} else if (KEY(FRK_PTRACE_ERROR)) {
-			ok = jl_str_field(j, sn->ptrace_error, sizeof(sn->ptrace_error));
-		} else if (KEY(FRK_PYTHON)) {
-			ok = jl_str_field(j, sn->python, sizeof(sn->python));
-		} else if (KEY(FRK_THREADS)) {
-			bool f2 = true;
-
-			if (jl_is_null(j)) {
-				ok = jl_skip(j, 0);
-				continue;
-			}
-			while (ok && jl_next_elem(j, &f2))
-				ok = thread_obj(j, sn, scratch);
-			ok = ok && !j->failed;
-		} else {
-			ok = jl_skip(j, 0);
-		}
-	}
-	free(scratch);
-	if (!ok || j->failed)
-		return false;
-	d->nr_snaps++;
-	return true;
-}
-
-static bool stacks_array(struct jlex *j)
-{
-	bool first = true;
-
-	if (jl_is_null(j))
-		return jl_skip(j, 0);
-	while (jl_next_elem(j, &first))
-		if (!snapshot_obj(j))
-			return false;
-	return !j->failed;
-}
-
-static bool array_of(struct jlex *j, bool (*fn)(struct jlex *))
-{
-	bool first = true;
-
-	if (jl_is_null(j))
-		return jl_skip(j, 0);
-	while (jl_next_elem(j, &first))
-		if (!fn(j))
-			return false;
-	return !j->failed;
+	free(P->scratch);
+	P->scratch = NULL;
+	P->sn = NULL;
+	return ok;
 }
 
 static bool entries_array(struct jlex *j)
@@ -1002,34 +1124,37 @@ static bool entries_array(struct jlex *j)
 	return !j->failed;
 }
 
-static bool process_obj(struct jlex *j)
+static const char *const proc_state_words[] = { NULL, "running", "exited", "killed", NULL };
+static const struct fr_key process_keys[] = {
+	FK_ENUM(FRK_STATE, struct fr_dump, proc_state, proc_state_words),
+	FK_I64(FRK_EXIT_CODE, struct fr_dump, exit_code),
+	FK_I64(FRK_SIGNAL, struct fr_dump, signal),
+};
+
+static int top_process(struct jlex *j, void *obj)
 {
-	struct fr_dump *d = jp_of(j)->d;
-	char key[32], buf[16];
-	int klen;
-	bool first = true;
+	if (jl_is_null(j))
+		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+	return read_keys(j, true, process_keys, FK_NR(process_keys), obj);
+}
+
+/* "py_stacks": {"python": "3.11.2" | null, "why_no_frames": null | "..."}, or null */
+static const struct fr_key py_stacks_keys[] = {
+	FK_CHARS(FRK_PYTHON, struct fr_dump, py_python),
+	FK_CHARS(FRK_WHY_NO_FRAMES, struct fr_dump, py_why),
+};
+
+static int top_py_stacks(struct jlex *j, void *obj)
+{
+	struct fr_dump *d = obj;
 
 	if (jl_is_null(j))
-		return jl_skip(j, 0);
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_STATE)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			d->proc_state = !strcmp(buf, "running") ? FR_PROC_RUNNING :
-					!strcmp(buf, "exited")  ? FR_PROC_EXITED :
-					!strcmp(buf, "killed")  ? FR_PROC_KILLED : FR_PROC_UNKNOWN;
-		} else if (KEY(FRK_EXIT_CODE)) {
-			ok = jl_int(j, &d->exit_code);
-		} else if (KEY(FRK_SIGNAL)) {
-			ok = jl_int(j, &d->signal);
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	return !j->failed;
+		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+	jl_ws(j);
+	if (j->p < j->end && *j->p != '{')
+		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+	d->py_stacks = true;
+	return read_keys(j, true, py_stacks_keys, FK_NR(py_stacks_keys), d);
 }
 
 bool fr_net_addr(const char *s, uint8_t out[16])
@@ -1085,51 +1210,80 @@ static bool endpoint(const char *s, uint8_t addr[16], uint16_t *port)
 	return fr_net_addr(a, addr);
 }
 
+/* a "sockets" element being read: the socket, and whether both endpoints parsed */
+struct net_sock_rd {
+	struct fr_net_sock s;
+	bool lok, rok;
+};
+
+static int sock_local(struct jlex *j, void *obj)
+{
+	struct net_sock_rd *r = obj;
+	char buf[80];
+
+	if (!jl_str_field(j, buf, sizeof(buf)))
+		return FK_FAIL;
+	r->lok = endpoint(buf, r->s.local, &r->s.lport);
+	return FK_OK;
+}
+
+static int sock_remote(struct jlex *j, void *obj)
+{
+	struct net_sock_rd *r = obj;
+	char buf[80];
+
+	if (!jl_str_field(j, buf, sizeof(buf)))
+		return FK_FAIL;
+	r->rok = endpoint(buf, r->s.remote, &r->s.rport);
+	return FK_OK;
+}
+
+static int sock_state(struct jlex *j, void *obj)
+{
+	struct net_sock_rd *r = obj;
+	char buf[80];
+
+	if (!jl_str_field(j, buf, sizeof(buf)))
+		return FK_FAIL;
+	r->s.established = !strcmp(buf, "established");
+	return FK_OK;
+}
+
+/* FR_TIMER_* from 1: FR_TIMER_OTHER is 0, any other string */
+static const char *const timer_words[] = { "", "retransmit", "probe", NULL };
+_Static_assert(FR_TIMER_RETRANSMIT == 1 && FR_TIMER_PROBE == 2 && FR_TIMER_OTHER == 0,
+	       "timer_words follows enum fr_net_timer");
+
+/* the writer's order (user/fr/fr_net.c sock_json) */
+static const struct fr_key sock_keys[] = {
+	FK_CALL(FRK_LOCAL, sock_local),
+	FK_CALL(FRK_REMOTE, sock_remote),
+	FK_CALL(FRK_STATE, sock_state),
+	FK_PASSED(FRK_INODE),
+	FK_I64(FRK_TX_QUEUE, struct net_sock_rd, s.tx_queue),
+	FK_PASSED(FRK_RX_QUEUE),
+	FK_ENUM(FRK_TIMER, struct net_sock_rd, s.timer, timer_words),
+	FK_I64(FRK_RETRANSMITS, struct net_sock_rd, s.retransmits),
+	FK_I64(FRK_PROBES, struct net_sock_rd, s.probes),
+	FK_I64(FRK_BACKOFF, struct net_sock_rd, s.backoff),
+	FK_I64(FRK_UNACKED, struct net_sock_rd, s.unacked),
+	FK_PASSED(FRK_TOTAL_RETRANS),
+	FK_PASSED(FRK_LAST_DATA_SENT_MS),
+	FK_I64(FRK_LAST_ACK_RECV_MS, struct net_sock_rd, s.last_ack_ms),
+	FK_PASSED(FRK_LAST_DATA_RECV_MS),
+};
+
 /* a "sockets" element; one whose endpoints do not parse is left out */
 static bool net_sock_obj(struct jlex *j)
 {
 	struct fr_dump *d = jp_of(j)->d;
-	struct fr_net_sock s = { .tx_queue = FR_UNK, .unacked = FR_UNK, .retransmits = FR_UNK,
-				 .probes = FR_UNK, .backoff = FR_UNK, .last_ack_ms = FR_UNK };
-	char key[32], buf[80];
-	int klen;
-	bool first = true, lok = false, rok = false;
+	struct net_sock_rd r = { .s = { .tx_queue = FR_UNK, .unacked = FR_UNK,
+					.retransmits = FR_UNK, .probes = FR_UNK,
+					.backoff = FR_UNK, .last_ack_ms = FR_UNK } };
 
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_LOCAL)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			lok = ok && endpoint(buf, s.local, &s.lport);
-		} else if (KEY(FRK_REMOTE)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			rok = ok && endpoint(buf, s.remote, &s.rport);
-		} else if (KEY(FRK_STATE)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			s.established = !strcmp(buf, "established");
-		} else if (KEY(FRK_TIMER)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			s.timer = !strcmp(buf, "retransmit") ? FR_TIMER_RETRANSMIT :
-				  !strcmp(buf, "probe") ? FR_TIMER_PROBE : FR_TIMER_OTHER;
-		} else if (KEY(FRK_TX_QUEUE)) {
-			ok = jl_int(j, &s.tx_queue);
-		} else if (KEY(FRK_UNACKED)) {
-			ok = jl_int(j, &s.unacked);
-		} else if (KEY(FRK_RETRANSMITS)) {
-			ok = jl_int(j, &s.retransmits);
-		} else if (KEY(FRK_PROBES)) {
-			ok = jl_int(j, &s.probes);
-		} else if (KEY(FRK_BACKOFF)) {
-			ok = jl_int(j, &s.backoff);
-		} else if (KEY(FRK_LAST_ACK_RECV_MS)) {
-			ok = jl_int(j, &s.last_ack_ms);
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	if (j->failed || !lok || !rok)
+	if (!read_obj_or_skip(j, sock_keys, FK_NR(sock_keys), &r))
+		return false;
+	if (j->failed || !r.lok || !r.rok)
 		return !j->failed;
 	if (d->nr_socks >= FR_MAX_NET_SOCKS) {
 		d->net_truncated = true;
@@ -1137,7 +1291,7 @@ static bool net_sock_obj(struct jlex *j)
 	}
 	if (ARRAY_RESERVE(d->socks, d->cap_socks, d->nr_socks + 1, 16))
 		return jl_fail(j, "out of memory");
-	d->socks[d->nr_socks++] = s;
+	d->socks[d->nr_socks++] = r.s;
 	return true;
 }
 
@@ -1153,130 +1307,170 @@ static bool host_addr(struct jlex *j)
 	return true;
 }
 
+/* an "interfaces" element being read */
+struct iface_rd {
+	char addr[64];
+	bool running;
+};
+
+/* "up" and "running": the interface runs when both are true */
+static int iface_flag(struct jlex *j, void *obj)
+{
+	struct iface_rd *r = obj;
+
+	jl_ws(j);
+	r->running &= j->p < j->end && *j->p == 't';
+	return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+}
+
+/* the writer's order (user/fr/fr_net.c addrs_json) */
+static const struct fr_key iface_keys[] = {
+	FK_PASSED(FRK_NAME),
+	FK_CHARS(FRK_ADDRESS, struct iface_rd, addr),
+	FK_CALL(FRK_UP, iface_flag),
+	FK_CALL(FRK_RUNNING, iface_flag),
+};
+
 /* an "interfaces" element: {"name", "address", "up", "running"}; its address is kept when
  * the interface is not running */
 static bool iface_obj(struct jlex *j)
 {
 	struct fr_dump *d = jp_of(j)->d;
-	char key[32], addr[64] = "";
-	int klen;
-	bool first = true, running = true, ok;
+	struct iface_rd r = { .running = true };
 
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		if (KEY(FRK_ADDRESS)) {
-			ok = jl_str_field(j, addr, sizeof(addr));
-		} else if (KEY(FRK_UP) || KEY(FRK_RUNNING)) {
-			jl_ws(j);
-			running &= j->p < j->end && *j->p == 't';
-			ok = jl_skip(j, 0);
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	if (!j->failed && !running && d->nr_down_addrs < FR_MAX_HOST_ADDRS &&
-	    fr_net_addr(addr, d->down_addrs[d->nr_down_addrs]))
+	if (!read_obj_or_skip(j, iface_keys, FK_NR(iface_keys), &r))
+		return false;
+	if (!j->failed && !r.running && d->nr_down_addrs < FR_MAX_HOST_ADDRS &&
+	    fr_net_addr(r.addr, d->down_addrs[d->nr_down_addrs]))
 		d->nr_down_addrs++;
 	return !j->failed;
 }
 
+/* "net" being read */
+struct net_rd {
+	struct fr_dump *d;
+	int src;
+	bool have_socks;
+};
+
+static int net_source(struct jlex *j, void *obj)
+{
+	struct net_rd *r = obj;
+	char buf[16];
+
+	if (!jl_str_field(j, buf, sizeof(buf)))
+		return FK_FAIL;
+	r->src = !strcmp(buf, "inet_diag") ? FR_NET_INET_DIAG :
+		 !strcmp(buf, "proc_net_tcp") ? FR_NET_PROC : FR_NET_UNKNOWN;
+	return FK_OK;
+}
+
+static int net_error(struct jlex *j, void *obj)
+{
+	struct net_rd *r = obj;
+
+	return jl_str_field(j, r->d->net_error, sizeof(r->d->net_error)) ? FK_OK : FK_FAIL;
+}
+
+static int net_sockets(struct jlex *j, void *obj)
+{
+	struct net_rd *r = obj;
+
+	r->have_socks = !jl_is_null(j);
+	return (r->have_socks ? array_of(j, net_sock_obj) : jl_skip(j, 0)) ? FK_OK : FK_FAIL;
+}
+
+/* the writer's order (user/fr/fr_net.c fr_net__json) */
+static const struct fr_key net_keys[] = {
+	FK_PASSED(FRK_NETNS),
+	FK_CALL(FRK_SOURCE, net_source),
+	FK_CALL(FRK_ERROR, net_error),
+	FK_PASSED(FRK_READ_NS),
+	FK_ARRAY_OF(FRK_HOST_ADDRESSES, host_addr),
+	FK_ARRAY_OF(FRK_INTERFACES, iface_obj),
+	FK_CALL(FRK_SOCKETS, net_sockets),
+};
+
 /* "net": {"source": "inet_diag" | "proc_net_tcp" | null, "error", "host_addresses": [...],
  * "sockets": [...] | null, ...}; null or a null "sockets" is unknown */
-static bool net_obj(struct jlex *j)
+static int top_net(struct jlex *j, void *obj)
 {
-	struct fr_dump *d = jp_of(j)->d;
-	char key[32], buf[16];
-	int klen, src = FR_NET_UNKNOWN;
-	bool first = true, have_socks = false;
+	struct net_rd r = { .d = obj, .src = FR_NET_UNKNOWN };
+	struct fr_dump *d = obj;
 
 	d->net_source = FR_NET_UNKNOWN;
 	if (jl_is_null(j))
-		return jl_skip(j, 0);
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_SOURCE)) {
-			ok = jl_str_field(j, buf, sizeof(buf));
-			src = !strcmp(buf, "inet_diag") ? FR_NET_INET_DIAG :
-			      !strcmp(buf, "proc_net_tcp") ? FR_NET_PROC : FR_NET_UNKNOWN;
-		} else if (KEY(FRK_ERROR)) {
-			ok = jl_str_field(j, d->net_error, sizeof(d->net_error));
-		} else if (KEY(FRK_HOST_ADDRESSES)) {
-			ok = jl_is_null(j) ? jl_skip(j, 0) : array_of(j, host_addr);
-		} else if (KEY(FRK_INTERFACES)) {
-			ok = jl_is_null(j) ? jl_skip(j, 0) : array_of(j, iface_obj);
-		} else if (KEY(FRK_SOCKETS)) {
-			have_socks = !jl_is_null(j);
-			ok = have_socks ? array_of(j, net_sock_obj) : jl_skip(j, 0);
-		} else {
-			ok = jl_skip(j, 0);
-		}
-		if (!ok)
-			return false;
-	}
-	d->net_source = have_socks ? src : FR_NET_UNKNOWN;
-	if (!have_socks && !d->net_error[0])
+		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+	if (!read_obj_or_skip(j, net_keys, FK_NR(net_keys), &r))
+		return FK_FAIL;
+	d->net_source = r.have_socks ? r.src : FR_NET_UNKNOWN;
+	if (!r.have_socks && !d->net_error[0])
 		snprintf(d->net_error, sizeof(d->net_error), "no sockets in the dump");
-	return !j->failed;
+	return j->failed ? FK_FAIL : FK_OK;
 }
 
 /* "trigger": {"id", "origin_host", "reason", "time_ns"} or null (docs/fr-schema.md) */
-/* "py_stacks": {"python": "3.11.2" | null, "why_no_frames": null | "..."}, or null */
-static bool py_stacks_obj(struct jlex *j)
+static const struct fr_key trigger_keys[] = {
+	FK_CHARS(FRK_ID, struct fr_dump, trigger_id),
+	FK_CHARS(FRK_ORIGIN_HOST, struct fr_dump, trigger_origin),
+	FK_CHARS(FRK_REASON, struct fr_dump, trigger_reason),
+	FK_I64(FRK_TIME_NS, struct fr_dump, trigger_time_ns),
+};
+
+static int top_trigger(struct jlex *j, void *obj)
 {
-	struct fr_dump *d = jp_of(j)->d;
-	char key[32];
-	int klen;
-	bool first = true;
-
 	if (jl_is_null(j))
-		return jl_skip(j, 0);
-	jl_ws(j);
-	if (j->p < j->end && *j->p != '{')
-		return jl_skip(j, 0);
-	d->py_stacks = true;
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_PYTHON))
-			ok = jl_str_field(j, d->py_python, sizeof(d->py_python));
-		else if (KEY(FRK_WHY_NO_FRAMES))
-			ok = jl_str_field(j, d->py_why, sizeof(d->py_why));
-		else
-			ok = jl_skip(j, 0);
-		if (!ok)
-			return false;
-	}
-	return !j->failed;
+		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+	return read_keys(j, true, trigger_keys, FK_NR(trigger_keys), obj);
 }
 
-static bool trigger_obj(struct jlex *j)
+/* "entries": read, or (fr_dump__parse_head) where the head stops */
+static int top_entries(struct jlex *j, void *obj)
 {
-	struct fr_dump *d = jp_of(j)->d;
-	char key[32];
-	int klen;
-	bool first = true;
+	if (jp_of(j)->stop_at_entries)
+		return FK_STOP;
+	return entries_array(j) ? FK_OK : FK_FAIL;
+}
 
-	if (jl_is_null(j))
-		return jl_skip(j, 0);
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
+static const struct fr_key top_keys[] = {
+	FK_CALL(FRK_ENTRIES, top_entries),
+	FK_CHARS(FRK_SCHEMA, struct fr_dump, schema),
+	FK_I64(FRK_VERSION, struct fr_dump, version),
+	FK_CHARS(FRK_HOST, struct fr_dump, host),
+	FK_I64(FRK_PID, struct fr_dump, pid),
+	FK_I64(FRK_GLOBAL_RANK, struct fr_dump, global_rank),
+	FK_I64(FRK_WORLD_SIZE, struct fr_dump, world_size),
+	FK_I64(FRK_LOCAL_RANK, struct fr_dump, local_rank),
+	FK_CHARS(FRK_DUMP_REASON, struct fr_dump, dump_reason),
+	FK_I64(FRK_DUMP_TIME_NS, struct fr_dump, dump_time_ns),
+	FK_I64(FRK_DUMP_MONO_NS, struct fr_dump, dump_mono_ns),
+	FK_CALL(FRK_PROCESS, top_process),
+	FK_CALL(FRK_TRIGGER, top_trigger),
+	FK_CALL(FRK_PY_STACKS, top_py_stacks),
+	FK_I64(FRK_RING_SIZE, struct fr_dump, ring_size),
+	FK_I64(FRK_ENTRIES_RECORDED, struct fr_dump, entries_recorded),
+	FK_I64(FRK_ENTRIES_OVERWRITTEN, struct fr_dump, entries_overwritten),
+	FK_I64(FRK_EVENTS_DROPPED, struct fr_dump, events_dropped),
+	FK_ARRAY_OF(FRK_COMMS, comm_obj),
+	FK_ARRAY_OF(FRK_IN_CALL, in_call_obj),
+	FK_CALL(FRK_NET, top_net),
+	FK_ARRAY_OF(FRK_STACKS, snapshot_obj),
+	FK_CHARS(FRK_NCCL_VERSION, struct fr_dump, nccl_version),
+	FK_CHARS(FRK_STACKS_ERROR, struct fr_dump, stacks_error),
+};
 
-		if (KEY(FRK_ID))
-			ok = jl_str_field(j, d->trigger_id, sizeof(d->trigger_id));
-		else if (KEY(FRK_ORIGIN_HOST))
-			ok = jl_str_field(j, d->trigger_origin, sizeof(d->trigger_origin));
-		else if (KEY(FRK_REASON))
-			ok = jl_str_field(j, d->trigger_reason, sizeof(d->trigger_reason));
-		else if (KEY(FRK_TIME_NS))
-			ok = jl_int(j, &d->trigger_time_ns);
-		else
-			ok = jl_skip(j, 0);
-		if (!ok)
-			return false;
-	}
-	return !j->failed;
+/* The top-level members from j->p on (first: the opening '{' is still ahead). With
+ * stop_at_entries, returns at the "entries" key with j->p at its value. */
+static bool top_level(struct jlex *j, bool first, bool stop_at_entries, bool *at_entries)
+{
+	struct jp *P = jp_of(j);
+	int r;
+
+	P->stop_at_entries = stop_at_entries;
+	r = read_keys(j, first, top_keys, FK_NR(top_keys), P->d);
+	if (r == FK_STOP)
+		*at_entries = true;
+	return r != FK_FAIL;
 }
 
 void fr_dump__init(struct fr_dump *d)
@@ -1307,77 +1501,6 @@ static void reset(struct fr_dump *d)
 	d->nr_host_addrs = d->nr_down_addrs = 0;
 	d->nr_socks = 0;
 	d->net_truncated = false;
-}
-
-/* The top-level members from j->p on (first: the opening '{' is still ahead). With
- * stop_at_entries, returns at the "entries" key with j->p at its value. */
-static bool top_level(struct jlex *j, bool first, bool stop_at_entries, bool *at_entries)
-{
-	struct fr_dump *d = jp_of(j)->d;
-	char key[32];
-	int klen;
-
-	while (jl_next_key(j, &first, key, sizeof(key), &klen)) {
-		bool ok;
-
-		if (KEY(FRK_ENTRIES)) {
-			if (stop_at_entries) {
-				*at_entries = true;
-				return true;
-			}
-			ok = entries_array(j);
-		} else if (KEY(FRK_SCHEMA))
-			ok = jl_str_field(j, d->schema, sizeof(d->schema));
-		else if (KEY(FRK_VERSION))
-			ok = jl_int(j, &d->version);
-		else if (KEY(FRK_HOST))
-			ok = jl_str_field(j, d->host, sizeof(d->host));
-		else if (KEY(FRK_PID))
-			ok = jl_int(j, &d->pid);
-		else if (KEY(FRK_GLOBAL_RANK))
-			ok = jl_int(j, &d->global_rank);
-		else if (KEY(FRK_WORLD_SIZE))
-			ok = jl_int(j, &d->world_size);
-		else if (KEY(FRK_LOCAL_RANK))
-			ok = jl_int(j, &d->local_rank);
-		else if (KEY(FRK_DUMP_REASON))
-			ok = jl_str_field(j, d->dump_reason, sizeof(d->dump_reason));
-		else if (KEY(FRK_DUMP_TIME_NS))
-			ok = jl_int(j, &d->dump_time_ns);
-		else if (KEY(FRK_DUMP_MONO_NS))
-			ok = jl_int(j, &d->dump_mono_ns);
-		else if (KEY(FRK_PROCESS))
-			ok = process_obj(j);
-		else if (KEY(FRK_TRIGGER))
-			ok = trigger_obj(j);
-		else if (KEY(FRK_PY_STACKS))
-			ok = py_stacks_obj(j);
-		else if (KEY(FRK_RING_SIZE))
-			ok = jl_int(j, &d->ring_size);
-		else if (KEY(FRK_ENTRIES_RECORDED))
-			ok = jl_int(j, &d->entries_recorded);
-		else if (KEY(FRK_ENTRIES_OVERWRITTEN))
-			ok = jl_int(j, &d->entries_overwritten);
-		else if (KEY(FRK_EVENTS_DROPPED))
-			ok = jl_int(j, &d->events_dropped);
-		else if (KEY(FRK_COMMS))
-			ok = array_of(j, comm_obj);
-		else if (KEY(FRK_IN_CALL))
-			ok = array_of(j, in_call_obj);
-		else if (KEY(FRK_STACKS))
-			ok = stacks_array(j);
-		else if (KEY(FRK_NCCL_VERSION))
-			ok = jl_str_field(j, d->nccl_version, sizeof(d->nccl_version));
-		else if (KEY(FRK_STACKS_ERROR))
-			ok = jl_str_field(j, d->stacks_error, sizeof(d->stacks_error));
-		else if (KEY(FRK_NET))
-			ok = net_obj(j);
-		else
-			ok = jl_skip(j, 0);
-		if (!ok)
-			return false;
-	}
-	return !j->failed;
 }
 
 static int finish_parse(struct fr_dump *d, struct jlex *j)

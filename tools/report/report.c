@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "cli_output.h"
 #include "report.h"
 #include "util.h"
 
@@ -14,19 +15,17 @@
 #define TPTRACE_VERSION "dev"
 #endif
 
+/* --json, -o (the HTML page): cli_output (user/base/cli_output.h) */
 struct report_args {
 	const char **traces;
 	size_t nr;
-	const char *html, *step_func;
-	bool json, compare;
+	const char *step_func;
+	bool compare;
 };
 
-enum { OPT_JSON = 0x100, OPT_STEP, OPT_COMPARE };
+enum { OPT_STEP = 0x100, OPT_COMPARE };
 
 static const struct argp_option opts[] = {
-	{ "json", OPT_JSON, NULL, 0, "Write the report object (docs/report-schema.md) to stdout "
-	  "instead of the summary", 0 },
-	{ "output", 'o', "FILE", 0, "Also write the report as one self-contained HTML page", 0 },
 	{ "step", OPT_STEP, "FUNC", 0, "A step is one call of the Python function FUNC (needs a "
 	  "trace made with --py-stacks); default: torch.profiler's ProfilerStep#N (--torch), else "
 	  "found from the repeating syncs/collectives", 0 },
@@ -45,6 +44,8 @@ static const char doc[] =
 	"kernels, blocking device-to-host copies, pageable copies, NCCL not overlapped with "
 	"compute, straggler ranks, memory peaks and OOMs. What the traces cannot show (no --gpu, "
 	"no --mem) is listed, not guessed.\n\n"
+	"--json writes the report object (docs/report-schema.md) to stdout instead of the "
+	"summary; -o FILE also writes the report as one self-contained HTML page.\n\n"
 	"Usage: tptrace report TRACE [TRACE...] [--json] [-o report.html] [--step FUNC]\n"
 	"       tptrace report --compare BEFORE AFTER [--json] [-o compare.html] [--step FUNC]\n\n"
 	"Examples:\n"
@@ -62,12 +63,6 @@ static error_t parse(int key, char *arg, struct argp_state *state)
 	struct report_args *a = state->input;
 
 	switch (key) {
-	case OPT_JSON:
-		a->json = true;
-		break;
-	case 'o':
-		a->html = arg;
-		break;
 	case OPT_COMPARE:
 		a->compare = true;
 		break;
@@ -218,8 +213,9 @@ static void side_free(struct side *s)
 
 int report_main(int argc, char **argv)
 {
-	static const struct argp argp = { .options = opts, .parser = parse, .args_doc = "TRACE...",
-					  .doc = doc };
+	struct argp_child children[] = { { NULL, 0, NULL, 0 }, {} };
+	struct argp argp = { .options = opts, .parser = parse, .args_doc = "TRACE...",
+			     .doc = doc, .children = children };
 	struct report_args a = {};
 	struct report_opts o = { .idle_frac_min = 0.2 };
 	struct rstrings strs = {};
@@ -235,6 +231,8 @@ int report_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace report";	/* argp's "Usage:" and error lines */
 	argp_help_width();
+	cli_output.takes = CLI_OUT_FILE | CLI_OUT_JSON;
+	children[0].argp = cli_output__argp();
 	if (argp_parse(&argp, argc, argv, 0, NULL, &a)) {
 		free(a.traces);
 		return 2;
@@ -265,15 +263,15 @@ int report_main(int argc, char **argv)
 		fprintf(stderr, "tptrace report: out of memory\n");
 		goto cleanup;
 	}
-	if (a.html) {
-		int r = report_html__write(report, a.html, err, sizeof(err));
+	if (cli_output.file) {
+		int r = report_html__write(report, cli_output.file, err, sizeof(err));
 
 		if (r) {
 			fprintf(stderr, "tptrace report: %s\n", err);
 			goto cleanup;
 		}
 	}
-	if (a.json) {
+	if (cli_output.json) {
 		char *s = cJSON_PrintUnformatted(report);
 
 		if (!s) {
@@ -287,8 +285,8 @@ int report_main(int argc, char **argv)
 			report_compare_text(report, stdout);
 		else
 			report_text(report, stdout);
-		if (a.html)
-			printf("\nwrote %s\n", a.html);
+		if (cli_output.file)
+			printf("\nwrote %s\n", cli_output.file);
 	}
 	if (fflush(stdout)) {
 		fprintf(stderr, "tptrace report: writing stdout: %s\n", strerror(errno));

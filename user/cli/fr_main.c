@@ -28,6 +28,7 @@
 #include "log.h"
 #include "util.h"
 #include "procmaps.h"
+#include "cli_opts.h"
 #include "session.h"
 #include "target.h"
 #include "torchprof.h"
@@ -35,19 +36,16 @@
 #define MAX_TARGETS 1024
 #define MAX_PIDS 256		/* -p given on the command line */
 
+/* -p, -a, -d, --ring-mb, --py-stacks (Python frames per entry), --no-stacks, --torch-timeout:
+ * cli_opts (cli_opts.h) */
+static int target_pids[MAX_PIDS];
+
 static struct fr_env {
-	int pids[MAX_PIDS];
-	int nr_pids;
-	bool all;
 	const char *dump_dir;
 	size_t ring;
 	double stall_timeout;
 	const char *dump_on;
-	double duration;
-	int ring_mb;
 	bool no_query;
-	bool no_stacks;
-	bool py_stacks;		/* --py-stacks: Python frames per entry */
 	int stack_samples, stack_interval_ms;
 	const char *metrics, *metrics_file;
 	/* cross-host triggers */
@@ -56,13 +54,10 @@ static struct fr_env {
 	const char *trigger_dir;	/* --trigger: write one and exit */
 	const char *job;
 	bool torch_dump;	/* -p: PyTorch's own flight recorder dump at the final dump */
-	double torch_timeout;
 } env = {
-	.torch_timeout = 5,
 	.dump_dir = "/var/lib/tptrace",
 	.ring = 2000,
 	.stall_timeout = 60,
-	.ring_mb = 4,
 	.stack_samples = 3,
 	.stack_interval_ms = 200,
 };
@@ -86,11 +81,14 @@ static const char doc[] =
 "when a process exits, and on each write to the --dump-on fifo. Read the\n"
 "dumps of all ranks with tptrace-fr.\n"
 "\n"
+"-a records every process on the host that uses NCCL, including ones that\n"
+"start later. -d SEC stops after SEC seconds, with a final dump.\n"
+"\n"
 "Each process's threads are snapshotted (native and Python frames, the\n"
 "NCCL/CUDA call each is in, --stack-samples samples to tell progress) when\n"
 "recording starts and for every dump, so a job that was already hung when\n"
 "tptrace attached still names its culprit. The process is stopped a few ms\n"
-"per sample.\n"
+"per sample; --no-stacks takes no snapshot and never stops a process.\n"
 "\n"
 "--py-stacks gives every entry the Python frames of the line that called\n"
 "NCCL (PyTorch FR's \"frames\"; CPython 3.9-3.13), captured in BPF at the\n"
@@ -115,30 +113,23 @@ static const char doc[] =
 "  tptrace fr --trigger /shared/fr --job 81234          # all its hosts dump\n"
 "  tptrace-fr /var/lib/tptrace                          # the verdict\n";
 
-enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_RING_MB, OPT_NO_QUERY,
-       OPT_NO_STACKS, OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE,
-       OPT_HOST_ID, OPT_TRIGGER, OPT_JOB, OPT_PY_STACKS, OPT_TORCH_DUMP, OPT_TORCH_TIMEOUT,
-       OPT_SCOPE };
+enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_NO_QUERY,
+       OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE, OPT_HOST_ID,
+       OPT_TRIGGER, OPT_JOB, OPT_TORCH_DUMP, OPT_SCOPE };
 
 static const struct argp_option opts[] = {
-	{ "pid", 'p', "PID", 0, "Process to record (repeat for several)", 0 },
-	{ "all", 'a', NULL, 0, "Every NCCL process on the host, including ones that start later", 0 },
 	{ "scope", OPT_SCOPE, "KIND", 0, "-a: only processes in pidns[=PATH], netns[=PATH] (default: "
 	  "tptrace's own) or cgroup=PATH", 0 },
 	{ "dump-dir", OPT_DUMP_DIR, "DIR", 0, "Where dumps go (default /var/lib/tptrace)", 0 },
 	{ "ring", OPT_RING, "N", 0, "Entries kept per process (default 2000)", 0 },
 	{ "stall-timeout", OPT_STALL, "SEC", 0, "Dump when pending work makes no progress this long (default 60; 0 off)", 0 },
 	{ "dump-on", OPT_DUMP_ON, "FIFO", 0, "Dump all processes on every write to this fifo (created if missing)", 0 },
-	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (final dump)", 0 },
-	{ "ring-mb", OPT_RING_MB, "MB", 0, "BPF ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "no-query-comms", OPT_NO_QUERY, NULL, 0,
 	  "Never stop a thread to ask NCCL the rank/size of communicators made before attach", 0 },
 	{ "stack-samples", OPT_STACK_SAMPLES, "N", 0,
 	  "Samples per stack snapshot, to tell progress (default 3, 1..100)", 0 },
 	{ "stack-interval", OPT_STACK_INTERVAL, "MS", 0,
 	  "Between stack samples (default 200, 1..10000)", 0 },
-	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No stack snapshots (never stop the processes)", 0 },
-	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python frames of every entry's call (captured in BPF)", 0 },
 	{ "metrics", OPT_METRICS, "ADDR:PORT", 0,
 	  "Serve Prometheus metrics on http://ADDR:PORT/metrics (bound to ADDR only)", 0 },
 	{ "metrics-file", OPT_METRICS_FILE, "PATH", 0,
@@ -149,27 +140,15 @@ static const struct argp_option opts[] = {
 	{ "torch-dump", OPT_TORCH_DUMP, NULL, 0, "-p: at the final dump, also PyTorch's own NCCL "
 	  "flight recorder dump (torch._C._distributed_c10d._dump_nccl_trace, where enabled) to "
 	  "DIR/torch_fr.PID.pickle", 0 },
-	{ "torch-timeout", OPT_TORCH_TIMEOUT, "SEC", 0, "How long a process's main thread has to "
-	  "reach a safe point for --torch-dump (default 5)", 0 },
 	{},
 };
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
 	char *end;
-	int pid, ring;
+	int ring;
 
 	switch (key) {
-	case 'p':
-		if (session__parse_pid(arg, &pid))
-			argp_error(state, "invalid pid '%s'", arg);
-		if (env.nr_pids == MAX_PIDS)
-			argp_error(state, "at most %d pids; use -a", MAX_PIDS);
-		env.pids[env.nr_pids++] = pid;
-		break;
-	case 'a':
-		env.all = true;
-		break;
 	case OPT_SCOPE:
 		if (fr_scope__parse(arg, &env.scope))
 			argp_usage(state);
@@ -190,22 +169,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_DUMP_ON:
 		env.dump_on = arg;
 		break;
-	case 'd':
-		if (session__parse_seconds(arg, &env.duration))
-			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
-		break;
-	case OPT_RING_MB:
-		if (session__parse_ring_mb(arg, &env.ring_mb))
-			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
-		break;
 	case OPT_NO_QUERY:
 		env.no_query = true;
-		break;
-	case OPT_PY_STACKS:
-		env.py_stacks = true;
-		break;
-	case OPT_NO_STACKS:
-		env.no_stacks = true;
 		break;
 	case OPT_STACK_SAMPLES:
 		if (session__parse_int(arg, 1, 100, &env.stack_samples))
@@ -236,31 +201,21 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "invalid --job '%s' (1..128 of A-Z a-z 0-9 . - _ @ :)", arg);
 		env.job = arg;
 		break;
-	case ARGP_KEY_ARG:
-		argp_error(state, "unexpected argument '%s'", arg);
-		break;
 	case OPT_TORCH_DUMP:
 		env.torch_dump = true;
 		break;
-	case OPT_TORCH_TIMEOUT:
-		if (torch__parse_timeout(arg, &env.torch_timeout))
-			argp_error(state, TORCH_TIMEOUT_INVALID, arg);
-		break;
 	case ARGP_KEY_END:
-		if (env.torch_dump && (env.all || !env.nr_pids))
+		if (env.torch_dump && (cli_opts.all || !cli_opts.nr_pids))
 			argp_error(state, "--torch-dump needs -p PID (not -a)");
 		if (env.job && !env.trigger_dir)
 			argp_error(state, "--job goes with --trigger");
 		if (env.trigger_dir) {
-			if (env.all || (!env.job && !env.nr_pids))
+			if (cli_opts.all || (!env.job && !cli_opts.nr_pids))
 				argp_error(state, "--trigger needs --job ID or -p PID of a rank");
 			break;
 		}
-		if (!env.nr_pids && !env.all)
-			argp_error(state, "no process given: use -p PID or -a");
-		if (env.nr_pids && env.all)
-			argp_error(state, "-p and -a exclude each other");
-		if (env.scope.kind && !env.all)
+		cli_opts__check(state);
+		if (env.scope.kind && !cli_opts.all)
 			argp_error(state, "--scope needs -a");
 		break;
 	default:
@@ -455,13 +410,13 @@ static int trigger_command(void)
 	if (env.job) {
 		snprintf(job, sizeof(job), "%s", env.job);
 	} else {
-		for (int i = 0; i < env.nr_pids; i++) {
+		for (int i = 0; i < cli_opts.nr_pids; i++) {
 			char other[FR_JOB_MAX + 1];
 
-			err = fr_job_of_pid(env.pids[i], i ? other : job, sizeof(job));
+			err = fr_job_of_pid(cli_opts.pids[i], i ? other : job, sizeof(job));
 			if (err) {
 				log_error("pid %d: no job id in its environment (%s): give --job\n",
-					  env.pids[i], err == -ENOENT ? "none set" : strerror(-err));
+					  cli_opts.pids[i], err == -ENOENT ? "none set" : strerror(-err));
 				return 1;
 			}
 			if (i && strcmp(job, other)) {
@@ -522,7 +477,7 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	if (s->nr_targets == MAX_TARGETS)
 		return -ENOSPC;
 	/* -a --scope: another host's process is not ours (not an error) */
-	if (env.all && !fr_scope__has(&env.scope, pid))
+	if (cli_opts.all && !fr_scope__has(&env.scope, pid))
 		return 0;
 	err = claim_pid(pid);
 	if (err)
@@ -685,13 +640,13 @@ static void query_comms(struct fr_session *s)
  * anything is attached. 0, or -1 after an error line. */
 static int torch_dump_start(struct torch_instr_run **torch)
 {
-	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
+	for (int i = 0; env.torch_dump && i < cli_opts.nr_pids; i++) {
 		char terr[512];
 
-		torch[i] = torch_instr__start(env.pids[i], TORCH_FR_DUMP, NULL,
-					      (int)(env.torch_timeout * 1000), terr, sizeof(terr));
+		torch[i] = torch_instr__start(cli_opts.pids[i], TORCH_FR_DUMP, NULL,
+					      (int)(cli_opts.torch_timeout * 1000), terr, sizeof(terr));
 		if (!torch[i]) {
-			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
+			log_error("--torch-dump: %s\n", torch__err_line(cli_opts.pids[i], terr));
 			return -1;
 		}
 	}
@@ -737,8 +692,8 @@ static int fr_session_start(struct fr_session *s)
 	struct flightrec_opts fo = {};
 	int err;
 
-	s->bpf = session__load_bpf(env.ring_mb, &(struct session_load_opts){
-		.fr_exec = env.all, .ustacks = env.py_stacks,
+	s->bpf = session__load_bpf(cli_opts.ring_mb, &(struct session_load_opts){
+		.fr_exec = cli_opts.all, .ustacks = cli_opts.py_stacks,
 		.scope = env.scope.kind ? &env.scope : NULL });
 	if (!s->bpf)
 		return -1;
@@ -748,7 +703,7 @@ static int fr_session_start(struct fr_session *s)
 	fo.ring_size = env.ring;
 	fo.dump_dir = env.dump_dir;
 	fo.stall_timeout_ns = (uint64_t)(env.stall_timeout * 1e9);
-	fo.no_stacks = env.no_stacks;
+	fo.no_stacks = cli_opts.no_stacks;
 	if (s->bpf->ustacks) {
 		fo.ustack_lookup = ustacks__lookup;
 		fo.ustack_ctx = s->bpf->ustacks;
@@ -762,7 +717,7 @@ static int fr_session_start(struct fr_session *s)
 	fo.stall_trigger_ctx = s;
 	fo.drain = drain_ring;
 	fo.drain_ctx = s;
-	if (env.all) {
+	if (cli_opts.all) {
 		fo.new_proc = exec_new_proc;
 		fo.new_proc_ctx = s;
 	}
@@ -773,7 +728,7 @@ static int fr_session_start(struct fr_session *s)
 		log_error("out of memory\n");
 		return -1;
 	}
-	if (env.all && s->fr && s->cache) {
+	if (cli_opts.all && s->fr && s->cache) {
 		struct fr_exec_ops ops = { .ctx = s, .mapped = exec_mapped, .execd = exec_execd };
 
 		s->exec = fr_exec__new(s->bpf, s->cache, &s->probes, s->core, s->fr, &ops);
@@ -786,17 +741,17 @@ static int fr_session_start(struct fr_session *s)
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		return -1;
 	}
-	for (int i = 0; i < env.nr_pids; i++) {
-		err = add_target(s, env.pids[i], false);
+	for (int i = 0; i < cli_opts.nr_pids; i++) {
+		err = add_target(s, cli_opts.pids[i], false);
 		if (err < 0)
 			return -1;
 		if (err == 0) {
 			log_error("pid %d has no NCCL loaded (no libnccl.so.* mapped)\n",
-				  env.pids[i]);
+				  cli_opts.pids[i]);
 			return -1;
 		}
 	}
-	if (env.all)
+	if (cli_opts.all)
 		scan_all(s);
 	return 0;
 }
@@ -847,8 +802,8 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 	int err;
 
 	start = clock_ns(CLOCK_MONOTONIC);
-	if (env.duration > 0)
-		deadline = start + (uint64_t)(env.duration * 1e9);
+	if (cli_opts.duration > 0)
+		deadline = start + (uint64_t)(cli_opts.duration * 1e9);
 	while (!stop_signal) {
 		uint64_t now;
 		int alive;
@@ -888,11 +843,11 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 		}
 		/* -a: processes come from the kernel's mapping records; the scan is only a safety
 		 * net for records the ring dropped */
-		if (env.all && now - last_scan > 5000000000ULL) {
+		if (cli_opts.all && now - last_scan > 5000000000ULL) {
 			last_scan = now;
 			scan_all(s);
 		}
-		if (!env.all && !alive)
+		if (!cli_opts.all && !alive)
 			break;
 		if (deadline && now >= deadline)
 			break;
@@ -905,15 +860,15 @@ static int torch_dump_finish(struct torch_instr_run **torch)
 {
 	int ret = 0;
 
-	for (int i = 0; env.torch_dump && i < env.nr_pids; i++) {
+	for (int i = 0; env.torch_dump && i < cli_opts.nr_pids; i++) {
 		char terr[512], path[4200];
 
-		snprintf(path, sizeof(path), "%s/torch_fr.%d.pickle", env.dump_dir, env.pids[i]);
+		snprintf(path, sizeof(path), "%s/torch_fr.%d.pickle", env.dump_dir, cli_opts.pids[i]);
 		if (torch_instr__stop(torch[i], path, terr, sizeof(terr))) {
-			log_error("--torch-dump: %s\n", torch__err_line(env.pids[i], terr));
+			log_error("--torch-dump: %s\n", torch__err_line(cli_opts.pids[i], terr));
 			ret = 1;
 		} else {
-			log_info("--torch-dump: pid %d: wrote %s\n", env.pids[i], path);
+			log_info("--torch-dump: pid %d: wrote %s\n", cli_opts.pids[i], path);
 		}
 	}
 	return ret;
@@ -921,10 +876,8 @@ static int torch_dump_finish(struct torch_instr_run **torch)
 
 int fr_main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 },
-						      { &dump_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
-					  .children = children };
+	static const struct argp_child dump_child[] = { { &dump_argp, 0, NULL, 0 }, {} };
+	struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct fr_session s = {};
 	struct torch_instr_run *torch[MAX_PIDS] = {};
 	struct fr_metrics *metrics = NULL;
@@ -933,6 +886,11 @@ int fr_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace fr";	/* "Usage: tptrace fr ..." in argp's messages */
 	argp_help_width();
+	cli_opts.takes = CLI_PID | CLI_ALL | CLI_DURATION | CLI_RING_MB | CLI_PY_STACKS |
+			 CLI_NO_STACKS | CLI_TORCH_TIMEOUT;
+	cli_opts.pids = target_pids;
+	cli_opts.max_pids = MAX_PIDS;
+	argp.children = cli_opts__children(dump_child);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();
@@ -941,8 +899,8 @@ int fr_main(int argc, char **argv)
 	if (host_id(s.host, sizeof(s.host)))
 		return 1;
 
-	for (int i = 0; i < env.nr_pids; i++) {
-		struct target *t = session__open_target(env.pids[i]);
+	for (int i = 0; i < cli_opts.nr_pids; i++) {
+		struct target *t = session__open_target(cli_opts.pids[i]);
 
 		if (!t)
 			return 1;
@@ -970,7 +928,7 @@ int fr_main(int argc, char **argv)
 		log_info("-a scoped to %s\n", fr_scope__describe(&env.scope, what, sizeof(what)));
 	}
 	log_info("flight recorder on %s%d process%s, dumps to %s\n",
-		 env.all ? "all NCCL processes, now " : "", s.nr_targets,
+		 cli_opts.all ? "all NCCL processes, now " : "", s.nr_targets,
 		 s.nr_targets == 1 ? "" : "es", env.dump_dir);
 	record(&s, metrics, fifo_fd);
 	ring_buffer__consume(s.rb);
@@ -992,7 +950,7 @@ int fr_main(int argc, char **argv)
 	if (metrics)	/* the file keeps the final state (final dumps counted) */
 		fr_metrics__update(metrics, s.fr, clock_ns(CLOCK_MONOTONIC));
 cleanup:
-	for (int i = 0; i < env.nr_pids; i++)
+	for (int i = 0; i < cli_opts.nr_pids; i++)
 		torch_instr__free(torch[i]);
 	fr_metrics__free(metrics);
 	fr_session_free(&s);

@@ -20,26 +20,24 @@
 #include "util.h"
 #include "memsnap.h"
 #include "memtrace.h"
+#include "cli_opts.h"
+#include "cli_output.h"
 #include "session.h"
 #include "target.h"
 #include "torchprof.h"
 #include "trace_json.h"
 
+/* -p, -w, -d, --ring-mb, --py-stacks, --no-stacks, --torch-timeout: cli_opts (cli_opts.h);
+ * -o: cli_output */
+static int target_pid;
+
 static struct mem_env {
-	int pid;
-	double duration;
-	const char *output;
 	const char *trace;
 	bool leaks;
 	bool pickle;
-	bool no_stacks;
-	bool py_stacks;
-	bool wait;
 	long history;
 	bool torch_history;	/* PyTorch's own _record_memory_history for the window */
-	double torch_timeout;
-	int ring_mb;
-} env = { .torch_timeout = 5 };
+} env;
 
 static const char doc[] =
 "tptrace mem: what holds GPU memory in a running process, over time, from\n"
@@ -60,7 +58,9 @@ static const char doc[] =
 "\n"
 "--py-stacks puts the Python frames of the allocating line first in each\n"
 "allocation's frames (as PyTorch's own snapshots; CPython 3.9-3.13), and\n"
-"--leaks then groups by Python call site.\n"
+"--leaks then groups by Python call site. --no-stacks takes no user stack\n"
+"per allocation (cheaper; no call sites). -w waits for the process to load\n"
+"CUDA or PyTorch.\n"
 "\n"
 "EXAMPLES:\n"
 "  sudo tptrace mem -p 4242 -d 30 -o snapshot.json    # open in memory_viz\n"
@@ -68,26 +68,16 @@ static const char doc[] =
 "  sudo tptrace mem -p 4242 --py-stacks --leaks        # ... by line of Python\n"
 "  sudo tptrace mem -p 4242 -d 10 --trace mem.json.gz  # counters, Perfetto\n";
 
-enum { OPT_PICKLE = 1000, OPT_LEAKS, OPT_TRACE, OPT_NO_STACKS, OPT_HISTORY, OPT_RING_MB,
-       OPT_PY_STACKS, OPT_TORCH_HISTORY, OPT_TORCH_TIMEOUT };
+enum { OPT_PICKLE = 1000, OPT_LEAKS, OPT_TRACE, OPT_HISTORY, OPT_TORCH_HISTORY };
 
 static const struct argp_option opts[] = {
-	{ "pid", 'p', "PID", 0, "Process to watch", 0 },
-	{ "duration", 'd', "SEC", 0, "Stop after SEC seconds (default: until Ctrl-C or exit)", 0 },
-	{ "output", 'o', "FILE", 0, "memory_viz snapshot (JSON; see --pickle)", 0 },
 	{ "pickle", OPT_PICKLE, NULL, 0, "Write the snapshot as a Python pickle (protocol 2)", 0 },
 	{ "leaks", OPT_LEAKS, NULL, 0, "Print live allocations by size and call site on stdout", 0 },
 	{ "trace", OPT_TRACE, "FILE", 0, "Also write a trace with memory counters (.json, .json.gz, .pftrace[.gz])", 0 },
-	{ "no-stacks", OPT_NO_STACKS, NULL, 0, "No user stack per allocation (cheaper; no call sites)", 0 },
-	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python frames of each allocation, before the native ones", 0 },
 	{ "max-entries", OPT_HISTORY, "N", 0, "Snapshot history entries kept (default 200000)", 0 },
-	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{ "torch-history", OPT_TORCH_HISTORY, NULL, 0, "Also PyTorch's own memory history for the "
 	  "window (torch.cuda.memory._record_memory_history, CUDA builds): its _snapshot() "
 	  "pickled to SNAPSHOT.torch.pickle", 0 },
-	{ "torch-timeout", OPT_TORCH_TIMEOUT, "SEC", 0, "How long the process's main thread has "
-	  "to reach a safe point for --torch-history (default 5)", 0 },
-	{ "wait", 'w', NULL, 0, "Wait for the process to load CUDA or PyTorch instead of failing", 0 },
 	{},
 };
 
@@ -97,19 +87,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	long v;
 
 	switch (key) {
-	case 'p':
-		if (env.pid)
-			argp_error(state, "one pid at a time");
-		if (session__parse_pid(arg, &env.pid))
-			argp_error(state, "invalid pid '%s'", arg);
-		break;
-	case 'd':
-		if (session__parse_seconds(arg, &env.duration))
-			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
-		break;
-	case 'o':
-		env.output = arg;
-		break;
 	case OPT_PICKLE:
 		env.pickle = true;
 		break;
@@ -118,12 +95,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_TRACE:
 		env.trace = arg;
-		break;
-	case OPT_NO_STACKS:
-		env.no_stacks = true;
-		break;
-	case OPT_PY_STACKS:
-		env.py_stacks = true;
 		break;
 	case OPT_HISTORY:
 		v = strtol(arg, &end, 10);
@@ -134,29 +105,12 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_TORCH_HISTORY:
 		env.torch_history = true;
 		break;
-	case OPT_TORCH_TIMEOUT:
-		if (torch__parse_timeout(arg, &env.torch_timeout))
-			argp_error(state, TORCH_TIMEOUT_INVALID, arg);
-		break;
-	case OPT_RING_MB:
-		if (session__parse_ring_mb(arg, &env.ring_mb))
-			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
-		break;
-	case 'w':
-		env.wait = true;
-		break;
-	case ARGP_KEY_ARG:
-		argp_error(state, "unexpected argument '%s'", arg);
-		break;
 	case ARGP_KEY_END:
-		if (!env.pid)
-			argp_error(state, "no process given: use -p PID");
-		if (env.pickle && !env.output)
+		cli_opts__check(state);
+		if (env.pickle && !cli_output.file)
 			argp_error(state, "--pickle needs -o FILE");
-		if (env.py_stacks && env.no_stacks)
-			argp_error(state, "--py-stacks and --no-stacks exclude each other");
-		if (!env.output && !env.leaks && !env.trace)
-			env.output = "tptrace-mem.json";
+		if (!cli_output.file && !env.leaks && !env.trace)
+			cli_output.file = "tptrace-mem.json";
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -261,10 +215,10 @@ static int open_outputs(struct snap_out *out, struct trace_json **tj, bool *trac
 {
 	int err;
 
-	if (env.output) {
-		err = snap_out__open(out, env.output);
+	if (cli_output.file) {
+		err = snap_out__open(out, cli_output.file);
 		if (err) {
-			log_error("cannot write %s: %s\n", env.output, strerror(-err));
+			log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 			return -1;
 		}
 	}
@@ -327,7 +281,7 @@ static int torch_history_finish(struct torch_instr_run *torch, struct target *t)
 	char torch_err[512], torch_path[4200];
 
 	snprintf(torch_path, sizeof(torch_path), "%s.torch.pickle",
-		 env.output ? env.output : env.trace ? env.trace : "tptrace-mem");
+		 cli_output.file ? cli_output.file : env.trace ? env.trace : "tptrace-mem");
 	if (target__gone(t)) {
 		log_error("--torch-history: pid %d exited before PyTorch's snapshot was "
 			  "taken\n", target__pid(t));
@@ -387,14 +341,12 @@ static void log_summary(struct memtrace *mt, struct target *t)
 		 (unsigned long long)(memsnap__stats(memtrace__snap(mt))->allocs +
 				      memsnap__stats(memtrace__snap(mt))->frees),
 		 (unsigned long long)st->calls, (unsigned long long)st->ooms, dropped,
-		 env.output ? "; wrote " : "", env.output ? env.output : "");
+		 cli_output.file ? "; wrote " : "", cli_output.file ? cli_output.file : "");
 }
 
 int mem_main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
-					  .children = children };
+	struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	/* no programs: the session's scans only find libraries (memtrace.c probes them) */
 	struct target_probes resolve_only = {};
 	struct session *core = NULL;	/* library discovery; the records come by memtrace's */
@@ -414,12 +366,19 @@ int mem_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace mem";	/* "Usage: tptrace mem ..." in argp's messages */
 	argp_help_width();
+	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB |
+			 CLI_PY_STACKS | CLI_NO_STACKS | CLI_TORCH_TIMEOUT;
+	cli_opts.pids = &target_pid;
+	cli_opts.max_pids = 1;
+	cli_opts.py_needs_stacks = true;
+	cli_output.takes = CLI_OUT_FILE;
+	argp.children = cli_opts__children(NULL);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();
 	signal(SIGPIPE, SIG_IGN);
 
-	t = session__open_target(env.pid);
+	t = session__open_target(target_pid);
 	if (!t)
 		goto cleanup;
 	cache = elfsym_cache__new();
@@ -437,7 +396,7 @@ int mem_main(int argc, char **argv)
 	 * anything is attached */
 	if (env.torch_history) {
 		torch = torch_instr__start(target__pid(t), TORCH_MEM_HISTORY, NULL,
-					   (int)(env.torch_timeout * 1000), torch_err,
+					   (int)(cli_opts.torch_timeout * 1000), torch_err,
 					   sizeof(torch_err));
 		if (!torch) {
 			log_error("--torch-history: %s\n", torch__err_line(target__pid(t), torch_err));
@@ -457,23 +416,23 @@ int mem_main(int argc, char **argv)
 		trace_json__process_name(tj, target__pid(t), target__comm(t)[0] ? target__comm(t) : "process");
 	}
 	mo.uprobe_multi = uprobe_multi__supported();
-	mo.no_stacks = env.no_stacks;
-	mo.py_stacks = env.py_stacks;
-	mo.ring_mb = env.ring_mb;
+	mo.no_stacks = cli_opts.no_stacks;
+	mo.py_stacks = cli_opts.py_stacks;
+	mo.ring_mb = cli_opts.ring_mb;
 	mo.history = env.history;
 	mt = memtrace__attach(t, tj, &mo);
 	if (!mt)
 		goto cleanup;
 	waiting = nothing_to_probe(mt);
-	if (waiting && !env.wait) {
+	if (waiting && !cli_opts.wait) {
 		log_error("pid %d (%s) has no CUDA runtime, CUDA driver or PyTorch allocator "
 			  "probes loaded; use --wait to wait for them\n", target__pid(t), target__comm(t));
 		goto cleanup;
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	if (env.duration > 0)
-		deadline = start_mono + (uint64_t)(env.duration * 1e9);
+	if (cli_opts.duration > 0)
+		deadline = start_mono + (uint64_t)(cli_opts.duration * 1e9);
 	if (waiting)
 		log_info("waiting for pid %d (%s) to load CUDA or PyTorch\n", target__pid(t), target__comm(t));
 	else
@@ -496,10 +455,10 @@ int mem_main(int argc, char **argv)
 		if (err)
 			goto cleanup;
 	}
-	if (env.output) {
+	if (cli_output.file) {
 		err = write_snapshot(mt, &info, &out);
 		if (err) {
-			log_error("cannot write %s: %s\n", env.output, strerror(-err));
+			log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 			goto cleanup;
 		}
 	}

@@ -20,6 +20,8 @@
 #include "log.h"
 #include "util.h"
 #include "procmaps.h"
+#include "cli_opts.h"
+#include "cli_output.h"
 #include "session.h"
 #include "stacks.h"
 #include "stacktree.h"
@@ -27,17 +29,15 @@
 #define MAX_TARGETS 4096
 #define MAX_WORKERS 64
 
+/* -p (a pid given twice counts once), -a: cli_opts (cli_opts.h); -o, --json: cli_output */
+static int target_pids[MAX_TARGETS];
+
 static struct stacks_env {
-	int pids[MAX_TARGETS];
-	int nr_pids;
-	bool all;
 	int samples;
 	int interval_ms;
 	int max_frames;
-	bool json;
 	bool all_threads;
 	bool no_python;
-	const char *output;
 } env = {
 	.samples = 3,
 	.interval_ms = 200,
@@ -73,6 +73,9 @@ static const char doc[] =
 "-p takes any process; -a every process that maps a CUDA runtime (shared or\n"
 "linked statically), libcuda or NCCL. All targets are sampled at once.\n"
 "\n"
+"--json writes {\"processes\": [...]} (docs/fr-schema.md, stacks) instead of\n"
+"the text; -o FILE writes it there (atomically) instead of stdout.\n"
+"\n"
 "EXIT STATUS: 0 every target was read (some perhaps from /proc only, as\n"
 "said); 1 no target could be read, -a found none, or the output could not\n"
 "be written; 2 bad usage; 3 some targets could not be read (each said why),\n"
@@ -84,15 +87,11 @@ static const char doc[] =
 "  sudo tptrace stacks -a --json -o hang.json  # the snapshots as JSON\n"
 "  sudo tptrace stacks -p 4242 --samples 5 --interval 500 --all-threads\n";
 
-enum { OPT_SAMPLES = 1000, OPT_INTERVAL, OPT_JSON, OPT_ALL_THREADS, OPT_MAX_FRAMES, OPT_NO_PYTHON };
+enum { OPT_SAMPLES = 1000, OPT_INTERVAL, OPT_ALL_THREADS, OPT_MAX_FRAMES, OPT_NO_PYTHON };
 
 static const struct argp_option opts[] = {
-	{ "pid", 'p', "PID", 0, "Process to snapshot (repeat for several)", 0 },
-	{ "all", 'a', NULL, 0, "Every process that uses CUDA or NCCL on this host", 0 },
 	{ "samples", OPT_SAMPLES, "N", 0, "Snapshots per process, to tell progress (default 3)", 0 },
 	{ "interval", OPT_INTERVAL, "MS", 0, "Milliseconds between samples (default 200)", 0 },
-	{ "json", OPT_JSON, NULL, 0, "JSON: {\"processes\": [...]} (docs/fr-schema.md, stacks)", 0 },
-	{ "output", 'o', "FILE", 0, "Write to FILE (atomically) instead of stdout", 0 },
 	{ "all-threads", OPT_ALL_THREADS, NULL, 0, "Merge every thread into the tree, not only the issuing one", 0 },
 	{ "max-frames", OPT_MAX_FRAMES, "N", 0, "Frames per thread, innermost first (default 128)", 0 },
 	{ "no-python", OPT_NO_PYTHON, NULL, 0, "Native frames only (do not read Python frames)", 0 },
@@ -101,22 +100,7 @@ static const struct argp_option opts[] = {
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
-	int pid;
-
 	switch (key) {
-	case 'p':
-		if (session__parse_pid(arg, &pid))
-			argp_error(state, "invalid pid '%s'", arg);
-		if (env.nr_pids == MAX_TARGETS)
-			argp_error(state, "at most %d pids; use -a", MAX_TARGETS);
-		for (int i = 0; i < env.nr_pids; i++)
-			if (env.pids[i] == pid)
-				return 0;
-		env.pids[env.nr_pids++] = pid;
-		break;
-	case 'a':
-		env.all = true;
-		break;
 	case OPT_SAMPLES:
 		if (session__parse_int(arg, 1, 100, &env.samples))
 			argp_error(state, "invalid --samples '%s' (1..100)", arg);
@@ -124,14 +108,6 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_INTERVAL:
 		if (session__parse_int(arg, 1, 60000, &env.interval_ms))
 			argp_error(state, "invalid --interval '%s' (milliseconds, 1..60000)", arg);
-		break;
-	case OPT_JSON:
-		env.json = true;
-		break;
-	case 'o':
-		if (!*arg)
-			argp_error(state, "empty output file name");
-		env.output = arg;
 		break;
 	case OPT_ALL_THREADS:
 		env.all_threads = true;
@@ -143,14 +119,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 	case OPT_NO_PYTHON:
 		env.no_python = true;
 		break;
-	case ARGP_KEY_ARG:
-		argp_error(state, "unexpected argument '%s'", arg);
-		break;
 	case ARGP_KEY_END:
-		if (!env.nr_pids && !env.all)
-			argp_error(state, "no process given: use -p PID or -a");
-		if (env.nr_pids && env.all)
-			argp_error(state, "-p and -a exclude each other");
+		cli_opts__check(state);
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -182,7 +152,7 @@ static int find_cuda_procs(void)
 
 	if (!cache)
 		return -ENOMEM;
-	env.nr_pids = session__find_procs(libs, static_cudart, cache, env.pids, MAX_TARGETS);
+	cli_opts.nr_pids = session__find_procs(libs, static_cudart, cache, cli_opts.pids, MAX_TARGETS);
 	elfsym_cache__free(cache);
 	return 0;
 }
@@ -439,17 +409,17 @@ static int out_open(struct out *o)
 	int err;
 
 	o->dirfd = -1;
-	if (!env.output) {
+	if (!cli_output.file) {
 		o->f = stdout;
 		o->direct = true;
 		return 0;
 	}
-	if (!stat(env.output, &st) && !S_ISREG(st.st_mode)) {
-		o->f = fopen(env.output, "w");
+	if (!stat(cli_output.file, &st) && !S_ISREG(st.st_mode)) {
+		o->f = fopen(cli_output.file, "w");
 		o->direct = true;
 		return o->f ? 0 : -errno;
 	}
-	o->dirfd = atomic_file__dir_of(env.output, &base);
+	o->dirfd = atomic_file__dir_of(cli_output.file, &base);
 	if (o->dirfd < 0)
 		return o->dirfd;
 	mask = umask(0);
@@ -504,9 +474,7 @@ static int out_close(struct out *o, int err)
 
 int stacks_main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
-					  .children = children };
+	struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct stack_proc **procs = NULL;
 	struct job *jobs = NULL;
 	struct out out = {};
@@ -515,6 +483,12 @@ int stacks_main(int argc, char **argv)
 	argp_err_exit_status = 2;
 	argv[0] = (char *)"tptrace stacks";	/* "Usage: tptrace stacks ..." in argp's messages */
 	argp_help_width();
+	cli_opts.takes = CLI_PID | CLI_ALL;
+	cli_opts.pids = target_pids;
+	cli_opts.max_pids = MAX_TARGETS;
+	cli_opts.unique_pids = true;
+	cli_output.takes = CLI_OUT_FILE | CLI_OUT_JSON;
+	argp.children = cli_opts__children(NULL);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	/* the return-instance iterator (stacks through uretprobes) is loaded when a process has
@@ -524,34 +498,34 @@ int stacks_main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
-	if (env.all) {
+	if (cli_opts.all) {
 		if (find_cuda_procs()) {
 			log_error("out of memory\n");
 			return 1;
 		}
-		if (!env.nr_pids) {
+		if (!cli_opts.nr_pids) {
 			log_error("no process on this host uses CUDA or NCCL (none maps libcudart, "
 				  "libcuda or libnccl, or has cudart linked in)\n");
 			return 1;
 		}
-		log_verbose("%d CUDA/NCCL process%s found\n", env.nr_pids, env.nr_pids == 1 ? "" : "es");
+		log_verbose("%d CUDA/NCCL process%s found\n", cli_opts.nr_pids, cli_opts.nr_pids == 1 ? "" : "es");
 	}
 	/* fail on an unwritable output before stopping anything */
 	err = out_open(&out);
 	if (err) {
-		log_error("cannot write %s: %s\n", env.output, strerror(-err));
+		log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 		return 1;
 	}
-	jobs = calloc(env.nr_pids, sizeof(*jobs));
-	procs = calloc(env.nr_pids, sizeof(*procs));
+	jobs = calloc(cli_opts.nr_pids, sizeof(*jobs));
+	procs = calloc(cli_opts.nr_pids, sizeof(*procs));
 	if (!jobs || !procs) {
 		log_error("out of memory\n");
 		goto cleanup;
 	}
-	for (int i = 0; i < env.nr_pids; i++)
-		jobs[i].pid = env.pids[i];
-	take_all(jobs, env.nr_pids);
-	for (int i = 0; i < env.nr_pids; i++) {
+	for (int i = 0; i < cli_opts.nr_pids; i++)
+		jobs[i].pid = cli_opts.pids[i];
+	take_all(jobs, cli_opts.nr_pids);
+	for (int i = 0; i < cli_opts.nr_pids; i++) {
 		struct stack_proc *sp = jobs[i].sp;
 
 		if (!sp) {
@@ -569,18 +543,18 @@ int stacks_main(int argc, char **argv)
 	}
 	if (!nr)	/* each said why; nothing is written */
 		goto cleanup;
-	err = env.json ? write_json(out.f, procs, nr) : write_text(out.f, procs, nr);
+	err = cli_output.json ? write_json(out.f, procs, nr) : write_text(out.f, procs, nr);
 	err = out_close(&out, err);
 	if (err) {
 		log_error("writing %s failed: %s; nothing written\n",
-			  env.output ? env.output : "stdout", strerror(-err));
+			  cli_output.file ? cli_output.file : "stdout", strerror(-err));
 		goto cleanup;
 	}
 	ret = failed ? 3 : 0;
 cleanup:
 	if (out.f)
 		out_close(&out, -ECANCELED);
-	for (int i = 0; jobs && i < env.nr_pids; i++)
+	for (int i = 0; jobs && i < cli_opts.nr_pids; i++)
 		stacks__free(jobs[i].sp);
 	free(jobs);
 	free(procs);

@@ -22,6 +22,8 @@
 #include "log.h"
 #include "util.h"
 #include "memtrace.h"
+#include "cli_opts.h"
+#include "cli_output.h"
 #include "session.h"
 #include "target.h"
 #include "torchprof.h"
@@ -34,28 +36,19 @@
 
 #define MAX_PIDS 64
 
+/* -p, -w, -d, --ring-mb, --py-stacks, --torch-timeout: cli_opts (cli_opts.h); -o: cli_output */
+static int target_pids[MAX_PIDS];
+
 static struct env {
-	int pids[MAX_PIDS];
-	int nr_pids;
-	double duration;	/* seconds; 0 = until Ctrl-C or all targets exit */
-	const char *output;
-	bool wait;
 	bool durations;
 	bool mem;
 	bool gpu;
 	const char *cupti;
-	bool py_stacks;		/* each call's Python stack (python_function slices, stack arg) */
-	bool native_stacks;	/* ... and its native frames */
+	bool native_stacks;	/* --py-stacks' Python stacks and their native frames */
 	bool torch;		/* torch.profiler in the target for the window (torchprof.h) */
 	const char *torch_logs;	/* torch._logging.set_logs for the window: "recompiles,..." */
 	const char *torch_trace;	/* torch's structured trace for the window, into this dir */
-	double torch_timeout;	/* seconds the main thread has to reach a safe point */
-	int ring_mb;
-} env = {
-	.output = "tptrace.json.gz",
-	.ring_mb = 4,
-	.torch_timeout = 5,
-};
+} env;
 
 const char *argp_program_version = "tptrace " TPTRACE_VERSION;
 static const char doc[] =
@@ -75,6 +68,12 @@ static const char doc[] =
 "Chrome-trace JSON (Kineto conventions) that Perfetto opens and HTA\n"
 "analyses. Ends on -d expiry, SIGINT/SIGTERM, or when every target exited.\n"
 "\n"
+"-o FILE is the trace: .json plain, .json.gz gzip, .pftrace[.gz] Perfetto\n"
+"protobuf (default tptrace.json.gz). -w waits for a target that has not\n"
+"loaded a CUDA runtime yet. --py-stacks adds each call's Python stack:\n"
+"python_function slices above the calls, as torch.profiler's with_stack,\n"
+"and a \"stack\" arg on each call.\n"
+"\n"
 "EXAMPLES:\n"
 "  sudo tptrace -p 4242 -d 10 -o step.json.gz  # trace pid 4242 for 10 s\n"
 "  sudo tptrace -p 4242 -p 4243 -o two.json     # two pids; Ctrl-C ends it\n"
@@ -88,15 +87,10 @@ static const char doc[] =
 "  sudo tptrace stacks -a                       # who is stuck where, by rank\n"
 "  tptrace report step.json.gz -o report.html   # what to fix, with plots\n";
 
-enum { OPT_DURATIONS = 1000, OPT_RING_MB, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_PY_STACKS,
-       OPT_NATIVE_STACKS, OPT_TORCH, OPT_TORCH_LOGS, OPT_TORCH_TIMEOUT,
-       OPT_TORCH_TRACE };
+enum { OPT_DURATIONS = 1000, OPT_GPU, OPT_CUPTI, OPT_MEM, OPT_NATIVE_STACKS, OPT_TORCH,
+       OPT_TORCH_LOGS, OPT_TORCH_TRACE };
 
 static const struct argp_option opts[] = {
-	{ "pid", 'p', "PID", 0, "Process to trace (repeat for several)", 0 },
-	{ "duration", 'd', "SEC", 0, "Trace SEC seconds once attached (default: until Ctrl-C or exit)", 0 },
-	{ "output", 'o', "FILE", 0, "Trace file; .json plain, .json.gz gzip, .pftrace[.gz] Perfetto protobuf (default tptrace.json.gz)", 0 },
-	{ "wait", 'w', NULL, 0, "Wait for a target to load a CUDA runtime instead of failing", 0 },
 	{ "durations", OPT_DURATIONS, NULL, 0,
 	  "Also probe returns of async calls (launch durations; one more trap per call)", 0 },
 	{ "gpu", OPT_GPU, NULL, 0,
@@ -106,9 +100,6 @@ static const struct argp_option opts[] = {
 	  "process's libcudart, then by name)", 0 },
 	{ "mem", OPT_MEM, NULL, 0, "Also trace GPU memory (allocator USDT, cudaMalloc & co, cuMem*): "
 	  "counters, OOM events", 0 },
-	{ "py-stacks", OPT_PY_STACKS, NULL, 0, "Python stack of every CUDA/NCCL call (CPython "
-	  "3.9-3.13): python_function slices above the calls, as torch.profiler's with_stack, "
-	  "and a \"stack\" arg on each call", 0 },
 	{ "native-stacks", OPT_NATIVE_STACKS, NULL, 0, "--py-stacks plus the native frames "
 	  "(through frame pointers, where the code keeps them)", 0 },
 	{ "torch", OPT_TORCH, NULL, 0, "torch.profiler inside the process for the window "
@@ -119,34 +110,12 @@ static const struct argp_option opts[] = {
 	{ "torch-trace", OPT_TORCH_TRACE, "DIR", 0, "torch's structured trace (what TORCH_TRACE=DIR "
 	  "turns on at start; tlparse reads it) for the window: torch's own "
 	  "dedicated_log_torch_trace_*.log per process, into DIR", 0 },
-	{ "torch-timeout", OPT_TORCH_TIMEOUT, "SEC", 0, "How long the process's main thread has "
-	  "to reach a safe point for --torch/--torch-logs/--torch-trace (default 5)", 0 },
-	{ "ring-mb", OPT_RING_MB, "MB", 0, "Ring buffer size in MiB, power of two (default 4)", 0 },
 	{},
 };
 
 static error_t parse_arg(int key, char *arg, struct argp_state *state)
 {
-	int pid;
-
 	switch (key) {
-	case 'p':
-		if (session__parse_pid(arg, &pid))
-			argp_error(state, "invalid pid '%s'", arg);
-		if (env.nr_pids == MAX_PIDS)
-			argp_error(state, "at most %d pids", MAX_PIDS);
-		env.pids[env.nr_pids++] = pid;
-		break;
-	case 'd':
-		if (session__parse_seconds(arg, &env.duration))
-			argp_error(state, "invalid duration '%s' (seconds > 0)", arg);
-		break;
-	case 'o':
-		env.output = arg;
-		break;
-	case 'w':
-		env.wait = true;
-		break;
 	case OPT_DURATIONS:
 		env.durations = true;
 		break;
@@ -162,13 +131,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_NATIVE_STACKS:
 		env.native_stacks = true;
-		/* fall through */
-	case OPT_PY_STACKS:
-		env.py_stacks = true;
-		break;
-	case OPT_RING_MB:
-		if (session__parse_ring_mb(arg, &env.ring_mb))
-			argp_error(state, "invalid --ring-mb '%s' (a power of two, 1..4096)", arg);
+		cli_opts.py_stacks = true;
 		break;
 	case OPT_TORCH:
 		env.torch = true;
@@ -184,16 +147,8 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 			argp_error(state, "invalid --torch-trace '' (a directory)");
 		env.torch_trace = arg;
 		break;
-	case OPT_TORCH_TIMEOUT:
-		if (torch__parse_timeout(arg, &env.torch_timeout))
-			argp_error(state, TORCH_TIMEOUT_INVALID, arg);
-		break;
-	case ARGP_KEY_ARG:
-		argp_error(state, "unexpected argument '%s'", arg);
-		break;
 	case ARGP_KEY_END:
-		if (!env.nr_pids)
-			argp_error(state, "no process given: use -p PID");
+		cli_opts__check(state);
 		break;
 	default:
 		return ARGP_ERR_UNKNOWN;
@@ -410,7 +365,7 @@ static cJSON *target_json(const struct trace_session *s, const struct traced *p)
 			cJSON_AddItemToObject(g, "join", gpu_join_json(s->gsink, target__pid(t)));
 		cJSON_AddItemToObject(o, "gpu", g);
 	}
-	if (env.py_stacks)
+	if (cli_opts.py_stacks)
 		python_json(o, s, target__pid(t));
 	if (env.torch) {
 		cJSON *tm = p->torch ? torchprof__meta(p->torch) : cJSON_CreateObject();
@@ -486,7 +441,7 @@ static char *metadata_json(const struct trace_session *s)
 	/* without --gpu there is no join: no counts at all */
 	if (env.gpu)
 		cJSON_AddItemToObject(root, "gpu_join", gpu_join_json(s->gsink, -1));
-	if (env.py_stacks)
+	if (cli_opts.py_stacks)
 		cJSON_AddItemToObject(root, "python_stacks", ustacks_json(s, st));
 	out = cJSON_Print(root);
 	cJSON_Delete(root);
@@ -516,14 +471,14 @@ static void write_process_meta(struct trace_json *tj, struct target *t)
 /* Every -p pid, opened before anything is loaded so a typo costs nothing. */
 static int open_targets(struct trace_session *s)
 {
-	for (int i = 0; i < env.nr_pids; i++) {
+	for (int i = 0; i < cli_opts.nr_pids; i++) {
 		for (int j = 0; j < i; j++) {
-			if (env.pids[j] == env.pids[i]) {
-				log_error("pid %d given twice\n", env.pids[i]);
+			if (cli_opts.pids[j] == cli_opts.pids[i]) {
+				log_error("pid %d given twice\n", cli_opts.pids[i]);
 				return -EINVAL;
 			}
 		}
-		s->procs[i].t = session__open_target(env.pids[i]);
+		s->procs[i].t = session__open_target(cli_opts.pids[i]);
 		if (!s->procs[i].t)
 			return -ESRCH;	/* its error line is out */
 		s->nr_procs++;
@@ -536,8 +491,8 @@ static int open_pipeline(struct trace_session *s)
 {
 	struct stat st;
 
-	s->bpf = session__load_bpf(env.ring_mb, &(struct session_load_opts){
-		.ustacks = env.py_stacks, .ustacks_native = env.native_stacks });
+	s->bpf = session__load_bpf(cli_opts.ring_mb, &(struct session_load_opts){
+		.ustacks = cli_opts.py_stacks, .ustacks_native = env.native_stacks });
 	if (!s->bpf)
 		return -EINVAL;
 	session__probes(s->bpf, &s->probes);
@@ -547,12 +502,12 @@ static int open_pipeline(struct trace_session *s)
 		s->procs[i].watch_err = session__watch_exit(s->bpf, target__pid(s->procs[i].t));
 
 	/* only a regular file we create ourselves may be removed on failure (not /dev/...) */
-	s->output_created = stat(env.output, &st) && errno == ENOENT;
-	s->tj = trace_json__open(env.output);
+	s->output_created = stat(cli_output.file, &st) && errno == ENOENT;
+	s->tj = trace_json__open(cli_output.file);
 	if (!s->tj) {
 		int err = -errno;
 
-		log_error("cannot write %s: %s\n", env.output, strerror(-err));
+		log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 		s->output_created = false;
 		return err ? err : -EIO;
 	}
@@ -586,7 +541,7 @@ static int attach_targets(struct trace_session *s)
 	s->start_real = clock_ns(CLOCK_REALTIME);
 	err = trace_json__begin(s->tj, s->start_mono, s->start_real);
 	if (err) {
-		log_error("cannot write %s: %s\n", env.output, strerror(-err));
+		log_error("cannot write %s: %s\n", cli_output.file, strerror(-err));
 		return err;
 	}
 	for (int i = 0; i < s->nr_procs; i++) {
@@ -622,7 +577,7 @@ static int attach_targets(struct trace_session *s)
 		/* a program may use the driver alone (cuLaunchKernel, as Triton does) */
 		/* --torch*: a CPU-only PyTorch job still has its ops, logs, trace to show */
 		target__counts(t, &n);
-		if (!n.cudart && !n.driver && !env.wait && !env.torch && !env.torch_logs &&
+		if (!n.cudart && !n.driver && !cli_opts.wait && !env.torch && !env.torch_logs &&
 		    !env.torch_trace) {
 			log_error("pid %d (%s) has no CUDA runtime loaded (no libcudart.so.*, "
 				  "no static cudart, no libcuda.so.1); use --wait to wait for it\n",
@@ -630,7 +585,7 @@ static int attach_targets(struct trace_session *s)
 			return -ENOENT;
 		}
 		if (!n.cudart && !n.driver) {
-			if (env.wait)
+			if (cli_opts.wait)
 				log_info("waiting for pid %d (%s) to load a CUDA runtime\n", target__pid(t),
 					 target__comm(t));
 			else
@@ -643,7 +598,7 @@ static int attach_targets(struct trace_session *s)
 		 * stacks (their frame walk is most of an allocation probe's cost; tptrace mem
 		 * keeps them); --py-stacks gives the events their Python stack */
 		if (env.mem) {
-			struct memtrace_opts mo = { .no_stacks = true, .py_stacks = env.py_stacks,
+			struct memtrace_opts mo = { .no_stacks = true, .py_stacks = cli_opts.py_stacks,
 						    .uprobe_multi = s->bpf->uprobe_multi };
 
 			p->mt = memtrace__attach(t, s->tj, &mo);
@@ -765,10 +720,10 @@ static void run_loop(struct trace_session *s)
 
 	/* -d counts from here: attaching (reading the symbols of a 500 MiB libtorch, starting
 	 * torch.profiler) may take seconds, and the user asked for SEC seconds of tracing */
-	if (env.duration > 0)
-		deadline = clock_ns(CLOCK_MONOTONIC) + (uint64_t)(env.duration * 1e9);
+	if (cli_opts.duration > 0)
+		deadline = clock_ns(CLOCK_MONOTONIC) + (uint64_t)(cli_opts.duration * 1e9);
 	log_info("tracing %d process%s to %s%s\n", s->nr_procs, s->nr_procs > 1 ? "es" : "",
-		 env.output, deadline ? "" : "; Ctrl-C to stop");
+		 cli_output.file, deadline ? "" : "; Ctrl-C to stop");
 	while (!stop_signal) {
 		uint64_t now;
 
@@ -795,7 +750,7 @@ static void run_loop(struct trace_session *s)
 			break;
 		if (deadline && now >= deadline)
 			break;
-		if (now - last_rescan > (uint64_t)(env.wait ? 100 : 1000) * 1000000ULL) {
+		if (now - last_rescan > (uint64_t)(cli_opts.wait ? 100 : 1000) * 1000000ULL) {
 			last_rescan = now;
 			session__rescan(s->core);	/* code mapped without the linker's notice */
 		}
@@ -805,7 +760,7 @@ static void run_loop(struct trace_session *s)
 /* --torch-logs: FILE.PID.torch_logs.txt next to the trace. */
 static void torch_logs_path(char *buf, size_t len, int pid)
 {
-	snprintf(buf, len, "%s.%d.torch_logs.txt", env.output, pid);
+	snprintf(buf, len, "%s.%d.torch_logs.txt", cli_output.file, pid);
 }
 
 /* --torch, --torch-logs: PyTorch's instruments on in every target, once tptrace's probes are
@@ -813,7 +768,7 @@ static void torch_logs_path(char *buf, size_t len, int pid)
  * already switched on are switched off again by stop_torch). */
 static int start_torch(struct trace_session *s)
 {
-	int timeout_ms = (int)(env.torch_timeout * 1000);
+	int timeout_ms = (int)(cli_opts.torch_timeout * 1000);
 
 	for (int i = 0; i < s->nr_procs; i++) {
 		struct traced *p = &s->procs[i];
@@ -1101,7 +1056,7 @@ static void log_summary(const struct trace_session *s, const struct decoder_stat
 		snprintf(dropped, sizeof(dropped), "%llu events dropped",
 			 (unsigned long long)s->drops);
 	log_info("wrote %s: %.1f s of %s: %llu CUDA/NCCL calls (%llu launches)%s, %s\n",
-		 env.output, (s->end_mono - s->start_mono) / 1e9, who,
+		 cli_output.file, (s->end_mono - s->start_mono) / 1e9, who,
 		 (unsigned long long)st->calls, (unsigned long long)st->launches, gpu, dropped);
 	log_verbose("%llu launches named, %llu driver calls nested in runtime calls (written once, "
 		    "as the runtime call)\n", (unsigned long long)st->launches_named,
@@ -1139,7 +1094,7 @@ static int write_trace_end(struct trace_session *s)
 	err = trace_json__close(s->tj);
 	s->tj = NULL;
 	if (err) {
-		log_error("writing %s failed: %s; the trace is incomplete\n", env.output,
+		log_error("writing %s failed: %s; the trace is incomplete\n", cli_output.file,
 			  strerror(-err));
 		return err;
 	}
@@ -1160,7 +1115,7 @@ static void trace_session__free(struct trace_session *s)
 		/* failed before the trace was complete: leave no half-written file behind */
 		trace_json__free(s->tj);
 		if (s->output_created)
-			unlink(env.output);
+			unlink(cli_output.file);
 	}
 	ring_buffer__free(s->rb);
 	for (int i = 0; i < s->nr_procs; i++)
@@ -1242,9 +1197,7 @@ static int unknown_command(const char *arg)
 
 int main(int argc, char **argv)
 {
-	static const struct argp_child children[] = { { &session_common_argp, 0, NULL, 0 }, {} };
-	static const struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc,
-					  .children = children };
+	struct argp argp = { .options = opts, .parser = parse_arg, .doc = doc };
 	struct trace_session s = { .argc = argc, .argv = argv };
 	bool torch_ok = true;
 	int ret = 1;
@@ -1256,6 +1209,13 @@ int main(int argc, char **argv)
 		return unknown_command(argv[1]);
 	argp_err_exit_status = 2;
 	argp_help_width();
+	cli_opts.takes = CLI_PID | CLI_WAIT | CLI_DURATION | CLI_RING_MB |
+			 CLI_PY_STACKS | CLI_TORCH_TIMEOUT;
+	cli_opts.pids = target_pids;
+	cli_opts.max_pids = MAX_PIDS;
+	cli_output.takes = CLI_OUT_FILE;
+	cli_output.file = "tptrace.json.gz";
+	argp.children = cli_opts__children(NULL);
 	if (argp_parse(&argp, argc, argv, 0, NULL, NULL))
 		return 2;
 	session__libbpf_print_setup();
