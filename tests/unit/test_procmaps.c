@@ -178,8 +178,58 @@ static void test_self(void)
 	CHECK(!maps && errno == ENOENT, "load of a missing pid: errno %d", errno);
 }
 
+static struct procmaps *parse_text(const char *text)
+{
+	FILE *f = fmemopen((void *)text, strlen(text), "r");
+	struct procmaps *m;
+
+	if (!f)
+		return NULL;
+	m = procmaps__parse(f);
+	fclose(f);
+	return m;
+}
+
+/* A read of a process inside exit() (or after a dlclose) lacks code mapped before: that code
+ * stays known where nothing new overlaps it; what was replaced, and anonymous memory, go. */
+static void test_keep_vacated(void)
+{
+	struct procmaps *old = parse_text(
+		"55d000000000-55d000001000 r-xp 00000000 fe:00 11 /opt/bin/train\n"
+		"7f0000000000-7f0000100000 rw-p 00000000 00:00 0 \n"
+		"7f1000000000-7f1000200000 r-xp 00010000 fe:00 22 /usr/lib/libcudart.so.13\n"
+		"7f2000000000-7f2000100000 r-xp 00000000 fe:00 33 /usr/lib/libold.so\n"
+		"7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0 [stack]\n");
+	/* read half torn down: the binary and a new library over part of libold's range */
+	struct procmaps *now = parse_text(
+		"55d000000000-55d000001000 r-xp 00000000 fe:00 11 /opt/bin/train\n"
+		"7f2000080000-7f2000090000 r-xp 00000000 fe:00 44 /usr/lib/libnew.so\n");
+	const struct vma *v;
+
+	CHECK(old && now, "parse");
+	if (!old || !now)
+		goto out;
+	CHECK(procmaps__keep_vacated(now, old) == 0, "keep_vacated");
+	CHECK_U64(now->nr, 3);
+	v = procmaps__find(now, 0x7f1000000123);
+	CHECK(v && v->path && !strcmp(v->path, "/usr/lib/libcudart.so.13") && v->inode == 22 &&
+	      v->offset == 0x10000, "libcudart kept");
+	CHECK(!procmaps__find(now, 0x7f2000000010), "libold replaced in part: not kept");
+	v = procmaps__find(now, 0x7f2000080010);
+	CHECK(v && !strcmp(v->path, "/usr/lib/libnew.so"), "libnew found");
+	CHECK(!procmaps__find(now, 0x7f0000000010), "anonymous memory not kept");
+	CHECK(!procmaps__find(now, 0x7ffc00000010), "[stack] not kept");
+	for (size_t i = 1; i < now->nr; i++)
+		CHECK(now->vmas[i - 1].end <= now->vmas[i].start, "sorted and disjoint at %zu", i);
+	CHECK(procmaps__keep_vacated(now, NULL) == 0 && now->nr == 3, "no old maps");
+out:
+	procmaps__free(old);
+	procmaps__free(now);
+}
+
 int main(void)
 {
+	test_keep_vacated();
 	test_paths();
 	test_saved(UNIT_DATA_DIR);
 	test_malformed();

@@ -157,6 +157,60 @@ void procmaps__free(struct procmaps *maps)
 	free(maps);
 }
 
+/* whether a vma of maps overlaps [start, end) */
+static bool overlaps(const struct procmaps *maps, uint64_t start, uint64_t end)
+{
+	size_t lo = 0, hi = maps->nr;
+
+	/* the first vma ending past start */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (maps->vmas[mid].end <= start)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < maps->nr && maps->vmas[lo].start < end;
+}
+
+static int vma_cmp(const void *a, const void *b)
+{
+	const struct vma *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+int procmaps__keep_vacated(struct procmaps *maps, const struct procmaps *old)
+{
+	size_t n = maps->nr, cap = maps->nr;
+
+	for (size_t i = 0; old && i < old->nr; i++) {
+		const struct vma *v = &old->vmas[i];
+		struct vma *c;
+
+		if (!v->path || v->path[0] == '[' || overlaps(maps, v->start, v->end))
+			continue;
+		/* the added ones are appended past maps->nr: overlaps() sees only the new read */
+		if (ARRAY_RESERVE(maps->vmas, cap, n + 1, 16))
+			goto nomem;
+		c = &maps->vmas[n];
+		*c = *v;
+		if (!(c->path = strdup(v->path)))
+			goto nomem;
+		n++;
+	}
+	if (n != maps->nr) {
+		maps->nr = n;
+		qsort(maps->vmas, maps->nr, sizeof(*maps->vmas), vma_cmp);
+	}
+	return 0;
+nomem:
+	for (size_t i = maps->nr; i < n; i++)
+		free(maps->vmas[i].path);
+	return -ENOMEM;
+}
+
 const struct vma *procmaps__find(const struct procmaps *maps, uint64_t addr)
 {
 	size_t lo = 0, hi = maps->nr;

@@ -34,6 +34,11 @@ struct procmaps *procmaps__parse(FILE *f);
 struct procmaps *procmaps__load(int pid);
 void procmaps__free(struct procmaps *maps);
 
+/* Adds to maps the file mappings of old whose range no vma of maps overlaps (code unmapped
+ * since old was read: a library closed, or a process inside exit() read half torn down), so
+ * records taken while old was current still find their object. 0 or -ENOMEM (maps as it was). */
+int procmaps__keep_vacated(struct procmaps *maps, const struct procmaps *old);
+
 /* The vma holding addr, or NULL. Binary search. */
 const struct vma *procmaps__find(const struct procmaps *maps, uint64_t addr);
 

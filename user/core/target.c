@@ -669,12 +669,18 @@ int target__scan(struct target *t, struct elfsym_cache *cache, const struct targ
 		else
 			added += r;
 	}
-	/* a process inside exit() has released its memory: its maps read empty. The last
-	 * snapshot stays: events still in the ring from before are decoded with it (a driver
-	 * call inside libcudart is still nested, a kernel still named) */
+	/* a process inside exit() has released its memory: its maps read empty, or, read while
+	 * exit() tears them down (the kernel reads them without the mmap lock), in part. The
+	 * code mapped before and not replaced since stays: events still in the ring from before
+	 * are decoded with it (a driver call inside libcudart is still nested, a kernel still
+	 * named) */
 	if (maps->nr || !t->maps) {
-		procmaps__free(t->maps);
-		t->maps = maps;
+		if (procmaps__keep_vacated(maps, t->maps)) {
+			procmaps__free(maps);
+		} else {
+			procmaps__free(t->maps);
+			t->maps = maps;
+		}
 	} else {
 		procmaps__free(maps);
 	}
