@@ -1216,26 +1216,29 @@ struct net_sock_rd {
 	bool lok, rok;
 };
 
-static int sock_local(struct jlex *j, void *obj)
+/* "local" or "remote": address and port, ok when they parse */
+static int sock_endpoint(struct jlex *j, uint8_t addr[16], uint16_t *port, bool *ok)
 {
-	struct net_sock_rd *r = obj;
 	char buf[80];
 
 	if (!jl_str_field(j, buf, sizeof(buf)))
 		return FK_FAIL;
-	r->lok = endpoint(buf, r->s.local, &r->s.lport);
+	*ok = endpoint(buf, addr, port);
 	return FK_OK;
+}
+
+static int sock_local(struct jlex *j, void *obj)
+{
+	struct net_sock_rd *r = obj;
+
+	return sock_endpoint(j, r->s.local, &r->s.lport, &r->lok);
 }
 
 static int sock_remote(struct jlex *j, void *obj)
 {
 	struct net_sock_rd *r = obj;
-	char buf[80];
 
-	if (!jl_str_field(j, buf, sizeof(buf)))
-		return FK_FAIL;
-	r->rok = endpoint(buf, r->s.remote, &r->s.rport);
-	return FK_OK;
+	return sock_endpoint(j, r->s.remote, &r->s.rport, &r->rok);
 }
 
 static int sock_state(struct jlex *j, void *obj)
