@@ -7,16 +7,22 @@ libcudart and libnccl mapped (tests/bench/bench_loop, the recorders' targets) an
 its own recorder scoped to it. One more namespace (tpa<pid>-x) holds the measured process: a
 bench_loop in no recorder's scope, calling ncclAllReduce / cudaStreamSynchronize in a loop.
 
+The process "recorded" is one of host 0's, recorded by its recorder; its calls measured the same.
+
 Recorders are started one after another (each once the previous one records its processes):
   attach_s[k]    start of recorder k -> its "flight recorder on" line (every in-scope process
                  found and recorded; the time its probes took is inside)
   ns_per_call    the measured process's ns per call with k recorders on the machine, none of
                  which records it (k = 0 first: the bare call)
-  bpf_runs       per recorder, its entry/return programs' runs during those calls
-                 (kernel.bpf_stats_enabled): a program that runs on calls of a process out of
-                 its scope costs that process the program's run time, run_ns
-Then stop_one_s (the last recorder alone, SIGINT -> exit) and stop_all_s (SIGINT to the others
-at once -> all exited). One JSON object on stdout; progress on stderr.
+  recorders      per recorder, its entry/return programs' runs per call and their run time
+                 per call (kernel.bpf_stats_enabled, on only while counting: the timed calls
+                 run without it): a program that runs on calls of a process out of its scope
+                 costs that process its run time and the kernel's dispatch to it
+Then stop_one_s (the last recorder alone, SIGINT -> exit; split into SIGINT -> its last final
+dump line, and that line -> exit: the probes' removal) and stop_all_s (SIGINT to the others at
+once -> all exited). One JSON object on stdout; progress on stderr. --extra=-p: each recorder
+records its host's processes with -p PID instead (per-process links, what a scoped -a attaching
+per process would cost). TPTRACE_BIN: another build's tptrace.
 
 Usage: tests/bench/fleet_attach.py [--recorders 1,4,8] [--procs 16] [--calls 20000] [--reps 3]
 Needs root, `make all test-bins` and tests/bench/bench_loop (`make -f tests/bench/bench.mk
@@ -33,10 +39,19 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import BENCH, REAL_CUDART, REAL_NCCL, TPTRACE, Lines, bpftool_progs, tmp  # noqa: E402
+from run import BENCH, REAL_CUDART, REAL_NCCL, Lines, bpftool_progs, tmp  # noqa: E402
+from run import TPTRACE as BUILT  # noqa: E402
 
+# TPTRACE_BIN: another build's tptrace (before/after a change)
+TPTRACE = os.environ.get("TPTRACE_BIN") or BUILT
 LOOP = os.path.join(BENCH, "bench_loop")
 BOUND = 600
+KNOB = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def stats(on):
+    with open(KNOB, "w") as f:
+        f.write("1" if on else "0")
 
 
 def log(msg):
@@ -166,14 +181,28 @@ class Recorder:
         return round(last - self.stop_t, 2), round(end - last, 2)
 
 
-def measure(loop, recs, ops, calls, reps):
+def measure(loop, mine, recs, ops, calls, reps):
+    """Out of every scope (loop) and in host 0's (mine, when there are recorders: "recorded")."""
+    res = measure1(loop, recs, ops, calls, reps)
+    res["recorded"] = measure1(mine, recs[:1], ops, calls, reps) if recs else {}
+    return res
+
+
+def measure1(loop, recs, ops, calls, reps):
     """Median ns per call of each op; the recorders' program runs and ns over those calls."""
     res = {}
     for op in ops:
         loop.run(op, calls // 10)  # warm
-        before = [r.progs() for r in recs]
+        # timed without the kernel's run statistics (they cost each run two clock reads),
+        # then counted with them
+        stats(False)
         ns = [loop.run(op, calls) for _ in range(reps)]
+        stats(True)
+        before = [r.progs() for r in recs]
+        for _ in range(reps):
+            loop.run(op, calls)
         after = [r.progs() for r in recs]
+        stats(False)
         runs = []
         for b, a in zip(before, after):
             d = {k: (a[k][0] - b.get(k, (0, 0))[0], a[k][1] - b.get(k, (0, 0))[1]) for k in a}
@@ -204,9 +233,8 @@ def main():
             sys.exit(f"{path} not built")
     tag = f"tpa{os.getpid()}"
     nss = [f"{tag}-h{k}" for k in range(nrec)] + [f"{tag}-x"]
-    knob = "/proc/sys/kernel/bpf_stats_enabled"
-    old_knob = open(knob).read().strip()
-    procs, recs, loop = [], [], None
+    old_knob = open(KNOB).read().strip()
+    procs, recs, loop, mine = [], [], None, None
     out = {"procs": a.procs, "hosts": nrec, "calls": a.calls, "reps": a.reps,
            "extra": a.extra, "attach_s": [], "points": {}}
     dump_dir = tmp(f"fleet-attach-{os.getpid()}")
@@ -214,14 +242,17 @@ def main():
     try:
         for ns in nss:
             sh("ip", "netns", "add", ns)
-        open(knob, "w").write("1")
         ncpu = os.cpu_count() or 1
-        loop = Loop(nss[-1], cpu=ncpu - 1 if ncpu > 1 else None)
-        for i in range(a.procs):
+        cpu = ncpu - 1 if ncpu > 1 else None
+        loop = Loop(nss[-1], cpu=cpu)
+        # the same calls in a process host 0's recorder records (one of its procs)
+        mine = Loop(nss[0], cpu=cpu)
+        procs.append(mine)
+        for i in range(1, a.procs):
             procs.append(Loop(nss[i % nrec]))
         log(f"{a.procs} processes in {nrec} hosts, measured pid {loop.pid}")
         ops = [op for op in ("nccl", "sync") if op in loop.syms]
-        out["points"]["0"] = measure(loop, [], ops, a.calls, a.reps)
+        out["points"]["0"] = measure(loop, mine, [], ops, a.calls, a.reps)
         log(f"0 recorders: {out['points']['0']}")
         for k in range(nrec):
             r = Recorder(nss[k], f"h{k}", dump_dir, [p.pid for p in procs[k::nrec]],
@@ -230,7 +261,7 @@ def main():
             out["attach_s"].append(round(r.attach_s, 2))
             log(f"recorder {k + 1}: attached in {r.attach_s:.2f} s")
             if k + 1 in points:
-                out["points"][str(k + 1)] = measure(loop, recs, ops, a.calls, a.reps)
+                out["points"][str(k + 1)] = measure(loop, mine, recs, ops, a.calls, a.reps)
                 log(f"{k + 1} recorders: {out['points'][str(k + 1)]}")
         t = time.monotonic()
         recs[-1].stop()
@@ -252,7 +283,8 @@ def main():
                 r.p.wait()
         for p in procs + ([loop] if loop else []):
             p.close()
-        open(knob, "w").write(old_knob)
+        with open(KNOB, "w") as f:
+            f.write(old_knob)
         for ns in nss:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["rm", "-rf", dump_dir])

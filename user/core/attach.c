@@ -115,41 +115,49 @@ static int add_fd(struct probe_links *l, int fd)
 	return 0;
 }
 
+/* One thread's share of a teardown: items [from, to) of fds (uprobe_multi links) then links. */
 struct destroy_slice {
 	struct bpf_link **links;
-	int n;
+	int *fds;
+	int nr_fds, from, to;
 };
 
-static void *destroy_links(void *arg)
+static void *destroy_slice(void *arg)
 {
 	struct destroy_slice *s = arg;
 
-	for (int i = 0; i < s->n; i++)
-		bpf_link__destroy(s->links[i]);
+	for (int i = s->from; i < s->to; i++) {
+		if (i < s->nr_fds)
+			close(s->fds[i]);
+		else
+			bpf_link__destroy(s->links[i - s->nr_fds]);
+	}
 	return NULL;
 }
 
-/* Removing a uprobe waits for an RCU grace period (~tens of ms here); hundreds of probes one
- * after another take many seconds. Concurrent removals share grace periods. */
-static void destroy_parallel(struct bpf_link **links, int n)
+/* Removing a uprobe waits for an RCU grace period (~tens of ms here), and closing a
+ * uprobe_multi link waits for RCU tasks trace and SRCU grace periods (100-170 ms each on this
+ * machine, more under load): one after another, a recorder's links took a second to remove
+ * (tests/bench/fleet_attach.py, docs/benchmarks.md "Many recorders on one kernel").
+ * Concurrent removals share grace periods. */
+static void destroy_parallel(struct bpf_link **links, int nr_links, int *fds, int nr_fds)
 {
 	enum { MAX_THREADS = 64 };
 	struct destroy_slice slices[MAX_THREADS];
 	pthread_t threads[MAX_THREADS];
-	int nthreads = n < MAX_THREADS ? n : MAX_THREADS, started = 0;
+	int n = nr_links + nr_fds, nthreads = n < MAX_THREADS ? n : MAX_THREADS, started = 0;
 
-	if (n <= 2) {
-		for (int i = 0; i < n; i++)
-			bpf_link__destroy(links[i]);
+	if (n <= 1) {
+		struct destroy_slice all = { links, fds, nr_fds, 0, n };
+
+		destroy_slice(&all);
 		return;
 	}
 	for (int i = 0; i < nthreads; i++) {
-		int from = (int)((long)n * i / nthreads), to = (int)((long)n * (i + 1) / nthreads);
-
-		slices[i].links = links + from;
-		slices[i].n = to - from;
-		if (pthread_create(&threads[started], NULL, destroy_links, &slices[i]))
-			destroy_links(&slices[i]);	/* no thread: do it here */
+		slices[i] = (struct destroy_slice){ links, fds, nr_fds, (int)((long)n * i / nthreads),
+						    (int)((long)n * (i + 1) / nthreads) };
+		if (pthread_create(&threads[started], NULL, destroy_slice, &slices[i]))
+			destroy_slice(&slices[i]);	/* no thread: do it here */
 		else
 			started++;
 	}
@@ -161,13 +169,34 @@ void probe_links__destroy(struct probe_links *l)
 {
 	if (!l)
 		return;
-	/* a multi link is removed in one go (one grace period for all its probes) */
-	for (int i = 0; i < l->nr_fds; i++)
-		close(l->fds[i]);
+	/* a multi link is removed in one go (one grace period for all its probes); the links
+	 * together, in parallel */
+	destroy_parallel(l->links, l->nr_links, l->fds, l->nr_fds);
 	free(l->fds);
-	destroy_parallel(l->links, l->nr_links);
 	free(l->links);
 	memset(l, 0, sizeof(*l));
+}
+
+int probe_links__move(struct probe_links *dst, struct probe_links *src)
+{
+	int *fds;
+
+	if (!src->nr_links && !src->nr_fds)
+		return 0;
+	if (ARRAY_RESERVE(dst->links, dst->cap_links, dst->nr_links + src->nr_links, 64))
+		return -ENOMEM;
+	fds = realloc(dst->fds, (dst->nr_fds + src->nr_fds + 1) * sizeof(*fds));
+	if (!fds)
+		return -ENOMEM;
+	dst->fds = fds;
+	memcpy(dst->links + dst->nr_links, src->links, src->nr_links * sizeof(*src->links));
+	dst->nr_links += src->nr_links;
+	memcpy(dst->fds + dst->nr_fds, src->fds, src->nr_fds * sizeof(*src->fds));
+	dst->nr_fds += src->nr_fds;
+	free(src->links);
+	free(src->fds);
+	memset(src, 0, sizeof(*src));
+	return 0;
 }
 
 /* ---- plans ------------------------------------------------------------------------------ */

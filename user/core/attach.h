@@ -34,6 +34,9 @@ struct probe_links {
 /* Detaches every link (removals run concurrently: each waits for an RCU grace period) and
  * empties l. */
 void probe_links__destroy(struct probe_links *l);
+/* Moves every link of src to the end of dst (src emptied), so that links of many owners are
+ * removed in one probe_links__destroy. 0, or -ENOMEM (nothing moved). */
+int probe_links__move(struct probe_links *dst, struct probe_links *src);
 
 /* The programs a plan attaches. The *_multi ones are NULL without uprobe_multi; all may be
  * NULL to resolve only (offline replay, benchmarks). */

@@ -219,6 +219,18 @@ void target__free(struct target *t)
 	free(t);
 }
 
+void target__free_all(struct target **ts, int n)
+{
+	struct probe_links all = {};
+
+	for (int i = 0; i < n; i++)
+		if (ts[i])
+			probe_links__move(&all, &ts[i]->links);	/* ENOMEM: freed by its target */
+	probe_links__destroy(&all);
+	for (int i = 0; i < n; i++)
+		target__free(ts[i]);
+}
+
 bool target__gone(struct target *t)
 {
 	if (t->exited)

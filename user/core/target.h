@@ -93,6 +93,9 @@ int target__exit_code(const struct target *t);	/* wait status, -1 unknown */
 /* Opens the pid (no attach yet). NULL and errno: ESRCH no such process, EACCES. */
 struct target *target__new(int pid);
 void target__free(struct target *t);
+/* target__free of n targets, their probes removed together first (removals wait for grace
+ * periods; one target after another, a recorder of many processes took seconds to stop). */
+void target__free_all(struct target **ts, int n);
 
 /* Reads maps, attaches probes to every new object holding a CUDA runtime and to the dynamic
  * linker's r_brk, and reads pre-existing kernel handles. Returns the number of new uprobes
