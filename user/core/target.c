@@ -395,7 +395,7 @@ static int attach_nccl(struct target *t, struct target_obj *obj, const struct ta
 	for (int i = 0; i < nccl_api_count; i++)
 		plan_add(t, plan, nccl_apis[i].symbol, nccl_api_cookie(i), nccl_api_has_return(i));
 	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
-							p->ret_multi });
+							p->ret_multi, p->session });
 	probe_plan__free(plan);
 	return n;
 }
@@ -432,7 +432,7 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 			 api->ret || p->all_returns);
 	}
 	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
-							p->ret_multi });
+							p->ret_multi, p->session });
 	probe_plan__free(plan);
 	return n;
 }

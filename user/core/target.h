@@ -28,6 +28,9 @@ struct target_probes {
 	struct bpf_program *dl_hook;	/* _dl_debug_state */
 	/* uprobe_multi flavours (kernel >= 6.6), NULL when unavailable: one link per object */
 	struct bpf_program *entry_multi, *ret_multi, *dl_hook_multi;
+	/* entry and return in one program on session links (kernel >= 6.13; tptrace fr -a),
+	 * used instead of entry_multi/ret_multi; NULL: none */
+	struct bpf_program *session;
 	bool all_returns;		/* --durations: return probes on every API */
 	/* tptrace fr -a: objects probed for every process already (target__add_file) are left
 	 * alone by target__scan; NULL: none */
