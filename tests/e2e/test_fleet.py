@@ -243,7 +243,7 @@ def test_fleet_scope_other_hosts_calls_cost_one_run():
             w = Workload(["ip", "netns", "exec", f"{tag}-{h}", rank, "--rank", "0", "--nranks",
                           "1", "--id-file", os.path.join(d, f"{h}.id"), "--steps", "30"])
             jobs.append(w)
-            r = subprocess.Popen(["ip", "netns", "exec", f"{tag}-{h}", TPTRACE, "fr", "-a",
+            r = subprocess.Popen(["ip", "netns", "exec", f"{tag}-{h}", TPTRACE, "fr", "-a", "-v",
                                   "--scope", "netns", "--no-stacks", "--host-id", h,
                                   "--dump-dir", os.path.join(d, h)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -252,6 +252,8 @@ def test_fleet_scope_other_hosts_calls_cost_one_run():
             assert r.errl.wait_for(lambda l: l.startswith(f"tptrace: recording pid {w.pid} "),
                                    120), r.errl.text()
             assert r.errl.wait_for(lambda l: "flight recorder on" in l, 120), r.errl.text()
+            if "uprobe sessions unavailable" in r.errl.text():
+                raise Skip("this kernel has no uprobe session links")
         with open(knob, "w") as f:
             f.write("1")
         before = {h: _prog_runs(r.pid) for h, r in recs.items()}
