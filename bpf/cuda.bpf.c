@@ -345,6 +345,25 @@ int BPF_KPROBE(dl_debug_state_multi)
 	return do_dl_debug_state(ctx);
 }
 
+/* tptrace fr -a where the kernel has uprobe sessions (>= 6.13): the entry and the return of a
+ * probe are this one program on one uprobe_multi session link, and the entry says whether the
+ * return runs (0: it does). A call of a process the recorder does not record (another host's,
+ * under --scope; one without NCCL) then costs one run and no return probe, where an entry and
+ * a return link cost two runs and the return trampoline: on a kernel shared by many recorders
+ * every recorder's programs run on every process's calls (docs/benchmarks.md, "Many recorders
+ * on one kernel"). At the entry the registers' ip is the probed address (the kernel sets it
+ * before the handlers); at the return it is the address returned to, never the function's. */
+SEC("uprobe")
+int BPF_KPROBE(cuda_session)
+{
+	if (PT_REGS_IP(ctx) != bpf_get_func_ip(ctx))
+		return do_return(ctx);
+	if (fr_unwanted(bpf_get_current_pid_tgid()))
+		return 1;
+	do_entry(ctx);
+	return bpf_get_attach_cookie(ctx) & TP_COOKIE_RET ? 0 : 1;
+}
+
 /* Processes whose exit status user space wants (flight recorder: a rank that died). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

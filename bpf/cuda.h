@@ -38,6 +38,7 @@ enum tp_rec_type {
  *   bit  38      the deref is a launch config (CUlaunchConfig / cudaLaunchConfig_t): also copy
  *                its attribute array (pointer at +40, count at +48), at most
  *                TP_LAUNCH_ATTRS_MAX entries, to deref[TP_LAUNCH_CONFIG_SIZE..]
+ *   bit  39      session links only (cuda_session): the API's return is probed too
  */
 #define TP_COOKIE_STACK_SHIFT	16
 #define TP_COOKIE_DEREF_ARG_SHIFT 20
@@ -56,6 +57,7 @@ enum tp_rec_type {
 #define TP_COOKIE_OUT_SHIFT	34
 #define TP_COOKIE_DEREF_STR	(1ULL << 37)
 #define TP_COOKIE_DEREF_ATTRS	(1ULL << 38)
+#define TP_COOKIE_RET		(1ULL << 39)
 #define TP_DEREF_STACK		7
 
 /* CUlaunchConfig and cudaLaunchConfig_t share one layout (56 bytes, attrs pointer at +40,

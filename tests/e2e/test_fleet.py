@@ -194,3 +194,84 @@ def test_fleet_scope_pidns_records_only_that_namespace():
             tracer.wait()
         ns.kill()
         ns.wait()
+
+
+def _prog_runs(pid):
+    """Runs of the uprobe programs (cuda_*) process pid holds (kernel.bpf_stats_enabled)."""
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                ids |= {int(l.split()[1]) for l in f if l.startswith("prog_id:")}
+        except OSError:
+            pass
+    import json
+    import subprocess
+    progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], check=True,
+                                      stdout=subprocess.PIPE, text=True).stdout)
+    return sum(p.get("run_cnt", 0) for p in progs
+               if p["id"] in ids and p.get("name", "").startswith("cuda_"))
+
+
+def test_fleet_scope_other_hosts_calls_cost_one_run():
+    """Two hosts' recorders (-a --scope netns) on one kernel: host a's job runs, host b's rank
+    idles. b's probes are system-wide, so its program runs on a's calls, but only at their
+    entries (out of scope: the entry tells the kernel to skip the return) while a's own runs at
+    entries and returns: b's runs < a's <= 2 x b's (docs/benchmarks.md "Many recorders on one
+    kernel"). With entry and return links (TPTRACE_NO_UPROBE_SESSION=1) b's equal a's."""
+    import signal
+    import subprocess
+    from lib import TPTRACE, WL, Lines, Workload, kernel_at_least, tmp_path
+    need_root()
+    if not shutil.which("ip") or not shutil.which("bpftool"):
+        raise Skip("no ip(8) or bpftool")
+    if not kernel_at_least(6, 13):
+        raise Skip("no uprobe sessions before linux 6.13")
+    d = tmp_path("fleet-runs")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tag = f"tpr{os.getpid()}"
+    knob = "/proc/sys/kernel/bpf_stats_enabled"
+    with open(knob) as f:
+        old = f.read().strip()
+    rank = os.path.join(WL, "nccl_rank")
+    jobs, recs = [], {}
+    try:
+        for h in "ab":
+            subprocess.run(["ip", "netns", "add", f"{tag}-{h}"], check=True)
+        for h in "ba":      # b first: its recorder learns the library files from its rank
+            w = Workload(["ip", "netns", "exec", f"{tag}-{h}", rank, "--rank", "0", "--nranks",
+                          "1", "--id-file", os.path.join(d, f"{h}.id"), "--steps", "30"])
+            jobs.append(w)
+            r = subprocess.Popen(["ip", "netns", "exec", f"{tag}-{h}", TPTRACE, "fr", "-a", "-v",
+                                  "--scope", "netns", "--no-stacks", "--host-id", h,
+                                  "--dump-dir", os.path.join(d, h)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            r.errl = Lines(r.stderr)
+            recs[h] = r
+            assert r.errl.wait_for(lambda l: l.startswith(f"tptrace: recording pid {w.pid} "),
+                                   120), r.errl.text()
+            assert r.errl.wait_for(lambda l: "flight recorder on" in l, 120), r.errl.text()
+            if "uprobe sessions unavailable" in r.errl.text():
+                raise Skip("this kernel has no uprobe session links")
+        with open(knob, "w") as f:
+            f.write("1")
+        before = {h: _prog_runs(r.pid) for h, r in recs.items()}
+        jobs[1].go()        # host a's job: 30 steps of collectives and syncs
+        jobs[1].wait_done()
+        after = {h: _prog_runs(r.pid) for h, r in recs.items()}
+        runs = {h: after[h] - before[h] for h in recs}
+        assert runs["b"] > 0, f"b's system-wide probes never ran on a's calls: {runs}"
+        assert runs["b"] < runs["a"] <= 2 * runs["b"], \
+            f"out of scope, b's program should run at a's entries only: {runs}"
+    finally:
+        with open(knob, "w") as f:
+            f.write(old)
+        for r in recs.values():
+            if r.poll() is None:
+                r.send_signal(signal.SIGINT)
+            r.wait(120)
+        for w in jobs:
+            w.kill()
+        for h in "ab":
+            subprocess.run(["ip", "netns", "del", f"{tag}-{h}"], stderr=subprocess.DEVNULL)

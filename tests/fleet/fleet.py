@@ -114,9 +114,13 @@ class Recorder:
 
 class Fleet:
     def __init__(self, hosts, ranks_per_host, name="fleet", stall_timeout=5, prometheus=True,
-                 scope="netns"):
+                 scope="netns", poll_ms=None):
         """scope: the recorders' --scope (netns: each host's own; "" none, to see the
-        scope test fail)"""
+        scope test fail); poll_ms: the ranks' watchdog poll (nccl_rank --poll-ms; None: its
+        1 ms, 100 times PyTorch's: every poll is a probed cudaEventQuery, on a kernel shared
+        by many recorders the bulk of the fleet's probe cost, docs/benchmarks.md "Many
+        recorders on one kernel")"""
+        self.poll_ms = poll_ms
         sweep()
         self.nhosts, self.rph = hosts, ranks_per_host
         self.nranks = hosts * ranks_per_host
@@ -351,6 +355,8 @@ class Fleet:
                     "--kernels", "1", "--compute-us", str(step_ms * 1000)]
             if fault_step is not None:
                 argv += ["--fault-step", str(fault_step)]
+            if self.poll_ms:
+                argv += ["--poll-ms", str(self.poll_ms)]
             env = {"RANK": str(r), "WORLD_SIZE": str(self.nranks),
                    "LOCAL_RANK": str(r % self.rph), "TORCHELASTIC_RUN_ID": self.job_id,
                    "TPSIM_NCCL_SOCKET_ADDR": self.addr(h),

@@ -9,7 +9,11 @@ line per run and a summary; exit 1 when any run failed its checks (each says why
 
 Usage: tests/fleet/soak.py [--hosts 32] [--ranks 8] [--healthy-runs 100] [--stall-timeout 10]
                            [--only missing,dead,mismatch,partition,straggler,healthy]
-                           [--out FILE.jsonl] [--step-ms 200]"""
+                           [--out FILE.jsonl] [--step-ms 200] [--poll-ms MS]
+--poll-ms: the ranks' watchdog poll (default nccl_rank's 1 ms; PyTorch's is 100 ms). Each poll
+is a probed call that every recorder on the kernel pays for: at 32 x 8 with 1 ms polls the
+probes alone want ~4 cores of this 2-core machine (docs/benchmarks.md "Many recorders on one
+kernel")."""
 import argparse
 import json
 import os
@@ -32,6 +36,7 @@ def main():
     ap.add_argument("--healthy-runs", type=int, default=100)
     ap.add_argument("--stall-timeout", type=int, default=10)
     ap.add_argument("--step-ms", type=int, default=200)
+    ap.add_argument("--poll-ms", type=int, default=None)
     ap.add_argument("--only", default=",".join(ALL))
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -48,7 +53,7 @@ def main():
     results = []
     t_start = time.time()
     with fleetlib.Fleet(a.hosts, a.ranks, name="soak", stall_timeout=a.stall_timeout,
-                        prometheus=True) as f:
+                        prometheus=True, poll_ms=a.poll_ms) as f:
         runs = []
         part = a.hosts // 2
         culprit = a.ranks * (a.hosts - 1) + 1          # on the last host, not the root's

@@ -311,3 +311,11 @@ $(UNIT_DIR)/test_gpu_sink: tests/unit/test_gpu_sink.c tests/unit/check.h \
 	$(Q)$(CC) $(UNIT_CFLAGS) -O1 -g $(filter %.c %.a,$^) $(UNIT_LIB_LIBS) -o $@
 
 TEST_BINS += $(UNIT_DIR)/test_gpu_sink
+
+# attach.c's teardown: links of many owners moved together and all removed
+$(UNIT_DIR)/test_attach_links: tests/unit/test_attach_links.c tests/unit/check.h \
+			       $(OUTPUT)/libtptrace.a | $(UNIT_DIR)
+	$(call msg,CC-TEST,$@)
+	$(Q)$(CC) $(UNIT_CFLAGS) $(filter %.c %.a,$^) $(LDLIBS) -o $@
+
+TEST_BINS += $(UNIT_DIR)/test_attach_links

@@ -759,8 +759,7 @@ static int fr_session_start(struct fr_session *s)
 static void fr_session_free(struct fr_session *s)
 {
 	ring_buffer__free(s->rb);
-	for (int i = 0; i < s->nr_targets; i++)
-		target__free(s->targets[i]);
+	target__free_all(s->targets, s->nr_targets);
 	fr_exec__free(s->exec);
 	flightrec__free(s->fr);
 	session__free(s->core);

@@ -10,6 +10,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "attach.h"
+#include "cuda.h"
 #include "elfsym.h"
 #include "growbuf.h"
 #include "log.h"
@@ -61,28 +62,26 @@ struct tp_link_create_uprobe_multi {
 	uint32_t pad[9];
 };
 
-/* An empty program of the uprobe_multi attach type linked to "/" (not a regular file): a
- * kernel with uprobe_multi rejects the path (EBADF), one without rejects the attach type. */
-bool uprobe_multi__supported(void)
+/* An empty program of the attach type linked to "/" (not a regular file): a kernel with the
+ * link type rejects the path (EBADF), one without rejects the attach type. */
+static bool link_type_supported(uint32_t attach_type)
 {
 	const struct bpf_insn prog[] = {
 		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
 		{ .code = BPF_JMP | BPF_EXIT },
 	};
 	LIBBPF_OPTS(bpf_prog_load_opts, load,
-		    .expected_attach_type = (enum bpf_attach_type)TP_BPF_TRACE_UPROBE_MULTI);
+		    .expected_attach_type = (enum bpf_attach_type)attach_type);
 	struct tp_link_create_uprobe_multi link;
 	uint64_t offset = 0;
 	int prog_fd, link_fd, err;
 
-	if (getenv("TPTRACE_NO_UPROBE_MULTI"))
-		return false;
 	prog_fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", prog, 2, &load);
 	if (prog_fd < 0)
 		return false;
 	memset(&link, 0, sizeof(link));
 	link.prog_fd = prog_fd;
-	link.attach_type = TP_BPF_TRACE_UPROBE_MULTI;
+	link.attach_type = attach_type;
 	link.path = (uint64_t)(uintptr_t)"/";
 	link.offsets = (uint64_t)(uintptr_t)&offset;
 	link.cnt = 1;
@@ -92,6 +91,17 @@ bool uprobe_multi__supported(void)
 		close(link_fd);
 	close(prog_fd);
 	return err == EBADF;
+}
+
+bool uprobe_multi__supported(void)
+{
+	return !getenv("TPTRACE_NO_UPROBE_MULTI") && link_type_supported(TP_BPF_TRACE_UPROBE_MULTI);
+}
+
+bool uprobe_session__supported(void)
+{
+	return !getenv("TPTRACE_NO_UPROBE_MULTI") && !getenv("TPTRACE_NO_UPROBE_SESSION") &&
+	       link_type_supported(TP_BPF_TRACE_UPROBE_SESSION);
 }
 
 /* ---- links ------------------------------------------------------------------------------ */
@@ -115,41 +125,49 @@ static int add_fd(struct probe_links *l, int fd)
 	return 0;
 }
 
+/* One thread's share of a teardown: items [from, to) of fds (uprobe_multi links) then links. */
 struct destroy_slice {
 	struct bpf_link **links;
-	int n;
+	int *fds;
+	int nr_fds, from, to;
 };
 
-static void *destroy_links(void *arg)
+static void *destroy_slice(void *arg)
 {
 	struct destroy_slice *s = arg;
 
-	for (int i = 0; i < s->n; i++)
-		bpf_link__destroy(s->links[i]);
+	for (int i = s->from; i < s->to; i++) {
+		if (i < s->nr_fds)
+			close(s->fds[i]);
+		else
+			bpf_link__destroy(s->links[i - s->nr_fds]);
+	}
 	return NULL;
 }
 
-/* Removing a uprobe waits for an RCU grace period (~tens of ms here); hundreds of probes one
- * after another take many seconds. Concurrent removals share grace periods. */
-static void destroy_parallel(struct bpf_link **links, int n)
+/* Removing a uprobe waits for an RCU grace period (~tens of ms here), and closing a
+ * uprobe_multi link waits for RCU tasks trace and SRCU grace periods (100-170 ms each on this
+ * machine, more under load): one after another, a recorder's links took a second to remove
+ * (tests/bench/fleet_attach.py, docs/benchmarks.md "Many recorders on one kernel").
+ * Concurrent removals share grace periods. */
+static void destroy_parallel(struct bpf_link **links, int nr_links, int *fds, int nr_fds)
 {
 	enum { MAX_THREADS = 64 };
 	struct destroy_slice slices[MAX_THREADS];
 	pthread_t threads[MAX_THREADS];
-	int nthreads = n < MAX_THREADS ? n : MAX_THREADS, started = 0;
+	int n = nr_links + nr_fds, nthreads = n < MAX_THREADS ? n : MAX_THREADS, started = 0;
 
-	if (n <= 2) {
-		for (int i = 0; i < n; i++)
-			bpf_link__destroy(links[i]);
+	if (n <= 1) {
+		struct destroy_slice all = { links, fds, nr_fds, 0, n };
+
+		destroy_slice(&all);
 		return;
 	}
 	for (int i = 0; i < nthreads; i++) {
-		int from = (int)((long)n * i / nthreads), to = (int)((long)n * (i + 1) / nthreads);
-
-		slices[i].links = links + from;
-		slices[i].n = to - from;
-		if (pthread_create(&threads[started], NULL, destroy_links, &slices[i]))
-			destroy_links(&slices[i]);	/* no thread: do it here */
+		slices[i] = (struct destroy_slice){ links, fds, nr_fds, (int)((long)n * i / nthreads),
+						    (int)((long)n * (i + 1) / nthreads) };
+		if (pthread_create(&threads[started], NULL, destroy_slice, &slices[i]))
+			destroy_slice(&slices[i]);	/* no thread: do it here */
 		else
 			started++;
 	}
@@ -161,13 +179,34 @@ void probe_links__destroy(struct probe_links *l)
 {
 	if (!l)
 		return;
-	/* a multi link is removed in one go (one grace period for all its probes) */
-	for (int i = 0; i < l->nr_fds; i++)
-		close(l->fds[i]);
+	/* a multi link is removed in one go (one grace period for all its probes); the links
+	 * together, in parallel */
+	destroy_parallel(l->links, l->nr_links, l->fds, l->nr_fds);
 	free(l->fds);
-	destroy_parallel(l->links, l->nr_links);
 	free(l->links);
 	memset(l, 0, sizeof(*l));
+}
+
+int probe_links__move(struct probe_links *dst, struct probe_links *src)
+{
+	int *fds;
+
+	if (!src->nr_links && !src->nr_fds)
+		return 0;
+	if (ARRAY_RESERVE(dst->links, dst->cap_links, dst->nr_links + src->nr_links, 64))
+		return -ENOMEM;
+	fds = realloc(dst->fds, (dst->nr_fds + src->nr_fds + 1) * sizeof(*fds));
+	if (!fds)
+		return -ENOMEM;
+	dst->fds = fds;
+	memcpy(dst->links + dst->nr_links, src->links, src->nr_links * sizeof(*src->links));
+	dst->nr_links += src->nr_links;
+	memcpy(dst->fds + dst->nr_fds, src->fds, src->nr_fds * sizeof(*src->fds));
+	dst->nr_fds += src->nr_fds;
+	free(src->links);
+	free(src->fds);
+	memset(src, 0, sizeof(*src));
+	return 0;
 }
 
 /* ---- plans ------------------------------------------------------------------------------ */
@@ -220,21 +259,27 @@ int probe_plan__add_usdt(struct probe_plan *plan, struct bpf_program *prog, cons
 	return 0;
 }
 
-static void batch_of(const struct probe_plan *plan, bool returns, struct probe_batch *b)
+/* The entries (or only the probes with a return: returns); session: every probe, those with a
+ * return marked TP_COOKIE_RET. */
+static void batch_of(const struct probe_plan *plan, bool returns, bool session,
+		     struct probe_batch *b)
 {
 	b->n = 0;
 	for (int i = 0; i < plan->n; i++) {
 		if (returns && !plan->items[i].ret)
 			continue;
 		b->offsets[b->n] = plan->items[i].offset;
-		b->cookies[b->n] = plan->items[i].cookie;
+		b->cookies[b->n] = plan->items[i].cookie |
+				   (session && plan->items[i].ret ? TP_COOKIE_RET : 0);
 		b->n++;
 	}
 }
 
-/* One uprobe_multi link for the batch: its size, or a negative errno. */
+/* One uprobe_multi link for the batch (session: prog is a session program): its size, or a
+ * negative errno. */
 static int attach_batch(const struct probe_plan *plan, int pid, struct bpf_program *prog,
-			const struct probe_batch *b, bool retprobe, struct probe_links *links)
+			const struct probe_batch *b, bool retprobe, bool session,
+			struct probe_links *links)
 {
 	struct tp_link_create_uprobe_multi attr;
 	int fd, err;
@@ -243,7 +288,7 @@ static int attach_batch(const struct probe_plan *plan, int pid, struct bpf_progr
 		return 0;
 	memset(&attr, 0, sizeof(attr));
 	attr.prog_fd = bpf_program__fd(prog);
-	attr.attach_type = TP_BPF_TRACE_UPROBE_MULTI;
+	attr.attach_type = session ? TP_BPF_TRACE_UPROBE_SESSION : TP_BPF_TRACE_UPROBE_MULTI;
 	attr.path = (uint64_t)(uintptr_t)plan->obj->open_path;
 	attr.offsets = (uint64_t)(uintptr_t)b->offsets;
 	attr.cookies = (uint64_t)(uintptr_t)b->cookies;
@@ -317,17 +362,34 @@ static int attach_multi(const struct probe_plan *plan, int pid, const struct pro
 
 	if (!b)
 		return -ENOMEM;
+	/* one session link: each probe's entry and return come in together (a return runs only
+	 * after its entry did) */
+	if (progs->session) {
+		batch_of(plan, false, true, b);
+		r = attach_batch(plan, pid, progs->session, b, false, true, links);
+		if (r >= 0) {
+			*entries_done = *rets_done = true;
+			counts->entries += r;
+			batch_of(plan, true, false, b);
+			counts->returns += b->n;
+			free(b);
+			return r;
+		}
+		log_verbose("uprobe session link on %s: %s; entry and return links instead\n",
+			    plan->obj->path, strerror(-r));
+	}
 	/* returns first: a call entered between the two attaches then has a return and no entry
 	 * (ignored), never an entry whose return is never seen (a call "stuck" forever, which
 	 * the flight recorder would report as a hang) */
-	batch_of(plan, true, b);
-	r = !b->n ? 0 : progs->ret_multi ? attach_batch(plan, pid, progs->ret_multi, b, true, links)
+	batch_of(plan, true, false, b);
+	r = !b->n ? 0 : progs->ret_multi ? attach_batch(plan, pid, progs->ret_multi, b, true,
+							false, links)
 					 : -ENOTSUP;
 	if (r >= 0) {
 		counts->returns += r;
 		*rets_done = true;
-		batch_of(plan, false, b);
-		r = attach_batch(plan, pid, progs->entry_multi, b, false, links);
+		batch_of(plan, false, false, b);
+		r = attach_batch(plan, pid, progs->entry_multi, b, false, false, links);
 		if (r >= 0) {
 			*entries_done = true;
 			counts->entries += r;
@@ -375,7 +437,7 @@ int probe_plan__attach(const struct probe_plan *plan, int pid, const struct prob
 	int before = counts->entries + counts->returns + counts->usdt, r;
 	bool entries_done = false, returns_done = false, rets_multi = false;
 
-	if (progs->entry_multi && plan->n) {
+	if ((progs->entry_multi || progs->session) && plan->n) {
 		r = attach_multi(plan, pid, progs, links, counts, &entries_done, &rets_multi);
 		returns_done = r >= 0;
 		if (r == -EPERM || r == -ENOMEM)

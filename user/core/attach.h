@@ -22,6 +22,12 @@ struct target_obj;
 /* Whether this kernel has uprobe_multi links: probed (a throwaway program and link), not
  * guessed from a load failure. Call once up front. TPTRACE_NO_UPROBE_MULTI says no (tests). */
 bool uprobe_multi__supported(void);
+/* BPF_TRACE_UPROBE_SESSION (linux >= 6.13): one program for the entry and the return of each
+ * probe of a uprobe_multi link; the entry's result says whether the return runs. */
+#define TP_BPF_TRACE_UPROBE_SESSION	57
+/* Whether this kernel has uprobe session links (probed like uprobe_multi__supported).
+ * TPTRACE_NO_UPROBE_SESSION (or TPTRACE_NO_UPROBE_MULTI) says no (tests, benchmarks). */
+bool uprobe_session__supported(void);
 
 /* The links of one owner (a target's probes, a memory tracer's), detached together. */
 struct probe_links {
@@ -34,12 +40,18 @@ struct probe_links {
 /* Detaches every link (removals run concurrently: each waits for an RCU grace period) and
  * empties l. */
 void probe_links__destroy(struct probe_links *l);
+/* Moves every link of src to the end of dst (src emptied), so that links of many owners are
+ * removed in one probe_links__destroy. 0, or -ENOMEM (nothing moved). */
+int probe_links__move(struct probe_links *dst, struct probe_links *src);
 
 /* The programs a plan attaches. The *_multi ones are NULL without uprobe_multi; all may be
  * NULL to resolve only (offline replay, benchmarks). */
 struct probe_progs {
 	struct bpf_program *entry, *ret;
 	struct bpf_program *entry_multi, *ret_multi;
+	/* a session program (entry and return in one, TP_COOKIE_RET in the cookie of probes
+	 * whose return it wants), used instead of the multi pair where set; NULL: none */
+	struct bpf_program *session;
 };
 
 struct probe_plan;
@@ -61,9 +73,10 @@ struct probe_counts {
 	int errors;			/* probes that would not attach (-v says why) */
 };
 
-/* Attaches plan in process pid (-1: every process mapping the file, now and later) into links and adds to counts: entries as one uprobe_multi link
- * and returns as another where progs has the multi programs, one link per probe otherwise (or
- * when the kernel refuses the multi link); a return probe only where its entry attached.
+/* Attaches plan in process pid (-1: every process mapping the file, now and later) into links and adds to counts: entries and returns as one uprobe_multi session link
+ * where progs has a session program, else entries as one uprobe_multi link and returns as
+ * another where progs has the multi programs, one link per probe otherwise (or when the kernel
+ * refuses the multi link); a return probe only where its entry attached.
  * Probes attached (>= 0), or a negative errno that makes attaching pointless (EPERM). */
 int probe_plan__attach(const struct probe_plan *plan, int pid, const struct probe_progs *progs,
 		       struct probe_links *links, struct probe_counts *counts);

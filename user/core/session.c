@@ -125,6 +125,15 @@ struct session_bpf *session__load_bpf(int ring_mb, const struct session_load_opt
 		else
 			bpf_program__set_autoload(multi_progs[i], false);
 	}
+	/* -a: entry and return on one session link where the kernel has them (cuda_session) */
+	b->uprobe_session = fr_exec && b->uprobe_multi && uprobe_session__supported();
+	if (b->uprobe_session)
+		bpf_program__set_expected_attach_type(skel->progs.cuda_session,
+			(enum bpf_attach_type)TP_BPF_TRACE_UPROBE_SESSION);
+	else
+		bpf_program__set_autoload(skel->progs.cuda_session, false);
+	if (fr_exec && !b->uprobe_session)
+		log_verbose("uprobe sessions unavailable; entry and return links\n");
 	if (!b->exit_tp)
 		bpf_program__set_autoload(skel->progs.proc_exit, false);
 	bpf_program__set_autoload(skel->progs.fr_map, fr_exec);
@@ -204,6 +213,8 @@ void session__probes(const struct session_bpf *b, struct target_probes *probes)
 		probes->ret_multi = b->skel->progs.cuda_return_multi;
 		probes->dl_hook_multi = b->skel->progs.dl_debug_state_multi;
 	}
+	if (b->uprobe_session)
+		probes->session = b->skel->progs.cuda_session;
 }
 
 struct target *session__open_target(int pid)

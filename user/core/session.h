@@ -19,6 +19,7 @@ struct target_probes;
 struct session_bpf {
 	struct cuda_bpf *skel;
 	bool uprobe_multi;	/* the *_multi programs are loaded: one link per object */
+	bool uprobe_session;	/* cuda_session is loaded (fr -a on kernels >= 6.13) */
 	bool exit_tp;		/* exit codes come from the sched_process_exit tracepoint */
 	struct ustacks *ustacks;	/* --py-stacks: stack capture on (user/core/ustack.h); else NULL */
 };

@@ -219,6 +219,18 @@ void target__free(struct target *t)
 	free(t);
 }
 
+void target__free_all(struct target **ts, int n)
+{
+	struct probe_links all = {};
+
+	for (int i = 0; i < n; i++)
+		if (ts[i])
+			probe_links__move(&all, &ts[i]->links);	/* ENOMEM: freed by its target */
+	probe_links__destroy(&all);
+	for (int i = 0; i < n; i++)
+		target__free(ts[i]);
+}
+
 bool target__gone(struct target *t)
 {
 	if (t->exited)
@@ -383,7 +395,7 @@ static int attach_nccl(struct target *t, struct target_obj *obj, const struct ta
 	for (int i = 0; i < nccl_api_count; i++)
 		plan_add(t, plan, nccl_apis[i].symbol, nccl_api_cookie(i), nccl_api_has_return(i));
 	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
-							p->ret_multi });
+							p->ret_multi, p->session });
 	probe_plan__free(plan);
 	return n;
 }
@@ -420,7 +432,7 @@ static int attach_cudart(struct target *t, struct target_obj *obj, const struct 
 			 api->ret || p->all_returns);
 	}
 	n = attach_plan(t, obj, plan, &(struct probe_progs){ p->entry, p->ret, p->entry_multi,
-							p->ret_multi });
+							p->ret_multi, p->session });
 	probe_plan__free(plan);
 	return n;
 }

@@ -28,6 +28,9 @@ struct target_probes {
 	struct bpf_program *dl_hook;	/* _dl_debug_state */
 	/* uprobe_multi flavours (kernel >= 6.6), NULL when unavailable: one link per object */
 	struct bpf_program *entry_multi, *ret_multi, *dl_hook_multi;
+	/* entry and return in one program on session links (kernel >= 6.13; tptrace fr -a),
+	 * used instead of entry_multi/ret_multi; NULL: none */
+	struct bpf_program *session;
 	bool all_returns;		/* --durations: return probes on every API */
 	/* tptrace fr -a: objects probed for every process already (target__add_file) are left
 	 * alone by target__scan; NULL: none */
@@ -93,6 +96,9 @@ int target__exit_code(const struct target *t);	/* wait status, -1 unknown */
 /* Opens the pid (no attach yet). NULL and errno: ESRCH no such process, EACCES. */
 struct target *target__new(int pid);
 void target__free(struct target *t);
+/* target__free of n targets, their probes removed together first (removals wait for grace
+ * periods; one target after another, a recorder of many processes took seconds to stop). */
+void target__free_all(struct target **ts, int n);
 
 /* Reads maps, attaches probes to every new object holding a CUDA runtime and to the dynamic
  * linker's r_brk, and reads pre-existing kernel handles. Returns the number of new uprobes
