@@ -130,6 +130,19 @@ CASES = {
     "real_straggler_mixed_start": (None, 1, [
         ("straggler", "73bdd578aac88e38", None, [29], [29]),
     ], {"confidence": "medium", "detail": "last to enter"}),
+    # A real recording of tests/fleet (8 hosts x 4 ranks, soak.py --only mismatch): rank 29
+    # (host h7) skipped step 3's all_reduce and went on to its all_gather; recorders started
+    # before, during and after the job (exact and local ids); stacks left out. Every rank's
+    # step-3 collectives are pending. The shift by a step that put rank 29's skip past the
+    # others' newest entry agreed on the whole overlap and won on that alone, before the
+    # states could speak (rank 29's completed step 2 paired with the others' pending step
+    # 3): ranks 28,30,31, its innocent host-mates, came out missing (medium)
+    "real_fleet_skip_mixed_start": (None, 1, [
+        ("missing_rank", "b41bcad5d7e9c533", 10, [29], [29]),
+        ("stuck_in_call", None, None,
+         [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 27,
+          28, 29, 30, 31], []),
+    ], {"confidence": "medium", "roles": [None, 0]}),
     "pre_healthy": ("--ranks 8 --entries 40 --preexisting", 0, [], {}),
     # ranks attached 0-5 steps apart (their seq 1 is a different collective), hosts' clocks
     # 300 us apart

@@ -180,12 +180,16 @@ static int align_cmp_evidence(const struct align *x, const struct align *y)
 		return -1;
 	if (px != py)
 		return px > py ? 1 : -1;
+	/* matches that cannot be one collective (the states, one host's clock) are proof;
+	 * disagreement later in the overlap is not: a rank that skipped a collective disagrees
+	 * from there on at its true offset, and a shift by a step that pushes the skip past
+	 * the others' newest entry agrees everywhere */
+	if (x->impossible != y->impossible)
+		return x->impossible < y->impossible ? 1 : -1;
 	/* across hosts, a shift by a period matches as long a prefix: one that agrees on the
 	 * whole overlap is the likelier */
 	if (!x->later_bad != !y->later_bad)
 		return !x->later_bad ? 1 : -1;
-	if (x->impossible != y->impossible)
-		return x->impossible < y->impossible ? 1 : -1;
 	return 0;
 }
 
