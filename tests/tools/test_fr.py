@@ -1136,6 +1136,43 @@ def check_local_comm_not_missing():
     return res
 
 
+def check_p2p_needs_later_dump():
+    """A p2p hang across hosts (each rank its own host): rank 1's send to rank 2 is pending
+    60 s at its own dump, and rank 2's host dumped before that send was posted (its dump cut
+    there, older than the others'). Rank 2 never posted the recv in what its dump shows, but
+    nothing shows its dump came after the send: p2p_mismatch once blamed it (high). Now no
+    rank is blamed; dumps_not_simultaneous names node2 to dump again (the p2p wait counts as
+    the hang seen)."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "p2p_stale")
+        gen("--ranks 4 --per-host 1 --entries 30 --scenario p2p --culprit 2", d)
+        sends = {}
+
+        def find_send(dump):
+            for e in dump["entries"]:
+                if e["profiling_name"] == "nccl:send 1->2" and e["state"] != "completed":
+                    sends[dump["global_rank"]] = e["time_created_ns"]
+        edit_dumps(d, find_send)
+        err = None if 1 in sends else f"no pending send 1->2 in rank 1's dump: {sends}"
+        if not err:
+            cut = sends[1] - 1000000
+
+            def stale_rank2(dump):
+                if dump["global_rank"] != 2:
+                    return
+                dump["dump_mono_ns"] -= dump["dump_time_ns"] - cut
+                dump["dump_time_ns"] = cut
+                dump["entries"] = [e for e in dump["entries"] if e["time_created_ns"] < cut]
+            edit_dumps(d, stale_rank2)
+            out = json.loads(run([FR, "--json", d]).stdout)
+            got = [(v["rule"], v["ranks"], v.get("hosts")) for v in out["verdicts"]]
+            if got != [("dumps_not_simultaneous", [], ["node2"])]:
+                err = f"verdicts: {got}"
+        res.append(("p2p: a peer whose dump may be older is not blamed", err))
+    return res
+
+
 def check_state_divergence_needs_agreement():
     """state_divergence says ranks did not complete a collective others completed; where the
     ranks hold different collectives at that seq (a seq alignment off by one, as an inferred
@@ -1488,6 +1525,7 @@ def main():
     results += check_wording()
     results += check_local_comm_not_missing()
     results += check_state_divergence_needs_agreement()
+    results += check_p2p_needs_later_dump()
     for name, err in results:
         if err:
             failed += 1

@@ -253,6 +253,7 @@ struct seq_agg {
 
 struct p2p_op {
 	int64_t k, seq, count, created;
+	int64_t done;		/* discovered completed, FR_UNK */
 	uint8_t dtype, state;
 };
 
@@ -413,8 +414,11 @@ struct powner {
 /* a dump older than the moment the others show (fr_timing.c) */
 struct redump {
 	int proc, comm;
-	int64_t seq;		/* the collective it had not entered (or completed) */
+	int64_t seq;		/* the collective it had not entered (or completed); p2p: the
+				 * lone op's p2p seq */
 	bool completed;		/* others completed it: proven older */
+	bool p2p, lacks_recv;	/* p2p: it lacks the recv (else the send) matching src->dst */
+	int src, dst;
 };
 
 /* fr_timing.c: a comm's waiting members, sorted for the lag bounds */
@@ -578,6 +582,8 @@ void timing_comm_free(struct timing_comm *t);
 int64_t timing_lag(const struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s,
 		   int64_t *waited, int *how);
 int64_t timing_done_before(const struct fr_analysis *a, int cid, int mi, int64_t s, int *how);
+int timing_redump_p2p(struct fr_analysis *a, int pi, int cid, int64_t p2p_seq, int src, int dst,
+		      bool lacks_recv);
 int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool completed);
 int rule_not_one_moment(struct fr_analysis *a);
 

@@ -265,6 +265,7 @@ int fold_p2p(struct fr_analysis *a, int mi, const struct fr_entry *e)
 	op->seq = e->p2p_seq;
 	op->count = e->count;
 	op->created = e->created_ns;
+	op->done = e->state == FR_ST_COMPLETED ? e->completed_ns : FR_UNK;
 	op->dtype = e->dtype;
 	op->state = e->state;
 	if (side->nr_kept < P2P_KEEP)

@@ -816,6 +816,34 @@ static int cmp_chan(const void *x, const void *y, void *arg)
 	return p->dst - q->dst;
 }
 
+/* How long the peer's dump (proc pp, the side that never posted the match) is proven to have
+ * come after the lone op was posted: one clock on one host; across hosts, causally: the peer
+ * completed the channel's op before the lone one (prev_p) no earlier than the lone side had
+ * posted that one (prev_l), and the lone side posted the lone op (prev_l's creation + its
+ * step) no later than that completion + the step, so the peer's dump came at least (its dump
+ * - that completion) - the step after it. FR_UNK: nothing proves it. */
+static int64_t p2p_lone_lag(const struct fr_analysis *a, const struct proc *lp,
+			    const struct proc *pp, const struct p2p_op *lone,
+			    const struct p2p_op *prev_l, const struct p2p_op *prev_p)
+{
+	int64_t lag = FR_UNK;
+
+	if (pp->dump_time_ns == FR_UNK || lone->created == FR_UNK)
+		return FR_UNK;
+	if (pp->host_id == lp->host_id)
+		lag = ns_diff(pp->dump_time_ns, lone->created);
+	if (prev_l && prev_p && prev_p->state == FR_ST_COMPLETED && prev_p->done != FR_UNK &&
+	    prev_l->created != FR_UNK) {
+		int64_t b = ns_diff(ns_diff(pp->dump_time_ns, prev_p->done),
+				    ns_diff(lone->created, prev_l->created));
+
+		if (lag == FR_UNK || b > lag)
+			lag = b;
+	}
+	(void)a;
+	return lag;
+}
+
 static int rule_p2p(struct fr_analysis *a)
 {
 	int *order = malloc((a->nr_chans + 1) * sizeof(int));
@@ -883,13 +911,35 @@ static int rule_p2p(struct fr_analysis *a)
 		    (maxS > maxR ? S->done > R->total : R->done > S->total))
 			continue;
 		if (!bad_s && lone) {
+			int pm = lone_send ? rm : sm;
 			const struct proc *lp = &a->procs[a->members[lone_send ? sm : rm].proc];
+			const struct proc *pp = &a->procs[a->members[pm].proc];
+			int64_t lidx = lone_send ? maxR + 1 : maxS + 1, lag;
+			int err;
 
 			if (lone->state == FR_ST_COMPLETED)
 				continue;
 			if (lone->created != FR_UNK && lp->dump_time_ns != FR_UNK &&
 			    ns_diff(lp->dump_time_ns, lone->created) <= a->opts.skew_ns)
 				continue;
+			/* waiting past the threshold at its own dump: the job looks hung here */
+			if (lone->created != FR_UNK && lp->dump_time_ns != FR_UNK)
+				a->hang_seen = true;
+			/* the peer never posted the match only if its dump came after the lone op
+			 * was posted (dumps are not of one moment): else its dump may be older, and
+			 * its host is to be dumped again; no rank is blamed */
+			lag = p2p_lone_lag(a, lp, pp, lone,
+					   p2p_at(lone_send ? S : R, absolute, lidx - 1),
+					   p2p_at(lone_send ? R : S, absolute, lidx - 1));
+			if (lag == FR_UNK || lag <= a->opts.skew_ns) {
+				if ((err = timing_redump_p2p(a, a->members[pm].proc, ch->comm,
+							     lone->seq, ch->src, ch->dst,
+							     lone_send))) {
+					free(order);
+					return err;
+				}
+				continue;
+			}
 		}
 		if (++per_comm > MAX_P2P_VERDICTS_PER_COMM) {
 			suppressed++;

@@ -780,7 +780,13 @@ static void detail_not_one_moment(FILE *f, const struct fr_analysis *a, const st
 
 		print_proc_label(f, p);
 		fprintf(f, " (host %s): ", p->host[0] ? p->host : "?");
-		if (r->completed)
+		if (r->p2p)
+			fprintf(f, "its dump does not show the %s matching %s %d->%d (p2p seq %" PRId64
+				   ") on comm %s that its peer had posted, and its times cannot show it "
+				   "was taken after that", r->lacks_recv ? "recv" : "send",
+				r->lacks_recv ? "send" : "recv", r->src, r->dst, r->seq,
+				short_id(a->comms[r->comm].id));
+		else if (r->completed)
 			fprintf(f, "never entered seq %" PRId64 " on comm %s, which others completed: "
 				   "every rank had entered it, so its dump is older", r->seq,
 				short_id(a->comms[r->comm].id));

@@ -374,6 +374,24 @@ int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool comp
 	return 0;
 }
 
+/* proc pi's dump lacks the op matching a p2p op src->dst its peer had posted, and nothing
+ * proves it was taken after that op was posted */
+int timing_redump_p2p(struct fr_analysis *a, int pi, int cid, int64_t p2p_seq, int src, int dst,
+		      bool lacks_recv)
+{
+	int n = a->nr_redumps, err = timing_redump(a, pi, cid, p2p_seq, false);
+	struct redump *r;
+
+	if (err || a->nr_redumps == n)
+		return err;	/* listed already */
+	r = &a->redumps[a->nr_redumps - 1];
+	r->p2p = true;
+	r->lacks_recv = lacks_recv;
+	r->src = src;
+	r->dst = dst;
+	return 0;
+}
+
 /* One verdict naming every dump that is older than the hang the others show, and the hosts
  * to dump again. It blames no rank. */
 int rule_not_one_moment(struct fr_analysis *a)
