@@ -647,6 +647,16 @@ FLEET = {
     # missing; with hosts' clocks 2 s apart (the dumps' times and the clocks then disagree)
     # the culprit, which has nothing pending, cannot be placed: it is named stuck, the
     # dumps said not simultaneous, and no other rank is blamed
+    # Found by tests/tools/fr_sweep.py. 64 ranks, the recorders of ranks 46 and up attached
+    # after the world was made; dumped 3 ms apart per host while 1 ms steps ran on, so ranks
+    # dumped first on their host had no collective since attach (nothing to place their comm
+    # by). The others took the absent ranks in order (rank 52 became comm rank 48...), and a
+    # healthy job got missing_dump "no dump holds comm ranks 56-63" while all 64 were there
+    "exact_inferred_empty_rings_healthy": ("--ranks 64 --per-host 8 --entries 17 --step-ms 1 "
+                                           "--seed 7 --preexisting-from 46 --attach-skew 2 "
+                                           "--dump-spread-ms 1 --host-offset-us 500000 "
+                                           "--period 7 --jitter-us 3000", 0, [], [],
+                                           {"human": "no problem found: 64 ranks,"}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,

@@ -864,6 +864,9 @@ struct unify_target {
 	int64_t nranks, exoff;
 	int64_t *absent;
 	int nabsent;
+	bool identity;		/* every exact member's rank is its global rank (the world, or
+				 * a comm PyTorch ordered so): an absent rank is its global rank */
+	uint8_t *is_absent;	/* [nranks]: no exact recorder holds this rank */
 };
 
 /* The ranks of exact comm ex that no exact recorder holds, in u->absent. */
@@ -874,14 +877,22 @@ static int absent_ranks(struct fr_analysis *a, int ex, struct unify_target *u)
 
 	if (!held)
 		return -ENOMEM;
-	for (int i = 0; i < c->members.n; i++)
-		held[a->members[c->members.v[i]].rank] = 1;
+	u->identity = true;
+	for (int i = 0; i < c->members.n; i++) {
+		const struct member *m = &a->members[c->members.v[i]];
+
+		held[m->rank] = 1;
+		if (a->procs[m->proc].global_rank != m->rank)
+			u->identity = false;
+	}
 	u->absent = malloc((c->nranks + 1) * sizeof(*u->absent));
 	u->nabsent = 0;
-	for (int64_t rk = 0; u->absent && rk < c->nranks; rk++)
-		if (!held[rk])
+	for (int64_t rk = 0; u->absent && rk < c->nranks; rk++) {
+		held[rk] = !held[rk];
+		if (held[rk])
 			u->absent[u->nabsent++] = rk;
-	free(held);
+	}
+	u->is_absent = held;
 	return u->absent ? 0 : -ENOMEM;
 }
 
@@ -897,7 +908,16 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 	int mi, err = 0;
 
 	if (u->exact) {
-		if (info.rank == FR_UNK)
+		int64_t g = a->procs[p->proc].global_rank;
+
+		/* where the exact comm's ranks are global ranks, an absent rank whose process
+		 * is here is that process's: taking the absent ranks in order would misplace
+		 * every member after a process whose comm could not be matched (no collective
+		 * since attach) */
+		if (info.rank == FR_UNK && u->identity)
+			info.rank = g != FR_UNK && g >= 0 && g < u->nranks && u->is_absent[g] ?
+				    g : FR_UNK;
+		if (info.rank == FR_UNK && !u->identity)
 			info.rank = k < u->nabsent ? u->absent[k] : FR_UNK;
 		info.nranks = u->nranks;
 	} else if (cl->pends.n > 1 || info.nranks == FR_UNK) {
@@ -1015,6 +1035,7 @@ static int unify_cluster(struct fr_analysis *a, struct cluster *cl, int nr_exact
 out:
 	free(order);
 	free(u.absent);
+	free(u.is_absent);
 	return err;
 }
 
