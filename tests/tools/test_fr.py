@@ -657,6 +657,17 @@ FLEET = {
                                            "--dump-spread-ms 1 --host-offset-us 500000 "
                                            "--period 7 --jitter-us 3000", 0, [], [],
                                            {"human": "no problem found: 64 ranks,"}),
+    # Found by fr_sweep.py: the culprit's recorder saw the init (exact id), the others' of
+    # ranks 2-7 attached after it. The inferred members were matched against the exact
+    # members' first signature at each seq, the culprit's own at the fault: no offset
+    # matched, two comms, and a tie between ranks 0 and 1 blamed the innocent rank 1 (high)
+    "exact_culprit_size_inferred_rest": ("--ranks 8 --per-host 1 --entries 17 --step-ms 1 "
+                                         "--seed 5 --scenario size --culprit 0 "
+                                         "--preexisting-from 2 --attach-skew 3 "
+                                         "--dump-spread-ms 1 --host-offset-us 2000000", 1,
+                                         [("size_mismatch", "970f56c2a91f2d1b", 16, [0], [0])],
+                                         [None], {"confidence": ["medium"],
+                                                  "waiting": [1, 2, 3, 4, 5, 6, 7]}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,

@@ -649,6 +649,14 @@ static int cmp_str_ptr(const void *x, const void *y)
  * comm's signatures, the best by where its newest collective falls against the exact
  * members' newest (a periodic schedule matches at several offsets: a tie is no match).
  * The exact comm's index, D in *off; -1 when none. */
+/* entry e has signature g (sizes apart: a comm created before attach may not know them) */
+static bool sig_matches(const struct sig *g, const struct fr_entry *e)
+{
+	return g->op == e->op && g->count == e->count && g->dtype == e->dtype &&
+	       g->redop == (fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE) &&
+	       g->root == (fr_op_has_root(e->op) ? e->root : -1);
+}
+
 #define EXACT_CHECK	64	/* newest collectives of the reference compared */
 #define EXACT_MIN	4	/* ... at least this many must land on known seqs */
 static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_exact,
@@ -692,14 +700,19 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 			for (int k = r->nc - 1; k >= 0 && k >= r->nc - EXACT_CHECK && !bad; k--) {
 				const struct fr_entry *e = pcoll(r, k);
 				int ai = agg_find(a, ci, rebase_coll(r, e->coll_seq) + d);
-				const struct sig *g;
+				const struct agg_extra *x;
 
 				if (ai < 0)
 					continue;
-				g = &a->aggs[ai].sig0;
-				bad = g->op != e->op || g->count != e->count || g->dtype != e->dtype ||
-				      g->redop != (fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE) ||
-				      g->root != (fr_op_has_root(e->op) ? e->root : -1);
+				/* any signature the exact members used there: where they
+				 * disagree (the fault may be one of theirs) the majority is
+				 * not known yet */
+				bad = !sig_matches(&a->aggs[ai].sig0, e);
+				x = a->aggs[ai].extra >= 0 ? &a->extras[a->aggs[ai].extra] : NULL;
+				for (int gi = 0; bad && x && gi < x->nr_groups; gi++)
+					bad = !sig_matches(&x->groups[gi].sig, e);
+				if (bad && x && x->other_n)
+					continue;	/* more signatures than kept: no evidence */
 				hit++;
 			}
 			if (bad || hit < EXACT_MIN)
