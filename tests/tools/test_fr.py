@@ -668,6 +668,18 @@ FLEET = {
                                          [("size_mismatch", "970f56c2a91f2d1b", 16, [0], [0])],
                                          [None], {"confidence": ["medium"],
                                                   "waiting": [1, 2, 3, 4, 5, 6, 7]}),
+    # Found by fr_sweep.py: a mismatched collective (rank 4's count) on a comm made before
+    # attach, a training loop, hosts' clocks years apart, dumps 2 s apart. The mismatch at
+    # the culprit's pending collective counted against the true offset, and a shift by a
+    # period that pairs it with nothing won: node1's ranks were read a period off and
+    # state_divergence blamed ranks 5-7, the culprit unnamed. A mismatch where one side is
+    # still pending is the fault, not a wrong offset; a pending side matched with one seen
+    # completed long before its dump is impossible whatever the signatures
+    "pre_size_culprit_years": ("--ranks 8 --per-host 4 --entries 40 --step-ms 20 --seed 6 "
+                               "--scenario size --culprit 4 --preexisting --attach-skew 0 "
+                               "--dump-spread-ms 2000 --clock-off-host 1 --period 3", 1,
+                               [("size_mismatch", "INFERRED", 40, [4], [4])], [None],
+                               {"confidence": ["medium"], "waiting": [0, 1, 2, 3, 5, 6, 7]}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,

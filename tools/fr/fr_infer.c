@@ -399,10 +399,27 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			if (!sig_match(e, f)) {
 				if (!hosts)
 					break;
-				/* across hosts: the rest of the overlap, signatures only */
+				/* across hosts: the rest of the overlap, signatures only, of
+				 * collectives both completed: a mismatch where one side is still
+				 * pending is what a mismatched collective's hang looks like (the
+				 * fault, not a wrong offset; a shift by a period that pairs it
+				 * with nothing would otherwise win) */
 				for (; i < m->nc; i++) {
-					j = pend_find_seq(r, pcoll(m, i)->coll_seq + al.d);
-					al.later_bad += j >= 0 && !sig_match(pcoll(m, i), pcoll(r, j));
+					const struct fr_entry *x = pcoll(m, i), *y;
+
+					j = pend_find_seq(r, x->coll_seq + al.d);
+					if (j < 0)
+						continue;
+					y = pcoll(r, j);
+					al.later_bad += !sig_match(x, y) &&
+							x->state == FR_ST_COMPLETED &&
+							y->state == FR_ST_COMPLETED;
+					/* ... and one side seen completed while the other still
+					 * waited in it long after cannot be one collective,
+					 * whatever the signatures */
+					al.impossible +=
+						state_conflict_hosts_one(x, mprev_r, y, rprev, r_dump) ||
+						state_conflict_hosts_one(y, rprev_m, x, mprev, m_dump);
 				}
 				break;
 			}
