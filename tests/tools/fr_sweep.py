@@ -200,10 +200,15 @@ def run_one(args, d):
     return q.returncode, out, q.stderr
 
 
+REDOP = ("all_reduce", "reduce", "reduce_scatter")
+ROOTED = ("broadcast", "reduce")
+
+
 def noop_fault(ga, culprit, d, tmp):
     """the fault changed nothing: the culprit's dump is the one it writes in the healthy job
-    (op and type plant a reduce op / all_gather at the last collective, which may be one
-    already: the job is healthy, its verdict rightly none)"""
+    as the analyzer compares them (op and type plant a reduce op / all_gather at the last
+    collective, which may be one already or have no reduce op: no verdict can name it; the
+    generator still makes every rank wait there, see the report's gaps)"""
     t = ga.split()
     i = t.index("--scenario")
     twin = os.path.join(tmp, "twin")
@@ -216,8 +221,10 @@ def noop_fault(ga, culprit, d, tmp):
             with open(os.path.join(dd, f)) as fh:
                 j = json.load(fh)
             if j.get("global_rank") == culprit:
-                return {(e["comm_id"], e["collective_seq_id"]): tuple(
-                    e.get(k) for k in ("op", "count", "dtype", "reduce_op", "root"))
+                return {(e["comm_id"], e["collective_seq_id"]): (
+                    e.get("op"), e.get("count"), e.get("dtype"),
+                    e.get("reduce_op") if e.get("op") in REDOP else None,
+                    e.get("root") if e.get("op") in ROOTED else None)
                     for e in j["entries"] if not e.get("is_p2p")}
         return None
     a, b = sigs(d), sigs(twin)

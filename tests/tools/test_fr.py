@@ -680,6 +680,16 @@ FLEET = {
                                "--dump-spread-ms 2000 --clock-off-host 1 --period 3", 1,
                                [("size_mismatch", "INFERRED", 40, [4], [4])], [None],
                                {"confidence": ["medium"], "waiting": [0, 1, 2, 3, 5, 6, 7]}),
+    # Found by fr_sweep.py: ranks 6 and 7 attached after init, the culprit 6 first of them:
+    # its cluster was matched to the exact comm by the culprit's own collectives, whose
+    # pending mismatch refused every offset; a tie of the two inferred ranks blamed rank 7
+    "inferred_culprit_size_exact_rest": ("--ranks 8 --per-host 4 --entries 17 --step-ms 20 "
+                                         "--seed 9 --scenario size --culprit 6 "
+                                         "--preexisting-from 6 --attach-skew 1 "
+                                         "--dump-spread-ms 5000 --host-offset-us 2000000", 1,
+                                         [("size_mismatch", "e12c8a3b4303542b", 16, [6], [6])],
+                                         [None], {"confidence": ["medium"],
+                                                  "waiting": [0, 1, 2, 3, 4, 5, 7]}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,

@@ -730,6 +730,12 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 					bad = !sig_matches(&x->groups[gi].sig, e);
 				if (bad && x && x->other_n)
 					continue;	/* more signatures than kept: no evidence */
+				/* the reference's own pending collective may be the fault (a
+				 * mismatched one hangs): no evidence against the offset */
+				if (bad && e->state != FR_ST_COMPLETED) {
+					bad = false;
+					continue;
+				}
 				hit++;
 			}
 			if (bad || hit < EXACT_MIN)
