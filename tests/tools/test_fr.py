@@ -484,6 +484,7 @@ def check_roles(verdicts, extra):
 SPREAD = "--step-ms 20 --dump-spread-ms 2000"
 PERIODIC = "--per-host 4 --period 3 --step-ms 20 --jitter-us 3000"
 ALL = ("2s", "40s", "years")
+WORLD16 = "a49ae61b9c5519fb"     # the world's id with --ranks 16 --seed 4
 FLEET = {
     # healthy: the hosts dumped first look as if they never entered what the later ones ran
     "fleet_healthy_2x4": (f"--ranks 8 --per-host 4 --entries 200 {SPREAD}", 0, [], [],
@@ -690,6 +691,21 @@ FLEET = {
                                          [("size_mismatch", "e12c8a3b4303542b", 16, [6], [6])],
                                          [None], {"confidence": ["medium"],
                                                   "waiting": [0, 1, 2, 3, 4, 5, 7]}),
+    # Found by fr_sweep.py: ranks 3-15 attached after init, a training loop, node3's clock
+    # years off, dumps 2 s apart. The culprit (nothing pending) is aligned a few periods
+    # back inside its cluster (the documented limit), which moved the cluster's origin back;
+    # the exact comm's offsets were tried from 0 up only, the true one was negative, and the
+    # inferred ranks were folded a step off the exact ones: state_divergence blamed the
+    # exact ranks 0-2 (medium). Now as skew_16x8_spread_2s: stuck_in_call names the
+    # culprit, dumps_not_simultaneous its host, nobody else is blamed
+    "exact_inferred_negative_offset": ("--ranks 16 --per-host 4 --entries 90 --step-ms 20 "
+                                       "--seed 4 --scenario skip --culprit 15 "
+                                       "--preexisting-from 3 --attach-skew 3 "
+                                       "--dump-spread-ms 2000 --clock-off-host 3 --period 3", 1,
+                                       [("stuck_in_call", None, None, [15], []),
+                                        ("dumps_not_simultaneous", WORLD16, 57, [], [])],
+                                       [None, None], {"confidence": ["high", "medium"],
+                                                      "hosts": ["node3"]}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,

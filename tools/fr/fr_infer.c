@@ -709,7 +709,10 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 				emax = a->aggs[i].seq;
 		if (overlap || enewest == FR_UNK)
 			continue;
-		for (int64_t d = 0; d <= emax; d++) {
+		/* below 0 too: a member of the cluster aligned too far back (nothing pending
+		 * to place it) moves the cluster's origin back; the others' true offset is then
+		 * negative, and the collectives it puts before seq 1 are dropped (fold_pend) */
+		for (int64_t d = rnewest > 0 ? 1 - rnewest : 0; d <= emax; d++) {
 			int hit = 0;
 			bool bad = false;
 			int64_t score;
@@ -968,6 +971,10 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 		info.last_enqueued = rebase_coll(p, info.last_enqueued) + u->exoff;
 	if (info.last_completed != FR_UNK && info.last_completed > 0)
 		info.last_completed = rebase_coll(p, info.last_completed) + u->exoff;
+	if (info.last_enqueued != FR_UNK && info.last_enqueued < 0)
+		info.last_enqueued = FR_UNK;
+	if (info.last_completed != FR_UNK && info.last_completed < 0)
+		info.last_completed = FR_UNK;
 	mi = member_new(a, u->ci, p->proc, &info);
 	if (mi < 0)
 		return mi;
@@ -986,6 +993,8 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 			err = fold_p2p(a, mi, &x);
 		} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
 			x.coll_seq = rebase_coll(p, x.coll_seq) + u->exoff;
+			if (u->exact && x.coll_seq < 1)
+				continue;	/* before the exact comm's first: misplaced */
 			m = &a->members[mi];
 			if (m->hole_len && m->hole_next_seq == FR_UNK &&
 			    x.coll_seq >= m->hole_seq + m->hole_len) {
