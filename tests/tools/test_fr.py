@@ -706,6 +706,18 @@ FLEET = {
                                         ("dumps_not_simultaneous", WORLD16, 57, [], [])],
                                        [None, None], {"confidence": ["high", "medium"],
                                                       "hosts": ["node3"]}),
+    # Found by fr_sweep.py: rank 5 entered the last collective 5 s late; every host but its
+    # own dumped before that completed; a training loop on a comm made before attach, clocks
+    # 40 s apart. node1's ranks, all completed, fit a shift into the past as well as the
+    # truth (said: alignment ambiguous), and late_arrival compared rank 0's wait in one
+    # collective with node1's in another: rank 0 blamed (low). An ambiguous comm gets no
+    # late_arrival or state_divergence (who entered last, who is behind: not known)
+    "pre_late_ambiguous": ("--ranks 32 --per-host 4 --entries 65 --step-ms 20 --seed 3 "
+                           "--scenario late --culprit 5 --preexisting --attach-skew 4 "
+                           "--dump-spread-ms 2000 --host-offset-us 40000000 --period 3", 1,
+                           [("dumps_not_simultaneous", "INFERRED", 66, [], [])], [None],
+                           {"confidence": ["low"], "hosts": ["node1"],
+                            "reason": "another alignment fits as well"}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,
