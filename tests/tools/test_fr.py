@@ -718,6 +718,19 @@ FLEET = {
                            [("dumps_not_simultaneous", "INFERRED", 66, [], [])], [None],
                            {"confidence": ["low"], "hosts": ["node1"],
                             "reason": "another alignment fits as well"}),
+    # Found by fr_sweep.py: every comm made before attach, 17 entries (a matching history
+    # shorter than the 16 that saturate), the culprit rank 0 the reference of the alignment:
+    # its pending mismatch cut the true offset's history one short, and a shift by a
+    # period won on length with every one of its matches impossible (one host's clock), or
+    # one (across hosts): ranks 1,5,9,13 read a period off, state_divergence blamed them.
+    # A pending mismatch at the overlap's end counts as agreeing; an offset most of whose
+    # matches are impossible loses to any that is not
+    "pre_size_culprit_reference": ("--ranks 16 --per-host 4 --entries 17 --step-ms 20 --seed 1 "
+                                   "--scenario size --culprit 0 --preexisting --attach-skew 3 "
+                                   "--clock-off-host 3 --period 3", 1,
+                                   [("size_mismatch", "INFERRED", 17, [0], [0])], [None],
+                                   {"confidence": ["medium"],
+                                    "waiting": list(range(1, 16))}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,

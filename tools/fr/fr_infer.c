@@ -161,6 +161,21 @@ static bool state_conflict_hosts_one(const struct fr_entry *done, const struct f
 	       ns_diff(done->completed_ns, done_prev->created_ns) > ALIGN_STATE_MARGIN;
 }
 
+/* m's i-th collective, matched at offset d, is the last pair of the overlap and one side of
+ * it is still pending */
+static bool pending_fault(const struct pend *m, int i, const struct pend *r, int64_t d)
+{
+	const struct fr_entry *e = pcoll(m, i);
+	int j = pend_find_seq(r, e->coll_seq + d);
+
+	if (j < 0 || (e->state == FR_ST_COMPLETED && pcoll(r, j)->state == FR_ST_COMPLETED))
+		return false;
+	for (int k = i + 1; k < m->nc; k++)
+		if (pend_find_seq(r, pcoll(m, k)->coll_seq + d) >= 0)
+			return false;
+	return true;
+}
+
 static bool align_better_dt(const struct align *x, const struct align *y)
 {
 	if (i64_abs(x->dt) != i64_abs(y->dt))
@@ -174,10 +189,17 @@ static int align_cmp_evidence(const struct align *x, const struct align *y)
 	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
 	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
 
+	bool rx = 2 * x->impossible > x->prefix, ry = 2 * y->impossible > y->prefix;
+
 	if (!y->ok)
 		return x->ok ? 1 : 0;
 	if (!x->ok)
 		return -1;
+	/* most of its matches cannot be one collective: refuted, however long (where the
+	 * reference's newest collective is a mismatch, the true offset's prefix stops one
+	 * short of a wrong one's) */
+	if (rx != ry)
+		return ry ? 1 : -1;
 	if (px != py)
 		return px > py ? 1 : -1;
 	/* across hosts, a shift by a period matches as long a prefix: one that agrees on the
@@ -396,6 +418,19 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			if (j < 0)
 				continue;
 			f = pcoll(r, j);
+			if (!sig_match(e, f) && pending_fault(m, i, r, al.d)) {
+				/* the overlap's last pair, one side still in it: a mismatched
+				 * collective hangs there; the history agrees to the end (a wrong
+				 * offset that pairs it with nothing would win by one) */
+				if (al.prefix < 4 * ALIGN_SAT)
+					al.prefix++;
+				if ((one_clock && (causal_conflict(e, f) ||
+						   state_conflict(e, m_dump, f, r_dump))) ||
+				    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
+					       state_conflict_hosts_one(f, rprev_m, e, mprev, m_dump))))
+					al.impossible++;
+				break;
+			}
 			if (!sig_match(e, f)) {
 				if (!hosts)
 					break;
