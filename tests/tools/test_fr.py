@@ -692,20 +692,33 @@ FLEET = {
                                          [None], {"confidence": ["medium"],
                                                   "waiting": [0, 1, 2, 3, 4, 5, 7]}),
     # Found by fr_sweep.py: ranks 3-15 attached after init, a training loop, node3's clock
-    # years off, dumps 2 s apart. The culprit (nothing pending) is aligned a few periods
-    # back inside its cluster (the documented limit), which moved the cluster's origin back;
-    # the exact comm's offsets were tried from 0 up only, the true one was negative, and the
-    # inferred ranks were folded a step off the exact ones: state_divergence blamed the
-    # exact ranks 0-2 (medium). Now as skew_16x8_spread_2s: stuck_in_call names the
-    # culprit, dumps_not_simultaneous its host, nobody else is blamed
+    # years off, dumps 2 s apart. The culprit, first of its host in file order and with
+    # nothing pending, is aligned a few periods back inside its cluster (the documented
+    # limit), which moved the cluster's origin back; the exact comm's offsets were tried
+    # from 0 up only, the true one was negative, and the inferred ranks were folded a step
+    # off the exact ones: state_divergence blamed the exact ranks 0-2 (medium). Now as
+    # skew_16x8_spread_2s: stuck_in_call names the culprit, dumps_not_simultaneous its
+    # host, nobody else is blamed
     "exact_inferred_negative_offset": ("--ranks 16 --per-host 4 --entries 90 --step-ms 20 "
-                                       "--seed 4 --scenario skip --culprit 15 "
+                                       "--seed 4 --scenario skip --culprit 12 "
                                        "--preexisting-from 3 --attach-skew 3 "
                                        "--dump-spread-ms 2000 --clock-off-host 3 --period 3", 1,
-                                       [("stuck_in_call", None, None, [15], []),
+                                       [("stuck_in_call", None, None, [12], []),
                                         ("dumps_not_simultaneous", WORLD16, 57, [], [])],
                                        [None, None], {"confidence": ["high", "medium"],
                                                       "hosts": ["node3"]}),
+    # the same with the culprit last on its host (rank 15): its host's ranks that wait were
+    # placed by their states, and one clock places it against them: missing, proven on
+    # that clock (it was aligned across hosts alone, a period off, and named only stuck)
+    "exact_inferred_culprit_after_host": ("--ranks 16 --per-host 4 --entries 90 --step-ms 20 "
+                                          "--seed 4 --scenario skip --culprit 15 "
+                                          "--preexisting-from 3 --attach-skew 3 "
+                                          "--dump-spread-ms 2000 --clock-off-host 3 "
+                                          "--period 3", 1,
+                                          [("missing_rank", WORLD16, 90, [15], [15]),
+                                           ("stuck_in_call", None, None, [15], [])],
+                                          [None, 0], {"confidence": ["medium", "high"],
+                                                      "detail": "(one host's clock)"}),
     # Found by fr_sweep.py: rank 5 entered the last collective 5 s late; every host but its
     # own dumped before that completed; a training loop on a comm made before attach, clocks
     # 40 s apart. node1's ranks, all completed, fit a shift into the past as well as the
@@ -731,6 +744,17 @@ FLEET = {
                                    [("size_mismatch", "INFERRED", 17, [0], [0])], [None],
                                    {"confidence": ["medium"],
                                     "waiting": list(range(1, 16))}),
+    # Found by fr_sweep.py: 17 entries, ranks 17 and up attached after init, clocks 40 s
+    # apart, the culprit (nothing pending) aligned across hosts a period ahead: it seemed to
+    # have completed collectives its host's ranks never entered, and state_divergence
+    # blamed those 7 ranks (medium). Aligned on its host's clock to a rank that waits
+    "mixed_skip_short_history": ("--ranks 32 --per-host 8 --entries 17 --step-ms 1 --seed 5 "
+                                 "--scenario skip --culprit 25 --preexisting-from 17 "
+                                 "--attach-skew 5 --dump-spread-ms 1 --host-offset-us 40000000 "
+                                 "--period 3 --jitter-us 3000", 1,
+                                 [("missing_rank", "970f56c2a91f2d1b", 17, [25], [25]),
+                                  ("stuck_in_call", None, None, [25], [])], [None, 0],
+                                 {"confidence": ["medium", "high"]}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,

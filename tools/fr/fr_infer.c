@@ -512,6 +512,13 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 	return best;
 }
 
+static bool same_host(const struct fr_analysis *a, const struct pend *x, const struct pend *y)
+{
+	const char *hx = a->procs[x->proc].host, *hy = a->procs[y->proc].host;
+
+	return hx[0] && !strcmp(hx, hy);
+}
+
 static bool cluster_has_proc(const struct fr_analysis *a, const struct cluster *c, int proc)
 {
 	for (int i = 0; i < c->pends.n; i++)
@@ -829,6 +836,12 @@ static int index_collectives(struct fr_analysis *a)
 	return 0;
 }
 
+/* its newest collective is still pending */
+static bool pend_waits(const struct pend *p)
+{
+	return p->nc && pcoll(p, p->nc - 1)->state != FR_ST_COMPLETED;
+}
+
 /* Greedy, in file order: each comm joins the cluster it aligns best with, or starts one. */
 static int cluster_pends(struct fr_analysis *a)
 {
@@ -850,9 +863,28 @@ static int cluster_pends(struct fr_analysis *a)
 				continue;
 			al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[cl->ref],
 				      a->procs[a->pends[cl->ref].proc].dump_time_ns,
-				      a->procs[p->proc].host[0] &&
-				      !strcmp(a->procs[p->proc].host,
-					      a->procs[a->pends[cl->ref].proc].host));
+				      same_host(a, p, &a->pends[cl->ref]));
+			/* a member on p's host that waits in a collective was placed already
+			 * (by its state, across hosts): one clock aligns p to it exactly
+			 * (creation and completion times, causality), where across hosts a
+			 * rank with nothing pending fits a shift by a period as well */
+			if (!same_host(a, p, &a->pends[cl->ref]))
+				for (int k = 0; k < cl->pends.n; k++) {
+					const struct pend *q = &a->pends[cl->pends.v[k]];
+					struct align aq;
+
+					if (!same_host(a, p, q) || !pend_waits(q))
+						continue;
+					aq = align_to(p, a->procs[p->proc].dump_time_ns, q,
+						      a->procs[q->proc].dump_time_ns, true);
+					if (aq.ok && !(2 * aq.impossible > aq.prefix)) {
+						aq.d += q->d;
+						aq.clk += q->clock;
+						aq.ambiguous = false;
+						al = aq;
+					}
+					break;
+				}
 			if (align_better(&al, &best)) {
 				best = al;
 				bc = c;
