@@ -203,6 +203,7 @@ struct pend {
 	int64_t d, dp;		/* collective / p2p seq offset to the cluster's origin */
 	int64_t clock;		/* its clock minus the reference's (median over matches) */
 	int64_t hole_seq, hole_len;
+	bool solid;		/* placed by a long agreeing history (or the reference) */
 };
 
 struct cluster {

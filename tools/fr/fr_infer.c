@@ -85,6 +85,7 @@ static int pend_near_time(const struct pend *p, int64_t t)
 #define ALIGN_CANDS_HOSTS 160	/* ... across hosts: time-free candidates added */
 #define ALIGN_NEAR	8	/* candidate offsets: this many collectives either side in time */
 #define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
+#define ALIGN_SOLID	8	/* a member placed by this many matches anchors its host's others */
 #define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
 #define ALIGN_CAUSAL_SLACK 200000LL	/* ns: two recorders' clock conversions on one host */
 #define ALIGN_STATE_MARGIN 500000000LL	/* ns: a completion one host's other ranks must see */
@@ -418,8 +419,9 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			if (j < 0)
 				continue;
 			f = pcoll(r, j);
-			if (!sig_match(e, f) && pending_fault(m, i, r, al.d)) {
-				/* the overlap's last pair, one side still in it: a mismatched
+			if (!sig_match(e, f) && al.prefix >= 2 && pending_fault(m, i, r, al.d)) {
+				/* the overlap's last pair, one side still in it, after a history
+				 * that agrees (two matches at least: one is chance): a mismatched
 				 * collective hangs there; the history agrees to the end (a wrong
 				 * offset that pairs it with nothing would win by one) */
 				if (al.prefix < 4 * ALIGN_SAT)
@@ -865,7 +867,7 @@ static int cluster_pends(struct fr_analysis *a)
 				      a->procs[a->pends[cl->ref].proc].dump_time_ns,
 				      same_host(a, p, &a->pends[cl->ref]));
 			/* a member on p's host that waits in a collective was placed already
-			 * (by its state, across hosts): one clock aligns p to it exactly
+			 * (by its state and a long history, across hosts): one clock aligns p to it exactly
 			 * (creation and completion times, causality), where across hosts a
 			 * rank with nothing pending fits a shift by a period as well */
 			if (!same_host(a, p, &a->pends[cl->ref]))
@@ -873,7 +875,7 @@ static int cluster_pends(struct fr_analysis *a)
 					const struct pend *q = &a->pends[cl->pends.v[k]];
 					struct align aq;
 
-					if (!same_host(a, p, q) || !pend_waits(q))
+					if (!same_host(a, p, q) || !pend_waits(q) || !q->solid)
 						continue;
 					aq = align_to(p, a->procs[p->proc].dump_time_ns, q,
 						      a->procs[q->proc].dump_time_ns, true);
@@ -904,6 +906,9 @@ static int cluster_pends(struct fr_analysis *a)
 			best.dt = 0;
 		}
 		p->cluster = bc;
+		p->solid = a->clusters[bc].ref == i ||
+			   (best.prefix >= ALIGN_SOLID && !best.ambiguous &&
+			    !(2 * best.impossible > best.prefix));
 		p->d = best.d;		/* its seq x is the reference's x + d */
 		p->clock = best.clk;
 		if (best.ambiguous)
