@@ -256,6 +256,11 @@ def main():
     t0 = time.monotonic()
     done = 0
     with tempfile.TemporaryDirectory(prefix="fr-sweep-") as tmp:
+        # copies: a rebuild during the run does not swap the binaries under it
+        for name in ("GEN", "FR"):
+            dst = os.path.join(tmp, os.path.basename(globals()[name]))
+            shutil.copy2(globals()[name], dst)
+            globals()[name] = dst
         d = os.path.join(tmp, "set")
         todo = [args.config] if args.config else None
         for i in range(1 if todo else args.runs):

@@ -641,13 +641,6 @@ FLEET = {
             "--attach-skew 5 --jitter-us 0", 0, [], [],
             {"human": "note: comm 7ea226fd: seq alignment across hosts ambiguous"}, ALL),
        ) if tag in tags},
-    # 16 hosts x 8, every comm made before attach, hosts dumped up to 2 s apart: the waiting
-    # ranks' pending collectives sit at the end of a 120-entry overlap, past the 64 matches
-    # the alignment once scanned; without their states some hosts were read a step off and
-    # state_divergence blamed 4-5 waiting ranks (low). With clocks that agree the culprit is
-    # missing; with hosts' clocks 2 s apart (the dumps' times and the clocks then disagree)
-    # the culprit, which has nothing pending, cannot be placed: it is named stuck, the
-    # dumps said not simultaneous, and no other rank is blamed
     # Found by tests/tools/fr_sweep.py. 64 ranks, the recorders of ranks 46 and up attached
     # after the world was made; dumped 3 ms apart per host while 1 ms steps ran on, so ranks
     # dumped first on their host had no collective since attach (nothing to place their comm
@@ -696,9 +689,9 @@ FLEET = {
     # nothing pending, is aligned a few periods back inside its cluster (the documented
     # limit), which moved the cluster's origin back; the exact comm's offsets were tried
     # from 0 up only, the true one was negative, and the inferred ranks were folded a step
-    # off the exact ones: state_divergence blamed the exact ranks 0-2 (medium). Now as
-    # skew_16x8_spread_2s: stuck_in_call names the culprit, dumps_not_simultaneous its
-    # host, nobody else is blamed
+    # off the exact ones: state_divergence blamed the exact ranks 0-2 (medium). Now
+    # stuck_in_call names the culprit, dumps_not_simultaneous its host (its host-mates'
+    # own placement is ambiguous: none anchors it), nobody else is blamed
     "exact_inferred_negative_offset": ("--ranks 16 --per-host 4 --entries 90 --step-ms 20 "
                                        "--seed 4 --scenario skip --culprit 12 "
                                        "--preexisting-from 3 --attach-skew 3 "
@@ -755,6 +748,22 @@ FLEET = {
                                  [("missing_rank", "970f56c2a91f2d1b", 17, [25], [25]),
                                   ("stuck_in_call", None, None, [25], [])], [None, 0],
                                  {"confidence": ["medium", "high"]}),
+    # 16 hosts x 8, every comm made before attach, hosts dumped up to 2 s apart: the waiting
+    # ranks' pending collectives sit at the end of a 120-entry overlap, past the 64 matches
+    # the alignment once scanned; without their states some hosts were read a step off and
+    # state_divergence blamed 4-5 waiting ranks (low). With clocks that agree the culprit is
+    # missing; with hosts' clocks 2 s apart (the dumps' times and the clocks then disagree)
+    # the culprit, which has nothing pending, could not be placed across hosts: it was
+    # named stuck and the dumps said not simultaneous (low). It is now aligned on its
+    # host's clock to a rank there that waits (anchor_to_host): missing, medium
+    # Found by fr_sweep.py: a healthy job of 0.16 s dumped over 2 s: rings of 1-10
+    # collectives on node19. A rank there was aligned across hosts by 4 matches that a
+    # shift fits as well, or on one clock to a host-mate placed by a single match, and
+    # root/type/size_mismatch blamed healthy ranks (low). Only a host-mate placed by 8
+    # matches or more, unambiguously, anchors the others; after every rank is placed
+    "pre_healthy_tiny_rings": ("--ranks 256 --per-host 8 --entries 161 --step-ms 1 --seed 8 "
+                               "--preexisting --attach-skew 0 --dump-spread-ms 2000 "
+                               "--clock-off-host 31 --jitter-us 3000", 0, [], [], {}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,
@@ -764,9 +773,9 @@ FLEET = {
     "skew_16x8_spread_2s": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                             "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                             "--scenario skip --culprit 40 --host-offset-us 2000000", 1,
-                            [("stuck_in_call", None, None, [40], []),
-                             ("dumps_not_simultaneous", "INFERRED", 116, [], [])], [None, None],
-                            {"confidence": ["high", "low"]}),
+                            [("missing_rank", "INFERRED", 120, [40], [40]),
+                             ("stuck_in_call", None, None, [40], [])], [None, 0],
+                            {"confidence": ["medium", "high"]}),
 }
 
 

@@ -204,6 +204,7 @@ struct pend {
 	int64_t clock;		/* its clock minus the reference's (median over matches) */
 	int64_t hole_seq, hole_len;
 	bool solid;		/* placed by a long agreeing history (or the reference) */
+	bool ambiguous;		/* placed by times that cannot tell (across hosts) */
 };
 
 struct cluster {

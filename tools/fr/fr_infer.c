@@ -844,6 +844,36 @@ static bool pend_waits(const struct pend *p)
 	return p->nc && pcoll(p, p->nc - 1)->state != FR_ST_COMPLETED;
 }
 
+/* A member aligned across hosts on a short or ambiguous history, once every member is
+ * placed: where its cluster holds a member of its host that waits in a collective and was
+ * placed solidly, one clock aligns it to that one exactly (whatever the file order: a culprit
+ * first on its host is placed before its host's waiting ranks are) */
+static void anchor_to_host(struct fr_analysis *a)
+{
+	for (int i = 0; i < a->nr_pends; i++) {
+		struct pend *p = &a->pends[i];
+		const struct cluster *cl = &a->clusters[p->cluster];
+
+		if (p->solid)
+			continue;
+		for (int k = 0; k < cl->pends.n; k++) {
+			const struct pend *q = &a->pends[cl->pends.v[k]];
+			struct align aq;
+
+			if (q == p || !q->solid || !pend_waits(q) || !same_host(a, p, q))
+				continue;
+			aq = align_to(p, a->procs[p->proc].dump_time_ns, q,
+				      a->procs[q->proc].dump_time_ns, true);
+			if (aq.ok && !(2 * aq.impossible > aq.prefix)) {
+				p->d = aq.d + q->d;
+				p->clock = aq.clk + q->clock;
+				p->ambiguous = false;
+			}
+			break;
+		}
+	}
+}
+
 /* Greedy, in file order: each comm joins the cluster it aligns best with, or starts one. */
 static int cluster_pends(struct fr_analysis *a)
 {
@@ -911,11 +941,14 @@ static int cluster_pends(struct fr_analysis *a)
 			    !(2 * best.impossible > best.prefix));
 		p->d = best.d;		/* its seq x is the reference's x + d */
 		p->clock = best.clk;
-		if (best.ambiguous)
-			a->clusters[bc].ambiguous = true;
+		p->ambiguous = best.ambiguous;
 		if (ivec_push(&a->clusters[bc].pends, i))
 			return -ENOMEM;
 	}
+	anchor_to_host(a);
+	for (int i = 0; i < a->nr_pends; i++)
+		if (a->pends[i].ambiguous)
+			a->clusters[a->pends[i].cluster].ambiguous = true;
 	return 0;
 }
 
