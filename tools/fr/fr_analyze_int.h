@@ -212,6 +212,7 @@ struct cluster {
 	struct ivec pends;
 	int comm;
 	bool ambiguous;		/* a member's offset was decided by times that cannot tell */
+	bool anchor_host;	/* a member waits and was placed solidly (host_anchor) */
 };
 
 struct sig {

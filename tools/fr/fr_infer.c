@@ -844,6 +844,18 @@ static bool pend_waits(const struct pend *p)
 	return p->nc && pcoll(p, p->nc - 1)->state != FR_ST_COMPLETED;
 }
 
+/* the cluster's member on p's host that waits in a collective and was placed solidly, -1 */
+static int host_anchor(const struct fr_analysis *a, const struct cluster *cl, const struct pend *p)
+{
+	for (int k = 0; k < cl->pends.n; k++) {
+		const struct pend *q = &a->pends[cl->pends.v[k]];
+
+		if (q != p && q->solid && pend_waits(q) && same_host(a, p, q))
+			return cl->pends.v[k];
+	}
+	return -1;
+}
+
 /* A member aligned across hosts on a short or ambiguous history, once every member is
  * placed: where its cluster holds a member of its host that waits in a collective and was
  * placed solidly, one clock aligns it to that one exactly (whatever the file order: a culprit
@@ -854,22 +866,21 @@ static void anchor_to_host(struct fr_analysis *a)
 		struct pend *p = &a->pends[i];
 		const struct cluster *cl = &a->clusters[p->cluster];
 
-		if (p->solid)
-			continue;
-		for (int k = 0; k < cl->pends.n; k++) {
-			const struct pend *q = &a->pends[cl->pends.v[k]];
-			struct align aq;
+		const struct pend *q;
+		struct align aq;
+		int qi;
 
-			if (q == p || !q->solid || !pend_waits(q) || !same_host(a, p, q))
-				continue;
-			aq = align_to(p, a->procs[p->proc].dump_time_ns, q,
-				      a->procs[q->proc].dump_time_ns, true);
-			if (aq.ok && !(2 * aq.impossible > aq.prefix)) {
-				p->d = aq.d + q->d;
-				p->clock = aq.clk + q->clock;
-				p->ambiguous = false;
-			}
-			break;
+		/* on the reference's host it was aligned on one clock already */
+		if (p->solid || !cl->anchor_host || same_host(a, p, &a->pends[cl->ref]) ||
+		    (qi = host_anchor(a, cl, p)) < 0)
+			continue;
+		q = &a->pends[qi];
+		aq = align_to(p, a->procs[p->proc].dump_time_ns, q, a->procs[q->proc].dump_time_ns,
+			      true);
+		if (aq.ok && !(2 * aq.impossible > aq.prefix)) {
+			p->d = aq.d + q->d;
+			p->clock = aq.clk + q->clock;
+			p->ambiguous = false;
 		}
 	}
 }
@@ -893,30 +904,31 @@ static int cluster_pends(struct fr_analysis *a)
 				compat = false;
 			if (!compat)
 				continue;
-			al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[cl->ref],
-				      a->procs[a->pends[cl->ref].proc].dump_time_ns,
-				      same_host(a, p, &a->pends[cl->ref]));
 			/* a member on p's host that waits in a collective was placed already
-			 * (by its state and a long history, across hosts): one clock aligns p to it exactly
-			 * (creation and completion times, causality), where across hosts a
-			 * rank with nothing pending fits a shift by a period as well */
-			if (!same_host(a, p, &a->pends[cl->ref]))
-				for (int k = 0; k < cl->pends.n; k++) {
-					const struct pend *q = &a->pends[cl->pends.v[k]];
-					struct align aq;
+			 * (by its state and a long history, across hosts): one clock aligns p
+			 * to it exactly (creation and completion times, causality), where
+			 * across hosts a rank with nothing pending fits a shift by a period as
+			 * well */
+			al.ok = false;
+			if (!same_host(a, p, &a->pends[cl->ref]) && cl->anchor_host) {
+				int q = host_anchor(a, cl, p);
 
-					if (!same_host(a, p, q) || !pend_waits(q) || !q->solid)
-						continue;
-					aq = align_to(p, a->procs[p->proc].dump_time_ns, q,
-						      a->procs[q->proc].dump_time_ns, true);
-					if (aq.ok && !(2 * aq.impossible > aq.prefix)) {
-						aq.d += q->d;
-						aq.clk += q->clock;
-						aq.ambiguous = false;
-						al = aq;
+				if (q >= 0) {
+					al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[q],
+						      a->procs[a->pends[q].proc].dump_time_ns, true);
+					if (al.ok && !(2 * al.impossible > al.prefix)) {
+						al.d += a->pends[q].d;
+						al.clk += a->pends[q].clock;
+						al.ambiguous = false;
+					} else {
+						al.ok = false;
 					}
-					break;
 				}
+			}
+			if (!al.ok)
+				al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[cl->ref],
+					      a->procs[a->pends[cl->ref].proc].dump_time_ns,
+					      same_host(a, p, &a->pends[cl->ref]));
 			if (align_better(&al, &best)) {
 				best = al;
 				bc = c;
@@ -939,6 +951,8 @@ static int cluster_pends(struct fr_analysis *a)
 		p->solid = a->clusters[bc].ref == i ||
 			   (best.prefix >= ALIGN_SOLID && !best.ambiguous &&
 			    !(2 * best.impossible > best.prefix));
+		if (p->solid && pend_waits(p))
+			a->clusters[bc].anchor_host = true;
 		p->d = best.d;		/* its seq x is the reference's x + d */
 		p->clock = best.clk;
 		p->ambiguous = best.ambiguous;
