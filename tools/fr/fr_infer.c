@@ -107,7 +107,16 @@ struct align {
 	int later_bad;		/* across hosts: mismatching signatures past the prefix */
 	bool ambiguous;		/* across hosts, another offset was as good but for dt, and dt
 				 * does not tell them apart (dumps not from one moment) */
+	int causal;		/* one clock: matches seen completed on one side before the
+				 * other called them (of impossible) */
 };
+
+/* most of its matches cannot be one collective, or (one clock) one completed before the other
+ * side called it: not this offset, however long its history */
+static bool refuted(const struct align *x)
+{
+	return x->causal > 0 || 2 * x->impossible > x->prefix;
+}
 
 /* A collective completes on no rank before every rank has called it: on one host (one clock),
  * a match where one side was seen completed before the other side was even called is two
@@ -190,15 +199,15 @@ static int align_cmp_evidence(const struct align *x, const struct align *y)
 	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
 	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
 
-	bool rx = 2 * x->impossible > x->prefix, ry = 2 * y->impossible > y->prefix;
+	bool rx = refuted(x), ry = refuted(y);
 
 	if (!y->ok)
 		return x->ok ? 1 : 0;
 	if (!x->ok)
 		return -1;
-	/* most of its matches cannot be one collective: refuted, however long (where the
-	 * reference's newest collective is a mismatch, the true offset's prefix stops one
-	 * short of a wrong one's) */
+	/* refuted, however long (where the reference's newest collective is a mismatch, the
+	 * true offset's prefix stops one short of a wrong one's; a wrong shift's overlap can
+	 * be longer than the true one's) */
 	if (rx != ry)
 		return ry ? 1 : -1;
 	if (px != py)
@@ -426,6 +435,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 				 * offset that pairs it with nothing would win by one) */
 				if (al.prefix < 4 * ALIGN_SAT)
 					al.prefix++;
+				al.causal += one_clock && causal_conflict(e, f);
 				if ((one_clock && (causal_conflict(e, f) ||
 						   state_conflict(e, m_dump, f, r_dump))) ||
 				    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
@@ -465,6 +475,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			 * states conflict (a hung job's history is longer than the prefix) */
 			if (al.prefix < 4 * ALIGN_SAT)
 				al.prefix++;
+			al.causal += one_clock && causal_conflict(e, f);
 			if ((one_clock && (causal_conflict(e, f) ||
 					   state_conflict(e, m_dump, f, r_dump))) ||
 			    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
@@ -877,7 +888,7 @@ static void anchor_to_host(struct fr_analysis *a)
 		q = &a->pends[qi];
 		aq = align_to(p, a->procs[p->proc].dump_time_ns, q, a->procs[q->proc].dump_time_ns,
 			      true);
-		if (aq.ok && !(2 * aq.impossible > aq.prefix)) {
+		if (aq.ok && !refuted(&aq)) {
 			p->d = aq.d + q->d;
 			p->clock = aq.clk + q->clock;
 			p->ambiguous = false;
@@ -916,7 +927,7 @@ static int cluster_pends(struct fr_analysis *a)
 				if (q >= 0) {
 					al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[q],
 						      a->procs[a->pends[q].proc].dump_time_ns, true);
-					if (al.ok && !(2 * al.impossible > al.prefix)) {
+					if (al.ok && !refuted(&al)) {
 						al.d += a->pends[q].d;
 						al.clk += a->pends[q].clock;
 						al.ambiguous = false;
@@ -950,7 +961,7 @@ static int cluster_pends(struct fr_analysis *a)
 		p->cluster = bc;
 		p->solid = a->clusters[bc].ref == i ||
 			   (best.prefix >= ALIGN_SOLID && !best.ambiguous &&
-			    !(2 * best.impossible > best.prefix));
+			    !refuted(&best));
 		if (p->solid && pend_waits(p))
 			a->clusters[bc].anchor_host = true;
 		p->d = best.d;		/* its seq x is the reference's x + d */
