@@ -3,8 +3,10 @@
 
 Run by hand (it is not part of `make test`):
 
-    python3 tests/tools/fr_sweep.py [--runs N] [--seed S] [--budget SEC] [--only CLASS]
-                                    [--keep DIR] [--show N] [--config 'GEN ARGS']
+    python3 tests/tools/fr_sweep.py [--runs N] [--seed S] [--budget SEC] [--show N]
+                                    [--config 'GEN ARGS'] [--json FILE] [--fr ANALYZER]
+
+(tests/tools/test_fr_sweep.py runs a small deterministic draw of it in the unit tier.)
 
 Each run draws one configuration from the grid below, writes its dumps with
 .output/tptrace-fr-gen, runs `./tptrace-fr --json` on them and checks invariants that need no
@@ -247,7 +249,10 @@ def main():
     ap.add_argument("--show", type=int, default=4, help="examples shown per class")
     ap.add_argument("--config", help="one generator command line instead of the grid")
     ap.add_argument("--json", help="write every failure here")
+    ap.add_argument("--fr", help="the analyzer to sweep (default ./tptrace-fr)")
     args = ap.parse_args()
+    if args.fr:
+        globals()["FR"] = os.path.abspath(args.fr)
     for p in (GEN, FR):
         if not os.access(p, os.X_OK):
             sys.exit(f"fr_sweep: {p} missing (make all test-bins)")
