@@ -85,7 +85,8 @@ static int pend_near_time(const struct pend *p, int64_t t)
 #define ALIGN_CANDS_HOSTS 160	/* ... across hosts: time-free candidates added */
 #define ALIGN_NEAR	8	/* candidate offsets: this many collectives either side in time */
 #define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
-#define ALIGN_SOLID	8	/* a member placed by this many matches anchors its host's others */
+#define ALIGN_SOLID	8	/* a member placed by this many matches (none impossible, not
+				 * ambiguous) anchors its host's others */
 #define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
 #define ALIGN_CAUSAL_SLACK 200000LL	/* ns: two recorders' clock conversions on one host */
 #define ALIGN_STATE_MARGIN 500000000LL	/* ns: a completion one host's other ranks must see */
@@ -960,8 +961,7 @@ static int cluster_pends(struct fr_analysis *a)
 		}
 		p->cluster = bc;
 		p->solid = a->clusters[bc].ref == i ||
-			   (best.prefix >= ALIGN_SOLID && !best.ambiguous &&
-			    !refuted(&best));
+			   (best.prefix >= ALIGN_SOLID && !best.ambiguous && !best.impossible);
 		if (p->solid && pend_waits(p))
 			a->clusters[bc].anchor_host = true;
 		p->d = best.d;		/* its seq x is the reference's x + d */
