@@ -199,7 +199,6 @@ static int align_cmp_evidence(const struct align *x, const struct align *y)
 {
 	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
 	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
-
 	bool rx = refuted(x), ry = refuted(y);
 
 	if (!y->ok)
@@ -713,6 +712,14 @@ static int cmp_str_ptr(const void *x, const void *y)
 	return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
+/* entry e has signature g (sizes apart: a comm created before attach may not know them) */
+static bool sig_matches(const struct sig *g, const struct fr_entry *e)
+{
+	return g->op == e->op && g->count == e->count && g->dtype == e->dtype &&
+	       g->redop == (fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE) &&
+	       g->root == (fr_op_has_root(e->op) ? e->root : -1);
+}
+
 /* Comms created before attach: cluster the local comms of different dumps that are the same
  * communicator, rebase their seqs to a common origin, infer ranks, then fold them. */
 /* Some recorders saw a communicator's init (its exact id, rank and size), others attached
@@ -722,14 +729,6 @@ static int cmp_str_ptr(const void *x, const void *y)
  * comm's signatures, the best by where its newest collective falls against the exact
  * members' newest (a periodic schedule matches at several offsets: a tie is no match).
  * The exact comm's index, D in *off; -1 when none. */
-/* entry e has signature g (sizes apart: a comm created before attach may not know them) */
-static bool sig_matches(const struct sig *g, const struct fr_entry *e)
-{
-	return g->op == e->op && g->count == e->count && g->dtype == e->dtype &&
-	       g->redop == (fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE) &&
-	       g->root == (fr_op_has_root(e->op) ? e->root : -1);
-}
-
 #define EXACT_CHECK	64	/* newest collectives of the reference compared */
 #define EXACT_MIN	4	/* ... at least this many must land on known seqs */
 static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_exact,
@@ -877,7 +876,6 @@ static void anchor_to_host(struct fr_analysis *a)
 	for (int i = 0; i < a->nr_pends; i++) {
 		struct pend *p = &a->pends[i];
 		const struct cluster *cl = &a->clusters[p->cluster];
-
 		const struct pend *q;
 		struct align aq;
 		int qi;
@@ -1083,9 +1081,11 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 		 * is here is that process's: taking the absent ranks in order would misplace
 		 * every member after a process whose comm could not be matched (no collective
 		 * since attach) */
-		if (info.rank == FR_UNK && u->identity)
-			info.rank = g != FR_UNK && g >= 0 && g < u->nranks && u->is_absent[g] ?
-				    g : FR_UNK;
+		if (info.rank == FR_UNK && u->identity &&
+		    g != FR_UNK && g >= 0 && g < u->nranks && u->is_absent[g]) {
+			info.rank = g;
+			u->is_absent[g] = 0;	/* one process per rank */
+		}
 		if (info.rank == FR_UNK && !u->identity)
 			info.rank = k < u->nabsent ? u->absent[k] : FR_UNK;
 		info.nranks = u->nranks;
