@@ -758,8 +758,10 @@ static int64_t dump_instant(int r)
 		return hang - env.stale_ns + mine;
 	if (hang_at_end() || init_fail())
 		return hang + 60000000000LL + off + mine;
+	/* --scenario late: the job's end waits 5 s for the late rank (a dump taken before its
+	 * collective completed cannot hold that completion) */
 	return t0 + (int64_t)nr_steps * env.step_ns - env.spread_ns - 3000000LL * env.per_host +
-	       off + mine;
+	       (env.sc == SC_LATE ? 5000000000LL : 0) + off + mine;
 }
 
 struct comm_hdr {
@@ -830,6 +832,14 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		int state = 2;
 		struct ent e = { 0 };
 
+		/* --scenario late: the culprit enters 5 s late and everyone's completion waits
+		 * for it (before the dump checks: a dump holds no time after its own) */
+		if (env.sc == SC_LATE && target) {
+			if (culprit)
+				created += 5000000000LL;
+			done = t0 + (int64_t)t * env.step_ns + 5000000000LL +
+			       entry_delay(env.culprit, t) + 900000 + clock;
+		}
 		/* its dump was taken before it entered this step */
 		if (created - clock > dump_true)
 			break;
@@ -922,15 +932,13 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			case SC_OP: e.redop = 2; break;
 			case SC_ROOT: e.root = (e.root + 1) % g; break;
 			case SC_TYPE: e.op = "all_gather"; e.redop = -1; break;
-			case SC_LATE: e.created += 5000000000LL; break;
 			case SC_STUCK: state = 1; break;
 			default: break;
 			}
 		}
 		/* everyone's completion waits for the late rank */
 		if (env.sc == SC_LATE && target && state == 2)
-			e.done = t0 + (int64_t)t * env.step_ns + 5000000000LL +
-				 entry_delay(env.culprit, t) + 900000 + clock;
+			e.done = done;
 		e.in = e.out = e.count;
 		/* the recorder writes -1 for sizes it cannot know: nranks of a comm created
 		 * before attach */

@@ -497,6 +497,7 @@ def check_roles(verdicts, extra):
 SPREAD = "--step-ms 20 --dump-spread-ms 2000"
 PERIODIC = "--per-host 4 --period 3 --step-ms 20 --jitter-us 3000"
 ALL = ("2s", "40s", "years")
+WORLD16 = "a49ae61b9c5519fb"     # the world's id with --ranks 16 --seed 4
 FLEET = {
     # healthy: the hosts dumped first look as if they never entered what the later ones ran
     "fleet_healthy_2x4": (f"--ranks 8 --per-host 4 --entries 200 {SPREAD}", 0, [], [],
@@ -653,13 +654,151 @@ FLEET = {
             "--attach-skew 5 --jitter-us 0", 0, [], [],
             {"human": "note: comm 7ea226fd: seq alignment across hosts ambiguous"}, ALL),
        ) if tag in tags},
+    # Found by tests/tools/fr_sweep.py. 64 ranks, the recorders of ranks 46 and up attached
+    # after the world was made; dumped 3 ms apart per host while 1 ms steps ran on, so ranks
+    # dumped first on their host had no collective since attach (nothing to place their comm
+    # by). The others took the absent ranks in order (rank 52 became comm rank 48...), and a
+    # healthy job got missing_dump "no dump holds comm ranks 56-63" while all 64 were there
+    "exact_inferred_empty_rings_healthy": ("--ranks 64 --per-host 8 --entries 17 --step-ms 1 "
+                                           "--seed 7 --preexisting-from 46 --attach-skew 2 "
+                                           "--dump-spread-ms 1 --host-offset-us 500000 "
+                                           "--period 7 --jitter-us 3000", 0, [], [],
+                                           {"human": "no problem found: 64 ranks,"}),
+    # Found by fr_sweep.py: the culprit's recorder saw the init (exact id), the others' of
+    # ranks 2-7 attached after it. The inferred members were matched against the exact
+    # members' first signature at each seq, the culprit's own at the fault: no offset
+    # matched, two comms, and a tie between ranks 0 and 1 blamed the innocent rank 1 (high)
+    "exact_culprit_size_inferred_rest": ("--ranks 8 --per-host 1 --entries 17 --step-ms 1 "
+                                         "--seed 5 --scenario size --culprit 0 "
+                                         "--preexisting-from 2 --attach-skew 3 "
+                                         "--dump-spread-ms 1 --host-offset-us 2000000", 1,
+                                         [("size_mismatch", "970f56c2a91f2d1b", 16, [0], [0])],
+                                         [None], {"confidence": ["medium"],
+                                                  "waiting": [1, 2, 3, 4, 5, 6, 7]}),
+    # Found by fr_sweep.py: a mismatched collective (rank 4's count) on a comm made before
+    # attach, a training loop, hosts' clocks years apart, dumps 2 s apart. The mismatch at
+    # the culprit's pending collective counted against the true offset, and a shift by a
+    # period that pairs it with nothing won: node1's ranks were read a period off and
+    # state_divergence blamed ranks 5-7, the culprit unnamed. A mismatch where one side is
+    # still pending is the fault, not a wrong offset; a pending side matched with one seen
+    # completed long before its dump is impossible whatever the signatures
+    "pre_size_culprit_years": ("--ranks 8 --per-host 4 --entries 40 --step-ms 20 --seed 6 "
+                               "--scenario size --culprit 4 --preexisting --attach-skew 0 "
+                               "--dump-spread-ms 2000 --clock-off-host 1 --period 3", 1,
+                               [("size_mismatch", "INFERRED", 40, [4], [4])], [None],
+                               {"confidence": ["medium"], "waiting": [0, 1, 2, 3, 5, 6, 7]}),
+    # Found by fr_sweep.py: ranks 6 and 7 attached after init, the culprit 6 first of them:
+    # its cluster was matched to the exact comm by the culprit's own collectives, whose
+    # pending mismatch refused every offset; a tie of the two inferred ranks blamed rank 7
+    "inferred_culprit_size_exact_rest": ("--ranks 8 --per-host 4 --entries 17 --step-ms 20 "
+                                         "--seed 9 --scenario size --culprit 6 "
+                                         "--preexisting-from 6 --attach-skew 1 "
+                                         "--dump-spread-ms 5000 --host-offset-us 2000000", 1,
+                                         [("size_mismatch", "e12c8a3b4303542b", 16, [6], [6])],
+                                         [None], {"confidence": ["medium"],
+                                                  "waiting": [0, 1, 2, 3, 4, 5, 7]}),
+    # Found by fr_sweep.py: ranks 3-15 attached after init, a training loop, node3's clock
+    # years off, dumps 2 s apart. The culprit, first of its host in file order and with
+    # nothing pending, is aligned a few periods back inside its cluster (the documented
+    # limit), which moved the cluster's origin back; the exact comm's offsets were tried
+    # from 0 up only, the true one was negative, and the inferred ranks were folded a step
+    # off the exact ones: state_divergence blamed the exact ranks 0-2 (medium). Now
+    # stuck_in_call names the culprit, dumps_not_simultaneous its host (its host-mates'
+    # own placement is ambiguous: none anchors it), nobody else is blamed
+    "exact_inferred_negative_offset": ("--ranks 16 --per-host 4 --entries 90 --step-ms 20 "
+                                       "--seed 4 --scenario skip --culprit 12 "
+                                       "--preexisting-from 3 --attach-skew 3 "
+                                       "--dump-spread-ms 2000 --clock-off-host 3 --period 3", 1,
+                                       [("stuck_in_call", None, None, [12], []),
+                                        ("dumps_not_simultaneous", WORLD16, 57, [], [])],
+                                       [None, None], {"confidence": ["high", "medium"],
+                                                      "hosts": ["node3"]}),
+    # the same with the culprit last on its host (rank 15): its host's ranks that wait were
+    # placed by their states, and one clock places it against them: missing, proven on
+    # that clock (it was aligned across hosts alone, a period off, and named only stuck)
+    "exact_inferred_culprit_after_host": ("--ranks 16 --per-host 4 --entries 90 --step-ms 20 "
+                                          "--seed 4 --scenario skip --culprit 15 "
+                                          "--preexisting-from 3 --attach-skew 3 "
+                                          "--dump-spread-ms 2000 --clock-off-host 3 "
+                                          "--period 3", 1,
+                                          [("missing_rank", WORLD16, 90, [15], [15]),
+                                           ("stuck_in_call", None, None, [15], [])],
+                                          [None, 0], {"confidence": ["medium", "high"],
+                                                      "detail": "(one host's clock)"}),
+    # Found by fr_sweep.py: rank 5 entered the last collective 5 s late; every host but its
+    # own dumped before that completed; a training loop on a comm made before attach, clocks
+    # 40 s apart. node1's ranks, all completed, fit a shift into the past as well as the
+    # truth (said: alignment ambiguous), and late_arrival compared rank 0's wait in one
+    # collective with node1's in another: rank 0 blamed (low). An ambiguous comm gets no
+    # late_arrival or state_divergence (who entered last, who is behind: not known)
+    "pre_late_ambiguous": ("--ranks 32 --per-host 4 --entries 65 --step-ms 20 --seed 3 "
+                           "--scenario late --culprit 5 --preexisting --attach-skew 4 "
+                           "--dump-spread-ms 2000 --host-offset-us 40000000 --period 3", 1,
+                           [("dumps_not_simultaneous", "INFERRED", 66, [], [])], [None],
+                           {"confidence": ["low"], "hosts": ["node1"],
+                            "reason": "another alignment fits as well"}),
+    # Found by fr_sweep.py: every comm made before attach, 17 entries (a matching history
+    # shorter than the 16 that saturate), the culprit rank 0 the reference of the alignment:
+    # its pending mismatch cut the true offset's history one short, and a shift by a
+    # period won on length with every one of its matches impossible (one host's clock), or
+    # one (across hosts): ranks 1,5,9,13 read a period off, state_divergence blamed them.
+    # A pending mismatch at the overlap's end counts as agreeing; an offset most of whose
+    # matches are impossible loses to any that is not
+    "pre_size_culprit_reference": ("--ranks 16 --per-host 4 --entries 17 --step-ms 20 --seed 1 "
+                                   "--scenario size --culprit 0 --preexisting --attach-skew 3 "
+                                   "--clock-off-host 3 --period 3", 1,
+                                   [("size_mismatch", "INFERRED", 17, [0], [0])], [None],
+                                   {"confidence": ["medium"],
+                                    "waiting": list(range(1, 16))}),
+    # Found by fr_sweep.py: 17 entries, ranks 17 and up attached after init, clocks 40 s
+    # apart, the culprit (nothing pending) aligned across hosts a period ahead: it seemed to
+    # have completed collectives its host's ranks never entered, and state_divergence
+    # blamed those 7 ranks (medium). Aligned on its host's clock to a rank that waits
+    "mixed_skip_short_history": ("--ranks 32 --per-host 8 --entries 17 --step-ms 1 --seed 5 "
+                                 "--scenario skip --culprit 25 --preexisting-from 17 "
+                                 "--attach-skew 5 --dump-spread-ms 1 --host-offset-us 40000000 "
+                                 "--period 3 --jitter-us 3000", 1,
+                                 [("missing_rank", "970f56c2a91f2d1b", 17, [25], [25]),
+                                  ("stuck_in_call", None, None, [25], [])], [None, 0],
+                                 {"confidence": ["medium", "high"]}),
     # 16 hosts x 8, every comm made before attach, hosts dumped up to 2 s apart: the waiting
     # ranks' pending collectives sit at the end of a 120-entry overlap, past the 64 matches
     # the alignment once scanned; without their states some hosts were read a step off and
     # state_divergence blamed 4-5 waiting ranks (low). With clocks that agree the culprit is
     # missing; with hosts' clocks 2 s apart (the dumps' times and the clocks then disagree)
-    # the culprit, which has nothing pending, cannot be placed: it is named stuck, the
-    # dumps said not simultaneous, and no other rank is blamed
+    # the culprit, which has nothing pending, could not be placed across hosts: it was
+    # named stuck and the dumps said not simultaneous (low). It is now aligned on its
+    # host's clock to a rank there that waits (anchor_to_host): missing, medium
+    # Found by fr_sweep.py: a healthy job of 0.16 s dumped over 2 s: rings of 1-10
+    # collectives on node19. A rank there was aligned across hosts by 4 matches that a
+    # shift fits as well, or on one clock to a host-mate placed by a single match, and
+    # root/type/size_mismatch blamed healthy ranks (low). Only a host-mate placed by 8
+    # matches or more, unambiguously, anchors the others; after every rank is placed
+    # Found by fr_sweep.py (seed 23): 12 entries, the culprit rank 0 the reference; rank 2
+    # of its host was aligned a step off by a longer overlap although 2 of its matches
+    # completed on one rank before the other called them (one clock): state_divergence
+    # blamed rank 2. On one clock a single such match refutes an offset
+    "pre_skip_one_clock_causal": ("--ranks 32 --per-host 4 --entries 12 --step-ms 1 --seed 8 "
+                                  "--scenario skip --culprit 0 --preexisting --attach-skew 4 "
+                                  "--dump-spread-ms 1 --clock-off-host 7 --period 3 "
+                                  "--jitter-us 3000", 1,
+                                  [("missing_rank", "INFERRED", 12, [0], [0]),
+                                   ("stuck_in_call", None, None, [0], [])], [None, 0],
+                                  {"confidence": ["medium", "high"]}),
+    # Found by fr_sweep.py (seed 24): the culprit skipped the last collective (nothing
+    # pending), 12 entries, clocks 2 s apart: across hosts a shift by a period matched one
+    # collective longer (one match impossible) and won; it then anchored nothing but was
+    # taken as placed, and state_divergence blamed its 3 host-mates. A rank with an
+    # impossible match is not placed solidly: aligned again to a waiting host-mate
+    "mixed_skip_on_short": ("--ranks 8 --per-host 4 --entries 12 --step-ms 1 --seed 6 "
+                            "--scenario skip_on --culprit 4 --preexisting-from 1 "
+                            "--attach-skew 3 --host-offset-us 2000000 --period 3 "
+                            "--jitter-us 3000", 1,
+                            [("missing_rank", "3019084fa4eaa27f", 12, [4], [4])], [None],
+                            {"confidence": ["medium"], "waiting": [0, 1, 2, 3, 5, 6, 7]}),
+    "pre_healthy_tiny_rings": ("--ranks 256 --per-host 8 --entries 161 --step-ms 1 --seed 8 "
+                               "--preexisting --attach-skew 0 --dump-spread-ms 2000 "
+                               "--clock-off-host 31 --jitter-us 3000", 0, [], [], {}),
     "skew_16x8_spread_sync": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                               "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                               "--scenario skip --culprit 40", 1,
@@ -669,9 +808,9 @@ FLEET = {
     "skew_16x8_spread_2s": ("--ranks 128 --per-host 8 --period 3 --step-ms 20 --jitter-us 3000 "
                             "--entries 120 --dump-spread-ms 2000 --preexisting --attach-skew 5 "
                             "--scenario skip --culprit 40 --host-offset-us 2000000", 1,
-                            [("stuck_in_call", None, None, [40], []),
-                             ("dumps_not_simultaneous", "INFERRED", 116, [], [])], [None, None],
-                            {"confidence": ["high", "low"]}),
+                            [("missing_rank", "INFERRED", 120, [40], [40]),
+                             ("stuck_in_call", None, None, [40], [])], [None, 0],
+                            {"confidence": ["medium", "high"]}),
 }
 
 

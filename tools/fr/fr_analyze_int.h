@@ -203,6 +203,8 @@ struct pend {
 	int64_t d, dp;		/* collective / p2p seq offset to the cluster's origin */
 	int64_t clock;		/* its clock minus the reference's (median over matches) */
 	int64_t hole_seq, hole_len;
+	bool solid;		/* placed by a long agreeing history (or the reference) */
+	bool ambiguous;		/* placed by times that cannot tell (across hosts) */
 };
 
 struct cluster {
@@ -210,6 +212,7 @@ struct cluster {
 	struct ivec pends;
 	int comm;
 	bool ambiguous;		/* a member's offset was decided by times that cannot tell */
+	bool anchor_host;	/* a member waits and was placed solidly (host_anchor) */
 };
 
 struct sig {

@@ -85,6 +85,8 @@ static int pend_near_time(const struct pend *p, int64_t t)
 #define ALIGN_CANDS_HOSTS 160	/* ... across hosts: time-free candidates added */
 #define ALIGN_NEAR	8	/* candidate offsets: this many collectives either side in time */
 #define ALIGN_SAT	16	/* a prefix this long is as good as any longer one; time decides */
+#define ALIGN_SOLID	8	/* a member placed by this many matches (none impossible, not
+				 * ambiguous) anchors its host's others */
 #define ALIGN_MAX_DT	30000000000LL	/* matched collectives further apart than this: no */
 #define ALIGN_CAUSAL_SLACK 200000LL	/* ns: two recorders' clock conversions on one host */
 #define ALIGN_STATE_MARGIN 500000000LL	/* ns: a completion one host's other ranks must see */
@@ -106,7 +108,16 @@ struct align {
 	int later_bad;		/* across hosts: mismatching signatures past the prefix */
 	bool ambiguous;		/* across hosts, another offset was as good but for dt, and dt
 				 * does not tell them apart (dumps not from one moment) */
+	int causal;		/* one clock: matches seen completed on one side before the
+				 * other called them (of impossible) */
 };
+
+/* most of its matches cannot be one collective, or (one clock) one completed before the other
+ * side called it: not this offset, however long its history */
+static bool refuted(const struct align *x)
+{
+	return x->causal > 0 || 2 * x->impossible > x->prefix;
+}
 
 /* A collective completes on no rank before every rank has called it: on one host (one clock),
  * a match where one side was seen completed before the other side was even called is two
@@ -161,6 +172,21 @@ static bool state_conflict_hosts_one(const struct fr_entry *done, const struct f
 	       ns_diff(done->completed_ns, done_prev->created_ns) > ALIGN_STATE_MARGIN;
 }
 
+/* m's i-th collective, matched at offset d, is the last pair of the overlap and one side of
+ * it is still pending */
+static bool pending_fault(const struct pend *m, int i, const struct pend *r, int64_t d)
+{
+	const struct fr_entry *e = pcoll(m, i);
+	int j = pend_find_seq(r, e->coll_seq + d);
+
+	if (j < 0 || (e->state == FR_ST_COMPLETED && pcoll(r, j)->state == FR_ST_COMPLETED))
+		return false;
+	for (int k = i + 1; k < m->nc; k++)
+		if (pend_find_seq(r, pcoll(m, k)->coll_seq + d) >= 0)
+			return false;
+	return true;
+}
+
 static bool align_better_dt(const struct align *x, const struct align *y)
 {
 	if (i64_abs(x->dt) != i64_abs(y->dt))
@@ -173,11 +199,17 @@ static int align_cmp_evidence(const struct align *x, const struct align *y)
 {
 	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
 	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
+	bool rx = refuted(x), ry = refuted(y);
 
 	if (!y->ok)
 		return x->ok ? 1 : 0;
 	if (!x->ok)
 		return -1;
+	/* refuted, however long (where the reference's newest collective is a mismatch, the
+	 * true offset's prefix stops one short of a wrong one's; a wrong shift's overlap can
+	 * be longer than the true one's) */
+	if (rx != ry)
+		return ry ? 1 : -1;
 	if (px != py)
 		return px > py ? 1 : -1;
 	/* matches that cannot be one collective (the states, one host's clock) are proof;
@@ -400,13 +432,45 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			if (j < 0)
 				continue;
 			f = pcoll(r, j);
+			if (!sig_match(e, f) && al.prefix >= 2 && pending_fault(m, i, r, al.d)) {
+				/* the overlap's last pair, one side still in it, after a history
+				 * that agrees (two matches at least: one is chance): a mismatched
+				 * collective hangs there; the history agrees to the end (a wrong
+				 * offset that pairs it with nothing would win by one) */
+				if (al.prefix < 4 * ALIGN_SAT)
+					al.prefix++;
+				al.causal += one_clock && causal_conflict(e, f);
+				if ((one_clock && (causal_conflict(e, f) ||
+						   state_conflict(e, m_dump, f, r_dump))) ||
+				    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
+					       state_conflict_hosts_one(f, rprev_m, e, mprev, m_dump))))
+					al.impossible++;
+				break;
+			}
 			if (!sig_match(e, f)) {
 				if (!hosts)
 					break;
-				/* across hosts: the rest of the overlap, signatures only */
+				/* across hosts: the rest of the overlap, signatures only, of
+				 * collectives both completed: a mismatch where one side is still
+				 * pending is what a mismatched collective's hang looks like (the
+				 * fault, not a wrong offset; a shift by a period that pairs it
+				 * with nothing would otherwise win) */
 				for (; i < m->nc; i++) {
-					j = pend_find_seq(r, pcoll(m, i)->coll_seq + al.d);
-					al.later_bad += j >= 0 && !sig_match(pcoll(m, i), pcoll(r, j));
+					const struct fr_entry *x = pcoll(m, i), *y;
+
+					j = pend_find_seq(r, x->coll_seq + al.d);
+					if (j < 0)
+						continue;
+					y = pcoll(r, j);
+					al.later_bad += !sig_match(x, y) &&
+							x->state == FR_ST_COMPLETED &&
+							y->state == FR_ST_COMPLETED;
+					/* ... and one side seen completed while the other still
+					 * waited in it long after cannot be one collective,
+					 * whatever the signatures */
+					al.impossible +=
+						state_conflict_hosts_one(x, mprev_r, y, rprev, r_dump) ||
+						state_conflict_hosts_one(y, rprev_m, x, mprev, m_dump);
 				}
 				break;
 			}
@@ -415,6 +479,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			 * states conflict (a hung job's history is longer than the prefix) */
 			if (al.prefix < 4 * ALIGN_SAT)
 				al.prefix++;
+			al.causal += one_clock && causal_conflict(e, f);
 			if ((one_clock && (causal_conflict(e, f) ||
 					   state_conflict(e, m_dump, f, r_dump))) ||
 			    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
@@ -462,6 +527,13 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 	if (hosts && best.ok)
 		best = align_hosts_pick(all, nall, &best, i64_abs(shift) <= ALIGN_RAW_CLOSE);
 	return best;
+}
+
+static bool same_host(const struct fr_analysis *a, const struct pend *x, const struct pend *y)
+{
+	const char *hx = a->procs[x->proc].host, *hy = a->procs[y->proc].host;
+
+	return hx[0] && !strcmp(hx, hy);
 }
 
 static bool cluster_has_proc(const struct fr_analysis *a, const struct cluster *c, int proc)
@@ -644,6 +716,14 @@ static int cmp_str_ptr(const void *x, const void *y)
 	return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
+/* entry e has signature g (sizes apart: a comm created before attach may not know them) */
+static bool sig_matches(const struct sig *g, const struct fr_entry *e)
+{
+	return g->op == e->op && g->count == e->count && g->dtype == e->dtype &&
+	       g->redop == (fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE) &&
+	       g->root == (fr_op_has_root(e->op) ? e->root : -1);
+}
+
 /* Comms created before attach: cluster the local comms of different dumps that are the same
  * communicator, rebase their seqs to a common origin, infer ranks, then fold them. */
 /* Some recorders saw a communicator's init (its exact id, rank and size), others attached
@@ -688,7 +768,10 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 				emax = a->aggs[i].seq;
 		if (overlap || enewest == FR_UNK)
 			continue;
-		for (int64_t d = 0; d <= emax; d++) {
+		/* below 0 too: a member of the cluster aligned too far back (nothing pending
+		 * to place it) moves the cluster's origin back; the others' true offset is then
+		 * negative, and the collectives it puts before seq 1 are dropped (fold_pend) */
+		for (int64_t d = rnewest > 0 ? 1 - rnewest : 0; d <= emax; d++) {
 			int hit = 0;
 			bool bad = false;
 			int64_t score;
@@ -696,14 +779,25 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 			for (int k = r->nc - 1; k >= 0 && k >= r->nc - EXACT_CHECK && !bad; k--) {
 				const struct fr_entry *e = pcoll(r, k);
 				int ai = agg_find(a, ci, rebase_coll(r, e->coll_seq) + d);
-				const struct sig *g;
+				const struct agg_extra *x;
 
 				if (ai < 0)
 					continue;
-				g = &a->aggs[ai].sig0;
-				bad = g->op != e->op || g->count != e->count || g->dtype != e->dtype ||
-				      g->redop != (fr_op_has_redop(e->op) ? e->redop : FR_RED_NONE) ||
-				      g->root != (fr_op_has_root(e->op) ? e->root : -1);
+				/* any signature the exact members used there: where they
+				 * disagree (the fault may be one of theirs) the majority is
+				 * not known yet */
+				bad = !sig_matches(&a->aggs[ai].sig0, e);
+				x = a->aggs[ai].extra >= 0 ? &a->extras[a->aggs[ai].extra] : NULL;
+				for (int gi = 0; bad && x && gi < x->nr_groups; gi++)
+					bad = !sig_matches(&x->groups[gi].sig, e);
+				if (bad && x && x->other_n)
+					continue;	/* more signatures than kept: no evidence */
+				/* the reference's own pending collective may be the fault (a
+				 * mismatched one hangs): no evidence against the offset */
+				if (bad && e->state != FR_ST_COMPLETED) {
+					bad = false;
+					continue;
+				}
 				hit++;
 			}
 			if (bad || hit < EXACT_MIN)
@@ -759,6 +853,52 @@ static int index_collectives(struct fr_analysis *a)
 	return 0;
 }
 
+/* its newest collective is still pending */
+static bool pend_waits(const struct pend *p)
+{
+	return p->nc && pcoll(p, p->nc - 1)->state != FR_ST_COMPLETED;
+}
+
+/* the cluster's member on p's host that waits in a collective and was placed solidly, -1 */
+static int host_anchor(const struct fr_analysis *a, const struct cluster *cl, const struct pend *p)
+{
+	for (int k = 0; k < cl->pends.n; k++) {
+		const struct pend *q = &a->pends[cl->pends.v[k]];
+
+		if (q != p && q->solid && pend_waits(q) && same_host(a, p, q))
+			return cl->pends.v[k];
+	}
+	return -1;
+}
+
+/* A member aligned across hosts on a short or ambiguous history, once every member is
+ * placed: where its cluster holds a member of its host that waits in a collective and was
+ * placed solidly, one clock aligns it to that one exactly (whatever the file order: a culprit
+ * first on its host is placed before its host's waiting ranks are) */
+static void anchor_to_host(struct fr_analysis *a)
+{
+	for (int i = 0; i < a->nr_pends; i++) {
+		struct pend *p = &a->pends[i];
+		const struct cluster *cl = &a->clusters[p->cluster];
+		const struct pend *q;
+		struct align aq;
+		int qi;
+
+		/* on the reference's host it was aligned on one clock already */
+		if (p->solid || !cl->anchor_host || same_host(a, p, &a->pends[cl->ref]) ||
+		    (qi = host_anchor(a, cl, p)) < 0)
+			continue;
+		q = &a->pends[qi];
+		aq = align_to(p, a->procs[p->proc].dump_time_ns, q, a->procs[q->proc].dump_time_ns,
+			      true);
+		if (aq.ok && !refuted(&aq)) {
+			p->d = aq.d + q->d;
+			p->clock = aq.clk + q->clock;
+			p->ambiguous = false;
+		}
+	}
+}
+
 /* Greedy, in file order: each comm joins the cluster it aligns best with, or starts one. */
 static int cluster_pends(struct fr_analysis *a)
 {
@@ -778,11 +918,31 @@ static int cluster_pends(struct fr_analysis *a)
 				compat = false;
 			if (!compat)
 				continue;
-			al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[cl->ref],
-				      a->procs[a->pends[cl->ref].proc].dump_time_ns,
-				      a->procs[p->proc].host[0] &&
-				      !strcmp(a->procs[p->proc].host,
-					      a->procs[a->pends[cl->ref].proc].host));
+			/* a member on p's host that waits in a collective was placed already
+			 * (by its state and a long history, across hosts): one clock aligns p
+			 * to it exactly (creation and completion times, causality), where
+			 * across hosts a rank with nothing pending fits a shift by a period as
+			 * well */
+			al.ok = false;
+			if (!same_host(a, p, &a->pends[cl->ref]) && cl->anchor_host) {
+				int q = host_anchor(a, cl, p);
+
+				if (q >= 0) {
+					al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[q],
+						      a->procs[a->pends[q].proc].dump_time_ns, true);
+					if (al.ok && !refuted(&al)) {
+						al.d += a->pends[q].d;
+						al.clk += a->pends[q].clock;
+						al.ambiguous = false;
+					} else {
+						al.ok = false;
+					}
+				}
+			}
+			if (!al.ok)
+				al = align_to(p, a->procs[p->proc].dump_time_ns, &a->pends[cl->ref],
+					      a->procs[a->pends[cl->ref].proc].dump_time_ns,
+					      same_host(a, p, &a->pends[cl->ref]));
 			if (align_better(&al, &best)) {
 				best = al;
 				bc = c;
@@ -802,13 +962,20 @@ static int cluster_pends(struct fr_analysis *a)
 			best.dt = 0;
 		}
 		p->cluster = bc;
+		p->solid = a->clusters[bc].ref == i ||
+			   (best.prefix >= ALIGN_SOLID && !best.ambiguous && !best.impossible);
+		if (p->solid && pend_waits(p))
+			a->clusters[bc].anchor_host = true;
 		p->d = best.d;		/* its seq x is the reference's x + d */
 		p->clock = best.clk;
-		if (best.ambiguous)
-			a->clusters[bc].ambiguous = true;
+		p->ambiguous = best.ambiguous;
 		if (ivec_push(&a->clusters[bc].pends, i))
 			return -ENOMEM;
 	}
+	anchor_to_host(a);
+	for (int i = 0; i < a->nr_pends; i++)
+		if (a->pends[i].ambiguous)
+			a->clusters[a->pends[i].cluster].ambiguous = true;
 	return 0;
 }
 
@@ -868,6 +1035,9 @@ struct unify_target {
 	int64_t nranks, exoff;
 	int64_t *absent;
 	int nabsent;
+	bool identity;		/* every exact member's rank is its global rank (the world, or
+				 * a comm PyTorch ordered so): an absent rank is its global rank */
+	uint8_t *is_absent;	/* [nranks]: no exact recorder holds this rank */
 };
 
 /* The ranks of exact comm ex that no exact recorder holds, in u->absent. */
@@ -878,14 +1048,22 @@ static int absent_ranks(struct fr_analysis *a, int ex, struct unify_target *u)
 
 	if (!held)
 		return -ENOMEM;
-	for (int i = 0; i < c->members.n; i++)
-		held[a->members[c->members.v[i]].rank] = 1;
+	u->identity = true;
+	for (int i = 0; i < c->members.n; i++) {
+		const struct member *m = &a->members[c->members.v[i]];
+
+		held[m->rank] = 1;
+		if (a->procs[m->proc].global_rank != m->rank)
+			u->identity = false;
+	}
 	u->absent = malloc((c->nranks + 1) * sizeof(*u->absent));
 	u->nabsent = 0;
-	for (int64_t rk = 0; u->absent && rk < c->nranks; rk++)
-		if (!held[rk])
+	for (int64_t rk = 0; u->absent && rk < c->nranks; rk++) {
+		held[rk] = !held[rk];
+		if (held[rk])
 			u->absent[u->nabsent++] = rk;
-	free(held);
+	}
+	u->is_absent = held;
 	return u->absent ? 0 : -ENOMEM;
 }
 
@@ -901,7 +1079,18 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 	int mi, err = 0;
 
 	if (u->exact) {
-		if (info.rank == FR_UNK)
+		int64_t g = a->procs[p->proc].global_rank;
+
+		/* where the exact comm's ranks are global ranks, an absent rank whose process
+		 * is here is that process's: taking the absent ranks in order would misplace
+		 * every member after a process whose comm could not be matched (no collective
+		 * since attach) */
+		if (info.rank == FR_UNK && u->identity &&
+		    g != FR_UNK && g >= 0 && g < u->nranks && u->is_absent[g]) {
+			info.rank = g;
+			u->is_absent[g] = 0;	/* one process per rank */
+		}
+		if (info.rank == FR_UNK && !u->identity)
 			info.rank = k < u->nabsent ? u->absent[k] : FR_UNK;
 		info.nranks = u->nranks;
 	} else if (cl->pends.n > 1 || info.nranks == FR_UNK) {
@@ -916,6 +1105,10 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 		info.last_enqueued = rebase_coll(p, info.last_enqueued) + u->exoff;
 	if (info.last_completed != FR_UNK && info.last_completed > 0)
 		info.last_completed = rebase_coll(p, info.last_completed) + u->exoff;
+	if (info.last_enqueued != FR_UNK && info.last_enqueued < 0)
+		info.last_enqueued = FR_UNK;
+	if (info.last_completed != FR_UNK && info.last_completed < 0)
+		info.last_completed = FR_UNK;
 	mi = member_new(a, u->ci, p->proc, &info);
 	if (mi < 0)
 		return mi;
@@ -934,6 +1127,8 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 			err = fold_p2p(a, mi, &x);
 		} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
 			x.coll_seq = rebase_coll(p, x.coll_seq) + u->exoff;
+			if (u->exact && x.coll_seq < 1)
+				continue;	/* before the exact comm's first: misplaced */
 			m = &a->members[mi];
 			if (m->hole_len && m->hole_next_seq == FR_UNK &&
 			    x.coll_seq >= m->hole_seq + m->hole_len) {
@@ -1019,6 +1214,7 @@ static int unify_cluster(struct fr_analysis *a, struct cluster *cl, int nr_exact
 out:
 	free(order);
 	free(u.absent);
+	free(u.is_absent);
 	return err;
 }
 

@@ -1139,7 +1139,10 @@ static int rule_late(struct fr_analysis *a)
 		struct seq_agg *g;
 		struct verdict *v;
 
-		if (placed < 2)
+		/* the ranks' seqs across hosts fit another alignment as well: which entry of
+		 * another host's rank is the same collective is not known, nor who entered it
+		 * last (said in input_notes and by dumps_not_simultaneous) */
+		if (placed < 2 || c->align_ambiguous)
 			continue;
 		for (int k = 0; k < c->aggs.n; k++) {
 			int64_t skew;
@@ -1278,6 +1281,10 @@ static int rule_state(struct fr_analysis *a)
 		int nr_more = 0;
 		int64_t last_more = 0;
 
+		/* seqs aligned across hosts with another alignment as good: a rank "behind"
+		 * may be read a step off (rule_late) */
+		if (c->align_ambiguous)
+			continue;
 		for (int k = 0; k < c->aggs.n; k++) {
 			struct seq_agg *g = &a->aggs[c->aggs.v[k]];
 			struct agg_extra *x;
