@@ -931,7 +931,10 @@ static int rule_p2p(struct fr_analysis *a)
 			lag = p2p_lone_lag(a, lp, pp, lone,
 					   p2p_at(lone_send ? S : R, absolute, lidx - 1),
 					   p2p_at(lone_send ? R : S, absolute, lidx - 1));
-			if (lag == FR_UNK || lag <= a->opts.skew_ns) {
+			/* dumps without times (PyTorch's own) cannot be judged so: the rings
+			 * decide, as PyTorch's analyzer has them do */
+			if ((pp->dump_time_ns != FR_UNK && lone->created != FR_UNK) &&
+			    (lag == FR_UNK || lag <= a->opts.skew_ns)) {
 				if ((err = timing_redump_p2p(a, a->members[pm].proc, ch->comm,
 							     lone->seq, ch->src, ch->dst,
 							     lone_send))) {
