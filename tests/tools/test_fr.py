@@ -1312,6 +1312,42 @@ def check_p2p_needs_later_dump():
     return res
 
 
+def check_ring_hang_not_healthy():
+    """Every rank entered the last all_reduce and none completed it, 60 s before its dump; the
+    signatures all match, no call is recorded inside and the dumps have no stacks: nothing
+    names a rank. It was "no problem found ... no rank waited past 1.0 s" (found by
+    tests/tools/fr_sweep.py). Now no_progress from the rings, every rank, no subset."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "ring_hang")
+        gen("--ranks 4 --entries 12 --scenario skip --culprit 2", d)
+        pending = []
+
+        def take(dump):
+            dump["in_call"] = []
+            if dump["global_rank"] == 1:
+                pending.append([e for e in dump["entries"] if e["state"] != "completed"][-1])
+        edit_dumps(d, take)
+
+        def enter(dump):
+            if dump["global_rank"] == 2:
+                e = dict(pending[0])
+                e["record_id"] = max(x["record_id"] for x in dump["entries"]) + 1
+                dump["entries"].append(e)
+        edit_dumps(d, enter)
+        p = run([FR, "--json", d])
+        out = json.loads(p.stdout)
+        got = [(v["rule"], v["ranks"], v["seq"]) for v in out["verdicts"]]
+        h = run([FR, d]).stdout
+        err = None
+        if p.returncode != 1 or got != [("no_progress", [0, 1, 2, 3], 12)]:
+            err = f"rc {p.returncode}, verdicts {got}"
+        elif "no problem found" in h or "none completed it" not in h:
+            err = f"text: {h[:300]!r}"
+        res.append(("a hang nothing explains is said, never healthy", err))
+    return res
+
+
 def check_state_divergence_needs_agreement():
     """state_divergence says ranks did not complete a collective others completed; where the
     ranks hold different collectives at that seq (a seq alignment off by one, as an inferred
@@ -1665,6 +1701,7 @@ def main():
     results += check_local_comm_not_missing()
     results += check_state_divergence_needs_agreement()
     results += check_p2p_needs_later_dump()
+    results += check_ring_hang_not_healthy()
     for name, err in results:
         if err:
             failed += 1

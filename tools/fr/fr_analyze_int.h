@@ -362,6 +362,9 @@ struct verdict {
 			int nr_in, nr_known;	/* ranks in that wait / with a readable stack */
 			int unknown;	/* a proc whose stack is unknown, -1 */
 			bool tie, one_sample;
+			/* no_progress from the rings (rule_ring_hang): the waits at the dumps */
+			bool from_rings;
+			int64_t wait_min, wait_max;
 		} stk;
 		struct { int64_t newest; } attached;
 		/* partitioned_host (fr_partition.c): kind PART_*; owner: the host named, or the
@@ -564,6 +567,7 @@ int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d);
 int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d);
 const char *kstr(const struct fr_analysis *a, uint32_t off);
 int rule_stacks(struct fr_analysis *a);
+int rule_ring_hang(struct fr_analysis *a);
 int rule_attached_after(struct fr_analysis *a);
 
 /* fr_partition.c */

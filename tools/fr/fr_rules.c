@@ -1505,7 +1505,8 @@ int fr_analysis__finish(struct fr_analysis *a)
 	    (err = rule_straggler(a)) || (err = rule_state(a)) ||
 	    (err = rule_not_one_moment(a)) || (err = rule_ranks_unknown(a)) ||
 	    (err = rule_stacks(a)) || (err = rule_partition(a)) ||
-	    (err = rule_attached_after(a)) || (err = rule_corrupt(a)))
+	    (err = rule_attached_after(a)) || (err = rule_corrupt(a)) ||
+	    (err = rule_ring_hang(a)))
 		return err;
 	mark_inferred(a);
 	sort_verdicts(a);

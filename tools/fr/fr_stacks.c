@@ -471,6 +471,66 @@ int rule_stacks(struct fr_analysis *a)
 	return rule_no_progress(a);
 }
 
+/* A hang the rings show and nothing else explains: every rank of a comm entered one
+ * collective and none completed it, one of them waiting past the stuck threshold at its own
+ * dump, and no rule found anything (no stacks in the dumps, no call the rings show inside,
+ * no socket stuck). Said as no_progress from the rings, blaming no subset, never "no problem
+ * found". One comm: the first in order that shows it. */
+int rule_ring_hang(struct fr_analysis *a)
+{
+	if (!a->hang_seen || a->nr_verdicts)
+		return 0;
+	for (int k = 0; k < a->nr_comms; k++) {
+		int cid = a->comm_order[k], n = 0, ai;
+		const struct comm *c = &a->comms[cid];
+		int64_t s = FR_UNK, wmin = FR_UNK, wmax = FR_UNK;
+		bool same = true;
+		struct verdict *v;
+
+		for (int i = 0; i < c->members.n && same; i++) {
+			const struct member *m = &a->members[c->members.v[i]];
+			const struct proc *p = &a->procs[m->proc];
+			int64_t w;
+
+			if (!m->placed || m->init_failed)
+				continue;
+			if (p->dead || m->st_seq == FR_UNK || (s != FR_UNK && m->st_seq != s)) {
+				same = false;
+				continue;
+			}
+			s = m->st_seq;
+			n++;
+			if (m->st_created == FR_UNK || p->dump_time_ns == FR_UNK)
+				continue;
+			w = ns_diff(p->dump_time_ns, m->st_created);
+			if (wmin == FR_UNK || w < wmin)
+				wmin = w;
+			if (wmax == FR_UNK || w > wmax)
+				wmax = w;
+		}
+		if (!same || n < 2 || wmax == FR_UNK || wmax <= a->opts.stuck_ns)
+			continue;
+		ai = agg_find(a, cid, s);
+		if (!(v = verdict_new(a, RULE_NO_PROGRESS, cid, s,
+				      ai >= 0 ? fr_op_name(a->aggs[ai].sig0.op) : NULL)))
+			return -ENOMEM;
+		for (int i = 0; i < c->members.n; i++) {
+			const struct member *m = &a->members[c->members.v[i]];
+
+			if (m->placed && !m->init_failed)
+				who_member(a, v, c->members.v[i]);
+		}
+		who_sort(v);
+		v->ev.stk.from_rings = true;
+		v->ev.stk.wait_min = wmin;
+		v->ev.stk.wait_max = wmax;
+		v->ev.stk.unknown = -1;
+		check_dropped(a, v);
+		return 0;
+	}
+	return 0;
+}
+
 /* Threads blocked in NCCL/CUDA waits at attach while the ring holds nothing: the job was
  * already hung, and the rings cannot say by whom. Every entry of a ring was made after tptrace
  * started recording (a call already inside at attach makes none), so one entry is progress

@@ -219,6 +219,12 @@ void headline_no_progress(FILE *f, const struct fr_analysis *a, const struct ver
 	const struct proc *p = &a->procs[v->who[0][2]];
 
 	print_who(f, a, v, false);
+	if (v->ev.stk.from_rings) {
+		fprintf(f, " all entered %s seq %" PRId64 " on comm %s and none completed it: a hang "
+			   "inside NCCL, the GPU or the network (nothing in the dumps says which rank)",
+			v->op[0] ? v->op : "the collective", v->seq, short_id(a->comms[v->comm].id));
+		return;
+	}
 	if (v->ev.stk.one_sample)
 		fprintf(f, " %s all inside %s (progress unknown: one stack sample)",
 			v->nr_who == 1 ? "is" : "are", v->ev.stk.api[0] ? v->ev.stk.api :
@@ -235,6 +241,17 @@ void headline_no_progress(FILE *f, const struct fr_analysis *a, const struct ver
 void detail_no_progress(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	int shown = 0;
+
+	if (v->ev.stk.from_rings) {
+		fprintf(f, "they had waited in it %.1f-%.1f s at their own dumps (threshold %.1f s); ",
+			v->ev.stk.wait_min / 1e9, v->ev.stk.wait_max / 1e9, a->opts.stuck_ns / 1e9);
+		if (a->nr_with_stacks)
+			fprintf(f, "their stacks name no wait that tells them apart");
+		else
+			fprintf(f, "no stacks in the dumps to show where each waits (recorded with "
+				   "--no-stacks?)");
+		return;
+	}
 
 	/* the calls, one line per distinct one (first ranks only) */
 	for (int i = 0; i < v->nr_who && shown < 8; i++) {
