@@ -42,6 +42,8 @@ follows from a cause has `caused_by`; waiting ranks are victims, never blamed):
                 and may be high: it blames nobody and says so) -- never another rank first
     guess_high  a cause that blames C only, on an inferred comm or with clocks apart, may be
                 high only where the dumps prove it (checked by `first`/`innocent`; not a class)
+    (no_progress of every rank of the job singles out nobody: a hang the dumps show and
+    nothing in them explains; it counts as blaming nobody for `innocent` and `first`)
     missed      a fault (not straggler) that gets no verdict at all (a hung job called
                 healthy); a straggler missed where the rule's thresholds are met by
                 construction (--step-ms 20: a 6 ms lag; --entries >= 40) is `missed_straggler`
@@ -164,16 +166,27 @@ def judge(sc, culprit, n, rc, out, err, step=20, entries=200):
             res.append(("missed_straggler", f"exit {rc}"))
         return res
     for v in vs:
-        if v["caused_by"] is None and set(r for r in v["ranks"] if r is not None) - want:
+        if v["caused_by"] is None and not singles_out_nobody(v, n) and \
+                set(r for r in v["ranks"] if r is not None) - want:
             res.append(("innocent", short(vs)))
             break
     f = vs[0]
-    if f["ranks"]:
+    if singles_out_nobody(f, n):
+        pass
+    elif f["ranks"]:
         if set(f["ranks"]) != want:
             res.append(("first", short(vs)))
     elif f["confidence"] == "high" and f["rule"] != "dumps_not_simultaneous":
         res.append(("first", "nobody blamed, high: " + short(vs)))
     return res
+
+
+def singles_out_nobody(v, n):
+    """no_progress of every rank: the job hung and nothing in the dumps names a rank (a fault
+    the generator planted where the dumps cannot show it leaves every rank waiting in the
+    last collective for 60 s): the honest answer, no culprit claimed"""
+    return v["rule"] == "no_progress" and set(r for r in v["ranks"] if r is not None) == \
+        set(range(n))
 
 
 def short(vs):
