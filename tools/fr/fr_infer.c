@@ -345,6 +345,26 @@ static struct align align_hosts_pick(struct align *all, int nall, const struct a
 	return pick;
 }
 
+/* The newest pairs of an alignment's overlap each side saw completed: m completed mprev
+ * (paired with rprev_m), r completed rprev (paired with mprev_r). */
+struct align_prev {
+	const struct fr_entry *mprev, *rprev_m, *rprev, *mprev_r;
+};
+
+/* One pair counted as one collective at al's offset: the prefix it extends (up to its cap),
+ * and what says it cannot be one (one host's clock; the states, on either clock). */
+static void count_pair(struct align *al, const struct fr_entry *e, const struct fr_entry *f,
+		       const struct align_prev *pv, bool one_clock, int64_t m_dump, int64_t r_dump)
+{
+	if (al->prefix < 4 * ALIGN_SAT)
+		al->prefix++;
+	al->causal += one_clock && causal_conflict(e, f);
+	if ((one_clock && (causal_conflict(e, f) || state_conflict(e, m_dump, f, r_dump))) ||
+	    (!one_clock && (state_conflict_hosts_one(e, pv->mprev_r, f, pv->rprev, r_dump) ||
+			    state_conflict_hosts_one(f, pv->rprev_m, e, pv->mprev, m_dump))))
+		al->impossible++;
+}
+
 /* Aligns m's collective sequence to r's: the seq offset with the longest matching history
  * from where the two overlap (so a rank that skipped a collective later is not "fixed" by a
  * shift that matches its tail); ties go to the one with fewer matches that cannot be (one_clock:
@@ -421,8 +441,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 	}
 	for (int c = 0; c < nc; c++) {
 		struct align al = { .d = cands[c], .spread = -1 };
-		const struct fr_entry *mprev = NULL, *rprev_m = NULL;	/* m completed mprev */
-		const struct fr_entry *rprev = NULL, *mprev_r = NULL;	/* r completed rprev */
+		struct align_prev pv = { 0 };
 		int nd = 0, ndd = 0;
 
 		for (int i = pend_lower_seq(m, pcoll(r, 0)->coll_seq - al.d); i < m->nc; i++) {
@@ -437,14 +456,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 				 * that agrees (two matches at least: one is chance): a mismatched
 				 * collective hangs there; the history agrees to the end (a wrong
 				 * offset that pairs it with nothing would win by one) */
-				if (al.prefix < 4 * ALIGN_SAT)
-					al.prefix++;
-				al.causal += one_clock && causal_conflict(e, f);
-				if ((one_clock && (causal_conflict(e, f) ||
-						   state_conflict(e, m_dump, f, r_dump))) ||
-				    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
-					       state_conflict_hosts_one(f, rprev_m, e, mprev, m_dump))))
-					al.impossible++;
+				count_pair(&al, e, f, &pv, one_clock, m_dump, r_dump);
 				break;
 			}
 			if (!sig_match(e, f)) {
@@ -469,22 +481,15 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 					 * waited in it long after cannot be one collective,
 					 * whatever the signatures */
 					al.impossible +=
-						state_conflict_hosts_one(x, mprev_r, y, rprev, r_dump) ||
-						state_conflict_hosts_one(y, rprev_m, x, mprev, m_dump);
+						state_conflict_hosts_one(x, pv.mprev_r, y, pv.rprev, r_dump) ||
+						state_conflict_hosts_one(y, pv.rprev_m, x, pv.mprev, m_dump);
 				}
 				break;
 			}
 			/* past the prefix that counts, the matches still go on to the pending
 			 * collectives at the overlap's end: only there can a shifted alignment's
 			 * states conflict (a hung job's history is longer than the prefix) */
-			if (al.prefix < 4 * ALIGN_SAT)
-				al.prefix++;
-			al.causal += one_clock && causal_conflict(e, f);
-			if ((one_clock && (causal_conflict(e, f) ||
-					   state_conflict(e, m_dump, f, r_dump))) ||
-			    (hosts && (state_conflict_hosts_one(e, mprev_r, f, rprev, r_dump) ||
-				       state_conflict_hosts_one(f, rprev_m, e, mprev, m_dump))))
-				al.impossible++;
+			count_pair(&al, e, f, &pv, one_clock, m_dump, r_dump);
 			if (nd < ALIGN_SAT && e->created_ns != FR_UNK && f->created_ns != FR_UNK)
 				dts[nd++] = ns_diff(e->created_ns, f->created_ns);
 			if (hosts && ndd < 4 * ALIGN_SAT && e->completed_ns != FR_UNK &&
@@ -492,12 +497,12 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 			    f->state == FR_ST_COMPLETED)
 				dds[ndd++] = ns_diff(e->completed_ns, f->completed_ns);
 			if (e->state == FR_ST_COMPLETED && e->completed_ns != FR_UNK) {
-				mprev = e;
-				rprev_m = f;
+				pv.mprev = e;
+				pv.rprev_m = f;
 			}
 			if (f->state == FR_ST_COMPLETED && f->completed_ns != FR_UNK) {
-				rprev = f;
-				mprev_r = e;
+				pv.rprev = f;
+				pv.mprev_r = e;
 			}
 		}
 		if (!al.prefix)
