@@ -39,6 +39,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import run  # noqa: E402
 from run import BENCH, REAL_CUDART, REAL_NCCL, Lines, bpftool_progs, tmp  # noqa: E402
 from run import TPTRACE as BUILT  # noqa: E402
 
@@ -82,46 +83,9 @@ def sh(*argv):
         raise RuntimeError(f"{' '.join(argv)}: {p.stderr.strip()}")
 
 
-class Loop:
-    """bench_loop in netns ns: READY, SYM lines, END; RUN op calls -> ns per call."""
-
-    def __init__(self, ns, cpu=None):
-        argv = ["ip", "netns", "exec", ns, LOOP, "--cudart", REAL_CUDART, "--nccl", REAL_NCCL]
-        if cpu is not None:
-            argv += ["--cpu", str(cpu)]
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True)
-        self.syms = {}
-        while True:
-            w = self.p.stdout.readline().split()
-            if not w:
-                raise RuntimeError("bench_loop died before READY")
-            if w[0] == "READY":
-                self.pid = int(w[1])
-            elif w[0] == "SYM":
-                self.syms[w[1]] = w[2:]
-            elif w[0] == "END":
-                break
-
-    def run(self, op, calls):
-        self.p.stdin.write(f"RUN {op} {calls}\n")
-        self.p.stdin.flush()
-        w = self.p.stdout.readline().split()
-        if not w or w[0] != "NS":
-            raise RuntimeError(f"bench_loop: RUN {op}: {' '.join(w)}")
-        return float(w[2])
-
-    def close(self):
-        try:
-            self.p.stdin.write("QUIT\n")
-            self.p.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.p.wait(30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+def Loop(ns, cpu=None):
+    """bench_loop (run.py's Loop) in netns ns: RUN op calls -> ns per call."""
+    return run.Loop(prefix=["ip", "netns", "exec", ns], cpu=cpu)
 
 
 class Recorder:

@@ -86,12 +86,16 @@ class Lines:
 class Loop:
     """tests/bench/bench_loop.c: one long-lived process, RUN <op> <calls> -> ns per call."""
 
-    def __init__(self, extra=()):
-        argv = [os.path.join(BENCH, "bench_loop"), "--cudart", REAL_CUDART]
+    def __init__(self, extra=(), prefix=(), cpu="last"):
+        """prefix: a command the loop runs under (`ip netns exec NS`); cpu: the CPU it is
+        pinned to, "last" (the tracers' readers get the others) or None (not pinned)"""
+        argv = list(prefix) + [os.path.join(BENCH, "bench_loop"), "--cudart", REAL_CUDART]
         if os.path.exists(REAL_NCCL):
             argv += ["--nccl", REAL_NCCL]
-        if (os.cpu_count() or 1) > 1:
+        if cpu == "last" and (os.cpu_count() or 1) > 1:
             argv += ["--cpu", str(os.cpu_count() - 1)]  # tracers' readers get the other CPUs
+        elif cpu not in (None, "last"):
+            argv += ["--cpu", str(cpu)]
         self.p = subprocess.Popen(argv + list(extra), stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.syms = {}
