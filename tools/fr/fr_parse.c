@@ -166,6 +166,7 @@ enum fk_kind {
 	FK_HEX,		/* int64_t: "0x6f12a" or a number (hex_field) */
 	FK_ARRAY,	/* an array (or null), each element read by elem(j) */
 	FK_FN,		/* fn(j, object) reads it */
+	FK_OBJECT,	/* null, or an object whose keys sub[] reads into the same object */
 	FK_PASS,	/* a key the writer emits that nothing here reads: passed over, as an
 			 * unknown key is (listed so that the key after it is found at once) */
 };
@@ -184,6 +185,8 @@ struct fr_key {
 	const char *const *words;	/* FK_WORD: NULL-terminated, words[0] unused */
 	int (*fn)(struct jlex *j, void *obj);	/* FK_FN: FK_FAIL, FK_OK or FK_STOP */
 	bool (*elem)(struct jlex *j);		/* FK_ARRAY */
+	const struct fr_key *sub;		/* FK_OBJECT: its keys, nsub of them */
+	int nsub;
 };
 
 /* the first 8 bytes of the string literal s as a little-endian word, zero-padded */
@@ -214,6 +217,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "FK_HEAD is little-end
 	  .words = w }
 #define FK_CALL(key, f)		{ FK_NAME(key), .kind = FK_FN, .fn = f }
 #define FK_ARRAY_OF(key, e)	{ FK_NAME(key), .kind = FK_ARRAY, .elem = e }
+#define FK_OBJECT_OF(key, tab)	{ FK_NAME(key), .kind = FK_OBJECT, .sub = tab, .nsub = FK_NR(tab) }
 #define FK_PASSED(key)		{ FK_NAME(key), .kind = FK_PASS }
 #define FK_NR(tab)		((int)(sizeof(tab) / sizeof(tab[0])))
 
@@ -252,6 +256,8 @@ static bool word_field(struct jlex *j, const struct fr_key *k, char *field)
 	return true;
 }
 
+static int read_keys(struct jlex *j, bool first, const struct fr_key *tab, int nr, void *obj);
+
 /* one value, as k says, into obj */
 static inline int read_field(struct jlex *j, const struct fr_key *k, void *obj)
 {
@@ -287,6 +293,11 @@ static inline int read_field(struct jlex *j, const struct fr_key *k, void *obj)
 		ok = array_of(j, k->elem);
 		break;
 	case FK_PASS:
+		ok = jl_skip(j, 0);
+		break;
+	case FK_OBJECT:
+		if (!jl_is_null(j))
+			return read_keys(j, true, k->sub, k->nsub, obj);
 		ok = jl_skip(j, 0);
 		break;
 	default:
@@ -1131,13 +1142,6 @@ static const struct fr_key process_keys[] = {
 	FK_I64(FRK_SIGNAL, struct fr_dump, signal),
 };
 
-static int top_process(struct jlex *j, void *obj)
-{
-	if (jl_is_null(j))
-		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
-	return read_keys(j, true, process_keys, FK_NR(process_keys), obj);
-}
-
 /* "py_stacks": {"python": "3.11.2" | null, "why_no_frames": null | "..."}, or null */
 static const struct fr_key py_stacks_keys[] = {
 	FK_CHARS(FRK_PYTHON, struct fr_dump, py_python),
@@ -1420,13 +1424,6 @@ static const struct fr_key trigger_keys[] = {
 	FK_I64(FRK_TIME_NS, struct fr_dump, trigger_time_ns),
 };
 
-static int top_trigger(struct jlex *j, void *obj)
-{
-	if (jl_is_null(j))
-		return jl_skip(j, 0) ? FK_OK : FK_FAIL;
-	return read_keys(j, true, trigger_keys, FK_NR(trigger_keys), obj);
-}
-
 /* "entries": read, or (fr_dump__parse_head) where the head stops */
 static int top_entries(struct jlex *j, void *obj)
 {
@@ -1447,8 +1444,8 @@ static const struct fr_key top_keys[] = {
 	FK_CHARS(FRK_DUMP_REASON, struct fr_dump, dump_reason),
 	FK_I64(FRK_DUMP_TIME_NS, struct fr_dump, dump_time_ns),
 	FK_I64(FRK_DUMP_MONO_NS, struct fr_dump, dump_mono_ns),
-	FK_CALL(FRK_PROCESS, top_process),
-	FK_CALL(FRK_TRIGGER, top_trigger),
+	FK_OBJECT_OF(FRK_PROCESS, process_keys),
+	FK_OBJECT_OF(FRK_TRIGGER, trigger_keys),
 	FK_CALL(FRK_PY_STACKS, top_py_stacks),
 	FK_I64(FRK_RING_SIZE, struct fr_dump, ring_size),
 	FK_I64(FRK_ENTRIES_RECORDED, struct fr_dump, entries_recorded),
