@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from fr_sweep import check_roles as roles_hold
+
 FR = "./tptrace-fr"
 GEN = ".output/tptrace-fr-gen"
 DATA = "tests/tools/data"
@@ -471,19 +473,10 @@ def check_width(text):
 
 def check_roles(verdicts, extra):
     """caused_by: null for a cause, else an earlier cause's index; a cause never blames the
-    ranks that wait on it"""
-    for i, v in enumerate(verdicts):
-        if "caused_by" not in v or "waiting" not in v:
-            return f"verdict {i} ({v['rule']}) lacks caused_by/waiting"
-        c = v["caused_by"]
-        if c is not None and not (0 <= c < i and verdicts[c]["caused_by"] is None):
-            return f"verdict {i} ({v['rule']}) caused_by {c}: not an earlier cause"
-        if v["waiting"] is not None:
-            if c is not None:
-                return f"verdict {i} ({v['rule']}) is a consequence with waiting ranks"
-            both = set(v["waiting"]["ranks"]) & set(v["ranks"])
-            if both:
-                return f"verdict {i} ({v['rule']}) blames waiting ranks {sorted(both)}"
+    ranks that wait on it (fr_sweep.check_roles); then the case's expected roles"""
+    why = roles_hold(verdicts)
+    if why:
+        return why
     if "roles" in extra and [v["caused_by"] for v in verdicts] != extra["roles"]:
         return f"caused_by {[v['caused_by'] for v in verdicts]}, want {extra['roles']}"
     if "waiting" in extra and (verdicts[0]["waiting"] or {}).get("ranks") != extra["waiting"]:
