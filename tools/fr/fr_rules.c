@@ -822,8 +822,8 @@ static int cmp_chan(const void *x, const void *y, void *arg)
  * posted that one (prev_l), and the lone side posted the lone op (prev_l's creation + its
  * step) no later than that completion + the step, so the peer's dump came at least (its dump
  * - that completion) - the step after it. FR_UNK: nothing proves it. */
-static int64_t p2p_lone_lag(const struct fr_analysis *a, const struct proc *lp,
-			    const struct proc *pp, const struct p2p_op *lone,
+static int64_t p2p_lone_lag(const struct proc *lp, const struct proc *pp,
+			    const struct p2p_op *lone,
 			    const struct p2p_op *prev_l, const struct p2p_op *prev_p)
 {
 	int64_t lag = FR_UNK;
@@ -840,7 +840,6 @@ static int64_t p2p_lone_lag(const struct fr_analysis *a, const struct proc *lp,
 		if (lag == FR_UNK || b > lag)
 			lag = b;
 	}
-	(void)a;
 	return lag;
 }
 
@@ -928,7 +927,7 @@ static int rule_p2p(struct fr_analysis *a)
 			/* the peer never posted the match only if its dump came after the lone op
 			 * was posted (dumps are not of one moment): else its dump may be older, and
 			 * its host is to be dumped again; no rank is blamed */
-			lag = p2p_lone_lag(a, lp, pp, lone,
+			lag = p2p_lone_lag(lp, pp, lone,
 					   p2p_at(lone_send ? S : R, absolute, lidx - 1),
 					   p2p_at(lone_send ? R : S, absolute, lidx - 1));
 			/* dumps without times (PyTorch's own) cannot be judged so: the rings
