@@ -608,6 +608,13 @@ struct target *session__target(struct session *s, int pid)
 	return NULL;
 }
 
+bool session__driver_call_in_runtime(struct session *s, const struct tp_rec_call *rec)
+{
+	struct target *t = session__target(s, (int)rec->pid);
+
+	return t && target__call_nesting(t, rec) == CALL_IN_RUNTIME;
+}
+
 int session__scan(struct session *s, struct target *t)
 {
 	int n = target__scan(t, s->cache, s->probes);

@@ -124,6 +124,9 @@ size_t session__user_used(const struct session *s);
 int session__add_target(struct session *s, struct target *t);
 void session__remove_target(struct session *s, struct target *t);	/* before freeing it */
 struct target *session__target(struct session *s, int pid);
+/* A driver call a runtime call of its process made (cudaLaunchKernel -> cuLaunchKernel;
+ * target__call_nesting): the runtime call is the one the sinks write and join. */
+bool session__driver_call_in_runtime(struct session *s, const struct tp_rec_call *rec);
 /* Attaches what t loaded since its last scan and tells the sinks when the scan found
  * anything to do: target__scan's result (new probes, or a negative errno). */
 int session__scan(struct session *s, struct target *t);

@@ -128,15 +128,6 @@ int gpu_sink__subscribe(struct gpu_sink *g, const struct gpu_sink_consumer *ops,
 	return 0;
 }
 
-/* A driver call a runtime call made (cudaLaunchKernel -> cuLaunchKernel): the runtime call is
- * the one written and joined; CUPTI's record of the driver call is counted as nested. */
-static bool nested_driver_call(struct gpu_sink *g, const struct tp_rec_call *rec)
-{
-	struct target *t = session__target(g->session, (int)rec->pid);
-
-	return t && target__call_nesting(t, rec) == CALL_IN_RUNTIME;
-}
-
 static bool sink_hold(void *ctx, const struct call *c, void *user)
 {
 	struct gpu_sink *g = ctx;
@@ -148,7 +139,7 @@ static bool sink_hold(void *ctx, const struct call *c, void *user)
 	struct gpu_join_call jc;
 
 	(void)user;
-	if (!g->join || nested_driver_call(g, rec))
+	if (!g->join || session__driver_call_in_runtime(g->session, rec))
 		return false;
 	if (rec->api >= NCCL_API_BASE || !gpu_join__wants(rec->api)) {
 		/* not joined itself, but it ends the window of the entry-only call before it */

@@ -515,9 +515,7 @@ static void emit_nccl(struct decoder *d, const struct tp_rec_call *c, uint64_t c
  * counted, never written and never counted as a launch. One NCCL made is written. */
 static bool nested_driver_call(struct decoder *d, const struct tp_rec_call *c)
 {
-	struct target *t = find_target(d, c->pid);
-
-	return t && target__call_nesting(t, c) == CALL_IN_RUNTIME;
+	return session__driver_call_in_runtime(d->session, c);
 }
 
 static void emit_host(struct decoder *d, const struct tp_rec_call *c, uint64_t correlation,
