@@ -268,12 +268,15 @@ def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_bef
 
 
 def _run_straggler(fleet, culprit=1, step_ms=100, slow=0.3, when="before"):
-    """The culprit sleeps slow x step time before each step: its peers wait for it."""
+    """The culprit's steps take `slow` longer than its own (it sleeps that share of its previous
+    step before each one; nccl_rank --slow-pct): its peers wait for it. A share of the step it
+    really takes, not of step_ms: a loaded host stretches the steps (256 ranks on 2 cores run
+    0.8 s steps of a 200 ms compute), and "30 % slower" is 30 % of what a step takes there."""
     res = {"scenario": "straggler", "hosts": fleet.nhosts, "ranks": fleet.nranks,
            "start": when}
     fleet.last = res       # what was measured, also when a check fails
     kw = dict(scenario="healthy", culprit=culprit, steps=1000000, step_ms=step_ms,
-              extra=["--slow-us", str(int(step_ms * 1000 * slow))])
+              extra=["--slow-pct", str(int(slow * 100))])
     res.update(_start(fleet, when, kw))
     res["go"] = round(res["go"] - fleet.t0, 2)
     t_go = res["go"] + fleet.t0

@@ -503,6 +503,25 @@ FLEET = {
     # collective is in flight in its dump and completed in the others'
     "one_recorder_healthy": ("--ranks 4 --per-host 4 --entries 100 --step-ms 1 "
                              "--dump-spread-ms 1", 0, [], [], {}),
+    # a job whose collectives keep ranks waiting up to 1.5 s as a matter of course (3 s steps,
+    # ranks entering up to 1.5 s apart: a loaded host, pipeline bubbles), dumped 2 s apart:
+    # a rank 1.2 s late, or waiting 1.2 s at its dump, is this job's normal. It was
+    # late_arrival [15] (high) of an innocent rank: the threshold is now twice the comm's
+    # usual wait (tools/fr/fr_timing.c timing_comm_skews), and the text says so
+    "slow_steps_healthy": ("--ranks 16 --per-host 4 --entries 40 --step-ms 3000 "
+                           "--jitter-us 1500000 --dump-spread-ms 2000", 0, [], [],
+                           {"human": "twice the 1.5 s its collectives usually kept ranks\n"
+                                     "    waiting"}),
+    # ... and a rank there 5 s late is named, not the jitter's
+    "slow_steps_late": ("--ranks 16 --per-host 4 --entries 40 --step-ms 3000 --jitter-us "
+                        "1500000 --dump-spread-ms 2000 --scenario late --culprit 5", 1,
+                        [("late_arrival", WORLD, 36, [5], [5])], [None],
+                        {"human": "(threshold 2.9"}),
+    # ... and a hang in it is one
+    "slow_steps_skip": ("--ranks 16 --per-host 4 --entries 40 --step-ms 3000 --jitter-us "
+                        "1500000 --dump-spread-ms 2000 --scenario skip --culprit 5", 1,
+                        [("missing_rank", WORLD, 36, [5], [5]),
+                         ("stuck_in_call", None, None, [5], [])], [None, 0], {}),
     # real hangs dumped 2 s apart: the culprit stands, proven by the dumps' own times
     "fleet_skip_2x4": (f"--ranks 8 --per-host 4 --entries 200 {SPREAD} --scenario skip "
                        "--culprit 5", 1, [("missing_rank", WORLD, 178, [5], [5]),

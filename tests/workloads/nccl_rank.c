@@ -57,6 +57,11 @@
  * --poll-ms P makes the watchdog poll every P ms instead of 1 ms (PyTorch's sleeps 100 ms).
  * --slow-us US (tptrace report's straggler test): the culprit alone sleeps US µs on the host
  * before the compute launches of every step, so the others wait for it in the allreduce.
+ * --slow-pct P (the fleet's straggler): the culprit's steps take P % longer than its own:
+ * before each step it sleeps P % of its previous step's duration less that step's sleep
+ * (the first step: P % of --compute-us). A fixed --slow-us is a small share of a step that a
+ * loaded host stretches (256 ranks on 2 cores: 0.8 s steps of a 200 ms compute); this is
+ * "30 % slower every step" whatever the step takes.
  *
  * Scenarios: only the culprit (default rank 1) misbehaves, only at step K (default S-1).
  * Outcomes are for the sim's default TPSIM_NCCL_HANG_ON=kind.
@@ -134,6 +139,7 @@ struct opts {
 	int rank, nranks, steps, culprit, fault_step, late_ms;
 	int kernels, compute_us, poll_ms;	/* benchmark shape: compute before the collectives */
 	int slow_us;		/* the culprit sleeps this long on the host before each step's work */
+	int slow_pct;		/* ... or this share of its own previous step's duration */
 	int start_delay_ms;	/* sleep at the start of main: init this long after exec */
 	const char *id_file;
 	enum scenario scenario;
@@ -320,7 +326,7 @@ static void usage(void)
 		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error|"
 		"idle|spin] [--announce] "
 		"[--culprit C] [--fault-step K] [--late-ms MS] [--split] [--init-before-ready|"
-		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P] [--slow-us US] [--start-delay-ms MS]\n");
+		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P] [--slow-us US | --slow-pct P] [--start-delay-ms MS]\n");
 	exit(2);
 }
 
@@ -368,6 +374,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->compute_us = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--slow-us"))
 			o->slow_us = (int)hs_parse_long(a, v), i++;
+		else if (!strcmp(a, "--slow-pct"))
+			o->slow_pct = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--poll-ms"))
 			o->poll_ms = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--start-delay-ms"))
@@ -387,8 +395,17 @@ static void parse(int argc, char **argv, struct opts *o)
 		o->fault_step = o->steps - 1;
 }
 
+static long mono_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000L + t.tv_nsec / 1000;
+}
+
 int main(int argc, char **argv)
 {
+	long step_start = 0, slow_us, slept_us = 0, prev_work_us = 0;
 	void *ar_send, *ar_recv, *ag_send, *ag_recv, *bc_send, *bc_recv, *p2p_send, *p2p_recv;
 	void *split_recv;
 	ncclComm_t comm = NULL, split_comm = NULL;
@@ -484,13 +501,20 @@ int main(int argc, char **argv)
 		default:
 			break;
 		}
-		if (o.slow_us > 0 && o.rank == o.culprit) {
+		step_start = mono_us();
+		if (o.slow_pct > 0 && o.rank == o.culprit)
+			slow_us = (long)((prev_work_us > 0 ? prev_work_us : o.compute_us) *
+					 (long long)o.slow_pct / 100);
+		else
+			slow_us = o.rank == o.culprit ? o.slow_us : 0;
+		if (slow_us > 0) {
 			/* a sleep, not a spin: on a 2-CPU test host a spinning rank would starve
 			 * the others' simulated GPUs and stretch their kernels */
-			struct timespec d = { o.slow_us / 1000000, (o.slow_us % 1000000) * 1000L };
+			struct timespec d = { slow_us / 1000000, (slow_us % 1000000) * 1000L };
 
 			nanosleep(&d, NULL);
 		}
+		slept_us = slow_us > 0 ? mono_us() - step_start : 0;
 		for (int k = 0; k < o.kernels; k++) {
 			dim3 grid = { 108, 1, 1 }, block = { 256, 1, 1 };
 			int *flag = &stuck_flag;
@@ -529,6 +553,7 @@ int main(int argc, char **argv)
 			pthread_cond_wait(&wd.cond, &wd.lock);
 		pthread_mutex_unlock(&wd.lock);
 
+		prev_work_us = mono_us() - step_start - slept_us;
 		if (sc == SC_ASYNC_ERROR)
 			tpsim_nccl_set_async_error(comm, ncclRemoteError);
 		nccl_check(ncclCommGetAsyncError(comm, &async_err), "ncclCommGetAsyncError");

@@ -145,6 +145,11 @@ struct comm {
 	int nr_expected;	/* inferred: world size, or the nranks a member learned */
 	bool align_ambiguous;	/* inferred across hosts: another seq offset was as likely */
 	struct ivec aggs;	/* filled by finish: its seq aggregates in seq order */
+	/* finish (timing_comm_skews): how long a rank may wait in a collective of this comm, or
+	 * be behind its peers, before it counts as a hang: --skew-ms, raised for a comm whose
+	 * completed collectives kept ranks waiting longer (twice their 90th percentile, at most
+	 * half --stuck-ms); usual_wait that percentile, FR_UNK when too few completed */
+	int64_t skew_ns, usual_wait;
 };
 
 struct member {
@@ -585,6 +590,14 @@ void partition_reason(FILE *f, const struct fr_analysis *a, const struct verdict
 /* fr_timing.c */
 int timing_hosts(struct fr_analysis *a);
 int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
+int timing_comm_skews(struct fr_analysis *a);
+/* the hang threshold of comm cid (struct comm's skew_ns) */
+static inline int64_t comm_skew(const struct fr_analysis *a, int cid)
+{
+	return cid >= 0 && cid < a->nr_comms && a->comms[cid].skew_ns > 0 ? a->comms[cid].skew_ns :
+	       a->opts.skew_ns;
+}
+int64_t timing_max_skew(const struct fr_analysis *a, int64_t *usual);
 void timing_comm_free(struct timing_comm *t);
 int64_t timing_lag(const struct fr_analysis *a, const struct timing_comm *t, int mi, int64_t s,
 		   int64_t *waited, int *how);

@@ -615,10 +615,15 @@ static bool in_flight(const struct fr_analysis *a, int cid)
 /* the one line of a report without a problem (wrapped by the caller) */
 static int print_healthy(const struct fr_analysis *a, FILE *out)
 {
-	int64_t common = FR_UNK;
+	int64_t common = FR_UNK, usual, skew = timing_max_skew(a, &usual);
+	char usual_words[96] = "";
 	bool same = true;
 	int shown = 0;
 
+	/* a threshold raised for a job whose collectives take long: said, with why */
+	if (usual != FR_UNK)
+		snprintf(usual_words, sizeof(usual_words), " (twice the %.1f s its collectives "
+			 "usually kept ranks waiting)", usual / 1e9);
 	/* no collective and no stack: nothing says the job is healthy */
 	if (!a->nr_comms && !a->nr_with_stacks) {
 		fprintf(out, "nothing to judge: %d rank%s, no collectives recorded and no stacks "
@@ -641,8 +646,8 @@ static int print_healthy(const struct fr_analysis *a, FILE *out)
 	} else if (a->nr_redumps) {
 		/* healthy, but the dumps show different seqs: say so, not "all completed" */
 		fprintf(out, "the dumps are from different moments (%d older than others, the "
-			"job ran on) and no rank waited past %.1f s at its own dump; newest "
-			"seq %" PRId64, a->nr_redumps, a->opts.skew_ns / 1e9, common);
+			"job ran on) and no rank waited past %.1f s%s at its own dump; newest "
+			"seq %" PRId64, a->nr_redumps, skew / 1e9, usual_words, common);
 	} else if (!in_flight(a, -1) && same) {
 		fprintf(out, "all completed seq %" PRId64, common);
 	} else if (!in_flight(a, -1)) {
@@ -656,8 +661,8 @@ static int print_healthy(const struct fr_analysis *a, FILE *out)
 		fprintf(out, "%s)", a->nr_comms > shown ? " ..." : "");
 	} else {
 		/* the newest collectives still run somewhere: never "all completed" */
-		fprintf(out, "no rank waited past %.1f s at its own dump (newest seq per comm:",
-			a->opts.skew_ns / 1e9);
+		fprintf(out, "no rank waited past %.1f s%s at its own dump (newest seq per comm:",
+			skew / 1e9, usual_words);
 		for (int ci = 0; ci < a->nr_comms && shown < 6; ci++, shown++) {
 			const struct comm *c = &a->comms[a->comm_order[ci]];
 

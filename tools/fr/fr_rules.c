@@ -225,9 +225,9 @@ static bool hole_proven(struct fr_analysis *a, const struct timing_comm *t, int 
 	lag = timing_lag(a, t, mi, s, &waited, &how);
 	if (lag == FR_UNK && waited == FR_UNK)
 		lag = lag_one_clock(a, cid, mi, s, &waited);
-	if (waited != FR_UNK && waited > a->opts.skew_ns)
+	if (waited != FR_UNK && waited > comm_skew(a, cid))
 		a->hang_seen = true;
-	return (lag != FR_UNK && lag > a->opts.skew_ns) ||
+	return (lag != FR_UNK && lag > comm_skew(a, cid)) ||
 	       (lag == FR_UNK && waited == FR_UNK &&
 		a->procs[a->members[mi].proc].dump_time_ns == FR_UNK);
 }
@@ -375,9 +375,9 @@ static int missing_rank(struct fr_analysis *a, int cid)
 			if (lag == FR_UNK && waited == FR_UNK &&
 			    (lag = lag_one_clock(a, cid, mi, next, &waited)) != FR_UNK)
 				k = TIMING_SAME_HOST;
-			if (waited != FR_UNK && waited > a->opts.skew_ns)
+			if (waited != FR_UNK && waited > comm_skew(a, cid))
 				a->hang_seen = true;
-			if (lag != FR_UNK && lag > a->opts.skew_ns) {
+			if (lag != FR_UNK && lag > comm_skew(a, cid)) {
 				proven[i] = 1;
 				if (s == FR_UNK || next < s || (next == s && (minlag == FR_UNK ||
 								  lag < minlag))) {
@@ -394,7 +394,7 @@ static int missing_rank(struct fr_analysis *a, int cid)
 			} else {
 				/* not behind for long enough to tell: in flight, or its dump older
 				 * than the others' wait */
-				if (waited != FR_UNK && waited > a->opts.skew_ns &&
+				if (waited != FR_UNK && waited > comm_skew(a, cid) &&
 				    timing_redump(a, m->proc, cid, next, false))
 					goto out;
 				continue;
@@ -919,7 +919,7 @@ static int rule_p2p(struct fr_analysis *a)
 			if (lone->state == FR_ST_COMPLETED)
 				continue;
 			if (lone->created != FR_UNK && lp->dump_time_ns != FR_UNK &&
-			    ns_diff(lp->dump_time_ns, lone->created) <= a->opts.skew_ns)
+			    ns_diff(lp->dump_time_ns, lone->created) <= comm_skew(a, ch->comm))
 				continue;
 			/* waiting past the threshold at its own dump: the job looks hung here */
 			if (lone->created != FR_UNK && lp->dump_time_ns != FR_UNK)
@@ -933,7 +933,7 @@ static int rule_p2p(struct fr_analysis *a)
 			/* dumps without times (PyTorch's own) cannot be judged so: the rings
 			 * decide, as PyTorch's analyzer has them do */
 			if ((pp->dump_time_ns != FR_UNK && lone->created != FR_UNK) &&
-			    (lag == FR_UNK || lag <= a->opts.skew_ns)) {
+			    (lag == FR_UNK || lag <= comm_skew(a, ch->comm))) {
 				if ((err = timing_redump_p2p(a, a->members[pm].proc, ch->comm,
 							     lone->seq, ch->src, ch->dst,
 							     lone_send))) {
@@ -1153,7 +1153,7 @@ static int rule_late(struct fr_analysis *a)
 
 			g = &a->aggs[c->aggs.v[k]];
 			skew = agg_skew(a, g, placed, &late, &waits);
-			if (skew == FR_UNK || skew <= a->opts.skew_ns)
+			if (skew == FR_UNK || skew <= comm_skew(a, cid))
 				continue;
 			nr_over++;
 			stuck = g->completed < g->entered;
@@ -1338,12 +1338,12 @@ static int rule_state(struct fr_analysis *a)
 				before = timing_done_before(a, cid, mi, g->seq, &how);
 				/* no times at all (PyTorch's dumps): the states alone, as ever */
 				if ((before == FR_UNK && p->dump_time_ns != FR_UNK) ||
-				    (before != FR_UNK && before <= a->opts.skew_ns)) {
+				    (before != FR_UNK && before <= comm_skew(a, cid))) {
 					int64_t w = m->st_seq == g->seq && m->st_created != FR_UNK &&
 						    p->dump_time_ns != FR_UNK ?
 						    ns_diff(p->dump_time_ns, m->st_created) : FR_UNK;
 
-					if (w != FR_UNK && w > a->opts.skew_ns) {
+					if (w != FR_UNK && w > comm_skew(a, cid)) {
 						a->hang_seen = true;
 						if (timing_redump(a, m->proc, cid, g->seq, false))
 							goto nomem;
@@ -1491,7 +1491,8 @@ int fr_analysis__finish(struct fr_analysis *a)
 			any_running = true;
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		a->procs[pi].dead = proc_is_dead(&a->procs[pi], any_running);
-	if ((err = place_members(a)) || (err = timing_hosts(a)) || (err = several_jobs(a)))
+	if ((err = place_members(a)) || (err = timing_hosts(a)) || (err = several_jobs(a)) ||
+	    (err = timing_comm_skews(a)))
 		return err;
 	/* dumps of several jobs: nothing is judged (fr_analysis__bad_input says why) */
 	if (a->bad_input)

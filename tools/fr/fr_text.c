@@ -657,7 +657,7 @@ static void headline_late(FILE *f, const struct fr_analysis *a, const struct ver
 	fprintf(f, " entered %s seq %" PRId64 " on comm %s %.3f s after the %s rank "
 		   "(threshold %.3f s)", v->op, v->seq, short_id(a->comms[v->comm].id),
 		v->ev.late.skew / 1e9, v->ev.late.waits ? "earliest" : "first",
-		a->opts.skew_ns / 1e9);
+		comm_skew(a, v->comm) / 1e9);
 }
 
 static void detail_late(FILE *f, const struct fr_analysis *a, const struct verdict *v)

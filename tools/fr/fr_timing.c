@@ -242,11 +242,66 @@ int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t)
 		r->waited = p->dump_time_ns != FR_UNK ? ns_diff(p->dump_time_ns, m->st_created) :
 			    FR_UNK;
 		/* waiting past the threshold at its own dump: the job looks hung here */
-		if (r->waited != FR_UNK && r->waited > a->opts.skew_ns)
+		if (r->waited != FR_UNK && r->waited > comm_skew(a, cid))
 			a->hang_seen = true;
 	}
 	qsort(t->rows, t->n, sizeof(*t->rows), cmp_wrow);
 	return 0;
+}
+
+#define USUAL_MIN_SEQS	4	/* completed collectives a comm's usual wait is taken from */
+
+/* Each comm's hang threshold: a job whose collectives keep ranks waiting a second as a matter
+ * of course (a loaded host, long steps, pipeline bubbles) is not hung when a rank waits a
+ * second at its dump, nor is a rank that entered a second after its peers missing. The usual
+ * wait is the 90th percentile of the longest wait (its first rank's, completion - creation on
+ * one clock) of each collective every rank completed; the threshold twice that, never under
+ * --skew-ms, never over half --stuck-ms (a hang the recorder's stall timeout dumped is one). */
+int timing_comm_skews(struct fr_analysis *a)
+{
+	int64_t cap = a->opts.stuck_ns / 2 > a->opts.skew_ns ? a->opts.stuck_ns / 2 : a->opts.skew_ns;
+
+	for (int ci = 0; ci < a->nr_comms; ci++) {
+		struct comm *c = &a->comms[ci];
+		int64_t *w = malloc((c->aggs.n + 1) * sizeof(*w)), th;
+		int n = 0;
+
+		if (!w)
+			return -ENOMEM;
+		c->skew_ns = a->opts.skew_ns;
+		c->usual_wait = FR_UNK;
+		for (int k = 0; k < c->aggs.n; k++) {
+			const struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+
+			if (g->entered > 0 && g->completed == g->entered && g->nr_waits > 0 &&
+			    g->max_wait != FR_UNK && g->max_wait >= 0)
+				w[n++] = g->max_wait;
+		}
+		if (n >= USUAL_MIN_SEQS) {
+			qsort(w, n, sizeof(*w), cmp_i64);
+			c->usual_wait = w[(n * 9 + 9) / 10 - 1];
+			th = c->usual_wait > cap / 2 ? cap : 2 * c->usual_wait;
+			if (th > c->skew_ns)
+				c->skew_ns = th;
+		}
+		free(w);
+	}
+	return 0;
+}
+
+/* the largest comm threshold, for the report's words; *usual its comm's usual wait (FR_UNK
+ * when no comm raised it) */
+int64_t timing_max_skew(const struct fr_analysis *a, int64_t *usual)
+{
+	int64_t best = a->opts.skew_ns;
+
+	*usual = FR_UNK;
+	for (int ci = 0; ci < a->nr_comms; ci++)
+		if (a->comms[ci].skew_ns > best) {
+			best = a->comms[ci].skew_ns;
+			*usual = a->comms[ci].usual_wait;
+		}
+	return best;
 }
 
 /* first row with (seq, host) >= the key */
