@@ -1360,6 +1360,61 @@ def check_ring_hang_not_healthy():
     return res
 
 
+def check_lost_entries_not_mismatch():
+    """A recorder whose ring overflowed (one recorder of 256 processes, its ring not consumed
+    while a round of dumps ran) lost a rank's entry: that rank's later seqs are counted one
+    lower, and its entries disagree with the others' at every seq from there on. That was
+    type_mismatch of the rank (low) on a healthy job (fleet soak, 32 x 8). Every rank completed
+    them and its recorder dropped events: a note, no verdict. The same shift without drops, or
+    in collectives nobody completed (a real skip), stays a mismatch; so does a one-off mismatch
+    in a loop of period 3 (it matches the majority 3 seqs later)."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        def lose(drops, culprit=5, at=10):
+            def fn(dump):
+                dump["events_dropped"] = drops if dump["global_rank"] // 4 == culprit // 4 else 0
+                if dump["global_rank"] != culprit:
+                    return
+                es = [e for e in dump["entries"] if e["collective_seq_id"] != at]
+                for e in es:
+                    if e["collective_seq_id"] > at:
+                        e["collective_seq_id"] -= 1
+                dump["entries"] = es
+                for c in dump["comms"]:
+                    for k in ("last_enqueued_seq", "last_started_seq", "last_completed_seq"):
+                        c[k] -= 1
+            return fn
+        for name, drops, want_rc, want in (
+                ("lost entries with drops: a note, no verdict", 1234, 0, []),
+                ("the same shift without drops: a mismatch", 0, 1, [("type_mismatch", [5])])):
+            d = os.path.join(t, f"lost{drops}")
+            gen("--ranks 8 --per-host 4 --entries 30 --period 3", d)
+            edit_dumps(d, lose(drops))
+            p = run([FR, "--json", d])
+            out = json.loads(p.stdout)
+            got = [(v["rule"], v["ranks"]) for v in out["verdicts"]][:1]
+            notes = " ".join(out.get("input_notes") or [])
+            err = None
+            if p.returncode != want_rc or got != want:
+                err = f"rc {p.returncode}, verdicts {got}"
+            elif drops and ("rank 5 disagrees" not in notes or "entries lost" not in notes):
+                err = f"notes {notes!r}"
+            elif not drops and "entries lost" in notes:
+                err = f"notes {notes!r}"
+            res.append((name, err))
+        for sc in ("skip_on", "type"):
+            d = os.path.join(t, sc)
+            gen(f"--ranks 8 --per-host 4 --entries 30 --period 3 --scenario {sc} --culprit 5 "
+                "--dropped 5 --at 20", d)
+            p = run([FR, "--json", d])
+            out = json.loads(p.stdout)
+            got = [(v["rule"], v["ranks"]) for v in out["verdicts"]][:1]
+            res.append((f"drops do not excuse a real {sc} mismatch",
+                        None if p.returncode == 1 and got == [("type_mismatch", [5])]
+                        else f"rc {p.returncode}, verdicts {got}"))
+    return res
+
+
 def check_state_divergence_needs_agreement():
     """state_divergence says ranks did not complete a collective others completed; where the
     ranks hold different collectives at that seq (a seq alignment off by one, as an inferred
@@ -1714,6 +1769,7 @@ def main():
     results += check_state_divergence_needs_agreement()
     results += check_p2p_needs_later_dump()
     results += check_ring_hang_not_healthy()
+    results += check_lost_entries_not_mismatch()
     for name, err in results:
         if err:
             failed += 1

@@ -591,6 +591,8 @@ void partition_reason(FILE *f, const struct fr_analysis *a, const struct verdict
 int timing_hosts(struct fr_analysis *a);
 int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
 int timing_comm_skews(struct fr_analysis *a);
+/* an input note (takes line, malloc'd; NULL: -ENOMEM); past the notes' room, dropped */
+int add_note(struct fr_analysis *a, char *line);
 /* the hang threshold of comm cid (struct comm's skew_ns) */
 static inline int64_t comm_skew(const struct fr_analysis *a, int cid)
 {

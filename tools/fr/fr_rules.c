@@ -714,13 +714,141 @@ static int cmp_group(const void *x, const void *y)
 	return p->sig.root - q->sig.root;
 }
 
+#define LOST_SHIFT_MAX	3	/* entries a dropping recorder may have lost in a row */
+
+static bool sig_same(const struct sig *x, const struct sig *y)
+{
+	return sig_rule(x, y) < 0;
+}
+
+/* member mi's signature at comm c's agg k: its minority group's (every member listed), else
+ * the majority's; NULL when a group's list is cut (unknown) */
+static const struct sig *sig_of_member(const struct fr_analysis *a, const struct comm *c, int k,
+				       int mi)
+{
+	const struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+	const struct agg_extra *x = g->extra >= 0 ? &a->extras[g->extra] : NULL;
+
+	for (int i = 0; x && i < x->nr_groups; i++) {
+		if (x->groups[i].nr_listed != x->groups[i].n)
+			return NULL;
+		for (int j = 0; j < x->groups[i].nr_listed; j++)
+			if (x->groups[i].members[j] == mi)
+				return &x->groups[i].sig;
+	}
+	return &g->sig0;
+}
+
+#define LOST_CONFIRM	2	/* later seqs that must show the same shift */
+
+/* mi's signatures from agg k on are the majority's d seqs later, at k and at least
+ * LOST_CONFIRM later seqs, none against it; and they differ from the majority's at k and the
+ * LOST_CONFIRM seqs after it (in a loop of period d, a one-off mismatch at k would match d
+ * seqs later, and the seqs after it anyway: a real shift keeps disagreeing) */
+static bool shifted_from(const struct fr_analysis *a, const struct comm *c, int k, int mi, int d)
+{
+	int seen = 0;
+
+	for (int t = 0; k + t + d < c->aggs.n; t++) {
+		const struct seq_agg *g = &a->aggs[c->aggs.v[k + t]];
+		const struct seq_agg *later = &a->aggs[c->aggs.v[k + t + d]];
+		const struct sig *sg = sig_of_member(a, c, k + t, mi);
+
+		if (later->seq != g->seq + d || g->seq != a->aggs[c->aggs.v[k]].seq + t || !sg ||
+		    !sig_same(sg, &later->sig0) || (t <= LOST_CONFIRM && sig_same(sg, &g->sig0)))
+			return false;
+		seen++;
+	}
+	return seen > LOST_CONFIRM;
+}
+
+/* A mismatch that lost entries explain: every minority rank's recorder dropped events (a
+ * count it knows) and each minority rank's signatures, from this seq on, are the majority's d
+ * seqs later (1 <= d <= 3) at every seq its dump and theirs both hold (3 at least): the
+ * entries of a rank whose recorder lost d of its calls are numbered d lower from there on. A
+ * one-off mismatch is not shifted at the next seq. A rank that really skipped a collective has
+ * the same shifted seqs, but then it and its peers do not complete the ones they disagree on:
+ * a rank's shift is taken only at a collective every rank completed (est[member] = d), and then
+ * holds for its later seqs, also those still in flight. The largest shift, or 0. */
+static int lost_entries_shift(const struct fr_analysis *a, const struct comm *c, int k,
+			      const struct sig_group_ev *gv, int ng, int8_t *est)
+{
+	const struct seq_agg *g = &a->aggs[c->aggs.v[k]];
+	bool done = g->completed == g->entered;
+	int shift = 0;
+
+	if (gv[1].n == gv[0].n)
+		return 0;
+	for (int i = 1; i < ng; i++) {
+		if (gv[i].nr_listed != gv[i].n)
+			return 0;
+		for (int j = 0; j < gv[i].nr_listed; j++) {
+			int mi = gv[i].members[j], d = est[mi];
+			const struct proc *p = &a->procs[a->members[mi].proc];
+
+			if (p->events_dropped == FR_UNK || p->events_dropped <= 0)
+				return 0;
+			if (!d) {
+				if (!done)
+					return 0;
+				for (d = 1; d <= LOST_SHIFT_MAX && !shifted_from(a, c, k, mi, d); d++)
+					;
+				if (d > LOST_SHIFT_MAX)
+					return 0;
+				est[mi] = (int8_t)d;
+			}
+			shift = d > shift ? d : shift;
+		}
+	}
+	return shift;
+}
+
+/* one note per comm: the ranks whose mismatches lost entries explain, from the first seq */
+static int note_lost_entries(struct fr_analysis *a, int cid, int64_t seq, const int8_t *est,
+			     int shift)
+{
+	const struct comm *c = &a->comms[cid];
+	char ranks[128] = "";
+	int64_t dropped = 0;
+	size_t len = 0;
+	char *line;
+	int n = 0;
+
+	for (int i = 0; i < c->members.n; i++) {
+		const struct member *m = &a->members[c->members.v[i]];
+
+		if (!est[c->members.v[i]])
+			continue;
+		if (n < 8 && len < sizeof(ranks))
+			len += snprintf(ranks + len, sizeof(ranks) - len, "%s%" PRId64, n ? "," : "",
+					m->rank);
+		if (a->procs[m->proc].events_dropped > dropped)
+			dropped = a->procs[m->proc].events_dropped;
+		n++;
+	}
+	if (asprintf(&line, "comm %s: rank%s %s%s disagree%s with the others from seq %" PRId64
+		     " on, %s entries being the others' %s%d seq%s later, and %s recorder dropped %" PRId64
+		     " events: entries lost (the seqs counted without them), not a mismatch (every "
+		     "rank completed them); not judged", short_id(c->id), n == 1 ? "" : "s", ranks,
+		     n > 8 ? " ..." : "", n == 1 ? "s" : "", seq, n == 1 ? "its" : "their",
+		     shift > 1 ? "up to " : "", shift, shift == 1 ? "" : "s",
+		     n == 1 ? "its" : "their", dropped) < 0)
+		line = NULL;
+	return add_note(a, line);
+}
+
 static int rule_signatures(struct fr_analysis *a)
 {
 	for (int ci = 0; ci < a->nr_comms; ci++) {
 		int cid = a->comm_order[ci];
 		struct comm *c = &a->comms[cid];
 		int first_idx[RULE__COUNT];
+		int64_t lost_seq = FR_UNK;
+		int lost_shift = 0;
+		int8_t *est = calloc(a->nr_members + 1, 1);	/* lost_entries_shift's */
 
+		if (!est)
+			return -ENOMEM;
 		for (int r = 0; r < RULE__COUNT; r++)
 			first_idx[r] = -1;
 		for (int k = 0; k < c->aggs.n; k++) {
@@ -728,7 +856,7 @@ static int rule_signatures(struct fr_analysis *a)
 			struct seq_agg *g = &a->aggs[ai];
 			struct agg_extra *x;
 			struct sig_group_ev gv[SIG_GROUPS], *g0 = &gv[0];
-			int ng, rule = RULE__COUNT;
+			int ng, rule = RULE__COUNT, shift;
 			struct verdict *v;
 
 			if (g->extra < 0)
@@ -760,14 +888,22 @@ static int rule_signatures(struct fr_analysis *a)
 			}
 			if (rule == RULE__COUNT)
 				continue;
+			/* said once per comm, at its first such seq */
+			if ((shift = lost_entries_shift(a, c, k, gv, ng, est))) {
+				lost_seq = lost_seq == FR_UNK ? g->seq : lost_seq;
+				lost_shift = shift > lost_shift ? shift : lost_shift;
+				continue;
+			}
 			/* one verdict per (comm, rule): later seqs are counted in it */
 			if (first_idx[rule] >= 0) {
 				a->verdicts[first_idx[rule]].also_seqs++;
 				a->verdicts[first_idx[rule]].also_last = g->seq;
 				continue;
 			}
-			if (!(v = verdict_new(a, rule, cid, g->seq, fr_op_name(gv[0].sig.op))))
+			if (!(v = verdict_new(a, rule, cid, g->seq, fr_op_name(gv[0].sig.op)))) {
+				free(est);
 				return -ENOMEM;
+			}
 			first_idx[rule] = v->order;
 			v->agg = ai;
 			v->ev.sig.field = rule;
@@ -784,6 +920,11 @@ static int rule_signatures(struct fr_analysis *a)
 			check_dropped(a, v);
 			check_wrap(a, v, cid, g->seq);
 		}
+		if (lost_seq != FR_UNK && note_lost_entries(a, cid, lost_seq, est, lost_shift)) {
+			free(est);
+			return -ENOMEM;
+		}
+		free(est);
 	}
 	return 0;
 }
