@@ -414,6 +414,14 @@ class Fleet:
             assert ok, f"rank {r} never reached step {k}: {w.out.text()[-500:]} " \
                        f"{w.err.text()[-500:]}"
 
+    def step_now(self):
+        """The newest step every rank announced."""
+        def last(w):
+            steps = [int(l.split()[2]) for l in w.out.text().splitlines()
+                     if l.startswith("# step ")]
+            return steps[-1] if steps else -1
+        return min(last(w) for w in self.ranks)
+
     def kill_job(self):
         for w in self.ranks:
             w.kill()

@@ -215,7 +215,10 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50, 
     return res
 
 
-def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_before=3):
+def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_before=3,
+                 triggers=1):
+    """triggers: dump sets taken by triggers while the job runs (each a step or more after
+    the one before), then the final dumps: each judged alone."""
     res = {"scenario": "healthy", "hosts": fleet.nhosts, "ranks": fleet.nranks,
            "start": "one" if one_recorder else when}
     fleet.last = res       # what was measured, also when a check fails
@@ -232,17 +235,22 @@ def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_bef
         want = {fleet.addr(h) for h in range(fleet.nhosts)}
         got = fleet.wait_scraped()
         assert got >= want, f"Prometheus scraped only {sorted(got)} of {sorted(want)}"
-    t0 = time.time()
-    tid = _trigger(fleet)
-    dumps, t_all = fleet.wait_dumps(_all_answered(fleet, tid, t0))
-    res["trigger_to_all_dumps_s"] = round(t_all - t0, 2)
-    if not one_recorder:
-        check_scope(fleet, dumps)
-        res["trigger_spread_s"], _ = check_trigger_spread(fleet, dumps, t0)
-    snap = fleet.snapshot(f"healthy-trigger-{fleet.runs}")
-    analysis, _ = fleet.analyze(snap)
-    res["trigger_verdicts"] = describe(analysis.get("verdicts", []))
-    check_no_culprit(analysis, "dumps of one trigger")
+    res["trigger_to_all_dumps_s"], res["trigger_spread_s"], res["trigger_verdicts"] = [], [], []
+    for i in range(triggers):
+        if i:
+            fleet.wait_step(fleet.step_now() + 1)
+        t0 = time.time()
+        tid = _trigger(fleet)
+        dumps, t_all = fleet.wait_dumps(_all_answered(fleet, tid, t0))
+        res["trigger_to_all_dumps_s"].append(round(t_all - t0, 2))
+        if not one_recorder:
+            check_scope(fleet, dumps)
+            res["trigger_spread_s"].append(round(check_trigger_spread(fleet, dumps, t0)[0], 2))
+        snap = fleet.snapshot(f"healthy-trigger-{fleet.runs}-{i}")
+        analysis, _ = fleet.analyze(snap)
+        res["trigger_verdicts"].append(describe(analysis.get("verdicts", [])))
+        check_no_culprit(analysis, f"dumps of trigger {i + 1} of {triggers}")
+    res["dump_sets"] = triggers + 1
     if fleet.prom and not one_recorder:
         # this job's alerts, pending or firing: the straggler run before it leaves its own
         # alert firing a while after its job ended (its series go stale, the 10 s average

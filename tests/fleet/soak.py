@@ -8,6 +8,7 @@ one recorder per host (mixed starts) and one recorder for the whole fleet. Print
 line per run and a summary; exit 1 when any run failed its checks (each says why).
 
 Usage: tests/fleet/soak.py [--hosts 32] [--ranks 8] [--healthy-runs 100] [--stall-timeout 10]
+                           [--healthy-triggers 1]
                            [--only missing,dead,mismatch,partition,straggler,healthy]
                            [--out FILE.jsonl] [--step-ms 200] [--poll-ms MS]
 --poll-ms: the ranks' watchdog poll (default nccl_rank's 1 ms; PyTorch's is 100 ms). Each poll
@@ -37,6 +38,8 @@ def main():
     ap.add_argument("--stall-timeout", type=int, default=10)
     ap.add_argument("--step-ms", type=int, default=200)
     ap.add_argument("--poll-ms", type=int, default=None)
+    ap.add_argument("--healthy-triggers", type=int, default=1,
+                    help="dump sets triggered in each healthy run before its final dumps")
     ap.add_argument("--only", default=",".join(ALL))
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -68,7 +71,8 @@ def main():
         if "healthy" in only:
             for i in range(a.healthy_runs):
                 runs.append(("healthy", lambda i=i: scenarios.run_healthy(
-                    f, when="mixed", one_recorder=i % 2 == 1, step_ms=a.step_ms)))
+                    f, when="mixed", one_recorder=i % 2 == 1, step_ms=a.step_ms,
+                    triggers=a.healthy_triggers)))
         for name, run in runs:
             t0 = time.time()
             try:
@@ -91,8 +95,10 @@ def main():
         k = r["scenario"]
         ok, n = by.get(k, (0, 0))
         by[k] = (ok + r["ok"], n + 1)
+    sets = sum(r.get("dump_sets", 0) for r in results if r["scenario"] == "healthy")
     print(f"soak: {a.hosts} hosts x {a.ranks} ranks, {time.time() - t_start:.0f} s: " +
-          ", ".join(f"{k} {ok}/{n} passed" for k, (ok, n) in by.items()), flush=True)
+          ", ".join(f"{k} {ok}/{n} passed" for k, (ok, n) in by.items()) +
+          (f" (healthy: {sets} dump sets judged)" if sets else ""), flush=True)
     return 0 if all(r["ok"] for r in results) else 1
 
 
