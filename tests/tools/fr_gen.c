@@ -667,7 +667,7 @@ static void put_entry(struct growbuf *o, const struct ent *e, int64_t tid)
 static bool hang_at_end(void)
 {
 	return (target_step == nr_steps - 1 && env.sc != SC_HEALTHY && env.sc != SC_LATE &&
-		env.sc != SC_STUCK) || env.sc == SC_SKIP_ON;
+		env.sc != SC_STUCK && env.sc != SC_STRAGGLER) || env.sc == SC_SKIP_ON;
 }
 
 static bool in_target_group(int rank)

@@ -46,7 +46,9 @@ follows from a cause has `caused_by`; waiting ranks are victims, never blamed):
     nothing in them explains; it counts as blaming nobody for `innocent` and `first`)
     missed      a fault (not straggler) that gets no verdict at all (a hung job called
                 healthy); a straggler missed where the rule's thresholds are met by
-                construction (--step-ms 20: a 6 ms lag; --entries >= 40) is `missed_straggler`
+                construction (--step-ms 20: a 6 ms lag; 40 collectives or more in every
+                rank's ring after the first host's dump: the job runs on while the dumps are
+                taken, --dump-spread-ms apart) is `missed_straggler`
                 (1 ms steps give a 0.3 ms lag, under the rule's 1 ms minimum: not a failure)
 
 C per scenario: skip late size type op killed stuck skip_on straggler p2p -> {culprit};
@@ -141,7 +143,7 @@ def check_roles(vs):
     return None
 
 
-def judge(sc, culprit, n, rc, out, err, step=20, entries=200):
+def judge(sc, culprit, n, rc, out, err, step=20, entries=200, spread=0):
     """[(class, why)] for one run"""
     if rc not in (0, 1) or out is None:
         return [("crash", f"exit {rc}: {err.strip()[:200]}")]
@@ -162,7 +164,7 @@ def judge(sc, culprit, n, rc, out, err, step=20, entries=200):
     if not vs:
         if sc != "straggler":
             res.append(("missed", f"exit {rc}"))
-        elif step >= 20 and entries >= 40:
+        elif step >= 20 and entries - spread // step >= 40:
             res.append(("missed_straggler", f"exit {rc}"))
         return res
     for v in vs:
@@ -297,9 +299,10 @@ def main():
                 fails["gen"].append((ga, err))
                 continue
             t = ga.split()
-            step, ents = (int(t[t.index(k) + 1]) if k in t else dflt
-                          for k, dflt in (("--step-ms", 1), ("--entries", 100)))
-            for cls, why in judge(sc, cul, n, rc, out, err, step, ents):
+            step, ents, spread = (int(t[t.index(k) + 1]) if k in t else dflt
+                                  for k, dflt in (("--step-ms", 1), ("--entries", 100),
+                                                  ("--dump-spread-ms", 0)))
+            for cls, why in judge(sc, cul, n, rc, out, err, step, ents, spread):
                 if cls == "missed" and noop_fault(ga, cul, d, tmp):
                     continue
                 fails[cls].append((ga, why))

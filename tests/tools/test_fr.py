@@ -615,6 +615,21 @@ FLEET = {
                       [("straggler", WORLD, None, [5], [5])], [None],
                       {"human": "[straggler] rank 5 (host node1 pid 10005) is a straggler on comm "
                                 "5a0052b9: last to enter"}),
+    # ranks that enter up to 100 ms apart at random in 100 ms steps (a loaded host: 256 ranks on
+    # 2 cores are late in turns): the rank that sleeps 30 ms before every step is last in only
+    # a third of the collectives, but waits least on the median, by 9 spreads of the ranks'
+    # medians (tools/fr/fr_rules.c straggler_by_median): medium
+    "straggler_noisy_32": ("--ranks 32 --per-host 8 --entries 60 --step-ms 100 --dump-spread-ms 1 "
+                           "--jitter-us 100000 --seed 5 --scenario straggler --culprit 9", 1,
+                           [("straggler", "970f56c2a91f2d1b", None, [9], [9])], [None],
+                           {"confidence": ["medium"],
+                            "human": "(on a loaded host the others are late in turns)"}),
+    # healthy jobs as noisy: the lowest median of 8 ranks sits 35 % below the others (few
+    # medians: no spread to judge by), of 64 ranks 39 % and 4 spreads: no verdict
+    "healthy_noisy_8": ("--ranks 8 --per-host 8 --entries 60 --step-ms 100 --dump-spread-ms 1 "
+                        "--jitter-us 300000 --seed 9", 0, [], [], {}),
+    "healthy_noisy_64": ("--ranks 64 --per-host 8 --entries 60 --step-ms 100 --dump-spread-ms 1 "
+                         "--jitter-us 100000 --seed 15", 0, [], [], {}),
     "straggler_2x4": ("--ranks 8 --per-host 4 --entries 100 --step-ms 20 --jitter-us 3000 "
                       "--scenario straggler --culprit 2", 1,
                       [("straggler", WORLD, None, [2], [2])], [None], {}),
@@ -1415,6 +1430,35 @@ def check_lost_entries_not_mismatch():
     return res
 
 
+def check_straggler_does_not_hide_a_hang():
+    """A job with a straggler that then hangs: every rank entered its last all_reduce and none
+    completed it 60 s before its dump. The straggler verdict made rule_ring_hang stay silent
+    (it spoke only when no verdict was made): the hang went unsaid. A straggler slows a job, it
+    does not hang it: no_progress first, the straggler after."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "strag_hang")
+        gen("--ranks 8 --per-host 4 --entries 100 --step-ms 20 --jitter-us 3000 "
+            "--scenario straggler --culprit 2", d)
+
+        def hang(dump):
+            last = dump["entries"][-1]
+            last["state"] = "started"
+            last["time_discovered_completed_ns"] = None
+            last["duration_ms"] = None
+            dump["dump_time_ns"] = last["time_created_ns"] + 60 * 10**9
+            for c in dump["comms"]:
+                c["last_completed_seq"] = last["collective_seq_id"] - 1
+        edit_dumps(d, hang)
+        p = run([FR, "--json", d])
+        got = [(v["rule"], v["ranks"]) for v in json.loads(p.stdout)["verdicts"]]
+        want = [("no_progress", list(range(8))), ("straggler", [2])]
+        res.append(("a straggler does not hide a hang",
+                    None if p.returncode == 1 and got == want else
+                    f"rc {p.returncode}, verdicts {got}"))
+    return res
+
+
 def check_state_divergence_needs_agreement():
     """state_divergence says ranks did not complete a collective others completed; where the
     ranks hold different collectives at that seq (a seq alignment off by one, as an inferred
@@ -1770,6 +1814,7 @@ def main():
     results += check_p2p_needs_later_dump()
     results += check_ring_hang_not_healthy()
     results += check_lost_entries_not_mismatch()
+    results += check_straggler_does_not_hide_a_hang()
     for name, err in results:
         if err:
             failed += 1

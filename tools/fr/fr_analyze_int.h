@@ -187,7 +187,13 @@ struct member {
 	int64_t st_seq, st_created, st_prev_created, st_prev_done;
 	int64_t first_created;	/* its oldest collective's, for its step length */
 	int nr_last;		/* straggler: collectives it entered last by the margin */
+	/* its own waits (completion - creation, µs) in its newest MEMBER_WAITS completed
+	 * collectives, a ring, with their aggregates: the straggler rule's medians */
+	struct member_wait { int32_t agg, wait_us; } *waits;
+	uint32_t waits_next;
 };
+
+#define MEMBER_WAITS	32
 
 /* a split child whose rank and size come from all its members */
 struct split_pend {
@@ -355,7 +361,14 @@ struct verdict {
 		struct { int64_t skew; bool stuck; int nr_over; bool waits; } late;
 		/* lag: median margin by which it entered last; step: its median interval
 		 * between collectives on the comm; last/of: collectives it was last in */
-		struct { int64_t lag, step; int last, of; } straggler;
+		struct {
+			int64_t lag, step;
+			int last, of;
+			/* by_median: found by its median wait (below its peers' by lag, which
+			 * is median_peers - median_own), not by being last in most */
+			bool by_median;
+			int64_t median_own, median_peers, median_next;
+		} straggler;
 		struct { int completed, incomplete; int64_t before; int how; } state;
 		struct { int idx; } corrupt;
 		struct { int64_t rc; char api[48]; bool all_failed; } init;

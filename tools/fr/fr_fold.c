@@ -183,6 +183,10 @@ int fold_collective(struct fr_analysis *a, int mi, const struct fr_entry *e)
 		if (g->max_wait == FR_UNK || w > g->max_wait)
 			g->max_wait = w;
 		g->nr_waits++;
+		if (!m->waits && !(m->waits = calloc(MEMBER_WAITS, sizeof(*m->waits))))
+			return -ENOMEM;
+		m->waits[m->waits_next++ % MEMBER_WAITS] = (struct member_wait){
+			gi, (int32_t)(w / 1000 > INT32_MAX ? INT32_MAX : w / 1000) };
 	}
 	if (g->entered == 0) {
 		g->sig0 = s;
@@ -464,8 +468,10 @@ void fr_analysis__free(struct fr_analysis *a)
 	free(a->procs);
 	free(a->comms);
 	fr_index__free(&a->comm_index);
-	for (int i = 0; i < a->nr_members; i++)
+	for (int i = 0; i < a->nr_members; i++) {
 		free(a->members[i].dents);
+		free(a->members[i].waits);
+	}
 	free(a->members);
 	free(a->aggs);
 	fr_index__free(&a->agg_index);

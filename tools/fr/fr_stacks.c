@@ -478,8 +478,12 @@ int rule_stacks(struct fr_analysis *a)
  * found". One comm: the first in order that shows it. */
 int rule_ring_hang(struct fr_analysis *a)
 {
-	if (!a->hang_seen || a->nr_verdicts)
+	if (!a->hang_seen)
 		return 0;
+	/* a straggler slows a job, it does not hang it: the hang is still to be said */
+	for (int i = 0; i < a->nr_verdicts; i++)
+		if (a->verdicts[i].rule != RULE_STRAGGLER)
+			return 0;
 	for (int k = 0; k < a->nr_comms; k++) {
 		int cid = a->comm_order[k], n = 0, ai;
 		const struct comm *c = &a->comms[cid];

@@ -685,6 +685,15 @@ static void detail_late(FILE *f, const struct fr_analysis *a, const struct verdi
 static void headline_straggler(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	print_who(f, a, v, true);
+	if (v->ev.straggler.by_median) {
+		fprintf(f, " is a straggler on comm %s: it waits %.1f ms in a collective (median), "
+			   "its peers %.1f ms (%.1f ms more); the next-lowest rank %.1f ms. Last to "
+			   "enter %d of %d collectives (on a loaded host the others are late in turns)",
+			short_id(a->comms[v->comm].id), v->ev.straggler.median_own / 1e6,
+			v->ev.straggler.median_peers / 1e6, v->ev.straggler.lag / 1e6,
+			v->ev.straggler.median_next / 1e6, v->ev.straggler.last, v->ev.straggler.of);
+		return;
+	}
 	fprintf(f, " is a straggler on comm %s: last to enter %d of %d collectives, %.1f ms after "
 		   "the next-last rank (median)", short_id(a->comms[v->comm].id),
 		v->ev.straggler.last, v->ev.straggler.of, v->ev.straggler.lag / 1e6);
@@ -693,8 +702,10 @@ static void headline_straggler(FILE *f, const struct fr_analysis *a, const struc
 static void detail_straggler(FILE *f, const struct fr_analysis *a, const struct verdict *v)
 {
 	(void)a;
-	fprintf(f, "every peer waits for it at least %.1f ms per collective: %.0f %% of its step "
-		   "of %.1f ms between collectives on this comm\n", v->ev.straggler.lag / 1e6,
+	fprintf(f, "every peer waits for it %s%.1f ms per collective%s: %.0f %% of its step "
+		   "of %.1f ms between collectives on this comm\n",
+		v->ev.straggler.by_median ? "" : "at least ", v->ev.straggler.lag / 1e6,
+		v->ev.straggler.by_median ? " (medians)" : "",
 		100.0 * v->ev.straggler.lag / v->ev.straggler.step, v->ev.straggler.step / 1e6);
 	fprintf(f, "from each rank's own wait (completion - entry on its clock): the last to "
 		   "enter waits least; no clocks of different hosts compared");
