@@ -752,7 +752,12 @@ static bool shifted_from(const struct fr_analysis *a, const struct comm *c, int 
 	for (int t = 0; k + t + d < c->aggs.n; t++) {
 		const struct seq_agg *g = &a->aggs[c->aggs.v[k + t]];
 		const struct seq_agg *later = &a->aggs[c->aggs.v[k + t + d]];
-		const struct sig *sg = sig_of_member(a, c, k + t, mi);
+		const struct sig *sg;
+
+		/* past its own newest entry: nothing of it to hold against theirs */
+		if (a->members[mi].newest_seq == FR_UNK || g->seq > a->members[mi].newest_seq)
+			break;
+		sg = sig_of_member(a, c, k + t, mi);
 
 		if (later->seq != g->seq + d || g->seq != a->aggs[c->aggs.v[k]].seq + t || !sg ||
 		    !sig_same(sg, &later->sig0) || (t <= LOST_CONFIRM && sig_same(sg, &g->sig0)))
