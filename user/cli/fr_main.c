@@ -18,6 +18,7 @@
 #include "cuda.skel.h"
 #include "elfsym.h"
 #include "flightrec.h"
+#include "growbuf.h"
 #include "fr_exec.h"
 #include "ustack.h"
 #include "fr_metrics.h"
@@ -283,7 +284,73 @@ struct fr_session {
 	char host[FR_HOST_MAX + 1];
 	struct fr_exec *exec;		/* -a: libraries probed per file, for every process */
 	struct ring_buffer *rb;		/* the drain of a round of dumps */
+	/* records consumed while a round of dumps runs (flightrec_opts.hold): [u32 size][data]
+	 * each, handed on when it ends; past HOLD_MAX they are lost and counted as drops */
+	struct growbuf held;
+	bool holding;
+	uint64_t held_lost;
 };
+
+#define HOLD_MAX	(256u << 20)
+
+/* The ring's reader: records go to the acquisition core, or wait while a round holds. */
+static int fr_ring_cb(void *ctx, void *data, size_t size)
+{
+	struct fr_session *s = ctx;
+	uint32_t sz = (uint32_t)size;
+
+	if (!s->holding)
+		return session__ring_cb(s->core, data, size);
+	if (s->held.len + sizeof(sz) + size > HOLD_MAX) {
+		s->held_lost++;
+		return 0;
+	}
+	growbuf__add(&s->held, &sz, sizeof(sz));
+	growbuf__add(&s->held, data, size);
+	if (growbuf__error(&s->held))
+		s->held_lost++;
+	return 0;
+}
+
+static void hold_ring(void *ctx, bool on)
+{
+	struct fr_session *s = ctx;
+	size_t off = 0;
+
+	s->holding = on;
+	if (on)
+		return;
+	/* what the round held, in the order it came: as if read now */
+	while (!s->held.failed && off + sizeof(uint32_t) <= s->held.len) {
+		uint32_t sz;
+
+		memcpy(&sz, s->held.p + off, sizeof(sz));
+		off += sizeof(sz);
+		if (off + sz > s->held.len)
+			break;
+		session__ring_cb(s->core, s->held.p + off, sz);
+		off += sz;
+	}
+	if (s->held.failed)
+		log_error("out of memory holding ring records during a round of dumps: the "
+			  "records of that round are lost (counted as dropped)\n");
+	log_verbose("round over: %zu bytes of records held, handed on\n", s->held.len);
+	s->held.len = 0;
+	s->held.failed = false;
+}
+
+static int pump_ring(void *ctx, int timeout_ms)
+{
+	struct fr_session *s = ctx;
+	int err;
+
+	if (!s->rb)
+		return 0;
+	err = timeout_ms > 0 ? ring_buffer__poll(s->rb, timeout_ms) : 0;
+	if (err >= 0)
+		err = ring_buffer__consume(s->rb);
+	return err < 0 && err != -EINTR ? err : 0;
+}
 
 /* A round of dumps starts here: every record written so far is taken in first. */
 static int drain_ring(void *ctx)
@@ -302,7 +369,7 @@ static void set_drops(struct fr_session *s)
 	uint64_t drops = 0;
 	int err = session__drops(s->bpf, &drops);
 
-	flightrec__set_drops(s->fr, err, drops);
+	flightrec__set_drops(s->fr, err, drops + s->held_lost);
 }
 
 /* ---- cross-host triggers (fr_trigger.h) ---- */
@@ -716,6 +783,8 @@ static int fr_session_start(struct fr_session *s)
 	fo.stall_trigger = stall_trigger;
 	fo.stall_trigger_ctx = s;
 	fo.drain = drain_ring;
+	fo.hold = hold_ring;
+	fo.pump = pump_ring;
 	fo.drain_ctx = s;
 	if (cli_opts.all) {
 		fo.new_proc = exec_new_proc;
@@ -735,8 +804,7 @@ static int fr_session_start(struct fr_session *s)
 		if (!s->exec)
 			return -1;
 	}
-	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), session__ring_cb, s->core,
-				 NULL);
+	s->rb = ring_buffer__new(bpf_map__fd(s->bpf->skel->maps.events), fr_ring_cb, s, NULL);
 	if (!s->rb) {
 		log_error("failed to create ring buffer: %s\n", strerror(errno));
 		return -1;
@@ -759,6 +827,7 @@ static int fr_session_start(struct fr_session *s)
 static void fr_session_free(struct fr_session *s)
 {
 	ring_buffer__free(s->rb);
+	growbuf__free(&s->held);
 	target__free_all(s->targets, s->nr_targets);
 	fr_exec__free(s->exec);
 	flightrec__free(s->fr);
@@ -835,6 +904,9 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 		now = clock_ns(CLOCK_MONOTONIC);
 		/* before the stall check: a trigger already there covers our stall too */
 		take_triggers(s, now);
+		/* a round of dumps just now held records and handed them on: their progress is
+		 * newer than the now read before it */
+		now = clock_ns(CLOCK_MONOTONIC);
 		flightrec__check_stalls(s->fr, now);
 		if (metrics && now - last_metrics >= 1000000000ULL) {
 			last_metrics = now;

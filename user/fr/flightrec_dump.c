@@ -902,6 +902,9 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 {
 	int written = 0, first_err = 0;
 
+	/* the state stays the capture's; the ring is emptied meanwhile (opts.hold) */
+	if (fr->opts.hold)
+		fr->opts.hold(fr->opts.drain_ctx, true);
 	net_capture(procs, n);
 	/* every process's dump snapshot at once, not one after the other */
 	fr_stacks__take_dumps(fr, procs, n);
@@ -909,6 +912,9 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 	for (int i = 0; i < n; i++) {
 		struct fr_proc *p = procs[i];
 		int err = dump_proc(fr, r, p, reason ? reason : p->execd ? "exec" : "exit", t);
+
+		if (fr->opts.pump)
+			fr->opts.pump(fr->opts.drain_ctx, 0);
 
 		if (err && !first_err)
 			first_err = err;
@@ -918,6 +924,8 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 		p->net = NULL;
 	}
 	round_end(fr, r, written);
+	if (fr->opts.hold)
+		fr->opts.hold(fr->opts.drain_ctx, false);
 	return first_err ? first_err : written;
 }
 
@@ -1061,7 +1069,9 @@ int flightrec__check_stalls(struct flightrec *fr, uint64_t now)
 		struct fr_round r;
 		int nr, ret;
 
-		if (p->exited || p->stall_dumped || now - p->last_progress < fr->opts.stall_timeout_ns)
+		/* progress newer than now: records a round held, handed on since now was read */
+		if (p->exited || p->stall_dumped || p->last_progress >= now ||
+		    now - p->last_progress < fr->opts.stall_timeout_ns)
 			continue;
 		if (!has_pending(fr, p))
 			continue;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "flightrec_int.h"
 #include "fr_keys.h"
@@ -169,9 +170,24 @@ int fr_stacks__take_dumps(struct flightrec *fr, struct fr_proc **procs, int n)
 			continue;
 		started[i] = !start_job(fr, procs[i], false, &tids[i]);
 	}
-	for (int i = 0; i < n; i++)
-		if (started[i])
-			pthread_join(tids[i], NULL);
+	/* joined as they end; meanwhile the ring is emptied into the round's hold (a snapshot of
+	 * hundreds of processes on a busy host takes seconds) */
+	for (int left = n; left; ) {
+		left = 0;
+		for (int i = 0; i < n; i++) {
+			if (!started[i])
+				continue;
+			if (fr->opts.pump && pthread_tryjoin_np(tids[i], NULL)) {
+				left++;
+				continue;
+			}
+			if (!fr->opts.pump)
+				pthread_join(tids[i], NULL);
+			started[i] = false;
+		}
+		if (left && fr->opts.pump(fr->opts.drain_ctx, 10) < 0)
+			usleep(10000);	/* the ring failed (said by its reader): wait anyway */
+	}
 	free(tids);
 	free(started);
 	snap_ended();

@@ -674,7 +674,8 @@ static void stall_series(FILE *f, struct flightrec *fr, struct fr_proc **procs,
 	       "1 when the process has pending collectives and made no progress for the stall timeout (absent: detection off).");
 	for (int i = 0; fr->opts.stall_timeout_ns && i < n; i++) {
 		struct fr_proc *p = procs[i];
-		bool stalled = !p->exited && now - p->last_progress >= fr->opts.stall_timeout_ns &&
+		bool stalled = !p->exited && now > p->last_progress &&
+			       now - p->last_progress >= fr->opts.stall_timeout_ns &&
 			       proc_has_pending(fr, p);
 
 		fprintf(f, "tptrace_fr_stalled");
