@@ -317,11 +317,13 @@ static void hold_ring(void *ctx, bool on)
 	struct fr_session *s = ctx;
 	size_t off = 0;
 
-	s->holding = on;
-	if (on)
+	if (on) {
+		s->holding = true;
 		return;
-	/* what the round held, in the order it came: as if read now */
-	while (!s->held.failed && off + sizeof(uint32_t) <= s->held.len) {
+	}
+	/* what the round held, in the order it came: as if read now. Handing on tens of MB takes
+	 * seconds: the ring is still emptied behind them, into the hold, every 1024 records */
+	for (unsigned k = 1; !s->held.failed && off + sizeof(uint32_t) <= s->held.len; k++) {
 		uint32_t sz;
 
 		memcpy(&sz, s->held.p + off, sizeof(sz));
@@ -330,7 +332,10 @@ static void hold_ring(void *ctx, bool on)
 			break;
 		session__ring_cb(s->core, s->held.p + off, sz);
 		off += sz;
+		if (!(k % 1024) && s->rb)
+			ring_buffer__consume(s->rb);
 	}
+	s->holding = false;
 	if (s->held.failed)
 		log_error("out of memory holding ring records during a round of dumps: the "
 			  "records of that round are lost (counted as dropped)\n");

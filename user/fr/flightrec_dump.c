@@ -368,13 +368,17 @@ static void net_json(cJSON *root, struct fr_proc *p)
 
 /* Every process's TCP connections, right after the round's capture and before the stack
  * snapshots: a cheap read (one per network namespace) that describes the same moment. */
-static void net_capture(struct fr_proc **procs, int n)
+static void net_capture(struct flightrec *fr, struct fr_proc **procs, int n)
 {
 	struct fr_net *net = fr_net__new();
 
-	for (int i = 0; net && i < n; i++)
+	for (int i = 0; net && i < n; i++) {
 		if (!procs[i]->exited)
 			procs[i]->net = fr_net__json(net, procs[i]->pid);
+		/* sockets of hundreds of processes take a while: the ring is emptied meanwhile */
+		if (fr->opts.pump)
+			fr->opts.pump(fr->opts.drain_ctx, 0);
+	}
 	fr_net__free(net);
 }
 
@@ -902,12 +906,17 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 {
 	int written = 0, first_err = 0;
 
+	uint64_t t_net, t_snap, t_files;
+
 	/* the state stays the capture's; the ring is emptied meanwhile (opts.hold) */
 	if (fr->opts.hold)
 		fr->opts.hold(fr->opts.drain_ctx, true);
-	net_capture(procs, n);
+	t_net = now_ns();
+	net_capture(fr, procs, n);
+	t_snap = now_ns();
 	/* every process's dump snapshot at once, not one after the other */
 	fr_stacks__take_dumps(fr, procs, n);
+	t_files = now_ns();
 	round_begin(fr, r, n);
 	for (int i = 0; i < n; i++) {
 		struct fr_proc *p = procs[i];
@@ -924,6 +933,9 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 		p->net = NULL;
 	}
 	round_end(fr, r, written);
+	log_verbose("round of %d dump%s: capture to start %.0f ms, sockets %.0f ms, snapshots %.0f "
+		    "ms, files %.0f ms\n", n, n == 1 ? "" : "s", (t_net - r->captured) / 1e6,
+		    (t_snap - t_net) / 1e6, (t_files - t_snap) / 1e6, (now_ns() - t_files) / 1e6);
 	if (fr->opts.hold)
 		fr->opts.hold(fr->opts.drain_ctx, false);
 	return first_err ? first_err : written;
