@@ -789,6 +789,18 @@ FLEET = {
                             "--jitter-us 3000", 1,
                             [("missing_rank", "3019084fa4eaa27f", 12, [4], [4])], [None],
                             {"confidence": ["medium"], "waiting": [0, 1, 2, 3, 5, 6, 7]}),
+    # Found by fr_sweep.py (issue 22): the same with 40 s clocks and rings of 7-9 collectives
+    # since attach: no host-mate of the culprit was placed by 8 matches, so none anchored it;
+    # across hosts the shift by a period overlapped one collective more (the one whose states
+    # refute it) and won, and state_divergence blamed the culprit's 3 waiting host-mates
+    # (medium). A pair that cannot be one collective is no match: the true offset wins
+    "mixed_skip_on_short_40s": ("--ranks 16 --per-host 4 --entries 12 --step-ms 20 --seed 1 "
+                                "--scenario skip_on --culprit 8 --preexisting-from 5 "
+                                "--attach-skew 5 --host-offset-us 40000000 --period 3 "
+                                "--jitter-us 3000", 1,
+                                [("missing_rank", WORLD, 12, [8], [8])], [None],
+                                {"confidence": ["medium"],
+                                 "waiting": [r for r in range(16) if r != 8]}),
     "pre_healthy_tiny_rings": ("--ranks 256 --per-host 8 --entries 161 --step-ms 1 --seed 8 "
                                "--preexisting --attach-skew 0 --dump-spread-ms 2000 "
                                "--clock-off-host 31 --jitter-us 3000", 0, [], [], {}),

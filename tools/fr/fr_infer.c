@@ -197,8 +197,11 @@ static bool align_better_dt(const struct align *x, const struct align *y)
 /* x better than y up to the time tie-break (0: equal so far, 1: x, -1: y) */
 static int align_cmp_evidence(const struct align *x, const struct align *y)
 {
-	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
-	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
+	/* a pair that cannot be one collective is no match: a short history (rings of a
+	 * few collectives since attach) shifted by a period can overlap one collective more
+	 * than the true offset, and that one is the pair the states refute */
+	int px = x->prefix - x->impossible < ALIGN_SAT ? x->prefix - x->impossible : ALIGN_SAT;
+	int py = y->prefix - y->impossible < ALIGN_SAT ? y->prefix - y->impossible : ALIGN_SAT;
 	bool rx = refuted(x), ry = refuted(y);
 
 	if (!y->ok)
