@@ -367,10 +367,8 @@ int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool comp
 	if (ARRAY_RESERVE(a->redumps, a->cap_redumps, a->nr_redumps + 1, 16))
 		return -ENOMEM;
 	r = &a->redumps[a->nr_redumps++];
-	r->proc = pi;
-	r->comm = cid;
-	r->seq = seq;
-	r->completed = completed;
+	/* every field: a collective's redump is no p2p one (the array's memory is not zeroed) */
+	*r = (struct redump){ .proc = pi, .comm = cid, .seq = seq, .completed = completed };
 	return 0;
 }
 
