@@ -20,8 +20,10 @@ COMPLETING = {
     "root": ("root_mismatch", [1], 9),
     # rank 1 sends 128 elements where rank 2 posts a 256-element recv: the pair is named
     "p2p": ("p2p_mismatch", [1, 2], 5),
-    "late": ("late_arrival", [1], 7),
+    # late before call 1 of every step (seqs 1, 4, 7): a rank that stalls again and again
+    "late": ("late_arrival", [1], 1),
 }
+EXTRA = {"late": ["--fault-step", "2", "--fault-every", "1", "--late-ms", "2000"]}
 
 
 def run_completing(scenario, nranks=4, extra=()):
@@ -138,12 +140,26 @@ def test_fr_mismatches_and_late():
     for scenario, want in COMPLETING.items():
         if scenario == "healthy":
             continue
-        job = run_completing(scenario)
+        job = run_completing(scenario, extra=EXTRA.get(scenario, ()))
         world = world_id(check_dumps_complete(job, 4))
         rc, out = verdicts(job)
         assert rc == 1, (scenario, out)
         rule, ranks, seq = want
         assert first(out) == (rule, ranks, world, seq), (scenario, out["verdicts"])
+        if scenario == "late":
+            assert "late on 3 separate occasions" in out["verdicts"][0]["detail"], out
+
+
+def test_fr_late_once_is_history():
+    """rank 1 enters seq 7 3 s late once, every rank completes it and the job runs on to its
+    end: a stall, not a fault of the job (no verdict, exit 0); said in a note"""
+    job = run_completing("late")
+    world = world_id(check_dumps_complete(job, 4))
+    rc, out = verdicts(job)
+    assert rc == 0 and out["verdicts"] == [], out["verdicts"]
+    notes = [n for n in out["input_notes"] if n.startswith(f"comm {world[:8]}: rank 1 ")]
+    assert len(notes) == 1 and "entered all_reduce seq 7 " in notes[0] and \
+        "no rank blamed" in notes[0], out["input_notes"]
 
 
 def test_fr_skipped_collective_hangs():

@@ -1126,9 +1126,10 @@ def check_generated():
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         # a rank late at seq 10 (by 5 s) stays late for what it enqueues next (seq 11-12,
-        # by 6 s): the first late seq is the cause, not the one with the largest skew
+        # by 6 s): the first late seq is the cause, not the one with the largest skew (seq
+        # 12 the job's newest: a late arrival the job did not go past blames its rank)
         d = os.path.join(t, "late_first")
-        gen("--ranks 4 --entries 16 --scenario late --culprit 2 --at 10", d)
+        gen("--ranks 4 --entries 12 --scenario late --culprit 2 --at 10", d)
         victim = os.path.join(d, "tptrace-fr.node0.10002.json")
         with open(victim) as fh:
             dump = json.load(fh)
@@ -1247,6 +1248,78 @@ def check_wording():
         if "13.5-13.5 s" in text or "for 13.5 s" not in text:
             err = f"range: {text}"
         res.append(("wording: one figure for a range that rounds the same", err))
+    return res
+
+
+# late_arrival (tools/fr/fr_rules.c rule_late): a rank entering a collective past --skew-ms after
+# the others is blamed when that matters to the job -- it left ranks waiting, the job did not
+# go past it, or the same rank was late on 3 separate occasions -- and otherwise said in a
+# note: a one-off stall into a collective every rank completed, the job running on (a healthy
+# job on an overloaded host: the fleet soak's 256 ranks on 2 cores had one 1.28 s late), is
+# no problem of the job. name: (generator args, exit, verdicts, note (text it holds) or None,
+# the first verdict's detail holds)
+LATE = {
+    "late_once_went_on": ("--ranks 4 --entries 16 --scenario late --culprit 2 --at 10", 0, [],
+                          "comm 5a0052b9: rank 2 (host node0) entered all_reduce seq 10 5.000 s "
+                          "after the earliest rank (threshold 1.000 s); every rank completed it "
+                          "and the job went on (every rank entered seq 16): a stall, not a hang "
+                          "nor a straggler, no rank blamed (1 late entry on this comm;", None),
+    "late_twice_hosts": ("--ranks 8 --per-host 4 --entries 40 --step-ms 20 --host-offset-us "
+                         "40000000 --scenario late --culprit 5 --at 30 --late-every 20", 0, [],
+                         "rank 5 (host node1) entered", None),
+    "late_recurring_hosts": ("--ranks 8 --per-host 4 --entries 40 --step-ms 20 --host-offset-us "
+                             "40000000 --scenario late --culprit 5 --at 30 --late-every 8", 1,
+                             [("late_arrival", WORLD, 7, [5], [5])], None,
+                             "it entered late on 4 separate occasions (from seq 7)"),
+    "late_newest": ("--ranks 4 --entries 16 --scenario late --culprit 2", 1,
+                    [("late_arrival", WORLD, 16, [2], [2])], None, "4 of 4 ranks completed it"),
+}
+
+
+def check_late():
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        for name, (args, want_rc, want, note, detail) in LATE.items():
+            d = os.path.join(t, name)
+            gen(args, d)
+            p = run([FR, "--json", d])
+            out = json.loads(p.stdout) if p.stdout else {"verdicts": [], "input_notes": []}
+            got = [verdict_key(v) for v in out["verdicts"]]
+            notes = [n for n in out["input_notes"] if "late_arrival blames" in n]
+            err = None
+            if p.returncode != want_rc or got != want:
+                err = f"exit {p.returncode}, verdicts {got}: want {want_rc}, {want}"
+            elif note and (len(notes) != 1 or note not in notes[0]):
+                err = f"notes {out['input_notes']!r} lack {note!r}"
+            elif not note and notes:
+                err = f"a late arrival that blames its rank is noted as history: {notes}"
+            elif detail and detail not in out["verdicts"][0]["detail"]:
+                err = f"detail {out['verdicts'][0]['detail']!r} lacks {detail!r}"
+            elif note:
+                h = run([FR, d]).stdout
+                if "note: comm 5a0052b9: rank" not in h or "no problem found" not in h:
+                    err = f"text lacks the note: {h!r}"
+            res.append((name, err))
+        # the others still wait in the collective the late rank entered last (one host's
+        # clock): it explains the hang, whatever came before
+        d = os.path.join(t, "late_stuck")
+        gen("--ranks 4 --entries 16 --scenario late --culprit 2", d)
+        for f in os.listdir(d):
+            with open(os.path.join(d, f)) as fh:
+                dump = json.load(fh)
+            for e in dump["entries"]:
+                if e["collective_seq_id"] == 16:
+                    e.update(state="started", time_discovered_completed_ns=None,
+                             duration_ms=None)
+            with open(os.path.join(d, f), "w") as fh:
+                json.dump(dump, fh)
+        p = run([FR, "--json", d])
+        vs = json.loads(p.stdout)["verdicts"] if p.stdout else []
+        got = [verdict_key(v) for v in vs]
+        res.append(("late_stuck", None if p.returncode == 1 and got and got[0] == (
+            "late_arrival", WORLD, 16, [2], [2]) and
+            "the others are still waiting in it" in vs[0]["detail"]
+            else f"exit {p.returncode}, verdicts {got}"))
     return res
 
 
@@ -1707,6 +1780,7 @@ def main():
     results += check_state_divergence_needs_agreement()
     results += check_p2p_needs_later_dump()
     results += check_ring_hang_not_healthy()
+    results += check_late()
     for name, err in results:
         if err:
             failed += 1

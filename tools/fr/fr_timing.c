@@ -45,7 +45,7 @@ static int64_t boot_of(const struct proc *p)
 	return ns_diff(p->dump_time_ns, p->dump_mono_ns);
 }
 
-static int add_note(struct fr_analysis *a, char *line)
+int analysis_note(struct fr_analysis *a, char *line)
 {
 	if (!line)
 		return -ENOMEM;
@@ -104,7 +104,7 @@ int timing_hosts(struct fr_analysis *a)
 					     i64_abs(ns_diff(boot, boot_of(q))) / 1e9, q->pid,
 					     p->pid) < 0)
 					line = NULL;
-				if (add_note(a, line))
+				if (analysis_note(a, line))
 					goto nomem;
 			}
 			first_of_id[next] = pi;
@@ -150,7 +150,7 @@ static int timing_notes(struct fr_analysis *a)
 			     "not from one moment)",
 			     a->comms[ci].id + (strncmp(a->comms[ci].id, "inferred:", 9) ? 0 : 9)) < 0)
 			line = NULL;
-		if (add_note(a, line)) {
+		if (analysis_note(a, line)) {
 			free(t);
 			return -ENOMEM;
 		}
@@ -188,7 +188,7 @@ static int timing_notes(struct fr_analysis *a)
 			     "no verdict compares clocks of different hosts", p->host,
 			     far / 86400e9, p->dump_time_ns < med ? "behind" : "ahead of") < 0)
 			line = NULL;
-		return add_note(a, line);
+		return analysis_note(a, line);
 	}
 	return 0;
 }
