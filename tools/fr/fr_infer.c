@@ -204,6 +204,15 @@ static int align_cmp_evidence(const struct align *x, const struct align *y)
 	int py = y->prefix - y->impossible < ALIGN_SAT ? y->prefix - y->impossible : ALIGN_SAT;
 	bool rx = refuted(x), ry = refuted(y);
 
+	/* below saturation, an overlap that goes on to collectives both sides completed with
+	 * different signatures is worth a match less: a short run of a periodic schedule
+	 * (all_gather, all_gather, reduce_scatter) then a contradiction is chance as likely
+	 * as history, against a shorter overlap that agrees to its end */
+	if (px < ALIGN_SAT && py < ALIGN_SAT) {
+		px -= x->later_bad > 0;
+		py -= y->later_bad > 0;
+	}
+
 	if (!y->ok)
 		return x->ok ? 1 : 0;
 	if (!x->ok)
