@@ -801,6 +801,17 @@ FLEET = {
                                 [("missing_rank", WORLD, 12, [8], [8])], [None],
                                 {"confidence": ["medium"],
                                  "waiting": [r for r in range(16) if r != 8]}),
+    # Found by fr_sweep.py (seed 49): a healthy job of 4 s dumped over 5 s, hosts' clocks
+    # 40 s apart: node24's rings hold 1-4 collectives (seqs 1-4, before the reference's
+    # ring begins). Rank 198's all_gather, all_gather, reduce_scatter matched a later step
+    # (3 matches) and its broadcast (root 3: seq 4's alone) disagreed, both completed; it
+    # beat the 2 matches of the truth and root_mismatch blamed it (medium) on a healthy job.
+    # Below saturation an overlap contradicted by collectives both sides completed is
+    # worth a match less
+    "mixed_healthy_short_rings_contradicted": ("--ranks 256 --per-host 8 --entries 200 --step-ms "
+                                               "20 --seed 8 --preexisting-from 21 --attach-skew "
+                                               "2 --dump-spread-ms 5000 --host-offset-us "
+                                               "40000000", 0, [], [], {}),
     "pre_healthy_tiny_rings": ("--ranks 256 --per-host 8 --entries 161 --step-ms 1 --seed 8 "
                                "--preexisting --attach-skew 0 --dump-spread-ms 2000 "
                                "--clock-off-host 31 --jitter-us 3000", 0, [], [], {}),
