@@ -812,6 +812,32 @@ FLEET = {
                                                "20 --seed 8 --preexisting-from 21 --attach-skew "
                                                "2 --dump-spread-ms 5000 --host-offset-us "
                                                "40000000", 0, [], [], {}),
+    # Found by fr_sweep.py (seed 25, the audit's): a stuck rank, a job of 1.8 s dumped over
+    # 5 s: node27's rings hold seqs 1-5, before the cluster reference's ring begins. Placed
+    # greedily in file order against the reference alone, rank 217 (3 collectives) fitted a
+    # later step by 2 matches, ambiguously, and root_mismatch blamed it (low); with that one
+    # fixed alone, rank 216 (3 matches and its pending broadcast) was blamed (medium). A rank
+    # placed weakly across hosts joins its host's others where it aligns to one of them, on
+    # one clock, by as much history: the stuck rank, and the hosts to dump again
+    "mixed_stuck_short_rings_spread_5s": ("--ranks 256 --per-host 8 --entries 90 --step-ms 20 "
+                                          "--seed 8 --scenario stuck --culprit 210 "
+                                          "--preexisting-from 129 --attach-skew 5 "
+                                          "--dump-spread-ms 5000 --host-offset-us 500000 "
+                                          "--jitter-us 3000", 1,
+                                          [("stuck_in_call", None, None, [210], []),
+                                           ("dumps_not_simultaneous", "fe9dceb211f8a144", 1,
+                                            [], [])], [None, None],
+                                          {"confidence": ["high", "medium"]}),
+    # Found by fr_sweep.py (seed 46): rank 168 (23 collectives, seqs from 1) joined a
+    # cluster whose reference holds one collective, by that one match; its host's others
+    # formed their cluster after it. type/size/op/root_mismatch blamed it (low)
+    "mixed_stuck_one_collective_reference": ("--ranks 256 --per-host 8 --entries 40 --step-ms "
+                                             "20 --seed 1 --scenario stuck --culprit 111 "
+                                             "--preexisting-from 99 --attach-skew 3 "
+                                             "--dump-spread-ms 2000 --clock-off-host 31", 1,
+                                             [("stuck_in_call", None, None, [111], []),
+                                              ("dumps_not_simultaneous", WORLD, 1, [], [])],
+                                             [None, None], {"confidence": ["high", "medium"]}),
     "pre_healthy_tiny_rings": ("--ranks 256 --per-host 8 --entries 161 --step-ms 1 --seed 8 "
                                "--preexisting --attach-skew 0 --dump-spread-ms 2000 "
                                "--clock-off-host 31 --jitter-us 3000", 0, [], [], {}),

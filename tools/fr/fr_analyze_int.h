@@ -208,6 +208,7 @@ struct pend {
 	int64_t hole_seq, hole_len;
 	bool solid;		/* placed by a long agreeing history (or the reference) */
 	bool ambiguous;		/* placed by times that cannot tell (across hosts) */
+	int place_net;		/* its placement's matches, less refuted and contradicted ones */
 };
 
 struct cluster {
