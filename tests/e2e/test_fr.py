@@ -20,13 +20,17 @@ COMPLETING = {
     "root": ("root_mismatch", [1], 9),
     # rank 1 sends 128 elements where rank 2 posts a 256-element recv: the pair is named
     "p2p": ("p2p_mismatch", [1, 2], 5),
-    "late": ("late_arrival", [1], 7),
+    # late before call 1 of steps 0, 2 and 4 of 6 (one stall makes the step's 3 collectives
+    # late: seqs 1-3, 7-9, 13-15), the job going on: a rank that stalls again and again
+    "late": ("late_arrival", [1], 1),
 }
+EXTRA = {"late": (6, ["--fault-step", "4", "--fault-every", "2", "--late-ms", "2000"])}
 
 
-def run_completing(scenario, nranks=4, extra=()):
+def run_completing(scenario, nranks=4, extra=(), steps=3):
     need_root()
-    job = Job(nranks, scenario, steps=3, extra=["--init-after-go"] + list(extra), name=scenario)
+    job = Job(nranks, scenario, steps=steps, extra=["--init-after-go"] + list(extra),
+              name=scenario)
     try:
         job.record()
         job.run_clean()
@@ -138,12 +142,28 @@ def test_fr_mismatches_and_late():
     for scenario, want in COMPLETING.items():
         if scenario == "healthy":
             continue
-        job = run_completing(scenario)
+        steps, extra = EXTRA.get(scenario, (3, ()))
+        job = run_completing(scenario, extra=extra, steps=steps)
         world = world_id(check_dumps_complete(job, 4))
         rc, out = verdicts(job)
         assert rc == 1, (scenario, out)
         rule, ranks, seq = want
         assert first(out) == (rule, ranks, world, seq), (scenario, out["verdicts"])
+        if scenario == "late":
+            assert "late on 3 separate occasions" in out["verdicts"][0]["detail"], out
+
+
+def test_fr_late_once_is_history():
+    """rank 1 stalls 3 s once, before step 1 of 3 (its seqs 4-6 late), every rank completes
+    them and the job runs on to its end: a stall, not a fault of the job (no verdict, exit
+    0); said in a note"""
+    job = run_completing("late", extra=["--fault-step", "1"])
+    world = world_id(check_dumps_complete(job, 4))
+    rc, out = verdicts(job)
+    assert rc == 0 and out["verdicts"] == [], out["verdicts"]
+    notes = [n for n in out["input_notes"] if n.startswith(f"comm {world[:8]}: rank 1 ")]
+    assert len(notes) == 1 and "entered all_reduce seq 4 " in notes[0] and \
+        "no rank blamed" in notes[0], out["input_notes"]
 
 
 def test_fr_skipped_collective_hangs():

@@ -57,6 +57,7 @@ static struct env {
 	bool py_frames;		/* entries carry Python "frames" (tptrace fr --py-stacks) */
 	int py_none;		/* with py_frames: this rank's Python is unsupported (no frames) */
 	int attach_skew;	/* rank r starts recording (r * 7) % (K + 1) steps late */
+	int late_every;		/* --scenario late: also late at every K-th step before --at */
 	int64_t host_offset_ns;	/* host h's clock is off by (h odd ? -1 : 1) * h * this */
 	int per_host;		/* ranks per host: host h holds ranks h*per_host.. */
 	/* dumps taken at different instants while the job runs on (0: every rank's dump holds
@@ -130,7 +131,7 @@ static const char doc[] =
 enum { OPT_SC = 1000, OPT_COMM, OPT_GROUP, OPT_RING, OPT_WRAP, OPT_DROPPED, OPT_AT, OPT_SEED,
        OPT_PRE, OPT_ATTACH, OPT_HOSTOFF, OPT_SPLITNULL, OPT_INIT_RC, OPT_INIT_API, OPT_STACKS,
        OPT_STACK_UNKNOWN, OPT_PY_FRAMES, OPT_PY_NONE, OPT_PER_HOST, OPT_SPREAD, OPT_STEP,
-       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
+       OPT_STALE, OPT_JITTER, OPT_STALE_MS, OPT_LATE_EVERY, OPT_PRE_FROM, OPT_CLOCK_OFF, OPT_ALIAS,
        OPT_CULPRIT_NCCL, OPT_SLEEP_BETWEEN, OPT_PERIOD, OPT_NET, OPT_NET_UNKNOWN, OPT_NET_PROC,
        OPT_PART_HOST, OPT_NET_HUB, OPT_NET_UNSENT, OPT_PART_MID, OPT_NET_LINKDOWN, OPT_PART_ALSO,
        OPT_NET_UNKNOWN_RANK, OPT_NET_SILENT };
@@ -144,6 +145,8 @@ static const struct argp_option opts[] = {
 	{ "comm", OPT_COMM, "J", 0, "Comm slot of the fault (default 0, the world)", 0 },
 	{ "group", OPT_GROUP, "G", 0, "Group size of split comms (default N>>slot)", 0 },
 	{ "at", OPT_AT, "SEQ", 0, "Signature/late fault at this collective seq (default last)", 0 },
+	{ "late-every", OPT_LATE_EVERY, "K", 0, "--scenario late: the culprit is also 5 s late at "
+	  "every K-th collective step before --at (the job waits for it each time)", 0 },
 	{ "ring", OPT_RING, "K", 0, "Ring size of wrapped ranks (default 2000)", 0 },
 	{ "wrap", OPT_WRAP, "R", 0, "This rank's ring keeps only the last --ring entries (-1: all)", 0 },
 	{ "dropped", OPT_DROPPED, "R", 0, "This rank reports dropped events", 0 },
@@ -284,6 +287,7 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_CLOCK_OFF: env.clock_off_host = num_arg(state, "clock-off-host", arg, 0, 1 << 20); break;
 	case OPT_ALIAS: env.alias_host = num_arg(state, "alias-host", arg, 0, 1 << 20); break;
+	case OPT_LATE_EVERY: env.late_every = num_arg(state, "late-every", arg, 1, 1 << 20); break;
 	case OPT_STALE_MS:
 		env.stale_ns = num_arg(state, "stale-ms", arg, 0, 3600000) * 1000000LL;
 		break;
@@ -742,6 +746,28 @@ static bool timed(void)
 	return env.spread_ns > 0 || env.stale_host >= 0;
 }
 
+#define LATE_NS 5000000000LL	/* --scenario late: how late the culprit enters */
+
+/* --scenario late: the culprit is late at step t (--at, and with --late-every every K-th
+ * collective step before it) */
+static bool late_at(int t)
+{
+	return env.sc == SC_LATE &&
+	       (t == target_step || (env.late_every && t < target_step && steps[t].op != OP_P2P &&
+				     steps[t].slot == steps[target_step].slot &&
+				     (target_step - t) % env.late_every == 0));
+}
+
+/* how much later than scheduled step t begins: the job waited for each late step before it */
+static int64_t late_shift(int t)
+{
+	int64_t d = 0;
+
+	for (int k = 0; env.late_every && k < t && k < nr_steps; k++)
+		d += late_at(k) ? LATE_NS : 0;
+	return d;
+}
+
 /* When rank r's dump was taken, on the true clock. Hosts in a scrambled order up to the
  * spread apart, a host's ranks 3 ms one after another. A healthy job's newest dump is at the
  * end of the schedule (the job runs on past it); a hang's dumps come 60 s after it, but for
@@ -761,7 +787,7 @@ static int64_t dump_instant(int r)
 	/* --scenario late: the job's end waits 5 s for the late rank (a dump taken before its
 	 * collective completed cannot hold that completion) */
 	return t0 + (int64_t)nr_steps * env.step_ns - env.spread_ns - 3000000LL * env.per_host +
-	       (env.sc == SC_LATE ? 5000000000LL : 0) + off + mine;
+	       (env.sc == SC_LATE ? LATE_NS + late_shift(nr_steps) : 0) + off + mine;
 }
 
 struct comm_hdr {
@@ -826,19 +852,20 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 		const struct step *s = &steps[t];
 		int g = group_size(s->slot), crank = comm_rank(s->slot, r);
 		bool target = t == target_step && in_target_group(r);
+		bool late = late_at(t) && in_target_group(r);
 		int64_t skipped = 0;
-		int64_t created = t0 + (int64_t)t * env.step_ns + entry_delay(r, t) + clock;
-		int64_t done = t0 + (int64_t)t * env.step_ns + last_entry_delay(r, t) + 900000 + clock;
+		int64_t begin = t0 + (int64_t)t * env.step_ns + late_shift(t);
+		int64_t created = begin + entry_delay(r, t) + clock;
+		int64_t done = begin + last_entry_delay(r, t) + 900000 + clock;
 		int state = 2;
 		struct ent e = { 0 };
 
 		/* --scenario late: the culprit enters 5 s late and everyone's completion waits
 		 * for it (before the dump checks: a dump holds no time after its own) */
-		if (env.sc == SC_LATE && target) {
+		if (late) {
 			if (culprit)
-				created += 5000000000LL;
-			done = t0 + (int64_t)t * env.step_ns + 5000000000LL +
-			       entry_delay(env.culprit, t) + 900000 + clock;
+				created += LATE_NS;
+			done = begin + LATE_NS + entry_delay(env.culprit, t) + 900000 + clock;
 		}
 		/* its dump was taken before it entered this step */
 		if (created - clock > dump_true)
@@ -937,7 +964,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 			}
 		}
 		/* everyone's completion waits for the late rank */
-		if (env.sc == SC_LATE && target && state == 2)
+		if (late && state == 2)
 			e.done = done;
 		e.in = e.out = e.count;
 		/* the recorder writes -1 for sizes it cannot know: nranks of a comm created
@@ -962,7 +989,7 @@ static int64_t rank_entries(int r, struct ent *ents, struct comm_hdr *hdr, int64
 	*dump_time = t0 + (int64_t)nr_steps * 1000000 +
 		     (hang_at_end() || init_fail() || env.sc == SC_STUCK ? 60000000000LL :
 		      1000000000LL) +
-		     (env.sc == SC_LATE ? 5000000000LL : 0) + clock;
+		     (env.sc == SC_LATE ? LATE_NS + late_shift(nr_steps) : 0) + clock;
 	if (culprit && env.sc == SC_KILLED)
 		*dump_time = t0 + (int64_t)nr_steps * 1000000 + clock;
 	return n;

@@ -823,6 +823,55 @@ FLEET = {
                             "--jitter-us 3000", 1,
                             [("missing_rank", "3019084fa4eaa27f", 12, [4], [4])], [None],
                             {"confidence": ["medium"], "waiting": [0, 1, 2, 3, 5, 6, 7]}),
+    # Found by fr_sweep.py (issue 22): the same with 40 s clocks and rings of 7-9 collectives
+    # since attach: no host-mate of the culprit was placed by 8 matches, so none anchored it;
+    # across hosts the shift by a period overlapped one collective more (the one whose states
+    # refute it) and won, and state_divergence blamed the culprit's 3 waiting host-mates
+    # (medium). A pair that cannot be one collective is no match: the true offset wins
+    "mixed_skip_on_short_40s": ("--ranks 16 --per-host 4 --entries 12 --step-ms 20 --seed 1 "
+                                "--scenario skip_on --culprit 8 --preexisting-from 5 "
+                                "--attach-skew 5 --host-offset-us 40000000 --period 3 "
+                                "--jitter-us 3000", 1,
+                                [("missing_rank", WORLD, 12, [8], [8])], [None],
+                                {"confidence": ["medium"],
+                                 "waiting": [r for r in range(16) if r != 8]}),
+    # Found by fr_sweep.py (seed 49): a healthy job of 4 s dumped over 5 s, hosts' clocks
+    # 40 s apart: node24's rings hold 1-4 collectives (seqs 1-4, before the reference's
+    # ring begins). Rank 198's all_gather, all_gather, reduce_scatter matched a later step
+    # (3 matches) and its broadcast (root 3: seq 4's alone) disagreed, both completed; it
+    # beat the 2 matches of the truth and root_mismatch blamed it (medium) on a healthy job.
+    # Below saturation an overlap contradicted by collectives both sides completed is
+    # worth a match less
+    "mixed_healthy_short_rings_contradicted": ("--ranks 256 --per-host 8 --entries 200 --step-ms "
+                                               "20 --seed 8 --preexisting-from 21 --attach-skew "
+                                               "2 --dump-spread-ms 5000 --host-offset-us "
+                                               "40000000", 0, [], [], {}),
+    # Found by fr_sweep.py (seed 25, the audit's): a stuck rank, a job of 1.8 s dumped over
+    # 5 s: node27's rings hold seqs 1-5, before the cluster reference's ring begins. Placed
+    # greedily in file order against the reference alone, rank 217 (3 collectives) fitted a
+    # later step by 2 matches, ambiguously, and root_mismatch blamed it (low); with that one
+    # fixed alone, rank 216 (3 matches and its pending broadcast) was blamed (medium). A rank
+    # placed weakly across hosts joins its host's others where it aligns to one of them, on
+    # one clock, by as much history: the stuck rank, and the hosts to dump again
+    "mixed_stuck_short_rings_spread_5s": ("--ranks 256 --per-host 8 --entries 90 --step-ms 20 "
+                                          "--seed 8 --scenario stuck --culprit 210 "
+                                          "--preexisting-from 129 --attach-skew 5 "
+                                          "--dump-spread-ms 5000 --host-offset-us 500000 "
+                                          "--jitter-us 3000", 1,
+                                          [("stuck_in_call", None, None, [210], []),
+                                           ("dumps_not_simultaneous", "fe9dceb211f8a144", 1,
+                                            [], [])], [None, None],
+                                          {"confidence": ["high", "medium"]}),
+    # Found by fr_sweep.py (seed 46): rank 168 (23 collectives, seqs from 1) joined a
+    # cluster whose reference holds one collective, by that one match; its host's others
+    # formed their cluster after it. type/size/op/root_mismatch blamed it (low)
+    "mixed_stuck_one_collective_reference": ("--ranks 256 --per-host 8 --entries 40 --step-ms "
+                                             "20 --seed 1 --scenario stuck --culprit 111 "
+                                             "--preexisting-from 99 --attach-skew 3 "
+                                             "--dump-spread-ms 2000 --clock-off-host 31", 1,
+                                             [("stuck_in_call", None, None, [111], []),
+                                              ("dumps_not_simultaneous", WORLD, 1, [], [])],
+                                             [None, None], {"confidence": ["high", "medium"]}),
     "pre_healthy_tiny_rings": ("--ranks 256 --per-host 8 --entries 161 --step-ms 1 --seed 8 "
                                "--preexisting --attach-skew 0 --dump-spread-ms 2000 "
                                "--clock-off-host 31 --jitter-us 3000", 0, [], [], {}),
@@ -1148,9 +1197,10 @@ def check_generated():
             and len(p.stderr.splitlines()) == 1 and victim in p.stderr
             else f"exit {p.returncode}, verdicts {got}, stderr {p.stderr!r}"))
         # a rank late at seq 10 (by 5 s) stays late for what it enqueues next (seq 11-12,
-        # by 6 s): the first late seq is the cause, not the one with the largest skew
+        # by 6 s): the first late seq is the cause, not the one with the largest skew (seq
+        # 12 the job's newest: a late arrival the job did not go past blames its rank)
         d = os.path.join(t, "late_first")
-        gen("--ranks 4 --entries 16 --scenario late --culprit 2 --at 10", d)
+        gen("--ranks 4 --entries 12 --scenario late --culprit 2 --at 10", d)
         victim = os.path.join(d, "tptrace-fr.node0.10002.json")
         with open(victim) as fh:
             dump = json.load(fh)
@@ -1269,6 +1319,78 @@ def check_wording():
         if "13.5-13.5 s" in text or "for 13.5 s" not in text:
             err = f"range: {text}"
         res.append(("wording: one figure for a range that rounds the same", err))
+    return res
+
+
+# late_arrival (tools/fr/fr_rules.c rule_late): a rank entering a collective past --skew-ms after
+# the others is blamed when that matters to the job -- it left ranks waiting, the job did not
+# go past it, or the same rank was late on 3 separate occasions -- and otherwise said in a
+# note: a one-off stall into a collective every rank completed, the job running on (a healthy
+# job on an overloaded host: the fleet soak's 256 ranks on 2 cores had one 1.28 s late), is
+# no problem of the job. name: (generator args, exit, verdicts, note (text it holds) or None,
+# the first verdict's detail holds)
+LATE = {
+    "late_once_went_on": ("--ranks 4 --entries 16 --scenario late --culprit 2 --at 10", 0, [],
+                          "comm 5a0052b9: rank 2 (host node0) entered all_reduce seq 10 5.000 s "
+                          "after the earliest rank (threshold 1.000 s); every rank completed it "
+                          "and the job went on (every rank entered seq 16): a stall, not a hang "
+                          "nor a straggler, no rank blamed (1 late entry on this comm;", None),
+    "late_twice_hosts": ("--ranks 8 --per-host 4 --entries 40 --step-ms 20 --host-offset-us "
+                         "40000000 --scenario late --culprit 5 --at 30 --late-every 20", 0, [],
+                         "rank 5 (host node1) entered", None),
+    "late_recurring_hosts": ("--ranks 8 --per-host 4 --entries 40 --step-ms 20 --host-offset-us "
+                             "40000000 --scenario late --culprit 5 --at 30 --late-every 8", 1,
+                             [("late_arrival", WORLD, 7, [5], [5])], None,
+                             "it entered late on 4 separate occasions (from seq 7)"),
+    "late_newest": ("--ranks 4 --entries 16 --scenario late --culprit 2", 1,
+                    [("late_arrival", WORLD, 16, [2], [2])], None, "4 of 4 ranks completed it"),
+}
+
+
+def check_late():
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        for name, (args, want_rc, want, note, detail) in LATE.items():
+            d = os.path.join(t, name)
+            gen(args, d)
+            p = run([FR, "--json", d])
+            out = json.loads(p.stdout) if p.stdout else {"verdicts": [], "input_notes": []}
+            got = [verdict_key(v) for v in out["verdicts"]]
+            notes = [n for n in out["input_notes"] if "late_arrival blames" in n]
+            err = None
+            if p.returncode != want_rc or got != want:
+                err = f"exit {p.returncode}, verdicts {got}: want {want_rc}, {want}"
+            elif note and (len(notes) != 1 or note not in notes[0]):
+                err = f"notes {out['input_notes']!r} lack {note!r}"
+            elif not note and notes:
+                err = f"a late arrival that blames its rank is noted as history: {notes}"
+            elif detail and detail not in out["verdicts"][0]["detail"]:
+                err = f"detail {out['verdicts'][0]['detail']!r} lacks {detail!r}"
+            elif note:
+                h = run([FR, d]).stdout
+                if "note: comm 5a0052b9: rank" not in h or "no problem found" not in h:
+                    err = f"text lacks the note: {h!r}"
+            res.append((name, err))
+        # the others still wait in the collective the late rank entered last (one host's
+        # clock): it explains the hang, whatever came before
+        d = os.path.join(t, "late_stuck")
+        gen("--ranks 4 --entries 16 --scenario late --culprit 2", d)
+        for f in os.listdir(d):
+            with open(os.path.join(d, f)) as fh:
+                dump = json.load(fh)
+            for e in dump["entries"]:
+                if e["collective_seq_id"] == 16:
+                    e.update(state="started", time_discovered_completed_ns=None,
+                             duration_ms=None)
+            with open(os.path.join(d, f), "w") as fh:
+                json.dump(dump, fh)
+        p = run([FR, "--json", d])
+        vs = json.loads(p.stdout)["verdicts"] if p.stdout else []
+        got = [verdict_key(v) for v in vs]
+        res.append(("late_stuck", None if p.returncode == 1 and got and got[0] == (
+            "late_arrival", WORLD, 16, [2], [2]) and
+            "the others are still waiting in it" in vs[0]["detail"]
+            else f"exit {p.returncode}, verdicts {got}"))
     return res
 
 
@@ -1815,6 +1937,7 @@ def main():
     results += check_ring_hang_not_healthy()
     results += check_lost_entries_not_mismatch()
     results += check_straggler_does_not_hide_a_hang()
+    results += check_late()
     for name, err in results:
         if err:
             failed += 1

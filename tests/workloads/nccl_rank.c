@@ -5,7 +5,8 @@
  * they rendezvous through the id file and /dev/shm.
  *
  * Usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S (5)] [--scenario NAME
- *                  (healthy)] [--culprit C (1)] [--fault-step K (S-1)] [--late-ms MS (3000)]
+ *                  (healthy)] [--culprit C (1)] [--fault-step K (S-1)] [--fault-every E]
+ *                  [--late-ms MS (3000)]
  *                  [--split] [--init-before-ready (default) | --init-after-go] [--hold]
  *                  [--bad-init] [--announce] [--start-delay-ms MS (0)]
  *
@@ -63,7 +64,8 @@
  * loaded host stretches (256 ranks on 2 cores: 0.8 s steps of a 200 ms compute); this is
  * "30 % slower every step" whatever the step takes.
  *
- * Scenarios: only the culprit (default rank 1) misbehaves, only at step K (default S-1).
+ * Scenarios: only the culprit (default rank 1) misbehaves, only at step K (default S-1), and
+ * with --fault-every E also at every E-th step before it (K-E, K-2E, ...).
  * Outcomes are for the sim's default TPSIM_NCCL_HANG_ON=kind.
  *   healthy      nothing; all ranks DONE.
  *   skip         culprit omits call 1. Its allgather meets the others' allreduce at the same
@@ -136,7 +138,7 @@ static const char *scenario_names[] = {
 };
 
 struct opts {
-	int rank, nranks, steps, culprit, fault_step, late_ms;
+	int rank, nranks, steps, culprit, fault_step, fault_every, late_ms;
 	int kernels, compute_us, poll_ms;	/* benchmark shape: compute before the collectives */
 	int slow_us;		/* the culprit sleeps this long on the host before each step's work */
 	int slow_pct;		/* ... or this share of its own previous step's duration */
@@ -325,7 +327,7 @@ static void usage(void)
 	fprintf(stderr, "usage: nccl_rank --rank R --nranks N --id-file PATH [--steps S] "
 		"[--scenario healthy|skip|late|size|dtype|op|root|p2p|stuck|exit|kill|async_error|"
 		"idle|spin] [--announce] "
-		"[--culprit C] [--fault-step K] [--late-ms MS] [--split] [--init-before-ready|"
+		"[--culprit C] [--fault-step K] [--fault-every E] [--late-ms MS] [--split] [--init-before-ready|"
 		"--init-after-go] [--hold] [--bad-init] [--kernels K --compute-us US] [--poll-ms P] [--slow-us US | --slow-pct P] [--start-delay-ms MS]\n");
 	exit(2);
 }
@@ -354,6 +356,8 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->culprit = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--fault-step"))
 			o->fault_step = (int)hs_parse_long(a, v), i++;
+		else if (!strcmp(a, "--fault-every"))
+			o->fault_every = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--late-ms"))
 			o->late_ms = (int)hs_parse_long(a, v), i++;
 		else if (!strcmp(a, "--split"))
@@ -389,7 +393,7 @@ static void parse(int argc, char **argv, struct opts *o)
 			found = true;
 		}
 	if (!found || o->rank < 0 || o->nranks < 1 || o->rank >= o->nranks || !o->id_file ||
-	    o->steps < 1)
+	    o->steps < 1 || o->fault_every < 0)
 		usage();
 	if (o->fault_step < 0)
 		o->fault_step = o->steps - 1;
@@ -462,7 +466,10 @@ int main(int argc, char **argv)
 		comm_setup(&o, &comm, &split_comm);
 
 	for (int step = 0; step < o.steps; step++) {
-		bool fault = o.rank == o.culprit && step == o.fault_step;
+		bool fault = o.rank == o.culprit &&
+			     (step == o.fault_step ||
+			      (o.fault_every && step < o.fault_step &&
+			       (o.fault_step - step) % o.fault_every == 0));
 		enum scenario sc = fault ? o.scenario : SC_HEALTHY;
 		size_t ar_count = sc == SC_SIZE ? AR_COUNT + 1 : AR_COUNT;
 		ncclDataType_t ar_type = sc == SC_DTYPE ? ncclFloat16 : ncclFloat32;

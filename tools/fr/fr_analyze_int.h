@@ -187,6 +187,9 @@ struct member {
 	int64_t st_seq, st_created, st_prev_created, st_prev_done;
 	int64_t first_created;	/* its oldest collective's, for its step length */
 	int nr_last;		/* straggler: collectives it entered last by the margin */
+	/* late_arrival: separate occasions it entered a collective every rank completed past
+	 * the threshold (a run of consecutive late entries is one), the first one's agg */
+	int nr_late_eps, late_first_agg;
 	/* its own waits (completion - creation, µs) in its newest MEMBER_WAITS completed
 	 * collectives, a ring, with their aggregates: the straggler rule's medians */
 	struct member_wait { int32_t agg, wait_us; } *waits;
@@ -216,6 +219,7 @@ struct pend {
 	int64_t hole_seq, hole_len;
 	bool solid;		/* placed by a long agreeing history (or the reference) */
 	bool ambiguous;		/* placed by times that cannot tell (across hosts) */
+	int place_net;		/* its placement's matches, less refuted and contradicted ones */
 };
 
 struct cluster {
@@ -358,7 +362,9 @@ struct verdict {
 			int64_t max_s, max_r;
 		} p2p;
 		struct { struct stuck_call *calls; int n, nprocs; int64_t mind, maxd; } stuck;
-		struct { int64_t skew; bool stuck; int nr_over; bool waits; } late;
+		/* eps: separate occasions the rank entered late where that, recurring, is the
+		 * evidence (0: the lateness left ranks stuck, or the job did not go past it) */
+		struct { int64_t skew; bool stuck; int nr_over; bool waits; int eps; } late;
 		/* lag: median margin by which it entered last; step: its median interval
 		 * between collectives on the comm; last/of: collectives it was last in */
 		struct {
@@ -509,8 +515,9 @@ struct fr_analysis {
 	int nr_with_pyframes;	/* dumps whose entries carry frames */
 	struct fr_trigger_sel trigger;
 	int nr_hosts;		/* distinct host ids (timing_hosts) */
-	/* bad input said in one line each (fr_timing.c): a host name held by machines of
-	 * different boots; a host clock far from the others'; dumps of several jobs */
+	/* said in one line each (analysis_note): bad input (fr_timing.c: a host name held by
+	 * machines of different boots; a host clock far from the others'; dumps of several
+	 * jobs), and what is seen but blames nobody (a one-off late arrival, fr_rules.c) */
 	char *notes[8];
 	int nr_notes;
 	bool host_split;
@@ -601,11 +608,11 @@ void detail_partition(FILE *f, const struct fr_analysis *a, const struct verdict
 void partition_reason(FILE *f, const struct fr_analysis *a, const struct verdict *v);
 
 /* fr_timing.c */
+/* adds line (malloc'ed, taken; NULL: -ENOMEM) to a->notes, dropped past their room */
+int analysis_note(struct fr_analysis *a, char *line);
 int timing_hosts(struct fr_analysis *a);
 int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t);
 int timing_comm_skews(struct fr_analysis *a);
-/* an input note (takes line, malloc'd; NULL: -ENOMEM); past the notes' room, dropped */
-int add_note(struct fr_analysis *a, char *line);
 /* the hang threshold of comm cid (struct comm's skew_ns) */
 static inline int64_t comm_skew(const struct fr_analysis *a, int cid)
 {

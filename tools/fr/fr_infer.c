@@ -110,6 +110,7 @@ struct align {
 				 * does not tell them apart (dumps not from one moment) */
 	int causal;		/* one clock: matches seen completed on one side before the
 				 * other called them (of impossible) */
+	int fault_end;		/* the overlap ends in a pending mismatch counted in prefix */
 };
 
 /* most of its matches cannot be one collective, or (one clock) one completed before the other
@@ -197,9 +198,21 @@ static bool align_better_dt(const struct align *x, const struct align *y)
 /* x better than y up to the time tie-break (0: equal so far, 1: x, -1: y) */
 static int align_cmp_evidence(const struct align *x, const struct align *y)
 {
-	int px = x->prefix < ALIGN_SAT ? x->prefix : ALIGN_SAT;
-	int py = y->prefix < ALIGN_SAT ? y->prefix : ALIGN_SAT;
+	/* a pair that cannot be one collective is no match: a short history (rings of a
+	 * few collectives since attach) shifted by a period can overlap one collective more
+	 * than the true offset, and that one is the pair the states refute */
+	int px = x->prefix - x->impossible < ALIGN_SAT ? x->prefix - x->impossible : ALIGN_SAT;
+	int py = y->prefix - y->impossible < ALIGN_SAT ? y->prefix - y->impossible : ALIGN_SAT;
 	bool rx = refuted(x), ry = refuted(y);
+
+	/* below saturation, an overlap that goes on to collectives both sides completed with
+	 * different signatures is worth a match less: a short run of a periodic schedule
+	 * (all_gather, all_gather, reduce_scatter) then a contradiction is chance as likely
+	 * as history, against a shorter overlap that agrees to its end */
+	if (px < ALIGN_SAT && py < ALIGN_SAT) {
+		px -= x->later_bad > 0;
+		py -= y->later_bad > 0;
+	}
 
 	if (!y->ok)
 		return x->ok ? 1 : 0;
@@ -457,6 +470,7 @@ static struct align align_to(const struct pend *m, int64_t m_dump, const struct 
 				 * collective hangs there; the history agrees to the end (a wrong
 				 * offset that pairs it with nothing would win by one) */
 				count_pair(&al, e, f, &pv, one_clock, m_dump, r_dump);
+				al.fault_end = 1;
 				break;
 			}
 			if (!sig_match(e, f)) {
@@ -904,6 +918,74 @@ static void anchor_to_host(struct fr_analysis *a)
 	}
 }
 
+/* what an alignment's history shows: its matches, less those that cannot be one collective,
+ * the pending mismatch at its end, and one for a contradiction later on */
+static int align_net(const struct align *al)
+{
+	return al->prefix - al->impossible - al->fault_end - (al->later_bad > 0);
+}
+
+/* A member placed weakly across hosts (by fewer than ALIGN_SOLID matches, or ambiguously)
+ * whose host holds, in another cluster, a member placed solidly or on one clock that it aligns
+ * to on one clock by at least as much history: it joins that one. Greedy in file order, a rank with a short or
+ * late ring is aligned to its cluster's reference only; where the reference's ring does not
+ * reach back to its true seqs (dumped before the others ran far), or holds a single
+ * collective, only a shift by a period overlaps, while its host's others (one clock: creation
+ * times agree to the microsecond) formed their cluster after it. */
+static int rehome_to_host(struct fr_analysis *a)
+{
+	for (int i = 0; i < a->nr_pends; i++) {
+		struct pend *p = &a->pends[i];
+		struct cluster *from = &a->clusters[p->cluster];
+		struct align best = { 0 };
+		int bq = -1;
+
+		if (p->solid || from->ref == i || same_host(a, p, &a->pends[from->ref]))
+			continue;
+		for (int k = 0; k < a->nr_pends; k++) {
+			const struct pend *q = &a->pends[k];
+			const struct cluster *to = &a->clusters[q->cluster];
+			struct align aq;
+			/* q placed solidly, or on one clock to its reference */
+			bool compat = k != i && q->cluster != p->cluster &&
+				      (q->solid || same_host(a, q, &a->pends[to->ref])) &&
+				      same_host(a, p, q) && !cluster_has_proc(a, to, p->proc);
+
+			for (int j = 0; compat && j < to->pends.n; j++)
+				compat = pend_compatible(p, &a->pends[to->pends.v[j]]);
+			if (compat && p->ci.nranks != FR_UNK && to->pends.n >= p->ci.nranks)
+				compat = false;
+			if (!compat)
+				continue;
+			aq = align_to(p, a->procs[p->proc].dump_time_ns, q,
+				      a->procs[q->proc].dump_time_ns, true);
+			if (!aq.ok || refuted(&aq) || align_net(&aq) < p->place_net)
+				continue;
+			if (bq < 0 || align_better(&aq, &best)) {
+				best = aq;
+				bq = k;
+			}
+		}
+		if (bq < 0)
+			continue;
+		for (int j = 0; j < from->pends.n; j++)
+			if (from->pends.v[j] == i) {
+				memmove(&from->pends.v[j], &from->pends.v[j + 1],
+					(from->pends.n - j - 1) * sizeof(*from->pends.v));
+				from->pends.n--;
+				break;
+			}
+		p->cluster = a->pends[bq].cluster;
+		p->d = best.d + a->pends[bq].d;
+		p->clock = best.clk + a->pends[bq].clock;
+		p->ambiguous = false;
+		p->place_net = align_net(&best);
+		if (ivec_push(&a->clusters[p->cluster].pends, i))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 /* Greedy, in file order: each comm joins the cluster it aligns best with, or starts one. */
 static int cluster_pends(struct fr_analysis *a)
 {
@@ -974,9 +1056,12 @@ static int cluster_pends(struct fr_analysis *a)
 		p->d = best.d;		/* its seq x is the reference's x + d */
 		p->clock = best.clk;
 		p->ambiguous = best.ambiguous;
+		p->place_net = align_net(&best);
 		if (ivec_push(&a->clusters[bc].pends, i))
 			return -ENOMEM;
 	}
+	if (rehome_to_host(a))
+		return -ENOMEM;
 	anchor_to_host(a);
 	for (int i = 0; i < a->nr_pends; i++)
 		if (a->pends[i].ambiguous)

@@ -839,7 +839,7 @@ static int note_lost_entries(struct fr_analysis *a, int cid, int64_t seq, const 
 		     shift > 1 ? "up to " : "", shift, shift == 1 ? "" : "s",
 		     n == 1 ? "its" : "their", dropped) < 0)
 		line = NULL;
-	return add_note(a, line);
+	return analysis_note(a, line);
 }
 
 static int rule_signatures(struct fr_analysis *a)
@@ -1276,12 +1276,51 @@ static int64_t agg_skew(const struct fr_analysis *a, const struct seq_agg *g, in
 	return ns_diff(g->max_created, g->min_created);
 }
 
+#define LATE_RECUR	3	/* separate late entries of one rank that blame it */
+
+/* One-off late entries that blame nobody: said in a note (one per comm), never dropped
+ * silently. g: the first one; of: late entries on the comm in all. */
+static int late_note(struct fr_analysis *a, int cid, const struct seq_agg *g, int m, int64_t skew,
+		     bool waits, int of, int64_t went_to)
+{
+	const struct proc *p = &a->procs[a->members[m].proc];
+	char who[96], *line = NULL;
+
+	if (p->global_rank != FR_UNK)
+		snprintf(who, sizeof(who), "rank %" PRId64, p->global_rank);
+	else
+		snprintf(who, sizeof(who), "pid %" PRId64 " on %s", p->pid == FR_UNK ? -1 : p->pid,
+			 p->host);
+	if (asprintf(&line, "comm %s: %s (host %s) entered %s seq %" PRId64 " %.3f s after the "
+		     "%s rank (threshold %.3f s); every rank completed it and the job went on "
+		     "(every rank entered seq %" PRId64 "): a stall, not a hang nor a straggler, "
+		     "no rank blamed (%d late entr%s on this comm; late_arrival blames a rank "
+		     "that leaves others waiting, or one late on %d separate occasions)",
+		     short_id(a->comms[cid].id), who, p->host, fr_op_name(g->sig0.op), g->seq,
+		     skew / 1e9, waits ? "earliest" : "first", comm_skew(a, cid) / 1e9, went_to, of,
+		     of == 1 ? "y" : "ies", LATE_RECUR) < 0)
+		line = NULL;
+	return analysis_note(a, line);
+}
+
+/* A rank that entered a collective past the threshold after the others (skew from each rank's
+ * own wait, or one host's clock). It blames that rank when its lateness matters to the job:
+ * it left ranks waiting in the collective at their dumps (the hang's cause; preferred), or
+ * the job did not go past it (every rank's newest collective: the dumps were taken on that
+ * wait), or the same rank was late on LATE_RECUR separate occasions (a run of consecutive
+ * late collectives, which one stall before enqueueing several makes, is one). A one-off
+ * stall into a collective every rank completed, in a job that went on past it, is history:
+ * said in a note, no rank blamed (a healthy job on an overloaded host has them). */
 static int rule_late(struct fr_analysis *a)
 {
 	for (int ci = 0; ci < a->nr_comms; ci++) {
 		int cid = a->comm_order[ci];
 		struct comm *c = &a->comms[cid];
-		int placed = placed_count(a, c), best = -1, nr_over = 0, best_m = -1;
+		int placed = placed_count(a, c), nr_over = 0, prev_late = -1, ep_first = -1;
+		int stuck_k = -1, halt_k = -1, first_k = -1, first_m = -1, rec_m = -1;
+		bool first_waits = false;
+		int64_t full = INT64_MIN, first_skew = 0;
+		int best = -1, best_m = -1;
 		bool best_stuck = false, best_waits = false;
 		int64_t best_skew = 0;
 		struct seq_agg *g;
@@ -1292,38 +1331,87 @@ static int rule_late(struct fr_analysis *a)
 		 * last (said in input_notes and by dumps_not_simultaneous) */
 		if (placed < 2 || c->align_ambiguous)
 			continue;
+		/* the newest collective every rank entered: the job went past older ones */
 		for (int k = 0; k < c->aggs.n; k++) {
-			int64_t skew;
-			bool stuck, waits = false;
+			g = &a->aggs[c->aggs.v[k]];
+			if (g->entered >= placed && g->seq > full)
+				full = g->seq;
+		}
+		for (int i = 0; i < c->members.n; i++) {
+			a->members[c->members.v[i]].nr_late_eps = 0;
+			a->members[c->members.v[i]].late_first_agg = -1;
+		}
+		for (int k = 0; k <= c->aggs.n; k++) {
+			int64_t skew = FR_UNK;
+			bool waits = false;
 			int late = -1;
 
-			g = &a->aggs[c->aggs.v[k]];
-			skew = agg_skew(a, g, placed, &late, &waits);
-			if (skew == FR_UNK || skew <= comm_skew(a, cid))
-				continue;
-			nr_over++;
-			stuck = g->completed < g->entered;
-			/* a late arrival that leaves others stuck explains the hang: prefer it; else
-			 * the earliest (aggs are in seq order): a late rank stays late for the
-			 * collectives it enqueues right after, so the first one is the cause */
-			if (best < 0 || (stuck && !best_stuck)) {
-				best = c->aggs.v[k];
-				best_skew = skew;
-				best_stuck = stuck;
-				best_m = late;
-				best_waits = waits;
+			if (k < c->aggs.n) {
+				g = &a->aggs[c->aggs.v[k]];
+				skew = agg_skew(a, g, placed, &late, &waits);
+				if (skew != FR_UNK && skew <= comm_skew(a, cid))
+					skew = FR_UNK;
 			}
+			/* the run of late entries by one rank that ended at k - 1 */
+			if (ep_first >= 0 && (skew == FR_UNK || late != prev_late)) {
+				struct member *m = &a->members[prev_late];
+
+				if (a->aggs[c->aggs.v[k - 1]].seq >= full && halt_k < 0)
+					halt_k = ep_first;
+				if (!m->nr_late_eps++)
+					m->late_first_agg = ep_first;
+				ep_first = -1;
+			}
+			if (skew == FR_UNK) {
+				prev_late = -1;
+				continue;
+			}
+			nr_over++;
+			if (ep_first < 0)
+				ep_first = k;
+			prev_late = late;
+			if (first_k < 0) {
+				first_k = k;
+				first_m = late;
+				first_skew = skew;
+				first_waits = waits;
+			}
+			/* a late arrival that leaves others stuck explains the hang: prefer it; a
+			 * late rank stays late for the collectives it enqueues right after, so the
+			 * first one is the cause */
+			if (stuck_k < 0 && g->completed < g->entered)
+				stuck_k = k;
 		}
-		if (best < 0)
+		if (first_k < 0)
 			continue;
-		g = &a->aggs[best];
+		for (int i = 0; i < c->members.n; i++) {
+			int mi = c->members.v[i];
+
+			if (a->members[mi].nr_late_eps >= LATE_RECUR &&
+			    (rec_m < 0 || a->members[mi].nr_late_eps > a->members[rec_m].nr_late_eps ||
+			     (a->members[mi].nr_late_eps == a->members[rec_m].nr_late_eps &&
+			      a->members[mi].late_first_agg < a->members[rec_m].late_first_agg)))
+				rec_m = mi;
+		}
+		best = stuck_k >= 0 ? stuck_k : halt_k >= 0 ? halt_k :
+		       rec_m >= 0 ? a->members[rec_m].late_first_agg : -1;
+		if (best < 0) {
+			if (late_note(a, cid, &a->aggs[c->aggs.v[first_k]], first_m, first_skew,
+				      first_waits, nr_over, full))
+				return -ENOMEM;
+			continue;
+		}
+		g = &a->aggs[c->aggs.v[best]];
+		best_skew = agg_skew(a, g, placed, &best_m, &best_waits);
+		best_stuck = g->completed < g->entered;
 		if (!(v = verdict_new(a, RULE_LATE, cid, g->seq, fr_op_name(g->sig0.op))))
 			return -ENOMEM;
-		v->agg = best;
+		v->agg = c->aggs.v[best];
 		v->ev.late.skew = best_skew;
 		v->ev.late.stuck = best_stuck;
 		v->ev.late.nr_over = nr_over;
 		v->ev.late.waits = best_waits;
+		v->ev.late.eps = stuck_k < 0 && halt_k < 0 ? a->members[best_m].nr_late_eps : 0;
 		who_member(a, v, best_m);
 		check_dropped(a, v);
 	}

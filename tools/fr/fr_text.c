@@ -680,6 +680,10 @@ static void detail_late(FILE *f, const struct fr_analysis *a, const struct verdi
 	if (v->ev.late.nr_over > 1)
 		fprintf(f, "%d seqs on this comm have an arrival skew above the threshold\n",
 			v->ev.late.nr_over);
+	if (v->ev.late.eps)
+		fprintf(f, "it entered late on %d separate occasions (from seq %" PRId64 "), each "
+			   "into a collective every rank completed: a rank that stalls again and "
+			   "again\n", v->ev.late.eps, v->seq);
 }
 
 static void headline_straggler(FILE *f, const struct fr_analysis *a, const struct verdict *v)

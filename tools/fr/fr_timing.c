@@ -45,7 +45,7 @@ static int64_t boot_of(const struct proc *p)
 	return ns_diff(p->dump_time_ns, p->dump_mono_ns);
 }
 
-int add_note(struct fr_analysis *a, char *line)
+int analysis_note(struct fr_analysis *a, char *line)
 {
 	if (!line)
 		return -ENOMEM;
@@ -104,7 +104,7 @@ int timing_hosts(struct fr_analysis *a)
 					     i64_abs(ns_diff(boot, boot_of(q))) / 1e9, q->pid,
 					     p->pid) < 0)
 					line = NULL;
-				if (add_note(a, line))
+				if (analysis_note(a, line))
 					goto nomem;
 			}
 			first_of_id[next] = pi;
@@ -150,7 +150,7 @@ static int timing_notes(struct fr_analysis *a)
 			     "not from one moment)",
 			     a->comms[ci].id + (strncmp(a->comms[ci].id, "inferred:", 9) ? 0 : 9)) < 0)
 			line = NULL;
-		if (add_note(a, line)) {
+		if (analysis_note(a, line)) {
 			free(t);
 			return -ENOMEM;
 		}
@@ -188,7 +188,7 @@ static int timing_notes(struct fr_analysis *a)
 			     "no verdict compares clocks of different hosts", p->host,
 			     far / 86400e9, p->dump_time_ns < med ? "behind" : "ahead of") < 0)
 			line = NULL;
-		return add_note(a, line);
+		return analysis_note(a, line);
 	}
 	return 0;
 }
@@ -422,10 +422,8 @@ int timing_redump(struct fr_analysis *a, int pi, int cid, int64_t seq, bool comp
 	if (ARRAY_RESERVE(a->redumps, a->cap_redumps, a->nr_redumps + 1, 16))
 		return -ENOMEM;
 	r = &a->redumps[a->nr_redumps++];
-	r->proc = pi;
-	r->comm = cid;
-	r->seq = seq;
-	r->completed = completed;
+	/* every field: a collective's redump is no p2p one (the array's memory is not zeroed) */
+	*r = (struct redump){ .proc = pi, .comm = cid, .seq = seq, .completed = completed };
 	return 0;
 }
 
