@@ -45,7 +45,7 @@ static int64_t boot_of(const struct proc *p)
 	return ns_diff(p->dump_time_ns, p->dump_mono_ns);
 }
 
-static int add_note(struct fr_analysis *a, char *line)
+int add_note(struct fr_analysis *a, char *line)
 {
 	if (!line)
 		return -ENOMEM;
