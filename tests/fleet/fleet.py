@@ -430,6 +430,12 @@ class Fleet:
             except (OSError, ValueError):
                 continue        # being renamed into place: read again later
             d["_path"], d["_mtime"] = path, os.stat(path).st_mtime
+            # a state-first file (docs/fr-schema.md): the complete one replaces it
+            d["_pending"] = d.get("stacks_pending") is True
+            # when the dump's state was on disk: the complete file says when its state-first
+            # file was; a file written once (or not yet replaced) is its own mtime
+            w = d.get("state_written_ns")
+            d["_state_time"] = w / 1e9 if isinstance(w, int) else d["_mtime"]
             out.append(d)
         return out
 
@@ -446,7 +452,9 @@ class Fleet:
         return out
 
     def wait_dumps(self, pred, timeout=None, poll=0.05):
-        """Polls the dump dir until pred(dumps) is true; returns (dumps, time seen)."""
+        """Polls the dump dir until pred(dumps) is true; returns (dumps, time seen). The
+        dumps include state-first files (d["_pending"]): a pred that analyzes or checks
+        stacks waits for complete ones."""
         timeout = timeout or self.bound
         end = time.time() + timeout
         while True:
