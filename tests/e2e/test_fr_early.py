@@ -18,13 +18,15 @@ CULPRIT = 1
 STACK_KEYS = ("stacks", "stacks_error", "stacks_pending", "state_written_ns")
 
 
-def held_round(name):
+def held_round(name, jobs):
     """A 4-rank job hung at step 0 (rank 1 idle outside NCCL), recorded with every dump
     snapshot held: the attach snapshots are let run, then a SIGUSR2 round's snapshots hold.
-    Returns (job, tracer, hold file) once the state files are there, every rank stopped."""
+    Returns (job, tracer, hold file) once the state files are there, every rank stopped; the
+    job is in jobs from its start (for release)."""
     need_root()
     job = Job(NRANKS, "idle", steps=3, culprit=CULPRIT, name=name,
               extra=["--announce", "--fault-step", "0"])
+    jobs.append(job)
     hold = os.path.join(job.dir, "hold")
     job.go_and_hang(CULPRIT, "# culprit idle")
     args = ["fr", "--dump-dir", job.dump_dir, "-v", "--stack-samples", "1"]
@@ -46,6 +48,17 @@ def held_round(name):
     return job, t, hold
 
 
+def release(job):
+    """the recorder first: a rank killed while its snapshot holds it would wait in its exit
+    stop for a tracer that never lets go"""
+    if not job:
+        return
+    if job.tracer and job.tracer.p.poll() is None:
+        job.tracer.p.kill()
+        job.tracer.wait(30)
+    job.kill()
+
+
 def check_state_files(job, t):
     """the state files: there while the snapshots are held, the state, stacks pending"""
     states = job.dumps(pending=True)
@@ -65,9 +78,9 @@ def check_state_files(job, t):
 def test_fr_early_state_file_then_complete():
     """the state file is on disk while the snapshot is held, and the complete file replaces
     it with the same state: every key but the stacks' equal, and when the state was written"""
-    job = None
+    jobs = []
     try:
-        job, t, hold = held_round("early-held")
+        job, t, hold = held_round("early-held", jobs)
         states = check_state_files(job, t)
         os.unlink(hold)
         for p in job.pids():
@@ -91,17 +104,17 @@ def test_fr_early_state_file_then_complete():
         assert sum(1 for l in t.err.lines if "dumped pid" in l) == NRANKS, t.err.text()
         assert job.stop() == 0, t.err.text()
     finally:
-        if job:
-            job.kill()
+        for job in jobs:
+            release(job)
 
 
 def test_fr_early_recorder_killed_during_snapshot():
     """SIGKILL while the snapshots are held: the state files stay, each a readable dump, and
     tptrace-fr reads their stacks as unknown (the note names the ranks), never as "no thread
     in NCCL": no verdict from stacks it does not have"""
-    job = None
+    jobs = []
     try:
-        job, t, hold = held_round("early-killed")
+        job, t, hold = held_round("early-killed", jobs)
         check_state_files(job, t)
         t.p.kill()      # the kernel detaches the held threads
         t.wait(30)
@@ -123,5 +136,5 @@ def test_fr_early_recorder_killed_during_snapshot():
         assert txt.returncode == 0 and "note: stacks pending in the dumps of ranks 0, 1, 2, 3" \
             in txt.stdout, txt.stdout
     finally:
-        if job:
-            job.kill()
+        for job in jobs:
+            release(job)
