@@ -138,3 +138,34 @@ def test_fr_early_recorder_killed_during_snapshot():
     finally:
         for job in jobs:
             release(job)
+
+
+def test_fr_early_dump_dir_unwritable_before_the_stacks():
+    """the dump directory becomes unwritable (immutable: root too is refused, through the
+    recorder's open directory fd as well) between the state files and the complete ones: one error line for the round, the state files stay as the dumps, each
+    dump said and counted once, and recording goes on"""
+    jobs = []
+    immutable = None
+    try:
+        job, t, hold = held_round("early-ro", jobs)
+        check_state_files(job, t)
+        subprocess.run(["chattr", "+i", job.dump_dir], check=True)
+        immutable = job.dump_dir
+        os.unlink(hold)
+        want = (f"tptrace: writing flight-recorder dump {job.dump_dir}/tptrace-fr.")
+        assert t.err.wait_for(lambda l: l.startswith(want) and "with its stacks: Operation not "
+                              "permitted (and the other dumps of the round); their state files "
+                              "stay, stacks pending" in l, 60), t.err.text()
+        for p in job.pids():
+            assert t.err.wait_for(lambda l, p=p: f"dumped pid {p} (signal)" in l, 60), t.err.text()
+        assert sum(1 for l in t.err.lines if "with its stacks" in l) == 1, t.err.text()
+        assert sum(1 for l in t.err.lines if "dumped pid" in l) == NRANKS, t.err.text()
+        states = job.dumps(pending=True)
+        assert sorted(states) == list(range(NRANKS)), sorted(states)
+        assert all(d["stacks_pending"] is True for d in states.values())
+        assert t.p.poll() is None, t.err.text()
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", immutable])
+        for job in jobs:
+            release(job)
