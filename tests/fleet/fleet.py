@@ -433,9 +433,16 @@ class Fleet:
             # a state-first file (docs/fr-schema.md): the complete one replaces it
             d["_pending"] = d.get("stacks_pending") is True
             # when the dump's state was on disk: the complete file says when its state-first
-            # file was; a file written once (or not yet replaced) is its own mtime
+            # file was; a state-first file, or a dump written once (no snapshot of its own:
+            # --no-stacks, exited), is its own mtime
             w = d.get("state_written_ns")
-            d["_state_time"] = w / 1e9 if isinstance(w, int) else d["_mtime"]
+            if isinstance(w, int):
+                d["_state_time"] = w / 1e9
+            elif d["_pending"] or not any(s.get("taken") == "dump" for s in d.get("stacks") or []):
+                d["_state_time"] = d["_mtime"]
+            else:
+                raise AssertionError(f"{path}: a dump snapshot but no state_written_ns: the "
+                                     "recorder did not write its state first")
             out.append(d)
         return out
 
