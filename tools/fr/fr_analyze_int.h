@@ -570,6 +570,7 @@ const char *kstr(const struct fr_analysis *a, uint32_t off);
 int rule_stacks(struct fr_analysis *a);
 /* the input note naming the ranks whose dumps are state-first files (stacks pending) */
 int stacks_pending_note(struct fr_analysis *a);
+bool any_stacks_pending(const struct fr_analysis *a);
 int rule_ring_hang(struct fr_analysis *a);
 int rule_attached_after(struct fr_analysis *a);
 

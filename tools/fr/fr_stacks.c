@@ -458,6 +458,14 @@ static int rule_no_progress(struct fr_analysis *a)
 	return 0;
 }
 
+bool any_stacks_pending(const struct fr_analysis *a)
+{
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		if (a->procs[pi].stacks_pending)
+			return true;
+	return false;
+}
+
 /* "stacks pending in the dumps of ranks 3, 5 (state-first files: the recorder was still
  * taking them): their stacks unknown": one line, the first ranks named */
 #define PENDING_NAMED	8
