@@ -131,11 +131,14 @@ class Job:
             lambda l: sum(1 for x in self.tracer.err.lines if "(signal)" in x) >= want, timeout)
         assert ok, self.tracer.err.text()
 
-    def dumps(self):
+    def dumps(self, pending=False):
+        """this job's complete dumps by rank; pending: state-first files too (docs/fr-schema.md)"""
         out = {}
         for path in glob.glob(os.path.join(self.dump_dir, "tptrace-fr.*.json")):
             with open(path) as f:
                 d = json.load(f)
+            if d.get("stacks_pending") is True and not pending:
+                continue        # a state-first file: the complete one replaces it
             out[d["global_rank"]] = d
         return out
 

@@ -19,7 +19,9 @@ def all_dumps(job):
     out = []
     for path in sorted(glob.glob(os.path.join(job.dump_dir, "tptrace-fr.*.json"))):
         with open(path) as f:
-            out.append(json.load(f))
+            d = json.load(f)
+        if d.get("stacks_pending") is not True:     # state-first files: not yet complete
+            out.append(d)
     return out
 
 

@@ -108,7 +108,8 @@ class PyJob:
             if f.startswith("tptrace-fr.") and f.endswith(".json"):
                 with open(os.path.join(self.dump_dir, f)) as fh:
                     d = json.load(fh)
-                if d["pid"] in pids:
+                # a state-first file (stacks pending) is not the complete dump yet
+                if d["pid"] in pids and d.get("stacks_pending") is not True:
                     out[d["global_rank"]] = d
         return out
 

@@ -438,6 +438,19 @@ class Fleet:
             except (OSError, ValueError):
                 continue        # being renamed into place: read again later
             d["_path"], d["_mtime"] = path, os.stat(path).st_mtime
+            # a state-first file (docs/fr-schema.md): the complete one replaces it
+            d["_pending"] = d.get("stacks_pending") is True
+            # when the dump's state was on disk: the complete file says when its state-first
+            # file was; a state-first file, or a dump written once (no snapshot of its own:
+            # --no-stacks, exited), is its own mtime
+            w = d.get("state_written_ns")
+            if isinstance(w, int):
+                d["_state_time"] = w / 1e9
+            elif d["_pending"] or not any(s.get("taken") == "dump" for s in d.get("stacks") or []):
+                d["_state_time"] = d["_mtime"]
+            else:
+                raise AssertionError(f"{path}: a dump snapshot but no state_written_ns: the "
+                                     "recorder did not write its state first")
             out.append(d)
         return out
 
@@ -454,7 +467,9 @@ class Fleet:
         return out
 
     def wait_dumps(self, pred, timeout=None, poll=0.05):
-        """Polls the dump dir until pred(dumps) is true; returns (dumps, time seen)."""
+        """Polls the dump dir until pred(dumps) is true; returns (dumps, time seen). The
+        dumps include state-first files (d["_pending"]): a pred that analyzes or checks
+        stacks waits for complete ones."""
         timeout = timeout or self.bound
         end = time.time() + timeout
         while True:

@@ -124,8 +124,9 @@ def check_scope(fleet, dumps):
 
 
 def check_trigger_spread(fleet, dumps, since):
-    """Every host's first dump after `since` within 2 s of the trigger file; returns the
-    spread (s) and the trigger id."""
+    """Every host's first dump state after `since` on disk within 2 s of the trigger file
+    (when its state-first file was written: "state_written_ns", not the mtime of the
+    complete file that replaced it); returns the spread (s) and the trigger id."""
     trig = {}
     for d in dumps:
         t = d.get("trigger")
@@ -138,7 +139,8 @@ def check_trigger_spread(fleet, dumps, since):
     t_trig = files[tid][0]
     worst = 0.0
     for h in range(fleet.nhosts):
-        mine = [d["_mtime"] for d in dumps if d["host"] == f"h{h}" and d["_mtime"] >= since]
+        mine = [d["_state_time"] for d in dumps
+                if d["host"] == f"h{h}" and d["_state_time"] >= since]
         assert mine, f"host h{h} never dumped after the fault/trigger"
         lag = min(mine) - t_trig
         worst = max(worst, lag)
@@ -159,8 +161,8 @@ def _trigger(fleet):
 
 def _all_answered(fleet, tid, since):
     def pred(dumps):
-        got = {d.get("global_rank") for d in dumps
-               if d["_mtime"] >= since and (d.get("trigger") or {}).get("id") == tid}
+        got = {d.get("global_rank") for d in dumps if not d["_pending"] and
+               d["_mtime"] >= since and (d.get("trigger") or {}).get("id") == tid}
         return got >= set(range(fleet.nranks))
     return pred
 
@@ -193,6 +195,7 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50, 
 
     def every_rank_dumped(dumps):
         got = {d.get("global_rank") for d in dumps if d["_mtime"] >= t_go and
+               not d["_pending"] and
                d.get("dump_reason") in ("stall", "trigger", "exit", "signal")}
         return got >= set(range(fleet.nranks))
     dumps, t_all = fleet.wait_dumps(every_rank_dumped, timeout=fleet.stall_timeout + fleet.bound)
@@ -264,7 +267,8 @@ def _run_healthy(fleet, when="before", one_recorder=False, step_ms=50, steps_bef
     rcs = fleet.stop_recorders()
     res["stop_s"] = round(time.time() - t0, 2)
     assert all(rc == 0 for rc in rcs.values()), f"recorder exit codes {rcs}"
-    final = [d for d in fleet.dumps() if d.get("dump_reason") == "final" and d["_mtime"] >= t0]
+    final = [d for d in fleet.dumps() if d.get("dump_reason") == "final" and d["_mtime"] >= t0
+             and not d["_pending"]]
     assert {d.get("global_rank") for d in final} >= set(range(fleet.nranks)), \
         f"final dumps of {len(final)} of {fleet.nranks} ranks"
     snap = fleet.snapshot(f"healthy-final-{fleet.runs}")

@@ -1608,8 +1608,54 @@ def check_state_divergence_needs_agreement():
     return res
 
 
-def check_generated_stacks(t):
+def state_first(dump):
+    """dump as the recorder's state-first file: no stacks yet, stacks_pending, keys in order"""
+    out = {}
+    for k, v in dump.items():
+        if k == "stacks":
+            out["stacks"] = []
+            out["stacks_error"] = "pending: the snapshot was being taken when this file was written"
+            out["stacks_pending"] = True
+        elif k != "stacks_error":
+            out[k] = v
+    dump.clear()
+    dump.update(out)
+
+
+def check_stacks_pending(t):
+    """state-first dumps (docs/fr-schema.md): their stacks are unknown, never "not in NCCL";
+    a note names their ranks"""
     res = []
+    # the culprit of a job hung before attach (odd_stack from stacks alone) has its stacks
+    # pending: nothing blames it from stacks it lacks; the others' no_progress is doubtful
+    d = os.path.join(t, "pending_culprit")
+    gen("--ranks 4 --entries 8 --scenario hung_before_attach_missing --culprit 1", d)
+    edit_dumps(d, lambda x: x["global_rank"] == 1 and state_first(x))
+    p = run([FR, "--json", d])
+    out = json.loads(p.stdout) if p.stdout else {"verdicts": [], "input_notes": []}
+    got = [verdict_key(v) + (v["confidence"],) for v in out["verdicts"]]
+    note = ("stacks pending in the dump of rank 1 (state-first file: the recorder was still "
+            "taking them); its stacks unknown")
+    res.append(("stacks_pending_culprit", None if p.returncode == 1 and got == [
+        ("no_progress", None, None, [0, 2, 3], [], "low"),
+        ("attached_after_hang", None, None, [0, 2, 3], [], "high")] and
+        out["input_notes"] == [note] else f"exit {p.returncode}, verdicts {got}, notes "
+        f"{out.get('input_notes')}"))
+    # every dump state-first: nothing to judge, said as pending, never healthy
+    d = os.path.join(t, "pending_all")
+    gen("--ranks 4 --entries 8 --scenario hung_before_attach_missing --culprit 1", d)
+    edit_dumps(d, state_first)
+    h = run([FR, d])
+    res.append(("stacks_pending_all", None if h.returncode == 0 and h.stdout == (
+        "note: stacks pending in the dumps of ranks 0, 1, 2, 3 (state-first files: the recorder "
+        "was still\n    taking them); their stacks unknown\nnothing to judge: 4 ranks, no "
+        "collectives recorded and no stacks in the dumps (pending: the recorder\n    was still "
+        "taking them)\n") else f"exit {h.returncode}: {h.stdout!r}"))
+    return res
+
+
+def check_generated_stacks(t):
+    res = check_stacks_pending(t)
     # two ranks in ncclAllReduce, two in cudaStreamSynchronize, none progressing: no majority
     # names an odd rank, and still never healthy
     d = os.path.join(t, "mixed")

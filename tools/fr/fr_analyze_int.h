@@ -121,6 +121,7 @@ struct proc {
 	/* stacks: the attach snapshot and the newest one (the same when only one exists) */
 	struct psnap snap_attach, snap;
 	char stacks_error[96];
+	bool stacks_pending;	/* a state-first dump: its stacks unknown (still being taken) */
 	int net_source;		/* enum fr_net_src: its "net" */
 	char net_error[96];
 	bool torch;		/* a PyTorch flight-recorder dump (fr_torch.c) */
@@ -592,6 +593,9 @@ int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d);
 int fold_pystacks(struct fr_analysis *a, const struct fr_dump *d);
 const char *kstr(const struct fr_analysis *a, uint32_t off);
 int rule_stacks(struct fr_analysis *a);
+/* the input note naming the ranks whose dumps are state-first files (stacks pending) */
+int stacks_pending_note(struct fr_analysis *a);
+bool any_stacks_pending(const struct fr_analysis *a);
 int rule_ring_hang(struct fr_analysis *a);
 int rule_attached_after(struct fr_analysis *a);
 

@@ -1161,6 +1161,20 @@ static int top_py_stacks(struct jlex *j, void *obj)
 	return read_keys(j, true, py_stacks_keys, FK_NR(py_stacks_keys), d);
 }
 
+/* "stacks_pending": true in a state-first dump (its stacks were still being taken); any
+ * other value, or the key absent: not pending */
+static int top_stacks_pending(struct jlex *j, void *obj)
+{
+	struct fr_dump *d = obj;
+
+	jl_ws(j);
+	if ((size_t)(j->end - j->p) >= 4 && !memcmp(j->p, "true", 4)) {
+		d->stacks_pending = true;
+		return jl_literal(j, "true", 4) ? FK_OK : FK_FAIL;
+	}
+	return jl_skip(j, 0) ? FK_OK : FK_FAIL;
+}
+
 bool fr_net_addr(const char *s, uint8_t out[16])
 {
 	uint8_t v4[4];
@@ -1457,6 +1471,8 @@ static const struct fr_key top_keys[] = {
 	FK_ARRAY_OF(FRK_STACKS, snapshot_obj),
 	FK_CHARS(FRK_NCCL_VERSION, struct fr_dump, nccl_version),
 	FK_CHARS(FRK_STACKS_ERROR, struct fr_dump, stacks_error),
+	FK_CALL(FRK_STACKS_PENDING, top_stacks_pending),
+	FK_PASSED(FRK_STATE_WRITTEN_NS),
 };
 
 /* The top-level members from j->p on (first: the opening '{' is still ahead). With
@@ -1492,6 +1508,7 @@ static void reset(struct fr_dump *d)
 	d->py_stacks = false;
 	d->py_python[0] = d->py_why[0] = 0;
 	d->stacks_error[0] = 0;
+	d->stacks_pending = false;
 	d->trigger_id[0] = d->trigger_origin[0] = d->trigger_reason[0] = 0;
 	d->trigger_time_ns = FR_UNK;
 	d->nccl_version[0] = d->torch_version[0] = 0;

@@ -195,6 +195,7 @@ struct fr_dump {
 	struct fr_stack_thread *threads;
 	size_t nr_threads, cap_threads;
 	char stacks_error[96];	/* why the dump holds no snapshot of its own; "" none */
+	bool stacks_pending;	/* a state-first file: its stacks were still being taken */
 	/* entries' Python frames (--py-stacks dumps, PyTorch dumps with stack traces) */
 	struct fr_pystack *pystacks;
 	size_t nr_pystacks, cap_pystacks;

@@ -627,8 +627,9 @@ static int print_healthy(const struct fr_analysis *a, FILE *out)
 	/* no collective and no stack: nothing says the job is healthy */
 	if (!a->nr_comms && !a->nr_with_stacks) {
 		fprintf(out, "nothing to judge: %d rank%s, no collectives recorded and no stacks "
-			"in the dumps (recorded with --no-stacks, or by a tptrace before dump "
-			"version 2)\n", a->nr_procs, a->nr_procs == 1 ? "" : "s");
+			"in the dumps (%s)\n", a->nr_procs, a->nr_procs == 1 ? "" : "s",
+			any_stacks_pending(a) ? "pending: the recorder was still taking them" :
+			"recorded with --no-stacks, or by a tptrace before dump version 2");
 		return 0;
 	}
 	fprintf(out, "no problem found: %d rank%s, %d comm%s, ", a->nr_procs,

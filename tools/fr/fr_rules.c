@@ -1863,7 +1863,8 @@ int fr_analysis__finish(struct fr_analysis *a)
 			any_running = true;
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		a->procs[pi].dead = proc_is_dead(&a->procs[pi], any_running);
-	if ((err = place_members(a)) || (err = timing_hosts(a)) || (err = several_jobs(a)) ||
+	if ((err = place_members(a)) || (err = timing_hosts(a)) ||
+	    (err = stacks_pending_note(a)) || (err = several_jobs(a)) ||
 	    (err = timing_comm_skews(a)))
 		return err;
 	/* dumps of several jobs: nothing is judged (fr_analysis__bad_input says why) */

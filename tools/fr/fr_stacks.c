@@ -8,6 +8,8 @@
  * (where, api, progress) and the newest one's top frames, their strings interned across ranks:
  * bounded by ranks × FR_STACK_FRAMES, whatever the dumps hold. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fr_analyze_int.h"
@@ -92,6 +94,7 @@ int fold_stacks(struct fr_analysis *a, int pi, const struct fr_dump *d)
 	int err;
 
 	snprintf(p->stacks_error, sizeof(p->stacks_error), "%s", d->stacks_error);
+	p->stacks_pending = d->stacks_pending;
 	if (!d->nr_snaps)
 		return 0;
 	for (size_t i = 0; i < d->nr_snaps && !att; i++)
@@ -453,6 +456,53 @@ static int rule_no_progress(struct fr_analysis *a)
 	stack_confidence(a, v, rings_show_unfinished(a));
 	check_dropped(a, v);
 	return 0;
+}
+
+bool any_stacks_pending(const struct fr_analysis *a)
+{
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		if (a->procs[pi].stacks_pending)
+			return true;
+	return false;
+}
+
+/* "stacks pending in the dumps of ranks 3, 5 (state-first files: the recorder was still
+ * taking them): their stacks unknown": one line, the first ranks named */
+#define PENDING_NAMED	8
+int stacks_pending_note(struct fr_analysis *a)
+{
+	char *line = NULL, *names = NULL;
+	size_t len = 0;
+	int n = 0;
+	FILE *f;
+
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		n += a->procs[pi].stacks_pending;
+	if (!n)
+		return 0;
+	f = open_memstream(&names, &len);
+	if (!f)
+		return -ENOMEM;
+	for (int pi = 0, k = 0; pi < a->nr_procs; pi++) {
+		const struct proc *p = &a->procs[pi];
+
+		if (!p->stacks_pending || k++ >= PENDING_NAMED)
+			continue;
+		if (p->global_rank != FR_UNK)
+			fprintf(f, "%s%" PRId64, k > 1 ? ", " : "", p->global_rank);
+		else
+			fprintf(f, "%s%s:%" PRId64, k > 1 ? ", " : "", p->host, p->pid);
+	}
+	if (n > PENDING_NAMED)
+		fprintf(f, " and %d more", n - PENDING_NAMED);
+	if (fclose(f))
+		return -ENOMEM;
+	if (asprintf(&line, "stacks pending in the dump%s of rank%s %s (state-first file%s: the "
+		     "recorder was still taking them); %s stacks unknown", n == 1 ? "" : "s",
+		     n == 1 ? "" : "s", names, n == 1 ? "" : "s", n == 1 ? "its" : "their") < 0)
+		line = NULL;
+	free(names);
+	return analysis_note(a, line);
 }
 
 int rule_stacks(struct fr_analysis *a)

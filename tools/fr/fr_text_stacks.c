@@ -248,8 +248,9 @@ void detail_no_progress(FILE *f, const struct fr_analysis *a, const struct verdi
 		if (a->nr_with_stacks)
 			fprintf(f, "their stacks name no wait that tells them apart");
 		else
-			fprintf(f, "no stacks in the dumps to show where each waits (recorded with "
-				   "--no-stacks?)");
+			fprintf(f, "no stacks in the dumps to show where each waits (%s)",
+				any_stacks_pending(a) ? "pending: the recorder was still taking them" :
+				"recorded with --no-stacks?");
 		return;
 	}
 

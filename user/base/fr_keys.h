@@ -41,6 +41,8 @@
 #define FRK_IN_CALL			"in_call"
 #define FRK_STACKS			"stacks"
 #define FRK_STACKS_ERROR		"stacks_error"
+#define FRK_STACKS_PENDING		"stacks_pending"
+#define FRK_STATE_WRITTEN_NS		"state_written_ns"
 #define FRK_ENTRIES			"entries"
 #define FRK_NET				"net"
 

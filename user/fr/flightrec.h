@@ -46,11 +46,13 @@ struct flightrec_opts {
 	 * one instant, as fresh as it can be (docs/fr-schema.md "dump_set"). < 0: failed (the
 	 * state is the one of the last consumption). NULL: the state as it is. */
 	int (*drain)(void *ctx);
-	/* while a round of dumps runs (its state frozen: snapshots, JSON, writes take seconds at
-	 * hundreds of processes), the BPF ring must still be emptied or it overflows and records
-	 * are lost: hold(ctx, true) makes consumed records wait in memory instead of changing the
-	 * state, pump(ctx, ms) consumes what arrived (waiting up to ms for it), hold(ctx, false)
-	 * hands the held records on, in order, as if read then. NULL: the ring waits instead. */
+	/* while a round of dumps writes its state files (the state frozen at its capture:
+	 * sockets and JSON of hundreds of processes take a second), the BPF ring must still be
+	 * emptied or it overflows and records are lost: hold(ctx, true) makes consumed records
+	 * wait in memory instead of changing the state, pump(ctx, ms) consumes what arrived
+	 * (waiting up to ms for it), hold(ctx, false) hands the held records on, in order, as if
+	 * read then. The snapshots and the complete files come after (their text is made):
+	 * pump consumes as usual meanwhile. NULL: the ring waits instead. */
 	void (*hold)(void *ctx, bool on);
 	int (*pump)(void *ctx, int timeout_ms);
 	void *drain_ctx;

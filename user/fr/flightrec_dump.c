@@ -500,8 +500,8 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 	}
 
 	net_json(root, p);
-	/* before the entries: a reader of the newest entries finds it in the head */
-	fr_stacks__add(fr, p, root);
+	/* "stacks" go here, before the entries (a reader of the newest entries finds them in
+	 * the head): dump_text puts them in */
 
 	arr = cJSON_AddArrayToObject(root, FRK_ENTRIES);
 	first = p->next_record_id > fr->opts.ring_size ? p->next_record_id - fr->opts.ring_size : 1;
@@ -790,53 +790,162 @@ out:
 	closedir(d);
 }
 
-static int dump_proc(struct flightrec *fr, struct fr_round *r, struct fr_proc *p,
-		     const char *reason, const struct fr_trigger_rec *trig)
-{
-	int dirfd = r->dirfd;
-	char path[PATH_MAX], other[NAME_MAX + 1];
-	unsigned char *gz = NULL;
-	const char *name;
-	size_t gz_len = 0;
-	cJSON *root;
-	char *text;
-	int err;
+/* A dump's text in two parts around its stacks, which come last (after the round's state
+ * files, see dump_set): head, every key before "stacks" without the closing brace, and tail,
+ * the rest from "entries" on without the opening one. head + "," + the stacks' keys + ","
+ * + tail is the text cJSON prints for the whole object. */
+struct dump_text {
+	char *head, *tail;
+	char path[PATH_MAX];
+	const char *name;		/* in path: the file in the dump directory */
+	const char *reason;
+	bool pending;			/* a state-first file is written, the stacks to follow */
+	uint64_t state_written;		/* CLOCK_MONOTONIC: its state-first file was in place */
+};
 
-	err = flightrec__dump_path(path, sizeof(path), fr->opts.dump_dir, fr->host, p->pid);
-	if (!err && fr->opts.gzip_dumps && strlen(path) + 3 < sizeof(path))
-		strcat(path, ".gz");
-	if (err)
-		return err;
-	name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-	if (dirfd < 0)
-		return dirfd;	/* the directory was refused: said once per round */
-	root = dump_json(fr, p, reason, trig, r);
+static void dump_text_free(struct dump_text *dt)
+{
+	free(dt->head);
+	free(dt->tail);
+	dt->head = dt->tail = NULL;
+}
+
+static int dump_text_make(struct flightrec *fr, struct fr_round *r, struct fr_proc *p,
+			  const struct fr_trigger_rec *trig, struct dump_text *dt)
+{
+	cJSON *root = dump_json(fr, p, dt->reason, trig, r), *rest, *entries;
+
 	r->index++;
-	text = root ? cJSON_PrintUnformatted(root) : NULL;
+	if (!root)
+		return -ENOMEM;
+	entries = cJSON_DetachItemFromObjectCaseSensitive(root, FRK_ENTRIES);
+	rest = cJSON_CreateObject();
+	if (entries && rest)
+		cJSON_AddItemToObject(rest, FRK_ENTRIES, entries);
+	else
+		cJSON_Delete(entries);
+	dt->head = cJSON_PrintUnformatted(root);
+	dt->tail = entries && rest ? cJSON_PrintUnformatted(rest) : NULL;
 	cJSON_Delete(root);
+	cJSON_Delete(rest);
+	if (!dt->head || !dt->tail) {
+		dump_text_free(dt);
+		return -ENOMEM;
+	}
+	dt->head[strlen(dt->head) - 1] = 0;	/* its '}' */
+	return 0;
+}
+
+/* The file of dt with these stacks keys (an object: its keys go in, in order), gzipped with
+ * --gzip-dumps, written atomically over whatever the dump directory holds under its name. */
+static int dump_text_write(struct flightrec *fr, int dirfd, const struct dump_text *dt,
+			   cJSON *stacks)
+{
+	char *keys = cJSON_PrintUnformatted(stacks), *text = NULL;
+	unsigned char *gz = NULL;
+	size_t gz_len = 0, klen;
+	int err = 0;
+
+	if (!keys)
+		return -ENOMEM;
+	klen = strlen(keys);
+	keys[klen - 1] = 0;
+	if (asprintf(&text, "%s,%s,%s", dt->head, keys + 1, dt->tail + 1) < 0)
+		text = NULL;
+	free(keys);
 	if (!text)
 		return -ENOMEM;
 	if (fr->opts.gzip_dumps)
 		err = gzip_buf(text, strlen(text), &gz, &gz_len);
 	if (!err)
-		err = gz ? write_atomic(dirfd, name, gz, gz_len) : write_atomic(dirfd, name, text, strlen(text));
+		err = gz ? write_atomic(dirfd, dt->name, gz, gz_len) :
+			   write_atomic(dirfd, dt->name, text, strlen(text));
 	free(text);
 	free(gz);
+	return err;
+}
+
+/* The dump of p said and counted: once, when complete (or when its state file is all it
+ * will have). */
+static void dump_done(struct flightrec *fr, struct fr_proc *p, const struct dump_text *dt,
+		      const struct fr_trigger_rec *trig)
+{
+	if (trig)
+		log_info("dumped pid %d (%s %s from %s, %s) to %s\n", p->pid, dt->reason, trig->id,
+			 trig->origin_host, trig->reason, dt->path);
+	else
+		log_info("dumped pid %d (%s) to %s\n", p->pid, dt->reason, dt->path);
+	count_dump(fr, dt->reason);
+}
+
+/* The first file of p's dump: the state, without the stacks when a snapshot is to be taken
+ * (dt->pending, "stacks_pending": true; dump_complete replaces it), else the whole dump. */
+static int dump_state(struct flightrec *fr, struct fr_round *r, struct fr_proc *p,
+		      const struct fr_trigger_rec *trig, struct dump_text *dt)
+{
+	char other[NAME_MAX + 1];
+	cJSON *stacks;
+	int err;
+
+	err = flightrec__dump_path(dt->path, sizeof(dt->path), fr->opts.dump_dir, fr->host, p->pid);
+	if (!err && fr->opts.gzip_dumps && strlen(dt->path) + 3 < sizeof(dt->path))
+		strcat(dt->path, ".gz");
+	if (err)
+		return err;
+	dt->name = strrchr(dt->path, '/') ? strrchr(dt->path, '/') + 1 : dt->path;
+	if (r->dirfd < 0)
+		return r->dirfd;	/* the directory was refused: said once per round */
+	err = dump_text_make(fr, r, p, trig, dt);
+	if (err)
+		return err;
+	dt->pending = fr_stacks__will_take(fr, p);
+	stacks = cJSON_CreateObject();
+	if (!stacks) {
+		err = -ENOMEM;
+	} else {
+		if (dt->pending)
+			fr_stacks__add_pending(stacks);
+		else
+			fr_stacks__add(fr, p, stacks);
+		err = dump_text_write(fr, r->dirfd, dt, stacks);
+	}
+	cJSON_Delete(stacks);
 	if (err) {
-		log_error("writing flight-recorder dump %s: %s\n", path, strerror(-err));
+		log_error("writing flight-recorder dump %s: %s\n", dt->path, strerror(-err));
+		dump_text_free(dt);
 		return err;
 	}
+	dt->state_written = now_ns();
 	/* one dump per process: the other format's file from an earlier run is stale */
-	snprintf(other, sizeof(other), "%.*s%s", (int)(strlen(name) - (fr->opts.gzip_dumps ? 3 : 0)),
-		 name, fr->opts.gzip_dumps ? "" : ".gz");
-	unlinkat(dirfd, other, 0);
-	if (trig)
-		log_info("dumped pid %d (%s %s from %s, %s) to %s\n", p->pid, reason, trig->id,
-			 trig->origin_host, trig->reason, path);
-	else
-		log_info("dumped pid %d (%s) to %s\n", p->pid, reason, path);
-	count_dump(fr, reason);
+	snprintf(other, sizeof(other), "%.*s%s", (int)(strlen(dt->name) - (fr->opts.gzip_dumps ? 3 : 0)),
+		 dt->name, fr->opts.gzip_dumps ? "" : ".gz");
+	unlinkat(r->dirfd, other, 0);
+	if (dt->pending) {
+		log_verbose("pid %d: state written to %s, its stacks to follow\n", p->pid, dt->path);
+	} else {
+		dump_done(fr, p, dt, trig);
+		dump_text_free(dt);
+	}
 	return 0;
+}
+
+/* The complete dump of p, its snapshot taken: replaces the state-first file. The same text
+ * with its stacks, and when that file was in place ("state_written_ns"). Fails (said by the
+ * caller) leaving the state file as the dump. */
+static int dump_complete(struct flightrec *fr, struct fr_round *r, struct fr_proc *p,
+			 struct dump_text *dt)
+{
+	cJSON *stacks = cJSON_CreateObject();
+	int err = -ENOMEM;
+
+	if (stacks) {
+		fr_stacks__add(fr, p, stacks);
+		add_ns(stacks, FRK_STATE_WRITTEN_NS, fr, dt->state_written);
+		err = dump_text_write(fr, r->dirfd, dt, stacks);
+	}
+	cJSON_Delete(stacks);
+	dump_text_free(dt);
+	return err;
 }
 
 /* A round of dumps: the directory is opened (and checked) afresh, so one removed or swapped
@@ -898,46 +1007,84 @@ static void round_end(struct flightrec *fr, struct fr_round *r, int written)
 	r->dirfd = -1;
 }
 
-/* Dumps procs[0..n) as one set captured at r: their stack snapshots in parallel, then the
- * files one after another (the state they write is the capture's). reason NULL: "exit" or
- * "exec" per process. Returns dumps written or the first negative errno. */
+/* Dumps procs[0..n) as one set captured at r: every process's state file first (cheap:
+ * JSON and a write), then their stack snapshots in parallel, then each state file is
+ * replaced by the complete dump. A process without a snapshot to take (exited, --no-stacks)
+ * is written once. reason NULL: "exit" or "exec" per process. Returns dumps written (a state
+ * file counts: it is a dump) or the first negative errno. */
 static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **procs, int n,
 		    const char *reason, const struct fr_trigger_rec *t)
 {
-	int written = 0, first_err = 0;
+	int written = 0, first_err = 0, nr_pending = 0, failed = 0, fail_err = 0;
+	struct dump_text *dts = calloc(n ? n : 1, sizeof(*dts));
+	struct fr_proc **pending = calloc(n ? n : 1, sizeof(*pending));
+	const char *fail_path = NULL;
+	uint64_t t_net, t_state, t_snap;
 
-	uint64_t t_net, t_snap, t_files;
-
-	/* the state stays the capture's; the ring is emptied meanwhile (opts.hold) */
+	if (!dts || !pending) {
+		free(dts);
+		free(pending);
+		log_error("dump: out of memory\n");
+		return -ENOMEM;
+	}
+	/* until the state files are written the state stays the capture's: the ring is emptied
+	 * into a hold meanwhile (opts.hold), handed on before the snapshots, whose files take
+	 * the text already made */
 	if (fr->opts.hold)
 		fr->opts.hold(fr->opts.drain_ctx, true);
 	t_net = now_ns();
 	net_capture(fr, procs, n);
-	t_snap = now_ns();
-	/* every process's dump snapshot at once, not one after the other */
-	fr_stacks__take_dumps(fr, procs, n);
-	t_files = now_ns();
+	t_state = now_ns();
 	round_begin(fr, r, n);
 	for (int i = 0; i < n; i++) {
 		struct fr_proc *p = procs[i];
-		int err = dump_proc(fr, r, p, reason ? reason : p->execd ? "exec" : "exit", t);
+		int err;
 
 		if (fr->opts.pump)
 			fr->opts.pump(fr->opts.drain_ctx, 0);
-
+		dts[i].reason = reason ? reason : p->execd ? "exec" : "exit";
+		err = dump_state(fr, r, p, t, &dts[i]);
 		if (err && !first_err)
 			first_err = err;
 		else if (!err)
 			written++;
+		if (!err && dts[i].pending)
+			pending[nr_pending++] = p;
 		cJSON_Delete(p->net);	/* not taken over by a dump that failed */
 		p->net = NULL;
 	}
-	round_end(fr, r, written);
-	log_verbose("round of %d dump%s: capture to start %.0f ms, sockets %.0f ms, snapshots %.0f "
-		    "ms, files %.0f ms\n", n, n == 1 ? "" : "s", (t_net - r->captured) / 1e6,
-		    (t_snap - t_net) / 1e6, (t_files - t_snap) / 1e6, (now_ns() - t_files) / 1e6);
+	t_snap = now_ns();
 	if (fr->opts.hold)
 		fr->opts.hold(fr->opts.drain_ctx, false);
+	/* every process's dump snapshot at once, not one after the other */
+	fr_stacks__take_dumps(fr, pending, nr_pending);
+	for (int i = 0; i < n; i++) {
+		int err;
+
+		if (!dts[i].pending || !dts[i].head)
+			continue;
+		if (fr->opts.pump)
+			fr->opts.pump(fr->opts.drain_ctx, 0);
+		err = dump_complete(fr, r, procs[i], &dts[i]);
+		if (err && !failed++) {
+			fail_err = err;
+			fail_path = dts[i].path;
+		}
+		/* a dump either way: the state file stays when its replacement failed */
+		dump_done(fr, procs[i], &dts[i], t);
+	}
+	if (failed)
+		log_error("writing flight-recorder dump %s with its stacks: %s%s; %s state file%s stay%s, stacks pending\n",
+			  fail_path, strerror(-fail_err),
+			  failed > 1 ? " (and the other dumps of the round)" : "",
+			  failed > 1 ? "their" : "its", failed > 1 ? "s" : "", failed > 1 ? "" : "s");
+	round_end(fr, r, written);
+	log_verbose("round of %d dump%s: capture to start %.0f ms, sockets %.0f ms, state files "
+		    "%.0f ms, snapshots and files %.0f ms\n", n, n == 1 ? "" : "s",
+		    (t_net - r->captured) / 1e6, (t_state - t_net) / 1e6, (t_snap - t_state) / 1e6,
+		    (now_ns() - t_snap) / 1e6);
+	free(dts);
+	free(pending);
 	return first_err ? first_err : written;
 }
 

@@ -210,6 +210,11 @@ bool fr_stacks__busy(struct fr_proc *p);
 int fr_stacks__take_dumps(struct flightrec *fr, struct fr_proc **procs, int n);
 /* "stacks" and "stacks_error" of a dump of p (takes the dump snapshot when none is ready) */
 void fr_stacks__add(struct flightrec *fr, struct fr_proc *p, struct cJSON *root);
+/* whether a dump of p now would take a snapshot (fr_stacks__take_dumps): its state is
+ * written first, with fr_stacks__add_pending */
+bool fr_stacks__will_take(const struct flightrec *fr, const struct fr_proc *p);
+/* "stacks" (empty), "stacks_error" and "stacks_pending" of a state-first dump */
+void fr_stacks__add_pending(struct cJSON *root);
 void fr_stacks__free(struct fr_proc *p);
 /* flightrec.c: the frames of stack id in p (resolved and cached on first use), NULL: no memory */
 struct fr_pystack *fr_pystack_get(struct flightrec *fr, struct fr_proc *p, uint64_t id);

@@ -6,8 +6,9 @@
  *
  * The attach snapshot runs in a thread of its own per process (samples × interval, ~0.5 s by
  * default): recording goes on meanwhile, and the processes of a host are snapshotted in
- * parallel. The dump snapshots of dump_all run in parallel the same way; a stall dump of one
- * process takes its snapshot in line. A dump waits for the attach snapshot still in flight. */
+ * parallel. The dump snapshots of a round run in parallel the same way, after the round's
+ * state files are written (flightrec_dump.c: dump_set); a dump waits for the attach snapshot
+ * still in flight. */
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -226,6 +227,22 @@ void fr_stacks__add(struct flightrec *fr, struct fr_proc *p, cJSON *root)
 		cJSON_AddStringToObject(root, FRK_STACKS_ERROR, why);
 	else
 		cJSON_AddNullToObject(root, FRK_STACKS_ERROR);
+}
+
+bool fr_stacks__will_take(const struct flightrec *fr, const struct fr_proc *p)
+{
+	return !fr->opts.no_stacks && !p->exited && !p->snap_dump;
+}
+
+/* No snapshot at all, not even the attach one: a reader that knows nothing of
+ * "stacks_pending" sees a dump without stacks (stacks unknown), never an old snapshot it
+ * would take for the threads' state at the dump. */
+void fr_stacks__add_pending(cJSON *root)
+{
+	cJSON_AddArrayToObject(root, FRK_STACKS);
+	cJSON_AddStringToObject(root, FRK_STACKS_ERROR,
+				"pending: the snapshot was being taken when this file was written");
+	cJSON_AddBoolToObject(root, FRK_STACKS_PENDING, true);
 }
 
 void fr_stacks__free(struct fr_proc *p)

@@ -67,6 +67,7 @@ struct sample {
 	uint64_t stopped_ns;
 	const char *ptrace_err;
 	int hold_ms;		/* TPTRACE_TEST_SNAPSHOT_HOLD_MS */
+	const char *hold_while;	/* TPTRACE_TEST_SNAPSHOT_HOLD_WHILE: a path */
 };
 
 /* A thread across samples. */
@@ -522,6 +523,9 @@ static void *stop_and_read(void *arg)
 	}
 	if (s->hold_ms)
 		sleep_ms(s->hold_ms);
+	/* a test's handshake: the threads stay stopped while that file exists */
+	while (s->hold_while && !access(s->hold_while, F_OK))
+		sleep_ms(5);
 	for (int i = 0; i < s->nr; i++) {
 		struct tsample *t = &s->ts[i];
 
@@ -730,6 +734,7 @@ struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *er
 	s.pool = &snap->pool;
 	hold = getenv("TPTRACE_TEST_SNAPSHOT_HOLD_MS");
 	s.hold_ms = hold ? atoi(hold) : 0;
+	s.hold_while = getenv("TPTRACE_TEST_SNAPSHOT_HOLD_WHILE");
 	read_proc_info(sp);
 	/* the slow part (maps, ELF files) happens here, before anything is stopped */
 	s.uw = unwinder__new(pid, s.pool, uerr, sizeof(uerr));
