@@ -510,7 +510,7 @@ FLEET = {
     # usual wait (tools/fr/fr_timing.c timing_comm_skews), and the text says so
     "slow_steps_healthy": ("--ranks 16 --per-host 4 --entries 40 --step-ms 3000 "
                            "--jitter-us 1500000 --dump-spread-ms 2000", 0, [], [],
-                           {"human": "twice the 1.5 s its collectives usually kept ranks\n"
+                           {"human": "twice the 1.4 s its collectives usually kept ranks\n"
                                      "    waiting"}),
     # ... and a rank there 5 s late is named, not the jitter's
     "slow_steps_late": ("--ranks 16 --per-host 4 --entries 40 --step-ms 3000 --jitter-us "
