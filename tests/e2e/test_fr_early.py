@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 
-from lib import Tracer, need_root, task_state, wait_until
+from lib import TPTRACE, Tracer, need_root, task_state, wait_until
 from ncclib import FR_TOOL, Job
 
 NRANKS = 4
@@ -167,5 +167,74 @@ def test_fr_early_dump_dir_unwritable_before_the_stacks():
     finally:
         if immutable:
             subprocess.run(["chattr", "-i", immutable])
+        for job in jobs:
+            release(job)
+
+
+def test_fr_early_ring_read_while_a_round_holds():
+    """A round of dumps of one job (held: its snapshots wait on the hold file) while another
+    job the same recorder records runs on, polling its events every millisecond into a 1 MiB
+    BPF ring: the recorder empties the ring meanwhile (held records wait in memory only while
+    the state files are written; then they are consumed as usual), so the busy job's next
+    dump counts no dropped event. The ring used to be left unread for the whole round: one
+    recorder of 256 processes lost 250k-430k events in a round, and entries lost made
+    type_mismatch of healthy ranks."""
+    need_root()
+    jobs = []
+    try:
+        busy = Job(2, "healthy", steps=1000000, name="early-busy",
+                   env={"TORCHELASTIC_RUN_ID": "busy"},
+                   extra=["--announce", "--kernels", "1", "--compute-us", "20000"])
+        jobs.append(busy)
+        held = Job(2, "idle", steps=3, culprit=1, name="early-heldjob",
+                   env={"TORCHELASTIC_RUN_ID": "held"},
+                   extra=["--announce", "--fault-step", "0"])
+        jobs.append(held)
+        hold = os.path.join(held.dir, "hold")
+        held.go_and_hang(1, "# culprit idle")
+        busy.go()
+        args = ["fr", "--dump-dir", held.dump_dir, "-v", "--stack-samples", "1",
+                "--ring-mb", "1"]
+        for p in busy.pids() + held.pids():
+            args += ["-p", str(p)]
+        t = Tracer(args, ready=False, env={"TPTRACE_TEST_SNAPSHOT_HOLD_WHILE": hold})
+        held.tracer = t
+        assert t.err.wait_for(lambda l: "flight recorder on" in l, 120), t.err.text()
+        for p in busy.pids() + held.pids():
+            assert t.err.wait_for(lambda l, p=p: f"pid {p}: attach snapshot in" in l, 60), \
+                t.err.text()
+        open(hold, "w").close()
+        p = subprocess.run([TPTRACE, "fr", "--trigger", held.dump_dir, "--job", "held",
+                            "--host-id", "test"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        for pid in held.pids():
+            assert t.err.wait_for(lambda l, pid=pid: f"pid {pid}: state written to" in l, 60), \
+                t.err.text()
+        wait_until(lambda: all(task_state(pid) == "t" for pid in held.pids()), 60,
+                   "the held job's ranks stopped by their held dump snapshots")
+        # the busy job runs on through the round: 150 steps of ~20 ms, a cudaEventQuery a
+        # millisecond each rank, entry and return: several MiB through a 1 MiB ring
+        w = busy.ranks[0]
+        last = [int(l.split()[2]) for l in w.out.lines if l.startswith("# step ")][-1]
+        assert w.out.wait_for(lambda l: l.startswith("# step ") and
+                              int(l.split()[2]) >= last + 150, 300), w.out.text()[-300:]
+        assert all(task_state(pid) == "t" for pid in held.pids()), "the round ended early"
+        os.unlink(hold)
+        for pid in held.pids():
+            assert t.err.wait_for(lambda l, pid=pid: f"dumped pid {pid} (trigger" in l, 60), \
+                t.err.text()
+        # the busy job's dump: what the recorder counted dropped since it started
+        t.p.send_signal(signal.SIGUSR2)
+        for pid in busy.pids():
+            assert t.err.wait_for(lambda l, pid=pid: f"dumped pid {pid} (signal)" in l, 120), \
+                t.err.text()
+        dumps = [json.load(open(os.path.join(held.dump_dir, f)))
+                 for f in os.listdir(held.dump_dir) if f.startswith("tptrace-fr.")]
+        mine = [d for d in dumps if d["pid"] in busy.pids()]
+        assert len(mine) == 2, [d["pid"] for d in dumps]
+        for d in mine:
+            assert d["events_dropped"] == 0, (d["pid"], d["events_dropped"])
+            assert d["entries_recorded"] > 150, (d["pid"], d["entries_recorded"])
+    finally:
         for job in jobs:
             release(job)

@@ -162,6 +162,8 @@ struct member {
 	uint8_t newest_op, newest_state;
 	int64_t eff_last;	/* finish: last collective seq it entered, FR_UNK if unknowable */
 	bool partial;		/* history starts at attach, not at comm init */
+	bool place_ambiguous;	/* inferred: its seqs placed across hosts by times that cannot
+				 * tell (struct pend's ambiguous): a step off is as likely */
 	/* inferred comms: it skipped hole_len collectives at hole_seq and went on (its later
 	 * seqs were rebased past the hole); the first one it went on to */
 	int64_t hole_seq, hole_len, hole_next_seq;

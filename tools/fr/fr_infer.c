@@ -1204,6 +1204,7 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 		return mi;
 	m = &a->members[mi];
 	m->partial = u->any_attach;
+	m->place_ambiguous = p->ambiguous;
 	if (p->hole_len) {
 		m->hole_seq = p->hole_seq + u->exoff;
 		m->hole_len = p->hole_len;

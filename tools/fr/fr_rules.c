@@ -353,7 +353,8 @@ static int missing_rank(struct fr_analysis *a, int cid)
 	if (timing_comm_build(a, cid, &t) ||
 	    !(proven = calloc(c->members.n + 1, sizeof(*proven))))
 		goto out;
-	/* each member behind: proven missing (1), dead (2), or not evidence against it (0) */
+	/* each member behind: proven missing (1), dead (2), waiting where its place is ambiguous
+	 * (3), or not evidence against it (0) */
 	for (int i = 0; i < c->members.n; i++) {
 		int mi = c->members.v[i];
 		struct member *m = &a->members[mi];
@@ -365,6 +366,13 @@ static int missing_rank(struct fr_analysis *a, int cid)
 		next = m->eff_last + 1;
 		if (a->procs[m->proc].dead) {
 			proven[i] = 2;
+		} else if (m->place_ambiguous && m->newest_seq != FR_UNK &&
+			   m->newest_state != FR_ST_COMPLETED) {
+			/* placed across hosts by times that cannot tell, and waiting in a
+			 * collective of its own: a step off is as likely as behind (the comm's
+			 * note says the alignment is ambiguous); it waits with the others */
+			proven[i] = 3;
+			continue;
 		} else if ((gi = agg_find(a, cid, next)) >= 0 && a->aggs[gi].completed > 0) {
 			/* a rank completed it: every rank had entered it, this dump is older */
 			if (timing_redump(a, m->proc, cid, next, true))
@@ -417,6 +425,11 @@ static int missing_rank(struct fr_analysis *a, int cid)
 
 		if (!m->placed || m->init_failed || m->eff_last == FR_UNK)
 			continue;
+		if (proven[i] == 3) {
+			if (ivec_push(&waiting, mi))
+				goto out;
+			continue;
+		}
 		if (proven[i] && m->eff_last == s - 1) {
 			if (ivec_push(proven[i] == 2 ? &dead : &culprits, mi))
 				goto out;
