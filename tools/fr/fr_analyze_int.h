@@ -199,7 +199,7 @@ struct member {
 	uint32_t waits_next;
 };
 
-#define MEMBER_WAITS	32
+#define MEMBER_WAITS	64
 
 /* a split child whose rank and size come from all its members */
 struct split_pend {
