@@ -1581,6 +1581,59 @@ def check_straggler_does_not_hide_a_hang():
     return res
 
 
+def check_lost_returns_not_stuck():
+    """One recorder of 256 processes (the fleet soak) dropped events while its rounds ran; a
+    call whose return was among them stays open in its ring, and its final dumps said
+    stuck_in_call of 4 healthy ranks "inside cudaEventQuery for 13.2 s" (low). The recorder
+    now says, per open call, how many events it dropped since the call entered
+    (events_dropped_since): such a call is not judged stuck, one note says so. Without the
+    key, the same dumps are stuck_in_call; a real culprit is still named by its ring."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        def open_call(since):
+            def fn(dump):
+                dump["events_dropped"] = 5000
+                if dump["global_rank"] != 3:
+                    return
+                ic = {"tid": 10103, "thread_name": "watchdog", "api": "cudaEventQuery",
+                      "entered_ns": dump["dump_time_ns"] - 13 * 10**9, "comm_id": None,
+                      "seq": None}
+                if since:
+                    ic["events_dropped_since"] = since
+                dump["in_call"] = [ic]
+            return fn
+        for name, since, want_rc, want in (
+                ("a call whose return may be lost is not stuck", 4000, 0, []),
+                ("the same call without the count is stuck", 0, 1, [("stuck_in_call", [3])])):
+            d = os.path.join(t, f"lostret{since}")
+            gen("--ranks 8 --per-host 4 --entries 30", d)
+            edit_dumps(d, open_call(since))
+            p = run([FR, "--json", d])
+            out = json.loads(p.stdout)
+            got = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
+            notes = " ".join(out.get("input_notes") or [])
+            err = None
+            if p.returncode != want_rc or got != want:
+                err = f"rc {p.returncode}, verdicts {got}"
+            elif since and "rank 3 inside cudaEventQuery for 13.0 s" not in notes:
+                err = f"notes {notes!r}"
+            res.append((name, err))
+        d = os.path.join(t, "lostret_stuck")
+        gen("--ranks 8 --per-host 4 --entries 30 --scenario stuck --culprit 5 --dropped 5", d)
+
+        def since(dump):
+            if dump["global_rank"] == 5:
+                for ic in dump["in_call"]:
+                    ic["events_dropped_since"] = 40
+        edit_dumps(d, since)
+        out = json.loads(run([FR, "--json", d]).stdout)
+        first = out["verdicts"][0] if out["verdicts"] else {}
+        res.append(("a culprit whose return may be lost is still named by its ring",
+                    None if first.get("ranks") == [5] and first.get("caused_by") is None
+                    else f"verdicts {[(v['rule'], v['ranks']) for v in out['verdicts']]}"))
+    return res
+
+
 def check_state_divergence_needs_agreement():
     """state_divergence says ranks did not complete a collective others completed; where the
     ranks hold different collectives at that seq (a seq alignment off by one, as an inferred
@@ -1983,6 +2036,7 @@ def main():
     results += check_ring_hang_not_healthy()
     results += check_lost_entries_not_mismatch()
     results += check_straggler_does_not_hide_a_hang()
+    results += check_lost_returns_not_stuck()
     results += check_late()
     for name, err in results:
         if err:

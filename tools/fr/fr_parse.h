@@ -101,6 +101,7 @@ struct fr_in_call {
 	char thread_name[32];
 	char comm_id[FR_ID_LEN];
 	int64_t tid, entered_ns, seq;
+	int64_t dropped_since;	/* events its recorder dropped since it entered; 0 none */
 };
 
 /* Stacks (version 2, docs/fr-schema.md "Stacks"): per snapshot, what the rules need of each

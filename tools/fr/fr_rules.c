@@ -1154,10 +1154,32 @@ static int cmp_stuck(const void *x, const void *y)
 	return p->call - q->call;
 }
 
+/* in-calls past the threshold whose return its recorder may have dropped: one note */
+static int note_lost_returns(struct fr_analysis *a, int n, int pi, int i, int64_t dur)
+{
+	const struct proc *p = &a->procs[pi];
+	const struct fr_in_call *ic = &p->in_calls[i];
+	char who[64], *line;
+
+	if (p->global_rank != FR_UNK)
+		snprintf(who, sizeof(who), "rank %" PRId64, p->global_rank);
+	else
+		snprintf(who, sizeof(who), "pid %" PRId64, p->pid);
+	if (asprintf(&line, "%d call%s past the stuck threshold by the rings (%s inside %s for "
+		     "%.1f s%s) whose recorder dropped events since %s entered (%" PRId64 "%s): "
+		     "%s return may be among them; not judged (the stacks say where the threads "
+		     "are)", n, n == 1 ? "" : "s", who, ic->api, dur / 1e9, n > 1 ? ", ..." : "",
+		     n == 1 ? "it" : "they", ic->dropped_since, n > 1 ? " for that one" : "",
+		     n == 1 ? "its" : "their") < 0)
+		line = NULL;
+	return analysis_note(a, line);
+}
+
 static int rule_stuck(struct fr_analysis *a)
 {
 	struct stuck_call *calls = NULL;
-	int n = 0, cap = 0, first_v = a->nr_verdicts;
+	int n = 0, cap = 0, first_v = a->nr_verdicts, lost = 0, lost_pi = -1, lost_i = -1;
+	int64_t lost_dur = 0;
 
 	for (int pi = 0; pi < a->nr_procs; pi++) {
 		struct proc *p = &a->procs[pi];
@@ -1171,11 +1193,20 @@ static int rule_stuck(struct fr_analysis *a)
 			dur = ns_diff(p->dump_time_ns, ic->entered_ns);
 			if (dur <= a->opts.stuck_ns)
 				continue;
+			/* its recorder lost events since it entered: the return may be one of
+			 * them, the call long over (said once, judged never) */
+			if (ic->dropped_since > 0) {
+				if (!lost++)
+					lost_pi = pi, lost_i = i, lost_dur = dur;
+				continue;
+			}
 			if (ARRAY_RESERVE(calls, cap, n + 1, 16))
 				goto nomem;
 			calls[n++] = (struct stuck_call){ ic->api, pi, i, dur };
 		}
 	}
+	if (lost && note_lost_returns(a, lost, lost_pi, lost_i, lost_dur))
+		goto nomem;
 	if (n)
 		a->hang_seen = true;
 	if (n > 1)

@@ -971,6 +971,7 @@ static void fr_entry_cb(void *ctx, struct call_frame *f, void *user)
 	call->known = true;
 	call->api = rec->api;
 	call->entered = rec->ts;
+	call->dropped_at = fr->events_dropped;
 	call->ustack = rec->ustack;
 	call->group_id = th->group_depth ? th->group_id : 0;
 	if (rec->api >= NCCL_API_BASE)

@@ -485,6 +485,11 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 		cJSON_AddStringToObject(o, FRK_THREAD_NAME, th ? th->name : "");
 		cJSON_AddStringToObject(o, FRK_API, call_name(call->api));
 		add_ns(o, FRK_ENTERED_NS, fr, call->entered);
+		/* events lost since it entered: its return may be one of them (the call may
+		 * have ended long ago) */
+		if (!fr->events_dropped_err && fr->events_dropped > call->dropped_at)
+			cJSON_AddNumberToObject(o, FRK_DROPPED_SINCE,
+						(double)(fr->events_dropped - call->dropped_at));
 		if (e) {
 			char buf[128];
 

@@ -100,6 +100,7 @@ struct fr_call {
 	bool known;			/* a call of a recorded process */
 	uint32_t api;
 	uint64_t entered;
+	uint64_t dropped_at;		/* the recorder's dropped-events count when it entered */
 	uint64_t ustack;		/* --py-stacks: the call's stack id (a failed init's entry) */
 	uint64_t record_id;		/* the entry a collective call created, or 0 */
 	uint64_t group_id;		/* the ncclGroupStart/End group it was called in, 0 none */
