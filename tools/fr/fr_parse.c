@@ -512,7 +512,7 @@ static const struct fr_key in_call_keys[] = {
 	FK_I64(FRK_ENTERED_NS, struct fr_in_call, entered_ns),
 	FK_CHARS(FRK_COMM_ID, struct fr_in_call, comm_id),
 	FK_I64(FRK_SEQ, struct fr_in_call, seq),
-	FK_I64(FRK_DROPPED_SINCE, struct fr_in_call, dropped_since),
+	FK_I64(FRK_EVENTS_DROPPED_SINCE, struct fr_in_call, dropped_since),
 };
 
 static bool in_call_obj(struct jlex *j)

@@ -136,7 +136,7 @@
 #define FRK_THREAD_NAME			"thread_name"	/* also entries */
 #define FRK_API				"api"		/* also a thread's */
 #define FRK_ENTERED_NS			"entered_ns"
-#define FRK_DROPPED_SINCE		"events_dropped_since"	/* optional */
+#define FRK_EVENTS_DROPPED_SINCE	"events_dropped_since"	/* optional */
 #define FRK_SEQ				"seq"
 
 /* "entries" elements (PyTorch's flight-recorder entry, plus ours) */

@@ -488,7 +488,7 @@ static cJSON *dump_json(struct flightrec *fr, struct fr_proc *p, const char *rea
 		/* events lost since it entered: its return may be one of them (the call may
 		 * have ended long ago) */
 		if (!fr->events_dropped_err && fr->events_dropped > call->dropped_at)
-			cJSON_AddNumberToObject(o, FRK_DROPPED_SINCE,
+			cJSON_AddNumberToObject(o, FRK_EVENTS_DROPPED_SINCE,
 						(double)(fr->events_dropped - call->dropped_at));
 		if (e) {
 			char buf[128];
