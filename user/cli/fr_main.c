@@ -889,6 +889,9 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 			break;
 		}
 		set_drops(s);
+		/* a trigger first: asking NCCL about a comm stops a process (ptrace), seconds for
+		 * one with hundreds of threads, and other hosts wait for this one's dumps */
+		take_triggers(s, clock_ns(CLOCK_MONOTONIC));
 		if (!env.no_query)
 			query_comms(s);
 		if (dump_request) {
