@@ -140,6 +140,7 @@ class Fleet:
         self.prom = None
         self.job_id = None
         self.runs = 0
+        self.states_seen = {}
         self.last = {}
         self.down = {}
         self.t0 = time.time()
@@ -326,6 +327,7 @@ class Fleet:
         self.job_id = f"{self.tag}-j{self.runs}"
         self.dump_dir = os.path.join(self.dir, f"run{self.runs}")
         os.makedirs(self.dump_dir)
+        self.states_seen = {}
 
     def end_run(self):
         try:
@@ -451,6 +453,9 @@ class Fleet:
             else:
                 raise AssertionError(f"{path}: a dump snapshot but no state_written_ns: the "
                                      "recorder did not write its state first")
+            # every state time seen per host: a later round (another host's trigger, its
+            # own stall) replaces a process's file, and with it when its first state was
+            self.states_seen.setdefault(d["host"], set()).add(d["_state_time"])
             out.append(d)
         return out
 

@@ -141,8 +141,9 @@ def check_trigger_spread(fleet, dumps, since):
     t_trig = files[tid][0]
     worst = 0.0
     for h in range(fleet.nhosts):
-        mine = [d["_state_time"] for d in dumps
-                if d["host"] == f"h{h}" and d["_state_time"] >= since]
+        # every state of this host seen while waiting: its files may since have been
+        # replaced by a later round's
+        mine = [t for t in fleet.states_seen.get(f"h{h}", ()) if t >= since]
         assert mine, f"host h{h} never dumped after the fault/trigger"
         lag = min(mine) - t_trig
         worst = max(worst, lag)
