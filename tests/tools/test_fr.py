@@ -145,6 +145,19 @@ CASES = {
          [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 27,
           28, 29, 30, 31], []),
     ], {"confidence": "medium", "roles": [None, 0]}),
+    # A real recording of the fleet soak (32 hosts x 8 ranks on 2 cores, soak.py, missing
+    # rank): rank 249 (host h31) stopped calling NCCL; a third of the recorders attached
+    # after GO (seqs from attach), the dumps seconds apart, the seq alignment across hosts
+    # ambiguous. Ranks of those hosts, waiting in the collective but placed a step off, came
+    # out missing with the culprit (low): ranks 41-46,117,213-215,238,239. Now only rank 249
+    # (rings cut to their newest 16 entries, stacks and sockets left out, gzipped)
+    "real_fleet_32x8_missing_ambiguous": (None, 1, [
+        ("missing_rank", "f56d8168397ec455", 10, [249], [249]),
+        ("p2p_mismatch", "f56d8168397ec455", 7, [249], [249]),
+        ("p2p_mismatch", "f56d8168397ec455", 8, [249], [249]),
+        ("stuck_in_call", None, None,
+         [r for r in range(256) if r not in (47, 143, 191, 249)], []),
+    ], {"confidence": "low", "roles": [None, 0, 0, 0]}),
     "pre_healthy": ("--ranks 8 --entries 40 --preexisting", 0, [], {}),
     # ranks attached 0-5 steps apart (their seq 1 is a different collective), hosts' clocks
     # 300 us apart

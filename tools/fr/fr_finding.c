@@ -228,7 +228,8 @@ static bool explained_by(const struct fr_analysis *a, const struct verdict *v,
 /* The cause of verdict vi: a corrupt dump for the missing dump it makes; else an earlier
  * cause that blames every rank of vi or has them wait on it (a cause that may itself follow
  * from one — stuck_in_call, state_divergence, no_progress — only by blaming them);
- * attached_after_hang follows from the first hang cause. -1: vi is a cause. */
+ * attached_after_hang, and no_progress of every rank, follow from the first hang cause. -1:
+ * vi is a cause. */
 static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 {
 	struct verdict *v = &a->verdicts[vi];
@@ -263,7 +264,11 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 		    c->rule == RULE_STRAGGLER ||
 		    c->rule == RULE_LATE)
 			continue;
-		if (v->rule == RULE_ATTACHED_AFTER)
+		/* no_progress of every rank singles out nobody: the whole job waits on the cause
+		 * (a partitioned host's peers and ranks attached after the hang alike, whose
+		 * rings may not say in which collective they wait) */
+		if (v->rule == RULE_ATTACHED_AFTER ||
+		    (v->rule == RULE_NO_PROGRESS && v->nr_who == a->nr_procs))
 			return ci;
 		memset(mark, 0, a->nr_procs + 1);
 		for (int k = 0; k < c->nr_who; k++)

@@ -260,7 +260,8 @@ static void trigger_human(FILE *out, const struct fr_analysis *a)
 			t->origin, t->nr_hosts, t->nr_hosts == 1 ? "" : "s");
 	else
 		fprintf(out, "no consistent moment: none of the %d triggers in the dumps was answered "
-			"by all %d hosts; analysing every dump as found", t->nr_triggers, t->nr_hosts);
+			"by all %d hosts;\n    analysing every dump as found", t->nr_triggers,
+			t->nr_hosts);
 	if (t->nr_skipped)
 		fprintf(out, "; %d dump%s of other triggers left out", t->nr_skipped,
 			t->nr_skipped == 1 ? "" : "s");
@@ -569,6 +570,9 @@ static void print_verdict(FILE *out, const struct fr_analysis *a, const struct v
 static void print_waiters(FILE *out, const struct fr_analysis *a, const struct verdict *v)
 {
 	struct verdict tmp = { 0 };
+	char *buf = NULL;
+	size_t size = 0;
+	FILE *line;
 	int *w = NULL, n;
 	int64_t lo, hi;
 
@@ -581,16 +585,21 @@ static void print_waiters(FILE *out, const struct fr_analysis *a, const struct v
 		who_add(&tmp, a->procs[a->members[w[i]].proc].global_rank, a->members[w[i]].rank,
 			a->members[w[i]].proc);
 	who_sort(&tmp);
-	fprintf(out, "    follows: ");
-	print_who(out, a, &tmp, false);
-	fprintf(out, " wait%s for it in %s seq %" PRId64, n == 1 ? "s" : "",
-		v->agg >= 0 ? fr_op_name(a->aggs[v->agg].sig0.op) : v->op[0] ? v->op : "collective",
-		v->seq);
-	if (lo != FR_UNK && (int64_t)(lo / 1e8 + 0.5) != (int64_t)(hi / 1e8 + 0.5))
-		fprintf(out, " for %.1f-%.1f s", lo / 1e9, hi / 1e9);	/* distinct once rounded */
-	else if (lo != FR_UNK)
-		fprintf(out, " for %.1f s", hi / 1e9);
-	fprintf(out, "\n");
+	/* one line, wrapped: a long list of ranks runs past the report's width */
+	if ((line = open_memstream(&buf, &size))) {
+		fprintf(line, "follows: ");
+		print_who(line, a, &tmp, false);
+		fprintf(line, " wait%s for it in %s seq %" PRId64, n == 1 ? "s" : "",
+			v->agg >= 0 ? fr_op_name(a->aggs[v->agg].sig0.op) :
+			v->op[0] ? v->op : "collective", v->seq);
+		if (lo != FR_UNK && (int64_t)(lo / 1e8 + 0.5) != (int64_t)(hi / 1e8 + 0.5))
+			fprintf(line, " for %.1f-%.1f s", lo / 1e9, hi / 1e9);	/* distinct once rounded */
+		else if (lo != FR_UNK)
+			fprintf(line, " for %.1f s", hi / 1e9);
+		if (!fclose(line) && buf)
+			text_wrap(out, "    ", 4, buf, strlen(buf), REPORT_COLS);
+		free(buf);
+	}
 	free(tmp.who);
 	free(w);
 }
