@@ -529,7 +529,7 @@ FLEET = {
     "slow_steps_late": ("--ranks 16 --per-host 4 --entries 40 --step-ms 3000 --jitter-us "
                         "1500000 --dump-spread-ms 2000 --scenario late --culprit 5", 1,
                         [("late_arrival", WORLD, 36, [5], [5])], [None],
-                        {"human": "(threshold 2.834 s)"}),
+                        {"human": "(threshold 2.738 s)"}),
     # ... and a hang in it is one
     "slow_steps_skip": ("--ranks 16 --per-host 4 --entries 40 --step-ms 3000 --jitter-us "
                         "1500000 --dump-spread-ms 2000 --scenario skip --culprit 5", 1,

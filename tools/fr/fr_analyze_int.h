@@ -148,7 +148,7 @@ struct comm {
 	struct ivec aggs;	/* filled by finish: its seq aggregates in seq order */
 	/* finish (timing_comm_skews): how long a rank may wait in a collective of this comm, or
 	 * be behind its peers, before it counts as a hang: --skew-ms, raised for a comm whose
-	 * completed collectives kept ranks waiting longer (twice their 75th percentile, at most
+	 * completed collectives kept ranks waiting longer (twice their median, at most
 	 * half --stuck-ms); usual_wait that percentile, FR_UNK when too few completed */
 	int64_t skew_ns, usual_wait;
 };

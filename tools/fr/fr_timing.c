@@ -254,10 +254,9 @@ int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t)
 /* Each comm's hang threshold: a job whose collectives keep ranks waiting a second as a matter
  * of course (a loaded host, long steps, pipeline bubbles) is not hung when a rank waits a
  * second at its dump, nor is a rank that entered a second after its peers missing. The usual
- * wait is the 75th percentile of the longest wait (its first rank's, completion - creation on
- * one clock) of each collective every rank completed: a rank late in a sixth of the
- * collectives leaves it as it is (the 90th percentile made that lateness the threshold; the
- * median left a loaded host's 1.7 s waits over it); the threshold
+ * wait is the median of the longest wait (its first rank's, completion - creation on one
+ * clock) of each collective every rank completed: a rank late in a third of the collectives
+ * leaves it as it is (the 90th percentile made that lateness the threshold); the threshold
  * twice that, never under --skew-ms, never over half --stuck-ms (a hang the recorder's stall
  * timeout dumped is one). */
 int timing_comm_skews(struct fr_analysis *a)
@@ -282,7 +281,7 @@ int timing_comm_skews(struct fr_analysis *a)
 		}
 		if (n >= USUAL_MIN_SEQS) {
 			qsort(w, n, sizeof(*w), cmp_i64);
-			c->usual_wait = w[(n * 3 + 3) / 4 - 1];
+			c->usual_wait = w[(n - 1) / 2];
 			th = c->usual_wait > cap / 2 ? cap : 2 * c->usual_wait;
 			if (th > c->skew_ns)
 				c->skew_ns = th;
