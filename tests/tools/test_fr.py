@@ -1647,6 +1647,65 @@ def check_lost_returns_not_stuck():
     return res
 
 
+def check_attached_after_needs_time():
+    """attached_after_hang says a rank was blocked when the recorder attached and made no
+    call since: a hang from before the attach. In the fleet soak a recorder attached 0.3 s
+    before a trigger's dumps to a healthy 256-rank job whose ranks sit a second in each step's
+    synchronize: 3 ranks blocked at attach, no call since, attached_after_hang (high) on a
+    healthy job. No call since attach proves a hang only once the job's threshold has passed
+    since (--skew-ms, or twice the job's usual wait); sooner it is said only where something
+    else shows the hang (a job hung before attach, its stacks)."""
+    res = []
+    with tempfile.TemporaryDirectory() as t:
+        hung = os.path.join(t, "hung")
+        gen("--ranks 4 --per-host 4 --entries 12 --scenario hung_before_attach_missing "
+            "--culprit 1", hung)
+        blocked = None
+        for f in sorted(os.listdir(hung)):
+            with open(os.path.join(hung, f)) as fh:
+                dump = json.load(fh)
+            if dump["global_rank"] == 0:
+                blocked = [sn for sn in dump["stacks"] if sn["taken"] == "attach"][0]
+        for name, before_s, want_rc, want in (
+                ("healthy job, rank attached 0.5 s before the dump: nothing said", 0.5, 0, []),
+                ("healthy job, rank attached 8 s before the dump, no call since", 8, 1,
+                 [("attached_after_hang", [3])])):
+            d = os.path.join(t, f"aah{before_s}")
+            gen("--ranks 4 --per-host 4 --entries 40 --step-ms 20 --dump-spread-ms 1 "
+                "--stacks", d)
+
+            def attached(dump):
+                if dump["global_rank"] != 3:
+                    return
+                dump["entries"] = []
+                sn = dict(blocked)
+                sn["time_ns"] = dump["dump_time_ns"] - int(before_s * 1e9)
+                dump["stacks"] = [sn] + [x for x in dump["stacks"] if x["taken"] != "attach"]
+            edit_dumps(d, attached)
+            p = run([FR, "--json", d])
+            got = [(v["rule"], v["ranks"]) for v in json.loads(p.stdout)["verdicts"]]
+            res.append((name, None if p.returncode == want_rc and got == want
+                        else f"rc {p.returncode}, verdicts {got}"))
+        # a job hung before attach and dumped 0.5 s after it: its stacks show the hang, and
+        # the ranks attached blocked follow from it
+        d = os.path.join(t, "hung_soon")
+        gen("--ranks 4 --per-host 4 --entries 12 --scenario hung_before_attach_missing "
+            "--culprit 1", d)
+
+        def soon(dump):
+            for sn in dump["stacks"]:
+                if sn["taken"] == "attach":
+                    sn["time_ns"] = dump["dump_time_ns"] - 500000000
+        edit_dumps(d, soon)
+        out = json.loads(run([FR, "--json", d]).stdout)
+        got = [(v["rule"], v["ranks"], v["caused_by"]) for v in out["verdicts"]]
+        res.append(("hung before attach, dumped 0.5 s after: still said, after the hang",
+                    None if got == [("odd_stack", [1], None),
+                                    ("attached_after_hang", [0, 2, 3], 0)]
+                    else f"verdicts {got}"))
+    return res
+
+
 def check_state_divergence_needs_agreement():
     """state_divergence says ranks did not complete a collective others completed; where the
     ranks hold different collectives at that seq (a seq alignment off by one, as an inferred
@@ -2050,6 +2109,7 @@ def main():
     results += check_lost_entries_not_mismatch()
     results += check_straggler_does_not_hide_a_hang()
     results += check_lost_returns_not_stuck()
+    results += check_attached_after_needs_time()
     results += check_late()
     for name, err in results:
         if err:

@@ -593,6 +593,14 @@ int rule_ring_hang(struct fr_analysis *a)
 int rule_attached_after(struct fr_analysis *a)
 {
 	struct verdict *v = NULL;
+	bool hang_shown = false;
+	int64_t usual;
+
+	for (int i = 0; i < a->nr_verdicts; i++)
+		hang_shown |= a->verdicts[i].rule != RULE_STRAGGLER &&
+			      a->verdicts[i].rule != RULE_LATE &&
+			      a->verdicts[i].rule != RULE_NOT_ONE_MOMENT &&
+			      a->verdicts[i].rule != RULE_RANKS_UNKNOWN;
 
 	for (int pi = 0; pi < a->nr_procs; pi++) {
 		const struct proc *p = &a->procs[pi];
@@ -601,6 +609,14 @@ int rule_attached_after(struct fr_analysis *a)
 		if (!s->present || !s->nr_waits || s->time_ns == FR_UNK || p->dead)
 			continue;
 		if (p->has_last)
+			continue;
+		/* no call since attach proves a hang only once the job's threshold has passed
+		 * since (both times on its host's clock): a healthy rank caught in a second-long
+		 * step by a recorder that attached a moment before the dump has none either.
+		 * Sooner, it is said only where something else shows the hang */
+		if ((p->dump_time_ns == FR_UNK ||
+		     ns_diff(p->dump_time_ns, s->time_ns) <= timing_max_skew(a, &usual)) &&
+		    !hang_shown)
 			continue;
 		if (!v && !(v = verdict_new(a, RULE_ATTACHED_AFTER, -1, FR_UNK, NULL)))
 			return -ENOMEM;
