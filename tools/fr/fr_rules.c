@@ -764,17 +764,27 @@ static bool shifted_from(const struct fr_analysis *a, const struct comm *c, int 
 
 	for (int t = 0; k + t + d < c->aggs.n; t++) {
 		const struct seq_agg *g = &a->aggs[c->aggs.v[k + t]];
-		const struct seq_agg *later = &a->aggs[c->aggs.v[k + t + d]];
 		const struct sig *sg;
+		bool hit = false;
 
 		/* past its own newest entry: nothing of it to hold against theirs */
 		if (a->members[mi].newest_seq == FR_UNK || g->seq > a->members[mi].newest_seq)
 			break;
 		sg = sig_of_member(a, c, k + t, mi);
-
-		if (later->seq != g->seq + d || g->seq != a->aggs[c->aggs.v[k]].seq + t || !sg ||
-		    !sig_same(sg, &later->sig0) || (t <= LOST_CONFIRM && sig_same(sg, &g->sig0)))
+		if (g->seq != a->aggs[c->aggs.v[k]].seq + t || !sg ||
+		    (t <= LOST_CONFIRM && sig_same(sg, &g->sig0)))
 			return false;
+		/* the shift only grows: more entries lost later (up to LOST_SHIFT_MAX) */
+		for (int dd = d; dd <= LOST_SHIFT_MAX && k + t + dd < c->aggs.n && !hit; dd++) {
+			const struct seq_agg *later = &a->aggs[c->aggs.v[k + t + dd]];
+
+			if (later->seq == g->seq + dd && sig_same(sg, &later->sig0)) {
+				hit = true;
+				d = dd;
+			}
+		}
+		if (!hit)
+			return k + t + d >= c->aggs.n && seen > LOST_CONFIRM;
 		seen++;
 	}
 	return seen > LOST_CONFIRM;
