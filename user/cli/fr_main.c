@@ -705,6 +705,9 @@ static void query_comms(struct fr_session *s)
 				    (unsigned long long)handles[i], vals[0], vals[1], vals[2]);
 		}
 		injector__detach(inj);
+		/* one process a pass: a trigger waits for no more than one injection (seconds
+		 * for a process of hundreds of threads on a loaded host) */
+		break;
 	}
 }
 
