@@ -15,6 +15,7 @@ A selection that matches no test is an error (exit 2), never '0 passed, 0 failed
 import argparse
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -71,18 +72,124 @@ def run_exe(name, argv, timeout=300):
         report(name, "failed", time.time() - t0, f"exit {p.returncode}\n{tail}")
 
 
+# An e2e test that runs past this is stopped and failed (the slowest takes about 60 s on a
+# loaded 2-core machine): a hang says where it was and the run goes on to its last line.
+TEST_LIMIT_S = int(os.environ.get("TPTRACE_TEST_LIMIT_S", "600"))
+# after the limit, the test's own cleanup gets this long each time before it is interrupted
+# again, at most CLEANUP_TRIES times
+CLEANUP_S, CLEANUP_TRIES = 60, 5
+
+
+class TestTimeout(BaseException):
+    """Raised in a test past its limit; a BaseException so that no `except Exception` in a
+    test's retry loop swallows it, while its `finally` and `except BaseException` cleanups
+    still run."""
+
+
+def descendants(root_pid):
+    """pids whose parent chain reaches root_pid, parents first."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        parent[int(d)] = int(st[st.rindex(")") + 2:].split()[1])
+    out, todo = [], [root_pid]
+    while todo:
+        p = todo.pop(0)
+        kids = sorted(c for c, pp in parent.items() if pp == p)
+        out += kids
+        todo += kids
+    return out
+
+
+def proc_line(path):
+    """'comm state wchan tracer=N' of one /proc task, or why it could not be read."""
+    def read(name):
+        try:
+            with open(f"{path}/{name}") as f:
+                return f.read()
+        except OSError as e:
+            return f"<{e.strerror}>"
+    st = read("stat")
+    comm = st[st.find("(") + 1:st.rfind(")")] if ")" in st else st
+    state = st[st.rfind(")") + 2:st.rfind(")") + 3] if ")" in st else "?"
+    tracer = [l.split()[1] for l in read("status").splitlines() if l.startswith("TracerPid:")]
+    return f"{comm} {state} wchan={read('wchan').strip() or '-'} tracer={tracer[0] if tracer else '?'}"
+
+
+def hang_report(frame):
+    """Where the test was (its Python stack) and what each process it started was doing:
+    state, kernel wait channel, tracer and kernel stack of every thread not running."""
+    lines = ["test stack (innermost last):"]
+    lines += ["  " + l.rstrip() for l in traceback.format_stack(frame)[-8:]]
+    for pid in descendants(os.getpid())[:40]:
+        lines.append(f"process {pid}: {proc_line(f'/proc/{pid}')}")
+        try:
+            tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            continue
+        for tid in tids[:16]:
+            line = proc_line(f"/proc/{pid}/task/{tid}")
+            if " R " in f" {line} ":
+                continue
+            lines.append(f"  thread {tid}: {line}")
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stack") as f:
+                    lines += ["    " + l.rstrip() for l in f.read().splitlines()[:8]]
+            except OSError:
+                pass
+    return "\n".join(lines)
+
+
 def run_fn(name, fn):
     t0 = time.time()
+    fired = {"n": 0, "report": ""}
+
+    def on_alarm(signum, frame):
+        fired["n"] += 1
+        if fired["n"] == 1:
+            try:
+                fired["report"] = hang_report(frame)
+            except Exception:
+                fired["report"] = traceback.format_exc(limit=2)
+        if fired["n"] > CLEANUP_TRIES:
+            # its cleanup is stuck for good: said, and the run ends with its last line
+            report(name, "failed", time.time() - t0,
+                   f"still running {TEST_LIMIT_S} s + {CLEANUP_TRIES} x {CLEANUP_S} s after it "
+                   f"started, in its cleanup; the run stops here\n{fired['report']}")
+            finish()
+            os._exit(1)
+        signal.alarm(CLEANUP_S)
+        raise TestTimeout(f"past its {TEST_LIMIT_S} s limit")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_LIMIT_S)
     try:
-        fn()
+        try:
+            fn()
+        finally:
+            signal.alarm(0)
         report(name, "passed", time.time() - t0)
     except Skip as e:
         report(name, "skipped", time.time() - t0, str(e))
+    except TestTimeout as e:
+        report(name, "failed", time.time() - t0, f"stopped {e}\n{fired['report']}")
     except Exception as e:
-        if type(e).__name__ == "Skip":  # lib.Skip and friends
+        if fired["n"]:
+            report(name, "failed", time.time() - t0, f"stopped past its {TEST_LIMIT_S} s limit "
+                   f"(its cleanup raised {type(e).__name__})\n{fired['report']}")
+        elif type(e).__name__ == "Skip":  # lib.Skip and friends
             report(name, "skipped", time.time() - t0, str(e))
         else:
             report(name, "failed", time.time() - t0, traceback.format_exc(limit=4).strip())
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def module_tier(module):
@@ -179,12 +286,16 @@ def main(argv=None):
         t.run()
         if a.stop_first and failures:
             break
+    return finish()
+
+
+def finish():
     if failures:
         print("failed: " + ", ".join(failures))
     # the last line is exactly "N passed, N failed" (CI reads it); skips are said just before
     if results["skipped"]:
         print(f"{results['skipped']} skipped (reasons on their SKIP lines)")
-    print(f"{results['passed']} passed, {results['failed']} failed")
+    print(f"{results['passed']} passed, {results['failed']} failed", flush=True)
     return 1 if results["failed"] else 0
 
 
