@@ -44,11 +44,11 @@ class Job:
     def pids(self):
         return [w.pid for w in self.ranks]
 
-    def record(self, extra=()):
+    def record(self, extra=(), env=None):
         args = ["fr", "--dump-dir", self.dump_dir]
         for p in self.pids():
             args += ["-p", str(p)]
-        self.tracer = Tracer(args + list(extra), ready=False)
+        self.tracer = Tracer(args + list(extra), ready=False, env=env)
         line = self.tracer.err.wait_for(lambda l: "flight recorder on" in l, 120)
         assert line, self.tracer.err.text()
 

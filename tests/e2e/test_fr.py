@@ -4,8 +4,9 @@ only when every rank reached them) run one fault scenario each; `tptrace fr` rec
 from outside; `tptrace-fr` must name the exact culprit."""
 import os
 import signal
+import subprocess
 import time
-from lib import need_root, wait_until
+from lib import fresh_tmp_path, need_root, wait_until
 from ncclib import Job, analyze
 
 # scenarios whose ranks finish by themselves (culprit rank 1 misbehaves at the last step):
@@ -200,6 +201,55 @@ def test_fr_rank_killed():
     assert dumps[1]["dump_reason"] == "exit"
     rc, out = verdicts(job)
     assert first(out) == ("dead_rank", [1], world_id(dumps), 7), out["verdicts"]
+
+
+def tracer_pid(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int([l for l in f if l.startswith("TracerPid:")][0].split()[1])
+    except (OSError, IndexError):
+        return 0
+
+
+def test_fr_rank_killed_while_the_recorder_holds_it():
+    """A rank killed (kill -9, a scheduler ending the job) while the recorder holds its main
+    thread stopped (asking NCCL about a communicator made before attach) is let go of at
+    once: its parent can reap it while the recorder keeps running for the others, and its
+    dump says killed. A traced thread that dies is a zombie only its tracer can reap: left
+    so, torchrun would wait for the rank as long as the recorder runs."""
+    need_root()
+    hold = fresh_tmp_path("fr-inject-hold")
+    job = Job(2, "late", steps=2, culprit=1, extra=["--fault-step", "0", "--late-ms", "60000"],
+              name="kill-held")
+    try:
+        open(hold, "w").close()
+        job.record(["--no-stacks", "-v"], env={"TPTRACE_TEST_INJECT_HOLD_WHILE": hold})
+        job.go()
+        tp = job.tracer.p.pid
+        held = wait_until(lambda: [r for r, p in enumerate(job.pids()) if tracer_pid(p) == tp],
+                          what="the recorder holding a rank's main thread")[0]
+        w = job.ranks[held]
+        os.kill(w.pid, signal.SIGKILL)
+        os.unlink(hold)
+        try:
+            rc = w.p.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"rank {held} killed while held: not reapable 60 s later "
+                                 f"(TracerPid {tracer_pid(w.pid)}, recorder {tp})")
+        assert rc == -signal.SIGKILL, rc
+        other = job.ranks[1 - held]
+        assert other.p.poll() is None and job.tracer.p.poll() is None
+        other.kill()
+        assert job.tracer.wait(120) == 0, job.tracer.err.text()
+    finally:
+        if os.path.exists(hold):
+            os.unlink(hold)
+        # the recorder first: a rank it failed to let go of is released when it exits
+        if job.tracer:
+            job.tracer.stop()
+        job.kill()
+    d = job.dumps()[held]
+    assert d["process"]["state"] == "killed" and d["process"]["signal"] == 9, d["process"]
 
 
 def test_fr_rank_exited():

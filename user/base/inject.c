@@ -234,10 +234,58 @@ static int wait_stop(int tid, int *status, int timeout_ms)
 	}
 }
 
+/* Makes sure tid is in a ptrace stop, whatever became of it since it stopped for us. Running
+ * (a call that did not return even to PTRACE_INTERRUPT): interrupted again. Dead (its process
+ * killed while we held it): reaped, since a traced thread that died is a zombie only its
+ * tracer can reap, and its process's parent (torchrun, a scheduler) would wait for it as
+ * long as the recorder runs. 0 stopped (*sig: a signal on its way in, to give back), 1 gone,
+ * or a negative errno. */
+static int ensure_stopped(int tid, int *sig)
+{
+	struct user_regs_struct r;
+	int status, e, dead;
+
+	if (!ptrace(PTRACE_GETREGS, tid, NULL, &r))
+		return 0;
+	if (errno != ESRCH)
+		return -errno;
+	/* fails only on a thread that is exiting: its process's other threads go first, then
+	 * it can be reaped (they may take a while on a loaded host) */
+	dead = ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) != 0;
+	e = wait_stop(tid, &status, dead ? 30000 : 5000);
+	if (e == -ECHILD)
+		return 1;	/* not ours any more */
+	if (e)
+		return e;
+	if (WIFEXITED(status) || WIFSIGNALED(status))
+		return 1;
+	if (status >> 16 != PTRACE_EVENT_STOP && !*sig)
+		*sig = WSTOPSIG(status);
+	return 0;
+}
+
+/* Detaches tid with sig, or reaps it if it died meanwhile. 0 or a negative errno. */
+static int release(int tid, int sig)
+{
+	for (int tries = 0; tries < 3; tries++) {
+		int e;
+
+		if (!ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)sig))
+			return 0;
+		if (errno != ESRCH)
+			return -errno;
+		e = ensure_stopped(tid, &sig);
+		if (e)
+			return e > 0 ? 0 : e;
+	}
+	return -ESRCH;
+}
+
 struct injector *injector__attach(int tid, char *err, size_t errlen)
 {
 	struct injector *inj = calloc(1, sizeof(*inj));
 	char path[64];
+	const char *hold;
 	int status, scope = inject_ptrace_scope(), e, tracer;
 
 	if (!inj) {
@@ -327,9 +375,13 @@ struct injector *injector__attach(int tid, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", inj->err);
 		goto fail_detach;
 	}
+	/* a test's handshake: the thread stays stopped while that file exists */
+	hold = getenv("TPTRACE_TEST_INJECT_HOLD_WHILE");
+	while (hold && !access(hold, F_OK))
+		nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
 	return inj;
 fail_detach:
-	ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)inj->pending_sig);
+	release(tid, inj->pending_sig);
 	if (inj->mem_fd >= 0)
 		close(inj->mem_fd);
 	free(inj->xstate);
@@ -340,19 +392,25 @@ fail_detach:
 
 int injector__detach(struct injector *inj)
 {
-	int err = 0;
+	int err = 0, e;
 
 	if (!inj)
 		return 0;
-	if (inj->scratch_dirty && mem_write(inj, inj->scratch_lo, inj->scratch_saved, SCRATCH))
-		err = -EFAULT;
-	/* orig_rax and rax as they were: an interrupted syscall is restarted by the kernel */
-	if (ptrace(PTRACE_SETREGS, inj->tid, NULL, &inj->saved) && !err)
-		err = -errno;
-	if (restore_xstate(inj) && !err)
-		err = -errno;
-	if (ptrace(PTRACE_DETACH, inj->tid, NULL, (void *)(long)inj->pending_sig) && !err)
-		err = -errno;
+	e = ensure_stopped(inj->tid, &inj->pending_sig);
+	if (e < 0)
+		err = e;
+	if (!e) {
+		if (inj->scratch_dirty && mem_write(inj, inj->scratch_lo, inj->scratch_saved, SCRATCH))
+			err = -EFAULT;
+		/* orig_rax and rax as they were: an interrupted syscall is restarted by the kernel */
+		if (ptrace(PTRACE_SETREGS, inj->tid, NULL, &inj->saved) && !err)
+			err = -errno;
+		if (restore_xstate(inj) && !err)
+			err = -errno;
+		e = release(inj->tid, inj->pending_sig);
+		if (e && !err)
+			err = e;
+	}
 	close(inj->mem_fd);
 	free(inj->xstate);
 	free(inj);
