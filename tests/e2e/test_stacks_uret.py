@@ -15,7 +15,7 @@ import time
 from lib import (E2E_BIN, SIM_LIB, TPTRACE, WL, OUT, Lines, Skip, Workload, need_root,
                  text_lines, wait_in_syscall)
 from ncclib import Job
-from test_stacks import snapshot, stop_app
+from test_stacks import by_name, snapshot, stop_app
 from test_stacks_cli import pid_args, stacks
 
 CUDART = os.path.join(SIM_LIB, "libcudart.so.13")
@@ -392,3 +392,40 @@ def test_bpf_native_frames_through_return_probes():
     assert base[:4] == ["cudaStreamSynchronize", "fp_mid", "fp_outer", "main"], (base, base_stop)
     got, stop = fp_native(True)
     assert (got, stop) == (base, base_stop), (got, stop, base, base_stop)
+
+
+def test_stacks_thread_stopped_in_the_trampoline():
+    """A thread stopped while it returns through the trampoline (its pc in [uprobes] slot 0,
+    the pending instance half handed back) is single-stepped out to the caller it returns
+    to and unwound there: stack_app --spin recurses through spin_depth, which bpftrace
+    return-probes, so a good share of stops land in the trampoline. Sampled until some did
+    (a few in a hundred samples here): no frame unrecoverable, every spinning thread's stack
+    complete down to clone, and the thread spins on."""
+    need_root()
+    w = Workload([APP, "--spin"])
+    bt = None
+    try:
+        bt = Bpftrace('BEGIN { printf("ATTACHED\\n"); } '
+                      f"uretprobe:{APP}:spin_depth {{ @[probe] = count(); }}")
+        stepped = unrec = samples = 0
+        for _ in range(40):     # a failsafe: ~1 stop in 80 lands in the trampoline
+            s = snapshot(w.pid, "--samples", "25", "--interval", "2")
+            u = s["uretprobe_frames"]
+            stepped += u["stepped_out"]
+            unrec += u["unrecoverable"]
+            samples += s["samples"]
+            spin = by_name(s, "spin_loop")
+            assert len(spin) == 1, [[f["func"] for f in t["frames"]] for t in s["threads"]]
+            names = [f["func"] for f in spin[0]["frames"]]
+            assert names[-3:] == ["spin_loop", "start_thread", "__GI___clone3"], names
+            assert not spin[0]["truncated"] and spin[0]["unwind_error"] is None, spin[0]
+            if stepped >= 2:
+                break
+        assert unrec == 0, (unrec, samples)
+        assert stepped >= 2, f"no stop in the trampoline in {samples} samples"
+        # still spinning: the next sample sees it elsewhere in its loop
+        assert by_name(snapshot(w.pid), "spin_loop")
+    finally:
+        stop_app(w)
+        if bt:
+            bt.stop()

@@ -189,6 +189,7 @@
 #define FRK_INSTANCE_READS		"instance_reads"
 #define FRK_INSTANCES			"instances"
 #define FRK_INSTANCE_READ_MS		"instance_read_ms"
+#define FRK_STEPPED_OUT			"stepped_out"
 /* a snapshot's threads */
 #define FRK_WCHAN			"wchan"
 #define FRK_KERNEL_STACK		"kernel_stack"

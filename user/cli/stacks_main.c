@@ -293,11 +293,16 @@ static void print_proc(FILE *f, const struct stack_proc *sp)
 	else
 		fprintf(f, ": %d samples %d ms apart", sp->samples, sp->interval_ms);
 	fprintf(f, ", stopped %.1f ms at most\n", sp->stopped_ns_max / 1e6);
-	if (sp->uret_resolved || sp->uret_unrecoverable)
+	if (sp->uret_resolved || sp->uret_unrecoverable || sp->uret_stepped_out) {
 		fprintf(f, "  return probes: %d return address%s recovered, %d unrecoverable "
-			"(pending returns read in %.2f ms)\n", sp->uret_resolved,
+			"(pending returns read in %.2f ms)", sp->uret_resolved,
 			sp->uret_resolved == 1 ? "" : "es", sp->uret_unrecoverable,
 			sp->uret_read_ns / 1e6);
+		if (sp->uret_stepped_out)
+			fprintf(f, "; %d thread%s stepped out of the trampoline", sp->uret_stepped_out,
+				sp->uret_stepped_out == 1 ? "" : "s");
+		fputc('\n', f);
+	}
 	if (sp->cmdline)
 		fprintf(f, "  cmdline: %s\n", sp->cmdline);
 	if (sp->python)

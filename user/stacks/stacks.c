@@ -431,6 +431,73 @@ static void wait_stops(struct sample *s)
 	}
 }
 
+/* Waits (bounded by the stop timeout) for t's next stop after a single step; false when it
+ * exited or did not stop (then marked so, as wait_stops does). */
+static bool wait_step(struct sample *s, struct tsample *t, int *status)
+{
+	uint64_t deadline = clock_ns(CLOCK_MONOTONIC) + s->opts->stop_timeout_ms * 1000000ULL;
+	bool interrupted = false;
+
+	for (int spins = 0;; spins++) {
+		int r = waitpid(t->tid, status, __WALL | WNOHANG);
+
+		if (r == t->tid && WIFSTOPPED(*status))
+			return true;
+		if (r < 0 || r == t->tid) {
+			t->stopped = false;
+			t->gone = true;
+			t->unwind_err = strpool__add(s->pool, "thread exited while it stopped");
+			return false;
+		}
+		if (clock_ns(CLOCK_MONOTONIC) > deadline) {
+			if (interrupted) {
+				/* stays attached until this thread exits, which detaches it */
+				t->stopped = false;
+				t->unwind_err = strpool__add(s->pool, "did not stop again after a single "
+							     "step out of the uretprobe trampoline");
+				return false;
+			}
+			ptrace(PTRACE_INTERRUPT, t->tid, 0, 0);
+			interrupted = true;
+			deadline = clock_ns(CLOCK_MONOTONIC) + s->opts->stop_timeout_ms * 1000000ULL;
+		}
+		if (spins > 20)
+			usleep(50);
+		else
+			sched_yield();
+	}
+}
+
+/* A thread stopped inside the uretprobe return trampoline (it is returning from a probed
+ * call: the pending instance half handed back, the return address in a register or a stack
+ * word no CFI describes) cannot be unwound there. It is single-stepped out, through the few
+ * instructions it was about to run anyway (x86-64: three pushes, the uretprobe syscall, two
+ * pops and a ret), and unwound in the caller it returns to. Only from our own interrupt stop:
+ * a stop that intercepted a signal keeps it for the detach, and the frame stays marked
+ * unrecoverable. */
+static void step_out_of_trampoline(struct sample *s, struct tsample *t)
+{
+	bool stepped = false;
+
+	for (int i = 0; i < 16 && t->stopped && !t->stop_sig; i++) {
+		struct user_regs_struct regs;
+		int status;
+
+		if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs) ||
+		    !unwinder__in_trampoline(s->uw, regs.rip))
+			break;
+		if (ptrace(PTRACE_SINGLESTEP, t->tid, 0, 0) || !wait_step(s, t, &status))
+			break;
+		stepped = true;
+		/* the step's own SIGTRAP is dropped (never given back at the detach); another
+		 * signal that came in meanwhile is kept for it */
+		if (status >> 16 == 0 && WSTOPSIG(status) != SIGTRAP)
+			t->stop_sig = WSTOPSIG(status);
+	}
+	if (stepped)
+		unwinder__stepped_out(s->uw);
+}
+
 static void read_stopped(struct sample *s, struct tsample *t, struct py_frame *pybuf)
 {
 	int max = s->opts->max_frames;
@@ -510,6 +577,8 @@ static void *stop_and_read(void *arg)
 	}
 	wait_stops(s);
 	unwinder__sample_begin(s->uw);
+	for (int i = 0; s->uw && i < s->nr; i++)
+		step_out_of_trampoline(s, &s->ts[i]);
 	for (int i = 0; i < s->nr; i++) {
 		struct tsample *t = &s->ts[i];
 
@@ -778,6 +847,7 @@ struct stack_proc *stacks__take(int pid, const struct stack_opts *opts, char *er
 		sp->uret_reads = st.uret_reads;
 		sp->uret_instances = st.instances;
 		sp->uret_read_ns = st.uret_ns;
+		sp->uret_stepped_out = st.stepped_out;
 	}
 	unwinder__free(s.uw);
 	pyframes__free(s.py);

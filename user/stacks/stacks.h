@@ -105,6 +105,8 @@ struct stack_proc {
 	int uret_instances;	/* instances those reads held, summed (a chained run is several
 				 * instances for one slot) */
 	uint64_t uret_read_ns;	/* their time, added to the stops */
+	int uret_stepped_out;	/* threads stopped in the return trampoline, single-stepped out
+				 * to the caller they were returning to before their unwind */
 	const char *ptrace_err;	/* degraded to /proc only: why (NULL: frames were read) */
 	const char *python;	/* "3.11.7"; NULL when the process runs no Python */
 	const char *python_err;	/* Python found but its frames not read: why */

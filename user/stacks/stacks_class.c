@@ -417,7 +417,8 @@ static cJSON *uret_json(const struct stack_proc *sp)
 	    !add(o, FRK_UNRECOVERABLE, cJSON_CreateNumber(sp->uret_unrecoverable)) ||
 	    !add(o, FRK_INSTANCE_READS, cJSON_CreateNumber(sp->uret_reads)) ||
 	    !add(o, FRK_INSTANCES, cJSON_CreateNumber(sp->uret_instances)) ||
-	    !add(o, FRK_INSTANCE_READ_MS, cJSON_CreateNumber((double)sp->uret_read_ns / 1e6))) {
+	    !add(o, FRK_INSTANCE_READ_MS, cJSON_CreateNumber((double)sp->uret_read_ns / 1e6)) ||
+	    !add(o, FRK_STEPPED_OUT, cJSON_CreateNumber(sp->uret_stepped_out))) {
 		cJSON_Delete(o);
 		return NULL;
 	}

@@ -57,6 +57,11 @@ int unwinder__thread(struct unwinder *uw, int tid, int max, struct native_stack 
 /* A new sample: the threads were stopped again, so the pending uretprobe returns read for
  * the last one are stale (they are read again when a trampoline is met). */
 void unwinder__sample_begin(struct unwinder *uw);
+/* Whether pc is in the uretprobe return trampoline of the process (reads the maps again,
+ * once a sample, for a [uprobes] area created since). */
+bool unwinder__in_trampoline(struct unwinder *uw, uint64_t pc);
+/* Counts a thread stepped out of the trampoline before its unwind. */
+void unwinder__stepped_out(struct unwinder *uw);
 
 /* Return addresses replaced by uretprobe trampolines, over every sample so far. */
 struct unwind_stats {
@@ -66,6 +71,7 @@ struct unwind_stats {
 	int resolved;		/* trampolines replaced by the original return address */
 	int unrecoverable;	/* frames marked unrecoverable */
 	int maps_rescans;	/* maps read again for a [uprobes] area created since */
+	int stepped_out;	/* threads stopped in the trampoline, stepped out to their caller */
 };
 void unwinder__stats(const struct unwinder *uw, struct unwind_stats *st);
 

@@ -669,6 +669,26 @@ static int rescan_uprobes(struct unwinder *uw)
 	return ret;
 }
 
+/* x86's UPROBE_XOL_SLOT_BYTES: the area's slot 0 is the return trampoline, the others
+ * single-step slots */
+#define TRAMPOLINE_SLOT_BYTES 128
+
+bool unwinder__in_trampoline(struct unwinder *uw, uint64_t pc)
+{
+	if (!uw)
+		return false;
+	if (!uw->uprobes_end && !uw->maps_rescanned && !in_xmaps(uw, pc) && !rescan_uprobes(uw))
+		uretinst__prepare();
+	return uw->uprobes_end && pc >= uw->uprobes_start &&
+	       pc < uw->uprobes_start + TRAMPOLINE_SLOT_BYTES;
+}
+
+void unwinder__stepped_out(struct unwinder *uw)
+{
+	if (uw)
+		uw->stats.stepped_out++;
+}
+
 /* A return address the memory callback could not put back (or the thread executing the
  * trampoline itself): one frame says so, and the stack ends there, since every frame past it
  * would be unwound from the wrong code. */
