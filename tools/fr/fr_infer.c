@@ -750,8 +750,11 @@ static bool sig_matches(const struct sig *g, const struct fr_entry *e)
  * an exact comm of known size has room for it (no shared process, enough absent ranks) and
  * exactly one offset D makes the reference's collectives (rebased seq + D) match the exact
  * comm's signatures, the best by where its newest collective falls against the exact
- * members' newest (a periodic schedule matches at several offsets: a tie is no match).
- * The exact comm's index, D in *off; -1 when none. */
+ * members' newest (a periodic schedule matches at several offsets: a tie is no match). A
+ * reference whose recorder dropped events is compared from its newest collective back to
+ * its first mismatch (entries lost before it number the older ones lower), EXACT_MIN at
+ * least. On one host's clock, an offset that has the reference complete a collective before
+ * an exact member entered it is refuted. The exact comm's index, D in *off; -1 when none. */
 #define EXACT_CHECK	64	/* newest collectives of the reference compared */
 #define EXACT_MIN	4	/* ... at least this many must land on known seqs */
 static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_exact,
@@ -760,7 +763,9 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 	const struct pend *r = &a->pends[cl->ref];
 	int best_c = -1;
 	int64_t best_d = 0, best_score = INT64_MAX;
-	bool tie = false;
+	bool tie = false, dropped = a->procs[r->proc].events_dropped != FR_UNK &&
+				    a->procs[r->proc].events_dropped > 0;
+	const char *rhost = a->procs[r->proc].host;
 
 	if (!r->nc)
 		return -1;
@@ -799,9 +804,21 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 				const struct fr_entry *e = pcoll(r, k);
 				int ai = agg_find(a, ci, rebase_coll(r, e->coll_seq) + d);
 				const struct agg_extra *x;
+				const struct seq_agg *g;
 
 				if (ai < 0)
 					continue;
+				/* one host's clock: a collective completes once every rank has
+				 * entered it; the reference's completed before an exact rank of its
+				 * host entered this seq is another collective */
+				g = &a->aggs[ai];
+				if (e->state == FR_ST_COMPLETED && e->completed_ns != FR_UNK &&
+				    g->max_created != FR_UNK && g->max_m >= 0 && rhost[0] &&
+				    !strcmp(a->procs[a->members[g->max_m].proc].host, rhost) &&
+				    g->max_created > e->completed_ns + ALIGN_CAUSAL_SLACK) {
+					bad = true;
+					break;
+				}
 				/* any signature the exact members used there: where they
 				 * disagree (the fault may be one of theirs) the majority is
 				 * not known yet */
@@ -816,6 +833,12 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 				if (bad && e->state != FR_ST_COMPLETED) {
 					bad = false;
 					continue;
+				}
+				/* its recorder dropped events: its older entries may be counted
+				 * without lost ones (numbered lower): compared down to there */
+				if (bad && dropped && hit >= EXACT_MIN) {
+					bad = false;
+					break;
 				}
 				hit++;
 			}

@@ -734,22 +734,46 @@ static bool sig_same(const struct sig *x, const struct sig *y)
 	return sig_rule(x, y) < 0;
 }
 
-/* member mi's signature at comm c's agg k: its minority group's (every member listed), else
- * the majority's; NULL when a group's list is cut (unknown) */
+/* member mi's signature at comm c's agg k: that of the group it is listed in; else the
+ * first-seen one's (sig0) when every other group is listed in full or it is listed there;
+ * NULL when that cannot be told (a list cut) */
 static const struct sig *sig_of_member(const struct fr_analysis *a, const struct comm *c, int k,
 				       int mi)
 {
 	const struct seq_agg *g = &a->aggs[c->aggs.v[k]];
 	const struct agg_extra *x = g->extra >= 0 ? &a->extras[g->extra] : NULL;
+	bool cut = x && x->other_n;
 
 	for (int i = 0; x && i < x->nr_groups; i++) {
-		if (x->groups[i].nr_listed != x->groups[i].n)
-			return NULL;
+		cut |= x->groups[i].nr_listed != x->groups[i].n;
 		for (int j = 0; j < x->groups[i].nr_listed; j++)
 			if (x->groups[i].members[j] == mi)
 				return &x->groups[i].sig;
 	}
-	return &g->sig0;
+	if (!cut)
+		return &g->sig0;
+	for (int i = 0; i < g->n0 && i < 2; i++)
+		if (g->first0[i] == mi)
+			return &g->sig0;
+	for (int i = 0; x && i < x->nr_list0; i++)
+		if (x->list0[i] == mi)
+			return &g->sig0;
+	return NULL;
+}
+
+/* the signature most members of agg g used (its first-seen one on a tie) */
+static const struct sig *majority_sig(const struct fr_analysis *a, const struct seq_agg *g)
+{
+	const struct agg_extra *x = g->extra >= 0 ? &a->extras[g->extra] : NULL;
+	const struct sig *best = &g->sig0;
+	int n = g->n0;
+
+	for (int i = 0; x && i < x->nr_groups; i++)
+		if (x->groups[i].n > n) {
+			n = x->groups[i].n;
+			best = &x->groups[i].sig;
+		}
+	return best;
 }
 
 #define LOST_CONFIRM	2	/* later seqs that must show the same shift */
@@ -758,31 +782,44 @@ static const struct sig *sig_of_member(const struct fr_analysis *a, const struct
  * LOST_CONFIRM later seqs, none against it; and they differ from the majority's at k and the
  * LOST_CONFIRM seqs after it (in a loop of period d, a one-off mismatch at k would match d
  * seqs later, and the seqs after it anyway: a real shift keeps disagreeing) */
-static bool shifted_from(const struct fr_analysis *a, const struct comm *c, int k, int mi, int d)
+static bool shifted_from(const struct fr_analysis *a, const struct comm *c, int k, int mi, int d,
+			 int maj_n)
 {
 	int seen = 0;
 
 	for (int t = 0; k + t + d < c->aggs.n; t++) {
 		const struct seq_agg *g = &a->aggs[c->aggs.v[k + t]];
 		const struct sig *sg;
-		bool hit = false;
+		bool hit = false, ended = false;
 
 		/* past its own newest entry: nothing of it to hold against theirs */
 		if (a->members[mi].newest_seq == FR_UNK || g->seq > a->members[mi].newest_seq)
 			break;
+		/* past the majority's newest entries (its recorder counted ahead of theirs, or its
+		 * dump came later): what is left is its own, judged on the seqs before */
+		if (g->entered < maj_n)
+			break;
 		sg = sig_of_member(a, c, k + t, mi);
 		if (g->seq != a->aggs[c->aggs.v[k]].seq + t || !sg ||
-		    (t <= LOST_CONFIRM && sig_same(sg, &g->sig0)))
+		    (t <= LOST_CONFIRM && sig_same(sg, majority_sig(a, g))))
 			return false;
 		/* the shift only grows: more entries lost later (up to LOST_SHIFT_MAX) */
 		for (int dd = d; dd <= LOST_SHIFT_MAX && k + t + dd < c->aggs.n && !hit; dd++) {
 			const struct seq_agg *later = &a->aggs[c->aggs.v[k + t + dd]];
 
-			if (later->seq == g->seq + dd && sig_same(sg, &later->sig0)) {
+			if (later->seq != g->seq + dd)
+				continue;
+			if (later->entered < maj_n) {
+				ended = true;
+				break;
+			}
+			if (sig_same(sg, majority_sig(a, later))) {
 				hit = true;
 				d = dd;
 			}
 		}
+		if (ended)
+			break;
 		if (!hit)
 			return k + t + d >= c->aggs.n && seen > LOST_CONFIRM;
 		seen++;
@@ -790,19 +827,86 @@ static bool shifted_from(const struct fr_analysis *a, const struct comm *c, int 
 	return seen > LOST_CONFIRM;
 }
 
+/* whether agg o's majority signature can be held against a rank's: at least two ranks used
+ * it, and more than twice as many as all the others (the newest seqs are held by fewer dumps,
+ * those taken later, and then agree) */
+static bool comparable(const struct fr_analysis *a, const struct seq_agg *o)
+{
+	const struct agg_extra *x = o->extra >= 0 ? &a->extras[o->extra] : NULL;
+	int n = o->n0;
+
+	for (int i = 0; x && i < x->nr_groups; i++)
+		n = x->groups[i].n > n ? x->groups[i].n : n;
+	return n >= 2 && 3 * n > 2 * o->entered;
+}
+
+/* mi's signature at agg k is the majority's at a seq at most LOST_SHIFT_MAX away (either way),
+ * where enough of the majority's entries are (comparable()): a collective the others ran
+ * too, counted at another seq. The distance, or 0. */
+static int nearby_shift(const struct fr_analysis *a, const struct comm *c, int k, int mi)
+{
+	const struct sig *sg = sig_of_member(a, c, k, mi);
+	int64_t seq = a->aggs[c->aggs.v[k]].seq;
+
+	for (int d = 1; sg && d <= LOST_SHIFT_MAX; d++)
+		for (int sgn = -1; sgn <= 1; sgn += 2) {
+			int j = k + sgn * d;
+			const struct seq_agg *o;
+
+			if (j < 0 || j >= c->aggs.n)
+				continue;
+			o = &a->aggs[c->aggs.v[j]];
+			if (o->seq == seq + sgn * d && comparable(a, o) &&
+			    sig_same(sg, majority_sig(a, o)))
+				return d;
+		}
+	return 0;
+}
+
+/* mi still disagrees with the majority at the seq after agg k (entries lost shift every later
+ * seq; a one-off mismatch, a real one, agrees again): false when it does not, or when that
+ * seq holds no entry of it or too few of the others' (comparable()) */
+static bool still_off_after(const struct fr_analysis *a, const struct comm *c, int k, int mi)
+{
+	const struct seq_agg *g, *next;
+	const struct sig *sg;
+
+	if (k + 1 >= c->aggs.n)
+		return false;
+	g = &a->aggs[c->aggs.v[k]];
+	next = &a->aggs[c->aggs.v[k + 1]];
+	if (next->seq != g->seq + 1 || !comparable(a, next) || a->members[mi].newest_seq == FR_UNK ||
+	    a->members[mi].newest_seq <= g->seq)
+		return false;
+	sg = sig_of_member(a, c, k + 1, mi);
+	return sg && !sig_same(sg, majority_sig(a, next));
+}
+
 /* A mismatch that lost entries explain: every minority rank's recorder dropped events (a
- * count it knows) and each minority rank's signatures, from this seq on, are the majority's d
- * seqs later (1 <= d <= 3) at every seq its dump and theirs both hold (3 at least): the
- * entries of a rank whose recorder lost d of its calls are numbered d lower from there on. A
- * one-off mismatch is not shifted at the next seq. A rank that really skipped a collective has
- * the same shifted seqs, but then it and its peers do not complete the ones they disagree on:
- * a rank's shift is taken only at a collective every rank completed (est[member] = d), and then
- * holds for its later seqs, also those still in flight. The largest shift, or 0. */
+ * count it knows), and the collective it disagrees on completed, so it really ran with its
+ * peers, which a real mismatch never does: the seqs are counted without the entries the
+ * recorder lost (one recorder of a whole host's processes, its ring overflowing, loses
+ * different calls of each). Either each minority rank's signatures, from this seq on, are the
+ * majority's d seqs later (1 <= d <= 3) at every seq both hold (3 at least): its recorder lost
+ * d of its calls, and the shift holds for its later seqs too, also those still in flight
+ * (est[member] = d); or, at this seq alone, its collective is one the majority ran at most 3
+ * seqs away and it disagrees at the next seq too (the majority lost entries, or it lost some
+ * and more were counted since): est[member] = -d, judged again at each later seq (in flight
+ * too, once so seen).
+ * "Completed": every rank that entered it completed it (needed for a lasting shift); for
+ * this seq alone, a majority rank completed it (a collective needs every member: the minority
+ * rank took part in the majority's, its own entry was counted at another seq) or the rank
+ * itself completed it. A rank that
+ * really skipped a collective, or called another one, has shifted seqs too, but then it and
+ * its peers do not complete the ones they disagree on. The largest distance, or 0. */
 static int lost_entries_shift(const struct fr_analysis *a, const struct comm *c, int k,
 			      const struct sig_group_ev *gv, int ng, int8_t *est)
 {
 	const struct seq_agg *g = &a->aggs[c->aggs.v[k]];
 	bool done = g->completed == g->entered;
+	/* more completed than all but the majority entered: a majority rank completed it, which
+	 * a collective needs every member for */
+	bool maj_done = g->completed > g->entered - gv[0].n;
 	int shift = 0;
 
 	if (gv[1].n == gv[0].n)
@@ -811,20 +915,30 @@ static int lost_entries_shift(const struct fr_analysis *a, const struct comm *c,
 		if (gv[i].nr_listed != gv[i].n)
 			return 0;
 		for (int j = 0; j < gv[i].nr_listed; j++) {
-			int mi = gv[i].members[j], d = est[mi];
-			const struct proc *p = &a->procs[a->members[mi].proc];
+			int mi = gv[i].members[j], d = est[mi] > 0 ? est[mi] : 0;
+			const struct member *m = &a->members[mi];
+			const struct proc *p = &a->procs[m->proc];
+			bool own_done = m->newest_completed != FR_UNK && m->newest_completed >= g->seq;
 
 			if (p->events_dropped == FR_UNK || p->events_dropped <= 0)
 				return 0;
-			if (!d) {
-				if (!done)
-					return 0;
-				for (d = 1; d <= LOST_SHIFT_MAX && !shifted_from(a, c, k, mi, d); d++)
+			if (!d && done) {
+				for (d = 1; d <= LOST_SHIFT_MAX && !shifted_from(a, c, k, mi, d, gv[0].n);
+				     d++)
 					;
-				if (d > LOST_SHIFT_MAX)
-					return 0;
-				est[mi] = (int8_t)d;
+				if (d <= LOST_SHIFT_MAX)
+					est[mi] = (int8_t)d;
+				else
+					d = 0;
 			}
+			/* a rank already seen counted off by lost entries: its collectives still in
+			 * flight are the others' nearby ones as well */
+			if (!d && (maj_done || own_done || est[mi] < 0) &&
+			    (est[mi] < 0 || still_off_after(a, c, k, mi)) &&
+			    (d = nearby_shift(a, c, k, mi)))
+				est[mi] = (int8_t)-d;
+			if (!d)
+				return 0;
 			shift = d > shift ? d : shift;
 		}
 	}
@@ -855,9 +969,9 @@ static int note_lost_entries(struct fr_analysis *a, int cid, int64_t seq, const 
 		n++;
 	}
 	if (asprintf(&line, "comm %s: rank%s %s%s disagree%s with the others from seq %" PRId64
-		     " on, %s entries being the others' %s%d seq%s later, and %s recorder dropped %" PRId64
-		     " events: entries lost (the seqs counted without them), not a mismatch (every "
-		     "rank completed them); not judged", short_id(c->id), n == 1 ? "" : "s", ranks,
+		     " on, %s entries being the others' %s%d seq%s away, and %s recorder dropped %" PRId64
+		     " events: entries lost (the seqs counted without them), not a mismatch (the "
+		     "collectives completed); not judged", short_id(c->id), n == 1 ? "" : "s", ranks,
 		     n > 8 ? " ..." : "", n == 1 ? "s" : "", seq, n == 1 ? "its" : "their",
 		     shift > 1 ? "up to " : "", shift, shift == 1 ? "" : "s",
 		     n == 1 ? "its" : "their", dropped) < 0)
@@ -1332,6 +1446,30 @@ static int64_t agg_skew(const struct fr_analysis *a, const struct seq_agg *g, in
 
 #define LATE_RECUR	3	/* separate late entries of one rank that blame it */
 
+/* The longest any rank but late had waited in collective g at its dump, g being its oldest
+ * one not completed; FR_UNK when no such rank. A dump taken while the job runs finds the
+ * ranks that entered the newest collective last still in it, for a moment: no one was left
+ * waiting unless that wait passed the comm's threshold. */
+static int64_t left_waiting(const struct fr_analysis *a, const struct comm *c,
+			    const struct seq_agg *g, int late)
+{
+	int64_t longest = FR_UNK;
+
+	for (int i = 0; i < c->members.n; i++) {
+		const struct member *m = &a->members[c->members.v[i]];
+		const struct proc *p = &a->procs[m->proc];
+		int64_t w;
+
+		if (c->members.v[i] == late || !m->placed || m->st_seq != g->seq ||
+		    m->st_created == FR_UNK || p->dump_time_ns == FR_UNK)
+			continue;
+		w = ns_diff(p->dump_time_ns, m->st_created);
+		if (longest == FR_UNK || w > longest)
+			longest = w;
+	}
+	return longest;
+}
+
 /* One-off late entries that blame nobody: said in a note (one per comm), never dropped
  * silently. g: the first one; of: late entries on the comm in all. */
 static int late_note(struct fr_analysis *a, int cid, const struct seq_agg *g, int m, int64_t skew,
@@ -1359,10 +1497,12 @@ static int late_note(struct fr_analysis *a, int cid, const struct seq_agg *g, in
 
 /* A rank that entered a collective past the threshold after the others (skew from each rank's
  * own wait, or one host's clock). It blames that rank when its lateness matters to the job:
- * it left ranks waiting in the collective at their dumps (the hang's cause; preferred), or
- * the job did not go past it (every rank's newest collective: the dumps were taken on that
- * wait), or the same rank was late on LATE_RECUR separate occasions (a run of consecutive
- * late collectives, which one stall before enqueueing several makes, is one). A one-off
+ * it left ranks waiting in the collective at their dumps past the threshold (the hang's
+ * cause; preferred; the ranks that entered it last are still in it for a moment when the
+ * dumps are taken while the job runs), or the job did not go past it (every rank's newest
+ * collective, and no rank entered a later one: the dumps were taken on that wait), or the
+ * same rank was late on LATE_RECUR separate occasions (a run of consecutive late
+ * collectives, which one stall before enqueueing several makes, is one). A one-off
  * stall into a collective every rank completed, in a job that went on past it, is history:
  * said in a note, no rank blamed (a healthy job on an overloaded host has them). */
 static int rule_late(struct fr_analysis *a)
@@ -1410,7 +1550,9 @@ static int rule_late(struct fr_analysis *a)
 			if (ep_first >= 0 && (skew == FR_UNK || late != prev_late)) {
 				struct member *m = &a->members[prev_late];
 
-				if (a->aggs[c->aggs.v[k - 1]].seq >= full && halt_k < 0)
+				/* the newest collective of every rank: none went past it */
+				if (k == c->aggs.n && a->aggs[c->aggs.v[k - 1]].seq >= full &&
+				    halt_k < 0)
 					halt_k = ep_first;
 				if (!m->nr_late_eps++)
 					m->late_first_agg = ep_first;
@@ -1433,8 +1575,12 @@ static int rule_late(struct fr_analysis *a)
 			/* a late arrival that leaves others stuck explains the hang: prefer it; a
 			 * late rank stays late for the collectives it enqueues right after, so the
 			 * first one is the cause */
-			if (stuck_k < 0 && g->completed < g->entered)
-				stuck_k = k;
+			if (stuck_k < 0 && g->completed < g->entered) {
+				int64_t w = left_waiting(a, c, g, late);
+
+				if (w != FR_UNK && w > comm_skew(a, cid))
+					stuck_k = k;
+			}
 		}
 		if (first_k < 0)
 			continue;
@@ -1949,3 +2095,4 @@ int fr_analysis__nr_verdicts(const struct fr_analysis *a)
 {
 	return a->nr_verdicts;
 }
+
