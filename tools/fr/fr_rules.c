@@ -1719,10 +1719,11 @@ static int straggler_by_median(struct fr_analysis *a, const struct comm *c, int 
 	*peers = 1000LL * sorted[n / 2];
 	*own = 1000LL * med[low];
 	*next = 1000LL * med[low2];
-	/* the spread of the ranks' medians: median absolute deviation from theirs */
+	/* the spread of the ranks' medians: median absolute deviation from theirs (sorted[] is
+	 * overwritten as it goes: the median is the copy in *peers) */
 	for (int i = 0; i < n; i++)
-		sorted[i] = (int32_t)(med[i] > sorted[n / 2] ? med[i] - (*peers / 1000) :
-				      (*peers / 1000) - med[i]);
+		sorted[i] = (int32_t)(med[i] > *peers / 1000 ? med[i] - *peers / 1000 :
+				      *peers / 1000 - med[i]);
 	qsort(sorted, n, sizeof(*sorted), cmp_i32);
 	mad = 1000LL * (sorted[n / 2] > 0 ? sorted[n / 2] : 1);
 	lag = *peers - *own;
