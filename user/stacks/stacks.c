@@ -44,6 +44,7 @@ struct tsample {
 	const char *kstack_err;
 	/* from the stop */
 	bool seized, stopped, gone;
+	bool group_stop;	/* stopped with its process (SIGSTOP), not by our interrupt */
 	int stop_sig;		/* a signal the stop intercepted: given back at detach */
 	const char *unwind_err;
 	struct stack_frame *frames;
@@ -420,6 +421,8 @@ static void wait_stops(struct sample *s)
 				 * stop intercepted a signal on its way in */
 				if ((st >> 16) != PTRACE_EVENT_STOP)
 					t->stop_sig = WSTOPSIG(st);
+				else if (WSTOPSIG(st) != SIGTRAP)
+					t->group_stop = true;	/* its process was stopped */
 			}
 		}
 		if (!pending || clock_ns(CLOCK_MONOTONIC) > deadline)
@@ -479,14 +482,20 @@ static void step_out_of_trampoline(struct sample *s, struct tsample *t)
 {
 	bool stepped = false;
 
-	for (int i = 0; i < 16 && t->stopped && !t->stop_sig; i++) {
+	/* a thread of a process stopped (SIGSTOP) stays where it is */
+	for (int i = 0; i <= 16 && t->stopped && !t->stop_sig && !t->group_stop; i++) {
 		struct user_regs_struct regs;
 		int status;
 
-		if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs) ||
-		    !unwinder__in_trampoline(s->uw, regs.rip))
+		if (ptrace(PTRACE_GETREGS, t->tid, 0, &regs))
 			break;
-		if (ptrace(PTRACE_SINGLESTEP, t->tid, 0, 0) || !wait_step(s, t, &status))
+		if (!unwinder__in_trampoline(s->uw, regs.rip)) {
+			/* counted once out: one that stays in is an unrecoverable frame */
+			if (stepped)
+				unwinder__stepped_out(s->uw);
+			break;
+		}
+		if (i == 16 || ptrace(PTRACE_SINGLESTEP, t->tid, 0, 0) || !wait_step(s, t, &status))
 			break;
 		stepped = true;
 		/* the step's own SIGTRAP is dropped (never given back at the detach); another
@@ -494,8 +503,6 @@ static void step_out_of_trampoline(struct sample *s, struct tsample *t)
 		if (status >> 16 == 0 && WSTOPSIG(status) != SIGTRAP)
 			t->stop_sig = WSTOPSIG(status);
 	}
-	if (stepped)
-		unwinder__stepped_out(s->uw);
 }
 
 static void read_stopped(struct sample *s, struct tsample *t, struct py_frame *pybuf)
@@ -584,7 +591,7 @@ static void *stop_and_read(void *arg)
 
 		if (t->stopped)
 			read_stopped(s, t, pybuf);
-		else if (t->seized && !t->gone)
+		else if (t->seized && !t->gone && !t->unwind_err)
 			/* stays attached until this thread exits, which detaches it */
 			t->unwind_err = strpool__addf(s->pool,
 						      "did not stop within %d ms (state %c): kernel stack only",
