@@ -1684,6 +1684,32 @@ def check_lost_returns_not_stuck():
             elif since and "rank 3 inside cudaEventQuery for 13.0 s" not in notes:
                 err = f"notes {notes!r}"
             res.append((name, err))
+        # with stacks: the issuing thread seen inside the call without progress at the dump's
+        # snapshot is stuck whatever was dropped; seen elsewhere, the call is not judged
+        for name, inside, want in (
+                ("a call whose return may be lost, its thread seen inside it: stuck", True,
+                 [("stuck_in_call", [3])]),
+                ("the same, its thread seen elsewhere: not judged", False, [])):
+            d = os.path.join(t, f"lostret_stack{inside}")
+            gen("--ranks 8 --per-host 4 --entries 30 --stacks", d)
+
+            def stack_call(dump, inside=inside):
+                dump["events_dropped"] = 5000
+                if dump["global_rank"] != 3:
+                    return
+                snap = dump["stacks"][-1]
+                th = next(x for x in snap["threads"] if x["issuing"])
+                dump["in_call"] = [{"tid": th["tid"], "thread_name": th["name"],
+                                    "api": "cudaStreamSynchronize",
+                                    "entered_ns": snap["time_ns"] - 13 * 10**9,
+                                    "comm_id": None, "seq": None,
+                                    "events_dropped_since": 4000}]
+                if inside:
+                    th.update(where="cuda", api="cudaStreamSynchronize", progress="no")
+            edit_dumps(d, stack_call)
+            out = json.loads(run([FR, "--json", d]).stdout)
+            got = [(v["rule"], v["ranks"]) for v in out["verdicts"]]
+            res.append((name, None if got == want else f"verdicts {got}"))
         d = os.path.join(t, "lostret_stuck")
         gen("--ranks 8 --per-host 4 --entries 30 --scenario stuck --culprit 5 --dropped 5", d)
 

@@ -1299,6 +1299,17 @@ static int note_lost_returns(struct fr_analysis *a, int n, int pi, int i, int64_
 	return analysis_note(a, line);
 }
 
+/* The dump's own snapshot, taken after ic entered, shows its thread still inside that API
+ * without progress: the call is open whatever the recorder dropped. */
+static bool seen_inside(const struct proc *p, const struct fr_in_call *ic)
+{
+	const struct psnap *s = &p->snap;
+
+	return s->present && s->tid != FR_UNK && s->tid == ic->tid && s->time_ns != FR_UNK &&
+	       ic->entered_ns != FR_UNK && s->time_ns > ic->entered_ns && s->api[0] &&
+	       !strcmp(s->api, ic->api) && s->progress != FR_PROG_YES;
+}
+
 static int rule_stuck(struct fr_analysis *a)
 {
 	struct stuck_call *calls = NULL;
@@ -1318,8 +1329,9 @@ static int rule_stuck(struct fr_analysis *a)
 			if (dur <= a->opts.stuck_ns)
 				continue;
 			/* its recorder lost events since it entered: the return may be one of
-			 * them, the call long over (said once, judged never) */
-			if (ic->dropped_since > 0) {
+			 * them, the call long over (said once, not judged), unless the stack
+			 * shows the thread still in it */
+			if (ic->dropped_since > 0 && !seen_inside(p, ic)) {
 				if (!lost++)
 					lost_pi = pi, lost_i = i, lost_dur = dur;
 				continue;
