@@ -495,8 +495,10 @@ int stacks_pending_note(struct fr_analysis *a)
 	}
 	if (n > PENDING_NAMED)
 		fprintf(f, " and %d more", n - PENDING_NAMED);
-	if (fclose(f))
+	if (fclose(f)) {
+		free(names);
 		return -ENOMEM;
+	}
 	if (asprintf(&line, "stacks pending in the dump%s of rank%s %s (state-first file%s: the "
 		     "recorder was still taking them); %s stacks unknown", n == 1 ? "" : "s",
 		     n == 1 ? "" : "s", names, n == 1 ? "" : "s", n == 1 ? "its" : "their") < 0)
@@ -593,14 +595,16 @@ int rule_ring_hang(struct fr_analysis *a)
 int rule_attached_after(struct fr_analysis *a)
 {
 	struct verdict *v = NULL;
-	bool hang_shown = false;
+	bool hang_shown = a->hang_seen;
 	int64_t usual;
 
+	/* a late arrival that left ranks waiting at their dumps shows a hang too */
 	for (int i = 0; i < a->nr_verdicts; i++)
-		hang_shown |= a->verdicts[i].rule != RULE_STRAGGLER &&
-			      a->verdicts[i].rule != RULE_LATE &&
-			      a->verdicts[i].rule != RULE_NOT_ONE_MOMENT &&
-			      a->verdicts[i].rule != RULE_RANKS_UNKNOWN;
+		hang_shown |= (a->verdicts[i].rule != RULE_STRAGGLER &&
+			       a->verdicts[i].rule != RULE_LATE &&
+			       a->verdicts[i].rule != RULE_NOT_ONE_MOMENT &&
+			       a->verdicts[i].rule != RULE_RANKS_UNKNOWN) ||
+			      (a->verdicts[i].rule == RULE_LATE && a->verdicts[i].ev.late.stuck);
 
 	for (int pi = 0; pi < a->nr_procs; pi++) {
 		const struct proc *p = &a->procs[pi];

@@ -255,7 +255,8 @@ int timing_comm_build(struct fr_analysis *a, int cid, struct timing_comm *t)
  * of course (a loaded host, long steps, pipeline bubbles) is not hung when a rank waits a
  * second at its dump, nor is a rank that entered a second after its peers missing. The usual
  * wait is the median of the longest wait (its first rank's, completion - creation on one
- * clock) of each collective every rank completed: a rank late in a third of the collectives
+ * clock) of each collective completed by every rank whose dump holds it (at the rings'
+ * edges, by fewer ranks than the comm has): a rank late in a third of the collectives
  * leaves it as it is (the 90th percentile made that lateness the threshold); the threshold
  * twice that, never under --skew-ms, never over half --stuck-ms (a hang the recorder's stall
  * timeout dumped is one). */

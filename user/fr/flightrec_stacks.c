@@ -171,8 +171,9 @@ int fr_stacks__take_dumps(struct flightrec *fr, struct fr_proc **procs, int n)
 			continue;
 		started[i] = !start_job(fr, procs[i], false, &tids[i]);
 	}
-	/* joined as they end; meanwhile the ring is emptied into the round's hold (a snapshot of
-	 * hundreds of processes on a busy host takes seconds) */
+	/* joined as they end; meanwhile the ring is read as usual (the hold ended with the state
+	 * files), so a snapshot of hundreds of processes on a busy host, seconds long, loses
+	 * nothing to it */
 	for (int left = n; left; ) {
 		left = 0;
 		for (int i = 0; i < n; i++) {
