@@ -1403,6 +1403,11 @@ def check_late():
                 err = f"a late arrival that blames its rank is noted as history: {notes}"
             elif detail and detail not in out["verdicts"][0]["detail"]:
                 err = f"detail {out['verdicts'][0]['detail']!r} lacks {detail!r}"
+            # a rank late on separate occasions in a job that went on: a slow rank, medium;
+            # one that left the others waiting, or where the job stopped: high
+            elif want and out["verdicts"][0]["confidence"] != (
+                    "medium" if "separate occasions" in (detail or "") else "high"):
+                err = f"confidence {out['verdicts'][0]['confidence']!r}"
             elif note:
                 h = run([FR, d]).stdout
                 if "note: comm 5a0052b9: rank" not in h or "no problem found" not in h:

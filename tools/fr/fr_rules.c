@@ -1624,6 +1624,8 @@ static int rule_late(struct fr_analysis *a)
 		v->ev.late.nr_over = nr_over;
 		v->ev.late.waits = best_waits;
 		v->ev.late.eps = stuck_k < 0 && halt_k < 0 ? a->members[best_m].nr_late_eps : 0;
+		/* lateness that recurs in a job that went on: a slow rank, not a hang's cause */
+		v->medium = v->ev.late.eps > 0;
 		who_member(a, v, best_m);
 		check_dropped(a, v);
 	}

@@ -1105,6 +1105,11 @@ static void confidence_reason(FILE *f, const struct fr_analysis *a, const struct
 	}
 	if (!v->medium)
 		return;
+	if (v->rule == RULE_LATE && v->ev.late.eps) {
+		fprintf(f, "late on %d separate occasions while the job went on past each: a slow "
+			   "rank, its lateness not shown to hold anyone up now", v->ev.late.eps);
+		return;
+	}
 	if (v->stacks_only || v->comm < 0) {
 		fprintf(f, "from stacks only");
 		return;
