@@ -203,7 +203,22 @@ int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **
 	return n;
 }
 
-/* rules whose findings may follow from another one */
+/* v names every process of the job (PyTorch's own dumps lying beside ours aside: a rank may
+ * have both); mark is scratch */
+static bool names_every_process(const struct fr_analysis *a, const struct verdict *v,
+				uint8_t *mark)
+{
+	memset(mark, 0, a->nr_procs + 1);
+	for (int k = 0; k < v->nr_who; k++)
+		if (v->who[k][2] >= 0)
+			mark[v->who[k][2]] = 1;
+	for (int pi = 0; pi < a->nr_procs; pi++)
+		if (!mark[pi] && !a->procs[pi].torch)
+			return false;
+	return v->nr_who > 0;
+}
+
+
 static bool may_follow(int rule)
 {
 	return rule == RULE_STUCK || rule == RULE_P2P || rule == RULE_STATE ||
@@ -268,7 +283,7 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 		 * (a partitioned host's peers and ranks attached after the hang alike, whose
 		 * rings may not say in which collective they wait) */
 		if (v->rule == RULE_ATTACHED_AFTER ||
-		    (v->rule == RULE_NO_PROGRESS && v->nr_who == a->nr_procs))
+		    (v->rule == RULE_NO_PROGRESS && names_every_process(a, v, mark)))
 			return ci;
 		memset(mark, 0, a->nr_procs + 1);
 		for (int k = 0; k < c->nr_who; k++)
