@@ -321,9 +321,10 @@ static void hold_ring(void *ctx, bool on)
 		s->holding = true;
 		return;
 	}
-	/* what the round held, in the order it came: as if read now. Handing on tens of MB takes
-	 * seconds: the ring is still emptied behind them, into the hold, every 1024 records */
-	for (unsigned k = 1; !s->held.failed && off + sizeof(uint32_t) <= s->held.len; k++) {
+	/* what the round held, in the order it came: as if read now (out of memory, the records
+	 * held before it: those after were counted lost). Handing on tens of MB takes seconds:
+	 * the ring is still emptied behind them, into the hold, every 1024 records */
+	for (unsigned k = 1; off + sizeof(uint32_t) <= s->held.len; k++) {
 		uint32_t sz;
 
 		memcpy(&sz, s->held.p + off, sizeof(sz));
@@ -338,8 +339,11 @@ static void hold_ring(void *ctx, bool on)
 	s->holding = false;
 	if (s->held.failed)
 		log_error("out of memory holding ring records during a round of dumps: the "
-			  "records of that round are lost (counted as dropped)\n");
+			  "records that came after are lost (counted as dropped)\n");
 	log_verbose("round over: %zu bytes of records held, handed on\n", s->held.len);
+	/* a daemon keeps no round's peak (up to HOLD_MAX) for the rest of its life */
+	if (s->held.cap > (16u << 20))
+		growbuf__free(&s->held);
 	s->held.len = 0;
 	s->held.failed = false;
 }
