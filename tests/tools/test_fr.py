@@ -131,6 +131,17 @@ CASES = {
     # - counted_ahead: rank 16 is counted ahead of the others (they lost more) to past their
     #   newest seq: type_mismatch (the shift's check ran into seqs only it holds)
     "real_one_recorder_256_counted_ahead": (None, 0, [], {}),
+    # The 32 x 8 soak's dead rank (session 27), the state files of its trigger (stacks
+    # pending; rings cut to 30 entries, sockets left out, gzipped): rank 249 killed; 59 ranks
+    # sit in cudaStreamSynchronize, many in the part of the step before the all_reduce the
+    # others wait in (their oldest open entry an earlier p2p recv). They were a second cause,
+    # stuck_in_call (high), beside dead_rank: a program cordoning blamed hosts took 30 hosts.
+    # Members of the comm a dead, missing or cut-off rank hangs wait for it, wherever they are
+    "real_fleet_32x8_dead_states": (None, 1, [
+        ("dead_rank", "b87984c2f7a99732", 10, [249], []),
+        ("stuck_in_call", None, None, [16, 17, 18, 19, 20, 23, 24, 25, 48, 49, 50, 51, 52, 53, 54, 55, 56, 64, 88, 96, 97, 103, 104, 105, 106, 107, 108, 109, 110, 120, 121, 144, 145, 146, 147, 148, 152, 160, 171, 176, 192, 193, 194, 200, 201, 202, 203, 204, 208, 209, 211, 224, 225, 226, 227, 228, 232, 241, 248], []),
+        ("dumps_not_simultaneous", "b87984c2f7a99732", 7, [], []),
+    ], {"confidence": "low", "roles": [None, 0, None]}),
     # - lost_in_flight: ranks 4,174 lost an entry in the collectives still in flight (not
     #   completed by every rank), the newest seqs held by fewer dumps: type_mismatch, and
     #   late_arrival of rank 182, one of the ranks still in the newest collective for a moment

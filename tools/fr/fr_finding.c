@@ -291,6 +291,22 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 				mark[c->who[k][2]] = 1;
 		if (c->rule == RULE_PARTITION)
 			partition_mark(a, c, mark);
+		/* ranks blocked in CUDA/NCCL calls while the job hangs on a rank that died, never
+		 * entered a collective or was cut off: the other members of that rank's comm, in
+		 * whichever call their part of the job reached (a sync, an earlier p2p recv),
+		 * wait for it too */
+		if (v->rule == RULE_STUCK && c->comm >= 0 &&
+		    (c->rule == RULE_DEAD_RANK || c->rule == RULE_MISSING_RANK ||
+		     c->rule == RULE_PARTITION)) {
+			const struct comm *cc = &a->comms[c->comm];
+
+			for (int k = 0; k < cc->members.n; k++) {
+				const struct member *m = &a->members[cc->members.v[k]];
+
+				if (m->placed && !a->procs[m->proc].dead)
+					mark[m->proc] = 1;
+			}
+		}
 		if (!may_follow(c->rule) && v->rule != RULE_LATE) {
 			for (int k = 0; k < c->waiting.n; k++)
 				mark[a->members[c->waiting.v[k]].proc] = 1;
