@@ -1705,7 +1705,9 @@ def check_lost_returns_not_stuck():
         for name, inside, want in (
                 ("a call whose return may be lost, its thread seen inside it: stuck", True,
                  [("stuck_in_call", [3])]),
-                ("the same, its thread seen elsewhere: not judged", False, [])):
+                ("the same, its thread seen elsewhere: not judged", False, []),
+                ("the same, its thread inside a later call of that API: not judged", "again",
+                 [])):
             d = os.path.join(t, f"lostret_stack{inside}")
             gen("--ranks 8 --per-host 4 --entries 30 --stacks", d)
 
@@ -1722,6 +1724,10 @@ def check_lost_returns_not_stuck():
                                     "events_dropped_since": 4000}]
                 if inside:
                     th.update(where="cuda", api="cudaStreamSynchronize", progress="no")
+                if inside == "again":
+                    # the same API entered again since: the stack shows the newer call
+                    dump["in_call"].append(dict(dump["in_call"][0], entered_ns=snap["time_ns"]
+                                                - 10**8, events_dropped_since=0))
             edit_dumps(d, stack_call)
             out = json.loads(run([FR, "--json", d]).stdout)
             got = [(v["rule"], v["ranks"]) for v in out["verdicts"]]

@@ -1300,11 +1300,18 @@ static int note_lost_returns(struct fr_analysis *a, int n, int pi, int i, int64_
 }
 
 /* The dump's own snapshot, taken after ic entered, shows its thread still inside that API
- * without progress: the call is open whatever the recorder dropped. */
+ * without progress, and the thread has no later open call: the call is open whatever the
+ * recorder dropped. */
 static bool seen_inside(const struct proc *p, const struct fr_in_call *ic)
 {
 	const struct psnap *s = &p->snap;
 
+	/* a later call of its thread still open: the stack shows that one (this one's return
+	 * is among those dropped) */
+	for (int i = 0; i < p->nr_in_calls; i++)
+		if (p->in_calls[i].tid == ic->tid && p->in_calls[i].entered_ns != FR_UNK &&
+		    ic->entered_ns != FR_UNK && p->in_calls[i].entered_ns > ic->entered_ns)
+			return false;
 	return s->present && s->tid != FR_UNK && s->tid == ic->tid && s->time_ns != FR_UNK &&
 	       ic->entered_ns != FR_UNK && s->time_ns > ic->entered_ns && s->api[0] &&
 	       !strcmp(s->api, ic->api) && s->progress != FR_PROG_YES;
