@@ -863,6 +863,21 @@ static int nearby_shift(const struct fr_analysis *a, const struct comm *c, int k
 	return 0;
 }
 
+/* mi's signature at agg k is the majority's at seq + d, or that seq cannot tell (no entries
+ * there, too few to hold against it, its list cut) */
+static bool shift_holds(const struct fr_analysis *a, const struct comm *c, int k, int mi, int d)
+{
+	const struct seq_agg *g = &a->aggs[c->aggs.v[k]], *o;
+	const struct sig *sg = sig_of_member(a, c, k, mi);
+
+	if (!sg || k + d >= c->aggs.n)
+		return true;
+	o = &a->aggs[c->aggs.v[k + d]];
+	if (o->seq != g->seq + d || !comparable(a, o))
+		return true;
+	return sig_same(sg, majority_sig(a, o));
+}
+
 /* mi still disagrees with the majority at the seq after agg k (entries lost shift every later
  * seq; a one-off mismatch, a real one, agrees again): false when it does not, or when that
  * seq holds no entry of it or too few of the others' (comparable()) */
@@ -916,6 +931,11 @@ static int lost_entries_shift(const struct fr_analysis *a, const struct comm *c,
 			return 0;
 		for (int j = 0; j < gv[i].nr_listed; j++) {
 			int mi = gv[i].members[j], d = est[mi] > 0 ? est[mi] : 0;
+
+			/* a lasting shift is held to at each later seq too: its signature the
+			 * majority's d seqs on, where that seq can tell */
+			if (d && !shift_holds(a, c, k, mi, d))
+				d = 0;
 			const struct member *m = &a->members[mi];
 			const struct proc *p = &a->procs[m->proc];
 			bool own_done = m->newest_completed != FR_UNK && m->newest_completed >= g->seq;
@@ -933,7 +953,7 @@ static int lost_entries_shift(const struct fr_analysis *a, const struct comm *c,
 			}
 			/* a rank already seen counted off by lost entries: its collectives still in
 			 * flight are the others' nearby ones as well */
-			if (!d && (maj_done || own_done || est[mi] < 0) &&
+			if (!d && (maj_done || own_done || est[mi] != 0) &&
 			    (est[mi] < 0 || still_off_after(a, c, k, mi)) &&
 			    (d = nearby_shift(a, c, k, mi)))
 				est[mi] = (int8_t)-d;
