@@ -156,6 +156,11 @@ CASES = {
     #   rank 141: late_arrival; on one clock an offset that has it complete a collective
     #   before another rank entered it is refuted
     "real_one_recorder_256_late_attach_tail": (None, 0, [], {}),
+    # - thin_tie (session 27's soak, a trigger's dumps): ranks 160 and 226, far ahead of the
+    #   other 254, alone at seq 46, disagree (rank 160 had lost an entry): type_mismatch "a
+    #   tie: cannot tell which side is wrong" (low). Nobody else there, nobody done with it,
+    #   both recorders dropping: a note
+    "real_one_recorder_256_thin_tie": (None, 0, [], {}),
     # A real recording of tests/fleet (8 hosts x 4 ranks, soak.py --only straggler): rank 29
     # (host h7) sleeps 30 ms before each 100 ms step; hosts h0,h3,h6's recorders started before
     # the job, h1,h4,h7's after comm init (local ids), h2,h5's after GO; the clocks agree (one

@@ -999,6 +999,41 @@ static int note_lost_entries(struct fr_analysis *a, int cid, int64_t seq, const 
 	return analysis_note(a, line);
 }
 
+static int placed_count(const struct fr_analysis *a, const struct comm *c);
+
+/* A tie at a seq few ranks reached (fewer than half the comm's, none of them done with it),
+ * every tied rank's recorder having dropped events: the ranks far ahead of the others whose
+ * seqs lost entries put in disagreement, nobody to side with: said, not judged. */
+static bool thin_tie(const struct fr_analysis *a, const struct comm *c, const struct seq_agg *g,
+		     const struct sig_group_ev *gv, int ng)
+{
+	if (gv[1].n != gv[0].n || g->completed || 2 * g->entered >= placed_count(a, c))
+		return false;
+	for (int i = 0; i < ng; i++) {
+		if (gv[i].nr_listed != gv[i].n)
+			return false;
+		for (int j = 0; j < gv[i].nr_listed; j++) {
+			const struct proc *p = &a->procs[a->members[gv[i].members[j]].proc];
+
+			if (p->events_dropped == FR_UNK || p->events_dropped <= 0)
+				return false;
+		}
+	}
+	return true;
+}
+
+static int note_thin_tie(struct fr_analysis *a, const struct comm *c, const struct seq_agg *g)
+{
+	char *line;
+
+	if (asprintf(&line, "comm %s: the %d ranks that reached seq %" PRId64 " disagree on it, "
+		     "none done with it, the others not there yet, and their recorders dropped "
+		     "events (entries lost shift seqs): no side to take; not judged",
+		     short_id(c->id), g->entered, g->seq) < 0)
+		line = NULL;
+	return analysis_note(a, line);
+}
+
 static int rule_signatures(struct fr_analysis *a)
 {
 	for (int ci = 0; ci < a->nr_comms; ci++) {
@@ -1006,7 +1041,7 @@ static int rule_signatures(struct fr_analysis *a)
 		struct comm *c = &a->comms[cid];
 		int first_idx[RULE__COUNT];
 		int64_t lost_seq = FR_UNK;
-		int lost_shift = 0;
+		int lost_shift = 0, thin_noted = 0;
 		int8_t *est = calloc(a->nr_members + 1, 1);	/* lost_entries_shift's */
 
 		if (!est)
@@ -1051,6 +1086,13 @@ static int rule_signatures(struct fr_analysis *a)
 			if (rule == RULE__COUNT)
 				continue;
 			/* said once per comm, at its first such seq */
+			if (thin_tie(a, c, g, gv, ng)) {
+				if (!thin_noted++ && note_thin_tie(a, c, g)) {
+					free(est);
+					return -ENOMEM;
+				}
+				continue;
+			}
 			if ((shift = lost_entries_shift(a, c, k, gv, ng, est))) {
 				lost_seq = lost_seq == FR_UNK ? g->seq : lost_seq;
 				lost_shift = shift > lost_shift ? shift : lost_shift;
