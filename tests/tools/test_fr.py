@@ -505,8 +505,10 @@ def check_case(name, failures):
     h = run([FR, d])
     if h.returncode != want_rc:
         return f"human run exit {h.returncode}, want {want_rc}"
-    # notes (input_notes: "note: ..." and their indented lines) come before the summary
-    summary = [l for l in h.stdout.splitlines() if not l.startswith(("note: ", "    "))]
+    # the trigger line and notes (input_notes: "note: ..." and their indented lines) come
+    # before the summary
+    summary = [l for l in h.stdout.splitlines()
+               if not l.startswith(("note: ", "    ", "trigger "))]
     if not want and not (summary and summary[0].startswith("no problem found: ")):
         return f"healthy human output: {h.stdout!r}"
     if want and "most causal first" not in h.stdout:
