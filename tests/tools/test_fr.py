@@ -1714,7 +1714,8 @@ def check_lost_returns_not_stuck():
                  [("stuck_in_call", [3])]),
                 ("the same, its thread seen elsewhere: not judged", False, []),
                 ("the same, its thread inside a later call of that API: not judged", "again",
-                 [])):
+                 []),
+                ("the same, an NCCL call made since: not judged", "called", [])):
             d = os.path.join(t, f"lostret_stack{inside}")
             gen("--ranks 8 --per-host 4 --entries 30 --stacks", d)
 
@@ -1724,9 +1725,13 @@ def check_lost_returns_not_stuck():
                     return
                 snap = dump["stacks"][-1]
                 th = next(x for x in snap["threads"] if x["issuing"])
+                # entered after the process's newest NCCL call (one made since would show
+                # it returned), dumped and snapshotted 13 s later
+                entered = max(e["time_created_ns"] for e in dump["entries"]) + 1000
+                snap["time_ns"] = dump["dump_time_ns"] = entered + 13 * 10**9
                 dump["in_call"] = [{"tid": th["tid"], "thread_name": th["name"],
                                     "api": "cudaStreamSynchronize",
-                                    "entered_ns": snap["time_ns"] - 13 * 10**9,
+                                    "entered_ns": entered,
                                     "comm_id": None, "seq": None,
                                     "events_dropped_since": 4000}]
                 if inside:
@@ -1735,6 +1740,11 @@ def check_lost_returns_not_stuck():
                     # the same API entered again since: the stack shows the newer call
                     dump["in_call"].append(dict(dump["in_call"][0], entered_ns=snap["time_ns"]
                                                 - 10**8, events_dropped_since=0))
+                if inside == "called":
+                    # an NCCL call made since: it returned, the stack shows a later one
+                    e = dict(dump["entries"][-1], time_created_ns=entered + 10**9)
+                    e["record_id"] += 1000
+                    dump["entries"].append(e)
             edit_dumps(d, stack_call)
             out = json.loads(run([FR, "--json", d]).stdout)
             got = [(v["rule"], v["ranks"]) for v in out["verdicts"]]

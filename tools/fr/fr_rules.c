@@ -1368,6 +1368,12 @@ static bool seen_inside(const struct proc *p, const struct fr_in_call *ic)
 {
 	const struct psnap *s = &p->snap;
 
+	/* the process called NCCL since (its newest entry is newer): the call returned, the
+	 * stack shows a later one (a process whose other thread issues NCCL calls loses this
+	 * evidence, not judged as before) */
+	if (p->has_last && p->last_created != FR_UNK && ic->entered_ns != FR_UNK &&
+	    p->last_created > ic->entered_ns)
+		return false;
 	/* a later call of its thread still open: the stack shows that one (this one's return
 	 * is among those dropped) */
 	for (int i = 0; i < p->nr_in_calls; i++)
