@@ -161,6 +161,12 @@ CASES = {
     #   tie: cannot tell which side is wrong" (low). Nobody else there, nobody done with it,
     #   both recorders dropping: a note
     "real_one_recorder_256_thin_tie": (None, 0, [], {}),
+    # session 27's soak, a recorder per host, a trigger's dumps: the job stalled 141 s after
+    # its first step; host h0's recorder, attached after comm init (rank 0's comm a local id),
+    # dropped 335k events meanwhile, losing 2 of rank 0's entries of that first step. Placed
+    # by its newer collectives, its oldest one landed on seq 3 (a broadcast): type_mismatch
+    # of rank 0 (low). Collectives older than its first mismatch are left out, with a note
+    "real_fleet_32x8_local_lost_oldest": (None, 0, [], {}),
     # A real recording of tests/fleet (8 hosts x 4 ranks, soak.py --only straggler): rank 29
     # (host h7) sleeps 30 ms before each 100 ms step; hosts h0,h3,h6's recorders started before
     # the job, h1,h4,h7's after comm init (local ids), h2,h5's after GO; the clocks agree (one

@@ -753,16 +753,18 @@ static bool sig_matches(const struct sig *g, const struct fr_entry *e)
  * members' newest (a periodic schedule matches at several offsets: a tie is no match). A
  * reference whose recorder dropped events is compared from its newest collective back to
  * its first mismatch (entries lost before it number the older ones lower), EXACT_MIN at
- * least. On one host's clock, an offset that has the reference complete a collective before
- * an exact member entered it is refuted. The exact comm's index, D in *off; -1 when none. */
+ * least; its collectives from that mismatch back are left out when it is folded (*lost_upto,
+ * its own seq there). On one host's clock, an offset that has the reference complete a
+ * collective before an exact member entered it is refuted. The exact comm's index, D in
+ * *off; -1 when none. */
 #define EXACT_CHECK	64	/* newest collectives of the reference compared */
 #define EXACT_MIN	4	/* ... at least this many must land on known seqs */
 static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_exact,
-		       int64_t *off)
+		       int64_t *off, int64_t *lost_upto)
 {
 	const struct pend *r = &a->pends[cl->ref];
 	int best_c = -1;
-	int64_t best_d = 0, best_score = INT64_MAX;
+	int64_t best_d = 0, best_score = INT64_MAX, best_brk = FR_UNK;
 	bool tie = false, dropped = a->procs[r->proc].events_dropped != FR_UNK &&
 				    a->procs[r->proc].events_dropped > 0;
 	const char *rhost = a->procs[r->proc].host;
@@ -798,7 +800,7 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 		for (int64_t d = rnewest > 0 ? 1 - rnewest : 0; d <= emax; d++) {
 			int hit = 0;
 			bool bad = false;
-			int64_t score;
+			int64_t score, brk = FR_UNK;
 
 			for (int k = r->nc - 1; k >= 0 && k >= r->nc - EXACT_CHECK && !bad; k--) {
 				const struct fr_entry *e = pcoll(r, k);
@@ -838,6 +840,7 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 				 * without lost ones (numbered lower): compared down to there */
 				if (bad && dropped && hit >= EXACT_MIN) {
 					bad = false;
+					brk = e->coll_seq;
 					break;
 				}
 				hit++;
@@ -849,6 +852,7 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 				best_score = score;
 				best_c = ci;
 				best_d = d;
+				best_brk = brk;
 				tie = false;
 			} else if (score == best_score) {
 				tie = true;
@@ -858,6 +862,7 @@ static int exact_match(struct fr_analysis *a, const struct cluster *cl, int nr_e
 	if (best_c < 0 || tie)
 		return -1;
 	*off = best_d;
+	*lost_upto = best_brk;
 	return best_c;
 }
 
@@ -1146,6 +1151,9 @@ struct unify_target {
 	bool exact;
 	bool any_attach;	/* a member was attached late: its comm's members are partial */
 	int64_t nranks, exoff;
+	/* the reference's collectives up to this seq of its own (FR_UNK: none) are counted
+	 * without entries its recorder lost: left out */
+	int64_t lost_upto;
 	int64_t *absent;
 	int nabsent;
 	bool identity;		/* every exact member's rank is its global rank (the world, or
@@ -1189,7 +1197,7 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 	struct fr_comm_info info = p->ci;
 	struct member *m;
 	struct proc *pr;
-	int mi, err = 0;
+	int mi, err = 0, left_out = 0;
 
 	if (u->exact) {
 		int64_t g = a->procs[p->proc].global_rank;
@@ -1240,6 +1248,11 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 				x.p2p_seq += p->dp;
 			err = fold_p2p(a, mi, &x);
 		} else if (x.coll_seq != FR_UNK && x.coll_seq >= 0) {
+			if (u->exact && pi == cl->ref && u->lost_upto != FR_UNK &&
+			    x.coll_seq <= u->lost_upto) {
+				left_out++;	/* numbered without entries lost after it */
+				continue;
+			}
 			x.coll_seq = rebase_coll(p, x.coll_seq) + u->exoff;
 			if (u->exact && x.coll_seq < 1)
 				continue;	/* before the exact comm's first: misplaced */
@@ -1255,8 +1268,23 @@ static int fold_pend(struct fr_analysis *a, const struct cluster *cl, int pi, in
 		if (err)
 			return err;
 	}
-	/* the newest entry of the dump, when on this comm */
 	pr = &a->procs[p->proc];
+	if (left_out) {
+		char *line;
+
+		if (asprintf(&line, "comm %s: %s %" PRId64 "'s %d oldest collective%s left out: its "
+			     "recorder attached after the comm was made and dropped %" PRId64
+			     " events, and %s not fit where its newer ones place it (counted "
+			     "without entries it lost)", short_id(a->comms[u->ci].id),
+			     pr->global_rank != FR_UNK ? "rank" : "pid",
+			     pr->global_rank != FR_UNK ? pr->global_rank : pr->pid, left_out,
+			     left_out == 1 ? "" : "s", pr->events_dropped,
+			     left_out == 1 ? "it does" : "they do") < 0)
+			line = NULL;
+		if (analysis_note(a, line))
+			return -ENOMEM;
+	}
+	/* the newest entry of the dump, when on this comm */
 	if (pr->last_comm == -(pi + 2)) {
 		pr->last_comm = u->ci;
 		if (fr_op_is_p2p(pr->last_op))
@@ -1298,7 +1326,8 @@ static int unify_cluster(struct fr_analysis *a, struct cluster *cl, int nr_exact
 	cluster_rebase(a, cl);
 	cluster_name(ids, cl->pends.n, id, sizeof(id));
 	free(ids);
-	ex = exact_match(a, cl, nr_exact, &u.exoff);
+	u.lost_upto = FR_UNK;
+	ex = exact_match(a, cl, nr_exact, &u.exoff, &u.lost_upto);
 	if (ex >= 0) {
 		/* one comm, seen exactly by some recorders: the ranks they do not hold */
 		if ((err = absent_ranks(a, ex, &u)))
