@@ -568,6 +568,9 @@ int resolve_splits(struct fr_analysis *a);
 int unify_local(struct fr_analysis *a);
 
 /* fr_finding.c */
+/* How long member mi had waited in collective seq at its dump (seq its oldest collective not
+ * completed, both times known on its host's clock); FR_UNK otherwise. */
+int64_t member_open_wait(const struct fr_analysis *a, int mi, int64_t seq);
 struct verdict *verdict_new(struct fr_analysis *a, int rule, int comm, int64_t seq,
 			    const char *op);
 void who_add(struct verdict *v, int64_t grank, int64_t crank, int proc);

@@ -164,6 +164,16 @@ void sort_verdicts(struct fr_analysis *a)
 
 /* ------------------------------------------------------------------ roles */
 
+int64_t member_open_wait(const struct fr_analysis *a, int mi, int64_t seq)
+{
+	const struct member *m = &a->members[mi];
+	const struct proc *p = &a->procs[m->proc];
+
+	if (m->st_seq != seq || m->st_created == FR_UNK || p->dump_time_ns == FR_UNK)
+		return FR_UNK;
+	return ns_diff(p->dump_time_ns, m->st_created);
+}
+
 int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **out,
 		    int64_t *minw, int64_t *maxw)
 {
@@ -183,6 +193,7 @@ int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **
 		const struct member *m = &a->members[mi];
 		const struct proc *p = &a->procs[m->proc];
 		bool blamed = false;
+		int64_t w;
 
 		if (!m->placed || m->init_failed || p->dead || m->st_seq != v->seq)
 			continue;
@@ -191,9 +202,7 @@ int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **
 		if (blamed)
 			continue;
 		(*out)[n++] = mi;
-		if (m->st_created != FR_UNK && p->dump_time_ns != FR_UNK) {
-			int64_t w = ns_diff(p->dump_time_ns, m->st_created);
-
+		if ((w = member_open_wait(a, mi, v->seq)) != FR_UNK) {
 			if (*minw == FR_UNK || w < *minw)
 				*minw = w;
 			if (*maxw == FR_UNK || w > *maxw)
@@ -203,22 +212,28 @@ int verdict_waiters(const struct fr_analysis *a, const struct verdict *v, int **
 	return n;
 }
 
-/* v names every process of the job (PyTorch's own dumps lying beside ours aside: a rank may
- * have both); mark is scratch */
-static bool names_every_process(const struct fr_analysis *a, const struct verdict *v,
-				uint8_t *mark)
+/* mark[proc] = 1 for the processes v blames, 0 for the others */
+static void mark_blamed(const struct fr_analysis *a, const struct verdict *v, uint8_t *mark)
 {
 	memset(mark, 0, a->nr_procs + 1);
 	for (int k = 0; k < v->nr_who; k++)
 		if (v->who[k][2] >= 0)
 			mark[v->who[k][2]] = 1;
+}
+
+/* v names every process of the job (PyTorch's own dumps lying beside ours aside: a rank may
+ * have both); mark is scratch */
+static bool names_every_process(const struct fr_analysis *a, const struct verdict *v,
+				uint8_t *mark)
+{
+	mark_blamed(a, v, mark);
 	for (int pi = 0; pi < a->nr_procs; pi++)
 		if (!mark[pi] && !a->procs[pi].torch)
 			return false;
 	return v->nr_who > 0;
 }
 
-
+/* rules whose findings may follow from another one */
 static bool may_follow(int rule)
 {
 	return rule == RULE_STUCK || rule == RULE_P2P || rule == RULE_STATE ||
@@ -285,10 +300,7 @@ static int find_cause(struct fr_analysis *a, int vi, uint8_t *mark)
 		if (v->rule == RULE_ATTACHED_AFTER ||
 		    (v->rule == RULE_NO_PROGRESS && names_every_process(a, v, mark)))
 			return ci;
-		memset(mark, 0, a->nr_procs + 1);
-		for (int k = 0; k < c->nr_who; k++)
-			if (c->who[k][2] >= 0)
-				mark[c->who[k][2]] = 1;
+		mark_blamed(a, c, mark);
 		if (c->rule == RULE_PARTITION)
 			partition_mark(a, c, mark);
 		/* ranks blocked in CUDA/NCCL calls while the job hangs on a rank that died, never

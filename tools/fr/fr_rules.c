@@ -761,8 +761,10 @@ static const struct sig *sig_of_member(const struct fr_analysis *a, const struct
 	return NULL;
 }
 
-/* the signature most members of agg g used (its first-seen one on a tie) */
-static const struct sig *majority_sig(const struct fr_analysis *a, const struct seq_agg *g)
+/* the signature most members of agg g used (its first-seen one on a tie); *nr (may be NULL)
+ * how many used it */
+static const struct sig *majority_sig_n(const struct fr_analysis *a, const struct seq_agg *g,
+					int *nr)
 {
 	const struct agg_extra *x = g->extra >= 0 ? &a->extras[g->extra] : NULL;
 	const struct sig *best = &g->sig0;
@@ -773,7 +775,14 @@ static const struct sig *majority_sig(const struct fr_analysis *a, const struct 
 			n = x->groups[i].n;
 			best = &x->groups[i].sig;
 		}
+	if (nr)
+		*nr = n;
 	return best;
+}
+
+static const struct sig *majority_sig(const struct fr_analysis *a, const struct seq_agg *g)
+{
+	return majority_sig_n(a, g, NULL);
 }
 
 #define LOST_CONFIRM	2	/* later seqs that must show the same shift */
@@ -832,11 +841,9 @@ static bool shifted_from(const struct fr_analysis *a, const struct comm *c, int 
  * those taken later, and then agree) */
 static bool comparable(const struct fr_analysis *a, const struct seq_agg *o)
 {
-	const struct agg_extra *x = o->extra >= 0 ? &a->extras[o->extra] : NULL;
-	int n = o->n0;
+	int n;
 
-	for (int i = 0; x && i < x->nr_groups; i++)
-		n = x->groups[i].n > n ? x->groups[i].n : n;
+	majority_sig_n(a, o, &n);
 	return n >= 2 && 3 * n > 2 * o->entered;
 }
 
@@ -931,17 +938,16 @@ static int lost_entries_shift(const struct fr_analysis *a, const struct comm *c,
 			return 0;
 		for (int j = 0; j < gv[i].nr_listed; j++) {
 			int mi = gv[i].members[j], d = est[mi] > 0 ? est[mi] : 0;
-
-			/* a lasting shift is held to at each later seq too: its signature the
-			 * majority's d seqs on, where that seq can tell */
-			if (d && !shift_holds(a, c, k, mi, d))
-				d = 0;
 			const struct member *m = &a->members[mi];
 			const struct proc *p = &a->procs[m->proc];
 			bool own_done = m->newest_completed != FR_UNK && m->newest_completed >= g->seq;
 
 			if (p->events_dropped == FR_UNK || p->events_dropped <= 0)
 				return 0;
+			/* a lasting shift is held to at each later seq too: its signature the
+			 * majority's d seqs on, where that seq can tell */
+			if (d && !shift_holds(a, c, k, mi, d))
+				d = 0;
 			if (!d && done) {
 				for (d = 1; d <= LOST_SHIFT_MAX && !shifted_from(a, c, k, mi, d, gv[0].n);
 				     d++)
@@ -999,7 +1005,14 @@ static int note_lost_entries(struct fr_analysis *a, int cid, int64_t seq, const 
 	return analysis_note(a, line);
 }
 
-static int placed_count(const struct fr_analysis *a, const struct comm *c);
+static int placed_count(const struct fr_analysis *a, const struct comm *c)
+{
+	int n = 0;
+
+	for (int i = 0; i < c->members.n; i++)
+		n += a->members[c->members.v[i]].placed;
+	return n;
+}
 
 /* A tie at a seq few ranks reached (fewer than half the comm's, none of them done with it),
  * every tied rank's recorder having dropped events: the ranks far ahead of the others whose
@@ -1085,7 +1098,6 @@ static int rule_signatures(struct fr_analysis *a)
 			}
 			if (rule == RULE__COUNT)
 				continue;
-			/* said once per comm, at its first such seq */
 			if (thin_tie(a, c, g, gv, ng)) {
 				if (!thin_noted++ && note_thin_tie(a, c, g)) {
 					free(est);
@@ -1093,6 +1105,7 @@ static int rule_signatures(struct fr_analysis *a)
 				}
 				continue;
 			}
+			/* said once per comm, at its first such seq */
 			if ((shift = lost_entries_shift(a, c, k, gv, ng, est))) {
 				lost_seq = lost_seq == FR_UNK ? g->seq : lost_seq;
 				lost_shift = shift > lost_shift ? shift : lost_shift;
@@ -1368,21 +1381,22 @@ static bool seen_inside(const struct proc *p, const struct fr_in_call *ic)
 {
 	const struct psnap *s = &p->snap;
 
+	if (ic->entered_ns == FR_UNK)
+		return false;
 	/* the process called NCCL since (its newest entry is newer): the call returned, the
 	 * stack shows a later one (a process whose other thread issues NCCL calls loses this
 	 * evidence, not judged as before) */
-	if (p->has_last && p->last_created != FR_UNK && ic->entered_ns != FR_UNK &&
-	    p->last_created > ic->entered_ns)
+	if (p->has_last && p->last_created != FR_UNK && p->last_created > ic->entered_ns)
 		return false;
 	/* a later call of its thread still open: the stack shows that one (this one's return
 	 * is among those dropped) */
 	for (int i = 0; i < p->nr_in_calls; i++)
 		if (p->in_calls[i].tid == ic->tid && p->in_calls[i].entered_ns != FR_UNK &&
-		    ic->entered_ns != FR_UNK && p->in_calls[i].entered_ns > ic->entered_ns)
+		    p->in_calls[i].entered_ns > ic->entered_ns)
 			return false;
 	return s->present && s->tid != FR_UNK && s->tid == ic->tid && s->time_ns != FR_UNK &&
-	       ic->entered_ns != FR_UNK && s->time_ns > ic->entered_ns && s->api[0] &&
-	       !strcmp(s->api, ic->api) && s->progress != FR_PROG_YES;
+	       s->time_ns > ic->entered_ns && s->api[0] && !strcmp(s->api, ic->api) &&
+	       s->progress != FR_PROG_YES;
 }
 
 static int rule_stuck(struct fr_analysis *a)
@@ -1499,15 +1513,6 @@ nomem:
 	return -ENOMEM;
 }
 
-static int placed_count(const struct fr_analysis *a, const struct comm *c)
-{
-	int n = 0;
-
-	for (int i = 0; i < c->members.n; i++)
-		n += a->members[c->members.v[i]].placed;
-	return n;
-}
-
 /* An arrival skew of collective g: from the ranks' own waits (completion - creation, each on
  * its host's clock) when every rank completed it — the last to enter waited least; from
  * creation times only when the first and the last rank share a host (one clock): hosts'
@@ -1543,15 +1548,11 @@ static int64_t left_waiting(const struct fr_analysis *a, const struct comm *c,
 	int64_t longest = FR_UNK;
 
 	for (int i = 0; i < c->members.n; i++) {
-		const struct member *m = &a->members[c->members.v[i]];
-		const struct proc *p = &a->procs[m->proc];
-		int64_t w;
+		int mi = c->members.v[i];
+		int64_t w = mi == late || !a->members[mi].placed ? FR_UNK :
+			    member_open_wait(a, mi, g->seq);
 
-		if (c->members.v[i] == late || !m->placed || m->st_seq != g->seq ||
-		    m->st_created == FR_UNK || p->dump_time_ns == FR_UNK)
-			continue;
-		w = ns_diff(p->dump_time_ns, m->st_created);
-		if (longest == FR_UNK || w > longest)
+		if (w != FR_UNK && (longest == FR_UNK || w > longest))
 			longest = w;
 	}
 	return longest;
@@ -2185,4 +2186,3 @@ int fr_analysis__nr_verdicts(const struct fr_analysis *a)
 {
 	return a->nr_verdicts;
 }
-

@@ -598,13 +598,14 @@ int rule_attached_after(struct fr_analysis *a)
 	bool hang_shown = a->hang_seen;
 	int64_t usual;
 
-	/* a late arrival that left ranks waiting at their dumps shows a hang too */
-	for (int i = 0; i < a->nr_verdicts; i++)
-		hang_shown |= (a->verdicts[i].rule != RULE_STRAGGLER &&
-			       a->verdicts[i].rule != RULE_LATE &&
-			       a->verdicts[i].rule != RULE_NOT_ONE_MOMENT &&
-			       a->verdicts[i].rule != RULE_RANKS_UNKNOWN) ||
-			      (a->verdicts[i].rule == RULE_LATE && a->verdicts[i].ev.late.stuck);
+	/* a late arrival shows a hang when it left ranks waiting at their dumps */
+	for (int i = 0; i < a->nr_verdicts; i++) {
+		const struct verdict *x = &a->verdicts[i];
+
+		hang_shown |= x->rule == RULE_LATE ? x->ev.late.stuck :
+			      x->rule != RULE_STRAGGLER && x->rule != RULE_NOT_ONE_MOMENT &&
+			      x->rule != RULE_RANKS_UNKNOWN;
+	}
 
 	for (int pi = 0; pi < a->nr_procs; pi++) {
 		const struct proc *p = &a->procs[pi];

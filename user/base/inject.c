@@ -234,24 +234,6 @@ static int wait_stop(int tid, int *status, int timeout_ms)
 	}
 }
 
-/* Whether tid is exiting or dead (state Z or X in /proc), or gone already. */
-static bool thread_exiting(int tid)
-{
-	char path[64], buf[512], *rp;
-	FILE *f;
-	size_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", tid);
-	f = fopen(path, "re");
-	if (!f)
-		return true;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	rp = strrchr(buf, ')');
-	return !rp || rp[1] != ' ' || rp[2] == 'Z' || rp[2] == 'X';
-}
-
 /* Makes sure tid is in a ptrace stop, whatever became of it since it stopped for us. Running
  * (a call that did not return even to PTRACE_INTERRUPT): interrupted again. Dead (its process
  * killed while we held it): reaped, since a traced thread that died is a zombie only its
@@ -270,7 +252,7 @@ static int ensure_stopped(int tid, int *sig)
 	/* an exiting thread (a zombie: PTRACE_INTERRUPT still succeeds on it) is reaped once its
 	 * process's other threads are gone, which a CUDA process's teardown on a loaded host
 	 * may take a while for */
-	dead = ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) != 0 || thread_exiting(tid);
+	dead = ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) != 0 || procmaps__gone(tid);
 	e = wait_stop(tid, &status, dead ? 60000 : 5000);
 	if (e == -ECHILD)
 		return 1;	/* not ours any more */

@@ -252,3 +252,20 @@ int procmaps__thread_name(int pid, int tid, char *buf, size_t size)
 	fclose(f);
 	return err;
 }
+
+bool procmaps__gone(int id)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	bool gone = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", id);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT || errno == ESRCH;
+	/* "4242 (comm) S ...": the comm may hold spaces and ')' */
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) && p[1] == ' ')
+		gone = p[2] == 'Z' || p[2] == 'X';
+	fclose(f);
+	return gone;
+}

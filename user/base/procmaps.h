@@ -50,4 +50,8 @@ int procmaps__target_path(char *buf, size_t size, int pid, const char *path);
  * is gone. Returns 0 or a negative errno. */
 int procmaps__thread_name(int pid, int tid, char *buf, size_t size);
 
+/* Whether process or thread id is gone or exiting: no /proc/<id>/stat (ENOENT, ESRCH), or its
+ * state Z (a zombie) or X. Any other error to open it says no. */
+bool procmaps__gone(int id);
+
 #endif

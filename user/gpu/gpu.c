@@ -225,22 +225,6 @@ static void request(struct gpu_session *s, uint32_t req)
 
 /* Waits until the agent handled the last request; drains the ring meanwhile when cb is set. */
 /* The process exited (gone, or a zombie not reaped yet): its agent will never answer. */
-static bool process_gone(int pid)
-{
-	char path[64], buf[256], *p;
-	FILE *f;
-	bool gone = true;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	f = fopen(path, "r");
-	if (!f)
-		return errno == ENOENT || errno == ESRCH;
-	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')) && p[1] == ' ')
-		gone = p[2] == 'Z' || p[2] == 'X';
-	fclose(f);
-	return gone;
-}
-
 static int wait_ack(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 {
 	uint64_t end = now_ms() + s->timeout_ms;
@@ -258,7 +242,7 @@ static int wait_ack(struct gpu_session *s, gpu_record_cb cb, void *ctx)
 			return -ETIMEDOUT;
 		/* waiting for a dead process's agent held every exited target's teardown for
 		 * the whole timeout (8 exited targets: 80 s) */
-		if (process_gone(s->pid))
+		if (procmaps__gone(s->pid))
 			return -ESRCH;
 		sleep_ms(5);
 	}

@@ -394,6 +394,15 @@ static void seize(struct sample *s, struct tsample *t)
 	}
 }
 
+/* Between two looks for a stop: yield the CPU for the first 20, then sleep 50 us each. */
+static void pause_spin(int spins)
+{
+	if (spins > 20)
+		usleep(50);
+	else
+		sched_yield();
+}
+
 /* Waits (bounded) until every interrupted thread reports its stop. */
 static void wait_stops(struct sample *s)
 {
@@ -427,10 +436,7 @@ static void wait_stops(struct sample *s)
 		}
 		if (!pending || clock_ns(CLOCK_MONOTONIC) > deadline)
 			break;
-		if (++spins > 20)
-			usleep(50);
-		else
-			sched_yield();
+		pause_spin(++spins);
 	}
 }
 
@@ -464,10 +470,7 @@ static bool wait_step(struct sample *s, struct tsample *t, int *status)
 			interrupted = true;
 			deadline = clock_ns(CLOCK_MONOTONIC) + s->opts->stop_timeout_ms * 1000000ULL;
 		}
-		if (spins > 20)
-			usleep(50);
-		else
-			sched_yield();
+		pause_spin(spins);
 	}
 }
 

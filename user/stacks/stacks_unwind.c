@@ -640,7 +640,8 @@ static bool in_xmaps(const struct unwinder *uw, uint64_t pc)
 }
 
 /* Looks for a [uprobes] area created since the maps were read (threads stopped: the maps
- * read now are the ones the stacks were built with). 0 found, -ENOENT none. */
+ * read now are the ones the stacks were built with), and when found gets the reader of its
+ * pending returns ready. 0 found, -ENOENT none. */
 static int rescan_uprobes(struct unwinder *uw)
 {
 	char path[64], line[PATH_MAX + 128];
@@ -666,6 +667,8 @@ static int rescan_uprobes(struct unwinder *uw)
 		break;
 	}
 	fclose(f);
+	if (!ret)
+		uretinst__prepare();
 	return ret;
 }
 
@@ -677,8 +680,8 @@ bool unwinder__in_trampoline(struct unwinder *uw, uint64_t pc)
 {
 	if (!uw)
 		return false;
-	if (!uw->uprobes_end && !uw->maps_rescanned && !in_xmaps(uw, pc) && !rescan_uprobes(uw))
-		uretinst__prepare();
+	if (!uw->uprobes_end && !uw->maps_rescanned && !in_xmaps(uw, pc))
+		rescan_uprobes(uw);
 	return uw->uprobes_end && pc >= uw->uprobes_start &&
 	       pc < uw->uprobes_start + TRAMPOLINE_SLOT_BYTES;
 }
@@ -764,8 +767,7 @@ int unwinder__thread(struct unwinder *uw, int tid, int max, struct native_stack 
 	if (w.rescan) {
 		/* a trampoline of a [uprobes] area newer than our maps, or just a bad pc: either
 		 * way the thread is unwound again, through the area if there is one now */
-		if (!rescan_uprobes(uw))
-			uretinst__prepare();
+		rescan_uprobes(uw);
 		memset(ns->frames, 0, max * sizeof(*ns->frames));
 		memset(ns->api, 0, max);
 		ns->nr = 0;
