@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "api_id.h"
 #include "check.h"
@@ -157,6 +159,56 @@ static bool marked(const struct sink *k, uint64_t entry_ts)
 	return true;
 }
 
+/* session__find_procs: want is asked first, and a pid it refuses is never read */
+static int find_child, also_child;
+
+static bool want_only_child(int pid, void *ctx)
+{
+	return pid == find_child;
+}
+
+static bool want_not_child(int pid, void *ctx)
+{
+	return pid != find_child;
+}
+
+static bool also_counts(int pid, void *ctx)
+{
+	also_child += pid == find_child;
+	return false;
+}
+
+static void check_find_procs(void)
+{
+	static const char *const libc[] = { "libc.so", NULL };
+	static const char *const none[] = { "no-such-library.so", NULL };
+	static int pids[8192];
+	int n, status;
+	bool found = false;
+
+	find_child = fork();
+	if (!find_child) {
+		pause();
+		_exit(0);
+	}
+	CHECK(find_child > 0, "fork");
+	n = session__find_procs(libc, want_only_child, NULL, NULL, pids, 8192);
+	CHECK(n == 1 && pids[0] == find_child, "wanted: the child alone (%d found)", n);
+	n = session__find_procs(none, want_only_child, also_counts, NULL, pids, 8192);
+	CHECK(n == 0 && also_child == 1, "not mapped: also asked once (%d, %d)", n, also_child);
+	also_child = 0;
+	n = session__find_procs(libc, want_not_child, also_counts, NULL, pids, 8192);
+	for (int i = 0; i < n; i++)
+		found |= pids[i] == find_child;
+	CHECK(!found && also_child == 0, "refused: not read, not asked (%d)", also_child);
+	n = session__find_procs(libc, NULL, NULL, NULL, pids, 8192);
+	for (int i = 0; i < n; i++)
+		found |= pids[i] == find_child;
+	CHECK(found, "no want: the child maps libc");
+	kill(find_child, SIGKILL);
+	waitpid(find_child, &status, 0);
+}
+
 int main(void)
 {
 	struct target_probes probes = {};	/* no programs: a scan only reads the maps */
@@ -273,6 +325,7 @@ int main(void)
 		session__free(s3);
 		CHECK(held_seen == 1, "the consumer saw one call held: %d", held_seen);
 	}
+	check_find_procs();
 	target__free(t);
 	target__free(t2);
 	elfsym_cache__free(cache);

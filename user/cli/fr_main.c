@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -55,7 +56,9 @@ static struct fr_env {
 	const char *trigger_dir;	/* --trigger: write one and exit */
 	const char *job;
 	bool torch_dump;	/* -p: PyTorch's own flight recorder dump at the final dump */
+	int nice;		/* the recorder's CPU priority (set_priority) */
 } env = {
+	.nice = -10,
 	.dump_dir = "/var/lib/tptrace",
 	.ring = 2000,
 	.stall_timeout = 60,
@@ -70,7 +73,7 @@ static const char doc[] =
 "                  [--stall-timeout SEC] [--dump-on FIFO] [-d SEC]\n"
 "                  [--stack-samples N] [--stack-interval MS] [--no-stacks]\n"
 "                  [--metrics ADDR:PORT] [--metrics-file PATH]\n"
-"                  [--host-id ID] [--py-stacks]\n"
+"                  [--host-id ID] [--py-stacks] [--nice N]\n"
 "                  [--torch-dump [--torch-timeout SEC]]\n"
 "       tptrace fr --trigger DIR (--job ID | -p PID) [--host-id ID]\n"
 "\n"
@@ -104,6 +107,10 @@ static const char doc[] =
 "every recorder of that job watching it (shared storage: one directory for\n"
 "all hosts) dumps once per trigger; --trigger DIR writes one by hand.\n"
 "\n"
+"The recorder runs at nice -10 (--nice): on a host whose CPUs are saturated\n"
+"(data loaders, a runaway process) a recorder at the job's priority takes\n"
+"seconds to write the dumps a trigger asks for; its own CPU use is small.\n"
+"\n"
 "EXAMPLES:\n"
 "  sudo tptrace fr -p 4242 --dump-dir /var/lib/tptrace  # one job process\n"
 "  sudo tptrace fr -a --dump-dir /var/lib/tptrace       # all NCCL processes\n"
@@ -116,7 +123,7 @@ static const char doc[] =
 
 enum { OPT_DUMP_DIR = 1000, OPT_RING, OPT_STALL, OPT_DUMP_ON, OPT_NO_QUERY,
        OPT_STACK_SAMPLES, OPT_STACK_INTERVAL, OPT_METRICS, OPT_METRICS_FILE, OPT_HOST_ID,
-       OPT_TRIGGER, OPT_JOB, OPT_TORCH_DUMP, OPT_SCOPE };
+       OPT_TRIGGER, OPT_JOB, OPT_TORCH_DUMP, OPT_SCOPE, OPT_NICE };
 
 static const struct argp_option opts[] = {
 	{ "scope", OPT_SCOPE, "KIND", 0, "-a: only processes in pidns[=PATH], netns[=PATH] (default: "
@@ -138,6 +145,8 @@ static const struct argp_option opts[] = {
 	{ "host-id", OPT_HOST_ID, "ID", 0, "Names this recorder in dumps and triggers (default: the hostname)", 0 },
 	{ "trigger", OPT_TRIGGER, "DIR", 0, "Write a dump trigger for the job into DIR and exit", 0 },
 	{ "job", OPT_JOB, "ID", 0, "--trigger: the job id (default: that of the -p processes)", 0 },
+	{ "nice", OPT_NICE, "N", 0, "The recorder's CPU priority, a nice value (-20..19; default -10, "
+	  "0 keeps the one it was started with)", 0 },
 	{ "torch-dump", OPT_TORCH_DUMP, NULL, 0, "-p: at the final dump, also PyTorch's own NCCL "
 	  "flight recorder dump (torch._C._distributed_c10d._dump_nccl_trace, where enabled) to "
 	  "DIR/torch_fr.PID.pickle", 0 },
@@ -204,6 +213,10 @@ static error_t parse_arg(int key, char *arg, struct argp_state *state)
 		break;
 	case OPT_TORCH_DUMP:
 		env.torch_dump = true;
+		break;
+	case OPT_NICE:
+		if (session__parse_int(arg, -20, 19, &env.nice))
+			argp_error(state, "invalid --nice '%s' (-20..19)", arg);
 		break;
 	case ARGP_KEY_END:
 		if (env.torch_dump && (cli_opts.all || !cli_opts.nr_pids))
@@ -470,8 +483,24 @@ static void take_triggers(struct fr_session *s, uint64_t now)
 			continue;
 		}
 		log_info("trigger %s for job %s from %s (%s)\n", t.id, t.job, t.origin_host, t.reason);
+		log_verbose("trigger %s seen %.0f ms after its origin wrote it (by this host's clock)\n",
+			    t.id, (clock_ns(CLOCK_REALTIME) - (double)t.time_ns) / 1e6);
 		flightrec__dump_job(s->fr, t.job, &t);
 	}
+}
+
+/* --nice, before any thread is made (each inherits it; on Linux the nice value is a
+ * thread's). Not fatal: the recording is the same, its dumps slower on a busy host. */
+static void set_priority(void)
+{
+	if (!env.nice)
+		return;
+	errno = 0;
+	if (setpriority(PRIO_PROCESS, 0, env.nice))
+		log_error("cannot run at nice %d: %s (recording goes on; its dumps may come late "
+			  "on a busy host)\n", env.nice, strerror(errno));
+	else
+		log_verbose("running at nice %d\n", getpriority(PRIO_PROCESS, 0));
 }
 
 /* tptrace fr --trigger DIR: one trigger record, then exit. */
@@ -612,15 +641,21 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 
 /* -a: every process whose maps show a libnccl; processes without it are looked at again on
  * later scans, since they may load it later. */
+/* A process the scan reads: in --scope and not recorded already (a host's recorder reads
+ * none of the other hosts' processes, and none of its own that it records) */
+static bool scan_wants(int pid, void *ctx)
+{
+	return !live_target(ctx, pid) && fr_scope__has(&env.scope, pid);
+}
+
 static void scan_all(struct fr_session *s)
 {
 	static const char *const nccl[] = { "libnccl", NULL };
 	static int pids[MAX_TARGETS];
-	int n = session__find_procs(nccl, NULL, NULL, pids, MAX_TARGETS);
+	int n = session__find_procs(nccl, scan_wants, NULL, s, pids, MAX_TARGETS);
 
 	for (int k = 0; k < n; k++)
-		if (!live_target(s, pids[k]))
-			add_target(s, pids[k], true);
+		add_target(s, pids[k], true);
 }
 
 /* ---- -a: exact from exec (fr_exec.h) ---- */
@@ -885,9 +920,10 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 	if (cli_opts.duration > 0)
 		deadline = start + (uint64_t)(cli_opts.duration * 1e9);
 	while (!stop_signal) {
-		uint64_t now;
+		uint64_t now, t_pass[8];
 		int alive;
 
+		t_pass[0] = clock_ns(CLOCK_MONOTONIC);
 		err = ring_buffer__poll(s->rb, 50);
 		if (err >= 0)
 			err = ring_buffer__consume(s->rb);
@@ -896,11 +932,14 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 			break;
 		}
 		set_drops(s);
+		t_pass[1] = clock_ns(CLOCK_MONOTONIC);
 		/* a trigger first: asking NCCL about a comm stops a process (ptrace), seconds for
 		 * one with hundreds of threads, and other hosts wait for this one's dumps */
-		take_triggers(s, clock_ns(CLOCK_MONOTONIC));
+		take_triggers(s, t_pass[1]);
+		t_pass[2] = clock_ns(CLOCK_MONOTONIC);
 		if (!env.no_query)
 			query_comms(s);
+		t_pass[3] = clock_ns(CLOCK_MONOTONIC);
 		if (dump_request) {
 			dump_request = 0;
 			signal_triggers(s);
@@ -916,23 +955,35 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 		}
 		alive = check_targets(s);
 		flightrec__take_exits(s->fr);
-		now = clock_ns(CLOCK_MONOTONIC);
+		now = t_pass[4] = clock_ns(CLOCK_MONOTONIC);
 		/* before the stall check: a trigger already there covers our stall too */
 		take_triggers(s, now);
 		/* a round of dumps just now held records and handed them on: their progress is
 		 * newer than the now read before it */
 		now = clock_ns(CLOCK_MONOTONIC);
 		flightrec__check_stalls(s->fr, now);
+		t_pass[6] = clock_ns(CLOCK_MONOTONIC);
 		if (metrics && now - last_metrics >= 1000000000ULL) {
 			last_metrics = now;
 			fr_metrics__update(metrics, s->fr, now);
 		}
+		t_pass[7] = clock_ns(CLOCK_MONOTONIC);
 		/* -a: processes come from the kernel's mapping records; the scan is only a safety
 		 * net for records the ring dropped */
 		if (cli_opts.all && now - last_scan > 5000000000ULL) {
 			last_scan = now;
 			scan_all(s);
 		}
+		/* a trigger waits for at most one pass: say what made a pass slow */
+		t_pass[5] = clock_ns(CLOCK_MONOTONIC);
+		if (t_pass[5] - t_pass[0] > 500000000ULL)
+			log_verbose("slow pass of the recording loop: %.0f ms (ring %.0f, triggers %.0f, "
+				    "NCCL queries %.0f, targets and requests %.0f, stalls %.0f, metrics "
+				    "%.0f, scan %.0f)\n", (t_pass[5] - t_pass[0]) / 1e6,
+				    (t_pass[1] - t_pass[0]) / 1e6, (t_pass[2] - t_pass[1]) / 1e6,
+				    (t_pass[3] - t_pass[2]) / 1e6, (t_pass[4] - t_pass[3]) / 1e6,
+				    (t_pass[6] - t_pass[4]) / 1e6, (t_pass[7] - t_pass[6]) / 1e6,
+				    (t_pass[5] - t_pass[7]) / 1e6);
 		if (!cli_opts.all && !alive)
 			break;
 		if (deadline && now >= deadline)
@@ -984,6 +1035,7 @@ int fr_main(int argc, char **argv)
 		return trigger_command();
 	if (host_id(s.host, sizeof(s.host)))
 		return 1;
+	set_priority();
 
 	for (int i = 0; i < cli_opts.nr_pids; i++) {
 		struct target *t = session__open_target(cli_opts.pids[i]);

@@ -152,7 +152,7 @@ static int find_cuda_procs(void)
 
 	if (!cache)
 		return -ENOMEM;
-	cli_opts.nr_pids = session__find_procs(libs, static_cudart, cache, cli_opts.pids, MAX_TARGETS);
+	cli_opts.nr_pids = session__find_procs(libs, NULL, static_cudart, cache, cli_opts.pids, MAX_TARGETS);
 	elfsym_cache__free(cache);
 	return 0;
 }

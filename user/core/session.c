@@ -248,8 +248,8 @@ static bool maps_mention(int pid, const char *const *needles)
 	return found;
 }
 
-int session__find_procs(const char *const *needles, bool (*also)(int pid, void *ctx), void *ctx,
-			int *pids, int max)
+int session__find_procs(const char *const *needles, bool (*want)(int pid, void *ctx),
+			bool (*also)(int pid, void *ctx), void *ctx, int *pids, int max)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
@@ -260,7 +260,7 @@ int session__find_procs(const char *const *needles, bool (*also)(int pid, void *
 	while (n < max && (de = readdir(d))) {
 		int pid = atoi(de->d_name);
 
-		if (pid <= 0 || pid == self)
+		if (pid <= 0 || pid == self || (want && !want(pid, ctx)))
 			continue;
 		if (maps_mention(pid, needles) || (also && also(pid, ctx)))
 			pids[n++] = pid;

@@ -48,10 +48,12 @@ void session__probes(const struct session_bpf *b, struct target_probes *probes);
 struct target *session__open_target(int pid);
 /* Processes on the host, other than this one, that map a file whose path contains one of
  * needles (a NULL-terminated list), or, when also is given, for which also(pid, ctx) is true:
- * at most max pids into pids, in /proc order. Processes that vanish or cannot be read are
+ * at most max pids into pids, in /proc order. want, when given, is asked first and a pid it
+ * refuses is not read at all (reading maps takes each process's mmap lock: hundreds of them
+ * every few seconds cost a loaded host seconds). Processes that vanish or cannot be read are
  * skipped. Returns how many were found. */
-int session__find_procs(const char *const *needles, bool (*also)(int pid, void *ctx), void *ctx,
-			int *pids, int max);
+int session__find_procs(const char *const *needles, bool (*want)(int pid, void *ctx),
+			bool (*also)(int pid, void *ctx), void *ctx, int *pids, int max);
 /* Watches the exits of pid (exit code in the trace / dump). 0, or a negative errno after an
  * error line: tracing goes on, the exit code is then unknown. */
 int session__watch_exit(struct session_bpf *b, int pid);

@@ -617,14 +617,6 @@ static int gzip_buf(const char *text, size_t len, unsigned char **out, size_t *o
 	return 0;
 }
 
-/* Written to an O_EXCL temp file in the directory, fsync'ed and renamed over name: a reader
- * (or a crash of tptrace) sees the previous complete dump or the new one, never half of one;
- * a symlink planted at either name is replaced, never followed. */
-static int write_atomic(int dirfd, const char *name, const void *data, size_t len)
-{
-	return atomic_file__write(dirfd, name, data, len, 0600, true);
-}
-
 /* counted per reason for the metrics; reasons beyond the table's size are not counted */
 static void count_dump(struct flightrec *fr, const char *reason)
 {
@@ -842,9 +834,12 @@ static int dump_text_make(struct flightrec *fr, struct fr_round *r, struct fr_pr
 }
 
 /* The file of dt with these stacks keys (an object: its keys go in, in order), gzipped with
- * --gzip-dumps, written atomically over whatever the dump directory holds under its name. */
+ * --gzip-dumps, written atomically over whatever the dump directory holds under its name: an
+ * O_EXCL temp file in the directory (fsync'ed first when sync), renamed over name, so a reader
+ * (or a crash of tptrace) sees the previous dump or the new one, never half of one; a symlink
+ * planted at either name is replaced, never followed. */
 static int dump_text_write(struct flightrec *fr, int dirfd, const struct dump_text *dt,
-			   cJSON *stacks)
+			   cJSON *stacks, bool sync)
 {
 	char *keys = cJSON_PrintUnformatted(stacks), *text = NULL;
 	unsigned char *gz = NULL;
@@ -863,8 +858,8 @@ static int dump_text_write(struct flightrec *fr, int dirfd, const struct dump_te
 	if (fr->opts.gzip_dumps)
 		err = gzip_buf(text, strlen(text), &gz, &gz_len);
 	if (!err)
-		err = gz ? write_atomic(dirfd, dt->name, gz, gz_len) :
-			   write_atomic(dirfd, dt->name, text, strlen(text));
+		err = gz ? atomic_file__write(dirfd, dt->name, gz, gz_len, 0600, sync) :
+			   atomic_file__write(dirfd, dt->name, text, strlen(text), 0600, sync);
 	free(text);
 	free(gz);
 	return err;
@@ -912,7 +907,9 @@ static int dump_state(struct flightrec *fr, struct fr_round *r, struct fr_proc *
 			fr_stacks__add_pending(stacks);
 		else
 			fr_stacks__add(fr, p, stacks);
-		err = dump_text_write(fr, r->dirfd, dt, stacks);
+		/* in place (seen by every reader of the directory) first: synced once the round's
+		 * other state files are in place too (sync_states) */
+		err = dump_text_write(fr, r->dirfd, dt, stacks, false);
 	}
 	cJSON_Delete(stacks);
 	if (err) {
@@ -946,7 +943,7 @@ static int dump_complete(struct flightrec *fr, struct fr_round *r, struct fr_pro
 	if (stacks) {
 		fr_stacks__add(fr, p, stacks);
 		add_ns(stacks, FRK_STATE_WRITTEN_NS, fr, dt->state_written);
-		err = dump_text_write(fr, r->dirfd, dt, stacks);
+		err = dump_text_write(fr, r->dirfd, dt, stacks, true);
 	}
 	cJSON_Delete(stacks);
 	dump_text_free(dt);
@@ -1012,6 +1009,30 @@ static void round_end(struct flightrec *fr, struct fr_round *r, int written)
 	r->dirfd = -1;
 }
 
+/* The round's state files (written without fsync, so every host's state is seen as soon as
+ * it can be) reach the disk: each is opened by its name and synced, then the directory (their
+ * renames). A file a later round replaced meanwhile is synced all the same (the newer one). */
+static void sync_states(int dirfd, const struct dump_text *dts, int n)
+{
+	bool any = false;
+
+	for (int i = 0; dirfd >= 0 && i < n; i++) {
+		int fd;
+
+		if (!dts[i].state_written)
+			continue;	/* not written */
+		fd = openat(dirfd, dts[i].name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fsync(fd))
+			log_verbose("fsync of %s: %s\n", dts[i].path, strerror(errno));
+		close(fd);
+		any = true;
+	}
+	if (any)
+		fsync(dirfd);
+}
+
 /* Dumps procs[0..n) as one set captured at r: every process's state file first (cheap:
  * JSON and a write), then their stack snapshots in parallel, then each state file is
  * replaced by the complete dump. A process without a snapshot to take (exited, --no-stacks)
@@ -1024,7 +1045,7 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 	struct dump_text *dts = calloc(n ? n : 1, sizeof(*dts));
 	struct fr_proc **pending = calloc(n ? n : 1, sizeof(*pending));
 	const char *fail_path = NULL;
-	uint64_t t_net, t_state, t_snap;
+	uint64_t t_net, t_state, t_sync, t_snap;
 
 	if (!dts || !pending) {
 		free(dts);
@@ -1058,9 +1079,11 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 		cJSON_Delete(p->net);	/* not taken over by a dump that failed */
 		p->net = NULL;
 	}
-	t_snap = now_ns();
+	t_sync = now_ns();
 	if (fr->opts.hold)
 		fr->opts.hold(fr->opts.drain_ctx, false);
+	sync_states(r->dirfd, dts, n);
+	t_snap = now_ns();
 	/* every process's dump snapshot at once, not one after the other */
 	fr_stacks__take_dumps(fr, pending, nr_pending);
 	for (int i = 0; i < n; i++) {
@@ -1085,8 +1108,9 @@ static int dump_set(struct flightrec *fr, struct fr_round *r, struct fr_proc **p
 			  failed > 1 ? "their" : "its", failed > 1 ? "s" : "", failed > 1 ? "" : "s");
 	round_end(fr, r, written);
 	log_verbose("round of %d dump%s: capture to start %.0f ms, sockets %.0f ms, state files "
-		    "%.0f ms, snapshots and files %.0f ms\n", n, n == 1 ? "" : "s",
-		    (t_net - r->captured) / 1e6, (t_state - t_net) / 1e6, (t_snap - t_state) / 1e6,
+		    "%.0f ms, records held handed on and state files synced %.0f ms, snapshots and "
+		    "files %.0f ms\n", n, n == 1 ? "" : "s", (t_net - r->captured) / 1e6,
+		    (t_state - t_net) / 1e6, (t_sync - t_state) / 1e6, (t_snap - t_sync) / 1e6,
 		    (now_ns() - t_snap) / 1e6);
 	free(dts);
 	free(pending);
