@@ -10,7 +10,7 @@ from ncclib import Job
 
 SERVICE = os.path.join(ROOT, "deploy", "tptrace-fr.service")
 DAEMONSET = os.path.join(ROOT, "deploy", "daemonset.yaml")
-CAPS = {"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}
+CAPS = {"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_SYS_NICE"}
 
 
 def unit_settings():
@@ -97,6 +97,13 @@ def test_fr_service_capabilities_suffice():
     dumps = job.dumps()
     assert sorted(dumps) == [0, 1], (sorted(dumps), job.tracer.err.text())
     assert all(len(d["entries"]) > 0 for d in dumps.values())
+    assert "cannot run at nice" not in job.tracer.err.text(), job.tracer.err.text()
+    # without CAP_SYS_NICE: recorded all the same, at the priority it started with, said once
+    job = record_with(CAPS - {"CAP_SYS_NICE"}, "fr-deploy-no-nice")
+    assert sorted(job.dumps()) == [0, 1], job.tracer.err.text()
+    said = [l for l in job.tracer.err.lines if " nice " in l]
+    assert said == ["tptrace: cannot run at nice -10: Permission denied (recording goes on; its "
+                    "dumps may come late on a busy host)"], said
     for missing in ("CAP_SYS_PTRACE", "CAP_BPF", "CAP_PERFMON"):
         failed = False
         try:
