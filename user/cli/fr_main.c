@@ -639,8 +639,6 @@ static int add_target(struct fr_session *s, int pid, bool quiet)
 	return 1;
 }
 
-/* -a: every process whose maps show a libnccl; processes without it are looked at again on
- * later scans, since they may load it later. */
 /* A process the scan reads: in --scope and not recorded already (a host's recorder reads
  * none of the other hosts' processes, and none of its own that it records) */
 static bool scan_wants(int pid, void *ctx)
@@ -648,6 +646,8 @@ static bool scan_wants(int pid, void *ctx)
 	return !live_target(ctx, pid) && fr_scope__has(&env.scope, pid);
 }
 
+/* -a: every process whose maps show a libnccl; processes without it are looked at again on
+ * later scans, since they may load it later. */
 static void scan_all(struct fr_session *s)
 {
 	static const char *const nccl[] = { "libnccl", NULL };
@@ -962,12 +962,12 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 		 * newer than the now read before it */
 		now = clock_ns(CLOCK_MONOTONIC);
 		flightrec__check_stalls(s->fr, now);
-		t_pass[6] = clock_ns(CLOCK_MONOTONIC);
+		t_pass[5] = clock_ns(CLOCK_MONOTONIC);
 		if (metrics && now - last_metrics >= 1000000000ULL) {
 			last_metrics = now;
 			fr_metrics__update(metrics, s->fr, now);
 		}
-		t_pass[7] = clock_ns(CLOCK_MONOTONIC);
+		t_pass[6] = clock_ns(CLOCK_MONOTONIC);
 		/* -a: processes come from the kernel's mapping records; the scan is only a safety
 		 * net for records the ring dropped */
 		if (cli_opts.all && now - last_scan > 5000000000ULL) {
@@ -975,15 +975,15 @@ static void record(struct fr_session *s, struct fr_metrics *metrics, int fifo_fd
 			scan_all(s);
 		}
 		/* a trigger waits for at most one pass: say what made a pass slow */
-		t_pass[5] = clock_ns(CLOCK_MONOTONIC);
-		if (t_pass[5] - t_pass[0] > 500000000ULL)
+		t_pass[7] = clock_ns(CLOCK_MONOTONIC);
+		if (t_pass[7] - t_pass[0] > 500000000ULL)
 			log_verbose("slow pass of the recording loop: %.0f ms (ring %.0f, triggers %.0f, "
 				    "NCCL queries %.0f, targets and requests %.0f, stalls %.0f, metrics "
-				    "%.0f, scan %.0f)\n", (t_pass[5] - t_pass[0]) / 1e6,
+				    "%.0f, scan %.0f)\n", (t_pass[7] - t_pass[0]) / 1e6,
 				    (t_pass[1] - t_pass[0]) / 1e6, (t_pass[2] - t_pass[1]) / 1e6,
 				    (t_pass[3] - t_pass[2]) / 1e6, (t_pass[4] - t_pass[3]) / 1e6,
-				    (t_pass[6] - t_pass[4]) / 1e6, (t_pass[7] - t_pass[6]) / 1e6,
-				    (t_pass[5] - t_pass[7]) / 1e6);
+				    (t_pass[5] - t_pass[4]) / 1e6, (t_pass[6] - t_pass[5]) / 1e6,
+				    (t_pass[7] - t_pass[6]) / 1e6);
 		if (!cli_opts.all && !alive)
 			break;
 		if (deadline && now >= deadline)

@@ -312,26 +312,34 @@ static int list_tids(int pid, int **out)
 	return n;
 }
 
-static int status_int(int pid, int tid, const char *key)
+/* The value after key in the thread's /proc/.../status (in buf), or NULL. */
+static const char *status_field(int pid, int tid, const char *key, char *buf, size_t size)
 {
-	char path[96], buf[4096], *p;
+	char path[96];
+	const char *p;
 
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
-	if (read_file(path, buf, sizeof(buf)) <= 0)
-		return -1;
+	if (read_file(path, buf, size) <= 0)
+		return NULL;
 	p = strstr(buf, key);
-	return p ? atoi(p + strlen(key)) : -1;
+	return p ? p + strlen(key) : NULL;
 }
 
-/* Whether a SIGTRAP waits in the thread's own pending set (/proc/.../status "SigPnd"). */
+static int status_int(int pid, int tid, const char *key)
+{
+	char buf[4096];
+	const char *v = status_field(pid, tid, key, buf, sizeof(buf));
+
+	return v ? atoi(v) : -1;
+}
+
+/* Whether a SIGTRAP waits in the thread's own pending set ("SigPnd", hex). */
 static bool sigtrap_pending(int pid, int tid)
 {
-	char path[96], buf[4096], *p;
+	char buf[4096];
+	const char *v = status_field(pid, tid, "\nSigPnd:", buf, sizeof(buf));
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
-	if (read_file(path, buf, sizeof(buf)) <= 0 || !(p = strstr(buf, "\nSigPnd:")))
-		return false;
-	return strtoull(p + 8, NULL, 16) & (1ULL << (SIGTRAP - 1));
+	return v && (strtoull(v, NULL, 16) & (1ULL << (SIGTRAP - 1)));
 }
 
 /* Why PTRACE_SEIZE said EPERM, in one line. */
@@ -497,8 +505,9 @@ static bool wait_step(struct sample *s, struct tsample *t, int *status)
  * to kill the process (a rank of a healthy 32 x 8 job died so, on a host at load 170). It is
  * taken here: resumed, the thread stops at once to deliver it (nothing runs before a pending
  * signal), and it is dropped like the step's own. A signal the thread stops for on the way
- * is kept for the detach (one only). False: it could not be taken; the thread is then left
- * as it is (not stopped for us: never detached with the trap pending). */
+ * is kept for the detach (one only). False: it could not be taken (the thread did not stop
+ * again, or two signals would need giving back); a thread still stopped is then detached with
+ * the trap pending, as before this existed. */
 static bool take_step_trap(struct sample *s, struct tsample *t)
 {
 	for (int tries = 0; tries < 4 && sigtrap_pending(s->pid, t->tid); tries++) {
